@@ -1,0 +1,1 @@
+"""The Karpenter-like autoscaler: pure planner, provider protocol, simulated cloud and the daemon."""

@@ -1,0 +1,1 @@
+"""Google Cloud components: network fabric, GPU node pools, Slurm cluster, shared storage."""

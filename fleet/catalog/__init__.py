@@ -1,0 +1,29 @@
+"""GPU machine catalog: hardware facts, zones and list prices, loaded from versioned data files.
+
+The data lives next to this module (``data/``): ``gcp_machines.yaml`` (hand-kept hardware facts,
+sources in its header), ``gcp_prices.csv`` and ``gcp_zones.csv`` (derived from public price lists
+by ``scripts/derive_catalog.py``, which cites them).  Everything else reads the catalog through
+:func:`load_catalog`.
+"""
+
+from fleet.catalog.model import (
+    CapacityType,
+    Catalog,
+    GpuSpec,
+    MachineType,
+    NicLayout,
+    Price,
+    UnknownMachineType,
+    load_catalog,
+)
+
+__all__ = [
+    "CapacityType",
+    "Catalog",
+    "GpuSpec",
+    "MachineType",
+    "NicLayout",
+    "Price",
+    "UnknownMachineType",
+    "load_catalog",
+]

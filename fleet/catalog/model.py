@@ -1,0 +1,207 @@
+"""Typed, read-only view of the GPU machine catalog (machines, zones, per-region prices)."""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import enum
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Literal
+
+import yaml
+
+Fabric = Literal["none", "gpudirect-tcpx", "gpudirect-tcpxo", "rdma"]
+
+
+class CapacityType(enum.StrEnum):
+    """How a node's capacity is bought.  Values are the spec / inventory spelling."""
+
+    RESERVATION = "reservation"
+    SPOT = "spot"
+    FLEX_START = "flex-start"
+    ON_DEMAND = "on-demand"
+
+
+class UnknownMachineType(KeyError):
+    """A machine type the catalog does not know; the message suggests the closest names."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        close = difflib.get_close_matches(name, known, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        super().__init__(f"unknown machine type {name!r}{hint}")
+        self.name = name
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU model as GCE names it (the accelerator type)."""
+
+    accelerator_type: str  # e.g. nvidia-h100-mega-80gb
+    short: str  # e.g. h100-mega
+    memory_gib: int
+    bf16_dense_tflops: float
+
+
+@dataclass(frozen=True)
+class NicLayout:
+    """The NICs one VM of a machine type needs, and the GPU fabric they form."""
+
+    gvnic: int = 1  # host NICs, one VPC each (the first is the system VPC)
+    gpu_nics: int = 0  # GPUDirect-TCPX/TCPXO NICs, one VPC each
+    rdma_nics: int = 0  # RDMA NICs, one subnet each of one RoCE VPC
+    fabric: Fabric = "none"
+    gpu_nic_mtu: int | None = None
+    system_mtu: int = 1460
+
+    @property
+    def total(self) -> int:
+        return self.gvnic + self.gpu_nics + self.rdma_nics
+
+
+@dataclass(frozen=True)
+class Price:
+    """List prices of one machine type in one region, $/hour for one VM (GPUs included)."""
+
+    on_demand: float
+    spot: float | None
+    commit_1y: float | None
+    commit_3y: float | None
+    source: str  # "list", "zone_offerings" or "zone_offerings_corrected" (see derive_catalog.py)
+
+    def hourly(self, capacity: CapacityType) -> float | None:
+        """$/h for a capacity type.  Flex-start (DWS) bills at the on-demand rate or less: we use
+        the on-demand rate; a reservation bills at the on-demand rate unless a commitment covers
+        it, which the caller knows and we do not."""
+        if capacity is CapacityType.SPOT:
+            return self.spot
+        return self.on_demand
+
+
+@dataclass(frozen=True)
+class MachineType:
+    name: str
+    gpu: GpuSpec
+    gpu_count: int
+    vcpus: int
+    memory_gib: int
+    local_ssd_gib: int
+    nics: NicLayout
+    compact_placement_max_vms: int  # 0: compact placement not supported
+    flex_start_compact: bool
+    zones: dict[str, tuple[str, ...]] = field(default_factory=dict)  # region -> zones
+    prices: dict[str, Price] = field(default_factory=dict)  # region -> price
+
+    @property
+    def family(self) -> str:
+        """`a3-highgpu-8g` -> `a3-highgpu`."""
+        return self.name.rsplit("-", 1)[0]
+
+    @property
+    def series(self) -> str:
+        """`a3-highgpu-8g` -> `a3`."""
+        return self.name.split("-", 1)[0]
+
+    def zones_in(self, region: str) -> tuple[str, ...]:
+        return self.zones.get(region, ())
+
+    def offered_in(self, zone: str) -> bool:
+        return zone in self.zones.get(zone.rsplit("-", 1)[0], ())
+
+    def price(self, region: str) -> Price | None:
+        return self.prices.get(region)
+
+
+class Catalog:
+    """All machine types of one provider, queried by name, GPU, family or region."""
+
+    def __init__(self, provider: str, machines: dict[str, MachineType]) -> None:
+        self.provider = provider
+        self._machines = machines
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._machines
+
+    def machine(self, name: str) -> MachineType:
+        try:
+            return self._machines[name]
+        except KeyError:
+            raise UnknownMachineType(name, sorted(self._machines)) from None
+
+    def machines(self) -> list[MachineType]:
+        return list(self._machines.values())
+
+    def names(self) -> list[str]:
+        return sorted(self._machines)
+
+    def family(self, family: str) -> list[MachineType]:
+        """Machine types of one family (e.g. `a3-highgpu`), smallest first."""
+        return sorted((m for m in self._machines.values() if m.family == family), key=lambda m: m.gpu_count)
+
+    def by_gpu(self, short: str) -> list[MachineType]:
+        """Machine types carrying a GPU (`h100`, `h200`, `l4` ...), smallest first."""
+        return sorted((m for m in self._machines.values() if m.gpu.short == short), key=lambda m: m.gpu_count)
+
+    def regions_offering(self, name: str) -> list[str]:
+        return sorted(self.machine(name).zones)
+
+
+def _read_csv(name: str) -> list[dict[str, str]]:
+    text = resources.files("fleet.catalog").joinpath("data", name).read_text()
+    return list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
+
+
+def _opt(value: str) -> float | None:
+    return float(value) if value else None
+
+
+@cache
+def load_catalog(provider: str = "gcp") -> Catalog:
+    """The catalog shipped with gpu-fleet for a provider (only `gcp` today)."""
+    if provider != "gcp":
+        raise ValueError(f"no machine catalog for provider {provider!r} (known: gcp)")
+    raw = yaml.safe_load(resources.files("fleet.catalog").joinpath("data", "gcp_machines.yaml").read_text())
+    gpus = {
+        name: GpuSpec(name, g["short"], int(g["memory_gib"]), float(g["bf16_dense_tflops"]))
+        for name, g in raw["gpus"].items()
+    }
+    zones: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for row in _read_csv("gcp_zones.csv"):
+        zones[row["machine_type"]][row["region"]].append(row["zone"])
+    prices: dict[str, dict[str, Price]] = defaultdict(dict)
+    for row in _read_csv("gcp_prices.csv"):
+        prices[row["machine_type"]][row["region"]] = Price(
+            on_demand=float(row["on_demand"]),
+            spot=_opt(row["spot"]),
+            commit_1y=_opt(row["commit_1y"]),
+            commit_3y=_opt(row["commit_3y"]),
+            source=row["source"],
+        )
+    machines: dict[str, MachineType] = {}
+    for name, m in raw["machines"].items():
+        machines[name] = MachineType(
+            name=name,
+            gpu=gpus[m["gpu"]],
+            gpu_count=int(m["gpu_count"]),
+            vcpus=int(m["vcpus"]),
+            memory_gib=int(m["memory_gib"]),
+            local_ssd_gib=int(m.get("local_ssd_gib", 0)),
+            nics=NicLayout(
+                gvnic=int(m.get("gvnic", 1)),
+                gpu_nics=int(m.get("gpu_nics", 0)),
+                rdma_nics=int(m.get("rdma_nics", 0)),
+                fabric=m.get("fabric", "none"),
+                gpu_nic_mtu=m.get("gpu_nic_mtu"),
+                system_mtu=int(m.get("system_mtu", 1460)),
+            ),
+            compact_placement_max_vms=int(m.get("compact_placement_max_vms", 0)),
+            flex_start_compact=bool(m.get("flex_start_compact", False)),
+            zones={r: tuple(sorted(z)) for r, z in sorted(zones[name].items())},
+            prices=dict(sorted(prices[name].items())),
+        )
+    return Catalog("gcp", machines)

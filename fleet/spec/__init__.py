@@ -1,0 +1,31 @@
+"""The fleet spec: one typed, validated description of a stack's GPU clusters.
+
+`model` holds the schema (pydantic, field-level checks), `rules` the cross-field rules that need
+the machine catalog, `load` reading a spec out of a Pulumi stack file with readable errors.
+"""
+
+from fleet.spec.model import (
+    BucketSpec,
+    ClusterSpec,
+    FilestoreSpec,
+    FleetSpec,
+    LustreSpec,
+    NetworkSpec,
+    NodePoolSpec,
+    SlurmPartitionSpec,
+    SlurmSpec,
+    StorageSpec,
+)
+
+__all__ = [
+    "BucketSpec",
+    "ClusterSpec",
+    "FilestoreSpec",
+    "FleetSpec",
+    "LustreSpec",
+    "NetworkSpec",
+    "NodePoolSpec",
+    "SlurmPartitionSpec",
+    "SlurmSpec",
+    "StorageSpec",
+]

@@ -1,0 +1,110 @@
+"""Schema of the fleet spec (key `gpu-fleet:fleet` of a Pulumi stack file).
+
+Field-level checks only (names, ranges, CIDR syntax).  Rules that need the machine catalog or
+look across fields (zones offering a type, overlapping CIDRs, capacity combinations ...) live in
+`fleet.spec.rules` and run before any resource is declared.
+"""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Network
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fleet.catalog import CapacityType
+
+# RFC 1035 label, as GCE resource names require; short so derived names stay under 63 chars.
+Name = Field(pattern=r"^[a-z]([-a-z0-9]{0,18}[a-z0-9])?$", description="lower-case RFC 1035 name, <= 20 chars")
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class NodePoolSpec(_Spec):
+    """A group of identical GPU nodes; its size between min and max belongs to the autoscaler."""
+
+    name: str = Name
+    machine_type: str
+    min_nodes: int = Field(0, ge=0)
+    max_nodes: int = Field(ge=0)
+    zones: list[str] | None = Field(
+        None, description="zones for this pool; default: the fleet's zones offering the type"
+    )
+    capacity: CapacityType = CapacityType.ON_DEMAND
+    reservation: str | None = Field(None, description="reservation name; required with capacity=reservation")
+    compact_placement: bool = False
+    boot_disk_gb: int = Field(200, ge=50, le=65536)
+    image: str = Field("projects/debian-cloud/global/images/family/debian-12", description="boot image or family")
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class NetworkSpec(_Spec):
+    """Address plan.  The system VPC gets one subnet; GPU fabric subnets are carved from gpu_cidr."""
+
+    system_cidr: IPv4Network = IPv4Network("10.0.0.0/20")
+    gpu_cidr: IPv4Network = IPv4Network("10.128.0.0/16")
+    # Ranges used by other things on the same network (peered VPCs, on-prem): must not overlap.
+    reserved_cidrs: list[IPv4Network] = Field(default_factory=list)
+
+
+class FilestoreSpec(_Spec):
+    tier: Literal["BASIC_HDD", "BASIC_SSD", "ZONAL", "REGIONAL", "ENTERPRISE"] = "BASIC_SSD"
+    capacity_gb: int = Field(2560, ge=1024)
+    share_name: str = "home"
+
+
+class BucketSpec(_Spec):
+    name: str | None = Field(None, description="globally unique bucket name; default: <project>-<cluster>-checkpoints")
+    location: str | None = Field(None, description="default: the fleet's region")
+    soft_delete_days: int = Field(7, ge=0, le=90)
+
+
+class LustreSpec(_Spec):
+    capacity_gib: int = Field(18000, ge=18000)
+    per_unit_storage_throughput: Literal[125, 250, 500, 1000] = 500
+    mount_point: str = "/scratch"
+
+
+class StorageSpec(_Spec):
+    home: FilestoreSpec | None = Field(default_factory=FilestoreSpec)
+    checkpoints: BucketSpec | None = Field(default_factory=BucketSpec)
+    scratch: LustreSpec | None = None
+
+
+class SlurmPartitionSpec(_Spec):
+    name: str = Name
+    pools: list[str] = Field(min_length=1)
+    default: bool = False
+    max_time: str = "INFINITE"
+    spot_tolerant: bool = Field(False, description="jobs here accept preemption (may run on spot pools)")
+
+
+class SlurmSpec(_Spec):
+    controller_machine_type: str = "n2-standard-8"
+    login_machine_type: str = "n2-standard-4"
+    login_nodes: int = Field(1, ge=0, le=8)
+    partitions: list[SlurmPartitionSpec] = Field(min_length=1)
+    suspend_time: int = Field(300, ge=60, description="seconds idle before Slurm powers a CLOUD node down")
+    resume_timeout: int = Field(1800, ge=300, description="seconds a CLOUD node may take to register")
+
+
+class ClusterSpec(_Spec):
+    name: str = Name
+    scheduler: Literal["slurm", "gke"] = "slurm"
+    pools: list[NodePoolSpec] = Field(min_length=1)
+    storage: StorageSpec = Field(default_factory=StorageSpec)
+    slurm: SlurmSpec | None = None
+
+
+class FleetSpec(_Spec):
+    """Everything one stack deploys."""
+
+    provider: Literal["gcp"] = "gcp"
+    project: str = Field(pattern=r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$", description="GCP project id")
+    region: str = Field(pattern=r"^[a-z]+-[a-z]+[0-9]+$")
+    zones: list[str] = Field(min_length=1)
+    network: NetworkSpec = Field(default_factory=NetworkSpec)
+    clusters: list[ClusterSpec] = Field(min_length=1)
+    labels: dict[str, str] = Field(default_factory=dict)

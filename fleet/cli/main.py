@@ -21,8 +21,10 @@ app = typer.Typer(
 # Command-group modules under fleet.cli; each defines register(app: typer.Typer) -> None.
 COMMAND_MODULES = (
     "catalog",  # fleet catalog                    (machine catalog look-ups)
-    "synth",  # fleet synth, fleet render            (infrastructure core)
-    "simulate",  # fleet simulate, fleet bench        (planner and simulator)
+    "synth",  # fleet synth                          (infrastructure core)
+    "render",  # fleet render slurm-conf             (infrastructure core)
+    "simulate",  # fleet simulate                    (trace replay)
+    "bench",  # fleet bench planner                  (planner benchmark)
     "daemon",  # fleet autoscaler, fleet slurm        (the autoscaler daemon)
     "bootstrap",  # fleet bootstrap-region            (new-region bootstrap)
 )

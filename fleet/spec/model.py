@@ -101,6 +101,7 @@ class ClusterSpec(_Spec):
 class FleetSpec(_Spec):
     """Everything one stack deploys."""
 
+    kind: Literal["fleet"] = "fleet"  # other stack kinds (e.g. project-bootstrap) have their own spec
     provider: Literal["gcp"] = "gcp"
     project: str = Field(pattern=r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$", description="GCP project id")
     region: str = Field(pattern=r"^[a-z]+-[a-z]+[0-9]+$")

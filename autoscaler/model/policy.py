@@ -1,0 +1,116 @@
+"""Policy: the limits and knobs the planner obeys, and the memory of offerings that failed.
+
+`UnavailableOffering` entries are an *input* to the planner: the caller (daemon, simulator)
+records launch failures with `record_failure` and passes the memory to `plan()`, which ignores
+expired entries and returns the still-active ones in `Plan.unavailable` for the next call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from autoscaler.cloud import FailureKind, OfferingKey
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Knobs and limits of one planning loop (all optional; None = no limit).
+
+    Limits: `max_nodes` / `max_gpus` (whole fleet, live nodes counted), `pool_max_nodes` /
+    `pool_max_gpus` (per pool, on top of each pool's own max), `budget_usd_per_hour` (cap on the
+    summed $/h of live non-reservation nodes: reservation capacity is paid whether used or not,
+    so it neither counts against nor is limited by the budget).
+
+    Timing: `batch_window_s` / `batch_idle_s` hold new launches while demand is still arriving
+    (Karpenter's batch max / idle durations: launch once the newest pending unit is `batch_idle_s`
+    old, or the oldest is `batch_window_s` old; 0 = launch at once).  `idle_timeout_s`: a ready-idle
+    node older than this is drained, then deleted.  `backoff_s` / `backoff_max_s`: how long a failed
+    offering is skipped (doubling on repeated failures).  `boot_timeout_s`: delete nodes stuck booting.
+
+    Capacity rules: `spot_queues` (queues whose spot-tolerant units may use spot; None = any queue),
+    `flex_start_queues` (queues that may wait for flex-start capacity) and `flex_start_max_wait_s`
+    (a unit that has waited longer takes immediate capacity instead), `keep_reserved_nodes`
+    (never scale down reservation-backed nodes)."""
+
+    max_nodes: int | None = None
+    max_gpus: int | None = None
+    pool_max_nodes: Mapping[str, int] = field(default_factory=dict)
+    pool_max_gpus: Mapping[str, int] = field(default_factory=dict)
+    budget_usd_per_hour: float | None = None
+    batch_window_s: float = 0.0
+    batch_idle_s: float = 0.0
+    idle_timeout_s: float = 300.0
+    backoff_s: float = 600.0
+    backoff_max_s: float = 3600.0
+    boot_timeout_s: float | None = None
+    spot_queues: frozenset[str] | None = None
+    flex_start_queues: frozenset[str] = frozenset()
+    flex_start_max_wait_s: float = 0.0
+    keep_reserved_nodes: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("max_nodes", "max_gpus", "budget_usd_per_hour", "boot_timeout_s"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                raise ValueError(f"Policy.{name}: must be >= 0 when set, got {v}")
+        for name in ("batch_window_s", "batch_idle_s", "idle_timeout_s", "backoff_s", "backoff_max_s"):
+            v = getattr(self, name)
+            if v < 0:
+                raise ValueError(f"Policy.{name}: must be >= 0, got {v}")
+        for name in ("pool_max_nodes", "pool_max_gpus"):
+            for pool, v in getattr(self, name).items():
+                if v < 0:
+                    raise ValueError(f"Policy.{name}[{pool!r}]: must be >= 0, got {v}")
+        if self.spot_queues is not None and not isinstance(self.spot_queues, frozenset):
+            object.__setattr__(self, "spot_queues", frozenset(self.spot_queues))
+        if not isinstance(self.flex_start_queues, frozenset):
+            object.__setattr__(self, "flex_start_queues", frozenset(self.flex_start_queues))
+
+    def spot_allowed(self, queue: str) -> bool:
+        return self.spot_queues is None or queue in self.spot_queues
+
+    def flex_start_allowed(self, queue: str, waited_s: float) -> bool:
+        return queue in self.flex_start_queues and waited_s <= self.flex_start_max_wait_s
+
+
+@dataclass(frozen=True)
+class UnavailableOffering:
+    """Offering `key` is not to be used before `until` (epoch s) because of `reason`.
+    `failures` counts consecutive failures (the backoff doubles with each)."""
+
+    key: OfferingKey
+    until: float
+    reason: FailureKind | str
+    failures: int = 1
+    message: str = ""
+
+
+def active_unavailable(memory: Iterable[UnavailableOffering], now: float) -> tuple[UnavailableOffering, ...]:
+    """The entries still in force at `now` (the memory expires), latest per offering."""
+    latest: dict[OfferingKey, UnavailableOffering] = {}
+    for u in memory:
+        if u.until > now and (u.key not in latest or u.until > latest[u.key].until):
+            latest[u.key] = u
+    return tuple(sorted(latest.values(), key=lambda u: u.key))
+
+
+def record_failure(
+    memory: Iterable[UnavailableOffering],
+    key: OfferingKey,
+    kind: FailureKind | str,
+    now: float,
+    policy: Policy,
+    message: str = "",
+) -> tuple[UnavailableOffering, ...]:
+    """The memory after `key` failed at `now` with `kind`: back off for `policy.backoff_s`,
+    doubling (up to `backoff_max_s`) while the previous entry for the key is still in force.
+    INVALID / NOT_FOUND failures are not capacity problems and are not remembered."""
+    active = {u.key: u for u in active_unavailable(memory, now)}
+    if FailureKind(kind) in (FailureKind.INVALID, FailureKind.NOT_FOUND):
+        return tuple(sorted(active.values(), key=lambda u: u.key))
+    prev = active.get(key)
+    failures = prev.failures + 1 if prev else 1
+    duration = min(policy.backoff_s * 2 ** (failures - 1), max(policy.backoff_s, policy.backoff_max_s))
+    active[key] = UnavailableOffering(key, now + duration, FailureKind(kind), failures, message)
+    return tuple(sorted(active.values(), key=lambda u: u.key))

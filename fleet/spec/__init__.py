@@ -16,6 +16,14 @@ from fleet.spec.model import (
     SlurmSpec,
     StorageSpec,
 )
+from fleet.spec.load import (
+    SpecError,
+    load_spec,
+    load_stack_file,
+    read_stack_config,
+    spec_kind,
+    stack_file,
+)
 
 __all__ = [
     "BucketSpec",
@@ -27,5 +35,11 @@ __all__ = [
     "NodePoolSpec",
     "SlurmPartitionSpec",
     "SlurmSpec",
+    "SpecError",
     "StorageSpec",
+    "load_spec",
+    "load_stack_file",
+    "read_stack_config",
+    "spec_kind",
+    "stack_file",
 ]

@@ -1,0 +1,233 @@
+"""Render `slurm.conf`, `gres.conf` and `cgroup.conf` for one cluster of a validated fleet spec.
+
+Every pool becomes `NodeSet=<pool>` over `State=CLOUD` nodes `<cluster>-<pool>-[0-<max-1>]`
+(power-saved: slurmctld calls the autoscaler's Resume/SuspendProgram hooks), with `Gres=gpu:N`,
+CPUs/RealMemory from the machine catalog and `Features=<gpu>,<machine type>,<capacity type>`.
+Partitions list nodesets.  The result is a config Slurm 22.05 accepts; `overrides` replaces
+host-specific keys so a test harness can start the very same file on one machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fleet.catalog import CapacityType, Catalog, MachineType, load_catalog
+from fleet.spec.derive import default_partition, node_hostlist, node_name_prefix
+from fleet.spec.model import ClusterSpec, FleetSpec
+
+__all__ = ["Nodeset", "SlurmConf", "node_name_prefix", "real_memory_mib", "render_slurm_conf"]
+
+# Keys of NodeName= lines that `overrides` may set (everything else is a global key).
+NODE_KEYS = ("NodeAddr", "NodeHostname", "Port")
+# Lower weight is allocated first: reservations are paid for anyway, then the cheapest.
+CAPACITY_WEIGHT = {
+    CapacityType.RESERVATION: 1,
+    CapacityType.SPOT: 10,
+    CapacityType.FLEX_START: 20,
+    CapacityType.ON_DEMAND: 30,
+}
+MEMORY_HEADROOM = 0.05  # guest kernel + OS daemons; a node reporting less than RealMemory is drained
+MEMORY_RESERVED_MIB = 1024
+
+
+@dataclass(frozen=True)
+class Nodeset:
+    name: str  # NodeSet name == pool name
+    pool: str
+    node_names: str  # Slurm hostlist, e.g. a3mega-resv-[0-63]
+    gres: str  # gpu:8
+    features: str  # h100-mega,a3-megagpu-8g,reservation
+    partitions: list[str]
+
+
+@dataclass(frozen=True)
+class SlurmConf:
+    slurm_conf: str
+    gres_conf: str
+    nodesets: list[Nodeset]
+    cgroup_conf: str = ""
+
+
+def real_memory_mib(machine: MachineType) -> int:
+    """RealMemory for a machine type: the catalog memory less headroom (never more than the guest sees)."""
+    return int(machine.memory_gib * 1024 * (1 - MEMORY_HEADROOM)) - MEMORY_RESERVED_MIB
+
+
+def _gpu_files(count: int) -> str:
+    return "/dev/nvidia0" if count == 1 else f"/dev/nvidia[0-{count - 1}]"
+
+
+def _line(head: tuple[str, str], items: dict[str, str | int]) -> str:
+    return " ".join([f"{head[0]}={head[1]}", *(f"{k}={v}" for k, v in items.items())])
+
+
+def _apply(settings: dict[str, str], overrides: dict[str, str]) -> dict[str, str]:
+    """Replace keys case-insensitively (Slurm keys are); an empty value removes the key."""
+    out = dict(settings)
+    by_lower = {k.lower(): k for k in out}
+    for key, value in overrides.items():
+        existing = by_lower.get(key.lower(), key)
+        if value == "":
+            out.pop(existing, None)
+        else:
+            out[existing] = value
+    return out
+
+
+def _global_settings(
+    spec: FleetSpec,
+    cluster: ClusterSpec,
+    controller_host: str,
+    resume_program: str,
+    suspend_program: str,
+    resume_fail_program: str,
+    suspend_exc: list[str],
+) -> dict[str, str]:
+    slurm = cluster.slurm
+    assert slurm is not None  # validated: scheduler slurm has slurm settings
+    settings = {
+        "ClusterName": cluster.name,
+        "SlurmctldHost": controller_host,
+        "SlurmUser": "slurm",
+        "SlurmdUser": "root",
+        "SlurmctldPort": "6817",
+        "SlurmdPort": "6818",
+        "AuthType": "auth/munge",
+        "StateSaveLocation": "/var/spool/slurmctld",
+        "SlurmdSpoolDir": "/var/spool/slurmd",
+        "SlurmctldPidFile": "/run/slurmctld.pid",
+        "SlurmdPidFile": "/run/slurmd.pid",
+        "SlurmctldLogFile": "/var/log/slurm/slurmctld.log",
+        "SlurmdLogFile": "/var/log/slurm/slurmd.log",
+        "SlurmctldDebug": "info",
+        "SlurmdDebug": "info",
+        "ProctrackType": "proctrack/cgroup",
+        "TaskPlugin": "task/cgroup,task/affinity",
+        "JobAcctGatherType": "jobacct_gather/cgroup",
+        "AccountingStorageType": "accounting_storage/none",
+        "JobCompType": "jobcomp/none",
+        "MpiDefault": "none",
+        "SwitchType": "switch/none",
+        "SchedulerType": "sched/backfill",
+        "SelectType": "select/cons_tres",
+        "SelectTypeParameters": "CR_Core_Memory",
+        "GresTypes": "gpu",
+        "ReturnToService": "2",
+        "MailProg": "/bin/true",
+        # --- cloud nodes, power saving (the autoscaler daemon's hooks) ---
+        "SlurmctldParameters": "cloud_dns,enable_configless,idle_on_node_suspend",
+        "PrivateData": "cloud",
+        "CommunicationParameters": "NoAddrCache",
+        "TreeWidth": "65533",
+        "ResumeProgram": resume_program,
+        "SuspendProgram": suspend_program,
+        "ResumeFailProgram": resume_fail_program,
+        "SuspendTime": str(slurm.suspend_time),
+        "ResumeTimeout": str(slurm.resume_timeout),
+        "SuspendTimeout": "300",
+        "ResumeRate": "0",
+        "SuspendRate": "0",
+    }
+    if suspend_exc:
+        settings["SuspendExcNodes"] = ",".join(suspend_exc)
+    return settings
+
+
+def render_slurm_conf(
+    spec: FleetSpec,
+    cluster: ClusterSpec,
+    *,
+    controller_host: str | None = None,
+    resume_program: str = "/usr/local/bin/fleet-slurm-resume",
+    suspend_program: str = "/usr/local/bin/fleet-slurm-suspend",
+    resume_fail_program: str = "/usr/local/bin/fleet-slurm-resume-fail",
+    overrides: dict[str, str] | None = None,
+    catalog: Catalog | None = None,
+) -> SlurmConf:
+    """slurm.conf / gres.conf / cgroup.conf of one Slurm cluster of a spec that passed `load_spec`.
+
+    `controller_host` defaults to `<cluster>-controller`.  `overrides` sets global keys or the
+    node-line keys NodeAddr / NodeHostname / Port (case-insensitive; "" removes a key).
+    """
+    if cluster.scheduler != "slurm" or cluster.slurm is None:
+        raise ValueError(f"cluster {cluster.name!r}: not a Slurm cluster (scheduler={cluster.scheduler})")
+    cat = catalog or load_catalog(spec.provider)
+    slurm = cluster.slurm
+    overrides = dict(overrides or {})
+    node_overrides = {k: overrides.pop(k) for k in list(overrides) if k.lower() in {n.lower() for n in NODE_KEYS}}
+
+    member_of = {
+        pool.name: [part.name for part in slurm.partitions if pool.name in part.pools] for pool in cluster.pools
+    }
+    nodesets: list[Nodeset] = []
+    node_lines: list[str] = []
+    gres_lines: list[str] = []
+    suspend_exc: list[str] = []
+    machines: dict[str, MachineType] = {}
+    for pool in cluster.pools:
+        machine = machines[pool.name] = cat.machine(pool.machine_type)
+        hostlist = node_hostlist(cluster.name, pool.name, pool.max_nodes)
+        features = ",".join([machine.gpu.short, machine.name, str(pool.capacity)])
+        gres = f"gpu:{machine.gpu_count}"
+        nodesets.append(Nodeset(pool.name, pool.name, hostlist, gres, features, member_of[pool.name]))
+        node = {
+            "State": "CLOUD",
+            "CPUs": machine.vcpus,
+            "RealMemory": real_memory_mib(machine),
+            "Gres": gres,
+            "Features": features,
+            "Weight": CAPACITY_WEIGHT[pool.capacity],
+        }
+        node.update(node_overrides)
+        node_lines.append(
+            f"# pool {pool.name}: {pool.machine_type}, {pool.capacity}, {pool.min_nodes}..{pool.max_nodes}"
+        )
+        node_lines.append(_line(("NodeName", hostlist), node))
+        node_lines.append(f"NodeSet={pool.name} Nodes={hostlist}")
+        gres_lines.append(f"NodeName={hostlist} Name=gpu File={_gpu_files(machine.gpu_count)}")
+        if pool.min_nodes:
+            suspend_exc.append(node_hostlist(cluster.name, pool.name, pool.min_nodes))
+
+    default = default_partition(slurm).name
+    part_lines = []
+    for part in slurm.partitions:
+        pms = [machines[p] for p in part.pools]
+        items: dict[str, str | int] = {
+            "Nodes": ",".join(part.pools),
+            "Default": "YES" if part.name == default else "NO",
+            "MaxTime": part.max_time,
+            "State": "UP",
+            "DefCpuPerGPU": min(m.vcpus // m.gpu_count for m in pms),
+            "DefMemPerGPU": min(real_memory_mib(m) // m.gpu_count for m in pms),
+        }
+        part_lines.append(_line(("PartitionName", part.name), items))
+
+    settings = _global_settings(
+        spec,
+        cluster,
+        controller_host or f"{cluster.name}-controller",
+        resume_program,
+        suspend_program,
+        resume_fail_program,
+        suspend_exc,
+    )
+    settings = _apply(settings, overrides)
+    header = [
+        f"# slurm.conf of cluster {cluster.name!r} (project {spec.project}, {spec.region}).",
+        "# Generated by gpu-fleet from the fleet spec: edit the spec, not this file.",
+    ]
+    body = [f"{k}={v}" for k, v in settings.items()]
+    slurm_conf = "\n".join([*header, *body, "", "# --- nodes (one CLOUD nodeset per pool) ---", *node_lines,
+                            "", "# --- partitions ---", *part_lines, ""])  # fmt: skip
+    gres_conf = "\n".join(["# gres.conf: generated by gpu-fleet.", *gres_lines, ""])
+    cgroup_conf = "\n".join(
+        [
+            "# cgroup.conf: generated by gpu-fleet.",
+            "CgroupPlugin=autodetect",
+            "ConstrainCores=yes",
+            "ConstrainDevices=yes",
+            "ConstrainRAMSpace=yes",
+            "",
+        ]  # fmt: skip
+    )
+    return SlurmConf(slurm_conf, gres_conf, nodesets, cgroup_conf)

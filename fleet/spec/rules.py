@@ -1,0 +1,466 @@
+"""Cross-field rules of the fleet spec: what GCE, Slurm or the catalog would reject half way into a deploy.
+
+Each rule is a small generator `rule(spec, catalog) -> (field path, reason)...` listed in `RULES`;
+`check` runs them all and returns every problem, in rule order.  Paths are index-based, as in
+`fleet.spec.load` (`clusters[0].pools[1].zones[0]`).  docs/spec.md names every rule.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from ipaddress import IPv4Address, IPv4Network
+
+from fleet.catalog import CapacityType, Catalog, load_catalog
+from fleet.spec.derive import (
+    GCE_RESERVED_PER_SUBNET,
+    checkpoint_bucket_name,
+    fabric_networks,
+    node_name_prefix,
+    pool_zones,
+)
+from fleet.spec.model import ClusterSpec, FleetSpec, NodePoolSpec
+
+Issue = tuple[str, str]
+Rule = Callable[[FleetSpec, Catalog], Iterator[Issue]]
+
+RFC1918 = (IPv4Network("10.0.0.0/8"), IPv4Network("172.16.0.0/12"), IPv4Network("192.168.0.0/16"))
+GCE_NAME_MAX = 63
+# Filestore capacity limits per tier, GiB (Filestore "service tiers" page).
+FILESTORE_CAPACITY_GIB = {
+    "BASIC_HDD": (1024, 65434),
+    "BASIC_SSD": (2560, 65434),
+    "ZONAL": (1024, 102400),
+    "REGIONAL": (1024, 102400),
+    "ENTERPRISE": (1024, 10240),
+}
+# GCS multi-regions and the region prefixes they cover.
+BUCKET_MULTI_REGIONS = {"US": ("us-", "northamerica-"), "EU": ("europe-",), "ASIA": ("asia-",)}
+SLURM_TIME = re.compile(r"^(INFINITE|UNLIMITED|\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2})$")
+LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+MOUNT_POINT = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
+SYSTEM_DIRS = {"/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root", "/run", "/sbin", "/sys", "/tmp",
+               "/usr", "/var"}  # fmt: skip
+HOME_MOUNT = "/home"
+
+RULES: list[Rule] = []
+
+
+def rule(fn: Rule) -> Rule:
+    RULES.append(fn)
+    return fn
+
+
+def check(spec: FleetSpec, catalog: Catalog | None = None) -> list[Issue]:
+    """Every cross-field problem of a schema-valid spec; empty when it may be deployed."""
+    cat = catalog or load_catalog(spec.provider)
+    return [issue for r in RULES for issue in r(spec, cat)]
+
+
+def _pools(spec: FleetSpec) -> Iterator[tuple[str, ClusterSpec, NodePoolSpec]]:
+    for ci, cluster in enumerate(spec.clusters):
+        for pi, pool in enumerate(cluster.pools):
+            yield f"clusters[{ci}].pools[{pi}]", cluster, pool
+
+
+def _duplicates(names: list[str]) -> Iterator[tuple[int, str]]:
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            yield i, name
+        seen.add(name)
+
+
+# ---------------------------------------------------------------- names
+
+
+@rule
+def unique_cluster_names(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    for i, name in _duplicates([c.name for c in spec.clusters]):
+        yield f"clusters[{i}].name", f"duplicate cluster name {name!r}"
+
+
+@rule
+def unique_pool_names(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    for ci, cluster in enumerate(spec.clusters):
+        for i, name in _duplicates([p.name for p in cluster.pools]):
+            yield f"clusters[{ci}].pools[{i}].name", f"duplicate pool name {name!r} in cluster {cluster.name!r}"
+
+
+@rule
+def unique_node_name_prefixes(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """cluster `a` + pool `b-c` and cluster `a-b` + pool `c` would both name their nodes `a-b-c-<i>`."""
+    owners: dict[str, str] = {}
+    for path, cluster, pool in _pools(spec):
+        prefix = node_name_prefix(cluster.name, pool.name)
+        other = owners.setdefault(prefix, f"{cluster.name}/{pool.name}")
+        if other != f"{cluster.name}/{pool.name}":
+            yield f"{path}.name", f"node names {prefix}-<i> collide with pool {other}"
+
+
+@rule
+def gce_name_lengths(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """Instance names `<cluster>-<pool>-<i>` and per-zone names `<cluster>-<pool>-<zone>` fit 63 chars."""
+    for path, cluster, pool in _pools(spec):
+        prefix = node_name_prefix(cluster.name, pool.name)
+        longest = f"{prefix}-{max(pool.max_nodes - 1, 0)}"
+        for zone in pool_zones(spec, pool, cat):
+            longest = max(longest, f"{prefix}-{zone}", key=len)
+        if len(longest) > GCE_NAME_MAX:
+            yield f"{path}.name", f"derived GCE name {longest!r} is {len(longest)} chars (> {GCE_NAME_MAX}): shorten"
+
+
+# ---------------------------------------------------------------- zones and machine types
+
+
+@rule
+def fleet_zones_in_region(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    for i, zone in enumerate(spec.zones):
+        region, _, letter = zone.rpartition("-")
+        if region != spec.region or not re.fullmatch(r"[a-z]", letter):
+            yield f"zones[{i}]", f"zone {zone!r} is not a zone of region {spec.region!r}"
+    for i, zone in _duplicates(spec.zones):
+        yield f"zones[{i}]", f"duplicate zone {zone!r}"
+
+
+@rule
+def known_machine_type(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    for path, _, pool in _pools(spec):
+        if pool.machine_type not in cat:
+            try:
+                cat.machine(pool.machine_type)
+            except KeyError as exc:
+                yield f"{path}.machine_type", str(exc)
+
+
+@rule
+def pool_zones_in_fleet(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    for path, _, pool in _pools(spec):
+        for i, zone in enumerate(pool.zones or []):
+            if zone not in spec.zones:
+                yield f"{path}.zones[{i}]", f"zone {zone!r} is not one of the fleet zones {spec.zones}"
+        if pool.zones is not None and not pool.zones:
+            yield f"{path}.zones", "empty list: omit `zones` to use every fleet zone offering the type"
+
+
+@rule
+def machine_offered_in_zones(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    for path, _, pool in _pools(spec):
+        if pool.machine_type not in cat:
+            continue
+        machine = cat.machine(pool.machine_type)
+        offered = machine.zones_in(spec.region)
+        if pool.zones is not None:
+            for i, zone in enumerate(pool.zones):
+                if zone in spec.zones and not machine.offered_in(zone):
+                    where = f"offered in {', '.join(offered)}" if offered else f"not offered in {spec.region}"
+                    yield f"{path}.zones[{i}]", f"{pool.machine_type} is not offered in {zone} ({where})"
+        elif not pool_zones(spec, pool, cat):
+            where = f"it is offered in {', '.join(offered)}" if offered else f"no zone of {spec.region} offers it"
+            yield f"{path}.machine_type", f"{pool.machine_type} is offered in none of the fleet zones ({where})"
+
+
+# ---------------------------------------------------------------- sizes and capacity
+
+
+@rule
+def max_nodes_positive(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    for path, _, pool in _pools(spec):
+        if pool.max_nodes < 1:
+            yield f"{path}.max_nodes", "must be at least 1 (remove the pool instead)"
+
+
+@rule
+def min_not_above_max(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    for path, _, pool in _pools(spec):
+        if pool.min_nodes > pool.max_nodes:
+            yield f"{path}.min_nodes", f"min_nodes {pool.min_nodes} is greater than max_nodes {pool.max_nodes}"
+
+
+@rule
+def reservation_name(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """A reservation name iff capacity=reservation; a reservation is never combined with spot/flex-start."""
+    for path, _, pool in _pools(spec):
+        if pool.capacity is CapacityType.RESERVATION and not pool.reservation:
+            yield f"{path}.reservation", "required with capacity: reservation (the GCE reservation to consume)"
+        elif pool.capacity is not CapacityType.RESERVATION and pool.reservation:
+            yield (
+                f"{path}.reservation",
+                f"a reservation cannot be combined with capacity: {pool.capacity} (use capacity: reservation)",
+            )
+
+
+@rule
+def reservation_single_zone(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """GCE reservations are zonal: a reservation pool lives in exactly one zone."""
+    for path, _, pool in _pools(spec):
+        zones = pool_zones(spec, pool, cat)
+        if pool.capacity is CapacityType.RESERVATION and len(zones) > 1:
+            yield f"{path}.zones", f"a reservation is zonal: name the one zone it is in (pool would use {list(zones)})"
+
+
+@rule
+def compact_placement_supported(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    for path, _, pool in _pools(spec):
+        if pool.compact_placement and pool.machine_type in cat:
+            limit = cat.machine(pool.machine_type).compact_placement_max_vms
+            if limit == 0:
+                yield f"{path}.compact_placement", f"{pool.machine_type} does not support compact placement"
+            elif pool.max_nodes > limit:
+                yield (
+                    f"{path}.max_nodes",
+                    f"{pool.max_nodes} nodes exceed the {limit} VMs a compact placement policy of "
+                    f"{pool.machine_type} may hold (split the pool or drop compact_placement)",
+                )
+
+
+@rule
+def compact_placement_single_zone(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    for path, _, pool in _pools(spec):
+        zones = pool_zones(spec, pool, cat)
+        if pool.compact_placement and len(zones) > 1:
+            yield f"{path}.zones", f"compact placement needs exactly one zone (pool would use {list(zones)})"
+
+
+@rule
+def flex_start_compact(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    for path, _, pool in _pools(spec):
+        if pool.capacity is CapacityType.FLEX_START and pool.compact_placement and pool.machine_type in cat:
+            if not cat.machine(pool.machine_type).flex_start_compact:
+                yield (
+                    f"{path}.compact_placement",
+                    f"flex-start cannot be combined with compact placement on {pool.machine_type} "
+                    "(only a3-ultragpu and a4 support it)",
+                )
+
+
+@rule
+def labels_valid(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """GCE label keys/values: lower-case letters, digits, `_` and `-`, at most 63 chars."""
+    sets = [("labels", spec.labels)] + [(f"{path}.labels", pool.labels) for path, _, pool in _pools(spec)]
+    for path, labels in sets:
+        if len(labels) > 64:
+            yield path, f"{len(labels)} labels: GCE allows at most 64"
+        for key, value in labels.items():
+            if not LABEL_KEY.fullmatch(key):
+                yield f"{path}.{key}", "label key must start with a lower-case letter; a-z, 0-9, _ and -; <= 63 chars"
+            elif not LABEL_VALUE.fullmatch(str(value)):
+                yield f"{path}.{key}", f"label value {value!r} must be a-z, 0-9, _ and -, <= 63 chars"
+
+
+# ---------------------------------------------------------------- network
+
+
+def _named_cidrs(spec: FleetSpec) -> list[tuple[str, IPv4Network]]:
+    net = spec.network
+    return [("network.system_cidr", net.system_cidr), ("network.gpu_cidr", net.gpu_cidr)]
+
+
+@rule
+def cidrs_private(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """GPU nodes get no public IPs: their subnets must be RFC 1918 ranges."""
+    for path, cidr in _named_cidrs(spec):
+        if not any(cidr.subnet_of(block) for block in RFC1918):
+            yield path, f"{cidr} is not a private RFC 1918 range (10/8, 172.16/12, 192.168/16)"
+
+
+@rule
+def cidrs_disjoint(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    net = spec.network
+    if net.system_cidr.overlaps(net.gpu_cidr):
+        yield "network.gpu_cidr", f"{net.gpu_cidr} overlaps network.system_cidr {net.system_cidr}"
+    for i, reserved in enumerate(net.reserved_cidrs):
+        for path, cidr in _named_cidrs(spec):
+            if cidr.overlaps(reserved):
+                yield f"network.reserved_cidrs[{i}]", f"{reserved} overlaps {path} {cidr}"
+
+
+@rule
+def system_cidr_capacity(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """The system subnet holds every node at max size, plus controllers and login nodes."""
+    nodes = sum(pool.max_nodes for _, _, pool in _pools(spec))
+    nodes += sum(1 + c.slurm.login_nodes for c in spec.clusters if c.slurm is not None)
+    cidr = spec.network.system_cidr
+    usable = cidr.num_addresses - GCE_RESERVED_PER_SUBNET
+    if nodes > usable:
+        yield "network.system_cidr", f"{cidr} has {usable} usable addresses but the fleet may run {nodes} VMs"
+
+
+@rule
+def gpu_cidr_fits_fabric(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """The GPU fabric subnets (see fleet.spec.derive.fabric_networks) must fit in network.gpu_cidr."""
+    nets = fabric_networks(spec, cat)
+    need = sum(n.addresses for n in nets)
+    cidr = spec.network.gpu_cidr
+    if need > cidr.num_addresses:
+        detail = "; ".join(f"{n.cluster}/{n.machine_type}: {n.count} x /{n.prefixlen}" for n in nets)
+        yield "network.gpu_cidr", f"{cidr} holds {cidr.num_addresses} addresses but the fabric needs {need} ({detail})"
+
+
+# ---------------------------------------------------------------- storage
+
+
+@rule
+def filestore_capacity(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    for ci, cluster in enumerate(spec.clusters):
+        home = cluster.storage.home
+        if home is None:
+            continue
+        low, high = FILESTORE_CAPACITY_GIB[home.tier]
+        if not low <= home.capacity_gb <= high:
+            yield (
+                f"clusters[{ci}].storage.home.capacity_gb",
+                f"Filestore {home.tier} takes {low}..{high} GiB, got {home.capacity_gb}",
+            )
+
+
+@rule
+def bucket_name_valid(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """GCS bucket naming rules, for the explicit name and the default `<project>-<cluster>-checkpoints`."""
+    for ci, cluster in enumerate(spec.clusters):
+        name = checkpoint_bucket_name(spec, cluster)
+        if name is None:
+            continue
+        explicit = cluster.storage.checkpoints.name is not None
+        path = f"clusters[{ci}].storage.checkpoints.name"
+        what = f"bucket name {name!r}" + ("" if explicit else " (the default; set one explicitly)")
+        if not BUCKET_NAME.fullmatch(name) or ".." in name:
+            yield path, f"{what} must be 3-63 chars of a-z, 0-9, '-', '_', '.', starting and ending alphanumeric"
+        elif name.startswith("goog") or "google" in name or "g00gle" in name:
+            yield path, f"{what} must not start with 'goog' or contain 'google'"
+        else:
+            try:
+                IPv4Address(name)
+            except ValueError:
+                continue
+            yield path, f"{what} must not be an IP address"
+
+
+@rule
+def bucket_location_near(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """Checkpoints stay in the fleet's region or the multi-region around it (cross-region = egress + slow)."""
+    for ci, cluster in enumerate(spec.clusters):
+        bucket = cluster.storage.checkpoints
+        if bucket is None or bucket.location is None:
+            continue
+        loc = bucket.location
+        covered = BUCKET_MULTI_REGIONS.get(loc.upper())
+        if loc.lower() == spec.region or (covered and spec.region.startswith(covered)):
+            continue
+        yield (
+            f"clusters[{ci}].storage.checkpoints.location",
+            f"{loc!r} is neither the fleet region {spec.region!r} nor a multi-region containing it",
+        )
+
+
+@rule
+def scratch_mount_point(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    for ci, cluster in enumerate(spec.clusters):
+        scratch = cluster.storage.scratch
+        if scratch is None:
+            continue
+        mount = scratch.mount_point.rstrip("/") or "/"
+        path = f"clusters[{ci}].storage.scratch.mount_point"
+        if not MOUNT_POINT.fullmatch(mount):
+            yield path, f"{scratch.mount_point!r} must be an absolute path"
+        elif mount in SYSTEM_DIRS or mount == "/":
+            yield path, f"{mount} is a system directory"
+        elif cluster.storage.home is not None and (mount == HOME_MOUNT or mount.startswith(HOME_MOUNT + "/")):
+            yield path, f"{mount} is under the Filestore home mount {HOME_MOUNT}"
+
+
+# ---------------------------------------------------------------- scheduler
+
+
+@rule
+def scheduler_settings(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    for ci, cluster in enumerate(spec.clusters):
+        if cluster.scheduler == "gke":
+            yield f"clusters[{ci}].scheduler", "gke is not supported yet (use slurm)"
+        elif cluster.slurm is None:
+            yield f"clusters[{ci}].slurm", "required with scheduler: slurm (partitions -> pools)"
+
+
+def _slurm_clusters(spec: FleetSpec) -> Iterator[tuple[str, ClusterSpec]]:
+    for ci, cluster in enumerate(spec.clusters):
+        if cluster.scheduler == "slurm" and cluster.slurm is not None:
+            yield f"clusters[{ci}].slurm", cluster
+
+
+@rule
+def partitions_unique(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    for path, cluster in _slurm_clusters(spec):
+        for i, name in _duplicates([p.name for p in cluster.slurm.partitions]):
+            yield f"{path}.partitions[{i}].name", f"duplicate partition name {name!r}"
+
+
+@rule
+def partition_pools_known(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    for path, cluster in _slurm_clusters(spec):
+        names = [p.name for p in cluster.pools]
+        for i, part in enumerate(cluster.slurm.partitions):
+            for j, pool in enumerate(part.pools):
+                if pool not in names:
+                    yield f"{path}.partitions[{i}].pools[{j}]", f"unknown pool {pool!r} (pools: {', '.join(names)})"
+            for j, pool in _duplicates(part.pools):
+                yield f"{path}.partitions[{i}].pools[{j}]", f"pool {pool!r} listed twice"
+
+
+@rule
+def pools_in_a_partition(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """A pool no partition names can never get a job: its nodes would only cost money."""
+    for ci, cluster in enumerate(spec.clusters):
+        if cluster.scheduler != "slurm" or cluster.slurm is None:
+            continue
+        used = {p for part in cluster.slurm.partitions for p in part.pools}
+        for pi, pool in enumerate(cluster.pools):
+            if pool.name not in used:
+                yield f"clusters[{ci}].pools[{pi}].name", f"pool {pool.name!r} is in no Slurm partition"
+
+
+@rule
+def one_default_partition(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """At most one `default: true`; with none, the first partition is the default."""
+    for path, cluster in _slurm_clusters(spec):
+        defaults = [i for i, p in enumerate(cluster.slurm.partitions) if p.default]
+        for i in defaults[1:]:
+            first = cluster.slurm.partitions[defaults[0]].name
+            yield f"{path}.partitions[{i}].default", f"partition {first!r} is already the default"
+
+
+@rule
+def spot_pools_in_tolerant_partitions(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """Spot nodes are preempted: only partitions marked spot_tolerant may use spot pools."""
+    for path, cluster in _slurm_clusters(spec):
+        spot = {p.name for p in cluster.pools if p.capacity is CapacityType.SPOT}
+        for i, part in enumerate(cluster.slurm.partitions):
+            for j, pool in enumerate(part.pools):
+                if pool in spot and not part.spot_tolerant:
+                    yield (
+                        f"{path}.partitions[{i}].pools[{j}]",
+                        f"pool {pool!r} is spot capacity but partition {part.name!r} is not spot_tolerant "
+                        "(set spot_tolerant: true, or use another pool)",
+                    )
+
+
+@rule
+def partition_max_time(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    for path, cluster in _slurm_clusters(spec):
+        for i, part in enumerate(cluster.slurm.partitions):
+            if not SLURM_TIME.fullmatch(part.max_time):
+                yield (
+                    f"{path}.partitions[{i}].max_time",
+                    f"{part.max_time!r} is not a Slurm time (INFINITE, minutes, [D-]HH:MM[:SS])",
+                )
+
+
+@rule
+def slurm_machine_types_not_gpu(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """Controller and login nodes run no jobs: a GPU machine there is an expensive mistake."""
+    for path, cluster in _slurm_clusters(spec):
+        for field in ("controller_machine_type", "login_machine_type"):
+            value = getattr(cluster.slurm, field)
+            if value in cat:
+                yield f"{path}.{field}", f"{value} is a GPU machine type; controller/login nodes run no jobs"

@@ -228,6 +228,6 @@ def render_slurm_conf(
             "ConstrainDevices=yes",
             "ConstrainRAMSpace=yes",
             "",
-        ]  # fmt: skip
+        ]
     )
     return SlurmConf(slurm_conf, gres_conf, nodesets, cgroup_conf)

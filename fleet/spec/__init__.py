@@ -4,6 +4,14 @@
 the machine catalog, `load` reading a spec out of a Pulumi stack file with readable errors.
 """
 
+from fleet.spec.load import (
+    SpecError,
+    load_spec,
+    load_stack_file,
+    read_stack_config,
+    spec_kind,
+    stack_file,
+)
 from fleet.spec.model import (
     BucketSpec,
     ClusterSpec,
@@ -15,14 +23,6 @@ from fleet.spec.model import (
     SlurmPartitionSpec,
     SlurmSpec,
     StorageSpec,
-)
-from fleet.spec.load import (
-    SpecError,
-    load_spec,
-    load_stack_file,
-    read_stack_config,
-    spec_kind,
-    stack_file,
 )
 
 __all__ = [

@@ -227,13 +227,13 @@ def compact_placement_single_zone(spec: FleetSpec, cat: Catalog) -> Iterator[Iss
 @rule
 def flex_start_compact(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
     for path, _, pool in _pools(spec):
-        if pool.capacity is CapacityType.FLEX_START and pool.compact_placement and pool.machine_type in cat:
-            if not cat.machine(pool.machine_type).flex_start_compact:
-                yield (
-                    f"{path}.compact_placement",
-                    f"flex-start cannot be combined with compact placement on {pool.machine_type} "
-                    "(only a3-ultragpu and a4 support it)",
-                )
+        flex_compact = pool.capacity is CapacityType.FLEX_START and pool.compact_placement
+        if flex_compact and pool.machine_type in cat and not cat.machine(pool.machine_type).flex_start_compact:
+            yield (
+                f"{path}.compact_placement",
+                f"flex-start cannot be combined with compact placement on {pool.machine_type} "
+                "(only a3-ultragpu and a4 support it)",
+            )
 
 
 @rule

@@ -1,0 +1,213 @@
+"""One tick's view of the world, built from reads the daemon already made (pure, no I/O).
+
+Inputs: the managed pools, the cloud's nodes, Slurm's nodes and jobs (None when Slurm did not answer), the
+store's open launch intents and power-save queue.  Outputs: the planner's `Inventory` (each node's
+`NodeState` derived from the cloud and Slurm views together), the demand Slurm's power saving asked for
+(`resume` units, one per job and pool, carrying the exact node names Slurm resumed), and the queue-depth
+demand (PENDING jobs Slurm could not place).
+
+State mapping (cloud x Slurm -> NodeState):
+- open intent, no instance yet / instance PROVISIONING -> REQUESTED
+- instance RUNNING, Slurm POWERING_UP / NOT_RESPONDING / unknown -> BOOTING
+- Slurm idle -> READY_IDLE (since Slurm's last_busy); allocated/mixed -> BUSY (gpus from gres_used)
+- Slurm DRAIN -> DRAINING; Slurm POWERING_DOWN or instance STOPPING -> DELETING; instance GONE -> not live.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from autoscaler.cloud import CloudNode, CloudNodeStatus, OfferingKey
+from autoscaler.daemon.state import PowerRow, RequestRow, UnavailableRow
+from autoscaler.model import Inventory, Node, NodeState, Pool, UnavailableOffering, WorkUnit
+from autoscaler.slurm.readers import CAPACITY_REASONS, SlurmJob, SlurmNode
+from fleet.catalog import CapacityType
+
+
+def offering_to_dict(key: OfferingKey) -> dict:
+    return {k: (str(v) if isinstance(v, CapacityType) else v) for k, v in dataclasses.asdict(key).items()}
+
+
+def offering_from_dict(d: Mapping) -> OfferingKey:
+    return OfferingKey(
+        provider=d["provider"],
+        zone=d["zone"],
+        machine_type=d["machine_type"],
+        capacity_type=CapacityType(d["capacity_type"]),
+        reservation=d.get("reservation"),
+    )
+
+
+def unavailable_from_rows(rows: Iterable[UnavailableRow]) -> tuple[UnavailableOffering, ...]:
+    return tuple(
+        UnavailableOffering(offering_from_dict(r.offering), r.until, r.reason, r.failures, r.message) for r in rows
+    )
+
+
+class NameIndex:
+    """Slurm node / instance name -> pool, over each pool's name space ``prefix-i`` (i < max_nodes)."""
+
+    def __init__(self, pools: Sequence[Pool]) -> None:
+        self._by_prefix = {p.node_name_prefix: p for p in pools}
+
+    def pool_of(self, name: str) -> Pool | None:
+        prefix, _, idx = name.rpartition("-")
+        pool = self._by_prefix.get(prefix)
+        if pool is None or not idx.isdigit() or int(idx) >= pool.max_nodes:
+            return None
+        return pool
+
+
+def node_state(cloud: CloudNode | None, slurm: SlurmNode | None, intent: bool) -> NodeState | None:
+    """The autoscaler's state for one name; None when nothing is live under it."""
+    if cloud is None or cloud.status is CloudNodeStatus.GONE:
+        return NodeState.REQUESTED if intent else None
+    if cloud.status is CloudNodeStatus.STOPPING:
+        return NodeState.DELETING
+    if cloud.status is CloudNodeStatus.PROVISIONING:
+        return NodeState.REQUESTED
+    if slurm is None or slurm.powering_up or slurm.not_responding or slurm.powered_down:
+        # powered_down with a running instance: Slurm has not seen it (yet): count it as booting
+        return NodeState.BOOTING
+    if slurm.powering_down:
+        return NodeState.DELETING
+    if slurm.drain:
+        return NodeState.DRAINING
+    if slurm.has_work:
+        return NodeState.BUSY
+    return NodeState.READY_IDLE
+
+
+@dataclass(frozen=True)
+class ResumeUnit:
+    """Nodes Slurm resumed for one job (or without a job) in one pool: launched together (a gang)."""
+
+    unit: WorkUnit
+    pool: str
+    names: tuple[str, ...]
+    row_ids: tuple[int, ...]
+
+
+@dataclass
+class View:
+    inventory: Inventory
+    index: NameIndex
+    resume: dict[str, list[ResumeUnit]] = field(default_factory=dict)  # pool -> units
+    pending: list[WorkUnit] = field(default_factory=list)
+    slurm_ok: bool = True
+    unknown_power_rows: list[PowerRow] = field(default_factory=list)  # names of no managed pool
+
+
+def _since(cloud: CloudNode | None, slurm: SlurmNode | None, state: NodeState, now: float) -> float:
+    if state is NodeState.READY_IDLE and slurm is not None:
+        last_busy = slurm.extra.get("last_busy")
+        if isinstance(last_busy, int | float) and last_busy > 0:
+            return min(float(last_busy), now)
+    return cloud.created_at if cloud is not None else now
+
+
+def build_view(
+    pools: Sequence[Pool],
+    cloud_nodes: Sequence[CloudNode],
+    slurm_nodes: Mapping[str, SlurmNode] | None,
+    slurm_jobs: Sequence[SlurmJob] | None,
+    open_requests: Sequence[RequestRow],
+    power_rows: Sequence[PowerRow],
+    now: float,
+    *,
+    prices: Mapping[OfferingKey, float] | None = None,
+) -> View:
+    index = NameIndex(pools)
+    by_name = {p.name: p for p in pools}
+    cloud_by_name = {c.name: c for c in cloud_nodes if c.status is not CloudNodeStatus.GONE}
+    intents: dict[str, RequestRow] = {n: r for r in open_requests for n in r.names}
+    snodes = slurm_nodes or {}
+
+    nodes: list[Node] = []
+    for name in sorted(set(cloud_by_name) | set(intents)):
+        pool = index.pool_of(name)
+        if pool is None:
+            continue
+        c, s, r = cloud_by_name.get(name), snodes.get(name), intents.get(name)
+        st = node_state(c, s, r is not None)
+        if st is None:
+            continue
+        offering = c.offering if c is not None else offering_from_dict(r.offering)  # type: ignore[union-attr]
+        used = 0
+        if st is NodeState.BUSY or (st in (NodeState.BOOTING, NodeState.DRAINING) and s is not None):
+            used = min(pool.gpus_per_node, s.gpus_used if s is not None else 0)
+            if st is NodeState.BUSY and used == 0:
+                used = pool.gpus_per_node  # CPU-only allocation still blocks the node: treat it as full
+        nodes.append(
+            Node(
+                name=name,
+                pool=pool.name,
+                offering=offering,
+                state=st,
+                gpus=pool.gpus_per_node,
+                gpus_used=used,
+                since=_since(c, s, st, now),
+                hourly_usd=(prices or {}).get(offering),
+            )
+        )
+    view = View(Inventory(tuple(pools), tuple(nodes)), index, slurm_ok=slurm_nodes is not None)
+
+    # Slurm's resume requests -> one unit per (pool, job); nodes with no job id form one unit per pool.
+    live = {n.name for n in nodes}
+    jobs_by_id = {j.job_id: j for j in slurm_jobs or ()}
+    groups: dict[tuple[str, int | None], list[PowerRow]] = defaultdict(list)
+    for row in power_rows:
+        if row.action != "resume":
+            continue
+        pool = index.pool_of(row.name)
+        if pool is None:
+            view.unknown_power_rows.append(row)
+            continue
+        if row.name in live:  # already requested / running: nothing to launch
+            continue
+        groups[(pool.name, row.jobs[0] if row.jobs else None)].append(row)
+    for (pool_name, job_id), rows in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or -1)):
+        pool = by_name[pool_name]
+        names = tuple(dict.fromkeys(r.name for r in rows))
+        job = jobs_by_id.get(job_id) if job_id is not None else None
+        digest = hashlib.sha1(",".join(names).encode()).hexdigest()[:10]
+        unit = WorkUnit(
+            id=f"resume/{pool_name}/{job_id if job_id is not None else 'nojob'}/{digest}",
+            submit_time=min(r.at for r in rows),
+            gpus_per_node=pool.gpus_per_node,
+            nodes=len(names),
+            gpu_types=frozenset({pool.gpu_type}),
+            machine_types=frozenset({pool.machine_type}),
+            spot_ok=pool.spot_tolerant,
+            priority=min(job.priority, 2**31 - 1) if job else 0,
+            queue=(job.partition.split(",")[0] if job else next(iter(sorted(pool.queues or {"default"})))),
+            time_limit_s=job.time_limit_s if job and job.time_limit_s else None,
+        )
+        view.resume.setdefault(pool_name, []).append(ResumeUnit(unit, pool_name, names, tuple(r.id for r in rows)))
+
+    # Queue depth: PENDING jobs that more capacity could serve, in partitions some pool serves.
+    for j in slurm_jobs or ():
+        if not j.pending or j.reason not in CAPACITY_REASONS or j.gpus_per_node < 1:
+            continue
+        parts = j.partition.split(",")
+        fit = [p for p in pools if any(p.serves(q) for q in parts) and p.gpus_per_node >= j.gpus_per_node]
+        if not fit:
+            continue
+        view.pending.append(
+            WorkUnit(
+                id=f"job/{j.job_id}",
+                submit_time=j.submit_time or now,
+                gpus_per_node=j.gpus_per_node,
+                nodes=j.node_count,
+                gpu_types=frozenset({j.gpu_type}) if j.gpu_type and j.gpu_type.startswith("nvidia-") else None,
+                spot_ok=any(p.spot_tolerant for p in fit),
+                priority=min(j.priority, 2**31 - 1),
+                queue=parts[0],
+                time_limit_s=j.time_limit_s,
+            )
+        )
+    return view

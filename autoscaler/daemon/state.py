@@ -1,0 +1,314 @@
+"""The daemon's durable state: one SQLite file (stdlib sqlite3, WAL mode, versioned migrations).
+
+Tables
+- ``requests``: launch intents keyed by a deterministic request id, written *before* the cloud is called, so a
+  daemon killed between the call and the bookkeeping finds the intent on restart and adopts the instances
+  (names and request id match) instead of launching again.  States: intent -> launched -> (failed | released).
+- ``node_history``: every state change of every node the daemon touched (name, state, at, reason).
+- ``unavailable``: offerings that failed (stockout, quota, ResumeTimeout) and until when to avoid them.
+- ``power_queue``: Slurm's ResumeProgram / SuspendProgram / ResumeFailProgram requests, written by
+  `fleet slurm resume|suspend|resume-fail` (the hooks) and taken by the daemon's next tick.
+- ``orphans``: cloud instances nobody wants, with the time first seen (deleted after a grace period).
+- ``leader``: who holds the actuation lock (informational; the lock itself is an fcntl lock, see `lock`).
+
+This module imports only the standard library: the Slurm hooks use it and must start fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+# Each entry migrates from version i to i+1; never edit a released entry, append a new one.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE requests (
+        request_id TEXT PRIMARY KEY,
+        pool TEXT NOT NULL,
+        offering TEXT NOT NULL,          -- JSON of the OfferingKey
+        names TEXT NOT NULL,             -- JSON list of instance / Slurm node names
+        state TEXT NOT NULL,             -- intent | launched | failed | released
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        detail TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX requests_state ON requests(state);
+    CREATE TABLE node_history (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL,
+        state TEXT NOT NULL,
+        at REAL NOT NULL,
+        reason TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX node_history_name ON node_history(name, at);
+    CREATE TABLE unavailable (
+        key TEXT PRIMARY KEY,            -- str(OfferingKey)
+        offering TEXT NOT NULL,          -- JSON of the OfferingKey
+        until REAL NOT NULL,
+        reason TEXT NOT NULL DEFAULT '',
+        failures INTEGER NOT NULL DEFAULT 1,
+        message TEXT NOT NULL DEFAULT ''
+    );
+    CREATE TABLE power_queue (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        action TEXT NOT NULL CHECK (action IN ('resume', 'suspend', 'resume_fail')),
+        name TEXT NOT NULL,
+        jobs TEXT NOT NULL DEFAULT '[]', -- JSON list of job ids (from SLURM_RESUME_FILE)
+        at REAL NOT NULL,
+        done_at REAL
+    );
+    CREATE INDEX power_queue_open ON power_queue(done_at, id);
+    CREATE TABLE orphans (
+        name TEXT PRIMARY KEY,
+        pool TEXT NOT NULL,
+        first_seen REAL NOT NULL
+    );
+    CREATE TABLE leader (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        holder TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        acquired_at REAL NOT NULL,
+        renewed_at REAL NOT NULL
+    );
+    """,
+)
+
+OPEN_REQUEST_STATES = ("intent", "launched")
+
+
+class StateError(RuntimeError):
+    """The state file is unusable (newer schema than this code, corrupt, unwritable)."""
+
+
+@dataclass(frozen=True)
+class RequestRow:
+    request_id: str
+    pool: str
+    offering: dict
+    names: tuple[str, ...]
+    state: str
+    created_at: float
+    updated_at: float
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class PowerRow:
+    id: int
+    action: str  # resume | suspend | resume_fail
+    name: str
+    jobs: tuple[int, ...]
+    at: float
+
+
+@dataclass(frozen=True)
+class UnavailableRow:
+    key: str
+    offering: dict
+    until: float
+    reason: str
+    failures: int = 1
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    name: str
+    state: str
+    at: float
+    reason: str
+
+
+def connect(path: Path | str, *, timeout_s: float = 10.0) -> sqlite3.Connection:
+    """Open (creating and migrating if needed) the state file in WAL mode."""
+    p = Path(path)
+    if str(path) != ":memory:":
+        p.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+    if str(path) != ":memory:":
+        conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    migrate(conn)
+    return conn
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Apply pending migrations in one transaction each; returns the schema version."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > len(MIGRATIONS):
+        raise StateError(f"state schema version {version} is newer than this daemon knows ({len(MIGRATIONS)})")
+    while version < len(MIGRATIONS):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # re-read under the write lock: another process may have migrated meanwhile
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version < len(MIGRATIONS):
+                for stmt in MIGRATIONS[version].split(";"):
+                    if stmt.strip():
+                        conn.execute(stmt)
+                version += 1
+                conn.execute(f"PRAGMA user_version = {version}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return version
+
+
+class StateStore:
+    """Typed access to the state file.  One instance per process; every write is its own transaction."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.conn = connect(path)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # --- launch intents -------------------------------------------------------------------------------
+    def record_intent(self, request_id: str, pool: str, offering: dict, names: Sequence[str], now: float) -> bool:
+        """Write the intent before calling the cloud.  False when this request id is already recorded."""
+        cur = self.conn.execute(
+            "INSERT OR IGNORE INTO requests(request_id, pool, offering, names, state, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, 'intent', ?, ?)",
+            (request_id, pool, json.dumps(offering, sort_keys=True), json.dumps(list(names)), now, now),
+        )
+        return cur.rowcount == 1
+
+    def set_request_state(self, request_id: str, state: str, now: float, detail: str = "") -> None:
+        self.conn.execute(
+            "UPDATE requests SET state = ?, updated_at = ?, detail = ? WHERE request_id = ?",
+            (state, now, detail, request_id),
+        )
+
+    def _request(self, r: sqlite3.Row) -> RequestRow:
+        return RequestRow(
+            request_id=r["request_id"],
+            pool=r["pool"],
+            offering=json.loads(r["offering"]),
+            names=tuple(json.loads(r["names"])),
+            state=r["state"],
+            created_at=r["created_at"],
+            updated_at=r["updated_at"],
+            detail=r["detail"],
+        )
+
+    def requests(self, states: Iterable[str] | None = None) -> list[RequestRow]:
+        if states is None:
+            rows = self.conn.execute("SELECT * FROM requests ORDER BY created_at").fetchall()
+        else:
+            st = list(states)
+            q = f"SELECT * FROM requests WHERE state IN ({','.join('?' * len(st))}) ORDER BY created_at"
+            rows = self.conn.execute(q, st).fetchall()
+        return [self._request(r) for r in rows]
+
+    def request(self, request_id: str) -> RequestRow | None:
+        r = self.conn.execute("SELECT * FROM requests WHERE request_id = ?", (request_id,)).fetchone()
+        return self._request(r) if r else None
+
+    def open_request_for(self, name: str) -> RequestRow | None:
+        """The open (intent/launched) request that holds this node name, if any."""
+        for r in self.requests(OPEN_REQUEST_STATES):
+            if name in r.names:
+                return r
+        return None
+
+    def release_names(self, names: Iterable[str], now: float, reason: str) -> None:
+        """Names deleted or given up: requests whose every name is released become `released`."""
+        gone = set(names)
+        for r in self.requests(OPEN_REQUEST_STATES):
+            if set(r.names) & gone:
+                left = [n for n in r.names if n not in gone]
+                if left:
+                    self.conn.execute(
+                        "UPDATE requests SET names = ?, updated_at = ? WHERE request_id = ?",
+                        (json.dumps(left), now, r.request_id),
+                    )
+                else:
+                    self.set_request_state(r.request_id, "released", now, reason)
+
+    # --- node history ------------------------------------------------------------------------------------
+    def add_history(self, name: str, state: str, now: float, reason: str = "") -> None:
+        self.conn.execute(
+            "INSERT INTO node_history(name, state, at, reason) VALUES (?, ?, ?, ?)", (name, state, now, reason)
+        )
+
+    def history(self, name: str | None = None) -> list[HistoryRow]:
+        if name is None:
+            rows = self.conn.execute("SELECT name, state, at, reason FROM node_history ORDER BY id").fetchall()
+        else:
+            rows = self.conn.execute(
+                "SELECT name, state, at, reason FROM node_history WHERE name = ? ORDER BY id", (name,)
+            ).fetchall()
+        return [HistoryRow(r["name"], r["state"], r["at"], r["reason"]) for r in rows]
+
+    # --- unavailable offerings -------------------------------------------------------------------------
+    def mark_unavailable(
+        self, key: str, offering: dict, until: float, reason: str, failures: int = 1, message: str = ""
+    ) -> None:
+        self.conn.execute(
+            "INSERT INTO unavailable(key, offering, until, reason, failures, message) VALUES (?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT(key) DO UPDATE SET until = max(until, excluded.until), reason = excluded.reason,"
+            " failures = excluded.failures, message = excluded.message",
+            (key, json.dumps(offering, sort_keys=True), until, reason, failures, message),
+        )
+
+    def unavailable(self, now: float) -> list[UnavailableRow]:
+        """Live entries; expired ones are pruned."""
+        self.conn.execute("DELETE FROM unavailable WHERE until <= ?", (now,))
+        rows = self.conn.execute("SELECT * FROM unavailable ORDER BY key").fetchall()
+        return [
+            UnavailableRow(r["key"], json.loads(r["offering"]), r["until"], r["reason"], r["failures"], r["message"])
+            for r in rows
+        ]
+
+    # --- Slurm power-save queue --------------------------------------------------------------------------
+    def enqueue_power(self, action: str, names: Sequence[str], now: float, jobs: dict[str, Sequence[int]]) -> int:
+        """One row per node, in one transaction (what the hooks call)."""
+        with_jobs = [(action, n, json.dumps(list(jobs.get(n, ()))), now) for n in names]
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.executemany("INSERT INTO power_queue(action, name, jobs, at) VALUES (?, ?, ?, ?)", with_jobs)
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        return len(with_jobs)
+
+    def open_power(self) -> list[PowerRow]:
+        rows = self.conn.execute("SELECT * FROM power_queue WHERE done_at IS NULL ORDER BY id").fetchall()
+        return [PowerRow(r["id"], r["action"], r["name"], tuple(json.loads(r["jobs"])), r["at"]) for r in rows]
+
+    def finish_power(self, ids: Iterable[int], now: float) -> None:
+        self.conn.executemany("UPDATE power_queue SET done_at = ? WHERE id = ?", [(now, i) for i in ids])
+
+    # --- orphans -------------------------------------------------------------------------------------------
+    def orphan_seen(self, name: str, pool: str, now: float) -> float:
+        """Record (once) that `name` is unwanted; returns when it was first seen unwanted."""
+        self.conn.execute("INSERT OR IGNORE INTO orphans(name, pool, first_seen) VALUES (?, ?, ?)", (name, pool, now))
+        return self.conn.execute("SELECT first_seen FROM orphans WHERE name = ?", (name,)).fetchone()[0]
+
+    def orphans(self) -> dict[str, float]:
+        return {r["name"]: r["first_seen"] for r in self.conn.execute("SELECT name, first_seen FROM orphans")}
+
+    def clear_orphans(self, names: Iterable[str]) -> None:
+        self.conn.executemany("DELETE FROM orphans WHERE name = ?", [(n,) for n in names])
+
+    # --- leader record -------------------------------------------------------------------------------------
+    def set_leader(self, holder: str, pid: int, now: float) -> None:
+        self.conn.execute(
+            "INSERT INTO leader(id, holder, pid, acquired_at, renewed_at) VALUES (1, ?, ?, ?, ?)"
+            " ON CONFLICT(id) DO UPDATE SET holder = excluded.holder, pid = excluded.pid,"
+            " acquired_at = CASE WHEN leader.holder = excluded.holder THEN leader.acquired_at"
+            " ELSE excluded.acquired_at END, renewed_at = excluded.renewed_at",
+            (holder, pid, now, now),
+        )
+
+    def leader(self) -> dict | None:
+        r = self.conn.execute("SELECT holder, pid, acquired_at, renewed_at FROM leader WHERE id = 1").fetchone()
+        return dict(r) if r else None

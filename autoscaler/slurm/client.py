@@ -1,0 +1,137 @@
+"""Talking to Slurm: the CLI (`squeue --json`, `sinfo --json`, `scontrol update`) or slurmrestd with a JWT.
+
+Both clients return the typed records of `readers` and raise `SlurmUnavailable` when the controller does not
+answer (timeout, non-zero exit, connection refused), so the daemon can skip scale-down for that tick instead
+of acting on a stale view.  The command runner is injectable, so tests can run the real CLI against the test
+harness's slurmctld or feed recorded output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from autoscaler.slurm.hostlist import compress
+from autoscaler.slurm.readers import SlurmJob, SlurmNode, parse_sinfo, parse_squeue
+
+# scontrol node states the daemon sets (``scontrol update nodename=... state=...``)
+NODE_UPDATE_STATES = frozenset({"drain", "resume", "power_down", "power_down_force", "power_up", "undrain"})
+
+
+class SlurmUnavailable(RuntimeError):
+    """slurmctld did not answer (or answered with an error)."""
+
+
+class SlurmClient(Protocol):
+    def jobs(self) -> list[SlurmJob]: ...
+
+    def nodes(self) -> list[SlurmNode]: ...
+
+    def update_nodes(self, names: Sequence[str], state: str, reason: str | None = None) -> None: ...
+
+
+Runner = Callable[..., subprocess.CompletedProcess]
+
+
+class CliSlurm:
+    """The Slurm CLI on this host.  `env` adds e.g. SLURM_CONF for a test cluster."""
+
+    def __init__(
+        self,
+        *,
+        bin_dir: Path | None = None,
+        conf: Path | None = None,
+        timeout_s: float = 10.0,
+        env: dict[str, str] | None = None,
+        runner: Runner = subprocess.run,
+    ) -> None:
+        self.bin_dir = bin_dir
+        self.timeout_s = timeout_s
+        self.env = dict(os.environ, **(env or {}))
+        if conf is not None:
+            self.env["SLURM_CONF"] = str(conf)
+        self.runner = runner
+
+    def _run(self, *args: str) -> str:
+        exe = str(self.bin_dir / args[0]) if self.bin_dir else args[0]
+        try:
+            cp = self.runner(
+                [exe, *args[1:]], capture_output=True, text=True, timeout=self.timeout_s, env=self.env, check=False
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmUnavailable(f"{args[0]} timed out after {self.timeout_s:g}s") from exc
+        except OSError as exc:
+            raise SlurmUnavailable(f"{args[0]}: {exc}") from exc
+        if cp.returncode != 0:
+            raise SlurmUnavailable(f"{' '.join(args)} exited {cp.returncode}: {cp.stderr.strip()[:300]}")
+        return cp.stdout
+
+    def _json(self, *args: str) -> dict[str, Any]:
+        out = self._run(*args)
+        try:
+            return json.loads(out)
+        except ValueError as exc:
+            raise SlurmUnavailable(f"{args[0]} printed no JSON: {out[:200]!r}") from exc
+
+    def jobs(self) -> list[SlurmJob]:
+        return parse_squeue(self._json("squeue", "--json"))
+
+    def nodes(self) -> list[SlurmNode]:
+        return parse_sinfo(self._json("sinfo", "--json"))
+
+    def update_nodes(self, names: Sequence[str], state: str, reason: str | None = None) -> None:
+        if state not in NODE_UPDATE_STATES:
+            raise ValueError(f"state: {state!r} is not one of {sorted(NODE_UPDATE_STATES)}")
+        if not names:
+            return
+        args = ["scontrol", "update", f"nodename={compress(names)}", f"state={state}"]
+        if reason or state == "drain":
+            args.append(f"reason={reason or 'gpu-fleet autoscaler'}")
+        self._run(*args)
+
+
+class RestSlurm:
+    """slurmrestd (openapi v0.0.38 by default) with JWT auth: ``X-SLURM-USER-NAME`` / ``X-SLURM-USER-TOKEN``."""
+
+    def __init__(self, url: str, *, token: str, user: str = "slurm", api: str = "v0.0.38", timeout_s: float = 10):
+        import httpx
+
+        self._httpx = httpx
+        self.api = api
+        self.client = httpx.Client(
+            base_url=url.rstrip("/"),
+            headers={"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": token},
+            timeout=timeout_s,
+        )
+
+    def _call(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        try:
+            r = self.client.request(method, f"/slurm/{self.api}/{path}", **kw)
+        except self._httpx.HTTPError as exc:
+            raise SlurmUnavailable(f"slurmrestd {path}: {exc}") from exc
+        if r.status_code >= 400:
+            raise SlurmUnavailable(f"slurmrestd {path}: HTTP {r.status_code} {r.text[:200]}")
+        body = r.json() if r.content else {}
+        errs = [e for e in body.get("errors") or () if e.get("error_number") or e.get("error_code")]
+        if errs:
+            raise SlurmUnavailable(f"slurmrestd {path}: {errs[0]}")
+        return body
+
+    def jobs(self) -> list[SlurmJob]:
+        return parse_squeue(self._call("GET", "jobs"))
+
+    def nodes(self) -> list[SlurmNode]:
+        return parse_sinfo(self._call("GET", "nodes"))
+
+    def update_nodes(self, names: Sequence[str], state: str, reason: str | None = None) -> None:
+        if state not in NODE_UPDATE_STATES:
+            raise ValueError(f"state: {state!r} is not one of {sorted(NODE_UPDATE_STATES)}")
+        body: dict[str, Any] = {"state": [state.upper()]}
+        if reason or state == "drain":
+            body["reason"] = reason or "gpu-fleet autoscaler"
+        for n in names:  # v0.0.38 updates one node per call
+            self._call("POST", f"node/{n}", json=body)

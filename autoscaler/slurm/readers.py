@@ -1,0 +1,263 @@
+"""Pure readers: `squeue --json` and `sinfo --json` (or slurmrestd's /jobs and /nodes) -> typed records.
+
+Written against Slurm 22.05's JSON (openapi v0.0.38, samples in tests/data/slurm/) and tolerant of the later
+shapes (state as a list, numbers as ``{"set", "infinite", "number"}``).  No I/O: the client runs the commands
+and passes the parsed JSON in.  `squeue --json` ignores ``-p``/``-t`` in 22.05, so filtering happens here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoscaler.slurm.hostlist import expand
+
+PENDING = "PENDING"
+CONFIGURING = "CONFIGURING"
+RUNNING = "RUNNING"
+ACTIVE_JOB_STATES = frozenset({PENDING, CONFIGURING, RUNNING, "COMPLETING", "SUSPENDED", "REQUEUED"})
+
+# Pending reasons that mean "more (or other) capacity would let it run" vs. reasons capacity cannot fix.
+CAPACITY_REASONS = frozenset(
+    {"Resources", "Priority", "PartitionNodeLimit", "PartitionConfig", "NodeDown", "ReqNodeNotAvail", "None"}
+)
+NON_CAPACITY_REASONS = frozenset(
+    {"Dependency", "JobHeldUser", "JobHeldAdmin", "BeginTime", "AssocGrpJobsLimit", "QOSMaxJobsPerUserLimit"}
+)
+
+
+class SlurmFormatError(ValueError):
+    """The JSON is not what squeue/sinfo print; the message names the field."""
+
+
+def _number(value: Any) -> float | None:
+    """22.05 prints plain numbers (None when unset/infinite); >= 23.02 prints {"set","infinite","number"}."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        if value.get("infinite") or not value.get("set", True):
+            return None
+        value = value.get("number")
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int | float):
+        return float(value)
+    return None
+
+
+_GPU_RE = re.compile(r"(?:gres[:/])?gpu(?::([A-Za-z0-9_.-]+?))?(?::(\d+))?(?:\(.*\))?$")
+
+
+def parse_gpu_tres(tres: str | None) -> tuple[int, str | None]:
+    """GPU count and type from a tres/gres string: ``gres:gpu:8`` -> (8, None), ``gres:gpu:h100:8`` ->
+    (8, "h100"), ``gres/gpu=4`` -> (4, None), ``gpu:h100:8(S:0-1)`` -> (8, "h100"); no GPUs -> (0, None)."""
+    if not tres:
+        return 0, None
+    for item in re.split(r",(?![^(]*\))", tres):
+        item = item.strip().replace("=", ":")
+        m = _GPU_RE.match(item)
+        if not m:
+            continue
+        gtype, count = m.group(1), m.group(2)
+        if gtype is not None and gtype.isdigit() and count is None:
+            gtype, count = None, gtype
+        return (int(count) if count is not None else 1), gtype
+    return 0, None
+
+
+def _features(expr: str | None) -> tuple[str, ...]:
+    """A job's --constraint (``a3&h100``, ``a3|a4``, ``[a3*2]``) or a node's feature list, as plain names."""
+    if not expr:
+        return ()
+    return tuple(f for f in re.split(r"[&|,\[\]*()\s]+", expr) if f and not f.isdigit())
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    job_id: int
+    name: str
+    state: str  # PENDING, CONFIGURING, RUNNING, ...
+    reason: str  # state_reason: Resources, Priority, PartitionNodeLimit, None, ...
+    partition: str
+    node_count: int
+    gpus_per_node: int
+    gpu_type: str | None  # from gres:gpu:<type>:N, when the job names one
+    features: tuple[str, ...]
+    priority: int
+    time_limit_s: float | None  # None = no limit (INFINITE / partition default unknown)
+    submit_time: float
+    nodes: tuple[str, ...] = ()  # allocated nodes (CONFIGURING/RUNNING)
+    flags: tuple[str, ...] = ()
+
+    @property
+    def pending(self) -> bool:
+        return self.state == PENDING
+
+    @property
+    def gpus(self) -> int:
+        return self.node_count * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    state: str  # base state, lower case: idle, allocated, mixed, down, completing, future, unknown
+    flags: frozenset[str]  # upper case: CLOUD, POWERED_DOWN, POWERING_UP, DRAIN, NOT_RESPONDING, ...
+    gpus: int
+    gpus_used: int
+    partitions: tuple[str, ...]
+    features: tuple[str, ...]
+    reason: str = ""
+    alloc_cpus: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def cloud(self) -> bool:
+        return "CLOUD" in self.flags
+
+    @property
+    def powered_down(self) -> bool:
+        return "POWERED_DOWN" in self.flags
+
+    @property
+    def powering_up(self) -> bool:
+        return "POWERING_UP" in self.flags
+
+    @property
+    def powering_down(self) -> bool:
+        return "POWERING_DOWN" in self.flags or "POWER_DOWN" in self.flags
+
+    @property
+    def not_responding(self) -> bool:
+        return "NOT_RESPONDING" in self.flags
+
+    @property
+    def drain(self) -> bool:
+        return "DRAIN" in self.flags
+
+    @property
+    def has_work(self) -> bool:
+        """Jobs allocated or still completing on it: never power it down or delete it."""
+        return self.state in ("allocated", "mixed", "completing") or "COMPLETING" in self.flags or self.alloc_cpus > 0
+
+    @property
+    def idle(self) -> bool:
+        """Up, registered, no jobs, not draining: ready capacity."""
+        return (
+            self.state == "idle"
+            and not self.has_work
+            and not (self.flags & {"POWERED_DOWN", "POWERING_UP", "POWERING_DOWN", "DRAIN", "NOT_RESPONDING"})
+        )
+
+    @property
+    def drained(self) -> bool:
+        """DRAIN set and nothing left running: safe to power down."""
+        return self.drain and not self.has_work
+
+    @property
+    def down(self) -> bool:
+        return self.state == "down" or "FAIL" in self.flags
+
+
+def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
+    try:
+        job_id = int(raw["job_id"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SlurmFormatError(f"squeue job without a valid 'job_id': {raw!r:.200}") from exc
+    state = raw.get("job_state", "")
+    if isinstance(state, list):  # >= 23.02
+        state = state[0] if state else ""
+    node_count = int(_number(raw.get("node_count")) or 1)
+    gpus, gtype = parse_gpu_tres(raw.get("tres_per_node"))
+    if not gpus:
+        per_job, gtype_j = parse_gpu_tres(raw.get("tres_per_job"))
+        if per_job:
+            gpus, gtype = math.ceil(per_job / node_count), gtype_j
+    if not gpus:
+        per_task, gtype_t = parse_gpu_tres(raw.get("tres_per_task"))
+        tasks = int(_number(raw.get("tasks")) or 1)
+        if per_task:
+            gpus, gtype = math.ceil(per_task * tasks / node_count), gtype_t
+    limit_min = _number(raw.get("time_limit"))
+    nodes_expr = raw.get("nodes") or ""
+    return SlurmJob(
+        job_id=job_id,
+        name=str(raw.get("name", "")),
+        state=str(state),
+        reason=str(raw.get("state_reason") or "None"),
+        partition=str(raw.get("partition", "")),
+        node_count=node_count,
+        gpus_per_node=gpus,
+        gpu_type=gtype,
+        features=_features(raw.get("features")),
+        priority=int(_number(raw.get("priority")) or 0),
+        time_limit_s=None if limit_min is None else limit_min * 60.0,
+        submit_time=float(_number(raw.get("submit_time")) or 0.0),
+        nodes=tuple(expand(nodes_expr)) if nodes_expr else (),
+        flags=tuple(raw.get("flags") or ()),
+    )
+
+
+def parse_squeue(
+    data: Mapping[str, Any], *, partitions: Iterable[str] | None = None, states: Iterable[str] | None = None
+) -> list[SlurmJob]:
+    """Jobs of `squeue --json` (filtered by partition and state in code: 22.05 ignores -p/-t with --json).
+    A job submitted to several partitions (``-p a,b``) matches when any of them is wanted."""
+    if "jobs" not in data:
+        raise SlurmFormatError("squeue JSON has no 'jobs' list")
+    want_p = set(partitions) if partitions is not None else None
+    want_s = {s.upper() for s in states} if states is not None else None
+    jobs = [parse_job(j) for j in data["jobs"]]
+    return [
+        j
+        for j in jobs
+        if (want_s is None or j.state in want_s) and (want_p is None or want_p & set(j.partition.split(",")))
+    ]
+
+
+def parse_node(raw: Mapping[str, Any]) -> SlurmNode:
+    name = raw.get("name") or raw.get("hostname")
+    if not name:
+        raise SlurmFormatError(f"sinfo node without a 'name': {raw!r:.200}")
+    state = raw.get("state", "unknown")
+    flags = {str(f).upper() for f in raw.get("state_flags") or ()}
+    if isinstance(state, list):  # >= 23.02: ["IDLE", "CLOUD", "POWERED_DOWN"]
+        base, *rest = [str(s) for s in state] or ["unknown"]
+        flags |= {s.upper() for s in rest}
+        state = base
+    gpus, _ = parse_gpu_tres(raw.get("gres"))
+    used, _ = parse_gpu_tres(raw.get("gres_used"))
+    return SlurmNode(
+        name=str(name),
+        state=str(state).lower(),
+        flags=frozenset(flags),
+        gpus=gpus,
+        gpus_used=used,
+        partitions=tuple(raw.get("partitions") or ()),
+        features=_features(raw.get("active_features") or raw.get("features")),
+        reason=str(raw.get("reason") or ""),
+        alloc_cpus=int(_number(raw.get("alloc_cpus")) or 0),
+        extra={k: raw[k] for k in ("boot_time", "last_busy", "slurmd_start_time") if k in raw},
+    )
+
+
+def parse_sinfo(data: Mapping[str, Any], *, cloud_only: bool = False) -> list[SlurmNode]:
+    """Nodes of `sinfo --json` / `scontrol show nodes --json` / slurmrestd /nodes."""
+    if "nodes" not in data:
+        raise SlurmFormatError("sinfo JSON has no 'nodes' list")
+    nodes = [parse_node(n) for n in data["nodes"]]
+    return [n for n in nodes if n.cloud] if cloud_only else nodes
+
+
+def parse_resume_file(data: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """``SLURM_RESUME_FILE`` (JSON: ``{"all_nodes_resume": "...", "jobs": [{"job_id", "nodes_resume", ...}]}``)
+    -> node name -> the job ids it is resumed for.  Lets the daemon keep a gang's nodes together."""
+    out: dict[str, list[int]] = {}
+    for job in data.get("jobs") or ():
+        expr = job.get("nodes_resume") or job.get("nodes_alloc") or ""
+        for n in expand(expr) if expr else ():
+            out.setdefault(n, []).append(int(job.get("job_id", 0)))
+    return {k: tuple(v) for k, v in out.items()}

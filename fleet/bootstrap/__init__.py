@@ -1,0 +1,9 @@
+"""New-region bootstrap: from "N GPUs of type T in region R" to a validated stack file.
+
+Pure decision logic, one concern per module: `machine` (machine type and node count),
+`regions` (nearest regions offering a type), `addressing` (the address plan across stacks),
+`sizing` (storage and Slurm defaults), `quotas` (what the stack needs, what falls short),
+`pricing` ($/h at min and max size), `plan` (all of it into one `RegionPlan`).  I/O lives in
+`stackfiles` (reading and writing stack files) and `gce_quota` (a region's quota through
+google-cloud-compute); the CLI is `fleet bootstrap-region` (fleet/cli/bootstrap.py).
+"""

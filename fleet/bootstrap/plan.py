@@ -1,0 +1,281 @@
+"""From "N GPUs of type T in region R" to a complete, validated fleet spec and the reasons for it.
+
+`plan_region` is pure: it takes the catalog and the ranges other stacks use, and returns a
+`RegionPlan` (the spec, every decision with its reason, quotas, prices, next steps).  Reading
+stack files, quotas and writing the new stack file happen in the CLI.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from fleet.bootstrap.addressing import AddressPlan, AddressPlanExhausted, UsedRange, plan_addresses
+from fleet.bootstrap.errors import BadArgument
+from fleet.bootstrap.machine import MachineChoice, choose_machine
+from fleet.bootstrap.pricing import PoolPrice, pool_price, price_table
+from fleet.bootstrap.quotas import QuotaNeed, RegionQuota, quota_needs
+from fleet.bootstrap.regions import UnknownRegion, check_region
+from fleet.bootstrap.sizing import SlurmPlan, StoragePlan, plan_slurm, plan_storage
+from fleet.catalog import CapacityType, Catalog
+from fleet.spec.model import FleetSpec
+
+PROJECT_RE = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
+NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,18}[a-z0-9])?$")
+STACK_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+RESERVATION_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class Capacity:
+    type: CapacityType
+    reservation: str | None = None
+
+    def __str__(self) -> str:
+        return f"reservation:{self.reservation}" if self.reservation else str(self.type)
+
+
+def parse_capacity(text: str) -> Capacity:
+    """`reservation:NAME`, `spot`, `flex-start` or `on-demand`."""
+    kind, _, name = text.partition(":")
+    try:
+        ctype = CapacityType(kind)
+    except ValueError:
+        raise BadArgument(
+            "--capacity", f"{text!r} is not one of reservation:NAME, spot, flex-start, on-demand"
+        ) from None
+    if ctype is CapacityType.RESERVATION:
+        if not name:
+            raise BadArgument("--capacity", "reservation needs its name: reservation:NAME")
+        if not RESERVATION_RE.match(name):
+            raise BadArgument("--capacity", f"reservation name {name!r} is not a valid GCE resource name")
+        return Capacity(ctype, name)
+    if name:
+        raise BadArgument("--capacity", f"only reservation takes a name (got {text!r})")
+    return Capacity(ctype)
+
+
+def region_abbrev(region: str) -> str:
+    """us-central1 -> usc1, europe-west4 -> euw4, asia-southeast1 -> asse1 (for short names)."""
+    geo, _, rest = region.partition("-")
+    m = re.fullmatch(r"([a-z]+?)(\d+)", rest)
+    area, num = (m.group(1), m.group(2)) if m else (rest, "")
+    directions = {"north": "n", "south": "s", "east": "e", "west": "w", "central": "c"}
+    short = "".join(directions.get(part, part[:1]) for part in re.findall(r"north|south|east|west|central|.+", area))
+    return f"{geo[:2]}{short}{num}"
+
+
+@dataclass(frozen=True)
+class BootstrapRequest:
+    project: str
+    region: str
+    gpu: str
+    gpus: int
+    scheduler: str = "slurm"
+    capacity: Capacity = field(default_factory=lambda: Capacity(CapacityType.ON_DEMAND))
+    stack: str | None = None
+    cluster: str | None = None
+    machine_type: str | None = None
+    zones: tuple[str, ...] | None = None
+
+    @property
+    def stack_name(self) -> str:
+        return self.stack or f"gcp-{self.region}-{self.gpu.lower()}"
+
+    @property
+    def cluster_name(self) -> str:
+        return self.cluster or f"{self.gpu.lower().replace('-', '')}-{region_abbrev(self.region)}"[:20].rstrip("-")
+
+
+@dataclass(frozen=True)
+class RegionPlan:
+    request: BootstrapRequest
+    choice: MachineChoice
+    zones: tuple[str, ...]
+    addresses: AddressPlan
+    storage: StoragePlan
+    slurm: SlurmPlan | None
+    compact_placement: bool
+    quotas: list[QuotaNeed]
+    price: PoolPrice
+    prices: dict[str, PoolPrice]
+    spec: dict
+    reasons: list[str]
+
+    def next_steps(self, stack_file: Path) -> list[str]:
+        stack, project = self.request.stack_name, self.request.project
+        return [
+            f"pulumi stack init {stack}   # run in {stack_file.parent}, next to Pulumi.yaml",
+            f"pulumi config set gcp:project {project} --stack {stack}",
+            f"fleet synth --config {stack_file} --json   # check the stack under mocks, no credentials",
+            f"pulumi preview --stack {stack}",
+            f"pulumi up --stack {stack}",
+        ]
+
+    def to_json(self, stack_file: Path, available: dict[str, RegionQuota] | None = None) -> dict:
+        m = self.choice.machine
+        quotas = []
+        for q in self.quotas:
+            row: dict = {"metric": q.metric, "needed": q.needed, "reason": q.reason, "checked": q.checked}
+            if q.service != "compute.googleapis.com":
+                row["service"] = q.service
+            if available is not None and q.checked:
+                have = available.get(q.metric, RegionQuota(0.0, 0.0))
+                row |= {
+                    "limit": have.limit,
+                    "usage": have.usage,
+                    "available": max(have.limit - have.usage, 0.0),
+                    "ok": q.needed <= have.limit - have.usage,
+                }
+            quotas.append(row)
+        return {
+            "stack": self.request.stack_name,
+            "stack_file": str(stack_file),
+            "project": self.request.project,
+            "region": self.request.region,
+            "gpu": self.request.gpu,
+            "gpus_requested": self.request.gpus,
+            "machine_type": m.name,
+            "gpu_type": m.gpu.accelerator_type,
+            "gpus_per_node": m.gpu_count,
+            "nodes": self.choice.nodes,
+            "gpus": self.choice.gpus,
+            "capacity": str(self.request.capacity),
+            "zones": list(self.zones),
+            "compact_placement": self.compact_placement,
+            "cidrs": {
+                "system": str(self.addresses.system_cidr),
+                "gpu": str(self.addresses.gpu_cidr),
+                "gpu_subnets": self.addresses.gpu_subnets,
+                "gpu_subnet_prefix": self.addresses.gpu_subnet_prefix,
+                "avoided": [{"cidr": str(u.cidr), "owner": u.owner} for u in self.addresses.avoided],
+            },
+            "storage": self.spec["clusters"][0]["storage"],
+            "slurm": self.spec["clusters"][0].get("slurm"),
+            "quotas": quotas,
+            "quota_checked": available is not None,
+            "price_per_hour": {
+                "currency": "USD",
+                "capacity_type": str(self.request.capacity.type),
+                **self.price.to_json(),
+                "by_capacity_type": {k: v.to_json() for k, v in self.prices.items()},
+                "covers": "GPU nodes at list price; controller, login, storage and egress not included",
+            },
+            "reasons": self.reasons,
+            "next_steps": self.next_steps(stack_file),
+            "spec": self.spec,
+        }
+
+
+def _check_request(req: BootstrapRequest, catalog: Catalog) -> None:
+    if not PROJECT_RE.match(req.project):
+        raise BadArgument("--project", f"{req.project!r} is not a GCP project id (6-30 chars, a-z 0-9 -)")
+    try:
+        check_region(req.region, catalog)
+    except UnknownRegion as exc:
+        raise BadArgument("--region", str(exc)) from None
+    if req.scheduler not in ("slurm", "gke"):
+        raise BadArgument("--scheduler", f"{req.scheduler!r} is not one of slurm, gke")
+    if not STACK_RE.match(req.stack_name):
+        raise BadArgument("--name", f"{req.stack_name!r}: stack names use letters, digits, '-', '_', '.'")
+    if not NAME_RE.match(req.cluster_name):
+        raise BadArgument("--cluster", f"{req.cluster_name!r} is not a lower-case RFC 1035 name of <= 20 chars")
+
+
+def plan_region(req: BootstrapRequest, catalog: Catalog, used: list[UsedRange]) -> RegionPlan:
+    """Every decision for a new region stack; raises BootstrapError subclasses on bad input."""
+    _check_request(req, catalog)
+    choice = choose_machine(catalog, req.gpu, req.gpus, req.region, req.machine_type)
+    m, nodes, cap = choice.machine, choice.nodes, req.capacity
+    reasons = list(choice.reasons)
+
+    offered = m.zones_in(req.region)
+    if req.zones:
+        bad = [z for z in req.zones if z not in offered]
+        if bad:
+            raise BadArgument(
+                "--zones", f"{', '.join(bad)} do(es) not offer {m.name}; zones that do: {', '.join(offered)}"
+            )
+        zones = tuple(req.zones)
+        reasons.append(f"zones {', '.join(zones)}: given with --zones, each offers {m.name}")
+    else:
+        zones = offered
+        reasons.append(f"zones {', '.join(zones)}: every zone of {req.region} offering {m.name} per the catalog")
+    if cap.type is CapacityType.RESERVATION and len(zones) > 1:
+        reasons.append(f"reservation {cap.reservation} lives in one zone: narrow --zones to it")
+
+    compact = 1 < nodes <= m.compact_placement_max_vms
+    if compact and cap.type is CapacityType.FLEX_START and not m.flex_start_compact:
+        compact = False
+        reasons.append(f"no compact placement: flex-start cannot combine with it on {m.name}")
+    elif compact:
+        reasons.append(f"compact placement: {nodes} nodes <= {m.compact_placement_max_vms} per policy on {m.name}")
+
+    storage = plan_storage(m, nodes)
+    slurm = plan_slurm(m, nodes) if req.scheduler == "slurm" else None
+    system_vms = ([slurm.controller_machine_type] + [slurm.login_machine_type] * slurm.login_nodes) if slurm else []
+    gpu_subnets = m.nics.gpu_nics + m.nics.rdma_nics
+    try:
+        addresses = plan_addresses(nodes, len(system_vms), gpu_subnets, used)
+    except AddressPlanExhausted as exc:
+        raise BadArgument("--stacks-dir", f"address plan full: {exc}") from None
+    reasons += [*addresses.reasons, *storage.reasons, *(slurm.reasons if slurm else ())]
+
+    pool_name = m.family
+    pool: dict = {
+        "name": pool_name,
+        "machine_type": m.name,
+        "min_nodes": 0,
+        "max_nodes": nodes,
+        "zones": list(zones),
+        "capacity": str(cap.type),
+    }
+    if cap.reservation:
+        pool["reservation"] = cap.reservation
+    if compact:
+        pool["compact_placement"] = True
+    cluster: dict = {
+        "name": req.cluster_name,
+        "scheduler": req.scheduler,
+        "pools": [pool],
+        "storage": storage.spec(),
+    }
+    if slurm:
+        cluster["slurm"] = slurm.spec(pool_name, cap.type)
+    spec = {
+        "kind": "fleet",
+        "provider": "gcp",
+        "project": req.project,
+        "region": req.region,
+        "zones": list(zones),
+        "network": {"system_cidr": str(addresses.system_cidr), "gpu_cidr": str(addresses.gpu_cidr)},
+        "clusters": [cluster],
+        "labels": {"gpu-fleet-stack": req.stack_name.lower().replace(".", "-")[:63]},
+    }
+    try:
+        FleetSpec.model_validate(spec)
+    except ValidationError as exc:  # a bug here, not the user's: say so plainly
+        raise AssertionError(f"bootstrap produced an invalid fleet spec: {exc}") from exc
+
+    filestore = (storage.home_tier, storage.home_capacity_gb)
+    quotas = quota_needs(m, nodes, cap.type, system_vms, filestore, storage.scratch_capacity_gib)
+    price = pool_price(m, req.region, cap.type, 0, nodes)
+    if price.per_node is None:
+        reasons.append(f"no list price for {m.name} in {req.region} ({cap.type}): price unknown")
+    return RegionPlan(
+        request=req,
+        choice=choice,
+        zones=zones,
+        addresses=addresses,
+        storage=storage,
+        slurm=slurm,
+        compact_placement=compact,
+        quotas=quotas,
+        price=price,
+        prices=price_table(m, req.region, 0, nodes),
+        spec=spec,
+        reasons=reasons,
+    )

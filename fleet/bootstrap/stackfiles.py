@@ -1,0 +1,86 @@
+"""Stack files in a stacks directory: the ranges they use, and writing a new one.
+
+A stack file is `Pulumi.<stack>.yaml` next to `Pulumi.yaml`, where the Pulumi CLI looks for
+it: `config: {gcp:project, gcp:region, gpu-fleet:fleet: <spec>}`.  Only specs of kind `fleet`
+(the default) use address ranges; `project-bootstrap` stacks are skipped.
+"""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Network
+from pathlib import Path
+
+import yaml
+
+from fleet.bootstrap.addressing import UsedRange
+from fleet.bootstrap.errors import BadArgument
+from fleet.spec.model import NetworkSpec
+
+FLEET_KEY = "gpu-fleet:fleet"
+_DEFAULTS = NetworkSpec()
+
+
+def stack_files(stacks_dir: Path) -> list[Path]:
+    return sorted(p for p in Path(stacks_dir).glob("Pulumi.*.yaml") if p.is_file())
+
+
+def stack_path(stacks_dir: Path, stack: str) -> Path:
+    return Path(stacks_dir) / f"Pulumi.{stack}.yaml"
+
+
+def find_stacks_dir(start: Path) -> Path:
+    """The nearest directory at or above `start` holding Pulumi.yaml; `start` itself if none."""
+    start = start.resolve()
+    for d in (start, *start.parents):
+        if (d / "Pulumi.yaml").is_file():
+            return d
+    return start
+
+
+def _cidr(value: object, where: str) -> IPv4Network:
+    try:
+        return IPv4Network(str(value))
+    except ValueError as exc:
+        raise BadArgument("--stacks-dir", f"{where}: {value!r} is not an IPv4 CIDR ({exc})") from None
+
+
+def used_ranges(stacks_dir: Path, exclude: Path | None = None) -> list[UsedRange]:
+    """Every range the fleet stacks in `stacks_dir` use (defaults included where a file omits them).
+
+    A file that cannot be read fails: an address plan that skips a stack could overlap it."""
+    used: list[UsedRange] = []
+    for path in stack_files(stacks_dir):
+        if exclude is not None and path.resolve() == exclude.resolve():
+            continue
+        try:
+            doc = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise BadArgument("--stacks-dir", f"{path.name} is not valid YAML: {exc}") from None
+        spec = (doc.get("config") or {}).get(FLEET_KEY) if isinstance(doc, dict) else None
+        if not isinstance(spec, dict) or spec.get("kind", "fleet") != "fleet":
+            continue
+        net = spec.get("network") or {}
+        if not isinstance(net, dict):
+            raise BadArgument("--stacks-dir", f"{path.name}: {FLEET_KEY}.network is not a mapping")
+        for field, default in (("system_cidr", _DEFAULTS.system_cidr), ("gpu_cidr", _DEFAULTS.gpu_cidr)):
+            where = f"{path.name}: network.{field}"
+            used.append(UsedRange(_cidr(net.get(field, default), where), where))
+        for i, cidr in enumerate(net.get("reserved_cidrs") or []):
+            where = f"{path.name}: network.reserved_cidrs[{i}]"
+            used.append(UsedRange(_cidr(cidr, where), where))
+    return used
+
+
+def render_stack_file(project: str, region: str, spec: dict, header: list[str]) -> str:
+    doc = {"config": {"gcp:project": project, "gcp:region": region, FLEET_KEY: spec}}
+    comments = "".join(f"# {line}\n" for line in header)
+    return comments + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=120)
+
+
+def write_stack_file(path: Path, text: str, force: bool) -> None:
+    """Write the stack file; refuse to replace an existing one unless `force`."""
+    if path.exists() and not force:
+        raise BadArgument("--name", f"{path} exists; pass --force to overwrite it, or choose another --name")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

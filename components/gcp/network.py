@@ -1,0 +1,291 @@
+"""NetworkFabric: the system VPC (subnet, Cloud Router + NAT, closed firewall) and the GPU data-plane VPCs.
+
+The system VPC carries every VM's first NIC; egress goes through Cloud NAT, so no VM needs a public
+IP.  Firewall: internal traffic from the fleet's own subnets only, SSH from Google's IAP TCP
+forwarding range only, an explicit logged deny-all ingress below them.  Each data plane is one VPC:
+GPUDirect-TCPX(O) planes have one subnet each (a3-highgpu-8g: 4, a3-megagpu-8g: 8, MTU 8244/8896),
+an extra gVNIC VPC has one subnet, an RDMA (RoCE) VPC has one subnet per RDMA NIC and a zonal
+network profile.  Plain VPC firewall rules allow traffic among a plane's own subnets only; RoCE VPCs
+do not support VPC firewall rules, so they get a regional network firewall policy of type
+`RDMA_ROCE_POLICY` (stateless) doing the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pulumi
+import pulumi_gcp as gcp
+
+IAP_TCP_FORWARDING_RANGE = "35.235.240.0/20"  # Google's documented source range of IAP TCP forwarding
+
+PlaneKind = Literal["gpudirect", "gvnic", "rdma"]
+
+
+@dataclass(frozen=True)
+class DataPlaneArgs:
+    """One GPU data-plane VPC.
+
+    name: the VPC's GCE name (subnets are named `<name>-sub-<i>`).
+    kind: `gpudirect` (GPUDirect-TCPX/TCPXO NIC, one subnet), `gvnic` (an extra host NIC, one
+        subnet) or `rdma` (a RoCE VPC, one subnet per RDMA NIC).
+    cidrs: the subnet ranges, in NIC order.
+    mtu: the VPC MTU (8896 for A3 Mega/Ultra and A4 planes, 8244 for A3 High).
+    zone: for `rdma`, the zone whose `<zone>-vpc-roce` network profile the VPC uses (RoCE VPCs are zonal).
+    """
+
+    name: str
+    kind: PlaneKind
+    cidrs: list[str]
+    mtu: int
+    zone: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.cidrs:
+            raise ValueError(f"data plane {self.name}: cidrs: at least one subnet is required")
+        if self.kind == "rdma" and not self.zone:
+            raise ValueError(f"data plane {self.name}: zone: a RoCE VPC needs the zone of its network profile")
+        if self.kind != "rdma" and len(self.cidrs) != 1:
+            raise ValueError(f"data plane {self.name}: cidrs: a {self.kind} VPC has exactly one subnet")
+
+
+@dataclass(frozen=True)
+class NetworkFabricArgs:
+    """Inputs of a NetworkFabric.
+
+    project, region: where everything lives.
+    system_name: GCE name of the system VPC (its subnet is `<name>-sub`, router `<name>-router`).
+    system_cidr: the system subnet's range (every VM's first NIC).
+    system_mtu: the system VPC MTU (1460 default, 8244 for A3 Mega, 8896 for A3 Ultra / A4).
+    planes: the GPU data-plane VPCs.
+    ssh_source_ranges: where SSH may come from; IAP only by default (use `gcloud compute ssh --tunnel-through-iap`).
+    nat_logging: log NAT translation errors.
+    """
+
+    project: str
+    region: str
+    system_name: str
+    system_cidr: str
+    system_mtu: int = 1460
+    planes: list[DataPlaneArgs] = field(default_factory=list)
+    ssh_source_ranges: list[str] = field(default_factory=lambda: [IAP_TCP_FORWARDING_RANGE])
+    nat_logging: bool = True
+
+    def __post_init__(self) -> None:
+        if "0.0.0.0/0" in self.ssh_source_ranges:
+            raise ValueError("ssh_source_ranges: 0.0.0.0/0 would open SSH to the internet; use IAP")
+        names = [p.name for p in self.planes]
+        if len(set(names)) != len(names) or self.system_name in names:
+            raise ValueError(f"planes: VPC names must be unique, got {[self.system_name, *names]}")
+
+
+@dataclass
+class PlaneOutputs:
+    network: gcp.compute.Network
+    subnets: list[gcp.compute.Subnetwork]
+    args: DataPlaneArgs
+
+
+class NetworkFabric(pulumi.ComponentResource):
+    """System VPC + NAT + firewall, and the GPU data-plane VPCs."""
+
+    network: gcp.compute.Network
+    subnet: gcp.compute.Subnetwork
+    planes: dict[str, PlaneOutputs]
+
+    def __init__(self, name: str, args: NetworkFabricArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpufleet:gcp:NetworkFabric", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.network = gcp.compute.Network(
+            f"{name}-system",
+            name=args.system_name,
+            project=args.project,
+            auto_create_subnetworks=False,
+            routing_mode="REGIONAL",
+            mtu=args.system_mtu,
+            description="gpu-fleet system VPC (host NIC of every VM)",
+            opts=child,
+        )
+        self.subnet = gcp.compute.Subnetwork(
+            f"{name}-system-sub",
+            name=f"{args.system_name}-sub",
+            project=args.project,
+            region=args.region,
+            network=self.network.id,
+            ip_cidr_range=args.system_cidr,
+            private_ip_google_access=True,  # reach Google APIs without public IPs
+            log_config={"aggregation_interval": "INTERVAL_5_MIN", "flow_sampling": 0.5},
+            opts=child,
+        )
+        self.router = gcp.compute.Router(
+            f"{name}-router",
+            name=f"{args.system_name}-router",
+            project=args.project,
+            region=args.region,
+            network=self.network.id,
+            opts=child,
+        )
+        self.nat = gcp.compute.RouterNat(
+            f"{name}-nat",
+            name=f"{args.system_name}-nat",
+            project=args.project,
+            region=args.region,
+            router=self.router.name,
+            nat_ip_allocate_option="AUTO_ONLY",
+            source_subnetwork_ip_ranges_to_nat="LIST_OF_SUBNETWORKS",
+            subnetworks=[{"name": self.subnet.id, "source_ip_ranges_to_nats": ["ALL_IP_RANGES"]}],
+            enable_dynamic_port_allocation=True,
+            min_ports_per_vm=1024,
+            log_config={"enable": args.nat_logging, "filter": "ERRORS_ONLY"},
+            opts=child,
+        )
+        self._closed_firewall(name, args.project, args.system_name, self.network, [args.system_cidr], child)
+        self.ssh_from_iap = gcp.compute.Firewall(
+            f"{name}-allow-iap-ssh",
+            name=f"{args.system_name}-allow-iap-ssh",
+            project=args.project,
+            network=self.network.id,
+            direction="INGRESS",
+            priority=1000,
+            description="SSH only through IAP TCP forwarding",
+            source_ranges=list(args.ssh_source_ranges),
+            allows=[{"protocol": "tcp", "ports": ["22"]}],
+            log_config={"metadata": "INCLUDE_ALL_METADATA"},
+            opts=child,
+        )
+
+        self.planes = {}
+        for plane in args.planes:
+            self.planes[plane.name] = self._plane(name, args, plane, child)
+
+        self.register_outputs(
+            {
+                "network": self.network.self_link,
+                "subnet": self.subnet.self_link,
+                "planes": {n: p.network.self_link for n, p in self.planes.items()},
+            }
+        )
+
+    def _closed_firewall(
+        self,
+        name: str,
+        project: str,
+        vpc_name: str,
+        network: gcp.compute.Network,
+        internal_ranges: list[str],
+        child: pulumi.ResourceOptions,
+    ) -> None:
+        """Allow all protocols among `internal_ranges`; deny (and log) every other ingress."""
+        gcp.compute.Firewall(
+            f"{name}-{vpc_name}-allow-internal",
+            name=f"{vpc_name}-allow-internal",
+            project=project,
+            network=network.id,
+            direction="INGRESS",
+            priority=1000,
+            description="traffic among this VPC's own subnets",
+            source_ranges=internal_ranges,
+            allows=[{"protocol": "all"}],
+            opts=child,
+        )
+        gcp.compute.Firewall(
+            f"{name}-{vpc_name}-deny-ingress",
+            name=f"{vpc_name}-deny-ingress",
+            project=project,
+            network=network.id,
+            direction="INGRESS",
+            priority=65534,
+            description="everything not allowed above (explicit, so denials are logged)",
+            source_ranges=["0.0.0.0/0"],
+            denies=[{"protocol": "all"}],
+            log_config={"metadata": "EXCLUDE_ALL_METADATA"},
+            opts=child,
+        )
+
+    def _plane(
+        self, name: str, args: NetworkFabricArgs, plane: DataPlaneArgs, child: pulumi.ResourceOptions
+    ) -> PlaneOutputs:
+        profile = None
+        if plane.kind == "rdma":
+            profile = f"projects/{args.project}/global/networkProfiles/{plane.zone}-vpc-roce"
+        network = gcp.compute.Network(
+            f"{name}-{plane.name}",
+            name=plane.name,
+            project=args.project,
+            auto_create_subnetworks=False,
+            routing_mode="REGIONAL",
+            mtu=plane.mtu,
+            network_profile=profile,
+            description=f"gpu-fleet {plane.kind} data plane",
+            opts=child,
+        )
+        subnets = [
+            gcp.compute.Subnetwork(
+                f"{name}-{plane.name}-sub-{i}",
+                name=f"{plane.name}-sub-{i}",
+                project=args.project,
+                region=args.region,
+                network=network.id,
+                ip_cidr_range=cidr,
+                opts=child,
+            )
+            for i, cidr in enumerate(plane.cidrs)
+        ]
+        if plane.kind == "rdma":
+            self._roce_policy(name, args, plane, network, child)
+        else:
+            self._closed_firewall(name, args.project, plane.name, network, list(plane.cidrs), child)
+        return PlaneOutputs(network, subnets, plane)
+
+    def _roce_policy(
+        self,
+        name: str,
+        args: NetworkFabricArgs,
+        plane: DataPlaneArgs,
+        network: gcp.compute.Network,
+        child: pulumi.ResourceOptions,
+    ) -> None:
+        """RoCE VPCs only take regional network firewall policies of type RDMA_ROCE_POLICY (stateless)."""
+        policy = gcp.compute.RegionNetworkFirewallPolicy(
+            f"{name}-{plane.name}-policy",
+            name=f"{plane.name}-policy",
+            project=args.project,
+            region=args.region,
+            policy_type="RDMA_ROCE_POLICY",
+            description="RDMA among this RoCE VPC's subnets only",
+            opts=child,
+        )
+        gcp.compute.RegionNetworkFirewallPolicyRule(
+            f"{name}-{plane.name}-allow-internal",
+            project=args.project,
+            region=args.region,
+            firewall_policy=policy.name,
+            priority=1000,
+            direction="INGRESS",
+            action="allow",
+            rule_name="allow-internal",
+            match={"src_ip_ranges": list(plane.cidrs), "layer4_configs": [{"ip_protocol": "all"}]},
+            opts=child,
+        )
+        gcp.compute.RegionNetworkFirewallPolicyRule(
+            f"{name}-{plane.name}-deny-ingress",
+            project=args.project,
+            region=args.region,
+            firewall_policy=policy.name,
+            priority=65000,
+            direction="INGRESS",
+            action="deny",
+            rule_name="deny-ingress",
+            match={"src_ip_ranges": ["0.0.0.0/0"], "layer4_configs": [{"ip_protocol": "all"}]},
+            opts=child,
+        )
+        gcp.compute.RegionNetworkFirewallPolicyAssociation(
+            f"{name}-{plane.name}-policy-assoc",
+            name=f"{plane.name}-assoc",
+            project=args.project,
+            region=args.region,
+            firewall_policy=policy.name,
+            attachment_target=network.id,
+            opts=child,
+        )

@@ -1,0 +1,260 @@
+"""SlurmCluster: controller and login VMs, the munge and slurmrestd JWT keys, and the generated config.
+
+Keys are generated with pulumi-random, kept as Pulumi secrets and stored as Secret Manager secret
+versions; each VM reads them with its own service account.  `slurm.conf` / `gres.conf` (rendered
+by `fleet.slurm.conf` in `stacks/`, one CLOUD nodeset per pool) reach the VMs as metadata and are
+written by the startup script (components/gcp/startup.py).
+
+Service accounts, one per role:
+- controller: log/metric writer, accessor on the two keys, compute.viewer (list nodes, poll
+  operations), and compute.instanceAdmin.v1 *with an IAM condition* limiting it to instances,
+  disks and MIGs whose names start with one of the pool prefixes (plus subnetworks and templates,
+  which instance creation must use).  GCP has no IAM on a single MIG, so a name-prefix condition on
+  the project binding is the narrowest grant that still lets Slurm power saving create and delete
+  the named GPU nodes; it cannot touch the controller or login VMs.  The pools grant it
+  `iam.serviceAccountUser` on their own node service accounts only.
+- login: log/metric writer, accessor on the munge key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_gcp as gcp
+import pulumi_random as random
+
+from components.gcp.node_pool import service_account_id
+from components.gcp.startup import METADATA_GRES_CONF, METADATA_SLURM_CONF, SlurmHostConfig, startup_script
+
+BASE_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
+VM_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)  # narrowed by IAM, see the module docstring
+
+
+@dataclass(frozen=True)
+class SlurmClusterArgs:
+    """Inputs of a SlurmCluster.
+
+    name: the cluster name (VMs are `<name>-controller`, `<name>-login-<i>`).
+    project, zone: where the controller and login VMs run.
+    network, subnetwork: the system VPC and subnet (no access config: NAT gives egress).
+    slurm_conf, gres_conf: the rendered files.
+    node_name_prefixes: one per pool (`<cluster>-<pool>`); scope of the controller's compute grant.
+    home: Filestore "IP:/share" mounted on /home; scratch: Lustre mount source, scratch_mount: where.
+    """
+
+    name: str
+    project: str
+    zone: str
+    network: pulumi.Input[str]
+    subnetwork: pulumi.Input[str]
+    slurm_conf: pulumi.Input[str]
+    gres_conf: pulumi.Input[str]
+    node_name_prefixes: list[str]
+    controller_machine_type: str = "n2-standard-8"
+    login_machine_type: str = "n2-standard-4"
+    login_nodes: int = 1
+    image: str = "projects/debian-cloud/global/images/family/debian-12"
+    boot_disk_gb: int = 100
+    home: pulumi.Input[str] | None = None
+    scratch: pulumi.Input[str] | None = None
+    scratch_mount: str = "/scratch"
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.node_name_prefixes:
+            raise ValueError(f"{self.name}: node_name_prefixes: at least one pool is required")
+        if not 0 <= self.login_nodes <= 8:
+            raise ValueError(f"{self.name}: login_nodes: must be 0..8, got {self.login_nodes}")
+
+
+def compute_grant_condition(project: str, prefixes: list[str]) -> str:
+    """CEL for the controller's instanceAdmin binding: only the pools' instances, disks and MIGs
+    (resource names `projects/P/zones/Z/instances/N`), plus the subnetworks and templates that
+    instance creation has to use."""
+    parts = [f'resource.name.startsWith("projects/{project}/zones/")']
+    named = []
+    for kind in ("instances", "disks", "instanceGroupManagers"):
+        for prefix in prefixes:
+            named.append(f'resource.name.extract("/{kind}/{{name}}").startsWith("{prefix}-")')
+    parts = [f"({parts[0]} && ({' || '.join(named)}))"]
+    parts.append('resource.type == "compute.googleapis.com/Subnetwork"')
+    parts.append('resource.type == "compute.googleapis.com/InstanceTemplate"')
+    return " || ".join(parts)
+
+
+class SlurmCluster(pulumi.ComponentResource):
+    """Controller + login VMs, keys in Secret Manager, config delivered by startup script."""
+
+    controller: gcp.compute.Instance
+    logins: list[gcp.compute.Instance]
+    controller_sa: gcp.serviceaccount.Account
+    munge_secret: gcp.secretmanager.Secret
+    jwt_secret: gcp.secretmanager.Secret
+
+    def __init__(self, name: str, args: SlurmClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpufleet:gcp:SlurmCluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        # Keys: random bytes, secret from creation on, stored in Secret Manager.
+        munge_key = random.RandomBytes(f"{name}-munge-key", length=1024, opts=child)
+        jwt_key = random.RandomBytes(f"{name}-jwt-key", length=32, opts=child)
+        self.munge_secret = self._secret(name, args, "munge-key", munge_key, child)
+        self.jwt_secret = self._secret(name, args, "jwt-key", jwt_key, child)
+
+        self.controller_sa = self._account(name, args, "ctl", "Slurm controller", child)
+        ctl_member = self.controller_sa.email.apply(lambda e: f"serviceAccount:{e}")
+        self.controller_member = ctl_member
+        for role in (*BASE_ROLES, "roles/compute.viewer"):
+            gcp.projects.IAMMember(
+                f"{name}-ctl-{role.split('/')[-1]}", project=args.project, role=role, member=ctl_member, opts=child
+            )
+        gcp.projects.IAMMember(
+            f"{name}-ctl-instanceAdmin",
+            project=args.project,
+            role="roles/compute.instanceAdmin.v1",
+            member=ctl_member,
+            condition={
+                "title": f"{args.name}-gpu-nodes-only",
+                "description": "Slurm power saving: create/delete this cluster's GPU nodes, nothing else",
+                "expression": compute_grant_condition(args.project, args.node_name_prefixes),
+            },
+            opts=child,
+        )
+        for secret, label in ((self.munge_secret, "munge"), (self.jwt_secret, "jwt")):
+            self._accessor(f"{name}-ctl-{label}", args, secret, ctl_member, child)
+
+        login_sa = self._account(name, args, "login", "Slurm login nodes", child)
+        login_member = login_sa.email.apply(lambda e: f"serviceAccount:{e}")
+        for role in BASE_ROLES:
+            gcp.projects.IAMMember(
+                f"{name}-login-{role.split('/')[-1]}", project=args.project, role=role, member=login_member, opts=child
+            )
+        self._accessor(f"{name}-login-munge", args, self.munge_secret, login_member, child)
+
+        def script(role: str) -> pulumi.Output[str]:
+            return pulumi.Output.all(
+                self.munge_secret.secret_id, self.jwt_secret.secret_id, args.home, args.scratch
+            ).apply(
+                lambda v: startup_script(
+                    SlurmHostConfig(
+                        role=role,
+                        munge_secret=v[0],
+                        jwt_secret=v[1] if role == "controller" else None,
+                        home=v[2],
+                        scratch=v[3],
+                        scratch_mount=args.scratch_mount,
+                    )
+                )
+            )
+
+        self.controller_name = f"{args.name}-controller"
+        self.controller = self._vm(
+            f"{name}-controller",
+            self.controller_name,
+            args.controller_machine_type,
+            self.controller_sa,
+            script("controller"),
+            args,
+            child,
+        )
+        self.login_names = [f"{args.name}-login-{i}" for i in range(args.login_nodes)]
+        self.logins = [
+            self._vm(f"{name}-login-{i}", vm, args.login_machine_type, login_sa, script("login"), args, child)
+            for i, vm in enumerate(self.login_names)
+        ]
+        self.register_outputs(
+            {
+                "controller": self.controller.name,
+                "logins": [vm.name for vm in self.logins],
+                "munge_secret": self.munge_secret.id,
+                "jwt_secret": self.jwt_secret.id,
+                "controller_service_account": self.controller_sa.email,
+            }
+        )
+
+    def _secret(
+        self, name: str, args: SlurmClusterArgs, what: str, key: random.RandomBytes, child: pulumi.ResourceOptions
+    ) -> gcp.secretmanager.Secret:
+        secret = gcp.secretmanager.Secret(
+            f"{name}-{what}",
+            secret_id=f"{args.name}-slurm-{what}",
+            project=args.project,
+            replication={"auto": {}},
+            labels=args.labels,
+            opts=child,
+        )
+        gcp.secretmanager.SecretVersion(
+            f"{name}-{what}-v",
+            secret=secret.id,
+            secret_data=pulumi.Output.secret(key.base64),
+            opts=child,
+        )
+        return secret
+
+    def _account(
+        self, name: str, args: SlurmClusterArgs, role: str, what: str, child: pulumi.ResourceOptions
+    ) -> gcp.serviceaccount.Account:
+        return gcp.serviceaccount.Account(
+            f"{name}-{role}-sa",
+            account_id=service_account_id(args.name, role),
+            project=args.project,
+            display_name=f"gpu-fleet {what} of {args.name}",
+            opts=child,
+        )
+
+    def _accessor(
+        self,
+        resource_name: str,
+        args: SlurmClusterArgs,
+        secret: gcp.secretmanager.Secret,
+        member: pulumi.Input[str],
+        child: pulumi.ResourceOptions,
+    ) -> None:
+        gcp.secretmanager.SecretIamMember(
+            resource_name,
+            project=args.project,
+            secret_id=secret.secret_id,
+            role="roles/secretmanager.secretAccessor",
+            member=member,
+            opts=child,
+        )
+
+    def _vm(
+        self,
+        resource_name: str,
+        vm_name: str,
+        machine_type: str,
+        sa: gcp.serviceaccount.Account,
+        script: pulumi.Output[str],
+        args: SlurmClusterArgs,
+        child: pulumi.ResourceOptions,
+    ) -> gcp.compute.Instance:
+        return gcp.compute.Instance(
+            resource_name,
+            name=vm_name,
+            project=args.project,
+            zone=args.zone,
+            machine_type=machine_type,
+            boot_disk={
+                "auto_delete": True,
+                "initialize_params": {"image": args.image, "size": args.boot_disk_gb, "type": "pd-balanced"},
+            },
+            network_interfaces=[{"network": args.network, "subnetwork": args.subnetwork, "nic_type": "GVNIC"}],
+            shielded_instance_config={
+                "enable_secure_boot": True,
+                "enable_vtpm": True,
+                "enable_integrity_monitoring": True,
+            },
+            service_account={"email": sa.email, "scopes": list(VM_SCOPES)},
+            metadata={
+                "enable-oslogin": "TRUE",
+                "block-project-ssh-keys": "TRUE",
+                METADATA_SLURM_CONF: args.slurm_conf,
+                METADATA_GRES_CONF: args.gres_conf,
+            },
+            metadata_startup_script=script,
+            labels={**args.labels, "gpu-fleet-cluster": args.name},
+            allow_stopping_for_update=True,
+            opts=child,
+        )

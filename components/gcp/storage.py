@@ -1,0 +1,129 @@
+"""SharedStorage: Filestore for /home, a GCS bucket for checkpoints, optional Managed Lustre for scratch.
+
+The bucket has uniform bucket-level access, versioning, enforced public access prevention and a
+soft-delete window; access is granted per service account (see GpuNodePool.bucket_names), never
+to allUsers.  Filestore and Lustre attach to the system VPC by private service access / peering,
+so they have no public endpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_gcp as gcp
+
+
+@dataclass(frozen=True)
+class FilestoreArgs:
+    """tier: BASIC_HDD | BASIC_SSD | ZONAL | REGIONAL | ENTERPRISE; share_name: the NFS export (e.g. home)."""
+
+    tier: str = "BASIC_SSD"
+    capacity_gb: int = 2560
+    share_name: str = "home"
+
+
+@dataclass(frozen=True)
+class BucketArgs:
+    """name: globally unique; location: region or multi-region; soft_delete_days: 0 disables soft delete."""
+
+    name: str
+    location: str
+    soft_delete_days: int = 7
+
+
+@dataclass(frozen=True)
+class LustreArgs:
+    """Managed Lustre: capacity_gib (>= 18000), throughput MB/s per TiB, mount point on the nodes."""
+
+    capacity_gib: int = 18000
+    per_unit_storage_throughput: int = 500
+    mount_point: str = "/scratch"
+    filesystem: str = "scratch"
+
+
+@dataclass(frozen=True)
+class SharedStorageArgs:
+    """Inputs of SharedStorage.
+
+    project, zone: Filestore (BASIC/ZONAL tiers) and Lustre are zonal; put them next to the nodes.
+    network: the system VPC (id or self link) they attach to.
+    name: prefix of the physical names (the cluster name).
+    home, checkpoints, scratch: each optional (None: not created).
+    labels: on every resource that takes labels.
+    """
+
+    project: str
+    zone: str
+    network: pulumi.Input[str]
+    name: str
+    home: FilestoreArgs | None = field(default_factory=FilestoreArgs)
+    checkpoints: BucketArgs | None = None
+    scratch: LustreArgs | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+class SharedStorage(pulumi.ComponentResource):
+    """/home on Filestore, checkpoints in GCS, optional /scratch on Managed Lustre."""
+
+    filestore: gcp.filestore.Instance | None
+    bucket: gcp.storage.Bucket | None
+    lustre: gcp.lustre.Instance | None
+    home_ip: pulumi.Output[str] | None
+    home_share: str | None
+
+    def __init__(self, name: str, args: SharedStorageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpufleet:gcp:SharedStorage", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        region = args.zone.rsplit("-", 1)[0]
+        self.filestore = self.bucket = self.lustre = None
+        self.home_ip = None
+        self.home_share = args.home.share_name if args.home else None
+        if args.home:
+            location = region if args.home.tier in ("REGIONAL", "ENTERPRISE") else args.zone
+            self.filestore = gcp.filestore.Instance(
+                f"{name}-home",
+                name=f"{args.name}-home",
+                project=args.project,
+                location=location,
+                tier=args.home.tier,
+                file_shares={"name": args.home.share_name, "capacity_gb": args.home.capacity_gb},
+                networks=[{"network": args.network, "modes": ["MODE_IPV4"], "connect_mode": "DIRECT_PEERING"}],
+                labels=args.labels,
+                opts=child,
+            )
+            self.home_ip = self.filestore.networks.apply(lambda nets: nets[0].ip_addresses[0])
+        if args.checkpoints:
+            self.bucket = gcp.storage.Bucket(
+                f"{name}-checkpoints",
+                name=args.checkpoints.name,
+                project=args.project,
+                location=args.checkpoints.location,
+                uniform_bucket_level_access=True,
+                public_access_prevention="enforced",
+                versioning={"enabled": True},
+                soft_delete_policy={"retention_duration_seconds": args.checkpoints.soft_delete_days * 86400},
+                force_destroy=False,
+                labels=args.labels,
+                opts=child,
+            )
+        if args.scratch:
+            self.lustre = gcp.lustre.Instance(
+                f"{name}-scratch",
+                instance_id=f"{args.name}-scratch",
+                project=args.project,
+                location=args.zone,
+                network=args.network,
+                filesystem=args.scratch.filesystem,
+                capacity_gib=str(args.scratch.capacity_gib),
+                per_unit_storage_throughput=str(args.scratch.per_unit_storage_throughput),
+                labels=args.labels,
+                opts=child,
+            )
+        self.register_outputs(
+            {
+                "home_ip": self.home_ip,
+                "bucket": self.bucket.name if self.bucket else None,
+                "scratch": self.lustre.mount_point if self.lustre else None,
+            }
+        )

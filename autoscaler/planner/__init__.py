@@ -1,0 +1,58 @@
+"""The pure planner: `plan(demand, inventory, offerings, policy, now, unavailable=()) -> Plan`.
+
+A chain of named passes, each a function testable alone:
+
+1. `expire_backoff` (backoff.py): forget expired unavailable-offering entries; `OfferBook` skips
+   the rest, so the planner falls back to the next offering or zone.
+2. `compute_headroom` (limits.py): room under pool / fleet node and GPU limits, offering limits
+   (free reservation slots, quota) and the $/h budget; `Headroom.blocker` is the budget/limit check.
+3. Per unit, highest priority first: `place_on_existing` (ready, then booting, then nodes this plan
+   launches; best fit = bin-packing) -> `fill_reservations` -> `place_gang` (all or nothing, one
+   zone, one placement group) or `place_cheapest` (right-sized, cheapest per unit served).
+4. `scale_down_idle` (scale_down.py): drain idle nodes past the timeout, delete drained ones by name.
+5. `explain_unserved` (explain.py): a reason code and detail for every unit left pending.
+"""
+
+from autoscaler.planner.backoff import expire_backoff, split_backed_off
+from autoscaler.planner.capacity import CapacityIndex, Slot
+from autoscaler.planner.core import batch_hold, plan, priority_order
+from autoscaler.planner.explain import explain_unserved
+from autoscaler.planner.limits import Headroom, compute_headroom
+from autoscaler.planner.offers import Candidate, OfferBook, UnitClass
+from autoscaler.planner.placement import (
+    ClassState,
+    NameAllocator,
+    PlanState,
+    class_state,
+    fill_reservations,
+    place_cheapest,
+    place_gang,
+    place_on_existing,
+)
+from autoscaler.planner.scale_down import boot_timeouts, scale_down_idle
+
+__all__ = [
+    "Candidate",
+    "CapacityIndex",
+    "ClassState",
+    "Headroom",
+    "NameAllocator",
+    "OfferBook",
+    "PlanState",
+    "Slot",
+    "UnitClass",
+    "batch_hold",
+    "boot_timeouts",
+    "class_state",
+    "compute_headroom",
+    "expire_backoff",
+    "explain_unserved",
+    "fill_reservations",
+    "place_cheapest",
+    "place_gang",
+    "place_on_existing",
+    "plan",
+    "priority_order",
+    "scale_down_idle",
+    "split_backed_off",
+]

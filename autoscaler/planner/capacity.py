@@ -1,0 +1,123 @@
+"""Capacity index: every node with free GPUs the planner may place demand on.
+
+Slots are bucketed by (pool, rank, free GPUs) with a per-(pool, rank) bitmask of non-empty free
+levels, so best-fit ("the fullest node that still fits") is a few integer operations per pool.
+Rank orders preference: 0 = ready (idle or partly used), 1 = requested/booting, 2 = nodes a
+ScaleUp of this plan creates (their leftover GPUs bin-pack further small units).  `version`
+increases whenever capacity is added, so a caller may cache "nothing fits" until it changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from autoscaler.model import COMING_STATES, SCHEDULABLE_STATES, Inventory, Node, Placement
+
+READY, BOOTING, NEW = 0, 1, 2
+RANK_PLACEMENT = {READY: Placement.READY, BOOTING: Placement.BOOTING, NEW: Placement.NEW}
+
+
+@dataclass(eq=False)
+class Slot:
+    """A node (existing or planned) with `free` GPUs.  `batch` ties a planned node to its ScaleUp."""
+
+    name: str
+    pool: str
+    zone: str
+    free: int
+    rank: int
+    batch: object = None
+
+
+class CapacityIndex:
+    def __init__(self) -> None:
+        self._buckets: dict[tuple[str, int, int], dict[str, Slot]] = {}
+        self._mask: dict[tuple[str, int], int] = {}
+        self.version = 0
+
+    @classmethod
+    def from_inventory(cls, inventory: Inventory, exclude: Iterable[str] = ()) -> CapacityIndex:
+        """Slots for nodes that are (or will be) schedulable and have free GPUs."""
+        skip = set(exclude)
+        idx = cls()
+        for n in inventory.nodes:
+            if n.state in SCHEDULABLE_STATES and n.gpus_free > 0 and n.name not in skip:
+                idx.add(slot_of(n))
+        return idx
+
+    def add(self, slot: Slot) -> None:
+        self._put(slot)
+        self.version += 1
+
+    def _put(self, slot: Slot) -> None:
+        self._buckets.setdefault((slot.pool, slot.rank, slot.free), {})[slot.name] = slot
+        mk = (slot.pool, slot.rank)
+        self._mask[mk] = self._mask.get(mk, 0) | (1 << slot.free)
+
+    def _remove(self, slot: Slot) -> None:
+        key = (slot.pool, slot.rank, slot.free)
+        bucket = self._buckets[key]
+        del bucket[slot.name]
+        if not bucket:
+            del self._buckets[key]
+            self._mask[(slot.pool, slot.rank)] &= ~(1 << slot.free)
+
+    def take(self, slot: Slot, gpus: int) -> None:
+        """Use `gpus` of the slot's free GPUs."""
+        if not 0 < gpus <= slot.free:
+            raise ValueError(f"slot {slot.name!r}: cannot take {gpus} of {slot.free} free GPUs")
+        self._remove(slot)
+        slot.free -= gpus
+        if slot.free:
+            self._put(slot)
+
+    def best_fit(self, pools: Sequence[str], gpus: int) -> Slot | None:
+        """The lowest-rank slot with the fewest free GPUs >= `gpus` among `pools` (pool order breaks ties)."""
+        mask = self._mask
+        for rank in (READY, BOOTING, NEW):
+            best_f, best_pool = 1 << 30, None
+            for p in pools:
+                m = mask.get((p, rank), 0) >> gpus
+                if m:
+                    f = gpus + (m & -m).bit_length() - 1
+                    if f < best_f:
+                        best_f, best_pool = f, p
+            if best_pool is not None:
+                return next(iter(self._buckets[(best_pool, rank, best_f)].values()))
+        return None
+
+    def slots(self, pool: str, min_free: int) -> list[Slot]:
+        """Every slot of `pool` with at least `min_free` free GPUs, by (rank, free)."""
+        out: list[Slot] = []
+        for rank in (READY, BOOTING, NEW):
+            m = self._mask.get((pool, rank), 0) >> min_free
+            f = min_free
+            while m:
+                if m & 1:
+                    out.extend(self._buckets[(pool, rank, f)].values())
+                m >>= 1
+                f += 1
+        return out
+
+    def gang_fit(self, pools: Sequence[str], gpus_per_node: int, nodes: int) -> list[Slot] | None:
+        """`nodes` distinct slots with >= `gpus_per_node` free, all in one pool and one zone (so one
+        placement group), preferring the lowest worst rank, then the tightest fit."""
+        best: tuple[tuple[int, int], list[Slot]] | None = None
+        for p in pools:
+            by_zone: dict[str, list[Slot]] = {}
+            for s in self.slots(p, gpus_per_node):
+                by_zone.setdefault(s.zone, []).append(s)
+            for zone in sorted(by_zone):
+                group = by_zone[zone]
+                if len(group) >= nodes:
+                    chosen = group[:nodes]  # slots() already orders by (rank, free)
+                    score = (max(s.rank for s in chosen), sum(s.free for s in chosen))
+                    if best is None or score < best[0]:
+                        best = (score, chosen)
+        return best[1] if best else None
+
+
+def slot_of(node: Node) -> Slot:
+    rank = BOOTING if node.state in COMING_STATES else READY
+    return Slot(node.name, node.pool, node.offering.zone, node.gpus_free, rank)

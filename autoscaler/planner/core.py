@@ -1,0 +1,169 @@
+"""`plan()`: the pure planner, a chain of named passes over one snapshot.
+
+expire_backoff -> compute_headroom -> (per unit, by priority) place_on_existing ->
+fill_reservations -> place_gang | place_cheapest (budget and limits checked by the headroom) ->
+scale_down_idle -> explain_unserved.  No I/O, no clock, no randomness: same inputs, same plan.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from autoscaler.cloud import Offering
+from autoscaler.model import (
+    Assignment,
+    Command,
+    Inventory,
+    Placement,
+    Plan,
+    Policy,
+    ScaleUp,
+    UnavailableOffering,
+    Unserved,
+    WorkUnit,
+    request_id_for,
+)
+from autoscaler.planner.backoff import expire_backoff
+from autoscaler.planner.capacity import CapacityIndex
+from autoscaler.planner.explain import explain_unserved
+from autoscaler.planner.limits import compute_headroom
+from autoscaler.planner.offers import OfferBook, UnitClass
+from autoscaler.planner.placement import (
+    Batch,
+    ClassState,
+    NameAllocator,
+    PlanState,
+    class_state,
+    fill_reservations,
+    place_cheapest,
+    place_gang,
+    place_on_existing,
+)
+from autoscaler.planner.scale_down import boot_timeouts, scale_down_idle
+
+
+def batch_hold(demand: Sequence[WorkUnit], policy: Policy, now: float) -> bool:
+    """True while launches wait for more demand: the newest unit is younger than `batch_idle_s`
+    and the oldest younger than `batch_window_s` (Karpenter's batch idle / max durations)."""
+    if not demand or policy.batch_window_s <= 0:
+        return False
+    newest = max(u.submit_time for u in demand)
+    oldest = min(u.submit_time for u in demand)
+    return now - newest < policy.batch_idle_s and now - oldest < policy.batch_window_s
+
+
+def priority_order(demand: Iterable[WorkUnit]) -> list[WorkUnit]:
+    """Highest priority first, then oldest, then by id (deterministic)."""
+    return sorted(demand, key=lambda u: (-u.priority, u.submit_time, u.id))
+
+
+def plan(
+    demand: Sequence[WorkUnit],
+    inventory: Inventory,
+    offerings: Sequence[Offering],
+    policy: Policy,
+    now: float,
+    unavailable: Iterable[UnavailableOffering] = (),
+) -> Plan:
+    """Decide what to launch, where each pending unit runs, what to drain and delete, and why
+    anything is left unserved.  `unavailable` is the caller's backoff memory; the plan returns the
+    entries still in force in `Plan.unavailable`."""
+    units = priority_order(demand)
+    seen: set[str] = set()
+    for u in units:
+        if u.id in seen:
+            raise ValueError(f"demand: duplicate unit id {u.id!r}")
+        seen.add(u.id)
+
+    active = expire_backoff(unavailable, now)
+    timed_out = boot_timeouts(inventory, policy, now)
+    st = PlanState(
+        now=now,
+        policy=policy,
+        inventory=inventory,
+        headroom=compute_headroom(inventory, offerings, policy),
+        index=CapacityIndex.from_inventory(inventory, exclude=timed_out),
+        book=OfferBook(offerings, active, inventory.pools),
+        names=NameAllocator(inventory),
+    )
+    held = batch_hold(units, policy, now)
+
+    keys = [UnitClass.of(u, policy, now) for u in units]
+    sizes = Counter(keys)
+    classes: dict[UnitClass, ClassState] = {}
+    unserved: list[Unserved] = []
+    for unit, key in zip(units, keys, strict=True):
+        cs = classes.get(key)
+        if cs is None:
+            cs = classes[key] = class_state(key, sizes[key], st)
+        if place_on_existing(unit, cs, st):
+            continue
+        if held:
+            unserved.append(explain_unserved(unit, cs, held=True))
+            continue
+        if fill_reservations(unit, cs, st) or place_gang(unit, cs, st) or place_cheapest(unit, cs, st):
+            continue
+        unserved.append(explain_unserved(unit, cs))
+
+    drains, deletes = scale_down_idle(inventory, policy, now, st.in_use, timed_out)
+    scale_ups, request_ids = build_scale_ups(st.batches.values(), now)
+    assignments = {
+        uid: Assignment(uid, names, g, placement, request_ids.get(id(batch)) if batch else None)
+        for uid, (names, g, placement, batch) in st.placed.items()
+    }
+    by_place = Counter(a.placement for a in assignments.values())
+    commands: list[Command] = [*scale_ups, *drains, *deletes]
+    stats = {
+        "units": len(units),
+        "classes": len(classes),
+        "placed_ready": by_place[Placement.READY],
+        "placed_booting": by_place[Placement.BOOTING],
+        "placed_new": by_place[Placement.NEW],
+        "unserved": len(unserved),
+        "nodes_launched": sum(s.count for s in scale_ups),
+        "gpus_launched": sum(s.count * s_gpus(s, st) for s in scale_ups),
+        "hourly_usd_added": round(sum(s.hourly_usd for s in scale_ups), 6),
+        "nodes_drained": sum(len(d.nodes) for d in drains),
+        "nodes_deleted": sum(len(d.names) for d in deletes),
+        "offerings_backed_off": len(active),
+    }
+    return Plan(tuple(commands), assignments, tuple(unserved), active, stats)
+
+
+def s_gpus(s: ScaleUp, st: PlanState) -> int:
+    return st.inventory.pool(s.pool).gpus_per_node
+
+
+def build_scale_ups(batches: Iterable[Batch], now: float) -> tuple[list[ScaleUp], dict[int, str]]:
+    """One ScaleUp per batch with a deterministic request id (and placement group for gangs)."""
+    out: list[ScaleUp] = []
+    ids: dict[int, str] = {}
+    for b in batches:
+        names = tuple(b.names)
+        key = b.offering.key
+        rid = request_id_for(b.pool.name, key, names, now)
+        ids[id(b)] = rid
+        pg = None
+        if b.gang and b.pool.compact_placement:
+            pg = b.pool.placement_policy or f"{b.pool.node_name_prefix}-{rid[3:11]}"
+        where = f"{key.capacity_type} {key.machine_type} in {key.zone}"
+        price = "paid-for reservation" if b.hourly_usd == 0 and key.reservation else f"${b.hourly_usd:.2f}/h each"
+        if b.gang:
+            reason = f"gang {b.units[0]}: {len(names)} nodes all or nothing, {where} ({price})"
+        else:
+            reason = f"{len(b.units)} pending units need {len(names)} new nodes: {where} ({price})"
+        out.append(
+            ScaleUp(
+                pool=b.pool.name,
+                offering=key,
+                names=names,
+                request_id=rid,
+                units=tuple(b.units),
+                reason=reason,
+                placement_group=pg,
+                gang=b.gang,
+                hourly_usd=round(b.hourly_usd * len(names), 6),
+            )
+        )
+    return out, ids

@@ -1,0 +1,177 @@
+"""Placement passes: put one unit on existing capacity, on paid-for reservations, or on the cheapest
+feasible new capacity (gangs all or nothing in one zone and placement group).
+
+Each pass is `pass(unit, cs, st) -> bool` (True when the unit is placed) over the mutable
+`PlanState` of one plan and the `ClassState` of the unit's class.  Candidate lists are walked
+with a cursor per class: limits only shrink during a plan and every unit of a class needs the
+same thing, so a candidate that failed once fails for the rest of the class (this keeps a plan
+linear in the number of units).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from autoscaler.cloud import Offering
+from autoscaler.model import Inventory, Placement, Policy, Pool, UnservedReason, WorkUnit
+from autoscaler.planner.capacity import NEW, RANK_PLACEMENT, CapacityIndex, Slot
+from autoscaler.planner.limits import Headroom
+from autoscaler.planner.offers import Candidate, NoCandidate, OfferBook, UnitClass
+
+
+class NameAllocator:
+    """Free names from each pool's `prefix-i` name space (i < max_nodes), lowest first."""
+
+    def __init__(self, inventory: Inventory) -> None:
+        self._inv = inventory
+        self._used: dict[str, set[str]] = {}
+        self._cursor: dict[str, int] = {}
+
+    def take(self, pool: Pool, count: int) -> list[str] | None:
+        used = self._used.get(pool.name)
+        if used is None:
+            used = self._used[pool.name] = self._inv.used_names(pool.name)
+        i = self._cursor.get(pool.name, 0)
+        out: list[str] = []
+        while len(out) < count and i < pool.max_nodes:
+            name = pool.node_name(i)
+            i += 1
+            if name not in used:
+                out.append(name)
+        if len(out) < count:
+            return None  # leave the cursor: a smaller ask may still fit
+        self._cursor[pool.name] = i
+        used.update(out)
+        return out
+
+
+@dataclass(eq=False)
+class Batch:
+    """Nodes one ScaleUp will create: singles merge per (pool, offering); each gang is its own."""
+
+    pool: Pool
+    offering: Offering
+    hourly_usd: float
+    gang: bool = False
+    names: list[str] = field(default_factory=list)
+    units: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ClassState:
+    cls: UnitClass
+    pools: list[str]
+    reserved: list[Candidate]
+    market: list[Candidate]
+    none: NoCandidate | None = None
+    r_pos: int = 0
+    m_pos: int = 0
+    failed: Counter = field(default_factory=Counter)
+    miss_version: int = -1  # capacity version at which "nothing existing fits" was seen
+
+
+@dataclass
+class PlanState:
+    now: float
+    policy: Policy
+    inventory: Inventory
+    headroom: Headroom
+    index: CapacityIndex
+    book: OfferBook
+    names: NameAllocator
+    batches: dict[object, Batch] = field(default_factory=dict)
+    placed: dict[str, tuple[tuple[str, ...], int, Placement, Batch | None]] = field(default_factory=dict)
+    in_use: set[str] = field(default_factory=set)
+
+    def record(self, unit: WorkUnit, slots: list[Slot]) -> None:
+        batch = slots[0].batch if slots[0].rank == NEW else None
+        names = tuple(s.name for s in slots)
+        for s in slots:
+            self.index.take(s, unit.gpus_per_node)
+        self.in_use.update(names)
+        if isinstance(batch, Batch) and unit.id not in batch.units:
+            batch.units.append(unit.id)
+        self.placed[unit.id] = (names, unit.gpus_per_node, RANK_PLACEMENT[slots[0].rank], batch)
+
+
+def place_on_existing(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
+    """Ready nodes first, then requested/booting ones, then nodes this plan already launches;
+    best fit (the fullest node that still fits), so small units bin-pack onto partly used nodes."""
+    if cs.miss_version == st.index.version or not cs.pools:
+        return False
+    if unit.nodes == 1:
+        slot = st.index.best_fit(cs.pools, unit.gpus_per_node)
+        slots = [slot] if slot else None
+    else:
+        slots = st.index.gang_fit(cs.pools, unit.gpus_per_node, unit.nodes)
+    if not slots:
+        cs.miss_version = st.index.version
+        return False
+    st.record(unit, slots)
+    return True
+
+
+def _launch(unit: WorkUnit, cs: ClassState, st: PlanState, cands: list[Candidate], pos_attr: str) -> bool:
+    n = unit.nodes
+    pos = getattr(cs, pos_attr)
+    while pos < len(cands):
+        c = cands[pos]
+        o, pool = c.offering, c.pool
+        why = st.headroom.blocker(pool.name, o.key, n, o.gpus_per_node, c.hourly_usd * n)
+        names = None if why else st.names.take(pool, n)
+        if why is None and names is None:
+            why = UnservedReason.NAMES_EXHAUSTED
+        if why is not None:
+            cs.failed[why] += 1
+            pos += 1
+            continue
+        setattr(cs, pos_attr, pos)
+        st.headroom.take(pool.name, o.key, n, o.gpus_per_node, c.hourly_usd * n)
+        if n > 1:
+            batch = st.batches[("gang", unit.id)] = Batch(pool, o, c.hourly_usd, gang=True)
+        else:
+            batch = st.batches.get((pool.name, o.key))
+            if batch is None:
+                batch = st.batches[(pool.name, o.key)] = Batch(pool, o, c.hourly_usd)
+        assert names is not None
+        batch.names.extend(names)
+        slots = [Slot(name, pool.name, o.key.zone, o.gpus_per_node, NEW, batch) for name in names]
+        for s in slots:
+            st.index.add(s)
+        st.record(unit, slots)
+        return True
+    setattr(cs, pos_attr, pos)
+    return False
+
+
+def fill_reservations(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
+    """Launch into paid-for reservation slots before buying anything (cost 0 at the margin)."""
+    return _launch(unit, cs, st, cs.reserved, "r_pos")
+
+
+def place_gang(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
+    """A multi-node unit: all `nodes` from one offering (one zone) in one ScaleUp, with one
+    placement group where the pool wants compact placement; never part of a gang."""
+    if unit.nodes == 1:
+        return False
+    return _launch(unit, cs, st, cs.market, "m_pos")
+
+
+def place_cheapest(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
+    """A single-node unit: the cheapest feasible offering per unit served, right-sized; the new
+    node's leftover GPUs become capacity for the next small units (bin-packing)."""
+    if unit.nodes > 1:
+        return False
+    return _launch(unit, cs, st, cs.market, "m_pos")
+
+
+def class_state(cls: UnitClass, class_size: int, st: PlanState) -> ClassState:
+    cands, none = st.book.candidates(cls, class_size)
+    return ClassState(
+        cls,
+        cls.existing_pools(st.inventory.pools),
+        [c for c in cands if c.reserved],
+        [c for c in cands if not c.reserved],
+        none,
+    )

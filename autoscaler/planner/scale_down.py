@@ -1,0 +1,67 @@
+"""Scale-down pass: drain ready-idle nodes past the idle timeout, delete drained empty nodes by name.
+
+Never a node with work on it (or one that this plan just placed work on); reservation-backed
+nodes are kept while `policy.keep_reserved_nodes` (they are paid for either way); each pool keeps
+`min_nodes`.  Nodes stuck requested/booting past `policy.boot_timeout_s` are deleted by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from autoscaler.model import COMING_STATES, DeleteNodes, Drain, Inventory, NodeState, Policy
+from fleet.catalog import CapacityType
+
+
+def boot_timeouts(inventory: Inventory, policy: Policy, now: float) -> list[str]:
+    """Names of nodes requested/booting for longer than the boot timeout (none when unset)."""
+    if policy.boot_timeout_s is None:
+        return []
+    return [n.name for n in inventory.nodes if n.state in COMING_STATES and now - n.since > policy.boot_timeout_s]
+
+
+def scale_down_idle(
+    inventory: Inventory,
+    policy: Policy,
+    now: float,
+    in_use: Collection[str] = (),
+    timed_out: Collection[str] = (),
+) -> tuple[list[Drain], list[DeleteNodes]]:
+    """Drain and delete commands, one of each per pool at most, names sorted.
+
+    `in_use`: nodes this plan places work on (never drained); `timed_out`: boot-timeout victims."""
+    drains: list[Drain] = []
+    deletes: list[DeleteNodes] = []
+    timed = set(timed_out)
+    for pool in inventory.pools:
+        nodes = inventory.nodes_by_pool[pool.name]
+        staying = [n for n in nodes if n.state in COMING_STATES | {NodeState.READY_IDLE, NodeState.BUSY}]
+        spare = len([n for n in staying if n.name not in timed]) - pool.min_nodes
+        idle = [
+            n
+            for n in nodes
+            if n.state is NodeState.READY_IDLE
+            and not n.has_work
+            and n.name not in in_use
+            and n.idle_for(now) >= policy.idle_timeout_s
+            and not (policy.keep_reserved_nodes and n.offering.capacity_type is CapacityType.RESERVATION)
+        ]
+        idle.sort(key=lambda n: (n.since, n.name))  # longest idle first
+        victims = sorted(n.name for n in idle[: max(0, spare)])
+        if victims:
+            drains.append(
+                Drain(
+                    pool.name,
+                    tuple(victims),
+                    f"idle for >= {policy.idle_timeout_s:g}s (idle timeout); drain then delete",
+                )
+            )
+        drained = sorted(n.name for n in nodes if n.state is NodeState.DRAINING and not n.has_work)
+        stuck = sorted(n.name for n in nodes if n.name in timed)
+        if drained:
+            deletes.append(DeleteNodes(pool.name, tuple(drained), "drained and empty"))
+        if stuck:
+            deletes.append(
+                DeleteNodes(pool.name, tuple(stuck), f"not ready after {policy.boot_timeout_s:g}s (boot timeout)")
+            )
+    return drains, deletes

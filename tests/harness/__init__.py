@@ -1,0 +1,1 @@
+"""Reusable test harnesses (real Slurm on this host: `tests.harness.slurm`)."""

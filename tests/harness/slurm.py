@@ -1,0 +1,273 @@
+"""A real Slurm 22.05 controller on this host, for tests: root, no systemd, nothing shared with the system.
+
+Everything lives in one private directory: its own munged (own key and socket), `slurmctld -D -c`
+(saved state cleared), optionally a slurmd for this host, config files under `etc/`, logs under
+`log/`.  Client commands run with `SLURM_CONF` pointing there, so /etc/slurm is never read or
+written and several harnesses (on different ports) can run side by side.
+
+Typical use (see tests/conftest.py for the `slurm_factory` fixture)::
+
+    h = SlurmHarness()
+    conf = render_slurm_conf(spec, cluster, overrides=h.overrides())
+    h.start(conf.slurm_conf, conf.gres_conf)
+    nodes = h.sinfo_json()["nodes"]
+    h.stop()
+
+Extending it (fake cloud nodes, the autoscaler's own hooks): pass `resume_program=` etc., add
+node/partition lines with `extra_lines`, start extra daemons with `spawn` (stopped with the rest).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+DAEMONS = ("slurmctld", "munged", "mungekey", "sinfo", "scontrol")
+
+
+def slurm_unavailable_reason() -> str | None:
+    """Why a real Slurm cannot run here (None when it can)."""
+    missing = [d for d in DAEMONS if shutil.which(d) is None and not Path(f"/usr/sbin/{d}").exists()]
+    if missing:
+        return f"Slurm/munge not installed ({', '.join(missing)} missing; scripts/setup.sh installs them)"
+    if os.geteuid() != 0:
+        return "real-Slurm tests run slurmctld/munged as root; run as root (CI does)"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def short_hostname() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+class SlurmStartError(RuntimeError):
+    """A daemon did not come up; the message carries the tail of its logs."""
+
+
+_HOOK = """#!/bin/sh
+# test hook: record the call; the real ones are the autoscaler's `fleet slurm ...` commands
+echo "$(date +%s.%N) {name} $*" >> "{log}"
+"""
+
+
+class SlurmHarness:
+    """One private Slurm controller (and optional local slurmd) started from a given slurm.conf."""
+
+    def __init__(
+        self,
+        root: Path | None = None,
+        *,
+        ctld_port: int | None = None,
+        slurmd_port: int | None = None,
+        resume_program: str | None = None,
+        suspend_program: str | None = None,
+        resume_fail_program: str | None = None,
+    ) -> None:
+        if root is None:
+            # not under pytest's 0700 tmp dirs: munged insists every directory above its socket is world-executable
+            root = Path(tempfile.mkdtemp(prefix="fleet-slurm-", dir="/tmp"))
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.chmod(0o755)
+        for sub in ("etc", "state/ctld", "state/d", "run", "log", "bin", "munge"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self.ctld_port = ctld_port or free_port()
+        self.slurmd_port = slurmd_port or free_port()
+        self.hostname = short_hostname()
+        self.power_log = self.root / "log" / "power.log"
+        self.resume_program = resume_program or self._hook("resume")
+        self.suspend_program = suspend_program or self._hook("suspend")
+        self.resume_fail_program = resume_fail_program or self._hook("resume_fail")
+        self.conf_path = self.root / "etc" / "slurm.conf"
+        self.munge_socket = self.root / "munge" / "munge.socket"
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    # ------------------------------------------------------------------ configuration
+
+    def _hook(self, name: str) -> str:
+        path = self.root / "bin" / f"{name}.sh"
+        path.write_text(_HOOK.format(name=name, log=self.power_log))
+        path.chmod(0o755)
+        return str(path)
+
+    def overrides(self) -> dict[str, str]:
+        """The host-specific slurm.conf keys that make a generated config start on this machine."""
+        r = self.root
+        return {
+            "SlurmctldHost": f"{self.hostname}(127.0.0.1)",
+            "SlurmctldPort": str(self.ctld_port),
+            "SlurmdPort": str(self.slurmd_port),
+            "SlurmUser": "root",
+            "SlurmdUser": "root",
+            "AuthInfo": f"socket={self.munge_socket}",
+            "StateSaveLocation": str(r / "state" / "ctld"),
+            "SlurmdSpoolDir": str(r / "state" / "d" / "%n"),
+            "SlurmctldPidFile": str(r / "run" / "slurmctld.pid"),
+            "SlurmdPidFile": str(r / "run" / "slurmd-%n.pid"),
+            "SlurmctldLogFile": str(r / "log" / "slurmctld.log"),
+            "SlurmdLogFile": str(r / "log" / "slurmd-%n.log"),
+            # no systemd / cgroups on this host
+            "ProctrackType": "proctrack/linuxproc",
+            "TaskPlugin": "task/none",
+            "JobAcctGatherType": "jobacct_gather/none",
+            "ResumeProgram": self.resume_program,
+            "SuspendProgram": self.suspend_program,
+            "ResumeFailProgram": self.resume_fail_program,
+            # cloud node names have no DNS here (else ~10 s getaddrinfo retries per message)
+            "NodeAddr": "127.0.0.1",
+        }
+
+    def local_node_lines(self, partition: str = "local", cpus: int | None = None) -> list[str]:
+        """slurm.conf lines for a real node = this host (for `start(..., slurmd=True)`)."""
+        cpus = cpus or os.cpu_count() or 1
+        return [
+            f"NodeName={self.hostname} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 State=UNKNOWN",
+            f"PartitionName={partition} Nodes={self.hostname} MaxTime=INFINITE State=UP",
+        ]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf_path)}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(
+        self,
+        slurm_conf: str,
+        gres_conf: str = "",
+        *,
+        extra_lines: Sequence[str] = (),
+        cgroup_conf: str | None = None,
+        slurmd: bool = False,
+        timeout: float = 30.0,
+    ) -> None:
+        """Write the configs, start munged and slurmctld (state cleared), optionally a local slurmd."""
+        text = slurm_conf.rstrip("\n") + "\n" + "".join(f"{line}\n" for line in extra_lines)
+        if slurmd and f"NodeName={self.hostname} " not in text:
+            text += "".join(f"{line}\n" for line in self.local_node_lines())
+        self.conf_path.write_text(text)
+        (self.root / "etc" / "gres.conf").write_text(gres_conf)
+        if cgroup_conf is not None:
+            (self.root / "etc" / "cgroup.conf").write_text(cgroup_conf)
+        try:
+            self._start_munge(timeout)
+            self.spawn("slurmctld", ["slurmctld", "-D", "-c", "-f", str(self.conf_path)])
+            self._wait(lambda: "UP" in self.run("scontrol", "ping").stdout, "slurmctld", timeout)
+            if slurmd:
+                self.spawn("slurmd", ["slurmd", "-D", "-N", self.hostname, "-f", str(self.conf_path)])
+                self._wait(lambda: self._node_state(self.hostname).startswith("idle"), "slurmd", timeout)
+        except BaseException:
+            self.stop(remove=False)
+            raise
+
+    def _start_munge(self, timeout: float) -> None:
+        key = self.root / "munge" / "munge.key"
+        if not key.exists():
+            subprocess.run(["mungekey", "-c", "-k", str(key)], check=True, capture_output=True)
+        key.chmod(0o400)
+        m = self.root / "munge"
+        self.spawn(
+            "munged",
+            [
+                "munged",
+                "-F",
+                f"--key-file={key}",
+                f"--socket={self.munge_socket}",
+                f"--pid-file={m / 'munged.pid'}",
+                f"--log-file={m / 'munged.log'}",
+                f"--seed-file={m / 'munged.seed'}",
+            ],
+        )
+        self._wait(self.munge_socket.exists, "munged", timeout)
+
+    def spawn(self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Start a foreground daemon whose output goes to log/<name>.out; `stop()` ends it by PID."""
+        if name in self._procs and self._procs[name].poll() is None:
+            raise SlurmStartError(f"{name} is already running (pid {self._procs[name].pid})")
+        out = (self.root / "log" / f"{name}.out").open("ab")
+        proc = subprocess.Popen(
+            list(argv), env=dict(env or self.env), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        out.close()
+        self._procs[name] = proc
+        return proc
+
+    def _wait(self, ready: Any, name: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            proc = self._procs.get(name)
+            if proc is not None and proc.poll() is not None:
+                raise SlurmStartError(f"{name} exited with {proc.returncode}\n{self.logs()}")
+            if ready():
+                return
+            time.sleep(0.1)
+        raise SlurmStartError(f"{name} not ready after {timeout:.0f}s\n{self.logs()}")
+
+    def stop(self, remove: bool = True) -> None:
+        """Stop every daemon this harness started (slurmd, slurmctld, munged last), by PID."""
+        for name in sorted(self._procs, key=lambda n: n == "munged"):
+            proc = self._procs[name]
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
+        self._procs.clear()
+        if remove:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> SlurmHarness:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop(remove=exc[0] is None)
+
+    @property
+    def running(self) -> bool:
+        return any(p.poll() is None for p in self._procs.values())
+
+    def logs(self, lines: int = 40) -> str:
+        """Tail of every log file, for failure messages."""
+        out = []
+        for path in [*sorted((self.root / "log").glob("*")), self.root / "munge" / "munged.log"]:
+            if path.is_file():
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+                out.append(f"--- {path.name} ---\n" + "\n".join(tail))
+        return "\n".join(out)
+
+    # ------------------------------------------------------------------ clients
+
+    def run(self, *args: str, check: bool = False, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+        """Run a Slurm client (sinfo, squeue, scontrol, sbatch ...) against this cluster."""
+        proc = subprocess.run(list(args), env=self.env, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise subprocess.CalledProcessError(proc.returncode, args, proc.stdout, proc.stderr)
+        return proc
+
+    def sinfo_json(self) -> dict[str, Any]:
+        return json.loads(self.run("sinfo", "--json", check=True).stdout)
+
+    def squeue_json(self) -> dict[str, Any]:
+        return json.loads(self.run("squeue", "--json", check=True).stdout)
+
+    def _node_state(self, node: str) -> str:
+        return self.run("sinfo", "-h", "-n", node, "-o", "%t").stdout.strip()
+
+    def power_calls(self) -> list[str]:
+        """Lines the default Resume/Suspend hooks logged: `<time> resume <hostlist>`."""
+        return self.power_log.read_text().splitlines() if self.power_log.exists() else []

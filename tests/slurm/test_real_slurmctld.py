@@ -1,0 +1,117 @@
+"""Each example stack's generated slurm.conf, started by a real slurmctld 22.05 on this host."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fleet.catalog import load_catalog
+from fleet.slurm import render_slurm_conf
+from fleet.spec import FleetSpec, load_spec, load_stack_file, read_stack_config
+from fleet.spec.derive import default_partition, node_name_prefix
+from tests.harness.slurm import SlurmHarness, SlurmStartError
+
+pytestmark = pytest.mark.slurm
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ["gcp-a3mega-slurm", "gcp-a3ultra-slurm", "gcp-l4-dev"]
+
+
+@pytest.fixture(scope="module", params=EXAMPLES)
+def cluster(request: pytest.FixtureRequest, slurm_factory) -> Iterator[tuple[FleetSpec, SlurmHarness]]:
+    spec = load_stack_file(ROOT / f"Pulumi.{request.param}.yaml")
+    harness = slurm_factory()
+    conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
+    harness.start(conf.slurm_conf, conf.gres_conf)
+    yield spec, harness
+    harness.stop()
+
+
+def test_every_pool_appears_as_powered_down_cloud_nodes(cluster: tuple[FleetSpec, SlurmHarness]) -> None:
+    spec, harness = cluster
+    c = spec.clusters[0]
+    nodes = {n["name"]: n for n in harness.sinfo_json()["nodes"]}
+    cat = load_catalog()
+    for pool in c.pools:
+        machine = cat.machine(pool.machine_type)
+        want_parts = sorted(p.name for p in c.slurm.partitions if pool.name in p.pools)
+        names = [f"{node_name_prefix(c.name, pool.name)}-{i}" for i in range(pool.max_nodes)]
+        for name in names:
+            node = nodes.get(name)
+            assert node is not None, f"{name} missing from sinfo\n{harness.logs()}"
+            assert {"CLOUD", "POWERED_DOWN"} <= set(node["state_flags"]), node["state_flags"]
+            assert node["gres"] == f"gpu:{machine.gpu_count}"
+            assert sorted(node["partitions"]) == want_parts
+            assert node["features"].split(",") == [machine.gpu.short, pool.machine_type, str(pool.capacity)]
+            assert node["cpus"] == machine.vcpus
+            assert 0 < node["real_memory"] < machine.memory_gib * 1024
+    assert len(nodes) == sum(p.max_nodes for p in c.pools), "no node outside the pools"
+
+
+def test_partitions_and_default(cluster: tuple[FleetSpec, SlurmHarness]) -> None:
+    spec, harness = cluster
+    slurm = spec.clusters[0].slurm
+    out = harness.run("sinfo", "-h", "-o", "%P", check=True).stdout.split()
+    default = default_partition(slurm).name
+    assert sorted(out) == sorted(p.name + ("*" if p.name == default else "") for p in slurm.partitions)
+
+
+def test_a_gpu_job_powers_up_reservation_nodes_first(slurm_factory) -> None:
+    """Weight orders capacity: a job in the mixed spot-tolerant partition lands on reserved nodes
+    and slurmctld calls the ResumeProgram hook with them."""
+    spec = load_stack_file(ROOT / "Pulumi.gcp-a3mega-slurm.yaml")
+    harness = slurm_factory()
+    conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
+    harness.start(conf.slurm_conf, conf.gres_conf)
+    try:
+        job = harness.run("sbatch", "--parsable", "-p", "a3mega-spot", "-N", "2", "--gres=gpu:8", "--wrap", "true")
+        assert job.returncode == 0, job.stderr
+        deadline = time.monotonic() + 15
+        while not harness.power_calls() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        calls = harness.power_calls()
+        assert calls, f"ResumeProgram never called\n{harness.logs()}"
+        _, hook, hostlist = calls[0].split(" ", 2)
+        assert hook == "resume"
+        assert hostlist.startswith("a3mega-resv-"), hostlist
+    finally:
+        harness.stop()
+
+
+def test_min_nodes_are_excluded_from_suspend(slurm_factory) -> None:
+    data = read_stack_config(ROOT / "Pulumi.gcp-l4-dev.yaml")
+    data["clusters"][0]["pools"][0]["min_nodes"] = 2
+    spec = load_spec(data)
+    harness = slurm_factory()
+    conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
+    harness.start(conf.slurm_conf, conf.gres_conf)
+    try:
+        config = harness.run("scontrol", "show", "config", check=True).stdout
+        line = next(ln for ln in config.splitlines() if ln.startswith("SuspendExcNodes"))
+        assert line.split("=", 1)[1].strip() == "l4dev-l4x1-[0-1]"
+    finally:
+        harness.stop()
+
+
+def test_harness_reports_a_config_slurm_rejects(slurm_factory) -> None:
+    harness = slurm_factory()
+    spec = load_stack_file(ROOT / "Pulumi.gcp-l4-dev.yaml")
+    conf = render_slurm_conf(spec, spec.clusters[0], overrides={**harness.overrides(), "SelectType": "select/bogus"})
+    with pytest.raises(SlurmStartError, match="slurmctld"):
+        harness.start(conf.slurm_conf, conf.gres_conf, timeout=10)
+    assert not harness.running
+
+
+def test_harness_local_slurmd_runs_a_job(slurm_factory) -> None:
+    spec = load_stack_file(ROOT / "Pulumi.gcp-l4-dev.yaml")
+    harness = slurm_factory()
+    conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
+    harness.start(conf.slurm_conf, conf.gres_conf, slurmd=True)
+    try:
+        out = harness.run("srun", "-p", "local", "-N1", "hostname", "-s", check=True, timeout=30)
+        assert out.stdout.strip() == harness.hostname
+    finally:
+        harness.stop()

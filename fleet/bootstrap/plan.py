@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from ipaddress import IPv4Network
 from pathlib import Path
-
-from pydantic import ValidationError
 
 from fleet.bootstrap.addressing import AddressPlan, AddressPlanExhausted, UsedRange, plan_addresses
 from fleet.bootstrap.errors import BadArgument
@@ -21,7 +20,8 @@ from fleet.bootstrap.quotas import QuotaNeed, RegionQuota, quota_needs
 from fleet.bootstrap.regions import UnknownRegion, check_region
 from fleet.bootstrap.sizing import SlurmPlan, StoragePlan, plan_slurm, plan_storage
 from fleet.catalog import CapacityType, Catalog
-from fleet.spec.model import FleetSpec
+from fleet.spec.derive import fabric_subnet_count
+from fleet.spec.load import SpecError, load_spec
 
 PROJECT_RE = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,18}[a-z0-9])?$")
@@ -80,6 +80,7 @@ class BootstrapRequest:
     cluster: str | None = None
     machine_type: str | None = None
     zones: tuple[str, ...] | None = None
+    reserved_cidrs: tuple[str, ...] = ()  # ranges used elsewhere (peered VPCs, on-prem) to keep clear of
 
     @property
     def stack_name(self) -> str:
@@ -177,10 +178,15 @@ def _check_request(req: BootstrapRequest, catalog: Catalog) -> None:
         check_region(req.region, catalog)
     except UnknownRegion as exc:
         raise BadArgument("--region", str(exc)) from None
-    if req.scheduler not in ("slurm", "gke"):
-        raise BadArgument("--scheduler", f"{req.scheduler!r} is not one of slurm, gke")
+    if req.scheduler != "slurm":
+        raise BadArgument("--scheduler", f"{req.scheduler!r}: only slurm is supported by the stack program today")
     if not STACK_RE.match(req.stack_name):
         raise BadArgument("--name", f"{req.stack_name!r}: stack names use letters, digits, '-', '_', '.'")
+    for cidr in req.reserved_cidrs:
+        try:
+            IPv4Network(cidr)
+        except ValueError as exc:
+            raise BadArgument("--reserve", f"{cidr!r} is not an IPv4 CIDR ({exc})") from None
     if not NAME_RE.match(req.cluster_name):
         raise BadArgument("--cluster", f"{req.cluster_name!r} is not a lower-case RFC 1035 name of <= 20 chars")
 
@@ -204,20 +210,32 @@ def plan_region(req: BootstrapRequest, catalog: Catalog, used: list[UsedRange]) 
     else:
         zones = offered
         reasons.append(f"zones {', '.join(zones)}: every zone of {req.region} offering {m.name} per the catalog")
-    if cap.type is CapacityType.RESERVATION and len(zones) > 1:
-        reasons.append(f"reservation {cap.reservation} lives in one zone: narrow --zones to it")
 
     compact = 1 < nodes <= m.compact_placement_max_vms
-    if compact and cap.type is CapacityType.FLEX_START and not m.flex_start_compact:
+    if compact and cap.type is CapacityType.SPOT:
+        compact = False
+        reasons.append("no compact placement: spot capacity is found more easily across zones")
+    elif compact and cap.type is CapacityType.FLEX_START and not m.flex_start_compact:
         compact = False
         reasons.append(f"no compact placement: flex-start cannot combine with it on {m.name}")
     elif compact:
         reasons.append(f"compact placement: {nodes} nodes <= {m.compact_placement_max_vms} per policy on {m.name}")
 
+    # A reservation is zonal and a compact placement policy spans one zone: such a pool gets one zone.
+    pool_zones = zones
+    if (compact or cap.type is CapacityType.RESERVATION) and len(zones) > 1:
+        pool_zones = zones[:1]
+        why = f"reservation {cap.reservation} is zonal" if cap.reservation else "compact placement spans one zone"
+        reasons.append(f"pool zone {pool_zones[0]}: {why}; pass --zones to choose another")
+    elif cap.type is CapacityType.RESERVATION:
+        reasons.append(f"reservation {cap.reservation} must be in {zones[0]}")
+
     storage = plan_storage(m, nodes)
     slurm = plan_slurm(m, nodes) if req.scheduler == "slurm" else None
     system_vms = ([slurm.controller_machine_type] + [slurm.login_machine_type] * slurm.login_nodes) if slurm else []
-    gpu_subnets = m.nics.gpu_nics + m.nics.rdma_nics
+    gpu_subnets = fabric_subnet_count(m)
+    reserved = [IPv4Network(c) for c in req.reserved_cidrs]
+    used = [*used, *(UsedRange(c, "--reserve") for c in reserved)]
     try:
         addresses = plan_addresses(nodes, len(system_vms), gpu_subnets, used)
     except AddressPlanExhausted as exc:
@@ -230,7 +248,7 @@ def plan_region(req: BootstrapRequest, catalog: Catalog, used: list[UsedRange]) 
         "machine_type": m.name,
         "min_nodes": 0,
         "max_nodes": nodes,
-        "zones": list(zones),
+        "zones": list(pool_zones),
         "capacity": str(cap.type),
     }
     if cap.reservation:
@@ -251,14 +269,18 @@ def plan_region(req: BootstrapRequest, catalog: Catalog, used: list[UsedRange]) 
         "project": req.project,
         "region": req.region,
         "zones": list(zones),
-        "network": {"system_cidr": str(addresses.system_cidr), "gpu_cidr": str(addresses.gpu_cidr)},
+        "network": {
+            "system_cidr": str(addresses.system_cidr),
+            "gpu_cidr": str(addresses.gpu_cidr),
+            **({"reserved_cidrs": [str(c) for c in reserved]} if reserved else {}),
+        },
         "clusters": [cluster],
         "labels": {"gpu-fleet-stack": req.stack_name.lower().replace(".", "-")[:63]},
     }
     try:
-        FleetSpec.model_validate(spec)
-    except ValidationError as exc:  # a bug here, not the user's: say so plainly
-        raise AssertionError(f"bootstrap produced an invalid fleet spec: {exc}") from exc
+        load_spec(spec, catalog)
+    except SpecError as exc:  # a bug here, not the user's: say so plainly
+        raise AssertionError(f"bootstrap produced a fleet spec that fails validation:\n{exc}") from exc
 
     filestore = (storage.home_tier, storage.home_capacity_gb)
     quotas = quota_needs(m, nodes, cap.type, system_vms, filestore, storage.scratch_capacity_gib)

@@ -1,0 +1,180 @@
+"""`fleet bootstrap-region`: write a validated stack file for N GPUs of one type in a new region.
+
+Exit codes: 0 written (or planned, with --dry-run); 1 the region's quota could not be read;
+2 bad arguments (including an existing stack file without --force); 3 no zone of the region
+offers the machine type (the nearest regions that do are named); 4 the region's quota is too
+small (with --check-quota).  Nothing is written unless the exit code is 0.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fleet.bootstrap.errors import BadArgument, BootstrapError, NoZoneOffers, QuotaTooSmall
+from fleet.bootstrap.quotas import RegionQuota, shortfalls
+from fleet.catalog import load_catalog
+
+ENDPOINT_ENV = "FLEET_COMPUTE_ENDPOINT"
+
+
+def _fail(exc: BootstrapError, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(exc.to_json(), indent=2))
+    else:
+        err = Console(stderr=True)
+        err.print(f"[bold red]error[/]: {exc}", highlight=False, soft_wrap=True)
+        if isinstance(exc, NoZoneOffers) and exc.alternatives:
+            table = Table("region", "city", "km", "machine type", "zones", "on-demand $/h", "spot $/h")
+            for m, alt in exc.alternatives:
+                table.add_row(
+                    alt.region,
+                    alt.city,
+                    f"{alt.distance_km:,.0f}",
+                    m.name,
+                    ", ".join(alt.zones),
+                    f"{alt.price.on_demand:,.2f}" if alt.price else "-",
+                    f"{alt.price.spot:,.2f}" if alt.price and alt.price.spot is not None else "-",
+                )
+            err.print(table)
+    raise typer.Exit(exc.exit_code)
+
+
+def _money(v: float | None) -> str:
+    return "-" if v is None else f"${v:,.2f}"
+
+
+def _print_human(out: dict, written: bool) -> None:
+    con = Console()
+    verb = "wrote" if written else "would write (--dry-run)"
+    con.print(f"[bold]{verb}[/] {out['stack_file']}", highlight=False)
+    con.print(
+        f"{out['nodes']} x {out['machine_type']} ({out['gpus']} x {out['gpu_type']}), {out['capacity']}, "
+        f"zones {', '.join(out['zones'])}; system {out['cidrs']['system']}, GPU {out['cidrs']['gpu']}",
+        highlight=False,
+    )
+    con.print("\n[bold]Why[/]")
+    for reason in out["reasons"]:
+        con.print(f"  - {reason}", highlight=False)
+
+    quotas = Table("quota metric", "needed", "limit", "in use", "available", "status", title="Quotas at max size")
+    for q in out["quotas"]:
+        if "available" in q:
+            status = "[green]ok[/]" if q["ok"] else "[red]too small[/]"
+            row = [f"{q['limit']:g}", f"{q['usage']:g}", f"{q['available']:g}", status]
+        else:
+            row = ["", "", "", "not checked" if not q["checked"] else "run --check-quota"]
+        quotas.add_row(q["metric"], f"{q['needed']:g}", *row)
+    con.print(quotas)
+
+    price = out["price_per_hour"]
+    prices = Table("capacity", "$/h per node", "$/h at min", "$/h at max", title="Price per hour (list)")
+    for name, p in price["by_capacity_type"].items():
+        mark = " (chosen)" if name == price["capacity_type"] else ""
+        prices.add_row(name + mark, _money(p["per_node"]), _money(p["at_min"]), _money(p["at_max"]))
+    con.print(prices)
+    con.print(f"  {price['covers']}", highlight=False)
+
+    con.print("\n[bold]Next steps[/]")
+    for step in out["next_steps"]:
+        con.print(f"  {step}", highlight=False, soft_wrap=True)
+
+
+def bootstrap_region(
+    project: str = typer.Option(..., "--project", help="GCP project id the stack deploys into"),
+    region: str = typer.Option(..., "--region", help="GCP region, e.g. europe-west4"),
+    gpu: str = typer.Option(..., "--gpu", help="h100, h100-mega, h200, b200, a100, a100-80gb or l4"),
+    gpus: int = typer.Option(..., "--gpus", help="GPUs the pool holds at its maximum size"),
+    scheduler: str = typer.Option("slurm", "--scheduler", help="scheduler of the cluster (slurm)"),
+    capacity: str = typer.Option("on-demand", "--capacity", help="reservation:NAME, spot, flex-start or on-demand"),
+    name: str | None = typer.Option(None, "--name", help="stack name (default gcp-<region>-<gpu>)"),
+    stacks_dir: Path | None = typer.Option(  # noqa: B008
+        None, "--stacks-dir", help="where the stack files live (default: the directory holding Pulumi.yaml)"
+    ),
+    check_quota: bool = typer.Option(
+        False, "--check-quota", help="read the region's quota (google-cloud-compute) and fail if it is too small"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object with every decision"),
+    force: bool = typer.Option(False, "--force", help="overwrite an existing stack file"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="decide and print, write nothing"),
+    machine_type: str | None = typer.Option(None, "--machine-type", help="use this machine type for the GPU"),
+    zones: str | None = typer.Option(None, "--zones", help="comma-separated zones (default: all offering the type)"),
+    cluster: str | None = typer.Option(None, "--cluster", help="cluster name (default <gpu>-<region abbrev>)"),
+    reserve: list[str] = typer.Option(  # noqa: B008
+        [], "--reserve", help="a CIDR used elsewhere (peered VPC, on-prem) to keep clear of; repeatable"
+    ),
+    compute_endpoint: str | None = typer.Option(
+        None,
+        "--compute-endpoint",
+        envvar=ENDPOINT_ENV,
+        help="Compute API endpoint for --check-quota (an http:// endpoint gets anonymous credentials)",
+    ),
+) -> None:
+    """Write Pulumi.<STACK>.yaml for N GPUs in a region, and say what was decided and why."""
+    from fleet.bootstrap.gce_quota import QuotaReadError, read_region_quotas
+    from fleet.bootstrap.plan import BootstrapRequest, parse_capacity, plan_region
+    from fleet.bootstrap.stackfiles import (
+        find_stacks_dir,
+        render_stack_file,
+        stack_path,
+        used_ranges,
+        write_stack_file,
+    )
+
+    try:
+        request = BootstrapRequest(
+            project=project,
+            region=region,
+            gpu=gpu,
+            gpus=gpus,
+            scheduler=scheduler,
+            capacity=parse_capacity(capacity),
+            stack=name,
+            cluster=cluster,
+            machine_type=machine_type,
+            zones=tuple(z.strip() for z in zones.split(",") if z.strip()) if zones else None,
+            reserved_cidrs=tuple(reserve),
+        )
+        if stacks_dir is not None and not stacks_dir.is_dir():
+            raise BadArgument("--stacks-dir", f"{stacks_dir} is not a directory")
+        directory = stacks_dir if stacks_dir is not None else find_stacks_dir(Path.cwd())
+        path = stack_path(directory, request.stack_name)
+        if path.exists() and not force and not dry_run:
+            raise BadArgument("--name", f"{path} exists; pass --force to overwrite it, or choose another --name")
+        plan = plan_region(request, load_catalog(), used_ranges(directory, exclude=path))
+        available: dict[str, RegionQuota] | None = None
+        if check_quota:
+            try:
+                available = read_region_quotas(project, region, compute_endpoint)
+            except QuotaReadError as exc:
+                typer.echo(f"error: --check-quota: {exc}", err=True)
+                raise typer.Exit(1) from None
+            short = shortfalls(plan.quotas, available)
+            if short:
+                raise QuotaTooSmall(region, short)
+    except BootstrapError as exc:
+        _fail(exc, as_json)
+        return
+
+    out = plan.to_json(path, available)
+    if not dry_run:
+        argv = ["--project", project, "--region", region, "--gpu", gpu, "--gpus", str(gpus)]
+        command = shlex.join(["fleet", "bootstrap-region", *argv, "--capacity", capacity, "--name", request.stack_name])
+        header = [
+            f"Written by `{command}`: {out['nodes']} x {out['machine_type']} in {region}; see docs/bootstrap.md.",
+            "`gcp:project` / `gcp:region` configure the Pulumi GCP provider and equal the spec's project / region.",
+        ]
+        write_stack_file(path, render_stack_file(project, region, plan.spec, header), force=True)
+    if as_json:
+        typer.echo(json.dumps(out | {"written": not dry_run}, indent=2))
+    else:
+        _print_human(out, written=not dry_run)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bootstrap-region")(bootstrap_region)

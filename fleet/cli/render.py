@@ -1,0 +1,94 @@
+"""`fleet render`: files generated from a stack's fleet spec, without Pulumi.
+
+`fleet render slurm-conf (--stack NAME | --config PATH) [--cluster NAME] --out DIR` writes
+slurm.conf, gres.conf and cgroup.conf (in DIR/<cluster>/ when the spec has several Slurm clusters);
+`fleet render spec` prints the validated spec with every default filled in.  An invalid spec
+exits 2 with one `path: reason` line per problem on stderr and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+render_app = typer.Typer(help="Render files from a stack's fleet spec (no cloud access).", no_args_is_help=True)
+
+STACK_HELP = "stack name: reads Pulumi.NAME.yaml from the current directory or the repo root"
+CONFIG_HELP = "path of a stack file (same format as Pulumi.<stack>.yaml)"
+StackOpt = Annotated[str | None, typer.Option("--stack", help=STACK_HELP)]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help=CONFIG_HELP)]
+
+
+def _fail(lines: list[str]) -> typer.Exit:
+    for line in lines:
+        typer.echo(f"error: {line}", err=True)
+    return typer.Exit(2)
+
+
+def _load(stack: str | None, config: Path | None):  # -> FleetSpec
+    from fleet.spec import SpecError, load_stack_file, stack_file
+
+    if (stack is None) == (config is None):
+        raise _fail(["give exactly one of --stack NAME or --config PATH"])
+    try:
+        path = stack_file(stack) if stack is not None else config
+        return load_stack_file(path)
+    except SpecError as exc:
+        raise _fail([f"{p}: {r}" for p, r in exc.errors]) from None
+
+
+def _parse_sets(values: list[str]) -> dict[str, str]:
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise _fail([f"--set {item!r}: expected KEY=VALUE (a slurm.conf key)"])
+        out[key] = value
+    return out
+
+
+@render_app.command("slurm-conf")
+def slurm_conf(
+    out: Annotated[Path, typer.Option("--out", help="directory to write slurm.conf, gres.conf, cgroup.conf into")],
+    stack: StackOpt = None,
+    config: ConfigOpt = None,
+    cluster: Annotated[str | None, typer.Option(help="only this cluster (default: every Slurm cluster)")] = None,
+    controller_host: Annotated[str | None, typer.Option(help="SlurmctldHost (default: <cluster>-controller)")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="override a slurm.conf key, KEY=VALUE")] = None,
+) -> None:
+    """Write the generated Slurm configuration of a stack's Slurm cluster(s)."""
+    from fleet.slurm import render_slurm_conf
+
+    spec = _load(stack, config)
+    overrides = _parse_sets(set_ or [])
+    clusters = [c for c in spec.clusters if c.scheduler == "slurm"]
+    if cluster is not None:
+        names = [c.name for c in clusters]
+        clusters = [c for c in clusters if c.name == cluster]
+        if not clusters:
+            raise _fail([f"--cluster: no Slurm cluster {cluster!r} in the spec (clusters: {', '.join(names)})"])
+    if not clusters:
+        raise _fail(["the spec has no Slurm cluster"])
+    rendered = [(c, render_slurm_conf(spec, c, controller_host=controller_host, overrides=overrides)) for c in clusters]
+    for c, conf in rendered:
+        target = out / c.name if len(rendered) > 1 else out
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "slurm.conf").write_text(conf.slurm_conf)
+        (target / "gres.conf").write_text(conf.gres_conf)
+        (target / "cgroup.conf").write_text(conf.cgroup_conf)
+        nodes = ", ".join(f"{n.name}={n.node_names}" for n in conf.nodesets)
+        typer.echo(f"{c.name}: wrote {target}/slurm.conf, gres.conf, cgroup.conf (nodesets: {nodes})")
+
+
+@render_app.command("spec")
+def spec_json(stack: StackOpt = None, config: ConfigOpt = None) -> None:
+    """Validate a stack's fleet spec and print it as JSON with every default filled in."""
+    spec = _load(stack, config)
+    typer.echo(json.dumps(spec.model_dump(mode="json"), indent=2))
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(render_app, name="render")

@@ -127,7 +127,7 @@ def connect(path: Path | str, *, timeout_s: float = 10.0) -> sqlite3.Connection:
     p = Path(path)
     if str(path) != ":memory:":
         p.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None)
+    conn = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None, check_same_thread=False)
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
     if str(path) != ":memory:":

@@ -1,0 +1,165 @@
+"""Execute decisions: launches, drains, power-state updates and deletes, each logged and counted.
+
+Every call to the cloud or to scontrol goes through `Actuator`, which
+- in dry-run mode logs what it would do and touches nothing (store included);
+- writes a launch intent to the store *before* calling `provider.launch` (crash-safe, see `state`);
+- deletes only names that Slurm, in this tick's fresh view, reports without work (`deletable`), so no path
+  (scale-down, suspend, orphan clean-up, resume failure) can delete a busy node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from loguru import logger
+
+from autoscaler.cloud import LaunchRequest, Provider, ProviderError
+from autoscaler.daemon.metrics import Metrics
+from autoscaler.daemon.snapshot import offering_to_dict
+from autoscaler.daemon.state import StateStore
+from autoscaler.slurm.client import SlurmClient, SlurmUnavailable
+from autoscaler.slurm.readers import SlurmNode
+
+
+@dataclass
+class CommandLog:
+    """What the actuator did this tick (the `--once` output and the test oracle)."""
+
+    entries: list[dict] = field(default_factory=list)
+
+    def add(self, **entry: object) -> None:
+        self.entries.append(dict(entry))
+
+
+class Actuator:
+    def __init__(
+        self,
+        *,
+        provider: Provider,
+        slurm: SlurmClient,
+        store: StateStore,
+        metrics: Metrics,
+        clock: Callable[[], float],
+        dry_run: bool = False,
+    ) -> None:
+        self.provider = provider
+        self.slurm = slurm
+        self.store = store
+        self.metrics = metrics
+        self.clock = clock
+        self.dry_run = dry_run
+        self.log = CommandLog()
+
+    def _count(self, command: str, outcome: str) -> None:
+        self.metrics.commands.labels(command=command, outcome=outcome).inc()
+
+    # --- cloud ---------------------------------------------------------------------------------------------
+    def launch(self, request: LaunchRequest, reason: str, *, retry: bool = False) -> ProviderError | None:
+        """Record the intent, then launch.  Returns the provider error (already logged), None on success."""
+        entry = {
+            "command": "launch",
+            "request_id": request.request_id,
+            "pool": request.pool,
+            "offering": str(request.offering),
+            "names": list(request.names),
+            "reason": reason,
+            "retry": retry,
+        }
+        if self.dry_run:
+            logger.bind(**entry).info("dry-run: would launch {} in {}", list(request.names), request.offering)
+            self.log.add(**entry, outcome="dry-run")
+            self._count("launch", "dry-run")
+            return None
+        now = self.clock()
+        if not retry:
+            self.store.record_intent(
+                request.request_id, request.pool, offering_to_dict(request.offering), request.names, now
+            )
+        try:
+            result = self.provider.launch(request)
+        except ProviderError as exc:
+            logger.bind(**entry, error=str(exc), kind=str(exc.kind)).warning(
+                "launch {} failed ({}): {}", request.request_id, exc.kind, exc
+            )
+            self.log.add(**entry, outcome="failed", error=str(exc), kind=str(exc.kind))
+            self._count("launch", "failed")
+            return exc
+        self.store.set_request_state(request.request_id, "launched", self.clock(), reason)
+        for n in request.names:
+            self.store.add_history(n, "requested", now, f"{request.request_id} {request.offering}")
+        logger.bind(**entry, accepted=list(result.accepted)).info(
+            "launched {} in {} ({})", list(request.names), request.offering, reason
+        )
+        self.log.add(**entry, outcome="ok", already_existed=list(result.already_existed))
+        self._count("launch", "ok")
+        return None
+
+    def delete(
+        self, pool: str, names: Sequence[str], reason: str, slurm_nodes: Mapping[str, SlurmNode] | None
+    ) -> list[str]:
+        """Delete by name the subset Slurm reports without work; returns the names deleted."""
+        ok = [n for n in names if deletable(n, slurm_nodes)]
+        refused = [n for n in names if n not in ok]
+        if refused:
+            logger.bind(command="delete", pool=pool, names=refused).error(
+                "refusing to delete {}: Slurm reports work on them or did not answer", refused
+            )
+            self.log.add(command="delete", pool=pool, names=refused, reason=reason, outcome="refused")
+            self._count("delete", "refused")
+        if not ok:
+            return []
+        entry = {"command": "delete", "pool": pool, "names": ok, "reason": reason}
+        if self.dry_run:
+            logger.bind(**entry).info("dry-run: would delete {} ({})", ok, reason)
+            self.log.add(**entry, outcome="dry-run")
+            self._count("delete", "dry-run")
+            return []
+        try:
+            self.provider.delete(pool, ok)
+        except ProviderError as exc:
+            logger.bind(**entry, error=str(exc)).warning("delete {} failed: {}", ok, exc)
+            self.log.add(**entry, outcome="failed", error=str(exc))
+            self._count("delete", "failed")
+            return []
+        now = self.clock()
+        self.store.release_names(ok, now, reason)
+        for n in ok:
+            self.store.add_history(n, "deleting", now, reason)
+        logger.bind(**entry).info("deleted {} ({})", ok, reason)
+        self.log.add(**entry, outcome="ok")
+        self._count("delete", "ok")
+        return ok
+
+    # --- Slurm -------------------------------------------------------------------------------------------
+    def scontrol(self, names: Sequence[str], state: str, reason: str) -> bool:
+        if not names:
+            return True
+        entry = {"command": f"scontrol-{state}", "names": list(names), "reason": reason}
+        if self.dry_run:
+            logger.bind(**entry).info("dry-run: would scontrol update {} state={}", list(names), state)
+            self.log.add(**entry, outcome="dry-run")
+            self._count(f"scontrol-{state}", "dry-run")
+            return True
+        try:
+            self.slurm.update_nodes(names, state, reason)
+        except SlurmUnavailable as exc:
+            logger.bind(**entry, error=str(exc)).warning("scontrol update state={} failed: {}", state, exc)
+            self.log.add(**entry, outcome="failed", error=str(exc))
+            self._count(f"scontrol-{state}", "failed")
+            return False
+        now = self.clock()
+        for n in names:
+            self.store.add_history(n, state, now, reason)
+        logger.bind(**entry).info("scontrol update {} state={} ({})", list(names), state, reason)
+        self.log.add(**entry, outcome="ok")
+        self._count(f"scontrol-{state}", "ok")
+        return True
+
+
+def deletable(name: str, slurm_nodes: Mapping[str, SlurmNode] | None) -> bool:
+    """A name may be deleted only with a fresh Slurm view showing no work on it (or no such Slurm node)."""
+    if slurm_nodes is None:
+        return False
+    s = slurm_nodes.get(name)
+    return s is None or not s.has_work

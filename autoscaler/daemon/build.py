@@ -1,0 +1,102 @@
+"""Wire a `Daemon` from a `DaemonConfig`: inventory -> pools, policy, Slurm client, provider, store, metrics.
+
+Heavy imports (google-cloud-compute) happen here, only for the provider the config names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from autoscaler.cloud import Provider
+from autoscaler.daemon.config import ConfigError, DaemonConfig
+from autoscaler.daemon.metrics import Metrics
+from autoscaler.daemon.state import StateStore
+from autoscaler.daemon.tick import Daemon
+from autoscaler.model import Policy, Pool
+from autoscaler.slurm.client import CliSlurm, RestSlurm, SlurmClient
+from fleet.inventory import InventoryPool, load_inventory
+
+
+def load_pools(cfg: DaemonConfig) -> tuple[list[InventoryPool], list[Pool]]:
+    try:
+        inv = load_inventory(cfg.inventory)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(str(cfg.inventory), [("inventory", f"cannot read the autoscaler inventory: {exc}")]) from None
+    names = [p.name for p in inv]
+    qualified = len(set(names)) != len(names)
+    if cfg.pools is not None:
+        known = {p.name for p in inv} | {f"{p.cluster}/{p.name}" for p in inv}
+        unknown = [p for p in cfg.pools if p not in known]
+        if unknown:
+            raise ConfigError("config", [("pools", f"not in the inventory: {unknown} (known: {sorted(known)})")])
+        inv = [p for p in inv if p.name in cfg.pools or f"{p.cluster}/{p.name}" in cfg.pools]
+    return inv, [Pool.from_inventory(p, qualified=qualified) for p in inv]
+
+
+def build_policy(raw: dict[str, Any]) -> Policy:
+    fields = {f.name for f in dataclasses.fields(Policy)}
+    unknown = sorted(set(raw) - fields)
+    if unknown:
+        raise ConfigError(
+            "config", [(f"policy.{k}", f"unknown policy field (known: {sorted(fields)})") for k in unknown]
+        )
+    vals = dict(raw)
+    for k in ("spot_queues", "flex_start_queues"):
+        if vals.get(k) is not None:
+            vals[k] = frozenset(vals[k])
+    try:
+        return Policy(**vals)
+    except (TypeError, ValueError) as exc:
+        msg = str(exc)
+        field = msg.split(":")[0].removeprefix("Policy.") if msg.startswith("Policy.") else "(policy)"
+        raise ConfigError("config", [(f"policy.{field}", msg)]) from None
+
+
+def build_slurm(cfg: DaemonConfig) -> SlurmClient:
+    s = cfg.slurm
+    if s.mode == "rest":
+        token = os.environ.get("SLURM_JWT") or (s.jwt_file.read_text().strip() if s.jwt_file else "")
+        if not token:
+            raise ConfigError("config", [("slurm.jwt_file", "mode 'rest' needs a JWT (jwt_file or SLURM_JWT)")])
+        return RestSlurm(s.rest_url or "", token=token, user=s.rest_user, api=s.rest_api, timeout_s=s.timeout_s)
+    return CliSlurm(bin_dir=s.bin_dir, conf=s.conf, timeout_s=s.timeout_s)
+
+
+def build_provider(cfg: DaemonConfig, inv: Sequence[InventoryPool], pools: Sequence[Pool]) -> Provider:
+    p = cfg.provider
+    if p.kind == "sim":
+        import time
+
+        from autoscaler.sim import SimCloud, SimConfig  # type: ignore[attr-defined]
+
+        return SimCloud(SimConfig.model_validate({"pools": list(pools), **p.options}), time.time)
+    from autoscaler.gce import GceProvider  # type: ignore[attr-defined]
+
+    kw: dict[str, Any] = dict(p.options)
+    if p.endpoint:
+        kw["endpoint"] = p.endpoint
+    if p.anonymous:
+        from google.auth.credentials import AnonymousCredentials
+
+        kw["credentials"] = AnonymousCredentials()
+    return GceProvider(list(inv), **kw)
+
+
+def build_daemon(cfg: DaemonConfig, *, dry_run: bool = False, provider: Provider | None = None) -> Daemon:
+    inv, pools = load_pools(cfg)
+    policy = build_policy(cfg.policy)
+    metrics = Metrics()
+    metrics.healthy_after_s = cfg.metrics.healthy_after_s
+    return Daemon(
+        pools=pools,
+        provider=provider or build_provider(cfg, inv, pools),
+        slurm=build_slurm(cfg),
+        store=StateStore(cfg.state_path),
+        policy=policy,
+        loop=cfg.loop,
+        metrics=metrics,
+        dry_run=dry_run,
+    )

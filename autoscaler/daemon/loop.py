@@ -1,0 +1,81 @@
+"""The run loop: an apscheduler interval job (never two ticks at once, missed runs coalesced), a 1 s watcher
+that starts a tick early when Slurm's hooks queued power-save requests, and clean shutdown on SIGTERM/SIGINT
+(the tick in progress finishes, the state is saved, exit 0).
+"""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from loguru import logger
+
+from autoscaler.daemon.tick import Daemon, TickResult
+
+TICK_JOB = "tick"
+
+
+class RunLoop:
+    def __init__(
+        self, daemon: Daemon, *, interval_s: float, on_tick: Callable[[TickResult], None] | None = None
+    ) -> None:
+        self.daemon = daemon
+        self.interval_s = interval_s
+        self.on_tick = on_tick
+        self.stop_event = threading.Event()
+        self.scheduler = BackgroundScheduler(
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
+        )
+        self._last_tick = 0.0
+        self._watch_conn: sqlite3.Connection | None = None
+
+    def _tick(self) -> None:
+        self._last_tick = time.monotonic()
+        res = self.daemon.tick()
+        if self.on_tick is not None:
+            self.on_tick(res)
+
+    def _watch(self) -> None:
+        """Tick now when hooks queued requests and the last tick is older than a second."""
+        if self._watch_conn is None:
+            self._watch_conn = sqlite3.connect(str(self.daemon.store.path), timeout=1, check_same_thread=False)
+        try:
+            (n,) = self._watch_conn.execute("SELECT count(*) FROM power_queue WHERE done_at IS NULL").fetchone()
+        except sqlite3.Error:
+            return
+        if n and time.monotonic() - self._last_tick > 1.0:
+            job = self.scheduler.get_job(TICK_JOB)
+            if job is not None:
+                job.modify(next_run_time=datetime.now().astimezone())
+
+    def request_stop(self, signum: int | None = None, _frame: object = None) -> None:
+        if signum is not None:
+            logger.info("signal {}: finishing the current tick, then exiting", signal.Signals(signum).name)
+        self.stop_event.set()
+
+    def run(self, *, install_signals: bool = True) -> int:
+        if install_signals:
+            signal.signal(signal.SIGTERM, self.request_stop)
+            signal.signal(signal.SIGINT, self.request_stop)
+        self.scheduler.add_job(
+            self._tick, "interval", seconds=self.interval_s, id=TICK_JOB, next_run_time=datetime.now().astimezone()
+        )
+        self.scheduler.add_job(self._watch, "interval", seconds=1.0, id="watch")
+        self.scheduler.start()
+        logger.info("autoscaler running: tick every {:g}s", self.interval_s)
+        try:
+            while not self.stop_event.wait(0.5):
+                pass
+        finally:
+            self.scheduler.shutdown(wait=True)  # lets a running tick finish
+            if self._watch_conn is not None:
+                self._watch_conn.close()
+            self.daemon.lock.release()
+            self.daemon.store.close()
+            logger.info("autoscaler stopped")
+        return 0

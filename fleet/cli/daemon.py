@@ -1,0 +1,167 @@
+"""`fleet autoscaler ...` (the daemon) and `fleet slurm ...` (Slurm's power-saving programs).
+
+`fleet slurm resume|suspend|resume-fail HOSTLIST` are what slurmctld runs as ResumeProgram / SuspendProgram /
+ResumeFailProgram (through the wrappers in deploy/slurm/): they expand the hostlist, queue one row per node
+in the daemon's state store and exit 0, importing nothing heavy.  Everything else is imported inside the
+commands.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+autoscaler_app = typer.Typer(
+    help="The autoscaler daemon: plan and actuate GPU capacity for Slurm.", no_args_is_help=True
+)
+slurm_app = typer.Typer(
+    help="Slurm power-saving programs (ResumeProgram, SuspendProgram, ResumeFailProgram).", no_args_is_help=True
+)
+_STATE_HELP = "state store of the daemon (default: $GPU_FLEET_AUTOSCALER_STATE or /var/lib/gpu-fleet/autoscaler.db)"
+StatePath = Annotated[Path | None, typer.Option("--state", help=_STATE_HELP)]
+Hostlist = Annotated[str, typer.Argument(help="Slurm hostlist, e.g. a3-spot-[0-3]")]
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    typer.echo(msg, err=True)
+    raise typer.Exit(code)
+
+
+@autoscaler_app.command("run")
+def run(
+    config: Annotated[Path, typer.Option("--config", help="YAML config (see deploy/autoscaler.example.yaml)")],
+    once: bool = typer.Option(False, "--once", help="run one tick, print the plan and exit"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="plan and log every command, touch nothing"),
+    log_json: bool = typer.Option(False, "--log-json", help="one JSON object per log line (and JSON --once output)"),
+    log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING, ERROR"),
+) -> None:
+    """Run the autoscaler (until SIGTERM, or one tick with --once)."""
+    from autoscaler.daemon.config import ConfigError, load_config
+    from autoscaler.daemon.logs import setup_logging
+
+    setup_logging(json_lines=log_json, level=log_level.upper())
+    try:
+        cfg = load_config(config)
+        from autoscaler.daemon.build import build_daemon
+
+        daemon = build_daemon(cfg, dry_run=dry_run)
+    except ConfigError as exc:
+        _fail(str(exc))
+        return
+    if once:
+        res = daemon.tick()
+        daemon.lock.release()
+        daemon.store.close()
+        if log_json:
+            typer.echo(json.dumps(res.to_json(), default=str))
+        else:
+            _print_tick(res)
+        raise typer.Exit(0 if res.ok else 1)
+    from autoscaler.daemon.loop import RunLoop
+    from autoscaler.daemon.metrics import MetricsServer
+
+    server = None
+    if cfg.metrics.enabled:
+        server = MetricsServer(daemon.metrics, cfg.metrics.host, cfg.metrics.port).start()
+    try:
+        code = RunLoop(daemon, interval_s=cfg.loop.interval_s).run()
+    finally:
+        if server is not None:
+            server.stop()
+    raise typer.Exit(code)
+
+
+def _print_tick(res) -> None:  # type: ignore[no-untyped-def]
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    state = "ok" if res.ok else f"FAILED: {res.error}"
+    con.print(
+        f"tick {state} in {res.duration_s * 1000:.0f} ms; leader={res.leader} slurm={'up' if res.slurm_ok else 'DOWN'}"
+        f" resume units={res.resume_units} pending units={res.pending_units}"
+    )
+    t = Table("command", "outcome", "names", "detail")
+    for c in res.commands:
+        t.add_row(
+            c["command"], c.get("outcome", ""), ",".join(c.get("names", [])), c.get("offering") or c.get("reason", "")
+        )
+    con.print(t)
+    if res.unserved:
+        u = Table("unserved unit", "reason", "detail")
+        for x in res.unserved:
+            u.add_row(x["unit"], x["reason"], x["detail"])
+        con.print(u)
+
+
+@autoscaler_app.command("status")
+def status(
+    config: Annotated[Path | None, typer.Option("--config", help="YAML config (for its state_path)")] = None,
+    state: StatePath = None,
+) -> None:
+    """Print the state store as JSON: leader, open launch requests, queued power-save requests, backoffs."""
+    import time
+
+    from autoscaler.daemon.state import OPEN_REQUEST_STATES, StateStore
+    from autoscaler.slurm.handoff import default_state_path
+
+    path = state
+    if path is None and config is not None:
+        from autoscaler.daemon.config import ConfigError, load_config
+
+        try:
+            path = load_config(config).state_path
+        except ConfigError as exc:
+            _fail(str(exc))
+    store = StateStore(path or default_state_path())
+    out = {
+        "state_path": str(store.path),
+        "leader": store.leader(),
+        "open_requests": [r.__dict__ for r in store.requests(OPEN_REQUEST_STATES)],
+        "power_queue": [r.__dict__ for r in store.open_power()],
+        "unavailable": [u.__dict__ for u in store.unavailable(time.time())],
+    }
+    typer.echo(json.dumps(out, indent=2, default=str))
+
+
+def _hook(action: str, hostlist: str, state: Path | None) -> None:
+    from autoscaler.slurm.hook import run as run_hook
+
+    code = run_hook(action, hostlist, state)
+    if code:
+        raise typer.Exit(code)
+
+
+@slurm_app.command("resume")
+def resume(
+    hostlist: Hostlist,
+    state: StatePath = None,
+) -> None:
+    """ResumeProgram: ask the daemon to create these nodes (reads SLURM_RESUME_FILE for the job map)."""
+    _hook("resume", hostlist, state)
+
+
+@slurm_app.command("suspend")
+def suspend(
+    hostlist: Hostlist,
+    state: StatePath = None,
+) -> None:
+    """SuspendProgram: ask the daemon to delete these nodes' instances."""
+    _hook("suspend", hostlist, state)
+
+
+@slurm_app.command("resume-fail")
+def resume_fail(
+    hostlist: Hostlist,
+    state: StatePath = None,
+) -> None:
+    """ResumeFailProgram: these nodes missed ResumeTimeout; back off their offering, put them back in service."""
+    _hook("resume_fail", hostlist, state)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(autoscaler_app, name="autoscaler")
+    app.add_typer(slurm_app, name="slurm")

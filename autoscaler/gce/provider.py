@@ -1,0 +1,318 @@
+"""`GceProvider`: the autoscaler's `Provider` for Compute Engine zonal managed instance groups.
+
+Built from the stack output `autoscaler_inventory` (one zonal MIG per pool and zone).  Launches
+are `createInstances` with one named per-instance config per node (idempotent: names already in
+the group are reported, never created twice; a GCE `requestId` derived from the launch's
+request id de-duplicates retries server-side).  Deletes are `deleteInstances` of named instance
+URLs; the group's target size is never lowered blindly.  Asynchronous creation failures
+(stockout, quota) come from each member's `lastAttempt.errors`; by default the whole launch
+request they belong to is then cancelled, so a gang is all or nothing and the MIG does not keep
+retrying behind the planner's back.  Offerings are priced from the catalog, with free
+reservation slots and GPU quota headroom.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from loguru import logger
+
+from autoscaler.cloud import (
+    CloudNode,
+    FailureKind,
+    InvalidRequest,
+    LaunchRequest,
+    LaunchResult,
+    NotFound,
+    Offering,
+    OfferingKey,
+    ProvisioningFailure,
+)
+from autoscaler.gce.client import ComputeApi, RetryPolicy
+from autoscaler.gce.errors import AlreadyExists, classify
+from autoscaler.gce.offerings import build_offerings, offering_key
+from autoscaler.gce.translate import (
+    META_CREATED_AT,
+    META_POOL,
+    META_REQUEST_ID,
+    ManagedVm,
+    gce_request_id,
+    gpu_quota_metric,
+    instance_url,
+    invalid_names,
+    node_status,
+)
+from fleet.catalog import CapacityType
+
+
+def mig_name(pool: Any, zone: str) -> str:
+    """The zonal MIG of a pool in a zone: `instance_groups[zone]`, else f"{instance_group}-{zone}"."""
+    return pool.instance_groups.get(zone) or f"{pool.instance_group}-{zone}"
+
+
+class GceProvider:
+    """The `Provider` protocol over zonal MIGs.  `pools` are `fleet.inventory.InventoryPool`s; pool
+    names are "cluster/pool" when a name repeats across clusters (either form is accepted)."""
+
+    name = "gcp"
+
+    def __init__(
+        self,
+        pools: Sequence[Any],
+        *,
+        endpoint: str | None = None,
+        credentials: Any = None,
+        retry: RetryPolicy | None = None,
+        operation_timeout: float = 600.0,
+        catalog: Any = None,
+        clock: Callable[[], float] = time.time,
+        cancel_failed_requests: bool = True,
+        quota_headroom: bool = True,
+        api: ComputeApi | None = None,
+    ) -> None:
+        pools = list(pools)
+        if not pools:
+            raise ValueError("pools: need at least one inventory pool")
+        qualified = len({p.name for p in pools}) != len(pools)
+        self._pools: dict[str, Any] = {}
+        self._alias: dict[str, str] = {}
+        for i, pool in enumerate(pools):
+            if pool.provider != self.name:
+                raise ValueError(f"pools[{i}].provider: {pool.name} is {pool.provider!r}, this provider is 'gcp'")
+            if not pool.zones:
+                raise ValueError(f"pools[{i}].zones: pool {pool.name} has no zones")
+            if CapacityType(pool.capacity_type) is CapacityType.RESERVATION and not pool.reservation:
+                raise ValueError(f"pools[{i}].reservation: reservation pool {pool.name} names no reservation")
+            key = f"{pool.cluster}/{pool.name}" if qualified else pool.name
+            if key in self._pools:
+                raise ValueError(f"pools[{i}]: duplicate pool {key!r}")
+            self._pools[key] = pool
+            self._alias[f"{pool.cluster}/{pool.name}"] = key
+        if catalog is None:
+            from fleet.catalog import load_catalog
+
+            catalog = load_catalog()
+        self.catalog = catalog
+        self.clock = clock
+        self.cancel_failed_requests = cancel_failed_requests
+        self.quota_headroom = quota_headroom
+        self.api = api or ComputeApi(
+            endpoint=endpoint, credentials=credentials, retry=retry, operation_timeout=operation_timeout
+        )
+        self._reported: set[tuple[str, str, str, tuple[tuple[str, str], ...]]] = set()
+        self.warnings: list[str] = []
+
+    # ----------------------------------------------------------------- helpers
+
+    @property
+    def pools(self) -> dict[str, Any]:
+        return dict(self._pools)
+
+    def _pool(self, name: str, field: str) -> tuple[str, Any]:
+        key = name if name in self._pools else self._alias.get(name)
+        if key is None:
+            raise InvalidRequest(f"{field}: unknown pool {name!r} (known: {', '.join(sorted(self._pools))})")
+        return key, self._pools[key]
+
+    def _members(self, pool: Any) -> dict[str, list[ManagedVm]]:
+        return {zone: self.api.list_managed_instances(pool.project, zone, mig_name(pool, zone)) for zone in pool.zones}
+
+    def _check(self, request: LaunchRequest, pool: Any) -> None:
+        want = offering_key(pool, request.offering.zone)
+        off = request.offering
+        if off.zone not in pool.zones:
+            raise InvalidRequest(
+                f"LaunchRequest.offering.zone: {off.zone} is not a zone of pool {request.pool} "
+                f"({', '.join(pool.zones)})",
+                offering=off,
+            )
+        for field in ("provider", "machine_type", "capacity_type", "reservation"):
+            if getattr(off, field) != getattr(want, field):
+                raise InvalidRequest(
+                    f"LaunchRequest.offering.{field}: pool {request.pool} launches {getattr(want, field)!r}, "
+                    f"not {getattr(off, field)!r}",
+                    offering=off,
+                )
+        if not request.request_id:
+            raise InvalidRequest("LaunchRequest.request_id: must not be empty", offering=off)
+        if not request.names:
+            raise InvalidRequest("LaunchRequest.names: must name at least one node", offering=off)
+        if len(set(request.names)) != len(request.names):
+            raise InvalidRequest("LaunchRequest.names: names repeat", offering=off)
+        if bad := invalid_names(request.names, pool.node_name_prefix):
+            raise InvalidRequest(
+                f"LaunchRequest.names: {bad} are not GCE names of the form '{pool.node_name_prefix}-<index>'",
+                offering=off,
+            )
+        if request.placement_group and request.placement_group != pool.placement_policy:
+            raise InvalidRequest(
+                f"LaunchRequest.placement_group: pool {request.pool}'s MIG uses placement policy "
+                f"{pool.placement_policy!r}, not {request.placement_group!r}",
+                offering=off,
+            )
+
+    # ----------------------------------------------------------------- Provider
+
+    def launch(self, request: LaunchRequest) -> LaunchResult:
+        key, pool = self._pool(request.pool, "LaunchRequest.pool")
+        self._check(request, pool)
+        zone, mig = request.offering.zone, mig_name(pool, request.offering.zone)
+        metadata = {META_REQUEST_ID: request.request_id, META_POOL: key, META_CREATED_AT: f"{self.clock():.3f}"}
+        for attempt in range(2):
+            members = self._members(pool)
+            elsewhere = {vm.name: z for z, vms in members.items() if z != zone for vm in vms}
+            if clash := [f"{n} (in {elsewhere[n]})" for n in request.names if n in elsewhere]:
+                raise InvalidRequest(
+                    f"LaunchRequest.names: {clash} already exist in another zone of pool {request.pool}",
+                    offering=request.offering,
+                )
+            here = {vm.name for vm in members[zone]}
+            existing = tuple(n for n in request.names if n in here)
+            new = [n for n in request.names if n not in here]
+            if not new:
+                break
+            rid = gce_request_id(request.request_id, "createInstances", pool.project, zone, mig, *new)
+            try:
+                self.api.create_instances(pool.project, zone, mig, new, metadata, rid, request.offering)
+                break
+            except AlreadyExists:  # created concurrently (or by an earlier call): re-read and create the rest
+                if attempt:
+                    raise
+                logger.info("gce launch {}: some of {} appeared meanwhile; re-reading {}", request.request_id, new, mig)
+        logger.info("gce launch {}: {} new, {} already existed in {}", request.request_id, len(new), len(existing), mig)
+        return LaunchResult(request_id=request.request_id, accepted=tuple(request.names), already_existed=existing)
+
+    def delete(self, pool: str, names: Sequence[str]) -> None:
+        key, p = self._pool(pool, "pool")
+        wanted = set(names)
+        if not wanted:
+            return
+        call_id = gce_request_id(f"delete-{time.time_ns()}", key)
+        for zone, vms in self._members(p).items():
+            hit = sorted(vm.name for vm in vms if vm.name in wanted)
+            if not hit:
+                continue
+            mig = mig_name(p, zone)
+            urls = [instance_url(p.project, zone, n) for n in hit]
+            self.api.delete_instances(p.project, zone, mig, urls, gce_request_id(call_id, zone, mig, *hit))
+            logger.info("gce delete in {}: {}", mig, hit)
+
+    def _selected(self, pools: Sequence[str] | None) -> list[tuple[str, Any]]:
+        if pools is None:
+            return list(self._pools.items())
+        out = []
+        for name in pools:
+            key = name if name in self._pools else self._alias.get(name)
+            if key is not None:  # pools of other providers are not ours to list
+                out.append((key, self._pools[key]))
+        return out
+
+    def list_nodes(self, pools: Sequence[str] | None = None) -> list[CloudNode]:
+        nodes = []
+        for key, pool in self._selected(pools):
+            for zone, vms in self._members(pool).items():
+                off = offering_key(pool, zone)
+                for vm in vms:
+                    status, preempted = node_status(vm)
+                    try:
+                        created = float(vm.metadata.get(META_CREATED_AT, 0.0))
+                    except ValueError:
+                        created = 0.0
+                    nodes.append(
+                        CloudNode(
+                            name=vm.name,
+                            pool=key,
+                            offering=off,
+                            status=status,
+                            created_at=created,
+                            request_id=vm.metadata.get(META_REQUEST_ID),
+                            preempted=preempted,
+                        )
+                    )
+        return nodes
+
+    def poll_errors(self) -> list[ProvisioningFailure]:
+        failures: list[ProvisioningFailure] = []
+        seen: set[tuple[str, str, str, tuple[tuple[str, str], ...]]] = set()
+        now = self.clock()
+        for key, pool in self._pools.items():
+            for zone, vms in self._members(pool).items():
+                failed: dict[str | None, list[ManagedVm]] = defaultdict(list)
+                for vm in vms:
+                    if vm.errors and vm.instance_status is None:
+                        mark = (key, zone, vm.name, vm.errors)
+                        seen.add(mark)
+                        if mark not in self._reported:
+                            failed[vm.metadata.get(META_REQUEST_ID)].append(vm)
+                for request_id, bad in failed.items():
+                    failures.append(self._failure(key, pool, zone, vms, request_id, bad, now))
+        self._reported = {m for m in self._reported if m in seen}  # forget members that are gone
+        return failures
+
+    def _failure(
+        self,
+        key: str,
+        pool: Any,
+        zone: str,
+        vms: list[ManagedVm],
+        request_id: str | None,
+        bad: list[ManagedVm],
+        now: float,
+    ) -> ProvisioningFailure:
+        errors = [e for vm in bad for e in vm.errors]
+        kinds = [classify(c, m) for c, m in errors]
+        kind = next((k for k in (FailureKind.STOCKOUT, FailureKind.QUOTA) if k in kinds), kinds[0])
+        names = [vm.name for vm in bad]
+        if self.cancel_failed_requests:
+            gang = [vm.name for vm in vms if request_id is not None and vm.metadata.get(META_REQUEST_ID) == request_id]
+            names = sorted(set(names) | set(gang))
+            with contextlib.suppress(NotFound):  # already gone
+                self.delete(key, names)
+        message = "; ".join(sorted({f"{c}: {m}" for c, m in errors}))
+        for vm in bad:
+            self._reported.add((key, zone, vm.name, vm.errors))
+        logger.warning("gce {} in {} for request {}: {} ({})", kind, mig_name(pool, zone), request_id, names, message)
+        return ProvisioningFailure(
+            request_id=request_id,
+            offering=offering_key(pool, zone),
+            kind=kind,
+            names=tuple(names),
+            message=message,
+            at=now,
+        )
+
+    def offerings(self) -> list[Offering]:
+        pools = list(self._pools.values())
+        slots: dict[tuple[str, str, str], tuple[int, int] | None] = {}
+        quotas: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
+        for pool in pools:
+            capacity = CapacityType(pool.capacity_type)
+            if capacity is CapacityType.RESERVATION:
+                for zone in pool.zones:
+                    try:
+                        slots[(pool.project, zone, pool.reservation)] = self.api.reservation_slots(
+                            pool.project, zone, pool.reservation
+                        )
+                    except NotFound:
+                        slots[(pool.project, zone, pool.reservation)] = None
+            elif (
+                self.quota_headroom
+                and gpu_quota_metric(pool.gpu_type, capacity)
+                and (pool.project, pool.region) not in quotas
+            ):
+                quotas[(pool.project, pool.region)] = self.api.region_quotas(pool.project, pool.region)
+        offerings, warnings = build_offerings(pools, self.catalog, reservations=slots, quotas=quotas)
+        for w in warnings:
+            if w not in self.warnings:
+                logger.warning("gce offerings: {}", w)
+                self.warnings.append(w)
+        return offerings
+
+    def offering_for(self, pool: str, zone: str) -> OfferingKey:
+        """The offering key a launch into (pool, zone) must carry."""
+        _, p = self._pool(pool, "pool")
+        return offering_key(p, zone)

@@ -1,0 +1,100 @@
+"""Pure translations between the provider protocol and Compute Engine's vocabulary.
+
+Managed-instance state -> `CloudNodeStatus`, GCE `requestId`s derived from the autoscaler's
+request ids, resource URLs, the per-instance metadata the actuator stamps on each VM, and the
+regional GPU quota metric of an accelerator.  No I/O.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from autoscaler.cloud import CloudNodeStatus
+from fleet.catalog import CapacityType
+
+GCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+# Per-instance (stateful) metadata the actuator writes with createInstances and reads back.
+META_REQUEST_ID = "fleet-request-id"
+META_POOL = "fleet-pool"
+META_CREATED_AT = "fleet-created-at"
+
+_REQUEST_NS = uuid.UUID("5b0c7a0e-3f5e-4d0e-9a53-6c1f2d1e9a10")
+
+# MIG currentAction values (InstanceGroupManagersListManagedInstances) grouped by what they mean.
+_STOPPING_ACTIONS = frozenset({"DELETING", "ABANDONING", "STOPPING", "SUSPENDING"})
+_PROVISIONING_ACTIONS = frozenset({"CREATING", "CREATING_WITHOUT_RETRIES", "RECREATING", "STARTING", "RESUMING"})
+_UP_STATUSES = frozenset({"RUNNING"})
+_BOOTING_STATUSES = frozenset({"PROVISIONING", "STAGING", "REPAIRING"})
+_DOWN_STATUSES = frozenset({"STOPPING", "SUSPENDING"})
+_GONE_STATUSES = frozenset({"TERMINATED", "STOPPED", "SUSPENDED", "DEPROVISIONING"})
+
+GPU_QUOTA_METRICS = {
+    "nvidia-h100-80gb": "NVIDIA_H100_GPUS",
+    "nvidia-h100-mega-80gb": "NVIDIA_H100_MEGA_GPUS",
+    "nvidia-h200-141gb": "NVIDIA_H200_GPUS",
+    "nvidia-b200": "NVIDIA_B200_GPUS",
+    "nvidia-tesla-a100": "NVIDIA_A100_GPUS",
+    "nvidia-a100-80gb": "NVIDIA_A100_80GB_GPUS",
+    "nvidia-l4": "NVIDIA_L4_GPUS",
+}
+
+
+@dataclass(frozen=True)
+class ManagedVm:
+    """One member of a zonal MIG as listManagedInstances reports it (plain values)."""
+
+    name: str
+    zone: str
+    current_action: str
+    instance_status: str | None  # None while the VM does not exist (creation pending or failed)
+    errors: tuple[tuple[str, str], ...] = ()  # lastAttempt.errors: (code, message)
+    metadata: dict[str, str] = field(default_factory=dict)  # preservedStateFromConfig.metadata
+
+
+def node_status(vm: ManagedVm) -> tuple[CloudNodeStatus, bool]:
+    """(status, preempted) of a managed VM.  A TERMINATED VM the MIG is recreating was preempted."""
+    action, status = vm.current_action.upper(), (vm.instance_status or "").upper()
+    if action in _STOPPING_ACTIONS or status in _DOWN_STATUSES:
+        return CloudNodeStatus.STOPPING, False
+    if status in _GONE_STATUSES:
+        return CloudNodeStatus.GONE, action == "RECREATING" or status == "TERMINATED"
+    if status in _UP_STATUSES and action not in _PROVISIONING_ACTIONS:
+        return CloudNodeStatus.RUNNING, False
+    return CloudNodeStatus.PROVISIONING, False
+
+
+def gce_request_id(request_id: str, *parts: str) -> str:
+    """A GCE requestId (a UUID) derived deterministically from our request id and the call's
+    target, so a retried or repeated call is de-duplicated by Compute Engine itself."""
+    return str(uuid.uuid5(_REQUEST_NS, "|".join((request_id, *parts))))
+
+
+def instance_url(project: str, zone: str, name: str) -> str:
+    return f"projects/{project}/zones/{zone}/instances/{name}"
+
+
+def last_segment(url: str) -> str:
+    return url.rstrip("/").rsplit("/", 1)[-1]
+
+
+def gpu_quota_metric(accelerator: str, capacity: CapacityType) -> str | None:
+    """The regional quota metric GPUs of this pool count against; None when we do not know it
+    (flex-start and reservations draw on quotas we do not model)."""
+    base = GPU_QUOTA_METRICS.get(accelerator)
+    if base is None:
+        return None
+    if capacity is CapacityType.SPOT:
+        return f"PREEMPTIBLE_{base}"
+    if capacity is CapacityType.ON_DEMAND:
+        return base
+    return None
+
+
+def invalid_names(names: Iterable[str], prefix: str) -> list[str]:
+    """Names that are not valid GCE instance names of the form f"{prefix}-{index}"."""
+    pattern = re.compile(rf"^{re.escape(prefix)}-\d+$")
+    return [n for n in names if not (GCE_NAME.match(n) and pattern.match(n))]

@@ -215,7 +215,7 @@ class GpuNodePool(pulumi.ComponentResource):
             ],
             scheduling=scheduling_for(args.capacity),
             reservation_affinity=reservation_affinity_for(args.capacity, args.reservation),
-            resource_policies=[self.placement_policy.self_link] if self.placement_policy else None,
+            resource_policies=self.placement_policy.self_link if self.placement_policy else None,
             shielded_instance_config={
                 "enable_secure_boot": True,
                 "enable_vtpm": True,

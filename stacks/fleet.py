@@ -1,0 +1,190 @@
+"""Declare one fleet: the network fabric, then per cluster its storage, Slurm control plane and GPU pools.
+
+Takes a spec that already passed `fleet.spec.load.load_spec`; every mapping decision lives in
+`stacks.plan` (pure).  Returns the stack outputs (the caller exports them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+
+from components.gcp.network import NetworkFabric, NetworkFabricArgs
+from components.gcp.node_pool import GpuNodePool, GpuNodePoolArgs, NicArgs, service_account_id
+from components.gcp.slurm_cluster import SlurmCluster, SlurmClusterArgs
+from components.gcp.startup import METADATA_GRES_CONF, METADATA_SLURM_CONF, SlurmHostConfig, startup_script
+from components.gcp.storage import BucketArgs, FilestoreArgs, LustreArgs, SharedStorage, SharedStorageArgs
+from fleet.catalog import Catalog, load_catalog
+from fleet.slurm.conf import node_name_prefix, render_slurm_conf
+from fleet.spec.derive import pool_zones
+from fleet.spec.load import SpecError
+from fleet.spec.model import ClusterSpec, FleetSpec
+from stacks import plan
+
+
+def _labels(spec: FleetSpec, extra: dict[str, str]) -> dict[str, str]:
+    return {**spec.labels, **extra, "managed-by": "gpu-fleet"}
+
+
+def _storage(spec: FleetSpec, cluster: ClusterSpec, zone: str, fabric: NetworkFabric) -> SharedStorage:
+    st = cluster.storage
+    bucket = plan.checkpoint_bucket_name(spec, cluster)
+    return SharedStorage(
+        f"{cluster.name}-storage",
+        SharedStorageArgs(
+            project=spec.project,
+            zone=zone,
+            network=fabric.network.id,
+            name=cluster.name,
+            home=FilestoreArgs(st.home.tier, st.home.capacity_gb, st.home.share_name) if st.home else None,
+            checkpoints=BucketArgs(
+                bucket, plan.bucket_location(spec, cluster) or spec.region, st.checkpoints.soft_delete_days
+            )
+            if st.checkpoints and bucket
+            else None,
+            scratch=LustreArgs(
+                st.scratch.capacity_gib,
+                st.scratch.per_unit_storage_throughput,
+                st.scratch.mount_point,
+                f"{cluster.name}"[:8],
+            )
+            if st.scratch
+            else None,
+            labels=_labels(spec, {"gpu-fleet-cluster": cluster.name}),
+        ),
+    )
+
+
+def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> dict[str, Any]:
+    """Declare every resource of the fleet; return the stack outputs."""
+    cat = catalog or load_catalog(spec.provider)
+    for ci, cluster in enumerate(spec.clusters):
+        if cluster.scheduler != "slurm" or cluster.slurm is None:
+            raise SpecError([(f"clusters[{ci}].scheduler", "only slurm clusters can be deployed by this version")])
+    fabrics = plan.fabric_plans(spec, cat)  # may raise SpecError: before any resource is declared
+    confs = {
+        c.name: render_slurm_conf(spec, c, controller_host=f"{c.name}-controller", catalog=cat) for c in spec.clusters
+    }
+    prefix = plan.fleet_name(stack)
+
+    fabric = NetworkFabric(
+        f"{prefix}-fabric",
+        NetworkFabricArgs(
+            project=spec.project,
+            region=spec.region,
+            system_name=f"{prefix}-net",
+            system_cidr=str(spec.network.system_cidr),
+            system_mtu=plan.system_mtu(spec, cat),
+            planes=[p for f in fabrics.values() for p in f.planes],
+        ),
+    )
+
+    inventory: list[dict[str, Any]] = []
+    clusters: dict[str, Any] = {}
+    for cluster in spec.clusters:
+        conf = confs[cluster.name]
+        first_pool_zones = pool_zones(spec, cluster.pools[0], cat)
+        zone = first_pool_zones[0] if first_pool_zones else spec.zones[0]
+        storage = _storage(spec, cluster, zone, fabric)
+        home = storage.home_ip.apply(lambda ip, s=storage.home_share: f"{ip}:/{s}") if storage.home_ip else None
+        scratch = storage.lustre.mount_point if storage.lustre else None
+        slurm = cluster.slurm
+        assert slurm is not None  # checked above
+        control = SlurmCluster(
+            f"{cluster.name}-slurm",
+            SlurmClusterArgs(
+                name=cluster.name,
+                project=spec.project,
+                zone=zone,
+                network=fabric.network.self_link,
+                subnetwork=fabric.subnet.self_link,
+                slurm_conf=conf.slurm_conf,
+                gres_conf=conf.gres_conf,
+                node_name_prefixes=[node_name_prefix(cluster.name, p.name) for p in cluster.pools],
+                controller_machine_type=slurm.controller_machine_type,
+                login_machine_type=slurm.login_machine_type,
+                login_nodes=slurm.login_nodes,
+                home=home,
+                scratch=scratch,
+                scratch_mount=cluster.storage.scratch.mount_point if cluster.storage.scratch else "/scratch",
+                labels=_labels(spec, {}),
+            ),
+        )
+        node_script = pulumi.Output.all(control.munge_secret.secret_id, home, scratch).apply(
+            lambda v, c=cluster: startup_script(
+                SlurmHostConfig(
+                    role="compute",
+                    munge_secret=v[0],
+                    home=v[1],
+                    scratch=v[2],
+                    scratch_mount=c.storage.scratch.mount_point if c.storage.scratch else "/scratch",
+                )
+            )
+        )
+        for pool in cluster.pools:
+            machine = cat.machine(pool.machine_type)
+            fplan = fabrics[(cluster.name, pool.machine_type)]
+            nics = []
+            for nic in fplan.nics:
+                if nic.plane == plan.SYSTEM:
+                    nics.append(NicArgs(fabric.network.self_link, fabric.subnet.self_link, nic.nic_type))
+                else:
+                    p = fabric.planes[nic.plane]
+                    nics.append(NicArgs(p.network.self_link, p.subnets[nic.subnet].self_link, nic.nic_type))
+            zones = list(pool_zones(spec, pool, cat))
+            node_pool = GpuNodePool(
+                f"{cluster.name}-{pool.name}",
+                GpuNodePoolArgs(
+                    project=spec.project,
+                    region=spec.region,
+                    zones=zones,
+                    instance_group=plan.instance_group_stem(cluster.name, pool.name),
+                    base_instance_name=node_name_prefix(cluster.name, pool.name),
+                    machine_type=pool.machine_type,
+                    accelerator_type=machine.gpu.accelerator_type,
+                    accelerator_count=machine.gpu_count,
+                    capacity=pool.capacity,
+                    reservation=pool.reservation,
+                    compact_placement=pool.compact_placement,
+                    nics=nics,
+                    account_id=service_account_id(cluster.name, pool.name, "node"),
+                    boot_disk_gb=pool.boot_disk_gb,
+                    boot_disk_type=plan.boot_disk_type(machine),
+                    image=pool.image,
+                    sa_users=[control.controller_member],
+                    secret_ids=[control.munge_secret.secret_id],
+                    bucket_names=[storage.bucket.name] if storage.bucket else [],
+                    metadata={
+                        "startup-script": node_script,
+                        METADATA_SLURM_CONF: conf.slurm_conf,
+                        METADATA_GRES_CONF: conf.gres_conf,
+                    },
+                    labels=_labels(spec, {**pool.labels, "gpu-fleet-cluster": cluster.name}),
+                ),
+            )
+            inventory.append(plan.inventory_entry(spec, cluster, pool, cat, node_pool.template.name))
+        clusters[cluster.name] = {
+            "controller": control.controller.name,
+            "logins": [vm.name for vm in control.logins],
+            "controller_service_account": control.controller_sa.email,
+            "munge_secret": control.munge_secret.id,
+            "jwt_secret": control.jwt_secret.id,
+            "home": home,
+            "filestore_ip": storage.home_ip,
+            "checkpoint_bucket": storage.bucket.name if storage.bucket else None,
+            "scratch": scratch,
+            "partitions": [p.name for p in slurm.partitions],
+            "nodesets": [
+                {"name": n.name, "nodes": n.node_names, "gres": n.gres, "features": n.features} for n in conf.nodesets
+            ],
+        }
+    return {
+        "autoscaler_inventory": inventory,
+        "clusters": clusters,
+        "networks": {
+            "system": fabric.network.self_link,
+            "system_subnet": fabric.subnet.self_link,
+            "planes": {name: p.network.self_link for name, p in fabric.planes.items()},
+        },
+    }

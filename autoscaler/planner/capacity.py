@@ -9,7 +9,7 @@ increases whenever capacity is added, so a caller may cache "nothing fits" until
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from autoscaler.model import COMING_STATES, SCHEDULABLE_STATES, Inventory, Node, Placement
@@ -34,6 +34,7 @@ class CapacityIndex:
     def __init__(self) -> None:
         self._buckets: dict[tuple[str, int, int], dict[str, Slot]] = {}
         self._mask: dict[tuple[str, int], int] = {}
+        self._any: dict[str, int] = {}  # pool -> OR of its rank masks
         self.version = 0
 
     @classmethod
@@ -53,7 +54,9 @@ class CapacityIndex:
     def _put(self, slot: Slot) -> None:
         self._buckets.setdefault((slot.pool, slot.rank, slot.free), {})[slot.name] = slot
         mk = (slot.pool, slot.rank)
-        self._mask[mk] = self._mask.get(mk, 0) | (1 << slot.free)
+        bit = 1 << slot.free
+        self._mask[mk] = self._mask.get(mk, 0) | bit
+        self._any[slot.pool] = self._any.get(slot.pool, 0) | bit
 
     def _remove(self, slot: Slot) -> None:
         key = (slot.pool, slot.rank, slot.free)
@@ -62,6 +65,13 @@ class CapacityIndex:
         if not bucket:
             del self._buckets[key]
             self._mask[(slot.pool, slot.rank)] &= ~(1 << slot.free)
+            m = self._mask
+            p = slot.pool
+            left = m.get((p, READY), 0) | m.get((p, BOOTING), 0) | m.get((p, NEW), 0)
+            if left:
+                self._any[p] = left
+            else:
+                del self._any[p]  # only pools with free capacity stay, so scans stay short
 
     def take(self, slot: Slot, gpus: int) -> None:
         """Use `gpus` of the slot's free GPUs."""
@@ -72,20 +82,30 @@ class CapacityIndex:
         if slot.free:
             self._put(slot)
 
-    def best_fit(self, pools: Sequence[str], gpus: int) -> Slot | None:
-        """The lowest-rank slot with the fewest free GPUs >= `gpus` among `pools` (pool order breaks ties)."""
-        mask = self._mask
-        for rank in (READY, BOOTING, NEW):
-            best_f, best_pool = 1 << 30, None
-            for p in pools:
+    def best_fit(self, pools: Mapping[str, int], gpus: int) -> Slot | None:
+        """The lowest-rank slot with the fewest free GPUs >= `gpus` among `pools` (pool name -> order;
+        the lower order breaks ties).  Scans whichever is shorter: `pools` or pools with capacity."""
+        mask, any_mask = self._mask, self._any
+        if len(any_mask) < len(pools):
+            scan = [(p, am) for p, am in any_mask.items() if p in pools]
+        else:
+            scan = [(p, any_mask[p]) for p in pools if p in any_mask]
+        best: tuple[int, int, int] = (3, 1 << 30, 1 << 30)
+        best_pool = ""
+        for p, am in scan:
+            if not am >> gpus:
+                continue
+            for rank in (READY, BOOTING, NEW):
                 m = mask.get((p, rank), 0) >> gpus
                 if m:
-                    f = gpus + (m & -m).bit_length() - 1
-                    if f < best_f:
-                        best_f, best_pool = f, p
-            if best_pool is not None:
-                return next(iter(self._buckets[(best_pool, rank, best_f)].values()))
-        return None
+                    cand = (rank, gpus + (m & -m).bit_length() - 1, pools[p])
+                    if cand < best:
+                        best = cand
+                        best_pool = p
+                    break
+        if best[0] == 3:
+            return None
+        return next(iter(self._buckets[(best_pool, best[0], best[1])].values()))
 
     def slots(self, pool: str, min_free: int) -> list[Slot]:
         """Every slot of `pool` with at least `min_free` free GPUs, by (rank, free)."""
@@ -105,6 +125,8 @@ class CapacityIndex:
         placement group), preferring the lowest worst rank, then the tightest fit."""
         best: tuple[tuple[int, int], list[Slot]] | None = None
         for p in pools:
+            if not self._any.get(p, 0) >> gpus_per_node:
+                continue
             by_zone: dict[str, list[Slot]] = {}
             for s in self.slots(p, gpus_per_node):
                 by_zone.setdefault(s.zone, []).append(s)

@@ -68,7 +68,8 @@ class ClassState:
     r_pos: int = 0
     m_pos: int = 0
     failed: Counter = field(default_factory=Counter)
-    miss_version: int = -1  # capacity version at which "nothing existing fits" was seen
+    pool_order: dict[str, int] = field(default_factory=dict)  # pools -> position, for best_fit
+    miss: bool = False  # nothing existing fits; cleared when capacity is added to one of `pools`
 
 
 @dataclass
@@ -83,14 +84,27 @@ class PlanState:
     batches: dict[object, Batch] = field(default_factory=dict)
     placed: dict[str, tuple[tuple[str, ...], int, Placement, Batch | None]] = field(default_factory=dict)
     in_use: set[str] = field(default_factory=set)
+    watchers: dict[str, list[ClassState]] = field(default_factory=dict)  # pool -> classes that may use it
+
+    def watch(self, cs: ClassState) -> None:
+        for p in cs.pools:
+            self.watchers.setdefault(p, []).append(cs)
+
+    def add_capacity(self, slot: Slot) -> None:
+        """Add a planned node's leftover GPUs and let the classes that may use it look again."""
+        self.index.add(slot)
+        for cs in self.watchers.get(slot.pool, ()):
+            if slot.free >= cs.cls.gpus_per_node:
+                cs.miss = False
 
     def record(self, unit: WorkUnit, slots: list[Slot]) -> None:
+        """Place `unit` on indexed slots (existing nodes or leftovers of planned ones)."""
         batch = slots[0].batch if slots[0].rank == NEW else None
         names = tuple(s.name for s in slots)
         for s in slots:
             self.index.take(s, unit.gpus_per_node)
         self.in_use.update(names)
-        if isinstance(batch, Batch) and unit.id not in batch.units:
+        if isinstance(batch, Batch):
             batch.units.append(unit.id)
         self.placed[unit.id] = (names, unit.gpus_per_node, RANK_PLACEMENT[slots[0].rank], batch)
 
@@ -98,15 +112,15 @@ class PlanState:
 def place_on_existing(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
     """Ready nodes first, then requested/booting ones, then nodes this plan already launches;
     best fit (the fullest node that still fits), so small units bin-pack onto partly used nodes."""
-    if cs.miss_version == st.index.version or not cs.pools:
+    if cs.miss or not cs.pools:
         return False
     if unit.nodes == 1:
-        slot = st.index.best_fit(cs.pools, unit.gpus_per_node)
+        slot = st.index.best_fit(cs.pool_order, unit.gpus_per_node)
         slots = [slot] if slot else None
     else:
         slots = st.index.gang_fit(cs.pools, unit.gpus_per_node, unit.nodes)
     if not slots:
-        cs.miss_version = st.index.version
+        cs.miss = True
         return False
     st.record(unit, slots)
     return True
@@ -136,10 +150,13 @@ def _launch(unit: WorkUnit, cs: ClassState, st: PlanState, cands: list[Candidate
                 batch = st.batches[(pool.name, o.key)] = Batch(pool, o, c.hourly_usd)
         assert names is not None
         batch.names.extend(names)
-        slots = [Slot(name, pool.name, o.key.zone, o.gpus_per_node, NEW, batch) for name in names]
-        for s in slots:
-            st.index.add(s)
-        st.record(unit, slots)
+        batch.units.append(unit.id)
+        st.placed[unit.id] = (tuple(names), unit.gpus_per_node, Placement.NEW, batch)
+        st.in_use.update(names)
+        left = o.gpus_per_node - unit.gpus_per_node
+        if left > 0:
+            for name in names:
+                st.add_capacity(Slot(name, pool.name, o.key.zone, left, NEW, batch))
         return True
     setattr(cs, pos_attr, pos)
     return False
@@ -168,10 +185,13 @@ def place_cheapest(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
 
 def class_state(cls: UnitClass, class_size: int, st: PlanState) -> ClassState:
     cands, none = st.book.candidates(cls, class_size)
-    return ClassState(
+    cs = ClassState(
         cls,
         cls.existing_pools(st.inventory.pools),
         [c for c in cands if c.reserved],
         [c for c in cands if not c.reserved],
         none,
     )
+    cs.pool_order = {p: i for i, p in enumerate(cs.pools)}
+    st.watch(cs)
+    return cs

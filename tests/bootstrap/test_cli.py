@@ -1,0 +1,144 @@
+"""`fleet bootstrap-region` end to end: stack files written into a stacks directory, validated, non-overlapping."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from ipaddress import IPv4Network
+from itertools import combinations
+from pathlib import Path
+
+import yaml
+
+from fleet.catalog import load_catalog
+from fleet.spec.load import load_stack_file
+
+HAND_WRITTEN = """\
+config:
+  gcp:project: my-gpu-project
+  gcp:region: us-east4
+  gpu-fleet:fleet:
+    project: my-gpu-project
+    region: us-east4
+    zones: [us-east4-a]
+    clusters:
+      - name: legacy
+        pools:
+          - {name: a3, machine_type: a3-highgpu-8g, max_nodes: 4}
+        slurm:
+          partitions: [{name: gpu, pools: [a3]}]
+"""
+PROJECT_BOOTSTRAP = """\
+config:
+  gpu-fleet:fleet: {kind: project-bootstrap, project: my-gpu-project, region: us-east4}
+"""
+
+
+def ranges(path: Path) -> list[IPv4Network]:
+    """Every range a stack file uses, schema defaults included (the hand-written file omits them)."""
+    spec = load_stack_file(path)
+    return [spec.network.system_cidr, spec.network.gpu_cidr, *spec.network.reserved_cidrs]
+
+
+def test_two_regions_in_turn_and_a_hand_written_stack_never_overlap(bootstrap: Callable, stacks_dir: Path) -> None:
+    (stacks_dir / "Pulumi.legacy.yaml").write_text(HAND_WRITTEN)  # uses the defaults 10.0.0.0/20, 10.128.0.0/16
+    (stacks_dir / "Pulumi.project.yaml").write_text(PROJECT_BOOTSTRAP)  # another kind: no ranges, skipped
+    code, first = bootstrap("--project", "my-gpu-project", "--region", "europe-west4", "--gpu", "h200", "--gpus", "64")
+    assert code == 0, first
+    code, second = bootstrap(
+        "--project", "my-gpu-project", "--region", "us-central1", "--gpu", "h100", "--gpus", "128",
+        "--capacity", "spot", "--name", "usc1-h100",
+    )  # fmt: skip
+    assert code == 0, second
+    files = [stacks_dir / "Pulumi.legacy.yaml", Path(first["stack_file"]), Path(second["stack_file"])]
+    assert files[1].name == "Pulumi.gcp-europe-west4-h200.yaml" and files[2].name == "Pulumi.usc1-h100.yaml"
+    cat = load_catalog()
+    for path in files:
+        load_stack_file(path, cat)  # schema + every cross-field rule (zones offer the type, CIDRs, ...)
+    by_file = {p.name: ranges(p) for p in files}
+    for (a, ra), (b, rb) in combinations(by_file.items(), 2):
+        for x in ra:
+            for y in rb:
+                assert not x.overlaps(y), f"{a} {x} overlaps {b} {y}"
+    # the second run saw the first run's file
+    avoided = {u["cidr"] for u in second["cidrs"]["avoided"]}
+    assert {first["cidrs"]["system"], first["cidrs"]["gpu"]} <= avoided
+
+
+def test_json_holds_every_decision(bootstrap: Callable, stacks_dir: Path) -> None:
+    code, out = bootstrap("--project", "my-gpu-project", "--region", "us-central1", "--gpu", "h100", "--gpus", "64")
+    assert code == 0
+    assert out["machine_type"] == "a3-megagpu-8g" and out["nodes"] == 8
+    assert out["zones"] == ["us-central1-a", "us-central1-b", "us-central1-c"]
+    assert {"system", "gpu"} <= set(out["cidrs"])
+    assert {q["metric"] for q in out["quotas"]} >= {"NVIDIA_H100_MEGA_GPUS", "CPUS", "IN_USE_ADDRESSES"}
+    price = out["price_per_hour"]
+    assert price["at_min"] == 0 and price["at_max"] > 0
+    assert set(price["by_capacity_type"]) >= {"reservation", "spot", "flex-start", "on-demand"}
+    assert out["next_steps"][0].startswith("pulumi stack init gcp-us-central1-h100")
+    assert any(step.startswith("pulumi config set gcp:project my-gpu-project") for step in out["next_steps"])
+    assert any(step.startswith("pulumi up") for step in out["next_steps"])
+    written = yaml.safe_load(Path(out["stack_file"]).read_text())["config"]
+    assert written["gpu-fleet:fleet"] == out["spec"]
+    assert (written["gcp:project"], written["gcp:region"]) == ("my-gpu-project", "us-central1")
+
+
+def test_refuses_to_overwrite_unless_forced(bootstrap: Callable, stacks_dir: Path) -> None:
+    args = ("--project", "my-gpu-project", "--region", "us-central1", "--gpu", "l4", "--gpus", "4")
+    assert bootstrap(*args)[0] == 0
+    path = stacks_dir / "Pulumi.gcp-us-central1-l4.yaml"
+    before = path.read_text()
+    code, out = bootstrap(*args[:-1], "16")
+    assert code == 2 and out["argument"] == "--name" and "--force" in out["message"]
+    assert path.read_text() == before
+    code, out = bootstrap(*args[:-1], "16", "--force")
+    assert code == 0 and out["nodes"] == 2
+    # forced rewrite does not avoid its own old ranges: same plan, same addresses
+    assert out["cidrs"]["system"] == yaml.safe_load(before)["config"]["gpu-fleet:fleet"]["network"]["system_cidr"]
+
+
+def test_no_zone_exits_3_with_nearest_regions(bootstrap: Callable, stacks_dir: Path) -> None:
+    code, out = bootstrap("--project", "my-gpu-project", "--region", "europe-west2", "--gpu", "b200", "--gpus", "8")
+    assert code == 3
+    assert out["nearest_regions"][0]["region"] == "europe-west4"
+    assert all(r["on_demand_usd_per_node_hour"] for r in out["nearest_regions"])
+    assert list(stacks_dir.glob("Pulumi.*.yaml")) == []
+    code, text = bootstrap(
+        "--project", "my-gpu-project", "--region", "europe-west2", "--gpu", "b200", "--gpus", "8", as_json=False
+    )
+    assert code == 3 and "europe-west4" in text and "nearest regions" in text
+
+
+def test_bad_arguments_exit_2_and_write_nothing(bootstrap: Callable, stacks_dir: Path) -> None:
+    base = {"--project": "my-gpu-project", "--region": "us-central1", "--gpu": "h100", "--gpus": "8"}
+    for key, value, needle in [
+        ("--project", "X", "--project"),
+        ("--gpu", "h300", "--gpu"),
+        ("--gpus", "-8", "--gpus"),
+        ("--capacity", "reservation", "reservation:NAME"),
+        ("--region", "us-central9", "--region"),
+        ("--scheduler", "gke", "--scheduler"),
+    ]:
+        args = [x for k, v in (base | {key: value}).items() for x in (k, v)]
+        code, out = bootstrap(*args)
+        assert code == 2, (key, out)
+        assert needle in out["message"], out
+    code, text = bootstrap(*[x for k, v in (base | {"--gpus": "many"}).items() for x in (k, v)], as_json=False)
+    assert code == 2 and "--gpus" in text
+    assert list(stacks_dir.glob("Pulumi.*.yaml")) == []
+
+
+def test_human_output_says_what_and_why(bootstrap: Callable) -> None:
+    code, text = bootstrap(
+        "--project", "my-gpu-project", "--region", "us-east4", "--gpu", "h100", "--gpus", "16", as_json=False
+    )
+    assert code == 0
+    for needle in ("a3-megagpu-8g", "Why", "Quotas at max size", "NVIDIA_H100_MEGA", "Price per hour", "pulumi up"):
+        assert needle in text, needle
+
+
+def test_dry_run_writes_nothing(bootstrap: Callable, stacks_dir: Path) -> None:
+    code, out = bootstrap(
+        "--project", "my-gpu-project", "--region", "us-east4", "--gpu", "h100", "--gpus", "16", "--dry-run"
+    )
+    assert code == 0 and out["written"] is False
+    assert list(stacks_dir.glob("Pulumi.*.yaml")) == []

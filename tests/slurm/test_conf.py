@@ -1,0 +1,167 @@
+"""The slurm.conf / gres.conf renderer, read as text (the real-slurmctld tests start the same output)."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet.catalog import load_catalog
+from fleet.slurm import render_slurm_conf
+from fleet.slurm.conf import real_memory_mib
+from fleet.spec import load_spec, load_stack_file, read_stack_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def settings(text: str) -> dict[str, str]:
+    """Global KEY=VALUE lines of a slurm.conf (not NodeName/NodeSet/PartitionName lines)."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and " " not in line and "=" in line:
+            key, value = line.split("=", 1)
+            out[key] = value
+    return out
+
+
+def lines_starting(text: str, head: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln.startswith(head)]
+
+
+def fields(line: str) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in line.split())
+
+
+@pytest.fixture
+def a3mega_data() -> dict[str, Any]:
+    return read_stack_config(ROOT / "Pulumi.gcp-a3mega-slurm.yaml")
+
+
+def render(data: dict[str, Any], **kwargs: Any):
+    spec = load_spec(data)
+    return render_slurm_conf(spec, spec.clusters[0], **kwargs)
+
+
+def test_one_cloud_nodeset_per_pool(a3mega_data: dict[str, Any]) -> None:
+    conf = render(a3mega_data)
+    nodes = [fields(ln) for ln in lines_starting(conf.slurm_conf, "NodeName=")]
+    assert [n["NodeName"] for n in nodes] == ["a3mega-resv-[0-15]", "a3mega-spot-[0-31]"]
+    for n in nodes:
+        assert n["State"] == "CLOUD" and n["Gres"] == "gpu:8" and n["CPUs"] == "208"
+    assert nodes[0]["Features"] == "h100-mega,a3-megagpu-8g,reservation"
+    assert nodes[1]["Features"] == "h100-mega,a3-megagpu-8g,spot"
+    nodesets = [fields(ln) for ln in lines_starting(conf.slurm_conf, "NodeSet=")]
+    assert nodesets == [
+        {"NodeSet": "resv", "Nodes": "a3mega-resv-[0-15]"},
+        {"NodeSet": "spot", "Nodes": "a3mega-spot-[0-31]"},
+    ]
+    assert [(s.name, s.node_names, s.gres, s.partitions) for s in conf.nodesets] == [
+        ("resv", "a3mega-resv-[0-15]", "gpu:8", ["a3mega", "a3mega-spot"]),
+        ("spot", "a3mega-spot-[0-31]", "gpu:8", ["a3mega-spot"]),
+    ]
+
+
+def test_reserved_capacity_is_allocated_first(a3mega_data: dict[str, Any]) -> None:
+    conf = render(a3mega_data)
+    weights = {fields(ln)["NodeName"]: int(fields(ln)["Weight"]) for ln in lines_starting(conf.slurm_conf, "NodeName")}
+    assert weights["a3mega-resv-[0-15]"] < weights["a3mega-spot-[0-31]"]
+
+
+def test_partitions_list_nodesets_and_one_default(a3mega_data: dict[str, Any]) -> None:
+    conf = render(a3mega_data)
+    parts = [fields(ln) for ln in lines_starting(conf.slurm_conf, "PartitionName=")]
+    assert [(p["PartitionName"], p["Nodes"], p["Default"]) for p in parts] == [
+        ("a3mega", "resv", "YES"),
+        ("a3mega-spot", "spot,resv", "NO"),
+    ]
+    assert parts[1]["MaxTime"] == "2-00:00:00"
+    # a job asking for 1 GPU gets 1/8 of the node's CPUs and memory by default
+    assert parts[0]["DefCpuPerGPU"] == "26"
+    assert int(parts[0]["DefMemPerGPU"]) * 8 <= real_memory_mib(load_catalog().machine("a3-megagpu-8g"))
+
+
+def test_first_partition_is_default_when_none_is_marked(a3mega_data: dict[str, Any]) -> None:
+    a3mega_data["clusters"][0]["slurm"]["partitions"][0]["default"] = False
+    defaults = [fields(ln)["Default"] for ln in lines_starting(render(a3mega_data).slurm_conf, "PartitionName=")]
+    assert defaults == ["YES", "NO"]
+
+
+def test_real_memory_leaves_headroom() -> None:
+    for name in ("a3-megagpu-8g", "g2-standard-4"):
+        m = load_catalog().machine(name)
+        assert 0.9 * m.memory_gib * 1024 - 1024 < real_memory_mib(m) < m.memory_gib * 1024
+
+
+def test_cloud_and_power_save_settings(a3mega_data: dict[str, Any]) -> None:
+    s = settings(render(a3mega_data).slurm_conf)
+    assert s["SlurmctldHost"] == "a3mega-controller" and s["ClusterName"] == "a3mega"
+    assert s["SuspendTime"] == "600" and s["ResumeTimeout"] == "1800"
+    assert s["ResumeProgram"] == "/usr/local/bin/fleet-slurm-resume"
+    assert s["SuspendProgram"] == "/usr/local/bin/fleet-slurm-suspend"
+    assert s["ResumeFailProgram"] == "/usr/local/bin/fleet-slurm-resume-fail"
+    assert s["PrivateData"] == "cloud" and s["SelectType"] == "select/cons_tres" and s["GresTypes"] == "gpu"
+    assert "cloud_dns" in s["SlurmctldParameters"].split(",")
+    assert int(s["TreeWidth"]) >= 65533
+    assert "AccountingStorageTRES" not in s  # fatal without slurmdbd
+    assert "SuspendExcNodes" not in s  # every pool may scale to zero
+
+
+def test_hook_paths_and_controller_are_parameters(a3mega_data: dict[str, Any]) -> None:
+    conf = render(a3mega_data, controller_host="ctl-0", resume_program="/opt/r", suspend_program="/opt/s",
+                  resume_fail_program="/opt/f")  # fmt: skip
+    s = settings(conf.slurm_conf)
+    assert (s["SlurmctldHost"], s["ResumeProgram"], s["SuspendProgram"], s["ResumeFailProgram"]) == (
+        "ctl-0",
+        "/opt/r",
+        "/opt/s",
+        "/opt/f",
+    )
+
+
+def test_overrides_replace_global_and_node_keys(a3mega_data: dict[str, Any]) -> None:
+    conf = render(
+        a3mega_data,
+        overrides={"slurmctldport": "7001", "NodeAddr": "127.0.0.1", "TaskPlugin": "", "SlurmdParameters": "x"},
+    )
+    s = settings(conf.slurm_conf)
+    assert s["SlurmctldPort"] == "7001"  # case-insensitive, the file keeps one spelling
+    assert "slurmctldport" not in s and "TaskPlugin" not in s  # "" removes a key
+    assert s["SlurmdParameters"] == "x"  # unknown keys are added
+    assert all(fields(ln)["NodeAddr"] == "127.0.0.1" for ln in lines_starting(conf.slurm_conf, "NodeName="))
+
+
+def test_min_nodes_are_kept_out_of_power_save(a3mega_data: dict[str, Any]) -> None:
+    a3mega_data["clusters"][0]["pools"][0]["min_nodes"] = 4
+    assert settings(render(a3mega_data).slurm_conf)["SuspendExcNodes"] == "a3mega-resv-[0-3]"
+
+
+def test_gres_conf_lists_gpu_devices_per_nodeset() -> None:
+    spec = load_stack_file(ROOT / "Pulumi.gcp-l4-dev.yaml")
+    conf = render_slurm_conf(spec, spec.clusters[0])
+    lines = [ln for ln in conf.gres_conf.splitlines() if not ln.startswith("#")]
+    assert lines == [
+        "NodeName=l4dev-l4x1-[0-7] Name=gpu File=/dev/nvidia0",
+        "NodeName=l4dev-l4x4-[0-1] Name=gpu File=/dev/nvidia[0-3]",
+    ]
+    assert "ConstrainDevices=yes" in conf.cgroup_conf
+
+
+def test_single_node_pool_has_a_plain_hostname(a3mega_data: dict[str, Any]) -> None:
+    a3mega_data["clusters"][0]["pools"][1]["max_nodes"] = 1
+    conf = render(a3mega_data)
+    assert conf.nodesets[1].node_names == "a3mega-spot-0"
+    assert re.search(r"^NodeName=a3mega-spot-0 ", conf.slurm_conf, re.M)
+
+
+def test_only_slurm_clusters_render(a3mega_data: dict[str, Any]) -> None:
+    spec = load_spec(a3mega_data)
+    gke = spec.clusters[0].model_copy(update={"scheduler": "gke", "slurm": None})
+    with pytest.raises(ValueError, match="not a Slurm cluster"):
+        render_slurm_conf(spec, gke)
+
+
+def test_rendering_is_deterministic(a3mega_data: dict[str, Any]) -> None:
+    assert render(a3mega_data) == render(copy.deepcopy(a3mega_data))

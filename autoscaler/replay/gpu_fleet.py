@@ -1,0 +1,162 @@
+"""The `gpu-fleet` policy in a replay: the real planner (`autoscaler.planner.plan`) in the loop.
+
+Each decision converts the sim's view into the planner's model — pending jobs that hold no
+capacity become `WorkUnit`s, scheduler nodes become `Node`s (booting, ready-idle, busy,
+draining; nodes allocated to a gang that is still waiting for its other nodes count as in use) —
+calls `plan(demand, inventory, offerings, policy, now, unavailable)` and hands its commands to the
+engine.  Launch refusals go into the planner's backoff memory (`record_failure`).
+
+The planner is pure and not free, so it is called only when its answer can change: new demand it
+has not placed yet (submission, requeue after preemption), a launch failure, capacity that
+vanished, an idle node reaching the idle timeout, or drained nodes waiting for their delete."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autoscaler.cloud import ProviderError
+from autoscaler.model import (
+    Inventory,
+    Node,
+    NodeState,
+    Placement,
+    Policy,
+    Pool,
+    ScaleUp,
+    UnavailableOffering,
+    WorkUnit,
+    record_failure,
+)
+from autoscaler.planner import plan
+from autoscaler.replay.policy import Decision, ReplayView
+from autoscaler.replay.scenario import Scenario
+from autoscaler.replay.state import Job, SimNode
+
+#: knobs of the gpu-fleet policy in replays (the daemon's defaults, except where noted)
+DEFAULT_POLICY = Policy(
+    batch_window_s=0.0,  # launch at once: boots take minutes, batching only adds wait
+    idle_timeout_s=120.0,
+    backoff_s=600.0,
+    keep_reserved_nodes=True,  # reservation capacity is paid for either way
+)
+
+
+@dataclass
+class GpuFleetPolicy:
+    """Drives the real planner; see the module docstring."""
+
+    policy: Policy = DEFAULT_POLICY
+    name: str = "gpu-fleet"
+    description: str = (
+        "the gpu-fleet planner: right-sized cheapest offering per unit (reservation first, spot for "
+        "spot-tolerant work), gangs all or nothing in one zone, backoff on stockouts, idle scale-down"
+    )
+    binds_nominations: bool = False
+    unavailable: tuple[UnavailableOffering, ...] = ()
+    planner_calls: int = 0
+    _nodes: dict[str, tuple[int, Node]] = field(default_factory=dict)
+    _placed: set[str] = field(default_factory=set)  # units the last plan found capacity for
+    _pools: list[Pool] = field(default_factory=list)
+    _kept: dict[str, int] = field(default_factory=dict)  # idle past the timeout, not drained by the planner
+
+    def pools(self, scenario: Scenario) -> list[Pool]:
+        self._pools = scenario.pools()
+        return self._pools
+
+    # ---- the sim's view as the planner's model ---------------------------------------------------
+
+    def _node(self, n: SimNode, now: float) -> Node:
+        cached = self._nodes.get(n.name)
+        if cached is not None and cached[0] == n.version:
+            return cached[1]
+        units: tuple[str, ...] = ()
+        used = n.used
+        state = n.state
+        holder: Job | None = n.nominated_for
+        if holder is not None:  # allocated to a gang that waits for the rest of its nodes
+            used, units = n.gpus, (holder.id,)
+            if state is NodeState.READY_IDLE:
+                state = NodeState.BUSY
+        elif n.jobs:
+            units = tuple(str(i) for i in n.jobs)
+        node = Node(
+            name=n.name,
+            pool=n.pool,
+            offering=n.offering,
+            state=state,
+            gpus=n.gpus,
+            gpus_used=used,
+            since=n.since,
+            units=units,
+            hourly_usd=n.hourly_usd,
+        )
+        self._nodes[n.name] = (n.version, node)
+        return node
+
+    def _demand(self, view: ReplayView) -> list[WorkUnit]:
+        out = []
+        for job in view.state.pending():
+            if job.nominated and len(job.nominated) >= job.nodes:
+                continue  # its capacity is allocated and on the way
+            out.append(
+                WorkUnit(
+                    id=job.id,
+                    submit_time=job.submit,
+                    gpus_per_node=job.gpus_per_node,
+                    nodes=job.nodes,
+                    spot_ok=job.spot_ok,
+                )
+            )
+        return out
+
+    # ---- ReplayPolicy -------------------------------------------------------------------------------
+
+    def decide(self, view: ReplayView, now: float, reasons: frozenset[str]) -> Decision:
+        demand = self._demand(view)
+        new_demand = any(u.id not in self._placed for u in demand)
+        idle_due, wake = self._idle_due(view, now)
+        must = new_demand or idle_due or bool(view.state.draining) or bool(reasons & {"failure", "gone", "start"})
+        if not must:
+            return Decision(wake_at=wake)
+        live = {name: n for name, n in view.state.nodes.items()}
+        for name in [k for k in self._nodes if k not in live]:
+            del self._nodes[name]
+        inventory = Inventory(tuple(self._pools), tuple(self._node(n, now) for n in live.values()))
+        p = plan(demand, inventory, view.offerings(), self.policy, now, self.unavailable)
+        self.planner_calls += 1
+        self.unavailable = p.unavailable
+        self._placed = {uid for uid, a in p.assignments.items() if a.placement is not Placement.READY}
+        nominations = {}
+        for cmd in p.scale_ups:
+            if cmd.gang:
+                nominations[cmd.units[0]] = cmd.names
+        # single-node units are not pinned: the scheduler gives them the first node that fits
+        drained = {name for d in p.drains for name in d.nodes}
+        for n in view.state.idle.values():  # idle past the timeout but kept (pool minimum ...): do not ask again
+            if n.name not in drained and n.since + self.policy.idle_timeout_s <= now:
+                self._kept[n.name] = n.version
+        again = bool(p.drains)
+        return Decision(p.commands, nominations, wake_at=wake, again=again)
+
+    def _idle_due(self, view: ReplayView, now: float) -> tuple[bool, float | None]:
+        timeout = self.policy.idle_timeout_s
+        earliest = None
+        for n in view.state.idle.values():
+            if n.nominated_for is not None:
+                continue
+            if self.policy.keep_reserved_nodes and n.offering.reservation is not None:
+                continue
+            if self._kept.get(n.name) == n.version:
+                continue
+            t = n.since + timeout
+            if earliest is None or t < earliest:
+                earliest = t
+        if earliest is None:
+            return False, None
+        if earliest <= now:
+            return True, None
+        return False, earliest
+
+    def on_launch_failure(self, command: ScaleUp, error: ProviderError, now: float) -> None:
+        self.unavailable = record_failure(self.unavailable, command.offering, error.kind, now, self.policy, str(error))
+        self._placed.difference_update(command.units)

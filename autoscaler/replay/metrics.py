@@ -1,0 +1,72 @@
+"""The numbers of one replayed policy: cost, GPU-hours used and billed, gang waste, waits.
+
+`cost_usd` is the sim cloud's per-second bill (launch request to deletion, at the offering's $/h)
+plus the reservation for the whole span; `gpu_hours_used` is job GPUs x run time (runs lost to
+preemption included, also reported apart); `gpu_hours_billed` is GPUs of billed nodes x billed time
+(the reservation's GPUs for the whole span); `partial_gang_gpu_hours` is GPU-hours of nodes that
+were up and allocated to a gang while the gang's other nodes were not; `wait` is submission to
+first start."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fleet.catalog import CapacityType
+
+if TYPE_CHECKING:
+    from autoscaler.replay.engine import ReplayEngine
+
+
+def percentile(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else 0.0
+
+
+def policy_metrics(engine: ReplayEngine, lower_bound_usd: float) -> dict[str, Any]:
+    """The `policies.<name>` object of `fleet simulate --json` for one finished replay."""
+    st = engine.state
+    end = engine.t_end if engine.t_end is not None else engine.now
+    span = end - engine.t_start
+    cloud = engine.cloud
+    by_cap = {str(ct): v for ct, v in cloud.ledger.cost_by_capacity(end).items() if v > 0}
+    gpu_h_by_cap = {str(ct): v for ct, v in cloud.ledger.gpu_hours_by_capacity(end).items() if v > 0}
+    res_cost = cloud.reservation_cost(span)
+    res_gpus = sum(r.nodes for r in cloud.config.reservations) * 8
+    if res_cost > 0 or res_gpus:
+        by_cap[str(CapacityType.RESERVATION)] = res_cost
+        gpu_h_by_cap[str(CapacityType.RESERVATION)] = res_gpus * span / 3600.0
+    cost = sum(by_cap.values())
+    waits = np.array([j.first_start - j.submit for j in st.jobs if j.first_start is not None])
+    used_h = sum(j.gpu_seconds for j in st.jobs) / 3600.0
+    useful_h = sum(j.gpus * j.trace.duration for j in st.jobs if j.end is not None) / 3600.0
+    c = engine.counters
+    out: dict[str, Any] = {
+        "cost_usd": round(cost, 2),
+        "lower_bound_usd": round(lower_bound_usd, 2),
+        "cost_ratio": round(cost / lower_bound_usd, 4) if lower_bound_usd > 0 else None,
+        "gpu_hours_used": round(used_h, 2),
+        "gpu_hours_billed": round(sum(gpu_h_by_cap.values()), 2),
+        "partial_gang_gpu_hours": round(st.partial_gang_gpu_s / 3600.0, 3),
+        "wait_p50_s": round(percentile(waits, 50), 1),
+        "wait_p95_s": round(percentile(waits, 95), 1),
+        "wait_max_s": round(float(waits.max()) if len(waits) else 0.0, 1),
+        "jobs": st.done,
+        "wait_mean_s": round(float(waits.mean()) if len(waits) else 0.0, 1),
+        "jobs_started_at_once": int((waits <= 0).sum()),
+        "gpu_hours_lost_to_preemption": round(used_h - useful_h, 2),
+        "preempted_jobs": sum(1 for j in st.jobs if j.preemptions),
+        "preemptions": c.preemptions,
+        "cost_by_capacity_usd": {k: round(v, 2) for k, v in sorted(by_cap.items())},
+        "gpu_hours_billed_by_capacity": {k: round(v, 2) for k, v in sorted(gpu_h_by_cap.items())},
+        "nodes_launched": c.nodes_launched,
+        "launch_requests": c.launches,
+        "launch_failures": c.launch_failures,
+        "decisions": c.decide_calls,
+        "span_h": round(span / 3600.0, 3),
+        "replay_wall_s": round(engine.wall_s, 2),
+    }
+    calls = getattr(engine.policy, "planner_calls", None)
+    if calls is not None:
+        out["planner_calls"] = calls
+    return out

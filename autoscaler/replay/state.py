@@ -1,0 +1,395 @@
+"""The scheduler side of a replay: jobs, registered nodes, and Slurm-like FIFO + backfill placement.
+
+Nodes here are the scheduler's view (a node counts as capacity only once registered).  A job
+starts when free GPUs are found for all its nodes at once (a gang never starts partially): on the
+nodes launched for it (its *nominations*) or, best fit, on any registered node with room.  The
+queue is FIFO with backfill: a job that does not fit does not block smaller ones behind it.
+
+State is incremental so a 60-day replay stays fast: registered nodes with free GPUs are indexed
+by (spot?, free GPUs); counters for provisioned / demanded GPUs are kept as things change."""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from autoscaler.cloud import OfferingKey
+from autoscaler.model import NodeState
+from autoscaler.replay.trace import TraceJob
+from fleet.catalog import CapacityType
+
+
+class ReplayError(RuntimeError):
+    """The replay cannot go on (a policy asked for something impossible, or left work stranded)."""
+
+
+class JobState(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+
+
+@dataclass(eq=False, slots=True)
+class Job:
+    idx: int
+    trace: TraceJob
+    nodes: int
+    gpus_per_node: int
+    state: JobState = JobState.PENDING
+    first_start: float | None = None
+    start: float | None = None
+    end: float | None = None
+    attempt: int = 0
+    preemptions: int = 0
+    placed_on: list[SimNode] = field(default_factory=list)
+    nominated: list[SimNode] = field(default_factory=list)
+    gpu_seconds: float = 0.0  # GPU-seconds run, lost attempts included
+
+    @property
+    def id(self) -> str:
+        return self.trace.id
+
+    @property
+    def submit(self) -> float:
+        return self.trace.submit
+
+    @property
+    def spot_ok(self) -> bool:
+        return self.trace.spot_ok
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def is_gang(self) -> bool:
+        return self.nodes > 1
+
+    @property
+    def key(self) -> tuple[float, int]:
+        return (self.trace.submit, self.idx)
+
+
+READY = (NodeState.READY_IDLE, NodeState.BUSY)
+
+
+@dataclass(eq=False, slots=True)
+class SimNode:
+    name: str
+    pool: str
+    offering: OfferingKey
+    gpus: int
+    hourly_usd: float
+    launched_at: float
+    state: NodeState = NodeState.BOOTING
+    since: float = 0.0
+    free: int = 0
+    jobs: dict[int, int] = field(default_factory=dict)  # job idx -> GPUs used here
+    nominated_for: Job | None = None
+    held_since: float | None = None  # registered and held for a gang that cannot start yet
+    ready_at: float | None = None
+    version: int = 0  # bumped on every change (lets drivers cache their own view of the node)
+
+    @property
+    def capacity_type(self) -> CapacityType:
+        return self.offering.capacity_type
+
+    @property
+    def spot(self) -> bool:
+        return self.offering.capacity_type is CapacityType.SPOT
+
+    @property
+    def zone(self) -> str:
+        return self.offering.zone
+
+    @property
+    def used(self) -> int:
+        return self.gpus - self.free
+
+    @property
+    def registered(self) -> bool:
+        return self.ready_at is not None
+
+
+class ClusterState:
+    """Jobs and nodes of one replay, with the placement index and running counters."""
+
+    def __init__(self, jobs: list[Job]) -> None:
+        self.jobs = jobs
+        self.by_id = {j.id: j for j in jobs}
+        self.nodes: dict[str, SimNode] = {}
+        self._pending: list[tuple[float, int]] = []  # sorted job keys
+        self._free: dict[tuple[bool, int], dict[str, SimNode]] = {}
+        self.idle: dict[str, SimNode] = {}  # READY_IDLE nodes (any nomination)
+        self.draining: dict[str, SimNode] = {}
+        self._names: dict[str, tuple[int, list[int]]] = {}  # pool -> (next index, heap of freed)
+        self.provisioned_gpus = 0
+        self.provisioned_by_capacity: dict[CapacityType, int] = {}
+        self.demand_gpus = 0  # pending + running
+        self.running_gpus = 0
+        self.partial_gang_gpu_s = 0.0
+        self.done = 0
+        self.pending_changed = False
+
+    # ---- queue ------------------------------------------------------------------------------------
+
+    def pending(self) -> Iterator[Job]:
+        for _, idx in list(self._pending):
+            yield self.jobs[idx]
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def submit(self, job: Job) -> None:
+        bisect.insort(self._pending, job.key)
+        self.demand_gpus += job.gpus
+        self.pending_changed = True
+
+    def _unqueue(self, job: Job) -> None:
+        i = bisect.bisect_left(self._pending, job.key)
+        if i < len(self._pending) and self._pending[i] == job.key:
+            del self._pending[i]
+
+    # ---- names ------------------------------------------------------------------------------------
+
+    def free_names(self, prefix: str, count: int) -> list[str]:
+        """The lowest free `prefix-i` names (reused after deletion), without reserving them."""
+        nxt, freed = self._names.get(prefix, (0, []))
+        idxs = heapq.nsmallest(count, freed)
+        idxs += range(nxt, nxt + count - len(idxs))
+        return [f"{prefix}-{i}" for i in idxs]
+
+    def _take_name(self, name: str) -> None:
+        prefix, _, idx = name.rpartition("-")
+        if not idx.isdigit():
+            return
+        nxt, freed = self._names.setdefault(prefix, (0, []))
+        i = int(idx)
+        if i in freed:
+            freed.remove(i)
+            heapq.heapify(freed)
+        elif i >= nxt:
+            freed.extend(k for k in range(nxt, i))
+            heapq.heapify(freed)
+            self._names[prefix] = (i + 1, freed)
+
+    def _release_name(self, name: str) -> None:
+        prefix, _, idx = name.rpartition("-")
+        if idx.isdigit() and prefix in self._names:
+            heapq.heappush(self._names[prefix][1], int(idx))
+
+    # ---- nodes ------------------------------------------------------------------------------------
+
+    def add_node(self, node: SimNode) -> None:
+        if node.name in self.nodes:
+            raise ReplayError(f"node {node.name} launched twice")
+        node.free = node.gpus
+        self.nodes[node.name] = node
+        self._take_name(node.name)
+        self.provisioned_gpus += node.gpus
+        ct = node.capacity_type
+        self.provisioned_by_capacity[ct] = self.provisioned_by_capacity.get(ct, 0) + node.gpus
+
+    def nominate(self, node: SimNode, job: Job, now: float) -> None:
+        """Hold `node` for `job` (the capacity was launched for it)."""
+        self._unnominate(node, now)
+        self._index_remove(node)
+        node.nominated_for = job
+        job.nominated.append(node)
+        node.version += 1
+        if node.registered and job.is_gang and node.held_since is None:
+            node.held_since = now
+
+    def _unnominate(self, node: SimNode, now: float) -> None:
+        job = node.nominated_for
+        if job is None:
+            return
+        node.nominated_for = None
+        if node in job.nominated:
+            job.nominated.remove(node)
+        self._settle_hold(node, now)
+        node.version += 1
+        self._index_add(node)
+
+    def _settle_hold(self, node: SimNode, now: float) -> None:
+        if node.held_since is not None:
+            self.partial_gang_gpu_s += node.gpus * (now - node.held_since)
+            node.held_since = None
+
+    def register(self, node: SimNode, now: float) -> None:
+        """The node joined the scheduler: it is capacity from now on."""
+        node.ready_at = now
+        node.state = NodeState.READY_IDLE
+        node.since = now
+        node.version += 1
+        self.idle[node.name] = node
+        job = node.nominated_for
+        if job is not None and job.state is not JobState.PENDING:
+            self._unnominate(node, now)
+        elif job is not None and job.is_gang:
+            node.held_since = now
+        else:
+            self._index_add(node)
+
+    def drain(self, node: SimNode, now: float) -> None:
+        if node.state not in READY:
+            return
+        self._unnominate(node, now)
+        self._index_remove(node)
+        node.state = NodeState.DRAINING
+        node.since = now
+        node.version += 1
+        self.idle.pop(node.name, None)
+        self.draining[node.name] = node
+
+    def remove_node(self, node: SimNode, now: float) -> list[Job]:
+        """Forget a deleted or preempted node; jobs running on it are requeued (returned)."""
+        requeued = [self.jobs[i] for i in list(node.jobs)]
+        for job in requeued:
+            self.requeue(job, now)
+        self._unnominate(node, now)
+        self._index_remove(node)
+        self.idle.pop(node.name, None)
+        self.draining.pop(node.name, None)
+        del self.nodes[node.name]
+        self._release_name(node.name)
+        node.state = NodeState.GONE
+        node.version += 1
+        self.provisioned_gpus -= node.gpus
+        self.provisioned_by_capacity[node.capacity_type] -= node.gpus
+        return requeued
+
+    # ---- placement index --------------------------------------------------------------------------
+
+    def _index_add(self, node: SimNode) -> None:
+        if node.state in READY and node.nominated_for is None and node.free > 0:
+            self._free.setdefault((node.spot, node.free), {})[node.name] = node
+
+    def _index_remove(self, node: SimNode) -> None:
+        bucket = self._free.get((node.spot, node.free))
+        if bucket is not None:
+            bucket.pop(node.name, None)
+
+    def free_nodes(self, spot: bool, free: int) -> dict[str, SimNode]:
+        return self._free.get((spot, free), {})
+
+    # ---- scheduling -------------------------------------------------------------------------------
+
+    def schedule(self, now: float, *, binding: bool = False) -> list[Job]:
+        """Start every pending job that fits now, FIFO with backfill; returns the started jobs.
+
+        `binding`: a job with nominations waits for exactly those nodes (Slurm allocates powered-down
+        nodes to a job, which then waits for them); otherwise it takes whatever fits first."""
+        started: list[Job] = []
+        failed: set[tuple[int, int, bool]] = set()
+        for _, idx in list(self._pending):
+            job = self.jobs[idx]
+            nodes = self._find(job, failed, binding)
+            if nodes is not None:
+                self.start(job, nodes, now)
+                started.append(job)
+        self.pending_changed = False
+        return started
+
+    def _find(self, job: Job, failed: set[tuple[int, int, bool]], binding: bool) -> list[SimNode] | None:
+        own = [n for n in job.nominated if n.state in READY and n.free >= job.gpus_per_node]
+        if len(own) >= job.nodes:
+            return own[: job.nodes]
+        if binding and job.nominated:
+            return None
+        shape = (job.nodes, job.gpus_per_node, job.spot_ok)
+        if shape in failed:
+            return None
+        g = job.gpus_per_node
+        classes = (False, True) if job.spot_ok else (False,)
+        if job.nodes == 1:
+            if own:
+                return own
+            for f in range(g, 9 if g <= 8 else g + 1):
+                for spot in classes:
+                    bucket = self._free.get((spot, f))
+                    if bucket:
+                        return [next(iter(bucket.values()))]
+            # bigger nodes than 8 GPUs (none in the a3 family) would be searched here
+            failed.add(shape)
+            return None
+        picked = list(own)
+        for spot in classes:
+            for f in range(g, 9 if g <= 8 else g + 1):
+                for n in self._free.get((spot, f), {}).values():
+                    picked.append(n)
+                    if len(picked) >= job.nodes:
+                        return picked
+        failed.add(shape)
+        return None
+
+    def start(self, job: Job, nodes: list[SimNode], now: float) -> None:
+        self._unqueue(job)
+        g = job.gpus_per_node
+        for n in nodes:
+            self._index_remove(n)
+            if n.nominated_for is job:
+                n.nominated_for = None
+                self._settle_hold(n, now)
+            n.free -= g
+            n.jobs[job.idx] = g
+            if n.state is NodeState.READY_IDLE:
+                n.state = NodeState.BUSY
+                n.since = now
+                self.idle.pop(n.name, None)
+            n.version += 1
+            self._index_add(n)
+        for n in list(job.nominated):
+            if n not in nodes:
+                self._unnominate(n, now)
+        job.nominated.clear()
+        job.placed_on = list(nodes)
+        job.state = JobState.RUNNING
+        job.start = now
+        if job.first_start is None:
+            job.first_start = now
+        self.running_gpus += job.gpus
+
+    def _release(self, job: Job, now: float) -> None:
+        for n in job.placed_on:
+            self._index_remove(n)
+            n.free += n.jobs.pop(job.idx)
+            if n.free == n.gpus and n.state is NodeState.BUSY:
+                n.state = NodeState.READY_IDLE
+                n.since = now
+                self.idle[n.name] = n
+            n.version += 1
+            self._index_add(n)
+        job.gpu_seconds += job.gpus * (now - (job.start or now))
+        job.placed_on = []
+        self.running_gpus -= job.gpus
+
+    def finish(self, job: Job, now: float) -> None:
+        self._release(job, now)
+        job.state = JobState.DONE
+        job.end = now
+        self.demand_gpus -= job.gpus
+        self.done += 1
+
+    def requeue(self, job: Job, now: float) -> None:
+        """A running job lost a node (spot preemption): it restarts from scratch."""
+        if job.state is not JobState.RUNNING:
+            return
+        self._release(job, now)
+        job.state = JobState.PENDING
+        job.attempt += 1
+        job.preemptions += 1
+        job.start = None
+        bisect.insort(self._pending, job.key)
+        self.pending_changed = True
+
+    def settle_holds(self, now: float) -> None:
+        """Fold held-node time into the partial-gang counter (at the end of a replay)."""
+        for n in self.nodes.values():
+            if n.held_since is not None:
+                self._settle_hold(n, now)
+                n.held_since = now

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from fleet.catalog import Catalog
 from fleet.spec.model import FleetSpec
+from fleet.spec.rules import check
 
 CONFIG_KEY = "gpu-fleet:fleet"
 ROOT_PATH = CONFIG_KEY  # path printed for an error about the spec value as a whole
@@ -77,8 +78,6 @@ def load_spec(data: dict[str, Any], catalog: Catalog | None = None) -> FleetSpec
     Raises SpecError listing every problem found (schema errors stop before the rules run, since
     rules need a well-typed spec).
     """
-    from fleet.spec.rules import check  # rules import this module's helpers
-
     if not isinstance(data, dict):
         raise SpecError([(ROOT_PATH, f"must be a mapping (the fleet spec), got {type(data).__name__}")])
     kind = spec_kind(data)

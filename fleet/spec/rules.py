@@ -37,6 +37,7 @@ FILESTORE_CAPACITY_GIB = {
 # GCS multi-regions and the region prefixes they cover.
 BUCKET_MULTI_REGIONS = {"US": ("us-", "northamerica-"), "EU": ("europe-",), "ASIA": ("asia-",)}
 SLURM_TIME = re.compile(r"^(INFINITE|UNLIMITED|\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2})$")
+FLEX_START_MAX_MINUTES = 7 * 24 * 60  # a flex-start (DWS) VM runs at most 7 days
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
@@ -143,6 +144,8 @@ def pool_zones_in_fleet(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
                 yield f"{path}.zones[{i}]", f"zone {zone!r} is not one of the fleet zones {spec.zones}"
         if pool.zones is not None and not pool.zones:
             yield f"{path}.zones", "empty list: omit `zones` to use every fleet zone offering the type"
+        for i, zone in _duplicates(pool.zones or []):
+            yield f"{path}.zones[{i}]", f"duplicate zone {zone!r}"
 
 
 @rule
@@ -453,6 +456,42 @@ def partition_max_time(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
                 yield (
                     f"{path}.partitions[{i}].max_time",
                     f"{part.max_time!r} is not a Slurm time (INFINITE, minutes, [D-]HH:MM[:SS])",
+                )
+
+
+def slurm_time_minutes(value: str) -> float | None:
+    """Minutes of a Slurm time string (`90`, `1:30:00`, `2-12`, `2-12:00:00`); None for INFINITE."""
+    if value in ("INFINITE", "UNLIMITED"):
+        return None
+    days, sep, rest = value.partition("-")
+    if not sep:
+        days, rest = "0", value
+    parts = [int(p) for p in rest.split(":")]
+    if sep:  # D-HH, D-HH:MM, D-HH:MM:SS
+        hours, minutes, seconds = [*parts, 0, 0][:3]
+    elif len(parts) == 1:  # MM
+        hours, minutes, seconds = 0, parts[0], 0
+    elif len(parts) == 2:  # MM:SS
+        hours, minutes, seconds = 0, parts[0], parts[1]
+    else:  # HH:MM:SS
+        hours, minutes, seconds = parts
+    return int(days) * 1440 + hours * 60 + minutes + seconds / 60
+
+
+@rule
+def flex_start_max_time(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """A flex-start VM is reclaimed after 7 days: partitions using flex-start pools must limit jobs to that."""
+    for path, cluster in _slurm_clusters(spec):
+        flex = {p.name for p in cluster.pools if p.capacity is CapacityType.FLEX_START}
+        for i, part in enumerate(cluster.slurm.partitions):
+            if not flex.intersection(part.pools) or not SLURM_TIME.fullmatch(part.max_time):
+                continue
+            minutes = slurm_time_minutes(part.max_time)
+            if minutes is None or minutes > FLEX_START_MAX_MINUTES:
+                yield (
+                    f"{path}.partitions[{i}].max_time",
+                    f"{part.max_time} is longer than the 7 days a flex-start node lives "
+                    f"(pools {sorted(flex.intersection(part.pools))}): set max_time <= 7-00:00:00",
                 )
 
 

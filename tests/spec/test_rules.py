@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fleet.spec import SpecError, load_spec
-from fleet.spec.rules import RULES, check
+from fleet.spec.rules import RULES, check, slurm_time_minutes
 
 Spec = dict[str, Any]
 
@@ -167,10 +167,26 @@ CASES = [
          "clusters[0].slurm.partitions[1].pools[0]", "spot capacity but partition 'pre' is not spot_tolerant"),
     Case("partition_max_time", lambda d: parts(d)[0].update(max_time="forever"),
          "clusters[0].slurm.partitions[0].max_time", "not a Slurm time"),
+    Case("flex_start_max_time", lambda d: pool(d, 1).update(capacity="flex-start"),
+         "clusters[0].slurm.partitions[1].max_time", "longer than the 7 days a flex-start node lives"),
+    Case("flex_start_max_time", lambda d: (pool(d, 1).update(capacity="flex-start"),
+                                           parts(d)[1].update(max_time="7-00:01:00")),
+         "clusters[0].slurm.partitions[1].max_time", "7-00:01:00 is longer"),
+    Case("pool_zones_in_fleet", lambda d: pool(d, 1).update(zones=["us-east4-b", "us-east4-b"]),
+         "clusters[0].pools[1].zones[1]", "duplicate zone"),
     Case("slurm_machine_types_not_gpu",
          lambda d: d["clusters"][0]["slurm"].update(controller_machine_type="a3-megagpu-8g"),
          "clusters[0].slurm.controller_machine_type", "GPU machine type"),
 ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("value", "minutes"),
+    [("90", 90), ("1:30", 1.5), ("2:00:00", 120), ("2-12", 3600), ("2-12:30", 3630), ("1-00:00:30", 1440.5),
+     ("INFINITE", None)],
+)  # fmt: skip
+def test_slurm_time_minutes(value: str, minutes: float | None) -> None:
+    assert slurm_time_minutes(value) == minutes
 
 
 def test_base_spec_is_valid(base: Spec) -> None:
@@ -199,6 +215,7 @@ VALID_VARIATIONS = {
         lambda d: d["clusters"][0].update(storage={"home": None, "scratch": {"mount_point": "/home"}}),
     "maxtime-days": lambda d: parts(d)[0].update(max_time="2-12:00:00"),
     "maxtime-minutes": lambda d: parts(d)[0].update(max_time="90"),
+    "flex-start-7-days": lambda d: (pool(d, 1).update(capacity="flex-start"), parts(d)[1].update(max_time="7-00")),
     "no-default": lambda d: parts(d)[0].update(default=False),  # none marked: the first is the default
     "pool-in-two-partitions": lambda d: parts(d)[1].update(pools=["spot", "resv"]),
 }  # fmt: skip
@@ -216,7 +233,7 @@ def test_flex_start_with_compact_placement_is_fine_on_a3_ultra(base: Spec) -> No
         {"name": "flex", "machine_type": "a3-ultragpu-8g", "capacity": "flex-start", "compact_placement": True,
          "max_nodes": 8},
     ]  # fmt: skip
-    base["clusters"][0]["slurm"]["partitions"] = [{"name": "main", "pools": ["flex"]}]
+    base["clusters"][0]["slurm"]["partitions"] = [{"name": "main", "pools": ["flex"], "max_time": "7-00:00:00"}]
     load_spec(base)
 
 

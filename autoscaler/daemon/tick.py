@@ -42,6 +42,7 @@ from autoscaler.daemon.snapshot import (
 )
 from autoscaler.daemon.state import OPEN_REQUEST_STATES, StateStore
 from autoscaler.model import (
+    LIVE_STATES,
     Inventory,
     NodeState,
     Plan,
@@ -381,9 +382,11 @@ class Daemon:
     def _serve_resumes(self, view: View, offerings, now, act: Actuator, memory, res: TickResult, actuate):  # type: ignore[no-untyped-def]
         for pool_name, units in view.resume.items():
             pool = view.inventory.pool(pool_name)
-            inv = Inventory((pool,), view.inventory.nodes_by_pool[pool_name])
+            # Slurm bound these names to jobs: they must be created, so existing nodes may not absorb them
+            # (the limits still count every live node, through the policy).
+            inv = Inventory((pool,), ())
             offs = [o for o in offerings if pool.can_launch(o.key)]
-            policy = self._pool_policy(view, pool_name)
+            policy = self._pool_policy(view)
             p = call_planner(self.planner, [u.unit for u in units], inv, offs, policy, now, memory)
             by_unit = {u.unit.id: u for u in units}
             for u in p.unserved:
@@ -395,15 +398,9 @@ class Daemon:
                 memory = self._launch_resume(su, by_unit, now, act, memory, actuate)
         return memory
 
-    def _pool_policy(self, view: View, pool_name: str) -> Policy:
-        """The policy for one pool's plan: fleet-wide limits minus what the other pools already hold."""
-        other = [
-            n
-            for n in view.inventory.nodes
-            if n.pool != pool_name
-            and n.state
-            in (NodeState.REQUESTED, NodeState.BOOTING, NodeState.READY_IDLE, NodeState.BUSY, NodeState.DRAINING)
-        ]
+    def _pool_policy(self, view: View) -> Policy:
+        """The policy for one pool's resume plan: fleet-wide limits minus what live nodes already hold."""
+        other = [n for n in view.inventory.nodes if n.state in LIVE_STATES]
         changes: dict[str, Any] = {}
         if self.policy.max_nodes is not None:
             changes["max_nodes"] = max(0, self.policy.max_nodes - len(other))

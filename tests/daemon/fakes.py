@@ -1,0 +1,141 @@
+"""In-memory Slurm and cloud for daemon unit tests (the real ones are in tests/e2e).
+
+`FakeSlurm` keeps CLOUD nodes with the power-saving flags slurmctld uses and lets a test play Slurm's part
+(allocate a job -> POWERING_UP + a resume request; register; finish; suspend).  `FakeCloud` implements
+`autoscaler.cloud.Provider`, idempotent by request id and name, with injectable faults, and counts every
+create so tests can assert "no duplicate instance".
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from autoscaler.cloud import (
+    CloudNode,
+    CloudNodeStatus,
+    InsufficientCapacity,
+    LaunchRequest,
+    LaunchResult,
+    Offering,
+    OfferingKey,
+    ProviderError,
+    ProvisioningFailure,
+)
+from autoscaler.slurm.client import SlurmUnavailable
+from autoscaler.slurm.readers import SlurmJob, SlurmNode
+from fleet.catalog import CapacityType
+
+
+@dataclass
+class FakeSlurm:
+    nodes_: dict[str, SlurmNode] = field(default_factory=dict)
+    jobs_: list[SlurmJob] = field(default_factory=list)
+    down: bool = False
+    updates: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
+
+    def add_cloud_nodes(self, names: Sequence[str], gpus: int = 8, partition: str = "gpu") -> None:
+        for n in names:
+            self.nodes_[n] = SlurmNode(n, "idle", frozenset({"CLOUD", "POWERED_DOWN"}), gpus, 0, (partition,), ())
+
+    def set(self, name: str, state: str, *flags: str, gpus_used: int = 0, last_busy: float = 0.0) -> None:
+        n = self.nodes_[name]
+        self.nodes_[name] = replace(
+            n,
+            state=state,
+            flags=frozenset({"CLOUD", *flags}),
+            gpus_used=gpus_used,
+            alloc_cpus=1 if state in ("allocated", "mixed") else 0,
+            extra={"last_busy": last_busy},
+        )
+
+    def nodes(self) -> list[SlurmNode]:
+        if self.down:
+            raise SlurmUnavailable("slurm_load_node: Unable to contact slurm controller (connect failure)")
+        return list(self.nodes_.values())
+
+    def jobs(self) -> list[SlurmJob]:
+        if self.down:
+            raise SlurmUnavailable("slurm_load_jobs error: Unable to contact slurm controller")
+        return list(self.jobs_)
+
+    def update_nodes(self, names: Sequence[str], state: str, reason: str | None = None) -> None:
+        if self.down:
+            raise SlurmUnavailable("scontrol: Unable to contact slurm controller")
+        self.updates.append((tuple(names), state))
+        for n in names:
+            node = self.nodes_[n]
+            flags = set(node.flags)
+            if state == "drain":
+                flags.add("DRAIN")
+            elif state == "undrain":
+                flags.discard("DRAIN")
+            elif state == "resume":
+                flags -= {"DRAIN", "POWERING_UP", "NOT_RESPONDING"}
+                flags.add("POWERED_DOWN")
+                node = replace(node, state="idle")
+            elif state == "power_down":
+                flags -= {"POWERING_UP"}
+                flags.add("POWERING_DOWN")
+            self.nodes_[n] = replace(node, flags=frozenset(flags))
+
+
+def offering(zone: str, ct: CapacityType = CapacityType.SPOT, mt: str = "a3-highgpu-8g") -> OfferingKey:
+    return OfferingKey("gcp", zone, mt, ct)
+
+
+@dataclass
+class FakeCloud:
+    offers: list[Offering]
+    name: str = "fake"
+    nodes_: dict[str, CloudNode] = field(default_factory=dict)
+    creates: Counter = field(default_factory=Counter)  # name -> times created
+    stocked_out: set[OfferingKey] = field(default_factory=set)
+    launch_faults: list[ProviderError] = field(default_factory=list)  # raised by the next launches, in order
+    async_failures: list[ProvisioningFailure] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    requests_seen: Counter = field(default_factory=Counter)
+    dup_attempts: int = 0  # launches of a live name under a different request id (must stay 0)
+    clock: float = 1000.0
+
+    def list_nodes(self, pools: Sequence[str] | None = None) -> list[CloudNode]:
+        return [n for n in self.nodes_.values() if pools is None or n.pool in pools]
+
+    def launch(self, request: LaunchRequest) -> LaunchResult:
+        self.requests_seen[request.request_id] += 1
+        if self.launch_faults:
+            raise self.launch_faults.pop(0)
+        if request.offering in self.stocked_out:
+            raise InsufficientCapacity(
+                f"ZONE_RESOURCE_POOL_EXHAUSTED in {request.offering.zone}", offering=request.offering
+            )
+        existed = []
+        for n in request.names:
+            if n in self.nodes_ and self.nodes_[n].status is not CloudNodeStatus.GONE:
+                if self.nodes_[n].request_id != request.request_id:
+                    self.dup_attempts += 1
+                existed.append(n)
+                continue
+            self.creates[n] += 1
+            self.nodes_[n] = CloudNode(
+                n, request.pool, request.offering, CloudNodeStatus.RUNNING, self.clock, request.request_id
+            )
+        return LaunchResult(request.request_id, tuple(request.names), tuple(existed))
+
+    def delete(self, pool: str, names: Sequence[str]) -> None:
+        for n in names:
+            if n in self.nodes_:
+                del self.nodes_[n]
+                self.deleted.append(n)
+
+    def poll_errors(self) -> list[ProvisioningFailure]:
+        out, self.async_failures = self.async_failures, []
+        return out
+
+    def offerings(self) -> list[Offering]:
+        return list(self.offers)
+
+    @property
+    def duplicates(self) -> int:
+        return sum(c - 1 for c in self.creates.values() if c > 1)

@@ -1,0 +1,132 @@
+"""The Slurm readers on real `squeue --json` / `sinfo --json` output (tests/data/slurm, see SOURCE there)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autoscaler.slurm.readers import (
+    SlurmFormatError,
+    parse_gpu_tres,
+    parse_job,
+    parse_node,
+    parse_resume_file,
+    parse_sinfo,
+    parse_squeue,
+)
+
+DATA = Path(__file__).parent.parent / "data" / "slurm"
+
+
+def load(name: str) -> dict:
+    return json.loads((DATA / name).read_text())
+
+
+def test_squeue_sample_jobs_nodes_gpus_partition_and_reason() -> None:
+    jobs = parse_squeue(load("squeue-full.json"))
+    assert len(jobs) == 9
+    pending = [j for j in jobs if j.pending]
+    assert [(j.job_id, j.reason, j.node_count, j.gpus_per_node, j.partition) for j in pending] == [
+        (16, "Resources", 2, 8, "gpu")
+    ]
+    assert pending[0].nodes == () and pending[0].gpus == 16
+    first = next(j for j in jobs if j.job_id == 8)
+    # allocated at once to powering-up CLOUD nodes: CONFIGURING with the hostlist expanded
+    assert first.state == "CONFIGURING" and first.nodes == ("gpu-a3-0", "gpu-a3-1")
+    assert first.time_limit_s is None  # INFINITE
+
+
+def test_squeue_filters_in_code_partition_and_state() -> None:
+    data = load("squeue-full.json")
+    assert [j.job_id for j in parse_squeue(data, states=["pending"])] == [16]
+    assert parse_squeue(data, partitions=["other"]) == []
+    assert len(parse_squeue(data, partitions=["gpu", "x"])) == 9
+
+
+def test_sinfo_sample_cloud_nodes_flags_and_gpus() -> None:
+    nodes = parse_sinfo(load("sinfo-full.json"))
+    cloud = [n for n in nodes if n.cloud]
+    assert len(cloud) == 16
+    n0 = cloud[0]
+    assert n0.name == "gpu-a3-0" and n0.gpus == 8 and n0.gpus_used == 8 and n0.partitions == ("gpu",)
+    assert n0.powering_up and n0.not_responding and n0.has_work and not n0.idle
+    assert n0.features == ("a3", "h100")
+    local = [n for n in nodes if not n.cloud]
+    assert len(local) == 1 and local[0].idle and local[0].gpus == 0
+    assert parse_sinfo(load("sinfo-full.json"), cloud_only=True) == cloud
+
+
+@pytest.mark.parametrize(
+    ("tres", "expected"),
+    [
+        ("gres:gpu:8", (8, None)),
+        ("gres:gpu:h100:8", (8, "h100")),
+        ("gres:gpu", (1, None)),
+        ("gres/gpu=4", (4, None)),
+        ("gpu:h100:8(S:0-1)", (8, "h100")),
+        ("gpu:0", (0, None)),
+        ("cpu=2,mem=10G", (0, None)),
+        ("", (0, None)),
+        (None, (0, None)),
+    ],
+)
+def test_gpu_tres_forms(tres: str | None, expected: tuple) -> None:
+    assert parse_gpu_tres(tres) == expected
+
+
+def test_gpus_from_per_job_and_per_task_requests() -> None:
+    base = {"job_id": 1, "job_state": "PENDING", "node_count": 2, "partition": "gpu", "tres_per_node": ""}
+    assert parse_job({**base, "tres_per_job": "gres:gpu:16"}).gpus_per_node == 8
+    assert parse_job({**base, "tres_per_task": "gres:gpu:1", "tasks": 8}).gpus_per_node == 4
+
+
+def test_newer_json_shapes_state_lists_and_number_objects() -> None:
+    job = parse_job(
+        {
+            "job_id": 7,
+            "job_state": ["PENDING"],
+            "state_reason": "Priority",
+            "node_count": {"set": True, "infinite": False, "number": 1},
+            "time_limit": {"set": True, "infinite": False, "number": 90},
+            "priority": {"set": True, "infinite": False, "number": 100},
+            "partition": "a,b",
+            "tres_per_node": "gres/gpu:4",
+            "features": "h100&spot",
+        }
+    )
+    assert (job.state, job.node_count, job.time_limit_s, job.priority, job.gpus_per_node) == (
+        "PENDING",
+        1,
+        5400.0,
+        100,
+        4,
+    )
+    assert job.features == ("h100", "spot")
+    node = parse_node({"name": "x-1", "state": ["IDLE", "CLOUD", "POWERED_DOWN"], "gres": "gpu:8"})
+    assert node.state == "idle" and node.powered_down and node.cloud and not node.idle
+
+
+def test_node_predicates_drain_and_idle() -> None:
+    drained = parse_node({"name": "a-0", "state": "idle", "state_flags": ["CLOUD", "DRAIN"], "gres": "gpu:8"})
+    assert drained.drained and not drained.idle and not drained.has_work
+    draining = parse_node({"name": "a-1", "state": "mixed", "state_flags": ["DRAIN"], "gres": "gpu:8", "alloc_cpus": 4})
+    assert draining.has_work and not draining.drained
+
+
+def test_resume_file_maps_nodes_to_jobs() -> None:
+    data = {
+        "all_nodes_resume": "gpu-a3-[0-2]",
+        "jobs": [{"job_id": 4, "nodes_resume": "gpu-a3-[0-1]"}, {"job_id": 5, "nodes_resume": "gpu-a3-2"}],
+    }
+    assert parse_resume_file(data) == {"gpu-a3-0": (4,), "gpu-a3-1": (4,), "gpu-a3-2": (5,)}
+
+
+def test_format_errors_name_the_field() -> None:
+    with pytest.raises(SlurmFormatError, match="'jobs'"):
+        parse_squeue({"meta": {}})
+    with pytest.raises(SlurmFormatError, match="'nodes'"):
+        parse_sinfo({})
+    with pytest.raises(SlurmFormatError, match="job_id"):
+        parse_job({"job_state": "PENDING"})

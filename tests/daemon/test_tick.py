@@ -263,4 +263,4 @@ def test_metrics_after_a_tick(make_daemon, slurm) -> None:
     assert 'gpu_fleet_autoscaler_nodes{pool="spot",state="booting"} 2.0' in text
     assert 'gpu_fleet_autoscaler_hourly_usd{capacity_type="spot"} 40.0' in text
     assert "gpu_fleet_autoscaler_tick_duration_seconds_count 2.0" in text
-    assert d.metrics.healthy()
+    assert d.metrics.healthy(d.clock()) and not d.metrics.healthy(d.clock() + 121)

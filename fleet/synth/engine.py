@@ -100,6 +100,9 @@ _COMPUTE_COLLECTIONS = {
 }
 
 
+_GLOBAL_KINDS = {"Network", "Firewall", "InstanceTemplate"}  # global even when given a region
+
+
 def _autoname(logical: str) -> str:
     """What Pulumi's autonaming would give: the logical name plus a random-looking suffix (stable here)."""
     return f"{logical}-{hashlib.sha1(logical.encode()).hexdigest()[:7]}"
@@ -119,7 +122,9 @@ class SynthMocks(pulumi_mocks.Mocks):
         if not args.custom:
             return "", {}
         state = dict(inputs)
-        name = inputs.get("name") or _autoname(args.name)
+        name = inputs.get("name") or (
+            f"{inputs['namePrefix']}{_autoname(args.name)[-7:]}" if inputs.get("namePrefix") else _autoname(args.name)
+        )
         state.setdefault("name", name)
         project = inputs.get("project") or self.default_project
         state.setdefault("project", project)
@@ -127,7 +132,9 @@ class SynthMocks(pulumi_mocks.Mocks):
         kind = kind.split(":")[-1]
         resource_id = name
         if pkg == "compute" and kind in _COMPUTE_COLLECTIONS:
-            if "zone" in inputs:
+            if kind in _GLOBAL_KINDS:
+                scope = "global"
+            elif "zone" in inputs:
                 scope = f"zones/{inputs['zone']}"
             elif "region" in inputs:
                 scope = f"regions/{inputs['region']}"

@@ -1,0 +1,107 @@
+"""SlurmCluster: VMs without public IPs, keys as secrets in Secret Manager, config by metadata, narrow IAM."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from components.gcp.slurm_cluster import SlurmCluster, SlurmClusterArgs, compute_grant_condition
+from components.gcp.startup import SlurmHostConfig, startup_script
+
+CONF = "ClusterName=a3mega\nNodeSet=resv Nodes=a3mega-resv-[0-15]\n"
+GRES = "NodeName=a3mega-resv-[0-15] Name=gpu File=/dev/nvidia[0-7]\n"
+
+
+def args(**overrides) -> SlurmClusterArgs:
+    base = dict(
+        name="a3mega",
+        project="my-proj",
+        zone="us-east4-a",
+        network="projects/my-proj/global/networks/sys",
+        subnetwork="projects/my-proj/regions/us-east4/subnetworks/sys-sub",
+        slurm_conf=CONF,
+        gres_conf=GRES,
+        node_name_prefixes=["a3mega-resv", "a3mega-spot"],
+        login_nodes=2,
+        home="10.0.15.2:/home",
+    )
+    base.update(overrides)
+    return SlurmClusterArgs(**base)
+
+
+def test_controller_and_logins_are_private_shielded_os_login_vms(declare):
+    d = declare(lambda: SlurmCluster("slurm", args()))
+    vms = {r.inputs["name"]: r.inputs for r in d.of_type("compute/instance:Instance")}
+    assert sorted(vms) == ["a3mega-controller", "a3mega-login-0", "a3mega-login-1"]
+    for name, vm in vms.items():
+        assert [("accessConfigs" in n) for n in vm["networkInterfaces"]] == [False], name
+        assert vm["shieldedInstanceConfig"]["enableSecureBoot"] is True
+        assert vm["metadata"]["enable-oslogin"] == "TRUE"
+        assert vm["metadata"]["slurm-conf"] == CONF and vm["metadata"]["gres-conf"] == GRES
+        assert "10.0.15.2:/home /home nfs" in vm["metadataStartupScript"]
+    assert vms["a3mega-controller"]["machineType"] == "n2-standard-8"
+    assert "slurmctld" in vms["a3mega-controller"]["metadataStartupScript"]
+
+
+def test_keys_are_random_secrets_in_secret_manager(declare):
+    d = declare(lambda: SlurmCluster("slurm", args()))
+    keys = {r.name: r.inputs["length"] for r in d.of_type("randomBytes:RandomBytes")}
+    assert keys == {"slurm-munge-key": 1024, "slurm-jwt-key": 32}
+    secrets = sorted(r.inputs["secretId"] for r in d.of_type("secretmanager/secret:Secret"))
+    assert secrets == ["a3mega-slurm-jwt-key", "a3mega-slurm-munge-key"]
+    versions = d.of_type("secretmanager/secretVersion:SecretVersion")
+    assert len(versions) == 2 and all(v.inputs["secretData"] == "[secret]" for v in versions)
+    # the key material appears nowhere in what was registered, and never in VM metadata
+    dumped = json.dumps([r.inputs for r in d.resources])
+    assert "[secret]" in dumped
+    for vm in d.of_type("compute/instance:Instance"):
+        assert "munge.key" in vm.inputs["metadataStartupScript"]  # fetched at boot, by the VM's SA
+
+
+def test_controller_compute_grant_is_conditioned_on_the_pool_prefixes(declare):
+    d = declare(lambda: SlurmCluster("slurm", args()))
+    members = [r.inputs for r in d.of_type("projects/iAMMember:IAMMember")]
+    admin = [m for m in members if m["role"] == "roles/compute.instanceAdmin.v1"]
+    assert len(admin) == 1
+    expr = admin[0]["condition"]["expression"]
+    assert 'startsWith("a3mega-resv-")' in expr and 'startsWith("a3mega-spot-")' in expr
+    assert "a3mega-controller" not in expr
+    assert not [m for m in members if m["role"] in ("roles/owner", "roles/editor", "roles/compute.admin")]
+    ctl = "serviceAccount:a3mega-ctl@my-proj.iam.gserviceaccount.com"
+    assert sorted(m["role"] for m in members if m["member"] == ctl) == [
+        "roles/compute.instanceAdmin.v1",
+        "roles/compute.viewer",
+        "roles/logging.logWriter",
+        "roles/monitoring.metricWriter",
+    ]
+    accessors = [r.inputs for r in d.of_type("SecretIamMember")]
+    assert {(a["secretId"], a["member"]) for a in accessors} == {
+        ("a3mega-slurm-munge-key", ctl),
+        ("a3mega-slurm-jwt-key", ctl),
+        ("a3mega-slurm-munge-key", "serviceAccount:a3mega-login@my-proj.iam.gserviceaccount.com"),
+    }
+
+
+def test_grant_condition_names_each_prefix_per_resource_kind():
+    expr = compute_grant_condition("p", ["c-a"])
+    for kind in ("instances", "disks", "instanceGroupManagers"):
+        assert f'resource.name.extract("/{kind}/{{name}}").startsWith("c-a-")' in expr
+    assert 'resource.name.startsWith("projects/p/zones/")' in expr
+
+
+def test_startup_scripts_per_role():
+    compute = startup_script(SlurmHostConfig(role="compute", munge_secret="k", home="1.2.3.4:/home"))
+    assert "slurmd" in compute and "SLURMD_OPTIONS=-N $(hostname -s)" in compute
+    assert "jwt" not in compute
+    ctl = startup_script(SlurmHostConfig(role="controller", munge_secret="k", jwt_secret="j"))
+    assert "--secret=j" in ctl and "slurmctld" in ctl and "/home" not in ctl
+    with pytest.raises(ValueError, match="role"):
+        startup_script(SlurmHostConfig(role="worker", munge_secret="k"))
+
+
+def test_bad_cluster_args_are_refused():
+    with pytest.raises(ValueError, match="node_name_prefixes"):
+        args(node_name_prefixes=[])
+    with pytest.raises(ValueError, match="login_nodes"):
+        args(login_nodes=9)

@@ -1,0 +1,50 @@
+"""SharedStorage: Filestore home, a private versioned checkpoint bucket, optional Managed Lustre."""
+
+from __future__ import annotations
+
+from components.gcp.storage import BucketArgs, FilestoreArgs, LustreArgs, SharedStorage, SharedStorageArgs
+
+NET = "projects/my-proj/global/networks/sys"
+
+
+def test_filestore_and_bucket(declare):
+    d = declare(
+        lambda: SharedStorage(
+            "st",
+            SharedStorageArgs(
+                project="my-proj",
+                zone="us-east4-a",
+                network=NET,
+                name="a3mega",
+                home=FilestoreArgs("BASIC_SSD", 2560, "home"),
+                checkpoints=BucketArgs("my-proj-a3mega-checkpoints", "us-east4", 7),
+            ),
+        )
+    )
+    fs = d.one("filestore/instance:Instance").inputs
+    assert fs["tier"] == "BASIC_SSD" and fs["location"] == "us-east4-a"
+    assert fs["fileShares"] == {"name": "home", "capacityGb": 2560}
+    assert fs["networks"][0]["network"] == NET
+    bucket = d.one("storage/bucket:Bucket").inputs
+    assert bucket["uniformBucketLevelAccess"] is True
+    assert bucket["versioning"] == {"enabled": True}
+    assert bucket["publicAccessPrevention"] == "enforced"
+    assert bucket["softDeletePolicy"] == {"retentionDurationSeconds": 7 * 86400}
+    assert d.of_type("lustre/instance:Instance") == []
+    assert d.of_type("BucketIAMMember") == []  # access is granted per service account by the pools
+
+
+def test_optional_lustre_and_no_home(declare):
+    d = declare(
+        lambda: SharedStorage(
+            "st",
+            SharedStorageArgs(
+                project="my-proj", zone="us-central1-b", network=NET, name="ultra", home=None, scratch=LustreArgs()
+            ),
+        )
+    )
+    assert d.of_type("filestore/instance:Instance") == []
+    lustre = d.one("lustre/instance:Instance").inputs
+    assert lustre["capacityGib"] == "18000" and lustre["perUnitStorageThroughput"] == "500"
+    assert lustre["location"] == "us-central1-b" and lustre["network"] == NET
+    assert d.of_type("storage/bucket:Bucket") == []

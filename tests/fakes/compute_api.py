@@ -235,7 +235,9 @@ class FakeCompute:
         server = _Server(("127.0.0.1", port), _Handler)
         server.fake = self
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="fake-compute-http", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-compute-http", daemon=True
+        )
         self._thread.start()
         return self
 

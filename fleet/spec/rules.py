@@ -228,6 +228,30 @@ def compact_placement_single_zone(spec: FleetSpec, cat: Catalog) -> Iterator[Iss
 
 
 @rule
+def rdma_single_zone(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """A RoCE (RDMA) VPC is zonal: all pools of an RDMA machine type in a cluster share one zone."""
+    for ci, cluster in enumerate(spec.clusters):
+        first: dict[str, tuple[str, str]] = {}  # machine type -> (zone, pool) of the first pool
+        for pi, pool in enumerate(cluster.pools):
+            if pool.machine_type not in cat or not cat.machine(pool.machine_type).nics.rdma_nics:
+                continue
+            zones = pool_zones(spec, pool, cat)
+            path = f"clusters[{ci}].pools[{pi}].zones"
+            if len(zones) > 1:
+                yield path, f"{pool.machine_type} uses a zonal RoCE network: name one zone (would use {list(zones)})"
+                continue
+            if not zones:
+                continue
+            zone, owner = first.setdefault(pool.machine_type, (zones[0], pool.name))
+            if zone != zones[0]:
+                yield (
+                    path,
+                    f"pools of {pool.machine_type} in one cluster share one RoCE network: pool {owner!r} is in "
+                    f"{zone}, this one in {zones[0]}",
+                )
+
+
+@rule
 def flex_start_compact(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
     for path, _, pool in _pools(spec):
         flex_compact = pool.capacity is CapacityType.FLEX_START and pool.compact_placement

@@ -80,6 +80,17 @@ def g2_fleet_zone_b(d: Spec) -> None:
     pool(d, 0)["compact_placement"] = False
 
 
+def a4_pools(zone0: str, zones1: list[str] | None) -> Callable[[Spec], None]:
+    """Two a4-highgpu-8g pools in us-west3 (offered in b and c)."""
+
+    def mutate(d: Spec) -> None:
+        d["region"], d["zones"] = "us-west3", ["us-west3-b", "us-west3-c"]
+        pool(d, 0).update(machine_type="a4-highgpu-8g", zones=[zone0])
+        pool(d, 1).update(machine_type="a4-highgpu-8g", zones=zones1)
+
+    return mutate
+
+
 CASES = [
     Case("unique_cluster_names", dup_cluster, "clusters[1].name", "duplicate cluster name 'c1'"),
     Case("unique_pool_names", lambda d: pool(d, 1).update(name="resv"), "clusters[0].pools[1].name",
@@ -116,6 +127,10 @@ CASES = [
          "1501 nodes exceed the 1500 VMs"),
     Case("compact_placement_single_zone", lambda d: pool(d, 1).update(compact_placement=True),
          "clusters[0].pools[1].zones", "compact placement needs exactly one zone"),
+    Case("rdma_single_zone", a4_pools("us-west3-b", None), "clusters[0].pools[1].zones",
+         "a4-highgpu-8g uses a zonal RoCE network: name one zone (would use ['us-west3-b', 'us-west3-c'])"),
+    Case("rdma_single_zone", a4_pools("us-west3-b", ["us-west3-c"]), "clusters[0].pools[1].zones",
+         "share one RoCE network: pool 'resv' is in us-west3-b, this one in us-west3-c"),
     Case("flex_start_compact", flex_compact, "clusters[0].pools[0].compact_placement",
          "flex-start cannot be combined with compact placement on a3-megagpu-8g"),
     Case("labels_valid", lambda d: d.update(labels={"Team": "ml"}), "labels.Team", "label key"),

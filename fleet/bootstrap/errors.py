@@ -35,6 +35,20 @@ class BadArgument(BootstrapError):
         return {**super().to_json(), "argument": self.argument, "reason": self.reason}
 
 
+class InvalidPlan(BootstrapError):
+    """The spec bootstrap generated fails the fleet spec's validation: a bug in bootstrap, reported as such."""
+
+    exit_code = 1
+
+    def __init__(self, errors: list[tuple[str, str]]) -> None:
+        lines = "; ".join(f"{path}: {reason}" for path, reason in errors)
+        super().__init__(f"internal error, please report: the generated fleet spec fails validation: {lines}")
+        self.errors = errors
+
+    def to_json(self) -> dict:
+        return {**super().to_json(), "errors": [{"path": p, "reason": r} for p, r in self.errors]}
+
+
 class NoZoneOffers(BootstrapError):
     """No zone of the region offers the machine type; `alternatives` are the nearest regions that do."""
 

@@ -13,7 +13,7 @@ from ipaddress import IPv4Network
 from pathlib import Path
 
 from fleet.bootstrap.addressing import AddressPlan, AddressPlanExhausted, UsedRange, plan_addresses
-from fleet.bootstrap.errors import BadArgument
+from fleet.bootstrap.errors import BadArgument, InvalidPlan
 from fleet.bootstrap.machine import MachineChoice, choose_machine
 from fleet.bootstrap.pricing import PoolPrice, pool_price, price_table
 from fleet.bootstrap.quotas import QuotaNeed, RegionQuota, quota_needs
@@ -221,12 +221,16 @@ def plan_region(req: BootstrapRequest, catalog: Catalog, used: list[UsedRange]) 
     elif compact:
         reasons.append(f"compact placement: {nodes} nodes <= {m.compact_placement_max_vms} per policy on {m.name}")
 
-    # A reservation is zonal and a compact placement policy spans one zone: such a pool gets one zone.
+    # A reservation, a compact placement policy and a RoCE (RDMA) VPC are zonal: such a pool gets one zone.
     pool_zones = zones
-    if (compact or cap.type is CapacityType.RESERVATION) and len(zones) > 1:
+    single = [
+        *([f"reservation {cap.reservation} is zonal"] if cap.reservation else []),
+        *(["compact placement spans one zone"] if compact else []),
+        *([f"{m.name}'s RDMA VPC (RoCE network profile) is zonal"] if m.nics.fabric == "rdma" else []),
+    ]
+    if single and len(zones) > 1:
         pool_zones = zones[:1]
-        why = f"reservation {cap.reservation} is zonal" if cap.reservation else "compact placement spans one zone"
-        reasons.append(f"pool zone {pool_zones[0]}: {why}; pass --zones to choose another")
+        reasons.append(f"pool zone {pool_zones[0]}: {'; '.join(single)}; pass --zones to choose another")
     elif cap.type is CapacityType.RESERVATION:
         reasons.append(f"reservation {cap.reservation} must be in {zones[0]}")
 
@@ -279,8 +283,8 @@ def plan_region(req: BootstrapRequest, catalog: Catalog, used: list[UsedRange]) 
     }
     try:
         load_spec(spec, catalog)
-    except SpecError as exc:  # a bug here, not the user's: say so plainly
-        raise AssertionError(f"bootstrap produced a fleet spec that fails validation:\n{exc}") from exc
+    except SpecError as exc:  # a bug here, not the user's: say so plainly, write nothing
+        raise InvalidPlan(exc.errors) from exc
 
     filestore = (storage.home_tier, storage.home_capacity_gb)
     quotas = quota_needs(m, nodes, cap.type, system_vms, filestore, storage.scratch_capacity_gib)

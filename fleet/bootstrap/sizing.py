@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from fleet.catalog import CapacityType, MachineType
 
+FLEX_START_MAX_TIME = "7-00:00:00"  # flex-start (DWS) VMs run for at most 7 days
 LUSTRE_MIN_NODES = 32  # 8-GPU nodes with a GPU fabric from which a scratch file system pays off
 LUSTRE_GIB_PER_32_NODES = 18000  # Managed Lustre's minimum size, per 32 nodes
 
@@ -57,6 +58,8 @@ class SlurmPlan:
                     "pools": [pool],
                     "default": True,
                     "spot_tolerant": capacity is CapacityType.SPOT,
+                    # a flex-start VM lives at most 7 days: no job may be promised longer
+                    **({"max_time": FLEX_START_MAX_TIME} if capacity is CapacityType.FLEX_START else {}),
                 }
             ],
         }

@@ -172,3 +172,18 @@ def test_storage_and_slurm_grow_with_the_pool() -> None:
 def test_capacity_parsing() -> None:
     assert parse_capacity("reservation:my-resv").reservation == "my-resv"
     assert parse_capacity("flex-start").type is CapacityType.FLEX_START
+
+
+@pytest.mark.parametrize("capacity", ["on-demand", "spot", "flex-start", "reservation:resv-a"])
+def test_every_generated_spec_passes_the_fleet_rules(capacity: str) -> None:
+    """plan_region validates its spec with fleet.spec.load_spec (schema + every rule); InvalidPlan would fail."""
+    planned = 0
+    for gpu in GPU_FAMILIES:
+        for gpus in (1, 3, 8, 12, 64, 512, 12800):
+            for region in ("us-central1", "europe-west4", "us-east4", "asia-southeast1", "us-west3"):
+                try:
+                    plan(region, gpu, gpus, capacity)
+                except NoZoneOffers:
+                    continue
+                planned += 1
+    assert planned > 100

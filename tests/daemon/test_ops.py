@@ -1,0 +1,130 @@
+"""Operations: /metrics and /healthz, the dashboard's queries, the systemd unit, the hooks' hand-off, SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from autoscaler.daemon.loop import RunLoop
+from autoscaler.daemon.metrics import Metrics, MetricsServer
+from autoscaler.daemon.state import StateStore
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_metrics_and_healthz_served_on_a_local_port() -> None:
+    m = Metrics()
+    server = MetricsServer(m, "127.0.0.1", 0).start()
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        assert httpx.get(f"{base}/healthz").status_code == 503  # no tick yet
+        m.tick_succeeded(time.time())
+        assert httpx.get(f"{base}/healthz").status_code == 200
+        r = httpx.get(f"{base}/metrics")
+        assert r.status_code == 200 and "gpu_fleet_autoscaler_tick_duration_seconds_bucket" in r.text
+        assert httpx.get(f"{base}/other").status_code == 404
+    finally:
+        server.stop()
+
+
+def test_every_dashboard_query_uses_a_metric_the_daemon_exports() -> None:
+    dash = json.loads((ROOT / "deploy" / "grafana" / "gpu-fleet-autoscaler.json").read_text())
+    exported = {s.name for metric in Metrics().registry.collect() for s in metric.samples} | {
+        f"{metric.name}{suffix}" for metric in Metrics().registry.collect() for suffix in ("", "_total", "_bucket")
+    }
+    used = set()
+    for p in dash["panels"]:
+        for t in p["targets"]:
+            used |= set(re.findall(r"gpu_fleet_autoscaler_[a-z_]+", t["expr"]))
+    assert used and used <= exported, used - exported
+
+
+def test_systemd_unit_is_hardened() -> None:
+    unit = (ROOT / "deploy" / "systemd" / "gpu-fleet-autoscaler.service").read_text()
+    for line in (
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "ReadWritePaths=/var/lib/gpu-fleet",
+        "Restart=on-failure",
+    ):
+        assert re.search(rf"^{re.escape(line)}$", unit, re.M), line
+    assert "fleet autoscaler run --config" in unit
+
+
+def test_hooks_reach_the_daemon_state_and_are_fast(tmp_path: Path) -> None:
+    state = tmp_path / "s.db"
+    resume_file = tmp_path / "resume.json"
+    resume_file.write_text(json.dumps({"jobs": [{"job_id": 42, "nodes_resume": "c1-spot-[0-1]"}]}))
+    t0 = time.perf_counter()
+    cp = subprocess.run(
+        [sys.executable, "-m", "autoscaler.slurm.hook", "resume", "c1-spot-[0-1]", "--state", str(state)],
+        env={"SLURM_RESUME_FILE": str(resume_file), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    elapsed = time.perf_counter() - t0
+    assert cp.returncode == 0, cp.stderr
+    cp = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "fleet"), "slurm", "suspend", "c1-spot-3", "--state", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert cp.returncode == 0, cp.stderr
+    rows = StateStore(state).open_power()
+    assert [(r.action, r.name, r.jobs) for r in rows] == [
+        ("resume", "c1-spot-0", (42,)),
+        ("resume", "c1-spot-1", (42,)),
+        ("suspend", "c1-spot-3", ()),
+    ]
+    assert elapsed < 10  # generous on a shared 2-core box; typically ~0.1 s (see docs/autoscaler.md)
+
+
+def test_bad_hostlist_exits_2_and_queues_nothing(tmp_path: Path) -> None:
+    state = tmp_path / "s.db"
+    cp = subprocess.run(
+        [sys.executable, "-m", "autoscaler.slurm.hook", "resume", "c1-spot-[0-", "--state", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert cp.returncode == 2 and "HOSTLIST" in cp.stderr and "unbalanced" in cp.stderr
+    assert not state.exists() or StateStore(state).open_power() == []
+
+
+class SlowDaemon:
+    """Stands in for `Daemon` in the loop: a tick takes a while, so a stop request lands mid-tick."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self.ticks = 0
+        self.finished = 0
+        self.running = threading.Event()
+
+        class _Lock:
+            def release(self) -> None:
+                pass
+
+        self.lock = _Lock()
+
+    def tick(self) -> None:
+        self.ticks += 1
+        self.running.set()
+        time.sleep(0.5)
+        self.finished += 1
+
+
+def test_stop_request_lets_the_running_tick_finish_and_returns_0(tmp_path: Path) -> None:
+    d = SlowDaemon(StateStore(tmp_path / "s.db"))
+    loop = RunLoop(d, interval_s=0.1)  # type: ignore[arg-type]
+    threading.Thread(target=lambda: (d.running.wait(5), loop.request_stop()), daemon=True).start()
+    assert loop.run(install_signals=False) == 0
+    assert d.ticks >= 1 and d.finished == d.ticks  # never cut short, never overlapping

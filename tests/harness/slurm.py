@@ -103,10 +103,14 @@ class SlurmHarness:
         path.chmod(0o755)
         return str(path)
 
-    def overrides(self) -> dict[str, str]:
-        """The host-specific slurm.conf keys that make a generated config start on this machine."""
+    def overrides(self, *, cgroup: bool = False) -> dict[str, str]:
+        """The host-specific slurm.conf keys that make a generated config start on this machine.
+
+        `cgroup=True` keeps the config's cgroup plugins (slurmctld accepts them without loading
+        them; a slurmd here needs them replaced, which is the default).
+        """
         r = self.root
-        return {
+        keys = {
             "SlurmctldHost": f"{self.hostname}(127.0.0.1)",
             "SlurmctldPort": str(self.ctld_port),
             "SlurmdPort": str(self.slurmd_port),
@@ -119,16 +123,19 @@ class SlurmHarness:
             "SlurmdPidFile": str(r / "run" / "slurmd-%n.pid"),
             "SlurmctldLogFile": str(r / "log" / "slurmctld.log"),
             "SlurmdLogFile": str(r / "log" / "slurmd-%n.log"),
-            # no systemd / cgroups on this host
-            "ProctrackType": "proctrack/linuxproc",
-            "TaskPlugin": "task/none",
-            "JobAcctGatherType": "jobacct_gather/none",
             "ResumeProgram": self.resume_program,
             "SuspendProgram": self.suspend_program,
             "ResumeFailProgram": self.resume_fail_program,
             # cloud node names have no DNS here (else ~10 s getaddrinfo retries per message)
             "NodeAddr": "127.0.0.1",
         }
+        if not cgroup:  # no systemd / cgroups on this host
+            keys |= {
+                "ProctrackType": "proctrack/linuxproc",
+                "TaskPlugin": "task/none",
+                "JobAcctGatherType": "jobacct_gather/none",
+            }
+        return keys
 
     def local_node_lines(self, partition: str = "local", cpus: int | None = None) -> list[str]:
         """slurm.conf lines for a real node = this host (for `start(..., slurmd=True)`)."""

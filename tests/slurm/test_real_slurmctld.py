@@ -24,8 +24,9 @@ EXAMPLES = ["gcp-a3mega-slurm", "gcp-a3ultra-slurm", "gcp-l4-dev"]
 def cluster(request: pytest.FixtureRequest, slurm_factory) -> Iterator[tuple[FleetSpec, SlurmHarness]]:
     spec = load_stack_file(ROOT / f"Pulumi.{request.param}.yaml")
     harness = slurm_factory()
-    conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
-    harness.start(conf.slurm_conf, conf.gres_conf)
+    # only host keys are replaced: the generated cgroup plugins, cloud and power-save settings stay as shipped
+    conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides(cgroup=True))
+    harness.start(conf.slurm_conf, conf.gres_conf, cgroup_conf=conf.cgroup_conf)
     yield spec, harness
     harness.stop()
 

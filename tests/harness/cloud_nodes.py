@@ -1,0 +1,191 @@
+"""Fake cloud nodes on this host: one real slurmd per Slurm CLOUD node, started when its "VM boots".
+
+Used with `tests.harness.slurm.SlurmHarness` and the fake Compute server (`on_boot` / `on_delete` hooks):
+booting an instance named like a CLOUD node starts `slurmd -D -N <name>`, deleting it stops that slurmd, so
+jobs really run on cloud nodes.  What a slurmd on a shared host needs (learned running real Slurm here):
+- per-node `Port=` (several slurmd on one host) and `NodeAddr=127.0.0.1` (no DNS for cloud names);
+- GPU `File=` entries pointing at dummy character devices plus `SlurmdParameters=config_overrides`
+  (slurmd drops file-less GPUs and would report the host's real CPUs/memory);
+- an uptime shim (uptime_shim.c, LD_PRELOAD): slurmctld ignores a registration whose boot time predates
+  the power-up;
+- open stdin/stdout/stderr and no inherited blocked signals (slurmd must stop on SIGTERM).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.harness.slurm import SlurmHarness
+
+SHIM_SOURCE = Path(__file__).with_name("uptime_shim.c")
+
+
+def cloud_nodes_unavailable_reason() -> str | None:
+    if shutil.which("gcc") is None:
+        return "gcc is needed to build the fake cloud nodes' uptime shim (scripts/setup.sh installs it)"
+    if shutil.which("slurmd") is None and not Path("/usr/sbin/slurmd").exists():
+        return "slurmd is not installed (scripts/setup.sh installs it)"
+    return None
+
+
+@dataclass(frozen=True)
+class Nodeset:
+    """A CLOUD nodeset: names `prefix-0..count-1`, slurmd ports `port0..port0+count-1`."""
+
+    prefix: str
+    count: int
+    port0: int
+    gpus: int = 8
+    cpus: int = 4
+    features: str = ""
+
+    @property
+    def names(self) -> list[str]:
+        return [f"{self.prefix}-{i}" for i in range(self.count)]
+
+    def node_line(self) -> str:
+        feat = f" Features={self.features}" if self.features else ""
+        return (
+            f"NodeName={self.prefix}-[0-{self.count - 1}] State=CLOUD NodeAddr=127.0.0.1 "
+            f"Port=[{self.port0}-{self.port0 + self.count - 1}] CPUs={self.cpus} RealMemory=1000 "
+            f"Gres=gpu:{self.gpus}{feat}"
+        )
+
+
+class CloudNodes:
+    """Start/stop one slurmd per cloud node name (thread-safe: the fake server calls from its threads)."""
+
+    def __init__(self, harness: SlurmHarness, nodesets: Sequence[Nodeset]) -> None:
+        self.harness = harness
+        self.nodesets = list(nodesets)
+        self.known = {n for ns in self.nodesets for n in ns.names}
+        self.dev = harness.root / "fakedev"
+        self.shim = harness.root / "shim" / "uptime_shim.so"
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._lock = threading.Lock()
+        self.boots: list[str] = []
+        self.stops: list[str] = []
+
+    def prepare(self) -> None:
+        """Dummy GPU devices and the shim (call before `harness.start`)."""
+        self.dev.mkdir(parents=True, exist_ok=True)
+        gpus = max(ns.gpus for ns in self.nodesets)
+        for i in range(gpus):
+            p = self.dev / f"nvidia{i}"
+            if not p.exists():
+                os.mknod(p, 0o666 | 0o020000, os.makedev(1, 3))  # a char device like /dev/null
+        self.shim.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["gcc", "-O2", "-shared", "-fPIC", "-o", str(self.shim), str(SHIM_SOURCE), "-ldl"],
+            check=True,
+            capture_output=True,
+        )
+
+    def conf_lines(self) -> list[str]:
+        """slurm.conf lines: the nodesets (partitions are the caller's)."""
+        return ["SlurmdParameters=config_overrides", *(ns.node_line() for ns in self.nodesets)]
+
+    def gres_conf(self) -> str:
+        return "".join(
+            f"NodeName={ns.prefix}-[0-{ns.count - 1}] Name=gpu File={self.dev}/nvidia[0-{ns.gpus - 1}]\n"
+            for ns in self.nodesets
+        )
+
+    def boot(self, name: str, zone: str = "") -> None:
+        """The fake VM `name` booted: start its slurmd (ignored for names that are not cloud nodes)."""
+        if name not in self.known:
+            return
+        with self._lock:
+            proc = self._procs.get(name)
+            if proc is not None and proc.poll() is None:
+                return
+            (self.harness.root / "state" / "d" / name).mkdir(parents=True, exist_ok=True)
+            log = (self.harness.root / "log" / f"cloud-{name}.out").open("ab")
+            env = {**self.harness.env, "LD_PRELOAD": str(self.shim)}
+            self._procs[name] = subprocess.Popen(
+                ["slurmd", "-D", "-N", name, "-f", str(self.harness.conf_path)],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                restore_signals=True,
+            )
+            log.close()
+            self.boots.append(name)
+
+    def stop(self, name: str, zone: str = "") -> None:
+        """The fake VM `name` was deleted: stop its slurmd."""
+        with self._lock:
+            proc = self._procs.pop(name, None)
+            if proc is None:
+                return
+            self.stops.append(name)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+
+    def running(self) -> set[str]:
+        with self._lock:
+            return {n for n, p in self._procs.items() if p.poll() is None}
+
+    def stop_all(self) -> None:
+        for name in list(self._procs):
+            self.stop(name)
+
+
+def cloud_slurm_conf(
+    harness: SlurmHarness,
+    cloud: CloudNodes,
+    partitions: dict[str, Sequence[str]],
+    *,
+    suspend_time: int = 30,
+    resume_timeout: int = 60,
+    suspend_timeout: int = 10,
+) -> str:
+    """A complete slurm.conf for this host: power saving on, the nodesets, `partitions` (name -> node prefixes)."""
+    keys = {
+        "ClusterName": "fleettest",
+        **harness.overrides(),
+        "AuthType": "auth/munge",
+        "AccountingStorageType": "accounting_storage/none",
+        "JobCompType": "jobcomp/none",
+        "MpiDefault": "none",
+        "SwitchType": "switch/none",
+        "SelectType": "select/cons_tres",
+        "SelectTypeParameters": "CR_Core",
+        "SchedulerType": "sched/backfill",
+        "GresTypes": "gpu",
+        "ReturnToService": "2",
+        "MailProg": "/bin/true",
+        "SuspendTime": str(suspend_time),
+        "SuspendTimeout": str(suspend_timeout),
+        "ResumeTimeout": str(resume_timeout),
+        "ResumeRate": "0",
+        "SuspendRate": "0",
+        "SlurmctldParameters": "idle_on_node_suspend",
+        "CommunicationParameters": "NoAddrCache",
+        "PrivateData": "cloud",
+        "SlurmctldTimeout": "30",
+        "SlurmdTimeout": "30",
+        "InactiveLimit": "0",
+        "KillWait": "5",
+    }
+    keys.pop("NodeAddr", None)  # a node attribute, set on each NodeName line
+    lines = [f"{k}={v}" for k, v in keys.items()]
+    lines += cloud.conf_lines()
+    by_prefix = {ns.prefix: ns for ns in cloud.nodesets}
+    for name, prefixes in partitions.items():
+        nodes = ",".join(f"{p}-[0-{by_prefix[p].count - 1}]" for p in prefixes)
+        lines.append(f"PartitionName={name} Nodes={nodes} MaxTime=INFINITE State=UP")
+    return "\n".join(lines) + "\n"

@@ -26,6 +26,8 @@ CAPACITY_WEIGHT = {
     CapacityType.FLEX_START: 20,
     CapacityType.ON_DEMAND: 30,
 }
+# The autoscaler's power-saving hooks as deploy/slurm/ ships them (installed under /opt/gpu-fleet).
+HOOKS = {name: f"/opt/gpu-fleet/deploy/slurm/{name}.sh" for name in ("resume", "suspend", "resume_fail")}
 MEMORY_HEADROOM = 0.05  # guest kernel + OS daemons; a node reporting less than RealMemory is drained
 MEMORY_RESERVED_MIB = 1024
 
@@ -138,9 +140,9 @@ def render_slurm_conf(
     cluster: ClusterSpec,
     *,
     controller_host: str | None = None,
-    resume_program: str = "/usr/local/bin/fleet-slurm-resume",
-    suspend_program: str = "/usr/local/bin/fleet-slurm-suspend",
-    resume_fail_program: str = "/usr/local/bin/fleet-slurm-resume-fail",
+    resume_program: str = HOOKS["resume"],
+    suspend_program: str = HOOKS["suspend"],
+    resume_fail_program: str = HOOKS["resume_fail"],
     overrides: dict[str, str] | None = None,
     catalog: Catalog | None = None,
 ) -> SlurmConf:

@@ -99,9 +99,10 @@ def test_cloud_and_power_save_settings(a3mega_data: dict[str, Any]) -> None:
     s = settings(render(a3mega_data).slurm_conf)
     assert s["SlurmctldHost"] == "a3mega-controller" and s["ClusterName"] == "a3mega"
     assert s["SuspendTime"] == "600" and s["ResumeTimeout"] == "1800"
-    assert s["ResumeProgram"] == "/usr/local/bin/fleet-slurm-resume"
-    assert s["SuspendProgram"] == "/usr/local/bin/fleet-slurm-suspend"
-    assert s["ResumeFailProgram"] == "/usr/local/bin/fleet-slurm-resume-fail"
+    # the autoscaler's hook wrappers as shipped in deploy/slurm/
+    for key, name in (("ResumeProgram", "resume"), ("SuspendProgram", "suspend"), ("ResumeFailProgram", "resume_fail")):
+        assert s[key] == f"/opt/gpu-fleet/deploy/slurm/{name}.sh"
+        assert (ROOT / "deploy" / "slurm" / f"{name}.sh").is_file()
     assert s["PrivateData"] == "cloud" and s["SelectType"] == "select/cons_tres" and s["GresTypes"] == "gpu"
     assert "cloud_dns" in s["SlurmctldParameters"].split(",")
     assert int(s["TreeWidth"]) >= 65533

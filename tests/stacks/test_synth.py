@@ -1,0 +1,232 @@
+"""The stack program on the shipped examples, under mocks: shapes, inventory contract, secrets, bad specs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleet.catalog import load_catalog
+from fleet.inventory import parse_inventory
+from fleet.spec.load import SpecError
+from fleet.synth.run import synth_file
+from tests.stacks.conftest import REPO
+
+FLEET = Path(sys.executable).with_name("fleet")
+COMPUTE = "https://www.googleapis.com/compute/v1"
+
+
+def _run_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(FLEET), "synth", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_cli_json_a3mega_matches_the_reference_shape():
+    proc = _run_cli("--stack", "gcp-a3mega-slurm", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["stack"] == "gcp-a3mega-slurm"
+    nets = [r for r in out["resources"] if r["type"] == "gcp:compute/network:Network"]
+    assert len(nets) >= 9
+    assert sum(1 for n in nets if n["inputs"]["mtu"] == 8896) == 8
+    assert [n["inputs"]["mtu"] for n in nets if n["inputs"]["mtu"] != 8896] == [8244]
+    templates = [r for r in out["resources"] if r["type"] == "gcp:compute/instanceTemplate:InstanceTemplate"]
+    assert templates
+    for tpl in templates:
+        nics = tpl["inputs"]["networkInterfaces"]
+        assert len(nics) == 9
+        assert not any("accessConfigs" in n for n in nics)
+        assert len({n["network"] for n in nics}) == 9  # one NIC per VPC
+        assert tpl["inputs"]["guestAccelerators"] == [{"type": "nvidia-h100-mega-80gb", "count": 8}]
+    assert out["cost"]["hourly_usd_at_max"] > 0
+    assert out["cost"]["hourly_usd_at_min"] > 0  # the reservation bills even when idle
+    assert {p["pool"] for p in out["cost"]["by_pool"]} == {"resv", "spot"}
+    for r in out["resources"]:
+        assert set(r) >= {"urn", "type", "name", "parent", "inputs"}
+    inventory = parse_inventory(out)
+    assert {p.name for p in inventory} == {"resv", "spot"}
+
+
+def test_cli_human_output_has_tree_and_price_table():
+    proc = _run_cli("--stack", "gcp-l4-dev")
+    assert proc.returncode == 0, proc.stderr
+    assert "gpufleet:gcp:GpuNodePool" in proc.stdout
+    assert "$/h at max" in proc.stdout
+
+
+def test_inventory_matches_the_daemon_contract(example):
+    out = example.to_json()
+    pools = parse_inventory(out)
+    raw = yaml.safe_load((REPO / f"Pulumi.{example.stack}.yaml").read_text())["config"]["gpu-fleet:fleet"]
+    spec_pools = {(c["name"], p["name"]): p for c in raw["clusters"] for p in c["pools"]}
+    assert {(p.cluster, p.name) for p in pools} == set(spec_pools)
+    migs = {
+        r["inputs"]["name"]: r["inputs"]["zone"]
+        for r in out["resources"]
+        if r["type"] == "gcp:compute/instanceGroupManager:InstanceGroupManager"
+    }
+    cat = load_catalog()
+    for pool in pools:
+        spec_pool = spec_pools[(pool.cluster, pool.name)]
+        assert (pool.min_nodes, pool.max_nodes) == (spec_pool.get("min_nodes", 0), spec_pool["max_nodes"])
+        assert pool.capacity_type == spec_pool.get("capacity", "on-demand")
+        machine = cat.machine(pool.machine_type)
+        assert (pool.gpu_type, pool.gpus_per_node) == (machine.gpu.accelerator_type, machine.gpu_count)
+        assert set(pool.instance_groups) == set(pool.zones)
+        for zone, mig in pool.instance_groups.items():
+            assert migs[mig] == zone  # every MIG the inventory names exists, in its zone
+        assert pool.node_name_prefix == f"{pool.cluster}-{pool.name}"
+        assert pool.slurm_nodeset == pool.name and pool.slurm_partitions
+        assert pool.instance_template and pool.instance_template.startswith(f"{pool.cluster}-{pool.name}-")
+
+
+def test_every_pool_template_carries_its_machine_types_nics(example):
+    out = example.to_json()
+    cat = load_catalog()
+    templates = {r["inputs"]["machineType"]: r for r in out["resources"] if r["type"].endswith("InstanceTemplate")}
+    for machine_type, tpl in templates.items():
+        nics = tpl["inputs"]["networkInterfaces"]
+        assert len(nics) == cat.machine(machine_type).nics.total
+        assert not any("accessConfigs" in n for n in nics)
+    vms = [r for r in out["resources"] if r["type"] == "gcp:compute/instance:Instance"]
+    assert vms and not any("accessConfigs" in n for vm in vms for n in vm["inputs"]["networkInterfaces"])
+
+
+def test_urns_unique_and_children_parented(example):
+    out = example.to_json()
+    urns = [r["urn"] for r in out["resources"]]
+    assert len(urns) == len(set(urns))
+    components = {r["urn"] for r in out["resources"] if r["type"].startswith("gpufleet:")}
+    for r in out["resources"]:
+        if not r["type"].startswith("gpufleet:"):
+            assert r["parent"] in components, r["urn"]  # no stray top-level resources
+
+
+def test_no_allow_rule_open_to_the_internet(example):
+    for r in example.to_json()["resources"]:
+        if r["type"] == "gcp:compute/firewall:Firewall" and r["inputs"].get("allows"):
+            assert "0.0.0.0/0" not in r["inputs"]["sourceRanges"], r["name"]
+
+
+def test_secrets_are_redacted(example):
+    out = example.to_json()
+    versions = [r for r in out["resources"] if r["type"] == "gcp:secretmanager/secretVersion:SecretVersion"]
+    assert versions and all(v["inputs"]["secretData"] == "[secret]" for v in versions)
+
+
+def test_a3ultra_has_two_gvnic_and_eight_mrdma_nics_on_a_roce_vpc(a3ultra):
+    out = a3ultra.to_json()
+    (rdma,) = [r for r in out["resources"] if r["type"].endswith("network:Network") and "networkProfile" in r["inputs"]]
+    assert rdma["inputs"]["networkProfile"] == "projects/my-gpu-project/global/networkProfiles/us-central1-b-vpc-roce"
+    assert rdma["inputs"]["mtu"] == 8896
+    templates = [r for r in out["resources"] if r["type"].endswith("InstanceTemplate")]
+    assert len(templates) == 2  # the reservation and the flex-start pool share one fabric
+    for tpl in templates:
+        nics = tpl["inputs"]["networkInterfaces"]
+        assert [n["nicType"] for n in nics] == ["GVNIC", "GVNIC"] + ["MRDMA"] * 8
+        assert {n["network"] for n in nics[2:]} == {f"{COMPUTE}/projects/my-gpu-project/global/networks/a3ultra-rdma"}
+        assert len({n["subnetwork"] for n in nics[2:]}) == 8
+        assert len({n["network"] for n in nics[:2]}) == 2
+        assert tpl["inputs"]["guestAccelerators"] == [{"type": "nvidia-h200-141gb", "count": 8}]
+
+
+def test_outputs_name_the_cluster_endpoints(a3mega):
+    cluster = a3mega.result.outputs["clusters"]["a3mega"]
+    assert cluster["controller"] == "a3mega-controller"
+    assert cluster["logins"] == ["a3mega-login-0"]
+    assert cluster["filestore_ip"] and cluster["checkpoint_bucket"] == "my-gpu-project-a3mega-checkpoints"
+    nets = a3mega.result.outputs["networks"]
+    assert nets["system"].endswith("/global/networks/gcp-a3mega-slurm-net")
+    assert len(nets["planes"]) == 8
+
+
+def _bad_stack(tmp_path: Path) -> Path:
+    doc = yaml.safe_load((REPO / "Pulumi.gcp-l4-dev.yaml").read_text())
+    doc["config"]["gpu-fleet:fleet"]["clusters"][0]["pools"][0]["min_nodes"] = 5
+    doc["config"]["gpu-fleet:fleet"]["clusters"][0]["pools"][0]["max_nodes"] = 2
+    path = tmp_path / "Pulumi.bad.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_bad_spec_exits_2_with_the_field_path(tmp_path):
+    proc = _run_cli("--config", str(_bad_stack(tmp_path)), "--json")
+    assert proc.returncode == 2
+    assert "clusters[0].pools[0]" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_bad_spec_declares_no_resource(tmp_path):
+    from pulumi.runtime import settings
+
+    from fleet.synth.engine import run_program
+    from stacks.program import main
+
+    doc = yaml.safe_load(_bad_stack(tmp_path).read_text())
+    with pytest.raises(SpecError) as exc:
+        run_program(main, stack="bad", config=doc["config"])
+    assert any(path.startswith("clusters[0].pools[0]") for path, _ in exc.value.errors)
+    assert settings.get_monitor().records == []
+    with pytest.raises(SpecError):
+        synth_file(_bad_stack(tmp_path))
+
+
+def test_rdma_pool_across_zones_is_refused_before_any_resource():
+    from pulumi.runtime import settings
+
+    from fleet.synth.engine import run_program
+    from stacks.program import main
+
+    # a4-highgpu-8g is offered in two zones of us-west3; its RoCE VPC can serve only one
+    fleet = {
+        "project": "my-gpu-project",
+        "region": "us-west3",
+        "zones": ["us-west3-b", "us-west3-c"],
+        "clusters": [
+            {
+                "name": "a4",
+                "pools": [{"name": "od", "machine_type": "a4-highgpu-8g", "max_nodes": 4}],
+                "slurm": {"partitions": [{"name": "a4", "pools": ["od"]}]},
+            }
+        ],
+    }
+    with pytest.raises(SpecError) as exc:
+        run_program(main, stack="bad", config={"gpu-fleet:fleet": fleet})
+    assert any(path.startswith("clusters[0].pools") for path, _ in exc.value.errors), exc.value.errors
+    assert "RoCE" in str(exc.value) or "zone" in str(exc.value)
+    assert settings.get_monitor().records == []
+
+
+def test_project_bootstrap_kind_is_dispatched(monkeypatch):
+    import types
+
+    from fleet.synth.engine import run_program
+    from stacks.program import main
+
+    seen = []
+    fake = types.ModuleType("stacks.project_bootstrap")
+    fake.build = seen.append  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "stacks.project_bootstrap", fake)
+    raw = {"kind": "project-bootstrap", "project": "my-gpu-project"}
+    result = run_program(main, stack="boot", config={"gpu-fleet:fleet": raw})
+    assert seen == [raw]
+    assert result.resources == []
+
+
+def test_synth_runs_without_cloud_credentials(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_", "PULUMI_"))}
+    env["HOME"] = str(tmp_path)
+    proc = subprocess.run(
+        [str(FLEET), "synth", "--config", str(REPO / "Pulumi.gcp-l4-dev.yaml"), "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["stack"] == "gcp-l4-dev"

@@ -95,7 +95,11 @@ def run_scenario(
         result.engines[name] = engine
         # the reservation is billed over each policy's own span; so is the bound's share of it
         span = (engine.t_end or engine.now) - engine.t_start
-        lb = bound.usd - bound.reservation_usd + scenario.reserved_nodes * (scenario.reservation_hourly_usd or 0) * span / 3600
+        lb = (
+            bound.usd
+            - bound.reservation_usd
+            + scenario.reserved_nodes * (scenario.reservation_hourly_usd or 0) * span / 3600
+        )
         result.metrics[name] = policy_metrics(engine, lb)
         if progress:
             progress(name, result.metrics[name])

@@ -125,6 +125,7 @@ class ClusterState:
         self._free: dict[tuple[bool, int], dict[str, SimNode]] = {}
         self.idle: dict[str, SimNode] = {}  # READY_IDLE nodes (any nomination)
         self.draining: dict[str, SimNode] = {}
+        self.booting: dict[str, SimNode] = {}  # launched, not registered yet
         self._names: dict[str, tuple[int, list[int]]] = {}  # pool -> (next index, heap of freed)
         self.provisioned_gpus = 0
         self.provisioned_by_capacity: dict[CapacityType, int] = {}
@@ -189,6 +190,8 @@ class ClusterState:
             raise ReplayError(f"node {node.name} launched twice")
         node.free = node.gpus
         self.nodes[node.name] = node
+        if not node.registered:
+            self.booting[node.name] = node
         self._take_name(node.name)
         self.provisioned_gpus += node.gpus
         ct = node.capacity_type
@@ -223,6 +226,7 @@ class ClusterState:
     def register(self, node: SimNode, now: float) -> None:
         """The node joined the scheduler: it is capacity from now on."""
         node.ready_at = now
+        self.booting.pop(node.name, None)
         node.state = NodeState.READY_IDLE
         node.since = now
         node.version += 1
@@ -255,6 +259,7 @@ class ClusterState:
         self._index_remove(node)
         self.idle.pop(node.name, None)
         self.draining.pop(node.name, None)
+        self.booting.pop(node.name, None)
         del self.nodes[node.name]
         self._release_name(node.name)
         node.state = NodeState.GONE

@@ -1,0 +1,46 @@
+"""Helpers the baselines share: what pending work is not covered by capacity already on the way,
+and first-fit packing of single-node jobs into new nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from autoscaler.replay.state import ClusterState, Job, SimNode
+
+
+def uncovered(state: ClusterState, fits: Callable[[Job, SimNode], bool] | None = None) -> tuple[list[Job], list[Job]]:
+    """(single-node jobs, gang jobs) pending with no capacity coming for them.
+
+    A gang is covered by its nominated nodes; a single-node job by free GPUs of a booting node it
+    may use (first fit, FIFO), the way a scheduler counts nodes that are coming up."""
+    room: list[tuple[SimNode, list[int]]] = [
+        (n, [n.free]) for n in state.booting.values() if n.nominated_for is None and n.free > 0
+    ]
+    singles: list[Job] = []
+    gangs: list[Job] = []
+    for job in state.pending():
+        if job.is_gang:
+            if len(job.nominated) < job.nodes:
+                gangs.append(job)
+            continue
+        for node, free in room:
+            if free[0] >= job.gpus_per_node and (not node.spot or job.spot_ok) and (fits is None or fits(job, node)):
+                free[0] -= job.gpus_per_node
+                break
+        else:
+            singles.append(job)
+    return singles, gangs
+
+
+def first_fit(jobs: Iterable[Job], node_gpus: int) -> list[list[Job]]:
+    """Pack single-node jobs, in order, into as few `node_gpus`-GPU nodes as first fit gives."""
+    bins: list[tuple[int, list[Job]]] = []
+    for job in jobs:
+        for i, (free, members) in enumerate(bins):
+            if free >= job.gpus_per_node:
+                members.append(job)
+                bins[i] = (free - job.gpus_per_node, members)
+                break
+        else:
+            bins.append((node_gpus - job.gpus_per_node, [job]))
+    return [members for _, members in bins]

@@ -29,7 +29,7 @@ GPU_METRICS: dict[str, str] = {
 # Machine series with their own regional CPU metric (google.cloud.compute_v1 Quota.Metric).
 FAMILY_CPU_METRICS = {"a2", "c2", "c2d", "c3", "e2", "m1", "m2", "m3", "n2", "n2d", "t2a", "t2d"}
 NAT_PORTS_PER_ADDRESS = 64512  # ports one NAT address offers (1024-65535)
-NAT_MIN_PORTS_PER_VM = 64  # Cloud NAT's default ports per VM
+NAT_MIN_PORTS_PER_VM = 1024  # min_ports_per_vm of the system VPC's Cloud NAT (components/gcp/network.py)
 PREEMPTIBLE = (CapacityType.SPOT, CapacityType.FLEX_START)
 
 

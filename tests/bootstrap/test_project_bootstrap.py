@@ -1,0 +1,119 @@
+"""The project-bootstrap stack kind under Pulumi mocks: APIs, state bucket, least-privilege identities."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleet.bootstrap.iam import API_CALLS, AUTOSCALER_PERMISSIONS, NODE_ROLES, autoscaler_permission_names
+from fleet.spec.project import ProjectSpecError, load_project_spec
+from fleet.synth.engine import SynthResult, run_program
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC = {"kind": "project-bootstrap", "project": "my-gpu-project", "region": "us-east4"}
+BASIC_ROLES = {"roles/owner", "roles/editor", "roles/viewer"}
+
+
+def synth(spec: dict) -> SynthResult:
+    from stacks.program import main
+
+    return run_program(main, stack="boot", config={"gpu-fleet:fleet": spec, "gcp:project": spec["project"]})
+
+
+@pytest.fixture(scope="module")
+def result() -> SynthResult:
+    return synth(SPEC)
+
+
+def test_custom_role_holds_exactly_the_listed_permissions(result: SynthResult) -> None:
+    (role,) = result.by_type("gcp:projects/iAMCustomRole:IAMCustomRole")
+    assert sorted(role.inputs["permissions"]) == sorted(autoscaler_permission_names())
+    assert len(set(autoscaler_permission_names())) == len(AUTOSCALER_PERMISSIONS)
+    assert role.inputs["roleId"] == "gpuFleetAutoscaler" and role.inputs["stage"] == "GA"
+    assert all(p.reason for p in AUTOSCALER_PERMISSIONS)
+
+
+def test_no_binding_uses_a_basic_role(result: SynthResult) -> None:
+    bindings = result.by_type("gcp:projects/iAMMember:IAMMember")
+    roles = {b.inputs["role"] for b in bindings}
+    assert not roles & BASIC_ROLES
+    assert roles == {"projects/my-gpu-project/roles/gpuFleetAutoscaler", *(r.name for r in NODE_ROLES)}
+    members = {b.inputs["role"]: b.inputs["member"] for b in bindings}
+    assert members["projects/my-gpu-project/roles/gpuFleetAutoscaler"] == (
+        "serviceAccount:gpu-fleet-autoscaler@my-gpu-project.iam.gserviceaccount.com"
+    )
+    assert members["roles/logging.logWriter"].startswith("serviceAccount:gpu-fleet-nodes@")
+    assert result.by_type("gcp:serviceaccount/key:Key") == []  # no long-lived keys
+    for kind in ("iAMBinding", "iAMPolicy"):  # authoritative bindings would strip others' access
+        assert result.by_type(f"gcp:projects/{kind}:{kind.replace('iAM', 'IAM')}") == []
+
+
+def test_every_actuator_call_is_covered_and_nothing_more() -> None:
+    """The permissions follow the Compute calls autoscaler/gce/client.py makes; a new call fails this test."""
+    source = (REPO / "autoscaler" / "gce" / "client.py").read_text()
+    calls = set(re.findall(r"self\.(migs|zone_operations|reservations|regions)\.(\w+)\b", source))
+    assert calls, "no Compute client calls found: has the actuator moved?"
+    assert calls <= set(API_CALLS), (
+        f"calls without a permission in fleet.bootstrap.iam.API_CALLS: {calls - set(API_CALLS)}"
+    )
+    needed = {API_CALLS[c] for c in calls}
+    assert needed == set(autoscaler_permission_names())
+
+
+def test_state_bucket_is_private_versioned_and_protected(result: SynthResult) -> None:
+    (bucket,) = result.by_type("gcp:storage/bucket:Bucket")
+    i = bucket.inputs
+    assert i["name"] == "my-gpu-project-pulumi-state" and i["location"] == "US-EAST4"
+    assert i["uniformBucketLevelAccess"] is True and i["publicAccessPrevention"] == "enforced"
+    assert i["versioning"] == {"enabled": True}
+    assert i["lifecycleRules"][0]["condition"]["numNewerVersions"] == 20
+    assert i["forceDestroy"] is False and bucket.protect is True
+    assert result.outputs["state_backend_url"] == "gs://my-gpu-project-pulumi-state"
+
+
+def test_apis_enabled_and_left_on_at_destroy(result: SynthResult) -> None:
+    services = {s.inputs["service"]: s for s in result.by_type("gcp:projects/service:Service")}
+    assert {"compute", "container", "file", "secretmanager", "storage"} <= {s.split(".")[0] for s in services}
+    assert all(s.inputs["disableOnDestroy"] is False for s in services.values())
+
+
+def test_outputs_and_component_convention(result: SynthResult) -> None:
+    (comp,) = result.by_type("gpufleet:gcp:ProjectBootstrap")
+    children = result.children_of(comp.urn)
+    assert len(children) == len(result.resources) - 1  # every resource is the component's child
+    assert all(c.name.startswith("bootstrap-") for c in children)
+    assert result.outputs["autoscaler_service_account"] == "gpu-fleet-autoscaler@my-gpu-project.iam.gserviceaccount.com"
+    assert result.outputs["nodes_service_account"] == "gpu-fleet-nodes@my-gpu-project.iam.gserviceaccount.com"
+
+
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        ({"autoscaler_account_id": "A"}, "autoscaler_account_id"),
+        ({"apis": ["compute"]}, "apis[0]"),
+        ({"state_bucket": {"name": "Bad.Name"}}, "state_bucket.name"),
+        ({"nodes_account_id": "gpu-fleet-autoscaler"}, "nodes_account_id"),
+        ({"owner": "me"}, "owner"),
+    ],
+)
+def test_bad_spec_names_the_field_and_declares_nothing(change: dict, path: str) -> None:
+    with pytest.raises(ProjectSpecError) as info:
+        load_project_spec(SPEC | change)
+    assert path in [p for p, _ in info.value.errors]
+    with pytest.raises(ProjectSpecError):
+        synth(SPEC | change)
+
+
+def test_example_stack_file_is_valid() -> None:
+    doc = yaml.safe_load((REPO / "Pulumi.gcp-project-bootstrap.yaml").read_text())["config"]
+    spec = load_project_spec(doc["gpu-fleet:fleet"])
+    assert (spec.project, spec.region) == (doc["gcp:project"], doc["gcp:region"])
+
+
+def test_docs_list_exactly_the_permissions() -> None:
+    docs = (REPO / "docs" / "bootstrap.md").read_text()
+    listed = set(re.findall(r"`(compute\.[A-Za-z]+\.[A-Za-z]+)`", docs))
+    assert listed == set(autoscaler_permission_names())

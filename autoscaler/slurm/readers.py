@@ -253,11 +253,12 @@ def parse_sinfo(data: Mapping[str, Any], *, cloud_only: bool = False) -> list[Sl
 
 
 def parse_resume_file(data: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
-    """``SLURM_RESUME_FILE`` (JSON: ``{"all_nodes_resume": "...", "jobs": [{"job_id", "nodes_resume", ...}]}``)
-    -> node name -> the job ids it is resumed for.  Lets the daemon keep a gang's nodes together."""
+    """``SLURM_RESUME_FILE`` -> node name -> the job ids it is resumed for (keeps a gang's nodes together).
+    22.05 writes ``{"jobs": [{"job_id": 1, "nodes": "a-[0-1]"}], "all_nodes": "a-[0-1]"}``; later releases
+    ``{"all_nodes_resume": ..., "jobs": [{"job_id", "nodes_resume", "nodes_alloc", ...}]}``."""
     out: dict[str, list[int]] = {}
     for job in data.get("jobs") or ():
-        expr = job.get("nodes_resume") or job.get("nodes_alloc") or ""
+        expr = job.get("nodes_resume") or job.get("nodes") or job.get("nodes_alloc") or ""
         for n in expand(expr) if expr else ():
             out.setdefault(n, []).append(int(job.get("job_id", 0)))
     return {k: tuple(v) for k, v in out.items()}

@@ -121,6 +121,9 @@ def test_resume_file_maps_nodes_to_jobs() -> None:
         "jobs": [{"job_id": 4, "nodes_resume": "gpu-a3-[0-1]"}, {"job_id": 5, "nodes_resume": "gpu-a3-2"}],
     }
     assert parse_resume_file(data) == {"gpu-a3-0": (4,), "gpu-a3-1": (4,), "gpu-a3-2": (5,)}
+    # what slurmctld 22.05 writes (captured on this host)
+    real = {"jobs": [{"job_id": 1, "nodes": "t1-od-[0-1]"}], "all_nodes": "t1-od-[0-1]"}
+    assert parse_resume_file(real) == {"t1-od-0": (1,), "t1-od-1": (1,)}
 
 
 def test_format_errors_name_the_field() -> None:

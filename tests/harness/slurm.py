@@ -19,9 +19,12 @@ node/partition lines with `extra_lines`, start extra daemons with `spawn` (stopp
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -51,6 +54,12 @@ def free_port() -> int:
 
 def short_hostname() -> str:
     return socket.gethostname().split(".")[0]
+
+
+def _die_with_parent() -> None:
+    """Child-side: SIGTERM this daemon when the test process dies, so a killed run leaves no daemons."""
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 class SlurmStartError(RuntimeError):
@@ -206,7 +215,12 @@ class SlurmHarness:
             raise SlurmStartError(f"{name} is already running (pid {self._procs[name].pid})")
         out = (self.root / "log" / f"{name}.out").open("ab")
         proc = subprocess.Popen(
-            list(argv), env=dict(env or self.env), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            list(argv),
+            env=dict(env or self.env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,  # a daemon must not outlive the tests
         )
         out.close()
         self._procs[name] = proc

@@ -60,24 +60,42 @@ def test_partitions_and_default(cluster: tuple[FleetSpec, SlurmHarness]) -> None
     assert sorted(out) == sorted(p.name + ("*" if p.name == default else "") for p in slurm.partitions)
 
 
-def test_a_gpu_job_powers_up_reservation_nodes_first(slurm_factory) -> None:
-    """Weight orders capacity: a job in the mixed spot-tolerant partition lands on reserved nodes
-    and slurmctld calls the ResumeProgram hook with them."""
+def wait_for(predicate, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_jobs_power_up_the_right_nodes(slurm_factory) -> None:
+    """Weight fills reservations first; Features select a capacity type; max_nodes bounds a partition.
+    slurmctld hands the chosen nodes to the ResumeProgram hook."""
     spec = load_stack_file(ROOT / "Pulumi.gcp-a3mega-slurm.yaml")
     harness = slurm_factory()
     conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
     harness.start(conf.slurm_conf, conf.gres_conf)
     try:
-        job = harness.run("sbatch", "--parsable", "-p", "a3mega-spot", "-N", "2", "--gres=gpu:8", "--wrap", "true")
-        assert job.returncode == 0, job.stderr
-        deadline = time.monotonic() + 15
-        while not harness.power_calls() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        calls = harness.power_calls()
-        assert calls, f"ResumeProgram never called\n{harness.logs()}"
-        _, hook, hostlist = calls[0].split(" ", 2)
-        assert hook == "resume"
-        assert hostlist.startswith("a3mega-resv-"), hostlist
+        sbatch = ("sbatch", "--parsable", "--gres=gpu:8", "--wrap", "true")
+        any_capacity = harness.run(*sbatch, "-p", "a3mega-spot", "-N", "2", "-J", "any")
+        spot_only = harness.run(*sbatch, "-p", "a3mega-spot", "-N", "3", "-C", "spot", "-J", "spot")
+        too_big = harness.run(*sbatch, "-p", "a3mega", "-N", "17", "-J", "big")
+        for job in (any_capacity, spot_only, too_big):
+            assert job.returncode == 0, job.stderr
+
+        def resumed() -> str:
+            return " ".join(line.split(" ", 2)[2] for line in harness.power_calls() if " resume " in line)
+
+        assert wait_for(lambda: "a3mega-resv" in resumed() and "a3mega-spot" in resumed()), (
+            f"hook calls: {harness.power_calls()}\n{harness.logs()}"
+        )
+        jobs = {j["name"]: j for j in harness.squeue_json()["jobs"]}
+        nodes = {name: harness.run("scontrol", "show", "hostnames", j["nodes"]).stdout.split() for name, j in
+                 jobs.items() if j["nodes"]}  # fmt: skip
+        assert len(nodes["any"]) == 2 and all(n.startswith("a3mega-resv-") for n in nodes["any"])
+        assert len(nodes["spot"]) == 3 and all(n.startswith("a3mega-spot-") for n in nodes["spot"])
+        assert jobs["big"]["job_state"] == "PENDING" and not jobs["big"]["nodes"]
     finally:
         harness.stop()
 

@@ -21,12 +21,15 @@ FLEET = Path(sys.executable).with_name("fleet")
 COMPUTE = "https://www.googleapis.com/compute/v1"
 
 
-def _run_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(FLEET), "synth", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+def _run_cli(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(FLEET), "synth", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_cli_json_a3mega_matches_the_reference_shape():
-    proc = _run_cli("--stack", "gcp-a3mega-slurm", "--json")
+def test_cli_json_a3mega_matches_the_reference_shape(tmp_path):
+    # a subprocess with no cloud credentials and no Pulumi state; --stack falls back to the repo root
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_", "PULUMI_"))}
+    env["HOME"] = str(tmp_path)
+    proc = _run_cli("--stack", "gcp-a3mega-slurm", "--json", cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["stack"] == "gcp-a3mega-slurm"
@@ -52,10 +55,23 @@ def test_cli_json_a3mega_matches_the_reference_shape():
 
 
 def test_cli_human_output_has_tree_and_price_table():
-    proc = _run_cli("--stack", "gcp-l4-dev")
-    assert proc.returncode == 0, proc.stderr
-    assert "gpufleet:gcp:GpuNodePool" in proc.stdout
-    assert "$/h at max" in proc.stdout
+    from typer.testing import CliRunner
+
+    from fleet.cli.main import app
+
+    result = CliRunner().invoke(app, ["synth", "--config", str(REPO / "Pulumi.gcp-l4-dev.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "gpufleet:gcp:GpuNodePool" in result.output
+    assert "$/h at max" in result.output
+
+
+def test_cli_needs_exactly_one_of_stack_and_config():
+    from typer.testing import CliRunner
+
+    from fleet.cli.main import app
+
+    result = CliRunner().invoke(app, ["synth"])
+    assert result.exit_code == 2
 
 
 def test_inventory_matches_the_daemon_contract(example):
@@ -215,18 +231,3 @@ def test_project_bootstrap_kind_is_dispatched(monkeypatch):
     result = run_program(main, stack="boot", config={"gpu-fleet:fleet": raw})
     assert seen == [raw]
     assert result.resources == []
-
-
-def test_synth_runs_without_cloud_credentials(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_", "PULUMI_"))}
-    env["HOME"] = str(tmp_path)
-    proc = subprocess.run(
-        [str(FLEET), "synth", "--config", str(REPO / "Pulumi.gcp-l4-dev.yaml"), "--json"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["stack"] == "gcp-l4-dev"

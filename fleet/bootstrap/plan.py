@@ -8,7 +8,7 @@ stack files, quotas and writing the new stack file happen in the CLI.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from ipaddress import IPv4Network
 from pathlib import Path
 
@@ -106,9 +106,18 @@ class RegionPlan:
     spec: dict
     reasons: list[str]
 
-    def next_steps(self, stack_file: Path) -> list[str]:
+    def next_steps(self, stack_file: Path, project_bootstrap: str | None = None) -> list[str]:
         stack, project = self.request.stack_name, self.request.project
+        first = []
+        if project_bootstrap is None:
+            first.append(
+                f"once per project: a project-bootstrap stack for {project} (APIs, state bucket, autoscaler "
+                "identity); see Pulumi.gcp-project-bootstrap.yaml and docs/bootstrap.md"
+            )
+        else:
+            first.append(f"pulumi login gs://<state bucket of stack {project_bootstrap}>   # the project's backend")
         return [
+            *first,
             f"pulumi stack init {stack}   # run in {stack_file.parent}, next to Pulumi.yaml",
             f"pulumi config set gcp:project {project} --stack {stack}",
             f"fleet synth --config {stack_file} --json   # check the stack under mocks, no credentials",
@@ -116,7 +125,9 @@ class RegionPlan:
             f"pulumi up --stack {stack}",
         ]
 
-    def to_json(self, stack_file: Path, available: dict[str, RegionQuota] | None = None) -> dict:
+    def to_json(
+        self, stack_file: Path, available: dict[str, RegionQuota] | None = None, project_bootstrap: str | None = None
+    ) -> dict:
         m = self.choice.machine
         quotas = []
         for q in self.quotas:
@@ -134,6 +145,7 @@ class RegionPlan:
             quotas.append(row)
         return {
             "stack": self.request.stack_name,
+            "cluster": self.request.cluster_name,
             "stack_file": str(stack_file),
             "project": self.request.project,
             "region": self.request.region,
@@ -166,7 +178,7 @@ class RegionPlan:
                 "covers": "GPU nodes at list price; controller, login, storage and egress not included",
             },
             "reasons": self.reasons,
-            "next_steps": self.next_steps(stack_file),
+            "next_steps": self.next_steps(stack_file, project_bootstrap),
             "spec": self.spec,
         }
 
@@ -191,9 +203,28 @@ def _check_request(req: BootstrapRequest, catalog: Catalog) -> None:
         raise BadArgument("--cluster", f"{req.cluster_name!r} is not a lower-case RFC 1035 name of <= 20 chars")
 
 
-def plan_region(req: BootstrapRequest, catalog: Catalog, used: list[UsedRange]) -> RegionPlan:
+def free_cluster_name(req: BootstrapRequest, taken: set[str]) -> BootstrapRequest:
+    """The request with a cluster name no other stack of its project uses (GCE names derive from it).
+
+    A default name that is taken gets a `-2`, `-3` ... suffix; a taken `--cluster` is an error."""
+    name = req.cluster_name
+    if name not in taken:
+        return req
+    if req.cluster:
+        raise BadArgument("--cluster", f"{name!r} is already a cluster of project {req.project} in another stack")
+    for i in range(2, 100):
+        candidate = f"{name[: 20 - len(str(i)) - 1]}-{i}"
+        if candidate not in taken:
+            return replace(req, cluster=candidate)
+    raise BadArgument("--cluster", f"no free cluster name derived from {name!r}; pass --cluster")
+
+
+def plan_region(
+    req: BootstrapRequest, catalog: Catalog, used: list[UsedRange], taken_clusters: set[str] | None = None
+) -> RegionPlan:
     """Every decision for a new region stack; raises BootstrapError subclasses on bad input."""
     _check_request(req, catalog)
+    req = free_cluster_name(req, taken_clusters or set())
     choice = choose_machine(catalog, req.gpu, req.gpus, req.region, req.machine_type)
     m, nodes, cap = choice.machine, choice.nodes, req.capacity
     reasons = list(choice.reasons)

@@ -7,6 +7,7 @@ it: `config: {gcp:project, gcp:region, gpu-fleet:fleet: <spec>}`.  Only specs of
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from ipaddress import IPv4Network
 from pathlib import Path
 
@@ -44,11 +45,17 @@ def _cidr(value: object, where: str) -> IPv4Network:
         raise BadArgument("--stacks-dir", f"{where}: {value!r} is not an IPv4 CIDR ({exc})") from None
 
 
-def used_ranges(stacks_dir: Path, exclude: Path | None = None) -> list[UsedRange]:
-    """Every range the fleet stacks in `stacks_dir` use (defaults included where a file omits them).
+@dataclass(frozen=True)
+class StackFacts:
+    """What the other stack files of a stacks directory already use."""
 
-    A file that cannot be read fails: an address plan that skips a stack could overlap it."""
-    used: list[UsedRange] = []
+    ranges: list[UsedRange]
+    clusters: dict[str, set[str]]  # project -> cluster names (GCE names derive from them: no reuse)
+    project_bootstraps: dict[str, str]  # project -> stack name of its project-bootstrap stack
+
+
+def _specs(stacks_dir: Path, exclude: Path | None) -> list[tuple[Path, dict]]:
+    out = []
     for path in stack_files(stacks_dir):
         if exclude is not None and path.resolve() == exclude.resolve():
             continue
@@ -57,7 +64,33 @@ def used_ranges(stacks_dir: Path, exclude: Path | None = None) -> list[UsedRange
         except yaml.YAMLError as exc:
             raise BadArgument("--stacks-dir", f"{path.name} is not valid YAML: {exc}") from None
         spec = (doc.get("config") or {}).get(FLEET_KEY) if isinstance(doc, dict) else None
-        if not isinstance(spec, dict) or spec.get("kind", "fleet") != "fleet":
+        if isinstance(spec, dict):
+            out.append((path, spec))
+    return out
+
+
+def read_stacks(stacks_dir: Path, exclude: Path | None = None) -> StackFacts:
+    """Ranges, cluster names and project-bootstrap stacks of every stack file but `exclude`."""
+    clusters: dict[str, set[str]] = {}
+    boots: dict[str, str] = {}
+    for path, spec in _specs(stacks_dir, exclude):
+        project = str(spec.get("project", ""))
+        if spec.get("kind", "fleet") == "project-bootstrap":
+            boots[project] = path.name[len("Pulumi.") : -len(".yaml")]
+        elif spec.get("kind", "fleet") == "fleet":
+            for c in spec.get("clusters") or []:
+                if isinstance(c, dict) and c.get("name"):
+                    clusters.setdefault(project, set()).add(str(c["name"]))
+    return StackFacts(used_ranges(stacks_dir, exclude), clusters, boots)
+
+
+def used_ranges(stacks_dir: Path, exclude: Path | None = None) -> list[UsedRange]:
+    """Every range the fleet stacks in `stacks_dir` use (defaults included where a file omits them).
+
+    A file that cannot be read fails: an address plan that skips a stack could overlap it."""
+    used: list[UsedRange] = []
+    for path, spec in _specs(stacks_dir, exclude):
+        if spec.get("kind", "fleet") != "fleet":
             continue
         net = spec.get("network") or {}
         if not isinstance(net, dict):

@@ -120,9 +120,9 @@ def bootstrap_region(
     from fleet.bootstrap.plan import BootstrapRequest, parse_capacity, plan_region
     from fleet.bootstrap.stackfiles import (
         find_stacks_dir,
+        read_stacks,
         render_stack_file,
         stack_path,
-        used_ranges,
         write_stack_file,
     )
 
@@ -137,7 +137,7 @@ def bootstrap_region(
             stack=name,
             cluster=cluster,
             machine_type=machine_type,
-            zones=tuple(z.strip() for z in zones.split(",") if z.strip()) if zones else None,
+            zones=tuple(dict.fromkeys(z.strip() for z in zones.split(",") if z.strip())) if zones else None,
             reserved_cidrs=tuple(reserve),
         )
         if stacks_dir is not None and not stacks_dir.is_dir():
@@ -146,7 +146,8 @@ def bootstrap_region(
         path = stack_path(directory, request.stack_name)
         if path.exists() and not force and not dry_run:
             raise BadArgument("--name", f"{path} exists; pass --force to overwrite it, or choose another --name")
-        plan = plan_region(request, load_catalog(), used_ranges(directory, exclude=path))
+        facts = read_stacks(directory, exclude=path)
+        plan = plan_region(request, load_catalog(), facts.ranges, facts.clusters.get(project, set()))
         available: dict[str, RegionQuota] | None = None
         if check_quota:
             try:
@@ -161,7 +162,7 @@ def bootstrap_region(
         _fail(exc, as_json)
         return
 
-    out = plan.to_json(path, available)
+    out = plan.to_json(path, available, facts.project_bootstraps.get(project))
     if not dry_run:
         argv = ["--project", project, "--region", region, "--gpu", gpu, "--gpus", str(gpus)]
         command = shlex.join(["fleet", "bootstrap-region", *argv, "--capacity", capacity, "--name", request.stack_name])

@@ -74,7 +74,8 @@ def test_json_holds_every_decision(bootstrap: Callable, stacks_dir: Path) -> Non
     price = out["price_per_hour"]
     assert price["at_min"] == 0 and price["at_max"] > 0
     assert set(price["by_capacity_type"]) >= {"reservation", "spot", "flex-start", "on-demand"}
-    assert out["next_steps"][0].startswith("pulumi stack init gcp-us-central1-h100")
+    assert out["next_steps"][0].startswith("once per project: a project-bootstrap stack for my-gpu-project")
+    assert out["next_steps"][1].startswith("pulumi stack init gcp-us-central1-h100")
     assert any(step.startswith("pulumi config set gcp:project my-gpu-project") for step in out["next_steps"])
     assert any(step.startswith("pulumi up") for step in out["next_steps"])
     written = yaml.safe_load(Path(out["stack_file"]).read_text())["config"]
@@ -142,3 +143,18 @@ def test_dry_run_writes_nothing(bootstrap: Callable, stacks_dir: Path) -> None:
     )
     assert code == 0 and out["written"] is False
     assert list(stacks_dir.glob("Pulumi.*.yaml")) == []
+
+
+def test_cluster_names_stay_unique_within_a_project(bootstrap: Callable, stacks_dir: Path) -> None:
+    """GCE names (VPCs are global) derive from the cluster name: a second stack must not reuse it."""
+    (stacks_dir / "Pulumi.project.yaml").write_text(PROJECT_BOOTSTRAP)
+    args = ("--project", "my-gpu-project", "--region", "us-east4", "--gpu", "h100", "--gpus", "16")
+    code, first = bootstrap(*args, "--name", "one")
+    assert code == 0 and first["cluster"] == "h100-use4"
+    assert first["next_steps"][0].startswith("pulumi login gs://")  # the project already has its bootstrap stack
+    code, second = bootstrap(*args, "--name", "two")
+    assert code == 0 and second["cluster"] == "h100-use4-2"
+    code, out = bootstrap(*args, "--name", "three", "--cluster", "h100-use4")
+    assert code == 2 and out["argument"] == "--cluster"
+    code, other = bootstrap("--project", "other-project", *args[2:], "--name", "four")
+    assert code == 0 and other["cluster"] == "h100-use4"  # another project: no clash

@@ -13,7 +13,13 @@ import pulumi
 from components.gcp.network import NetworkFabric, NetworkFabricArgs
 from components.gcp.node_pool import GpuNodePool, GpuNodePoolArgs, NicArgs, service_account_id
 from components.gcp.slurm_cluster import SlurmCluster, SlurmClusterArgs
-from components.gcp.startup import METADATA_GRES_CONF, METADATA_SLURM_CONF, SlurmHostConfig, startup_script
+from components.gcp.startup import (
+    METADATA_CGROUP_CONF,
+    METADATA_GRES_CONF,
+    METADATA_SLURM_CONF,
+    SlurmHostConfig,
+    startup_script,
+)
 from components.gcp.storage import BucketArgs, FilestoreArgs, LustreArgs, SharedStorage, SharedStorageArgs
 from fleet.catalog import Catalog, load_catalog
 from fleet.slurm.conf import node_name_prefix, render_slurm_conf
@@ -101,6 +107,7 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
                 subnetwork=fabric.subnet.self_link,
                 slurm_conf=conf.slurm_conf,
                 gres_conf=conf.gres_conf,
+                cgroup_conf=conf.cgroup_conf or None,
                 node_name_prefixes=[node_name_prefix(cluster.name, p.name) for p in cluster.pools],
                 controller_machine_type=slurm.controller_machine_type,
                 login_machine_type=slurm.login_machine_type,
@@ -159,6 +166,7 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
                         "startup-script": node_script,
                         METADATA_SLURM_CONF: conf.slurm_conf,
                         METADATA_GRES_CONF: conf.gres_conf,
+                        **({METADATA_CGROUP_CONF: conf.cgroup_conf} if conf.cgroup_conf else {}),
                     },
                     labels=_labels(spec, {**pool.labels, "gpu-fleet-cluster": cluster.name}),
                 ),

@@ -25,7 +25,13 @@ import pulumi_gcp as gcp
 import pulumi_random as random
 
 from components.gcp.node_pool import service_account_id
-from components.gcp.startup import METADATA_GRES_CONF, METADATA_SLURM_CONF, SlurmHostConfig, startup_script
+from components.gcp.startup import (
+    METADATA_CGROUP_CONF,
+    METADATA_GRES_CONF,
+    METADATA_SLURM_CONF,
+    SlurmHostConfig,
+    startup_script,
+)
 
 BASE_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
 VM_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)  # narrowed by IAM, see the module docstring
@@ -38,7 +44,7 @@ class SlurmClusterArgs:
     name: the cluster name (VMs are `<name>-controller`, `<name>-login-<i>`).
     project, zone: where the controller and login VMs run.
     network, subnetwork: the system VPC and subnet (no access config: NAT gives egress).
-    slurm_conf, gres_conf: the rendered files.
+    slurm_conf, gres_conf, cgroup_conf: the rendered files (cgroup_conf optional).
     node_name_prefixes: one per pool (`<cluster>-<pool>`); scope of the controller's compute grant.
     home: Filestore "IP:/share" mounted on /home; scratch: Lustre mount source, scratch_mount: where.
     """
@@ -51,6 +57,7 @@ class SlurmClusterArgs:
     slurm_conf: pulumi.Input[str]
     gres_conf: pulumi.Input[str]
     node_name_prefixes: list[str]
+    cgroup_conf: pulumi.Input[str] | None = None
     controller_machine_type: str = "n2-standard-8"
     login_machine_type: str = "n2-standard-4"
     login_nodes: int = 1
@@ -252,6 +259,7 @@ class SlurmCluster(pulumi.ComponentResource):
                 "block-project-ssh-keys": "TRUE",
                 METADATA_SLURM_CONF: args.slurm_conf,
                 METADATA_GRES_CONF: args.gres_conf,
+                **({METADATA_CGROUP_CONF: args.cgroup_conf} if args.cgroup_conf else {}),
             },
             metadata_startup_script=script,
             labels={**args.labels, "gpu-fleet-cluster": args.name},

@@ -231,3 +231,20 @@ def test_project_bootstrap_kind_is_dispatched(monkeypatch):
     result = run_program(main, stack="boot", config={"gpu-fleet:fleet": raw})
     assert seen == [raw]
     assert result.resources == []
+
+
+def test_generated_slurm_config_reaches_controller_and_nodes(a3mega):
+    out = a3mega.to_json()
+    (ctl,) = [
+        r for r in out["resources"] if r["type"].endswith("instance:Instance") and r["name"].endswith("controller")
+    ]
+    conf = ctl["inputs"]["metadata"]["slurm-conf"]
+    for nodeset in ("NodeSet=resv", "NodeSet=spot"):
+        assert nodeset in conf
+    assert "State=CLOUD" in conf and "Gres=gpu:8" in conf
+    assert "SlurmctldHost=a3mega-controller" in conf
+    assert ctl["inputs"]["metadata"]["gres-conf"]
+    for tpl in [r for r in out["resources"] if r["type"].endswith("InstanceTemplate")]:
+        md = tpl["inputs"]["metadata"]
+        assert md["slurm-conf"] == conf
+        assert "slurmd" in md["startup-script"] and "munge.key" in md["startup-script"]

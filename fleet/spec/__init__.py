@@ -1,7 +1,8 @@
 """The fleet spec: one typed, validated description of a stack's GPU clusters.
 
 `model` holds the schema (pydantic, field-level checks), `rules` the cross-field rules that need
-the machine catalog, `load` reading a spec out of a Pulumi stack file with readable errors.
+the machine catalog, `load` reading a spec out of a Pulumi stack file with readable errors, and
+`derive` the values (node names, zones, fabric subnets, bucket names) everyone must agree on.
 """
 
 from fleet.spec.load import (

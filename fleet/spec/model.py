@@ -88,6 +88,10 @@ class SlurmSpec(_Spec):
     partitions: list[SlurmPartitionSpec] = Field(min_length=1)
     suspend_time: int = Field(300, ge=60, description="seconds idle before Slurm powers a CLOUD node down")
     resume_timeout: int = Field(1800, ge=300, description="seconds a CLOUD node may take to register")
+    extra_config: dict[str, str] = Field(
+        default_factory=dict,
+        description="site slurm.conf keys (e.g. PriorityType) added to / replacing the generated ones",
+    )
 
 
 class ClusterSpec(_Spec):

@@ -45,6 +45,22 @@ MOUNT_POINT = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
 SYSTEM_DIRS = {"/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root", "/run", "/sbin", "/sys", "/tmp",
                "/usr", "/var"}  # fmt: skip
 HOME_MOUNT = "/home"
+SLURM_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+# slurm.conf keys the generator owns (nodes, partitions, hosts, hooks) or that break this deployment.
+SLURM_MANAGED_KEYS = {
+    "nodename": "nodes are generated from the pools",
+    "nodeset": "nodesets are generated from the pools",
+    "partitionname": "partitions come from slurm.partitions",
+    "include": "the generated slurm.conf is self-contained",
+    "clustername": "the cluster name is clusters[].name",
+    "slurmctldhost": "the controller host is set by the stack",
+    "resumeprogram": "power saving is the autoscaler's hook",
+    "suspendprogram": "power saving is the autoscaler's hook",
+    "resumefailprogram": "power saving is the autoscaler's hook",
+    "suspendtime": "use slurm.suspend_time",
+    "resumetimeout": "use slurm.resume_timeout",
+    "accountingstoragetres": "slurmctld 22.05 makes it fatal without slurmdbd, which this stack does not deploy",
+}
 
 RULES: list[Rule] = []
 
@@ -517,6 +533,20 @@ def flex_start_max_time(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
                     f"{part.max_time} is longer than the 7 days a flex-start node lives "
                     f"(pools {sorted(flex.intersection(part.pools))}): set max_time <= 7-00:00:00",
                 )
+
+
+@rule
+def slurm_extra_config(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """Site slurm.conf keys must be plain keys the generator does not own."""
+    for path, cluster in _slurm_clusters(spec):
+        for key, value in cluster.slurm.extra_config.items():
+            where = f"{path}.extra_config.{key}"
+            if not SLURM_KEY.fullmatch(key):
+                yield where, "not a slurm.conf key (letters and digits only)"
+            elif key.lower() in SLURM_MANAGED_KEYS:
+                yield where, f"cannot be set here: {SLURM_MANAGED_KEYS[key.lower()]}"
+            elif "\n" in value or not value.strip():
+                yield where, "value must be one non-empty line"
 
 
 @rule

@@ -134,6 +134,14 @@ def test_overrides_replace_global_and_node_keys(a3mega_data: dict[str, Any]) -> 
     assert all(fields(ln)["NodeAddr"] == "127.0.0.1" for ln in lines_starting(conf.slurm_conf, "NodeName="))
 
 
+def test_extra_config_adds_and_replaces_keys_and_overrides_win(a3mega_data: dict[str, Any]) -> None:
+    extra = {"PriorityType": "priority/multifactor", "slurmctlddebug": "debug"}
+    a3mega_data["clusters"][0]["slurm"]["extra_config"] = extra
+    s = settings(render(a3mega_data, overrides={"PriorityType": "priority/basic"}).slurm_conf)
+    assert s["SlurmctldDebug"] == "debug"
+    assert s["PriorityType"] == "priority/basic"
+
+
 def test_min_nodes_are_kept_out_of_power_save(a3mega_data: dict[str, Any]) -> None:
     a3mega_data["clusters"][0]["pools"][0]["min_nodes"] = 4
     assert settings(render(a3mega_data).slurm_conf)["SuspendExcNodes"] == "a3mega-resv-[0-3]"

@@ -21,8 +21,11 @@ class PoolPrice:
     at_max: float | None
 
     def to_json(self) -> dict:
-        r = lambda v: None if v is None else round(v, 2)  # noqa: E731
-        return {"per_node": r(self.per_node), "at_min": r(self.at_min), "at_max": r(self.at_max)}
+        return {"per_node": _cents(self.per_node), "at_min": _cents(self.at_min), "at_max": _cents(self.at_max)}
+
+
+def _cents(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 def pool_price(machine: MachineType, region: str, capacity: CapacityType, min_nodes: int, max_nodes: int) -> PoolPrice:

@@ -144,10 +144,10 @@ def bootstrap_region(
             raise BadArgument("--stacks-dir", f"{stacks_dir} is not a directory")
         directory = stacks_dir if stacks_dir is not None else find_stacks_dir(Path.cwd())
         path = stack_path(directory, request.stack_name)
-        if path.exists() and not force and not dry_run:
-            raise BadArgument("--name", f"{path} exists; pass --force to overwrite it, or choose another --name")
         facts = read_stacks(directory, exclude=path)
         plan = plan_region(request, load_catalog(), facts.ranges, facts.clusters.get(project, set()))
+        if path.exists() and not force and not dry_run:
+            raise BadArgument("--name", f"{path} exists; pass --force to overwrite it, or choose another --name")
         available: dict[str, RegionQuota] | None = None
         if check_quota:
             try:

@@ -17,7 +17,7 @@ REGION = "us-central1"
 ZONE_A, ZONE_B = "us-central1-a", "us-central1-b"
 
 
-def _pool(name: str, capacity: str, **kw: Any) -> dict[str, Any]:
+def pool_dict(name: str, capacity: str, **kw: Any) -> dict[str, Any]:
     zones = kw.pop("zones", [ZONE_A, ZONE_B])
     return {
         "name": name,
@@ -43,9 +43,9 @@ def _pool(name: str, capacity: str, **kw: Any) -> dict[str, Any]:
 def pools() -> list[InventoryPool]:
     return parse_inventory(
         [
-            _pool("spot", "spot"),
-            _pool("ondemand", "on-demand"),
-            _pool("resv", "reservation", reservation="h100-resv", zones=[ZONE_A]),
+            pool_dict("spot", "spot"),
+            pool_dict("ondemand", "on-demand"),
+            pool_dict("resv", "reservation", reservation="h100-resv", zones=[ZONE_A]),
         ]
     )
 

@@ -34,8 +34,13 @@ FILESTORE_CAPACITY_GIB = {
     "REGIONAL": (1024, 102400),
     "ENTERPRISE": (1024, 10240),
 }
-# GCS multi-regions and the region prefixes they cover.
+# GCS multi-regions and the region prefixes they cover; predefined dual-regions and their regions.
 BUCKET_MULTI_REGIONS = {"US": ("us-", "northamerica-"), "EU": ("europe-",), "ASIA": ("asia-",)}
+BUCKET_DUAL_REGIONS = {
+    "NAM4": ("us-central1", "us-east1"),
+    "EUR4": ("europe-north1", "europe-west4"),
+    "ASIA1": ("asia-northeast1", "asia-northeast2"),
+}
 SLURM_TIME = re.compile(r"^(INFINITE|UNLIMITED|\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2})$")
 FLEX_START_MAX_MINUTES = 7 * 24 * 60  # a flex-start (DWS) VM runs at most 7 days
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
@@ -392,9 +397,11 @@ def bucket_location_near(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
         covered = BUCKET_MULTI_REGIONS.get(loc.upper())
         if loc.lower() == spec.region or (covered and spec.region.startswith(covered)):
             continue
+        if spec.region in BUCKET_DUAL_REGIONS.get(loc.upper(), ()):
+            continue
         yield (
             f"clusters[{ci}].storage.checkpoints.location",
-            f"{loc!r} is neither the fleet region {spec.region!r} nor a multi-region containing it",
+            f"{loc!r} is neither the fleet region {spec.region!r} nor a multi- or dual-region containing it",
         )
 
 

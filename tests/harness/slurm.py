@@ -36,9 +36,16 @@ from typing import Any
 DAEMONS = ("slurmctld", "munged", "mungekey", "sinfo", "scontrol")
 
 
+def binary(name: str) -> str:
+    """Absolute path of a Slurm/munge program (daemons live in /usr/sbin, which may not be on PATH)."""
+    if found := shutil.which(name):
+        return found
+    return next((str(Path(d, name)) for d in ("/usr/sbin", "/usr/bin") if Path(d, name).exists()), name)
+
+
 def slurm_unavailable_reason() -> str | None:
     """Why a real Slurm cannot run here (None when it can)."""
-    missing = [d for d in DAEMONS if shutil.which(d) is None and not Path(f"/usr/sbin/{d}").exists()]
+    missing = [d for d in DAEMONS if not Path(binary(d)).is_absolute()]
     if missing:
         return f"Slurm/munge not installed ({', '.join(missing)} missing; scripts/setup.sh installs them)"
     if os.geteuid() != 0:
@@ -180,10 +187,10 @@ class SlurmHarness:
             (self.root / "etc" / "cgroup.conf").write_text(cgroup_conf)
         try:
             self._start_munge(timeout)
-            self.spawn("slurmctld", ["slurmctld", "-D", "-c", "-f", str(self.conf_path)])
+            self.spawn("slurmctld", [binary("slurmctld"), "-D", "-c", "-f", str(self.conf_path)])
             self._wait(lambda: "UP" in self.run("scontrol", "ping").stdout, "slurmctld", timeout)
             if slurmd:
-                self.spawn("slurmd", ["slurmd", "-D", "-N", self.hostname, "-f", str(self.conf_path)])
+                self.spawn("slurmd", [binary("slurmd"), "-D", "-N", self.hostname, "-f", str(self.conf_path)])
                 self._wait(lambda: self._node_state(self.hostname).startswith("idle"), "slurmd", timeout)
         except BaseException:
             self.stop(remove=False)
@@ -192,13 +199,13 @@ class SlurmHarness:
     def _start_munge(self, timeout: float) -> None:
         key = self.root / "munge" / "munge.key"
         if not key.exists():
-            subprocess.run(["mungekey", "-c", "-k", str(key)], check=True, capture_output=True)
+            subprocess.run([binary("mungekey"), "-c", "-k", str(key)], check=True, capture_output=True)
         key.chmod(0o400)
         m = self.root / "munge"
         self.spawn(
             "munged",
             [
-                "munged",
+                binary("munged"),
                 "-F",
                 f"--key-file={key}",
                 f"--socket={self.munge_socket}",
@@ -275,7 +282,8 @@ class SlurmHarness:
 
     def run(self, *args: str, check: bool = False, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
         """Run a Slurm client (sinfo, squeue, scontrol, sbatch ...) against this cluster."""
-        proc = subprocess.run(list(args), env=self.env, capture_output=True, text=True, timeout=timeout)
+        argv = [binary(args[0]), *args[1:]]
+        proc = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
             raise subprocess.CalledProcessError(proc.returncode, args, proc.stdout, proc.stderr)
         return proc

@@ -158,6 +158,8 @@ CASES = [
          "clusters[0].storage.checkpoints.name", "IP address"),
     Case("bucket_location_near", lambda d: storage(d).update(checkpoints={"location": "europe-west4"}),
          "clusters[0].storage.checkpoints.location", "neither the fleet region 'us-east4'"),
+    Case("bucket_location_near", lambda d: storage(d).update(checkpoints={"location": "EUR4"}),
+         "clusters[0].storage.checkpoints.location", "multi- or dual-region"),
     Case("scratch_mount_point", lambda d: storage(d).update(scratch={"mount_point": "/home/scratch"}),
          "clusters[0].storage.scratch.mount_point", "under the Filestore home mount"),
     Case("scratch_mount_point", lambda d: storage(d).update(scratch={"mount_point": "/usr"}),
@@ -234,6 +236,9 @@ def test_every_rule_has_a_test() -> None:
 
 VALID_VARIATIONS = {
     "bucket-multiregion": lambda d: d["clusters"][0].update(storage={"checkpoints": {"location": "US"}}),
+    "bucket-dual-region": lambda d: (d.update(region="us-central1", zones=["us-central1-a"]),
+                                     pool(d, 0).update(zones=["us-central1-a"]),
+                                     d["clusters"][0].update(storage={"checkpoints": {"location": "nam4"}})),
     "bucket-region": lambda d: d["clusters"][0].update(storage={"checkpoints": {"location": "us-east4"}}),
     "scratch-home-without-filestore":
         lambda d: d["clusters"][0].update(storage={"home": None, "scratch": {"mount_point": "/home"}}),

@@ -35,7 +35,7 @@ FILESTORE_CAPACITY_GIB = {
     "ENTERPRISE": (1024, 10240),
 }
 # GCS multi-regions and the region prefixes they cover; predefined dual-regions and their regions.
-BUCKET_MULTI_REGIONS = {"US": ("us-", "northamerica-"), "EU": ("europe-",), "ASIA": ("asia-",)}
+BUCKET_MULTI_REGIONS = {"US": ("us-",), "EU": ("europe-",), "ASIA": ("asia-",)}
 BUCKET_DUAL_REGIONS = {
     "NAM4": ("us-central1", "us-east1"),
     "EUR4": ("europe-north1", "europe-west4"),
@@ -444,6 +444,21 @@ def partitions_unique(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
     for path, cluster in _slurm_clusters(spec):
         for i, name in _duplicates([p.name for p in cluster.slurm.partitions]):
             yield f"{path}.partitions[{i}].name", f"duplicate partition name {name!r}"
+
+
+@rule
+def slurm_reserved_names(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """`PartitionName=DEFAULT` / `NodeName=DEFAULT` set defaults and `Nodes=ALL` means every node:
+    a partition or pool (nodeset) with such a name would silently mean something else."""
+    reserved = {"default": "DEFAULT sets defaults for the lines after it", "all": "ALL means every node"}
+    for path, cluster in _slurm_clusters(spec):
+        ci = path.split(".")[0]
+        for i, pool in enumerate(cluster.pools):
+            if pool.name in reserved:
+                yield f"{ci}.pools[{i}].name", f"{pool.name!r} is reserved in slurm.conf ({reserved[pool.name]})"
+        for i, part in enumerate(cluster.slurm.partitions):
+            if part.name in reserved:
+                yield f"{path}.partitions[{i}].name", f"{part.name!r} is reserved in slurm.conf ({reserved[part.name]})"
 
 
 @rule

@@ -3,7 +3,9 @@
 The bucket has uniform bucket-level access, versioning, enforced public access prevention and a
 soft-delete window; access is granted per service account (see GpuNodePool.bucket_names), never
 to allUsers.  Filestore and Lustre attach to the system VPC by private service access / peering,
-so they have no public endpoint.
+so they have no public endpoint.  Managed Lustre needs private services access on that VPC: a
+reserved peering range (`VPC_PEERING` global address) and a Service Networking connection, declared
+here only when scratch is asked for.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class LustreArgs:
     per_unit_storage_throughput: int = 500
     mount_point: str = "/scratch"
     filesystem: str = "scratch"
+    psa_prefix_length: int = 20  # size of the private-services range GCP picks for the peering
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,24 @@ class SharedStorage(pulumi.ComponentResource):
                 opts=child,
             )
         if args.scratch:
+            psa_range = gcp.compute.GlobalAddress(
+                f"{name}-psa-range",
+                name=f"{args.name}-psa-range",
+                project=args.project,
+                network=args.network,
+                purpose="VPC_PEERING",
+                address_type="INTERNAL",
+                prefix_length=args.scratch.psa_prefix_length,
+                description="private services access for Managed Lustre",
+                opts=child,
+            )
+            psa = gcp.servicenetworking.Connection(
+                f"{name}-psa",
+                network=args.network,
+                service="servicenetworking.googleapis.com",
+                reserved_peering_ranges=[psa_range.name],
+                opts=child,
+            )
             self.lustre = gcp.lustre.Instance(
                 f"{name}-scratch",
                 instance_id=f"{args.name}-scratch",
@@ -118,7 +139,7 @@ class SharedStorage(pulumi.ComponentResource):
                 capacity_gib=str(args.scratch.capacity_gib),
                 per_unit_storage_throughput=str(args.scratch.per_unit_storage_throughput),
                 labels=args.labels,
-                opts=child,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[psa]),
             )
         self.register_outputs(
             {

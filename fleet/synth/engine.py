@@ -97,10 +97,11 @@ _COMPUTE_COLLECTIONS = {
     "ResourcePolicy": "resourcePolicies",
     "RegionNetworkFirewallPolicy": "firewallPolicies",
     "Address": "addresses",
+    "GlobalAddress": "addresses",
 }
 
 
-_GLOBAL_KINDS = {"Network", "Firewall", "InstanceTemplate"}  # global even when given a region
+_GLOBAL_KINDS = {"Network", "Firewall", "InstanceTemplate", "GlobalAddress"}  # global even when given a region
 
 
 def _autoname(logical: str) -> str:

@@ -48,3 +48,16 @@ def test_optional_lustre_and_no_home(declare):
     assert lustre["capacityGib"] == "18000" and lustre["perUnitStorageThroughput"] == "500"
     assert lustre["location"] == "us-central1-b" and lustre["network"] == NET
     assert d.of_type("storage/bucket:Bucket") == []
+    # Lustre needs private services access on the VPC: a peering range and the connection
+    psa_range = d.one("compute/globalAddress:GlobalAddress").inputs
+    assert (psa_range["purpose"], psa_range["network"]) == ("VPC_PEERING", NET)
+    conn = d.one("servicenetworking/connection:Connection").inputs
+    assert conn["reservedPeeringRanges"] == [psa_range["name"]]
+
+
+def test_no_peering_without_lustre(declare):
+    d = declare(
+        lambda: SharedStorage("st", SharedStorageArgs(project="my-proj", zone="us-east4-a", network=NET, name="c"))
+    )
+    assert d.of_type("GlobalAddress") == [] and d.of_type("Connection") == []
+    assert len(d.of_type("filestore/instance:Instance")) == 1

@@ -248,3 +248,42 @@ def test_generated_slurm_config_reaches_controller_and_nodes(a3mega):
         md = tpl["inputs"]["metadata"]
         assert md["slurm-conf"] == conf
         assert "slurmd" in md["startup-script"] and "munge.key" in md["startup-script"]
+
+
+def test_two_clusters_share_the_system_vpc_and_keep_names_apart():
+    from fleet.synth.engine import run_program
+    from stacks.program import main
+
+    def cluster(name: str, machine: str, capacity: str) -> dict:
+        return {
+            "name": name,
+            "pools": [
+                {"name": "p", "machine_type": machine, "capacity": capacity, "max_nodes": 2, "zones": ["us-east4-a"]}
+            ],
+            "storage": {"home": None, "checkpoints": {}},
+            "slurm": {"partitions": [{"name": name, "pools": ["p"], "spot_tolerant": capacity == "spot"}]},
+        }
+
+    fleet = {
+        "project": "my-gpu-project",
+        "region": "us-east4",
+        "zones": ["us-east4-a"],
+        "clusters": [cluster("train", "a3-megagpu-8g", "on-demand"), cluster("dev", "g2-standard-8", "spot")],
+    }
+    result = run_program(main, stack="two", config={"gpu-fleet:fleet": fleet})
+    urns = [r.urn for r in result.resources]
+    assert len(urns) == len(set(urns))
+    names = [r.inputs.get("name") for r in result.resources if r.custom and r.inputs.get("name")]
+    by_type: dict[str, list[str]] = {}
+    for r in result.resources:
+        if r.custom and r.inputs.get("name"):
+            by_type.setdefault(r.type, []).append(r.inputs["name"])
+    assert all(len(v) == len(set(v)) for v in by_type.values()), by_type  # GCE names unique per type
+    assert names
+    nets = [r for r in result.resources if r.type == "gcp:compute/network:Network"]
+    assert len(nets) == 9  # one shared system VPC + the 8 GPU VPCs of the a3-mega cluster only
+    templates = {r.inputs["machineType"]: r for r in result.resources if r.type.endswith("InstanceTemplate")}
+    assert len(templates["g2-standard-8"].inputs["networkInterfaces"]) == 1
+    assert len(templates["a3-megagpu-8g"].inputs["networkInterfaces"]) == 9
+    inventory = parse_inventory(result.outputs)
+    assert {(p.cluster, p.capacity_type) for p in inventory} == {("train", "on-demand"), ("dev", "spot")}

@@ -9,6 +9,7 @@ host-specific keys so a test harness can start the very same file on one machine
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fleet.catalog import CapacityType, Catalog, MachineType, load_catalog
@@ -59,7 +60,7 @@ def _gpu_files(count: int) -> str:
     return "/dev/nvidia0" if count == 1 else f"/dev/nvidia[0-{count - 1}]"
 
 
-def _line(head: tuple[str, str], items: dict[str, str | int]) -> str:
+def _line(head: tuple[str, str], items: Mapping[str, str | int]) -> str:
     return " ".join([f"{head[0]}={head[1]}", *(f"{k}={v}" for k, v in items.items())])
 
 
@@ -175,13 +176,13 @@ def render_slurm_conf(
         nodesets.append(Nodeset(pool.name, pool.name, hostlist, gres, features, member_of[pool.name]))
         node = {
             "State": "CLOUD",
-            "CPUs": machine.vcpus,
-            "RealMemory": real_memory_mib(machine),
+            "CPUs": str(machine.vcpus),
+            "RealMemory": str(real_memory_mib(machine)),
             "Gres": gres,
             "Features": features,
-            "Weight": CAPACITY_WEIGHT[pool.capacity],
+            "Weight": str(CAPACITY_WEIGHT[pool.capacity]),
         }
-        node.update(node_overrides)
+        node = _apply(node, node_overrides)
         node_lines.append(
             f"# pool {pool.name}: {pool.machine_type}, {pool.capacity}, {pool.min_nodes}..{pool.max_nodes}"
         )

@@ -132,6 +132,8 @@ def test_overrides_replace_global_and_node_keys(a3mega_data: dict[str, Any]) -> 
     assert "slurmctldport" not in s and "TaskPlugin" not in s  # "" removes a key
     assert s["SlurmdParameters"] == "x"  # unknown keys are added
     assert all(fields(ln)["NodeAddr"] == "127.0.0.1" for ln in lines_starting(conf.slurm_conf, "NodeName="))
+    plain = render(a3mega_data, overrides={"Port": ""})
+    assert all("Port" not in fields(ln) for ln in lines_starting(plain.slurm_conf, "NodeName="))
 
 
 def test_extra_config_adds_and_replaces_keys_and_overrides_win(a3mega_data: dict[str, Any]) -> None:

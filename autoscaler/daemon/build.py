@@ -65,24 +65,29 @@ def build_slurm(cfg: DaemonConfig) -> SlurmClient:
     return CliSlurm(bin_dir=s.bin_dir, conf=s.conf, timeout_s=s.timeout_s)
 
 
-def build_provider(cfg: DaemonConfig, inv: Sequence[InventoryPool], pools: Sequence[Pool]) -> Provider:
+def build_provider(cfg: DaemonConfig, inv: Sequence[InventoryPool]) -> Provider:
+    """The GCE provider (`provider.options` go to `GceProvider`; `options.retry` is a `RetryPolicy` mapping)."""
     p = cfg.provider
     if p.kind == "sim":
-        import time
-
-        from autoscaler.sim import SimCloud, SimConfig  # type: ignore[attr-defined]
-
-        return SimCloud(SimConfig.model_validate({"pools": list(pools), **p.options}), time.time)
-    from autoscaler.gce import GceProvider  # type: ignore[attr-defined]
+        raise ConfigError("config", [("provider.kind", "'sim' runs through `fleet simulate`, not the daemon")])
+    from autoscaler.gce import GceProvider, RetryPolicy
 
     kw: dict[str, Any] = dict(p.options)
+    if isinstance(kw.get("retry"), dict):
+        try:
+            kw["retry"] = RetryPolicy(**kw["retry"])
+        except (TypeError, ValueError) as exc:
+            raise ConfigError("config", [("provider.options.retry", str(exc))]) from None
     if p.endpoint:
         kw["endpoint"] = p.endpoint
     if p.anonymous:
         from google.auth.credentials import AnonymousCredentials
 
         kw["credentials"] = AnonymousCredentials()
-    return GceProvider(list(inv), **kw)
+    try:
+        return GceProvider(list(inv), **kw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError("config", [("provider.options", str(exc))]) from None
 
 
 def build_daemon(cfg: DaemonConfig, *, dry_run: bool = False, provider: Provider | None = None) -> Daemon:
@@ -92,7 +97,7 @@ def build_daemon(cfg: DaemonConfig, *, dry_run: bool = False, provider: Provider
     metrics.healthy_after_s = cfg.metrics.healthy_after_s
     return Daemon(
         pools=pools,
-        provider=provider or build_provider(cfg, inv, pools),
+        provider=provider or build_provider(cfg, inv),
         slurm=build_slurm(cfg),
         store=StateStore(cfg.state_path),
         policy=policy,

@@ -47,9 +47,9 @@ class SlurmConfig(_Strict):
 
 
 class ProviderConfig(_Strict):
-    """The cloud: `gce` (google-cloud-compute) or `sim` (the simulated cloud, for demos and tests)."""
+    """The cloud: `gce` (google-cloud-compute, zonal MIGs from the inventory)."""
 
-    kind: Literal["gce", "sim"] = "gce"
+    kind: Literal["gce", "sim"] = "gce"  # sim: reserved for `fleet simulate` (the daemon refuses it)
     endpoint: str | None = None  # Compute API endpoint override, e.g. a local fake: http://127.0.0.1:8089
     anonymous: bool = False  # AnonymousCredentials (only with a local endpoint)
     options: dict[str, Any] = Field(default_factory=dict)  # passed to the provider's constructor

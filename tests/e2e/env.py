@@ -1,0 +1,186 @@
+"""One machine, the whole loop: a real slurmctld with CLOUD nodes, the fake Compute API whose "boot" starts a
+real slurmd per instance (tests/harness/cloud_nodes.py), the real GceProvider, and the daemon (in a thread
+or as its own process, `python -m autoscaler run`).
+
+Pools (inventory as the stacks export it): `e2e-od` on-demand a3-highgpu-8g for partition `gpu` and
+`e2e-spot` spot a3-highgpu-8g for the spot-tolerant partition `spot`, each 4 nodes in us-central1-a/-b.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autoscaler.daemon.build import build_daemon
+from autoscaler.daemon.config import parse_config
+from autoscaler.daemon.loop import RunLoop
+from autoscaler.daemon.tick import Daemon, TickResult
+from fleet.inventory import InventoryPool
+from tests.fakes.compute_api import FakeCompute
+from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_slurm_conf
+from tests.harness.slurm import SlurmHarness
+
+PROJECT = "e2e-project"
+REGION = "us-central1"
+ZONES = ["us-central1-a", "us-central1-b"]
+
+
+def inventory() -> list[InventoryPool]:
+    def pool(name: str, capacity: str, partition: str, spot: bool) -> InventoryPool:
+        return InventoryPool(
+            name=name,
+            cluster="e2e",
+            provider="gcp",
+            project=PROJECT,
+            region=REGION,
+            zones=ZONES,
+            machine_type="a3-highgpu-8g",
+            gpu_type="nvidia-h100-80gb",
+            gpus_per_node=8,
+            capacity_type=capacity,
+            min_nodes=0,
+            max_nodes=4,
+            instance_group=f"e2e-{name}",
+            instance_groups={z: f"e2e-{name}-{z}" for z in ZONES},
+            node_name_prefix=f"e2e-{name}",
+            slurm_partitions=[partition],
+            spot_tolerant=spot,
+        )
+
+    return [pool("od", "on-demand", "gpu", False), pool("spot", "spot", "spot", True)]
+
+
+def _hook(bin_dir: Path, action: str, state: Path) -> str:
+    path = bin_dir / f"fleet-{action}.sh"
+    path.write_text(f'#!/bin/sh\nexec {sys.executable} -m autoscaler.slurm.hook {action} "$1" --state {state}\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+class E2E:
+    def __init__(self, make_harness: Callable[..., SlurmHarness], *, suspend_time: int = 6, resume_timeout: int = 60):
+        probe = make_harness()
+        self.root = probe.root
+        self.state = self.root / "autoscaler.db"
+        b = self.root / "bin"
+        self.slurm = make_harness(
+            root=self.root,
+            resume_program=_hook(b, "resume", self.state),
+            suspend_program=_hook(b, "suspend", self.state),
+            resume_fail_program=_hook(b, "resume-fail", self.state),
+        )
+        self.nodes = CloudNodes(self.slurm, [Nodeset("e2e-od", 4, 17500), Nodeset("e2e-spot", 4, 17510)])
+        self.nodes.prepare()
+        conf = cloud_slurm_conf(
+            self.slurm,
+            self.nodes,
+            {"gpu": ["e2e-od"], "spot": ["e2e-spot"]},
+            suspend_time=suspend_time,
+            resume_timeout=resume_timeout,
+        )
+        self.slurm.start(conf, self.nodes.gres_conf())
+        self.fake = FakeCompute(PROJECT, boot_delay=0.3, on_boot=self.nodes.boot, on_delete=self.nodes.stop).start()
+        self.pools = inventory()
+        self.fake.add_inventory(self.pools)
+        self.inventory_path = self.root / "inventory.json"
+        self.inventory_path.write_text(json.dumps([p.model_dump(mode="json") for p in self.pools]))
+        self.config: dict[str, Any] = {
+            "inventory": str(self.inventory_path),
+            "state_path": str(self.state),
+            "policy": {"idle_timeout_s": 3600, "backoff_s": 120},
+            "slurm": {"mode": "cli", "conf": str(self.slurm.conf_path), "timeout_s": 3},
+            "provider": {
+                "kind": "gce",
+                "endpoint": self.fake.url,
+                "anonymous": True,
+                "options": {"retry": {"initial": 0.1, "maximum": 0.5, "deadline": 20, "attempt_timeout": 2}},
+            },
+            "metrics": {"port": 0},
+            "loop": {"interval_s": 1, "orphan_grace_s": 5},
+        }
+        self.config_path = self.root / "autoscaler.yaml"
+        self.config_path.write_text(yaml.safe_dump(self.config))
+        self.ticks: list[TickResult] = []
+        self._thread: threading.Thread | None = None
+        self._loop: RunLoop | None = None
+        self.daemon: Daemon | None = None
+        self.proc: subprocess.Popen[str] | None = None
+
+    # --- the daemon in this process ------------------------------------------------------------------
+    def start_daemon(self) -> Daemon:
+        self.daemon = build_daemon(parse_config(self.config))
+        self._loop = RunLoop(self.daemon, interval_s=1.0, on_tick=self.ticks.append)
+        self._thread = threading.Thread(target=self._loop.run, kwargs={"install_signals": False}, daemon=True)
+        self._thread.start()
+        return self.daemon
+
+    def stop_daemon(self) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.request_stop()
+            self._thread.join(timeout=30)
+        self._loop = self._thread = None
+
+    # --- the daemon as its own process -----------------------------------------------------------------
+    def spawn_daemon(self) -> subprocess.Popen[str]:
+        log = (self.root / "log" / "daemon.jsonl").open("a")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "autoscaler", "run", "--config", str(self.config_path), "--log-json"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        log.close()
+        return self.proc
+
+    def daemon_log(self) -> list[dict]:
+        p = self.root / "log" / "daemon.jsonl"
+        out = []
+        for line in p.read_text().splitlines() if p.exists() else []:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append({"message": line})
+        return out
+
+    # --- helpers -------------------------------------------------------------------------------------------
+    def sbatch(self, *args: str) -> int:
+        return int(self.slurm.run("sbatch", "--parsable", *args, check=True).stdout.strip().split(";")[0])
+
+    def squeue_ids(self) -> set[int]:
+        return {
+            j["job_id"] for j in self.slurm.squeue_json()["jobs"] if j["job_state"] not in ("COMPLETED", "CANCELLED")
+        }
+
+    def sinfo(self) -> dict[str, dict]:
+        return {n["name"]: n for n in self.slurm.sinfo_json()["nodes"]}
+
+    def close(self) -> None:
+        try:
+            self.stop_daemon()
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.terminate()
+                self.proc.wait(timeout=30)
+        finally:
+            self.nodes.stop_all()
+            self.fake.stop()
+            self.slurm.stop(remove=False)
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str, env: E2E | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.5)
+    logs = env.slurm.logs(15) if env is not None else ""
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{logs}")

@@ -37,6 +37,7 @@ from tests.fakes.compute_model import (
     Mig,
     OperationFault,
 )
+from tests.fakes.compute_resize import ResizeRequestBook
 
 CAPACITY_TO_PROVISIONING = {
     "spot": "SPOT",
@@ -48,6 +49,7 @@ CAPACITY_TO_PROVISIONING = {
 P = r"/compute/v1/projects/(?P<project>[^/]+)"
 Z = P + r"/zones/(?P<zone>[^/]+)"
 IGM = Z + r"/instanceGroupManagers/(?P<igm>[^/]+)"
+RR = r"/resizeRequests/(?P<rr>[^/]+)"
 
 
 @dataclass(frozen=True)
@@ -76,8 +78,33 @@ def _page(items: list[Json], req: Request, kind: str, key: str = "items") -> Jso
     return out
 
 
-def _routes(s: ComputeState) -> list[tuple[str, re.Pattern[str], Callable[[Request], Json]]]:
+def _routes(s: ComputeState, rr: ResizeRequestBook) -> list[tuple[str, re.Pattern[str], Callable[[Request], Json]]]:
     table: list[tuple[str, str, Callable[[Request], Json]]] = [
+        (
+            "POST",
+            IGM + r"/resizeRequests",
+            lambda r: rr.insert_resize_request(r["project"], r["zone"], r["igm"], r.body, r.request_id),
+        ),
+        (
+            "GET",
+            IGM + r"/resizeRequests",
+            lambda r: _page(
+                rr.list_resize_requests(r["project"], r["zone"], r["igm"]),
+                r,
+                "compute#instanceGroupManagerResizeRequestList",
+            ),
+        ),
+        ("GET", IGM + RR, lambda r: rr.get_resize_request(r["project"], r["zone"], r["igm"], r["rr"])),
+        (
+            "POST",
+            IGM + RR + "/cancel",
+            lambda r: rr.cancel_resize_request(r["project"], r["zone"], r["igm"], r["rr"], r.request_id),
+        ),
+        (
+            "DELETE",
+            IGM + RR,
+            lambda r: rr.delete_resize_request(r["project"], r["zone"], r["igm"], r["rr"], r.request_id),
+        ),
         ("GET", P + r"/regions/(?P<region>[^/]+)", lambda r: s.get_region(r["project"], r["region"])),
         ("GET", P + r"/zones", lambda r: s.list_zones(r["project"])),
         ("GET", Z, lambda r: s.get_zone(r["project"], r["zone"])),
@@ -211,6 +238,8 @@ class FakeCompute:
         delete_delay: float = 0.0,
         operation_delay: float = 0.0,
         mig_retry_interval: float | None = None,
+        flex_start_delay: float = 0.0,
+        flex_start_max_wait: float | None = None,
         on_boot: Hook = None,
         on_delete: Hook = None,
     ) -> None:
@@ -223,7 +252,10 @@ class FakeCompute:
             on_boot=on_boot,
             on_delete=on_delete,
         )
-        self._routes = _routes(self.state)
+        self.resize_requests = ResizeRequestBook(
+            self.state, flex_start_delay=flex_start_delay, flex_start_max_wait=flex_start_max_wait
+        )
+        self._routes = _routes(self.state, self.resize_requests)
         self._stopping = threading.Event()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None

@@ -282,6 +282,8 @@ class ComputeState:
         self.events: list[Event] = []
         self.faults_injected: Counter[str] = Counter()
         self._ids = itertools.count(1000)
+        self.on_capacity_change: list[Callable[[], None]] = []  # called when stockouts end
+        self.name_claims: list[Callable[[str, str], set[str]]] = []  # (project, zone) -> names spoken for
         self.scheduler = Scheduler()
 
     # ----------------------------------------------------------------- setup
@@ -337,6 +339,8 @@ class ComputeState:
                     for member in mig.members.values():
                         if member.errors and (project, mig.zone, member.name) not in self.instances:
                             self.scheduler.call_later(0, self._retry_cb(project, mig, member.name))
+                for callback in self.on_capacity_change:
+                    callback()
 
     # ----------------------------------------------------------------- assertions
 
@@ -716,8 +720,10 @@ class ComputeState:
         if len(set(names)) != len(names):
             raise ApiError(400, "invalid", "Invalid value for field 'resource.instances': duplicate instance names")
         for name in names:
-            taken = (project, zone, name) in self.instances or any(
-                name in m.members for (p, z, _), m in self.migs.items() if (p, z) == (project, zone)
+            taken = (
+                (project, zone, name) in self.instances
+                or any(name in m.members for (p, z, _), m in self.migs.items() if (p, z) == (project, zone))
+                or any(name in claim(project, zone) for claim in self.name_claims)
             )
             if taken:
                 raise ApiError(

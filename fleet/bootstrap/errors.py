@@ -1,7 +1,8 @@
 """Errors of the bootstrap decisions, each with the exit code `fleet bootstrap-region` uses.
 
-Exit codes (documented in docs/bootstrap.md): 2 bad arguments, 3 no zone of the region offers
-the machine type, 4 the region's quota is too small for the stack.
+Exit codes (documented in docs/bootstrap.md): 1 Compute could not be read, or an internal error;
+2 bad arguments; 3 no zone of the region offers the machine type; 4 the region's quota (or the
+reservation) is too small for the stack.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ class BadArgument(BootstrapError):
 
     def to_json(self) -> dict:
         return {**super().to_json(), "argument": self.argument, "reason": self.reason}
+
+
+class ComputeReadError(BootstrapError):
+    """Compute Engine could not be read for --check-quota (API error, permission, bad endpoint)."""
+
+    exit_code = 1
 
 
 class InvalidPlan(BootstrapError):

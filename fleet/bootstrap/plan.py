@@ -14,9 +14,9 @@ from pathlib import Path
 
 from fleet.bootstrap.addressing import AddressPlan, AddressPlanExhausted, UsedRange, plan_addresses
 from fleet.bootstrap.errors import BadArgument, InvalidPlan
-from fleet.bootstrap.machine import MachineChoice, choose_machine
+from fleet.bootstrap.machine import GPU_FAMILIES, MachineChoice, choose_machine
 from fleet.bootstrap.pricing import PoolPrice, pool_price, price_table
-from fleet.bootstrap.quotas import QuotaNeed, RegionQuota, quota_needs
+from fleet.bootstrap.quotas import QuotaNeed, RegionQuota, ReservationInfo, quota_needs
 from fleet.bootstrap.regions import UnknownRegion, check_region
 from fleet.bootstrap.sizing import SlurmPlan, StoragePlan, plan_slurm, plan_storage
 from fleet.catalog import CapacityType, Catalog
@@ -105,6 +105,7 @@ class RegionPlan:
     prices: dict[str, PoolPrice]
     spec: dict
     reasons: list[str]
+    reservation: ReservationInfo | None = None  # as read by --check-quota
 
     def next_steps(self, stack_file: Path, project_bootstrap: str | None = None) -> list[str]:
         stack, project = self.request.stack_name, self.request.project
@@ -170,6 +171,17 @@ class RegionPlan:
             "slurm": self.spec["clusters"][0].get("slurm"),
             "quotas": quotas,
             "quota_checked": available is not None,
+            "reservation": (
+                None
+                if self.reservation is None
+                else {
+                    "name": self.reservation.name,
+                    "zone": self.reservation.zone,
+                    "machine_type": self.reservation.machine_type,
+                    "count": self.reservation.count,
+                    "in_use": self.reservation.in_use,
+                }
+            ),
             "price_per_hour": {
                 "currency": "USD",
                 "capacity_type": str(self.request.capacity.type),
@@ -201,6 +213,29 @@ def _check_request(req: BootstrapRequest, catalog: Catalog) -> None:
             raise BadArgument("--reserve", f"{cidr!r} is not an IPv4 CIDR ({exc})") from None
     if not NAME_RE.match(req.cluster_name):
         raise BadArgument("--cluster", f"{req.cluster_name!r} is not a lower-case RFC 1035 name of <= 20 chars")
+
+
+def fit_reservation(
+    req: BootstrapRequest, plan: RegionPlan, info: ReservationInfo | None, catalog: Catalog
+) -> BootstrapRequest:
+    """The request adjusted to the reservation Compute reports: its zone, and its machine type when
+    that carries the same GPU (an H100 reservation of a3-highgpu-8g rather than a3-megagpu-8g).
+
+    Raises BadArgument when the reservation is missing or holds a machine of another GPU."""
+    name = req.capacity.reservation
+    if info is None:
+        raise BadArgument("--capacity", f"reservation {name} not found in {', '.join(plan.zones)} ({req.project})")
+    m = plan.choice.machine
+    if info.machine_type != m.name:
+        same_gpu = info.machine_type in catalog and catalog.machine(info.machine_type).gpu.short in GPU_FAMILIES.get(
+            req.gpu.lower(), ()
+        )
+        if req.machine_type or not same_gpu:
+            raise BadArgument(
+                "--capacity", f"reservation {name} in {info.zone} holds {info.machine_type}, not {m.name}"
+            )
+        req = replace(req, machine_type=info.machine_type)
+    return replace(req, zones=(info.zone,))
 
 
 def free_cluster_name(req: BootstrapRequest, taken: set[str]) -> BootstrapRequest:

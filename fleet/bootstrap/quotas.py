@@ -60,6 +60,28 @@ class RegionQuota:
     usage: float
 
 
+@dataclass(frozen=True)
+class ReservationInfo:
+    """A specific reservation as Compute reports it."""
+
+    name: str
+    zone: str
+    machine_type: str
+    count: int
+    in_use: int
+
+    @property
+    def free(self) -> int:
+        return max(self.count - self.in_use, 0)
+
+
+def reservation_shortfall(info: ReservationInfo, nodes: int) -> list[QuotaShortfall]:
+    """A pool of `nodes` on a reservation with fewer free slots cannot reach its max size."""
+    if info.free >= nodes:
+        return []
+    return [QuotaShortfall(f"reservation {info.name} ({info.zone})", nodes, info.count, info.in_use)]
+
+
 def cpu_metric(machine_type: str, capacity: CapacityType = CapacityType.ON_DEMAND) -> str:
     if capacity in PREEMPTIBLE:
         return "PREEMPTIBLE_CPUS"

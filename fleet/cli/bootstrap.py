@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from fleet.bootstrap.errors import BadArgument, BootstrapError, NoZoneOffers, QuotaTooSmall
-from fleet.bootstrap.quotas import RegionQuota, shortfalls
+from fleet.bootstrap.quotas import RegionQuota, reservation_shortfall, shortfalls
 from fleet.catalog import load_catalog
+
+if TYPE_CHECKING:
+    from fleet.bootstrap.plan import BootstrapRequest, RegionPlan
 
 ENDPOINT_ENV = "FLEET_COMPUTE_ENDPOINT"
 
@@ -116,15 +121,8 @@ def bootstrap_region(
     ),
 ) -> None:
     """Write Pulumi.<STACK>.yaml for N GPUs in a region, and say what was decided and why."""
-    from fleet.bootstrap.gce_quota import QuotaReadError, read_region_quotas
-    from fleet.bootstrap.plan import BootstrapRequest, parse_capacity, plan_region
-    from fleet.bootstrap.stackfiles import (
-        find_stacks_dir,
-        read_stacks,
-        render_stack_file,
-        stack_path,
-        write_stack_file,
-    )
+    from fleet.bootstrap.plan import BootstrapRequest, parse_capacity
+    from fleet.bootstrap.stackfiles import find_stacks_dir, render_stack_file, stack_path, write_stack_file
 
     try:
         request = BootstrapRequest(
@@ -144,25 +142,14 @@ def bootstrap_region(
             raise BadArgument("--stacks-dir", f"{stacks_dir} is not a directory")
         directory = stacks_dir if stacks_dir is not None else find_stacks_dir(Path.cwd())
         path = stack_path(directory, request.stack_name)
-        facts = read_stacks(directory, exclude=path)
-        plan = plan_region(request, load_catalog(), facts.ranges, facts.clusters.get(project, set()))
+        plan, available, boot = _decide(request, directory, path, check_quota, compute_endpoint)
         if path.exists() and not force and not dry_run:
             raise BadArgument("--name", f"{path} exists; pass --force to overwrite it, or choose another --name")
-        available: dict[str, RegionQuota] | None = None
-        if check_quota:
-            try:
-                available = read_region_quotas(project, region, compute_endpoint)
-            except QuotaReadError as exc:
-                typer.echo(f"error: --check-quota: {exc}", err=True)
-                raise typer.Exit(1) from None
-            short = shortfalls(plan.quotas, available)
-            if short:
-                raise QuotaTooSmall(region, short)
     except BootstrapError as exc:
         _fail(exc, as_json)
         return
 
-    out = plan.to_json(path, available, facts.project_bootstraps.get(project))
+    out = plan.to_json(path, available, boot)
     if not dry_run:
         argv = ["--project", project, "--region", region, "--gpu", gpu, "--gpus", str(gpus)]
         command = shlex.join(["fleet", "bootstrap-region", *argv, "--capacity", capacity, "--name", request.stack_name])
@@ -175,6 +162,36 @@ def bootstrap_region(
         typer.echo(json.dumps(out | {"written": not dry_run}, indent=2))
     else:
         _print_human(out, written=not dry_run)
+
+
+def _decide(
+    request: BootstrapRequest, directory: Path, path: Path, check_quota: bool, endpoint: str | None
+) -> tuple[RegionPlan, dict[str, RegionQuota] | None, str | None]:
+    """Plan the stack; with check_quota, read the region (and the reservation) and fail when it does not fit."""
+    from fleet.bootstrap.plan import fit_reservation, plan_region
+    from fleet.bootstrap.stackfiles import read_stacks
+
+    catalog = load_catalog()
+    facts = read_stacks(directory, exclude=path)
+    taken = facts.clusters.get(request.project, set())
+    plan = plan_region(request, catalog, facts.ranges, taken)
+    available = None
+    if check_quota:
+        from fleet.bootstrap.gce import find_reservation, read_region_quotas
+
+        short = []
+        if request.capacity.reservation:
+            zones = request.zones or plan.zones
+            info = find_reservation(request.project, zones, request.capacity.reservation, endpoint)
+            plan = plan_region(fit_reservation(request, plan, info, catalog), catalog, facts.ranges, taken)
+            plan = replace(plan, reservation=info)
+            plan.reasons.append(f"reservation {info.name}: {info.free} of {info.count} slots free in {info.zone}")
+            short += reservation_shortfall(info, plan.choice.nodes)
+        available = read_region_quotas(request.project, request.region, endpoint)
+        short += shortfalls(plan.quotas, available)
+        if short:
+            raise QuotaTooSmall(request.region, short)
+    return plan, available, facts.project_bootstraps.get(request.project)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fleet.bootstrap.gce_quota import QuotaReadError, read_region_quotas
+from fleet.bootstrap.errors import ComputeReadError
+from fleet.bootstrap.gce import read_region_quotas
 from tests.fakes.compute_api import FakeCompute
 
 pytestmark = pytest.mark.gce
@@ -57,5 +58,41 @@ def test_spot_checks_the_preemptible_metrics(bootstrap: Callable, fake_compute: 
 def test_unreadable_quota_is_an_error_not_a_pass(bootstrap: Callable, fake_compute: FakeCompute) -> None:
     code, text = bootstrap(*ARGS, "--compute-endpoint", fake_compute.url, as_json=False)  # region unknown: 404
     assert code == 1 and "reading quotas of test-project/us-central1" in text
-    with pytest.raises(QuotaReadError):
+    with pytest.raises(ComputeReadError):
         read_region_quotas("test-project", "us-central1", fake_compute.url)
+
+
+def test_reservation_is_found_in_its_zone_and_fits(bootstrap: Callable, fake_compute: FakeCompute) -> None:
+    fake_compute.add_region("us-central1", ["us-central1-a", "us-central1-b", "us-central1-c"], quotas=ENOUGH)
+    fake_compute.add_reservation("us-central1-c", "h100-resv", "a3-megagpu-8g", count=10, in_use=2)
+    code, out = bootstrap(*ARGS, "--capacity", "reservation:h100-resv", "--compute-endpoint", fake_compute.url)
+    assert code == 0, out
+    assert out["reservation"] == {
+        "name": "h100-resv", "zone": "us-central1-c", "machine_type": "a3-megagpu-8g", "count": 10, "in_use": 2
+    }  # fmt: skip
+    assert out["spec"]["clusters"][0]["pools"][0]["zones"] == ["us-central1-c"]
+    gpu = next(q for q in out["quotas"] if q["metric"] == "NVIDIA_H100_MEGA_GPUS")
+    assert gpu["checked"] is False  # drawn when the reservation was created
+
+
+def test_reservation_of_another_h100_shape_switches_the_machine(bootstrap: Callable, fake_compute: FakeCompute) -> None:
+    fake_compute.add_region("us-central1", ["us-central1-a", "us-central1-b"], quotas=ENOUGH)
+    fake_compute.add_reservation("us-central1-b", "high", "a3-highgpu-8g", count=8)
+    code, out = bootstrap(*ARGS, "--capacity", "reservation:high", "--compute-endpoint", fake_compute.url)
+    assert code == 0, out
+    assert out["machine_type"] == "a3-highgpu-8g" and out["zones"] == ["us-central1-b"]
+
+
+def test_reservation_too_small_or_missing_fails(
+    bootstrap: Callable, fake_compute: FakeCompute, stacks_dir: Path
+) -> None:
+    fake_compute.add_region("us-central1", ["us-central1-a", "us-central1-b"], quotas=ENOUGH)
+    fake_compute.add_reservation("us-central1-a", "small", "a3-megagpu-8g", count=8, in_use=4)
+    code, out = bootstrap(*ARGS, "--capacity", "reservation:small", "--compute-endpoint", fake_compute.url)
+    assert code == 4
+    assert out["shortfalls"] == [
+        {"metric": "reservation small (us-central1-a)", "needed": 8, "available": 4, "limit": 8, "usage": 4}
+    ]
+    code, out = bootstrap(*ARGS, "--capacity", "reservation:nope", "--compute-endpoint", fake_compute.url)
+    assert code == 2 and out["argument"] == "--capacity" and "reservation nope not found" in out["message"]
+    assert list(stacks_dir.glob("Pulumi.*.yaml")) == []

@@ -112,8 +112,8 @@ class RegionPlan:
         first = []
         if project_bootstrap is None:
             first.append(
-                f"once per project: a project-bootstrap stack for {project} (APIs, state bucket, autoscaler "
-                "identity); see Pulumi.gcp-project-bootstrap.yaml and docs/bootstrap.md"
+                f"once per project: fleet bootstrap-project --project {project} --region {self.request.region}"
+                "   # APIs, state bucket, autoscaler identity; see docs/bootstrap.md"
             )
         else:
             first.append(f"pulumi login gs://<state bucket of stack {project_bootstrap}>   # the project's backend")

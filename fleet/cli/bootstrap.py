@@ -194,5 +194,63 @@ def _decide(
     return plan, available, facts.project_bootstraps.get(request.project)
 
 
+def bootstrap_project(
+    project: str = typer.Option(..., "--project", help="GCP project id"),
+    region: str = typer.Option(..., "--region", help="default location of the state bucket"),
+    name: str | None = typer.Option(None, "--name", help="stack name (default gcp-<project>-bootstrap)"),
+    stacks_dir: Path | None = typer.Option(  # noqa: B008
+        None, "--stacks-dir", help="where the stack files live (default: the directory holding Pulumi.yaml)"
+    ),
+    bucket_location: str | None = typer.Option(
+        None, "--bucket-location", help="state bucket location: a region or multi-region (US, EU, ASIA)"
+    ),
+    force: bool = typer.Option(False, "--force", help="overwrite an existing stack file"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Write a project-bootstrap stack file: APIs, Pulumi state bucket, autoscaler and node identities."""
+    from fleet.bootstrap.stackfiles import find_stacks_dir, render_stack_file, stack_path, write_stack_file
+    from fleet.spec.project import ProjectSpecError, load_project_spec
+
+    stack = name or f"gcp-{project}-bootstrap"
+    raw: dict = {"kind": "project-bootstrap", "project": project, "region": region}
+    if bucket_location:
+        raw["state_bucket"] = {"location": bucket_location}
+    try:
+        try:
+            spec = load_project_spec(raw)
+        except ProjectSpecError as exc:
+            path_, reason = exc.errors[0]
+            flag = {"project": "--project", "region": "--region"}.get(path_, "--bucket-location")
+            raise BadArgument(flag, reason) from None
+        if stacks_dir is not None and not stacks_dir.is_dir():
+            raise BadArgument("--stacks-dir", f"{stacks_dir} is not a directory")
+        path = stack_path(stacks_dir if stacks_dir is not None else find_stacks_dir(Path.cwd()), stack)
+        header = [
+            "Once per project, before any fleet stack (see docs/bootstrap.md): deploy with a local backend,",
+            f"then point the fleet stacks at the bucket: pulumi login gs://{spec.bucket_name()}",
+        ]
+        write_stack_file(path, render_stack_file(project, region, raw, header), force=force)
+    except BootstrapError as exc:
+        _fail(exc, as_json)
+        return
+    steps = [
+        "pulumi login --local   # the state bucket does not exist yet",
+        f"pulumi stack init {stack}",
+        f"fleet synth --config {path} --json",
+        f"pulumi up --stack {stack}",
+        f"pulumi login gs://{spec.bucket_name()}   # then bootstrap regions: fleet bootstrap-region ...",
+    ]
+    out = {"stack": stack, "stack_file": str(path), "state_bucket": spec.bucket_name(), "next_steps": steps}
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+        return
+    con = Console()
+    con.print(f"[bold]wrote[/] {path}", highlight=False)
+    con.print("\n[bold]Next steps[/]")
+    for step in steps:
+        con.print(f"  {step}", highlight=False, soft_wrap=True)
+
+
 def register(app: typer.Typer) -> None:
     app.command("bootstrap-region")(bootstrap_region)
+    app.command("bootstrap-project")(bootstrap_project)

@@ -74,7 +74,7 @@ def test_json_holds_every_decision(bootstrap: Callable, stacks_dir: Path) -> Non
     price = out["price_per_hour"]
     assert price["at_min"] == 0 and price["at_max"] > 0
     assert set(price["by_capacity_type"]) >= {"reservation", "spot", "flex-start", "on-demand"}
-    assert out["next_steps"][0].startswith("once per project: a project-bootstrap stack for my-gpu-project")
+    assert out["next_steps"][0].startswith("once per project: fleet bootstrap-project --project my-gpu-project")
     assert out["next_steps"][1].startswith("pulumi stack init gcp-us-central1-h100")
     assert any(step.startswith("pulumi config set gcp:project my-gpu-project") for step in out["next_steps"])
     assert any(step.startswith("pulumi up") for step in out["next_steps"])
@@ -158,3 +158,20 @@ def test_cluster_names_stay_unique_within_a_project(bootstrap: Callable, stacks_
     assert code == 2 and out["argument"] == "--cluster"
     code, other = bootstrap("--project", "other-project", *args[2:], "--name", "four")
     assert code == 0 and other["cluster"] == "h100-use4"  # another project: no clash
+
+
+def test_bootstrap_project_writes_a_valid_project_stack(stacks_dir: Path) -> None:
+    from typer.testing import CliRunner
+
+    from fleet.cli.main import app
+    from fleet.spec.project import load_project_spec
+
+    argv = ["bootstrap-project", "--project", "my-gpu-project", "--region", "us-east4", "--stacks-dir", str(stacks_dir)]
+    result = CliRunner().invoke(app, [*argv, "--bucket-location", "US", "--json"])
+    assert result.exit_code == 0, result.output
+    path = stacks_dir / "Pulumi.gcp-my-gpu-project-bootstrap.yaml"
+    spec = load_project_spec(yaml.safe_load(path.read_text())["config"]["gpu-fleet:fleet"])
+    assert spec.bucket_location() == "US" and spec.bucket_name() == "my-gpu-project-pulumi-state"
+    assert CliRunner().invoke(app, argv).exit_code == 2  # exists: not overwritten without --force
+    bad = CliRunner().invoke(app, [*argv[:2], "X", *argv[3:], "--name", "other", "--json"])
+    assert bad.exit_code == 2 and '"argument": "--project"' in bad.output

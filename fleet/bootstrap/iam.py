@@ -23,6 +23,10 @@ API_CALLS: dict[tuple[str, str], str] = {
     ("migs", "list_managed_instances"): "compute.instanceGroupManagers.get",
     ("migs", "create_instances_unary"): "compute.instanceGroupManagers.update",
     ("migs", "delete_instances_unary"): "compute.instanceGroupManagers.update",
+    ("resize_requests", "list"): "compute.instanceGroupManagers.get",
+    ("resize_requests", "insert_unary"): "compute.instanceGroupManagers.update",
+    ("resize_requests", "cancel_unary"): "compute.instanceGroupManagers.update",
+    ("resize_requests", "delete_unary"): "compute.instanceGroupManagers.update",
     ("zone_operations", "wait"): "compute.zoneOperations.get",
     ("reservations", "get"): "compute.reservations.get",
     ("regions", "get"): "compute.regions.get",
@@ -31,11 +35,13 @@ API_CALLS: dict[tuple[str, str], str] = {
 AUTOSCALER_PERMISSIONS: tuple[Permission, ...] = (
     Permission(
         "compute.instanceGroupManagers.get",
-        "listManagedInstances: the pool's VMs, their current action and last-attempt errors (stockouts, quota)",
+        "listManagedInstances: the pool's VMs, their current action and last-attempt errors (stockouts, quota); "
+        "resizeRequests.list: the state of queued flex-start requests",
     ),
     Permission(
         "compute.instanceGroupManagers.update",
-        "createInstances / deleteInstances: add named nodes to a pool's MIG and delete exactly the drained ones "
+        "createInstances / deleteInstances: add named nodes to a pool's MIG and delete exactly the drained ones; "
+        "resizeRequests insert / cancel / delete: flex-start (DWS) requests "
         "(the MIG's service agent creates the VMs, so no compute.instances.* permission is needed)",
     ),
     Permission("compute.zoneOperations.get", "zoneOperations.wait: wait for those MIG operations and read errors"),

@@ -22,7 +22,7 @@ from loguru import logger
 
 from autoscaler.cloud import OfferingKey, TransientError
 from autoscaler.gce.errors import from_exception, from_operation_errors, is_retryable
-from autoscaler.gce.translate import ManagedVm, last_segment
+from autoscaler.gce.translate import META_CREATED_AT, META_REQUEST_ID, ManagedVm, ResizeReq, last_segment
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,7 @@ class ComputeApi:
                 "login`, set GOOGLE_APPLICATION_CREDENTIALS, or pass credentials=..., 'anonymous' for an emulator)"
             ) from exc
         self.zone_operations = compute_v1.ZoneOperationsClient(**opts)
+        self.resize_requests = compute_v1.InstanceGroupManagerResizeRequestsClient(**opts)
         self.reservations = compute_v1.ReservationsClient(**opts)
         self.regions = compute_v1.RegionsClient(**opts)
         self._lock = threading.Lock()
@@ -231,3 +232,98 @@ class ComputeApi:
         """metric -> (limit, usage) of a region."""
         reg = self._call("regions.get", self.regions.get, offering=None, project=project, region=region)
         return {q.metric: (q.limit, q.usage) for q in reg.quotas}
+
+    # ----------------------------------------------------------------- resize requests (flex-start)
+
+    def list_resize_requests(self, project: str, zone: str, mig: str) -> list[ResizeReq]:
+        pager = self._call(
+            "resizeRequests.list",
+            self.resize_requests.list,
+            offering=None,
+            project=project,
+            zone=zone,
+            instance_group_manager=mig,
+        )
+        try:
+            items = list(pager)
+        except Exception as exc:
+            raise from_exception(exc, offering=None, what="resizeRequests.list") from exc
+        out = []
+        for rr in items:
+            metadata = dict(rr.instances[0].preserved_state.metadata) if rr.instances else {}
+            try:
+                created = float(metadata.get(META_CREATED_AT, 0.0))
+            except ValueError:
+                created = 0.0
+            status = rr.status
+            out.append(
+                ResizeReq(
+                    name=rr.name,
+                    zone=zone,
+                    state=rr.state,
+                    names=tuple(i.name for i in rr.instances),
+                    request_id=metadata.get(META_REQUEST_ID),
+                    created_at=created,
+                    errors=tuple((e.code, e.message) for e in status.error.errors),
+                    waiting_on=tuple((e.code, e.message) for e in status.last_attempt.error.errors),
+                )
+            )
+        return out
+
+    def insert_resize_request(
+        self,
+        project: str,
+        zone: str,
+        mig: str,
+        name: str,
+        names: Sequence[str],
+        metadata: dict[str, str],
+        request_id: str,
+        offering: OfferingKey,
+        description: str = "",
+    ) -> None:
+        """Queue one all-or-nothing resize request creating exactly these named instances."""
+        v1 = self._v1
+        body = v1.InstanceGroupManagerResizeRequest(
+            name=name,
+            description=description,
+            instances=[
+                v1.PerInstanceConfig(name=n, preserved_state=v1.PreservedState(metadata=dict(metadata))) for n in names
+            ],
+        )
+        op = self._call(
+            "resizeRequests.insert",
+            self.resize_requests.insert_unary,
+            offering=offering,
+            project=project,
+            zone=zone,
+            instance_group_manager=mig,
+            instance_group_manager_resize_request_resource=body,
+            request_id=request_id,
+        )
+        self._await("resizeRequests.insert", project, zone, op, offering)
+
+    def cancel_resize_request(self, project: str, zone: str, mig: str, name: str, request_id: str) -> None:
+        op = self._call(
+            "resizeRequests.cancel",
+            self.resize_requests.cancel_unary,
+            offering=None,
+            project=project,
+            zone=zone,
+            instance_group_manager=mig,
+            resize_request=name,
+            request_id=request_id,
+        )
+        self._await("resizeRequests.cancel", project, zone, op, None)
+
+    def delete_resize_request(self, project: str, zone: str, mig: str, name: str) -> None:
+        op = self._call(
+            "resizeRequests.delete",
+            self.resize_requests.delete_unary,
+            offering=None,
+            project=project,
+            zone=zone,
+            instance_group_manager=mig,
+            resize_request=name,
+        )
+        self._await("resizeRequests.delete", project, zone, op, None)

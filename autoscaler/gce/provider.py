@@ -13,7 +13,6 @@ reservation slots and GPU quota headroom.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ from loguru import logger
 
 from autoscaler.cloud import (
     CloudNode,
+    CloudNodeStatus,
     FailureKind,
     InvalidRequest,
     LaunchRequest,
@@ -30,6 +30,7 @@ from autoscaler.cloud import (
     NotFound,
     Offering,
     OfferingKey,
+    ProviderError,
     ProvisioningFailure,
 )
 from autoscaler.gce.client import ComputeApi, RetryPolicy
@@ -39,12 +40,15 @@ from autoscaler.gce.translate import (
     META_CREATED_AT,
     META_POOL,
     META_REQUEST_ID,
+    RESIZE_PENDING,
     ManagedVm,
+    ResizeReq,
     gce_request_id,
     gpu_quota_metric,
     instance_url,
     invalid_names,
     node_status,
+    resize_request_name,
 )
 from fleet.catalog import CapacityType
 
@@ -104,6 +108,7 @@ class GceProvider:
             endpoint=endpoint, credentials=credentials, retry=retry, operation_timeout=operation_timeout
         )
         self._reported: set[tuple[str, str, str, tuple[tuple[str, str], ...]]] = set()
+        self._reported_resize: set[tuple[str, str, str]] = set()
         self.warnings: list[str] = []
 
     # ----------------------------------------------------------------- helpers
@@ -120,6 +125,25 @@ class GceProvider:
 
     def _members(self, pool: Any) -> dict[str, list[ManagedVm]]:
         return {zone: self.api.list_managed_instances(pool.project, zone, mig_name(pool, zone)) for zone in pool.zones}
+
+    @staticmethod
+    def _is_flex(pool: Any) -> bool:
+        return CapacityType(pool.capacity_type) is CapacityType.FLEX_START
+
+    def _resize_requests(self, pool: Any) -> dict[str, list[ResizeReq]]:
+        """Resize requests per zone of a flex-start pool (no calls for other pools)."""
+        if not self._is_flex(pool):
+            return {}
+        return {zone: self.api.list_resize_requests(pool.project, zone, mig_name(pool, zone)) for zone in pool.zones}
+
+    def _taken(self, pool: Any) -> dict[str, set[str]]:
+        """Names per zone that exist in the MIG or are queued in a pending resize request."""
+        members, queued = self._members(pool), self._resize_requests(pool)
+        return {
+            zone: {vm.name for vm in members[zone]}
+            | {n for rr in queued.get(zone, []) if rr.state in RESIZE_PENDING for n in rr.names}
+            for zone in pool.zones
+        }
 
     def _check(self, request: LaunchRequest, pool: Any) -> None:
         want = offering_key(pool, request.offering.zone)
@@ -163,17 +187,20 @@ class GceProvider:
         zone, mig = request.offering.zone, mig_name(pool, request.offering.zone)
         metadata = {META_REQUEST_ID: request.request_id, META_POOL: key, META_CREATED_AT: f"{self.clock():.3f}"}
         for attempt in range(2):
-            members = self._members(pool)
-            elsewhere = {vm.name: z for z, vms in members.items() if z != zone for vm in vms}
+            taken = self._taken(pool)
+            elsewhere = {n: z for z, names in taken.items() if z != zone for n in names}
             if clash := [f"{n} (in {elsewhere[n]})" for n in request.names if n in elsewhere]:
                 raise InvalidRequest(
                     f"LaunchRequest.names: {clash} already exist in another zone of pool {request.pool}",
                     offering=request.offering,
                 )
-            here = {vm.name for vm in members[zone]}
+            here = taken[zone]
             existing = tuple(n for n in request.names if n in here)
             new = [n for n in request.names if n not in here]
             if not new:
+                break
+            if self._is_flex(pool):
+                self._queue_flex(request, pool, new, metadata)
                 break
             rid = gce_request_id(request.request_id, "createInstances", pool.project, zone, mig, *new)
             try:
@@ -186,12 +213,39 @@ class GceProvider:
         logger.info("gce launch {}: {} new, {} already existed in {}", request.request_id, len(new), len(existing), mig)
         return LaunchResult(request_id=request.request_id, accepted=tuple(request.names), already_existed=existing)
 
+    def _queue_flex(self, request: LaunchRequest, pool: Any, new: list[str], metadata: dict[str, str]) -> None:
+        """Flex-start capacity comes through one all-or-nothing MIG resize request per launch."""
+        zone = request.offering.zone
+        mig = mig_name(pool, zone)
+        name = resize_request_name(request.request_id, zone, new)
+        rid = gce_request_id(request.request_id, "resizeRequests.insert", pool.project, zone, mig, *new)
+        try:
+            self.api.insert_resize_request(
+                pool.project, zone, mig, name, new, metadata, rid, request.offering,
+                description=f"gpu-fleet launch {request.request_id}",
+            )  # fmt: skip
+        except AlreadyExists:  # this very request was queued before: nothing more to do
+            logger.info("gce launch {}: resize request {} already exists in {}", request.request_id, name, mig)
+
     def delete(self, pool: str, names: Sequence[str]) -> None:
         key, p = self._pool(pool, "pool")
         wanted = set(names)
         if not wanted:
             return
         call_id = gce_request_id(f"delete-{time.time_ns()}", key)
+        for zone, requests in self._resize_requests(p).items():
+            for rr in requests:
+                hit = wanted & set(rr.names)
+                if not hit or rr.state not in RESIZE_PENDING:
+                    continue
+                if rr.state != "ACCEPTED":  # creating right now: its instances are deleted once they exist
+                    logger.warning(
+                        "gce delete {}: resize request {} is {}; retry later", sorted(hit), rr.name, rr.state
+                    )
+                    continue
+                mig = mig_name(p, zone)
+                self.api.cancel_resize_request(p.project, zone, mig, rr.name, gce_request_id(call_id, rr.name))
+                logger.info("gce delete {}: cancelled queued resize request {} ({})", sorted(hit), rr.name, rr.names)
         for zone, vms in self._members(p).items():
             hit = sorted(vm.name for vm in vms if vm.name in wanted)
             if not hit:
@@ -214,7 +268,25 @@ class GceProvider:
     def list_nodes(self, pools: Sequence[str] | None = None) -> list[CloudNode]:
         nodes = []
         for key, pool in self._selected(pools):
-            for zone, vms in self._members(pool).items():
+            members = self._members(pool)
+            for zone, requests in self._resize_requests(pool).items():
+                present = {vm.name for vm in members[zone]}
+                for rr in requests:
+                    if rr.state not in RESIZE_PENDING:
+                        continue
+                    nodes.extend(
+                        CloudNode(
+                            name=n,
+                            pool=key,
+                            offering=offering_key(pool, zone),
+                            status=CloudNodeStatus.PROVISIONING,
+                            created_at=rr.created_at,
+                            request_id=rr.request_id,
+                        )
+                        for n in rr.names
+                        if n not in present
+                    )
+            for zone, vms in members.items():
                 off = offering_key(pool, zone)
                 for vm in vms:
                     status, preempted = node_status(vm)
@@ -250,8 +322,41 @@ class GceProvider:
                             failed[vm.metadata.get(META_REQUEST_ID)].append(vm)
                 for request_id, bad in failed.items():
                     failures.append(self._failure(key, pool, zone, vms, request_id, bad, now))
+            failures.extend(self._resize_failures(key, pool, now))
         self._reported = {m for m in self._reported if m in seen}  # forget members that are gone
         return failures
+
+    def _resize_failures(self, key: str, pool: Any, now: float) -> list[ProvisioningFailure]:
+        """FAILED resize requests of a flex-start pool, each reported once; finished records are removed."""
+        out = []
+        for zone, requests in self._resize_requests(pool).items():
+            mig = mig_name(pool, zone)
+            for rr in requests:
+                if rr.state == "FAILED" and (key, zone, rr.name) not in self._reported_resize:
+                    kinds = [classify(c, m) for c, m in rr.errors]
+                    kind = next((k for k in (FailureKind.STOCKOUT, FailureKind.QUOTA) if k in kinds), None)
+                    out.append(
+                        ProvisioningFailure(
+                            request_id=rr.request_id,
+                            offering=offering_key(pool, zone),
+                            kind=kind or (kinds[0] if kinds else FailureKind.STOCKOUT),
+                            names=rr.names,
+                            message="; ".join(f"{c}: {m}" for c, m in rr.errors) or "resize request failed",
+                            at=now,
+                        )
+                    )
+                    self._reported_resize.add((key, zone, rr.name))
+                    logger.warning("gce resize request {} in {} failed: {}", rr.name, mig, rr.errors)
+                if rr.state in ("FAILED", "CANCELLED"):
+                    try:
+                        self.api.delete_resize_request(pool.project, zone, mig, rr.name)
+                    except NotFound:
+                        pass
+                    except ProviderError as exc:  # keep the mark: it is not reported twice; removal is retried
+                        logger.warning("gce: could not remove resize request {}: {}", rr.name, exc)
+                        continue
+                    self._reported_resize.discard((key, zone, rr.name))
+        return out
 
     def _failure(
         self,
@@ -270,11 +375,19 @@ class GceProvider:
         if self.cancel_failed_requests:
             gang = [vm.name for vm in vms if request_id is not None and vm.metadata.get(META_REQUEST_ID) == request_id]
             names = sorted(set(names) | set(gang))
-            with contextlib.suppress(NotFound):  # already gone
-                self.delete(key, names)
         message = "; ".join(sorted({f"{c}: {m}" for c, m in errors}))
-        for vm in bad:
-            self._reported.add((key, zone, vm.name, vm.errors))
+        settled = True
+        if self.cancel_failed_requests:
+            try:
+                self.delete(key, names)
+            except NotFound:
+                pass
+            except ProviderError as exc:  # not marked as reported: the next poll reports it again and retries
+                settled = False
+                logger.warning("gce: could not cancel failed request {} ({}): {}", request_id, names, exc)
+        if settled:
+            for vm in bad:
+                self._reported.add((key, zone, vm.name, vm.errors))
         logger.warning("gce {} in {} for request {}: {} ({})", kind, mig_name(pool, zone), request_id, names, message)
         return ProvisioningFailure(
             request_id=request_id,

@@ -55,6 +55,29 @@ class ManagedVm:
     metadata: dict[str, str] = field(default_factory=dict)  # preservedStateFromConfig.metadata
 
 
+# Resize requests (how flex-start capacity is requested): states that may still create instances.
+RESIZE_PENDING = frozenset({"ACCEPTED", "CREATING"})
+
+
+@dataclass(frozen=True)
+class ResizeReq:
+    """One MIG resize request as resizeRequests.list reports it (plain values)."""
+
+    name: str
+    zone: str
+    state: str  # ACCEPTED CREATING SUCCEEDED FAILED CANCELLED
+    names: tuple[str, ...]
+    request_id: str | None = None  # from the instances' preserved metadata
+    created_at: float = 0.0
+    errors: tuple[tuple[str, str], ...] = ()  # status.error: why it FAILED
+    waiting_on: tuple[tuple[str, str], ...] = ()  # status.lastAttempt.error: why it is still queued
+
+
+def resize_request_name(request_id: str, zone: str, names: Iterable[str]) -> str:
+    """A valid, deterministic resize-request name for one launch into one zone."""
+    return "fleet-" + uuid.uuid5(_REQUEST_NS, "|".join((request_id, zone, *names))).hex[:24]
+
+
 def node_status(vm: ManagedVm) -> tuple[CloudNodeStatus, bool]:
     """(status, preempted) of a managed VM.  A TERMINATED VM the MIG is recreating was preempted."""
     action, status = vm.current_action.upper(), (vm.instance_status or "").upper()

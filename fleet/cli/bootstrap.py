@@ -23,7 +23,8 @@ from fleet.bootstrap.quotas import RegionQuota, reservation_shortfall, shortfall
 from fleet.catalog import load_catalog
 
 if TYPE_CHECKING:
-    from fleet.bootstrap.plan import BootstrapRequest, RegionPlan
+    from fleet.bootstrap.plan import RegionPlan
+    from fleet.bootstrap.request import BootstrapRequest
 
 ENDPOINT_ENV = "FLEET_COMPUTE_ENDPOINT"
 
@@ -121,7 +122,7 @@ def bootstrap_region(
     ),
 ) -> None:
     """Write Pulumi.<STACK>.yaml for N GPUs in a region, and say what was decided and why."""
-    from fleet.bootstrap.plan import BootstrapRequest, parse_capacity
+    from fleet.bootstrap.request import BootstrapRequest, parse_capacity
     from fleet.bootstrap.stackfiles import find_stacks_dir, render_stack_file, stack_path, write_stack_file
 
     try:

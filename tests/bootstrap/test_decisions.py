@@ -6,9 +6,10 @@ import pytest
 
 from fleet.bootstrap.errors import BadArgument, NoZoneOffers
 from fleet.bootstrap.machine import GPU_FAMILIES, choose_machine
-from fleet.bootstrap.plan import BootstrapRequest, parse_capacity, plan_region
+from fleet.bootstrap.plan import plan_region
 from fleet.bootstrap.quotas import RegionQuota, shortfalls
 from fleet.bootstrap.regions import great_circle_km, known_regions, region_locations
+from fleet.bootstrap.request import BootstrapRequest, parse_capacity
 from fleet.catalog import CapacityType, load_catalog
 
 CAT = load_catalog()

@@ -2,8 +2,9 @@
 
 Metric names are the Compute Engine regional quota metrics (`Region.quotas[].metric`):
 GPU metrics per model (`NVIDIA_H100_MEGA_GPUS` ...), with the `PREEMPTIBLE_` variants for spot
-and flex-start VMs (flex-start VMs draw preemptible quota); CPU metrics per family where one
-exists (`A2_CPUS`, `N2_CPUS` ...), else `CPUS`; `IN_USE_ADDRESSES` for the Cloud NAT's external
+and flex-start VMs (flex-start VMs "consume preemptible quota": Google Cloud blog, "Introducing
+Flex-start VMs"); CPU metrics per series where the Compute API's `Quota.Metric` enum has one
+(`A2_CPUS`, `N2_CPUS` ...), else `CPUS`; `IN_USE_ADDRESSES` for the Cloud NAT's external
 addresses (no GPU node gets a public IP).  Reservation capacity draws quota when the reservation
 is created, so its GPUs and CPUs are listed but not checked.  Filestore / Lustre capacity and
 the project-wide `GPUS_ALL_REGIONS` are not regional Compute metrics: listed, not checked.

@@ -107,10 +107,10 @@ class CapacityIndex:
             return None
         return next(iter(self._buckets[(best_pool, best[0], best[1])].values()))
 
-    def slots(self, pool: str, min_free: int) -> list[Slot]:
-        """Every slot of `pool` with at least `min_free` free GPUs, by (rank, free)."""
+    def slots(self, pool: str, min_free: int, ranks: Sequence[int] = (READY, BOOTING, NEW)) -> list[Slot]:
+        """Every slot of `pool` with at least `min_free` free GPUs and a rank in `ranks`, by (rank, free)."""
         out: list[Slot] = []
-        for rank in (READY, BOOTING, NEW):
+        for rank in ranks:
             m = self._mask.get((pool, rank), 0) >> min_free
             f = min_free
             while m:
@@ -121,14 +121,15 @@ class CapacityIndex:
         return out
 
     def gang_fit(self, pools: Sequence[str], gpus_per_node: int, nodes: int) -> list[Slot] | None:
-        """`nodes` distinct slots with >= `gpus_per_node` free, all in one pool and one zone (so one
-        placement group), preferring the lowest worst rank, then the tightest fit."""
+        """`nodes` distinct existing slots (ready or coming up) with >= `gpus_per_node` free, all in one
+        pool and one zone (so one placement group), preferring the lowest worst rank, then the tightest
+        fit.  Leftovers of nodes this plan launches are not used: a new gang is its own request."""
         best: tuple[tuple[int, int], list[Slot]] | None = None
         for p in pools:
             if not self._any.get(p, 0) >> gpus_per_node:
                 continue
             by_zone: dict[str, list[Slot]] = {}
-            for s in self.slots(p, gpus_per_node):
+            for s in self.slots(p, gpus_per_node, (READY, BOOTING)):
                 by_zone.setdefault(s.zone, []).append(s)
             for zone in sorted(by_zone):
                 group = by_zone[zone]

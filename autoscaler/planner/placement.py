@@ -99,14 +99,17 @@ class PlanState:
 
     def record(self, unit: WorkUnit, slots: list[Slot]) -> None:
         """Place `unit` on indexed slots (existing nodes or leftovers of planned ones)."""
-        batch = slots[0].batch if slots[0].rank == NEW else None
+        rank = max(s.rank for s in slots)
+        batch = slots[0].batch if rank == NEW else None
+        if rank == NEW and (len(slots) > 1 or not isinstance(batch, Batch)):
+            raise AssertionError("only single units bin-pack onto nodes this plan launches")
         names = tuple(s.name for s in slots)
         for s in slots:
             self.index.take(s, unit.gpus_per_node)
         self.in_use.update(names)
         if isinstance(batch, Batch):
             batch.units.append(unit.id)
-        self.placed[unit.id] = (names, unit.gpus_per_node, RANK_PLACEMENT[slots[0].rank], batch)
+        self.placed[unit.id] = (names, unit.gpus_per_node, RANK_PLACEMENT[rank], batch)
 
 
 def place_on_existing(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:

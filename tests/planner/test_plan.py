@@ -1,0 +1,214 @@
+"""plan() end to end on small snapshots: the behaviours the daemon and the replay rely on."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaler.cloud import FailureKind
+from autoscaler.model import (
+    DeleteNodes,
+    Drain,
+    Inventory,
+    Node,
+    NodeState,
+    Placement,
+    Plan,
+    Policy,
+    ScaleUp,
+    UnavailableOffering,
+    UnservedReason,
+    record_failure,
+    transition,
+)
+from autoscaler.planner import plan
+from fleet.catalog import CapacityType
+from tests.planner.factory import ZONES, family_offerings, family_pools, inv, key, node, offering, pool, unit
+
+OD, SPOT, RES = CapacityType.ON_DEMAND, CapacityType.SPOT, CapacityType.RESERVATION
+
+
+def apply(inventory: Inventory, p: Plan, now: float) -> Inventory:
+    """What an actuator does with a plan: requested nodes for scale-ups, drains, deletes."""
+    nodes = {n.name: n for n in inventory.nodes}
+    for c in p.commands:
+        if isinstance(c, ScaleUp):
+            g = inventory.pool(c.pool).gpus_per_node
+            for name in c.names:
+                nodes[name] = Node(name, c.pool, c.offering, NodeState.REQUESTED, g, since=now)
+        elif isinstance(c, Drain):
+            for name in c.nodes:
+                nodes[name] = transition(nodes[name], NodeState.DRAINING, now)
+        elif isinstance(c, DeleteNodes):
+            for name in c.names:
+                nodes[name] = transition(nodes[name], NodeState.DELETING, now)
+    return Inventory(inventory.pools, tuple(nodes.values()))
+
+
+def test_idle_node_before_any_launch() -> None:
+    p = pool(8)
+    out = plan([unit("u", 8)], inv([p], [node(p, 0)]), [offering(8)], Policy(), 10)
+    assert out.scale_ups == () and out.assignments["u"].placement is Placement.READY
+
+
+def test_booting_capacity_is_not_launched_twice() -> None:
+    pools = family_pools()
+    i0 = inv(pools)
+    demand = [unit("a", 8), unit("b", 2), unit("g", 8, nodes=2)]
+    first = plan(demand, i0, family_offerings(), Policy(), 0)
+    assert sum(s.count for s in first.scale_ups) == 4
+    again = plan(demand, apply(i0, first, 0), family_offerings(), Policy(), 30)
+    assert again.scale_ups == ()
+    assert {a.placement for a in again.assignments.values()} == {Placement.BOOTING}
+    assert again.assignments["g"].nodes == first.assignments["g"].nodes
+
+
+def test_a_node_that_just_freed_up_takes_the_next_unit() -> None:
+    p = pool(4)
+    n = transition(node(p, 0, NodeState.BUSY, used=4), NodeState.READY_IDLE, 100)
+    out = plan([unit("next", 3)], inv([p], [n]), [offering(4)], Policy(idle_timeout_s=0), 100)
+    assert out.assignments["next"].nodes == (n.name,) and out.scale_ups == () and out.drains == ()
+
+
+def test_right_sizes_a_one_gpu_job() -> None:
+    out = plan([unit("u", 1)], inv(family_pools()), family_offerings(caps=(OD,)), Policy(), 0)
+    (su,) = out.scale_ups
+    assert su.offering.machine_type == "a3-highgpu-1g" and su.count == 1
+
+
+def test_bin_packs_small_units_when_only_8_gpu_machines_exist() -> None:
+    demand = [unit(f"u{i}", 1) for i in range(8)] + [unit("two", 2)]
+    out = plan(demand, inv([pool(8)]), [offering(8)], Policy(), 0)
+    assert [s.count for s in out.scale_ups] == [2]
+    assert len({a.nodes for a in out.assignments.values()}) == 2
+    assert set(out.scale_ups[0].units) == {u.id for u in demand}
+
+
+def test_partly_used_node_takes_small_units_first() -> None:
+    p = pool(8)
+    busy = node(p, 0, NodeState.BUSY, used=5)
+    out = plan([unit("a", 2), unit("b", 1)], inv([p], [busy, node(p, 1)]), [offering(8)], Policy(), 0)
+    assert out.assignments["a"].nodes == out.assignments["b"].nodes == (busy.name,)
+
+
+def test_reservations_are_filled_first_even_before_cheaper_spot() -> None:
+    res = pool(8, RES, name="res", reservation="r1")
+    offs = [*family_offerings(), offering(8, RES, res="r1", available=2)]
+    demand = [unit(f"u{i}", 8, spot_ok=True) for i in range(3)]
+    out = plan(demand, inv([*family_pools(), res]), offs, Policy(), 0)
+    by_cap = {s.offering.capacity_type: s.count for s in out.scale_ups}
+    assert by_cap == {RES: 2, SPOT: 1}
+    assert next(s for s in out.scale_ups if s.offering.capacity_type is RES).hourly_usd == 0
+
+
+def test_spot_only_for_spot_tolerant_work() -> None:
+    demand = [unit("tolerant", 8, spot_ok=True), unit("strict", 8)]
+    out = plan(demand, inv(family_pools()), family_offerings(), Policy(), 0)
+    caps = {s.units[0]: s.offering.capacity_type for s in out.scale_ups}
+    assert caps == {"tolerant": SPOT, "strict": OD}
+
+
+def test_gang_in_one_zone_one_request_and_one_placement_group() -> None:
+    p = pool(8, compact_placement=True, placement_policy="pp-h8")
+    offs = [offering(8, zone=ZONES[0], available=3), offering(8, zone=ZONES[1], available=4)]
+    out = plan([unit("g", 8, nodes=4)], inv([p]), offs, Policy(), 0)
+    (su,) = out.scale_ups
+    assert su.gang and su.count == 4 and su.zone == ZONES[1] and su.placement_group == "pp-h8"
+    assert su.units == ("g",) and out.assignments["g"].request_id == su.request_id
+
+
+def test_gang_is_never_provisioned_in_part() -> None:
+    offs = [offering(8, zone=z, available=3) for z in ZONES]
+    out = plan([unit("g", 8, nodes=4)], inv([pool(8)]), offs, Policy(), 0)
+    assert out.commands == () and "g" not in out.assignments
+    (why,) = out.unserved
+    assert why.unit == "g" and why.reason is UnservedReason.EXHAUSTED
+
+
+def test_pool_and_fleet_limits_and_the_reason() -> None:
+    demand = [unit(f"u{i}", 8) for i in range(5)]
+    out = plan(demand, inv([pool(8, max_nodes=3)]), [offering(8)], Policy(), 0)
+    assert sum(s.count for s in out.scale_ups) == 3
+    assert {u.reason for u in out.unserved} == {UnservedReason.POOL_LIMIT}
+    out = plan(demand, inv([pool(8)]), [offering(8)], Policy(max_gpus=16), 0)
+    assert sum(s.count for s in out.scale_ups) == 2 and out.unserved[0].reason is UnservedReason.GPU_LIMIT
+
+
+def test_budget_cap_counts_running_nodes() -> None:
+    p = pool(8)
+    running = node(p, 0, NodeState.BUSY, used=8)
+    out = plan([unit("a", 8), unit("b", 8)], inv([p], [running]), [offering(8)], Policy(budget_usd_per_hour=200), 0)
+    assert sum(s.hourly_usd for s in out.scale_ups) + 88 <= 200
+    assert [s.count for s in out.scale_ups] == [1] and out.unserved[0].reason is UnservedReason.BUDGET
+
+
+def test_budget_falls_back_to_a_cheaper_shape() -> None:
+    out = plan(
+        [unit("u", 1)], inv(family_pools(caps=(OD,))), [offering(8), offering(1)], Policy(budget_usd_per_hour=20), 0
+    )
+    assert [s.offering.machine_type for s in out.scale_ups] == ["a3-highgpu-1g"]
+
+
+def test_higher_priority_is_served_first_under_a_limit() -> None:
+    demand = [unit("low", 8, t=0), unit("high", 8, t=50, priority=5)]
+    out = plan(demand, inv([pool(8, max_nodes=1)]), [offering(8)], Policy(), 100)
+    assert list(out.assignments) == ["high"] and out.unserved[0].unit == "low"
+
+
+def test_backoff_falls_back_to_the_next_zone_and_expires() -> None:
+    pol = Policy(backoff_s=300)
+    mem = record_failure((), key(8, zone=ZONES[0]), FailureKind.STOCKOUT, 0, pol)
+    offs = [offering(8, zone=z) for z in ZONES]
+    out = plan([unit("u", 8)], inv([pool(8)]), offs, pol, 100, mem)
+    assert out.scale_ups[0].zone == ZONES[1] and out.unavailable == mem
+    later = plan([unit("u", 8)], inv([pool(8)]), offs, pol, 300, out.unavailable)
+    assert later.scale_ups[0].zone == ZONES[0] and later.unavailable == ()
+
+
+def test_everything_backed_off_is_explained() -> None:
+    mem = [UnavailableOffering(key(8, zone=z), 1000, FailureKind.QUOTA) for z in ZONES]
+    out = plan([unit("u", 8)], inv([pool(8)]), [offering(8, zone=z) for z in ZONES], Policy(), 0, mem)
+    assert out.commands == () and out.unserved[0].reason is UnservedReason.BACKED_OFF
+
+
+def test_scale_down_drains_then_deletes_by_name_and_keeps_busy_nodes() -> None:
+    p = pool(8)
+    i = inv([p], [node(p, 0, since=0), node(p, 1, NodeState.BUSY, used=8, since=0)])
+    pol = Policy(idle_timeout_s=60)
+    first = plan([], i, [offering(8)], pol, 1000)
+    assert first.drains == (Drain(p.name, ("h8-on-demand-0",), first.drains[0].reason),) and first.deletes == ()
+    second = plan([], apply(i, first, 1000), [offering(8)], pol, 1010)
+    assert [d.names for d in second.deletes] == [("h8-on-demand-0",)] and second.drains == ()
+
+
+def test_idle_node_that_demand_needs_is_not_drained() -> None:
+    p = pool(8)
+    out = plan([unit("u", 4)], inv([p], [node(p, 0, since=0)]), [offering(8)], Policy(idle_timeout_s=1), 1000)
+    assert out.drains == () and out.assignments["u"].placement is Placement.READY
+
+
+def test_batch_window_holds_launches_but_not_placement() -> None:
+    p = pool(8)
+    pol = Policy(batch_window_s=10, batch_idle_s=2)
+    out = plan([unit("a", 8, t=99), unit("b", 8, t=99.5)], inv([p], [node(p, 0)]), [offering(8)], pol, 100)
+    assert out.scale_ups == () and len(out.assignments) == 1
+    assert out.unserved[0].reason is UnservedReason.BATCHING
+
+
+def test_new_node_names_come_from_the_pool_name_space() -> None:
+    p = pool(8, max_nodes=4, node_name_prefix="c1-gpu")
+    i = inv([p], [node(p, 0, NodeState.BUSY, used=8), node(p, 2, NodeState.BUSY, used=8)])
+    out = plan([unit("a", 8), unit("b", 8), unit("c", 8)], i, [offering(8)], Policy(), 0)
+    assert out.scale_ups[0].names == ("c1-gpu-1", "c1-gpu-3")
+    assert out.unserved[0].reason is UnservedReason.POOL_LIMIT
+
+
+def test_deterministic() -> None:
+    demand = [unit(f"u{i}", g, spot_ok=i % 2 == 0) for i, g in enumerate([1, 2, 3, 8, 8, 1, 4])]
+    demand.append(unit("g", 8, nodes=3))
+    args = (inv(family_pools()), family_offerings(), Policy(), 5.0)
+    assert plan(demand, *args) == plan(list(reversed(demand)), *args)
+
+
+def test_duplicate_unit_ids_are_rejected() -> None:
+    with pytest.raises(ValueError, match="duplicate unit id 'u'"):
+        plan([unit("u"), unit("u")], inv([pool(8)]), [offering(8)], Policy(), 0)

@@ -1,9 +1,10 @@
-"""`fleet bootstrap-region`: write a validated stack file for N GPUs of one type in a new region.
+"""`fleet bootstrap-region` and `fleet bootstrap-project`: write validated stack files for new capacity.
 
-Exit codes: 0 written (or planned, with --dry-run); 1 the region's quota could not be read;
-2 bad arguments (including an existing stack file without --force); 3 no zone of the region
-offers the machine type (the nearest regions that do are named); 4 the region's quota is too
-small (with --check-quota).  Nothing is written unless the exit code is 0.
+`bootstrap-region` exit codes: 0 written (or planned, with --dry-run); 1 Compute could not be read
+for --check-quota, or an internal error; 2 bad arguments (including an existing stack file
+without --force); 3 no zone of the region offers the machine type (the nearest regions that do
+are named); 4 the region's quota, or the reservation, is too small (with --check-quota).
+Nothing is written unless the exit code is 0.  See docs/bootstrap.md.
 """
 
 from __future__ import annotations

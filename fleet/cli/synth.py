@@ -70,6 +70,19 @@ def _price_table(cost: dict[str, Any]) -> Any:
     return table
 
 
+def _close_event_loop() -> None:
+    """Close the loop the Pulumi SDK ran on, so interpreter teardown does not close it half-way (noise on stderr)."""
+    import asyncio
+
+    try:
+        loop = asyncio.get_event_loop_policy().get_event_loop()
+    except RuntimeError:
+        return
+    if not loop.is_running() and not loop.is_closed():
+        loop.close()
+        asyncio.set_event_loop(asyncio.new_event_loop())  # for a later in-process run (tests)
+
+
 def synth(
     stack: Annotated[
         str | None, typer.Option("--stack", help="stack name: reads Pulumi.NAME.yaml from cwd or the repo root")
@@ -95,6 +108,7 @@ def synth(
         for field_path, reason in exc.errors:
             typer.echo(f"error: {field_path}: {reason}", err=True)
         raise typer.Exit(2) from None
+    _close_event_loop()
     out = result.to_json()
     if as_json:
         typer.echo(json.dumps(out, indent=2, default=str))

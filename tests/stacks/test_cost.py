@@ -12,7 +12,7 @@ CAT = load_catalog()
 
 
 def partition(capacity: str) -> dict:
-    part = {"name": "all", "pools": ["p"], "spot_tolerant": capacity == "spot"}
+    part = {"name": "gpu", "pools": ["p"], "spot_tolerant": capacity == "spot"}
     if capacity == "flex-start":
         part["max_time"] = "7-00:00:00"
     return part

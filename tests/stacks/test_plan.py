@@ -14,7 +14,7 @@ CAT = load_catalog()
 
 
 def raw_spec(machine_type: str, region: str, zones: list[str], **pool) -> dict:
-    part = {"name": "all", "pools": ["p"], "spot_tolerant": pool.get("capacity") == "spot"}
+    part = {"name": "gpu", "pools": ["p"], "spot_tolerant": pool.get("capacity") == "spot"}
     return {
         "project": "my-gpu-project",
         "region": region,
@@ -79,7 +79,7 @@ def test_inventory_entry_validates_against_the_contract():
     pool = InventoryPool.model_validate(entry)
     assert pool.instance_groups == {"us-east4-b": "c-p-us-east4-b", "us-east4-c": "c-p-us-east4-c"}
     assert pool.gpus_per_node == 8 and pool.gpu_type == "nvidia-h100-mega-80gb"
-    assert pool.slurm_partitions == ["all"] and pool.spot_tolerant is True
+    assert pool.slurm_partitions == ["gpu"] and pool.spot_tolerant is True
 
 
 @pytest.mark.parametrize(

@@ -131,14 +131,22 @@ class ComputeApi:
         while op.status != done:
             if time.monotonic() > deadline:
                 raise TransientError(
-                    f"{api}: operation {op.name} not done after {self.operation_timeout:.0f}s",
+                    f"{api}: operation {op.name} not done after {self.operation_timeout:g}s",
                     offering=offering,
                     code="TIMEOUT",
                 )
-            op = self._call(
-                "zoneOperations.wait", self.zone_operations.wait, offering=offering, project=project, zone=zone,
-                operation=op.name,
-            )  # fmt: skip
+            try:
+                op = self._call(
+                    "zoneOperations.wait", self.zone_operations.wait, offering=offering, project=project, zone=zone,
+                    operation=op.name,
+                )  # fmt: skip
+            except TransientError as exc:  # a wait that itself timed out: keep waiting until operation_timeout
+                if time.monotonic() > deadline:
+                    raise TransientError(
+                        f"{api}: operation {op.name} not done after {self.operation_timeout:g}s ({exc})",
+                        offering=offering,
+                        code="TIMEOUT",
+                    ) from exc
         if op.error and op.error.errors:
             errors = [(e.code, e.message) for e in op.error.errors]
             raise from_operation_errors(errors, offering=offering, what=api)

@@ -308,3 +308,23 @@ def test_constructor_rejects_bad_pools(pools: Any) -> None:
     bad = pools[2].model_copy(update={"reservation": None})
     with pytest.raises(ValueError, match=r"pools\[0\]\.reservation"):
         GceProvider([bad], api=object())  # type: ignore[arg-type]
+
+
+def test_slow_operations_are_awaited_across_timed_out_waits(
+    fake_compute_factory: Any, pools: Any, make_provider: Any
+) -> None:
+    fake = fake_compute_factory(operation_delay=0.8)
+    fake.add_inventory(pools)
+    retry = RetryPolicy(initial=0.01, maximum=0.02, deadline=0.3, attempt_timeout=0.2)
+    provider = make_provider(fake, retry=retry, operation_timeout=10.0)
+    assert launch(provider, "spot", ZONE_A, ("c1-spot-0",)).accepted == ("c1-spot-0",)
+    assert provider.api.stats["retry-cause:ReadTimeout"] >= 1  # zoneOperations.wait outlived its attempt
+
+
+def test_operation_timeout_bounds_the_wait(fake_compute_factory: Any, pools: Any, make_provider: Any) -> None:
+    fake = fake_compute_factory(operation_delay=30.0)
+    fake.add_inventory(pools)
+    retry = RetryPolicy(initial=0.01, maximum=0.02, deadline=0.2, attempt_timeout=0.1)
+    provider = make_provider(fake, retry=retry, operation_timeout=0.3)
+    with pytest.raises(TransientError, match="not done after"):
+        launch(provider, "spot", ZONE_A, ("c1-spot-0",))

@@ -108,6 +108,9 @@ def synth(
         for field_path, reason in exc.errors:
             typer.echo(f"error: {field_path}: {reason}", err=True)
         raise typer.Exit(2) from None
+    except (ValueError, RuntimeError) as exc:  # component argument checks, SynthError (duplicate URNs)
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     _close_event_loop()
     out = result.to_json()
     if as_json:

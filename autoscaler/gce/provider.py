@@ -14,6 +14,7 @@ reservation slots and GPU quota headroom.
 from __future__ import annotations
 
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,6 +33,7 @@ from autoscaler.cloud import (
     OfferingKey,
     ProviderError,
     ProvisioningFailure,
+    TransientError,
 )
 from autoscaler.gce.client import ComputeApi, RetryPolicy
 from autoscaler.gce.errors import AlreadyExists, classify
@@ -136,14 +138,17 @@ class GceProvider:
             return {}
         return {zone: self.api.list_resize_requests(pool.project, zone, mig_name(pool, zone)) for zone in pool.zones}
 
-    def _taken(self, pool: Any) -> dict[str, set[str]]:
-        """Names per zone that exist in the MIG or are queued in a pending resize request."""
+    def _taken(self, pool: Any) -> tuple[dict[str, set[str]], set[str]]:
+        """(names per zone that exist in the MIG or are queued in a pending resize request,
+        names whose VM is being deleted)."""
         members, queued = self._members(pool), self._resize_requests(pool)
-        return {
+        taken = {
             zone: {vm.name for vm in members[zone]}
             | {n for rr in queued.get(zone, []) if rr.state in RESIZE_PENDING for n in rr.names}
             for zone in pool.zones
         }
+        leaving = {vm.name for vms in members.values() for vm in vms if node_status(vm)[0] is CloudNodeStatus.STOPPING}
+        return taken, leaving
 
     def _check(self, request: LaunchRequest, pool: Any) -> None:
         want = offering_key(pool, request.offering.zone)
@@ -187,7 +192,13 @@ class GceProvider:
         zone, mig = request.offering.zone, mig_name(pool, request.offering.zone)
         metadata = {META_REQUEST_ID: request.request_id, META_POOL: key, META_CREATED_AT: f"{self.clock():.3f}"}
         for attempt in range(2):
-            taken = self._taken(pool)
+            taken, leaving = self._taken(pool)
+            if busy := sorted(set(request.names) & leaving):
+                raise TransientError(
+                    f"LaunchRequest.names: {busy} are still being deleted; launch them again once they are gone",
+                    offering=request.offering,
+                    code="NAME_BEING_DELETED",
+                )
             elsewhere = {n: z for z, names in taken.items() if z != zone for n in names}
             if clash := [f"{n} (in {elsewhere[n]})" for n in request.names if n in elsewhere]:
                 raise InvalidRequest(
@@ -228,11 +239,11 @@ class GceProvider:
             logger.info("gce launch {}: resize request {} already exists in {}", request.request_id, name, mig)
 
     def delete(self, pool: str, names: Sequence[str]) -> None:
-        key, p = self._pool(pool, "pool")
+        _, p = self._pool(pool, "pool")
         wanted = set(names)
         if not wanted:
             return
-        call_id = gce_request_id(f"delete-{time.time_ns()}", key)
+        call_id = str(uuid.uuid4())  # one logical delete: its retries share the GCE requestIds below
         for zone, requests in self._resize_requests(p).items():
             for rr in requests:
                 hit = wanted & set(rr.names)

@@ -359,6 +359,7 @@ class ComputeState:
         return Counter(e.name for e in self.events_of("create"))
 
     def duplicates(self) -> dict[str, int]:
+        """Names created more than once (a name legitimately reused after its deletion counts too)."""
         return {name: n for name, n in self.create_counts().items() if n > 1}
 
     # ----------------------------------------------------------------- lookups

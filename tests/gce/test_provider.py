@@ -328,3 +328,17 @@ def test_operation_timeout_bounds_the_wait(fake_compute_factory: Any, pools: Any
     provider = make_provider(fake, retry=retry, operation_timeout=0.3)
     with pytest.raises(TransientError, match="not done after"):
         launch(provider, "spot", ZONE_A, ("c1-spot-0",))
+
+
+def test_relaunching_a_name_still_being_deleted_waits(
+    fake_compute_factory: Any, pools: Any, make_provider: Any
+) -> None:
+    fake = fake_compute_factory(delete_delay=30.0)
+    fake.add_inventory(pools)
+    provider = make_provider(fake)
+    launch(provider, "spot", ZONE_A, ("c1-spot-0",))
+    provider.delete("spot", ["c1-spot-0"])
+    for zone in (ZONE_A, ZONE_B):  # neither "already existed" (it is going away) nor a second copy elsewhere
+        with pytest.raises(TransientError, match=r"LaunchRequest.names: \['c1-spot-0'\] are still being deleted"):
+            launch(provider, "spot", zone, ("c1-spot-0", "c1-spot-1"), rid="req-2")
+    assert fake.create_counts() == {"c1-spot-0": 1}

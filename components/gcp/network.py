@@ -140,7 +140,7 @@ class NetworkFabric(pulumi.ComponentResource):
             log_config={"enable": args.nat_logging, "filter": "ERRORS_ONLY"},
             opts=child,
         )
-        self._closed_firewall(name, args.project, args.system_name, self.network, [args.system_cidr], child)
+        self._closed_firewall(f"{name}-system", args.project, args.system_name, self.network, [args.system_cidr], child)
         self.ssh_from_iap = gcp.compute.Firewall(
             f"{name}-allow-iap-ssh",
             name=f"{args.system_name}-allow-iap-ssh",
@@ -169,7 +169,7 @@ class NetworkFabric(pulumi.ComponentResource):
 
     def _closed_firewall(
         self,
-        name: str,
+        prefix: str,
         project: str,
         vpc_name: str,
         network: gcp.compute.Network,
@@ -178,7 +178,7 @@ class NetworkFabric(pulumi.ComponentResource):
     ) -> None:
         """Allow all protocols among `internal_ranges`; deny (and log) every other ingress."""
         gcp.compute.Firewall(
-            f"{name}-{vpc_name}-allow-internal",
+            f"{prefix}-allow-internal",
             name=f"{vpc_name}-allow-internal",
             project=project,
             network=network.id,
@@ -190,7 +190,7 @@ class NetworkFabric(pulumi.ComponentResource):
             opts=child,
         )
         gcp.compute.Firewall(
-            f"{name}-{vpc_name}-deny-ingress",
+            f"{prefix}-deny-ingress",
             name=f"{vpc_name}-deny-ingress",
             project=project,
             network=network.id,
@@ -235,7 +235,7 @@ class NetworkFabric(pulumi.ComponentResource):
         if plane.kind == "rdma":
             self._roce_policy(name, args, plane, network, child)
         else:
-            self._closed_firewall(name, args.project, plane.name, network, list(plane.cidrs), child)
+            self._closed_firewall(f"{name}-{plane.name}", args.project, plane.name, network, list(plane.cidrs), child)
         return PlaneOutputs(network, subnets, plane)
 
     def _roce_policy(

@@ -25,7 +25,7 @@ def _tree(resources: list[dict[str, Any]], stack: str) -> Any:
         by_parent.setdefault(r["parent"] if r["parent"] in urns else None, []).append(r)
 
     def add(parent_node: Any, parent_urn: str | None) -> None:
-        for r in by_parent.get(parent_urn, []):
+        for r in sorted(by_parent.get(parent_urn, []), key=lambda r: (r["custom"], r["name"])):
             style = "bold cyan" if not r["custom"] else ""
             label = f"[{style}]{r['name']}[/] [dim]{r['type']}[/]" if style else f"{r['name']} [dim]{r['type']}[/]"
             nodes[r["urn"]] = node = parent_node.add(label)
@@ -114,7 +114,7 @@ def synth(
     _close_event_loop()
     out = result.to_json()
     if as_json:
-        typer.echo(json.dumps(out, indent=2, default=str))
+        typer.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
         return
     from rich.console import Console
 

@@ -280,4 +280,6 @@ def run_program(
         raise SynthError(
             "duplicate resource URNs (names must be unique per type and parent): " + ", ".join(monitor.duplicates)
         )
-    return SynthResult(stack=stack, project=project, resources=list(monitor.records), outputs=exports)
+    # Registration order depends on when each resource's inputs resolved: sort so output is reproducible.
+    resources = sorted(monitor.records, key=lambda r: r.urn)
+    return SynthResult(stack=stack, project=project, resources=resources, outputs=exports)

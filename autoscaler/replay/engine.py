@@ -113,7 +113,7 @@ class ReplayEngine:
             units=units,
             reason=reason,
             gang=gang,
-            hourly_usd=offering.hourly_usd if offering.key.reservation is None else 0.0,
+            hourly_usd=offering.hourly_usd * count if offering.key.reservation is None else 0.0,
         )
 
     # ---- the loop ---------------------------------------------------------------------------------
@@ -248,7 +248,7 @@ class ReplayEngine:
         except ProviderError as exc:
             raise ReplayError(f"policy {self.policy.name}: launch {cmd.request_id} rejected: {exc}") from exc
         self._offerings_cache = None
-        hourly = cmd.hourly_usd
+        hourly = cmd.hourly_usd / max(1, len(cmd.names))  # ScaleUp.hourly_usd is what the whole request adds
         new: dict[str, SimNode] = {}
         for name in cmd.names:
             node = SimNode(name, cmd.pool, cmd.offering, _gpus(self, cmd), hourly, now, NodeState.BOOTING, now)

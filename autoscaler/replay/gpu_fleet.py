@@ -12,10 +12,12 @@ vanished, an idle node reaching the idle timeout, or drained nodes waiting for t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.cloud import ProviderError
 from autoscaler.model import (
+    Drain,
     Inventory,
     Node,
     NodeState,
@@ -27,7 +29,7 @@ from autoscaler.model import (
     WorkUnit,
     record_failure,
 )
-from autoscaler.planner import plan
+from autoscaler.planner import plan, scale_down_idle
 from autoscaler.replay.policy import Decision, ReplayView
 from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.state import Job, SimNode
@@ -35,7 +37,7 @@ from autoscaler.replay.state import Job, SimNode
 #: knobs of the gpu-fleet policy in replays (the daemon's defaults, except where noted)
 DEFAULT_POLICY = Policy(
     batch_window_s=0.0,  # launch at once: boots take minutes, batching only adds wait
-    idle_timeout_s=120.0,
+    idle_timeout_s=0.0,  # measured on the ITP traces: keeping idle nodes warm costs more than reboots
     backoff_s=600.0,
     keep_reserved_nodes=True,  # reservation capacity is paid for either way
 )
@@ -54,10 +56,11 @@ class GpuFleetPolicy:
     binds_nominations: bool = False
     unavailable: tuple[UnavailableOffering, ...] = ()
     planner_calls: int = 0
-    _nodes: dict[str, tuple[int, Node]] = field(default_factory=dict)
+    scale_down_calls: int = 0
+    _nodes: dict[str, tuple[SimNode, int, Node]] = field(default_factory=dict)
     _placed: set[str] = field(default_factory=set)  # units the last plan found capacity for
     _pools: list[Pool] = field(default_factory=list)
-    _kept: dict[str, int] = field(default_factory=dict)  # idle past the timeout, not drained by the planner
+    _kept: dict[str, tuple[SimNode, int]] = field(default_factory=dict)  # idle past the timeout, kept by the planner
 
     def pools(self, scenario: Scenario) -> list[Pool]:
         self._pools = scenario.pools()
@@ -67,8 +70,8 @@ class GpuFleetPolicy:
 
     def _node(self, n: SimNode, now: float) -> Node:
         cached = self._nodes.get(n.name)
-        if cached is not None and cached[0] == n.version:
-            return cached[1]
+        if cached is not None and cached[0] is n and cached[1] == n.version:  # names are reused: check identity
+            return cached[2]
         units: tuple[str, ...] = ()
         used = n.used
         state = n.state
@@ -90,7 +93,7 @@ class GpuFleetPolicy:
             units=units,
             hourly_usd=n.hourly_usd,
         )
-        self._nodes[n.name] = (n.version, node)
+        self._nodes[n.name] = (n, n.version, node)
         return node
 
     def _demand(self, view: ReplayView) -> list[WorkUnit]:
@@ -115,13 +118,20 @@ class GpuFleetPolicy:
         demand = self._demand(view)
         new_demand = any(u.id not in self._placed for u in demand)
         idle_due, wake = self._idle_due(view, now)
-        must = new_demand or idle_due or bool(view.state.draining) or bool(reasons & {"failure", "gone", "start"})
-        if not must:
+        full = (
+            new_demand
+            or bool(reasons & {"failure", "gone", "start"})
+            # capacity the last plan counted on may have gone to other work: look again
+            or (bool(demand) and "ready" in reasons)
+        )
+        if not full and not idle_due and not view.state.draining:
             return Decision(wake_at=wake)
-        live = {name: n for name, n in view.state.nodes.items()}
-        for name in [k for k in self._nodes if k not in live]:
-            del self._nodes[name]
-        inventory = Inventory(tuple(self._pools), tuple(self._node(n, now) for n in live.values()))
+        if not full and self._shortcut:
+            return self._scale_down_only(view, now, wake)
+        nodes = view.state.nodes
+        if len(self._nodes) > 2 * len(nodes) + 64:
+            self._nodes = {k: v for k, v in self._nodes.items() if k in nodes}
+        inventory = Inventory(tuple(self._pools), tuple(self._node(n, now) for n in nodes.values()))
         p = plan(demand, inventory, view.offerings(), self.policy, now, self.unavailable)
         self.planner_calls += 1
         self.unavailable = p.unavailable
@@ -131,12 +141,33 @@ class GpuFleetPolicy:
             if cmd.gang:
                 nominations[cmd.units[0]] = cmd.names
         # single-node units are not pinned: the scheduler gives them the first node that fits
-        drained = {name for d in p.drains for name in d.nodes}
-        for n in view.state.idle.values():  # idle past the timeout but kept (pool minimum ...): do not ask again
-            if n.name not in drained and n.since + self.policy.idle_timeout_s <= now:
-                self._kept[n.name] = n.version
+        self._remember_kept(view, now, p.drains)
         again = bool(p.drains)
         return Decision(p.commands, nominations, wake_at=wake, again=again)
+
+    @property
+    def _shortcut(self) -> bool:
+        """With no fleet-wide limits and no pool minimum, the planner's scale-down pass decides the
+        same over the idle and draining nodes alone as over the whole inventory."""
+        pol = self.policy
+        return pol.max_nodes is None and pol.max_gpus is None and all(p.min_nodes == 0 for p in self._pools)
+
+    def _scale_down_only(self, view: ReplayView, now: float, wake: float | None) -> Decision:
+        """Nothing but idleness changed: run only the planner's scale-down pass (`scale_down_idle`)."""
+        st = view.state
+        sub = Inventory(
+            tuple(self._pools), tuple(self._node(n, now) for n in (*st.idle.values(), *st.draining.values()))
+        )
+        drains, deletes = scale_down_idle(sub, self.policy, now)
+        self.scale_down_calls += 1
+        self._remember_kept(view, now, drains)
+        return Decision((*drains, *deletes), wake_at=wake, again=bool(drains))
+
+    def _remember_kept(self, view: ReplayView, now: float, drains: Sequence[Drain]) -> None:
+        drained = {name for d in drains for name in d.nodes}
+        for n in view.state.idle.values():  # idle past the timeout but kept (pool minimum ...): do not ask again
+            if n.name not in drained and n.since + self.policy.idle_timeout_s <= now:
+                self._kept[n.name] = (n, n.version)
 
     def _idle_due(self, view: ReplayView, now: float) -> tuple[bool, float | None]:
         timeout = self.policy.idle_timeout_s
@@ -146,7 +177,7 @@ class GpuFleetPolicy:
                 continue
             if self.policy.keep_reserved_nodes and n.offering.reservation is not None:
                 continue
-            if self._kept.get(n.name) == n.version:
+            if self._kept.get(n.name) == (n, n.version):
                 continue
             t = n.since + timeout
             if earliest is None or t < earliest:

@@ -55,6 +55,8 @@ def policy_metrics(engine: ReplayEngine, lower_bound_usd: float) -> dict[str, An
         "wait_mean_s": round(float(waits.mean()) if len(waits) else 0.0, 1),
         "jobs_started_at_once": int((waits <= 0).sum()),
         "gpu_hours_lost_to_preemption": round(used_h - useful_h, 2),
+        "unused_nodes": st.unused_nodes,
+        "unused_node_gpu_hours": round(st.unused_node_gpu_s / 3600.0, 2),
         "preempted_jobs": sum(1 for j in st.jobs if j.preemptions),
         "preemptions": c.preemptions,
         "cost_by_capacity_usd": {k: round(v, 2) for k, v in sorted(by_cap.items())},

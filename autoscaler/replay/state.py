@@ -92,6 +92,7 @@ class SimNode:
     held_since: float | None = None  # registered and held for a gang that cannot start yet
     ready_at: float | None = None
     version: int = 0  # bumped on every change (lets drivers cache their own view of the node)
+    jobs_run: int = 0
 
     @property
     def capacity_type(self) -> CapacityType:
@@ -132,6 +133,8 @@ class ClusterState:
         self.demand_gpus = 0  # pending + running
         self.running_gpus = 0
         self.partial_gang_gpu_s = 0.0
+        self.unused_node_gpu_s = 0.0  # billed GPU-seconds of nodes removed without ever running a job
+        self.unused_nodes = 0
         self.done = 0
         self.pending_changed = False
 
@@ -264,6 +267,9 @@ class ClusterState:
         self._release_name(node.name)
         node.state = NodeState.GONE
         node.version += 1
+        if node.jobs_run == 0:
+            self.unused_nodes += 1
+            self.unused_node_gpu_s += node.gpus * (now - node.launched_at)
         self.provisioned_gpus -= node.gpus
         self.provisioned_by_capacity[node.capacity_type] -= node.gpus
         return requeued
@@ -342,6 +348,7 @@ class ClusterState:
                 self._settle_hold(n, now)
             n.free -= g
             n.jobs[job.idx] = g
+            n.jobs_run += 1
             if n.state is NodeState.READY_IDLE:
                 n.state = NodeState.BUSY
                 n.since = now

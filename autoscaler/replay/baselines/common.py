@@ -11,8 +11,9 @@ from autoscaler.replay.state import ClusterState, Job, SimNode
 def uncovered(state: ClusterState, fits: Callable[[Job, SimNode], bool] | None = None) -> tuple[list[Job], list[Job]]:
     """(single-node jobs, gang jobs) pending with no capacity coming for them.
 
-    A gang is covered by its nominated nodes; a single-node job by free GPUs of a booting node it
-    may use (first fit, FIFO), the way a scheduler counts nodes that are coming up."""
+    A job is covered by nodes nominated for it (a gang by all of them); a single-node job also by
+    free GPUs of a booting node it may use (first fit, FIFO), the way a scheduler counts nodes that
+    are coming up."""
     room: list[tuple[SimNode, list[int]]] = [
         (n, [n.free]) for n in state.booting.values() if n.nominated_for is None and n.free > 0
     ]
@@ -23,6 +24,8 @@ def uncovered(state: ClusterState, fits: Callable[[Job, SimNode], bool] | None =
             if len(job.nominated) < job.nodes:
                 gangs.append(job)
             continue
+        if job.nominated:
+            continue  # the node launched for it is on the way
         for node, free in room:
             if free[0] >= job.gpus_per_node and (not node.spot or job.spot_ok) and (fits is None or fits(job, node)):
                 free[0] -= job.gpus_per_node

@@ -7,8 +7,9 @@ on-demand, then price, then zone.  Pods of a gang are separate pods: their nodes
 independently and may land in different zones or at different times.  An offering that returns
 InsufficientCapacity goes into the unavailable-offerings cache for 3 minutes and the pod is retried
 at once on the next offering.  Consolidation (`consolidationPolicy: WhenEmptyOrUnderutilized`,
-`consolidateAfter: 0s`): the disruption loop (every 10 s) deletes empty nodes, within the default
-disruption budget of 10% of nodes; training pods carry `karpenter.sh/do-not-disrupt`, so busy nodes
+`consolidateAfter: 0s`): the disruption loop (every 10 s) picks empty nodes within the default
+disruption budget of 10% of nodes and deletes those still empty after the 15 s validation wait
+(`consolidationTTL`); training pods carry `karpenter.sh/do-not-disrupt`, so busy nodes
 are not consolidated."""
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class KarpenterLikePolicy:
     disruption_poll_s: float = 10.0
     consolidate_after_s: float = 0.0
     budget_fraction: float = 0.10
+    validation_s: float = 15.0  # consolidationTTL: candidates are re-checked this long after being chosen
     name: str = "karpenter-like"
     description: str = (
         "Karpenter defaults: cheapest fitting offering per pod (reserved > spot > on-demand), 1 s/10 s batch "
@@ -48,6 +50,8 @@ class KarpenterLikePolicy:
     _last_seen: float = -math.inf
     _next_disruption: float = -math.inf
     _planned: dict[OfferingKey, int] = field(default_factory=dict)
+    _candidates: dict[str, int] = field(default_factory=dict)  # empty nodes chosen, name -> node version
+    _validate_at: float | None = None
 
     def pools(self, scenario: Scenario) -> list[Pool]:
         self._pools = scenario.pools()
@@ -72,11 +76,24 @@ class KarpenterLikePolicy:
                 wake.append(min(self._last_seen + self.batch_idle_s, self._batch_start + self.batch_max_s))
         else:
             self._batch_start = None
-        if view.state.idle:
-            if now >= self._next_disruption:
-                cmds += self._consolidate(view, now)
+        if self._validate_at is not None:
+            if now >= self._validate_at:
+                cmds += self._validated(view)
+                self._validate_at = None
                 self._next_disruption = now + self.disruption_poll_s
-            wake.append(self._next_disruption)
+                wake.append(self._next_disruption)
+            else:
+                wake.append(self._validate_at)
+        elif view.state.idle:
+            if now >= self._next_disruption:
+                self._choose(view, now)
+                if self._candidates:
+                    self._validate_at = now + self.validation_s
+                    wake.append(self._validate_at)
+                else:
+                    self._next_disruption = now + self.disruption_poll_s
+            if self._validate_at is None:
+                wake.append(self._next_disruption)
         return Decision(tuple(cmds), nominations, wake_at=min(wake) if wake else None)
 
     def _cheapest(self, view: ReplayView, now: float, job: Job) -> tuple[Offering, Pool] | None:
@@ -127,16 +144,25 @@ class KarpenterLikePolicy:
             nominations[job.id] = tuple(names)
         return cmds
 
-    def _consolidate(self, view: ReplayView, now: float) -> list[Command]:
+    def _choose(self, view: ReplayView, now: float) -> None:
+        """Empty nodes past consolidateAfter, within the disruption budget."""
         budget = max(1, math.floor(self.budget_fraction * len(view.state.nodes)))
-        victims: dict[str, list[str]] = {}
+        self._candidates = {}
         for n in view.state.idle.values():
-            if budget <= 0:
+            if len(self._candidates) >= budget:
                 break
             if n.jobs or n.nominated_for is not None or now - n.since < self.consolidate_after_s:
                 continue
-            victims.setdefault(n.pool, []).append(n.name)
-            budget -= 1
+            self._candidates[n.name] = n.version
+
+    def _validated(self, view: ReplayView) -> list[Command]:
+        """Delete the candidates still empty and untouched since they were chosen."""
+        victims: dict[str, list[str]] = {}
+        for name, version in self._candidates.items():
+            n = view.state.nodes.get(name)
+            if n is not None and n.version == version and not n.jobs:
+                victims.setdefault(n.pool, []).append(name)
+        self._candidates = {}
         return [DeleteNodes(p, tuple(names), "empty: consolidation") for p, names in victims.items()]
 
     def on_launch_failure(self, command: ScaleUp, error: ProviderError, now: float) -> None:

@@ -25,7 +25,7 @@ from fleet.catalog import CapacityType
 @dataclass
 class SlurmPowerSavePolicy:
     suspend_time_s: float = 300.0
-    resume_delay_s: float = 1.0
+    resume_delay_s: float = 0.0
     down_s: float = 60.0
     name: str = "slurm-power-save"
     description: str = (

@@ -14,6 +14,7 @@ from components.gcp.network import NetworkFabric, NetworkFabricArgs
 from components.gcp.node_pool import GpuNodePool, GpuNodePoolArgs, NicArgs, service_account_id
 from components.gcp.slurm_cluster import SlurmCluster, SlurmClusterArgs
 from components.gcp.startup import (
+    JWT_KEY_PATH,
     METADATA_CGROUP_CONF,
     METADATA_GRES_CONF,
     METADATA_SLURM_CONF,
@@ -27,6 +28,9 @@ from fleet.spec.derive import pool_zones
 from fleet.spec.load import SpecError
 from fleet.spec.model import ClusterSpec, FleetSpec
 from stacks import plan
+
+# slurmrestd authenticates with JWTs signed by the key SlurmCluster keeps in Secret Manager.
+SLURMRESTD_AUTH = {"AuthAltTypes": "auth/jwt", "AuthAltParameters": f"jwt_key={JWT_KEY_PATH}"}
 
 
 def _labels(spec: FleetSpec, extra: dict[str, str]) -> dict[str, str]:
@@ -70,7 +74,10 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
             raise SpecError([(f"clusters[{ci}].scheduler", "only slurm clusters can be deployed by this version")])
     fabrics = plan.fabric_plans(spec, cat)  # may raise SpecError: before any resource is declared
     confs = {
-        c.name: render_slurm_conf(spec, c, controller_host=f"{c.name}-controller", catalog=cat) for c in spec.clusters
+        c.name: render_slurm_conf(
+            spec, c, controller_host=f"{c.name}-controller", overrides=SLURMRESTD_AUTH, catalog=cat
+        )
+        for c in spec.clusters
     }
     prefix = plan.fleet_name(stack)
 

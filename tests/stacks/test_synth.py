@@ -243,6 +243,7 @@ def test_generated_slurm_config_reaches_controller_and_nodes(a3mega):
         assert nodeset in conf
     assert "State=CLOUD" in conf and "Gres=gpu:8" in conf
     assert "SlurmctldHost=a3mega-controller" in conf
+    assert "AuthAltTypes=auth/jwt" in conf and "jwt_key=/var/spool/slurmctld/jwt_hs256.key" in conf
     assert ctl["inputs"]["metadata"]["gres-conf"]
     for tpl in [r for r in out["resources"] if r["type"].endswith("InstanceTemplate")]:
         md = tpl["inputs"]["metadata"]

@@ -1,0 +1,184 @@
+"""`fleet simulate`: replay a GPU job trace through gpu-fleet and the baseline policies on the sim cloud.
+
+Zero credentials: the simulated cloud, the real planner and the catalog's list prices.  Human output is
+a table per policy; `--json` prints `{"scenario": {...}, "policies": {NAME: {...}}}`; `--report PATH`
+writes an HTML page (or a PNG when PATH ends in .png)."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+POLICY_HELP = "gpu-fleet, static-peak, slurm-power-save, ca-like, karpenter-like, a comma-separated list, or all"
+FLAG_OF = {
+    "machine_family": "--machine-family",
+    "region": "--region",
+    "reserved_nodes": "--reserved-nodes",
+    "spot_fraction": "--spot-fraction",
+    "boot_seconds": "--boot-seconds",
+    "stockout_rate": "--stockout-rate",
+    "stockout_window_s": "--stockout-window",
+    "preemption_rate_per_hour": "--preemption-rate",
+    "reservation_rate": "--reservation-rate",
+    "seed": "--seed",
+}
+
+
+def demo_trace() -> Path:
+    """The small demo trace shipped in the package (see autoscaler/replay/data/SOURCE.md)."""
+    return Path(str(resources.files("autoscaler.replay").joinpath("data", "demo.csv")))
+
+
+def simulate(
+    trace: Annotated[
+        Path | None,
+        typer.Option(
+            "--trace", help="CSV with submission_time,duration,num_gpu (ITP format); default: the shipped demo"
+        ),
+    ] = None,
+    policy: str = typer.Option("all", "--policy", help=POLICY_HELP),
+    machine_family: str = typer.Option("a3-highgpu", "--machine-family", help="catalog family (1g/2g/4g/8g shapes)"),
+    region: str = typer.Option("us-central1", "--region", help="region; every zone of it offering the family"),
+    reserved_nodes: int = typer.Option(0, "--reserved-nodes", help="reserved 8-GPU nodes in one zone, billed always"),
+    spot_fraction: float = typer.Option(0.0, "--spot-fraction", help="share of jobs (seeded) that tolerate spot"),
+    boot_seconds: float = typer.Option(360.0, "--boot-seconds", help="launch request to node ready, seconds"),
+    stockout_rate: float = typer.Option(0.0, "--stockout-rate", help="probability one launch attempt stocks out"),
+    stockout_window: float = typer.Option(1800.0, "--stockout-window", help="seconds a stocked-out offering stays out"),
+    preemption_rate: float = typer.Option(0.01, "--preemption-rate", help="spot preemptions per node-hour"),
+    reservation_rate: str = typer.Option("commit-1y", "--reservation-rate", help="commit-1y or on-demand"),
+    seed: int = typer.Option(0, "--seed", help="seed of every random choice (spot-tolerant jobs, stockouts, ...)"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+    report: Annotated[
+        Path | None, typer.Option("--report", help="write an HTML report (PNG if PATH ends in .png)")
+    ] = None,
+) -> None:
+    """Replay a job trace through the real planner and the baselines on the simulated cloud."""
+    from pydantic import ValidationError
+
+    from autoscaler.replay.run import resolve_policies, run_scenario
+    from autoscaler.replay.scenario import Scenario
+    from autoscaler.replay.state import ReplayError
+    from autoscaler.replay.trace import TraceError, load_trace
+
+    path = trace or demo_trace()
+    try:
+        names = resolve_policies(policy)
+        scenario = Scenario(
+            trace=str(path),
+            machine_family=machine_family,
+            region=region,
+            reserved_nodes=reserved_nodes,
+            reservation_rate=reservation_rate,  # type: ignore[arg-type]
+            spot_fraction=spot_fraction,
+            boot_seconds=boot_seconds,
+            stockout_rate=stockout_rate,
+            stockout_window_s=stockout_window,
+            preemption_rate_per_hour=preemption_rate,
+            seed=seed,
+        )
+        jobs = load_trace(path)
+    except ValidationError as exc:
+        for err in exc.errors():
+            typer.echo(f"error: {_cli_message(err)}", err=True)
+        raise typer.Exit(2) from None
+    except (TraceError, ValueError) as exc:
+        typer.echo(f"error: {exc}" if str(exc).startswith("--") else f"error: --trace: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+    progress = None
+    if not as_json:
+        from rich.console import Console
+
+        err_console = Console(stderr=True)
+
+        def progress(name: str, m: dict) -> None:
+            err_console.print(f"[dim]replayed {name} in {m['replay_wall_s']:.1f} s[/dim]")
+
+    try:
+        result = run_scenario(jobs, scenario, names, progress=progress)
+    except ReplayError as exc:
+        typer.echo(f"error: replay failed: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if report is not None:
+        from autoscaler.replay.report import write_report
+
+        write_report(result, report)
+    if as_json:
+        typer.echo(json.dumps(result.as_json(), indent=2))
+        return
+    _print_table(result, report)
+
+
+def _cli_message(err: Any) -> str:
+    """A pydantic error as `--flag: reason` (model-level checks say `field: reason` themselves)."""
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["loc"]:
+        field = str(err["loc"][0])
+        return f"{FLAG_OF.get(field, field)}: {msg}"
+    field, sep, rest = msg.partition(": ")
+    return f"{FLAG_OF[field]}: {rest}" if sep and field in FLAG_OF else msg
+
+
+def _print_table(result: object, report: Path | None) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    from autoscaler.replay.run import RunResult
+
+    assert isinstance(result, RunResult)
+    sc = result.as_json()["scenario"]
+    console = Console()
+    console.print(
+        f"[bold]{Path(sc['trace']).name}[/bold]: {sc['jobs']:,} jobs, {sc['demand_gpu_hours']:,.0f} GPU-h used by "
+        f"every policy, peak {sc['peak_demand_gpus']:,} GPUs | {sc['machine_family']} in {sc['region']} "
+        f"({', '.join(sc['zones'])}) | reserved {sc['reserved_nodes']} | spot {sc['spot_fraction']:g} | "
+        f"boot {sc['boot_seconds']:g}s | stockout {sc['stockout_rate']:g} | seed {sc['seed']}"
+    )
+    headers: tuple[str, ...] = (
+        "policy",
+        "cost $",
+        "x bound",
+        "billed\nGPU-h",
+        "gang\nwaste",
+        "wait\np50 s",
+        "wait\np95 s",
+        "wait\nmax s",
+        "pre-\nempted",
+    )
+    best = min(result.metrics, key=lambda n: result.metrics[n]["cost_usd"])
+    rows = [
+        (
+            name,
+            f"{m['cost_usd']:,.0f}",
+            f"{m['cost_ratio']:.4f}",
+            f"{m['gpu_hours_billed']:,.0f}",
+            f"{m['partial_gang_gpu_hours']:,.1f}",
+            f"{m['wait_p50_s']:,.0f}",
+            f"{m['wait_p95_s']:,.0f}",
+            f"{m['wait_max_s']:,.0f}",
+            f"{m['preempted_jobs']:,}",
+        )
+        for name, m in result.metrics.items()
+    ]
+    if not sc["spot_fraction"]:  # nothing to preempt: keep the table narrow
+        rows = [r[:-1] for r in rows]
+        headers = headers[:-1]
+    table = Table(title=f"lower bound ${result.bound.usd:,.0f}", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+    for i, header in enumerate(headers):
+        width = max(*(len(r[i]) for r in rows), *(len(line) for line in header.split("\n")))
+        table.add_column(header, justify="left" if i == 0 else "right", no_wrap=True, min_width=width)
+    for row in rows:
+        name = row[0]
+        table.add_row(f"[bold green]{name}[/bold green]" if name == best else name, *row[1:])
+    console.print(table)
+    if report is not None:
+        console.print(f"report: {report}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate")(simulate)

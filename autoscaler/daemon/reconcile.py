@@ -61,6 +61,8 @@ def reconcile(
     for name, c in sorted(live.items()):
         if name in held or (managed is not None and name not in managed):
             continue
+        if c.status is CloudNodeStatus.STOPPING:
+            continue  # on its way out: neither adopted nor counted as an orphan
         if name in resume_names:
             # Slurm asked for it and it exists already (e.g. a crash lost the record): use it
             out.adopt_instances.append(c)

@@ -157,7 +157,9 @@ def build_view(
     view = View(Inventory(tuple(pools), tuple(nodes)), index, slurm_ok=slurm_nodes is not None)
 
     # Slurm's resume requests -> one unit per (pool, job); nodes with no job id form one unit per pool.
-    live = {n.name for n in nodes}
+    # A name that is live (requested .. draining) needs nothing; one still being deleted waits for the delete.
+    live = {n.name for n in nodes if n.state is not NodeState.DELETING}
+    deleting = {n.name for n in nodes if n.state is NodeState.DELETING}
     jobs_by_id = {j.job_id: j for j in slurm_jobs or ()}
     groups: dict[tuple[str, int | None], list[PowerRow]] = defaultdict(list)
     for row in power_rows:
@@ -167,7 +169,7 @@ def build_view(
         if pool is None:
             view.unknown_power_rows.append(row)
             continue
-        if row.name in live:  # already requested / running: nothing to launch
+        if row.name in live or row.name in deleting:  # nothing to launch (yet)
             continue
         groups[(pool.name, row.jobs[0] if row.jobs else None)].append(row)
     for (pool_name, job_id), rows in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or -1)):

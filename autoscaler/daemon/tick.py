@@ -170,13 +170,13 @@ class Daemon:
         snodes, sjobs = self._read_slurm()
         res.slurm_ok = snodes is not None
         self.metrics.slurm_up.set(1 if res.slurm_ok else 0)
-        cloud = self.provider.list_nodes(self.pool_names)
-        offerings = self.provider.offerings()
         memory = list(unavailable_from_rows(self.store.unavailable(now)))
         actuate = res.leader and not self.dry_run
-
-        if actuate:
-            memory = self._async_failures(memory, now, snodes)
+        failed_names: set[str] = set()
+        if actuate:  # before listing: a provider may cancel (delete) the failed instances while reporting them
+            memory, failed_names = self._async_failures(memory, now, snodes)
+        cloud = [c for c in self.provider.list_nodes(self.pool_names) if c.name not in failed_names]
+        offerings = self.provider.offerings()
         power = self.store.open_power()
         requests = self.store.requests(OPEN_REQUEST_STATES)
 
@@ -211,7 +211,7 @@ class Daemon:
 
         if res.leader:
             # resume rows whose node is already live need nothing more
-            live = {n.name for n in view.inventory.nodes}
+            live = {n.name for n in view.inventory.nodes if n.state is not NodeState.DELETING}
             done = [r.id for r in power if r.action == "resume" and r.name in live]
             unknown = [r.id for r in view.unknown_power_rows]
             for r in view.unknown_power_rows:
@@ -246,7 +246,9 @@ class Daemon:
 
     def _async_failures(
         self, memory: list[UnavailableOffering], now: float, snodes: dict[str, SlurmNode] | None
-    ) -> list[UnavailableOffering]:
+    ) -> tuple[list[UnavailableOffering], set[str]]:
+        """Launch failures reported after acceptance -> backoff memory; the names are asked for again."""
+        failed: set[str] = set()
         for f in self.provider.poll_errors():
             logger.bind(
                 request_id=f.request_id, offering=str(f.offering), kind=str(f.kind), names=list(f.names)
@@ -259,11 +261,12 @@ class Daemon:
                     names = names or list(row.names)
                     self.store.set_request_state(f.request_id, "failed", now, f"{f.kind}: {f.message}")
             self.store.release_names(names, now, f"launch failed: {f.kind}")
+            failed.update(names)
             # Slurm still waits for these nodes: ask again, next plan picks another offering
             again = [n for n in names if snodes is None or (snodes.get(n) is not None and snodes[n].powering_up)]
             if again:
                 self.store.enqueue_power("resume", again, now, {})
-        return memory
+        return memory, failed
 
     def _apply_reconcile(self, rec, requests, snodes, now, act: Actuator, memory, actuate: bool):  # type: ignore[no-untyped-def]
         by_id = {r.request_id: r for r in requests}

@@ -130,7 +130,11 @@ class FakeCloud:
                 self.deleted.append(n)
 
     def poll_errors(self) -> list[ProvisioningFailure]:
+        """Like GceProvider(cancel_failed_requests=True): a failed request's instances are deleted as reported."""
         out, self.async_failures = self.async_failures, []
+        for f in out:
+            for n in f.names:
+                self.nodes_.pop(n, None)
         return out
 
     def offerings(self) -> list[Offering]:

@@ -9,8 +9,10 @@ Pools (inventory as the stacks export it): `e2e-od` on-demand a3-highgpu-8g for 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -173,6 +175,8 @@ class E2E:
             self.nodes.stop_all()
             self.fake.stop()
             self.slurm.stop(remove=False)
+            keep = Path(tempfile.gettempdir()) / "gpu-fleet-e2e-logs" / self.root.name
+            shutil.copytree(self.root / "log", keep, dirs_exist_ok=True)  # for a look after a failure
 
 
 def wait_for(pred: Callable[[], Any], timeout: float, what: str, env: E2E | None = None) -> Any:

@@ -35,6 +35,7 @@ class CapacityIndex:
         self._buckets: dict[tuple[str, int, int], dict[str, Slot]] = {}
         self._mask: dict[tuple[str, int], int] = {}
         self._any: dict[str, int] = {}  # pool -> OR of its rank masks
+        self._by_name: dict[str, Slot] = {}
         self.version = 0
 
     @classmethod
@@ -51,7 +52,12 @@ class CapacityIndex:
         self._put(slot)
         self.version += 1
 
+    def get(self, name: str) -> Slot | None:
+        """The slot of node `name` while it has free GPUs."""
+        return self._by_name.get(name)
+
     def _put(self, slot: Slot) -> None:
+        self._by_name[slot.name] = slot
         self._buckets.setdefault((slot.pool, slot.rank, slot.free), {})[slot.name] = slot
         mk = (slot.pool, slot.rank)
         bit = 1 << slot.free
@@ -62,6 +68,7 @@ class CapacityIndex:
         key = (slot.pool, slot.rank, slot.free)
         bucket = self._buckets[key]
         del bucket[slot.name]
+        del self._by_name[slot.name]
         if not bucket:
             del self._buckets[key]
             self._mask[(slot.pool, slot.rank)] &= ~(1 << slot.free)

@@ -8,7 +8,7 @@ scale_down_idle -> explain_unserved.  No I/O, no clock, no randomness: same inpu
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from autoscaler.cloud import Offering
 from autoscaler.model import (
@@ -65,10 +65,13 @@ def plan(
     policy: Policy,
     now: float,
     unavailable: Iterable[UnavailableOffering] = (),
+    hints: Mapping[str, Assignment] | None = None,
 ) -> Plan:
     """Decide what to launch, where each pending unit runs, what to drain and delete, and why
     anything is left unserved.  `unavailable` is the caller's backoff memory; the plan returns the
-    entries still in force in `Plan.unavailable`."""
+    entries still in force in `Plan.unavailable`.  `hints` (optional) is the previous plan's
+    `assignments`: a still-pending unit stays on the nodes it was given while they have room, so
+    re-planning while nodes boot does not reshuffle them and launch again."""
     units = priority_order(demand)
     seen: set[str] = set()
     for u in units:
@@ -86,6 +89,7 @@ def plan(
         index=CapacityIndex.from_inventory(inventory, exclude=timed_out),
         book=OfferBook(offerings, active, inventory.pools),
         names=NameAllocator(inventory),
+        hints={uid: a.nodes for uid, a in (hints or {}).items()},
     )
     held = batch_hold(units, policy, now)
 

@@ -11,7 +11,8 @@ capacity preference (reservation, on-demand, spot, flex-start), then zone and na
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from autoscaler.cloud import Offering, OfferingKey
@@ -63,23 +64,12 @@ class UnitClass:
             return self.flex
         return True
 
-    def existing_pools(self, pools: Iterable[Pool]) -> list[str]:
-        """Pools whose nodes this class may run on (flex-start nodes, once up, serve anyone)."""
-        return [
-            p.name
-            for p in pools
-            if p.serves(self.queue)
-            and self.accepts(p.gpu_type, p.machine_type, p.gpus_per_node)
-            and (p.capacity_type is not CapacityType.SPOT or self.spot)
-        ]
-
 
 @dataclass(frozen=True)
 class Candidate:
     offering: Offering
     pool: Pool
     hourly_usd: float  # $/h one new node adds (0 for reservation capacity)
-    unit_cost: float  # the ordering cost per unit served
 
     @property
     def key(self) -> OfferingKey:
@@ -100,16 +90,59 @@ def marginal_hourly(o: Offering) -> float:
     return 0.0 if o.key.capacity_type is CapacityType.RESERVATION else o.hourly_usd
 
 
+def _order(c: Candidate) -> tuple:
+    k = c.offering.key
+    return (c.hourly_usd, CAPACITY_RANK[k.capacity_type], k.zone, k.machine_type, k.reservation or "", c.pool.name)
+
+
+class CandidateStream:
+    """Candidates of one class, best first, produced lazily: each shape (GPUs per node) is a list
+    pre-sorted by $/h, and the per-unit cost factor is constant within a shape, so a k-way merge
+    of the shapes yields the class order without building and sorting every candidate."""
+
+    def __init__(self, groups: list[tuple[float, int, list[Candidate]]], keep=None) -> None:
+        # groups: (cost factor, gpus per node, candidates sorted by _order)
+        def keyed(factor: float, gpus: int, cands: list[Candidate]) -> Iterator[tuple]:
+            for i, c in enumerate(cands):
+                if keep is None or keep(c):
+                    yield (round(c.hourly_usd * factor, 6), CAPACITY_RANK[c.key.capacity_type], gpus, i, c)
+
+        self._it = (t[-1] for t in heapq.merge(*(keyed(f, g, cs) for f, g, cs in groups)))
+        self._head: Candidate | None = next(self._it, None)
+
+    def peek(self) -> Candidate | None:
+        return self._head
+
+    def advance(self) -> None:
+        self._head = next(self._it, None)
+
+    def remaining(self) -> list[Candidate]:
+        """Materialise the rest (tests, explanations); the stream is left unchanged."""
+        out = [] if self._head is None else [self._head, *self._it]
+        self._it = iter(out[1:])
+        return out
+
+
 class OfferBook:
     """Usable offerings (those in `active` backoff memory removed) and the pools that can launch each."""
 
     def __init__(self, offerings: Iterable[Offering], active: Iterable[UnavailableOffering], pools: Iterable[Pool]):
         offerings = list(offerings)
+        keys = [o.key for o in offerings]
+        if len(set(keys)) != len(keys):
+            dup = sorted({str(k) for k in keys if keys.count(k) > 1})
+            raise ValueError(f"offerings: duplicate offering keys {dup}")
         self.usable, self.backed_off = split_backed_off(offerings, active)
         self._backed_off_offerings = [o for o in offerings if o.key in self.backed_off]
-        pools = list(pools)
+        self.pools = sorted(
+            pools,
+            key=lambda p: (
+                p.capacity_type is not CapacityType.SPOT,
+                len(p.queues) if p.queues is not None else 1 << 20,
+            ),
+        )  # stable: inventory order within ties
         by_type: dict[tuple[str, str, str], list[Pool]] = {}
-        for p in pools:
+        for p in self.pools:
             by_type.setdefault((p.provider, p.machine_type, p.capacity_type), []).append(p)
         self.launchers: dict[OfferingKey, list[Pool]] = {}
         for o in self.usable:
@@ -117,10 +150,78 @@ class OfferBook:
             ps = [p for p in by_type.get((k.provider, k.machine_type, k.capacity_type), ()) if p.can_launch(k)]
             if ps:
                 self.launchers[k] = ps
+        self._base: dict[tuple, dict[int, tuple[list[Candidate], list[Candidate]]]] = {}
+        self._pool_base: dict[tuple, list[tuple[str, int]]] = {}
+
+    def _shapes(self, cls: UnitClass) -> dict[int, tuple[list[Candidate], list[Candidate]]]:
+        """Candidates for the class's constraints regardless of size: GPUs per node ->
+        (reservation candidates, market candidates), each sorted by $/h (cached per constraint set)."""
+        bkey = (cls.gpu_types, cls.machine_types, cls.spot, cls.flex, cls.queue)
+        shapes = self._base.get(bkey)
+        if shapes is None:
+            shapes = {}
+            for o in self.usable:
+                k = o.key
+                if not (cls.accepts(o.gpu_type, k.machine_type, o.gpus_per_node) and cls.may_use(k.capacity_type)):
+                    continue
+                hourly = marginal_hourly(o)
+                res, market = shapes.setdefault(o.gpus_per_node, ([], []))
+                for p in self.launchers.get(k, ()):
+                    if p.serves(cls.queue):
+                        (res if k.capacity_type is CapacityType.RESERVATION else market).append(Candidate(o, p, hourly))
+            for res, market in shapes.values():
+                res.sort(key=_order)
+                market.sort(key=_order)
+            self._base[bkey] = shapes
+        return shapes
+
+    def existing_pools(self, cls: UnitClass) -> list[str]:
+        """Pools whose nodes `cls` may run on (cached per constraint set), the most restricted first:
+        spot pools, then pools serving fewer queues, then inventory order.  Best fit breaks ties in
+        this order, so flexible units leave general capacity to units that can use nothing else."""
+        bkey = (cls.gpu_types, cls.machine_types, cls.spot, cls.queue)
+        base = self._pool_base.get(bkey)
+        if base is None:
+            base = self._pool_base[bkey] = [
+                (p.name, p.gpus_per_node)
+                for p in self.pools
+                if cls.accepts(p.gpu_type, p.machine_type, p.gpus_per_node)
+                and p.serves(cls.queue)
+                and (p.capacity_type is not CapacityType.SPOT or cls.spot)
+            ]
+        return [name for name, g in base if g >= cls.gpus_per_node]
+
+    def streams(self, cls: UnitClass, class_size: int) -> tuple[CandidateStream, CandidateStream, NoCandidate | None]:
+        """(reservation candidates, market candidates, why there are none) for one class.
+
+        Order: cost per unit served ($/h x nodes for a gang; $/h / min(G // gpus, class size) for
+        single units), then capacity preference, then the smaller shape, then zone and names."""
+        n, g = cls.nodes, cls.gpus_per_node
+        res_groups, market_groups = [], []
+        for gpus, (res, market) in self._shapes(cls).items():
+            if gpus < g:
+                continue
+            factor = float(n) if n > 1 else 1.0 / max(1, min(gpus // g, class_size))
+            res_groups.append((factor, gpus, res))
+            market_groups.append((factor, gpus, market))
+        keep = None
+        if n > 1:
+
+            def keep(c: Candidate) -> bool:
+                p = c.pool
+                return not (p.compact_placement and p.placement_max_vms and n > p.placement_max_vms)
+
+        r, m = CandidateStream(res_groups, keep), CandidateStream(market_groups, keep)
+        none = None if (r.peek() or m.peek()) else self.why_none(cls)
+        return r, m, none
 
     def candidates(self, cls: UnitClass, class_size: int) -> tuple[list[Candidate], NoCandidate | None]:
-        """Every (offering, pool) that may serve `cls`, best first; or why there is none."""
-        out: list[tuple[tuple, Candidate]] = []
+        """Every candidate for `cls`, best first (reservations first), or why there is none."""
+        r, m, none = self.streams(cls, class_size)
+        return [*r.remaining(), *m.remaining()], none
+
+    def why_none(self, cls: UnitClass) -> NoCandidate:
+        """The reason a class has no candidate at all (slow path, once per class)."""
         matched = no_pool = too_big = 0
         for o in self.usable:
             k = o.key
@@ -130,41 +231,28 @@ class OfferBook:
             pools = [p for p in self.launchers.get(k, ()) if p.serves(cls.queue)]
             if not pools:
                 no_pool += 1
-                continue
-            hourly = marginal_hourly(o)
-            if cls.nodes > 1:
-                cost = hourly * cls.nodes
-            else:
-                cost = hourly / max(1, min(o.gpus_per_node // cls.gpus_per_node, class_size))
-            for p in pools:
-                if cls.nodes > 1 and p.compact_placement and p.placement_max_vms and cls.nodes > p.placement_max_vms:
-                    too_big += 1
-                    continue
-                order = (round(cost, 6), CAPACITY_RANK[k.capacity_type], o.gpus_per_node, k.zone, str(k), p.name)
-                out.append((order, Candidate(o, p, hourly, cost)))
-        out.sort(key=lambda t: t[0])
-        cands = [c for _, c in out]
-        if cands:
-            return cands, None
+            too_big += sum(
+                1 for p in pools if p.compact_placement and p.placement_max_vms and cls.nodes > p.placement_max_vms
+            )
         backed = sum(
             1
             for o in self._backed_off_offerings
             if cls.accepts(o.gpu_type, o.key.machine_type, o.gpus_per_node) and cls.may_use(o.key.capacity_type)
         )
         if too_big:
-            return cands, NoCandidate(
+            return NoCandidate(
                 UnservedReason.GANG_TOO_LARGE,
                 f"{cls.nodes} nodes exceed the compact placement limit of every pool that could launch them",
             )
         if no_pool:
-            return cands, NoCandidate(
+            return NoCandidate(
                 UnservedReason.NO_POOL, f"{no_pool} matching offerings, but no pool serving queue {cls.queue!r}"
             )
         if backed:
-            return cands, NoCandidate(
+            return NoCandidate(
                 UnservedReason.BACKED_OFF, f"all {backed} matching offerings recently failed (stockout/quota)"
             )
-        return cands, NoCandidate(UnservedReason.NO_OFFERING, describe_no_offering(cls))
+        return NoCandidate(UnservedReason.NO_OFFERING, describe_no_offering(cls))
 
 
 def describe_no_offering(cls: UnitClass) -> str:

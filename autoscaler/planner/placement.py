@@ -11,13 +11,14 @@ linear in the number of units).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from autoscaler.cloud import Offering
 from autoscaler.model import Inventory, Placement, Policy, Pool, UnservedReason, WorkUnit
 from autoscaler.planner.capacity import NEW, RANK_PLACEMENT, CapacityIndex, Slot
 from autoscaler.planner.limits import Headroom
-from autoscaler.planner.offers import Candidate, NoCandidate, OfferBook, UnitClass
+from autoscaler.planner.offers import CandidateStream, NoCandidate, OfferBook, UnitClass
 
 
 class NameAllocator:
@@ -62,11 +63,9 @@ class Batch:
 class ClassState:
     cls: UnitClass
     pools: list[str]
-    reserved: list[Candidate]
-    market: list[Candidate]
+    reserved: CandidateStream
+    market: CandidateStream
     none: NoCandidate | None = None
-    r_pos: int = 0
-    m_pos: int = 0
     failed: Counter = field(default_factory=Counter)
     pool_order: dict[str, int] = field(default_factory=dict)  # pools -> position, for best_fit
     miss: bool = False  # nothing existing fits; cleared when capacity is added to one of `pools`
@@ -85,6 +84,7 @@ class PlanState:
     placed: dict[str, tuple[tuple[str, ...], int, Placement, Batch | None]] = field(default_factory=dict)
     in_use: set[str] = field(default_factory=set)
     watchers: dict[str, list[ClassState]] = field(default_factory=dict)  # pool -> classes that may use it
+    hints: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # unit -> nodes of the previous plan
 
     def watch(self, cs: ClassState) -> None:
         for p in cs.pools:
@@ -112,9 +112,28 @@ class PlanState:
         self.placed[unit.id] = (names, unit.gpus_per_node, RANK_PLACEMENT[rank], batch)
 
 
+def place_on_hint(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
+    """Keep a unit on the nodes the previous plan gave it (`hints`), when they still have room and
+    suit it: re-planning then never reshuffles booting capacity and launches twice."""
+    names = st.hints.get(unit.id)
+    if not names or len(names) != unit.nodes:
+        return False
+    slots = [st.index.get(n) for n in names]
+    if any(s is None or s.free < unit.gpus_per_node or s.pool not in cs.pool_order for s in slots):
+        return False
+    ok = [s for s in slots if s is not None]
+    if len({(s.pool, s.zone) for s in ok}) != 1 or len(set(names)) != len(names):
+        return False
+    st.record(unit, ok)
+    return True
+
+
 def place_on_existing(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
     """Ready nodes first, then requested/booting ones, then nodes this plan already launches;
-    best fit (the fullest node that still fits), so small units bin-pack onto partly used nodes."""
+    best fit (the fullest node that still fits), so small units bin-pack onto partly used nodes.
+    Among equal fits, capacity fewer units may use (spot, queue-restricted pools) goes first."""
+    if st.hints and place_on_hint(unit, cs, st):
+        return True
     if cs.miss or not cs.pools:
         return False
     if unit.nodes == 1:
@@ -129,11 +148,9 @@ def place_on_existing(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
     return True
 
 
-def _launch(unit: WorkUnit, cs: ClassState, st: PlanState, cands: list[Candidate], pos_attr: str) -> bool:
+def _launch(unit: WorkUnit, cs: ClassState, st: PlanState, cands: CandidateStream) -> bool:
     n = unit.nodes
-    pos = getattr(cs, pos_attr)
-    while pos < len(cands):
-        c = cands[pos]
+    while (c := cands.peek()) is not None:
         o, pool = c.offering, c.pool
         why = st.headroom.blocker(pool.name, o.key, n, o.gpus_per_node, c.hourly_usd * n)
         names = None if why else st.names.take(pool, n)
@@ -141,9 +158,8 @@ def _launch(unit: WorkUnit, cs: ClassState, st: PlanState, cands: list[Candidate
             why = UnservedReason.NAMES_EXHAUSTED
         if why is not None:
             cs.failed[why] += 1
-            pos += 1
+            cands.advance()
             continue
-        setattr(cs, pos_attr, pos)
         st.headroom.take(pool.name, o.key, n, o.gpus_per_node, c.hourly_usd * n)
         if n > 1:
             batch = st.batches[("gang", unit.id)] = Batch(pool, o, c.hourly_usd, gang=True)
@@ -161,13 +177,12 @@ def _launch(unit: WorkUnit, cs: ClassState, st: PlanState, cands: list[Candidate
             for name in names:
                 st.add_capacity(Slot(name, pool.name, o.key.zone, left, NEW, batch))
         return True
-    setattr(cs, pos_attr, pos)
     return False
 
 
 def fill_reservations(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
     """Launch into paid-for reservation slots before buying anything (cost 0 at the margin)."""
-    return _launch(unit, cs, st, cs.reserved, "r_pos")
+    return _launch(unit, cs, st, cs.reserved)
 
 
 def place_gang(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
@@ -175,7 +190,7 @@ def place_gang(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
     placement group where the pool wants compact placement; never part of a gang."""
     if unit.nodes == 1:
         return False
-    return _launch(unit, cs, st, cs.market, "m_pos")
+    return _launch(unit, cs, st, cs.market)
 
 
 def place_cheapest(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
@@ -183,18 +198,12 @@ def place_cheapest(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
     node's leftover GPUs become capacity for the next small units (bin-packing)."""
     if unit.nodes > 1:
         return False
-    return _launch(unit, cs, st, cs.market, "m_pos")
+    return _launch(unit, cs, st, cs.market)
 
 
 def class_state(cls: UnitClass, class_size: int, st: PlanState) -> ClassState:
-    cands, none = st.book.candidates(cls, class_size)
-    cs = ClassState(
-        cls,
-        cls.existing_pools(st.inventory.pools),
-        [c for c in cands if c.reserved],
-        [c for c in cands if not c.reserved],
-        none,
-    )
+    reserved, market, none = st.book.streams(cls, class_size)
+    cs = ClassState(cls, st.book.existing_pools(cls), reserved, market, none)
     cs.pool_order = {p: i for i, p in enumerate(cs.pools)}
     st.watch(cs)
     return cs

@@ -153,36 +153,38 @@ class TestOfferChoice:
         st = state(inv(family_pools()), family_offerings())
         for g, want in [(1, 1), (2, 2), (3, 4), (5, 8)]:
             cs = cs_for(st, unit("u", g), size=10)
-            assert cs.market[0].offering.gpus_per_node == want
+            assert cs.market.peek().offering.gpus_per_node == want
 
     def test_bin_packs_when_only_big_shapes_are_cheap(self) -> None:
         offs = [offering(1, price=20.0), offering(8, price=40.0)]
         st = state(inv(family_pools(caps=(OD,))), offs)
-        assert cs_for(st, unit("u", 1), size=1).market[0].offering.gpus_per_node == 1  # one unit: smallest
-        assert cs_for(st, unit("u", 1), size=8).market[0].offering.gpus_per_node == 8  # eight: one 8g node
+        assert cs_for(st, unit("u", 1), size=1).market.peek().offering.gpus_per_node == 1  # one unit: smallest
+        assert cs_for(st, unit("u", 1), size=8).market.peek().offering.gpus_per_node == 8  # eight: one 8g node
 
     def test_spot_only_for_spot_tolerant_units_of_allowed_queues(self) -> None:
         st = state(inv(family_pools()), family_offerings(), Policy(spot_queues=frozenset({"batch"})))
-        first = cs_for(st, unit("u", 8, spot_ok=True, queue="batch")).market[0]
+        first = cs_for(st, unit("u", 8, spot_ok=True, queue="batch")).market.peek()
         assert first.key.capacity_type is SPOT
-        assert all(c.key.capacity_type is OD for c in cs_for(st, unit("u", 8)).market)
-        assert all(c.key.capacity_type is OD for c in cs_for(st, unit("u", 8, spot_ok=True, queue="x")).market)
+        assert all(c.key.capacity_type is OD for c in cs_for(st, unit("u", 8)).market.remaining())
+        assert all(
+            c.key.capacity_type is OD for c in cs_for(st, unit("u", 8, spot_ok=True, queue="x")).market.remaining()
+        )
 
     def test_flex_start_only_where_the_policy_allows_the_wait(self) -> None:
         offs = [offering(8), offering(8, FLEX, price=50.0)]
         pools = [pool(8), pool(8, FLEX)]
         pol = Policy(flex_start_queues=frozenset({"train"}), flex_start_max_wait_s=600)
         st = state(inv(pools), offs, pol, now=1000)
-        assert cs_for(st, unit("u", 8, queue="train", t=900)).market[0].key.capacity_type is FLEX
-        assert cs_for(st, unit("u", 8, queue="train", t=0)).market[0].key.capacity_type is OD  # waited too long
-        assert [c.key.capacity_type for c in cs_for(st, unit("u", 8)).market] == [OD]
+        assert cs_for(st, unit("u", 8, queue="train", t=900)).market.peek().key.capacity_type is FLEX
+        assert cs_for(st, unit("u", 8, queue="train", t=0)).market.peek().key.capacity_type is OD  # waited too long
+        assert [c.key.capacity_type for c in cs_for(st, unit("u", 8)).market.remaining()] == [OD]
 
     def test_gpu_and_machine_type_constraints(self) -> None:
         st = state(inv(family_pools()), family_offerings())
         cs = cs_for(st, unit("u", 1, machine_types=frozenset({"a3-highgpu-4g"})))
-        assert {c.offering.key.machine_type for c in cs.market} == {"a3-highgpu-4g"}
+        assert {c.offering.key.machine_type for c in cs.market.remaining()} == {"a3-highgpu-4g"}
         none = cs_for(st, unit("u", 1, gpu_types=frozenset({"nvidia-b200"})))
-        assert not none.market and none.none.reason is UnservedReason.NO_OFFERING
+        assert not none.market.peek() and none.none.reason is UnservedReason.NO_OFFERING
 
     def test_no_pool_and_backed_off_reasons(self) -> None:
         st = state(inv([pool(8, queues=frozenset({"a"}))]), [offering(8)])
@@ -195,7 +197,7 @@ class TestOfferChoice:
         st = state(inv([pool(8, compact_placement=True, placement_max_vms=4)]), [offering(8)])
         cs = cs_for(st, unit("g", 8, nodes=5))
         assert cs.none.reason is UnservedReason.GANG_TOO_LARGE
-        assert cs_for(st, unit("g", 8, nodes=4)).market
+        assert cs_for(st, unit("g", 8, nodes=4)).market.peek()
 
 
 class TestPlacementPasses:

@@ -212,3 +212,25 @@ def test_deterministic() -> None:
 def test_duplicate_unit_ids_are_rejected() -> None:
     with pytest.raises(ValueError, match="duplicate unit id 'u'"):
         plan([unit("u"), unit("u")], inv([pool(8)]), [offering(8)], Policy(), 0)
+
+
+def test_spot_tolerant_work_leaves_general_capacity_to_strict_work() -> None:
+    od, sp = pool(8), pool(8, SPOT)
+    nodes = [node(od, 0, NodeState.BOOTING), node(sp, 0, NodeState.BOOTING)]
+    demand = [unit("tolerant", 8, spot_ok=True, priority=1), unit("strict", 8)]
+    out = plan(demand, inv([od, sp], nodes), [offering(8)], Policy(), 0)
+    assert out.assignments["tolerant"].nodes == ("h8-spot-0",) and out.scale_ups == ()
+
+
+def test_hints_keep_units_on_the_nodes_they_were_given() -> None:
+    p = pool(8)
+    nodes = [node(p, 0, NodeState.BOOTING), node(p, 1, NodeState.BUSY, used=4)]
+    i = inv([p], nodes)
+    assert plan([unit("u", 2)], i, [offering(8)], Policy(), 0).assignments["u"].nodes == ("h8-on-demand-1",)
+    prev = plan([unit("u", 2)], inv([p], nodes[:1]), [offering(8)], Policy(), 0)
+    out = plan([unit("u", 2)], i, [offering(8)], Policy(), 1, hints=prev.assignments)
+    assert out.assignments["u"].nodes == ("h8-on-demand-0",)
+    full = inv([p], [node(p, 0, NodeState.BUSY, used=8), nodes[1]])  # the hinted node filled up meanwhile
+    assert plan([unit("u", 2)], full, [offering(8)], Policy(), 1, hints=prev.assignments).assignments["u"].nodes == (
+        "h8-on-demand-1",
+    )

@@ -53,6 +53,13 @@ def batch_hold(demand: Sequence[WorkUnit], policy: Policy, now: float) -> bool:
     return now - newest < policy.batch_idle_s and now - oldest < policy.batch_window_s
 
 
+def class_key(u: WorkUnit, policy: Policy, now: float) -> tuple:
+    """The fields of `UnitClass.of(u, policy, now)` as a plain tuple (cheap to hash)."""
+    spot = u.spot_ok and (policy.spot_queues is None or u.queue in policy.spot_queues)
+    flex = bool(policy.flex_start_queues) and policy.flex_start_allowed(u.queue, now - u.submit_time)
+    return (u.gpus_per_node, u.nodes, u.gpu_types, u.machine_types, spot, flex, u.queue)
+
+
 def priority_order(demand: Iterable[WorkUnit]) -> list[WorkUnit]:
     """Highest priority first, then oldest, then by id (deterministic)."""
     return sorted(demand, key=lambda u: (-u.priority, u.submit_time, u.id))
@@ -93,14 +100,14 @@ def plan(
     )
     held = batch_hold(units, policy, now)
 
-    keys = [UnitClass.of(u, policy, now) for u in units]
+    keys = [class_key(u, policy, now) for u in units]
     sizes = Counter(keys)
-    classes: dict[UnitClass, ClassState] = {}
+    classes: dict[tuple, ClassState] = {}
     unserved: list[Unserved] = []
     for unit, key in zip(units, keys, strict=True):
         cs = classes.get(key)
         if cs is None:
-            cs = classes[key] = class_state(key, sizes[key], st)
+            cs = classes[key] = class_state(UnitClass(*key), sizes[key], st)
         if place_on_existing(unit, cs, st):
             continue
         if held:

@@ -326,3 +326,11 @@ class TestExplainAndBatching:
         assert not batch_hold([unit("a", t=90)], pol, 100)  # quiet for 10 s
         assert not batch_hold([unit("a", t=60), unit("b", t=99)], pol, 100)  # oldest waited 40 s
         assert not batch_hold([unit("a", t=99)], Policy(), 100)
+
+
+def test_class_key_matches_unit_class() -> None:
+    from autoscaler.planner.core import class_key
+
+    pol = Policy(spot_queues=frozenset({"a"}), flex_start_queues=frozenset({"a"}), flex_start_max_wait_s=100)
+    for u in [unit("x", 2, spot_ok=True, queue="a", t=950), unit("y", 8, nodes=2, queue="b"), unit("z", 1, t=0)]:
+        assert UnitClass(*class_key(u, pol, 1000)) == UnitClass.of(u, pol, 1000)

@@ -88,3 +88,17 @@ def test_inventory_entry_validates_against_the_contract():
 )
 def test_fleet_name_is_gce_safe(stack, name):
     assert plan.fleet_name(stack) == name
+
+
+def test_two_fabric_types_in_one_cluster_get_tagged_plane_names():
+    raw = raw_spec("a3-megagpu-8g", "us-east4", ["us-east4-b"])
+    raw["clusters"][0]["pools"].append({"name": "u", "machine_type": "a3-ultragpu-8g", "max_nodes": 2})
+    raw["clusters"][0]["slurm"]["partitions"].append({"name": "ultra", "pools": ["u"]})
+    s = load_spec(raw)
+    plans = plan.fabric_plans(s, CAT)
+    mega = [p.name for p in plans[("c", "a3-megagpu-8g")].planes]
+    ultra = [p.name for p in plans[("c", "a3-ultragpu-8g")].planes]
+    assert mega == [f"c-a3mega-gpunet-{i}" for i in range(8)]
+    assert ultra == ["c-a3ultra-net-1", "c-a3ultra-rdma"]
+    cidrs = [c for fp in plans.values() for p in fp.planes for c in p.cidrs]
+    assert len(cidrs) == len(set(cidrs)) == 8 + 1 + 8

@@ -288,3 +288,39 @@ def test_two_clusters_share_the_system_vpc_and_keep_names_apart():
     assert len(templates["a3-megagpu-8g"].inputs["networkInterfaces"]) == 9
     inventory = parse_inventory(result.outputs)
     assert {(p.cluster, p.capacity_type) for p in inventory} == {("train", "on-demand"), ("dev", "spot")}
+
+
+@pytest.mark.parametrize(
+    "machine_type", ["a3-highgpu-8g", "a3-highgpu-1g", "a4-highgpu-8g", "a2-ultragpu-8g", "g2-standard-48"]
+)
+def test_every_fabric_layout_synthesizes(machine_type):
+    from fleet.synth.engine import run_program
+    from stacks.program import main
+
+    cat = load_catalog()
+    machine = cat.machine(machine_type)
+    region = next(r for r, zones in sorted(machine.zones.items()) if zones and machine.price(r))
+    zone = machine.zones_in(region)[0]
+    fleet = {
+        "project": "my-gpu-project",
+        "region": region,
+        "zones": [zone],
+        "clusters": [
+            {
+                "name": "c",
+                "pools": [{"name": "p", "machine_type": machine_type, "max_nodes": 2}],
+                "slurm": {"partitions": [{"name": "gpu", "pools": ["p"]}]},
+            }
+        ],
+    }
+    result = run_program(main, stack="layout", config={"gpu-fleet:fleet": fleet})
+    nics = machine.nics
+    nets = [r for r in result.resources if r.type == "gcp:compute/network:Network"]
+    assert len(nets) == 1 + (nics.gvnic - 1) + nics.gpu_nics + (1 if nics.rdma_nics else 0)
+    (tpl,) = [r for r in result.resources if r.type.endswith("InstanceTemplate")]
+    assert len(tpl.inputs["networkInterfaces"]) == nics.total
+    assert tpl.inputs["guestAccelerators"] == [{"type": machine.gpu.accelerator_type, "count": machine.gpu_count}]
+    if nics.gpu_nic_mtu:
+        assert {n.inputs["mtu"] for n in nets if n.inputs["name"] != "layout-net"} == {nics.gpu_nic_mtu}
+    (pool,) = parse_inventory(result.outputs)
+    assert pool.instance_groups == {zone: f"c-p-{zone}"}

@@ -1,0 +1,61 @@
+"""`fleet autoscaler run` as a user runs it: config errors exit 2 naming the field; `--once --dry-run
+--log-json` prints the tick as JSON and touches nothing (real GceProvider against the fake Compute API)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e.env import PROJECT, inventory
+from tests.fakes.compute_api import FakeCompute
+
+FLEET = Path(sys.executable).with_name("fleet")
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(FLEET), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_invalid_config_exits_2_and_names_the_field(tmp_path: Path) -> None:
+    cfg = tmp_path / "a.yaml"
+    cfg.write_text("inventory: inv.json\nslurm: {mode: ssh}\nloop: {interval_s: -1}\n")
+    cp = run("autoscaler", "run", "--config", str(cfg), "--once")
+    assert cp.returncode == 2
+    assert "slurm.mode" in cp.stderr and "loop.interval_s" in cp.stderr
+
+
+@pytest.mark.gce
+def test_once_dry_run_prints_the_plan_as_json_and_touches_nothing(tmp_path: Path) -> None:
+    pools = inventory()
+    (tmp_path / "inv.json").write_text(json.dumps({"autoscaler_inventory": [p.model_dump(mode="json") for p in pools]}))
+    state = tmp_path / "state.db"
+    from autoscaler.daemon.state import StateStore
+
+    StateStore(state).enqueue_power("resume", ["e2e-od-0", "e2e-od-1"], 1.0, {"e2e-od-0": (5,), "e2e-od-1": (5,)})
+    # no slurmctld here: the tick goes on without Slurm (no scale-down) and still plans the resume
+    (tmp_path / "slurm.conf").write_text("ClusterName=x\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort=1\n")
+    with FakeCompute(PROJECT) as fake:
+        fake.add_inventory(pools)
+        cfg = {
+            "inventory": "inv.json",
+            "state_path": "state.db",
+            "slurm": {"conf": "slurm.conf", "timeout_s": 3},
+            "provider": {"endpoint": fake.url, "anonymous": True},
+        }
+        (tmp_path / "a.yaml").write_text(yaml.safe_dump(cfg))
+        cp = run("autoscaler", "run", "--config", str(tmp_path / "a.yaml"), "--once", "--dry-run", "--log-json")
+        assert cp.returncode == 0, cp.stderr
+        res = json.loads(cp.stdout)
+        assert res["ok"] and not res["slurm_ok"]
+        (launch,) = [c for c in res["commands"] if c["command"] == "launch"]
+        assert launch["outcome"] == "dry-run" and launch["names"] == ["e2e-od-0", "e2e-od-1"]
+        assert launch["pool"] == "od" and ":on-demand" in launch["offering"]
+        assert fake.events_of("create") == []
+        for line in cp.stderr.strip().splitlines():  # --log-json: one JSON object per line
+            assert isinstance(json.loads(line), dict)
+    assert len(StateStore(state).open_power()) == 2 and StateStore(state).requests() == []

@@ -20,7 +20,7 @@ from autoscaler.replay.policy import Decision, ReplayPolicy
 from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.state import ClusterState, Job, JobState, ReplayError, SimNode
 from autoscaler.replay.trace import TraceJob
-from autoscaler.sim import NodeEventKind, SimClock, SimCloud
+from autoscaler.sim import NodeEventKind, SimClock, SimCloud, SimConfig
 
 _JOB_END, _TIMER = 0, 1
 MAX_ROUNDS = 8  # decide -> execute -> failure -> decide again, per instant
@@ -62,13 +62,16 @@ class EngineCounters:
 class ReplayEngine:
     """Replays `jobs` through `policy` on a fresh `SimCloud` built from `scenario`."""
 
-    def __init__(self, jobs: Sequence[TraceJob], scenario: Scenario, policy: ReplayPolicy) -> None:
+    def __init__(
+        self, jobs: Sequence[TraceJob], scenario: Scenario, policy: ReplayPolicy, sim_config: SimConfig | None = None
+    ) -> None:
+        """`sim_config` replaces the cloud the scenario describes (quotas, scheduled stockout windows ...)."""
         if not jobs:
             raise ReplayError("the trace has no jobs")
         self.scenario = scenario
         self.policy = policy
         self.clock = SimClock(min(j.submit for j in jobs) - scenario.ready_s)
-        self.cloud = SimCloud(scenario.sim_config(), self.clock)
+        self.cloud = SimCloud(sim_config or scenario.sim_config(), self.clock)
         self.state = ClusterState([Job(i, tj, *tj.shape()) for i, tj in enumerate(sorted(jobs, key=_key))])
         self.pools: Mapping[str, Pool] = {p.name: p for p in policy.pools(scenario)}
         self.timeline = Timeline()
@@ -231,6 +234,7 @@ class ReplayEngine:
                             f"policy {self.policy.name} deleted node {name} with {len(node.jobs)} job(s) running"
                         )
                     self.cloud.delete(cmd.pool, [name])
+                    self._offerings_cache = None  # quota and reservation slots freed
                     self.state.remove_node(node, now)
                     self.counters.deletes += 1
             else:  # pragma: no cover - Command is a closed union

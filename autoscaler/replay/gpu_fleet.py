@@ -142,7 +142,8 @@ class GpuFleetPolicy:
                 nominations[cmd.units[0]] = cmd.names
         # single-node units are not pinned: the scheduler gives them the first node that fits
         self._remember_kept(view, now, p.drains)
-        again = bool(p.drains)
+        # deleting frees quota / reservation slots that unserved work may be waiting for
+        again = bool(p.drains) or (bool(p.deletes) and bool(p.unserved))
         return Decision(p.commands, nominations, wake_at=wake, again=again)
 
     @property
@@ -161,7 +162,8 @@ class GpuFleetPolicy:
         drains, deletes = scale_down_idle(sub, self.policy, now)
         self.scale_down_calls += 1
         self._remember_kept(view, now, drains)
-        return Decision((*drains, *deletes), wake_at=wake, again=bool(drains))
+        waiting = any(u.id not in self._placed for u in self._demand(view))
+        return Decision((*drains, *deletes), wake_at=wake, again=bool(drains) or (bool(deletes) and waiting))
 
     def _remember_kept(self, view: ReplayView, now: float, drains: Sequence[Drain]) -> None:
         drained = {name for d in drains for name in d.nodes}

@@ -376,7 +376,7 @@ class ClusterState:
                 self.idle[n.name] = n
             n.version += 1
             self._index_add(n)
-        job.gpu_seconds += job.gpus * (now - (job.start or now))
+        job.gpu_seconds += job.gpus * (now - job.start if job.start is not None else 0.0)
         job.placed_on = []
         self.running_gpus -= job.gpus
 

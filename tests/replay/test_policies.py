@@ -1,0 +1,98 @@
+"""Each policy replays a real (small) ITP trace to the end on the sim cloud, with numbers that add up,
+and the behaviours that set the policies apart."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaler.replay.baselines import KarpenterLikePolicy, SlurmPowerSavePolicy
+from autoscaler.replay.engine import ReplayEngine
+from autoscaler.replay.gpu_fleet import GpuFleetPolicy
+from autoscaler.replay.run import POLICY_NAMES, resolve_policies, run_scenario
+from autoscaler.replay.scenario import Scenario
+from fleet.catalog import CapacityType
+from tests.replay.conftest import job
+
+
+@pytest.fixture(scope="module")
+def default_run(small_trace):  # type: ignore[no-untyped-def]
+    return run_scenario(small_trace, Scenario())
+
+
+def test_every_policy_runs_every_job_and_never_beats_the_lower_bound(default_run, small_trace) -> None:
+    demand_h = sum(j.gpus * j.duration for j in small_trace) / 3600
+    assert list(default_run.metrics) == list(POLICY_NAMES)
+    for name, m in default_run.metrics.items():
+        assert m["jobs"] == len(small_trace), name
+        assert m["cost_ratio"] >= 1.0, name
+        assert m["gpu_hours_used"] == pytest.approx(demand_h, abs=0.01), name  # no spot: nothing lost
+        assert m["gpu_hours_billed"] >= m["gpu_hours_used"], name
+        assert m["cost_usd"] == pytest.approx(sum(m["cost_by_capacity_usd"].values()), abs=0.05), name
+        assert m["wait_p50_s"] <= m["wait_p95_s"] <= m["wait_max_s"], name
+
+
+def test_gpu_fleet_is_cheapest_and_waits_no_longer_than_the_autoscaling_baselines(default_run) -> None:
+    m = default_run.metrics
+    assert m["gpu-fleet"]["cost_ratio"] <= 1.02
+    assert m["gpu-fleet"]["cost_usd"] == min(p["cost_usd"] for p in m.values())
+    assert m["gpu-fleet"]["partial_gang_gpu_hours"] == 0
+    best_wait = min(m[n]["wait_p95_s"] for n in ("slurm-power-save", "ca-like", "karpenter-like"))
+    assert m["gpu-fleet"]["wait_p95_s"] <= best_wait
+
+
+def test_static_peak_buys_the_peak_and_waits_for_no_boot(default_run) -> None:
+    m = default_run.metrics["static-peak"]
+    assert m["wait_p50_s"] == 0
+    assert m["cost_ratio"] > 2  # the fleet idles most of the time
+
+
+def test_reservation_is_billed_whole_span_and_kept_warm_by_gpu_fleet(small_trace) -> None:
+    res = run_scenario(small_trace, Scenario(reserved_nodes=2), ["gpu-fleet", "karpenter-like"])
+    for name, m in res.metrics.items():
+        span_h = m["span_h"]
+        assert m["cost_by_capacity_usd"]["reservation"] == pytest.approx(
+            2 * res.scenario.reservation_hourly_usd * span_h, rel=1e-3
+        ), name
+    # gpu-fleet keeps paid-for reserved nodes up, so work that fits there starts at once
+    assert res.metrics["gpu-fleet"]["wait_p50_s"] < res.metrics["karpenter-like"]["wait_p50_s"]
+
+
+def test_karpenter_like_launches_gang_nodes_independently_and_bills_the_wait(small_trace) -> None:
+    """A quota lets only 3 of a 4-node gang's nodes in at first: karpenter-like launches those and
+    they idle, held for the gang, until quota frees up; gpu-fleet launches the gang all or nothing."""
+    jobs = [job(0, 0, 1800, 8), job(1, 10, 3600, 32)]
+    sc = Scenario()
+    cfg = sc.sim_config().model_copy(update={"gpu_quota": {CapacityType.ON_DEMAND: 32}})
+    karp = ReplayEngine(jobs, sc, KarpenterLikePolicy(), sim_config=cfg).run()
+    fleet = ReplayEngine(jobs, sc, GpuFleetPolicy(), sim_config=cfg).run()
+    assert karp.state.partial_gang_gpu_s / 3600 > 3 * 8 * 0.4  # 3 nodes held ~half an hour
+    assert fleet.state.partial_gang_gpu_s == 0
+    assert fleet.cloud.ledger.cost(fleet.t_end) < karp.cloud.ledger.cost(karp.t_end)
+
+
+def test_slurm_power_save_packs_small_jobs_onto_one_eight_gpu_node_and_suspends_it_after_300_s() -> None:
+    jobs = [job(i, 0, 600, 1) for i in range(3)]
+    eng = ReplayEngine(jobs, Scenario(), SlurmPowerSavePolicy()).run()
+    assert eng.counters.nodes_launched == 1
+    assert eng.cloud.ledger.closed_count == 1
+    # billed from launch to deletion: boot 360 s + 600 s of work (the replay ends with the last job)
+    assert eng.cloud.ledger.gpu_hours_by_capacity(eng.t_end)[CapacityType.ON_DEMAND] == pytest.approx(8 * 960 / 3600)
+
+
+def test_policy_names_resolve_and_unknown_ones_are_named() -> None:
+    assert resolve_policies("all") == list(POLICY_NAMES)
+    assert resolve_policies("karpenter-like,gpu-fleet") == ["karpenter-like", "gpu-fleet"]
+    with pytest.raises(ValueError, match="--policy: unknown policy 'nope'"):
+        resolve_policies("gpu-fleet,nope")
+
+
+def test_same_seed_same_numbers_and_spot_scenarios_count_preemptions(small_trace) -> None:
+    sc = Scenario(spot_fraction=0.5, stockout_rate=0.3, preemption_rate_per_hour=0.2, seed=7)
+    a = run_scenario(small_trace, sc, ["gpu-fleet", "karpenter-like"]).metrics
+    b = run_scenario(small_trace, sc, ["gpu-fleet", "karpenter-like"]).metrics
+    strip = {k: {f: v for f, v in m.items() if f != "replay_wall_s"} for k, m in a.items()}
+    assert strip == {k: {f: v for f, v in m.items() if f != "replay_wall_s"} for k, m in b.items()}
+    for m in a.values():
+        assert m["jobs"] == len(small_trace)
+        assert m["preempted_jobs"] > 0 and m["gpu_hours_lost_to_preemption"] > 0
+        assert "spot" in m["cost_by_capacity_usd"]

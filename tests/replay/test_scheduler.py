@@ -1,0 +1,104 @@
+"""The Slurm-like scheduler side of the replay: FIFO with backfill, gangs all at once, spot rules,
+partial-gang accounting and requeue on preemption."""
+
+from __future__ import annotations
+
+from autoscaler.cloud import OfferingKey
+from autoscaler.model import NodeState
+from autoscaler.replay.state import ClusterState, Job, JobState, SimNode
+from fleet.catalog import CapacityType
+from tests.replay.conftest import job
+
+
+def state_of(*tjobs) -> ClusterState:  # type: ignore[no-untyped-def]
+    return ClusterState([Job(i, tj, *tj.shape()) for i, tj in enumerate(tjobs)])
+
+
+def node(name: str, gpus: int = 8, capacity: CapacityType = CapacityType.ON_DEMAND) -> SimNode:
+    key = OfferingKey("sim", "us-central1-a", f"a3-highgpu-{gpus}g", capacity)
+    return SimNode(name, "p", key, gpus, 1.0, 0.0)
+
+
+def test_a_job_that_does_not_fit_does_not_block_smaller_ones_behind_it() -> None:
+    st = state_of(job(0, 0, 100, 8), job(1, 1, 100, 2))
+    n = node("n-0", gpus=4)
+    st.add_node(n)
+    st.register(n, 0)
+    for j in st.jobs:
+        st.submit(j)
+    started = st.schedule(1)
+    assert [j.id for j in started] == ["j1"]
+    assert st.jobs[0].state is JobState.PENDING
+    assert n.state is NodeState.BUSY and n.free == 2
+
+
+def test_small_jobs_pack_best_fit_keeping_empty_nodes_whole() -> None:
+    st = state_of(job(0, 0, 100, 1), job(1, 0, 100, 8))
+    half, empty = node("half"), node("empty")
+    for n in (half, empty):
+        st.add_node(n)
+        st.register(n, 0)
+    st.start(st.jobs[0], [half], 0)  # half now has 7 free
+    st.jobs[0].state = JobState.RUNNING
+    st.submit(st.jobs[1])
+    late = job(2, 1, 10, 1)
+    st.jobs.append(Job(2, late, 1, 1))
+    st.by_id[late.id] = st.jobs[2]
+    st.submit(st.jobs[2])
+    st.schedule(1)
+    assert st.jobs[2].placed_on == [half]  # the fullest node that fits
+    assert st.jobs[1].placed_on == [empty]
+
+
+def test_a_gang_starts_only_when_all_its_nodes_are_up_and_the_wait_is_counted_as_partial_gang_waste() -> None:
+    st = state_of(job(0, 0, 100, 16))  # 2 nodes of 8
+    gang = st.jobs[0]
+    st.submit(gang)
+    a, b = node("a"), node("b")
+    for n in (a, b):
+        st.add_node(n)
+        st.nominate(n, gang, 0)
+    st.register(a, 360)
+    assert st.schedule(360) == []
+    st.register(b, 400)
+    assert st.schedule(400) == [gang]
+    assert {n.name for n in gang.placed_on} == {"a", "b"}
+    assert st.partial_gang_gpu_s == 8 * 40  # node a waited 40 s for b
+
+
+def test_spot_nodes_take_only_spot_tolerant_work() -> None:
+    st = state_of(job(0, 0, 100, 1), job(1, 0, 100, 1, spot_ok=True))
+    s = node("s", gpus=1, capacity=CapacityType.SPOT)
+    st.add_node(s)
+    st.register(s, 0)
+    for j in st.jobs:
+        st.submit(j)
+    assert [j.id for j in st.schedule(0)] == ["j1"]
+
+
+def test_preemption_requeues_the_job_and_frees_its_other_gang_nodes() -> None:
+    st = state_of(job(0, 0, 1000, 16, spot_ok=True))
+    gang = st.jobs[0]
+    st.submit(gang)
+    a, b = node("a", capacity=CapacityType.SPOT), node("b", capacity=CapacityType.SPOT)
+    for n in (a, b):
+        st.add_node(n)
+        st.register(n, 0)
+    assert st.schedule(0) == [gang]
+    requeued = st.remove_node(a, 500)
+    assert requeued == [gang]
+    assert gang.state is JobState.PENDING and gang.preemptions == 1
+    assert gang.gpu_seconds == 16 * 500  # the lost run still used GPUs
+    assert b.state is NodeState.READY_IDLE and b.free == 8
+    assert st.provisioned_gpus == 8
+
+
+def test_names_are_reused_lowest_first() -> None:
+    st = state_of(job(0, 0, 1, 1))
+    assert st.free_names("p", 2) == ["p-0", "p-1"]
+    n0, n1 = node("p-0"), node("p-1")
+    st.add_node(n0)
+    st.add_node(n1)
+    assert st.free_names("p", 1) == ["p-2"]
+    st.remove_node(n0, 1)
+    assert st.free_names("p", 2) == ["p-0", "p-2"]

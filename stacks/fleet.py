@@ -57,7 +57,7 @@ def _storage(spec: FleetSpec, cluster: ClusterSpec, zone: str, fabric: NetworkFa
                 st.scratch.capacity_gib,
                 st.scratch.per_unit_storage_throughput,
                 st.scratch.mount_point,
-                f"{cluster.name}"[:8],
+                plan.lustre_filesystem_name(cluster.name),
             )
             if st.scratch
             else None,

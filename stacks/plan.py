@@ -43,6 +43,11 @@ def instance_group_name(cluster: str, pool: str, zone: str) -> str:
     return f"{instance_group_stem(cluster, pool)}-{zone}"
 
 
+def lustre_filesystem_name(cluster: str) -> str:
+    """Managed Lustre filesystem names are 1-8 letters/digits: the cluster name without dashes, cut to 8."""
+    return (re.sub(r"[^a-z0-9]", "", cluster.lower()) or "scratch")[:8]
+
+
 def boot_disk_type(machine: MachineType) -> str:
     """A3 Ultra and A4 boot only from Hyperdisk; the others take Persistent Disk."""
     return "hyperdisk-balanced" if machine.nics.fabric == "rdma" else "pd-balanced"
@@ -202,6 +207,7 @@ __all__ = [
     "instance_group_name",
     "instance_group_stem",
     "inventory_entry",
+    "lustre_filesystem_name",
     "partitions_of",
     "spot_tolerant",
     "system_mtu",

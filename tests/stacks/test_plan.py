@@ -102,3 +102,10 @@ def test_two_fabric_types_in_one_cluster_get_tagged_plane_names():
     assert ultra == ["c-a3ultra-net-1", "c-a3ultra-rdma"]
     cidrs = [c for fp in plans.values() for p in fp.planes for c in p.cidrs]
     assert len(cidrs) == len(set(cidrs)) == 8 + 1 + 8
+
+
+@pytest.mark.parametrize(
+    ("cluster", "fs"), [("a3ultra", "a3ultra"), ("my-big-cluster", "mybigclu"), ("---", "scratch")]
+)
+def test_lustre_filesystem_names_are_short_alphanumerics(cluster, fs):
+    assert plan.lustre_filesystem_name(cluster) == fs

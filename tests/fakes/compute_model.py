@@ -882,7 +882,7 @@ class ComputeState:
                 )
             for name in names:
                 member = mig.members.get(name)
-                if member is None:
+                if member is None or member.current_action == "DELETING":  # unknown, or already going
                     continue
                 mig.target_size = max(0, mig.target_size - 1)
                 self.record("delete-requested", name, zone, request_id)

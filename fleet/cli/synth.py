@@ -123,6 +123,12 @@ def synth(
         console = Console(width=160)
     console.print(_tree(out["resources"], out["stack"]))
     console.print(f"{len(out['resources'])} resources")
+    for pool in out["outputs"].get("autoscaler_inventory", []):
+        migs = ", ".join(pool["instance_groups"].values())
+        console.print(
+            f"pool {pool['cluster']}/{pool['name']}: {pool['min_nodes']}-{pool['max_nodes']} x {pool['machine_type']}"
+            f" ({pool['capacity_type']}), nodes {pool['node_name_prefix']}-<i>, MIGs {migs}"
+        )
     if out["cost"]["by_pool"]:
         console.print(_price_table(out["cost"]))
         for item in out["cost"].get("excluded", []):

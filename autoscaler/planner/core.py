@@ -72,7 +72,7 @@ def plan(
     policy: Policy,
     now: float,
     unavailable: Iterable[UnavailableOffering] = (),
-    hints: Mapping[str, Assignment] | None = None,
+    hints: Mapping[str, Assignment | Sequence[str]] | None = None,
 ) -> Plan:
     """Decide what to launch, where each pending unit runs, what to drain and delete, and why
     anything is left unserved.  `unavailable` is the caller's backoff memory; the plan returns the
@@ -96,7 +96,7 @@ def plan(
         index=CapacityIndex.from_inventory(inventory, exclude=timed_out),
         book=OfferBook(offerings, active, inventory.pools),
         names=NameAllocator(inventory),
-        hints={uid: a.nodes for uid, a in (hints or {}).items()},
+        hints={uid: _hint_nodes(a) for uid, a in (hints or {}).items()},
     )
     held = batch_hold(units, policy, now)
 
@@ -133,7 +133,7 @@ def plan(
         "placed_new": by_place[Placement.NEW],
         "unserved": len(unserved),
         "nodes_launched": sum(s.count for s in scale_ups),
-        "gpus_launched": sum(s.count * s_gpus(s, st) for s in scale_ups),
+        "gpus_launched": sum(s.count * inventory.pool(s.pool).gpus_per_node for s in scale_ups),
         "hourly_usd_added": round(sum(s.hourly_usd for s in scale_ups), 6),
         "nodes_drained": sum(len(d.nodes) for d in drains),
         "nodes_deleted": sum(len(d.names) for d in deletes),
@@ -142,8 +142,12 @@ def plan(
     return Plan(tuple(commands), assignments, tuple(unserved), active, stats)
 
 
-def s_gpus(s: ScaleUp, st: PlanState) -> int:
-    return st.inventory.pool(s.pool).gpus_per_node
+def _nodes(n: int) -> str:
+    return f"{n} new node{'s' if n != 1 else ''}"
+
+
+def _hint_nodes(h: object) -> tuple[str, ...]:
+    return tuple(h.nodes) if isinstance(h, Assignment) else tuple(h)  # type: ignore[arg-type]
 
 
 def build_scale_ups(batches: Iterable[Batch], now: float) -> tuple[list[ScaleUp], dict[int, str]]:
@@ -163,7 +167,8 @@ def build_scale_ups(batches: Iterable[Batch], now: float) -> tuple[list[ScaleUp]
         if b.gang:
             reason = f"gang {b.units[0]}: {len(names)} nodes all or nothing, {where} ({price})"
         else:
-            reason = f"{len(b.units)} pending units need {len(names)} new nodes: {where} ({price})"
+            units = f"{len(b.units)} pending unit{'s' if len(b.units) != 1 else ''}"
+            reason = f"{units} need{'s' if len(b.units) == 1 else ''} {_nodes(len(names))}: {where} ({price})"
         out.append(
             ScaleUp(
                 pool=b.pool.name,

@@ -77,6 +77,10 @@ def node_hourly(node_price: float | None, key: OfferingKey, prices: dict[Offerin
 def compute_headroom(inventory: Inventory, offerings: Iterable[Offering], policy: Policy) -> Headroom:
     """Room left under every limit, counting every live node (requested .. deleting)."""
     offerings = list(offerings)
+    for name in ("pool_max_nodes", "pool_max_gpus"):
+        unknown = sorted(set(getattr(policy, name)) - set(inventory.pool_by_name))
+        if unknown:
+            raise ValueError(f"Policy.{name}: unknown pools {unknown} (known: {sorted(inventory.pool_by_name)})")
     prices = {o.key: o.hourly_usd for o in offerings}
     pool_nodes: dict[str, float] = {}
     pool_gpus: dict[str, float] = {}

@@ -234,3 +234,20 @@ def test_hints_keep_units_on_the_nodes_they_were_given() -> None:
     assert plan([unit("u", 2)], full, [offering(8)], Policy(), 1, hints=prev.assignments).assignments["u"].nodes == (
         "h8-on-demand-1",
     )
+
+
+def test_policy_limits_for_unknown_pools_are_rejected() -> None:
+    with pytest.raises(ValueError, match=r"Policy\.pool_max_nodes: unknown pools \['nope'\]"):
+        plan([unit("u", 8)], inv([pool(8)]), [offering(8)], Policy(pool_max_nodes={"nope": 1}), 0)
+
+
+def test_duplicate_offerings_are_rejected() -> None:
+    with pytest.raises(ValueError, match="offerings: duplicate offering keys"):
+        plan([unit("u", 8)], inv([pool(8)]), [offering(8), offering(8)], Policy(), 0)
+
+
+def test_scale_up_reasons_read_well() -> None:
+    out = plan([unit("u", 8)], inv([pool(8)]), [offering(8)], Policy(), 0)
+    assert out.scale_ups[0].reason.startswith("1 pending unit needs 1 new node: on-demand a3-highgpu-8g")
+    out = plan([unit("a", 8), unit("b", 8)], inv([pool(8)]), [offering(8)], Policy(), 0)
+    assert out.scale_ups[0].reason.startswith("2 pending units need 2 new nodes")

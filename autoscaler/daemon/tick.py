@@ -179,6 +179,8 @@ class Daemon:
         offerings = self.provider.offerings()
         power = self.store.open_power()
         requests = self.store.requests(OPEN_REQUEST_STATES)
+        if res.leader:
+            self._preempted(cloud, requests, snodes, act)
 
         # 2. reconcile
         if res.leader:
@@ -267,6 +269,25 @@ class Daemon:
             if again:
                 self.store.enqueue_power("resume", again, now, {})
         return memory, failed
+
+    def _preempted(self, cloud, requests, snodes, act: Actuator) -> None:  # type: ignore[no-untyped-def]
+        """A held instance the cloud reports preempted: its jobs are lost.  Power the Slurm node down at once
+        (Slurm requeues the jobs and calls SuspendProgram) instead of waiting out SlurmdTimeout."""
+        if snodes is None:
+            return
+        held = {n for r in requests if r.state == "launched" for n in r.names}
+        names = [
+            c.name
+            for c in cloud
+            if c.status is CloudNodeStatus.GONE
+            and c.preempted
+            and c.name in held
+            and c.name in snodes
+            and not (snodes[c.name].powered_down or snodes[c.name].powering_down)
+        ]
+        if names:
+            logger.bind(names=names).warning("instances preempted: powering their Slurm nodes down {}", names)
+            act.scontrol(names, "power_down_force", "gpu-fleet: instance preempted")
 
     def _apply_reconcile(self, rec, requests, snodes, now, act: Actuator, memory, actuate: bool):  # type: ignore[no-untyped-def]
         by_id = {r.request_id: r for r in requests}

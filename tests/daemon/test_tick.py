@@ -263,3 +263,50 @@ def test_metrics_after_a_tick(make_daemon, slurm) -> None:
     assert 'gpu_fleet_autoscaler_hourly_usd{capacity_type="spot"} 40.0' in text
     assert "gpu_fleet_autoscaler_tick_duration_seconds_count 2.0" in text
     assert d.metrics.healthy(d.clock()) and not d.metrics.healthy(d.clock() + 121)
+
+
+def pending_job(job_id: int, nodes: int = 1, gpus: int = 8, reason: str = "Resources"):  # type: ignore[no-untyped-def]
+    from autoscaler.slurm.readers import SlurmJob
+
+    return SlurmJob(job_id, "j", "PENDING", reason, "gpu", nodes, gpus, None, (), 100, None, 1.0)
+
+
+def test_queue_depth_prewarm_powers_up_free_nodes_through_slurm_only_when_enabled(make_daemon, cloud, slurm) -> None:
+    from autoscaler.daemon.config import LoopConfig
+
+    slurm.jobs_ = [pending_job(7, nodes=2)]
+    off = make_daemon()
+    res = off.tick()
+    assert res.pending_units == 1 and slurm.updates == [] and cloud.nodes_ == {}
+    off.lock.release()
+    on = make_daemon(loop=LoopConfig(prewarm=True))
+    on.tick()
+    # Slurm is asked to power the nodes up (it then calls ResumeProgram); nothing is launched behind its back
+    assert slurm.updates == [(("c1-spot-0", "c1-spot-1"), "power_up")] and cloud.nodes_ == {}
+
+
+def test_pending_jobs_that_capacity_cannot_help_are_not_demand(make_daemon, slurm) -> None:
+    slurm.jobs_ = [pending_job(1, reason="Dependency"), pending_job(2, reason="JobHeldUser"), pending_job(3)]
+    res = make_daemon().tick()
+    assert res.pending_units == 1
+
+
+def test_preempted_instance_powers_its_slurm_node_down_at_once(make_daemon, cloud, slurm, clock) -> None:
+    import dataclasses
+
+    from autoscaler.cloud import CloudNodeStatus
+
+    d = make_daemon()
+    resume(d, NAMES[:1], job=3)
+    d.tick()
+    slurm.set("c1-spot-0", "allocated", gpus_used=8)
+    cloud.nodes_["c1-spot-0"] = dataclasses.replace(
+        cloud.nodes_["c1-spot-0"], status=CloudNodeStatus.GONE, preempted=True
+    )
+    clock.advance(5)
+    d.tick()
+    assert (("c1-spot-0",), "power_down_force") in slurm.updates
+    assert d.store.requests(["launched"]) == []  # released: a later resume launches it afresh
+    clock.advance(5)
+    d.tick()
+    assert [u for u in slurm.updates if u[1] == "power_down_force"] == [(("c1-spot-0",), "power_down_force")]

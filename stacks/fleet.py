@@ -6,6 +6,7 @@ Takes a spec that already passed `fleet.spec.load.load_spec`; every mapping deci
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pulumi
@@ -30,6 +31,7 @@ from fleet.spec.model import ClusterSpec, FleetSpec
 from stacks import plan
 
 # slurmrestd authenticates with JWTs signed by the key SlurmCluster keeps in Secret Manager.
+METADATA_INVENTORY = "gpu-fleet-inventory"  # controller metadata: this cluster's autoscaler_inventory entries
 SLURMRESTD_AUTH = {"AuthAltTypes": "auth/jwt", "AuthAltParameters": f"jwt_key={JWT_KEY_PATH}"}
 
 
@@ -122,6 +124,10 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
                 home=home,
                 scratch=scratch,
                 scratch_mount=cluster.storage.scratch.mount_point if cluster.storage.scratch else "/scratch",
+                # the daemon on the controller reads its pools from here (same shape as the stack output)
+                controller_metadata={
+                    METADATA_INVENTORY: json.dumps([plan.inventory_entry(spec, cluster, p, cat) for p in cluster.pools])
+                },
                 labels=_labels(spec, {}),
             ),
         )

@@ -47,6 +47,7 @@ class SlurmClusterArgs:
     slurm_conf, gres_conf, cgroup_conf: the rendered files (cgroup_conf optional).
     node_name_prefixes: one per pool (`<cluster>-<pool>`); scope of the controller's compute grant.
     home: Filestore "IP:/share" mounted on /home; scratch: Lustre mount source, scratch_mount: where.
+    controller_metadata: extra metadata on the controller only (e.g. the autoscaler inventory).
     """
 
     name: str
@@ -66,6 +67,7 @@ class SlurmClusterArgs:
     home: pulumi.Input[str] | None = None
     scratch: pulumi.Input[str] | None = None
     scratch_mount: str = "/scratch"
+    controller_metadata: dict[str, pulumi.Input[str]] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -164,6 +166,7 @@ class SlurmCluster(pulumi.ComponentResource):
             script("controller"),
             args,
             child,
+            extra_metadata=args.controller_metadata,
         )
         self.login_names = [f"{args.name}-login-{i}" for i in range(args.login_nodes)]
         self.logins = [
@@ -236,6 +239,7 @@ class SlurmCluster(pulumi.ComponentResource):
         script: pulumi.Output[str],
         args: SlurmClusterArgs,
         child: pulumi.ResourceOptions,
+        extra_metadata: dict[str, pulumi.Input[str]] | None = None,
     ) -> gcp.compute.Instance:
         return gcp.compute.Instance(
             resource_name,
@@ -260,6 +264,7 @@ class SlurmCluster(pulumi.ComponentResource):
                 METADATA_SLURM_CONF: args.slurm_conf,
                 METADATA_GRES_CONF: args.gres_conf,
                 **({METADATA_CGROUP_CONF: args.cgroup_conf} if args.cgroup_conf else {}),
+                **(extra_metadata or {}),
             },
             metadata_startup_script=script,
             labels={**args.labels, "gpu-fleet-cluster": args.name},

@@ -245,6 +245,11 @@ def test_generated_slurm_config_reaches_controller_and_nodes(a3mega):
     assert "SlurmctldHost=a3mega-controller" in conf
     assert "AuthAltTypes=auth/jwt" in conf and "jwt_key=/var/spool/slurmctld/jwt_hs256.key" in conf
     assert ctl["inputs"]["metadata"]["gres-conf"]
+    on_controller = parse_inventory(json.loads(ctl["inputs"]["metadata"]["gpu-fleet-inventory"]))
+    exported = parse_inventory(out)
+    assert [p.model_dump(exclude={"instance_template"}) for p in on_controller] == [
+        p.model_dump(exclude={"instance_template"}) for p in exported
+    ]
     for tpl in [r for r in out["resources"] if r["type"].endswith("InstanceTemplate")]:
         md = tpl["inputs"]["metadata"]
         assert md["slurm-conf"] == conf

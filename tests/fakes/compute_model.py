@@ -19,6 +19,7 @@ import subprocess
 import threading
 import time
 import uuid
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,11 @@ def quota_metric(accelerator: str, provisioning_model: str) -> str:
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def stable_id(name: str) -> int:
+    """A resource id that is the same in every run (GCE ids are opaque uint64s)."""
+    return zlib.crc32(name.encode()) + 10**9
 
 
 def last_segment(url_or_name: str) -> str:
@@ -395,7 +401,7 @@ class ComputeState:
         region = self._zone(project, zone)
         return {
             "kind": "compute#zone",
-            "id": str(abs(hash(zone)) % 10**12),
+            "id": str(stable_id(zone)),
             "name": zone,
             "status": "UP",
             "region": f"{BASE_URL}/projects/{project}/regions/{region}",
@@ -407,7 +413,7 @@ class ComputeState:
             reg = self._region(project, region)
             return {
                 "kind": "compute#region",
-                "id": str(abs(hash(region)) % 10**12),
+                "id": str(stable_id(region)),
                 "name": region,
                 "status": "UP",
                 "zones": [f"{BASE_URL}/projects/{project}/zones/{z}" for z in reg.zones],
@@ -538,7 +544,7 @@ class ComputeState:
         zurl = f"{BASE_URL}/projects/{project}/zones/{res.zone}"
         return {
             "kind": "compute#reservation",
-            "id": str(abs(hash(res.name)) % 10**12),
+            "id": str(stable_id(res.name)),
             "name": res.name,
             "zone": zurl,
             "status": "READY",

@@ -61,7 +61,10 @@ def build_slurm(cfg: DaemonConfig) -> SlurmClient:
         token = os.environ.get("SLURM_JWT") or (s.jwt_file.read_text().strip() if s.jwt_file else "")
         if not token:
             raise ConfigError("config", [("slurm.jwt_file", "mode 'rest' needs a JWT (jwt_file or SLURM_JWT)")])
-        return RestSlurm(s.rest_url or "", token=token, user=s.rest_user, api=s.rest_api, timeout_s=s.timeout_s)
+        cli = CliSlurm(bin_dir=s.bin_dir, conf=s.conf, timeout_s=s.timeout_s)  # node updates on 22.05
+        return RestSlurm(
+            s.rest_url or "", token=token, user=s.rest_user, api=s.rest_api, timeout_s=s.timeout_s, cli=cli
+        )
     return CliSlurm(bin_dir=s.bin_dir, conf=s.conf, timeout_s=s.timeout_s)
 
 

@@ -94,14 +94,31 @@ class CliSlurm:
         self._run(*args)
 
 
-class RestSlurm:
-    """slurmrestd (openapi v0.0.38 by default) with JWT auth: ``X-SLURM-USER-NAME`` / ``X-SLURM-USER-TOKEN``."""
+# openapi versions without a node-update endpoint (it appeared in v0.0.39): updates go through scontrol
+_NO_NODE_UPDATE = frozenset({"v0.0.36", "v0.0.37", "v0.0.38"})
 
-    def __init__(self, url: str, *, token: str, user: str = "slurm", api: str = "v0.0.38", timeout_s: float = 10):
+
+class RestSlurm:
+    """slurmrestd (openapi v0.0.38 by default) with JWT auth: ``X-SLURM-USER-NAME`` / ``X-SLURM-USER-TOKEN``.
+
+    Reads go to slurmrestd.  Slurm 22.05's openapi (<= v0.0.38) cannot update nodes, so `update_nodes` then
+    runs scontrol through `cli` (the daemon lives on the controller host, where scontrol works)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str,
+        user: str = "slurm",
+        api: str = "v0.0.38",
+        timeout_s: float = 10,
+        cli: CliSlurm | None = None,
+    ):
         import httpx
 
         self._httpx = httpx
         self.api = api
+        self.cli = cli
         self.client = httpx.Client(
             base_url=url.rstrip("/"),
             headers={"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": token},
@@ -130,6 +147,11 @@ class RestSlurm:
     def update_nodes(self, names: Sequence[str], state: str, reason: str | None = None) -> None:
         if state not in NODE_UPDATE_STATES:
             raise ValueError(f"state: {state!r} is not one of {sorted(NODE_UPDATE_STATES)}")
+        if self.api in _NO_NODE_UPDATE:
+            if self.cli is None:
+                raise SlurmUnavailable(f"slurmrestd {self.api} cannot update nodes and no scontrol fallback is set")
+            self.cli.update_nodes(names, state, reason)
+            return
         body: dict[str, Any] = {"state": [state.upper()]}
         if reason or state == "drain":
             body["reason"] = reason or "gpu-fleet autoscaler"

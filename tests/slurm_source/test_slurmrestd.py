@@ -1,0 +1,80 @@
+"""The slurmrestd client (openapi v0.0.38, JWT) against a real slurmctld + slurmrestd: same jobs and nodes as
+the CLI; node updates (drain / undrain) go through scontrol, as 22.05's openapi has no node update."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from autoscaler.slurm.client import CliSlurm, RestSlurm
+from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_nodes_unavailable_reason, cloud_slurm_conf
+from tests.harness.slurm import SlurmHarness, free_port
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module")
+def restd(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[tuple[SlurmHarness, str, str]]:
+    reason = cloud_nodes_unavailable_reason()
+    if reason or (shutil.which("slurmrestd") is None and not os.path.exists("/usr/sbin/slurmrestd")):
+        pytest.skip(reason or "slurmrestd is not installed (scripts/setup.sh installs it)")
+    h = slurm_factory()
+    nodes = CloudNodes(h, [Nodeset("r1-od", 2, 17600)])
+    nodes.prepare()
+    key = h.root / "state" / "jwt_hs256.key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    conf = cloud_slurm_conf(h, nodes, {"gpu": ["r1-od"]}, suspend_time=300)
+    conf += f"AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key={key}\n"
+    h.start(conf, nodes.gres_conf())
+    port = free_port()
+    # slurmrestd refuses to run as root: run it as nobody, JWT auth on TCP 127.0.0.1
+    h.spawn(
+        "slurmrestd",
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "slurmrestd", "-s", "openapi/v0.0.38",
+         "-a", "rest_auth/jwt", f"127.0.0.1:{port}"],
+        env={**h.env, "SLURM_JWT": "daemon"},
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    token = h.run("scontrol", "token", "username=root", "lifespan=600", check=True).stdout.strip().split("=", 1)[1]
+    yield h, url, token
+    h.stop()
+
+
+def test_rest_client_reads_what_the_cli_reads(restd) -> None:
+    h, url, token = restd
+    jid = int(h.run("sbatch", "--parsable", "-p", "gpu", "-N", "3", "--gres=gpu:8", "--wrap", "true").stdout)
+    rest = RestSlurm(url, token=token, user="root")
+    cli = CliSlurm(env={"SLURM_CONF": str(h.conf_path)})
+    (job,) = [j for j in rest.jobs() if j.job_id == jid]
+    assert (job.partition, job.node_count, job.gpus_per_node, job.pending) == ("gpu", 3, 8, True)
+    assert job.reason in ("PartitionNodeLimit", "PartitionConfig")
+    rn = {n.name: n for n in rest.nodes()}
+    cn = {n.name: n for n in cli.nodes()}
+    assert set(rn) == set(cn) and {"r1-od-0", "r1-od-1"} <= set(rn)
+    assert rn["r1-od-0"].cloud and rn["r1-od-0"].powered_down and rn["r1-od-0"].gpus == 8
+    subprocess.run(["scancel", str(jid)], env=h.env, check=False)
+
+
+def test_rest_client_updates_nodes(restd) -> None:
+    h, url, token = restd
+    cli = CliSlurm(env={"SLURM_CONF": str(h.conf_path)})
+    rest = RestSlurm(url, token=token, user="root", cli=cli)  # 22.05's openapi cannot update nodes: scontrol
+    rest.update_nodes(["r1-od-1"], "drain", "gpu-fleet test")
+    n = {x.name: x for x in cli.nodes()}["r1-od-1"]
+    assert n.drain and n.reason == "gpu-fleet test"
+    rest.update_nodes(["r1-od-1"], "undrain")
+    assert not {x.name: x for x in cli.nodes()}["r1-od-1"].drain

@@ -128,3 +128,21 @@ def test_stop_request_lets_the_running_tick_finish_and_returns_0(tmp_path: Path)
     threading.Thread(target=lambda: (d.running.wait(5), loop.request_stop()), daemon=True).start()
     assert loop.run(install_signals=False) == 0
     assert d.ticks >= 1 and d.finished == d.ticks  # never cut short, never overlapping
+
+
+def test_deploy_wrappers_are_the_paths_the_slurm_conf_renderer_uses(tmp_path: Path) -> None:
+    from fleet.slurm.conf import HOOKS
+
+    state = tmp_path / "s.db"
+    env = {"PATH": "/usr/bin:/bin", "GPU_FLEET_PYTHON": sys.executable, "GPU_FLEET_AUTOSCALER_STATE": str(state)}
+    for action, arg in (("resume", "a-[0-1]"), ("suspend", "a-0"), ("resume_fail", "a-1")):
+        assert HOOKS[action].endswith(f"/deploy/slurm/{action}.sh")
+        script = ROOT / "deploy" / "slurm" / f"{action}.sh"
+        cp = subprocess.run([str(script), arg], env=env, capture_output=True, text=True, timeout=30)
+        assert cp.returncode == 0, cp.stderr
+    assert [(r.action, r.name) for r in StateStore(state).open_power()] == [
+        ("resume", "a-0"),
+        ("resume", "a-1"),
+        ("suspend", "a-0"),
+        ("resume_fail", "a-1"),
+    ]

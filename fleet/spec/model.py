@@ -10,7 +10,7 @@ from __future__ import annotations
 from ipaddress import IPv4Network
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fleet.catalog import CapacityType
 
@@ -58,7 +58,14 @@ class FilestoreSpec(_Spec):
 class BucketSpec(_Spec):
     name: str | None = Field(None, description="globally unique bucket name; default: <project>-<cluster>-checkpoints")
     location: str | None = Field(None, description="default: the fleet's region")
-    soft_delete_days: int = Field(7, ge=0, le=90)
+    soft_delete_days: int = Field(7, ge=0, le=90, description="0 disables soft delete; else 7..90 (GCS limits)")
+
+    @field_validator("soft_delete_days")
+    @classmethod
+    def _gcs_retention(cls, days: int) -> int:
+        if 0 < days < 7:
+            raise ValueError("GCS soft-delete retention is 0 (off) or 7 to 90 days")
+        return days
 
 
 class LustreSpec(_Spec):

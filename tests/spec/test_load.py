@@ -33,6 +33,8 @@ SCHEMA_CASES = [
         (lambda d: d["clusters"][0]["pools"][1].update(min_nodes=-1), "clusters[0].pools[1].min_nodes",
          "greater than or equal to 0"),
         (lambda d: d.update(clusters=[]), "clusters", "at least 1 item"),
+        (lambda d: d["clusters"][0].update(storage={"checkpoints": {"soft_delete_days": 3}}),
+         "clusters[0].storage.checkpoints.soft_delete_days", "0 (off) or 7 to 90 days"),
 ]  # fmt: skip
 
 

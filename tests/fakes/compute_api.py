@@ -68,11 +68,14 @@ class Request:
         return self.params.get("requestId")
 
 
-def _page(items: list[Json], req: Request, kind: str, key: str = "items") -> Json:
-    """GCE list paging: `maxResults` (<= 500) and an opaque `pageToken`."""
+def _page(items: list[Json], req: Request, kind: str | None, key: str = "items") -> Json:
+    """GCE list paging: `maxResults` (<= 500) and an opaque `pageToken`.  Some list responses
+    (listManagedInstances, listErrors) carry no `kind`."""
     size = min(int(req.params.get("maxResults") or 500), 500)
     start = int(req.params.get("pageToken") or 0)
-    out: Json = {"kind": kind, key: items[start : start + size]}
+    out: Json = {key: items[start : start + size]}
+    if kind:
+        out["kind"] = kind
     if start + size < len(items):
         out["nextPageToken"] = str(start + size)
     return out
@@ -126,7 +129,7 @@ def _routes(s: ComputeState, rr: ResizeRequestBook) -> list[tuple[str, re.Patter
             lambda r: _page(
                 s.list_managed_instances(r["project"], r["zone"], r["igm"]),
                 r,
-                "compute#instanceGroupManagersListManagedInstancesResponse",
+                None,
                 "managedInstances",
             ),
         ),
@@ -136,7 +139,7 @@ def _routes(s: ComputeState, rr: ResizeRequestBook) -> list[tuple[str, re.Patter
             lambda r: _page(
                 s.list_mig_errors(r["project"], r["zone"], r["igm"]),
                 r,
-                "compute#instanceGroupManagersListErrorsResponse",
+                None,
             ),
         ),
         (

@@ -12,11 +12,12 @@ vanished, an idle node reaching the idle timeout, or drained nodes waiting for t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.cloud import ProviderError
 from autoscaler.model import (
+    Assignment,
     Drain,
     Inventory,
     Node,
@@ -60,6 +61,7 @@ class GpuFleetPolicy:
     _nodes: dict[str, tuple[SimNode, int, Node]] = field(default_factory=dict)
     _placed: set[str] = field(default_factory=set)  # units the last plan found capacity for
     _pools: list[Pool] = field(default_factory=list)
+    _hints: Mapping[str, Assignment] = field(default_factory=dict)  # the last plan's assignments
     _kept: dict[str, tuple[SimNode, int]] = field(default_factory=dict)  # idle past the timeout, kept by the planner
 
     def pools(self, scenario: Scenario) -> list[Pool]:
@@ -132,9 +134,10 @@ class GpuFleetPolicy:
         if len(self._nodes) > 2 * len(nodes) + 64:
             self._nodes = {k: v for k, v in self._nodes.items() if k in nodes}
         inventory = Inventory(tuple(self._pools), tuple(self._node(n, now) for n in nodes.values()))
-        p = plan(demand, inventory, view.offerings(), self.policy, now, self.unavailable)
+        p = plan(demand, inventory, view.offerings(), self.policy, now, self.unavailable, hints=self._hints)
         self.planner_calls += 1
         self.unavailable = p.unavailable
+        self._hints = p.assignments
         self._placed = {uid for uid, a in p.assignments.items() if a.placement is not Placement.READY}
         nominations = {}
         for cmd in p.scale_ups:

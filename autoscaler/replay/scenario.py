@@ -34,6 +34,7 @@ class Scenario(BaseModel):
     register_seconds: float = Field(30.0, ge=0.0)
     stockout_rate: float = Field(0.0, ge=0.0, le=1.0)
     stockout_window_s: float = Field(1800.0, gt=0.0)
+    stockout_mode: Literal["timeline", "per-attempt"] = "timeline"  # see SimConfig.stockout_mode
     preemption_rate_per_hour: float = Field(0.01, ge=0.0)
     seed: int = 0
 
@@ -133,6 +134,7 @@ class Scenario(BaseModel):
             default_boot=BootProfile.total(self.boot_seconds, self.register_seconds),
             stockout_rate=self.stockout_rate,
             stockout_window_s=self.stockout_window_s,
+            stockout_mode=self.stockout_mode,
             preemption_rate_per_hour=self.preemption_rate_per_hour,
             reservations=reservations,
             seed=self.seed,

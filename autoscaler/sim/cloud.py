@@ -74,6 +74,8 @@ class SimCloud:
         self._seq = 0
         self._errors: list[ProvisioningFailure] = []
         self._out_until: dict[OfferingKey, float] = {}
+        self._timeline: dict[OfferingKey, list] = {}  # key -> [rng, out?, next switch time]
+        self._origin = clock()
         self._stockout_rng: dict[OfferingKey, random.Random] = {}
         self._preempt_rng = random.Random(f"{config.seed}:preemption")
         self._gpus_in_use: dict[CapacityType, int] = {}
@@ -208,10 +210,41 @@ class SimCloud:
         return sum(reservation_cost(r.nodes, r.hourly_usd, span_s) for r in self.config.reservations)
 
     def stocked_out(self, key: OfferingKey, now: float | None = None) -> bool:
+        """Whether launches in `key` fail now (scheduled windows, the timeline, or a recent failure)."""
         now = self._clock() if now is None else now
-        return self._out_until.get(key, -math.inf) > now or any(
-            self._window_matches(w, key, now) for w in self.config.stockout_windows
-        )
+        if key.capacity_type is CapacityType.RESERVATION:
+            return False
+        if any(self._window_matches(w, key, now) for w in self.config.stockout_windows):
+            return True
+        if self.config.stockout_mode == "timeline":
+            return self._timeline_out(key, now)
+        return self._out_until.get(key, -math.inf) > now
+
+    def _timeline_out(self, key: OfferingKey, now: float) -> bool:
+        """An alternating in-stock / out-of-stock process per offering, from the cloud's start:
+        out windows last Exp(mean W), in-stock spells Exp(mean W (1 - R) / R), so the offering is
+        out a share R of the time and a launch at a random moment fails with probability R."""
+        rate = self.config.stockout_rate
+        if rate <= 0.0:
+            return False
+        if rate >= 1.0:
+            return True
+        w = self.config.stockout_window_s
+        tl = self._timeline.get(key)
+        if tl is None:
+            rng = random.Random(f"{self.config.seed}:stockout-timeline:{key}")
+            out = rng.random() < rate
+            tl = self._timeline[key] = [
+                rng,
+                out,
+                self._origin + rng.expovariate(1.0 / (w if out else w * (1 - rate) / rate)),
+            ]
+        rng, out, switch = tl
+        while switch <= now:
+            out = not out
+            switch += rng.expovariate(1.0 / (w if out else w * (1 - rate) / rate))
+        tl[1], tl[2] = out, switch
+        return out
 
     # ---- internals ------------------------------------------------------------------------------
 
@@ -257,7 +290,7 @@ class SimCloud:
                     offering=key,
                     code="QUOTA_EXCEEDED",
                 )
-        if self.stocked_out(key, now) or self._draw_stockout(key, now):
+        if self.stocked_out(key, now) or (self.config.stockout_mode == "per-attempt" and self._draw_stockout(key, now)):
             self.stockouts += 1
             raise InsufficientCapacity(
                 f"{key.machine_type} ({key.capacity_type}) exhausted in {key.zone}",

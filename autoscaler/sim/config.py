@@ -5,6 +5,8 @@ are seconds of simulated time; all rates are per hour."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fleet.catalog import CapacityType, UnknownMachineType, load_catalog
@@ -81,8 +83,13 @@ class SimConfig(BaseModel):
     capacity_types: tuple[CapacityType, ...] = (CapacityType.ON_DEMAND,)
     boot: dict[str, BootProfile] = Field(default_factory=dict)  # per machine type
     default_boot: BootProfile = BootProfile()
-    stockout_rate: float = Field(0.0, ge=0.0, le=1.0)  # probability one launch attempt stocks out
-    stockout_window_s: float = Field(1800.0, gt=0)  # how long a stocked-out offering stays out
+    stockout_rate: float = Field(0.0, ge=0.0, le=1.0)  # probability a launch in an offering stocks out
+    stockout_window_s: float = Field(1800.0, gt=0)  # how long a stocked-out offering stays out (mean)
+    # "timeline": each offering alternates between in stock and out (exponential out windows of mean
+    # stockout_window_s, out a stockout_rate share of the time), the same weather whoever asks and how
+    # often; "per-attempt": each launch attempt fails with probability stockout_rate and a failure keeps
+    # the offering out for stockout_window_s (so asking more often opens more windows)
+    stockout_mode: Literal["timeline", "per-attempt"] = "timeline"
     stockout_windows: tuple[StockoutWindow, ...] = ()
     preemption_rate_per_hour: float = Field(0.0, ge=0.0)  # per running spot node
     gpu_quota: dict[CapacityType, int] = Field(default_factory=dict)  # region GPUs per capacity type

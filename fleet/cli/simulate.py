@@ -22,6 +22,7 @@ FLAG_OF = {
     "boot_seconds": "--boot-seconds",
     "stockout_rate": "--stockout-rate",
     "stockout_window_s": "--stockout-window",
+    "stockout_mode": "--stockout-mode",
     "preemption_rate_per_hour": "--preemption-rate",
     "reservation_rate": "--reservation-rate",
     "seed": "--seed",
@@ -48,6 +49,9 @@ def simulate(
     boot_seconds: float = typer.Option(360.0, "--boot-seconds", help="launch request to node ready, seconds"),
     stockout_rate: float = typer.Option(0.0, "--stockout-rate", help="probability one launch attempt stocks out"),
     stockout_window: float = typer.Option(1800.0, "--stockout-window", help="seconds a stocked-out offering stays out"),
+    stockout_mode: str = typer.Option(
+        "timeline", "--stockout-mode", help="timeline (same outages whoever asks) or per-attempt (each try may fail)"
+    ),
     preemption_rate: float = typer.Option(0.01, "--preemption-rate", help="spot preemptions per node-hour"),
     reservation_rate: str = typer.Option("commit-1y", "--reservation-rate", help="commit-1y or on-demand"),
     seed: int = typer.Option(0, "--seed", help="seed of every random choice (spot-tolerant jobs, stockouts, ...)"),
@@ -77,6 +81,7 @@ def simulate(
             boot_seconds=boot_seconds,
             stockout_rate=stockout_rate,
             stockout_window_s=stockout_window,
+            stockout_mode=stockout_mode,  # type: ignore[arg-type]
             preemption_rate_per_hour=preemption_rate,
             seed=seed,
         )

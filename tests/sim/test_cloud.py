@@ -172,3 +172,27 @@ def test_config_errors_name_the_field() -> None:
                 SimReservation(name="r", zone="us-central1-z", machine_type="a3-highgpu-8g", nodes=1, hourly_usd=1),
             )
         )
+
+
+def test_timeline_stockouts_are_the_same_weather_however_often_anyone_asks() -> None:
+    busy, _ = make(stockout_rate=0.25, stockout_window_s=600, seed=5)
+    quiet, _ = make(stockout_rate=0.25, stockout_window_s=600, seed=5)
+    a, b = [], []
+    for t in range(0, 2000 * 3600, 60):  # one client polls every minute, the other hourly (time moves forward)
+        out = busy.stocked_out(OD_8G, float(t))
+        if t % 3600 == 0:
+            a.append(out)
+            b.append(quiet.stocked_out(OD_8G, float(t)))
+    assert a == b
+    assert 0.2 < sum(a) / len(a) < 0.3  # out about a quarter of the time
+    assert not busy.stocked_out(OfferingKey("sim", ZONE, "a3-highgpu-8g", CapacityType.RESERVATION, "r"), 0.0)
+
+
+def test_per_attempt_stockouts_open_a_window_on_each_failure() -> None:
+    cloud, clock = make(stockout_rate=1.0, stockout_window_s=100, stockout_mode="per-attempt")
+    assert not cloud.stocked_out(OD_8G)
+    with pytest.raises(InsufficientCapacity):
+        cloud.launch(req("r1", "n-0"))
+    assert cloud.stocked_out(OD_8G)
+    clock.advance_to(100)
+    assert not cloud.stocked_out(OD_8G)

@@ -147,9 +147,13 @@ class Daemon:
             res.ok = True
             self.metrics.ticks.labels(outcome="ok").inc()
             self.metrics.tick_succeeded(self.clock())
-        except (ProviderError, SlurmUnavailable, OSError) as exc:
+        except (ProviderError, SlurmUnavailable, OSError) as exc:  # the cloud or the disk: retried next tick
             res.error = f"{type(exc).__name__}: {exc}"
             logger.bind(error=res.error).error("tick failed: {}", res.error)
+            self.metrics.ticks.labels(outcome="failed").inc()
+        except Exception as exc:  # a bug or unexpected data: keep the daemon alive, say so loudly
+            res.error = f"{type(exc).__name__}: {exc}"
+            logger.bind(error=res.error).opt(exception=exc).error("tick failed unexpectedly: {}", res.error)
             self.metrics.ticks.labels(outcome="failed").inc()
         finally:
             res.commands = act.log.entries

@@ -310,3 +310,18 @@ def test_preempted_instance_powers_its_slurm_node_down_at_once(make_daemon, clou
     clock.advance(5)
     d.tick()
     assert [u for u in slurm.updates if u[1] == "power_down_force"] == [(("c1-spot-0",), "power_down_force")]
+
+
+def test_a_failing_cloud_fails_the_tick_not_the_daemon(make_daemon, cloud) -> None:
+    from autoscaler.cloud import TransientError
+
+    d = make_daemon()
+
+    def broken(pools=None):  # type: ignore[no-untyped-def]
+        raise TransientError("HTTP 503 from listManagedInstances after retries")
+
+    cloud.list_nodes = broken  # type: ignore[method-assign]
+    res = d.tick()
+    assert not res.ok and "503" in res.error
+    assert not d.metrics.healthy(d.clock())
+    assert 'gpu_fleet_autoscaler_ticks_total{outcome="failed"} 1.0' in d.metrics.render().decode()

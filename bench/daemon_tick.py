@@ -109,7 +109,16 @@ def main() -> None:
     ap.add_argument("--ticks", type=int, default=10)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--with-gce-imports",
+        action="store_true",
+        help="also import the GCE provider stack (google-cloud-compute), as the real daemon does, for its RSS",
+    )
     a = ap.parse_args()
+    if a.with_gce_imports:
+        import google.cloud.compute_v1  # noqa: F401
+
+        import autoscaler.gce  # noqa: F401
     setup_logging(level="ERROR")
     rng = random.Random(a.seed)
     t0 = time.time()
@@ -155,6 +164,7 @@ def main() -> None:
         cur, peak = rss_mib()
         out = {
             "jobs": a.jobs,
+            "gce_imports": a.with_gce_imports,
             "pending_units_seen": res.pending_units,
             "cloud_nodes": len(cloud.nodes_),
             "ticks": a.ticks,

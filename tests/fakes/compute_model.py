@@ -686,15 +686,24 @@ class ComputeState:
     # ----------------------------------------------------------------- capacity checks
 
     def _capacity_error(
-        self, project: str, zone: str, machine_type: str, model: str, accel: str | None, gpus: int
+        self,
+        project: str,
+        zone: str,
+        machine_type: str,
+        model: str,
+        accel: str | None,
+        gpus: int,
+        reservation: str | None = None,
     ) -> Json | None:
+        """Why a creation fails now, as GCE reports it, or None.  Reserved capacity was charged to
+        quota when the reservation was made, so consuming it needs no quota."""
         if (zone, machine_type, None) in self.stockouts or (zone, machine_type, model) in self.stockouts:
             self.faults_injected["stockout"] += 1
             return {
                 "code": "ZONE_RESOURCE_POOL_EXHAUSTED",
                 "message": STOCKOUT_MESSAGE.format(project=project, zone=zone),
             }
-        if accel and gpus:
+        if accel and gpus and reservation is None:
             region = self.zone_region[(project, zone)]
             q = self.regions[(project, region)].quotas.get(quota_metric(accel, model))
             if q is not None and q.usage + gpus > q.limit:
@@ -706,7 +715,7 @@ class ComputeState:
         return None
 
     def _charge(self, project: str, inst: Instance, sign: int) -> None:
-        if inst.accelerator and inst.gpu_count:
+        if inst.accelerator and inst.gpu_count and inst.reservation is None:
             region = self.zone_region[(project, inst.zone)]
             q = self.regions[(project, region)].quotas.get(quota_metric(inst.accelerator, inst.provisioning_model))
             if q is not None:
@@ -747,7 +756,7 @@ class ComputeState:
 
     def _attempt_member(self, project: str, mig: Mig, member: ManagedInstance, request_id: str | None) -> None:
         error = self._capacity_error(
-            project, mig.zone, mig.machine_type, mig.provisioning_model, mig.accelerator, mig.gpu_count
+            project, mig.zone, mig.machine_type, mig.provisioning_model, mig.accelerator, mig.gpu_count, mig.reservation
         )
         if error is not None:
             member.current_action = "CREATING"
@@ -937,7 +946,9 @@ class ComputeState:
             fault = self._take_operation_fault("insert")
             error = [{"code": fault.code, "message": fault.message}] if fault else None
             status = fault.http_status if fault else None
-            if error is None and (cap := self._capacity_error(project, zone, machine_type, model, accel, gpus)):
+            reservation = values[0] if values else None
+            cap = None if error else self._capacity_error(project, zone, machine_type, model, accel, gpus, reservation)
+            if cap:
                 error, status = [cap], 503 if cap["code"].startswith("ZONE_RESOURCE") else 403
             if error is not None:
                 self.record("create-failed", name, zone, request_id, error[0]["code"])
@@ -955,7 +966,7 @@ class ComputeState:
                 gpu_count=gpus,
                 id=next(self._ids),
                 created=now_iso(),
-                reservation=values[0] if values else None,
+                reservation=reservation,
                 labels=labels,
                 metadata=metadata,
             )

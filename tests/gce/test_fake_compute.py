@@ -206,3 +206,17 @@ def test_unknown_resources_are_404(fake_compute: FakeCompute) -> None:
         migs.get(project=P, zone=Z, instance_group_manager="nope")
     with pytest.raises(exceptions.NotFound, match="zones/mars-1a"):
         migs.get(project=P, zone="mars-1a", instance_group_manager="mig")
+
+
+def test_reserved_capacity_needs_no_quota_and_counts_as_in_use(fake_compute: FakeCompute) -> None:
+    fake_compute.add_region(R, [Z], quotas={"NVIDIA_H100_MEGA_GPUS": 0})
+    fake_compute.add_mig(
+        Z, "mig", "a3-megagpu-8g", accelerator="nvidia-h100-mega-80gb", gpu_count=8, reservation="resv"
+    )
+    fake_compute.add_reservation(Z, "resv", "a3-megagpu-8g", count=2)
+    create(fake_compute, ["n-0"])
+    assert not managed(fake_compute)["n-0"].last_attempt.errors.errors
+    res = compute_v1.ReservationsClient(**compute_client_kwargs(fake_compute)).get(
+        project=P, zone=Z, reservation="resv"
+    )
+    assert res.specific_reservation.in_use_count == 1

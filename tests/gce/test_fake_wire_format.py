@@ -19,7 +19,7 @@ P, R, Z = "test-project", "us-central1", "us-central1-a"
 def test_every_response_is_a_strict_compute_v1_message(fake_compute_factory) -> None:
     fake: FakeCompute = fake_compute_factory(P)
     fake.add_region(R, [Z], quotas={"NVIDIA_H100_MEGA_GPUS": 8})
-    fake.add_mig(Z, "mig", "a3-megagpu-8g", accelerator="nvidia-h100-mega-80gb", gpu_count=8, reservation="resv")
+    fake.add_mig(Z, "mig", "a3-megagpu-8g", accelerator="nvidia-h100-mega-80gb", gpu_count=8)
     fake.add_reservation(Z, "resv", "a3-megagpu-8g", count=2)
     base = f"{fake.url}/compute/v1/projects/{P}"
     igm = f"{base}/zones/{Z}/instanceGroupManagers/mig"

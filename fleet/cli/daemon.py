@@ -66,6 +66,9 @@ def run(
     server = None
     if cfg.metrics.enabled:
         server = MetricsServer(daemon.metrics, cfg.metrics.host, cfg.metrics.port).start()
+        from loguru import logger
+
+        logger.info("metrics on http://{}:{}/metrics (health: /healthz)", cfg.metrics.host, server.port)
     try:
         code = RunLoop(daemon, interval_s=cfg.loop.interval_s).run()
     finally:

@@ -59,3 +59,19 @@ def test_once_dry_run_prints_the_plan_as_json_and_touches_nothing(tmp_path: Path
         for line in cp.stderr.strip().splitlines():  # --log-json: one JSON object per line
             assert isinstance(json.loads(line), dict)
     assert len(StateStore(state).open_power()) == 2 and StateStore(state).requests() == []
+
+
+def test_status_prints_the_state_store(tmp_path: Path) -> None:
+    from autoscaler.daemon.state import StateStore
+
+    s = StateStore(tmp_path / "s.db")
+    s.enqueue_power("resume", ["a-0"], 1.0, {})
+    s.record_intent("r1", "spot", {"zone": "z"}, ["a-1"], 2.0)
+    s.mark_unavailable("gcp:z:m:spot", {"zone": "z"}, 4e9, "stockout")
+    s.close()
+    cp = run("autoscaler", "status", "--state", str(tmp_path / "s.db"))
+    assert cp.returncode == 0, cp.stderr
+    out = json.loads(cp.stdout)
+    assert [r["name"] for r in out["power_queue"]] == ["a-0"]
+    assert [(r["request_id"], r["state"]) for r in out["open_requests"]] == [("r1", "intent")]
+    assert [u["key"] for u in out["unavailable"]] == ["gcp:z:m:spot"]

@@ -21,6 +21,7 @@ from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.state import ClusterState, Job, JobState, ReplayError, SimNode
 from autoscaler.replay.trace import TraceJob
 from autoscaler.sim import NodeEventKind, SimClock, SimCloud, SimConfig
+from fleet.catalog import CapacityType, load_catalog
 
 _JOB_END, _TIMER = 0, 1
 MAX_ROUNDS = 8  # decide -> execute -> failure -> decide again, per instant
@@ -28,7 +29,8 @@ MAX_ROUNDS = 8  # decide -> execute -> failure -> decide again, per instant
 
 @dataclass
 class Timeline:
-    """Step changes of demanded and provisioned GPUs (for the report)."""
+    """Step changes of demanded GPUs (running + pending), billed GPUs (the reservation counted whole,
+    plus every other live node, booting included) and running GPUs, for the report."""
 
     t: list[float] = field(default_factory=list)
     demand: list[int] = field(default_factory=list)
@@ -75,6 +77,10 @@ class ReplayEngine:
         self.state = ClusterState([Job(i, tj, *tj.shape()) for i, tj in enumerate(sorted(jobs, key=_key))])
         self.pools: Mapping[str, Pool] = {p.name: p for p in policy.pools(scenario)}
         self.timeline = Timeline()
+        cat = load_catalog()
+        self.reserved_gpus = sum(
+            r.nodes * cat.machine(r.machine_type).gpu_count for r in self.cloud.config.reservations
+        )
         self.counters = EngineCounters()
         self.t_start = self.state.jobs[0].submit
         self.t_end: float | None = None
@@ -174,7 +180,7 @@ class ReplayEngine:
                 self._start(self.state.schedule(t, binding=self.policy.binds_nominations), t)
             if reasons and self.state.done < n:
                 self._decide(frozenset(reasons))
-            self.timeline.record(t, self.state.demand_gpus, self.state.provisioned_gpus, self.state.running_gpus)
+            self.timeline.record(t, self.state.demand_gpus, self._billed_gpus(), self.state.running_gpus)
         self.t_end = self.now
         self.state.settle_holds(self.now)
         for node in list(self.state.nodes.values()):
@@ -183,6 +189,11 @@ class ReplayEngine:
         self.timeline.record(self.now, 0, 0, 0)
         self.wall_s = time.perf_counter() - wall0
         return self
+
+    def _billed_gpus(self) -> int:
+        """GPUs being paid for: the whole reservation, plus every other live node."""
+        st = self.state
+        return st.provisioned_gpus - st.provisioned_by_capacity.get(CapacityType.RESERVATION, 0) + self.reserved_gpus
 
     def _start(self, started: list[Job], t: float) -> None:
         for job in started:

@@ -52,7 +52,10 @@ def _figures(result: RunResult) -> list[tuple[str, bytes]]:
         prov = resample(tl.t, tl.provisioned, grid)
         ymax = max(ymax, float(prov.max(initial=0)), float(demand.max(initial=0)))
         ax.fill_between(days, 0, prov, step="post", color=PROVISIONED_COLOR, alpha=0.25, linewidth=0)
-        ax.step(days, prov, where="post", color=PROVISIONED_COLOR, linewidth=0.8, label="provisioned (billed) GPUs")
+        ax.step(days, prov, where="post", color=PROVISIONED_COLOR, linewidth=0.8, label="billed GPUs")
+        reserved = result.engines[name].reserved_gpus
+        if reserved:
+            ax.axhline(reserved, color=CAPACITY_COLORS["reservation"], linestyle=":", linewidth=1, label="reservation")
         ax.step(
             days, demand, where="post", color=DEMAND_COLOR, linewidth=0.7, label="demanded GPUs (running + pending)"
         )
@@ -69,9 +72,11 @@ def _figures(result: RunResult) -> list[tuple[str, bytes]]:
             ax.spines[side].set_visible(False)
     for ax in axes[:, 0]:
         ax.set_ylim(0, ymax * 1.05 or 1)
-    axes[0, 0].legend(loc="upper right", fontsize=8, frameon=False, ncol=2)
+    axes[0, 0].legend(loc="upper right", fontsize=8, frameon=False, ncol=3)
     axes[-1, 0].set_xlabel("days since the first submission")
-    fig.suptitle("Demand vs provisioned GPUs", x=0.01, ha="left", fontsize=12, fontweight="bold")
+    fig.suptitle(
+        "Demanded vs billed GPUs (the reservation is billed whole)", x=0.01, ha="left", fontsize=12, fontweight="bold"
+    )
     fig.tight_layout()
     figs.append(("Demand vs provisioned GPUs over time", _png(fig)))
     plt.close(fig)

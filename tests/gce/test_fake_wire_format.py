@@ -33,7 +33,12 @@ def test_every_response_is_a_strict_compute_v1_message(fake_compute_factory) -> 
     fake.wait_idle()
     rr = {"name": "rr-1", "instances": [{"name": "n-2"}], "requestedRunDuration": {"seconds": "3600"}}
     http.post(f"{igm}/resizeRequests", params=rid(), json=rr)
-    vm = {"name": "solo-0", "machineType": f"zones/{Z}/machineTypes/a3-megagpu-8g"}
+    affinity = {
+        "consumeReservationType": "SPECIFIC_RESERVATION",
+        "key": "compute.googleapis.com/reservation-name",
+        "values": ["resv"],
+    }
+    vm = {"name": "solo-0", "machineType": f"zones/{Z}/machineTypes/a3-megagpu-8g", "reservationAffinity": affinity}
     http.post(f"{base}/zones/{Z}/instances", params=rid(), json=vm)
     fake.stockout(Z, "a3-megagpu-8g")
     failed = http.post(f"{base}/zones/{Z}/instances", json={**vm, "name": "solo-1"}).json()
@@ -50,6 +55,7 @@ def test_every_response_is_a_strict_compute_v1_message(fake_compute_factory) -> 
         f"{igm}/resizeRequests/rr-1": compute_v1.InstanceGroupManagerResizeRequest,
         f"{base}/zones/{Z}/instances": compute_v1.InstanceList,
         f"{base}/zones/{Z}/instances/n-0": compute_v1.Instance,
+        f"{base}/zones/{Z}/instances/solo-0": compute_v1.Instance,
         f"{base}/zones/{Z}/operations/{op['name']}": compute_v1.Operation,
         f"{base}/zones/{Z}/reservations": compute_v1.ReservationList,
         f"{base}/zones/{Z}/reservations/resv": compute_v1.Reservation,

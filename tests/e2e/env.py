@@ -79,7 +79,7 @@ class E2E:
             suspend_program=_hook(b, "suspend", self.state),
             resume_fail_program=_hook(b, "resume-fail", self.state),
         )
-        self.nodes = CloudNodes(self.slurm, [Nodeset("e2e-od", 4, 17500), Nodeset("e2e-spot", 4, 17510)])
+        self.nodes = CloudNodes(self.slurm, [Nodeset("e2e-od", 4), Nodeset("e2e-spot", 4)])
         self.nodes.prepare()
         conf = cloud_slurm_conf(
             self.slurm,

@@ -13,6 +13,7 @@ jobs really run on cloud nodes.  What a slurmd on a shared host needs (learned r
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -27,6 +28,29 @@ from tests.harness.slurm import SlurmHarness
 SHIM_SOURCE = Path(__file__).with_name("uptime_shim.c")
 
 
+def free_port_range(count: int, *, start: int = 20000, stop: int = 60000) -> int:
+    """The first port of `count` consecutive free TCP ports on 127.0.0.1 (one slurmd each)."""
+    import random
+    import socket
+
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(start, stop - count)
+        socks = []
+        try:
+            for p in range(base, base + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {count} consecutive free ports in {start}..{stop}")
+
+
 def cloud_nodes_unavailable_reason() -> str | None:
     if shutil.which("gcc") is None:
         return "gcc is needed to build the fake cloud nodes' uptime shim (scripts/setup.sh installs it)"
@@ -37,11 +61,11 @@ def cloud_nodes_unavailable_reason() -> str | None:
 
 @dataclass(frozen=True)
 class Nodeset:
-    """A CLOUD nodeset: names `prefix-0..count-1`, slurmd ports `port0..port0+count-1`."""
+    """A CLOUD nodeset: names `prefix-0..count-1`, slurmd ports `port0..port0+count-1` (0: free ones)."""
 
     prefix: str
     count: int
-    port0: int
+    port0: int = 0
     gpus: int = 8
     cpus: int = 4
     features: str = ""
@@ -64,7 +88,13 @@ class CloudNodes:
 
     def __init__(self, harness: SlurmHarness, nodesets: Sequence[Nodeset]) -> None:
         self.harness = harness
-        self.nodesets = list(nodesets)
+        self.nodesets: list[Nodeset] = []
+        taken: set[int] = set()
+        for ns in nodesets:
+            while not ns.port0 or taken & set(range(ns.port0, ns.port0 + ns.count)):
+                ns = dataclasses.replace(ns, port0=free_port_range(ns.count))
+            taken |= set(range(ns.port0, ns.port0 + ns.count))
+            self.nodesets.append(ns)
         self.known = {n for ns in self.nodesets for n in ns.names}
         self.dev = harness.root / "fakedev"
         self.shim = harness.root / "shim" / "uptime_shim.so"

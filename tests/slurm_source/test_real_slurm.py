@@ -39,7 +39,7 @@ def cluster(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[tuple[SlurmH
         suspend_program=write_hook(bin_dir, "suspend", state),
         resume_fail_program=write_hook(bin_dir, "resume-fail", state),
     )
-    nodes = CloudNodes(h, [Nodeset("t1-od", 4, 17400), Nodeset("t1-spot", 4, 17410, gpus=4)])
+    nodes = CloudNodes(h, [Nodeset("t1-od", 4), Nodeset("t1-spot", 4, gpus=4)])
     nodes.prepare()
     conf = cloud_slurm_conf(h, nodes, {"gpu": ["t1-od"], "spot": ["t1-spot"]}, suspend_time=300)
     h.start(conf, nodes.gres_conf())

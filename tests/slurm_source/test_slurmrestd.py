@@ -25,7 +25,7 @@ def restd(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[tuple[SlurmHar
     if reason or (shutil.which("slurmrestd") is None and not os.path.exists("/usr/sbin/slurmrestd")):
         pytest.skip(reason or "slurmrestd is not installed (scripts/setup.sh installs it)")
     h = slurm_factory()
-    nodes = CloudNodes(h, [Nodeset("r1-od", 2, 17600)])
+    nodes = CloudNodes(h, [Nodeset("r1-od", 2)])
     nodes.prepare()
     key = h.root / "state" / "jwt_hs256.key"
     key.write_bytes(os.urandom(32))

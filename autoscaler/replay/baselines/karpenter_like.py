@@ -5,8 +5,8 @@ that fits neither on a node nor on a node claim already in flight gets its own n
 cheapest fitting offering, by capacity type priority reserved > spot (spot-tolerant pods) >
 on-demand, then price, then zone.  Pods of a gang are separate pods: their nodes are launched
 independently and may land in different zones or at different times.  An offering that returns
-InsufficientCapacity goes into the unavailable-offerings cache for 3 minutes and the pod is retried
-at once on the next offering.  Consolidation (`consolidationPolicy: WhenEmptyOrUnderutilized`,
+InsufficientCapacity goes into the unavailable-offerings cache for 3 minutes; the pod is pending again
+and the next batch tries the next offering.  Consolidation (`consolidationPolicy: WhenEmptyOrUnderutilized`,
 `consolidateAfter: 0s`): the disruption loop (every 10 s) picks empty nodes within the default
 disruption budget of 10% of nodes and deletes those still empty after the 15 s validation wait
 (`consolidationTTL`); training pods carry `karpenter.sh/do-not-disrupt`, so busy nodes
@@ -63,10 +63,10 @@ class KarpenterLikePolicy:
         wake: list[float] = []
         singles, gangs = uncovered(view.state)
         if singles or gangs:
-            if self._batch_start is None or "failure" in reasons:
-                self._batch_start = now if "failure" not in reasons else now - self.batch_max_s
-            if reasons & {"submit", "gone"}:
-                self._last_seen = now
+            if self._batch_start is None:
+                self._batch_start = now
+            if reasons & {"submit", "gone", "failure"}:
+                self._last_seen = now  # a pod became pending (again: its node claim failed to launch)
             idle_done = now - self._last_seen >= self.batch_idle_s
             max_done = now - self._batch_start >= self.batch_max_s
             if idle_done or max_done:

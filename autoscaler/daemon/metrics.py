@@ -24,6 +24,9 @@ class Metrics:
         self.unserved_units = Gauge(
             f"{NS}_unserved_units", "Work units the plan left unserved, by reason", ["reason"], registry=r
         )
+        self.waiting_on_boot = Gauge(
+            f"{NS}_jobs_waiting_on_boot", "Jobs Slurm placed on CLOUD nodes still powering up", registry=r
+        )
         self.nodes = Gauge(f"{NS}_nodes", "Nodes by pool and autoscaler state", ["pool", "state"], registry=r)
         self.hourly_usd = Gauge(f"{NS}_hourly_usd", "$/h of live nodes by capacity type", ["capacity_type"], registry=r)
         self.commands = Counter(

@@ -55,7 +55,7 @@ from autoscaler.model import (
     request_id_for,
 )
 from autoscaler.slurm.client import SlurmClient, SlurmUnavailable
-from autoscaler.slurm.readers import SlurmJob, SlurmNode
+from autoscaler.slurm.readers import SlurmJob, SlurmNode, waiting_on_power_up
 
 Planner = Callable[..., Plan]
 
@@ -91,6 +91,7 @@ class TickResult:
     unserved: list[dict] = field(default_factory=list)
     pending_units: int = 0
     resume_units: int = 0
+    waiting_on_boot: int = 0  # jobs Slurm placed on CLOUD nodes still powering up
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -174,6 +175,9 @@ class Daemon:
         snodes, sjobs = self._read_slurm()
         res.slurm_ok = snodes is not None
         self.metrics.slurm_up.set(1 if res.slurm_ok else 0)
+        if snodes is not None and sjobs is not None:
+            res.waiting_on_boot = len(waiting_on_power_up(sjobs, snodes))
+            self.metrics.waiting_on_boot.set(res.waiting_on_boot)
         memory = list(unavailable_from_rows(self.store.unavailable(now)))
         actuate = res.leader and not self.dry_run
         failed_names: set[str] = set()

@@ -262,3 +262,16 @@ def parse_resume_file(data: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
         for n in expand(expr) if expr else ():
             out.setdefault(n, []).append(int(job.get("job_id", 0)))
     return {k: tuple(v) for k, v in out.items()}
+
+
+def waiting_on_power_up(jobs: Iterable[SlurmJob], nodes: Mapping[str, SlurmNode]) -> list[SlurmJob]:
+    """Jobs Slurm already placed on CLOUD nodes that are still powering up (CONFIGURING, or allocated to a
+    node that is POWERED_DOWN / POWERING_UP): their capacity is on its way, through the resume hook."""
+    out = []
+    for j in jobs:
+        if j.pending or not j.nodes:
+            continue
+        ns = [nodes[n] for n in j.nodes if n in nodes]
+        if j.state == CONFIGURING or any(n.powering_up or n.powered_down for n in ns):
+            out.append(j)
+    return out

@@ -15,6 +15,7 @@ from autoscaler.slurm.readers import (
     parse_resume_file,
     parse_sinfo,
     parse_squeue,
+    waiting_on_power_up,
 )
 
 DATA = Path(__file__).parent.parent / "data" / "slurm"
@@ -133,3 +134,11 @@ def test_format_errors_name_the_field() -> None:
         parse_sinfo({})
     with pytest.raises(SlurmFormatError, match="job_id"):
         parse_job({"job_state": "PENDING"})
+
+
+def test_jobs_waiting_on_powering_up_cloud_nodes() -> None:
+    jobs = parse_squeue(load("squeue-full.json"))
+    nodes = {n.name: n for n in parse_sinfo(load("sinfo-full.json"))}
+    waiting = waiting_on_power_up(jobs, nodes)
+    assert [j.job_id for j in waiting] == list(range(8, 16))  # the 8 CONFIGURING jobs, not the PENDING one
+    assert sum(j.gpus for j in waiting) == 128

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import requests
 from google.api_core import exceptions as gexc
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autoscaler.cloud import (
     FailureKind,
@@ -90,3 +92,27 @@ def test_retry_error_is_transient_and_names_the_cause() -> None:
     err = from_exception(gexc.RetryError("Timeout of 5.0s exceeded", cause), offering=None, what="deleteInstances")
     assert isinstance(err, TransientError)
     assert "gave up retrying" in str(err) and "try later" in str(err)
+
+
+_REASONS = ["rateLimitExceeded", "quotaExceeded", "notFound", "alreadyExists", "invalid", "backendError", "forbidden"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    status=st.sampled_from([400, 403, 404, 409, 429, 500, 502, 503, 504]),
+    reason=st.one_of(st.none(), st.sampled_from(_REASONS), st.text(max_size=12)),
+    message=st.one_of(st.text(max_size=40), st.sampled_from(["ZONE_RESOURCE_POOL_EXHAUSTED", "Quota 'X' exceeded"])),
+)
+def test_any_http_error_maps_to_one_typed_error_consistent_with_retrying(
+    status: int, reason: str | None, message: str
+) -> None:
+    errors = [{"reason": reason, "message": message}] if reason is not None else []
+    exc = gexc.from_http_status(status, message, errors=errors)
+    err = from_exception(exc, offering=OFF, what="call")
+    assert err.offering == OFF
+    if is_retryable(exc):
+        assert isinstance(err, TransientError)  # what was worth retrying stays retryable after the deadline
+    else:
+        assert not isinstance(err, TransientError)
+    if status == 404:
+        assert isinstance(err, NotFound)

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from autoscaler.cloud import FailureKind, OfferingKey
+from autoscaler.model.demand import WorkUnit
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ class Policy:
     offering is skipped (doubling on repeated failures).  `boot_timeout_s`: delete nodes stuck booting.
 
     Capacity rules: `spot_queues` (queues whose spot-tolerant units may use spot; None = any queue),
+    `spot_max_node_hours` (spot only for units whose nodes x time limit is at most this many
+    node-hours, where the time limit is known: a long gang restarts from scratch on every preemption),
     `flex_start_queues` (queues that may wait for flex-start capacity) and `flex_start_max_wait_s`
     (a unit that has waited longer takes immediate capacity instead), `keep_reserved_nodes`
     (never scale down reservation-backed nodes)."""
@@ -45,12 +48,13 @@ class Policy:
     backoff_max_s: float = 3600.0
     boot_timeout_s: float | None = None
     spot_queues: frozenset[str] | None = None
+    spot_max_node_hours: float | None = None
     flex_start_queues: frozenset[str] = frozenset()
     flex_start_max_wait_s: float = 0.0
     keep_reserved_nodes: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("max_nodes", "max_gpus", "budget_usd_per_hour", "boot_timeout_s"):
+        for name in ("max_nodes", "max_gpus", "budget_usd_per_hour", "boot_timeout_s", "spot_max_node_hours"):
             v = getattr(self, name)
             if v is not None and v < 0:
                 raise ValueError(f"Policy.{name}: must be >= 0 when set, got {v}")
@@ -69,6 +73,14 @@ class Policy:
 
     def spot_allowed(self, queue: str) -> bool:
         return self.spot_queues is None or queue in self.spot_queues
+
+    def spot_ok(self, unit: WorkUnit) -> bool:
+        """May `unit` run on spot: tolerant, its queue allowed, and not too long a job (where known)."""
+        if not (unit.spot_ok and self.spot_allowed(unit.queue)):
+            return False
+        if self.spot_max_node_hours is None or unit.time_limit_s is None:
+            return True
+        return unit.nodes * unit.time_limit_s / 3600.0 <= self.spot_max_node_hours
 
     def flex_start_allowed(self, queue: str, waited_s: float) -> bool:
         return queue in self.flex_start_queues and waited_s <= self.flex_start_max_wait_s

@@ -89,15 +89,16 @@ class CapacityIndex:
         if slot.free:
             self._put(slot)
 
-    def best_fit(self, pools: Mapping[str, int], gpus: int) -> Slot | None:
-        """The lowest-rank slot with the fewest free GPUs >= `gpus` among `pools` (pool name -> order;
-        the lower order breaks ties).  Scans whichever is shorter: `pools` or pools with capacity."""
+    def best_fit(self, pools: Mapping[str, tuple[int, int]], gpus: int) -> Slot | None:
+        """The best slot with >= `gpus` free among `pools` (pool name -> (tier, position)): lowest rank,
+        then lowest tier, then fewest free GPUs (best fit), then position.  Scans whichever is
+        shorter: `pools` or the pools that still have capacity."""
         mask, any_mask = self._mask, self._any
         if len(any_mask) < len(pools):
             scan = [(p, am) for p, am in any_mask.items() if p in pools]
         else:
             scan = [(p, any_mask[p]) for p in pools if p in any_mask]
-        best: tuple[int, int, int] = (3, 1 << 30, 1 << 30)
+        best: tuple[int, int, int, int] = (3, 0, 0, 0)
         best_pool = ""
         for p, am in scan:
             if not am >> gpus:
@@ -105,14 +106,15 @@ class CapacityIndex:
             for rank in (READY, BOOTING, NEW):
                 m = mask.get((p, rank), 0) >> gpus
                 if m:
-                    cand = (rank, gpus + (m & -m).bit_length() - 1, pools[p])
+                    tier, pos = pools[p]
+                    cand = (rank, tier, gpus + (m & -m).bit_length() - 1, pos)
                     if cand < best:
                         best = cand
                         best_pool = p
                     break
         if best[0] == 3:
             return None
-        return next(iter(self._buckets[(best_pool, best[0], best[1])].values()))
+        return next(iter(self._buckets[(best_pool, best[0], best[2])].values()))
 
     def slots(self, pool: str, min_free: int, ranks: Sequence[int] = (READY, BOOTING, NEW)) -> list[Slot]:
         """Every slot of `pool` with at least `min_free` free GPUs and a rank in `ranks`, by (rank, free)."""
@@ -127,12 +129,13 @@ class CapacityIndex:
                 f += 1
         return out
 
-    def gang_fit(self, pools: Sequence[str], gpus_per_node: int, nodes: int) -> list[Slot] | None:
+    def gang_fit(self, pools: Mapping[str, tuple[int, int]], gpus_per_node: int, nodes: int) -> list[Slot] | None:
         """`nodes` distinct existing slots (ready or coming up) with >= `gpus_per_node` free, all in one
-        pool and one zone (so one placement group), preferring the lowest worst rank, then the tightest
-        fit.  Leftovers of nodes this plan launches are not used: a new gang is its own request."""
-        best: tuple[tuple[int, int], list[Slot]] | None = None
-        for p in pools:
+        pool and one zone (so one placement group), preferring the lowest worst rank, then the lowest
+        tier, then the tightest fit.  Leftovers of nodes this plan launches are not used: a new gang
+        is its own request."""
+        best: tuple[tuple[int, int, int], list[Slot]] | None = None
+        for p, (tier, _pos) in pools.items():
             if not self._any.get(p, 0) >> gpus_per_node:
                 continue
             by_zone: dict[str, list[Slot]] = {}
@@ -142,7 +145,7 @@ class CapacityIndex:
                 group = by_zone[zone]
                 if len(group) >= nodes:
                     chosen = group[:nodes]  # slots() already orders by (rank, free)
-                    score = (max(s.rank for s in chosen), sum(s.free for s in chosen))
+                    score = (max(s.rank for s in chosen), tier, sum(s.free for s in chosen))
                     if best is None or score < best[0]:
                         best = (score, chosen)
         return best[1] if best else None

@@ -55,7 +55,7 @@ def batch_hold(demand: Sequence[WorkUnit], policy: Policy, now: float) -> bool:
 
 def class_key(u: WorkUnit, policy: Policy, now: float) -> tuple:
     """The fields of `UnitClass.of(u, policy, now)` as a plain tuple (cheap to hash)."""
-    spot = u.spot_ok and (policy.spot_queues is None or u.queue in policy.spot_queues)
+    spot = policy.spot_ok(u)
     flex = bool(policy.flex_start_queues) and policy.flex_start_allowed(u.queue, now - u.submit_time)
     return (u.gpus_per_node, u.nodes, u.gpu_types, u.machine_types, spot, flex, u.queue)
 

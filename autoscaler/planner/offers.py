@@ -45,7 +45,7 @@ class UnitClass:
             unit.nodes,
             unit.gpu_types,
             unit.machine_types,
-            unit.spot_ok and policy.spot_allowed(unit.queue),
+            policy.spot_ok(unit),
             policy.flex_start_allowed(unit.queue, now - unit.submit_time),
             unit.queue,
         )
@@ -84,6 +84,13 @@ class Candidate:
 class NoCandidate:
     reason: UnservedReason
     detail: str
+
+
+def existing_tier(p: Pool) -> int:
+    """Order in which running capacity is used: reservation, spot, then on-demand / flex-start."""
+    if p.capacity_type is CapacityType.RESERVATION:
+        return 0
+    return 1 if p.capacity_type is CapacityType.SPOT else 2
 
 
 def marginal_hourly(o: Offering) -> float:
@@ -151,7 +158,7 @@ class OfferBook:
             if ps:
                 self.launchers[k] = ps
         self._base: dict[tuple, dict[int, tuple[list[Candidate], list[Candidate]]]] = {}
-        self._pool_base: dict[tuple, list[tuple[str, int]]] = {}
+        self._pool_base: dict[tuple, list[tuple[str, int, int]]] = {}
 
     def _shapes(self, cls: UnitClass) -> dict[int, tuple[list[Candidate], list[Candidate]]]:
         """Candidates for the class's constraints regardless of size: GPUs per node ->
@@ -175,21 +182,24 @@ class OfferBook:
             self._base[bkey] = shapes
         return shapes
 
-    def existing_pools(self, cls: UnitClass) -> list[str]:
-        """Pools whose nodes `cls` may run on (cached per constraint set), the most restricted first:
-        spot pools, then pools serving fewer queues, then inventory order.  Best fit breaks ties in
-        this order, so flexible units leave general capacity to units that can use nothing else."""
+    def existing_pools(self, cls: UnitClass) -> dict[str, tuple[int, int]]:
+        """Pools whose nodes `cls` may run on -> (tier, position), cached per constraint set.
+
+        Tier 0 is reservation capacity (paid for either way), 1 spot, 2 the rest: work goes to the
+        cheapest running capacity first, so costlier nodes go idle and are scaled down.  Within a
+        tier, the most restricted pools (fewer queues) come first, so flexible units leave general
+        capacity to units that can use nothing else; then inventory order."""
         bkey = (cls.gpu_types, cls.machine_types, cls.spot, cls.queue)
         base = self._pool_base.get(bkey)
         if base is None:
             base = self._pool_base[bkey] = [
-                (p.name, p.gpus_per_node)
+                (p.name, p.gpus_per_node, existing_tier(p))
                 for p in self.pools
                 if cls.accepts(p.gpu_type, p.machine_type, p.gpus_per_node)
                 and p.serves(cls.queue)
                 and (p.capacity_type is not CapacityType.SPOT or cls.spot)
             ]
-        return [name for name, g in base if g >= cls.gpus_per_node]
+        return {name: (tier, i) for i, (name, g, tier) in enumerate(base) if g >= cls.gpus_per_node}
 
     def streams(self, cls: UnitClass, class_size: int) -> tuple[CandidateStream, CandidateStream, NoCandidate | None]:
         """(reservation candidates, market candidates, why there are none) for one class.

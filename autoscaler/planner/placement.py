@@ -67,7 +67,7 @@ class ClassState:
     market: CandidateStream
     none: NoCandidate | None = None
     failed: Counter = field(default_factory=Counter)
-    pool_order: dict[str, int] = field(default_factory=dict)  # pools -> position, for best_fit
+    pool_order: dict[str, tuple[int, int]] = field(default_factory=dict)  # pool -> (tier, position)
     miss: bool = False  # nothing existing fits; cleared when capacity is added to one of `pools`
 
 
@@ -140,7 +140,7 @@ def place_on_existing(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
         slot = st.index.best_fit(cs.pool_order, unit.gpus_per_node)
         slots = [slot] if slot else None
     else:
-        slots = st.index.gang_fit(cs.pools, unit.gpus_per_node, unit.nodes)
+        slots = st.index.gang_fit(cs.pool_order, unit.gpus_per_node, unit.nodes)
     if not slots:
         cs.miss = True
         return False
@@ -203,7 +203,7 @@ def place_cheapest(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
 
 def class_state(cls: UnitClass, class_size: int, st: PlanState) -> ClassState:
     reserved, market, none = st.book.streams(cls, class_size)
-    cs = ClassState(cls, st.book.existing_pools(cls), reserved, market, none)
-    cs.pool_order = {p: i for i, p in enumerate(cs.pools)}
+    order = st.book.existing_pools(cls)
+    cs = ClassState(cls, list(order), reserved, market, none, pool_order=order)
     st.watch(cs)
     return cs

@@ -179,6 +179,13 @@ class TestPolicyAndBackoff:
         assert pol.flex_start_allowed("r", 30) and not pol.flex_start_allowed("r", 61)
         assert not pol.flex_start_allowed("batch", 0)
 
+    def test_spot_for_long_jobs_can_be_refused(self) -> None:
+        pol = Policy(spot_max_node_hours=16)
+        assert pol.spot_ok(WorkUnit("a", 0, 8, nodes=2, spot_ok=True, time_limit_s=8 * 3600))
+        assert not pol.spot_ok(WorkUnit("b", 0, 8, nodes=4, spot_ok=True, time_limit_s=8 * 3600))
+        assert pol.spot_ok(WorkUnit("c", 0, 8, nodes=4, spot_ok=True))  # time limit unknown
+        assert not pol.spot_ok(WorkUnit("d", 0, 1))  # not tolerant
+
     def test_backoff_doubles_while_in_force_and_caps(self) -> None:
         pol = Policy(backoff_s=100, backoff_max_s=250)
         k = key(8)

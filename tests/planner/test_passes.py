@@ -107,20 +107,21 @@ class TestCapacityIndex:
         idx.add(Slot("new", "p", "z", 1, 2))
         idx.add(Slot("ready8", "p", "z", 8, 0))
         idx.add(Slot("ready2", "q", "z", 2, 0))
-        order = {"p": 0, "q": 1}
+        order = {"p": (2, 0), "q": (2, 1)}
         assert idx.best_fit(order, 1).name == "ready2"  # ready before booting; tightest ready fit
         assert idx.best_fit(order, 4).name == "ready8"
         assert idx.best_fit(order, 9) is None
-        assert idx.best_fit({"p": 0}, 1).name == "ready8"
+        assert idx.best_fit({"p": (2, 0)}, 1).name == "ready8"
+        assert idx.best_fit({"p": (0, 0), "q": (2, 1)}, 1).name == "ready8"  # a lower tier beats a tighter fit
 
     def test_take_shrinks_and_removes(self) -> None:
         idx = CapacityIndex()
         s = Slot("n", "p", "z", 4, 0)
         idx.add(s)
         idx.take(s, 3)
-        assert idx.best_fit({"p": 0}, 2) is None and idx.best_fit({"p": 0}, 1) is s
+        assert idx.best_fit({"p": (2, 0)}, 2) is None and idx.best_fit({"p": (2, 0)}, 1) is s
         idx.take(s, 1)
-        assert idx.best_fit({"p": 0}, 1) is None
+        assert idx.best_fit({"p": (2, 0)}, 1) is None
         with pytest.raises(ValueError, match="cannot take"):
             idx.take(s, 1)
 
@@ -130,8 +131,9 @@ class TestCapacityIndex:
         idx.add(Slot("b1", "p", "zb", 8, 0))
         idx.add(Slot("b2", "p", "zb", 8, 1))
         idx.add(Slot("q1", "q", "za", 8, 0))
-        assert idx.gang_fit(["p", "q"], 8, 3) is None
-        assert sorted(s.name for s in idx.gang_fit(["p", "q"], 8, 2)) == ["b1", "b2"]
+        order = {"p": (2, 0), "q": (2, 1)}
+        assert idx.gang_fit(order, 8, 3) is None
+        assert sorted(s.name for s in idx.gang_fit(order, 8, 2)) == ["b1", "b2"]
 
     def test_from_inventory_skips_full_and_leaving_nodes(self) -> None:
         p = pool(8)

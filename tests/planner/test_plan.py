@@ -251,3 +251,21 @@ def test_scale_up_reasons_read_well() -> None:
     assert out.scale_ups[0].reason.startswith("1 pending unit needs 1 new node: on-demand a3-highgpu-8g")
     out = plan([unit("a", 8), unit("b", 8)], inv([pool(8)]), [offering(8)], Policy(), 0)
     assert out.scale_ups[0].reason.startswith("2 pending units need 2 new nodes")
+
+
+def test_running_reservation_capacity_is_used_before_paid_by_the_hour_nodes() -> None:
+    od, res = pool(8), pool(8, RES, name="res", reservation="r1")
+    nodes = [node(od, 0), node(od, 1, NodeState.BUSY, used=4), node(res, 0)]
+    out = plan([unit("big", 8), unit("small", 2)], inv([od, res], nodes), [offering(8)], Policy(), 0)
+    assert out.assignments["big"].nodes == ("res-0",)
+    assert out.assignments["small"].nodes == ("h8-on-demand-1",)  # no reserved room left: best fit on on-demand
+
+
+def test_long_spot_tolerant_gangs_can_be_kept_off_spot() -> None:
+    demand = [
+        unit("short", 8, nodes=2, spot_ok=True, time_limit_s=3600),
+        unit("long", 8, nodes=4, spot_ok=True, time_limit_s=48 * 3600),
+    ]
+    out = plan(demand, inv(family_pools()), family_offerings(), Policy(spot_max_node_hours=64), 0)
+    caps = {s.units[0]: s.offering.capacity_type for s in out.scale_ups}
+    assert caps == {"short": SPOT, "long": OD}

@@ -91,6 +91,7 @@ def scenarios(draw):
                 spot_ok=draw(st.booleans()),
                 priority=draw(st.integers(0, 2)),
                 queue=draw(st.sampled_from(["a", "b"])),
+                time_limit_s=draw(st.sampled_from([None, 3600.0, 36000.0])),
             )
         )
     memory = [
@@ -104,6 +105,7 @@ def scenarios(draw):
         budget_usd_per_hour=draw(st.sampled_from([None, 50.0, 400.0])),
         idle_timeout_s=draw(st.sampled_from([0.0, 600.0])),
         spot_queues=draw(st.sampled_from([None, frozenset({"a"})])),
+        spot_max_node_hours=draw(st.sampled_from([None, 20.0])),
         keep_reserved_nodes=draw(st.booleans()),
         boot_timeout_s=draw(st.sampled_from([None, 1200.0])),
     )
@@ -154,7 +156,7 @@ def test_plan_invariants(sc) -> None:
             assert p.gpus_per_node >= u.gpus_per_node and p.serves(u.queue)
             assert u.machine_types is None or p.machine_type in u.machine_types
             if cap is CapacityType.SPOT:
-                assert u.spot_ok and policy.spot_allowed(u.queue), "spot only for spot-tolerant work"
+                assert policy.spot_ok(u), "spot only for spot-tolerant work"
         assert len(zones) == 1 and len(pools_of) == 1, "a gang sits in one zone and one pool"
         if u.is_gang and a.placement is Placement.NEW:
             (s,) = {id(new_node[n][1]): new_node[n][1] for n in a.nodes}.values()
@@ -231,7 +233,7 @@ def test_plan_invariants(sc) -> None:
             compatible = (
                 p.serves(u.queue)
                 and (u.machine_types is None or p.machine_type in u.machine_types)
-                and (p.capacity_type is not CapacityType.SPOT or (u.spot_ok and policy.spot_allowed(u.queue)))
+                and (p.capacity_type is not CapacityType.SPOT or policy.spot_ok(u))
             )
             assert not compatible or n.gpus_free - load[n.name] < u.gpus_per_node
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
 
-def _json_sink(stream: TextIO):  # type: ignore[no-untyped-def]
+def _json_sink(stream: TextIO) -> Callable[[Any], None]:
     def sink(message: Any) -> None:
         r = message.record
         obj = {

@@ -32,15 +32,16 @@ from autoscaler.daemon.actuate import Actuator, deletable
 from autoscaler.daemon.config import LoopConfig
 from autoscaler.daemon.lock import LeaderLock
 from autoscaler.daemon.metrics import Metrics
-from autoscaler.daemon.reconcile import reconcile
+from autoscaler.daemon.reconcile import Reconciliation, reconcile
 from autoscaler.daemon.snapshot import (
+    ResumeUnit,
     View,
     build_view,
     offering_from_dict,
     offering_to_dict,
     unavailable_from_rows,
 )
-from autoscaler.daemon.state import OPEN_REQUEST_STATES, StateStore
+from autoscaler.daemon.state import OPEN_REQUEST_STATES, PowerRow, RequestRow, StateStore
 from autoscaler.model import (
     LIVE_STATES,
     Inventory,
@@ -58,6 +59,8 @@ from autoscaler.slurm.client import SlurmClient, SlurmUnavailable
 from autoscaler.slurm.readers import SlurmJob, SlurmNode, waiting_on_power_up
 
 Planner = Callable[..., Plan]
+Memory = list[UnavailableOffering]
+SlurmView = dict[str, SlurmNode] | None  # None: Slurm did not answer this tick
 
 
 def default_planner() -> Planner:
@@ -278,7 +281,9 @@ class Daemon:
                 self.store.enqueue_power("resume", again, now, {})
         return memory, failed
 
-    def _preempted(self, cloud, requests, snodes, act: Actuator) -> None:  # type: ignore[no-untyped-def]
+    def _preempted(
+        self, cloud: Sequence[CloudNode], requests: Sequence[RequestRow], snodes: SlurmView, act: Actuator
+    ) -> None:
         """A held instance the cloud reports preempted: its jobs are lost.  Power the Slurm node down at once
         (Slurm requeues the jobs and calls SuspendProgram) instead of waiting out SlurmdTimeout."""
         if snodes is None:
@@ -297,7 +302,16 @@ class Daemon:
             logger.bind(names=names).warning("instances preempted: powering their Slurm nodes down {}", names)
             act.scontrol(names, "power_down_force", "gpu-fleet: instance preempted")
 
-    def _apply_reconcile(self, rec, requests, snodes, now, act: Actuator, memory, actuate: bool):  # type: ignore[no-untyped-def]
+    def _apply_reconcile(
+        self,
+        rec: Reconciliation,
+        requests: Sequence[RequestRow],
+        snodes: SlurmView,
+        now: float,
+        act: Actuator,
+        memory: Memory,
+        actuate: bool,
+    ) -> Memory:
         by_id = {r.request_id: r for r in requests}
         for rid in rec.adopt_requests:
             r = by_id[rid]
@@ -352,7 +366,17 @@ class Daemon:
                 self.metrics.orphans_deleted.inc(len(deleted))
         return memory
 
-    def _power_down_requests(self, power, cloud, snodes, requests, now, act: Actuator, memory, actuate):  # type: ignore[no-untyped-def]
+    def _power_down_requests(
+        self,
+        power: Sequence[PowerRow],
+        cloud: Sequence[CloudNode],
+        snodes: SlurmView,
+        requests: Sequence[RequestRow],
+        now: float,
+        act: Actuator,
+        memory: Memory,
+        actuate: bool,
+    ) -> Memory:
         latest: dict[str, Any] = {}
         for r in power:
             latest[r.name] = r
@@ -411,7 +435,16 @@ class Daemon:
             self.store.finish_power(done_ids, now)
         return memory
 
-    def _serve_resumes(self, view: View, offerings, now, act: Actuator, memory, res: TickResult, actuate):  # type: ignore[no-untyped-def]
+    def _serve_resumes(
+        self,
+        view: View,
+        offerings: Sequence[Offering],
+        now: float,
+        act: Actuator,
+        memory: Memory,
+        res: TickResult,
+        actuate: bool,
+    ) -> Memory:
         for pool_name, units in view.resume.items():
             pool = view.inventory.pool(pool_name)
             # Slurm bound these names to jobs: they must be created, so existing nodes may not absorb them
@@ -443,7 +476,15 @@ class Daemon:
             changes["budget_usd_per_hour"] = max(0.0, self.policy.budget_usd_per_hour - spent)
         return dataclasses.replace(self.policy, **changes) if changes else self.policy
 
-    def _launch_resume(self, su: ScaleUp, by_unit, now, act: Actuator, memory, actuate):  # type: ignore[no-untyped-def]
+    def _launch_resume(
+        self,
+        su: ScaleUp,
+        by_unit: dict[str, ResumeUnit],
+        now: float,
+        act: Actuator,
+        memory: Memory,
+        actuate: bool,
+    ) -> Memory:
         units = [by_unit[u] for u in su.units if u in by_unit]
         names = tuple(n for u in units for n in u.names)
         if not names:
@@ -469,7 +510,7 @@ class Daemon:
             self.store.release_names(names, now, f"launch failed: {err.kind}")
         return memory  # resume rows stay open: next tick plans another offering
 
-    def _queue_depth(self, plan: Plan, view: View, snodes, now, act: Actuator) -> None:  # type: ignore[no-untyped-def]
+    def _queue_depth(self, plan: Plan, view: View, snodes: SlurmView, now: float, act: Actuator) -> None:
         for su in plan.scale_ups:
             if not self.loop.prewarm:
                 logger.bind(pool=su.pool, names=list(su.names), offering=str(su.offering)).debug(
@@ -499,7 +540,14 @@ class Daemon:
                     str(u.key), offering_to_dict(u.key), u.until, str(u.reason), u.failures, u.message
                 )
 
-    def _export(self, view: View, cloud: Sequence[CloudNode], offerings, memory, res: TickResult) -> None:  # type: ignore[no-untyped-def]
+    def _export(
+        self,
+        view: View,
+        cloud: Sequence[CloudNode],
+        offerings: Sequence[Offering],
+        memory: Memory,
+        res: TickResult,
+    ) -> None:
         m = self.metrics
         m.nodes.clear()
         counts: dict[tuple[str, str], int] = defaultdict(int)

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from autoscaler.daemon.tick import TickResult
 
 autoscaler_app = typer.Typer(
     help="The autoscaler daemon: plan and actuate GPU capacity for Slurm.", no_args_is_help=True
@@ -77,7 +80,7 @@ def run(
     raise typer.Exit(code)
 
 
-def _print_tick(res) -> None:  # type: ignore[no-untyped-def]
+def _print_tick(res: TickResult) -> None:
     from rich.console import Console
     from rich.table import Table
 

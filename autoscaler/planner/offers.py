@@ -51,10 +51,12 @@ class UnitClass:
         )
 
     def accepts(self, gpu_type: str, machine_type: str, gpus: int) -> bool:
-        return (
-            gpus >= self.gpus_per_node
-            and (self.gpu_types is None or gpu_type in self.gpu_types)
-            and (self.machine_types is None or machine_type in self.machine_types)
+        return gpus >= self.gpus_per_node and self.accepts_type(gpu_type, machine_type)
+
+    def accepts_type(self, gpu_type: str, machine_type: str) -> bool:
+        """The GPU / machine type constraints alone (what the per-constraint caches key on)."""
+        return (self.gpu_types is None or gpu_type in self.gpu_types) and (
+            self.machine_types is None or machine_type in self.machine_types
         )
 
     def may_use(self, capacity: CapacityType) -> bool:
@@ -169,7 +171,7 @@ class OfferBook:
             shapes = {}
             for o in self.usable:
                 k = o.key
-                if not (cls.accepts(o.gpu_type, k.machine_type, o.gpus_per_node) and cls.may_use(k.capacity_type)):
+                if not (cls.accepts_type(o.gpu_type, k.machine_type) and cls.may_use(k.capacity_type)):
                     continue
                 hourly = marginal_hourly(o)
                 res, market = shapes.setdefault(o.gpus_per_node, ([], []))
@@ -195,7 +197,7 @@ class OfferBook:
             base = self._pool_base[bkey] = [
                 (p.name, p.gpus_per_node, existing_tier(p))
                 for p in self.pools
-                if cls.accepts(p.gpu_type, p.machine_type, p.gpus_per_node)
+                if cls.accepts_type(p.gpu_type, p.machine_type)
                 and p.serves(cls.queue)
                 and (p.capacity_type is not CapacityType.SPOT or cls.spot)
             ]

@@ -336,3 +336,14 @@ def test_class_key_matches_unit_class() -> None:
     pol = Policy(spot_queues=frozenset({"a"}), flex_start_queues=frozenset({"a"}), flex_start_max_wait_s=100)
     for u in [unit("x", 2, spot_ok=True, queue="a", t=950), unit("y", 8, nodes=2, queue="b"), unit("z", 1, t=0)]:
         assert UnitClass(*class_key(u, pol, 1000)) == UnitClass.of(u, pol, 1000)
+
+
+def test_per_constraint_caches_do_not_leak_between_unit_sizes() -> None:
+    """A big unit seen first must not hide the small shapes from the small units after it."""
+    p1 = pool(1)
+    st = state(inv([*family_pools(caps=(OD,))], [node(p1, 0)]), family_offerings(caps=(OD,)))
+    big, small = unit("big", 8), unit("small", 1)
+    cs_for(st, big)
+    cs = cs_for(st, small)
+    assert "h1-on-demand" in cs.pool_order
+    assert cs.market.peek().offering.gpus_per_node == 1

@@ -406,7 +406,10 @@ class Daemon:
             c = live.get(r.name)
             key = c.offering if c else (offering_from_dict(intent_of[r.name].offering) if r.name in intent_of else None)
             if key is not None:
-                memory = self._record(memory, key, FailureKind.STOCKOUT, now, "resume timeout (ResumeFailProgram)")
+                why = "resume timeout (ResumeFailProgram)"
+                memory = self._record(memory, key, FailureKind.STOCKOUT, now, why)
+                hold = now + self.loop.resume_fail_backoff_s  # at least loop.resume_fail_backoff_s
+                memory = [dataclasses.replace(u, until=max(u.until, hold)) if u.key == key else u for u in memory]
             logger.bind(name=r.name, offering=str(key)).warning("node {} failed to resume in time", r.name)
 
         by_pool: dict[str, list[str]] = defaultdict(list)

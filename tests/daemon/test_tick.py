@@ -176,7 +176,8 @@ def test_resume_fail_backs_off_deletes_and_returns_the_node_to_service(make_daem
     d.tick()
     assert cloud.deleted == ["c1-spot-0"]
     assert (("c1-spot-0",), "resume") in slurm.updates
-    assert [u.key for u in d.store.unavailable(clock())] == [str(offering(ZONE_A))]
+    (u,) = d.store.unavailable(clock())
+    assert u.key == str(offering(ZONE_A)) and u.until >= clock() + d.loop.resume_fail_backoff_s
     assert d.store.open_power() == [] and d.store.requests(["launched", "intent"]) == []
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from autoscaler.cloud import OfferingKey
 from autoscaler.model.nodes import LIVE_STATES, Node
-from fleet.catalog import CapacityType
+from fleet.catalog import CapacityType, Catalog
 
 
 @dataclass(frozen=True)
@@ -83,9 +83,14 @@ class Pool:
         return f"{self.node_name_prefix}-{index}"
 
     @classmethod
-    def from_inventory(cls, p: Any, *, qualified: bool = False, placement_max_vms: int | None = None) -> Pool:
+    def from_inventory(
+        cls, p: Any, *, qualified: bool = False, placement_max_vms: int | None = None, catalog: Catalog | None = None
+    ) -> Pool:
         """Build from a `fleet.inventory.InventoryPool` (duck-typed, so this module stays free of
-        pydantic).  `qualified` names the pool "cluster/pool" for inventories spanning clusters."""
+        pydantic).  `qualified` names the pool "cluster/pool" for inventories spanning clusters.
+        With `catalog`, a compact-placement pool's VM limit comes from the machine type unless given."""
+        if placement_max_vms is None and catalog is not None and p.compact_placement and p.machine_type in catalog:
+            placement_max_vms = catalog.machine(p.machine_type).compact_placement_max_vms or None
         return cls(
             name=f"{p.cluster}/{p.name}" if qualified else p.name,
             machine_type=p.machine_type,

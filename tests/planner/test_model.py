@@ -19,7 +19,7 @@ from autoscaler.model import (
     request_id_for,
     transition,
 )
-from fleet.catalog import CapacityType
+from fleet.catalog import CapacityType, load_catalog
 from tests.planner.factory import H100, key, node, pool
 
 
@@ -164,6 +164,10 @@ class TestPoolsAndInventory:
         p = Pool.from_inventory(ip, qualified=True)
         assert p.name == "c1/gpu" and p.node_name(3) == "c1-gpu-3" and p.queues == frozenset({"batch"})
         assert p.capacity_type is CapacityType.SPOT and p.serves("batch") and not p.serves("other")
+        assert p.placement_max_vms is None
+        compact = ip.model_copy(update={"compact_placement": True})
+        assert Pool.from_inventory(compact, catalog=load_catalog()).placement_max_vms == 1500
+        assert Pool.from_inventory(compact, catalog=load_catalog(), placement_max_vms=8).placement_max_vms == 8
 
 
 class TestPolicyAndBackoff:

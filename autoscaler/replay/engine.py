@@ -77,6 +77,7 @@ class ReplayEngine:
         self.state = ClusterState([Job(i, tj, *tj.shape()) for i, tj in enumerate(sorted(jobs, key=_key))])
         self.pools: Mapping[str, Pool] = {p.name: p for p in policy.pools(scenario)}
         self.timeline = Timeline()
+        self._weights = getattr(policy, "placement_weights", None)
         cat = load_catalog()
         self.reserved_gpus = sum(
             r.nodes * cat.machine(r.machine_type).gpu_count for r in self.cloud.config.reservations
@@ -177,7 +178,8 @@ class ReplayEngine:
                 nxt += 1
                 reasons.add("submit")
             if self.state.pending_changed or reasons & {"ready", "idle", "gone"}:
-                self._start(self.state.schedule(t, binding=self.policy.binds_nominations), t)
+                started = self.state.schedule(t, binding=self.policy.binds_nominations, weights=self._weights)
+                self._start(started, t)
             if reasons and self.state.done < n:
                 self._decide(frozenset(reasons))
             self.timeline.record(t, self.state.demand_gpus, self._billed_gpus(), self.state.running_gpus)

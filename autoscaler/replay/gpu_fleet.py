@@ -34,6 +34,8 @@ from autoscaler.planner import plan, scale_down_idle
 from autoscaler.replay.policy import Decision, ReplayView
 from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.state import Job, SimNode
+from fleet.catalog import CapacityType
+from fleet.slurm.conf import CAPACITY_WEIGHT
 
 #: knobs of the gpu-fleet policy in replays (the daemon's defaults, except where noted)
 DEFAULT_POLICY = Policy(
@@ -55,6 +57,8 @@ class GpuFleetPolicy:
         "spot-tolerant work), gangs all or nothing in one zone, backoff on stockouts, idle scale-down"
     )
     binds_nominations: bool = False
+    #: the node Weights gpu-fleet renders into slurm.conf: reservation, then spot, then on-demand
+    placement_weights: Mapping[CapacityType, int] | None = field(default_factory=lambda: dict(CAPACITY_WEIGHT))
     unavailable: tuple[UnavailableOffering, ...] = ()
     planner_calls: int = 0
     scale_down_calls: int = 0

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from autoscaler.cloud import Offering, ProviderError
 from autoscaler.model import Command, Pool, ScaleUp
+from fleet.catalog import CapacityType
 
 if TYPE_CHECKING:
     from autoscaler.replay.scenario import Scenario
@@ -56,6 +57,8 @@ class ReplayPolicy(Protocol):
     description: str
     #: a job with nominated nodes waits for them (Slurm allocates powered-down nodes to the job)
     binds_nominations: bool
+    #: Slurm node Weight per capacity type for the scheduler (lower first); None: plain best fit
+    placement_weights: Mapping[CapacityType, int] | None
 
     def pools(self, scenario: Scenario) -> list[Pool]: ...
 

@@ -6,14 +6,14 @@ nodes launched for it (its *nominations*) or, best fit, on any registered node w
 queue is FIFO with backfill: a job that does not fit does not block smaller ones behind it.
 
 State is incremental so a 60-day replay stays fast: registered nodes with free GPUs are indexed
-by (spot?, free GPUs); counters for provisioned / demanded GPUs are kept as things change."""
+by (capacity type, free GPUs); counters for provisioned / demanded GPUs are kept as things change."""
 
 from __future__ import annotations
 
 import bisect
 import enum
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from autoscaler.cloud import OfferingKey
@@ -123,7 +123,8 @@ class ClusterState:
         self.by_id = {j.id: j for j in jobs}
         self.nodes: dict[str, SimNode] = {}
         self._pending: list[tuple[float, int]] = []  # sorted job keys
-        self._free: dict[tuple[bool, int], dict[str, SimNode]] = {}
+        self._free: dict[tuple[CapacityType, int], dict[str, SimNode]] = {}
+        self.max_node_gpus = 8
         self.idle: dict[str, SimNode] = {}  # READY_IDLE nodes (any nomination)
         self.draining: dict[str, SimNode] = {}
         self.booting: dict[str, SimNode] = {}  # launched, not registered yet
@@ -192,6 +193,7 @@ class ClusterState:
         if node.name in self.nodes:
             raise ReplayError(f"node {node.name} launched twice")
         node.free = node.gpus
+        self.max_node_gpus = max(self.max_node_gpus, node.gpus)
         self.nodes[node.name] = node
         if not node.registered:
             self.booting[node.name] = node
@@ -278,35 +280,55 @@ class ClusterState:
 
     def _index_add(self, node: SimNode) -> None:
         if node.state in READY and node.nominated_for is None and node.free > 0:
-            self._free.setdefault((node.spot, node.free), {})[node.name] = node
+            self._free.setdefault((node.capacity_type, node.free), {})[node.name] = node
 
     def _index_remove(self, node: SimNode) -> None:
-        bucket = self._free.get((node.spot, node.free))
+        bucket = self._free.get((node.capacity_type, node.free))
         if bucket is not None:
             bucket.pop(node.name, None)
 
-    def free_nodes(self, spot: bool, free: int) -> dict[str, SimNode]:
-        return self._free.get((spot, free), {})
+    def free_nodes(self, capacity: CapacityType, free: int) -> dict[str, SimNode]:
+        return self._free.get((capacity, free), {})
 
     # ---- scheduling -------------------------------------------------------------------------------
 
-    def schedule(self, now: float, *, binding: bool = False) -> list[Job]:
+    def schedule(
+        self, now: float, *, binding: bool = False, weights: Mapping[CapacityType, int] | None = None
+    ) -> list[Job]:
         """Start every pending job that fits now, FIFO with backfill; returns the started jobs.
 
         `binding`: a job with nominations waits for exactly those nodes (Slurm allocates powered-down
-        nodes to a job, which then waits for them); otherwise it takes whatever fits first."""
+        nodes to a job, which then waits for them); otherwise it takes whatever fits first.
+        `weights`: Slurm node Weight per capacity type (lower is allocated first, best fit within a
+        weight); None: best fit over every node alike."""
         started: list[Job] = []
         failed: set[tuple[int, int, bool]] = set()
+        order = self._orders(weights)
         for _, idx in list(self._pending):
             job = self.jobs[idx]
-            nodes = self._find(job, failed, binding)
+            nodes = self._find(job, failed, binding, order[job.spot_ok])
             if nodes is not None:
                 self.start(job, nodes, now)
                 started.append(job)
         self.pending_changed = False
         return started
 
-    def _find(self, job: Job, failed: set[tuple[int, int, bool]], binding: bool) -> list[SimNode] | None:
+    @staticmethod
+    def _orders(weights: Mapping[CapacityType, int] | None) -> dict[bool, list[tuple[CapacityType, ...]]]:
+        """Per spot tolerance: groups of capacity types searched in turn (one group: plain best fit)."""
+        out: dict[bool, list[tuple[CapacityType, ...]]] = {}
+        for spot_ok in (False, True):
+            types = [c for c in CapacityType if spot_ok or c is not CapacityType.SPOT]
+            if weights is None:
+                out[spot_ok] = [tuple(types)]
+            else:
+                levels = sorted({weights.get(c, 1 << 20) for c in types})
+                out[spot_ok] = [tuple(c for c in types if weights.get(c, 1 << 20) == w) for w in levels]
+        return out
+
+    def _find(
+        self, job: Job, failed: set[tuple[int, int, bool]], binding: bool, order: list[tuple[CapacityType, ...]]
+    ) -> list[SimNode] | None:
         own = [n for n in job.nominated if n.state in READY and n.free >= job.gpus_per_node]
         if len(own) >= job.nodes:
             return own[: job.nodes]
@@ -316,25 +338,26 @@ class ClusterState:
         if shape in failed:
             return None
         g = job.gpus_per_node
-        classes = (False, True) if job.spot_ok else (False,)
+        frees = range(g, self.max_node_gpus + 1)
         if job.nodes == 1:
             if own:
                 return own
-            for f in range(g, 9 if g <= 8 else g + 1):
-                for spot in classes:
-                    bucket = self._free.get((spot, f))
-                    if bucket:
-                        return [next(iter(bucket.values()))]
-            # bigger nodes than 8 GPUs (none in the a3 family) would be searched here
+            for group in order:
+                for f in frees:  # best fit: the fullest node that still fits
+                    for ct in group:
+                        bucket = self._free.get((ct, f))
+                        if bucket:
+                            return [next(iter(bucket.values()))]
             failed.add(shape)
             return None
         picked = list(own)
-        for spot in classes:
-            for f in range(g, 9 if g <= 8 else g + 1):
-                for n in self._free.get((spot, f), {}).values():
-                    picked.append(n)
-                    if len(picked) >= job.nodes:
-                        return picked
+        for group in order:
+            for f in frees:
+                for ct in group:
+                    for n in self._free.get((ct, f), {}).values():
+                        picked.append(n)
+                        if len(picked) >= job.nodes:
+                            return picked
         failed.add(shape)
         return None
 

@@ -102,3 +102,17 @@ def test_names_are_reused_lowest_first() -> None:
     assert st.free_names("p", 1) == ["p-2"]
     st.remove_node(n0, 1)
     assert st.free_names("p", 2) == ["p-0", "p-2"]
+
+
+def test_node_weights_send_work_to_paid_for_capacity_first_then_best_fit() -> None:
+    st = state_of(job(0, 0, 100, 1), job(1, 0, 100, 1))
+    od, res = node("od", gpus=2), node("res", capacity=CapacityType.RESERVATION)
+    for n in (od, res):
+        st.add_node(n)
+        st.register(n, 0)
+    st.submit(st.jobs[0])
+    st.schedule(0)  # plain best fit: the fuller (2-GPU) on-demand node
+    assert st.jobs[0].placed_on == [od]
+    st.submit(st.jobs[1])
+    st.schedule(1, weights={CapacityType.RESERVATION: 1, CapacityType.ON_DEMAND: 30})
+    assert st.jobs[1].placed_on == [res]  # Weight first: the reservation is paid for anyway

@@ -44,6 +44,7 @@ class CaLikePolicy:
         "10 min under 50% utilisation"
     )
     binds_nominations: bool = False
+    placement_weights: None = None  # the scheduler's plain best fit (kube-scheduler has no capacity-type weights)
     _pools: list[Pool] = field(default_factory=list)
     _backoff: dict[OfferingKey, tuple[float, int]] = field(default_factory=dict)
     _last_add: float = -math.inf

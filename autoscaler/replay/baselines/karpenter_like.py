@@ -43,6 +43,7 @@ class KarpenterLikePolicy:
         "window, 3 min unavailable-offering cache, gang nodes launched independently, empty-node consolidation"
     )
     binds_nominations: bool = False
+    placement_weights: None = None  # the scheduler's plain best fit (kube-scheduler has no capacity-type weights)
     _pools: list[Pool] = field(default_factory=list)
     _ice: dict[OfferingKey, float] = field(default_factory=dict)
     _batch_start: float | None = None

@@ -33,6 +33,10 @@ class SlurmPowerSavePolicy:
         "SuspendTime=300 s idle, on-demand"
     )
     binds_nominations: bool = True
+    #: the reservation's nodeset has the lowest Weight; every other node the same
+    placement_weights: dict[CapacityType, int] | None = field(
+        default_factory=lambda: {CapacityType.RESERVATION: 1, CapacityType.ON_DEMAND: 10}
+    )
     _pools: list[Pool] = field(default_factory=list)
     _down: dict[OfferingKey, float] = field(default_factory=dict)
     _since: float | None = None  # oldest unlaunched allocation

@@ -26,6 +26,7 @@ class StaticPeakPolicy:
     name: str = "static-peak"
     description: str = "fixed fleet of 8-GPU nodes sized to the trace's peak demand, reservation first, always on"
     binds_nominations: bool = False
+    placement_weights: None = None  # plain best fit: a static fleet costs the same wherever jobs land
     _pools: list[Pool] = field(default_factory=list)
     _failed_until: dict[object, float] = field(default_factory=dict)
 

@@ -119,7 +119,8 @@ def place_on_hint(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
     if not names or len(names) != unit.nodes:
         return False
     slots = [st.index.get(n) for n in names]
-    if any(s is None or s.free < unit.gpus_per_node or s.pool not in cs.pool_order for s in slots):
+    # a hinted name may have been reused by a node this plan launches (the old launch never happened)
+    if any(s is None or s.rank == NEW or s.free < unit.gpus_per_node or s.pool not in cs.pool_order for s in slots):
         return False
     ok = [s for s in slots if s is not None]
     if len({(s.pool, s.zone) for s in ok}) != 1 or len(set(names)) != len(names):

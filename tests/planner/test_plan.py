@@ -269,3 +269,13 @@ def test_long_spot_tolerant_gangs_can_be_kept_off_spot() -> None:
     out = plan(demand, inv(family_pools()), family_offerings(), Policy(spot_max_node_hours=64), 0)
     caps = {s.units[0]: s.offering.capacity_type for s in out.scale_ups}
     assert caps == {"short": SPOT, "long": OD}
+
+
+def test_stale_hints_naming_nodes_this_plan_launches_are_ignored() -> None:
+    """The previous plan's gang launch never happened, and its names are free again."""
+    p = pool(8)
+    stale = {"g": ("h8-on-demand-0", "h8-on-demand-1")}
+    demand = [unit("a", 5, priority=2), unit("b", 5, priority=1), unit("g", 3, nodes=2)]  # a, b: -0, -1
+    out = plan(demand, inv([p]), [offering(8)], Policy(), 0, hints=stale)
+    gang = next(s for s in out.scale_ups if s.gang)
+    assert out.assignments["g"].nodes == gang.names and set(gang.names).isdisjoint(stale["g"])

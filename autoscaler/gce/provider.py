@@ -7,7 +7,8 @@ request id de-duplicates retries server-side).  Deletes are `deleteInstances` of
 URLs; the group's target size is never lowered blindly.  Asynchronous creation failures
 (stockout, quota) come from each member's `lastAttempt.errors`; by default the whole launch
 request they belong to is then cancelled, so a gang is all or nothing and the MIG does not keep
-retrying behind the planner's back.  Offerings are priced from the catalog, with free
+retrying behind the planner's back.  Flex-start pools launch through one all-or-nothing MIG
+resize request per launch instead.  Offerings are priced from the catalog, with free
 reservation slots and GPU quota headroom.
 """
 

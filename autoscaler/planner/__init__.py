@@ -6,6 +6,7 @@ A chain of named passes, each a function testable alone:
    the rest, so the planner falls back to the next offering or zone.
 2. `compute_headroom` (limits.py): room under pool / fleet node and GPU limits, offering limits
    (free reservation slots, quota) and the $/h budget; `Headroom.blocker` is the budget/limit check.
+   `keep_min_nodes` (minimum.py) then launches pools up to their `min_nodes`.
 3. Per unit, highest priority first: `place_on_existing` (ready, then booting, then nodes this plan
    launches; best fit = bin-packing) -> `fill_reservations` -> `place_gang` (all or nothing, one
    zone, one placement group) or `place_cheapest` (right-sized, cheapest per unit served).
@@ -18,6 +19,7 @@ from autoscaler.planner.capacity import CapacityIndex, Slot
 from autoscaler.planner.core import batch_hold, plan, priority_order
 from autoscaler.planner.explain import explain_unserved
 from autoscaler.planner.limits import Headroom, compute_headroom
+from autoscaler.planner.minimum import keep_min_nodes
 from autoscaler.planner.offers import Candidate, OfferBook, UnitClass
 from autoscaler.planner.placement import (
     ClassState,
@@ -48,6 +50,7 @@ __all__ = [
     "expire_backoff",
     "explain_unserved",
     "fill_reservations",
+    "keep_min_nodes",
     "place_cheapest",
     "place_gang",
     "place_on_existing",

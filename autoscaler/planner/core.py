@@ -1,6 +1,6 @@
 """`plan()`: the pure planner, a chain of named passes over one snapshot.
 
-expire_backoff -> compute_headroom -> (per unit, by priority) place_on_existing ->
+expire_backoff -> compute_headroom -> keep_min_nodes -> (per unit, by priority) place_on_existing ->
 fill_reservations -> place_gang | place_cheapest (budget and limits checked by the headroom) ->
 scale_down_idle -> explain_unserved.  No I/O, no clock, no randomness: same inputs, same plan.
 """
@@ -28,6 +28,7 @@ from autoscaler.planner.backoff import expire_backoff
 from autoscaler.planner.capacity import CapacityIndex
 from autoscaler.planner.explain import explain_unserved
 from autoscaler.planner.limits import compute_headroom
+from autoscaler.planner.minimum import keep_min_nodes
 from autoscaler.planner.offers import OfferBook, UnitClass
 from autoscaler.planner.placement import (
     Batch,
@@ -99,6 +100,7 @@ def plan(
         hints={uid: _hint_nodes(a) for uid, a in (hints or {}).items()},
     )
     held = batch_hold(units, policy, now)
+    keep_min_nodes(st)
 
     keys = [class_key(u, policy, now) for u in units]
     sizes = Counter(keys)
@@ -166,6 +168,8 @@ def build_scale_ups(batches: Iterable[Batch], now: float) -> tuple[list[ScaleUp]
         price = "paid-for reservation" if b.hourly_usd == 0 and key.reservation else f"${b.hourly_usd:.2f}/h each"
         if b.gang:
             reason = f"gang {b.units[0]}: {len(names)} nodes all or nothing, {where} ({price})"
+        elif b.minimum:
+            reason = f"pool minimum ({b.pool.min_nodes} nodes): {_nodes(len(names))}, {where} ({price})"
         else:
             units = f"{len(b.units)} pending unit{'s' if len(b.units) != 1 else ''}"
             reason = f"{units} need{'s' if len(b.units) == 1 else ''} {_nodes(len(names))}: {where} ({price})"

@@ -55,6 +55,7 @@ class Batch:
     offering: Offering
     hourly_usd: float
     gang: bool = False
+    minimum: bool = False  # launched to keep the pool at min_nodes
     names: list[str] = field(default_factory=list)
     units: list[str] = field(default_factory=list)
 

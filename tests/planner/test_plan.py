@@ -279,3 +279,17 @@ def test_stale_hints_naming_nodes_this_plan_launches_are_ignored() -> None:
     out = plan(demand, inv([p]), [offering(8)], Policy(), 0, hints=stale)
     gang = next(s for s in out.scale_ups if s.gang)
     assert out.assignments["g"].nodes == gang.names and set(gang.names).isdisjoint(stale["g"])
+
+
+def test_pools_are_kept_at_min_nodes_and_demand_fills_them_first() -> None:
+    p = pool(8, min_nodes=2)
+    i = inv([p], [node(p, 0, NodeState.BUSY, used=8), node(p, 1, NodeState.DRAINING)])
+    out = plan([unit("u", 8)], i, [offering(8)], Policy(), 0)
+    (su,) = out.scale_ups
+    assert su.count == 1 and su.reason.startswith("pool minimum (2 nodes)") and su.units == ("u",)
+    assert out.assignments["u"].nodes == su.names
+
+
+def test_min_nodes_respect_the_limits() -> None:
+    out = plan([], inv([pool(8, min_nodes=3)]), [offering(8)], Policy(max_gpus=16), 0)
+    assert [s.count for s in out.scale_ups] == [2]

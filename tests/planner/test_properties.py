@@ -41,12 +41,13 @@ def scenarios(draw):
             if draw(st.booleans()):
                 kw = {"reservation": f"r{g}", "name": f"res{g}"} if cap is CapacityType.RESERVATION else {}
                 compact = g == 8 and draw(st.booleans())
+                max_nodes = draw(st.integers(0, 12))
                 pools.append(
                     pool(
                         g,
                         cap,
-                        max_nodes=draw(st.integers(0, 12)),
-                        min_nodes=0,
+                        max_nodes=max_nodes,
+                        min_nodes=min(max_nodes, draw(st.sampled_from([0, 0, 0, 1, 2]))),
                         queues=draw(st.sampled_from([None, frozenset({"a"}), frozenset({"a", "b"})])),
                         compact_placement=compact,
                         placement_max_vms=draw(st.sampled_from([None, 2, 4])) if compact else None,

@@ -1,8 +1,8 @@
 """Offering choice: which (offering, pool) pairs can serve a class of identical units, cheapest first.
 
 A `UnitClass` groups units that are interchangeable for placement (same shape, type constraints,
-queue, effective spot / flex-start rights).  `OfferBook.candidates` lists, for one class, every
-launchable (offering, pool) pair ordered by the effective $/h *per unit served*: reservation
+queue, effective spot / flex-start rights).  `OfferBook.streams` yields, for one class, every
+launchable (offering, pool) pair, lazily, ordered by the effective $/h *per unit served*: reservation
 capacity costs 0 (it is paid for, so it is filled first); a node of G GPUs serves
 min(G // gpus, units in class) single units, which bin-packs small units when only big shapes are
 cheap and right-sizes when shapes cost the same per GPU (ties go to the smaller machine).  Then
@@ -144,11 +144,7 @@ class OfferBook:
         self.usable, self.backed_off = split_backed_off(offerings, active)
         self._backed_off_offerings = [o for o in offerings if o.key in self.backed_off]
         self.pools = sorted(
-            pools,
-            key=lambda p: (
-                p.capacity_type is not CapacityType.SPOT,
-                len(p.queues) if p.queues is not None else 1 << 20,
-            ),
+            pools, key=lambda p: (existing_tier(p), len(p.queues) if p.queues is not None else 1 << 20)
         )  # stable: inventory order within ties
         by_type: dict[tuple[str, str, str], list[Pool]] = {}
         for p in self.pools:

@@ -347,3 +347,40 @@ def test_per_constraint_caches_do_not_leak_between_unit_sizes() -> None:
     cs = cs_for(st, small)
     assert "h1-on-demand" in cs.pool_order
     assert cs.market.peek().offering.gpus_per_node == 1
+
+
+class TestMinimumAndStreams:
+    def test_keep_min_nodes_alone(self) -> None:
+        from autoscaler.planner import keep_min_nodes
+
+        p = pool(8, min_nodes=3)
+        offs = [offering(8, zone=ZONES[0], price=100.0), offering(8, zone=ZONES[1], price=90.0, available=1)]
+        st = state(inv([p], [node(p, 0, NodeState.BUSY, used=8)]), offs)
+        keep_min_nodes(st)
+        got = {b.offering.key.zone: list(b.names) for b in st.batches.values()}
+        assert got == {ZONES[1]: ["h8-on-demand-1"], ZONES[0]: ["h8-on-demand-2"]}  # cheapest first, then fallback
+        assert all(b.minimum and not b.units for b in st.batches.values())
+        assert st.index.best_fit(st.book.existing_pools(UnitClass.of(unit("u", 8), st.policy, 0)), 8).rank == 2
+
+    def test_candidate_stream_is_lazy_and_ordered(self) -> None:
+        st = state(inv(family_pools(caps=(OD,))), family_offerings(caps=(OD,)))
+        cls = UnitClass.of(unit("u", 2), st.policy, 0)
+        _, market, none = st.book.streams(cls, class_size=1)
+        assert none is None
+        order = [(c.offering.gpus_per_node, c.key.zone) for c in market.remaining()]
+        assert order == [(2, ZONES[0]), (2, ZONES[1]), (4, ZONES[0]), (4, ZONES[1]), (8, ZONES[0]), (8, ZONES[1])]
+        market.advance()
+        assert market.peek().key.zone == ZONES[1] and len(market.remaining()) == 5
+
+    def test_name_allocator_skips_live_names_and_never_hands_out_twice(self) -> None:
+        p = pool(8, max_nodes=4)
+        names = NameAllocator(inv([p], [node(p, 1, NodeState.BUSY, used=1), node(p, 2, NodeState.GONE)]))
+        assert names.take(p, 2) == ["h8-on-demand-0", "h8-on-demand-2"]
+        assert names.take(p, 2) is None  # only one left: all or nothing
+        assert names.take(p, 1) == ["h8-on-demand-3"]
+
+    def test_no_offering_detail_names_the_constraints(self) -> None:
+        st = state(inv([pool(8)]), [offering(8)])
+        u = unit("u", 1, gpu_types=frozenset({"nvidia-b200"}))
+        why = explain_unserved(u, cs_for(st, u))
+        assert why.reason is UnservedReason.NO_OFFERING and "nvidia-b200" in why.detail

@@ -1,5 +1,7 @@
-"""The pure planner: `plan(demand, inventory, offerings, policy, now, unavailable=()) -> Plan`.
+"""The pure planner: `plan(demand, inventory, offerings, policy, now, unavailable=(), hints=None) -> Plan`.
 
+`unavailable` is the caller's backoff memory (see `autoscaler.model.record_failure`); `hints` is
+the previous plan's `assignments`, so still-pending units stay on the nodes they were given.
 A chain of named passes, each a function testable alone:
 
 1. `expire_backoff` (backoff.py): forget expired unavailable-offering entries; `OfferBook` skips
@@ -7,9 +9,10 @@ A chain of named passes, each a function testable alone:
 2. `compute_headroom` (limits.py): room under pool / fleet node and GPU limits, offering limits
    (free reservation slots, quota) and the $/h budget; `Headroom.blocker` is the budget/limit check.
    `keep_min_nodes` (minimum.py) then launches pools up to their `min_nodes`.
-3. Per unit, highest priority first: `place_on_existing` (ready, then booting, then nodes this plan
-   launches; best fit = bin-packing) -> `fill_reservations` -> `place_gang` (all or nothing, one
-   zone, one placement group) or `place_cheapest` (right-sized, cheapest per unit served).
+3. Per unit, highest priority first: `place_on_existing` (hinted nodes; else ready, then booting,
+   then nodes this plan launches; reservation, spot, then other capacity; best fit = bin-packing)
+   -> `fill_reservations` -> `place_gang` (all or nothing, one zone, one placement group) or
+   `place_cheapest` (right-sized, cheapest per unit served).
 4. `scale_down_idle` (scale_down.py): drain idle nodes past the timeout, delete drained ones by name.
 5. `explain_unserved` (explain.py): a reason code and detail for every unit left pending.
 """

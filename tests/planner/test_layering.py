@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("autoscaler/model", "autoscaler/planner")
 ALLOWED_PREFIXES = ("fleet.catalog", "autoscaler.cloud", "autoscaler.model", "autoscaler.planner")
-FORBIDDEN = ("pulumi", "pulumi_gcp", "google", "sqlite3", "apscheduler", "loguru", "httpx", "typer", "pydantic")
+FORBIDDEN = ("pulumi", "pulumi_gcp", "google", "sqlite3", "apscheduler", "loguru", "httpx", "typer")
 
 
 def _imports(path: Path) -> list[str]:

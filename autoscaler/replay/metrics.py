@@ -71,4 +71,7 @@ def policy_metrics(engine: ReplayEngine, lower_bound_usd: float) -> dict[str, An
     calls = getattr(engine.policy, "planner_calls", None)
     if calls is not None:
         out["planner_calls"] = calls
+    settings = getattr(engine.policy, "settings", None)
+    if callable(settings):
+        out["settings"] = settings()
     return out

@@ -96,3 +96,18 @@ def test_same_seed_same_numbers_and_spot_scenarios_count_preemptions(small_trace
         assert m["jobs"] == len(small_trace)
         assert m["preempted_jobs"] > 0 and m["gpu_hours_lost_to_preemption"] > 0
         assert "spot" in m["cost_by_capacity_usd"]
+
+
+def test_with_a_reservation_gpu_fleet_waits_for_paid_for_gpus_before_buying_and_wakes_up_to_buy() -> None:
+    sc = Scenario(reserved_nodes=1)
+    a, b, c = job(0, 0, 400, 8), job(1, 900, 100, 8), job(2, 2000, 5000, 8)
+    eng = ReplayEngine([a, b, c], sc, GpuFleetPolicy.for_scenario(sc)).run()
+    jobs = {j.id: j for j in eng.state.jobs}
+    assert eng.counters.nodes_launched == 1  # b waited for the reserved node instead of buying one
+    assert jobs["j1"].first_start - 900 == 160  # a ends at 300 (hold) + 360 (boot) + 400
+    assert jobs["j2"].first_start == 2000  # the reserved node stays up: no boot
+    late = job(3, 2010, 100, 8)  # the reserved node is busy: held RESERVATION_HOLD_S, then bought
+    eng = ReplayEngine([a, b, c, late], sc, GpuFleetPolicy.for_scenario(sc)).run()
+    jobs = {j.id: j for j in eng.state.jobs}
+    assert jobs["j3"].first_start - 2010 == 300 + 360
+    assert GpuFleetPolicy.for_scenario(Scenario()).policy.batch_window_s == 0

@@ -3,8 +3,9 @@
 Each decision converts the sim's view into the planner's model — pending jobs that hold no
 capacity become `WorkUnit`s, scheduler nodes become `Node`s (booting, ready-idle, busy,
 draining; nodes allocated to a gang that is still waiting for its other nodes count as in use) —
-calls `plan(demand, inventory, offerings, policy, now, unavailable)` and hands its commands to the
-engine.  Launch refusals go into the planner's backoff memory (`record_failure`).
+calls `plan(demand, inventory, offerings, policy, now, unavailable, hints)` and hands its commands
+to the engine.  Launch refusals go into the planner's backoff memory (`record_failure`); the last
+plan's assignments are the next plan's hints.
 
 The planner is pure and not free, so it is called only when its answer can change: new demand it
 has not placed yet (submission, requeue after preemption), a launch failure, capacity that
@@ -39,12 +40,12 @@ from autoscaler.replay.state import Job, SimNode
 from fleet.catalog import CapacityType
 from fleet.slurm.conf import CAPACITY_WEIGHT
 
-#: knobs of the gpu-fleet policy in replays (the daemon's defaults, except where noted)
 #: with a reservation, how long launches wait for paid-for GPUs to free up (about one boot: measured on
 #: ITP cluster04 with 100 reserved nodes, 0 s / 120 s / 300 s cost $9.044M / $9.036M / $9.025M on
 #: average over seeds 0-4, p95 wait 0 s throughout; docs/simulate.md)
 RESERVATION_HOLD_S = 300.0
 
+#: knobs of the gpu-fleet policy in replays (the daemon's defaults, except where noted)
 DEFAULT_POLICY = Policy(
     batch_window_s=0.0,  # launch at once: boots take minutes, batching only adds wait
     idle_timeout_s=0.0,  # measured on the ITP traces: keeping idle nodes warm costs more than reboots

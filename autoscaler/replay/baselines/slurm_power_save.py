@@ -3,11 +3,13 @@
 Every node is a `State=CLOUD` 8-GPU node (one nodeset per zone; a reservation nodeset, when the
 scenario has one, gets the lowest Weight so Slurm allocates it first).  Slurm allocates a job
 that fits nowhere to powered-down nodes at once, packing small jobs onto nodes already powering
-up (select/cons_tres), and calls ResumeProgram for the batch about a second later (`resume_delay_s`);
-the job then waits for exactly those nodes.  A node idle for `SuspendTime` (300 s, slurm-gcp's
-default) is suspended: SuspendProgram deletes the VM.  When ResumeProgram fails (stockout),
-slurm-gcp marks the nodes DOWN and the job is requeued; slurmsync returns them to service after
-about a minute (`down_s`), so Slurm tries the other nodesets meanwhile.  On-demand only: stock
+up (select/cons_tres), and calls ResumeProgram for the batch 1-3 s later; `resume_delay_s` models that
+delay but is 0 by default, because gpu-fleet is driven by the same ResumeProgram calls in production
+and the replay does not charge it to either.  The job then waits for exactly those nodes.  A node
+idle for `SuspendTime` (300 s, slurm-gcp's default) is suspended: SuspendProgram deletes the VM.
+When ResumeProgram fails (stockout), slurm-gcp marks the nodes DOWN and the job is requeued;
+slurmsync returns them to service after about a minute (`down_s`), so Slurm tries the other
+nodesets meanwhile.  On-demand only: stock
 slurm-gcp nodesets do not use spot for a subset of jobs."""
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def simulate(
     reserved_nodes: int = typer.Option(0, "--reserved-nodes", help="reserved 8-GPU nodes in one zone, billed always"),
     spot_fraction: float = typer.Option(0.0, "--spot-fraction", help="share of jobs (seeded) that tolerate spot"),
     boot_seconds: float = typer.Option(360.0, "--boot-seconds", help="launch request to node ready, seconds"),
-    stockout_rate: float = typer.Option(0.0, "--stockout-rate", help="probability one launch attempt stocks out"),
+    stockout_rate: float = typer.Option(0.0, "--stockout-rate", help="probability a launch in an offering stocks out"),
     stockout_window: float = typer.Option(1800.0, "--stockout-window", help="seconds a stocked-out offering stays out"),
     stockout_mode: str = typer.Option(
         "timeline", "--stockout-mode", help="timeline (same outages whoever asks) or per-attempt (each try may fail)"

@@ -9,8 +9,8 @@ and the replay does not charge it to either.  The job then waits for exactly tho
 idle for `SuspendTime` (300 s, slurm-gcp's default) is suspended: SuspendProgram deletes the VM.
 When ResumeProgram fails (stockout), slurm-gcp marks the nodes DOWN and the job is requeued;
 slurmsync returns them to service after about a minute (`down_s`), so Slurm tries the other
-nodesets meanwhile.  On-demand only: stock
-slurm-gcp nodesets do not use spot for a subset of jobs."""
+nodesets meanwhile.  On-demand only: stock slurm-gcp nodesets do not use spot for a subset of
+jobs."""
 
 from __future__ import annotations
 

@@ -86,6 +86,13 @@ def run_scenario(
     policies: Sequence[str] = POLICY_NAMES,
     progress: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> RunResult:
+    biggest = max(m.gpu_count for m in scenario.machines)
+    for j in jobs:
+        if j.shape()[1] > biggest:
+            raise ValueError(
+                f"--trace: job {j.id} needs {j.shape()[1]} GPUs on one node; the largest {scenario.machine_family} "
+                f"machine has {biggest}"
+            )
     marked = mark_spot_tolerant(list(jobs), scenario.spot_fraction, scenario.seed)
     bound = lower_bound(marked, scenario)
     result = RunResult(scenario, bound, marked)

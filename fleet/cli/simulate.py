@@ -108,6 +108,9 @@ def simulate(
     except ReplayError as exc:
         typer.echo(f"error: replay failed: {exc}", err=True)
         raise typer.Exit(1) from None
+    except ValueError as exc:  # the trace does not fit the machine family
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     if report is not None:
         from autoscaler.replay.report import write_report
 

@@ -293,3 +293,11 @@ def test_pools_are_kept_at_min_nodes_and_demand_fills_them_first() -> None:
 def test_min_nodes_respect_the_limits() -> None:
     out = plan([], inv([pool(8, min_nodes=3)]), [offering(8)], Policy(max_gpus=16), 0)
     assert [s.count for s in out.scale_ups] == [2]
+
+
+def test_per_pool_gpu_cap_and_fallback_to_another_pool() -> None:
+    pools = [pool(8), pool(4)]
+    offs = [offering(8), offering(4, price=44.0)]
+    out = plan([unit("a", 4), unit("b", 4)], inv(pools), offs, Policy(pool_max_gpus={"h4-on-demand": 4}), 0)
+    assert {s.pool: s.count for s in out.scale_ups} == {"h4-on-demand": 1, "h8-on-demand": 1}
+    assert out.unserved == ()

@@ -68,7 +68,15 @@ def _hook(bin_dir: Path, action: str, state: Path) -> str:
 
 
 class E2E:
-    def __init__(self, make_harness: Callable[..., SlurmHarness], *, suspend_time: int = 6, resume_timeout: int = 60):
+    def __init__(
+        self,
+        make_harness: Callable[..., SlurmHarness],
+        *,
+        suspend_time: int = 6,
+        resume_timeout: int = 60,
+        boots: Callable[[str, str], bool] | None = None,
+    ):
+        """`boots(name, zone)`: False makes that VM come up without ever registering (a broken boot)."""
         probe = make_harness()
         self.root = probe.root
         self.state = self.root / "autoscaler.db"
@@ -89,7 +97,12 @@ class E2E:
             resume_timeout=resume_timeout,
         )
         self.slurm.start(conf, self.nodes.gres_conf())
-        self.fake = FakeCompute(PROJECT, boot_delay=0.3, on_boot=self.nodes.boot, on_delete=self.nodes.stop).start()
+
+        def on_boot(name: str, zone: str) -> None:
+            if boots is None or boots(name, zone):
+                self.nodes.boot(name, zone)
+
+        self.fake = FakeCompute(PROJECT, boot_delay=0.3, on_boot=on_boot, on_delete=self.nodes.stop).start()
         self.pools = inventory()
         self.fake.add_inventory(self.pools)
         self.inventory_path = self.root / "inventory.json"

@@ -74,7 +74,10 @@ class ReplayEngine:
         self.policy = policy
         self.clock = SimClock(min(j.submit for j in jobs) - scenario.ready_s)
         self.cloud = SimCloud(sim_config or scenario.sim_config(), self.clock)
-        self.state = ClusterState([Job(i, tj, *tj.shape()) for i, tj in enumerate(sorted(jobs, key=_key))])
+        self.state = ClusterState(
+            [Job(i, tj, *tj.shape()) for i, tj in enumerate(sorted(jobs, key=_key))],
+            checkpoint_interval_s=scenario.checkpoint_interval_s,
+        )
         self.pools: Mapping[str, Pool] = {p.name: p for p in policy.pools(scenario)}
         self.timeline = Timeline()
         self._weights = getattr(policy, "placement_weights", None)
@@ -199,7 +202,7 @@ class ReplayEngine:
 
     def _start(self, started: list[Job], t: float) -> None:
         for job in started:
-            self._push(t + job.trace.duration, _JOB_END, (job, job.attempt))
+            self._push(t + job.remaining_s, _JOB_END, (job, job.attempt))
 
     def _push(self, t: float, kind: int, payload: object) -> None:
         self._seq += 1

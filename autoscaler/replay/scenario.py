@@ -36,6 +36,8 @@ class Scenario(BaseModel):
     stockout_window_s: float = Field(1800.0, gt=0.0)
     stockout_mode: Literal["timeline", "per-attempt"] = "timeline"  # see SimConfig.stockout_mode
     preemption_rate_per_hour: float = Field(0.01, ge=0.0)
+    # spot-tolerant work checkpoints: a preempted job loses only the run time since its last checkpoint
+    checkpoint_interval_s: float = Field(1800.0, ge=0.0)  # 0: a preempted job restarts from scratch
     seed: int = 0
 
     @model_validator(mode="after")

@@ -47,6 +47,11 @@ class Job:
     placed_on: list[SimNode] = field(default_factory=list)
     nominated: list[SimNode] = field(default_factory=list)
     gpu_seconds: float = 0.0  # GPU-seconds run, lost attempts included
+    progress_s: float = 0.0  # work saved by checkpoints: a requeued job resumes from here
+
+    @property
+    def remaining_s(self) -> float:
+        return self.trace.duration - self.progress_s
 
     @property
     def id(self) -> str:
@@ -118,8 +123,11 @@ class SimNode:
 class ClusterState:
     """Jobs and nodes of one replay, with the placement index and running counters."""
 
-    def __init__(self, jobs: list[Job]) -> None:
+    def __init__(self, jobs: list[Job], checkpoint_interval_s: float = 0.0) -> None:
+        """`checkpoint_interval_s`: a preempted job keeps the work up to its last checkpoint (taken every
+        that many seconds of run time); 0 = it restarts from scratch."""
         self.jobs = jobs
+        self.checkpoint_interval_s = checkpoint_interval_s
         self.by_id = {j.id: j for j in jobs}
         self.nodes: dict[str, SimNode] = {}
         self._pending: list[tuple[float, int]] = []  # sorted job keys
@@ -411,9 +419,14 @@ class ClusterState:
         self.done += 1
 
     def requeue(self, job: Job, now: float) -> None:
-        """A running job lost a node (spot preemption): it restarts from scratch."""
+        """A running job lost a node (spot preemption): it resumes from its last checkpoint (or from
+        scratch without checkpoints) once it is placed again."""
         if job.state is not JobState.RUNNING:
             return
+        ran = now - (job.start if job.start is not None else now)
+        every = self.checkpoint_interval_s
+        if every > 0:
+            job.progress_s = min(job.trace.duration, job.progress_s + (ran // every) * every)
         self._release(job, now)
         job.state = JobState.PENDING
         job.attempt += 1

@@ -24,6 +24,7 @@ FLAG_OF = {
     "stockout_window_s": "--stockout-window",
     "stockout_mode": "--stockout-mode",
     "preemption_rate_per_hour": "--preemption-rate",
+    "checkpoint_interval_s": "--checkpoint-interval",
     "reservation_rate": "--reservation-rate",
     "seed": "--seed",
 }
@@ -53,6 +54,9 @@ def simulate(
         "timeline", "--stockout-mode", help="timeline (same outages whoever asks) or per-attempt (each try may fail)"
     ),
     preemption_rate: float = typer.Option(0.01, "--preemption-rate", help="spot preemptions per node-hour"),
+    checkpoint_interval: float = typer.Option(
+        1800.0, "--checkpoint-interval", help="seconds between checkpoints of spot-tolerant jobs (0: restart)"
+    ),
     reservation_rate: str = typer.Option("commit-1y", "--reservation-rate", help="commit-1y or on-demand"),
     seed: int = typer.Option(0, "--seed", help="seed of every random choice (spot-tolerant jobs, stockouts, ...)"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
@@ -83,6 +87,7 @@ def simulate(
             stockout_window_s=stockout_window,
             stockout_mode=stockout_mode,  # type: ignore[arg-type]
             preemption_rate_per_hour=preemption_rate,
+            checkpoint_interval_s=checkpoint_interval,
             seed=seed,
         )
         jobs = load_trace(path)

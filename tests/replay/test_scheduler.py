@@ -116,3 +116,16 @@ def test_node_weights_send_work_to_paid_for_capacity_first_then_best_fit() -> No
     st.submit(st.jobs[1])
     st.schedule(1, weights={CapacityType.RESERVATION: 1, CapacityType.ON_DEMAND: 30})
     assert st.jobs[1].placed_on == [res]  # Weight first: the reservation is paid for anyway
+
+
+def test_a_preempted_job_resumes_from_its_last_checkpoint() -> None:
+    st = ClusterState([Job(0, job(0, 0, 1000, 1, spot_ok=True), 1, 1)], checkpoint_interval_s=300)
+    j = st.jobs[0]
+    st.submit(j)
+    s = node("s", gpus=1, capacity=CapacityType.SPOT)
+    st.add_node(s)
+    st.register(s, 0)
+    st.schedule(0)
+    st.remove_node(s, 700)  # preempted after 700 s: checkpoints at 300 and 600
+    assert j.progress_s == 600 and j.remaining_s == 400
+    assert j.gpu_seconds == 700  # the 100 s after the last checkpoint are lost and run again

@@ -40,10 +40,11 @@ from autoscaler.replay.state import Job, SimNode
 from fleet.catalog import CapacityType
 from fleet.slurm.conf import CAPACITY_WEIGHT
 
-#: with a reservation, how long launches wait for paid-for GPUs to free up (about one boot: measured on
-#: ITP cluster04 with 100 reserved nodes, 0 s / 120 s / 300 s cost $9.044M / $9.036M / $9.025M on
-#: average over seeds 0-4, p95 wait 0 s throughout; docs/simulate.md)
-RESERVATION_HOLD_S = 300.0
+#: with a reservation, how long launches wait for paid-for GPUs to free up.  Measured on ITP cluster04
+#: with 100 reserved nodes, 30% spot-tolerant jobs, stockout rate 0.2, mean over seeds 0-4: a hold of
+#: 0 / 120 / 300 / 600 / 900 s costs $9.0341M / 9.0342M / 9.0265M / 9.0096M / 9.0088M, p95 wait 0 s
+#: throughout (docs/simulate.md)
+RESERVATION_HOLD_S = 600.0
 
 #: knobs of the gpu-fleet policy in replays (the daemon's defaults, except where noted)
 DEFAULT_POLICY = Policy(

@@ -7,7 +7,7 @@ import pytest
 
 from autoscaler.replay.baselines import KarpenterLikePolicy, SlurmPowerSavePolicy
 from autoscaler.replay.engine import ReplayEngine
-from autoscaler.replay.gpu_fleet import GpuFleetPolicy
+from autoscaler.replay.gpu_fleet import RESERVATION_HOLD_S, GpuFleetPolicy
 from autoscaler.replay.run import POLICY_NAMES, resolve_policies, run_scenario
 from autoscaler.replay.scenario import Scenario
 from fleet.catalog import CapacityType
@@ -104,10 +104,10 @@ def test_with_a_reservation_gpu_fleet_waits_for_paid_for_gpus_before_buying_and_
     eng = ReplayEngine([a, b, c], sc, GpuFleetPolicy.for_scenario(sc)).run()
     jobs = {j.id: j for j in eng.state.jobs}
     assert eng.counters.nodes_launched == 1  # b waited for the reserved node instead of buying one
-    assert jobs["j1"].first_start - 900 == 160  # a ends at 300 (hold) + 360 (boot) + 400
+    assert jobs["j1"].first_start - 900 == RESERVATION_HOLD_S + 360 + 400 - 900  # a: hold, boot, run
     assert jobs["j2"].first_start == 2000  # the reserved node stays up: no boot
     late = job(3, 2010, 100, 8)  # the reserved node is busy: held RESERVATION_HOLD_S, then bought
     eng = ReplayEngine([a, b, c, late], sc, GpuFleetPolicy.for_scenario(sc)).run()
     jobs = {j.id: j for j in eng.state.jobs}
-    assert jobs["j3"].first_start - 2010 == 300 + 360
+    assert jobs["j3"].first_start - 2010 == RESERVATION_HOLD_S + 360
     assert GpuFleetPolicy.for_scenario(Scenario()).policy.batch_window_s == 0

@@ -5,7 +5,6 @@ Heavy imports (google-cloud-compute) happen here, only for the provider the conf
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -15,7 +14,7 @@ from autoscaler.daemon.config import ConfigError, DaemonConfig
 from autoscaler.daemon.metrics import Metrics
 from autoscaler.daemon.state import StateStore
 from autoscaler.daemon.tick import Daemon
-from autoscaler.model import Policy, Pool
+from autoscaler.model import Policy, PolicyError, Pool, policy_from_mapping
 from autoscaler.slurm.client import CliSlurm, RestSlurm, SlurmClient
 from fleet.inventory import InventoryPool, load_inventory
 
@@ -37,22 +36,10 @@ def load_pools(cfg: DaemonConfig) -> tuple[list[InventoryPool], list[Pool]]:
 
 
 def build_policy(raw: dict[str, Any]) -> Policy:
-    fields = {f.name for f in dataclasses.fields(Policy)}
-    unknown = sorted(set(raw) - fields)
-    if unknown:
-        raise ConfigError(
-            "config", [(f"policy.{k}", f"unknown policy field (known: {sorted(fields)})") for k in unknown]
-        )
-    vals = dict(raw)
-    for k in ("spot_queues", "flex_start_queues"):
-        if vals.get(k) is not None:
-            vals[k] = frozenset(vals[k])
     try:
-        return Policy(**vals)
-    except (TypeError, ValueError) as exc:
-        msg = str(exc)
-        field = msg.split(":")[0].removeprefix("Policy.") if msg.startswith("Policy.") else "(policy)"
-        raise ConfigError("config", [(f"policy.{field}", msg)]) from None
+        return policy_from_mapping(raw)
+    except PolicyError as exc:
+        raise ConfigError("config", [(f"policy.{f}", r) for f, r in exc.errors]) from None
 
 
 def build_slurm(cfg: DaemonConfig) -> SlurmClient:

@@ -52,7 +52,14 @@ from autoscaler.model.plan import (
     UnservedReason,
     request_id_for,
 )
-from autoscaler.model.policy import Policy, UnavailableOffering, active_unavailable, record_failure
+from autoscaler.model.policy import (
+    Policy,
+    PolicyError,
+    UnavailableOffering,
+    active_unavailable,
+    policy_from_mapping,
+    record_failure,
+)
 
 __all__ = [
     "COMING_STATES",
@@ -72,6 +79,7 @@ __all__ = [
     "Placement",
     "Plan",
     "Policy",
+    "PolicyError",
     "Pool",
     "ScaleUp",
     "UnavailableOffering",
@@ -80,6 +88,7 @@ __all__ = [
     "WorkUnit",
     "active_unavailable",
     "free_names",
+    "policy_from_mapping",
     "record_failure",
     "request_id_for",
     "transition",

@@ -7,6 +7,7 @@ expired entries and returns the still-active ones in `Plan.unavailable` for the 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -84,6 +85,34 @@ class Policy:
 
     def flex_start_allowed(self, queue: str, waited_s: float) -> bool:
         return queue in self.flex_start_queues and waited_s <= self.flex_start_max_wait_s
+
+
+class PolicyError(ValueError):
+    """A policy mapping that does not make a Policy; `errors` lists (field, reason)."""
+
+    def __init__(self, errors: list[tuple[str, str]]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(f"{f}: {r}" for f, r in errors))
+
+
+def policy_from_mapping(raw: Mapping[str, object]) -> Policy:
+    """Build a Policy from config data (YAML / the fleet spec), naming the offending field on error."""
+    fields = {f.name for f in dataclasses.fields(Policy)}
+    unknown = sorted(set(raw) - fields)
+    if unknown:
+        raise PolicyError([(k, f"unknown policy field (known: {', '.join(sorted(fields))})") for k in unknown])
+    vals = dict(raw)
+    for k in ("spot_queues", "flex_start_queues"):
+        if vals.get(k) is not None:
+            if isinstance(vals[k], str) or not isinstance(vals[k], Iterable):
+                raise PolicyError([(k, "must be a list of queue (partition) names")])
+            vals[k] = frozenset(vals[k])
+    try:
+        return Policy(**vals)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        msg = str(exc)
+        name = msg.split(":")[0].removeprefix("Policy.") if msg.startswith("Policy.") else "(policy)"
+        raise PolicyError([(name, msg.split(": ", 1)[-1])]) from None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from fleet.spec.load import (
     stack_file,
 )
 from fleet.spec.model import (
+    AutoscalerSpec,
     BucketSpec,
     ClusterSpec,
     FilestoreSpec,
@@ -27,6 +28,7 @@ from fleet.spec.model import (
 )
 
 __all__ = [
+    "AutoscalerSpec",
     "BucketSpec",
     "ClusterSpec",
     "FilestoreSpec",

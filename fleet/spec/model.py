@@ -8,7 +8,7 @@ look across fields (zones offering a type, overlapping CIDRs, capacity combinati
 from __future__ import annotations
 
 from ipaddress import IPv4Network
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -88,6 +88,20 @@ class SlurmPartitionSpec(_Spec):
     spot_tolerant: bool = Field(False, description="jobs here accept preemption (may run on spot pools)")
 
 
+class AutoscalerSpec(_Spec):
+    """The gpu-fleet autoscaler daemon on the Slurm controller: it runs Slurm's Resume/SuspendProgram.
+
+    The controller installs this repository at /opt/gpu-fleet (with its .venv) from `source` at `ref`
+    on first boot; with `source` unset the image must already carry /opt/gpu-fleet (a baked image)."""
+
+    source: str | None = Field(
+        None, description="git URL of this repository, cloned to /opt/gpu-fleet on the controller"
+    )
+    ref: str = Field("main", pattern=r"^[A-Za-z0-9._/-]+$", description="branch, tag or commit to install")
+    policy: dict[str, Any] = Field(default_factory=dict, description="planner Policy fields (docs/planner.md)")
+    metrics_port: int = Field(9464, ge=1024, le=65535, description="/metrics and /healthz on 127.0.0.1")
+
+
 class SlurmSpec(_Spec):
     controller_machine_type: str = "n2-standard-8"
     login_machine_type: str = "n2-standard-4"
@@ -99,6 +113,7 @@ class SlurmSpec(_Spec):
         default_factory=dict,
         description="site slurm.conf keys (e.g. PriorityType) added to / replacing the generated ones",
     )
+    autoscaler: AutoscalerSpec = Field(default_factory=AutoscalerSpec)
 
 
 class ClusterSpec(_Spec):

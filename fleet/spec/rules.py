@@ -579,3 +579,25 @@ def slurm_machine_types_not_gpu(spec: FleetSpec, cat: Catalog) -> Iterator[Issue
             value = getattr(cluster.slurm, field)
             if value in cat:
                 yield f"{path}.{field}", f"{value} is a GPU machine type; controller/login nodes run no jobs"
+
+
+@rule
+def autoscaler_policy(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """The controller's daemon would refuse to start on a bad policy: catch it at synth, not after boot.
+    Partitions named in spot_queues / flex_start_queues must exist."""
+    from autoscaler.model.policy import PolicyError, policy_from_mapping  # pure; no daemon imports
+
+    for path, cluster in _slurm_clusters(spec):
+        where = f"{path}.autoscaler.policy"
+        raw = cluster.slurm.autoscaler.policy
+        try:
+            policy = policy_from_mapping(raw)
+        except PolicyError as exc:
+            for name, reason in exc.errors:
+                yield f"{where}.{name}", reason
+            continue
+        partitions = {p.name for p in cluster.slurm.partitions}
+        for field in ("spot_queues", "flex_start_queues"):
+            for queue in sorted(getattr(policy, field) or ()):
+                if queue not in partitions:
+                    yield f"{where}.{field}", f"{queue!r} is not a partition of this cluster"

@@ -207,6 +207,13 @@ CASES = [
     Case("slurm_machine_types_not_gpu",
          lambda d: d["clusters"][0]["slurm"].update(controller_machine_type="a3-megagpu-8g"),
          "clusters[0].slurm.controller_machine_type", "GPU machine type"),
+    Case("autoscaler_policy", lambda d: d["clusters"][0]["slurm"].update(autoscaler={"policy": {"idle_timout_s": 1}}),
+         "clusters[0].slurm.autoscaler.policy.idle_timout_s", "unknown policy field"),
+    Case("autoscaler_policy", lambda d: d["clusters"][0]["slurm"].update(autoscaler={"policy": {"max_nodes": -1}}),
+         "clusters[0].slurm.autoscaler.policy.max_nodes", "must be >= 0"),
+    Case("autoscaler_policy",
+         lambda d: d["clusters"][0]["slurm"].update(autoscaler={"policy": {"spot_queues": ["nope"]}}),
+         "clusters[0].slurm.autoscaler.policy.spot_queues", "'nope' is not a partition"),
 ]  # fmt: skip
 
 

@@ -16,8 +16,10 @@ from components.gcp.node_pool import GpuNodePool, GpuNodePoolArgs, NicArgs, serv
 from components.gcp.slurm_cluster import SlurmCluster, SlurmClusterArgs
 from components.gcp.startup import (
     JWT_KEY_PATH,
+    METADATA_AUTOSCALER_CONFIG,
     METADATA_CGROUP_CONF,
     METADATA_GRES_CONF,
+    METADATA_INVENTORY,
     METADATA_SLURM_CONF,
     SlurmHostConfig,
     startup_script,
@@ -31,7 +33,6 @@ from fleet.spec.model import ClusterSpec, FleetSpec
 from stacks import plan
 
 # slurmrestd authenticates with JWTs signed by the key SlurmCluster keeps in Secret Manager.
-METADATA_INVENTORY = "gpu-fleet-inventory"  # controller metadata: this cluster's autoscaler_inventory entries
 SLURMRESTD_AUTH = {"AuthAltTypes": "auth/jwt", "AuthAltParameters": f"jwt_key={JWT_KEY_PATH}"}
 
 
@@ -126,8 +127,13 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
                 scratch_mount=cluster.storage.scratch.mount_point if cluster.storage.scratch else "/scratch",
                 # the daemon on the controller reads its pools from here (same shape as the stack output)
                 controller_metadata={
-                    METADATA_INVENTORY: json.dumps([plan.inventory_entry(spec, cluster, p, cat) for p in cluster.pools])
+                    METADATA_INVENTORY: json.dumps(
+                        [plan.inventory_entry(spec, cluster, p, cat) for p in cluster.pools]
+                    ),
+                    METADATA_AUTOSCALER_CONFIG: plan.autoscaler_config(cluster),
                 },
+                autoscaler_source=slurm.autoscaler.source,
+                autoscaler_ref=slurm.autoscaler.ref,
                 labels=_labels(spec, {}),
             ),
         )

@@ -48,6 +48,8 @@ class SlurmClusterArgs:
     node_name_prefixes: one per pool (`<cluster>-<pool>`); scope of the controller's compute grant.
     home: Filestore "IP:/share" mounted on /home; scratch: Lustre mount source, scratch_mount: where.
     controller_metadata: extra metadata on the controller only (e.g. the autoscaler inventory).
+    autoscaler_source, autoscaler_ref: git URL and ref of gpu-fleet for the controller's autoscaler
+      (installed at /opt/gpu-fleet; None: the image carries it).
     """
 
     name: str
@@ -69,6 +71,8 @@ class SlurmClusterArgs:
     scratch_mount: str = "/scratch"
     controller_metadata: dict[str, pulumi.Input[str]] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    autoscaler_source: str | None = None
+    autoscaler_ref: str = "main"
 
     def __post_init__(self) -> None:
         if not self.node_name_prefixes:
@@ -153,6 +157,8 @@ class SlurmCluster(pulumi.ComponentResource):
                         home=v[2],
                         scratch=v[3],
                         scratch_mount=args.scratch_mount,
+                        autoscaler_source=args.autoscaler_source,
+                        autoscaler_ref=args.autoscaler_ref,
                     )
                 )
             )

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 METADATA_SLURM_CONF = "slurm-conf"
 METADATA_GRES_CONF = "gres-conf"
 METADATA_CGROUP_CONF = "cgroup-conf"
+METADATA_AUTOSCALER_CONFIG = "gpu-fleet-autoscaler-config"  # controller: the daemon's YAML config
+METADATA_INVENTORY = "gpu-fleet-inventory"  # controller: this cluster's autoscaler_inventory entries
+AUTOSCALER_HOME = "/opt/gpu-fleet"  # the repo + .venv; slurm.conf's Resume/SuspendProgram live in deploy/slurm/
+AUTOSCALER_STATE_DIR = "/var/lib/gpu-fleet"  # written by the daemon and by the hooks slurmctld runs
 JWT_KEY_PATH = "/var/spool/slurmctld/jwt_hs256.key"  # slurm.conf AuthAltParameters=jwt_key=<this>
 
 _PRELUDE = """#!/bin/bash
@@ -34,6 +38,8 @@ class SlurmHostConfig:
     jwt_secret: secret id of the slurmrestd JWT HS256 key (controller only).
     home: "IP:/share" of the Filestore export mounted on /home, or None.
     scratch: Lustre mount source ("IP@tcp:/fs"), or None; scratch_mount: where.
+    autoscaler_source, autoscaler_ref: git URL and ref of gpu-fleet, installed on the controller at
+      /opt/gpu-fleet; with no source the image must carry it (the script then only checks).
     """
 
     role: str
@@ -42,6 +48,8 @@ class SlurmHostConfig:
     home: str | None = None
     scratch: str | None = None
     scratch_mount: str = "/scratch"
+    autoscaler_source: str | None = None
+    autoscaler_ref: str = "main"
 
 
 _PACKAGES = {
@@ -93,4 +101,36 @@ def startup_script(cfg: SlurmHostConfig) -> str:
     if _SERVICES[cfg.role]:
         lines.append(f"systemctl enable --now {_SERVICES[cfg.role]}")
         lines.append(f"systemctl restart {_SERVICES[cfg.role]}")
+    if cfg.role == "controller":
+        lines += autoscaler_install(cfg.autoscaler_source, cfg.autoscaler_ref)
     return "\n".join(lines) + "\n"
+
+
+def autoscaler_install(source: str | None, ref: str) -> list[str]:
+    """Install and start the gpu-fleet autoscaler on the controller.
+
+    slurm.conf's ResumeProgram/SuspendProgram are /opt/gpu-fleet/deploy/slurm/*.sh; they and the
+    daemon share the SQLite state in /var/lib/gpu-fleet, so that directory belongs to SlurmUser."""
+    home, state = AUTOSCALER_HOME, AUTOSCALER_STATE_DIR
+    lines = ["apt-get install -y -q --no-install-recommends git python3-venv"]
+    if source:
+        lines += [
+            f"[ -d {home}/.git ] || git clone --quiet {shlex.quote(source)} {home}",
+            f"git -C {home} fetch --quiet origin {shlex.quote(ref)} && git -C {home} checkout --quiet FETCH_HEAD",
+        ]
+    lines += [
+        f'[ -f {home}/pyproject.toml ] || {{ echo "gpu-fleet: {home} missing: set'
+        ' clusters[].slurm.autoscaler.source or bake it into the image" >&2; exit 1; }',
+        f"[ -x {home}/.venv/bin/python ] || python3 -m venv {home}/.venv",
+        f"{home}/.venv/bin/pip install --quiet {home}",
+        f"install -d -o slurm -g slurm -m 0750 {state}",
+        "install -d -m 0755 /etc/gpu-fleet",
+        f"md {METADATA_INVENTORY} > /etc/gpu-fleet/inventory.json",
+        f"md {METADATA_AUTOSCALER_CONFIG} > /etc/gpu-fleet/autoscaler.yaml",
+        "chmod 0644 /etc/gpu-fleet/inventory.json /etc/gpu-fleet/autoscaler.yaml",
+        f"install -m 0644 {home}/deploy/systemd/gpu-fleet-autoscaler.service /etc/systemd/system/",
+        "systemctl daemon-reload",
+        "systemctl enable --now gpu-fleet-autoscaler",
+        "systemctl restart gpu-fleet-autoscaler",
+    ]
+    return lines

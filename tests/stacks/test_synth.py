@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -254,6 +255,27 @@ def test_generated_slurm_config_reaches_controller_and_nodes(a3mega):
         md = tpl["inputs"]["metadata"]
         assert md["slurm-conf"] == conf
         assert "slurmd" in md["startup-script"] and "munge.key" in md["startup-script"]
+
+
+def test_controller_installs_the_autoscaler_that_slurm_calls(a3mega):
+    from autoscaler.daemon.build import build_policy
+    from autoscaler.daemon.config import parse_config
+
+    out = a3mega.to_json()
+    (ctl,) = [
+        r for r in out["resources"] if r["type"].endswith("instance:Instance") and r["name"].endswith("controller")
+    ]
+    md = ctl["inputs"]["metadata"]
+    cfg = parse_config(yaml.safe_load(md["gpu-fleet-autoscaler-config"]))
+    assert str(cfg.inventory) == "/etc/gpu-fleet/inventory.json" and cfg.provider.kind == "gce"
+    assert build_policy(cfg.policy).spot_queues == frozenset({"a3mega-spot"})
+    script = ctl["inputs"]["metadataStartupScript"]
+    assert "git clone --quiet https://github.com/your-org/gpu-fleet.git /opt/gpu-fleet" in script
+    assert "install -d -o slurm -g slurm -m 0750 /var/lib/gpu-fleet" in script
+    assert script.rstrip().endswith("systemctl restart gpu-fleet-autoscaler")
+    # every file the controller takes from /opt/gpu-fleet is in this repository
+    for path in re.findall(r"/opt/gpu-fleet/(deploy/\S+)", md["slurm-conf"] + script):
+        assert (REPO / path).is_file(), path
 
 
 def test_two_clusters_share_the_system_vpc_and_keep_names_apart():

@@ -13,6 +13,7 @@ import pytest
 
 from tests.e2e.env import E2E, wait_for
 from tests.harness.cloud_nodes import cloud_nodes_unavailable_reason
+from tests.harness.requirements import missing
 from tests.harness.slurm import SlurmHarness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.gce, pytest.mark.slow]
@@ -22,7 +23,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.gce, pytest.mark.slow]
 def env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
     reason = cloud_nodes_unavailable_reason()
     if reason:
-        pytest.skip(reason)
+        missing(reason)
     e = E2E(slurm_factory, suspend_time=6)
     yield e
     e.close()

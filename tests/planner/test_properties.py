@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -264,7 +265,15 @@ def test_replanning_after_the_launches_adds_nothing_for_the_same_demand(sc) -> N
         extra += [Node(n, s.pool, s.offering, NodeState.REQUESTED, g, since=NOW) for n in s.names]
     inv2 = Inventory(inv.pools, (*inv.nodes, *extra))
     served = [u for u in demand if u.id in first.assignments]
-    second = plan(served, inv2, offerings, policy, NOW + 1, first.unavailable, hints=first.assignments)
+    # the cloud's headroom shrinks by what was just requested (a refreshed offerings() would say so)
+    launched = Counter()
+    for s in first.scale_ups:
+        launched[s.offering] += len(s.names)
+    offerings2 = [
+        replace(o, available_nodes=max(0, o.available_nodes - launched[o.key])) if o.available_nodes is not None else o
+        for o in offerings
+    ]
+    second = plan(served, inv2, offerings2, policy, NOW + 1, first.unavailable, hints=first.assignments)
     assert second.scale_ups == ()
     assert set(second.assignments) == {u.id for u in served}
 

@@ -13,6 +13,7 @@ import pytest
 from autoscaler.daemon.state import StateStore
 from autoscaler.slurm.client import CliSlurm, SlurmUnavailable
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_nodes_unavailable_reason, cloud_slurm_conf
+from tests.harness.requirements import missing
 from tests.harness.slurm import SlurmHarness
 
 pytestmark = pytest.mark.slurm
@@ -29,7 +30,7 @@ def write_hook(bin_dir: Path, action: str, state: Path) -> str:
 def cluster(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[tuple[SlurmHarness, Path]]:
     reason = cloud_nodes_unavailable_reason()
     if reason:
-        pytest.skip(reason)
+        missing(reason)
     probe = slurm_factory()
     state = probe.root / "autoscaler.db"
     bin_dir = probe.root / "bin"

@@ -14,6 +14,7 @@ import pytest
 
 from autoscaler.slurm.client import CliSlurm, RestSlurm
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_nodes_unavailable_reason, cloud_slurm_conf
+from tests.harness.requirements import missing
 from tests.harness.slurm import SlurmHarness, free_port
 
 pytestmark = pytest.mark.slurm
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.slurm
 def restd(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[tuple[SlurmHarness, str, str]]:
     reason = cloud_nodes_unavailable_reason()
     if reason or (shutil.which("slurmrestd") is None and not os.path.exists("/usr/sbin/slurmrestd")):
-        pytest.skip(reason or "slurmrestd is not installed (scripts/setup.sh installs it)")
+        missing(reason or "slurmrestd is not installed (scripts/setup.sh installs it)")
     h = slurm_factory()
     nodes = CloudNodes(h, [Nodeset("r1-od", 2)])
     nodes.prepare()

@@ -151,21 +151,31 @@ class ComputeApi:
             errors = [(e.code, e.message) for e in op.error.errors]
             raise from_operation_errors(errors, offering=offering, what=api)
 
+    def _mutate(
+        self, api: str, fn: Callable[..., Any], *, offering: OfferingKey | None, project: str, zone: str, **request: Any
+    ) -> None:
+        """One zonal mutating call (`_call`), then wait for its operation (`_await`)."""
+        op = self._call(api, fn, offering=offering, project=project, zone=zone, **request)
+        self._await(api, project, zone, op, offering)
+
+    def _list(self, api: str, fn: Callable[..., Any], **request: Any) -> list[Any]:
+        """One list call (`_call`) and all its pages; later pages go through the same retry and timeout."""
+        pager = self._call(api, fn, offering=None, **request)
+        try:
+            return list(pager)
+        except Exception as exc:
+            raise from_exception(exc, offering=None, what=api) from exc
+
     # ----------------------------------------------------------------- calls
 
     def list_managed_instances(self, project: str, zone: str, mig: str) -> list[ManagedVm]:
-        pager = self._call(
+        items = self._list(
             "listManagedInstances",
             self.migs.list_managed_instances,
-            offering=None,
             project=project,
             zone=zone,
             instance_group_manager=mig,
         )
-        try:
-            items = list(pager)  # later pages go through the same retry and timeout
-        except Exception as exc:
-            raise from_exception(exc, offering=None, what="listManagedInstances") from exc
         out = []
         for mi in items:
             name = mi.name or last_segment(mi.instance)
@@ -200,7 +210,7 @@ class ComputeApi:
                 v1.PerInstanceConfig(name=n, preserved_state=v1.PreservedState(metadata=dict(metadata))) for n in names
             ]
         )
-        op = self._call(
+        self._mutate(
             "createInstances",
             self.migs.create_instances_unary,
             offering=offering,
@@ -210,14 +220,13 @@ class ComputeApi:
             instance_group_managers_create_instances_request_resource=body,
             request_id=request_id,
         )
-        self._await("createInstances", project, zone, op, offering)
 
     def delete_instances(self, project: str, zone: str, mig: str, urls: Sequence[str], request_id: str) -> None:
         """deleteInstances of exactly these instance URLs (unknown ones skipped); waits for it."""
         body = self._v1.InstanceGroupManagersDeleteInstancesRequest(
             instances=list(urls), skip_instances_on_validation_error=True
         )
-        op = self._call(
+        self._mutate(
             "deleteInstances",
             self.migs.delete_instances_unary,
             offering=None,
@@ -227,7 +236,6 @@ class ComputeApi:
             instance_group_managers_delete_instances_request_resource=body,
             request_id=request_id,
         )
-        self._await("deleteInstances", project, zone, op, None)
 
     def reservation_slots(self, project: str, zone: str, name: str) -> tuple[int, int]:
         """(count, inUseCount) of a specific reservation."""
@@ -244,18 +252,9 @@ class ComputeApi:
     # ----------------------------------------------------------------- resize requests (flex-start)
 
     def list_resize_requests(self, project: str, zone: str, mig: str) -> list[ResizeReq]:
-        pager = self._call(
-            "resizeRequests.list",
-            self.resize_requests.list,
-            offering=None,
-            project=project,
-            zone=zone,
-            instance_group_manager=mig,
+        items = self._list(
+            "resizeRequests.list", self.resize_requests.list, project=project, zone=zone, instance_group_manager=mig
         )
-        try:
-            items = list(pager)
-        except Exception as exc:
-            raise from_exception(exc, offering=None, what="resizeRequests.list") from exc
         out = []
         for rr in items:
             metadata = dict(rr.instances[0].preserved_state.metadata) if rr.instances else {}
@@ -299,7 +298,7 @@ class ComputeApi:
                 v1.PerInstanceConfig(name=n, preserved_state=v1.PreservedState(metadata=dict(metadata))) for n in names
             ],
         )
-        op = self._call(
+        self._mutate(
             "resizeRequests.insert",
             self.resize_requests.insert_unary,
             offering=offering,
@@ -309,10 +308,9 @@ class ComputeApi:
             instance_group_manager_resize_request_resource=body,
             request_id=request_id,
         )
-        self._await("resizeRequests.insert", project, zone, op, offering)
 
     def cancel_resize_request(self, project: str, zone: str, mig: str, name: str, request_id: str) -> None:
-        op = self._call(
+        self._mutate(
             "resizeRequests.cancel",
             self.resize_requests.cancel_unary,
             offering=None,
@@ -322,10 +320,9 @@ class ComputeApi:
             resize_request=name,
             request_id=request_id,
         )
-        self._await("resizeRequests.cancel", project, zone, op, None)
 
     def delete_resize_request(self, project: str, zone: str, mig: str, name: str) -> None:
-        op = self._call(
+        self._mutate(
             "resizeRequests.delete",
             self.resize_requests.delete_unary,
             offering=None,
@@ -334,4 +331,3 @@ class ComputeApi:
             instance_group_manager=mig,
             resize_request=name,
         )
-        self._await("resizeRequests.delete", project, zone, op, None)

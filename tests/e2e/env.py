@@ -15,7 +15,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,8 @@ from autoscaler.daemon.loop import RunLoop
 from autoscaler.daemon.tick import Daemon, TickResult
 from fleet.inventory import InventoryPool
 from tests.fakes.compute_api import FakeCompute
-from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_slurm_conf
+from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_nodes_unavailable_reason, cloud_slurm_conf
+from tests.harness.requirements import missing
 from tests.harness.slurm import SlurmHarness
 
 PROJECT = "e2e-project"
@@ -190,6 +192,18 @@ class E2E:
             self.slurm.stop(remove=False)
             keep = Path(tempfile.gettempdir()) / "gpu-fleet-e2e-logs" / self.root.name
             shutil.copytree(self.root / "log", keep, dirs_exist_ok=True)  # for a look after a failure
+
+
+@contextmanager
+def e2e_env(make_harness: Callable[..., SlurmHarness], **kwargs: Any) -> Iterator[E2E]:
+    """An `E2E(make_harness, **kwargs)`, closed afterwards; skips (or fails under FLEET_REQUIRE_SLURM=1) where
+    cloud nodes cannot run on this host."""
+    reason = cloud_nodes_unavailable_reason()
+    if reason:
+        missing(reason)
+    e = E2E(make_harness, **kwargs)
+    yield e
+    e.close()
 
 
 def wait_for(pred: Callable[[], Any], timeout: float, what: str, env: E2E | None = None) -> Any:

@@ -7,26 +7,11 @@ nodes are suspended by Slurm and their instances deleted by name.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
 import pytest
 
 from tests.e2e.env import E2E, wait_for
-from tests.harness.cloud_nodes import cloud_nodes_unavailable_reason
-from tests.harness.requirements import missing
-from tests.harness.slurm import SlurmHarness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.gce, pytest.mark.slow]
-
-
-@pytest.fixture
-def env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
-    reason = cloud_nodes_unavailable_reason()
-    if reason:
-        missing(reason)
-    e = E2E(slurm_factory, suspend_time=6)
-    yield e
-    e.close()
 
 
 def test_jobs_get_instances_run_and_idle_nodes_are_deleted(env: E2E) -> None:

@@ -10,26 +10,12 @@ import os
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
 
 import pytest
 
 from tests.e2e.env import E2E, wait_for
-from tests.harness.cloud_nodes import cloud_nodes_unavailable_reason
-from tests.harness.requirements import missing
-from tests.harness.slurm import SlurmHarness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.gce, pytest.mark.slow]
-
-
-@pytest.fixture
-def env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
-    reason = cloud_nodes_unavailable_reason()
-    if reason:
-        missing(reason)
-    e = E2E(slurm_factory, suspend_time=6)
-    yield e
-    e.close()
 
 
 def slurmctld_pid(env: E2E) -> int:

@@ -9,9 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.e2e.env import E2E, wait_for
-from tests.harness.cloud_nodes import cloud_nodes_unavailable_reason
-from tests.harness.requirements import missing
+from tests.e2e.env import E2E, e2e_env, wait_for
 from tests.harness.slurm import SlurmHarness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.gce, pytest.mark.slow]
@@ -19,12 +17,10 @@ pytestmark = [pytest.mark.slurm, pytest.mark.gce, pytest.mark.slow]
 
 @pytest.fixture
 def env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
-    reason = cloud_nodes_unavailable_reason()
-    if reason:
-        missing(reason)
-    e = E2E(slurm_factory, suspend_time=6, resume_timeout=15, boots=lambda name, zone: zone != "us-central1-a")
-    yield e
-    e.close()
+    with e2e_env(
+        slurm_factory, suspend_time=6, resume_timeout=15, boots=lambda name, zone: zone != "us-central1-a"
+    ) as e:
+        yield e
 
 
 def test_resume_timeout_backs_off_the_offering_and_the_job_runs_elsewhere(env: E2E) -> None:

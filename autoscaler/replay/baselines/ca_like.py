@@ -20,8 +20,8 @@ import random
 from dataclasses import dataclass, field
 
 from autoscaler.cloud import OfferingKey, ProviderError
-from autoscaler.model import Command, DeleteNodes, Pool, ScaleUp
-from autoscaler.replay.baselines.common import first_fit, uncovered
+from autoscaler.model import Command, Pool, ScaleUp
+from autoscaler.replay.baselines.common import delete_per_pool, empty_nodes, first_fit, uncovered
 from autoscaler.replay.policy import Decision, ReplayView
 from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.state import Job
@@ -123,16 +123,8 @@ class CaLikePolicy:
     def _scale_down(self, view: ReplayView, now: float) -> list[Command]:
         if now - self._last_add < self.delay_after_add_s:
             return []
-        victims: dict[str, list[str]] = {}
-        count = 0
-        for n in view.state.idle.values():
-            if count >= self.max_empty_bulk_delete:
-                break
-            if n.jobs or n.nominated_for is not None or now - n.since < self.unneeded_time_s:
-                continue
-            victims.setdefault(n.pool, []).append(n.name)
-            count += 1
-        return [DeleteNodes(p, tuple(names), "empty and unneeded for 10 min") for p, names in victims.items()]
+        empty = empty_nodes(view.state, now, idle_for_s=self.unneeded_time_s, limit=self.max_empty_bulk_delete)
+        return delete_per_pool(empty, "empty and unneeded for 10 min")
 
     def on_launch_failure(self, command: ScaleUp, error: ProviderError, now: float) -> None:
         _, n = self._backoff.get(command.offering, (0.0, 0))

@@ -1,10 +1,11 @@
 """Helpers the baselines share: what pending work is not covered by capacity already on the way,
-and first-fit packing of single-node jobs into new nodes."""
+first-fit packing of single-node jobs into new nodes, and picking and deleting empty nodes."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from autoscaler.model import DeleteNodes
 from autoscaler.replay.state import ClusterState, Job, SimNode
 
 
@@ -47,3 +48,24 @@ def first_fit(jobs: Iterable[Job], node_gpus: int) -> list[list[Job]]:
         else:
             bins.append((node_gpus - job.gpus_per_node, [job]))
     return [members for _, members in bins]
+
+
+def empty_nodes(state: ClusterState, now: float, *, idle_for_s: float, limit: int) -> list[SimNode]:
+    """At most `limit` idle nodes, in idle order, with no jobs, not nominated for a job and idle for at
+    least `idle_for_s` seconds at `now`."""
+    out: list[SimNode] = []
+    for n in state.idle.values():
+        if len(out) >= limit:
+            break
+        if n.jobs or n.nominated_for is not None or now - n.since < idle_for_s:
+            continue
+        out.append(n)
+    return out
+
+
+def delete_per_pool(nodes: Iterable[SimNode], reason: str) -> list[DeleteNodes]:
+    """One `DeleteNodes` per pool for `nodes`, pools and names in the order given."""
+    victims: dict[str, list[str]] = {}
+    for n in nodes:
+        victims.setdefault(n.pool, []).append(n.name)
+    return [DeleteNodes(p, tuple(names), reason) for p, names in victims.items()]

@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass, field
 
 from autoscaler.cloud import Offering, OfferingKey, ProviderError
-from autoscaler.model import Command, DeleteNodes, Pool, ScaleUp
-from autoscaler.replay.baselines.common import uncovered
+from autoscaler.model import Command, Pool, ScaleUp
+from autoscaler.replay.baselines.common import delete_per_pool, empty_nodes, uncovered
 from autoscaler.replay.policy import Decision, ReplayView
 from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.state import Job
@@ -148,23 +148,18 @@ class KarpenterLikePolicy:
     def _choose(self, view: ReplayView, now: float) -> None:
         """Empty nodes past consolidateAfter, within the disruption budget."""
         budget = max(1, math.floor(self.budget_fraction * len(view.state.nodes)))
-        self._candidates = {}
-        for n in view.state.idle.values():
-            if len(self._candidates) >= budget:
-                break
-            if n.jobs or n.nominated_for is not None or now - n.since < self.consolidate_after_s:
-                continue
-            self._candidates[n.name] = n.version
+        empty = empty_nodes(view.state, now, idle_for_s=self.consolidate_after_s, limit=budget)
+        self._candidates = {n.name: n.version for n in empty}
 
     def _validated(self, view: ReplayView) -> list[Command]:
         """Delete the candidates still empty and untouched since they were chosen."""
-        victims: dict[str, list[str]] = {}
+        still = []
         for name, version in self._candidates.items():
             n = view.state.nodes.get(name)
             if n is not None and n.version == version and not n.jobs:
-                victims.setdefault(n.pool, []).append(name)
+                still.append(n)
         self._candidates = {}
-        return [DeleteNodes(p, tuple(names), "empty: consolidation") for p, names in victims.items()]
+        return delete_per_pool(still, "empty: consolidation")
 
     def on_launch_failure(self, command: ScaleUp, error: ProviderError, now: float) -> None:
         self._ice[command.offering] = now + self.ice_cache_s

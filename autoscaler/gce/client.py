@@ -166,6 +166,11 @@ class ComputeApi:
         except Exception as exc:
             raise from_exception(exc, offering=None, what=api) from exc
 
+    def _named_configs(self, names: Sequence[str], metadata: dict[str, str]) -> list[Any]:
+        """One per-instance config per name, each preserving its own copy of `metadata`."""
+        v1 = self._v1
+        return [v1.PerInstanceConfig(name=n, preserved_state=v1.PreservedState(metadata=dict(metadata))) for n in names]
+
     # ----------------------------------------------------------------- calls
 
     def list_managed_instances(self, project: str, zone: str, mig: str) -> list[ManagedVm]:
@@ -204,12 +209,7 @@ class ComputeApi:
         offering: OfferingKey,
     ) -> None:
         """createInstances with one per-instance config per name; waits for the operation."""
-        v1 = self._v1
-        body = v1.InstanceGroupManagersCreateInstancesRequest(
-            instances=[
-                v1.PerInstanceConfig(name=n, preserved_state=v1.PreservedState(metadata=dict(metadata))) for n in names
-            ]
-        )
+        body = self._v1.InstanceGroupManagersCreateInstancesRequest(instances=self._named_configs(names, metadata))
         self._mutate(
             "createInstances",
             self.migs.create_instances_unary,
@@ -290,13 +290,8 @@ class ComputeApi:
         description: str = "",
     ) -> None:
         """Queue one all-or-nothing resize request creating exactly these named instances."""
-        v1 = self._v1
-        body = v1.InstanceGroupManagerResizeRequest(
-            name=name,
-            description=description,
-            instances=[
-                v1.PerInstanceConfig(name=n, preserved_state=v1.PreservedState(metadata=dict(metadata))) for n in names
-            ],
+        body = self._v1.InstanceGroupManagerResizeRequest(
+            name=name, description=description, instances=self._named_configs(names, metadata)
         )
         self._mutate(
             "resizeRequests.insert",

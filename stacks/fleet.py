@@ -26,14 +26,11 @@ from components.gcp.startup import (
 )
 from components.gcp.storage import BucketArgs, FilestoreArgs, LustreArgs, SharedStorage, SharedStorageArgs
 from fleet.catalog import Catalog, load_catalog
-from fleet.slurm.conf import node_name_prefix, render_slurm_conf
+from fleet.slurm.conf import node_name_prefix, render_slurm_conf, slurmrestd_auth
 from fleet.spec.derive import pool_zones
 from fleet.spec.load import SpecError
 from fleet.spec.model import ClusterSpec, FleetSpec
 from stacks import plan
-
-# slurmrestd authenticates with JWTs signed by the key SlurmCluster keeps in Secret Manager.
-SLURMRESTD_AUTH = {"AuthAltTypes": "auth/jwt", "AuthAltParameters": f"jwt_key={JWT_KEY_PATH}"}
 
 
 def _labels(spec: FleetSpec, extra: dict[str, str]) -> dict[str, str]:
@@ -78,7 +75,7 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
     fabrics = plan.fabric_plans(spec, cat)  # may raise SpecError: before any resource is declared
     confs = {
         c.name: render_slurm_conf(
-            spec, c, controller_host=f"{c.name}-controller", overrides=SLURMRESTD_AUTH, catalog=cat
+            spec, c, controller_host=f"{c.name}-controller", overrides=slurmrestd_auth(JWT_KEY_PATH), catalog=cat
         )
         for c in spec.clusters
     }

@@ -60,10 +60,13 @@ def slurm_conf(
     set_: Annotated[list[str] | None, typer.Option("--set", help="override a slurm.conf key, KEY=VALUE")] = None,
 ) -> None:
     """Write the generated Slurm configuration of a stack's Slurm cluster(s)."""
+    from components.gcp.startup import JWT_KEY_PATH
     from fleet.slurm import render_slurm_conf
+    from fleet.slurm.conf import slurmrestd_auth
 
     spec = _load(stack, config)
-    overrides = _parse_sets(set_ or [])
+    # the same files the stack delivers (slurmrestd's JWT auth included); --set wins
+    overrides = {**slurmrestd_auth(JWT_KEY_PATH), **_parse_sets(set_ or [])}
     clusters = [c for c in spec.clusters if c.scheduler == "slurm"]
     if cluster is not None:
         names = [c.name for c in clusters]

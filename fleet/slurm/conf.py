@@ -136,6 +136,12 @@ def _global_settings(
     return settings
 
 
+def slurmrestd_auth(jwt_key_path: str) -> dict[str, str]:
+    """slurm.conf keys that let slurmrestd (and `scontrol token`) use JWTs signed by the HS256 key
+    at `jwt_key_path` (the provider's startup script puts it there); pass as `overrides`."""
+    return {"AuthAltTypes": "auth/jwt", "AuthAltParameters": f"jwt_key={jwt_key_path}"}
+
+
 def render_slurm_conf(
     spec: FleetSpec,
     cluster: ClusterSpec,

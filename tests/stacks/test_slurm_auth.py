@@ -6,9 +6,8 @@ import os
 
 import pytest
 
-from fleet.slurm.conf import render_slurm_conf
+from fleet.slurm.conf import render_slurm_conf, slurmrestd_auth
 from fleet.spec.load import load_stack_file
-from stacks.fleet import SLURMRESTD_AUTH
 from tests.stacks.conftest import REPO
 
 pytestmark = pytest.mark.slurm
@@ -21,7 +20,7 @@ def test_stack_slurm_conf_with_jwt_auth_starts_and_issues_tokens(slurm_factory):
     key.write_bytes(os.urandom(32))  # SlurmCluster stores 32 random bytes; the VM writes them here
     key.chmod(0o400)
     # the stack's own keys, with only the host-specific ones (paths, ports, the key's location) replaced
-    overrides = {**SLURMRESTD_AUTH, **harness.overrides(cgroup=True), "AuthAltParameters": f"jwt_key={key}"}
+    overrides = {**harness.overrides(cgroup=True), **slurmrestd_auth(str(key))}
     conf = render_slurm_conf(spec, spec.clusters[0], controller_host="a3mega-controller", overrides=overrides)
     assert "AuthAltTypes=auth/jwt" in conf.slurm_conf
     harness.start(conf.slurm_conf, conf.gres_conf, cgroup_conf=conf.cgroup_conf)

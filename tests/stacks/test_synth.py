@@ -278,6 +278,24 @@ def test_controller_installs_the_autoscaler_that_slurm_calls(a3mega):
         assert (REPO / path).is_file(), path
 
 
+def test_fleet_render_writes_the_files_the_stack_delivers(a3mega, tmp_path):
+    from typer.testing import CliRunner
+
+    from fleet.cli.main import app
+
+    result = CliRunner().invoke(app, ["render", "slurm-conf", "--stack", "gcp-a3mega-slurm", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    (ctl,) = [
+        r
+        for r in a3mega.to_json()["resources"]
+        if r["type"].endswith("instance:Instance") and r["name"].endswith("controller")
+    ]
+    md = ctl["inputs"]["metadata"]
+    assert (tmp_path / "slurm.conf").read_text() == md["slurm-conf"]
+    assert (tmp_path / "gres.conf").read_text() == md["gres-conf"]
+    assert (tmp_path / "cgroup.conf").read_text() == md["cgroup-conf"]
+
+
 def test_two_clusters_share_the_system_vpc_and_keep_names_apart():
     from fleet.synth.engine import run_program
     from stacks.program import main

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from autoscaler.cloud import CloudNodeStatus
-from fleet.catalog import CapacityType
+from fleet.catalog import CapacityType, load_catalog
 
 GCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -31,16 +31,6 @@ _UP_STATUSES = frozenset({"RUNNING"})
 _BOOTING_STATUSES = frozenset({"PROVISIONING", "STAGING", "REPAIRING"})
 _DOWN_STATUSES = frozenset({"STOPPING", "SUSPENDING"})
 _GONE_STATUSES = frozenset({"TERMINATED", "STOPPED", "SUSPENDED", "DEPROVISIONING"})
-
-GPU_QUOTA_METRICS = {
-    "nvidia-h100-80gb": "NVIDIA_H100_GPUS",
-    "nvidia-h100-mega-80gb": "NVIDIA_H100_MEGA_GPUS",
-    "nvidia-h200-141gb": "NVIDIA_H200_GPUS",
-    "nvidia-b200": "NVIDIA_B200_GPUS",
-    "nvidia-tesla-a100": "NVIDIA_A100_GPUS",
-    "nvidia-a100-80gb": "NVIDIA_A100_80GB_GPUS",
-    "nvidia-l4": "NVIDIA_L4_GPUS",
-}
 
 
 @dataclass(frozen=True)
@@ -107,9 +97,10 @@ def last_segment(url: str) -> str:
 def gpu_quota_metric(accelerator: str, capacity: CapacityType) -> str | None:
     """The regional quota metric GPUs of this pool count against; None when we do not know it
     (flex-start and reservations draw on quotas we do not model)."""
-    base = GPU_QUOTA_METRICS.get(accelerator)
-    if base is None:
+    gpu = load_catalog().gpu(accelerator)
+    if gpu is None:
         return None
+    base = gpu.quota_metric
     if capacity is CapacityType.SPOT:
         return f"PREEMPTIBLE_{base}"
     if capacity is CapacityType.ON_DEMAND:

@@ -18,15 +18,6 @@ from dataclasses import dataclass
 
 from fleet.catalog import CapacityType, MachineType
 
-GPU_METRICS: dict[str, str] = {
-    "nvidia-tesla-a100": "NVIDIA_A100_GPUS",
-    "nvidia-a100-80gb": "NVIDIA_A100_80GB_GPUS",
-    "nvidia-h100-80gb": "NVIDIA_H100_GPUS",
-    "nvidia-h100-mega-80gb": "NVIDIA_H100_MEGA_GPUS",
-    "nvidia-h200-141gb": "NVIDIA_H200_GPUS",
-    "nvidia-b200": "NVIDIA_B200_GPUS",
-    "nvidia-l4": "NVIDIA_L4_GPUS",
-}
 # Machine series with their own regional CPU metric (google.cloud.compute_v1 Quota.Metric).
 FAMILY_CPU_METRICS = {"a2", "c2", "c2d", "c3", "e2", "m1", "m2", "m3", "n2", "n2d", "t2a", "t2d"}
 NAT_PORTS_PER_ADDRESS = 64512  # ports one NAT address offers (1024-65535)
@@ -117,9 +108,7 @@ def quota_needs(
 
     reserved = capacity is CapacityType.RESERVATION
     note = " (drawn when the reservation is created; not checked)" if reserved else ""
-    gpu_metric = GPU_METRICS.get(machine.gpu.accelerator_type)
-    if gpu_metric is None:
-        raise ValueError(f"no quota metric known for {machine.gpu.accelerator_type}")
+    gpu_metric = machine.gpu.quota_metric
     if capacity in PREEMPTIBLE:
         gpu_metric = f"PREEMPTIBLE_{gpu_metric}"
     gpus = nodes * machine.gpu_count

@@ -46,6 +46,7 @@ class GpuSpec:
     short: str  # e.g. h100-mega
     memory_gib: int
     bf16_dense_tflops: float
+    quota_metric: str  # regional Compute quota metric of on-demand GPUs, e.g. NVIDIA_H100_MEGA_GPUS
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,7 @@ class Catalog:
     def __init__(self, provider: str, machines: dict[str, MachineType]) -> None:
         self.provider = provider
         self._machines = machines
+        self._gpus = {m.gpu.accelerator_type: m.gpu for m in machines.values()}
 
     def __contains__(self, name: object) -> bool:
         return name in self._machines
@@ -132,6 +134,10 @@ class Catalog:
             return self._machines[name]
         except KeyError:
             raise UnknownMachineType(name, sorted(self._machines)) from None
+
+    def gpu(self, accelerator_type: str) -> GpuSpec | None:
+        """The GPU model named by its accelerator type (e.g. nvidia-h100-80gb), None when unknown."""
+        return self._gpus.get(accelerator_type)
 
     def machines(self) -> list[MachineType]:
         return list(self._machines.values())
@@ -167,7 +173,7 @@ def load_catalog(provider: str = "gcp") -> Catalog:
         raise ValueError(f"no machine catalog for provider {provider!r} (known: gcp)")
     raw = yaml.safe_load(resources.files("fleet.catalog").joinpath("data", "gcp_machines.yaml").read_text())
     gpus = {
-        name: GpuSpec(name, g["short"], int(g["memory_gib"]), float(g["bf16_dense_tflops"]))
+        name: GpuSpec(name, g["short"], int(g["memory_gib"]), float(g["bf16_dense_tflops"]), g["quota_metric"])
         for name, g in raw["gpus"].items()
     }
     zones: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))

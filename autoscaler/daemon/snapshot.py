@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.cloud import CloudNode, CloudNodeStatus, OfferingKey
+from autoscaler.core.decide import ResumeUnit
 from autoscaler.daemon.state import PowerRow, RequestRow, UnavailableRow
 from autoscaler.model import Inventory, Node, NodeState, Pool, UnavailableOffering, WorkUnit
 from autoscaler.slurm.readers import CAPACITY_REASONS, SlurmJob, SlurmNode
@@ -80,16 +81,6 @@ def node_state(cloud: CloudNode | None, slurm: SlurmNode | None, intent: bool) -
     if slurm.has_work:
         return NodeState.BUSY
     return NodeState.READY_IDLE
-
-
-@dataclass(frozen=True)
-class ResumeUnit:
-    """Nodes Slurm resumed for one job (or without a job) in one pool: launched together (a gang)."""
-
-    unit: WorkUnit
-    pool: str
-    names: tuple[str, ...]
-    row_ids: tuple[int, ...]
 
 
 @dataclass
@@ -189,7 +180,9 @@ def build_view(
             queue=(job.partition.split(",")[0] if job else next(iter(sorted(pool.queues or {"default"})))),
             time_limit_s=job.time_limit_s if job and job.time_limit_s else None,
         )
-        view.resume.setdefault(pool_name, []).append(ResumeUnit(unit, pool_name, names, tuple(r.id for r in rows)))
+        view.resume.setdefault(pool_name, []).append(
+            ResumeUnit(unit, pool_name, names, tuple(r.id for r in rows), job_id)
+        )
 
     # Queue depth: PENDING jobs that more capacity could serve, in partitions some pool serves.
     for j in slurm_jobs or ():

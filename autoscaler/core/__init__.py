@@ -45,6 +45,7 @@ from autoscaler.core.decide import (
     pool_policy,
     queue_depth,
     resume_failed,
+    resume_unit,
     scale_down_steps,
     serve_resumes,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "pool_policy",
     "queue_depth",
     "resume_failed",
+    "resume_unit",
     "scale_down_steps",
     "serve_resumes",
 ]

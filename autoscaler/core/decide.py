@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -15,6 +16,7 @@ from autoscaler.model import (
     Inventory,
     Plan,
     Policy,
+    Pool,
     ScaleUp,
     UnavailableOffering,
     Unserved,
@@ -42,6 +44,37 @@ class ResumeUnit:
     names: tuple[str, ...]
     row_ids: tuple[int, ...] = ()
     tag: Any = None
+
+
+def resume_unit(
+    pool: Pool,
+    job_id: object | None,
+    names: Sequence[str],
+    submit_time: float,
+    *,
+    row_ids: tuple[int, ...] = (),
+    priority: int = 0,
+    queue: str | None = None,
+    time_limit_s: float | None = None,
+    tag: Any = None,
+) -> ResumeUnit:
+    """The resume unit for `names` the scheduler bound to job `job_id` (None: no job) in `pool`: the pool's own
+    shape, so the plan can only pick the pool's offering and zone.  Every source builds its units here."""
+    names = tuple(dict.fromkeys(names))
+    digest = hashlib.sha1(",".join(names).encode()).hexdigest()[:10]
+    unit = WorkUnit(
+        id=f"resume/{pool.name}/{job_id if job_id is not None else 'nojob'}/{digest}",
+        submit_time=submit_time,
+        gpus_per_node=pool.gpus_per_node,
+        nodes=len(names),
+        gpu_types=frozenset({pool.gpu_type}),
+        machine_types=frozenset({pool.machine_type}),
+        spot_ok=pool.spot_tolerant,
+        priority=min(priority, 2**31 - 1),
+        queue=queue if queue is not None else next(iter(sorted(pool.queues or {"default"}))),
+        time_limit_s=time_limit_s or None,
+    )
+    return ResumeUnit(unit, pool.name, names, row_ids, tag if tag is not None else job_id)
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,16 @@ class RunResult:
         return {"scenario": sc, "policies": self.metrics}
 
 
+def replay_engine(jobs: Sequence[TraceJob], scenario: Scenario, policy: Any) -> Any:
+    """The replay loop for `policy`: the simulated Slurm for policies behind Slurm's power-save hooks (they have
+    `slurm_settings`), else the generic engine."""
+    if hasattr(policy, "slurm_settings"):
+        from autoscaler.replay.simslurm import SimSlurm
+
+        return SimSlurm(jobs, scenario, policy)
+    return ReplayEngine(jobs, scenario, policy)
+
+
 def resolve_policies(names: str | Sequence[str]) -> list[str]:
     """`all`, one name, or a comma-separated list -> known policy names (error names the bad one)."""
     raw = [names] if isinstance(names, str) else list(names)
@@ -98,7 +108,7 @@ def run_scenario(
     result = RunResult(scenario, bound, marked)
     factories = policy_factories()
     for name in policies:
-        engine = ReplayEngine(marked, scenario, factories[name](scenario, marked)).run()
+        engine = replay_engine(marked, scenario, factories[name](scenario, marked)).run()
         result.engines[name] = engine
         # the reservation is billed over each policy's own span; so is the bound's share of it
         span = (engine.t_end or engine.now) - engine.t_start

@@ -84,9 +84,9 @@ class GpuFleetPolicy:
     _pools: list[Pool] = field(default_factory=list)
     _t0: float | None = None
     _nodes: dict[str, tuple[SimNode, int, Node]] = field(default_factory=dict)
-    launched_log: list[tuple[float, str, str, tuple[str, ...]]] = field(
-        default_factory=list
-    )  # (t, pool, offering, names)
+    #: every launch attempt: (time, request id, pool, offering, names, outcome), and every tick's time
+    launch_log: list[tuple[float, str, str, str, tuple[str, ...], str]] = field(default_factory=list)
+    tick_log: list[float] = field(default_factory=list)
 
     @classmethod
     def for_scenario(cls, scenario: Scenario) -> GpuFleetPolicy:
@@ -160,6 +160,7 @@ class GpuFleetPolicy:
         if self._t0 is None:
             self._t0 = now
         self.ticks += 1
+        self.tick_log.append(now)
         offerings = sim.offerings()
         resume = self.resume_units(sim)
         refused = False
@@ -168,15 +169,16 @@ class GpuFleetPolicy:
 
             def launch(rl: ResumeLaunch) -> tuple[LaunchOutcome, FailureKind | None, str]:
                 nonlocal refused
-                err = sim.launch(rl.scale_up)
+                su = rl.scale_up
+                err = sim.launch(su)
+                result = (LaunchOutcome.OK, None, "") if err is None else _outcome(err)
+                self.launch_log.append((now, su.request_id, su.pool, str(su.offering), su.names, str(result[0])))
                 if err is None:
-                    su = rl.scale_up
-                    self.launched_log.append((now, su.pool, str(su.offering), su.names))
                     for n in su.names:
                         self._open.pop(n, None)
-                    return LaunchOutcome.OK, None, ""
-                refused = True
-                return _outcome(err)
+                else:
+                    refused = True
+                return result
 
             out = serve_resumes(resume, inv, offerings, self.policy, now, self.unavailable, launch, self._planner)
             self.unavailable = out.memory
@@ -234,7 +236,8 @@ class GpuFleetPolicy:
             job = rows[0][1]
             pool = sim.pools[pool_name]
             names = tuple(sorted((r[0] for r in rows), key=lambda s: int(s.rpartition("-")[2])))
-            ru = resume_unit(pool, job.id if job else None, names, min(r[2] for r in rows), tag=job)
+            # Slurm numbers jobs in submission order: the trace's order + 1 stands for the Slurm job id
+            ru = resume_unit(pool, job.idx + 1 if job else None, names, min(r[2] for r in rows), tag=job)
             out.setdefault(pool_name, []).append(ru)
         return out
 

@@ -58,6 +58,9 @@ class SlurmSettings:
     resume_batch_s: float = 1.0  # ResumeProgram runs 1-3 s after the allocation, batching jobs
     requeue_hold_s: float = 120.0  # a requeued job's BeginTime (observed on slurmctld 22.05 in tests/e2e)
     weights: Mapping[CapacityType, int] = field(default_factory=lambda: dict(CAPACITY_WEIGHT))
+    #: SuspendExcNodes by capacity type: pools of these types are never suspended.  Empty: fleet/slurm/conf.py
+    #: puts only pool minimums in SuspendExcNodes today, so Slurm suspends idle reserved nodes too.
+    suspend_exc: frozenset[CapacityType] = frozenset()
 
 
 class SlurmDriver(Protocol):
@@ -411,7 +414,8 @@ class SimSlurm:
         node.since = now
         node.version += 1
         self.idle[node.name] = nm
-        self._push(now + self.conf.suspend_time_s, _IDLE, (nm, node.version))
+        if nm.pool.capacity_type not in self.conf.suspend_exc:
+            self._push(now + self.conf.suspend_time_s, _IDLE, (nm, node.version))
         self.wake(self.driver_idle_wake(nm))
 
     def driver_idle_wake(self, nm: _Name) -> float | None:

@@ -7,9 +7,10 @@ import pytest
 
 from autoscaler.replay.baselines import KarpenterLikePolicy, SlurmPowerSavePolicy
 from autoscaler.replay.engine import ReplayEngine
-from autoscaler.replay.gpu_fleet import RESERVATION_HOLD_S, GpuFleetPolicy
-from autoscaler.replay.run import POLICY_NAMES, resolve_policies, run_scenario
+from autoscaler.replay.gpu_fleet import GpuFleetPolicy
+from autoscaler.replay.run import POLICY_NAMES, replay_engine, resolve_policies, run_scenario
 from autoscaler.replay.scenario import Scenario
+from autoscaler.replay.simslurm import SimSlurm
 from fleet.catalog import CapacityType
 from tests.replay.conftest import job
 
@@ -64,7 +65,7 @@ def test_karpenter_like_launches_gang_nodes_independently_and_bills_the_wait(sma
     sc = Scenario()
     cfg = sc.sim_config().model_copy(update={"gpu_quota": {CapacityType.ON_DEMAND: 32}})
     karp = ReplayEngine(jobs, sc, KarpenterLikePolicy(), sim_config=cfg).run()
-    fleet = ReplayEngine(jobs, sc, GpuFleetPolicy(), sim_config=cfg).run()
+    fleet = SimSlurm(jobs, sc, GpuFleetPolicy(), sim_config=cfg).run()
     assert karp.state.partial_gang_gpu_s / 3600 > 3 * 8 * 0.4  # 3 nodes held ~half an hour
     assert fleet.state.partial_gang_gpu_s == 0
     assert fleet.cloud.ledger.cost(fleet.t_end) < karp.cloud.ledger.cost(karp.t_end)
@@ -72,7 +73,7 @@ def test_karpenter_like_launches_gang_nodes_independently_and_bills_the_wait(sma
 
 def test_slurm_power_save_packs_small_jobs_onto_one_eight_gpu_node_and_suspends_it_after_300_s() -> None:
     jobs = [job(i, 0, 600, 1) for i in range(3)]
-    eng = ReplayEngine(jobs, Scenario(), SlurmPowerSavePolicy()).run()
+    eng = replay_engine(jobs, Scenario(), SlurmPowerSavePolicy()).run()
     assert eng.counters.nodes_launched == 1
     assert eng.cloud.ledger.closed_count == 1
     # billed from launch to deletion: boot 360 s + 600 s of work (the replay ends with the last job)
@@ -98,16 +99,15 @@ def test_same_seed_same_numbers_and_spot_scenarios_count_preemptions(small_trace
         assert "spot" in m["cost_by_capacity_usd"]
 
 
-def test_with_a_reservation_gpu_fleet_waits_for_paid_for_gpus_before_buying_and_wakes_up_to_buy() -> None:
+def test_with_a_reservation_a_job_that_finds_it_busy_gets_a_new_node_at_once_as_on_real_slurm() -> None:
+    """No launch hold: slurmctld allocates a powered-down on-demand node at submit while the reserved node is busy,
+    and gpu-fleet creates exactly that node (the old replay let the job wait for the reserved GPUs instead)."""
     sc = Scenario(reserved_nodes=1)
-    a, b, c = job(0, 0, 400, 8), job(1, 900, 100, 8), job(2, 2000, 5000, 8)
-    eng = ReplayEngine([a, b, c], sc, GpuFleetPolicy.for_scenario(sc)).run()
+    a, b = job(0, 0, 4000, 8), job(1, 900, 100, 8)
+    eng = replay_engine([a, b], sc, GpuFleetPolicy.for_scenario(sc)).run()
     jobs = {j.id: j for j in eng.state.jobs}
-    assert eng.counters.nodes_launched == 1  # b waited for the reserved node instead of buying one
-    assert jobs["j1"].first_start - 900 == RESERVATION_HOLD_S + 360 + 400 - 900  # a: hold, boot, run
-    assert jobs["j2"].first_start == 2000  # the reserved node stays up: no boot
-    late = job(3, 2010, 100, 8)  # the reserved node is busy: held RESERVATION_HOLD_S, then bought
-    eng = ReplayEngine([a, b, c, late], sc, GpuFleetPolicy.for_scenario(sc)).run()
-    jobs = {j.id: j for j in eng.state.jobs}
-    assert jobs["j3"].first_start - 2010 == RESERVATION_HOLD_S + 360
-    assert GpuFleetPolicy.for_scenario(Scenario()).policy.batch_window_s == 0
+    assert eng.counters.nodes_launched == 2
+    assert jobs["j1"].first_start - 900 == pytest.approx(361)  # ResumeProgram 1 s later, then the 360 s boot
+    billed = eng.cloud.ledger.cost_by_capacity(eng.t_end)
+    assert billed[CapacityType.ON_DEMAND] > 0
+    assert GpuFleetPolicy.for_scenario(sc).policy.batch_window_s == 0

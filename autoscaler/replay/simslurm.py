@@ -58,9 +58,9 @@ class SlurmSettings:
     resume_batch_s: float = 1.0  # ResumeProgram runs 1-3 s after the allocation, batching jobs
     requeue_hold_s: float = 120.0  # a requeued job's BeginTime (observed on slurmctld 22.05 in tests/e2e)
     weights: Mapping[CapacityType, int] = field(default_factory=lambda: dict(CAPACITY_WEIGHT))
-    #: SuspendExcNodes by capacity type: pools of these types are never suspended.  Empty: fleet/slurm/conf.py
-    #: puts only pool minimums in SuspendExcNodes today, so Slurm suspends idle reserved nodes too.
-    suspend_exc: frozenset[CapacityType] = frozenset()
+    #: SuspendExcNodes by capacity type: pools of these types are never suspended (fleet/slurm/conf.py renders
+    #: every reservation pool there, plus pool minimums, which the replay's pools do not have)
+    suspend_exc: frozenset[CapacityType] = frozenset({CapacityType.RESERVATION})
 
 
 class SlurmDriver(Protocol):

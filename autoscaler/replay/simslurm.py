@@ -153,7 +153,8 @@ class SimSlurm:
 
     # ---- the loop ---------------------------------------------------------------------------------------
 
-    def run(self) -> SimSlurm:
+    def run(self, until: float | None = None) -> SimSlurm:
+        """Replay to the end of the trace (or stop at simulated time `until`, for tests)."""
         wall0 = time.perf_counter()
         jobs = self.state.jobs
         n, nxt = len(jobs), 0
@@ -165,6 +166,11 @@ class SimSlurm:
             ct = self.cloud.next_event_time()
             if ct is not None and ct < t:
                 t = ct
+            if until is not None and t > until:
+                self.clock.advance_to(until)
+                self.t_end = until
+                self.wall_s = time.perf_counter() - wall0
+                return self
             if t == math.inf:
                 raise ReplayError(
                     f"policy {self.driver.name}: {self.state.pending_count} job(s) pending and nothing will happen "

@@ -152,10 +152,14 @@ def plan_pool_resumes(
 ) -> tuple[list[ResumeLaunch], tuple[Unserved, ...]]:
     """One `plan()` over the units the scheduler resumed in one pool.  The scheduler bound these names to jobs,
     so existing nodes may not absorb them: the plan sees the pool without its nodes (the limits still count every
-    live node, through `policy`, see `pool_policy`).  Each ScaleUp is renamed to the resumed names."""
+    live node, through `policy`, see `pool_policy`), and no batch window holds them.  Each ScaleUp is renamed
+    to the resumed names."""
     planner = planner or default_planner()
     pool = inventory.pool(pool_name)
     offs = [o for o in offerings if pool.can_launch(o.key)]
+    if policy.batch_window_s or policy.batch_idle_s:
+        # the names are bound to jobs already: holding their launch cannot move a job elsewhere, only delay it
+        policy = dataclasses.replace(policy, batch_window_s=0.0, batch_idle_s=0.0)
     p = planner([u.unit for u in units], Inventory((pool,), ()), offs, policy, now, unavailable=tuple(memory))
     by_unit = {u.unit.id: u for u in units}
     out: list[ResumeLaunch] = []

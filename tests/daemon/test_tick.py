@@ -326,3 +326,11 @@ def test_a_failing_cloud_fails_the_tick_not_the_daemon(make_daemon, cloud) -> No
     assert not res.ok and "503" in res.error
     assert not d.metrics.healthy(d.clock())
     assert 'gpu_fleet_autoscaler_ticks_total{outcome="failed"} 1.0' in d.metrics.render().decode()
+
+
+def test_a_batch_window_never_holds_nodes_slurm_already_bound_to_a_job(make_daemon, cloud) -> None:
+    """Slurm allocated these names to the job at submit: holding their launch cannot send the job elsewhere."""
+    d = make_daemon(policy=Policy(idle_timeout_s=600, backoff_s=300, batch_window_s=600, batch_idle_s=600))
+    resume(d, NAMES[:1], job=5)
+    (launch,) = launches(d.tick())
+    assert launch["names"] == NAMES[:1]

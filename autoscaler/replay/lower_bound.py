@@ -25,6 +25,11 @@ class LowerBound:
     span_s: float
     demand_gpu_hours: float
 
+    @property
+    def overflow_usd(self) -> float:
+        """The bound beyond the reservation: demand the reserved GPUs cannot cover, at the cheapest rate."""
+        return self.usd - self.reservation_usd
+
 
 def per_gpu_rates(scenario: Scenario) -> tuple[float, float | None]:
     """Cheapest on-demand and spot $/GPU-hour among the scenario's machine types."""

@@ -122,6 +122,8 @@ def _png(fig: Any) -> bytes:
 TABLE_COLUMNS = (
     ("cost_usd", "cost $", "{:,.0f}"),
     ("cost_ratio", "x bound", "{:.3f}"),
+    ("overflow_cost_usd", "overflow $", "{:,.0f}"),
+    ("overflow_ratio", "x overflow bound", "{:.3f}"),
     ("gpu_hours_used", "GPU-h used", "{:,.0f}"),
     ("gpu_hours_billed", "GPU-h billed", "{:,.0f}"),
     ("partial_gang_gpu_hours", "partial-gang GPU-h", "{:,.1f}"),
@@ -139,10 +141,17 @@ def render_html(result: RunResult) -> str:
     best = min(result.metrics, key=lambda n: result.metrics[n]["cost_usd"])
     rows = []
     for name, m in result.metrics.items():
-        cells = "".join(f"<td>{fmt.format(m[k])}</td>" for k, _, fmt in TABLE_COLUMNS)
+        cells = "".join(f"<td>{'-' if m.get(k) is None else fmt.format(m[k])}</td>" for k, _, fmt in TABLE_COLUMNS)
         cls = ' class="best"' if name == best else ""
         rows.append(f"<tr{cls}><th>{html.escape(name)}</th>{cells}</tr>")
-    head = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in TABLE_COLUMNS)
+    denominators = {
+        "cost_ratio": f"${result.bound.usd:,.0f}",
+        "overflow_ratio": f"${result.bound.overflow_usd:,.0f}",
+    }
+    head = "".join(
+        f"<th>{html.escape(label)}" + (f"<br>{html.escape(denominators[k])}" if k in denominators else "") + "</th>"
+        for k, label, _ in TABLE_COLUMNS
+    )
     settings = ", ".join(
         f"{k}={html.escape(str(sc[k]))}"
         for k in (
@@ -183,8 +192,10 @@ ul {{ color: #444; }} code {{ background: #f4f4f4; padding: 0 .25em; }}
 <h1>Trace replay: {html.escape(Path(sc["trace"]).name)}</h1>
 <p class="sub">{sc["jobs"]:,} jobs, {sc["demand_gpu_hours"]:,.0f} GPU-hours demanded,
 peak {sc["peak_demand_gpus"]:,} GPUs;
-{settings}. Lower bound ${result.bound.usd:,.0f}
-(clairvoyant: reservation for the whole span plus demand beyond it at the cheapest per-GPU rate).</p>
+{settings}. One lower bound for every policy: ${result.bound.usd:,.0f}
+(clairvoyant, over the demand span: reservation ${result.bound.reservation_usd:,.0f} for the whole span plus
+demand beyond it at the cheapest per-GPU rate, ${result.bound.overflow_usd:,.0f}). <i>x overflow bound</i> sets
+each policy's spend beyond the reservation against that second figure.</p>
 <table><thead><tr><th>policy</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>
 {imgs}
 <h2>Policies</h2><ul>{descriptions}</ul>

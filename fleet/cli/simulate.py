@@ -152,36 +152,33 @@ def _print_table(result: object, report: Path | None) -> None:
         f"({', '.join(sc['zones'])}) | reserved {sc['reserved_nodes']} | spot {sc['spot_fraction']:g} | "
         f"boot {sc['boot_seconds']:g}s | stockout {sc['stockout_rate']:g} | seed {sc['seed']}"
     )
-    headers: tuple[str, ...] = (
-        "policy",
-        "cost $",
-        "x bound",
-        "billed\nGPU-h",
-        "gang\nwaste",
-        "wait\np50 s",
-        "wait\np95 s",
-        "wait\nmax s",
-        "pre-\nempted",
-    )
-    best = min(result.metrics, key=lambda n: result.metrics[n]["cost_usd"])
-    rows = [
-        (
-            name,
-            f"{m['cost_usd']:,.0f}",
-            f"{m['cost_ratio']:.4f}",
-            f"{m['gpu_hours_billed']:,.0f}",
-            f"{m['partial_gang_gpu_hours']:,.1f}",
-            f"{m['wait_p50_s']:,.0f}",
-            f"{m['wait_p95_s']:,.0f}",
-            f"{m['wait_max_s']:,.0f}",
-            f"{m['preempted_jobs']:,}",
-        )
-        for name, m in result.metrics.items()
+    bound = result.bound
+    reserved = bound.reservation_usd > 0
+    columns: list[tuple[str, Any]] = [
+        ("cost $", lambda m: f"{m['cost_usd']:,.0f}"),
+        (f"x bound\n${bound.usd:,.0f}", lambda m: f"{m['cost_ratio']:.4f}"),
     ]
-    if not sc["spot_fraction"]:  # nothing to preempt: keep the table narrow
-        rows = [r[:-1] for r in rows]
-        headers = headers[:-1]
-    table = Table(title=f"lower bound ${result.bound.usd:,.0f}", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+    if reserved:  # most of the bound is the sunk reservation: show the spend beyond it apart
+        columns += [
+            ("overflow $", lambda m: f"{m['overflow_cost_usd']:,.0f}"),
+            (f"x overflow\n${bound.overflow_usd:,.0f}", lambda m: _fmt_ratio(m["overflow_ratio"])),
+        ]
+    columns += [
+        ("billed\nGPU-h", lambda m: f"{m['gpu_hours_billed']:,.0f}"),
+        ("gang\nwaste", lambda m: f"{m['partial_gang_gpu_hours']:,.1f}"),
+        ("wait\np50 s", lambda m: f"{m['wait_p50_s']:,.0f}"),
+        ("wait\np95 s", lambda m: f"{m['wait_p95_s']:,.0f}"),
+        ("wait\nmax s", lambda m: f"{m['wait_max_s']:,.0f}"),
+    ]
+    if sc["spot_fraction"]:  # nothing to preempt otherwise: keep the table narrow
+        columns.append(("pre-\nempted", lambda m: f"{m['preempted_jobs']:,}"))
+    headers = ("policy", *(h for h, _ in columns))
+    best = min(result.metrics, key=lambda n: result.metrics[n]["cost_usd"])
+    rows = [(name, *(f(m) for _, f in columns)) for name, m in result.metrics.items()]
+    title = f"every policy against one lower bound: ${bound.usd:,.0f} (clairvoyant, demand span)"
+    if reserved:
+        title += f", of which reservation ${bound.reservation_usd:,.0f}"
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
     for i, header in enumerate(headers):
         width = max(*(len(r[i]) for r in rows), *(len(line) for line in header.split("\n")))
         table.add_column(header, justify="left" if i == 0 else "right", no_wrap=True, min_width=width)
@@ -191,6 +188,10 @@ def _print_table(result: object, report: Path | None) -> None:
     console.print(table)
     if report is not None:
         console.print(f"report: {report}")
+
+
+def _fmt_ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def register(app: typer.Typer) -> None:

@@ -49,6 +49,10 @@ def test_human_output_is_a_table_of_the_policies() -> None:
     res = runner.invoke(app, ["simulate", "--trace", str(SMALL_TRACE), "--policy", "gpu-fleet,karpenter-like"])
     assert res.exit_code == 0, res.output
     assert "gpu-fleet" in res.stdout and "karpenter-like" in res.stdout and "lower bound" in res.stdout
+    bound = json.loads(
+        runner.invoke(app, ["simulate", "--trace", str(SMALL_TRACE), "--policy", "gpu-fleet", "--json"]).stdout
+    )
+    assert f"${bound['scenario']['lower_bound_usd']:,.0f}" in res.stdout  # the header shows the denominator
 
 
 def test_reports_are_html_with_inline_figures_or_png(tmp_path: Path) -> None:

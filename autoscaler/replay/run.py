@@ -21,7 +21,13 @@ from autoscaler.replay.trace import TraceJob, mark_spot_tolerant, peak_concurren
 
 def policy_factories() -> dict[str, Callable[[Scenario, Sequence[TraceJob]], ReplayPolicy]]:
     """Every policy `fleet simulate --policy` knows, in report order."""
-    from autoscaler.replay.baselines import CaLikePolicy, KarpenterLikePolicy, SlurmPowerSavePolicy, StaticPeakPolicy
+    from autoscaler.replay.baselines import (
+        CaLikePolicy,
+        ExactFitPolicy,
+        KarpenterLikePolicy,
+        SlurmPowerSavePolicy,
+        StaticPeakPolicy,
+    )
     from autoscaler.replay.gpu_fleet import GpuFleetPolicy
 
     return {
@@ -30,10 +36,11 @@ def policy_factories() -> dict[str, Callable[[Scenario, Sequence[TraceJob]], Rep
         "slurm-power-save": lambda s, jobs: SlurmPowerSavePolicy(),
         "ca-like": lambda s, jobs: CaLikePolicy(seed=s.seed),
         "karpenter-like": lambda s, jobs: KarpenterLikePolicy(),
+        "exact-fit": lambda s, jobs: ExactFitPolicy(),
     }
 
 
-POLICY_NAMES = ("gpu-fleet", "static-peak", "slurm-power-save", "ca-like", "karpenter-like")
+POLICY_NAMES = ("gpu-fleet", "static-peak", "slurm-power-save", "ca-like", "karpenter-like", "exact-fit")
 
 
 @dataclass

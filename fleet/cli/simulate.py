@@ -13,7 +13,9 @@ from typing import Annotated, Any
 
 import typer
 
-POLICY_HELP = "gpu-fleet, static-peak, slurm-power-save, ca-like, karpenter-like, a comma-separated list, or all"
+POLICY_HELP = (
+    "gpu-fleet, static-peak, slurm-power-save, ca-like, karpenter-like, exact-fit, a comma-separated list, or all"
+)
 FLAG_OF = {
     "machine_family": "--machine-family",
     "region": "--region",

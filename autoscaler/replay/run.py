@@ -7,6 +7,7 @@ dollars agree."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,37 @@ from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.trace import TraceJob, mark_spot_tolerant, peak_concurrent_gpus
 
 
-def policy_factories() -> dict[str, Callable[[Scenario, Sequence[TraceJob]], ReplayPolicy]]:
+@dataclass(frozen=True)
+class PolicyOptions:
+    """Settings of the policies themselves (the scenario is the world they run in).
+
+    `ca_expander`: Cluster Autoscaler's `--expander` for ca-like (CA's default is `random`).
+    `wait_value_usd_per_gpu_hour`: gpu-fleet's wait-vs-cost knob (`Policy.wait_value_usd_per_gpu_hour`,
+    interfaces.md); None: gpu-fleet's documented default."""
+
+    ca_expander: str = "random"
+    wait_value_usd_per_gpu_hour: float | None = None
+
+
+def gpu_fleet_policy(scenario: Scenario, wait_value_usd_per_gpu_hour: float | None = None) -> ReplayPolicy:
+    """gpu-fleet configured for `scenario`, with the wait-value knob when one is given."""
+    from autoscaler.replay.gpu_fleet import GpuFleetPolicy
+
+    if wait_value_usd_per_gpu_hour is None:
+        return GpuFleetPolicy.for_scenario(scenario)
+    # The knob plugs in here: GpuFleetPolicy.for_scenario(scenario, wait_value_usd_per_gpu_hour=...) (a3-onpolicy
+    # defines its semantics).  A build whose gpu-fleet lacks it refuses the option instead of ignoring it.
+    if "wait_value_usd_per_gpu_hour" not in inspect.signature(GpuFleetPolicy.for_scenario).parameters:
+        raise ValueError(
+            "--wait-value: this build's gpu-fleet policy has no wait-value knob "
+            "(GpuFleetPolicy.for_scenario(..., wait_value_usd_per_gpu_hour=...))"
+        )
+    return GpuFleetPolicy.for_scenario(scenario, wait_value_usd_per_gpu_hour=wait_value_usd_per_gpu_hour)  # type: ignore[call-arg]
+
+
+def policy_factories(
+    options: PolicyOptions | None = None,
+) -> dict[str, Callable[[Scenario, Sequence[TraceJob]], ReplayPolicy]]:
     """Every policy `fleet simulate --policy` knows, in report order."""
     from autoscaler.replay.baselines import (
         CaLikePolicy,
@@ -28,13 +59,13 @@ def policy_factories() -> dict[str, Callable[[Scenario, Sequence[TraceJob]], Rep
         SlurmPowerSavePolicy,
         StaticPeakPolicy,
     )
-    from autoscaler.replay.gpu_fleet import GpuFleetPolicy
 
+    opts = options or PolicyOptions()
     return {
-        "gpu-fleet": lambda s, jobs: GpuFleetPolicy.for_scenario(s),
+        "gpu-fleet": lambda s, jobs: gpu_fleet_policy(s, opts.wait_value_usd_per_gpu_hour),
         "static-peak": lambda s, jobs: StaticPeakPolicy(peak_gpus=peak_concurrent_gpus(jobs)),
         "slurm-power-save": lambda s, jobs: SlurmPowerSavePolicy(),
-        "ca-like": lambda s, jobs: CaLikePolicy(seed=s.seed),
+        "ca-like": lambda s, jobs: CaLikePolicy(seed=s.seed, expander=opts.ca_expander),
         "karpenter-like": lambda s, jobs: KarpenterLikePolicy(),
         "exact-fit": lambda s, jobs: ExactFitPolicy(),
     }
@@ -50,6 +81,8 @@ class RunResult:
     jobs: list[TraceJob]
     engines: dict[str, ReplayEngine] = field(default_factory=dict)
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: gpu-fleet over a list of wait values (`run_frontier`), in the order given
+    frontier: list[dict[str, Any]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         sc = self.scenario.model_dump(mode="json")
@@ -69,7 +102,16 @@ class RunResult:
                 "policies": list(self.metrics),
             }
         )
-        return {"scenario": sc, "policies": self.metrics}
+        out: dict[str, Any] = {"scenario": sc, "policies": self.metrics, "cost_vs_wait": self.cost_vs_wait()}
+        if self.frontier:
+            out["frontier"] = self.frontier
+        return out
+
+    def cost_vs_wait(self) -> list[dict[str, Any]]:
+        """Cost against p50/p95 wait, one point per policy (the report's scatter), cheapest first."""
+        keys = ("cost_usd", "cost_ratio", "overflow_ratio", "wait_p50_s", "wait_p95_s", "wait_mean_s")
+        points = [{"policy": n, **{k: m[k] for k in keys}} for n, m in self.metrics.items()]
+        return sorted(points, key=lambda p: p["cost_usd"])
 
 
 def resolve_policies(names: str | Sequence[str]) -> list[str]:
@@ -97,6 +139,7 @@ def run_scenario(
     scenario: Scenario,
     policies: Sequence[str] = POLICY_NAMES,
     progress: Callable[[str, dict[str, Any]], None] | None = None,
+    options: PolicyOptions | None = None,
 ) -> RunResult:
     biggest = max(m.gpu_count for m in scenario.machines)
     for j in jobs:
@@ -108,7 +151,7 @@ def run_scenario(
     marked = mark_spot_tolerant(list(jobs), scenario.spot_fraction, scenario.seed)
     bound = lower_bound(marked, scenario)
     result = RunResult(scenario, bound, marked)
-    factories = policy_factories()
+    factories = policy_factories(options)
     for name in policies:
         engine = ReplayEngine(marked, scenario, factories[name](scenario, marked)).run()
         result.engines[name] = engine
@@ -116,3 +159,29 @@ def run_scenario(
         if progress:
             progress(name, result.metrics[name])
     return result
+
+
+FRONTIER_KEYS = ("cost_usd", "cost_ratio", "overflow_ratio", "wait_p50_s", "wait_p95_s", "wait_mean_s", "wait_max_s")
+
+
+def run_frontier(
+    result: RunResult,
+    wait_values: Sequence[float],
+    progress: Callable[[str, dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """gpu-fleet replayed once per wait value (same jobs, same cloud, same bound): its cost-vs-wait frontier.
+    Stored in `result.frontier` (and the JSON's `frontier`); each point carries the settings used."""
+    points: list[dict[str, Any]] = []
+    for value in wait_values:
+        engine = ReplayEngine(result.jobs, result.scenario, gpu_fleet_policy(result.scenario, value)).run()
+        m = policy_metrics(engine, result.bound)
+        point = {"wait_value_usd_per_gpu_hour": value, **{k: m[k] for k in FRONTIER_KEYS}}
+        point["partial_gang_gpu_hours"] = m["partial_gang_gpu_hours"]
+        point["replay_wall_s"] = m["replay_wall_s"]
+        if "settings" in m:
+            point["settings"] = m["settings"]
+        points.append(point)
+        if progress:
+            progress(f"gpu-fleet --wait-value {value:g}", m)
+    result.frontier = points
+    return points

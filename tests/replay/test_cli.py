@@ -32,7 +32,10 @@ def test_json_has_the_scenario_and_every_policy_with_the_contract_fields() -> No
     )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    assert set(out) == {"scenario", "policies"}
+    assert set(out) == {"scenario", "policies", "cost_vs_wait"}
+    assert [p["policy"] for p in out["cost_vs_wait"]] == sorted(
+        out["policies"], key=lambda n: out["policies"][n]["cost_usd"]
+    )
     sc = out["scenario"]
     for key in ("trace", "machine_family", "region", "zones", "reserved_nodes", "spot_fraction", "boot_seconds"):
         assert key in sc

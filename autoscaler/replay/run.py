@@ -42,7 +42,7 @@ def gpu_fleet_policy(scenario: Scenario, wait_value_usd_per_gpu_hour: float | No
     # defines its semantics).  A build whose gpu-fleet lacks it refuses the option instead of ignoring it.
     if "wait_value_usd_per_gpu_hour" not in inspect.signature(GpuFleetPolicy.for_scenario).parameters:
         raise ValueError(
-            "--wait-value: this build's gpu-fleet policy has no wait-value knob "
+            "--wait-value/--frontier: this build's gpu-fleet policy has no wait-value knob "
             "(GpuFleetPolicy.for_scenario(..., wait_value_usd_per_gpu_hour=...))"
         )
     return GpuFleetPolicy.for_scenario(scenario, wait_value_usd_per_gpu_hour=wait_value_usd_per_gpu_hour)  # type: ignore[call-arg]

@@ -243,7 +243,9 @@ peak {sc["peak_demand_gpus"]:,} GPUs;
 {settings}. One lower bound for every policy: ${result.bound.usd:,.0f}
 (clairvoyant, over the demand span: reservation ${result.bound.reservation_usd:,.0f} for the whole span plus
 demand beyond it at the cheapest per-GPU rate, ${result.bound.overflow_usd:,.0f}). <i>x overflow bound</i> sets
-each policy's spend beyond the reservation against that second figure.</p>
+each policy's spend beyond the reservation against that second figure. Boots alone put the bound out of reach:
+paying {result.boot_floor_usd / result.bound.usd if result.bound.usd else 0:.4f}x it at least for a policy that starts
+every job at submission (each GPU added boots, or was kept idle since demand last fell when that is shorter).</p>
 <table><thead><tr><th>policy</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>
 {imgs}
 <h2>Policies</h2><ul>{descriptions}</ul>

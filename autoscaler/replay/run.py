@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoscaler.replay.engine import ReplayEngine
-from autoscaler.replay.lower_bound import LowerBound, lower_bound
+from autoscaler.replay.lower_bound import LowerBound, boot_floor_usd, lower_bound
 from autoscaler.replay.metrics import policy_metrics
 from autoscaler.replay.policy import ReplayPolicy
 from autoscaler.replay.scenario import Scenario
@@ -81,6 +81,8 @@ class RunResult:
     jobs: list[TraceJob]
     engines: dict[str, ReplayEngine] = field(default_factory=dict)
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the bound plus what boots alone add (`boot_floor_usd`): how far boots put the bound out of reach
+    boot_floor_usd: float = 0.0
     #: gpu-fleet over a list of wait values (`run_frontier`), in the order given
     frontier: list[dict[str, Any]] = field(default_factory=list)
 
@@ -98,6 +100,8 @@ class RunResult:
                 "lower_bound_usd": round(self.bound.usd, 2),
                 "overflow_bound_usd": round(self.bound.overflow_usd, 2),
                 "demand_span_h": round(self.bound.span_s / 3600.0, 3),
+                "boot_floor_usd": round(self.boot_floor_usd, 2),
+                "boot_floor_ratio": round(self.boot_floor_usd / self.bound.usd, 4) if self.bound.usd > 0 else None,
                 "prices": "catalog list prices (fleet/catalog/data/gcp_prices.csv), per-second billing",
                 "policies": list(self.metrics),
             }
@@ -150,7 +154,7 @@ def run_scenario(
             )
     marked = mark_spot_tolerant(list(jobs), scenario.spot_fraction, scenario.seed)
     bound = lower_bound(marked, scenario)
-    result = RunResult(scenario, bound, marked)
+    result = RunResult(scenario, bound, marked, boot_floor_usd=boot_floor_usd(marked, scenario, bound))
     factories = policy_factories(options)
     for name in policies:
         engine = ReplayEngine(marked, scenario, factories[name](scenario, marked)).run()

@@ -226,6 +226,8 @@ def _print_table(result: object, report: Path | None) -> None:
     title = f"every policy against one lower bound: ${bound.usd:,.0f} (clairvoyant, demand span)"
     if reserved:
         title += f", of which reservation ${bound.reservation_usd:,.0f}"
+    if sc.get("boot_floor_ratio"):
+        title += f"; boots alone put it at x{sc['boot_floor_ratio']:.4f}"
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
     for i, header in enumerate(headers):
         width = max(*(len(r[i]) for r in rows), *(len(line) for line in header.split("\n")))

@@ -32,20 +32,25 @@ class PolicyOptions:
     wait_value_usd_per_gpu_hour: float | None = None
 
 
-def gpu_fleet_policy(scenario: Scenario, wait_value_usd_per_gpu_hour: float | None = None) -> ReplayPolicy:
-    """gpu-fleet configured for `scenario`, with the wait-value knob when one is given."""
+def gpu_fleet_policy(
+    scenario: Scenario, wait_value_usd_per_gpu_hour: float | None = None, jobs: Sequence[TraceJob] = ()
+) -> ReplayPolicy:
+    """gpu-fleet configured for `scenario` (and the trace's arrival rates, when its settings rule reads
+    them), with the wait-value knob when one is given."""
     from autoscaler.replay.gpu_fleet import GpuFleetPolicy
 
-    if wait_value_usd_per_gpu_hour is None:
-        return GpuFleetPolicy.for_scenario(scenario)
-    # The knob plugs in here: GpuFleetPolicy.for_scenario(scenario, wait_value_usd_per_gpu_hour=...) (a3-onpolicy
-    # defines its semantics).  A build whose gpu-fleet lacks it refuses the option instead of ignoring it.
-    if "wait_value_usd_per_gpu_hour" not in inspect.signature(GpuFleetPolicy.for_scenario).parameters:
-        raise ValueError(
-            "--wait-value/--frontier: this build's gpu-fleet policy has no wait-value knob "
-            "(GpuFleetPolicy.for_scenario(..., wait_value_usd_per_gpu_hour=...))"
-        )
-    return GpuFleetPolicy.for_scenario(scenario, wait_value_usd_per_gpu_hour=wait_value_usd_per_gpu_hour)  # type: ignore[call-arg]
+    params = inspect.signature(GpuFleetPolicy.for_scenario).parameters
+    kwargs: dict[str, Any] = {"jobs": jobs} if "jobs" in params else {}
+    if wait_value_usd_per_gpu_hour is not None:
+        # The knob plugs in here: GpuFleetPolicy.for_scenario(scenario, wait_value_usd_per_gpu_hour=...) (a3-onpolicy
+        # defines its semantics).  A build whose gpu-fleet lacks it refuses the option instead of ignoring it.
+        if "wait_value_usd_per_gpu_hour" not in params:
+            raise ValueError(
+                "--wait-value/--frontier: this build's gpu-fleet policy has no wait-value knob "
+                "(GpuFleetPolicy.for_scenario(..., wait_value_usd_per_gpu_hour=...))"
+            )
+        kwargs["wait_value_usd_per_gpu_hour"] = wait_value_usd_per_gpu_hour
+    return GpuFleetPolicy.for_scenario(scenario, **kwargs)
 
 
 def policy_factories(
@@ -62,7 +67,7 @@ def policy_factories(
 
     opts = options or PolicyOptions()
     return {
-        "gpu-fleet": lambda s, jobs: gpu_fleet_policy(s, opts.wait_value_usd_per_gpu_hour),
+        "gpu-fleet": lambda s, jobs: gpu_fleet_policy(s, opts.wait_value_usd_per_gpu_hour, jobs),
         "static-peak": lambda s, jobs: StaticPeakPolicy(peak_gpus=peak_concurrent_gpus(jobs)),
         "slurm-power-save": lambda s, jobs: SlurmPowerSavePolicy(),
         "ca-like": lambda s, jobs: CaLikePolicy(seed=s.seed, expander=opts.ca_expander),
@@ -177,7 +182,8 @@ def run_frontier(
     Stored in `result.frontier` (and the JSON's `frontier`); each point carries the settings used."""
     points: list[dict[str, Any]] = []
     for value in wait_values:
-        engine = ReplayEngine(result.jobs, result.scenario, gpu_fleet_policy(result.scenario, value)).run()
+        policy = gpu_fleet_policy(result.scenario, value, result.jobs)
+        engine = ReplayEngine(result.jobs, result.scenario, policy).run()
         m = policy_metrics(engine, result.bound)
         point = {"wait_value_usd_per_gpu_hour": value, **{k: m[k] for k in FRONTIER_KEYS}}
         point["partial_gang_gpu_hours"] = m["partial_gang_gpu_hours"]

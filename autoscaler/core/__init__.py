@@ -23,7 +23,8 @@ Inputs, all plain data (`autoscaler.model` plus the dataclasses here):
 - offerings, the backoff memory (`UnavailableOffering`s), the `Policy`, `now`.
 
 Outputs: `ResumeLaunch`es (a `ScaleUp` carrying the scheduler's names and a deterministic request id),
-`Unserved` reasons, the queue-depth `Plan`, and `ScaleDownStep`s (drain names; power down + delete names).
+`Unserved` reasons, the queue-depth `Plan`, and `ScaleDownStep`s (drain names; power down + delete names;
+`deletable_after_drain` lets a source delete what it just drained once a re-read confirms it is empty).
 Actuation is a callback (`launch`) so the core can react to a refused launch within the same pass (backoff
 memory for the next pool) without doing any I/O itself.
 
@@ -41,6 +42,7 @@ from autoscaler.core.decide import (
     ResumeUnit,
     ScaleDownStep,
     SchedulerNode,
+    deletable_after_drain,
     plan_pool_resumes,
     pool_policy,
     queue_depth,
@@ -56,6 +58,7 @@ __all__ = [
     "ResumeUnit",
     "ScaleDownStep",
     "SchedulerNode",
+    "deletable_after_drain",
     "plan_pool_resumes",
     "pool_policy",
     "queue_depth",

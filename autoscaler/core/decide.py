@@ -253,3 +253,12 @@ def scale_down_steps(plan: Plan, facts: Mapping[str, SchedulerNode] | None) -> l
         if ok:
             steps.append(ScaleDownStep("delete", dn.pool, ok, dn.reason))
     return steps
+
+
+def deletable_after_drain(names: Iterable[str], fresh: Mapping[str, SchedulerNode] | None) -> tuple[str, ...]:
+    """Nodes drained this tick that a fresh re-read of the scheduler shows drained and without work: they are
+    powered down and deleted in the same tick instead of one tick later.  A job the scheduler placed between the
+    tick's first read and the drain shows in the re-read and keeps its node.  No re-read: nothing."""
+    if fresh is None:
+        return ()
+    return tuple(n for n in names if n in fresh and fresh[n].drain and not fresh[n].has_work)

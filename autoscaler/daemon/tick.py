@@ -10,7 +10,8 @@ Order within a tick (each step only acts on this tick's fresh reads):
    gang atomicity, backoff, limits) -> launches named after the Slurm nodes;
 5. queue depth: one `plan()` over PENDING jobs Slurm could not place + the whole inventory -> pre-warm
    (`scontrol ... state=power_up`, only with `loop.prewarm`) and idle scale-down (drain, then power down
-   and delete by name, only nodes Slurm reports idle);
+   and delete by name, only nodes Slurm reports idle; what this tick drained is re-read and, if empty, deleted
+   in the same tick);
 6. metrics.
 A daemon that does not hold the leader lock runs steps 1 and 6 only.
 """
@@ -31,6 +32,7 @@ from autoscaler.cloud import CloudNode, CloudNodeStatus, FailureKind, LaunchRequ
 from autoscaler.core import (
     LaunchOutcome,
     ResumeLaunch,
+    deletable_after_drain,
     queue_depth,
     resume_failed,
     scale_down_steps,
@@ -465,13 +467,31 @@ class Daemon:
                 )
                 continue
             act.scontrol(list(su.names), "power_up", f"gpu-fleet pre-warm: {su.reason}")
+        drained: dict[str, list[str]] = defaultdict(list)  # pool -> names drained this tick
         for step in scale_down_steps(plan, snodes):
             names = list(step.names)
             if step.action == "drain":
-                act.scontrol(names, "drain", f"gpu-fleet scale-down: {step.reason}")
-            elif act.scontrol(names, "power_down", f"gpu-fleet scale-down: {step.reason}"):
-                deleted = act.delete(step.pool, names, f"scale-down: {step.reason}", snodes)
-                act.scontrol(deleted, "undrain", "gpu-fleet: powered down, back to the pool")
+                if act.scontrol(names, "drain", f"gpu-fleet scale-down: {step.reason}"):
+                    drained[step.pool].extend(names)
+            else:
+                self._power_down_and_delete(step.pool, names, step.reason, snodes, act)
+        if drained and not self.dry_run:
+            # a fresh read: whatever Slurm placed on a node between this tick's read and the drain keeps it
+            try:
+                fresh = {n.name: n for n in self.slurm.nodes()}
+            except SlurmUnavailable:
+                return  # deleted next tick, from that tick's view
+            for pool, names in drained.items():
+                ok = list(deletable_after_drain(names, fresh))
+                if ok:
+                    self._power_down_and_delete(pool, ok, "drained and empty", fresh, act)
+
+    def _power_down_and_delete(
+        self, pool: str, names: list[str], reason: str, snodes: SlurmView, act: Actuator
+    ) -> None:
+        if act.scontrol(names, "power_down", f"gpu-fleet scale-down: {reason}"):
+            deleted = act.delete(pool, names, f"scale-down: {reason}", snodes)
+            act.scontrol(deleted, "undrain", "gpu-fleet: powered down, back to the pool")
 
     def _save_memory(self, memory: Sequence[UnavailableOffering], now: float) -> None:
         for u in memory:

@@ -29,6 +29,7 @@ from autoscaler.core import (
     LaunchOutcome,
     ResumeLaunch,
     ResumeUnit,
+    deletable_after_drain,
     queue_depth,
     resume_failed,
     resume_unit,
@@ -197,11 +198,18 @@ class GpuFleetPolicy:
             )
             self.unavailable = plan.unavailable
             facts = {n.name: self._facts(sim, n.name) for n in nodes}
+            drained: list[tuple[str, tuple[str, ...]]] = []
             for step in scale_down_steps(plan, facts):
                 if step.action == "drain":
                     sim.drain(step.names)
+                    drained.append((step.pool, step.names))
                 else:
                     sim.delete(step.pool, step.names)
+            for pool, names in drained:  # the daemon's re-read after the drain, then the same-tick delete
+                fresh = {n: self._facts(sim, n) for n in names if n in sim.names}
+                ok = deletable_after_drain(names, fresh)
+                if ok:
+                    sim.delete(pool, ok)
         return self._wake(sim, now, refused)
 
     def _planner(self, *args, **kw):  # type: ignore[no-untyped-def]

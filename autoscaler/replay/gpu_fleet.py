@@ -14,7 +14,7 @@ vanished, an idle node reaching the idle timeout, or drained nodes waiting for t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from autoscaler.cloud import ProviderError
 from autoscaler.model import (
@@ -34,22 +34,18 @@ from autoscaler.model import (
     record_failure,
 )
 from autoscaler.planner import plan, scale_down_idle
+from autoscaler.planner.rule import policy_for
+from autoscaler.replay.facts import scenario_facts
 from autoscaler.replay.policy import Decision, ReplayView
 from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.state import Job, SimNode
+from autoscaler.replay.trace import TraceJob
 from fleet.catalog import CapacityType
 from fleet.slurm.conf import CAPACITY_WEIGHT
 
-#: with a reservation, how long launches wait for paid-for GPUs to free up.  Measured on ITP cluster04
-#: with 100 reserved nodes, 30% spot-tolerant jobs, stockout rate 0.2, mean over seeds 0-4: a hold of
-#: 0 / 120 / 300 / 600 / 900 s costs $9.0341M / 9.0342M / 9.0265M / 9.0096M / 9.0088M, p95 wait 0 s
-#: throughout (docs/simulate.md)
-RESERVATION_HOLD_S = 600.0
-
-#: knobs of the gpu-fleet policy in replays (the daemon's defaults, except where noted)
+#: knobs of the gpu-fleet policy in replays that the settings rule does not derive (the rule sets
+#: idle keep, batch window / reservation hold and defragmentation: autoscaler/planner/rule.py)
 DEFAULT_POLICY = Policy(
-    batch_window_s=0.0,  # launch at once: boots take minutes, batching only adds wait
-    idle_timeout_s=0.0,  # measured on the ITP traces: keeping idle nodes warm costs more than reboots
     backoff_s=600.0,
     keep_reserved_nodes=True,  # reservation capacity is paid for either way
 )
@@ -78,19 +74,24 @@ class GpuFleetPolicy:
     _kept: dict[str, tuple[SimNode, int]] = field(default_factory=dict)  # idle past the timeout, kept by the planner
 
     @classmethod
-    def for_scenario(cls, scenario: Scenario) -> GpuFleetPolicy:
-        """The replay's gpu-fleet configuration: `DEFAULT_POLICY`, plus, when the fleet has a
-        reservation, a hold of `RESERVATION_HOLD_S` on launches (the planner's batch window): on a busy
-        reservation paid-for GPUs free up every few minutes, and a job that waits for one instead of
-        buying overflow saves the purchase.  With nothing paid-for to wait for, launch at once."""
-        if not scenario.reserved_nodes:
-            return cls()
-        hold = RESERVATION_HOLD_S
-        return cls(policy=replace(DEFAULT_POLICY, batch_window_s=hold, batch_idle_s=hold))
+    def for_scenario(
+        cls,
+        scenario: Scenario,
+        wait_value_usd_per_gpu_hour: float | None = None,
+        jobs: Sequence[TraceJob] = (),
+    ) -> GpuFleetPolicy:
+        """The replay's gpu-fleet configuration: the settings rule (`autoscaler.planner.rule.policy_for`,
+        the same the daemon uses) over the scenario's facts (boot time, shapes and prices, reserved
+        nodes) and the trace's arrival rates, on top of `DEFAULT_POLICY`.  No setting is swept."""
+        facts = scenario_facts(scenario, jobs, wait_value_usd_per_gpu_hour)
+        return cls(policy=policy_for(facts, base=DEFAULT_POLICY))
 
     def settings(self) -> dict[str, float | bool]:
         p = self.policy
         return {
+            "wait_value_usd_per_gpu_hour": p.wait_value_usd_per_gpu_hour,  # type: ignore[dict-item]
+            "idle_timeout_by_machine": dict(p.idle_timeout_by_machine),  # type: ignore[dict-item]
+            "defragment": p.defragment,
             "idle_timeout_s": p.idle_timeout_s,
             "batch_window_s": p.batch_window_s,
             "batch_idle_s": p.batch_idle_s,
@@ -177,7 +178,11 @@ class GpuFleetPolicy:
         for cmd in p.scale_ups:
             if cmd.gang:
                 nominations[cmd.units[0]] = cmd.names
-        # single-node units are not pinned: the scheduler gives them the first node that fits
+            elif self.binds_nominations:  # Slurm allocates the powered-down node to the job at submit
+                for uid in cmd.units:
+                    a = p.assignments.get(uid)
+                    if a is not None and a.placement is Placement.NEW and uid not in nominations:
+                        nominations[uid] = a.nodes
         self._remember_kept(view, now, p.drains)
         # deleting frees quota / reservation slots that unserved work may be waiting for
         again = bool(p.drains) or (bool(p.deletes) and bool(p.unserved))
@@ -218,11 +223,10 @@ class GpuFleetPolicy:
     def _remember_kept(self, view: ReplayView, now: float, drains: Sequence[Drain]) -> None:
         drained = {name for d in drains for name in d.nodes}
         for n in view.state.idle.values():  # idle past the timeout but kept (pool minimum ...): do not ask again
-            if n.name not in drained and n.since + self.policy.idle_timeout_s <= now:
+            if n.name not in drained and n.since + self.policy.idle_timeout_for(n.offering.machine_type) <= now:
                 self._kept[n.name] = (n, n.version)
 
     def _idle_due(self, view: ReplayView, now: float) -> tuple[bool, float | None]:
-        timeout = self.policy.idle_timeout_s
         earliest = None
         for n in view.state.idle.values():
             if n.nominated_for is not None:
@@ -231,7 +235,7 @@ class GpuFleetPolicy:
                 continue
             if self._kept.get(n.name) == (n, n.version):
                 continue
-            t = n.since + timeout
+            t = n.since + self.policy.idle_timeout_for(n.offering.machine_type)
             if earliest is None or t < earliest:
                 earliest = t
         if earliest is None:

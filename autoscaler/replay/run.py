@@ -31,7 +31,7 @@ def policy_factories() -> dict[str, Callable[[Scenario, Sequence[TraceJob]], Rep
     from autoscaler.replay.gpu_fleet import GpuFleetPolicy
 
     return {
-        "gpu-fleet": lambda s, jobs: GpuFleetPolicy.for_scenario(s),
+        "gpu-fleet": lambda s, jobs: GpuFleetPolicy.for_scenario(s, jobs=jobs),
         "static-peak": lambda s, jobs: StaticPeakPolicy(peak_gpus=peak_concurrent_gpus(jobs)),
         "slurm-power-save": lambda s, jobs: SlurmPowerSavePolicy(),
         "ca-like": lambda s, jobs: CaLikePolicy(seed=s.seed),

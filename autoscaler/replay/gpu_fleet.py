@@ -61,7 +61,8 @@ class GpuFleetPolicy:
         "the gpu-fleet planner: right-sized cheapest offering per unit (reservation first, spot for "
         "spot-tolerant work), gangs all or nothing in one zone, backoff on stockouts, idle scale-down"
     )
-    binds_nominations: bool = False
+    #: Slurm allocates the powered-down nodes a job is given at submit: the job waits for exactly those
+    binds_nominations: bool = True
     #: the node Weights gpu-fleet renders into slurm.conf: reservation, then spot, then on-demand
     placement_weights: Mapping[CapacityType, int] | None = field(default_factory=lambda: dict(CAPACITY_WEIGHT))
     unavailable: tuple[UnavailableOffering, ...] = ()

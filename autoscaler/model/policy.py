@@ -41,7 +41,9 @@ class Policy:
     (None, the default: the on-demand $/GPU-h of the shape the job runs on).  The planner itself only reads the settings
     derived from it (`autoscaler.planner.rule.policy_for` turns it, the boot time, the prices and the
     observed arrival rate into idle-keep times and the reservation hold; docs/planner.md).
-    `idle_timeout_by_machine` (machine type -> seconds) overrides `idle_timeout_s` per shape.
+    `idle_timeout_by_machine` (machine type -> seconds) overrides `idle_timeout_s` per shape, and
+    `idle_keep_max_by_machine` (machine type -> nodes) caps how many idle nodes of a shape are kept
+    warm at once (the most recently idle; the others are drained at once).
     `defragment`: small work never pins a node of a larger shape when a smaller shape costs no more
     per GPU-hour (no placement that would leave it oversized; a partly used oversized node is
     cordoned: it takes no new work and is deleted once its running work ends).  `expected_run_s` /
@@ -67,6 +69,7 @@ class Policy:
     keep_reserved_nodes: bool = True
     wait_value_usd_per_gpu_hour: float | None = None
     idle_timeout_by_machine: Mapping[str, float] = field(default_factory=dict)
+    idle_keep_max_by_machine: Mapping[str, int] = field(default_factory=dict)
     defragment: bool = True
     expected_run_s: float | None = None
     expected_boot_s: float = 0.0
@@ -95,7 +98,7 @@ class Policy:
             v = getattr(self, name)
             if v < 0:
                 raise ValueError(f"Policy.{name}: must be >= 0, got {v}")
-        for name in ("pool_max_nodes", "pool_max_gpus", "idle_timeout_by_machine"):
+        for name in ("pool_max_nodes", "pool_max_gpus", "idle_timeout_by_machine", "idle_keep_max_by_machine"):
             for pool, v in getattr(self, name).items():
                 if v < 0:
                     raise ValueError(f"Policy.{name}[{pool!r}]: must be >= 0, got {v}")

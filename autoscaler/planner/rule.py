@@ -10,7 +10,9 @@ same settings for the same facts.  Its reasoning (docs/planner.md, "Settings fro
   jobs for that shape arrive faster than one per break-even time T = boot * (1 + w / p) (for
   Poisson arrivals keep-or-not is all or nothing); then the node is kept for T, the deterministic
   ski-rental choice, which never loses more than one boot's worth per idle spell when arrivals
-  stop.  Otherwise it is deleted at once.
+  stop.  Otherwise it is deleted at once.  Jobs end about as often as they arrive, so the warm
+  pool only absorbs the fluctuation of arrivals over T, about sqrt(lambda * T) (Poisson): at most
+  that many idle nodes of the shape are kept (the most recently idle, the likeliest to be reused).
 - **Reservation hold.**  With paid-for reserved capacity, a unit may wait up to H for a reserved
   node to free up instead of launching overflow.  What the wait saves is not the job's whole run
   (the freed reserved node would soon serve the next arrival anyway) but the idle gap until that
@@ -94,6 +96,15 @@ def idle_keep_s(shape: ShapeFacts, boot_s: float, wait_value: float) -> float:
     return t if shape.arrivals_per_hour * t / 3600.0 > 1.0 else 0.0
 
 
+def warm_nodes(shape: ShapeFacts, boot_s: float, wait_value: float) -> int:
+    """How many idle nodes of `shape` to keep at once.  Jobs end about as often as they arrive, so
+    idle nodes are refilled as fast as they are taken: what a warm pool absorbs is the fluctuation
+    of arrivals over the break-even window T, about sqrt(lambda * T) (Poisson), and an idle node
+    beyond that is unlikely to be reused before T."""
+    t = break_even_idle_s(boot_s, shape.usd_per_gpu_hour, wait_value)
+    return max(1, int(math.sqrt(shape.arrivals_per_hour * t / 3600.0)))
+
+
 def reservation_hold_s(facts: FleetFacts) -> float:
     """H = ln(mu*S / w) / mu (0 when waiting cannot pay, or nothing is reserved); see the module doc."""
     if not facts.reserved_nodes or not facts.mean_run_s or facts.arrivals_per_hour <= 0 or not facts.shapes:
@@ -116,11 +127,17 @@ def policy_for(facts: FleetFacts, base: Policy | None = None) -> Policy:
         s.machine_type: round(idle_keep_s(s, facts.boot_s, facts.wait_value(s)), 1)
         for s in sorted(facts.shapes, key=lambda s: s.machine_type)
     }
+    warm = {
+        s.machine_type: warm_nodes(s, facts.boot_s, facts.wait_value(s))
+        for s in facts.shapes
+        if keep.get(s.machine_type, 0) > 0 and not math.isinf(keep[s.machine_type])
+    }
     hold = round(reservation_hold_s(facts), 1)
     return replace(
         base,
         idle_timeout_s=min(keep.values(), default=0.0),
         idle_timeout_by_machine=keep,
+        idle_keep_max_by_machine=warm,
         batch_window_s=hold,
         batch_idle_s=hold,
         wait_value_usd_per_gpu_hour=facts.wait_value_usd_per_gpu_hour,

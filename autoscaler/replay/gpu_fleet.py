@@ -229,6 +229,15 @@ class GpuFleetPolicy:
 
     def _idle_due(self, view: ReplayView, now: float) -> tuple[bool, float | None]:
         earliest = None
+        caps = self.policy.idle_keep_max_by_machine
+        if caps:  # more idle nodes of a shape than the rule keeps warm: scale down now
+            count: dict[str, int] = {}
+            for n in view.state.idle.values():
+                if n.nominated_for is None and self._kept.get(n.name) != (n, n.version):
+                    m = n.offering.machine_type
+                    count[m] = count.get(m, 0) + 1
+            if any(c > caps[m] for m, c in count.items() if m in caps):
+                return True, None
         for n in view.state.idle.values():
             if n.nominated_for is not None:
                 continue

@@ -18,6 +18,7 @@ from autoscaler.planner.rule import (
     policy_for,
     reservation_hold_s,
     right_sized,
+    warm_nodes,
     with_arrivals,
 )
 
@@ -93,3 +94,35 @@ def test_the_wait_value_is_a_policy_field_config_accepts() -> None:
         policy_from_mapping({"wait_value_usd_per_gpu_hour": -1})
     with pytest.raises(ValueError, match="boot_s"):
         FleetFacts(-1, SHAPES)
+
+
+def test_warm_pool_is_the_arrival_fluctuation_over_the_break_even() -> None:
+    busy = ShapeFacts("m-1g", 1, 11.0, arrivals_per_hour=54.0)  # T = 720 s: 10.8 arrivals, +-3.3
+    assert warm_nodes(busy, 360, 11.0) == 3
+    p = policy_for(FleetFacts(360, (busy,)))
+    assert p.idle_timeout_by_machine == {"m-1g": 720.0} and p.idle_keep_max_by_machine == {"m-1g": 3}
+    rare = ShapeFacts("m-1g", 1, 11.0, arrivals_per_hour=1.0)
+    assert policy_for(FleetFacts(360, (rare,))).idle_keep_max_by_machine == {}  # not kept at all
+
+
+def test_scale_down_keeps_the_newest_idle_nodes_up_to_the_cap_per_machine_type() -> None:
+    from autoscaler.model import Inventory, NodeState
+    from autoscaler.planner import scale_down_idle
+    from tests.planner.factory import machine, node, pool
+
+    p1, p8 = pool(1), pool(8)
+    nodes = tuple(node(p1, i, NodeState.READY_IDLE, since=1000.0 - 100 * i) for i in range(4))
+    nodes += (node(p8, 0, NodeState.READY_IDLE, since=999.0),)
+    pol = Policy(
+        idle_timeout_s=0.0,
+        idle_timeout_by_machine={machine(1): 720.0},
+        idle_keep_max_by_machine={machine(1): 2},
+    )
+    drains, _ = scale_down_idle(Inventory((p1, p8), nodes), pol, 1000.0)
+    drained = {name for d in drains for name in d.nodes}
+    # the two most recently idle 1g nodes stay warm; the older ones and the 8g node (timeout 0) go
+    assert drained == {"h1-on-demand-2", "h1-on-demand-3", "h8-on-demand-0"}
+    assert any("warm-node cap" in d.reason for d in drains)
+    # past the timeout even a kept node goes
+    drains, _ = scale_down_idle(Inventory((p1, p8), nodes), pol, 1000.0 + 720.0)
+    assert {name for d in drains for name in d.nodes} == {n.name for n in nodes}

@@ -115,12 +115,12 @@ def plan(
         cs = classes.get(key)
         if cs is None:
             cs = classes[key] = class_state(UnitClass(*key), sizes[key], st)
-        if place_on_existing(unit, cs, st):
-            continue
+        if place_on_existing(unit, cs, st) or fill_reservations(unit, cs, st):
+            continue  # paid-for reservation slots cost nothing at the margin: never held
         if held:
             unserved.append(explain_unserved(unit, cs, held=True))
             continue
-        if fill_reservations(unit, cs, st) or place_gang(unit, cs, st) or place_cheapest(unit, cs, st):
+        if place_gang(unit, cs, st) or place_cheapest(unit, cs, st):
             continue
         unserved.append(explain_unserved(unit, cs))
 

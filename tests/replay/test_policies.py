@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from autoscaler.planner.rule import reservation_hold_s
 from autoscaler.replay.baselines import KarpenterLikePolicy, SlurmPowerSavePolicy
 from autoscaler.replay.engine import ReplayEngine
-from autoscaler.replay.gpu_fleet import RESERVATION_HOLD_S, GpuFleetPolicy
+from autoscaler.replay.facts import scenario_facts
+from autoscaler.replay.gpu_fleet import GpuFleetPolicy
 from autoscaler.replay.run import POLICY_NAMES, resolve_policies, run_scenario
 from autoscaler.replay.scenario import Scenario
 from fleet.catalog import CapacityType
@@ -101,16 +103,21 @@ def test_same_seed_same_numbers_and_spot_scenarios_count_preemptions(small_trace
 def test_with_a_reservation_gpu_fleet_waits_for_paid_for_gpus_before_buying_and_wakes_up_to_buy() -> None:
     sc = Scenario(reserved_nodes=1)
     a, b, c = job(0, 0, 400, 8), job(1, 900, 100, 8), job(2, 2000, 5000, 8)
-    eng = ReplayEngine([a, b, c], sc, GpuFleetPolicy.for_scenario(sc)).run()
+    late = job(3, 2010, 100, 8)  # the reserved node is busy: held for the rule's hold, then bought
+    trace = [a, b, c, late]
+    pol = GpuFleetPolicy.for_scenario(sc, wait_value_usd_per_gpu_hour=0.5, jobs=trace)
+    hold = pol.policy.batch_window_s
+    assert hold == round(reservation_hold_s(scenario_facts(sc, trace, 0.5)), 1) and hold > 0
+    eng = ReplayEngine(trace, sc, pol).run()
     jobs = {j.id: j for j in eng.state.jobs}
-    assert eng.counters.nodes_launched == 1  # b waited for the reserved node instead of buying one
-    assert jobs["j1"].first_start - 900 == RESERVATION_HOLD_S + 360 + 400 - 900  # a: hold, boot, run
-    assert jobs["j2"].first_start == 2000  # the reserved node stays up: no boot
-    late = job(3, 2010, 100, 8)  # the reserved node is busy: held RESERVATION_HOLD_S, then bought
-    eng = ReplayEngine([a, b, c, late], sc, GpuFleetPolicy.for_scenario(sc)).run()
-    jobs = {j.id: j for j in eng.state.jobs}
-    assert jobs["j3"].first_start - 2010 == RESERVATION_HOLD_S + 360
-    assert GpuFleetPolicy.for_scenario(Scenario()).policy.batch_window_s == 0
+    assert jobs["j0"].first_start == 360  # filling the reservation is never held: boot only
+    assert jobs["j1"].first_start == 900 and jobs["j2"].first_start == 2000  # the reserved node stays up
+    assert jobs["j3"].first_start - 2010 == pytest.approx(hold + 360, abs=1)
+    assert eng.counters.nodes_launched == 2
+    # a wait worth more than the saving: launch at once
+    eager = GpuFleetPolicy.for_scenario(sc, wait_value_usd_per_gpu_hour=1e4, jobs=trace)
+    assert eager.policy.batch_window_s == 0
+    assert GpuFleetPolicy.for_scenario(Scenario(), jobs=trace).policy.batch_window_s == 0
 
 
 def test_every_policy_is_divided_by_one_bound_so_ratio_and_dollar_rankings_agree(small_trace) -> None:

@@ -37,15 +37,17 @@ from autoscaler.core import (
     serve_resumes,
 )
 from autoscaler.model import Inventory, Node, NodeState, Policy, Pool, UnavailableOffering, WorkUnit
+from autoscaler.planner.rule import policy_for
+from autoscaler.replay.facts import scenario_facts
 from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.simslurm import SimSlurm, SlurmSettings
 from autoscaler.replay.state import Job, SimNode
+from autoscaler.replay.trace import TraceJob
 from fleet.catalog import CapacityType
 
-#: knobs of the gpu-fleet policy in replays (the daemon's defaults, except where noted)
+#: knobs of the gpu-fleet policy in replays that the settings rule does not derive (the rule sets idle keep,
+#: batch window / reservation hold and defragmentation: autoscaler/planner/rule.py)
 DEFAULT_POLICY = Policy(
-    batch_window_s=0.0,  # Slurm resumes at once; the daemon launches what it is asked for
-    idle_timeout_s=0.0,  # measured on the ITP traces: keeping idle nodes warm costs more than reboots
     backoff_s=600.0,
     keep_reserved_nodes=True,  # reservation capacity is paid for either way
 )
@@ -90,15 +92,29 @@ class GpuFleetPolicy:
     tick_log: list[float] = field(default_factory=list)
 
     @classmethod
-    def for_scenario(cls, scenario: Scenario) -> GpuFleetPolicy:
-        """The replay's gpu-fleet configuration: `DEFAULT_POLICY` with the daemon's loop defaults."""
-        return cls()
+    def for_scenario(
+        cls,
+        scenario: Scenario,
+        wait_value_usd_per_gpu_hour: float | None = None,
+        jobs: Sequence[TraceJob] = (),
+    ) -> GpuFleetPolicy:
+        """The replay's gpu-fleet configuration: the settings rule (`autoscaler.planner.rule.policy_for`, the same
+        the daemon uses) over the scenario's facts (boot time, shapes and prices, reserved nodes) and the trace's
+        arrival rates, on top of `DEFAULT_POLICY`.  No setting is swept.  The rule's reservation hold (a batch
+        window) cannot hold nodes Slurm already allocated (`core.plan_pool_resumes` ignores it there)."""
+        facts = scenario_facts(scenario, jobs, wait_value_usd_per_gpu_hour)
+        return cls(policy=policy_for(facts, base=DEFAULT_POLICY))
 
-    def settings(self) -> dict[str, float | bool]:
+    def settings(self) -> dict[str, object]:
         p = self.policy
         return {
+            "wait_value_usd_per_gpu_hour": p.wait_value_usd_per_gpu_hour,
+            "idle_timeout_by_machine": dict(p.idle_timeout_by_machine),
+            "idle_keep_max_by_machine": dict(p.idle_keep_max_by_machine),
+            "defragment": p.defragment,
             "idle_timeout_s": p.idle_timeout_s,
             "batch_window_s": p.batch_window_s,
+            "batch_idle_s": p.batch_idle_s,
             "backoff_s": p.backoff_s,
             "keep_reserved_nodes": p.keep_reserved_nodes,
             "tick_interval_s": self.interval_s,
@@ -148,7 +164,7 @@ class GpuFleetPolicy:
     def idle_wake(self, sim: SimSlurm, node: SimNode) -> float | None:
         if self.policy.keep_reserved_nodes and node.offering.capacity_type is CapacityType.RESERVATION:
             return None
-        return self._next_tick(node.since + self.policy.idle_timeout_s)
+        return self._next_tick(node.since + self.policy.idle_timeout_for(node.offering.machine_type))
 
     # ---- the daemon's tick ------------------------------------------------------------------------------
 

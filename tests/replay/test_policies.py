@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from autoscaler.planner.rule import reservation_hold_s
 from autoscaler.replay.baselines import KarpenterLikePolicy, SlurmPowerSavePolicy
 from autoscaler.replay.engine import ReplayEngine
+from autoscaler.replay.facts import scenario_facts
 from autoscaler.replay.gpu_fleet import GpuFleetPolicy
 from autoscaler.replay.run import POLICY_NAMES, replay_engine, resolve_policies, run_scenario
 from autoscaler.replay.scenario import Scenario
@@ -107,13 +109,15 @@ def test_with_a_reservation_a_job_that_finds_it_busy_gets_a_new_node_at_once_as_
     and gpu-fleet creates exactly that node (the old replay let the job wait for the reserved GPUs instead)."""
     sc = Scenario(reserved_nodes=1)
     a, b = job(0, 0, 4000, 8), job(1, 900, 100, 8)
-    eng = replay_engine([a, b], sc, GpuFleetPolicy.for_scenario(sc)).run()
+    pol = GpuFleetPolicy.for_scenario(sc, wait_value_usd_per_gpu_hour=0.5, jobs=[a, b])
+    hold = pol.policy.batch_window_s
+    assert hold == round(reservation_hold_s(scenario_facts(sc, [a, b], 0.5)), 1) and hold > 0  # the rule's hold
+    eng = replay_engine([a, b], sc, pol).run()
     jobs = {j.id: j for j in eng.state.jobs}
     assert eng.counters.nodes_launched == 2
-    assert jobs["j1"].first_start - 900 == pytest.approx(361)  # ResumeProgram 1 s later, then the 360 s boot
+    assert jobs["j1"].first_start - 900 == pytest.approx(361)  # ResumeProgram 1 s later, the 360 s boot, no hold
     billed = eng.cloud.ledger.cost_by_capacity(eng.t_end)
     assert billed[CapacityType.ON_DEMAND] > 0
-    assert GpuFleetPolicy.for_scenario(sc).policy.batch_window_s == 0
 
 
 def test_every_policy_is_divided_by_one_bound_so_ratio_and_dollar_rankings_agree(small_trace) -> None:

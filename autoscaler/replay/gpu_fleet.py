@@ -26,17 +26,21 @@ from dataclasses import dataclass, field
 
 from autoscaler.cloud import FailureKind, ProviderError
 from autoscaler.core import (
+    RELEASE_GRACE_S,
     LaunchOutcome,
     ResumeLaunch,
     ResumeUnit,
     deletable_after_drain,
+    held_pools,
+    name_index,
     queue_depth,
+    release_names,
     resume_failed,
     resume_unit,
     scale_down_steps,
     serve_resumes,
 )
-from autoscaler.model import Inventory, Node, NodeState, Policy, Pool, UnavailableOffering, WorkUnit
+from autoscaler.model import Inventory, Node, NodeState, Plan, Policy, Pool, UnavailableOffering, WorkUnit
 from autoscaler.planner.rule import policy_for
 from autoscaler.replay.facts import scenario_facts
 from autoscaler.replay.scenario import Scenario
@@ -168,6 +172,10 @@ class GpuFleetPolicy:
 
     # ---- the daemon's tick ------------------------------------------------------------------------------
 
+    def next_poll(self, t: float) -> float:
+        """When the daemon's next poll after `t` reads the queue."""
+        return self._next_tick(t)
+
     def _next_tick(self, t: float) -> float:
         t0 = self._t0 if self._t0 is not None else 0.0
         return t0 + math.ceil((t - t0) / self.interval_s - 1e-9) * self.interval_s
@@ -178,6 +186,9 @@ class GpuFleetPolicy:
             self._t0 = now
         self.ticks += 1
         self.tick_log.append(now)
+        held = held_pools(self._pools, self.policy)
+        if held != sim.held:
+            sim.hold(held)
         offerings = sim.offerings()
         resume = self.resume_units(sim)
         refused = False
@@ -226,7 +237,22 @@ class GpuFleetPolicy:
                 ok = deletable_after_drain(names, fresh)
                 if ok:
                     sim.delete(pool, ok)
+            if held:
+                self._release(sim, plan, held)
         return self._wake(sim, now, refused)
+
+    def _release(self, sim: SimSlurm, plan: Plan, held: frozenset[str]) -> None:
+        """The daemon's `_hold`: release as many held names as the plan launches in each held pool, lowest free
+        index first (the names Slurm shows drained and powered down)."""
+        want = {su.pool: su.count for su in plan.scale_ups if su.pool in held}
+        cands: dict[str, list[str]] = {}
+        for pool_name, n in want.items():
+            pool = sim.pools[pool_name]
+            skip = set(sim.released[pool_name])
+            idx = [i for i in sim.free_indices(pool, n + len(skip)) if i not in skip][:n]
+            cands[pool_name] = [pool.node_name(i) for i in idx]
+        for pool_name, names in release_names(plan, held, cands).items():
+            sim.release(pool_name, [name_index(n) for n in names], grace_s=RELEASE_GRACE_S)
 
     def _planner(self, *args, **kw):  # type: ignore[no-untyped-def]
         from autoscaler.planner import plan
@@ -313,6 +339,14 @@ class GpuFleetPolicy:
 
     def _wake(self, sim: SimSlurm, now: float, refused: bool) -> float | None:
         wakes: list[float] = []
+        if sim.held:  # jobs left PENDING by the hold: plan again when the planner's batch window ends
+            pend = sim.pending_jobs()
+            if pend:
+                pol = self.policy
+                release = min(
+                    max(j.submit for j in pend) + pol.batch_idle_s, min(j.submit for j in pend) + pol.batch_window_s
+                )
+                wakes.append(self._next_tick(max(release, now + self.interval_s)))
         if self._open:
             if refused:
                 wakes.append(now + self.interval_s)  # the memory changed: plan again next tick

@@ -33,17 +33,26 @@ def held_pools(pools: Iterable[Pool], policy: Policy) -> frozenset[str]:
 
 
 def release_names(
-    plan: Plan, held: frozenset[str], candidates: Mapping[str, Sequence[str]]
+    plan: Plan,
+    held: frozenset[str],
+    candidates: Mapping[str, Sequence[str]],
+    outstanding: Mapping[str, int] | None = None,
 ) -> dict[str, tuple[str, ...]]:
-    """Pool -> the held names to release now: as many as the plan launches in each held pool, taken in order from
-    `candidates` (the pool's powered-down names the scheduler shows held, lowest index first: those it will
-    allocate).  The plan's own names are not used: the planner does not know which names the scheduler still has
-    powering down."""
+    """Pool -> the held names to release now: as many as the plan launches in each held pool, less the names
+    released recently that the scheduler has not allocated yet (`outstanding`: its scheduling pass may not have
+    run), taken in order from `candidates` (the pool's powered-down names the scheduler shows held, lowest index
+    first: those it will allocate).  The plan's own names are not used: the planner does not know which names the
+    scheduler still has powering down."""
     want: dict[str, int] = {}
     for su in plan.scale_ups:
         if su.pool in held:
             want[su.pool] = want.get(su.pool, 0) + su.count
-    return {pool: tuple(candidates.get(pool, ())[:n]) for pool, n in want.items() if candidates.get(pool)}
+    out: dict[str, tuple[str, ...]] = {}
+    for pool, n in want.items():
+        n -= (outstanding or {}).get(pool, 0)
+        if n > 0 and candidates.get(pool):
+            out[pool] = tuple(candidates[pool][:n])
+    return out
 
 
 def name_index(name: str) -> int:

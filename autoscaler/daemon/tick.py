@@ -505,6 +505,7 @@ class Daemon:
         (undrain) as many as the queue-depth plan launches in each."""
         index = NameIndex(self.pools)
         cands: dict[str, list[str]] = defaultdict(list)
+        outstanding: dict[str, int] = defaultdict(int)  # released, not allocated yet
         to_drain: list[str] = []
         for n in sorted(snodes.values(), key=lambda x: (x.name.rpartition("-")[0], name_index(x.name))):
             pool = index.pool_of(n.name)
@@ -517,7 +518,9 @@ class Daemon:
                     cands[pool.name].append(n.name)
             elif now - self._released.get(n.name, -RELEASE_GRACE_S - 1) > RELEASE_GRACE_S:
                 to_drain.append(n.name)
-        for names in release_names(plan, held, cands).values():
+            else:
+                outstanding[pool.name] += 1
+        for names in release_names(plan, held, cands, outstanding).values():
             if act.scontrol(list(names), "undrain", "gpu-fleet: released from the reservation hold"):
                 self._released.update(dict.fromkeys(names, now))
         if to_drain:

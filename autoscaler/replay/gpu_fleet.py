@@ -251,7 +251,8 @@ class GpuFleetPolicy:
             skip = set(sim.released[pool_name])
             idx = [i for i in sim.free_indices(pool, n + len(skip)) if i not in skip][:n]
             cands[pool_name] = [pool.node_name(i) for i in idx]
-        for pool_name, names in release_names(plan, held, cands).items():
+        outstanding = {p: sum(1 for i, at in sim.released[p].items() if sim.now - at <= RELEASE_GRACE_S) for p in held}
+        for pool_name, names in release_names(plan, held, cands, outstanding).items():
             sim.release(pool_name, [name_index(n) for n in names], grace_s=RELEASE_GRACE_S)
 
     def _planner(self, *args, **kw):  # type: ignore[no-untyped-def]

@@ -13,10 +13,10 @@ daemon (`autoscaler/daemon/tick.py`):
 - SuspendProgram deletes the instances by name; ResumeFailProgram backs the offering off with
   `core.resume_failed`, deletes the instance and returns the node to service (`scontrol update state=resume`).
 
-Ticks run when a hook fires and on the daemon's interval (`loop.interval_s`, 10 s) while something waits
-(queued resumes, idle or drained nodes); between those nothing the daemon reads changes.  There is no launch
-hold: on real Slurm a job never waits for a busy paid-for GPU while powered-down nodes exist (Slurm allocates
-those at submit), so the replay does not pretend it can."""
+Ticks run when a hook fires and at the daemon's 10 s poll (`loop.interval_s`) while something waits (queued
+resumes, idle or drained nodes, jobs Slurm could not place); between those nothing the daemon reads changes.
+With a reservation and a hold, overflow pools are held as the daemon holds them (`core.held_pools`: powered-down
+names drained, released by `core.release_names` once the plan launches for a pending job)."""
 
 from __future__ import annotations
 

@@ -374,7 +374,7 @@ def _outcome(err: ProviderError) -> tuple[LaunchOutcome, FailureKind | None, str
 
 def _unit(job: Job) -> WorkUnit:
     return WorkUnit(
-        id=f"job/{job.id}",
+        id=f"job/{job.idx + 1}",  # the Slurm job id stand-in, as the daemon names units
         submit_time=job.submit,
         gpus_per_node=job.gpus_per_node,
         nodes=job.nodes,

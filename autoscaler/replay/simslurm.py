@@ -137,6 +137,7 @@ class SimSlurm:
         #: `released` ones (index -> when) are allocatable
         self.held: frozenset[str] = frozenset()
         self.released: dict[str, dict[int, float]] = {p.name: {} for p in self.pool_list}
+        self.release_grace_s = 0.0
         cat = load_catalog()
         self.reserved_gpus = sum(
             r.nodes * cat.machine(r.machine_type).gpu_count for r in self.cloud.config.reservations
@@ -317,8 +318,9 @@ class SimSlurm:
     def _free_indices(self, pool: Pool, count: int) -> list[int]:
         if count <= 0:
             return []
-        if pool.name in self.held:  # drained while powered down, except the released ones
-            return sorted(self.released[pool.name])[:count]
+        if pool.name in self.held:  # drained while powered down, except the ones released recently
+            rel = self.released[pool.name]
+            return sorted(i for i, at in rel.items() if self.now - at <= self.release_grace_s)[:count]
         return self.free_indices(pool, count)
 
     def free_indices(self, pool: Pool, count: int) -> list[int]:
@@ -618,6 +620,7 @@ class SimSlurm:
     def release(self, pool: str, indices: Sequence[int], *, grace_s: float) -> None:
         """Undrain these powered-down names of a held pool (Slurm allocates them to pending jobs); released names
         nobody took within `grace_s` are drained again."""
+        self.release_grace_s = grace_s
         rel = self.released[pool]
         for i, at in list(rel.items()):
             if self.now - at > grace_s:

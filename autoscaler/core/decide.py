@@ -230,8 +230,15 @@ def queue_depth(
     planner: Planner | None = None,
 ) -> Plan:
     """One `plan()` over the work the scheduler could not place plus the whole inventory: unserved reasons,
-    pre-warm scale-ups, and the idle scale-down (drains, deletes)."""
+    pre-warm scale-ups, and the idle scale-down (drains, deletes).  Under a reservation hold (`hold.py`) each job
+    waits its own hold: only jobs pending for at least `batch_window_s` are planned, without a batch window (the
+    others wait on: a reserved node may still free up for them)."""
     planner = planner or default_planner()
+    from autoscaler.core.hold import held_pools
+
+    if held_pools(inventory.pools, policy):
+        pending = [u for u in pending if now - u.submit_time >= policy.batch_window_s]
+        policy = dataclasses.replace(policy, batch_window_s=0.0, batch_idle_s=0.0)
     return planner(list(pending), inventory, list(offerings), policy, now, unavailable=tuple(memory))
 
 

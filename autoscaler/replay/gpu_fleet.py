@@ -303,7 +303,7 @@ class GpuFleetPolicy:
             offering=n.offering,
             state=state,
             gpus=n.gpus,
-            gpus_used=n.gpus - n.free if state is not NodeState.BOOTING else 0,
+            gpus_used=n.gpus - n.free,  # GPUs Slurm allocated, booting nodes included (as sinfo reports them)
             since=n.since,
             units=tuple(str(i) for i in n.jobs),
             hourly_usd=n.hourly_usd,
@@ -340,14 +340,10 @@ class GpuFleetPolicy:
 
     def _wake(self, sim: SimSlurm, now: float, refused: bool) -> float | None:
         wakes: list[float] = []
-        if sim.held:  # jobs left PENDING by the hold: plan again when the planner's batch window ends
-            pend = sim.pending_jobs()
-            if pend:
-                pol = self.policy
-                release = min(
-                    max(j.submit for j in pend) + pol.batch_idle_s, min(j.submit for j in pend) + pol.batch_window_s
-                )
-                wakes.append(self._next_tick(max(release, now + self.interval_s)))
+        if sim.held:  # jobs left PENDING by the hold: plan again when the next one's hold ends
+            due = [j.submit + self.policy.batch_window_s for j in sim.pending_jobs()]
+            if due:
+                wakes.append(self._next_tick(max(min(due), now + self.interval_s)))
         if self._open:
             if refused:
                 wakes.append(now + self.interval_s)  # the memory changed: plan again next tick

@@ -5,7 +5,7 @@ API server would accept the object at create time.  What is checked, in the API 
 
 - `apiVersion`/`kind` name a served version of a shipped CRD; `metadata.name` is a DNS-1123 subdomain
   (and a label for namespaced objects' namespace); label keys/values are valid;
-- the version's `openAPIV3Schema` (jsonschema, Draft 2020-12), made strict the way server-side field
+- the version's `openAPIV3Schema` (jsonschema, Draft 2020-12; RE2 patterns' `^(?i)` moved to the front), strict the way server-side field
   validation (`kubectl apply`'s default) is: an unknown field is an error unless the schema preserves
   unknown fields; `nullable` honoured;
 - every non-transition `x-kubernetes-validations` (CEL) rule, from `fleet.schemas.cel`.
@@ -65,6 +65,8 @@ def _strict(node: Any) -> Any:
     if not isinstance(node, dict):
         return node
     out = {k: _strict(v) for k, v in node.items() if k != "x-kubernetes-validations"}
+    if isinstance(out.get("pattern"), str) and out["pattern"].startswith("^(?i)"):
+        out["pattern"] = "(?i)^" + out["pattern"][5:]  # Go (RE2) takes flags anywhere, Python only first
     if out.pop("nullable", False) and "type" in out:
         out["type"] = [out["type"], "null"]
     preserve = out.get("x-kubernetes-preserve-unknown-fields")

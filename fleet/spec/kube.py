@@ -83,3 +83,41 @@ def nominal_quota(team: KueueTeamSpec, pool: NodePoolSpec, shape: NodeShape) -> 
 
 def spot(pool: NodePoolSpec) -> bool:
     return pool.capacity is CapacityType.SPOT
+
+
+# ---------------------------------------------------------------- node labels and taints (one definition)
+
+GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"  # GKE sets it on every node of a node pool
+GKE_SPOT_LABEL = "cloud.google.com/gke-spot"
+# Cluster API copies Machine labels of this domain to the Node (CAPI >= 1.4 label sync).
+CAPI_POOL_LABEL = "node.cluster.x-k8s.io/gpu-fleet-pool"
+CAPI_SPOT_TAINT = "gpu-fleet/spot"
+GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}  # GKE adds it to GPU nodes
+# Topology-aware scheduling levels GKE labels GPU nodes with (A3 Mega, A3 Ultra, A4 with dense placement).
+GKE_TOPOLOGY_LEVELS = ("cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock",
+                       "kubernetes.io/hostname")  # fmt: skip
+TOPOLOGY_FABRICS = ("gpudirect-tcpxo", "rdma")
+
+
+def node_labels(cluster: ClusterSpec, pool: NodePoolSpec) -> dict[str, str]:
+    """Labels every node of the pool carries, which its ResourceFlavor selects on."""
+    if cluster.platform == "gke":
+        return {GKE_NODEPOOL_LABEL: pool.name}
+    return {CAPI_POOL_LABEL: pool.name}
+
+
+def spot_taint(cluster: ClusterSpec) -> dict[str, str]:
+    key = GKE_SPOT_LABEL if cluster.platform == "gke" else CAPI_SPOT_TAINT
+    return {"key": key, "value": "true", "effect": "NoSchedule"}
+
+
+def node_taints(cluster: ClusterSpec, pool: NodePoolSpec) -> list[dict[str, str]]:
+    """Taints of the pool's nodes: GPUs for GPU pods only; spot nodes only for pods that tolerate preemption."""
+    return [dict(GPU_TAINT)] + ([spot_taint(cluster)] if spot(pool) else [])
+
+
+def topology_aware(cluster: ClusterSpec, pool: NodePoolSpec, catalog: Catalog) -> bool:
+    """GKE labels the block / sub-block of nodes of GPUDirect machine types: TAS can place gangs tightly."""
+    if cluster.platform != "gke" or pool.machine_type not in catalog:
+        return False
+    return catalog.machine(pool.machine_type).nics.fabric in TOPOLOGY_FABRICS

@@ -157,15 +157,13 @@ class ClusterApiPoolSpec(_Spec):
 
 
 class KubernetesSpec(_Spec):
-    """An existing cluster (any provider) reached through a kubeconfig held as a Pulumi secret."""
+    """An existing cluster (any provider) reached through a kubeconfig held as a Pulumi secret.
+
+    The cluster is its own Cluster API management cluster (self-hosted / pivoted): its MachineDeployments
+    live in `namespace` next to the CAPI Cluster `cluster_name`."""
 
     kubeconfig: str = Field(
         "kubeconfig", pattern=r"^[a-z][-a-z0-9_]{0,62}$", description="secret stack config key gpu-fleet:<this>"
-    )
-    management_kubeconfig: str | None = Field(
-        None,
-        pattern=r"^[a-z][-a-z0-9_]{0,62}$",
-        description="config key of the Cluster API management cluster; default: the cluster itself (self-hosted)",
     )
     namespace: str = Field("default", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", description="CAPI namespace")
     cluster_name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", description="the CAPI Cluster")

@@ -21,10 +21,8 @@ from components.gcp.node_pool import service_account_id
 from components.gke.cluster import GkeCluster, GkeClusterArgs
 from components.gke.node_pool import GkeGpuNodePool, GkeGpuNodePoolArgs, NodeNetwork
 from components.kubernetes.autoscaler import AutoscalerDeployment, manifests
-from components.kubernetes.cluster_api import REPLICAS_FIELD, machine_deployment
 from components.kubernetes.objects import declare
 from components.kueue.install import KueueInstall, KueueInstallArgs
-from components.kueue.objects import manager_config
 from components.kueue.queues import KueueQueues, KueueQueuesArgs
 from fleet.bootstrap.iam import AUTOSCALER_PERMISSIONS
 from fleet.catalog import Catalog
@@ -34,6 +32,8 @@ from fleet.spec.derive import pool_zones
 from fleet.spec.kube import node_taints
 from fleet.spec.model import ClusterSpec, FleetSpec, GkeSpec
 from stacks import kube_plan, plan
+from stacks.cluster_api import REPLICAS_FIELD, machine_deployment
+from stacks.kueue_objects import manager_config, namespaces, queue_objects
 
 SYSTEM_POOL_SELECTOR = {"gpu-fleet/role": "system"}
 
@@ -241,7 +241,8 @@ def _kueue(
         KueueInstallArgs(cluster.kueue.version, manager_config(cluster), node_selector=node_selector),
         opts=kopts,
     )
-    return KueueQueues(f"{cluster.name}-queues", KueueQueuesArgs(cluster, cat), install=install.release, opts=kopts)
+    args = KueueQueuesArgs(namespaces=namespaces(cluster), objects=queue_objects(cluster, cat))
+    return KueueQueues(f"{cluster.name}-queues", args, install=install.release, opts=kopts)
 
 
 def _autoscaler(

@@ -10,7 +10,6 @@ from typing import Any
 import yaml
 
 from components.kubernetes.autoscaler import APP, INVENTORY_FILE, STATE_DIR
-from components.kubernetes.cluster_api import machine_deployment_name
 from fleet.catalog import Catalog
 from fleet.inventory import KubernetesSection, LeaseConfig
 from fleet.spec.derive import pool_zones
@@ -26,6 +25,7 @@ from fleet.spec.kube import (
 )
 from fleet.spec.model import ClusterSpec, FleetSpec, NodePoolSpec
 from stacks import plan
+from stacks.cluster_api import machine_deployment_name
 
 GKE_NETWORKING = "networking.gke.io/v1"
 

@@ -2,9 +2,9 @@
 
 The chart (oci://registry.k8s.io/kueue/charts/kueue) carries the CRDs, the controller and its webhooks; the
 provider fetches it at `pulumi up`, nothing is fetched at synth or test time.  Values: two controller
-replicas on the system nodes, and the Configuration from `components.kueue.objects.manager_config`
-(fair sharing, job frameworks, waitForPodsReady).  The Kueue objects wait for this release (its CRDs and
-webhook) before they are created.
+replicas on the system nodes, and the Configuration given (stacks.kueue_objects.manager_config: fair
+sharing, job frameworks, waitForPodsReady).  The Kueue objects wait for this release (its CRDs and webhook)
+before they are created.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.kueue.objects import KUEUE_NAMESPACE
-
 CHART = "oci://registry.k8s.io/kueue/charts/kueue"
+KUEUE_NAMESPACE = "kueue-system"
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,17 @@ class KueueQueues(pulumi.ComponentResource):
     objects: dict[tuple[str, str | None, str], KubeObject]
 
     def __init__(
-        self, name: str, args: KueueQueuesArgs, install: pulumi.Resource, opts: pulumi.ResourceOptions | None = None
+        self,
+        name: str,
+        args: KueueQueuesArgs,
+        install: pulumi.Resource | None,
+        opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("gpufleet:kueue:Queues", name, None, opts)
         check_objects(args.objects)  # before anything is declared
         child = pulumi.ResourceOptions(parent=self)
         self.objects = declare(name, args.namespaces, child)
-        self.objects.update(declare(name, args.objects, child, after=[install, *self.objects.values()]))
+        self.objects.update(
+            declare(name, args.objects, child, after=[*([install] if install else []), *self.objects.values()])
+        )
         self.register_outputs({"objects": [f"{k}/{n}" for k, _, n in self.objects]})

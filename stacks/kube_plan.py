@@ -89,7 +89,8 @@ def inventory_entry(spec: FleetSpec, cluster: ClusterSpec, pool: NodePoolSpec, c
     assert shape is not None
     price, source = pool_price(spec, pool, cat)
     gke = cluster.platform == "gke"
-    zones = list(pool_zones(spec, pool, cat)) if gke else [z for z in [pool.cluster_api.failure_domain] if z]  # type: ignore[union-attr]
+    # GCE zones only; a Cluster API pool's failure domain is the provider's name for its location.
+    zones = list(pool_zones(spec, pool, cat)) if gke else []
     entry: dict[str, Any] = {
         "name": pool.name,
         "cluster": cluster.name,
@@ -132,6 +133,7 @@ def inventory_entry(spec: FleetSpec, cluster: ClusterSpec, pool: NodePoolSpec, c
             capi_cluster=cluster.kubernetes.cluster_name,
             capi_namespace=cluster.kubernetes.namespace,
             capi_machine_deployment=md,
+            failure_domain=pool.cluster_api.failure_domain if pool.cluster_api else None,
             instance_group=md,
             node_name_prefix=md,
         )

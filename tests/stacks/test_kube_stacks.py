@@ -237,6 +237,7 @@ def test_inventory_is_readable_and_matches_what_the_daemon_is_given(kube_example
         else:
             assert p.pool_kind == "capi-machinedeployment" and p.capi_namespace == "capi-neo"
             assert p.capi_machine_deployment == f"neo-{p.name}" and p.price_source == "spec"
+            assert p.zones == [] and p.failure_domain == "dc-east-1"
 
 
 def test_autoscaler_deployment_two_replicas_lease_and_least_privilege(kube_example):

@@ -326,3 +326,20 @@ def test_cli_json_synthesizes_the_example_offline(stack, tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["stack"] == stack and parse_inventory(out)
+
+
+def test_a_fleet_with_a_slurm_and_a_gke_cluster_shares_one_network(tmp_path):
+    """Slurm on GCE and Kueue on GKE in one fleet: one fabric, both inventories, one daemon config each."""
+    slurm = yaml.safe_load((REPO / "Pulumi.gcp-l4-dev.yaml").read_text())
+    gke = yaml.safe_load((REPO / "Pulumi.gke-a3ultra-kueue.yaml").read_text())
+    fleet = slurm["config"]["gpu-fleet:fleet"]
+    fleet["network"]["gpu_cidr"] = "10.150.0.0/16"
+    fleet["clusters"].append(gke["config"]["gpu-fleet:fleet"]["clusters"][0])
+    path = tmp_path / "Pulumi.mixed.yaml"
+    path.write_text(yaml.safe_dump(slurm))
+    syn = synth_file(path)
+    pools = parse_inventory(syn.to_json())
+    assert {p.scheduler for p in pools} == {"slurm", "kueue"}
+    systems = [r for r in syn.result.by_type("gcp:compute/network:Network") if r.inputs["name"].endswith("-net")]
+    assert len(systems) == 1  # one system VPC for both clusters
+    assert syn.result.by_type("gcp:container/cluster:Cluster") and syn.result.by_type("gcp:compute/instance:Instance")

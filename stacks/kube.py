@@ -13,15 +13,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import pulumi
-import pulumi_gcp as gcp
-import pulumi_kubernetes as k8s
 
 from components.gcp.network import NetworkFabric
 from components.gcp.node_pool import service_account_id
+from components.gke.autoscaler_identity import AutoscalerIdentity, AutoscalerIdentityArgs
 from components.gke.cluster import GkeCluster, GkeClusterArgs
 from components.gke.node_pool import GkeGpuNodePool, GkeGpuNodePoolArgs, NodeNetwork
 from components.kubernetes.autoscaler import AutoscalerDeployment, manifests
-from components.kubernetes.objects import declare
+from components.kubernetes.objects import Connection, Manifests
 from components.kueue.install import KueueInstall, KueueInstallArgs
 from components.kueue.queues import KueueQueues, KueueQueuesArgs
 from fleet.bootstrap.iam import AUTOSCALER_PERMISSIONS
@@ -105,12 +104,12 @@ def _gke(
         ),
     )
     storage = _storage(spec, cluster, zones[0], fabric)
-    provider = k8s.Provider(f"{cluster.name}-k8s", kubeconfig=gc.kubeconfig, enable_server_side_apply=True)
+    provider = Connection(f"{cluster.name}-k8s", gc.kubeconfig, opts=pulumi.ResourceOptions(parent=gc)).provider
     kopts = pulumi.ResourceOptions(provider=provider, depends_on=[gc.system_pool])
 
     # GPUDirect: the Network / GKENetworkParamSet objects pods name, one per additional node network.
     net_objects = kube_plan.network_objects(networks, fabric)
-    net_declared = declare(f"{cluster.name}-net", net_objects, kopts)
+    net_declared = Manifests(f"{cluster.name}-gpudirect-networks", net_objects, opts=kopts, object_opts=kopts).objects
 
     pools: dict[str, GkeGpuNodePool] = {}
     for pool in cluster.pools:
@@ -152,37 +151,18 @@ def _gke(
         for pool in cluster.pools
     ]
     # The daemon's Google identity (Workload Identity): exactly the MIG calls of the GCE actuator.
-    gsa = gcp.serviceaccount.Account(
+    identity = AutoscalerIdentity(
         f"{cluster.name}-autoscaler",
-        account_id=service_account_id(cluster.name, "autoscaler"),
-        project=spec.project,
-        display_name=f"gpu-fleet autoscaler of GKE cluster {cluster.name}",
+        AutoscalerIdentityArgs(
+            project=spec.project,
+            cluster=cluster.name,
+            account_id=service_account_id(cluster.name, "autoscaler"),
+            permissions=[p.name for p in AUTOSCALER_PERMISSIONS],
+            kubernetes_member=kube_plan.workload_identity_member(spec, cluster),
+            node_service_account=gc.node_sa.name,
+        ),
     )
-    role = gcp.projects.IAMCustomRole(
-        f"{cluster.name}-autoscaler-role",
-        project=spec.project,
-        role_id=f"gpuFleetAutoscaler_{cluster.name.replace('-', '_')}",
-        title=f"gpu-fleet autoscaler ({cluster.name})",
-        permissions=[p.name for p in AUTOSCALER_PERMISSIONS],
-    )
-    gcp.projects.IAMMember(
-        f"{cluster.name}-autoscaler-role",
-        project=spec.project,
-        role=role.name,
-        member=gsa.email.apply(lambda e: f"serviceAccount:{e}"),
-    )
-    gcp.serviceaccount.IAMMember(  # the daemon's KSA may act as the GSA (nothing else may)
-        f"{cluster.name}-autoscaler-wi",
-        service_account_id=gsa.name,
-        role="roles/iam.workloadIdentityUser",
-        member=kube_plan.workload_identity_member(spec, cluster),
-    )
-    gcp.serviceaccount.IAMMember(  # creating instances in the node pools' MIGs runs them as the node SA
-        f"{cluster.name}-autoscaler-nodesa",
-        service_account_id=gc.node_sa.name,
-        role="roles/iam.serviceAccountUser",
-        member=gsa.email.apply(lambda e: f"serviceAccount:{e}"),
-    )
+    gsa = identity.account
     queues = _kueue(cluster, cat, kopts, SYSTEM_POOL_SELECTOR)
     _autoscaler(cluster, entries, kopts, queues, gsa.email, SYSTEM_POOL_SELECTOR)
     return (
@@ -211,13 +191,13 @@ def _existing(
     spec: FleetSpec, cluster: ClusterSpec, cat: Catalog, kubeconfig: Any
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     assert cluster.kubernetes is not None
-    provider = k8s.Provider(f"{cluster.name}-k8s", kubeconfig=kubeconfig, enable_server_side_apply=True)
+    provider = Connection(f"{cluster.name}-k8s", kubeconfig).provider
     kopts = pulumi.ResourceOptions(provider=provider)
     mds = [machine_deployment(cluster, pool) for pool in cluster.pools]
     check_objects(mds)
     # The replica count belongs to the autoscaler: `pulumi up` creates at min_nodes and never resets it.
-    md_opts = pulumi.ResourceOptions.merge(kopts, pulumi.ResourceOptions(ignore_changes=[REPLICAS_FIELD]))
-    declared = declare(f"{cluster.name}-capi", mds, md_opts)
+    keep = pulumi.ResourceOptions.merge(kopts, pulumi.ResourceOptions(ignore_changes=[REPLICAS_FIELD]))
+    declared = Manifests(f"{cluster.name}-capi", mds, opts=kopts, object_opts=keep).objects
     entries = [kube_plan.inventory_entry(spec, cluster, pool, cat) for pool in cluster.pools]
     queues = _kueue(cluster, cat, kopts, {})
     _autoscaler(cluster, entries, kopts, queues, None, {})
@@ -268,4 +248,4 @@ def _autoscaler(
         gcp_service_account=gsa_email,
         node_selector=node_selector,
     )
-    declare(f"{cluster.name}-autoscaler", manifests(deployment), kopts, after=[queues])
+    Manifests(f"{cluster.name}-autoscaler", manifests(deployment), opts=kopts, after=[queues], object_opts=kopts)

@@ -46,6 +46,7 @@ class KueueInstall(pulumi.ComponentResource):
                 "controllerManager": controller,
                 "managerConfig": {"controllerManagerConfigYaml": args.manager_config},
             },
-            opts=pulumi.ResourceOptions(parent=self),
+            # the release waits for what the component waits for (e.g. the nodes it is scheduled on)
+            opts=pulumi.ResourceOptions(parent=self, depends_on=opts.depends_on if opts else None),
         )
         self.register_outputs({"version": args.version})

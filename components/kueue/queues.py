@@ -35,7 +35,7 @@ class KueueQueues(pulumi.ComponentResource):
     ) -> None:
         super().__init__("gpufleet:kueue:Queues", name, None, opts)
         check_objects(args.objects)  # before anything is declared
-        child = pulumi.ResourceOptions(parent=self)
+        child = pulumi.ResourceOptions(parent=self, depends_on=opts.depends_on if opts else None)
         self.objects = declare(name, args.namespaces, child)
         self.objects.update(
             declare(name, args.objects, child, after=[*([install] if install else []), *self.objects.values()])

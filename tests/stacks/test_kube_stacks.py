@@ -343,3 +343,15 @@ def test_a_fleet_with_a_slurm_and_a_gke_cluster_shares_one_network(tmp_path):
     systems = [r for r in syn.result.by_type("gcp:compute/network:Network") if r.inputs["name"].endswith("-net")]
     assert len(systems) == 1  # one system VPC for both clusters
     assert syn.result.by_type("gcp:container/cluster:Cluster") and syn.result.by_type("gcp:compute/instance:Instance")
+
+
+def test_urns_unique_children_parented_and_no_open_firewall(kube_example):
+    out = kube_example.to_json()
+    urns = [r["urn"] for r in out["resources"]]
+    assert len(urns) == len(set(urns))
+    components = {r["urn"] for r in out["resources"] if r["type"].startswith("gpufleet:")}
+    for r in out["resources"]:
+        if not r["type"].startswith("gpufleet:"):
+            assert r["parent"] in components, r["urn"]  # no stray top-level resources
+        if r["type"] == "gcp:compute/firewall:Firewall" and r["inputs"].get("allows"):
+            assert "0.0.0.0/0" not in r["inputs"]["sourceRanges"], r["name"]

@@ -137,6 +137,7 @@ def _gke(
                 boot_disk_gb=pool.boot_disk_gb,
                 boot_disk_type=plan.boot_disk_type(machine),
                 networks=node_nets,
+                gpudirect_strategy="RDMA" if machine.nics.fabric == "rdma" else None,
                 labels={**pool.labels, "gpu-fleet/pool": pool.name},
                 resource_labels={**_labels(spec, cluster), **pool.labels},
                 taints=[t for t in node_taints(cluster, pool) if t["key"] != "nvidia.com/gpu"],  # GKE adds that one

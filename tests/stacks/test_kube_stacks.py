@@ -173,6 +173,7 @@ def test_gke_a3_ultra_gets_gpudirect_node_networks_on_the_fabric_vpcs(gke):
         assert len(nets) == 9  # 1 more gVNIC + 8 RDMA: 10 NICs with the system one
         assert [n["network"] for n in nets] == ["a3u-net-1"] + ["a3u-rdma"] * 8
         assert len({n["subnetwork"] for n in nets}) == 9
+        assert r.inputs["nodeConfig"]["gpudirectStrategy"] == "RDMA"
     params = of_kind(gke, "GKENetworkParamSet")
     assert sorted(p["spec"]["deviceMode"] for p in params) == ["NetDevice"] + ["RDMA"] * 8
     refs = {n["spec"]["parametersRef"]["name"] for n in of_kind(gke, "Network")}

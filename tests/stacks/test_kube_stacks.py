@@ -356,3 +356,24 @@ def test_urns_unique_children_parented_and_no_open_firewall(kube_example):
             assert r["parent"] in components, r["urn"]  # no stray top-level resources
         if r["type"] == "gcp:compute/firewall:Firewall" and r["inputs"].get("allows"):
             assert "0.0.0.0/0" not in r["inputs"]["sourceRanges"], r["name"]
+
+
+def test_gke_a3_mega_gets_eight_gpudirect_tcpxo_node_networks(tmp_path):
+    doc = yaml.safe_load((REPO / "Pulumi.gcp-a3mega-slurm.yaml").read_text())
+    fleet = doc["config"]["gpu-fleet:fleet"]
+    gke = yaml.safe_load((REPO / "Pulumi.gke-a3ultra-kueue.yaml").read_text())["config"]["gpu-fleet:fleet"]
+    cluster = gke["clusters"][0]
+    zone = fleet["zones"][0]
+    for pool in cluster["pools"]:
+        pool.update(machine_type="a3-megagpu-8g", zones=[zone])
+    cluster["gke"]["master_authorized_networks"] = []
+    fleet["clusters"] = [cluster]
+    path = tmp_path / "Pulumi.a3mega-gke.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    syn = synth_file(path)
+    for r in gpu_pools(syn):
+        nets = r.inputs["networkConfig"]["additionalNodeNetworkConfigs"]
+        assert len(nets) == 8 and len({n["network"] for n in nets}) == 8  # one VPC per GPU NIC
+        assert "gpudirectStrategy" not in r.inputs["nodeConfig"]
+    assert [p["spec"]["deviceMode"] for p in of_kind(syn, "GKENetworkParamSet")] == ["NetDevice"] * 8
+    assert of_kind(syn, "Topology")  # A3 Mega nodes carry the GKE topology labels too

@@ -138,6 +138,8 @@ CASES = [
          "required on platform: gke"),
     Case("gke_system_pool", "gke", lambda d: cl(d)["gke"].update(system_pool={"machine_type": "g2-standard-8"}),
          "clusters[0].gke.system_pool.machine_type", "is a GPU machine type"),
+    Case("kueue_version_supported", "gke", lambda d: cl(d)["kueue"].update(version="0.12.2"),
+         "clusters[0].kueue.version", "does not serve v1beta1 Topology / Cohort"),
     Case("kueue_teams_unique", "gke", lambda d: team(d, 1).update(name="research"),
          "clusters[0].kueue.teams[1].name", "duplicate team name 'research'"),
     Case("kueue_teams_unique", "gke", lambda d: team(d, 1).update(namespace="research"),

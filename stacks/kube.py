@@ -180,6 +180,7 @@ def _gke(
             "checkpoint_bucket": storage.bucket.name if storage.bucket else None,
             "filestore_ip": storage.home_ip,
             "local_queues": kube_plan.local_queues(cluster),
+            "kueue_queues": _queues_output(cluster, cat),
         },
         gc.kubeconfig,
     )
@@ -207,6 +208,7 @@ def _existing(
         "capi_cluster": cluster.kubernetes.cluster_name,
         "machine_deployments": sorted(f"{ns}/{name}" for _, ns, name in declared),
         "local_queues": kube_plan.local_queues(cluster),
+        "kueue_queues": _queues_output(cluster, cat),
     }
 
 
@@ -224,6 +226,10 @@ def _kueue(
     )
     args = KueueQueuesArgs(namespaces=namespaces(cluster), objects=queue_objects(cluster, cat))
     return KueueQueues(f"{cluster.name}-queues", args, install=install.release, opts=kopts)
+
+
+def _queues_output(cluster: ClusterSpec, cat: Catalog) -> list[dict[str, Any]]:
+    return kube_plan.queue_summary(cluster, queue_objects(cluster, cat))
 
 
 def _autoscaler(

@@ -14,6 +14,8 @@ from fleet.catalog import Catalog
 from fleet.inventory import KubernetesSection, LeaseConfig
 from fleet.spec.derive import pool_zones
 from fleet.spec.kube import (
+    GPU_RESOURCE,
+    cluster_queue_name,
     flavor_name,
     local_queue_name,
     node_labels,
@@ -144,6 +146,36 @@ def local_queues(cluster: ClusterSpec) -> dict[str, str]:
     """team -> `<namespace>/<LocalQueue>` (what users put in `kueue.x-k8s.io/queue-name`, in that namespace)."""
     assert cluster.kueue is not None
     return {t.name: f"{team_namespace(t)}/{local_queue_name(t)}" for t in cluster.kueue.teams}
+
+
+def queue_summary(cluster: ClusterSpec, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per team its ClusterQueue in numbers (GPUs per flavor: nominal, borrowing and lending limits; cohort;
+    fair-share weight), read back from the manifests: what `fleet simulate --scheduler kueue` replays."""
+    assert cluster.kueue is not None
+    by_name = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "ClusterQueue"}
+    out = []
+    for team in cluster.kueue.teams:
+        spec = by_name[cluster_queue_name(cluster, team)]
+        flavors = {}
+        for fl in spec["resourceGroups"][0]["flavors"]:
+            gpu = next(r for r in fl["resources"] if r["name"] == GPU_RESOURCE)
+            flavors[fl["name"]] = {
+                "nominal_gpus": int(gpu["nominalQuota"]),
+                "borrowing_limit_gpus": int(gpu["borrowingLimit"]) if "borrowingLimit" in gpu else None,
+                "lending_limit_gpus": int(gpu["lendingLimit"]) if "lendingLimit" in gpu else None,
+            }
+        out.append(
+            {
+                "team": team.name,
+                "namespace": team_namespace(team),
+                "local_queue": local_queue_name(team),
+                "cluster_queue": cluster_queue_name(cluster, team),
+                "cohort": spec.get("cohort"),
+                "fair_share_weight": team.fair_share_weight,
+                "flavors": flavors,  # in preference order
+            }
+        )
+    return out
 
 
 def workload_identity_member(spec: FleetSpec, cluster: ClusterSpec) -> str:

@@ -122,6 +122,22 @@ def test_nominal_quotas_add_up_to_at_most_the_pools_at_max_size(kube_example):
         assert 0 < gpus[pool["kueue_flavor"]] <= pool["max_nodes"] * pool["gpus_per_node"]
 
 
+def test_queue_summary_output_matches_the_cluster_queues(kube_example):
+    """`clusters.<name>.kueue_queues` (what a Kueue replay reads) says what the ClusterQueues say."""
+    (name,) = kube_example.result.outputs["clusters"]
+    summary = kube_example.result.outputs["clusters"][name]["kueue_queues"]
+    cqs = {cq["metadata"]["name"]: cq["spec"] for cq in of_kind(kube_example, "ClusterQueue")}
+    assert {s["cluster_queue"] for s in summary} == set(cqs)
+    for s in summary:
+        spec = cqs[s["cluster_queue"]]
+        assert s["cohort"] == spec.get("cohort")
+        flavors = spec["resourceGroups"][0]["flavors"]
+        assert list(s["flavors"]) == [f["name"] for f in flavors]
+        for f in flavors:
+            gpu = next(r for r in f["resources"] if r["name"] == "nvidia.com/gpu")
+            assert s["flavors"][f["name"]]["nominal_gpus"] == int(gpu["nominalQuota"])
+
+
 def test_gke_example_two_teams_share_both_pools_through_a_cohort(gke):
     cqs = {cq["metadata"]["name"]: cq["spec"] for cq in of_kind(gke, "ClusterQueue")}
     assert set(cqs) == {"a3u-research", "a3u-product"}

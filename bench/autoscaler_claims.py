@@ -5,6 +5,7 @@
     .venv/bin/python bench/autoscaler_claims.py --clusters 04 --regimes short --scenarios defaults
     .venv/bin/python bench/autoscaler_claims.py --frontier 0,2,10,50  # + the Pareto check over wait values
     .venv/bin/python bench/autoscaler_claims.py --json > claims.json
+    .venv/bin/python bench/autoscaler_claims.py --from-json claims.json   # the table again, no replays
 
 Per run (one trace x scenario, every policy replayed on the same jobs and cloud):
 
@@ -180,7 +181,14 @@ def main() -> int:
     ap.add_argument("--frontier", default="", help="wait values for the Pareto check (cluster04 defaults, short)")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--json", action="store_true", help="print every run and check as JSON")
+    ap.add_argument("--save", type=Path, help="also write every run and check as JSON to this file")
+    ap.add_argument("--from-json", type=Path, help="judge and print runs saved by --json/--save (no replays)")
     args = ap.parse_args()
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        rows = [(r, checks(r)) for r in saved]
+        _print(rows, sum(r.get("wall_s", 0.0) for r in saved))
+        return 1 if any(st == "FAIL" for _, cs in rows for _, st, _ in cs) else 0
     frontier = [float(v) for v in args.frontier.split(",") if v.strip()]
     scenarios = [s for s in args.scenarios.split(",") if s]
     for s in scenarios:
@@ -216,6 +224,8 @@ def main() -> int:
     runs.sort(key=lambda r: order[(r["trace"], r["scenario"])])
     rows = [(run, checks(run)) for run in runs]
     failed = any(status == "FAIL" for _, cs in rows for _, status, _ in cs)
+    if args.save:
+        args.save.write_text(json.dumps([{**r, "checks": cs} for r, cs in rows], indent=2))
     if args.json:
         print(json.dumps([{**r, "checks": cs} for r, cs in rows], indent=2))
         return 1 if failed else 0

@@ -183,11 +183,15 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print every run and check as JSON")
     ap.add_argument("--save", type=Path, help="also write every run and check as JSON to this file")
     ap.add_argument("--from-json", type=Path, help="judge and print runs saved by --json/--save (no replays)")
+    ap.add_argument("--markdown", action="store_true", help="with --from-json: the per-run table as markdown")
     args = ap.parse_args()
     if args.from_json:
         saved = json.loads(args.from_json.read_text())
         rows = [(r, checks(r)) for r in saved]
-        _print(rows, sum(r.get("wall_s", 0.0) for r in saved))
+        if args.markdown:
+            _markdown(rows)
+        else:
+            _print(rows, sum(r.get("wall_s", 0.0) for r in saved))
         return 1 if any(st == "FAIL" for _, cs in rows for _, st, _ in cs) else 0
     frontier = [float(v) for v in args.frontier.split(",") if v.strip()]
     scenarios = [s for s in args.scenarios.split(",") if s]
@@ -236,6 +240,20 @@ def main() -> int:
 def _label(run: dict[str, Any]) -> str:
     name = run["trace"] if run["trace"].startswith("synth:") else Path(run["trace"]).stem
     return f"{name} [{run['scenario']}]"
+
+
+def _markdown(rows: list[tuple[dict[str, Any], list[tuple[str, str, str]]]]) -> None:
+    names = ("gpu-fleet", "karpenter-like", "ca-like", "slurm-power-save", "exact-fit")
+    print("| run | " + " | ".join(names) + " | boot floor | checks failed |")
+    print("| --- |" + " ---: |" * (len(names) + 1) + " --- |")
+    for run, cs in rows:
+        if "error" in run:
+            print(f"| {_label(run)} | error: {run['error'][:80]} |")
+            continue
+        p = run["policies"]
+        cells = [f"{p[n]['cost_ratio']:.4f} / {p[n]['wait_p95_s']:.0f} s" for n in names]
+        failed = ", ".join(c for c, st, _ in cs if st == "FAIL") or "none"
+        print(f"| {_label(run)} | " + " | ".join(cells) + f" | {run['boot_floor_ratio']:.4f} | {failed} |")
 
 
 def _print(rows: list[tuple[dict[str, Any], list[tuple[str, str, str]]]], wall: float) -> None:

@@ -29,7 +29,9 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from autoscaler.cloud import Offering
 from autoscaler.model import Policy
+from fleet.catalog import CapacityType
 
 
 @dataclass(frozen=True)
@@ -165,3 +167,39 @@ def with_arrivals(
             counts[s.machine_type] = counts.get(s.machine_type, 0) + nodes
     hours = max(span_s, 1.0) / 3600.0
     return tuple(replace(s, arrivals_per_hour=counts.get(s.machine_type, 0) / hours) for s in shapes)
+
+
+def shapes_from_offerings(offerings: Iterable[Offering]) -> tuple[ShapeFacts, ...]:
+    """One `ShapeFacts` per machine type with an on-demand offering: its GPUs and cheapest on-demand $/h."""
+    best: dict[str, tuple[int, float]] = {}
+    for o in offerings:
+        if o.key.capacity_type is not CapacityType.ON_DEMAND or o.gpus_per_node < 1:
+            continue
+        m = o.key.machine_type
+        if m not in best or o.hourly_usd < best[m][1]:
+            best[m] = (o.gpus_per_node, o.hourly_usd)
+    return tuple(ShapeFacts(m, g, usd) for m, (g, usd) in sorted(best.items()))
+
+
+def observed_facts(
+    offerings: Iterable[Offering],
+    boot_s: float,
+    jobs: Sequence[tuple[float, int, int, float | None]],
+    now: float,
+    window_s: float,
+    reserved_nodes: int = 0,
+    wait_value_usd_per_gpu_hour: float | None = None,
+) -> FleetFacts:
+    """Facts as a running daemon sees them: `jobs` are (submit time, nodes, GPUs per node, run seconds
+    or None while running) of the jobs submitted in the last `window_s` seconds before `now`."""
+    recent = [j for j in jobs if now - window_s <= j[0] <= now]
+    shapes = with_arrivals(shapes_from_offerings(offerings), [(n, g) for _, n, g, _ in recent], window_s)
+    runs = [r for *_, r in recent if r is not None]
+    return FleetFacts(
+        boot_s=boot_s,
+        shapes=shapes,
+        reserved_nodes=reserved_nodes,
+        arrivals_per_hour=len(recent) * 3600.0 / max(window_s, 1.0),
+        mean_run_s=sum(runs) / len(runs) if runs else None,
+        wait_value_usd_per_gpu_hour=wait_value_usd_per_gpu_hour,
+    )

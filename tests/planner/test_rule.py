@@ -126,3 +126,23 @@ def test_scale_down_keeps_the_newest_idle_nodes_up_to_the_cap_per_machine_type()
     # past the timeout even a kept node goes
     drains, _ = scale_down_idle(Inventory((p1, p8), nodes), pol, 1000.0 + 720.0)
     assert {name for d in drains for name in d.nodes} == {n.name for n in nodes}
+
+
+def test_observed_facts_from_offerings_and_recent_jobs_for_the_daemon() -> None:
+    from autoscaler.planner.rule import observed_facts, shapes_from_offerings
+    from tests.planner.factory import family_offerings
+
+    offs = family_offerings()
+    assert [(s.machine_type, s.gpus, s.usd_per_hour) for s in shapes_from_offerings(offs)] == [
+        ("a3-highgpu-1g", 1, 11.0),
+        ("a3-highgpu-2g", 2, 22.0),
+        ("a3-highgpu-4g", 4, 44.0),
+        ("a3-highgpu-8g", 8, 88.0),
+    ]
+    jobs = [(t, 1, 1, 600.0) for t in range(0, 3600, 60)] + [(10.0, 2, 8, None), (-5000.0, 1, 1, 1.0)]
+    f = observed_facts(offs, 360, jobs, now=3600.0, window_s=3600.0)
+    by = {s.machine_type: s.arrivals_per_hour for s in f.shapes}
+    assert by["a3-highgpu-1g"] == 60 and by["a3-highgpu-8g"] == 2  # the job before the window is left out
+    assert f.mean_run_s == 600.0 and f.arrivals_per_hour == 61
+    p = policy_for(f)
+    assert p.idle_timeout_for("a3-highgpu-1g") == 720.0 and p.idle_timeout_for("a3-highgpu-8g") == 0.0

@@ -28,6 +28,7 @@ class ReplayError(RuntimeError):
 
 class JobState(enum.StrEnum):
     PENDING = "pending"
+    CONFIGURING = "configuring"  # simulated Slurm: allocated, waiting for its nodes to power up
     RUNNING = "running"
     DONE = "done"
 

@@ -10,8 +10,9 @@ from autoscaler.replay.baselines import KarpenterLikePolicy, SlurmPowerSavePolic
 from autoscaler.replay.engine import ReplayEngine
 from autoscaler.replay.facts import scenario_facts
 from autoscaler.replay.gpu_fleet import GpuFleetPolicy
-from autoscaler.replay.run import POLICY_NAMES, resolve_policies, run_scenario
+from autoscaler.replay.run import POLICY_NAMES, replay_engine, resolve_policies, run_scenario
 from autoscaler.replay.scenario import Scenario
+from autoscaler.replay.simslurm import SimSlurm
 from fleet.catalog import CapacityType
 from tests.replay.conftest import job
 
@@ -36,7 +37,10 @@ def test_every_policy_runs_every_job_and_never_beats_the_lower_bound(default_run
 def test_gpu_fleet_is_cheapest_and_waits_no_longer_than_the_autoscaling_baselines(default_run) -> None:
     m = default_run.metrics
     assert m["gpu-fleet"]["cost_ratio"] <= 1.02
-    assert m["gpu-fleet"]["cost_usd"] == min(p["cost_usd"] for p in m.values())
+    assert m["gpu-fleet"]["cost_usd"] == min(p["cost_usd"] for n, p in m.items() if n != "exact-fit")
+    # exact-fit deletes a node the instant its job ends; the daemon sees it at its next 10 s poll (a few
+    # seconds of node time per job: 0.01% here, reported rather than hidden)
+    assert m["gpu-fleet"]["cost_usd"] <= m["exact-fit"]["cost_usd"] * 1.0002
     assert m["gpu-fleet"]["partial_gang_gpu_hours"] == 0
     best_wait = min(m[n]["wait_p95_s"] for n in ("slurm-power-save", "ca-like", "karpenter-like"))
     assert m["gpu-fleet"]["wait_p95_s"] <= best_wait
@@ -66,7 +70,7 @@ def test_karpenter_like_launches_gang_nodes_independently_and_bills_the_wait(sma
     sc = Scenario()
     cfg = sc.sim_config().model_copy(update={"gpu_quota": {CapacityType.ON_DEMAND: 32}})
     karp = ReplayEngine(jobs, sc, KarpenterLikePolicy(), sim_config=cfg).run()
-    fleet = ReplayEngine(jobs, sc, GpuFleetPolicy(), sim_config=cfg).run()
+    fleet = SimSlurm(jobs, sc, GpuFleetPolicy(), sim_config=cfg).run()
     assert karp.state.partial_gang_gpu_s / 3600 > 3 * 8 * 0.4  # 3 nodes held ~half an hour
     assert fleet.state.partial_gang_gpu_s == 0
     assert fleet.cloud.ledger.cost(fleet.t_end) < karp.cloud.ledger.cost(karp.t_end)
@@ -74,7 +78,7 @@ def test_karpenter_like_launches_gang_nodes_independently_and_bills_the_wait(sma
 
 def test_slurm_power_save_packs_small_jobs_onto_one_eight_gpu_node_and_suspends_it_after_300_s() -> None:
     jobs = [job(i, 0, 600, 1) for i in range(3)]
-    eng = ReplayEngine(jobs, Scenario(), SlurmPowerSavePolicy()).run()
+    eng = replay_engine(jobs, Scenario(), SlurmPowerSavePolicy()).run()
     assert eng.counters.nodes_launched == 1
     assert eng.cloud.ledger.closed_count == 1
     # billed from launch to deletion: boot 360 s + 600 s of work (the replay ends with the last job)
@@ -100,24 +104,20 @@ def test_same_seed_same_numbers_and_spot_scenarios_count_preemptions(small_trace
         assert "spot" in m["cost_by_capacity_usd"]
 
 
-def test_with_a_reservation_gpu_fleet_waits_for_paid_for_gpus_before_buying_and_wakes_up_to_buy() -> None:
+def test_with_a_reservation_a_job_that_finds_it_busy_gets_a_new_node_at_once_as_on_real_slurm() -> None:
+    """No launch hold: slurmctld allocates a powered-down on-demand node at submit while the reserved node is busy,
+    and gpu-fleet creates exactly that node (the old replay let the job wait for the reserved GPUs instead)."""
     sc = Scenario(reserved_nodes=1)
-    a, b, c = job(0, 0, 400, 8), job(1, 900, 100, 8), job(2, 2000, 5000, 8)
-    late = job(3, 2010, 100, 8)  # the reserved node is busy: held for the rule's hold, then bought
-    trace = [a, b, c, late]
-    pol = GpuFleetPolicy.for_scenario(sc, wait_value_usd_per_gpu_hour=0.5, jobs=trace)
+    a, b = job(0, 0, 4000, 8), job(1, 900, 100, 8)
+    pol = GpuFleetPolicy.for_scenario(sc, wait_value_usd_per_gpu_hour=0.5, jobs=[a, b])
     hold = pol.policy.batch_window_s
-    assert hold == round(reservation_hold_s(scenario_facts(sc, trace, 0.5)), 1) and hold > 0
-    eng = ReplayEngine(trace, sc, pol).run()
+    assert hold == round(reservation_hold_s(scenario_facts(sc, [a, b], 0.5)), 1) and hold > 0  # the rule's hold
+    eng = replay_engine([a, b], sc, pol).run()
     jobs = {j.id: j for j in eng.state.jobs}
-    assert jobs["j0"].first_start == 360  # filling the reservation is never held: boot only
-    assert jobs["j1"].first_start == 900 and jobs["j2"].first_start == 2000  # the reserved node stays up
-    assert jobs["j3"].first_start - 2010 == pytest.approx(hold + 360, abs=1)
     assert eng.counters.nodes_launched == 2
-    # a wait worth more than the saving: launch at once
-    eager = GpuFleetPolicy.for_scenario(sc, wait_value_usd_per_gpu_hour=1e4, jobs=trace)
-    assert eager.policy.batch_window_s == 0
-    assert GpuFleetPolicy.for_scenario(Scenario(), jobs=trace).policy.batch_window_s == 0
+    assert jobs["j1"].first_start - 900 == pytest.approx(361)  # ResumeProgram 1 s later, the 360 s boot, no hold
+    billed = eng.cloud.ledger.cost_by_capacity(eng.t_end)
+    assert billed[CapacityType.ON_DEMAND] > 0
 
 
 def test_every_policy_is_divided_by_one_bound_so_ratio_and_dollar_rankings_agree(small_trace) -> None:

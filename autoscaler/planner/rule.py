@@ -3,7 +3,8 @@
 `policy_for(facts)` is pure and is what both the daemon and the replay call, so both run with the
 same settings for the same facts.  Its reasoning (docs/planner.md, "Settings from a rule"):
 
-- **Wait value** `w` ($ per GPU-hour of a job waiting; default: the shape's on-demand $/GPU-h).
+- **Wait value** `w` ($ per GPU-hour of a job waiting; default 0: the cheapest settings, a job waits
+  what its boot imposes, as with every autoscaler that launches on demand).
 - **Idle keep, per shape** (ski rental).  Keeping an idle node of g GPUs at price p per GPU-hour
   costs g*p per hour; the next job it serves is spared a boot, worth g * boot * (p + w) (the
   boot it is not billed for, and the wait it does not have).  Keeping pays off in expectation iff
@@ -19,7 +20,8 @@ same settings for the same facts.  Its reasoning (docs/planner.md, "Settings fro
   arrival, about 1/lambda of reserved GPU time, worth S = p / lambda per GPU; reserved nodes free
   up at rate mu = reserved nodes / mean run time.  Waiting h costs w*h; the chance a node frees
   within h is 1 - exp(-mu*h); the expected gain S*(1 - exp(-mu*h)) - w*h is largest at
-  H = ln(mu*S / w) / mu when mu*S > w, else 0 (launch at once).
+  H = ln(mu*S / w) / mu when mu*S > w, else 0 (launch at once); never more than one boot, so a held
+  job never waits more than twice what launching at once would have made it wait (w = 0: one boot).
 - **Batching** otherwise 0: boots take minutes, so a launch batch window only adds wait.
 """
 
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from autoscaler.cloud import Offering
 from autoscaler.model import Policy
+from autoscaler.model.policy import DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR
 from fleet.catalog import CapacityType
 
 
@@ -66,7 +69,7 @@ class FleetFacts:
     reserved_nodes: int = 0
     arrivals_per_hour: float = 0.0  # all jobs
     mean_run_s: float | None = None
-    wait_value_usd_per_gpu_hour: float | None = None  # None: each shape's on-demand $/GPU-h
+    wait_value_usd_per_gpu_hour: float = DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -75,12 +78,12 @@ class FleetFacts:
         if self.reserved_nodes < 0:
             raise ValueError(f"FleetFacts.reserved_nodes: must be >= 0, got {self.reserved_nodes}")
         w = self.wait_value_usd_per_gpu_hour
-        if w is not None and w < 0:
+        if w < 0:
             raise ValueError(f"FleetFacts.wait_value_usd_per_gpu_hour: must be >= 0, got {w}")
 
     def wait_value(self, shape: ShapeFacts) -> float:
-        w = self.wait_value_usd_per_gpu_hour
-        return shape.usd_per_gpu_hour if w is None else w
+        """The wait value for `shape` (one value for every shape today)."""
+        return self.wait_value_usd_per_gpu_hour
 
 
 def break_even_idle_s(boot_s: float, usd_per_gpu_hour: float, wait_value: float) -> float:
@@ -108,7 +111,8 @@ def warm_nodes(shape: ShapeFacts, boot_s: float, wait_value: float) -> int:
 
 
 def reservation_hold_s(facts: FleetFacts) -> float:
-    """H = ln(mu*S / w) / mu (0 when waiting cannot pay, or nothing is reserved); see the module doc."""
+    """H = ln(mu*S / w) / mu, at most one boot (0 when waiting cannot pay, or nothing is reserved); see the
+    module doc."""
     if not facts.reserved_nodes or not facts.mean_run_s or facts.arrivals_per_hour <= 0 or not facts.shapes:
         return 0.0
     big = max(facts.shapes, key=lambda s: (s.gpus, -s.usd_per_hour))  # the reserved shape
@@ -117,9 +121,9 @@ def reservation_hold_s(facts: FleetFacts) -> float:
     mu = facts.reserved_nodes / facts.mean_run_s  # reserved nodes freeing up, per second
     gain = p * 3600.0 / facts.arrivals_per_hour  # S: $ per GPU of reserved time not left idle
     if w <= 0:
-        return facts.mean_run_s  # waiting is free: wait up to a typical run
+        return facts.boot_s  # waiting is free: up to the cap
     x = mu * gain / w
-    return math.log(x) / mu if x > 1.0 else 0.0
+    return min(facts.boot_s, math.log(x) / mu) if x > 1.0 else 0.0
 
 
 def policy_for(facts: FleetFacts, base: Policy | None = None) -> Policy:
@@ -188,7 +192,7 @@ def observed_facts(
     now: float,
     window_s: float,
     reserved_nodes: int = 0,
-    wait_value_usd_per_gpu_hour: float | None = None,
+    wait_value_usd_per_gpu_hour: float = DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR,
 ) -> FleetFacts:
     """Facts as a running daemon sees them: `jobs` are (submit time, nodes, GPUs per node, run seconds
     or None while running) of the jobs submitted in the last `window_s` seconds before `now`."""

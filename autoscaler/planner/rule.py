@@ -12,8 +12,9 @@ same settings for the same facts.  Its reasoning (docs/planner.md, "Settings fro
   Poisson arrivals keep-or-not is all or nothing); then the node is kept for T, the deterministic
   ski-rental choice, which never loses more than one boot's worth per idle spell when arrivals
   stop.  Otherwise it is deleted at once.  Jobs end about as often as they arrive, so the warm
-  pool only absorbs the fluctuation of arrivals over T, about sqrt(lambda * T) (Poisson): at most
-  that many idle nodes of the shape are kept (the most recently idle, the likeliest to be reused).
+  pool only absorbs the fluctuation of the busy count over T, about sqrt(lambda * min(T, mean run))
+  (Poisson): at most that many idle nodes of the shape are kept (the lowest-numbered: Slurm
+  allocates the lowest free name first).
 - **Reservation hold.**  With paid-for reserved capacity, a unit may wait up to H for a reserved
   node to free up instead of launching overflow.  What the wait saves is not the job's whole run
   (the freed reserved node would soon serve the next arrival anyway) but the idle gap until that
@@ -101,12 +102,16 @@ def idle_keep_s(shape: ShapeFacts, boot_s: float, wait_value: float) -> float:
     return t if shape.arrivals_per_hour * t / 3600.0 > 1.0 else 0.0
 
 
-def warm_nodes(shape: ShapeFacts, boot_s: float, wait_value: float) -> int:
+def warm_nodes(shape: ShapeFacts, boot_s: float, wait_value: float, mean_run_s: float | None = None) -> int:
     """How many idle nodes of `shape` to keep at once.  Jobs end about as often as they arrive, so
     idle nodes are refilled as fast as they are taken: what a warm pool absorbs is the fluctuation
-    of arrivals over the break-even window T, about sqrt(lambda * T) (Poisson), and an idle node
-    beyond that is unlikely to be reused before T."""
+    of the busy count over the break-even window T, about sqrt(lambda * T) (Poisson arrivals), and an
+    idle node beyond that is unlikely to be reused before T.  Over windows longer than a run the busy
+    count does not drift further (it fluctuates about its mean lambda * run, by its square root), so
+    the window is at most the mean run."""
     t = break_even_idle_s(boot_s, shape.usd_per_gpu_hour, wait_value)
+    if mean_run_s:
+        t = min(t, mean_run_s)
     return max(1, int(math.sqrt(shape.arrivals_per_hour * t / 3600.0)))
 
 
@@ -134,7 +139,7 @@ def policy_for(facts: FleetFacts, base: Policy | None = None) -> Policy:
         for s in sorted(facts.shapes, key=lambda s: s.machine_type)
     }
     warm = {
-        s.machine_type: warm_nodes(s, facts.boot_s, facts.wait_value(s))
+        s.machine_type: warm_nodes(s, facts.boot_s, facts.wait_value(s), facts.mean_run_s)
         for s in facts.shapes
         if keep.get(s.machine_type, 0) > 0 and not math.isinf(keep[s.machine_type])
     }

@@ -104,6 +104,8 @@ def test_warm_pool_is_the_arrival_fluctuation_over_the_break_even() -> None:
     assert warm_nodes(busy, 360, 11.0) == 3
     p = policy_for(FleetFacts(360, (busy,), wait_value_usd_per_gpu_hour=11.0))
     assert p.idle_timeout_by_machine == {"m-1g": 720.0} and p.idle_keep_max_by_machine == {"m-1g": 3}
+    # over windows longer than a run the busy count does not drift further: the pool stops growing with T
+    assert warm_nodes(busy, 360, 1e4, mean_run_s=600.0) == warm_nodes(busy, 600, 0.0) == 3
     rare = ShapeFacts("m-1g", 1, 11.0, arrivals_per_hour=1.0)
     assert policy_for(FleetFacts(360, (rare,))).idle_keep_max_by_machine == {}  # not kept at all
 

@@ -28,6 +28,10 @@ Outputs: `ResumeLaunch`es (a `ScaleUp` carrying the scheduler's names and a dete
 Actuation is a callback (`launch`) so the core can react to a refused launch within the same pass (backoff
 memory for the next pool) without doing any I/O itself.
 
+The reservation hold (`hold.py`): with a reservation and a hold, overflow pools are kept unavailable to the
+scheduler (Slurm: powered-down names drained) and released by the queue-depth plan once waiting is no longer
+cheaper (`held_pools`, `release_names`).
+
 Adding a queue source (e.g. Kubernetes/Kueue, `autoscaler/kube`): produce `ResumeUnit`s for capacity the
 scheduler bound to node names (a ProvisioningRequest's nodes, one unit per workload so it is all or nothing),
 `WorkUnit`s for work nothing could place, an `Inventory` from its nodes, and `SchedulerNode` facts (a node is
@@ -51,17 +55,22 @@ from autoscaler.core.decide import (
     scale_down_steps,
     serve_resumes,
 )
+from autoscaler.core.hold import RELEASE_GRACE_S, held_pools, name_index, release_names
 
 __all__ = [
+    "RELEASE_GRACE_S",
     "LaunchOutcome",
     "ResumeLaunch",
     "ResumeUnit",
     "ScaleDownStep",
     "SchedulerNode",
     "deletable_after_drain",
+    "held_pools",
+    "name_index",
     "plan_pool_resumes",
     "pool_policy",
     "queue_depth",
+    "release_names",
     "resume_failed",
     "resume_unit",
     "scale_down_steps",

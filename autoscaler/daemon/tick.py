@@ -11,7 +11,8 @@ Order within a tick (each step only acts on this tick's fresh reads):
 5. queue depth: one `plan()` over PENDING jobs Slurm could not place + the whole inventory -> pre-warm
    (`scontrol ... state=power_up`, only with `loop.prewarm`) and idle scale-down (drain, then power down
    and delete by name, only nodes Slurm reports idle; what this tick drained is re-read and, if empty, deleted
-   in the same tick);
+   in the same tick); with a reservation hold, overflow pools' powered-down nodes are kept drained and
+   released (undrained) as the plan launches for the jobs left PENDING (`autoscaler.core.hold`);
 6. metrics.
 A daemon that does not hold the leader lock runs steps 1 and 6 only.
 """
@@ -30,10 +31,14 @@ from loguru import logger
 
 from autoscaler.cloud import CloudNode, CloudNodeStatus, FailureKind, LaunchRequest, Offering, Provider, ProviderError
 from autoscaler.core import (
+    RELEASE_GRACE_S,
     LaunchOutcome,
     ResumeLaunch,
     deletable_after_drain,
+    held_pools,
+    name_index,
     queue_depth,
+    release_names,
     resume_failed,
     scale_down_steps,
     serve_resumes,
@@ -45,6 +50,7 @@ from autoscaler.daemon.lock import LeaderLock
 from autoscaler.daemon.metrics import Metrics
 from autoscaler.daemon.reconcile import Reconciliation, reconcile
 from autoscaler.daemon.snapshot import (
+    NameIndex,
     View,
     build_view,
     offering_from_dict,
@@ -57,6 +63,7 @@ from autoscaler.slurm.client import SlurmClient, SlurmUnavailable
 from autoscaler.slurm.readers import SlurmJob, SlurmNode, waiting_on_power_up
 
 Memory = list[UnavailableOffering]
+HOLD_REASON = "gpu-fleet: held while reserved capacity may free up (reservation hold)"
 SlurmView = dict[str, SlurmNode] | None  # None: Slurm did not answer this tick
 
 
@@ -106,6 +113,7 @@ class Daemon:
         self.lock = lock or LeaderLock(store.path)
         self.clock = clock
         self.dry_run = dry_run
+        self._released: dict[str, float] = {}  # held names released (undrained) -> when
 
     # --- the tick ------------------------------------------------------------------------------------------
     def tick(self) -> TickResult:
@@ -460,7 +468,10 @@ class Daemon:
         return LaunchOutcome.REFUSED, err.kind, str(err)  # resume rows stay open: next tick plans another offering
 
     def _queue_depth(self, plan: Plan, view: View, snodes: SlurmView, now: float, act: Actuator) -> None:
+        held = held_pools(self.pools, self.policy)
         for su in plan.scale_ups:
+            if su.pool in held:
+                continue  # released below: Slurm allocates the names to the pending jobs
             if not self.loop.prewarm:
                 logger.bind(pool=su.pool, names=list(su.names), offering=str(su.offering)).debug(
                     "queue depth would pre-warm {} (loop.prewarm is off)", list(su.names)
@@ -485,13 +496,43 @@ class Daemon:
                 ok = list(deletable_after_drain(names, fresh))
                 if ok:
                     self._power_down_and_delete(pool, ok, "drained and empty", fresh, act)
+            snodes = fresh
+        if held and snodes is not None:
+            self._hold(plan, held, snodes, now, act)
+
+    def _hold(self, plan: Plan, held: frozenset[str], snodes: dict[str, SlurmNode], now: float, act: Actuator) -> None:
+        """The reservation hold (`autoscaler.core.hold`): keep held pools' powered-down names drained, release
+        (undrain) as many as the queue-depth plan launches in each."""
+        index = NameIndex(self.pools)
+        cands: dict[str, list[str]] = defaultdict(list)
+        outstanding: dict[str, int] = defaultdict(int)  # released, not allocated yet
+        to_drain: list[str] = []
+        for n in sorted(snodes.values(), key=lambda x: (x.name.rpartition("-")[0], name_index(x.name))):
+            pool = index.pool_of(n.name)
+            if pool is None or pool.name not in held:
+                continue
+            if not n.powered_down or n.powering_up or n.powering_down or n.has_work:
+                continue
+            if n.drain:
+                if n.reason.startswith("gpu-fleet"):  # never release a node an admin drained
+                    cands[pool.name].append(n.name)
+            elif now - self._released.get(n.name, -RELEASE_GRACE_S - 1) > RELEASE_GRACE_S:
+                to_drain.append(n.name)
+            else:
+                outstanding[pool.name] += 1
+        for names in release_names(plan, held, cands, outstanding).values():
+            if act.scontrol(list(names), "undrain", "gpu-fleet: released from the reservation hold"):
+                self._released.update(dict.fromkeys(names, now))
+        if to_drain:
+            act.scontrol(to_drain, "drain", HOLD_REASON)
 
     def _power_down_and_delete(
         self, pool: str, names: list[str], reason: str, snodes: SlurmView, act: Actuator
     ) -> None:
         if act.scontrol(names, "power_down", f"gpu-fleet scale-down: {reason}"):
             deleted = act.delete(pool, names, f"scale-down: {reason}", snodes)
-            act.scontrol(deleted, "undrain", "gpu-fleet: powered down, back to the pool")
+            if pool not in held_pools(self.pools, self.policy):  # a held pool's names stay drained (held)
+                act.scontrol(deleted, "undrain", "gpu-fleet: powered down, back to the pool")
 
     def _save_memory(self, memory: Sequence[UnavailableOffering], now: float) -> None:
         for u in memory:

@@ -13,10 +13,10 @@ daemon (`autoscaler/daemon/tick.py`):
 - SuspendProgram deletes the instances by name; ResumeFailProgram backs the offering off with
   `core.resume_failed`, deletes the instance and returns the node to service (`scontrol update state=resume`).
 
-Ticks run when a hook fires and on the daemon's interval (`loop.interval_s`, 10 s) while something waits
-(queued resumes, idle or drained nodes); between those nothing the daemon reads changes.  There is no launch
-hold: on real Slurm a job never waits for a busy paid-for GPU while powered-down nodes exist (Slurm allocates
-those at submit), so the replay does not pretend it can."""
+Ticks run when a hook fires and at the daemon's 10 s poll (`loop.interval_s`) while something waits (queued
+resumes, idle or drained nodes, jobs Slurm could not place); between those nothing the daemon reads changes.
+With a reservation and a hold, overflow pools are held as the daemon holds them (`core.held_pools`: powered-down
+names drained, released by `core.release_names` once the plan launches for a pending job)."""
 
 from __future__ import annotations
 
@@ -26,17 +26,21 @@ from dataclasses import dataclass, field, replace
 
 from autoscaler.cloud import FailureKind, ProviderError
 from autoscaler.core import (
+    RELEASE_GRACE_S,
     LaunchOutcome,
     ResumeLaunch,
     ResumeUnit,
     deletable_after_drain,
+    held_pools,
+    name_index,
     queue_depth,
+    release_names,
     resume_failed,
     resume_unit,
     scale_down_steps,
     serve_resumes,
 )
-from autoscaler.model import Inventory, Node, NodeState, Policy, Pool, UnavailableOffering, WorkUnit
+from autoscaler.model import Inventory, Node, NodeState, Plan, Policy, Pool, UnavailableOffering, WorkUnit
 from autoscaler.planner.rule import policy_for
 from autoscaler.replay.facts import scenario_facts
 from autoscaler.replay.scenario import Scenario
@@ -178,6 +182,10 @@ class GpuFleetPolicy:
 
     # ---- the daemon's tick ------------------------------------------------------------------------------
 
+    def next_poll(self, t: float) -> float:
+        """When the daemon's next poll after `t` reads the queue."""
+        return self._next_tick(t)
+
     def _next_tick(self, t: float) -> float:
         t0 = self._t0 if self._t0 is not None else 0.0
         return t0 + math.ceil((t - t0) / self.interval_s - 1e-9) * self.interval_s
@@ -188,6 +196,9 @@ class GpuFleetPolicy:
             self._t0 = now
         self.ticks += 1
         self.tick_log.append(now)
+        held = held_pools(self._pools, self.policy)
+        if held != sim.held:
+            sim.hold(held)
         offerings = sim.offerings()
         resume = self.resume_units(sim)
         refused = False
@@ -236,7 +247,23 @@ class GpuFleetPolicy:
                 ok = deletable_after_drain(names, fresh)
                 if ok:
                     sim.delete(pool, ok)
+            if held:
+                self._release(sim, plan, held)
         return self._wake(sim, now, refused)
+
+    def _release(self, sim: SimSlurm, plan: Plan, held: frozenset[str]) -> None:
+        """The daemon's `_hold`: release as many held names as the plan launches in each held pool, lowest free
+        index first (the names Slurm shows drained and powered down)."""
+        want = {su.pool: su.count for su in plan.scale_ups if su.pool in held}
+        cands: dict[str, list[str]] = {}
+        for pool_name, n in want.items():
+            pool = sim.pools[pool_name]
+            skip = set(sim.released[pool_name])
+            idx = [i for i in sim.free_indices(pool, n + len(skip)) if i not in skip][:n]
+            cands[pool_name] = [pool.node_name(i) for i in idx]
+        outstanding = {p: sum(1 for i, at in sim.released[p].items() if sim.now - at <= RELEASE_GRACE_S) for p in held}
+        for pool_name, names in release_names(plan, held, cands, outstanding).items():
+            sim.release(pool_name, [name_index(n) for n in names], grace_s=RELEASE_GRACE_S)
 
     def _planner(self, *args, **kw):  # type: ignore[no-untyped-def]
         from autoscaler.planner import plan
@@ -323,6 +350,14 @@ class GpuFleetPolicy:
 
     def _wake(self, sim: SimSlurm, now: float, refused: bool) -> float | None:
         wakes: list[float] = []
+        if sim.held:  # jobs left PENDING by the hold: plan again when the planner's batch window ends
+            pend = sim.pending_jobs()
+            if pend:
+                pol = self.policy
+                release = min(
+                    max(j.submit for j in pend) + pol.batch_idle_s, min(j.submit for j in pend) + pol.batch_window_s
+                )
+                wakes.append(self._next_tick(max(release, now + self.interval_s)))
         if self._open:
             if refused:
                 wakes.append(now + self.interval_s)  # the memory changed: plan again next tick
@@ -349,7 +384,7 @@ def _outcome(err: ProviderError) -> tuple[LaunchOutcome, FailureKind | None, str
 
 def _unit(job: Job) -> WorkUnit:
     return WorkUnit(
-        id=f"job/{job.id}",
+        id=f"job/{job.idx + 1}",  # the Slurm job id stand-in, as the daemon names units
         submit_time=job.submit,
         gpus_per_node=job.gpus_per_node,
         nodes=job.nodes,

@@ -133,6 +133,11 @@ class SimSlurm:
         self._seq = 0
         self._tick_at = math.inf
         self._eligible: dict[int, float] = {}  # requeued job idx -> BeginTime
+        #: held pools (the reservation hold, `autoscaler.core.hold`): their powered-down names are drained, only
+        #: `released` ones (index -> when) are allocatable
+        self.held: frozenset[str] = frozenset()
+        self.released: dict[str, dict[int, float]] = {p.name: {} for p in self.pool_list}
+        self.release_grace_s = 0.0
         cat = load_catalog()
         self.reserved_gpus = sum(
             r.nodes * cat.machine(r.machine_type).gpu_count for r in self.cloud.config.reservations
@@ -226,6 +231,8 @@ class SimSlurm:
                 changed = True
             if changed or self.state.pending_changed:
                 self.schedule(t)
+                if self.state.pending_count:  # jobs Slurm could not place: the daemon sees them at its next poll
+                    self.wake(self.driver_poll(t))
             if tick:
                 self._call_tick()
             self.timeline.record(t, self.state.demand_gpus, self._billed_gpus(), self.state.running_gpus)
@@ -311,6 +318,13 @@ class SimSlurm:
     def _free_indices(self, pool: Pool, count: int) -> list[int]:
         if count <= 0:
             return []
+        if pool.name in self.held:  # drained while powered down, except the ones released recently
+            rel = self.released[pool.name]
+            return sorted(i for i, at in rel.items() if self.now - at <= self.release_grace_s)[:count]
+        return self.free_indices(pool, count)
+
+    def free_indices(self, pool: Pool, count: int) -> list[int]:
+        """The lowest powered-down (allocatable unless held) indices of `pool`."""
         heap, nxt = self._free[pool.name], self._next[pool.name]
         if count == 1:
             if heap:
@@ -324,6 +338,7 @@ class SimSlurm:
         return sorted(out)[:count]
 
     def _take_index(self, pool: Pool, i: int) -> None:
+        self.released[pool.name].pop(i, None)
         heap = self._free[pool.name]
         if i >= self._next[pool.name]:
             heap.extend(range(self._next[pool.name], i))
@@ -423,6 +438,10 @@ class SimSlurm:
         if nm.pool.capacity_type not in self.conf.suspend_exc:
             self._push(now + self.conf.suspend_time_s, _IDLE, (nm, node.version))
         self.wake(self.driver_idle_wake(nm))
+
+    def driver_poll(self, t: float) -> float | None:
+        hook = getattr(self.driver, "next_poll", None)
+        return hook(t) if hook else None
 
     def driver_idle_wake(self, nm: _Name) -> float | None:
         hook = getattr(self.driver, "idle_wake", None)
@@ -593,6 +612,23 @@ class SimSlurm:
             self._room[nm.pool.name].pop(name, None)
             self.draining[name] = nm
             self.counters.drains += 1
+
+    def hold(self, pools: frozenset[str]) -> None:
+        """The driver keeps these pools' powered-down names drained (`scontrol update state=drain`)."""
+        self.held = pools
+
+    def release(self, pool: str, indices: Sequence[int], *, grace_s: float) -> None:
+        """Undrain these powered-down names of a held pool (Slurm allocates them to pending jobs); released names
+        nobody took within `grace_s` are drained again."""
+        self.release_grace_s = grace_s
+        rel = self.released[pool]
+        for i, at in list(rel.items()):
+            if self.now - at > grace_s:
+                del rel[i]
+        for i in indices:
+            rel[i] = self.now
+        self.state.pending_changed = True
+        self.schedule(self.now)
 
     def pending_jobs(self) -> list[Job]:
         return [j for j in self.state.pending() if self._eligible.get(j.idx, 0.0) <= self.now]

@@ -104,20 +104,30 @@ def test_same_seed_same_numbers_and_spot_scenarios_count_preemptions(small_trace
         assert "spot" in m["cost_by_capacity_usd"]
 
 
-def test_with_a_reservation_a_job_that_finds_it_busy_gets_a_new_node_at_once_as_on_real_slurm() -> None:
-    """No launch hold: slurmctld allocates a powered-down on-demand node at submit while the reserved node is busy,
-    and gpu-fleet creates exactly that node (the old replay let the job wait for the reserved GPUs instead)."""
+def test_with_a_reservation_overflow_is_held_so_jobs_wait_for_paid_for_gpus_then_bought() -> None:
+    """The reservation hold on the simulated Slurm: overflow pools' powered-down nodes are drained, so a job that
+    finds the reserved node busy stays PENDING (Slurm cannot power anything up for it); it takes the reserved node
+    if that frees up within the rule's hold, else the plan releases an on-demand node for it once the hold ends."""
     sc = Scenario(reserved_nodes=1)
-    a, b = job(0, 0, 4000, 8), job(1, 900, 100, 8)
-    pol = GpuFleetPolicy.for_scenario(sc, wait_value_usd_per_gpu_hour=0.5, jobs=[a, b])
+    a, b, c = job(0, 0, 400, 8), job(1, 900, 100, 8), job(2, 2000, 5000, 8)
+    late = job(3, 2010, 100, 8)  # the reserved node is busy until 7000: held, then bought
+    trace = [a, b, c, late]
+    pol = GpuFleetPolicy.for_scenario(sc, wait_value_usd_per_gpu_hour=0.5, jobs=trace)
     hold = pol.policy.batch_window_s
-    assert hold == round(reservation_hold_s(scenario_facts(sc, [a, b], 0.5)), 1) and hold > 0  # the rule's hold
-    eng = replay_engine([a, b], sc, pol).run()
+    assert hold == round(reservation_hold_s(scenario_facts(sc, trace, 0.5)), 1) and hold > 0
+    eng = replay_engine(trace, sc, pol).run()
     jobs = {j.id: j for j in eng.state.jobs}
+    assert jobs["j0"].first_start == 361  # filling the reservation is never held: ResumeProgram 1 s, boot 360 s
+    assert jobs["j1"].first_start == 900 and jobs["j2"].first_start == 2000  # the reserved node stays up
+    # released at the daemon's first poll after the hold, ResumeProgram 1 s later, the 360 s boot
+    assert 2010 + hold + 361 <= jobs["j3"].first_start <= 2010 + hold + 10 + 361
     assert eng.counters.nodes_launched == 2
-    assert jobs["j1"].first_start - 900 == pytest.approx(361)  # ResumeProgram 1 s later, the 360 s boot, no hold
-    billed = eng.cloud.ledger.cost_by_capacity(eng.t_end)
-    assert billed[CapacityType.ON_DEMAND] > 0
+    assert eng.cloud.ledger.cost_by_capacity(eng.t_end)[CapacityType.ON_DEMAND] > 0
+    # a wait worth more than the saving: no hold, Slurm powers up on-demand at submit
+    eager = GpuFleetPolicy.for_scenario(sc, wait_value_usd_per_gpu_hour=1e4, jobs=trace)
+    assert eager.policy.batch_window_s == 0
+    eng = replay_engine(trace, sc, eager).run()
+    assert {j.id: j for j in eng.state.jobs}["j3"].first_start == 2010 + 361
 
 
 def test_every_policy_is_divided_by_one_bound_so_ratio_and_dollar_rankings_agree(small_trace) -> None:

@@ -42,6 +42,11 @@ R={merged}
 mount -t overlay overlay -o lowerdir={lower},upperdir={upper},workdir={work} $R
 mount -t proc proc $R/proc
 mount -t sysfs sysfs $R/sys
+# cgroup v1 controllers as a VM's kernel mounts them (slurmd looks for them even without cgroup plugins)
+mount -t tmpfs -o mode=0755,size=1m cgroup $R/sys/fs/cgroup
+for c in cpuset memory devices freezer none,name=systemd; do
+  d=${{c#none,name=}}; mkdir $R/sys/fs/cgroup/$d; mount -t cgroup -o $c,ro cgroup $R/sys/fs/cgroup/$d
+done
 mount -t tmpfs -o mode=0755,size=8m dev $R/dev
 for d in null:1:3 zero:1:5 full:1:7 random:1:8 urandom:1:9 tty:5:0; do
   IFS=: read -r n a b <<< "$d"; mknod -m 0666 $R/dev/$n c $a $b

@@ -35,12 +35,14 @@ from tests.firstboot.vm import Vm
 
 
 class FirstBootCloud:
-    def __init__(self, declared: Declared, root: Path, workdir: Path, stubs: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, declared: Declared, root: Path, workdir: Path, stubs: dict[str, str] | None = None, prefix: str = "fb"
+    ) -> None:
         self.declared = declared
         self.root = root
         self.workdir = workdir
         self.stubs = stubs or {}
-        self.prefix = f"fb{os.getpid() % 100000}"
+        self.prefix = f"{prefix}{os.getpid() % 100000}"  # namespace names: unique per run and per cloud
         self.fabric = Fabric(self.prefix, declared.subnet)
         self.metadata = FakeMetadata(declared.project)
         self.secret_manager = FakeSecretManager(self.metadata, declared.project, self.metadata.project_number)
@@ -48,8 +50,10 @@ class FirstBootCloud:
         self.vms: dict[str, Vm] = {}
         self._servers: list = []
         reserved = {vm.network_ip for vm in declared.vms.values() if vm.network_ip}
-        hosts = list(declared.subnet.hosts())[1:]  # [0] is the gateway
-        self._free = [a for a in reversed(hosts) if str(a) not in reserved]
+        # GCE keeps the first two and the last two addresses of a subnet (network, gateway, ..., broadcast)
+        # and hands out the rest from the bottom.
+        hosts = list(declared.subnet.hosts())[1:-1]
+        self._free = [a for a in hosts if str(a) not in reserved]
 
     def __enter__(self) -> FirstBootCloud:
         sweep(self.prefix)

@@ -178,4 +178,11 @@ class Vm:
     def read(self, path: str) -> str:
         """A file as the VM sees it (through its root), read from the host."""
         assert self.pid1, f"{self.name}: not booted"
-        return Path(f"/proc/{self.pid1}/root/{path.lstrip('/')}").read_text()
+        return self.path(path).read_text()
+
+    def read_bytes(self, path: str) -> bytes:
+        return self.path(path).read_bytes()
+
+    def path(self, path: str) -> Path:
+        assert self.pid1, f"{self.name}: not booted"
+        return Path(f"/proc/{self.pid1}/root/{path.lstrip('/')}")

@@ -97,7 +97,7 @@ class SlurmHostConfig:
             raise ValueError(f"role: expected controller, login or compute, got {self.role!r}")
         if self.jwt_secret and self.role != "controller":
             raise ValueError(f"jwt_secret: only the controller holds the JWT key, not a {self.role} VM")
-        if self.autoscaler_source and not PINNED_REF.match(self.autoscaler_ref or ""):
+        if self.autoscaler_source and not PINNED_REF.fullmatch(self.autoscaler_ref or ""):
             raise ValueError(
                 f"autoscaler_ref: {self.autoscaler_ref!r} is not pinned: give a 40-hex commit or <tag>@<40-hex commit>"
             )
@@ -411,8 +411,10 @@ def _gib_lines(fab: FabricSoftware) -> list[str]:
 
 def _prolog_scripts(fab: FabricSoftware | None) -> list[str]:
     """Every compute node carries the prolog/epilog slurm.conf may name; they act on TCPXO nodes only."""
-    rxdm = fab.rxdm_image if fab and fab.kind == "tcpxo" else ""
-    plugin = fab.nccl_plugin_image if fab and fab.kind == "tcpxo" else ""
+    if not (fab and fab.kind == "tcpxo"):
+        noop = "#!/bin/sh\n# gpu-fleet Slurm {}: nothing to do on this machine type (no GPUDirect-TCPXO).\nexit 0\n"
+        return [_file(PROLOG, noop.format("Prolog"), mode="0755"), _file(EPILOG, noop.format("Epilog"), mode="0755")]
+    rxdm, plugin = fab.rxdm_image, fab.nccl_plugin_image
     prolog = f"""#!/bin/bash
 # gpu-fleet Slurm Prolog (root): the GPUDirect-TCPXO receive-datapath manager for multi-node jobs on A3 Mega.
 set -euo pipefail
@@ -553,7 +555,7 @@ def autoscaler_install(source: str | None, ref: str | None) -> list[str]:
     home, state = AUTOSCALER_HOME, AUTOSCALER_STATE_DIR
     lines = ["apt_install git python3-venv"]
     if source:
-        pinned = PINNED_REF.match(ref or "")
+        pinned = PINNED_REF.fullmatch(ref or "")
         if not pinned:
             raise ValueError(f"autoscaler ref {ref!r} is not pinned: give a 40-hex commit or <tag>@<40-hex commit>")
         sha, tag = pinned["sha"], pinned["tag"]

@@ -4,7 +4,8 @@ A GPU VM's metadata server answers `instance/attributes/physical_host` with `/CL
 (the same value slurm-gcp reads as `resourceStatus.physicalHost`).  Each compute node's startup
 script (root) publishes it to slurmctld as its node comment (`physical_host=/c/b/h`); the controller's
 `gpu-fleet-topology` timer runs `python -m fleet.slurm.topology` to rebuild the file from
-`scontrol show nodes --json` and `scontrol reconfigure`s only when it changed.
+`sinfo --json` (every node is in a partition; Slurm 22.05's scontrol has no --json) and
+`scontrol reconfigure`s only when it changed.
 
 Tree: `root` > one switch per GCE cluster (`c-<cluster>`) > one leaf switch per block
 (`b-<cluster>-<block>`) holding the placed nodes.  Nodes not placed yet (powered down, or a machine
@@ -111,7 +112,7 @@ def expand(hostlist: str) -> list[str]:
 
 
 def from_scontrol(nodes_json: Mapping[str, object]) -> tuple[dict[str, str], dict[str, str]]:
-    """(pools, placed) from `scontrol show nodes --json`: pools by node-name prefix, placed from comments."""
+    """(pools, placed) from `sinfo --json`: pools by node-name prefix, placed from the node comments."""
     names: dict[str, list[str]] = defaultdict(list)
     placed: dict[str, str] = {}
     for node in nodes_json.get("nodes", []):  # type: ignore[union-attr]
@@ -128,12 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m fleet.slurm.topology --out /etc/slurm/topology.conf`: rebuild, reconfigure if changed."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("/etc/slurm/topology.conf"))
+    ap.add_argument("--sinfo", default="sinfo")
     ap.add_argument("--scontrol", default="scontrol")
     ap.add_argument("--no-reconfigure", action="store_true")
     args = ap.parse_args(argv)
-    shown = subprocess.run([args.scontrol, "show", "nodes", "--json"], capture_output=True, text=True, check=False)
+    shown = subprocess.run([args.sinfo, "--json"], capture_output=True, text=True, check=False)
     if shown.returncode != 0:
-        print(f"gpu-fleet-topology: scontrol show nodes failed: {shown.stderr.strip()}", file=sys.stderr)
+        print(f"gpu-fleet-topology: sinfo --json failed: {shown.stderr.strip()}", file=sys.stderr)
         return 1
     text = render_topology(*from_scontrol(json.loads(shown.stdout)))
     if args.out.exists() and args.out.read_text() == text:

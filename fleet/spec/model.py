@@ -10,7 +10,7 @@ from __future__ import annotations
 from ipaddress import IPv4Network
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fleet.catalog import CapacityType
 
@@ -36,7 +36,14 @@ class NodePoolSpec(_Spec):
     reservation: str | None = Field(None, description="reservation name; required with capacity=reservation")
     compact_placement: bool = False
     boot_disk_gb: int = Field(200, ge=50, le=65536)
-    image: str = Field("projects/debian-cloud/global/images/family/debian-12", description="boot image or family")
+    image: str | None = Field(
+        None,
+        description="boot image or family with an NVIDIA driver; default: the catalog's accelerator image for the "
+        "machine family (a baked image: docs/stacks.md 'Baking an image')",
+    )
+    secure_boot: bool | None = Field(
+        None, description="Shielded VM Secure Boot; default: on (the accelerator image's driver is signed)"
+    )
     labels: dict[str, str] = Field(default_factory=dict)
 
 
@@ -97,8 +104,19 @@ class AutoscalerSpec(_Spec):
     source: str | None = Field(
         None, description="git URL of this repository, cloned to /opt/gpu-fleet on the controller"
     )
-    ref: str = Field("main", pattern=r"^[A-Za-z0-9._/-]+$", description="branch, tag or commit to install")
+    ref: str | None = Field(
+        None,
+        pattern=r"^(?:[A-Za-z0-9][A-Za-z0-9._/-]*@)?[0-9a-f]{40}$",
+        description="pinned release to install: a 40-hex commit, or <tag>@<40-hex commit> (checked on install)",
+    )
     policy: dict[str, Any] = Field(default_factory=dict, description="planner Policy fields (docs/planner.md)")
+
+    @model_validator(mode="after")
+    def _pinned(self) -> AutoscalerSpec:
+        if self.source and not self.ref:
+            raise ValueError("ref: required with source: a 40-hex commit or <tag>@<40-hex commit> (never a branch)")
+        return self
+
     metrics_port: int = Field(9464, ge=1024, le=65535, description="/metrics and /healthz on 127.0.0.1")
 
 

@@ -93,9 +93,9 @@ def test_grant_condition_names_each_prefix_per_resource_kind():
 def test_startup_scripts_per_role():
     compute = startup_script(SlurmHostConfig(role="compute", munge_secret="k", home="1.2.3.4:/home"))
     assert "slurmd" in compute and "SLURMD_OPTIONS=-N $(hostname -s)" in compute
-    assert "jwt_hs256.key" not in compute and "secrets versions access latest --secret=k" in compute
+    assert "jwt_hs256.key" not in compute and "put_key k /etc/munge/munge.key munge" in compute
     ctl = startup_script(SlurmHostConfig(role="controller", munge_secret="k", jwt_secret="j"))
-    assert "--secret=j" in ctl and "slurmctld" in ctl and "/home" not in ctl
+    assert "put_key j /var/spool/slurmctld/jwt_hs256.key slurm" in ctl and "slurmctld" in ctl and "/home" not in ctl
     with pytest.raises(ValueError, match="role"):
         startup_script(SlurmHostConfig(role="worker", munge_secret="k"))
 

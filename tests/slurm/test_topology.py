@@ -8,6 +8,7 @@ import stat
 import pytest
 
 from fleet.slurm.topology import compress, expand, from_scontrol, main, parse_physical_host, render_topology
+from tests.harness.slurm import binary
 
 
 def test_hostlists_round_trip() -> None:
@@ -43,12 +44,44 @@ def test_from_scontrol_reads_comments(tmp_path) -> None:
 
 def test_cli_rewrites_only_on_change_and_reconfigures(tmp_path) -> None:
     calls = tmp_path / "calls"
-    fake = tmp_path / "scontrol"
     nodes = {"nodes": [{"name": "p-0", "comment": "physical_host=/c/b/h"}, {"name": "p-1", "comment": ""}]}
-    fake.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n[ "$1" = show ] && echo \'{json.dumps(nodes)}\'\nexit 0\n')
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    tools = []
+    for name, body in (("sinfo", f"echo '{json.dumps(nodes)}'"), ("scontrol", "true")):
+        fake = tmp_path / name
+        fake.write_text(f'#!/bin/sh\necho "{name} $*" >> {calls}\n{body}\n')
+        fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+        tools += [f"--{name}", str(fake)]
     out = tmp_path / "topology.conf"
-    assert main(["--out", str(out), "--scontrol", str(fake)]) == 0
+    assert main(["--out", str(out), *tools]) == 0
     assert "SwitchName=b-c-b Nodes=p-0" in out.read_text()
-    assert main(["--out", str(out), "--scontrol", str(fake)]) == 0
-    assert calls.read_text().splitlines() == ["show nodes --json", "reconfigure", "show nodes --json"]
+    assert main(["--out", str(out), *tools]) == 0
+    assert calls.read_text().splitlines() == ["sinfo --json", "scontrol reconfigure", "sinfo --json"]
+
+
+@pytest.mark.slurm
+def test_a_node_that_reports_its_host_moves_in_real_slurmctlds_tree(slurm_factory, tmp_path) -> None:
+    """What a compute node's startup script does (scontrol update Comment=physical_host=...) and what the
+    controller's timer does (this module's CLI), against a real slurmctld with the a3mega config."""
+    from pathlib import Path
+
+    from fleet.slurm.conf import render_slurm_conf
+    from fleet.spec import load_stack_file
+
+    spec = load_stack_file(Path(__file__).resolve().parents[2] / "Pulumi.gcp-a3mega-slurm.yaml")
+    harness = slurm_factory()
+    conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
+    harness.start(conf.slurm_conf, conf.gres_conf, topology_conf=conf.topology_conf)
+    try:
+        harness.run("scontrol", "update", "NodeName=a3mega-resv-3", "Comment=physical_host=/c1/b7/h2", check=True)
+        tools = tmp_path / "bin"
+        tools.mkdir()
+        for name in ("sinfo", "scontrol"):  # the real clients, pointed at this harness's slurm.conf
+            (tools / name).write_text(f'#!/bin/sh\nSLURM_CONF={harness.conf_path} exec {binary(name)} "$@"\n')
+            (tools / name).chmod(0o755)
+        out = harness.root / "etc" / "topology.conf"
+        assert main(["--out", str(out), "--sinfo", str(tools / "sinfo"), "--scontrol", str(tools / "scontrol")]) == 0
+        shown = harness.run("scontrol", "show", "topology", check=True).stdout
+        assert "SwitchName=b-c1-b7 Level=0 LinkSpeed=1 Nodes=a3mega-resv-3" in shown, shown
+        assert "SwitchName=pool-a3mega-resv Level=0 LinkSpeed=1 Nodes=a3mega-resv-[0-2,4-15]" in shown
+    finally:
+        harness.stop()

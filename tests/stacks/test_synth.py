@@ -243,7 +243,7 @@ def test_generated_slurm_config_reaches_controller_and_nodes(a3mega):
     for nodeset in ("NodeSet=resv", "NodeSet=spot"):
         assert nodeset in conf
     assert "State=CLOUD" in conf and "Gres=gpu:8" in conf
-    assert "SlurmctldHost=a3mega-controller" in conf
+    assert "SlurmctldHost=a3mega-controller(10.0.15.253)" in conf
     assert "AuthAltTypes=auth/jwt" in conf and "jwt_key=/var/spool/slurmctld/jwt_hs256.key" in conf
     assert ctl["inputs"]["metadata"]["gres-conf"]
     on_controller = parse_inventory(json.loads(ctl["inputs"]["metadata"]["gpu-fleet-inventory"]))
@@ -270,9 +270,13 @@ def test_controller_installs_the_autoscaler_that_slurm_calls(a3mega):
     assert str(cfg.inventory) == "/etc/gpu-fleet/inventory.json" and cfg.provider.kind == "gce"
     assert build_policy(cfg.policy).spot_queues == frozenset({"a3mega-spot"})
     script = ctl["inputs"]["metadataStartupScript"]
-    assert "git clone --quiet https://github.com/your-org/gpu-fleet.git /opt/gpu-fleet" in script
+    sha = "8c0eeb8229cfef2fdf8412660f68b6092404c7c7"  # the example's pinned commit
+    assert "git clone --quiet --no-checkout -- https://github.com/your-org/gpu-fleet.git /opt/gpu-fleet" in script
+    assert f"fetch --quiet --depth 1 origin -- {sha}" in script and f"checkout --quiet --force --detach {sha}" in script
+    assert f'[ "$(git -C /opt/gpu-fleet rev-parse HEAD)" = {sha} ] || die' in script  # checked on install
+    assert "origin main" not in script and "pip install --quiet --require-hashes --no-deps -r" in script
     assert "install -d -o slurm -g slurm -m 0750 /var/lib/gpu-fleet" in script
-    assert script.rstrip().endswith("systemctl restart gpu-fleet-autoscaler")
+    assert "systemctl restart gpu-fleet-autoscaler" in script
     # every file the controller takes from /opt/gpu-fleet is in this repository
     for path in re.findall(r"/opt/gpu-fleet/(deploy/\S+)", md["slurm-conf"] + script):
         assert (REPO / path).is_file(), path
@@ -294,6 +298,7 @@ def test_fleet_render_writes_the_files_the_stack_delivers(a3mega, tmp_path):
     assert (tmp_path / "slurm.conf").read_text() == md["slurm-conf"]
     assert (tmp_path / "gres.conf").read_text() == md["gres-conf"]
     assert (tmp_path / "cgroup.conf").read_text() == md["cgroup-conf"]
+    assert (tmp_path / "topology.conf").read_text() == md["topology-conf"]
 
 
 def test_two_clusters_share_the_system_vpc_and_keep_names_apart():

@@ -26,6 +26,8 @@ import secrets
 import shutil
 from pathlib import Path
 
+from components.gcp.startup import LOCAL_SSD_GIB
+from fleet.catalog import load_catalog
 from tests.fakes.metadata import FakeMetadata, VmMetadata
 from tests.fakes.metadata_secrets import HOST as SECRET_MANAGER_HOST
 from tests.fakes.metadata_secrets import FakeSecretManager, make_tls
@@ -36,12 +38,19 @@ from tests.firstboot.vm import Vm
 
 class FirstBootCloud:
     def __init__(
-        self, declared: Declared, root: Path, workdir: Path, stubs: dict[str, str] | None = None, prefix: str = "fb"
+        self,
+        declared: Declared,
+        root: Path,
+        workdir: Path,
+        stubs: dict[str, str] | None = None,
+        units: dict[str, str] | None = None,
+        prefix: str = "fb",
     ) -> None:
         self.declared = declared
         self.root = root
         self.workdir = workdir
         self.stubs = stubs or {}
+        self.units = units or {}
         self.prefix = f"{prefix}{os.getpid() % 100000}"  # namespace names: unique per run and per cloud
         self.fabric = Fabric(self.prefix, declared.subnet)
         self.metadata = FakeMetadata(declared.project)
@@ -102,7 +111,11 @@ class FirstBootCloud:
         vm = Vm(name, self.root, self.workdir / name, netns)
         if vm.workdir.exists():
             shutil.rmtree(vm.workdir)
-        vm.prepare({f"{SECRET_MANAGER_HOST}": str(self.fabric.gateway)}, ca_pem=self.ca_pem, stubs=self.stubs)
+        vm.prepare(
+            {f"{SECRET_MANAGER_HOST}": str(self.fabric.gateway)}, ca_pem=self.ca_pem, stubs=self.stubs, units=self.units
+        )
         self.vms[name] = vm
+        machine = load_catalog("gcp").machine(decl.machine_type) if decl.pool else None
+        vm.attach_disk((machine.local_ssd_gib // LOCAL_SSD_GIB) if machine else 0)
         vm.boot()
         return vm

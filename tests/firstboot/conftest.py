@@ -21,7 +21,7 @@ from tests.firstboot.cloud import FirstBootCloud
 from tests.firstboot.declared import Declared, declared
 from tests.firstboot.image import image_packages
 from tests.firstboot.rootfs import RootfsError, baked_root
-from tests.firstboot.stubs import gpu_stubs
+from tests.firstboot.stubs import gpu_stubs, stub_units
 
 HERE = Path(__file__).parent
 STACK = HERE / "Pulumi.firstboot.yaml"
@@ -53,18 +53,26 @@ def require() -> None:
 
 @pytest.fixture(scope="session")
 def root_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The baked root, with every Debian package the scripts of both test stacks install."""
     require()
     log = tmp_path_factory.mktemp("rootfs") / "debootstrap.log"
+    scripts = [vm.metadata["startup-script"] for stack in (STACK, MOUNT_STACK) for vm in synthesized(stack).vms.values()]
     try:
-        return baked_root(image_packages(), log=log)
+        return baked_root(image_packages(scripts), log=log)
     except RootfsError as exc:
         pytest.fail(str(exc))
 
 
-def synthesize(stack: Path) -> Declared:
+_synth: dict[Path, Declared] = {}
+
+
+def synthesized(stack: Path) -> Declared:
+    """`fleet synth` of a test stack (in-process, under Pulumi mocks), once per session."""
     from fleet.synth.run import synth_file
 
-    return declared(synth_file(stack))
+    if stack not in _synth:
+        _synth[stack] = declared(synth_file(stack))
+    return _synth[stack]
 
 
 @dataclass
@@ -107,9 +115,9 @@ def boot(cloud: FirstBootCloud, booted: Booted, names: list[str]) -> None:
 @pytest.fixture(scope="session")
 def cluster(root_image: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Booted]:
     """The test stack's controller, then both A3 Mega nodes and the A3 Ultra node, booted from their scripts."""
-    decl = synthesize(STACK)
+    decl = synthesized(STACK)
     work = tmp_path_factory.mktemp("firstboot")
-    with FirstBootCloud(decl, root_image, work, stubs=gpu_stubs(), prefix="fbc") as cloud:
+    with FirstBootCloud(decl, root_image, work, stubs=gpu_stubs(), units=stub_units(), prefix="fbc") as cloud:
         booted = Booted(cloud, decl)
         boot(cloud, booted, [decl.controller(CLUSTER).name])
         nodes = [vm.name for pool in ("mega", "ultra") for vm in decl.nodes(CLUSTER, pool)]

@@ -1,6 +1,6 @@
 """First boot of the generated Slurm VMs: the startup scripts the stack declares, run in namespace "VMs".
 
-The stack (tests/firstboot/Pulumi.firstboot.yaml) is synthesized under Pulumi mocks exactly as
+The stack (tests/firstboot/Pulumi.firstboot.yaml) is synthesizedd under Pulumi mocks exactly as
 `fleet synth` does; each VM gets the metadata its instance or template declares from a fake GCE
 metadata server, and the keys from a fake Secret Manager that only the declared accessors may read.
 A controller, two A3 Mega nodes and one A3 Ultra node boot from one baked Debian 12 root, each in its
@@ -15,7 +15,7 @@ import re
 import pytest
 
 from components.gcp.startup import JWT_KEY_PATH
-from tests.firstboot.conftest import CLUSTER, MOUNT_STACK, Booted, boot, synthesize
+from tests.firstboot.conftest import CLUSTER, MOUNT_STACK, Booted, boot, synthesized
 from tests.firstboot.stubs import LOG as STUB_LOG
 
 pytestmark = pytest.mark.slow
@@ -123,10 +123,10 @@ def test_a_non_root_user_on_a_node_gets_no_token_and_cannot_read_the_munge_key(c
 def mount_boot(root_image, tmp_path_factory):
     """One A3 Mega node of the stack with a Managed Lustre /scratch, booted where that Lustre does not exist."""
     from tests.firstboot.cloud import FirstBootCloud
-    from tests.firstboot.stubs import gpu_stubs
+    from tests.firstboot.stubs import gpu_stubs, stub_units
 
-    decl = synthesize(MOUNT_STACK)
-    with FirstBootCloud(decl, root_image, tmp_path_factory.mktemp("mount"), stubs=gpu_stubs(), prefix="fbm") as cloud:
+    decl = synthesized(MOUNT_STACK)
+    with FirstBootCloud(decl, root_image, tmp_path_factory.mktemp("mount"), stubs=gpu_stubs(), units=stub_units(), prefix="fbm") as cloud:
         booted = Booted(cloud, decl)
         node = decl.nodes(CLUSTER, "mega")[0].name
         boot(cloud, booted, [node])

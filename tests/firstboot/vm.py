@@ -53,6 +53,7 @@ for d in null:1:3 zero:1:5 full:1:7 random:1:8 urandom:1:9 tty:5:0; do
 done
 mkdir -p $R/dev/pts $R/dev/shm; mount -t devpts -o newinstance,ptmxmode=0666 devpts $R/dev/pts
 ln -s pts/ptmx $R/dev/ptmx; ln -s /proc/self/fd $R/dev/fd
+{disks}
 mount -t tmpfs -o mode=0755 run $R/run
 mount -t tmpfs -o mode=1777 shm $R/dev/shm
 hostname {hostname}
@@ -69,10 +70,18 @@ class Vm:
         self.upper = workdir / "upper"
         self.proc: subprocess.Popen[bytes] | None = None
         self.pid1: int | None = None  # host PID of the VM's PID 1
+        self.loop: str | None = None  # host loop device behind the emulated local SSDs
+        self.local_ssds = 0
 
     # --- the image ---
 
-    def prepare(self, hosts: dict[str, str], ca_pem: Path | None = None, stubs: dict[str, str] | None = None) -> None:
+    def prepare(
+        self,
+        hosts: dict[str, str],
+        ca_pem: Path | None = None,
+        stubs: dict[str, str] | None = None,
+        units: dict[str, str] | None = None,
+    ) -> None:
         """Write the guest's image customisations into its upper layer (before boot)."""
         for d in ("upper", "work", "merged"):
             (self.workdir / d).mkdir(parents=True, exist_ok=True)
@@ -93,6 +102,25 @@ class Vm:
         for name, text in (stubs or {}).items():
             (bin_dir / name).write_text(text)
             (bin_dir / name).chmod(0o755)
+        unit_dir = self.upper / "usr/lib/systemd/system"
+        unit_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in (units or {}).items():
+            (unit_dir / name).write_text(text)
+
+    def attach_disk(self, local_ssds: int, size_mib: int = 64) -> None:
+        """Emulate the machine type's local NVMe SSDs: /dev/disk/by-id/google-local-nvme-ssd-0..N-1 as GCE names
+        them, all links to one loop device (/dev/fb-localssd) on a sparse file, so the script's mkfs and mount
+        are real (the RAID0 of them is mdadm's stub: this kernel has no md driver)."""
+        if local_ssds <= 0:
+            return
+        image = self.workdir / "localssd.img"
+        with open(image, "wb") as f:
+            f.truncate(size_mib << 20)
+        proc = subprocess.run(["losetup", "-f", "--show", str(image)], capture_output=True, text=True, timeout=30)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{self.name}: losetup: {proc.stderr.strip()}")
+        self.loop = proc.stdout.strip()
+        self.local_ssds = local_ssds
 
     # --- lifecycle ---
 
@@ -103,6 +131,7 @@ class Vm:
             upper=shlex.quote(str(self.upper)),
             work=shlex.quote(str(self.workdir / "work")),
             hostname=shlex.quote(self.name),
+            disks=self._disk_lines(),
         )
         cmd = ["ip", "netns", "exec", self.netns, "unshare", "--mount", "--uts", "--ipc", "--pid", "--fork",
                "--kill-child", "--propagation", "private", "/bin/bash", "-c", init]  # fmt: skip
@@ -124,6 +153,16 @@ class Vm:
             time.sleep(0.05)
         raise RuntimeError(f"{self.name}: not up after {timeout}s: {self.init_log()}")
 
+    def _disk_lines(self) -> str:
+        if not self.loop:
+            return ""
+        rdev = os.stat(self.loop).st_rdev
+        links = " ".join(f"google-local-nvme-ssd-{i}" for i in range(self.local_ssds))
+        return (
+            f"mknod -m 0660 $R/dev/fb-localssd b {os.major(rdev)} {os.minor(rdev)}\n"
+            f"mkdir -p $R/dev/disk/by-id; for l in {links}; do ln -s ../../fb-localssd $R/dev/disk/by-id/$l; done"
+        )
+
     def init_log(self) -> str:
         try:
             return (self.workdir / "init.log").read_text()[-2000:]
@@ -144,6 +183,9 @@ class Vm:
             while Path(f"/proc/{self.pid1}").exists() and time.monotonic() < deadline:
                 time.sleep(0.05)
             self.pid1 = None
+        if self.loop:
+            subprocess.run(["losetup", "-d", self.loop], capture_output=True, timeout=30)
+            self.loop = None
 
     # --- inside the VM ---
 

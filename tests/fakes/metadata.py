@@ -24,6 +24,7 @@ token and whether it got one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import socket
@@ -201,7 +202,7 @@ def _handler(md: FakeMetadata) -> type[BaseHTTPRequestHandler]:
         server_version = "Metadata Server for VM"
         sys_version = ""
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server API)
+        def do_GET(self) -> None:
             status, ctype, body = md.answer(self.client_address[0], self.path, dict(self.headers.items()))
             data = body.encode()
             self.send_response(status)
@@ -211,7 +212,7 @@ def _handler(md: FakeMetadata) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
     return Handler
@@ -225,10 +226,8 @@ class _SocketServer(ThreadingHTTPServer):
         self.socket.close()
         self.socket = sock
         self.server_address = sock.getsockname()[:2]
-        try:
+        with contextlib.suppress(OSError):
             sock.listen(64)
-        except OSError:
-            pass
 
 
 def _serve(sock: socket.socket, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:

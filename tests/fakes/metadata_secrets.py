@@ -119,7 +119,7 @@ def _handler(sm: FakeSecretManager) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server API)
+        def do_GET(self) -> None:
             status, body = sm.answer(self.path, dict(self.headers.items()))
             data = json.dumps(body).encode()
             self.send_response(status)
@@ -128,7 +128,7 @@ def _handler(sm: FakeSecretManager) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
     return Handler

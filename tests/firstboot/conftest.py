@@ -56,7 +56,8 @@ def root_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The baked root, with every Debian package the scripts of both test stacks install."""
     require()
     log = tmp_path_factory.mktemp("rootfs") / "debootstrap.log"
-    scripts = [vm.metadata["startup-script"] for stack in (STACK, MOUNT_STACK) for vm in synthesized(stack).vms.values()]
+    vms = [vm for stack in (STACK, MOUNT_STACK) for vm in synthesized(stack).vms.values()]
+    scripts = [vm.metadata["startup-script"] for vm in vms]
     try:
         return baked_root(image_packages(scripts), log=log)
     except RootfsError as exc:

@@ -38,6 +38,6 @@ def script_packages(scripts: Iterable[str]) -> set[str]:
 
 
 def image_packages(scripts: Iterable[str] = ()) -> list[str]:
-    roles = getattr(startup, "PACKAGES", None) or getattr(startup, "_PACKAGES")
-    names = {pkg for packages in roles.values() for pkg in (packages.split() if isinstance(packages, str) else packages)}
+    roles = getattr(startup, "PACKAGES", None) or startup._PACKAGES
+    names = {pkg for pkgs in roles.values() for pkg in (pkgs.split() if isinstance(pkgs, str) else pkgs)}
     return sorted((names | script_packages(scripts)) - set(NOT_BAKED))

@@ -9,7 +9,7 @@ other address, and every VM boots in seconds instead of re-downloading ~100 MB.
 
 Which packages: those the generated scripts name (`components.gcp.startup` package lists, read at
 run time, not copied here) plus what a GCE Debian image already has (curl, CA certificates,
-iproute2, iptables, procps, jq, kmod).
+gpg, iproute2, iptables, procps, kmod).
 
 The mirror is read from this machine's apt sources at run time (the deb822 `URIs:` of the source
 whose suites include bookworm, or a classic `deb URI bookworm main` line); no host is written here.
@@ -27,7 +27,7 @@ import subprocess
 from pathlib import Path
 
 SUITE = "bookworm"
-IMAGE_PACKAGES = ("curl", "ca-certificates", "iproute2", "iptables", "procps", "jq", "kmod", "util-linux")
+IMAGE_PACKAGES = ("curl", "ca-certificates", "gpg", "iproute2", "iptables", "procps", "kmod", "util-linux")
 SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 DEFAULT_CACHE = Path("/var/cache/gpu-fleet/firstboot")
 
@@ -53,9 +53,9 @@ def debian_mirror(sources: tuple[Path, ...] = SOURCES) -> str:
                     for m in re.finditer(r"^([A-Za-z-]+):\s*(.*)$", stanza, re.M)
                 )
                 suites = fields.get("suites", "").split()
-                if "deb" in fields.get("types", "").split() and SUITE in suites:
-                    if fields.get("enabled", "yes").lower() != "no":
-                        return fields["uris"].split()[0]
+                enabled = fields.get("enabled", "yes").lower() != "no"
+                if "deb" in fields.get("types", "").split() and SUITE in suites and enabled:
+                    return fields["uris"].split()[0]
         else:
             for line in text.splitlines():
                 m = re.match(r"^\s*deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+(\S+)\s", line + " ")

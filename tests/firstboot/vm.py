@@ -20,6 +20,7 @@ What makes it a GCE guest for the scripts (written into `upper` before boot, as 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -171,10 +172,8 @@ class Vm:
 
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             self.proc.wait(timeout=10)
         self.proc = None
         if self.pid1:
@@ -214,7 +213,8 @@ class Vm:
     def startup(self, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         """Run the startup script the way GCE's guest agent does: fetched from the metadata server, as root."""
         proc = self.sh(GUEST_AGENT, timeout=timeout)
-        (self.workdir / "startup.log").write_text(f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+        log = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+        (self.workdir / "startup.log").write_text(log)
         return proc
 
     def read(self, path: str) -> str:

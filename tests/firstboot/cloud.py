@@ -32,8 +32,8 @@ from tests.fakes.metadata import FakeMetadata, VmMetadata
 from tests.fakes.metadata_secrets import HOST as SECRET_MANAGER_HOST
 from tests.fakes.metadata_secrets import FakeSecretManager, make_tls
 from tests.firstboot.declared import Declared
-from tests.firstboot.netns import METADATA_IP, Fabric, sweep
-from tests.firstboot.vm import Vm
+from tests.firstboot.netns import METADATA_IP, Fabric, sweep, sweep_stale
+from tests.firstboot.vm import Vm, detach_stale_disks
 
 
 class FirstBootCloud:
@@ -51,7 +51,7 @@ class FirstBootCloud:
         self.workdir = workdir
         self.stubs = stubs or {}
         self.units = units or {}
-        self.prefix = f"{prefix}{os.getpid() % 100000}"  # namespace names: unique per run and per cloud
+        self.prefix = f"{prefix}{os.getpid()}"  # namespace names: unique per run and per cloud (netns.sweep_stale)
         self.fabric = Fabric(self.prefix, declared.subnet)
         self.metadata = FakeMetadata(declared.project)
         self.secret_manager = FakeSecretManager(self.metadata, declared.project, self.metadata.project_number)
@@ -65,6 +65,8 @@ class FirstBootCloud:
         self._free = [a for a in hosts if str(a) not in reserved]
 
     def __enter__(self) -> FirstBootCloud:
+        sweep_stale()
+        detach_stale_disks()
         sweep(self.prefix)
         try:
             self.fabric.create()

@@ -14,9 +14,12 @@ the session prefix, so `destroy()` (and `sweep(prefix)` after a crash) remove ex
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ipaddress
 import os
+import re
+import signal
 import socket
 import subprocess
 import threading
@@ -34,12 +37,34 @@ def ip(*args: str, netns: str | None = None) -> None:
         raise RuntimeError(f"{' '.join(cmd)}: {proc.stderr.strip()}")
 
 
+def delete(netns: str) -> None:
+    """Kill whatever still runs in `netns` (a VM left by a killed run), then delete it."""
+    pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True, timeout=30).stdout.split()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid), signal.SIGKILL)
+    subprocess.run(["ip", "netns", "del", netns], capture_output=True, timeout=30)
+
+
 def sweep(prefix: str) -> None:
     """Delete every namespace whose name starts with `prefix-` (leftovers of a killed run)."""
     if NETNS_DIR.is_dir():
         for path in NETNS_DIR.iterdir():
             if path.name.startswith(f"{prefix}-"):
-                subprocess.run(["ip", "netns", "del", path.name], capture_output=True, timeout=30)
+                delete(path.name)
+
+
+_OURS = re.compile(r"^fb[a-z]*?(\d+)-")
+
+
+def sweep_stale() -> None:
+    """Namespaces of first-boot runs whose pytest process is gone (killed before its clean-up ran)."""
+    if not NETNS_DIR.is_dir():
+        return
+    for path in NETNS_DIR.iterdir():
+        m = _OURS.match(path.name)
+        if m and not Path(f"/proc/{m.group(1)}").exists():
+            delete(path.name)
 
 
 class Fabric:
@@ -107,8 +132,8 @@ class Fabric:
 
     def destroy(self) -> None:
         for netns in self.members.values():
-            subprocess.run(["ip", "netns", "del", netns], capture_output=True, timeout=30)
+            delete(netns)
         self.members.clear()
         if self._created:
-            subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=30)
+            delete(self.name)
             self._created = False

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -60,6 +61,28 @@ mount -t tmpfs -o mode=1777 shm $R/dev/shm
 hostname {hostname}
 exec chroot $R /bin/bash -c 'trap "exit 0" TERM; echo up > /run/fb-booted; while :; do sleep 1 & wait $!; done'
 """
+
+
+DISK_PREFIX = "fb-localssd-"  # + the pytest PID: detach_stale_disks() frees those of runs that were killed
+
+
+def detach_stale_disks() -> None:
+    """Detach loop devices left by first-boot runs whose process is gone."""
+    out = subprocess.run(["losetup", "-n", "-O", "NAME,BACK-FILE", "-l"], capture_output=True, text=True, timeout=30)
+    for line in out.stdout.splitlines():
+        parts = line.split(None, 1)
+        m = re.search(rf"/{DISK_PREFIX}(\d+)\.img", parts[1]) if len(parts) == 2 else None
+        if m and not Path(f"/proc/{m.group(1)}").exists():
+            subprocess.run(["losetup", "-d", parts[0]], capture_output=True, timeout=30)
+
+
+def _alive(pid: int) -> bool:
+    """A process that is neither gone nor a zombie (this machine's PID 1 may be slow to reap)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 class Vm:
@@ -114,7 +137,7 @@ class Vm:
         are real (the RAID0 of them is mdadm's stub: this kernel has no md driver)."""
         if local_ssds <= 0:
             return
-        image = self.workdir / "localssd.img"
+        image = self.workdir / f"{DISK_PREFIX}{os.getpid()}.img"
         with open(image, "wb") as f:
             f.truncate(size_mib << 20)
         proc = subprocess.run(["losetup", "-f", "--show", str(image)], capture_output=True, text=True, timeout=30)
@@ -179,7 +202,7 @@ class Vm:
         if self.pid1:
             # PID 1 of the namespace is gone with `--kill-child`; wait until the kernel reaped the rest.
             deadline = time.monotonic() + 10
-            while Path(f"/proc/{self.pid1}").exists() and time.monotonic() < deadline:
+            while _alive(self.pid1) and time.monotonic() < deadline:
                 time.sleep(0.05)
             self.pid1 = None
         if self.loop:

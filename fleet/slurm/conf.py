@@ -117,6 +117,7 @@ def _global_settings(
         "SlurmctldDebug": "info",
         "SlurmdDebug": "info",
         "TopologyPlugin": "topology/tree",
+        "TopologyParam": "SwitchAsNodeRank",  # node ranks follow the tree (slurm-gcp's default)
         "ProctrackType": "proctrack/cgroup",
         "TaskPlugin": "task/cgroup,task/affinity",
         "JobAcctGatherType": "jobacct_gather/cgroup",

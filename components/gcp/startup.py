@@ -295,9 +295,15 @@ def _local_ssd_lines(cfg: SlurmHostConfig) -> list[str]:
         f'[ "${{#ssds[@]}}" -ge {want} ] || die "expected {want} local SSDs, found ${{#ssds[@]}}"',
         f"if ! mountpoint -q {mnt}; then",
         '  if [ "${#ssds[@]}" -gt 1 ]; then',
-        "    dev=/dev/md/localssd",
-        '    [ -e "$dev" ] || mdadm --create "$dev" --name=localssd --level=0 --raid-devices="${#ssds[@]}" \\',
-        '      --force --run "${ssds[@]}"',
+        "    # after a reboot the array exists (maybe as /dev/md/<host>:localssd); after a stop it is gone",
+        '    md_localssd() { local d; for d in /dev/md/*localssd; do [ -e "$d" ] && echo "$d"; done; return 0; }',
+        "    dev=$(md_localssd)",
+        '    [ -n "$dev" ] || { mdadm --assemble --scan >/dev/null 2>&1 || log "no local SSD array to assemble"; }',
+        '    [ -n "$dev" ] || dev=$(md_localssd)',
+        '    if [ -z "$dev" ]; then',
+        "      dev=/dev/md/localssd",
+        '      mdadm --create "$dev" --name=localssd --level=0 --raid-devices="${#ssds[@]}" --force --run "${ssds[@]}"',
+        "    fi",
         "  else",
         '    dev="${ssds[0]}"',
         "  fi",
@@ -532,8 +538,20 @@ def startup_script(cfg: SlurmHostConfig) -> str:
     if cfg.role == "compute":
         lines += _compute_lines(cfg)
     if cfg.role == "controller":
+        restd = """[Service]
+# slurmrestd refuses to run as root: its own system user, JWT auth, loopback only
+User=slurmrestd
+Group=slurmrestd
+Environment=SLURM_JWT=daemon
+ExecStart=
+ExecStart=/usr/sbin/slurmrestd -a rest_auth/jwt 127.0.0.1:6820
+"""
         lines += [
             "# --- 6. controller ---",
+            "id -u slurmrestd >/dev/null 2>&1"
+            " || useradd --system --no-create-home --shell /usr/sbin/nologin slurmrestd",
+            _file("/etc/systemd/system/slurmrestd.service.d/gpu-fleet.conf", restd),
+            "systemctl daemon-reload",
             "systemctl enable slurmctld slurmrestd",
             "systemctl restart slurmctld",
             "systemctl restart slurmrestd",

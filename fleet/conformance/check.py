@@ -178,6 +178,12 @@ def _check_slurm_conf(conf: str, templates: list[JSON], ref: Reference) -> list[
         out.append(f"slurm.conf: SlurmctldHost={s.get('SlurmctldHost')!r} carries no address "
                    f"({ref.source('long_prolog_tpl')})")  # fmt: skip
     machines = ref.raw["machines"]
+    fabrics = {machines[m]["fabric"] for m in machines if re.search(rf"Features=[^ ]*\b{m}\b", conf)}
+    for fabric in sorted(fabrics):
+        for key, value in ref.raw["fabric_software"][fabric].get("slurm_conf", {}).items():
+            if s.get(key) != value:
+                out.append(f"slurm.conf: {key}={s.get(key)!r}, reference {value!r} with {fabric} nodes "
+                           f"({ref.source('long_prolog_tpl')})")  # fmt: skip
     by_feature = {}
     for line in conf.splitlines():
         if line.startswith("NodeName="):

@@ -94,6 +94,7 @@ FINDINGS = [
     ("gcp-a3mega-slurm", _gpu_mtu, "GPU VPC MTUs"),
     ("gcp-a3mega-slurm", _script("tcpgpudmarxd-dev:v1.0.16", "tcpgpudmarxd-dev:latest"), "v1.0.16"),
     ("gcp-a3ultra-slurm", _script("ibverbs-utils", ""), "ibverbs-utils"),
+    ("gcp-a3mega-slurm", _conf(lambda c: c.replace("BatchStartTimeout=600\n", "")), "BatchStartTimeout"),
 ]
 
 

@@ -117,6 +117,7 @@ def _global_settings(
         "SlurmctldDebug": "info",
         "SlurmdDebug": "info",
         "TopologyPlugin": "topology/tree",
+        "TopologyParam": "SwitchAsNodeRank",  # node ranks follow the tree (slurm-gcp's default)
         "ProctrackType": "proctrack/cgroup",
         "TaskPlugin": "task/cgroup,task/affinity",
         "JobAcctGatherType": "jobacct_gather/cgroup",
@@ -248,7 +249,16 @@ def render_slurm_conf(
         suspend_exc,
     )
     if any(machines[p.name].software and machines[p.name].software.fabric == "tcpxo" for p in cluster.pools):
-        settings |= {"Prolog": PROLOG, "Epilog": EPILOG}
+        # the RxDM prolog pulls and starts a container: run it at allocation, give it the Toolkit's long-prolog
+        # timeouts (schedmd-slurm-gcp-v6-controller/etc/long-prolog-slurm.conf.tpl)
+        settings |= {
+            "Prolog": PROLOG,
+            "Epilog": EPILOG,
+            "PrologFlags": "Alloc",
+            "PrologEpilogTimeout": "600",
+            "BatchStartTimeout": "600",
+            "MessageTimeout": "600",
+        }
     settings = _apply(_apply(settings, slurm.extra_config), overrides)
     header = [
         f"# slurm.conf of cluster {cluster.name!r} (project {spec.project}, {spec.region}).",

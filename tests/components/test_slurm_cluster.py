@@ -105,3 +105,19 @@ def test_bad_cluster_args_are_refused():
         args(node_name_prefixes=[])
     with pytest.raises(ValueError, match="login_nodes"):
         args(login_nodes=9)
+
+
+def test_controller_sits_on_a_reserved_internal_address(declare):
+    d = declare(lambda: SlurmCluster("slurm", args(controller_ip="10.0.15.253")))
+    addr = d.one("compute/address:Address").inputs
+    assert (addr["addressType"], addr["address"], addr["region"]) == ("INTERNAL", "10.0.15.253", "us-east4")
+    assert addr["subnetwork"] == "projects/my-proj/regions/us-east4/subnetworks/sys-sub"
+    vms = {r.inputs["name"]: r.inputs for r in d.of_type("compute/instance:Instance")}
+    assert vms["a3mega-controller"]["networkInterfaces"][0]["networkIp"] == "10.0.15.253"
+    assert all("networkIp" not in vms[f"a3mega-login-{i}"]["networkInterfaces"][0] for i in range(2))
+    # controller and logins boot the Ubuntu release of the GPU image (slurmctld never older than slurmd)
+    assert {vm["bootDisk"]["initializeParams"]["image"] for vm in vms.values()} == {
+        "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"
+    }
+    assert "put_key" in vms["a3mega-login-0"]["metadataStartupScript"]
+    assert "jwt" not in vms["a3mega-login-0"]["metadataStartupScript"].replace("slurm-wlm-jwt-plugin", "")

@@ -59,7 +59,7 @@ def pos(text: str, needle: str) -> int:
 def test_every_script_is_valid_bash_that_stops_on_the_first_error(name: str) -> None:
     text = ALL[name]
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
-    assert text.startswith("#!/bin/bash\n") and "set -euo pipefail" in text.splitlines()[2]
+    assert text.startswith("#!/bin/bash\n") and "set -Eeuo pipefail" in text.splitlines()[2]
     assert "|| true\nmount" not in text and not re.search(r"mount[^\n]*\|\| true", text)  # mounts fail loudly
 
 

@@ -110,6 +110,7 @@ def test_cloud_and_power_save_settings(a3mega_data: dict[str, Any]) -> None:
     assert s["TopologyPlugin"] == "topology/tree"
     assert s["JobCompType"] == "jobcomp/filetxt" and s["AccountingStorageType"] == "accounting_storage/none"
     assert (s["Prolog"], s["Epilog"]) == ("/etc/slurm/gpu-fleet-prolog.sh", "/etc/slurm/gpu-fleet-epilog.sh")
+    assert s["PrologFlags"] == "Alloc" and s["BatchStartTimeout"] == "600"  # RxDM is up before the first step
     assert int(s["TreeWidth"]) >= 65533
     assert "AccountingStorageTRES" not in s  # fatal without slurmdbd
     assert "SuspendExcNodes" not in s  # every pool may scale to zero

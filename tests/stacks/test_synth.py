@@ -374,3 +374,28 @@ def test_every_fabric_layout_synthesizes(machine_type):
         assert {n.inputs["mtu"] for n in nets if n.inputs["name"] != "layout-net"} == {nics.gpu_nic_mtu}
     (pool,) = parse_inventory(result.outputs)
     assert pool.instance_groups == {zone: f"c-p-{zone}"}
+
+
+def test_issue_9_must_show_on_every_example(example):
+    """GPU templates boot an image with a signed NVIDIA driver and Secure Boot, the RoCE VPC has no firewall rule
+    GCP would refuse, no reservation pool brings its own placement policy, SlurmctldHost carries an address, node
+    lines carry sockets/cores/threads, TopologyPlugin is set."""
+    out = example.to_json()
+    accel = "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accelerator-2404-amd64-with-nvidia-580"
+    for tpl in [r for r in out["resources"] if r["type"].endswith("InstanceTemplate")]:
+        assert tpl["inputs"]["disks"][0]["sourceImage"] == accel
+        assert tpl["inputs"]["shieldedInstanceConfig"]["enableSecureBoot"] is True
+        if tpl["inputs"]["reservationAffinity"]["type"] == "SPECIFIC_RESERVATION":
+            assert "resourcePolicies" not in tpl["inputs"]
+        conf = tpl["inputs"]["metadata"]["slurm-conf"]
+        assert re.search(r"^SlurmctldHost=[a-z0-9-]+-controller\(10\.\d+\.\d+\.\d+\)$", conf, re.M)
+        assert re.search(r"^TopologyPlugin=topology/tree$", conf, re.M)
+        for line in [ln for ln in conf.splitlines() if ln.startswith("NodeName=")]:
+            assert re.search(r" Sockets=\d+ CoresPerSocket=\d+ ThreadsPerCore=2 RealMemory=\d+ ", line), line
+    for rule in [r for r in out["resources"] if r["type"].endswith("RegionNetworkFirewallPolicyRule")]:
+        assert rule["inputs"]["match"].get("srcIpRanges") in (None, ["0.0.0.0/0"]), rule["name"]
+    roce = {r["inputs"]["name"] for r in out["resources"] if "networkProfile" in r["inputs"]}
+    for fw in [r for r in out["resources"] if r["type"] == "gcp:compute/firewall:Firewall"]:
+        assert fw["inputs"]["network"].rsplit("/", 1)[-1] not in roce
+    (addr,) = [r for r in out["resources"] if r["type"] == "gcp:compute/address:Address"]
+    assert addr["inputs"]["addressType"] == "INTERNAL" and addr["inputs"]["address"] in conf

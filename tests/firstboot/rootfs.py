@@ -19,6 +19,7 @@ mirror, suite and package list; a root is complete only once its `.baked` marker
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -83,6 +84,16 @@ def baked_root(script_packages: list[str], log: Path | None = None) -> Path:
     marker = root / ".baked"
     if marker.exists():
         return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another test run may be baking the same root
+        if not marker.exists():
+            _bake(root, mirror, packages, log)
+    return root
+
+
+def _bake(root: Path, mirror: str, packages: list[str], log: Path | None) -> None:
+    marker = root / ".baked"
     if root.exists():
         shutil.rmtree(root)  # an interrupted build
     root.parent.mkdir(parents=True, exist_ok=True)
@@ -97,4 +108,3 @@ def baked_root(script_packages: list[str], log: Path | None = None) -> Path:
     for deb in (root / "var/cache/apt/archives").glob("*.deb"):
         deb.unlink()
     marker.write_text(f"mirror={mirror}\nsuite={SUITE}\npackages={' '.join(packages)}\n")
-    return root

@@ -21,6 +21,7 @@ What makes it a GCE guest for the scripts (written into `upper` before boot, as 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import shlex
@@ -63,6 +64,7 @@ exec chroot $R /bin/bash -c 'trap "exit 0" TERM; echo up > /run/fb-booted; while
 """
 
 
+PR_SET_PDEATHSIG = 1
 DISK_PREFIX = "fb-localssd-"  # + the pytest PID: detach_stale_disks() frees those of runs that were killed
 
 
@@ -74,6 +76,12 @@ def detach_stale_disks() -> None:
         m = re.search(rf"/{DISK_PREFIX}(\d+)\.img", parts[1]) if len(parts) == 2 else None
         if m and not Path(f"/proc/{m.group(1)}").exists():
             subprocess.run(["losetup", "-d", parts[0]], capture_output=True, timeout=30)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the test process dies, so a killed run leaves no VM running
+    (unshare --kill-child then takes the VM's PID 1, and with it every process of the VM)."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _alive(pid: int) -> bool:
@@ -160,7 +168,9 @@ class Vm:
         cmd = ["ip", "netns", "exec", self.netns, "unshare", "--mount", "--uts", "--ipc", "--pid", "--fork",
                "--kill-child", "--propagation", "private", "/bin/bash", "-c", init]  # fmt: skip
         log = open(self.workdir / "init.log", "wb")  # noqa: SIM115 (lives as long as the VM)
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, preexec_fn=_die_with_parent
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -1,10 +1,31 @@
 """First boot of the generated Slurm VMs: the startup scripts the stack declares, run in namespace "VMs".
 
-The stack (tests/firstboot/Pulumi.firstboot.yaml) is synthesizedd under Pulumi mocks exactly as
+The stack (tests/firstboot/Pulumi.firstboot.yaml) is synthesized under Pulumi mocks exactly as
 `fleet synth` does; each VM gets the metadata its instance or template declares from a fake GCE
-metadata server, and the keys from a fake Secret Manager that only the declared accessors may read.
-A controller, two A3 Mega nodes and one A3 Ultra node boot from one baked Debian 12 root, each in its
-own network/mount/UTS/PID namespaces; GPU tools are recording stubs (tests/firstboot/stubs.py).
+metadata server (which also hands out its service-account token), and the keys from a fake Secret
+Manager that only the declared accessors may read.  A controller, two A3 Mega nodes and one A3 Ultra
+node boot from one baked Debian 12 root, each in its own network/mount/UTS/IPC/PID namespaces, on a
+private subnet with no route off this machine; the script is fetched from the metadata server and run
+as root, as GCE's guest agent does.
+
+Proven here, with the real Debian binaries (bash, curl, python3, iptables, munge, Slurm 22.05):
+- slurmctld runs the rendered slurm.conf/gres.conf/topology.conf with the munge and JWT keys the
+  controller's own service account read from Secret Manager;
+- every A3 Mega node reaches the controller at the address `SlurmctldHost=name(ip)` carries (there is
+  no DNS at all) and registers with its own address; `srun -N2` runs, through the TCPXO prolog with
+  the catalog's pinned images;
+- slurmd is started only after the GPUs and the TCPXO aperture devices exist (they appear seconds
+  after the driver / udev steps, as on a VM), and the fabric steps run in order with the catalog's
+  module name and PCI ids;
+- a non-root user gets no token from the metadata server (the request never reaches it), cannot read
+  the munge key on a node or the JWT key on the controller; root still gets a token;
+- a declared Lustre /scratch that cannot be mounted stops the boot with a FATAL message, before slurmd.
+
+Not proven: anything needing GPUs, GPU NICs or the GCE hypervisor (driver, NCCL, TCPXO/RDMA data
+paths are stubs: tests/firstboot/stubs.py), real GCE metadata/IAM/OAuth, Ubuntu accelerator images
+(the root is Debian 12), systemd itself (shim/systemctl), NFS /home, power saving through the
+autoscaler (the image carries no /opt/gpu-fleet, so slurmctld runs with power saving disabled and
+nodes join as they boot), the gIB node's boot (its plugin repository is unreachable: xfail below).
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@
 What it does as GCE would:
 - each VM gets the metadata, service account and zone the stack declares, the reserved address when
   the stack declares one, otherwise the next free address of the system subnet (GCE's DHCP);
-- the metadata server (169.254.169.254, `metadata.google.internal`) answers each VM about itself;
+- the metadata server (169.254.169.254, `metadata.google.internal`) answers each VM about itself,
+  with the attributes the stack declares plus the one GCE adds on A3/A4 VMs (`physical_host`);
 - Secret Manager (`secretmanager.googleapis.com`, HTTPS) holds one fresh random value per declared
   secret and lets only the declared accessors read it, with tokens from the metadata server;
 - VMs reach each other on the subnet; no DNS entry for any VM is provided (the config must carry the
@@ -20,12 +21,14 @@ zonal DNS, systemd (see shim/systemctl).
 from __future__ import annotations
 
 import base64
+import hashlib
 import ipaddress
 import os
 import secrets
 import shutil
 from pathlib import Path
 
+from components.gcp.metadata import PHYSICAL_HOST
 from components.gcp.startup import LOCAL_SSD_GIB
 from fleet.catalog import load_catalog
 from tests.fakes.metadata import FakeMetadata, VmMetadata
@@ -34,6 +37,12 @@ from tests.fakes.metadata_secrets import FakeSecretManager, make_tls
 from tests.firstboot.declared import Declared
 from tests.firstboot.netns import METADATA_IP, Fabric, sweep, sweep_stale
 from tests.firstboot.vm import Vm, detach_stale_disks
+
+
+def physical_host(zone: str, index: int) -> str:
+    """A stable `/CLUSTER/BLOCK/HOST` for the index-th VM of a zone (two hosts per block)."""
+    digest = hashlib.sha1(zone.encode()).hexdigest()
+    return f"/{digest[:8]}/{digest[8:14]}{index // 2}/{digest[14:20]}{index}"
 
 
 class FirstBootCloud:
@@ -106,6 +115,10 @@ class FirstBootCloud:
         decl = self.declared.vms[name]
         address = ipaddress.ip_address(decl.network_ip) if decl.network_ip else self._free.pop(0)
         attributes = {**decl.metadata, **(metadata_override or {})}
+        machine = load_catalog("gcp").machine(decl.machine_type) if decl.pool else None
+        if machine and machine.nics.fabric != "none":
+            # set by GCE itself (not the stack) on A3/A4 VMs: where the VM was placed, /CLUSTER/BLOCK/HOST
+            attributes[PHYSICAL_HOST] = physical_host(decl.zone, len(self.vms))
         self.metadata.add_instance(
             VmMetadata(name, decl.zone, str(address), decl.service_account, attributes, decl.machine_type)
         )
@@ -117,7 +130,6 @@ class FirstBootCloud:
             {f"{SECRET_MANAGER_HOST}": str(self.fabric.gateway)}, ca_pem=self.ca_pem, stubs=self.stubs, units=self.units
         )
         self.vms[name] = vm
-        machine = load_catalog("gcp").machine(decl.machine_type) if decl.pool else None
         vm.attach_disk((machine.local_ssd_gib // LOCAL_SSD_GIB) if machine else 0)
         vm.boot()
         return vm

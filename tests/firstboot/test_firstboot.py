@@ -144,6 +144,9 @@ def test_every_node_registers_with_the_controller_at_the_address_in_slurm_conf(c
         assert state.get(node) == "idle", f"{node}: {state.get(node)}\n{cluster.explain(node)}"
         shown = ctl.run(["scontrol", "show", "node", node], check=True).stdout
         assert f"NodeAddr={cluster.cloud.address_of(node)} " in shown, shown
+        # the node published where GCE placed it, for the controller's topology.conf
+        placed = cluster.cloud.metadata.vm_named(node).attributes["physical_host"]
+        assert f"Comment=physical_host={placed}" in shown, shown
 
 
 def test_a_two_node_job_runs_with_the_tcpxo_prolog(cluster):

@@ -12,6 +12,8 @@ def format_loc(loc: Iterable[str | int]) -> str:
     """`("clusters", 0, "pools", 1, "max_nodes")` -> `clusters[0].pools[1].max_nodes` ("" for the root)."""
     out = ""
     for part in loc:
+        if part == "[key]":  # pydantic's marker for an error in a mapping's key: the path already names it
+            continue
         if isinstance(part, int):
             out += f"[{part}]"
         else:

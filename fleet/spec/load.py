@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from fleet.catalog import Catalog
-from fleet.input import InputError, load_yaml
+from fleet.input import InputError, format_loc, load_yaml
 from fleet.input.limits import MAX_SPEC_BYTES
 from fleet.spec.model import FleetSpec
 from fleet.spec.rules import check
@@ -51,13 +51,7 @@ class SpecError(ValueError):
 
 def format_path(loc: Iterable[str | int]) -> str:
     """`("clusters", 0, "pools", 1, "max_nodes")` -> `clusters[0].pools[1].max_nodes`."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out or ROOT_PATH
+    return format_loc(loc) or ROOT_PATH
 
 
 def _pydantic_errors(exc: ValidationError) -> list[tuple[str, str]]:

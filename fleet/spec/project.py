@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fleet.bootstrap.iam import APIS
+from fleet.input.errors import format_loc
 from fleet.input.types import STRICT, GcsLocation, LabelKey, LabelValue
 
 ACCOUNT_ID = r"^[a-z]([-a-z0-9]{4,28}[a-z0-9])$"  # GCE service account ids: 6-30 chars
@@ -71,7 +72,7 @@ def load_project_spec(data: object) -> ProjectBootstrapSpec:
     except ValidationError as exc:
         errors = []
         for err in exc.errors(include_url=False):
-            path = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in err["loc"]).replace(".[", "[")
+            path = format_loc(err["loc"])
             reason = "unknown field" if err["type"] == "extra_forbidden" else str(err["msg"])
             reason = reason.removeprefix("Value error, ")
             errors.append((path or "gpu-fleet:fleet", reason))

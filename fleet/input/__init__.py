@@ -12,9 +12,24 @@ hostlists) comes in through here.
 The limits themselves live in `limits` and are documented in docs/spec.md ("Input limits").
 """
 
-from fleet.input.errors import InputError, format_loc
-from fleet.input.files import read_text
-from fleet.input.jsonsafe import load_json, parse_json
-from fleet.input.yamlsafe import load_yaml, parse_yaml
+from __future__ import annotations
 
-__all__ = ["InputError", "format_loc", "load_json", "load_yaml", "parse_json", "parse_yaml", "read_text"]
+import importlib
+
+# Loaded on first use: the Slurm hooks import `fleet.input.limits` and must not pay for PyYAML or pydantic.
+_EXPORTS = {
+    "InputError": "fleet.input.errors",
+    "format_loc": "fleet.input.errors",
+    "read_text": "fleet.input.files",
+    "load_json": "fleet.input.jsonsafe",
+    "parse_json": "fleet.input.jsonsafe",
+    "load_yaml": "fleet.input.yamlsafe",
+    "parse_yaml": "fleet.input.yamlsafe",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'fleet.input' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

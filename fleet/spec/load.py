@@ -8,6 +8,7 @@ Paths of keys outside the spec value (stack file keys) are spelled as in the fil
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,8 @@ def repo_root() -> Path:
 
 def stack_file(stack: str, root: Path | None = None) -> Path:
     """`Pulumi.<stack>.yaml` in `root`, else the current directory, else the repo root."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", stack):
+        raise SpecError([("--stack", f"{stack!r} is not a stack name (letters, digits, '.', '_', '-')")])
     candidates = [Path(root)] if root is not None else [Path.cwd(), repo_root()]
     for directory in candidates:
         path = directory / f"Pulumi.{stack}.yaml"

@@ -105,3 +105,12 @@ def test_hostlist_refused_and_nothing_queued(tmp_path: Path, name: str, hostlist
         assert out.stderr.startswith("HOSTLIST: ") and reason in out.stderr, out.stderr
         assert len(out.stderr) < 400  # one short line, not the whole expression
     assert not state.exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--boot-seconds", "inf"), ("--stockout-rate", "nan"), ("--checkpoint-interval", "-inf")]
+)
+def test_simulate_refuses_non_finite_flags(flag: str, value: str) -> None:
+    out = fleet("simulate", flag, value, "--policy", "gpu-fleet")
+    assert out.code == 2 and "Traceback" not in out.stderr
+    assert f"{flag}: Input should be a finite number" in out.stderr, out.stderr

@@ -108,3 +108,11 @@ def test_shipped_stacks_pass_the_gate(stack: str) -> None:
     if spec_kind(raw) == "fleet":
         out = fleet("render", "spec", "--config", REPO / stack)
         assert out.code == 0, out.stderr
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "a/b", "-x", "x\ny"])
+def test_stack_names_cannot_leave_the_stacks_directory(name: str) -> None:
+    for args in (("synth", "--stack", name), ("render", "spec", "--stack", name)):
+        out = fleet(*args)
+        assert out.code == 2 and "Traceback" not in out.stderr
+        assert "--stack: " in out.stderr and "is not a stack name" in out.stderr, out.stderr

@@ -49,6 +49,8 @@ def _bounds(root: Node) -> None:
             on_path.add(key)
             if isinstance(node, ScalarNode):
                 nodes, chars = 1, len(node.value)
+                if chars > limits.MAX_STRING_CHARS:
+                    raise GateYAMLError(node, f"a value of {chars:,} characters (at most {limits.MAX_STRING_CHARS:,})")
             else:
                 children: list[Node] = []
                 if isinstance(node, SequenceNode):

@@ -114,3 +114,19 @@ def test_simulate_refuses_non_finite_flags(flag: str, value: str) -> None:
     out = fleet("simulate", flag, value, "--policy", "gpu-fleet")
     assert out.code == 2 and "Traceback" not in out.stderr
     assert f"{flag}: Input should be a finite number" in out.stderr, out.stderr
+
+
+def test_an_unknown_log_level_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    _write(tmp_path / "inv.json", VALID_INVENTORY)
+    cfg = _write(tmp_path / "autoscaler.yaml", VALID_CONFIG)
+    out = fleet("autoscaler", "run", "--config", cfg, "--once", "--dry-run", "--log-level", "LOUD")
+    assert out.code == 2 and "--log-level: 'LOUD' is not one of" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "state").exists()
+
+
+def test_status_of_a_missing_state_store_is_refused_and_not_created(tmp_path: Path) -> None:
+    out = fleet("autoscaler", "status", "--state", tmp_path / "none.db")
+    assert out.code == 2 and "no such state store" in out.stderr
+    assert not (tmp_path / "none.db").exists()
+    out = fleet("autoscaler", "status", "--state", tmp_path)
+    assert out.code == 2 and "is a directory" in out.stderr

@@ -48,7 +48,12 @@ _PROJECT = r"([a-z][-a-z0-9.]*:)?[a-z][-a-z0-9]{4,28}[a-z0-9]"
 GceName = text(_NAME, "must be a GCE resource name (RFC 1035: a-z, 0-9, '-'; starts with a letter; <= 63 chars)")
 Zone = text(r"[a-z]+-[a-z]+[0-9]+-[a-z]", "must be a GCE zone such as us-central1-a", 32)
 Region = text(r"[a-z]+-[a-z]+[0-9]+", "must be a GCE region such as us-central1", 32)
-MachineType = text(r"[a-z][a-z0-9]*(-[a-z0-9]+)*", "must be a GCE machine type such as a3-megagpu-8g (a-z, 0-9, '-')")
+# GCE types are `a-z 0-9 -`; Cluster API providers also use '.', '_' and capitals (p5.48xlarge, Standard_ND96asr_v4).
+# The catalog rule checks GCE types by name; this keeps white space and shell characters out of every kind.
+MachineType = text(
+    r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?",
+    "must be a machine type such as a3-megagpu-8g (letters, digits, '.', '_', '-')",
+)
 Image = text(
     rf"(https://www\.googleapis\.com/compute/(v1|beta)/)?(projects/{_PROJECT}/global/images/)?(family/)?{_NAME}",
     "must be a GCE image or image family: [projects/PROJECT/global/images/][family/]NAME",

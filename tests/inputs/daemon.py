@@ -148,7 +148,7 @@ INVENTORY_CASES: list[FileCase] = [
     FileCase("capacity-unknown", _inv(lambda p: p[0].update(capacity_type="free")), "[0].capacity_type",
              "Input should be"),
     FileCase("machine-type-space", _inv(lambda p: p[0].update(machine_type="a3 highgpu")), "[0].machine_type",
-             "GCE machine type"),
+             "must be a machine type"),
     FileCase("partitions-nested", _inv(lambda p: p[0].update(slurm_partitions=[["x"]])), "[0].slurm_partitions[0]",
              "valid string"),
     FileCase("nan", _raw_inv('"max_nodes": 4,', '"max_nodes": NaN,'), "", "NaN is not a finite number"),

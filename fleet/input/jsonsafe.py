@@ -52,27 +52,16 @@ def _float(text: str) -> float:
     return value
 
 
-def _depth_ok(text: str) -> bool:
-    depth = deepest = 0
-    in_str = esc = False
-    for ch in text:
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-            continue
-        if ch == '"':
-            in_str = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-            if deepest > limits.MAX_DEPTH:
-                return False
-        elif ch in "]}":
-            depth -= 1
+def _depth_ok(value: Any) -> bool:
+    """At most `MAX_DEPTH` levels of arrays / objects (walked after parsing; the parser itself stops at
+    Python's recursion limit, which the caller reports the same way)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limits.MAX_DEPTH:
+            return False
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
     return True
 
 
@@ -90,10 +79,8 @@ def _locate(text: str, needle: str | None, nth: int = 2) -> str:
 
 def parse_json(text: str, source: str) -> Any:
     """The value of a JSON document; InputError with the position (or key) of the first problem."""
-    if not _depth_ok(text):
-        raise InputError(source, [("", f"nested more than {limits.MAX_DEPTH} levels deep")])
     try:
-        return json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_int, parse_float=_float)
+        value = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_int, parse_float=_float)
     except _Refused as exc:
         nth = 2 if exc.reason.startswith("duplicate") else 1
         raise InputError(source, [(_locate(text, exc.needle, nth), exc.reason)]) from None
@@ -101,6 +88,9 @@ def parse_json(text: str, source: str) -> Any:
         raise InputError(source, [(f"{exc.lineno}:{exc.colno}", f"not valid JSON: {exc.msg}")]) from None
     except RecursionError:
         raise InputError(source, [("", f"nested more than {limits.MAX_DEPTH} levels deep")]) from None
+    if isinstance(value, dict | list) and not _depth_ok(value):
+        raise InputError(source, [("", f"nested more than {limits.MAX_DEPTH} levels deep")])
+    return value
 
 
 def load_json(path: Path | str, *, what: str, max_bytes: int) -> Any:

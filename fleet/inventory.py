@@ -75,8 +75,11 @@ def load_inventory(path: Path) -> list[InventoryPool]:
     try:
         return parse_inventory(data)
     except ValidationError as exc:
+        prefix = ""  # paths as in the file: `outputs.autoscaler_inventory[0].max_nodes` in a whole synth output
+        if isinstance(data, dict):
+            prefix = "outputs.autoscaler_inventory" if isinstance(data.get("outputs"), dict) else "autoscaler_inventory"
         errors = [
-            (format_loc(e["loc"]) or "(root)", str(e["msg"]).removeprefix("Value error, "))
+            (f"{prefix}{format_loc(e['loc'])}" or "(root)", str(e["msg"]).removeprefix("Value error, "))
             for e in exc.errors(include_url=False)
         ]
         raise InputError(str(path), errors[:20]) from None

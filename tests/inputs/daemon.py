@@ -132,24 +132,25 @@ def _raw_inv(old: str, new: str) -> str:
     return VALID_INVENTORY.replace(old, new, 1)
 
 
+I0, I1 = "autoscaler_inventory[0]", "autoscaler_inventory[1]"  # paths as in the file
 DUP_INV = _raw_inv('"max_nodes": 4,', '"max_nodes": 4, "max_nodes": 400,')
 INVENTORY_CASES: list[FileCase] = [
-    FileCase("max-nodes-string", _inv(lambda p: p[0].update(max_nodes="4")), "[0].max_nodes", "valid integer"),
-    FileCase("max-nodes-bool", _inv(lambda p: p[1].update(max_nodes=True)), "[1].max_nodes", "valid integer"),
-    FileCase("max-nodes-16m", _inv(lambda p: p[0].update(max_nodes=16_000_000)), "[0].max_nodes",
+    FileCase("max-nodes-string", _inv(lambda p: p[0].update(max_nodes="4")), f"{I0}.max_nodes", "valid integer"),
+    FileCase("max-nodes-bool", _inv(lambda p: p[1].update(max_nodes=True)), f"{I1}.max_nodes", "valid integer"),
+    FileCase("max-nodes-16m", _inv(lambda p: p[0].update(max_nodes=16_000_000)), f"{I0}.max_nodes",
              "less than or equal to 2000"),
-    FileCase("min-above-max", _inv(lambda p: p[0].update(min_nodes=5)), "[0]", "min_nodes 5 is greater"),
-    FileCase("prefix-shell", _inv(lambda p: p[0].update(node_name_prefix="e2e;reboot")), "[0].node_name_prefix",
+    FileCase("min-above-max", _inv(lambda p: p[0].update(min_nodes=5)), I0, "min_nodes 5 is greater"),
+    FileCase("prefix-shell", _inv(lambda p: p[0].update(node_name_prefix="e2e;reboot")), f"{I0}.node_name_prefix",
              "GCE resource name"),
-    FileCase("zone-newline", _inv(lambda p: p[0].update(zones=["us-central1-a\n"])), "[0].zones[0]", "GCE zone"),
-    FileCase("mig-upper", _inv(lambda p: p[0].update(instance_group="E2E")), "[0].instance_group",
+    FileCase("zone-newline", _inv(lambda p: p[0].update(zones=["us-central1-a\n"])), f"{I0}.zones[0]", "GCE zone"),
+    FileCase("mig-upper", _inv(lambda p: p[0].update(instance_group="E2E")), f"{I0}.instance_group",
              "GCE resource name"),
-    FileCase("gpus-bool", _inv(lambda p: p[0].update(gpus_per_node=True)), "[0].gpus_per_node", "valid integer"),
-    FileCase("capacity-unknown", _inv(lambda p: p[0].update(capacity_type="free")), "[0].capacity_type",
+    FileCase("gpus-bool", _inv(lambda p: p[0].update(gpus_per_node=True)), f"{I0}.gpus_per_node", "valid integer"),
+    FileCase("capacity-unknown", _inv(lambda p: p[0].update(capacity_type="free")), f"{I0}.capacity_type",
              "Input should be"),
-    FileCase("machine-type-space", _inv(lambda p: p[0].update(machine_type="a3 highgpu")), "[0].machine_type",
+    FileCase("machine-type-space", _inv(lambda p: p[0].update(machine_type="a3 highgpu")), f"{I0}.machine_type",
              "must be a machine type"),
-    FileCase("partitions-nested", _inv(lambda p: p[0].update(slurm_partitions=[["x"]])), "[0].slurm_partitions[0]",
+    FileCase("partitions-nested", _inv(lambda p: p[0].update(slurm_partitions=[["x"]])), f"{I0}.slurm_partitions[0]",
              "valid string"),
     FileCase("nan", _raw_inv('"max_nodes": 4,', '"max_nodes": NaN,'), "", "NaN is not a finite number"),
     FileCase("huge-number", _raw_inv('"max_nodes": 4,', '"max_nodes": ' + "9" * 5000 + ","), "",

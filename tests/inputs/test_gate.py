@@ -53,3 +53,15 @@ def test_hostlist_count_is_the_product_summed_without_expanding() -> None:
     assert count("a[0-999]b[0-999]c[0-999],d-1") == 1_000_000_001
     assert count("r[1-2]n[1-2],x-[0-3,7]") == 9
     assert len(expand("n-[0-65535]")) == 65_536  # exactly the limit is fine
+
+
+def test_the_policy_schema_follows_the_planner_policy_fields() -> None:
+    import dataclasses
+
+    from autoscaler.model.policy import Policy, policy_from_mapping
+    from fleet.input.policy import policy_model
+
+    assert set(policy_model().model_fields) == {f.name for f in dataclasses.fields(Policy)}
+    raw = {"max_nodes": 8, "budget_usd_per_hour": 12.5, "spot_queues": ["a"], "pool_max_nodes": {"p": 2}}
+    policy_model().model_validate(raw)  # what the gate accepts, the planner builds
+    assert policy_from_mapping(raw).spot_queues == frozenset({"a"})

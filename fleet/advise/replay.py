@@ -73,13 +73,15 @@ def scenario_for(task: Task) -> Scenario:
 def evaluate(task: Task) -> Outcome:
     """Replay `task.jobs` through the gpu-fleet policy with `task.reserved_nodes` reserved nodes."""
     sc = scenario_for(task)
+    gpus = task.reserved_nodes * (sc.reservation_machine.gpu_count if sc.reservation_machine else 0)
+    if not task.jobs:  # a window with no demand: nothing runs, the commitment is paid all the same
+        return Outcome(task.window, task.reserved_nodes, task.seed, 0.0, 0.0, gpus, 0.0, 0.0, 0.0, 0.0, 0, 0.0)
     result = run_scenario(list(task.jobs), sc, [POLICY])
     engine = result.engines[POLICY]
     m = result.metrics[POLICY]
     end = engine.t_end if engine.t_end is not None else engine.now
     overflow = engine.cloud.ledger.cost(end)
     bound = lower_bound(result.jobs, sc)
-    gpus = task.reserved_nodes * (sc.reservation_machine.gpu_count if sc.reservation_machine else 0)
     return Outcome(
         window=task.window,
         reserved_nodes=task.reserved_nodes,

@@ -57,10 +57,11 @@ def price_points(
     keep = 1.0 - prices.overflow_discount
     out: list[Point] = []
     for (window, size), group in sorted(by.items()):
-        hours = window_hours[window]
+        hours = statistics.fmean(o.span_hours or window_hours[window] for o in group)
         for term in terms if size else ("none",):
-            res = size * (prices.rate(term) if size else 0.0) * hours
-            costs = [o.overflow_usd * keep + res for o in group]
+            rate = prices.rate(term) if size else 0.0
+            res = size * rate * hours
+            costs = [o.overflow_usd * keep + size * rate * (o.span_hours or window_hours[window]) for o in group]
             capacity = group[0].reserved_gpus * hours
             out.append(
                 Point(
@@ -157,15 +158,15 @@ def seeds_beating(
     keep = 1.0 - prices.overflow_discount
     base: dict[int, float] = defaultdict(float)
     mine: dict[int, float] = defaultdict(float)
+    rate = prices.rate(p.term) if p.reserved_nodes else 0.0
     for o in outcomes:
         if o.window not in windows:
             continue
         if o.reserved_nodes == 0:
             base[o.seed] += o.overflow_usd * keep
         if o.reserved_nodes == p.reserved_nodes:
-            mine[o.seed] += o.overflow_usd * keep
-    res = p.reserved_nodes * (prices.rate(p.term) if p.reserved_nodes else 0.0) * hours
-    return sum(1 for s, c in mine.items() if s in base and c + res < base[s])
+            mine[o.seed] += o.overflow_usd * keep + p.reserved_nodes * rate * (o.span_hours or hours)
+    return sum(1 for s, c in mine.items() if s in base and c < base[s])
 
 
 def summary(p: Point, baseline: Point | None) -> dict[str, object]:

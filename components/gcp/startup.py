@@ -423,7 +423,9 @@ def _gib_lines(fab: FabricSoftware) -> list[str]:
         "# --- 5c. RDMA (gIB): RDMA user space, the NCCL gIB plugin (pinned) and its environment ---",
         f"apt_install {' '.join(fab.packages)}",
         f"have=$(dpkg-query -W -f='${{Version}}' {fab.nccl_package} 2>/dev/null || true)",
-        f'if [ "$have" != {shlex.quote(fab.nccl_version or "")} ]; then',
+        # the blueprint pins nccl-gib=v1.1.0; a package versioned 1.1.0 (Debian versions start with a digit) is the same
+        f"want={shlex.quote(fab.nccl_version or '')}",
+        'if [ "${have#v}" != "${want#v}" ]; then',
         *_ar_repo(fab.apt_repo, "gpudirect-gib"),
         f"  apt_install --allow-change-held-packages {shlex.quote(pkg)}",
         f"  apt-mark hold {fab.nccl_package}",

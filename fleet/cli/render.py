@@ -1,7 +1,8 @@
 """`fleet render`: files generated from a stack's fleet spec, without Pulumi.
 
 `fleet render slurm-conf (--stack NAME | --config PATH) [--cluster NAME] --out DIR` writes
-slurm.conf, gres.conf and cgroup.conf (in DIR/<cluster>/ when the spec has several Slurm clusters);
+slurm.conf, gres.conf, cgroup.conf and topology.conf (the initial tree; the controller keeps it current),
+in DIR/<cluster>/ when the spec has several Slurm clusters;
 `fleet render spec` prints the validated spec with every default filled in.  An invalid spec
 exits 2 with one `path: reason` line per problem on stderr and writes nothing.
 """
@@ -73,7 +74,9 @@ def _check_out_dir(out: Path, subdirs: list[str]) -> None:
 
 @render_app.command("slurm-conf")
 def slurm_conf(
-    out: Annotated[Path, typer.Option("--out", help="directory to write slurm.conf, gres.conf, cgroup.conf into")],
+    out: Annotated[
+        Path, typer.Option("--out", help="directory to write slurm.conf, gres.conf, cgroup.conf, topology.conf into")
+    ],
     stack: StackOpt = None,
     config: ConfigOpt = None,
     cluster: Annotated[str | None, typer.Option(help="only this cluster (default: every Slurm cluster)")] = None,
@@ -111,8 +114,9 @@ def slurm_conf(
         (target / "slurm.conf").write_text(conf.slurm_conf)
         (target / "gres.conf").write_text(conf.gres_conf)
         (target / "cgroup.conf").write_text(conf.cgroup_conf)
+        (target / "topology.conf").write_text(conf.topology_conf)
         nodes = ", ".join(f"{n.name}={n.node_names}" for n in conf.nodesets)
-        typer.echo(f"{c.name}: wrote {target}/slurm.conf, gres.conf, cgroup.conf (nodesets: {nodes})")
+        typer.echo(f"{c.name}: wrote {target}/slurm.conf, gres.conf, cgroup.conf, topology.conf (nodesets: {nodes})")
 
 
 @render_app.command("spec")

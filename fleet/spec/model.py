@@ -19,7 +19,6 @@ from fleet.input.types import (
     Cidr,
     GceName,
     GcsLocation,
-    GitRef,
     GitUrl,
     Image,
     MachineType,
@@ -54,7 +53,14 @@ class NodePoolSpec(_Spec):
     reservation: Reservation | None = Field(None, description="reservation name; required with capacity=reservation")
     compact_placement: bool = False
     boot_disk_gb: int = Field(200, ge=50, le=65536)
-    image: Image = Field("projects/debian-cloud/global/images/family/debian-12", description="boot image or family")
+    image: Image | None = Field(
+        None,
+        description="boot image or family with an NVIDIA driver; default: the catalog's accelerator image for the "
+        "machine family (a baked image: docs/stacks.md 'Baking an image')",
+    )
+    secure_boot: bool | None = Field(
+        None, description="Shielded VM Secure Boot; default: on (the accelerator image's driver is signed)"
+    )
     labels: dict[str, str] = Field(default_factory=dict)  # syntax: rules.labels_valid
     # Kubernetes platforms (docs/kubernetes.md): a $/h price for machines the catalog lacks, and the
     # Cluster API templates of a pool on `platform: kubernetes`.
@@ -127,8 +133,19 @@ class AutoscalerSpec(_Spec):
     source: GitUrl | None = Field(
         None, description="git URL of this repository, cloned to /opt/gpu-fleet on the controller"
     )
-    ref: GitRef = Field("main", description="branch, tag or commit to install")
+    ref: str | None = Field(
+        None,
+        pattern=r"^(?:[A-Za-z0-9][A-Za-z0-9._/-]*@)?[0-9a-f]{40}$",
+        description="pinned release to install: a 40-hex commit, or <tag>@<40-hex commit> (checked on install)",
+    )
     policy: PolicyMapping = Field(default_factory=dict, description="planner Policy fields (docs/planner.md)")
+
+    @model_validator(mode="after")
+    def _pinned(self) -> AutoscalerSpec:
+        if self.source and not self.ref:
+            raise ValueError("ref: required with source: a 40-hex commit or <tag>@<40-hex commit> (never a branch)")
+        return self
+
     metrics_port: int = Field(9464, ge=1024, le=65535, description="/metrics and /healthz on 127.0.0.1")
 
 

@@ -148,6 +148,21 @@ put_key() {{
 
 
 GUARD_CHAIN = "GPU_FLEET_METADATA"
+RESTD = "/usr/local/sbin/gpu-fleet-slurmrestd"
+# Slurm 22.05 loads every OpenAPI plugin by default, and the slurmdbd ones are fatal without slurmdbd: pick the
+# Slurm one of the installed version (openapi/v0.0.38 on 22.05, openapi/slurmctld from 23.11).
+_RESTD_WRAPPER = r"""#!/bin/sh
+# gpu-fleet: slurmrestd with JWT auth and the Slurm (not slurmdbd: there is none) OpenAPI plugin installed
+set -e
+dir=$(dirname "$(ls /usr/lib/*/slurm-wlm/auth_jwt.so /usr/lib64/slurm/auth_jwt.so 2>/dev/null | head -n 1)")
+if [ -e "$dir/openapi_slurmctld.so" ]; then
+  plugin=openapi/slurmctld
+else
+  newest=$(ls "$dir"/openapi_v0_0_*.so | sort -V | tail -n 1)
+  plugin=$(echo "$newest" | sed 's#.*/openapi_\(v[0-9_]*\)\.so$#openapi/\1#; s#_#.#g')
+fi
+exec /usr/sbin/slurmrestd -a rest_auth/jwt -s "$plugin" "$@"
+"""
 
 
 def guard_script(exempt: tuple[str, ...] = ()) -> str:
@@ -408,7 +423,9 @@ def _gib_lines(fab: FabricSoftware) -> list[str]:
         "# --- 5c. RDMA (gIB): RDMA user space, the NCCL gIB plugin (pinned) and its environment ---",
         f"apt_install {' '.join(fab.packages)}",
         f"have=$(dpkg-query -W -f='${{Version}}' {fab.nccl_package} 2>/dev/null || true)",
-        f'if [ "$have" != {shlex.quote(fab.nccl_version or "")} ]; then',
+        # the blueprint pins nccl-gib=v1.1.0; a package versioned 1.1.0 (Debian versions start with a digit) is the same
+        f"want={shlex.quote(fab.nccl_version or '')}",
+        'if [ "${have#v}" != "${want#v}" ]; then',
         *_ar_repo(fab.apt_repo, "gpudirect-gib"),
         f"  apt_install --allow-change-held-packages {shlex.quote(pkg)}",
         f"  apt-mark hold {fab.nccl_package}",
@@ -540,18 +557,19 @@ def startup_script(cfg: SlurmHostConfig) -> str:
     if cfg.role == "compute":
         lines += _compute_lines(cfg)
     if cfg.role == "controller":
-        restd = """[Service]
+        restd = f"""[Service]
 # slurmrestd refuses to run as root: its own system user, JWT auth, loopback only
 User=slurmrestd
 Group=slurmrestd
 Environment=SLURM_JWT=daemon
 ExecStart=
-ExecStart=/usr/sbin/slurmrestd -a rest_auth/jwt 127.0.0.1:6820
+ExecStart={RESTD} 127.0.0.1:6820
 """
         lines += [
             "# --- 6. controller ---",
             "id -u slurmrestd >/dev/null 2>&1"
             " || useradd --system --no-create-home --shell /usr/sbin/nologin slurmrestd",
+            _file(RESTD, _RESTD_WRAPPER, mode="0755"),
             _file("/etc/systemd/system/slurmrestd.service.d/gpu-fleet.conf", restd),
             "systemctl daemon-reload",
             "systemctl enable slurmctld slurmrestd",

@@ -250,14 +250,15 @@ def render_slurm_conf(
     )
     if any(machines[p.name].software and machines[p.name].software.fabric == "tcpxo" for p in cluster.pools):
         # the RxDM prolog pulls and starts a container: run it at allocation, give it the Toolkit's long-prolog
-        # timeouts (schedmd-slurm-gcp-v6-controller/etc/long-prolog-slurm.conf.tpl)
+        # timeouts (schedmd-slurm-gcp-v6-controller/etc/long-prolog-slurm.conf.tpl); not its MessageTimeout=600,
+        # which slurmctld reports as "too high for effective fault-tolerance" (100 is the most it takes quietly)
         settings |= {
             "Prolog": PROLOG,
             "Epilog": EPILOG,
             "PrologFlags": "Alloc",
             "PrologEpilogTimeout": "600",
             "BatchStartTimeout": "600",
-            "MessageTimeout": "600",
+            "MessageTimeout": "100",
         }
     settings = _apply(_apply(settings, slurm.extra_config), overrides)
     header = [

@@ -10,7 +10,8 @@ as root, as GCE's guest agent does.
 
 Proven here, with the real Debian binaries (bash, curl, python3, iptables, munge, Slurm 22.05):
 - slurmctld runs the rendered slurm.conf/gres.conf/topology.conf with the munge and JWT keys the
-  controller's own service account read from Secret Manager;
+  controller's own service account read from Secret Manager; slurmrestd answers a JWT on loopback and
+  does not run as root;
 - every A3 Mega node reaches the controller at the address `SlurmctldHost=name(ip)` carries (there is
   no DNS at all) and registers with its own address; `srun -N2` runs, through the TCPXO prolog with
   the catalog's pinned images;
@@ -118,10 +119,21 @@ def test_the_controller_boot_completes(cluster):
     _ok(cluster, _controller(cluster).name)
 
 
-@pytest.mark.xfail(strict=True, reason="slurmrestd's packaged unit runs it as root and slurmrestd refuses root")
-def test_slurmrestd_runs_on_the_controller(cluster):
+def test_slurmrestd_answers_a_jwt_on_loopback_and_does_not_run_as_root(cluster):
     ctl = _controller(cluster)
     assert ctl.run(["systemctl", "is-active", "slurmrestd"]).returncode == 0, cluster.explain(ctl.name)
+    owner = ctl.run(["ps", "-o", "user=", "-C", "slurmrestd"], check=True).stdout.split()
+    assert owner and "root" not in owner, owner
+    ping = ctl.sh(
+        "t=$(scontrol token lifespan=60 | cut -d= -f2); for i in $(seq 20); do"
+        " curl -sf -H 'X-SLURM-USER-NAME: root' -H \"X-SLURM-USER-TOKEN: $t\" http://127.0.0.1:6820/slurm/v0.0.38/ping"
+        " && exit 0; sleep 0.5; done; exit 1"
+    )
+    assert ping.returncode == 0 and '"pings"' in ping.stdout, f"{ping.stdout}{ping.stderr}\n{cluster.explain(ctl.name)}"
+    anonymous = ctl.run(
+        ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "http://127.0.0.1:6820/slurm/v0.0.38/ping"]
+    )
+    assert anonymous.stdout != "200"
 
 
 def test_every_node_registers_with_the_controller_at_the_address_in_slurm_conf(cluster):

@@ -115,12 +115,12 @@ def boot(cloud: FirstBootCloud, booted: Booted, names: list[str]) -> None:
 
 @pytest.fixture(scope="session")
 def cluster(root_image: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Booted]:
-    """The test stack's controller, then both A3 Mega nodes and the A3 Ultra node, booted from their scripts."""
+    """The test stack's controller, then its login VM, both A3 Mega nodes and the A3 Ultra node, from their scripts."""
     decl = synthesized(STACK)
     work = tmp_path_factory.mktemp("firstboot")
     with FirstBootCloud(decl, root_image, work, stubs=gpu_stubs(), units=stub_units(), prefix="fbc") as cloud:
         booted = Booted(cloud, decl)
         boot(cloud, booted, [decl.controller(CLUSTER).name])
         nodes = [vm.name for pool in ("mega", "ultra") for vm in decl.nodes(CLUSTER, pool)]
-        boot(cloud, booted, nodes)
+        boot(cloud, booted, nodes + decl.outputs["clusters"][CLUSTER]["logins"])
         yield booted

@@ -3,7 +3,7 @@
 The stack (tests/firstboot/Pulumi.firstboot.yaml) is synthesized under Pulumi mocks exactly as
 `fleet synth` does; each VM gets the metadata its instance or template declares from a fake GCE
 metadata server (which also hands out its service-account token), and the keys from a fake Secret
-Manager that only the declared accessors may read.  A controller, two A3 Mega nodes and one A3 Ultra
+Manager that only the declared accessors may read.  A controller, a login VM, two A3 Mega nodes and one A3 Ultra
 node boot from one baked Debian 12 root, each in its own network/mount/UTS/IPC/PID namespaces, on a
 private subnet with no route off this machine; the script is fetched from the metadata server and run
 as root, as GCE's guest agent does.
@@ -19,7 +19,8 @@ Proven here, with the real Debian binaries (bash, curl, python3, iptables, munge
   after the driver / udev steps, as on a VM), and the fabric steps run in order with the catalog's
   module name and PCI ids;
 - a non-root user gets no token from the metadata server (the request never reaches it), cannot read
-  the munge key on a node or the JWT key on the controller; root still gets a token;
+  the munge key on a node or the login VM, or the JWT key on the controller; root still gets a token;
+  on the login VM that user can still use Slurm (sinfo through munge);
 - a declared Lustre /scratch that cannot be mounted stops the boot with a FATAL message, before slurmd.
 
 Not proven: anything needing GPUs, GPU NICs or the GCE hypervisor (driver, NCCL, TCPXO/RDMA data
@@ -207,6 +208,20 @@ def test_gpu_steps_run_in_order_and_slurmd_waits_for_the_devices(cluster):
 def test_the_gib_node_boots(cluster):
     [node] = _nodes(cluster, "ultra")
     _ok(cluster, node)
+
+
+def test_a_user_on_the_login_vm_can_use_slurm_but_gets_no_token_and_no_key(cluster):
+    [login] = cluster.declared.outputs["clusters"][CLUSTER]["logins"]
+    _ok(cluster, login)
+    vm = cluster.vm(login)
+    vm.run(["useradd", "-m", "bob"], check=True)
+    sinfo = vm.run(["sinfo", "-h", "-o", "%P"], user="bob")
+    assert sinfo.returncode == 0 and "mega*" in sinfo.stdout.split(), f"{sinfo.stdout}{sinfo.stderr}"
+    token = "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token"
+    as_bob = vm.run(["curl", "-sS", "-m", "5", "-H", "Metadata-Flavor: Google", token], user="bob")
+    assert as_bob.returncode != 0 and "access_token" not in as_bob.stdout
+    assert vm.run(["cat", MUNGE_KEY], user="bob").returncode != 0
+    assert vm.run(["test", "-e", JWT_KEY_PATH]).returncode != 0, "the JWT key belongs on the controller only"
 
 
 def test_a_non_root_user_on_a_node_gets_no_token_and_cannot_read_the_munge_key(cluster):

@@ -80,16 +80,33 @@ def build_provider(cfg: DaemonConfig, inv: Sequence[InventoryPool]) -> Provider:
         raise ConfigError("config", [("provider.options", str(exc))]) from None
 
 
+def managed_name_spaces(pools: Sequence[Pool]) -> list[tuple[str, str, int]]:
+    """(pool, node name prefix, max_nodes) of each pool: what the hooks accept."""
+    return [(p.name, p.node_name_prefix, p.max_nodes) for p in pools]
+
+
+def open_store(cfg: DaemonConfig, pools: Sequence[Pool], *, dry_run: bool = False) -> StateStore:
+    """The daemon's store, checked (StateError when damaged or foreign); with `dry_run` an in-memory copy, so
+    nothing is written, not even a new file.  Otherwise the managed name spaces are recorded for the hooks."""
+    if dry_run:
+        return StateStore.read_only_copy(cfg.state_path)
+    store = StateStore(cfg.state_path, created_by="daemon")
+    store.set_managed_pools(managed_name_spaces(pools))
+    return store
+
+
 def build_daemon(cfg: DaemonConfig, *, dry_run: bool = False, provider: Provider | None = None) -> Daemon:
+    """Raises ConfigError (bad config / inventory) or StateError (damaged or foreign state store)."""
     inv, pools = load_pools(cfg)
     policy = build_policy(cfg.policy)
+    store = open_store(cfg, pools, dry_run=dry_run)  # before the provider: a bad store fails fast
     metrics = Metrics()
     metrics.healthy_after_s = cfg.metrics.healthy_after_s
     return Daemon(
         pools=pools,
         provider=provider or build_provider(cfg, inv),
         slurm=build_slurm(cfg),
-        store=StateStore(cfg.state_path),
+        store=store,
         policy=policy,
         loop=cfg.loop,
         metrics=metrics,

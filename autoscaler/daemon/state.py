@@ -159,7 +159,7 @@ def check_conn(conn: sqlite3.Connection, path: Path | str) -> bool:
         raise StateError(f"state schema version {version} is newer than this daemon knows ({len(MIGRATIONS)})")
     if app_id == APPLICATION_ID:
         return False
-    if app_id == 0 and version >= 1 and _OUR_TABLES <= tables:
+    if app_id == 0 and version >= 1 and tables >= _OUR_TABLES:
         return True
     if app_id == 0 and version == 0 and not tables:
         raise _refuse(path, "the state store is empty and was not created by the daemon")
@@ -205,19 +205,65 @@ class HistoryRow:
     reason: str
 
 
-def connect(
-    path: Path | str, *, timeout_s: float = 10.0, create: bool = True, created_by: str = "daemon"
-) -> sqlite3.Connection:
-    """Open the state file in WAL mode after checking it (`check_file`, `check_conn`), migrating it if needed.
+def _private_copy(path: Path, tmp: str) -> Path:
+    copy = Path(tmp) / path.name
+    shutil.copyfile(path, copy)
+    if Path(f"{path}-wal").exists():
+        shutil.copyfile(f"{path}-wal", f"{copy}-wal")
+    return copy
 
+
+def verify(path: Path | str, *, into: sqlite3.Connection | None = None, attempts: int = 2) -> bool:
+    """The full check (`check_file`, then `check_conn`) on a private copy of the file and its WAL, so a
+    refused file is left exactly as it was (SQLite would otherwise replay or delete the WAL on close).  With
+    `into`, the checked copy is also backed up into that connection.  A copy torn by a concurrent writer
+    (a hook) is retried once.  Returns True for a store from before application_id (see `check_conn`)."""
+    p = Path(path)
+    check_file(p)
+    for attempt in range(attempts):
+        with tempfile.TemporaryDirectory(prefix="gpu-fleet-state-check-") as tmp:
+            src = sqlite3.connect(str(_private_copy(p, tmp)), isolation_level=None)
+            try:
+                legacy = check_conn(src, p)
+                if into is not None:
+                    src.backup(into)
+                return legacy
+            except StateError:
+                if attempt + 1 >= attempts:
+                    raise
+            except sqlite3.DatabaseError as exc:
+                if attempt + 1 >= attempts:
+                    raise _refuse(p, f"the state store is damaged ({exc})") from None
+            finally:
+                src.close()
+        time.sleep(0.2)
+    raise AssertionError("unreachable")
+
+
+def connect(
+    path: Path | str,
+    *,
+    timeout_s: float = 10.0,
+    create: bool = True,
+    created_by: str = "daemon",
+    full_check: bool = True,
+) -> sqlite3.Connection:
+    """Open the state file in WAL mode after checking it, migrating it if needed.
+
+    `full_check` (the daemon): `verify` on a private copy.  Without it (the hooks, which must be fast): the
+    header and the application id only; damage elsewhere surfaces as sqlite3.DatabaseError on use.
     A missing file is created (with `created_by` recorded) only when `create`; otherwise StateError."""
     p = Path(path)
     memory = str(path) == ":memory:"
     new = not memory and not p.exists()
     if new and not create:
         raise StateError(f"{p}: no state store here: the daemon creates it when it starts (`fleet autoscaler run`)")
+    legacy = False
     if not memory and not new:
-        check_file(p)
+        if full_check:
+            legacy = verify(p)
+        else:
+            check_file(p)
     if new:
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
@@ -229,7 +275,10 @@ def connect(
         raise StateError(f"{p}: cannot open the state store: {exc}") from None
     conn.row_factory = sqlite3.Row
     try:
-        legacy = False if (new or memory) else check_conn(conn, p)
+        if not (memory or new or full_check):
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            if app_id != APPLICATION_ID:
+                legacy = check_conn(conn, p)  # not ours, or a store from before application_id
         conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
         if not memory:
             conn.execute("PRAGMA journal_mode = WAL")
@@ -252,27 +301,18 @@ def connect(
 
 
 def snapshot(path: Path | str) -> sqlite3.Connection:
-    """An in-memory copy of the state file for `--dry-run`: checked like `connect`, and nothing is written
-    next to the original (not even SQLite's -wal/-shm files: the copy is read from a private temp dir).
-    A missing file gives an empty in-memory store."""
+    """An in-memory copy of the state file for `--dry-run` and `status`: checked like `connect`, and nothing
+    is written next to the original (not even SQLite's -wal/-shm files).  A missing file gives an empty
+    in-memory store."""
     p = Path(path)
     if not p.exists():
         return connect(":memory:", created_by="dry-run")
-    check_file(p)
-    with tempfile.TemporaryDirectory(prefix="gpu-fleet-dry-run-") as tmp:
-        copy = Path(tmp) / p.name
-        shutil.copyfile(p, copy)
-        if Path(f"{p}-wal").exists():
-            shutil.copyfile(f"{p}-wal", f"{copy}-wal")
-        src = sqlite3.connect(str(copy), isolation_level=None)
-        try:
-            check_conn(src, p)
-            mem = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-            src.backup(mem)
-        except sqlite3.DatabaseError as exc:
-            raise _refuse(p, f"the state store is damaged ({exc})") from None
-        finally:
-            src.close()
+    mem = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    try:
+        verify(p, into=mem)
+    except BaseException:
+        mem.close()
+        raise
     mem.row_factory = sqlite3.Row
     migrate(mem)
     return mem
@@ -304,9 +344,11 @@ def migrate(conn: sqlite3.Connection) -> int:
 class StateStore:
     """Typed access to the state file.  One instance per process; every write is its own transaction."""
 
-    def __init__(self, path: Path | str, *, create: bool = True, created_by: str = "daemon") -> None:
+    def __init__(
+        self, path: Path | str, *, create: bool = True, created_by: str = "daemon", full_check: bool = True
+    ) -> None:
         self.path = Path(path)
-        self.conn = connect(path, create=create, created_by=created_by)
+        self.conn = connect(path, create=create, created_by=created_by, full_check=full_check)
 
     @classmethod
     def read_only_copy(cls, path: Path | str) -> StateStore:

@@ -5,7 +5,8 @@ jobs to the nodes resumed for them).  They must be fast and must not call the cl
 in-process, keeps the names in the pools the daemon manages (the name spaces it recorded in the store at start)
 and writes one row per kept node into the daemon's SQLite state store (WAL, so it never waits on a tick), then
 exits 0.  Names outside every managed pool are refused with one summary line (count and a few examples), never
-queued, so the daemon never runs scontrol on them.  The hooks never create the store: the daemon does.  The daemon's next tick decides how each node's capacity comes (offering, zone) and creates or
+queued, so the daemon never runs scontrol on them.  The hooks never create the store: the daemon does.
+The daemon's next tick decides how each node's capacity comes (offering, zone) and creates or
 deletes the instance named after the node.  Standard library only.
 """
 
@@ -70,7 +71,7 @@ def hand_off(
     names = expand(hostlist)
     if not names:
         raise ValueError("HOSTLIST: empty hostlist")
-    store = StateStore(state_path, create=False)
+    store = StateStore(state_path, create=False, full_check=False)
     try:
         pools = store.managed_pools()
         if not pools:

@@ -112,13 +112,21 @@ def main() -> None:
     ap.add_argument(
         "--with-gce-imports",
         action="store_true",
-        help="also import the GCE provider stack (google-cloud-compute), as the real daemon does, for its RSS",
+        help="also load the GCE actuator's Compute clients (ComputeApi, as the real daemon does), for its RSS",
+    )
+    ap.add_argument(
+        "--compute-full",
+        action="store_true",
+        help="with --with-gce-imports: import all of google.cloud.compute_v1 first (the old way), for comparison",
     )
     a = ap.parse_args()
+    compute_api = None
     if a.with_gce_imports:
-        import google.cloud.compute_v1  # noqa: F401
+        if a.compute_full:
+            import google.cloud.compute_v1  # noqa: F401
+        from autoscaler.gce.client import ComputeApi
 
-        import autoscaler.gce  # noqa: F401
+        compute_api = ComputeApi(endpoint="http://127.0.0.1:1", credentials="anonymous")  # clients built, no call
     setup_logging(level="ERROR")
     rng = random.Random(a.seed)
     t0 = time.time()
@@ -165,6 +173,12 @@ def main() -> None:
         out = {
             "jobs": a.jobs,
             "gce_imports": a.with_gce_imports,
+            "compute_full": a.compute_full,
+            "compute_clients": sorted(
+                k for k, v in vars(compute_api).items() if k.islower() and "Client" in type(v).__name__
+            )
+            if compute_api
+            else [],
             "pending_units_seen": res.pending_units,
             "cloud_nodes": len(cloud.nodes_),
             "ticks": a.ticks,

@@ -1,4 +1,7 @@
-"""`fleet policy check --stack NAME | --config PATH [--json]`: the guardrails over a synthesized stack, offline.
+"""`fleet policy check --stack NAME | --config PATH | --resources FILE [--json]`: the guardrails, offline.
+
+`--stack` / `--config` synthesize the stack file under Pulumi's mocks first; `--resources` reads what
+`fleet synth --json` printed (e.g. a synthesized stack someone edited, or one from another checkout).
 
 Exit 0 when no mandatory policy is violated (advisories are printed), 1 with every violation named (policy,
 resource type and name, the offending field and why), 2 on bad input (no such stack file, an invalid spec).
@@ -23,18 +26,24 @@ def check(
     config: Annotated[
         Path | None, typer.Option("--config", help="path of a stack file (Pulumi.<stack>.yaml format)")
     ] = None,
+    resources: Annotated[
+        Path | None, typer.Option("--resources", help="a `fleet synth --json` output to check instead")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Synthesize the stack under Pulumi's mocks and check every resource against the policy pack's rules."""
-    from fleet.policy.check import check_stack_file
+    from fleet.policy.check import check_stack_file, check_synth_json
     from fleet.spec.load import SpecError, stack_file
 
-    if (stack is None) == (config is None):
-        typer.echo("error: --stack / --config: give exactly one of them", err=True)
+    if sum(x is not None for x in (stack, config, resources)) != 1:
+        typer.echo("error: --stack / --config / --resources: give exactly one of them", err=True)
         raise typer.Exit(2)
     try:
-        path = config if config is not None else stack_file(stack or "")
-        report = check_stack_file(path, stack=stack)
+        if resources is not None:
+            report = check_synth_json(resources)
+        else:
+            path = config if config is not None else stack_file(stack or "")
+            report = check_stack_file(path, stack=stack)
     except SpecError as exc:
         for field_path, reason in exc.errors:
             typer.echo(f"error: {field_path}: {reason}", err=True)

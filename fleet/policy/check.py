@@ -38,7 +38,34 @@ class Report:
 
 def resources_of(recorded: list[dict[str, Any]]) -> list[Resource]:
     """Custom resources of a `fleet synth --json` resource list (components declare nothing billable)."""
-    return [Resource(r["urn"], r["type"], r["name"], r.get("inputs") or {}) for r in recorded if r.get("custom")]
+    return [
+        Resource(r["urn"], r["type"], str(r.get("name") or ""), r.get("inputs") or {})
+        for r in recorded
+        if r.get("custom", True)
+    ]
+
+
+class ResourcesError(ValueError):
+    """A `--resources` file that is not a `fleet synth --json` output."""
+
+
+def check_synth_json(path: Path, settings: Settings = DEFAULT_SETTINGS) -> Report:
+    """Check the resources of a `fleet synth --json` output file."""
+    import json
+
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResourcesError(f"{path}: cannot read: {exc}") from None
+    except ValueError as exc:
+        raise ResourcesError(f"{path}: not JSON: {exc}") from None
+    recorded = doc.get("resources") if isinstance(doc, dict) else None
+    if not isinstance(recorded, list) or not all(
+        isinstance(r, dict) and isinstance(r.get("urn"), str) and isinstance(r.get("type"), str) for r in recorded
+    ):
+        raise ResourcesError(f"{path}: resources: expected the list `fleet synth --json` prints (urn, type, inputs)")
+    resources = resources_of(recorded)
+    return Report(str(doc.get("stack") or ""), len(resources), tuple(check_all(resources, settings)))
 
 
 def check_stack_file(path: Path, stack: str | None = None, settings: Settings = DEFAULT_SETTINGS) -> Report:

@@ -117,7 +117,7 @@ def _get(props: Mapping[str, Any], path: str) -> Any:
 
 
 def _list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, list | tuple) else []
+    return list(value) if isinstance(value, Sequence) and not isinstance(value, str | bytes) else []
 
 
 def gpus_of(props: Mapping[str, Any]) -> int:

@@ -13,7 +13,7 @@ import pulumi
 
 from components.gcp.network import NetworkFabric, NetworkFabricArgs
 from components.gcp.node_pool import GpuNodePool, GpuNodePoolArgs, NicArgs, service_account_id
-from components.gcp.slurm_cluster import SlurmCluster, SlurmClusterArgs
+from components.gcp.slurm_cluster import SlurmCluster, SlurmClusterArgs, autoscaler_account_email
 from components.gcp.startup import (
     JWT_KEY_PATH,
     METADATA_AUTOSCALER_CONFIG,
@@ -25,6 +25,7 @@ from components.gcp.startup import (
     startup_script,
 )
 from components.gcp.storage import BucketArgs, FilestoreArgs, LustreArgs, SharedStorage, SharedStorageArgs
+from fleet.bootstrap.iam import AutoscalerScope
 from fleet.catalog import Catalog, load_catalog
 from fleet.slurm.conf import node_name_prefix, render_slurm_conf, slurmrestd_auth
 from fleet.spec.derive import pool_zones
@@ -104,6 +105,7 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
         scratch = storage.lustre.mount_point if storage.lustre else None
         slurm = cluster.slurm
         assert slurm is not None  # checked above
+        entries = [plan.inventory_entry(spec, cluster, p, cat) for p in cluster.pools]
         control = SlurmCluster(
             f"{cluster.name}-slurm",
             SlurmClusterArgs(
@@ -116,6 +118,7 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
                 gres_conf=conf.gres_conf,
                 cgroup_conf=conf.cgroup_conf or None,
                 node_name_prefixes=[node_name_prefix(cluster.name, p.name) for p in cluster.pools],
+                autoscaler_scope=AutoscalerScope.from_inventory(spec.project, spec.region, entries),
                 controller_machine_type=slurm.controller_machine_type,
                 login_machine_type=slurm.login_machine_type,
                 login_nodes=slurm.login_nodes,
@@ -124,10 +127,10 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
                 scratch_mount=cluster.storage.scratch.mount_point if cluster.storage.scratch else "/scratch",
                 # the daemon on the controller reads its pools from here (same shape as the stack output)
                 controller_metadata={
-                    METADATA_INVENTORY: json.dumps(
-                        [plan.inventory_entry(spec, cluster, p, cat) for p in cluster.pools]
+                    METADATA_INVENTORY: json.dumps(entries),
+                    METADATA_AUTOSCALER_CONFIG: plan.autoscaler_config(
+                        cluster, impersonate=autoscaler_account_email(cluster.name, spec.project)
                     ),
-                    METADATA_AUTOSCALER_CONFIG: plan.autoscaler_config(cluster),
                 },
                 autoscaler_source=slurm.autoscaler.source,
                 autoscaler_ref=slurm.autoscaler.ref,
@@ -175,7 +178,7 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
                     boot_disk_gb=pool.boot_disk_gb,
                     boot_disk_type=plan.boot_disk_type(machine),
                     image=pool.image,
-                    sa_users=[control.controller_member],
+                    sa_users=[],  # the MIG's service agent creates the VMs: nobody needs actAs on the nodes' SA
                     secret_ids=[control.munge_secret.secret_id],
                     bucket_names=[storage.bucket.name] if storage.bucket else [],
                     metadata={
@@ -192,6 +195,7 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
             "controller": control.controller.name,
             "logins": [vm.name for vm in control.logins],
             "controller_service_account": control.controller_sa.email,
+            "autoscaler_service_account": control.autoscaler_sa.email,
             "munge_secret": control.munge_secret.id,
             "jwt_secret": control.jwt_secret.id,
             "home": home,

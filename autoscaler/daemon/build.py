@@ -55,6 +55,30 @@ def build_slurm(cfg: DaemonConfig) -> SlurmClient:
     return CliSlurm(bin_dir=s.bin_dir, conf=s.conf, timeout_s=s.timeout_s)
 
 
+CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
+
+
+def impersonated(target: str, source: Any = None) -> Any:
+    """Credentials for `target` minted from `source` (default: Application Default Credentials, i.e. the
+    VM's own account through the metadata server), refreshed before they expire (1 h tokens)."""
+    from google.auth import impersonated_credentials
+
+    if source is None:
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+
+        try:
+            source, _ = google.auth.default(scopes=[CLOUD_PLATFORM])
+        except DefaultCredentialsError as exc:
+            raise ConfigError(
+                "config",
+                [("provider.impersonate_service_account", f"no source credentials to impersonate with: {exc}")],
+            ) from None
+    return impersonated_credentials.Credentials(
+        source_credentials=source, target_principal=target, target_scopes=[CLOUD_PLATFORM], lifetime=3600
+    )
+
+
 def build_provider(cfg: DaemonConfig, inv: Sequence[InventoryPool]) -> Provider:
     """The GCE provider (`provider.options` go to `GceProvider`; `options.retry` is a `RetryPolicy` mapping)."""
     p = cfg.provider
@@ -74,6 +98,8 @@ def build_provider(cfg: DaemonConfig, inv: Sequence[InventoryPool]) -> Provider:
         from google.auth.credentials import AnonymousCredentials
 
         kw["credentials"] = AnonymousCredentials()
+    if p.impersonate_service_account:
+        kw["credentials"] = impersonated(p.impersonate_service_account)
     try:
         return GceProvider(list(inv), **kw)
     except (TypeError, ValueError) as exc:

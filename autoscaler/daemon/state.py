@@ -495,6 +495,20 @@ class StateStore:
             raise
         return len(with_jobs)
 
+    def resume_jobs_of(self, names: Iterable[str]) -> dict[str, tuple[int, ...]]:
+        """name -> job ids of the latest resume request for it (what Slurm bound the node to), if any."""
+        wanted = list(dict.fromkeys(names))
+        out: dict[str, tuple[int, ...]] = {}
+        for i in range(0, len(wanted), 500):
+            chunk = wanted[i : i + 500]
+            q = (
+                "SELECT name, jobs FROM power_queue WHERE action = 'resume' AND jobs != '[]'"
+                f" AND name IN ({','.join('?' * len(chunk))}) ORDER BY id"
+            )
+            for r in self.conn.execute(q, chunk):
+                out[r["name"]] = tuple(json.loads(r["jobs"]))  # later rows win
+        return out
+
     def open_power(self) -> list[PowerRow]:
         rows = self.conn.execute("SELECT * FROM power_queue WHERE done_at IS NULL ORDER BY id").fetchall()
         return [PowerRow(r["id"], r["action"], r["name"], tuple(json.loads(r["jobs"])), r["at"]) for r in rows]

@@ -277,8 +277,8 @@ class Daemon:
             failed.update(names)
             # Slurm still waits for these nodes: ask again, next plan picks another offering
             again = [n for n in names if snodes is None or (snodes.get(n) is not None and snodes[n].powering_up)]
-            if again:
-                self.store.enqueue_power("resume", again, now, {})
+            if again:  # with the jobs Slurm bound them to: independent jobs stay separate units, gangs keep priority
+                self.store.enqueue_power("resume", again, now, self.store.resume_jobs_of(again))
         return memory, failed
 
     def _preempted(
@@ -431,7 +431,7 @@ class Daemon:
             still = set(with_instance) - set(deleted)
             done_ids += [r.id for r in suspend + failed if r.name in names and r.name not in still]
         done_ids += [r.id for r in suspend + failed if not (r.name in live or r.name in intent_of)]
-        back = [r.name for r in failed if r.id in done_ids]
+        back = [r.name for r in failed if r.id in done_ids and pool_name(r.name) is not None]  # never unmanaged names
         if back:
             act.scontrol(back, "resume", "gpu-fleet: resume failed; back in service")
         if actuate:

@@ -42,6 +42,7 @@ from autoscaler.daemon.snapshot import (
     unavailable_from_rows,
 )
 from autoscaler.daemon.state import OPEN_REQUEST_STATES, PowerRow, RequestRow, StateStore
+from autoscaler.daemon.unservable import UnservableJobs
 from autoscaler.model import (
     LIVE_STATES,
     Inventory,
@@ -128,6 +129,7 @@ class Daemon:
         self.lock = lock or LeaderLock(store.path)
         self.clock = clock
         self.dry_run = dry_run
+        self.unservable = UnservableJobs()
 
     # --- the tick ------------------------------------------------------------------------------------------
     def tick(self) -> TickResult:
@@ -220,6 +222,7 @@ class Daemon:
         prices = {o.key: o.hourly_usd for o in offerings}
         view = build_view(self.pools, cloud, snodes, sjobs, requests, power, now, prices=prices)
         res.pending_units = len(view.pending)
+        self.unservable.update(view.pending, self.pools, self.metrics)  # logged once per job, gauge per tick
         res.resume_units = sum(len(v) for v in view.resume.values())
 
         if res.leader:

@@ -360,3 +360,30 @@ def test_resume_fail_rows_for_unmanaged_names_run_no_scontrol(make_daemon, slurm
     res = d.tick()
     assert res.ok and slurm.updates == []
     assert d.store.open_power() == []  # finished, not retried forever
+
+
+def test_a_job_no_pool_can_ever_serve_is_logged_once_and_counted(make_daemon, slurm, clock) -> None:
+    import io
+    import json
+
+    from autoscaler.daemon.logs import setup_logging
+
+    buf = io.StringIO()
+    setup_logging(json_lines=True, stream=buf, level="WARNING")
+    try:
+        # -N 100 on a partition whose pool has 4 nodes; a job that fits
+        slurm.jobs_ = [pending_job(41, nodes=100, reason="PartitionNodeLimit"), pending_job(42, nodes=2)]
+        d = make_daemon()
+        for _ in range(3):
+            assert d.tick().ok
+            clock.advance(10)
+    finally:
+        setup_logging()
+    said = [json.loads(x) for x in buf.getvalue().splitlines() if "never be served" in x]
+    assert len(said) == 1 and said[0]["reason"] == "too-many-nodes"
+    assert "needs 100 nodes" in said[0]["message"] and "has 4" in said[0]["message"]
+    text = d.metrics.render().decode()
+    assert 'gpu_fleet_autoscaler_unservable_jobs{reason="too-many-nodes"} 1.0' in text
+    slurm.jobs_ = [pending_job(42, nodes=2)]  # the user cancelled it: the gauge drops
+    d.tick()
+    assert 'unservable_jobs{reason="too-many-nodes"}' not in d.metrics.render().decode()

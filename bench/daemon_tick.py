@@ -6,7 +6,10 @@ One in-process daemon over: canned `squeue --json` / `sinfo --json` in Slurm 22.
 tick through the real CLI client, so JSON decoding counts), an in-memory cloud (tests/daemon/fakes.py) holding
 the live nodes, a file-backed SQLite state store with 64 queued resume requests, and the real planner.
 Pending jobs: 1-8 GPUs on one node or 2-8-node gangs of 8 GPUs, across a spot and an on-demand partition.
-Prints the median / max tick seconds and the process RSS (current and peak).
+Prints the median / max tick seconds and the process RSS (current and peak).  `--with-gce-imports` also loads
+what the real daemon process holds: the GCE actuator's Compute clients (`ComputeApi`, only the five services it
+calls: autoscaler/gce/compute_lite.py), apscheduler and the CLI; `--compute-full` imports all of
+`google.cloud.compute_v1` first, for comparison.
 """
 
 from __future__ import annotations
@@ -124,6 +127,8 @@ def main() -> None:
     if a.with_gce_imports:
         if a.compute_full:
             import google.cloud.compute_v1  # noqa: F401
+        import autoscaler.daemon.loop  # noqa: F401  (apscheduler: what `fleet autoscaler run` imports too)
+        import fleet.cli.daemon  # noqa: F401  (typer)
         from autoscaler.gce.client import ComputeApi
 
         compute_api = ComputeApi(endpoint="http://127.0.0.1:1", credentials="anonymous")  # clients built, no call

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian 12 machine for gpu-fleet development and tests (run as root or with sudo):
 #   - Debian packages: Slurm 22.05 (slurmctld, slurmd, client, slurmrestd, JWT plugin), munge, gcc
-#   - uv, a .venv in the repo, and the project installed editable with its test extras;
+#   - uv, a .venv in the repo, and the project installed editable with its test and ray extras;
 #   - policies/.venv: the policy pack's virtualenv (pulumi-policy).
 # Idempotent: re-running skips what is already there.
 set -euo pipefail
@@ -23,7 +23,7 @@ command -v uv >/dev/null || python3 -m pip install -q uv
 [ -x .venv/bin/python ] || uv venv -q -p "$(command -v python3)" .venv
 # --compile-bytecode: pulumi_gcp is ~290 MB of Python; with PYTHONDONTWRITEBYTECODE set (as on CI) every
 # process would otherwise recompile what it imports (~3 s per fleet synth).
-VIRTUAL_ENV="$PWD/.venv" uv pip install -q --compile-bytecode -e '.[test]'
+VIRTUAL_ENV="$PWD/.venv" uv pip install -q --compile-bytecode -e '.[test,ray]'
 # The CrossGuard policy pack's own virtualenv (pulumi-policy pins protobuf 5, google-cloud-compute needs 6).
 [ -x policies/.venv/bin/python ] || uv venv -q -p "$(command -v python3)" policies/.venv
 VIRTUAL_ENV="$PWD/policies/.venv" uv pip install -q -r policies/requirements.txt

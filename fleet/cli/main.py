@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "bench",  # fleet bench planner                  (planner benchmark)
     "daemon",  # fleet autoscaler, fleet slurm        (the autoscaler daemon)
     "bootstrap",  # fleet bootstrap-region            (new-region bootstrap)
+    "advise",  # fleet advise commitments             (compute-budget advisor)
     "policy",  # fleet policy check                  (guardrails, same rules as policies/)
 )
 

@@ -1,0 +1,190 @@
+"""`fleet advise commitments`: how many reserved nodes to buy, on which committed-use term, from the team's
+own job history replayed through the gpu-fleet policy.  See docs/advise.md."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+advise_app = typer.Typer(help="Budget advice from replaying real demand.", no_args_is_help=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+@advise_app.command("commitments")
+def commitments(
+    trace: Annotated[Path, typer.Option("--trace", help="job trace CSV (submission_time,duration,num_gpu)")],
+    machine_family: str = typer.Option("a3-highgpu", "--machine-family", help="catalog family to reserve and buy"),
+    region: str = typer.Option("us-central1", "--region", help="region (the reservation sits in its first zone)"),
+    spot_fraction: float = typer.Option(0.0, "--spot-fraction", help="share of jobs (seeded) that tolerate spot"),
+    stockout_rate: float = typer.Option(0.0, "--stockout-rate", help="probability a launch stocks out"),
+    terms: str = typer.Option("none,1y,3y", "--terms", help="comma-separated: none, 1y, 3y"),
+    sizes: str = typer.Option("0:200:10", "--sizes", help="reserved-node counts: START:STOP:STEP or a list"),
+    seeds: int = typer.Option(3, "--seeds", help="seeds per point (stockouts, spot preemption, spot choice)"),
+    train: float | None = typer.Option(None, "--train", help="choose on the first DAYS of the trace ..."),
+    test: float | None = typer.Option(None, "--test", help="... and score the choice on the next DAYS"),
+    price_file: Annotated[Path | None, typer.Option("--price-file", help="YAML of negotiated rates")] = None,
+    ray_address: str | None = typer.Option(None, "--ray-address", help="run on this Ray cluster (or 'local')"),
+    workers: int | None = typer.Option(None, "--workers", help="local processes (default: every core)"),
+    allow_short_history: bool = typer.Option(
+        False, "--allow-short-history", help="recommend terms longer than the history can justify"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+    report: Annotated[Path | None, typer.Option("--report", help="write an HTML report (PNG if .png)")] = None,
+) -> None:
+    """Replay the trace for every reservation size x term (x seed) and recommend the cheapest mix."""
+    from autoscaler.replay.trace import TraceError, load_trace
+    from fleet.advise.commitments import Request, advise, reserved_machine
+    from fleet.advise.grid import GridError, catalog_prices, load_price_file, parse_sizes, parse_terms
+    from fleet.advise.runner import RunnerError
+
+    try:
+        term_list = parse_terms(terms)
+        size_list = parse_sizes(sizes)
+        if not 1 <= seeds <= 100:
+            raise GridError("--seeds: 1 to 100")
+        if workers is not None and workers < 1:
+            raise GridError("--workers: at least 1")
+        for flag, v in (("--train", train), ("--test", test)):
+            if v is not None and (not math.isfinite(v) or v <= 0):
+                raise GridError(f"{flag}: a positive number of days")
+        if (train is None) != (test is None):
+            raise GridError("--train/--test: give both or neither")
+        if report is not None and report.is_dir():
+            raise GridError(f"--report: {report} is a directory")
+        jobs = tuple(load_trace(trace))
+        req = Request(
+            trace=str(trace),
+            jobs=jobs,
+            machine_family=machine_family,
+            region=region,
+            spot_fraction=spot_fraction,
+            stockout_rate=stockout_rate,
+            terms=term_list,
+            sizes=size_list,
+            seeds=seeds,
+            train_days=train,
+            test_days=test,
+            allow_short_history=allow_short_history,
+            workers=workers,
+            ray_address=ray_address,
+        )
+        machine = reserved_machine(req)
+        prices = (
+            load_price_file(price_file, machine, region, term_list)
+            if price_file
+            else catalog_prices(machine, region, term_list)
+        )
+        req = Request(**{**req.__dict__, "prices": prices})
+    except (GridError, TraceError) as exc:
+        raise _fail(str(exc) if str(exc).startswith("--") else f"--trace: {exc}") from None
+    except ValueError as exc:  # scenario validation (family, region, spot price) and window checks
+        raise _fail(_scenario_message(exc)) from None
+
+    progress = _progress_bar() if not as_json else None
+    try:
+        result = advise(req, progress)
+    except RunnerError as exc:
+        raise _fail(str(exc)) from None
+    except ValueError as exc:
+        raise _fail(_scenario_message(exc)) from None
+    if report is not None:
+        from fleet.advise.report import write_report
+
+        write_report(result, report)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    _print_human(result)
+
+
+def _scenario_message(exc: ValueError) -> str:
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        flags = {"machine_family": "--machine-family", "region": "--region", "spot_fraction": "--spot-fraction",
+                 "stockout_rate": "--stockout-rate"}  # fmt: skip
+        parts = []
+        for e in exc.errors():
+            loc = str(e["loc"][0]) if e["loc"] else ""
+            msg = e["msg"].removeprefix("Value error, ")
+            if ":" in msg and not loc:
+                loc, msg = msg.split(":", 1)
+            parts.append(f"{flags.get(loc.strip(), loc.strip())}: {msg.strip()}")
+        return "; ".join(parts)
+    return str(exc)
+
+
+def _progress_bar():  # type: ignore[no-untyped-def]
+    import sys
+
+    if not sys.stderr.isatty():
+        return None
+    from rich.progress import Progress
+
+    bar = Progress(transient=True)
+    task = bar.add_task("replaying the grid", total=None)
+    bar.start()
+
+    def update(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+        if done == total:
+            bar.stop()
+
+    return update
+
+
+def _print_human(result: dict) -> None:
+    from fleet.cli.tables import print_table
+
+    sc = result["scenario"]
+    rec = result["recommended"]
+    typer.echo(
+        f"{sc['trace']}: {sc['jobs']} jobs, {sc['history_days']:.0f} days of history; {sc['reserved_machine_type']} "
+        f"in {sc['region']}; {sc['seeds']} seed(s); prices: {sc['prices_source']}"
+    )
+    window = result["choice_window"]
+    cells = [
+        [
+            p["term"],
+            str(p["reserved_nodes"]),
+            f"{p['cost_usd_mean']:,.0f}",
+            f"{p['cost_usd_min']:,.0f}..{p['cost_usd_max']:,.0f}",
+            f"{p['lower_bound_usd']:,.0f}",
+            f"{p['overflow_usd_mean']:,.0f}",
+            "-" if p["reservation_fill"] is None else f"{100 * p['reservation_fill']:.0f} %",
+            f"{p['wait_p50_s']:.0f}",
+            f"{p['wait_p95_s']:.0f}",
+        ]
+        for p in result["points"]
+        if p["window"] == window
+    ]
+    headers = ["term", "reserved", "cost $", "range $", "bound $", "overflow $", "fill", "p50 s", "p95 s"]
+    print_table(headers, cells, title=f"{window} window")
+    saving = rec.get("saving_vs_on_demand_pct")
+    typer.echo(
+        f"recommended: {rec['reserved_nodes']} reserved nodes, term {rec['term']}: ${rec['cost_usd']:,.0f}"
+        + (f", {saving:.1f} % less than all on demand" if saving is not None else "")
+        + f" (cheaper in {rec['seeds_cheaper_than_on_demand']} of {sc['seeds']} seeds)"
+    )
+    test = result.get("test")
+    if test:
+        typer.echo(
+            f"on the unseen test window: ${test['recommended']['cost_usd']:,.0f} vs all on demand "
+            f"${test['on_demand_cost_usd']:,.0f}; hindsight best {test['hindsight_best']['reserved_nodes']} nodes "
+            f"{test['hindsight_best']['term']} ${test['hindsight_best']['cost_usd']:,.0f} "
+            f"(regret {test['regret_pct']:.2f} %)"
+        )
+    for c in result["caveats"]:
+        typer.echo(f"note: {c}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(advise_app, name="advise")

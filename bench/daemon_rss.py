@@ -6,7 +6,8 @@ Runs the `fleet` CLI as a child process, exactly as systemd would, against: cann
 `sinfo --json` in Slurm 22.05's shape behind stand-in squeue/sinfo/scontrol programs (`slurm.bin_dir`), the
 local fake Compute REST server (tests/fakes) serving the pools' MIGs, and a fresh state store.  The real
 GceProvider builds its Compute clients and calls listManagedInstances / regions.get / reservations over HTTP.
-Reports the child's peak RSS (ru_maxrss of the waited-for child) and the tick result.
+Reports the child's peak RSS (its own VmHWM, written at exit: ru_maxrss of a child would also count the RSS of
+the process that forked it) and the tick result.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -28,6 +28,18 @@ import yaml  # noqa: E402
 
 from tests.e2e.env import PROJECT, inventory  # noqa: E402
 from tests.fakes.compute_api import FakeCompute  # noqa: E402
+
+# `fleet ...` in this child, which writes its own peak RSS (VmHWM) to stderr at exit
+CHILD = (
+    "import atexit, sys\n"
+    "def hwm():\n"
+    "    line = next(x for x in open('/proc/self/status') if x.startswith('VmHWM:'))\n"
+    "    sys.stderr.write(line)\n"
+    "atexit.register(hwm)\n"
+    "from fleet.cli.main import app\n"
+    "sys.argv[0] = 'fleet'\n"
+    "app()\n"
+)
 
 
 def squeue(jobs: int, rng: random.Random, t0: float) -> dict:
@@ -85,14 +97,15 @@ def main() -> None:
         (d / "a.yaml").write_text(yaml.safe_dump(cfg))
         t0 = time.perf_counter()
         cp = subprocess.run(
-            [str(Path(sys.executable).with_name("fleet")), "autoscaler", "run", "--config", str(d / "a.yaml"),
+            [sys.executable, "-c", CHILD, "autoscaler", "run", "--config", str(d / "a.yaml"),
              "--once", "--log-json", "--log-level", "ERROR"],
             capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         wall = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest waited-for child
-    if cp.returncode != 0:
+    hwm = [x for x in cp.stderr.splitlines() if x.startswith("VmHWM:")]
+    if cp.returncode != 0 or not hwm:
         sys.exit(f"daemon failed (exit {cp.returncode}): {cp.stderr[-2000:]}")
+    peak = int(hwm[-1].split()[1]) / 1024
     res = json.loads(cp.stdout)
     out = {
         "jobs": a.jobs,

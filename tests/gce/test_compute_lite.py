@@ -12,13 +12,14 @@ from tests.e2e.env import PROJECT, inventory
 from tests.fakes.compute_api import FakeCompute
 
 PROBE = r"""
-import json, resource, sys
+import json, sys
 from autoscaler.gce.client import ComputeApi
 api = ComputeApi(endpoint=sys.argv[1], credentials="anonymous")
 assert "google.cloud.compute_v1" not in sys.modules  # the trimmed package is not left registered
 vms = api.list_managed_instances(sys.argv[2], sys.argv[3], sys.argv[4])
 quotas = api.region_quotas(sys.argv[2], sys.argv[5])
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM (peak RSS of this process's own memory): ru_maxrss would include the forking pytest process's RSS
+rss = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:")) / 1024
 from google.cloud import compute_v1  # a complete import afterwards still works
 assert compute_v1.InstancesClient and int(compute_v1.Operation.Status.DONE) == int(api._v1.Operation.Status.DONE)
 print(json.dumps({"vms": len(vms), "quotas": len(quotas), "rss_mib": rss, "kept": len(api._v1.kept_messages)}))
@@ -41,8 +42,8 @@ def test_trimmed_library_speaks_the_real_wire_format_and_coexists_with_the_full_
     assert cp.returncode == 0, cp.stderr[-3000:]
     out = json.loads(cp.stdout)
     assert out["vms"] == 0 and out["quotas"] >= 0  # both calls went over the wire and parsed
-    assert 50 < out["kept"] < 1000  # a few hundred of the library's 2,000+ messages
-    assert out["rss_mib"] < 100  # the complete library alone is ~150 MB
+    assert 50 < out["kept"] < 1000, out  # a few hundred of the library's 2,000+ messages
+    assert out["rss_mib"] < 110, out  # the complete library alone is ~150 MB; measured ~70
 
 
 def test_every_client_and_message_the_actuator_uses_is_kept() -> None:

@@ -86,6 +86,7 @@ FIREWALL = "gcp:compute/firewall:Firewall"
 BUCKET = "gcp:storage/bucket:Bucket"
 GKE_CLUSTER = "gcp:container/cluster:Cluster"
 GKE_NODE_POOL = "gcp:container/nodePool:NodePool"
+ADDRESS = "gcp:compute/address:Address"
 VM_KINDS = (INSTANCE, TEMPLATE, REGION_TEMPLATE)
 # Billable resources that carry labels, and where (a dotted path into the properties).
 BILLABLE_LABELS: dict[str, str] = {
@@ -93,7 +94,7 @@ BILLABLE_LABELS: dict[str, str] = {
     TEMPLATE: "labels",
     REGION_TEMPLATE: "labels",
     "gcp:compute/disk:Disk": "labels",
-    "gcp:compute/address:Address": "labels",
+    ADDRESS: "labels",  # external addresses only (internal reservations are free)
     "gcp:filestore/instance:Instance": "labels",
     "gcp:lustre/instance:Instance": "labels",
     "gcp:parallelstore/instance:Instance": "labels",
@@ -181,6 +182,8 @@ def required_labels(kind: str, props: Mapping[str, Any], settings: Settings) -> 
     path = BILLABLE_LABELS.get(kind)
     if not path:
         return []
+    if kind == ADDRESS and str(props.get("addressType") or "EXTERNAL").upper() == "INTERNAL":
+        return []  # a reserved internal address is free
     labels = _get(props, path)
     labels = labels if isinstance(labels, Mapping) else {}
     missing = [k for k in settings.required_labels if not str(labels.get(k) or "").strip()]

@@ -109,11 +109,14 @@ def hook(action: str, hostlist: str, state: Path) -> subprocess.CompletedProcess
 def test_hook_refuses_names_outside_the_managed_pools_with_one_line(tmp_path: Path) -> None:
     state = tmp_path / "s.db"
     daemon_store(state, "c1-spot", max_nodes=4)
-    # 100,000 unknown names (another cluster's, and beyond the pool's max_nodes) -> one summary line, exit 2
-    cp = hook("resume-fail", "other-gpu-[0-99995],c1-spot-[4-7]", state)
+    # 60,000 unknown names (another cluster's, and beyond the pool's max_nodes) -> one summary line, exit 2
+    cp = hook("resume-fail", "other-gpu-[0-59995],c1-spot-[4-7]", state)
     assert cp.returncode == 2
     lines = cp.stderr.strip().splitlines()
-    assert len(lines) == 1 and "refused 100000 node name(s)" in lines[0] and "other-gpu-0" in lines[0]
+    assert len(lines) == 1 and "refused 60000 node name(s)" in lines[0] and "other-gpu-0" in lines[0]
+    # 100,000: one line too, whether refused as names outside the pools or by the hostlist size limit
+    cp = hook("resume-fail", "other-gpu-[0-99999]", state)
+    assert cp.returncode == 2 and len(cp.stderr.strip().splitlines()) == 1
     assert StateStore(state).open_power() == []
     # a mix: the managed names are queued, the others refused in one line
     cp = hook("resume", "c1-spot-[0-1],login-0", state)

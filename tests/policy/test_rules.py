@@ -108,8 +108,10 @@ def test_required_labels_on_every_billable_resource() -> None:
                 if x.policy == "required-labels"]  # fmt: skip
         assert v.message.startswith("labels: missing required label(s) cost-center"), kind
     assert names([res("gcp:container/cluster:Cluster", {"resourceLabels": LABELS})]) == []
-    # not billable on its own (a network): no labels needed
+    # not billable on its own (a network, a reserved internal address): no labels needed
     assert names([res("gcp:compute/network:Network", {})]) == []
+    assert names([res("gcp:compute/address:Address", {"addressType": "INTERNAL", "region": "us-east4"})]) == []
+    assert names([res("gcp:compute/address:Address", {"region": "us-east4"})]) == [("required-labels", MANDATORY)]
 
 
 def test_regions_outside_the_approved_list_are_refused() -> None:

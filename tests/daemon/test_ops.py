@@ -196,3 +196,19 @@ def test_deploy_wrappers_are_the_paths_the_slurm_conf_renderer_uses(tmp_path: Pa
         ("suspend", "a-0"),
         ("resume_fail", "a-1"),
     ]
+
+
+def test_a_store_damaged_while_running_stops_the_loop_with_exit_2(tmp_path: Path) -> None:
+    """A tick that hits sqlite's "database disk image is malformed" stops the daemon (exit 2: the unit's
+    RestartPreventExitStatus=2 keeps systemd from restarting into the same failure) instead of failing forever."""
+    from autoscaler.daemon.tick import TickResult
+
+    class Damaged(SlowDaemon):
+        def tick(self) -> TickResult:  # type: ignore[override]
+            self.ticks += 1
+            return TickResult(at=0.0, error="DatabaseError: database disk image is malformed")
+
+    d = Damaged(StateStore(tmp_path / "s.db"))
+    loop = RunLoop(d, interval_s=0.1)  # type: ignore[arg-type]
+    assert loop.run(install_signals=False) == 2
+    assert d.ticks == 1

@@ -9,6 +9,7 @@ commands.
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -23,6 +24,7 @@ autoscaler_app = typer.Typer(
 slurm_app = typer.Typer(
     help="Slurm power-saving programs (ResumeProgram, SuspendProgram, ResumeFailProgram).", no_args_is_help=True
 )
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL")
 _STATE_HELP = "state store of the daemon (default: $GPU_FLEET_AUTOSCALER_STATE or /var/lib/gpu-fleet/autoscaler.db)"
 StatePath = Annotated[Path | None, typer.Option("--state", help=_STATE_HELP)]
 Hostlist = Annotated[str, typer.Argument(help="Slurm hostlist, e.g. a3-spot-[0-3]")]
@@ -46,6 +48,8 @@ def run(
     from autoscaler.daemon.logs import setup_logging
     from autoscaler.daemon.state import StateError
 
+    if log_level.upper() not in LOG_LEVELS:
+        _fail(f"--log-level: {log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     setup_logging(json_lines=log_json, level=log_level.upper())
     try:
         cfg = load_config(config)
@@ -57,6 +61,10 @@ def run(
         return
     except StateError as exc:
         _state_fail(exc, log_json)
+        return
+    except (OSError, sqlite3.Error) as exc:  # the state store cannot be opened or created
+        where = f"{config}: state_path: {cfg.state_path}"
+        _fail(f"{where}: cannot open the daemon's state store: {getattr(exc, 'strerror', None) or exc}")
         return
     if once:
         res = daemon.tick()
@@ -161,13 +169,17 @@ def status(
             path = load_config(config).state_path
         except ConfigError as exc:
             _fail(str(exc))
+    path = path or default_state_path()
+    if path.is_dir() or not path.is_file():
+        _fail(f"--state: {path}: {'is a directory' if path.is_dir() else 'no such state store'} (status reads it)")
     try:
-        store = StateStore.read_only_copy(path or default_state_path())
+        store = StateStore.read_only_copy(path)  # checked, in memory: status never writes the file
     except StateError as exc:
-        _fail(f"state_path: {exc}")
+        _fail(f"--state: {exc}")
         return
-    if not store.path.exists():
-        _fail(f"state_path: {store.path}: no state store here (the daemon creates it when it starts)")
+    except (OSError, sqlite3.Error) as exc:
+        _fail(f"--state: {path}: cannot open the daemon's state store: {exc}")
+        return
     out = {
         "state_path": str(store.path),
         "leader": store.leader(),

@@ -3,6 +3,7 @@
 #   - Debian packages: Slurm 22.05 (slurmctld, slurmd, client, slurmrestd, JWT plugin), munge, gcc;
 #     for the first-boot test (tests/firstboot/): debootstrap, iproute2, openssl (the test VMs' root and network)
 #   - uv, a .venv in the repo, and the project installed editable with its test and ray extras.
+#   - policies/.venv: the policy pack's virtualenv (pulumi-policy).
 # Idempotent: re-running skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,4 +27,7 @@ command -v uv >/dev/null || python3 -m pip install -q uv
 # --compile-bytecode: pulumi_gcp is ~290 MB of Python; with PYTHONDONTWRITEBYTECODE set (as on CI) every
 # process would otherwise recompile what it imports (~3 s per fleet synth).
 VIRTUAL_ENV="$PWD/.venv" uv pip install -q --compile-bytecode -e '.[test,ray]'
+# The CrossGuard policy pack's own virtualenv (pulumi-policy pins protobuf 5, google-cloud-compute needs 6).
+[ -x policies/.venv/bin/python ] || uv venv -q -p "$(command -v python3)" policies/.venv
+VIRTUAL_ENV="$PWD/policies/.venv" uv pip install -q -r policies/requirements.txt
 echo "setup: done ($(.venv/bin/python --version), $(slurmctld -V))"

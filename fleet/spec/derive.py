@@ -29,6 +29,11 @@ def node_hostlist(cluster: str, pool: str, count: int) -> str:
     return f"{prefix}-[0-{count - 1}]"
 
 
+def on_gcp(cluster: ClusterSpec) -> bool:
+    """The cluster's nodes are GCE VMs (Slurm on GCE, or GKE); `platform: kubernetes` nodes are not."""
+    return cluster.platform != "kubernetes"
+
+
 def pool_zones(spec: FleetSpec, pool: NodePoolSpec, catalog: Catalog) -> tuple[str, ...]:
     """The zones a pool launches in: its own `zones`, else the fleet zones that offer its type."""
     if pool.zones is not None:
@@ -87,7 +92,7 @@ def fabric_networks(spec: FleetSpec, catalog: Catalog) -> list[FabricNetwork]:
     Pools of one machine type in one cluster share its fabric; each subnet holds all their nodes.
     """
     out = []
-    for cluster in spec.clusters:
+    for cluster in filter(on_gcp, spec.clusters):
         nodes: dict[str, int] = {}
         for pool in cluster.pools:
             if pool.machine_type in catalog:

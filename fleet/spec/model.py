@@ -38,6 +38,12 @@ class NodePoolSpec(_Spec):
     boot_disk_gb: int = Field(200, ge=50, le=65536)
     image: str = Field("projects/debian-cloud/global/images/family/debian-12", description="boot image or family")
     labels: dict[str, str] = Field(default_factory=dict)
+    # Kubernetes platforms (docs/kubernetes.md): a $/h price for machines the catalog lacks, and the
+    # Cluster API templates of a pool on `platform: kubernetes`.
+    price_per_hour: float | None = Field(
+        None, gt=0, le=1000, description="$/h per node; required when the catalog has no price for the type"
+    )
+    cluster_api: ClusterApiPoolSpec | None = None
 
 
 class NetworkSpec(_Spec):
@@ -116,12 +122,136 @@ class SlurmSpec(_Spec):
     autoscaler: AutoscalerSpec = Field(default_factory=AutoscalerSpec)
 
 
+# ---------------------------------------------------------------- Kubernetes platforms and Kueue
+
+Platform = Literal["gce", "gke", "kubernetes"]
+# DNS-1123 label (Kubernetes namespaces, object names that double as label values).
+K8sName = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", description="DNS-1123 label")
+
+
+class TemplateRef(_Spec):
+    """A Cluster API template object (provider-specific) by API group, kind and name, in the pool's namespace."""
+
+    api_group: str = Field(
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", description="e.g. infrastructure.cluster.x-k8s.io"
+    )
+    kind: str = Field(pattern=r"^[A-Z][A-Za-z0-9]{0,62}$", description="e.g. AWSMachineTemplate")
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+class ClusterApiPoolSpec(_Spec):
+    """A GPU pool on `platform: kubernetes`: one Cluster API MachineDeployment cloning these templates.
+
+    The catalog does not know the provider's machine types: the GPU and size of a node are stated here,
+    the price in the pool's `price_per_hour`."""
+
+    infrastructure_template: TemplateRef
+    bootstrap_template: TemplateRef | None = Field(
+        None, description="a bootstrap config template (e.g. KubeadmConfigTemplate); default: the cluster's"
+    )
+    gpu_type: str = Field(pattern=r"^[a-z0-9][-a-z0-9]{1,62}$", description="e.g. nvidia-h100-80gb")
+    gpus_per_node: int = Field(ge=1, le=16)
+    vcpus: int = Field(ge=1, le=1024)
+    memory_gib: int = Field(ge=1, le=32768)
+    failure_domain: str | None = Field(None, description="the Cluster API failure domain (zone) of the pool")
+
+
+class KubernetesSpec(_Spec):
+    """An existing cluster (any provider) reached through a kubeconfig held as a Pulumi secret.
+
+    The cluster is its own Cluster API management cluster (self-hosted / pivoted): its MachineDeployments
+    live in `namespace` next to the CAPI Cluster `cluster_name`."""
+
+    kubeconfig: str = Field(
+        "kubeconfig", pattern=r"^[a-z][-a-z0-9_]{0,62}$", description="secret stack config key gpu-fleet:<this>"
+    )
+    namespace: str = Field("default", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", description="CAPI namespace")
+    cluster_name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", description="the CAPI Cluster")
+    version: str = Field(pattern=r"^v1\.[0-9]+\.[0-9]+$", description="Kubernetes version of the machines")
+    bootstrap_template: TemplateRef | None = Field(None, description="default bootstrap template of every pool")
+
+
+class GkeSystemPoolSpec(_Spec):
+    machine_type: str = "e2-standard-8"
+    nodes_per_zone: int = Field(1, ge=1, le=10)
+
+
+class GkeSpec(_Spec):
+    """A GKE Standard cluster on the fleet's network: private nodes, Workload Identity, release channel."""
+
+    release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = "REGULAR"
+    # Node upgrades of GPU pools only in a window the team picks: no minor or node upgrades from this
+    # instant until the version's end of support (GKE maintenance exclusion).
+    upgrade_exclusion_start: str | None = Field(
+        None, pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$", description="RFC 3339 UTC, e.g. 2026-12-01T00:00:00Z"
+    )
+    maintenance_window_start: str = Field("03:00", pattern=r"^([01]\d|2[0-3]):[0-5]\d$", description="daily, UTC")
+    master_cidr: IPv4Network = IPv4Network("172.16.0.0/28")
+    pods_cidr: IPv4Network = IPv4Network("10.64.0.0/14")
+    services_cidr: IPv4Network = IPv4Network("10.68.0.0/20")
+    master_authorized_networks: list[IPv4Network] = Field(default_factory=list)
+    private_endpoint: bool = Field(False, description="control plane reachable only from the VPC")
+    system_pool: GkeSystemPoolSpec = Field(default_factory=GkeSystemPoolSpec)
+    gpu_driver_version: Literal["DEFAULT", "LATEST"] = "LATEST"
+
+
+class KueueTeamSpec(_Spec):
+    """One team: a namespace, a LocalQueue, a ClusterQueue with a share of pools, optionally in a cohort."""
+
+    name: str = K8sName
+    namespace: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", description="default: name")
+    quotas: dict[str, float] = Field(
+        min_length=1, description="pool name -> share (0..1] of the pool's GPUs at max_nodes; flavor order = order here"
+    )
+    cohort: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    borrowing_limit: float | None = Field(None, ge=0, description="may borrow this fraction of its nominal quota")
+    lending_limit: float | None = Field(None, ge=0, le=1, description="lends at most this fraction of its nominal")
+    fair_share_weight: float = Field(1.0, gt=0, le=1000)
+
+
+class WorkloadPriorityClassSpec(_Spec):
+    name: str = K8sName
+    value: int = Field(ge=-(2**31), le=10**9)
+    description: str = ""
+
+
+class KueueAutoscalerSpec(_Spec):
+    """The gpu-fleet autoscaler Deployment in the cluster (it serves Kueue's ProvisioningRequests)."""
+
+    image: str = Field(description="container image pinned by digest: <repo>@sha256:<64 hex>")
+    replicas: int = Field(2, ge=1, le=5, description="leader election through a Lease: one acts")
+    namespace: str = Field("gpu-fleet-system", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    policy: dict[str, Any] = Field(default_factory=dict, description="planner Policy fields (docs/planner.md)")
+    metrics_port: int = Field(9464, ge=1024, le=65535)
+
+
+def _default_priorities() -> list[WorkloadPriorityClassSpec]:
+    return [
+        WorkloadPriorityClassSpec(name="low", value=100, description="best effort, preempted first"),
+        WorkloadPriorityClassSpec(name="normal", value=1000, description="default"),
+        WorkloadPriorityClassSpec(name="high", value=10000, description="preempts lower priorities in its queue"),
+    ]
+
+
+class KueueSpec(_Spec):
+    version: str = Field("0.14.3", pattern=r"^\d+\.\d+\.\d+$", description="Kueue release (Helm chart version)")
+    teams: list[KueueTeamSpec] = Field(min_length=1)
+    priority_classes: list[WorkloadPriorityClassSpec] = Field(default_factory=_default_priorities)
+    fair_sharing: bool = True
+    provisioning: bool = Field(True, description="admission check: Kueue asks the autoscaler before admitting")
+    autoscaler: KueueAutoscalerSpec
+
+
 class ClusterSpec(_Spec):
     name: str = Name
-    scheduler: Literal["slurm", "gke"] = "slurm"
+    scheduler: Literal["slurm", "kueue"] = "slurm"
+    platform: Platform = Field("gce", description="gce (Slurm on VMs), gke, or kubernetes (an existing cluster)")
     pools: list[NodePoolSpec] = Field(min_length=1)
     storage: StorageSpec = Field(default_factory=StorageSpec)
     slurm: SlurmSpec | None = None
+    gke: GkeSpec | None = None  # platform: gke (defaults apply when omitted)
+    kubernetes: KubernetesSpec | None = None  # platform: kubernetes (required there)
+    kueue: KueueSpec | None = None  # scheduler: kueue (required there)
 
 
 class FleetSpec(_Spec):
@@ -135,3 +265,6 @@ class FleetSpec(_Spec):
     network: NetworkSpec = Field(default_factory=NetworkSpec)
     clusters: list[ClusterSpec] = Field(min_length=1)
     labels: dict[str, str] = Field(default_factory=dict)
+
+
+NodePoolSpec.model_rebuild()  # its cluster_api field names a model declared below it

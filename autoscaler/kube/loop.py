@@ -151,6 +151,7 @@ class KubeDaemon:
     def tick(self) -> KubeTickResult:
         now = self.clock()
         res = KubeTickResult(at=now)
+        t0 = time.perf_counter()
         try:
             res.leader = self.elector.try_acquire()
             if res.leader:
@@ -159,6 +160,15 @@ class KubeDaemon:
         except (KubeError, ProviderError, OSError) as exc:  # the API server or the cloud: retried next tick
             res.error = f"{type(exc).__name__}: {exc}"
             logger.bind(error=res.error).error("tick failed: {}", res.error)
+        m = self.metrics
+        if m is not None:
+            m.leader.set(1 if res.leader else 0)
+            m.ticks.labels(outcome="ok" if res.ok else "failed").inc()
+            m.tick_seconds.observe(time.perf_counter() - t0)
+            if res.ok:
+                m.tick_succeeded(self.clock())
+            m.commands.labels(command="launch", outcome="ok").inc(len(res.launched))
+            m.commands.labels(command="delete", outcome="ok").inc(len(res.deleted))
         return res
 
     def _tick(self, now: float, res: KubeTickResult) -> None:

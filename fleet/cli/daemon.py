@@ -8,6 +8,7 @@ commands.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -46,6 +47,9 @@ def run(
     from autoscaler.daemon.logs import setup_logging
 
     setup_logging(json_lines=log_json, level=log_level.upper())
+    if _kubernetes_config(config):
+        _run_kubernetes(config, once=once, log_json=log_json)
+        return
     try:
         cfg = load_config(config)
         from autoscaler.daemon.build import build_daemon
@@ -78,6 +82,35 @@ def run(
         if server is not None:
             server.stop()
     raise typer.Exit(code)
+
+
+def _kubernetes_config(path: Path) -> bool:
+    """A config with a `kubernetes:` section runs the Kubernetes daemon (autoscaler/kube/run.py)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False  # the Slurm path reports the error with its own message
+    from autoscaler.kube.run import is_kube_config
+
+    return is_kube_config(data)
+
+
+def _run_kubernetes(path: Path, *, once: bool, log_json: bool) -> None:
+    from autoscaler.kube.run import KubeConfigError, build, load, run_forever
+
+    try:
+        cfg = load(path)
+        daemon = build(cfg)
+    except (KubeConfigError, OSError, ValueError) as exc:
+        _fail(f"error: {exc}")
+        return
+    if once:
+        res = daemon.tick()
+        typer.echo(json.dumps(dataclasses.asdict(res), default=str) if log_json else str(res))
+        raise typer.Exit(0 if res.ok else 1)
+    raise typer.Exit(run_forever(daemon, cfg))
 
 
 def _print_tick(res: TickResult) -> None:

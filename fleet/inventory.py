@@ -59,6 +59,7 @@ class InventoryPool(BaseModel):
     capi_cluster: str | None = None  # Cluster API Cluster name (platform kubernetes)
     capi_namespace: str | None = None
     capi_machine_deployment: str | None = None
+    failure_domain: str | None = None  # the MachineDeployment's Cluster API failure domain (its "zone")
     kueue_flavor: str | None = None  # the pool's ResourceFlavor
     node_labels: dict[str, str] = Field(default_factory=dict)  # every Node of the pool has these labels
     node_taints: list[dict[str, str]] = Field(default_factory=list)  # {key, value, effect}

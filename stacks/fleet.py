@@ -7,6 +7,7 @@ Takes a spec that already passed `fleet.spec.load.load_spec`; every mapping deci
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pulumi
@@ -27,7 +28,7 @@ from components.gcp.startup import (
 from components.gcp.storage import BucketArgs, FilestoreArgs, LustreArgs, SharedStorage, SharedStorageArgs
 from fleet.catalog import Catalog, load_catalog
 from fleet.slurm.conf import node_name_prefix, render_slurm_conf, slurmrestd_auth
-from fleet.spec.derive import pool_zones
+from fleet.spec.derive import on_gcp, pool_zones
 from fleet.spec.load import SpecError
 from fleet.spec.model import ClusterSpec, FleetSpec
 from stacks import plan
@@ -66,20 +67,30 @@ def _storage(spec: FleetSpec, cluster: ClusterSpec, zone: str, fabric: NetworkFa
     )
 
 
-def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> dict[str, Any]:
-    """Declare every resource of the fleet; return the stack outputs."""
+def build_fleet(
+    spec: FleetSpec, stack: str, catalog: Catalog | None = None, kubeconfigs: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Declare every resource of the fleet; return the stack outputs.
+
+    `kubeconfigs`: secret Outputs by cluster name, for `platform: kubernetes` clusters (read by the program)."""
     cat = catalog or load_catalog(spec.provider)
     for ci, cluster in enumerate(spec.clusters):
-        if cluster.scheduler != "slurm" or cluster.slurm is None:
-            raise SpecError([(f"clusters[{ci}].scheduler", "only slurm clusters can be deployed by this version")])
+        if cluster.scheduler == "slurm" and cluster.slurm is None:
+            raise SpecError([(f"clusters[{ci}].slurm", "required with scheduler: slurm")])
     fabrics = plan.fabric_plans(spec, cat)  # may raise SpecError: before any resource is declared
+    slurm_clusters = [c for c in spec.clusters if c.scheduler == "slurm"]
     confs = {
         c.name: render_slurm_conf(
             spec, c, controller_host=f"{c.name}-controller", overrides=slurmrestd_auth(JWT_KEY_PATH), catalog=cat
         )
-        for c in spec.clusters
+        for c in slurm_clusters
     }
     prefix = plan.fleet_name(stack)
+    if not any(on_gcp(c) for c in spec.clusters):  # only existing clusters: nothing on GCP at all
+        from stacks.kube import build_kueue_clusters
+
+        inventory, clusters, _ = build_kueue_clusters(spec, cat, None, fabrics, kubeconfigs or {})
+        return {"autoscaler_inventory": inventory, "clusters": clusters}
 
     fabric = NetworkFabric(
         f"{prefix}-fabric",
@@ -95,7 +106,7 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
 
     inventory: list[dict[str, Any]] = []
     clusters: dict[str, Any] = {}
-    for cluster in spec.clusters:
+    for cluster in slurm_clusters:
         conf = confs[cluster.name]
         first_pool_zones = pool_zones(spec, cluster.pools[0], cat)
         zone = first_pool_zones[0] if first_pool_zones else spec.zones[0]
@@ -203,7 +214,16 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
                 {"name": n.name, "nodes": n.node_names, "gres": n.gres, "features": n.features} for n in conf.nodesets
             ],
         }
+    extra: dict[str, Any] = {}
+    if len(slurm_clusters) < len(spec.clusters):
+        from stacks.kube import build_kueue_clusters  # pulumi_kubernetes only when a Kueue cluster is declared
+
+        kube_inventory, kube_clusters, created = build_kueue_clusters(spec, cat, fabric, fabrics, kubeconfigs or {})
+        inventory += kube_inventory
+        clusters.update(kube_clusters)
+        extra["kubeconfigs"] = created  # secret: `pulumi stack output kubeconfigs --show-secrets`
     return {
+        **extra,
         "autoscaler_inventory": inventory,
         "clusters": clusters,
         "networks": {

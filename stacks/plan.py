@@ -21,7 +21,7 @@ import yaml
 from components.gcp.network import DataPlaneArgs
 from fleet.catalog import Catalog, MachineType
 from fleet.slurm.conf import node_name_prefix
-from fleet.spec.derive import carve_gpu_subnets, checkpoint_bucket_name, pool_zones
+from fleet.spec.derive import carve_gpu_subnets, checkpoint_bucket_name, on_gcp, pool_zones
 from fleet.spec.load import SpecError
 from fleet.spec.model import ClusterSpec, FleetSpec, NodePoolSpec
 
@@ -116,6 +116,8 @@ def fabric_plans(spec: FleetSpec, catalog: Catalog) -> dict[tuple[str, str], Fab
     subnets = carve_gpu_subnets(spec, catalog)
     out: dict[tuple[str, str], FabricPlan] = {}
     for ci, cluster in enumerate(spec.clusters):
+        if not on_gcp(cluster):  # an existing cluster's nodes are not on the fleet's VPCs
+            continue
         for machine_type in dict.fromkeys(p.machine_type for p in cluster.pools):
             machine = catalog.machine(machine_type)
             nics = [NicPlan(SYSTEM, 0, "GVNIC")]
@@ -142,7 +144,8 @@ def fabric_plans(spec: FleetSpec, catalog: Catalog) -> dict[tuple[str, str], Fab
 
 def system_mtu(spec: FleetSpec, catalog: Catalog) -> int:
     """The system VPC's MTU: the largest any pool's machine type wants (one VPC serves them all)."""
-    return max([1460] + [catalog.machine(p.machine_type).nics.system_mtu for c in spec.clusters for p in c.pools])
+    gcp_pools = [p for c in spec.clusters if on_gcp(c) for p in c.pools]
+    return max([1460] + [catalog.machine(p.machine_type).nics.system_mtu for p in gcp_pools])
 
 
 def partitions_of(cluster: ClusterSpec, pool: NodePoolSpec) -> list[str]:

@@ -58,6 +58,7 @@ class GkeGpuNodePoolArgs:
     labels: dict[str, str] = field(default_factory=dict)
     resource_labels: dict[str, str] = field(default_factory=dict)
     taints: list[dict[str, str]] = field(default_factory=list)
+    gpudirect_strategy: str | None = None  # "RDMA" on A3 Ultra / A4 (GPUDirect-RDMA over the RoCE node networks)
 
 
 def reservation_affinity(capacity: CapacityType, reservation: str | None) -> dict[str, object]:
@@ -97,6 +98,8 @@ class GkeGpuNodePool(pulumi.ComponentResource):
             "resource_labels": dict(args.resource_labels),
             "taints": [{**t, "effect": _gke_effect(t["effect"])} for t in args.taints],
         }
+        if args.gpudirect_strategy:
+            node_config["gpudirect_strategy"] = args.gpudirect_strategy
         if args.capacity is CapacityType.SPOT:
             node_config["spot"] = True
         if args.capacity is CapacityType.FLEX_START:

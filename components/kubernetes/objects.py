@@ -51,3 +51,35 @@ def declare(
             resource_name(prefix, m), m, pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=deps))
         )
     return out
+
+
+class Manifests(pulumi.ComponentResource):
+    """A group of manifests declared together (e.g. a cluster's GPUDirect networks, its MachineDeployments)."""
+
+    objects: dict[tuple[str, str | None, str], KubeObject]
+
+    def __init__(
+        self,
+        name: str,
+        manifests: list[dict[str, Any]],
+        opts: pulumi.ResourceOptions | None = None,
+        after: list[pulumi.Resource] = (),
+        object_opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("gpufleet:kubernetes:Manifests", name, None, opts)
+        child = pulumi.ResourceOptions.merge(pulumi.ResourceOptions(parent=self), object_opts)
+        self.objects = declare(name, manifests, child, after=list(after))
+        self.register_outputs({"objects": [f"{k}/{n}" for k, _, n in self.objects]})
+
+
+class Connection(pulumi.ComponentResource):
+    """The pulumi-kubernetes provider of one cluster (server-side apply), from a secret kubeconfig."""
+
+    provider: k8s.Provider
+
+    def __init__(self, name: str, kubeconfig: pulumi.Input[str], opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpufleet:kubernetes:Connection", name, None, opts)
+        self.provider = k8s.Provider(
+            name, kubeconfig=kubeconfig, enable_server_side_apply=True, opts=pulumi.ResourceOptions(parent=self)
+        )
+        self.register_outputs({})

@@ -5,7 +5,8 @@ API server would accept the object at create time.  What is checked, in the API 
 
 - `apiVersion`/`kind` name a served version of a shipped CRD; `metadata.name` is a DNS-1123 subdomain
   (and a label for namespaced objects' namespace); label keys/values are valid;
-- the version's `openAPIV3Schema` (jsonschema, Draft 2020-12; RE2 patterns' `^(?i)` moved to the front), strict the way server-side field
+- the version's `openAPIV3Schema` (jsonschema, Draft 2020-12; RE2 `^(?i)` patterns moved to Python's
+  spelling), made strict the way server-side field
   validation (`kubectl apply`'s default) is: an unknown field is an error unless the schema preserves
   unknown fields; `nullable` honoured;
 - every non-transition `x-kubernetes-validations` (CEL) rule, from `fleet.schemas.cel`.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -89,15 +90,21 @@ def _cel_rules(node: Any, path: tuple[str | int, ...] = ()) -> Iterator[tuple[tu
         yield from _cel_rules(node["additionalProperties"], (*path, "*"))
 
 
+Registry = dict[tuple[str, str], CrdVersion]
+
+
 @cache
-def crds() -> dict[tuple[str, str], CrdVersion]:
+def crds() -> Registry:
     """(apiVersion, kind) -> the served version of each shipped CRD."""
-    out: dict[tuple[str, str], CrdVersion] = {}
     folder = resources.files("fleet.schemas").joinpath("crds")
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if not entry.name.endswith(".yaml"):
-            continue
-        for doc in yaml.safe_load_all(entry.read_text()):
+    return load_crds(e.read_text() for e in sorted(folder.iterdir(), key=lambda e: e.name) if e.name.endswith(".yaml"))
+
+
+def load_crds(texts: Iterable[str]) -> Registry:
+    """A registry from CRD YAML texts (e.g. the upstream files a test reads from ../shared/data/schemas)."""
+    out: Registry = {}
+    for text in texts:
+        for doc in yaml.safe_load_all(text):
             if not doc or doc.get("kind") != "CustomResourceDefinition":
                 continue
             spec = doc["spec"]
@@ -117,8 +124,8 @@ def crds() -> dict[tuple[str, str], CrdVersion]:
     return out
 
 
-def known(api_version: str, kind: str) -> bool:
-    return (api_version, kind) in crds()
+def known(api_version: str, kind: str, registry: Registry | None = None) -> bool:
+    return (api_version, kind) in (registry if registry is not None else crds())
 
 
 def _path(parts: Any) -> str:
@@ -165,14 +172,15 @@ def _metadata(obj: dict[str, Any], crd: CrdVersion) -> Iterator[Problem]:
                 yield f"metadata.{field}.{key}", f"{value!r} is not a valid label value"
 
 
-def validate(obj: dict[str, Any]) -> list[Problem]:
+def validate(obj: dict[str, Any], registry: Registry | None = None) -> list[Problem]:
     """Every reason the API server would refuse to create `obj` (paths relative to the object)."""
     if not isinstance(obj, dict):
         return [("", f"must be an object, got {type(obj).__name__}")]
+    reg = registry if registry is not None else crds()
     api_version, kind = obj.get("apiVersion"), obj.get("kind")
-    crd = crds().get((api_version, kind))  # type: ignore[arg-type]
+    crd = reg.get((api_version, kind))  # type: ignore[arg-type]
     if crd is None:
-        served = sorted(a for a, k in crds() if k == kind)
+        served = sorted(a for a, k in reg if k == kind)
         hint = f" (served: {', '.join(served)})" if served else " (not a shipped CRD)"
         return [("apiVersion", f"{api_version}/{kind} is not a served version{hint}")]
     problems = list(_metadata(obj, crd))

@@ -179,6 +179,23 @@ def gke_system_pool(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
 # ---------------------------------------------------------------- Kueue
 
 
+# The objects are kueue.x-k8s.io/v1beta1; Cohort is v1beta1 from 0.13, Topology from 0.14 (TAS beta).
+KUEUE_MIN_VERSION = (0, 14, 0)
+
+
+@rule
+def kueue_version_supported(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """The pinned Kueue release must serve every object the stack declares (v1beta1 Cohort and Topology)."""
+    for path, cluster in _kueue(spec):
+        version = tuple(int(p) for p in cluster.kueue.version.split("."))
+        if version < KUEUE_MIN_VERSION:
+            low = ".".join(map(str, KUEUE_MIN_VERSION))
+            yield (
+                f"{path}.version",
+                f"Kueue {cluster.kueue.version} does not serve v1beta1 Topology / Cohort: use >= {low}",
+            )
+
+
 @rule
 def kueue_teams_unique(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
     """Team names and namespaces are unique; a team does not own a system namespace."""

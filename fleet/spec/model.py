@@ -8,9 +8,9 @@ look across fields (zones offering a type, overlapping CIDRs, capacity combinati
 from __future__ import annotations
 
 from ipaddress import IPv4Network
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
 from fleet.catalog import CapacityType
 
@@ -125,6 +125,8 @@ class SlurmSpec(_Spec):
 # ---------------------------------------------------------------- Kubernetes platforms and Kueue
 
 Platform = Literal["gce", "gke", "kubernetes"]
+# A CIDR from YAML text, also when the model is strict (fleet.input's Cidr, once merged, is the same).
+KubeCidr = Annotated[IPv4Network, Strict(False)]
 # DNS-1123 label (Kubernetes namespaces, object names that double as label values).
 K8sName = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", description="DNS-1123 label")
 
@@ -186,10 +188,10 @@ class GkeSpec(_Spec):
         None, pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$", description="RFC 3339 UTC, e.g. 2026-12-01T00:00:00Z"
     )
     maintenance_window_start: str = Field("03:00", pattern=r"^([01]\d|2[0-3]):[0-5]\d$", description="daily, UTC")
-    master_cidr: IPv4Network = IPv4Network("172.16.0.0/28")
-    pods_cidr: IPv4Network = IPv4Network("10.64.0.0/14")
-    services_cidr: IPv4Network = IPv4Network("10.68.0.0/20")
-    master_authorized_networks: list[IPv4Network] = Field(default_factory=list)
+    master_cidr: KubeCidr = IPv4Network("172.16.0.0/28")
+    pods_cidr: KubeCidr = IPv4Network("10.64.0.0/14")
+    services_cidr: KubeCidr = IPv4Network("10.68.0.0/20")
+    master_authorized_networks: list[KubeCidr] = Field(default_factory=list)
     private_endpoint: bool = Field(False, description="control plane reachable only from the VPC")
     system_pool: GkeSystemPoolSpec = Field(default_factory=GkeSystemPoolSpec)
     gpu_driver_version: Literal["DEFAULT", "LATEST"] = "LATEST"

@@ -62,7 +62,7 @@ CAPI: Spec = {
                                        "name": "neo-gpu-workers"},
             },
             "pools": [
-                {"name": "h100", "machine_type": "gpu-h100-sxm.8x", "max_nodes": 4, "price_per_hour": 23.92,
+                {"name": "h100", "machine_type": "gpu-h100-sxm-8x", "max_nodes": 4, "price_per_hour": 23.92,
                  "cluster_api": {
                      "infrastructure_template": {"api_group": "infrastructure.cluster.x-k8s.io",
                                                  "kind": "Metal3MachineTemplate", "name": "neo-h100"},
@@ -121,7 +121,7 @@ CASES = [
     Case("kubernetes_storage", "capi", lambda d: cl(d).pop("storage"), "clusters[0].storage.home",
          "GCP storage cannot serve platform: kubernetes"),
     Case("pool_price_known", "capi", lambda d: pool(d, 0).pop("price_per_hour"), "clusters[0].pools[0].price_per_hour",
-         "the catalog has no on-demand price for gpu-h100-sxm.8x"),
+         "the catalog has no on-demand price for gpu-h100-sxm-8x"),
     Case("pool_price_known", "capi", lambda d: pool(d, 0).update(price_per_hour=0.2),
          "clusters[0].pools[0].price_per_hour", "$0.025 per GPU-hour"),
     Case("pool_price_known", "capi", lambda d: pool(d, 0).update(price_per_hour=999),
@@ -138,6 +138,8 @@ CASES = [
          "required on platform: gke"),
     Case("gke_system_pool", "gke", lambda d: cl(d)["gke"].update(system_pool={"machine_type": "g2-standard-8"}),
          "clusters[0].gke.system_pool.machine_type", "is a GPU machine type"),
+    Case("kueue_version_supported", "gke", lambda d: cl(d)["kueue"].update(version="0.12.2"),
+         "clusters[0].kueue.version", "does not serve v1beta1 Topology / Cohort"),
     Case("kueue_teams_unique", "gke", lambda d: team(d, 1).update(name="research"),
          "clusters[0].kueue.teams[1].name", "duplicate team name 'research'"),
     Case("kueue_teams_unique", "gke", lambda d: team(d, 1).update(namespace="research"),
@@ -193,7 +195,7 @@ def test_every_kube_rule_has_a_test() -> None:
 def test_slurm_pools_are_not_checked_against_cluster_api_rules() -> None:
     """The GCE catalog rules skip an existing cluster's pools: a provider's machine name is not a GCE type."""
     spec = load_spec(_base("capi"))
-    assert spec.clusters[0].pools[0].machine_type == "gpu-h100-sxm.8x"
+    assert spec.clusters[0].pools[0].machine_type == "gpu-h100-sxm-8x"
 
 
 def test_schema_refuses_unknown_platform_and_fields() -> None:

@@ -3,8 +3,9 @@
 One ResourceFlavor per pool (node labels, taints, topology), a Cohort per named cohort, per team a Namespace,
 a ClusterQueue whose nominal quotas are the team's share of each pool at max_nodes and a LocalQueue, the
 WorkloadPriorityClasses, a Topology for topology-aware scheduling on GKE, and the ProvisioningRequest
-admission check.  `components.kueue.queues` declares them; `fleet.schemas.validate` checks each one against
-the real CRDs before anything is declared, and the tests do again on the synthesized JSON.
+admission check.  `components.kueue.queues` declares them (it takes manifests, not the spec);
+`fleet.schemas.validate` checks each one against the real CRDs before anything is declared, and the tests
+do again on the synthesized JSON.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ PROVISIONING_CLASS = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
 PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"
 COVERED = ["cpu", "memory", GPU_RESOURCE]
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-fleet"}
-KUEUE_NAMESPACE = "kueue-system"
 # Jobs Kueue manages (the frameworks GPU teams submit); the chart's default list plus JobSet and Kubeflow.
 FRAMEWORKS = [
     "batch/job",

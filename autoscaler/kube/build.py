@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from autoscaler.cloud import Provider
@@ -22,12 +23,10 @@ from fleet.inventory import InventoryPool, KubernetesSection, migs_from_urls
 
 def planner_pool(p: InventoryPool) -> Pool:
     """The planner's view of a Kubernetes pool (Cluster API pools: the `capi` provider, one failure domain)."""
-    pool = Pool.from_inventory(p)
-    if p.pool_kind == "capi-machinedeployment":
-        from dataclasses import replace
-
-        pool = replace(pool, provider="capi")
-    return pool
+    if p.pool_kind == "capi-machinedeployment":  # one failure domain stands for the zone
+        p = p.model_copy(update={"zones": [p.failure_domain or "default"]})
+        return replace(Pool.from_inventory(p), provider="capi")
+    return Pool.from_inventory(p)
 
 
 def gke_inventory(p: InventoryPool) -> InventoryPool:

@@ -81,7 +81,8 @@ class CapiProvider:
             raise NotFound(f"pool {name!r} is not a Cluster API pool of this inventory") from None
 
     def key(self, p: Any) -> OfferingKey:
-        return OfferingKey(PROVIDER, p.zones[0], p.machine_type, CapacityType(p.capacity_type), p.reservation)
+        zone = getattr(p, "failure_domain", None) or (p.zones[0] if p.zones else "default")
+        return OfferingKey(PROVIDER, zone, p.machine_type, CapacityType(p.capacity_type), p.reservation)
 
     def _md(self, p: Any) -> dict[str, Any]:
         try:

@@ -19,7 +19,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from loguru import logger
@@ -33,6 +33,7 @@ class _Strict(BaseModel):
 
 
 class KubeProvider(_Strict):
+    kind: Literal["gce", "cluster-api"] | None = None  # informative: each pool's pool_kind picks its actuator
     endpoint: str | None = None  # Compute API endpoint of GKE pools (tests: a local fake)
     anonymous: bool = False
 

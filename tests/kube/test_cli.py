@@ -48,3 +48,21 @@ def test_a_bad_kubernetes_config_names_the_field(tmp_path: Path) -> None:
     res = runner.invoke(app, ["autoscaler", "run", "--config", str(tmp_path / "autoscaler.yaml"), "--once"])
     assert res.exit_code == 2
     assert "kubernetes.namespace" in res.output and "Traceback" not in res.output
+
+
+def test_the_config_the_stack_writes_is_the_one_the_daemon_reads(tmp_path: Path) -> None:
+    """The in-cluster ConfigMap (stacks/kube_plan.py) parses as the Kubernetes daemon's config."""
+    from autoscaler.kube.run import is_kube_config, parse
+    from fleet.spec import load_spec
+    from stacks.kube_plan import autoscaler_config
+
+    root = Path(__file__).resolve().parents[2]
+    doc = yaml.safe_load((root / "Pulumi.k8s-neocloud-kueue.yaml").read_text())
+    spec = load_spec(doc["config"]["gpu-fleet:fleet"])
+    for cluster in spec.clusters:
+        if cluster.kueue is None:
+            continue
+        data = yaml.safe_load(autoscaler_config(cluster))
+        assert is_kube_config(data)
+        cfg = parse(data, "configmap", tmp_path)
+        assert cfg.kubernetes.lease.name and cfg.provider.kind == "cluster-api"

@@ -276,6 +276,7 @@ class NodeFacts:
     cordoned: bool
     workload: int  # pods that hold it busy
     gpus: int
+    gpus_used: int  # GPUs the pods that hold it busy ask for
     zone: str | None
     since: float
     labels: dict[str, str] = field(default_factory=dict)
@@ -307,6 +308,7 @@ def node_facts(
             cordoned=bool((n.get("spec") or {}).get("unschedulable")),
             workload=len(busy.get(md["name"], [])),
             gpus=_quantity(((n.get("status") or {}).get("allocatable") or {}).get(GPU, 0)),
+            gpus_used=sum(pod_gpus(p.get("spec") or {}) for p in busy.get(md["name"], [])),
             zone=labels.get("topology.kubernetes.io/zone"),
             since=ready_since,
             labels=dict(labels),
@@ -329,15 +331,17 @@ def inventory_nodes(
             continue
         f = facts.get(c.name)
         pool = by_pool[c.pool]
+        held = (booked[c.name],) if c.name in booked else ()
         if str(c.status) == "stopping":  # being deleted: no capacity, nothing to place on
             state, used, units = NodeState.DELETING, 0, ()
-        elif f is None or not f.ready:
-            state, used, units = NodeState.BOOTING, 0, ()
+        elif f is None or not f.ready:  # booting; booked for a request, it is that request's
+            state, used, units = NodeState.BOOTING, (pool.gpus_per_node if held else 0), held
         elif f.cordoned:
             state, used, units = NodeState.DRAINING, 0, ()
-        elif f.workload or c.name in booked:
-            units = (booked[c.name],) if c.name in booked else ()
-            state, used = NodeState.BUSY, pool.gpus_per_node
+        elif held:  # booked: the request's pods are on their way
+            state, used, units = NodeState.BUSY, pool.gpus_per_node, held
+        elif f.workload:  # the GPUs its pods ask for (the rest may take more work)
+            state, used, units = NodeState.BUSY, min(pool.gpus_per_node, max(1, f.gpus_used)), ()
         else:
             state, used, units = NodeState.READY_IDLE, 0, ()
         since = (

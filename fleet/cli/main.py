@@ -24,10 +24,12 @@ COMMAND_MODULES = (
     "synth",  # fleet synth                          (infrastructure core)
     "render",  # fleet render slurm-conf             (infrastructure core)
     "simulate",  # fleet simulate                    (trace replay)
+    "trace",  # fleet trace generate                 (synthetic job traces)
     "bench",  # fleet bench planner                  (planner benchmark)
     "daemon",  # fleet autoscaler, fleet slurm        (the autoscaler daemon)
     "bootstrap",  # fleet bootstrap-region            (new-region bootstrap)
     "advise",  # fleet advise commitments             (compute-budget advisor)
+    "policy",  # fleet policy check                  (guardrails, same rules as policies/)
 )
 
 for _module in COMMAND_MODULES:

@@ -27,9 +27,10 @@ NS = "capi-system"
 
 def capi_pool(name: str = "h100", max_nodes: int = 4, price: float = 24.0) -> InventoryPool:
     return InventoryPool(
-        name=name, cluster="neo", provider="neocloud", project="-", region="dc", zones=[], failure_domain="dc-1",
+        name=name, cluster="neo", provider="neocloud", project="neo-project", region="us-central1", zones=[],
+        failure_domain="dc-1",
         machine_type=f"{name}-8x", gpu_type="nvidia-h100-80gb", gpus_per_node=8, capacity_type="on-demand",
-        min_nodes=0, max_nodes=max_nodes, instance_group="-", node_name_prefix=name, scheduler="kueue",
+        min_nodes=0, max_nodes=max_nodes, instance_group=f"neo-{name}", node_name_prefix=name, scheduler="kueue",
         platform="kubernetes", pool_kind="capi-machinedeployment", capi_namespace=NS,
         capi_machine_deployment=f"neo-{name}", node_labels={POOL_LABEL: name}, price_per_hour=price,
         price_source="spec",

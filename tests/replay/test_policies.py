@@ -111,3 +111,22 @@ def test_with_a_reservation_gpu_fleet_waits_for_paid_for_gpus_before_buying_and_
     jobs = {j.id: j for j in eng.state.jobs}
     assert jobs["j3"].first_start - 2010 == RESERVATION_HOLD_S + 360
     assert GpuFleetPolicy.for_scenario(Scenario()).policy.batch_window_s == 0
+
+
+def test_every_policy_is_divided_by_one_bound_so_ratio_and_dollar_rankings_agree(small_trace) -> None:
+    res = run_scenario(small_trace, Scenario(reserved_nodes=2), ["gpu-fleet", "karpenter-like", "ca-like"])
+    bounds = {m["lower_bound_usd"] for m in res.metrics.values()}
+    assert bounds == {round(res.bound.usd, 2)}  # one denominator, the demand span's
+    assert res.bound.span_s == max(j.submit + j.duration for j in small_trace) - small_trace[0].submit
+    by_cost = sorted(res.metrics, key=lambda n: res.metrics[n]["cost_usd"])
+    assert by_cost == sorted(res.metrics, key=lambda n: res.metrics[n]["cost_ratio"])
+    for name, m in res.metrics.items():
+        # overflow: everything but the reservation, against the bound beyond the reservation
+        assert m["overflow_cost_usd"] == pytest.approx(
+            m["cost_usd"] - m["cost_by_capacity_usd"]["reservation"], abs=0.02
+        )
+        assert m["overflow_bound_usd"] == round(res.bound.usd - res.bound.reservation_usd, 2) > 0
+        assert m["overflow_ratio"] == pytest.approx(m["overflow_cost_usd"] / m["overflow_bound_usd"], rel=1e-3), name
+        assert m["overflow_ratio"] > m["cost_ratio"]  # the sunk reservation no longer hides the overflow spend
+    sc = res.as_json()["scenario"]
+    assert sc["lower_bound_usd"] == round(res.bound.usd, 2) and sc["overflow_bound_usd"] > 0

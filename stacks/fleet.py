@@ -7,27 +7,21 @@ Takes a spec that already passed `fleet.spec.load.load_spec`; every mapping deci
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pulumi
 
+from components.gcp import metadata as md
 from components.gcp.network import NetworkFabric, NetworkFabricArgs
 from components.gcp.node_pool import GpuNodePool, GpuNodePoolArgs, NicArgs, service_account_id
-from components.gcp.slurm_cluster import SlurmCluster, SlurmClusterArgs
-from components.gcp.startup import (
-    JWT_KEY_PATH,
-    METADATA_AUTOSCALER_CONFIG,
-    METADATA_CGROUP_CONF,
-    METADATA_GRES_CONF,
-    METADATA_INVENTORY,
-    METADATA_SLURM_CONF,
-    SlurmHostConfig,
-    startup_script,
-)
+from components.gcp.slurm_cluster import SlurmCluster, SlurmClusterArgs, autoscaler_account_email
+from components.gcp.startup import JWT_KEY_PATH, SlurmHostConfig, startup_script
 from components.gcp.storage import BucketArgs, FilestoreArgs, LustreArgs, SharedStorage, SharedStorageArgs
+from fleet.bootstrap.iam import AutoscalerScope
 from fleet.catalog import Catalog, load_catalog
 from fleet.slurm.conf import node_name_prefix, render_slurm_conf, slurmrestd_auth
-from fleet.spec.derive import pool_zones
+from fleet.spec.derive import controller_address, on_gcp, pool_zones
 from fleet.spec.load import SpecError
 from fleet.spec.model import ClusterSpec, FleetSpec
 from stacks import plan
@@ -66,20 +60,30 @@ def _storage(spec: FleetSpec, cluster: ClusterSpec, zone: str, fabric: NetworkFa
     )
 
 
-def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> dict[str, Any]:
-    """Declare every resource of the fleet; return the stack outputs."""
+def build_fleet(
+    spec: FleetSpec, stack: str, catalog: Catalog | None = None, kubeconfigs: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Declare every resource of the fleet; return the stack outputs.
+
+    `kubeconfigs`: secret Outputs by cluster name, for `platform: kubernetes` clusters (read by the program)."""
     cat = catalog or load_catalog(spec.provider)
     for ci, cluster in enumerate(spec.clusters):
-        if cluster.scheduler != "slurm" or cluster.slurm is None:
-            raise SpecError([(f"clusters[{ci}].scheduler", "only slurm clusters can be deployed by this version")])
+        if cluster.scheduler == "slurm" and cluster.slurm is None:
+            raise SpecError([(f"clusters[{ci}].slurm", "required with scheduler: slurm")])
     fabrics = plan.fabric_plans(spec, cat)  # may raise SpecError: before any resource is declared
+    slurm_clusters = [c for c in spec.clusters if c.scheduler == "slurm"]
     confs = {
         c.name: render_slurm_conf(
             spec, c, controller_host=f"{c.name}-controller", overrides=slurmrestd_auth(JWT_KEY_PATH), catalog=cat
         )
-        for c in spec.clusters
+        for c in slurm_clusters
     }
     prefix = plan.fleet_name(stack)
+    if not any(on_gcp(c) for c in spec.clusters):  # only existing clusters: nothing on GCP at all
+        from stacks.kube import build_kueue_clusters
+
+        inventory, clusters, _ = build_kueue_clusters(spec, cat, None, fabrics, kubeconfigs or {})
+        return {"autoscaler_inventory": inventory, "clusters": clusters}
 
     fabric = NetworkFabric(
         f"{prefix}-fabric",
@@ -95,7 +99,7 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
 
     inventory: list[dict[str, Any]] = []
     clusters: dict[str, Any] = {}
-    for cluster in spec.clusters:
+    for cluster in slurm_clusters:
         conf = confs[cluster.name]
         first_pool_zones = pool_zones(spec, cluster.pools[0], cat)
         zone = first_pool_zones[0] if first_pool_zones else spec.zones[0]
@@ -104,6 +108,7 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
         scratch = storage.lustre.mount_point if storage.lustre else None
         slurm = cluster.slurm
         assert slurm is not None  # checked above
+        entries = [plan.inventory_entry(spec, cluster, p, cat) for p in cluster.pools]
         control = SlurmCluster(
             f"{cluster.name}-slurm",
             SlurmClusterArgs(
@@ -115,7 +120,11 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
                 slurm_conf=conf.slurm_conf,
                 gres_conf=conf.gres_conf,
                 cgroup_conf=conf.cgroup_conf or None,
+                topology_conf=conf.topology_conf,
+                controller_ip=controller_address(spec, cluster.name),
+                image=cat.host_image,
                 node_name_prefixes=[node_name_prefix(cluster.name, p.name) for p in cluster.pools],
+                autoscaler_scope=AutoscalerScope.from_inventory(spec.project, spec.region, entries),
                 controller_machine_type=slurm.controller_machine_type,
                 login_machine_type=slurm.login_machine_type,
                 login_nodes=slurm.login_nodes,
@@ -124,26 +133,15 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
                 scratch_mount=cluster.storage.scratch.mount_point if cluster.storage.scratch else "/scratch",
                 # the daemon on the controller reads its pools from here (same shape as the stack output)
                 controller_metadata={
-                    METADATA_INVENTORY: json.dumps(
-                        [plan.inventory_entry(spec, cluster, p, cat) for p in cluster.pools]
+                    md.INVENTORY: json.dumps(entries),
+                    md.AUTOSCALER_CONFIG: plan.autoscaler_config(
+                        cluster, impersonate=autoscaler_account_email(cluster.name, spec.project)
                     ),
-                    METADATA_AUTOSCALER_CONFIG: plan.autoscaler_config(cluster),
                 },
                 autoscaler_source=slurm.autoscaler.source,
                 autoscaler_ref=slurm.autoscaler.ref,
                 labels=_labels(spec, {}),
             ),
-        )
-        node_script = pulumi.Output.all(control.munge_secret.secret_id, home, scratch).apply(
-            lambda v, c=cluster: startup_script(
-                SlurmHostConfig(
-                    role="compute",
-                    munge_secret=v[0],
-                    home=v[1],
-                    scratch=v[2],
-                    scratch_mount=c.storage.scratch.mount_point if c.storage.scratch else "/scratch",
-                )
-            )
         )
         for pool in cluster.pools:
             machine = cat.machine(pool.machine_type)
@@ -156,6 +154,21 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
                     p = fabric.planes[nic.plane]
                     nics.append(NicArgs(p.network.self_link, p.subnets[nic.subnet].self_link, nic.nic_type))
             zones = list(pool_zones(spec, pool, cat))
+            image, secure_boot = plan.pool_image(pool, machine)
+            node_script = pulumi.Output.all(control.munge_secret.secret_id, home, scratch).apply(
+                lambda v, c=cluster, m=machine: startup_script(
+                    SlurmHostConfig(
+                        role="compute",
+                        munge_secret=v[0],
+                        home=v[1],
+                        scratch=v[2],
+                        scratch_mount=c.storage.scratch.mount_point if c.storage.scratch else "/scratch",
+                        gpu_count=m.gpu_count,
+                        fabric=cat.fabric_software(m.software.fabric) if m.software else None,
+                        local_ssd_gib=m.local_ssd_gib,
+                    )
+                )
+            )
             node_pool = GpuNodePool(
                 f"{cluster.name}-{pool.name}",
                 GpuNodePoolArgs(
@@ -174,15 +187,14 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
                     account_id=service_account_id(cluster.name, pool.name, "node"),
                     boot_disk_gb=pool.boot_disk_gb,
                     boot_disk_type=plan.boot_disk_type(machine),
-                    image=pool.image,
-                    sa_users=[control.controller_member],
+                    image=image,
+                    secure_boot=secure_boot,
+                    sa_users=[],  # the MIG's service agent creates the VMs: nobody needs actAs on the nodes' SA
                     secret_ids=[control.munge_secret.secret_id],
                     bucket_names=[storage.bucket.name] if storage.bucket else [],
                     metadata={
-                        "startup-script": node_script,
-                        METADATA_SLURM_CONF: conf.slurm_conf,
-                        METADATA_GRES_CONF: conf.gres_conf,
-                        **({METADATA_CGROUP_CONF: conf.cgroup_conf} if conf.cgroup_conf else {}),
+                        md.STARTUP_SCRIPT: node_script,
+                        **md.slurm_metadata(conf.slurm_conf, conf.gres_conf, conf.cgroup_conf, conf.topology_conf),
                     },
                     labels=_labels(spec, {**pool.labels, "gpu-fleet-cluster": cluster.name}),
                 ),
@@ -190,8 +202,10 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
             inventory.append(plan.inventory_entry(spec, cluster, pool, cat, node_pool.template.name))
         clusters[cluster.name] = {
             "controller": control.controller.name,
+            "controller_ip": control.controller_address.address,
             "logins": [vm.name for vm in control.logins],
             "controller_service_account": control.controller_sa.email,
+            "autoscaler_service_account": control.autoscaler_sa.email,
             "munge_secret": control.munge_secret.id,
             "jwt_secret": control.jwt_secret.id,
             "home": home,
@@ -203,7 +217,16 @@ def build_fleet(spec: FleetSpec, stack: str, catalog: Catalog | None = None) -> 
                 {"name": n.name, "nodes": n.node_names, "gres": n.gres, "features": n.features} for n in conf.nodesets
             ],
         }
+    extra: dict[str, Any] = {}
+    if len(slurm_clusters) < len(spec.clusters):
+        from stacks.kube import build_kueue_clusters  # pulumi_kubernetes only when a Kueue cluster is declared
+
+        kube_inventory, kube_clusters, created = build_kueue_clusters(spec, cat, fabric, fabrics, kubeconfigs or {})
+        inventory += kube_inventory
+        clusters.update(kube_clusters)
+        extra["kubeconfigs"] = created  # secret: `pulumi stack output kubeconfigs --show-secrets`
     return {
+        **extra,
         "autoscaler_inventory": inventory,
         "clusters": clusters,
         "networks": {

@@ -3,17 +3,24 @@
 Keys are generated with pulumi-random, kept as Pulumi secrets and stored as Secret Manager secret
 versions; each VM reads them with its own service account.  `slurm.conf` / `gres.conf` (rendered
 by `fleet.slurm.conf` in `stacks/`, one CLOUD nodeset per pool) reach the VMs as metadata and are
-written by the startup script (components/gcp/startup.py).
+written by the startup script (components/gcp/startup.py); every key is listed in
+components/gcp/metadata.py.  The controller sits on a reserved static internal address
+(`gcp.compute.Address`, INTERNAL) that slurm.conf names in `SlurmctldHost=name(ip)`.
 
 Service accounts, one per role:
-- controller: log/metric writer, accessor on the two keys, compute.viewer (list nodes, poll
-  operations), and compute.instanceAdmin.v1 *with an IAM condition* limiting it to instances,
-  disks and MIGs whose names start with one of the pool prefixes (plus subnetworks and templates,
-  which instance creation must use).  GCP has no IAM on a single MIG, so a name-prefix condition on
-  the project binding is the narrowest grant that still lets Slurm power saving create and delete
-  the named GPU nodes; it cannot touch the controller or login VMs.  The pools grant it
-  `iam.serviceAccountUser` on their own node service accounts only.
+- controller (the VM's runtime account): log/metric writer, accessor on the two keys, and
+  `iam.serviceAccountTokenCreator` on the cluster's autoscaler account only.  No Compute role.
+- autoscaler (`<cluster>-autoscaler`, no VM runs as it): the project's custom role
+  `gpuFleetAutoscaler` (defined once by the project-bootstrap stack: exactly the permissions of the
+  GCE actuator's calls, fleet/bootstrap/iam.py), bound with an IAM condition naming exactly this
+  cluster's MIGs, the zones' operations, its reservations and its region (`autoscaler_condition`).
+  The daemon on the controller impersonates it (`provider.impersonate_service_account`), so the
+  controller's own token, which the VM's other processes use (startup script, agents), carries no
+  Compute right, every Compute call is audited as the autoscaler's, and the grant can move to another
+  runtime (GKE workload identity) unchanged.
 - login: log/metric writer, accessor on the munge key.
+The GPU nodes' accounts (components/gcp/node_pool.py) read the munge key only; the JWT key is the
+controller's alone.
 """
 
 from __future__ import annotations
@@ -24,14 +31,10 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_random as random
 
+from components.gcp import metadata as md
 from components.gcp.node_pool import service_account_id
-from components.gcp.startup import (
-    METADATA_CGROUP_CONF,
-    METADATA_GRES_CONF,
-    METADATA_SLURM_CONF,
-    SlurmHostConfig,
-    startup_script,
-)
+from components.gcp.startup import SlurmHostConfig, startup_script
+from fleet.bootstrap.iam import AUTOSCALER_ROLE_ID, AutoscalerScope, autoscaler_condition
 
 BASE_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
 VM_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)  # narrowed by IAM, see the module docstring
@@ -44,12 +47,18 @@ class SlurmClusterArgs:
     name: the cluster name (VMs are `<name>-controller`, `<name>-login-<i>`).
     project, zone: where the controller and login VMs run.
     network, subnetwork: the system VPC and subnet (no access config: NAT gives egress).
-    slurm_conf, gres_conf, cgroup_conf: the rendered files (cgroup_conf optional).
-    node_name_prefixes: one per pool (`<cluster>-<pool>`); scope of the controller's compute grant.
+    slurm_conf, gres_conf, cgroup_conf, topology_conf: the rendered files (cgroup/topology optional).
+    controller_ip: the controller's static internal address in the subnetwork (reserved here; the
+      rendered slurm.conf names it in SlurmctldHost).
+    node_name_prefixes: one per pool (`<cluster>-<pool>`).
+    autoscaler_scope: the MIGs, zones, reservations and region of the pools (the autoscaler's condition).
+    autoscaler_role_id: the project's custom role for the autoscaler (made by the project-bootstrap stack).
     home: Filestore "IP:/share" mounted on /home; scratch: Lustre mount source, scratch_mount: where.
     controller_metadata: extra metadata on the controller only (e.g. the autoscaler inventory).
-    autoscaler_source, autoscaler_ref: git URL and ref of gpu-fleet for the controller's autoscaler
-      (installed at /opt/gpu-fleet; None: the image carries it).
+    autoscaler_source, autoscaler_ref: git URL and pinned ref (40-hex commit or tag@commit) of
+      gpu-fleet for the controller's autoscaler (installed at /opt/gpu-fleet; None: the image carries it).
+    image: the controller/login boot image: the same Ubuntu release as the GPU image, so slurmctld is
+      never older than slurmd.
     """
 
     name: str
@@ -60,11 +69,14 @@ class SlurmClusterArgs:
     slurm_conf: pulumi.Input[str]
     gres_conf: pulumi.Input[str]
     node_name_prefixes: list[str]
+    autoscaler_scope: AutoscalerScope
     cgroup_conf: pulumi.Input[str] | None = None
+    topology_conf: pulumi.Input[str] | None = None
+    controller_ip: str | None = None
     controller_machine_type: str = "n2-standard-8"
     login_machine_type: str = "n2-standard-4"
     login_nodes: int = 1
-    image: str = "projects/debian-cloud/global/images/family/debian-12"
+    image: str = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"
     boot_disk_gb: int = 100
     home: pulumi.Input[str] | None = None
     scratch: pulumi.Input[str] | None = None
@@ -72,7 +84,8 @@ class SlurmClusterArgs:
     controller_metadata: dict[str, pulumi.Input[str]] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     autoscaler_source: str | None = None
-    autoscaler_ref: str = "main"
+    autoscaler_ref: str | None = None
+    autoscaler_role_id: str = AUTOSCALER_ROLE_ID
 
     def __post_init__(self) -> None:
         if not self.node_name_prefixes:
@@ -81,19 +94,9 @@ class SlurmClusterArgs:
             raise ValueError(f"{self.name}: login_nodes: must be 0..8, got {self.login_nodes}")
 
 
-def compute_grant_condition(project: str, prefixes: list[str]) -> str:
-    """CEL for the controller's instanceAdmin binding: only the pools' instances, disks and MIGs
-    (resource names `projects/P/zones/Z/instances/N`), plus the subnetworks and templates that
-    instance creation has to use."""
-    parts = [f'resource.name.startsWith("projects/{project}/zones/")']
-    named = []
-    for kind in ("instances", "disks", "instanceGroupManagers"):
-        for prefix in prefixes:
-            named.append(f'resource.name.extract("/{kind}/{{name}}").startsWith("{prefix}-")')
-    parts = [f"({parts[0]} && ({' || '.join(named)}))"]
-    parts.append('resource.type == "compute.googleapis.com/Subnetwork"')
-    parts.append('resource.type == "compute.googleapis.com/InstanceTemplate"')
-    return " || ".join(parts)
+def autoscaler_account_email(cluster: str, project: str) -> str:
+    """The cluster's autoscaler service account (deterministic: the daemon's config names it)."""
+    return f"{service_account_id(cluster, 'autoscaler')}@{project}.iam.gserviceaccount.com"
 
 
 class SlurmCluster(pulumi.ComponentResource):
@@ -102,6 +105,7 @@ class SlurmCluster(pulumi.ComponentResource):
     controller: gcp.compute.Instance
     logins: list[gcp.compute.Instance]
     controller_sa: gcp.serviceaccount.Account
+    autoscaler_sa: gcp.serviceaccount.Account
     munge_secret: gcp.secretmanager.Secret
     jwt_secret: gcp.secretmanager.Secret
 
@@ -118,22 +122,11 @@ class SlurmCluster(pulumi.ComponentResource):
         self.controller_sa = self._account(name, args, "ctl", "Slurm controller", child)
         ctl_member = self.controller_sa.email.apply(lambda e: f"serviceAccount:{e}")
         self.controller_member = ctl_member
-        for role in (*BASE_ROLES, "roles/compute.viewer"):
+        for role in BASE_ROLES:
             gcp.projects.IAMMember(
                 f"{name}-ctl-{role.split('/')[-1]}", project=args.project, role=role, member=ctl_member, opts=child
             )
-        gcp.projects.IAMMember(
-            f"{name}-ctl-instanceAdmin",
-            project=args.project,
-            role="roles/compute.instanceAdmin.v1",
-            member=ctl_member,
-            condition={
-                "title": f"{args.name}-gpu-nodes-only",
-                "description": "Slurm power saving: create/delete this cluster's GPU nodes, nothing else",
-                "expression": compute_grant_condition(args.project, args.node_name_prefixes),
-            },
-            opts=child,
-        )
+        self._autoscaler_identity(name, args, ctl_member, child)
         for secret, label in ((self.munge_secret, "munge"), (self.jwt_secret, "jwt")):
             self._accessor(f"{name}-ctl-{label}", args, secret, ctl_member, child)
 
@@ -164,6 +157,18 @@ class SlurmCluster(pulumi.ComponentResource):
             )
 
         self.controller_name = f"{args.name}-controller"
+        self.controller_address = gcp.compute.Address(
+            f"{name}-controller-ip",
+            name=f"{args.name}-controller-ip",
+            project=args.project,
+            region=args.zone.rsplit("-", 1)[0],
+            subnetwork=args.subnetwork,
+            address_type="INTERNAL",
+            purpose="GCE_ENDPOINT",
+            address=args.controller_ip,
+            description=f"static address of {self.controller_name} (slurm.conf SlurmctldHost)",
+            opts=child,
+        )
         self.controller = self._vm(
             f"{name}-controller",
             self.controller_name,
@@ -173,20 +178,52 @@ class SlurmCluster(pulumi.ComponentResource):
             args,
             child,
             extra_metadata=args.controller_metadata,
+            network_ip=self.controller_address.address,
         )
         self.login_names = [f"{args.name}-login-{i}" for i in range(args.login_nodes)]
+        # after the address is reserved, so no login VM takes it first
+        after_ip = pulumi.ResourceOptions(parent=self, depends_on=[self.controller_address])
         self.logins = [
-            self._vm(f"{name}-login-{i}", vm, args.login_machine_type, login_sa, script("login"), args, child)
+            self._vm(f"{name}-login-{i}", vm, args.login_machine_type, login_sa, script("login"), args, after_ip)
             for i, vm in enumerate(self.login_names)
         ]
         self.register_outputs(
             {
                 "controller": self.controller.name,
+                "controller_ip": self.controller_address.address,
                 "logins": [vm.name for vm in self.logins],
                 "munge_secret": self.munge_secret.id,
                 "jwt_secret": self.jwt_secret.id,
                 "controller_service_account": self.controller_sa.email,
+                "autoscaler_service_account": self.autoscaler_sa.email,
             }
+        )
+
+    def _autoscaler_identity(
+        self, name: str, args: SlurmClusterArgs, ctl_member: pulumi.Input[str], child: pulumi.ResourceOptions
+    ) -> None:
+        """The autoscaler's own account, its conditioned role binding, and the controller's right to
+        impersonate it (a binding on that one account, not on the project)."""
+        self.autoscaler_sa = self._account(name, args, "autoscaler", "autoscaler (impersonated by the daemon)", child)
+        member = self.autoscaler_sa.email.apply(lambda e: f"serviceAccount:{e}")
+        gcp.projects.IAMMember(
+            f"{name}-autoscaler-role",
+            project=args.project,
+            role=f"projects/{args.project}/roles/{args.autoscaler_role_id}",
+            member=member,
+            condition={
+                "title": f"{args.name}-autoscaler-pools-only",
+                "description": "gpu-fleet autoscaler: this cluster's MIGs, zones' operations, reservations, region",
+                "expression": autoscaler_condition(args.autoscaler_scope),
+            },
+            opts=child,
+        )
+        gcp.serviceaccount.IAMMember(
+            f"{name}-ctl-impersonates-autoscaler",
+            service_account_id=self.autoscaler_sa.name,
+            role="roles/iam.serviceAccountTokenCreator",
+            member=ctl_member,
+            opts=child,
         )
 
     def _secret(
@@ -246,7 +283,11 @@ class SlurmCluster(pulumi.ComponentResource):
         args: SlurmClusterArgs,
         child: pulumi.ResourceOptions,
         extra_metadata: dict[str, pulumi.Input[str]] | None = None,
+        network_ip: pulumi.Input[str] | None = None,
     ) -> gcp.compute.Instance:
+        nic: dict[str, object] = {"network": args.network, "subnetwork": args.subnetwork, "nic_type": "GVNIC"}
+        if network_ip is not None:
+            nic["network_ip"] = network_ip
         return gcp.compute.Instance(
             resource_name,
             name=vm_name,
@@ -257,7 +298,7 @@ class SlurmCluster(pulumi.ComponentResource):
                 "auto_delete": True,
                 "initialize_params": {"image": args.image, "size": args.boot_disk_gb, "type": "pd-balanced"},
             },
-            network_interfaces=[{"network": args.network, "subnetwork": args.subnetwork, "nic_type": "GVNIC"}],
+            network_interfaces=[nic],
             shielded_instance_config={
                 "enable_secure_boot": True,
                 "enable_vtpm": True,
@@ -265,11 +306,8 @@ class SlurmCluster(pulumi.ComponentResource):
             },
             service_account={"email": sa.email, "scopes": list(VM_SCOPES)},
             metadata={
-                "enable-oslogin": "TRUE",
-                "block-project-ssh-keys": "TRUE",
-                METADATA_SLURM_CONF: args.slurm_conf,
-                METADATA_GRES_CONF: args.gres_conf,
-                **({METADATA_CGROUP_CONF: args.cgroup_conf} if args.cgroup_conf else {}),
+                **md.OS_LOGIN,
+                **md.slurm_metadata(args.slurm_conf, args.gres_conf, args.cgroup_conf, args.topology_conf),
                 **(extra_metadata or {}),
             },
             metadata_startup_script=script,

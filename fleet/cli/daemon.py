@@ -9,6 +9,7 @@ commands.
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -23,6 +24,7 @@ autoscaler_app = typer.Typer(
 slurm_app = typer.Typer(
     help="Slurm power-saving programs (ResumeProgram, SuspendProgram, ResumeFailProgram).", no_args_is_help=True
 )
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL")
 _STATE_HELP = "state store of the daemon (default: $GPU_FLEET_AUTOSCALER_STATE or /var/lib/gpu-fleet/autoscaler.db)"
 StatePath = Annotated[Path | None, typer.Option("--state", help=_STATE_HELP)]
 Hostlist = Annotated[str, typer.Argument(help="Slurm hostlist, e.g. a3-spot-[0-3]")]
@@ -44,7 +46,10 @@ def run(
     """Run the autoscaler (until SIGTERM, or one tick with --once)."""
     from autoscaler.daemon.config import ConfigError, load_config
     from autoscaler.daemon.logs import setup_logging
+    from autoscaler.daemon.state import StateError
 
+    if log_level.upper() not in LOG_LEVELS:
+        _fail(f"--log-level: {log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     setup_logging(json_lines=log_json, level=log_level.upper())
     try:
         cfg = load_config(config)
@@ -54,6 +59,13 @@ def run(
     except ConfigError as exc:
         _fail(str(exc))
         return
+    except StateError as exc:
+        _state_fail(exc, log_json)
+        return
+    except (OSError, sqlite3.Error) as exc:  # the state store cannot be opened or created
+        where = f"{config}: state_path: {cfg.state_path}"
+        _fail(f"{where}: cannot open the daemon's state store: {getattr(exc, 'strerror', None) or exc}")
+        return
     if once:
         res = daemon.tick()
         daemon.lock.release()
@@ -62,7 +74,7 @@ def run(
             typer.echo(json.dumps(res.to_json(), default=str))
         else:
             _print_tick(res)
-        raise typer.Exit(0 if res.ok else 1)
+        raise typer.Exit(0 if res.ok else 2 if (res.error or "").startswith("DatabaseError:") else 1)
     from autoscaler.daemon.loop import RunLoop
     from autoscaler.daemon.metrics import MetricsServer
 
@@ -78,6 +90,41 @@ def run(
         if server is not None:
             server.stop()
     raise typer.Exit(code)
+
+
+def _state_fail(exc: Exception, log_json: bool) -> None:
+    """A damaged / foreign / missing state store: one clear message (a JSON line under --log-json), exit 2."""
+    if log_json:
+        from loguru import logger
+
+        logger.bind(error="StateError").error("{}", exc)
+        raise typer.Exit(2)
+    _fail(f"state_path: {exc}")
+
+
+@autoscaler_app.command("init")
+def init(
+    config: Annotated[Path, typer.Option("--config", help="YAML config (see deploy/autoscaler.example.yaml)")],
+) -> None:
+    """Create (or check) the state store and record the managed pools, so Slurm's hooks can queue requests
+    before the daemon's first tick (run it before slurmctld starts).  Idempotent; no cloud or Slurm call."""
+    from autoscaler.daemon.build import load_pools, open_store
+    from autoscaler.daemon.config import ConfigError, load_config
+    from autoscaler.daemon.state import StateError
+
+    try:
+        cfg = load_config(config)
+        _, pools = load_pools(cfg)
+        store = open_store(cfg, pools)
+    except ConfigError as exc:
+        _fail(str(exc))
+        return
+    except StateError as exc:
+        _fail(f"state_path: {exc}")
+        return
+    n = len(store.managed_pools())
+    store.close()
+    typer.echo(f"{cfg.state_path}: ready, {n} managed pool(s) recorded", err=True)
 
 
 def _print_tick(res: TickResult) -> None:
@@ -111,7 +158,7 @@ def status(
     """Print the state store as JSON: leader, open launch requests, queued power-save requests, backoffs."""
     import time
 
-    from autoscaler.daemon.state import OPEN_REQUEST_STATES, StateStore
+    from autoscaler.daemon.state import OPEN_REQUEST_STATES, StateError, StateStore
     from autoscaler.slurm.handoff import default_state_path
 
     path = state
@@ -122,7 +169,17 @@ def status(
             path = load_config(config).state_path
         except ConfigError as exc:
             _fail(str(exc))
-    store = StateStore(path or default_state_path())
+    path = path or default_state_path()
+    if path.is_dir() or not path.is_file():
+        _fail(f"--state: {path}: {'is a directory' if path.is_dir() else 'no such state store'} (status reads it)")
+    try:
+        store = StateStore.read_only_copy(path)  # checked, in memory: status never writes the file
+    except StateError as exc:
+        _fail(f"--state: {exc}")
+        return
+    except (OSError, sqlite3.Error) as exc:
+        _fail(f"--state: {path}: cannot open the daemon's state store: {exc}")
+        return
     out = {
         "state_path": str(store.path),
         "leader": store.leader(),

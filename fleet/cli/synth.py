@@ -105,8 +105,8 @@ def synth(
         path = config if config is not None else stack_file(stack or "")
         result = synth_file(path, stack=stack)
     except SpecError as exc:
-        for field_path, reason in exc.errors:
-            typer.echo(f"error: {field_path}: {reason}", err=True)
+        for line in exc.lines():
+            typer.echo(f"error: {line}", err=True)
         raise typer.Exit(2) from None
     except (ValueError, RuntimeError) as exc:  # component argument checks, SynthError (duplicate URNs)
         typer.echo(f"error: {exc}", err=True)
@@ -124,10 +124,13 @@ def synth(
     console.print(_tree(out["resources"], out["stack"]))
     console.print(f"{len(out['resources'])} resources")
     for pool in out["outputs"].get("autoscaler_inventory", []):
-        migs = ", ".join(pool["instance_groups"].values())
+        if pool.get("pool_kind") == "capi-machinedeployment":
+            group = f"MachineDeployment {pool['capi_namespace']}/{pool['capi_machine_deployment']}"
+        else:
+            group = "MIGs " + ", ".join((pool.get("instance_groups") or {}).values())
         console.print(
             f"pool {pool['cluster']}/{pool['name']}: {pool['min_nodes']}-{pool['max_nodes']} x {pool['machine_type']}"
-            f" ({pool['capacity_type']}), nodes {pool['node_name_prefix']}-<i>, MIGs {migs}"
+            f" ({pool['capacity_type']}), nodes {pool['node_name_prefix']}-<i>, {group}"
         )
     if out["cost"]["by_pool"]:
         console.print(_price_table(out["cost"]))

@@ -29,6 +29,11 @@ def node_hostlist(cluster: str, pool: str, count: int) -> str:
     return f"{prefix}-[0-{count - 1}]"
 
 
+def on_gcp(cluster: ClusterSpec) -> bool:
+    """The cluster's nodes are GCE VMs (Slurm on GCE, or GKE); `platform: kubernetes` nodes are not."""
+    return cluster.platform != "kubernetes"
+
+
 def pool_zones(spec: FleetSpec, pool: NodePoolSpec, catalog: Catalog) -> tuple[str, ...]:
     """The zones a pool launches in: its own `zones`, else the fleet zones that offer its type."""
     if pool.zones is not None:
@@ -37,6 +42,15 @@ def pool_zones(spec: FleetSpec, pool: NodePoolSpec, catalog: Catalog) -> tuple[s
         return ()
     machine = catalog.machine(pool.machine_type)
     return tuple(z for z in spec.zones if machine.offered_in(z))
+
+
+def controller_address(spec: FleetSpec, cluster_name: str) -> str:
+    """The static internal IP of a Slurm cluster's controller, reserved by the stack and written into
+    `SlurmctldHost=name(ip)`: counted down from the top of the system subnet (GCE keeps the last two
+    addresses), one per cluster in spec order, so `fleet render` knows it without a deploy."""
+    index = next(i for i, c in enumerate(spec.clusters) if c.name == cluster_name)
+    net = spec.network.system_cidr
+    return str(net.broadcast_address - 2 - index)
 
 
 def default_partition(slurm: SlurmSpec) -> SlurmPartitionSpec:
@@ -87,7 +101,7 @@ def fabric_networks(spec: FleetSpec, catalog: Catalog) -> list[FabricNetwork]:
     Pools of one machine type in one cluster share its fabric; each subnet holds all their nodes.
     """
     out = []
-    for cluster in spec.clusters:
+    for cluster in filter(on_gcp, spec.clusters):
         nodes: dict[str, int] = {}
         for pool in cluster.pools:
             if pool.machine_type in catalog:

@@ -17,6 +17,7 @@ from fleet.spec.derive import (
     checkpoint_bucket_name,
     fabric_networks,
     node_name_prefix,
+    on_gcp,
     pool_zones,
 )
 from fleet.spec.model import ClusterSpec, FleetSpec, NodePoolSpec
@@ -51,6 +52,9 @@ SYSTEM_DIRS = {"/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/roo
                "/usr", "/var"}  # fmt: skip
 HOME_MOUNT = "/home"
 SLURM_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+# what a slurm.conf value may hold unquoted: no white space (a newline starts a new line), '#' (a comment), quotes
+SLURM_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=+@%*()-]+$")
+SLURM_VALUE_CHARS = "letters, digits and _ . , : / = + @ % * ( ) - (no white space, '#', quotes or '$')"
 # slurm.conf keys the generator owns (nodes, partitions, hosts, hooks) or that break this deployment.
 SLURM_MANAGED_KEYS = {
     "nodename": "nodes are generated from the pools",
@@ -82,6 +86,13 @@ def check(spec: FleetSpec, catalog: Catalog | None = None) -> list[Issue]:
 
 
 def _pools(spec: FleetSpec) -> Iterator[tuple[str, ClusterSpec, NodePoolSpec]]:
+    """Pools whose nodes are GCE VMs (the GCE/catalog rules); `platform: kubernetes` pools: `_all_pools`."""
+    for path, cluster, pool in _all_pools(spec):
+        if on_gcp(cluster):
+            yield path, cluster, pool
+
+
+def _all_pools(spec: FleetSpec) -> Iterator[tuple[str, ClusterSpec, NodePoolSpec]]:
     for ci, cluster in enumerate(spec.clusters):
         for pi, pool in enumerate(cluster.pools):
             yield f"clusters[{ci}].pools[{pi}]", cluster, pool
@@ -191,14 +202,14 @@ def machine_offered_in_zones(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
 
 @rule
 def max_nodes_positive(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
-    for path, _, pool in _pools(spec):
+    for path, _, pool in _all_pools(spec):
         if pool.max_nodes < 1:
             yield f"{path}.max_nodes", "must be at least 1 (remove the pool instead)"
 
 
 @rule
 def min_not_above_max(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
-    for path, _, pool in _pools(spec):
+    for path, _, pool in _all_pools(spec):
         if pool.min_nodes > pool.max_nodes:
             yield f"{path}.min_nodes", f"min_nodes {pool.min_nodes} is greater than max_nodes {pool.max_nodes}"
 
@@ -426,11 +437,23 @@ def scratch_mount_point(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
 
 @rule
 def scheduler_settings(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """slurm runs on GCE VMs with a `slurm` block; kueue runs on gke or kubernetes with a `kueue` block."""
     for ci, cluster in enumerate(spec.clusters):
-        if cluster.scheduler == "gke":
-            yield f"clusters[{ci}].scheduler", "gke is not supported yet (use slurm)"
-        elif cluster.slurm is None:
-            yield f"clusters[{ci}].slurm", "required with scheduler: slurm (partitions -> pools)"
+        path = f"clusters[{ci}]"
+        if cluster.scheduler == "slurm":
+            if cluster.slurm is None:
+                yield f"{path}.slurm", "required with scheduler: slurm (partitions -> pools)"
+            if cluster.platform != "gce":
+                yield f"{path}.platform", f"scheduler: slurm runs on platform: gce, not {cluster.platform}"
+            if cluster.kueue is not None:
+                yield f"{path}.kueue", "only with scheduler: kueue"
+        else:
+            if cluster.kueue is None:
+                yield f"{path}.kueue", "required with scheduler: kueue (teams -> pool quotas, autoscaler)"
+            if cluster.platform == "gce":
+                yield f"{path}.platform", "scheduler: kueue needs platform: gke or kubernetes"
+            if cluster.slurm is not None:
+                yield f"{path}.slurm", "only with scheduler: slurm"
 
 
 def _slurm_clusters(spec: FleetSpec) -> Iterator[tuple[str, ClusterSpec]]:
@@ -567,8 +590,8 @@ def slurm_extra_config(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
                 yield where, "not a slurm.conf key (letters and digits only)"
             elif key.lower() in SLURM_MANAGED_KEYS:
                 yield where, f"cannot be set here: {SLURM_MANAGED_KEYS[key.lower()]}"
-            elif "\n" in value or not value.strip():
-                yield where, "value must be one non-empty line"
+            elif not SLURM_VALUE.fullmatch(value):
+                yield where, f"value must be one non-empty line of {SLURM_VALUE_CHARS}, got {value!r}"
 
 
 @rule
@@ -601,3 +624,6 @@ def autoscaler_policy(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
             for queue in sorted(getattr(policy, field) or ()):
                 if queue not in partitions:
                     yield f"{where}.{field}", f"{queue!r} is not a partition of this cluster"
+
+
+from fleet.spec import kube_rules  # noqa: E402, F401  (registers the Kubernetes / Kueue rules after these)

@@ -1,6 +1,7 @@
 """Hourly list price of a fleet from the machine catalog (pure: spec + catalog in, numbers out).
 
-Per pool: nodes x the catalog's $/h for the pool's capacity type in the fleet's region (spot price
+Per pool: nodes x the pool's `price_per_hour` when the spec gives one (a provider the catalog lacks, a
+negotiated rate), else the catalog's $/h for the pool's capacity type in the fleet's region (spot price
 for spot; the on-demand rate for on-demand and flex-start, an upper bound for flex-start, which
 bills at most that).  A reservation is billed whether it is used or not, and the spec does not
 say how large it is: we assume it is sized to the pool's `max_nodes` and count the pool at
@@ -13,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from fleet.catalog import CapacityType, Catalog, load_catalog
+from fleet.spec.kube import pool_price
 from fleet.spec.model import FleetSpec
 
 EXCLUDED = (
@@ -57,8 +59,7 @@ def fleet_cost(spec: FleetSpec, catalog: Catalog | None = None) -> FleetCost:
     unpriced: list[str] = []
     for cluster in spec.clusters:
         for pool in cluster.pools:
-            price = cat.machine(pool.machine_type).price(spec.region)
-            unit = price.hourly(pool.capacity) if price else None
+            unit, source = pool_price(spec, pool, cat)  # the spec's price_per_hour, else the catalog's
             reserved = pool.capacity is CapacityType.RESERVATION
             at_min = pool.max_nodes if reserved else pool.min_nodes
             if unit is None:
@@ -76,7 +77,7 @@ def fleet_cost(spec: FleetSpec, catalog: Catalog | None = None) -> FleetCost:
                     unit_usd_per_hour=unit,
                     hourly_usd_at_min=round((unit or 0.0) * at_min, 2),
                     hourly_usd_at_max=round((unit or 0.0) * pool.max_nodes, 2),
-                    price_source=price.source if price and unit is not None else "missing",
+                    price_source=source,
                 )
             )
     return FleetCost(

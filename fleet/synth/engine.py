@@ -152,6 +152,27 @@ class SynthMocks(pulumi_mocks.Mocks):
                 for i, nic in enumerate(nics):
                     nic.setdefault("networkIp", f"10.0.0.{10 + i}")
                 state["networkInterfaces"] = nics
+        elif args.typ == "gcp:container/cluster:Cluster":
+            resource_id = f"projects/{project}/locations/{inputs.get('location')}/clusters/{name}"
+            state.update(
+                endpoint="172.16.0.2",
+                masterAuth={"clusterCaCertificate": base64.b64encode(b"mock-cluster-ca").decode()},
+                selfLink=f"https://container.googleapis.com/v1/{resource_id}",
+            )
+        elif args.typ == "gcp:container/nodePool:NodePool":
+            cluster = str(inputs.get("cluster", "cluster")).rsplit("/", 1)[-1]
+            suffix = hashlib.sha1(f"{cluster}/{name}".encode()).hexdigest()[:8]
+            base = f"https://www.googleapis.com/compute/v1/projects/{project}/zones"
+            mig = f"gke-{cluster}-{name}-{suffix}-grp"
+            zones = inputs.get("nodeLocations") or []
+            resource_id = f"{inputs.get('location')}/{cluster}/{name}"
+            state.update(
+                managedInstanceGroupUrls=[f"{base}/{z}/instanceGroupManagers/{mig}" for z in zones],
+                instanceGroupUrls=[f"{base}/{z}/instanceGroups/{mig}" for z in zones],
+            )
+        elif args.typ == "gcp:projects/iAMCustomRole:IAMCustomRole":
+            resource_id = f"projects/{project}/roles/{inputs['roleId']}"
+            state["name"] = resource_id
         elif args.typ == "gcp:serviceaccount/account:Account":
             email = f"{inputs['accountId']}@{project}.iam.gserviceaccount.com"
             state.update(
@@ -256,8 +277,13 @@ def run_program(
 
     if not _STACK_NAME.match(stack):
         raise ValueError(f"stack: invalid stack name {stack!r}")
+    # `{secure: <ciphertext>}` is how the CLI stores `pulumi config set --secret`: it would decrypt it and mark
+    # the key secret.  Without the stack's key we cannot decrypt: the program sees "[secret]", still secret.
+    config = dict(config or {})
+    secret_keys = [k for k, v in config.items() if isinstance(v, Mapping) and set(v) == {"secure"}]
     pulumi.runtime.set_all_config(
-        {k: v if isinstance(v, str) else json.dumps(v) for k, v in (config or {}).items()}, secret_keys=[]
+        {k: SECRET if k in secret_keys else v if isinstance(v, str) else json.dumps(v) for k, v in config.items()},
+        secret_keys=secret_keys,
     )
     mocks = SynthMocks(default_project=default_gcp_project)
     monitor = RecordingMonitor(mocks)

@@ -1,0 +1,163 @@
+"""The gpu-fleet autoscaler in a Kubernetes cluster, as manifests (pure: arguments in, dicts out).
+
+A Deployment of `replicas` pods (2 by default) running `fleet autoscaler run` on pinned code (an image by
+digest), one of which acts: leader election through the `coordination.k8s.io/v1` Lease named in the
+config.  The ServiceAccount gets exactly the API access the daemon uses (`rbac_rules`): read Nodes, Pods,
+PodDisruptionBudgets, Kueue Workloads / ClusterQueues / ResourceFlavors; answer ProvisioningRequests
+(status); cordon Nodes and evict Pods (the Eviction API honours PDBs); on Cluster API pools scale
+MachineDeployments and mark Machines for deletion; get/update its own Lease only.  On GKE the
+ServiceAccount maps to a Google service account through Workload Identity (MIG instance calls).
+The config file and the inventory come from a ConfigMap; /metrics and /healthz listen on the pod port
+(probes, a ClusterIP Service for scraping).  Shape of the config: `fleet.inventory.KubernetesSection`,
+docs/kubernetes.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+APP = "gpu-fleet-autoscaler"
+CONFIG_DIR = "/etc/gpu-fleet"
+CONFIG_FILE = f"{CONFIG_DIR}/autoscaler.yaml"
+INVENTORY_FILE = f"{CONFIG_DIR}/inventory.json"
+STATE_DIR = "/var/lib/gpu-fleet"
+WORKLOAD_IDENTITY_ANNOTATION = "iam.gke.io/gcp-service-account"
+READ = ["get", "list", "watch"]
+
+
+@dataclass(frozen=True)
+class AutoscalerDeployment:
+    """Everything the manifests need.  `config` / `inventory` may be Pulumi Outputs (strings at deploy)."""
+
+    cluster: str
+    namespace: str
+    image: str
+    replicas: int
+    metrics_port: int
+    config: Any  # autoscaler.yaml text
+    inventory: Any  # inventory.json text
+    cluster_api_namespace: str | None = None  # Cluster API pools: where MachineDeployments / Machines live
+    gcp_service_account: Any = None  # GKE: the Google service account (email) of Workload Identity
+    node_selector: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def lease_name(self) -> str:
+        return APP
+
+
+def rbac_rules(cluster_api: bool) -> list[dict[str, Any]]:
+    """Cluster-wide access, each rule for one thing the daemon does (see the module docstring)."""
+    rules = [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": [*READ, "patch"]},  # inventory; cordon
+        {"apiGroups": [""], "resources": ["pods"], "verbs": READ},  # unschedulable pods; what runs on a node
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},  # drain, PDBs respected
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},  # explain decisions
+        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": READ},
+        {"apiGroups": ["autoscaling.x-k8s.io"], "resources": ["provisioningrequests"], "verbs": READ},
+        {
+            "apiGroups": ["autoscaling.x-k8s.io"],
+            "resources": ["provisioningrequests/status"],
+            "verbs": ["update", "patch"],
+        },
+        {
+            "apiGroups": ["kueue.x-k8s.io"],
+            "resources": ["workloads", "clusterqueues", "resourceflavors"],
+            "verbs": READ,
+        },
+    ]
+    if cluster_api:
+        rules.append(
+            {"apiGroups": ["cluster.x-k8s.io"], "resources": ["machinedeployments"], "verbs": [*READ, "patch"]}
+        )
+        rules.append(
+            {
+                "apiGroups": ["cluster.x-k8s.io"],
+                "resources": ["machinedeployments/scale"],
+                "verbs": ["get", "update", "patch"],
+            }
+        )
+        rules.append({"apiGroups": ["cluster.x-k8s.io"], "resources": ["machines"], "verbs": [*READ, "patch"]})
+    return rules
+
+
+def _meta(name: str, namespace: str | None, **extra: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "labels": {"app.kubernetes.io/name": APP, "app.kubernetes.io/managed-by": "gpu-fleet"},
+    }
+    if namespace:
+        meta["namespace"] = namespace
+    meta.update(extra)
+    return meta
+
+
+def manifests(a: AutoscalerDeployment) -> list[dict[str, Any]]:
+    ns = a.namespace
+    sa_meta = _meta(APP, ns)
+    if a.gcp_service_account is not None:
+        sa_meta["annotations"] = {WORKLOAD_IDENTITY_ANNOTATION: a.gcp_service_account}
+    selector = {"app.kubernetes.io/name": APP}
+    probe = {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10, "failureThreshold": 3}
+    container = {
+        "name": "autoscaler",
+        "image": a.image,
+        "args": ["autoscaler", "run", "--config", CONFIG_FILE, "--log-json"],
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        ],
+        "ports": [{"name": "metrics", "containerPort": a.metrics_port}],
+        "readinessProbe": probe,
+        "livenessProbe": {**probe, "initialDelaySeconds": 30},
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "state", "mountPath": STATE_DIR},
+        ],
+    }
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": APP,
+        "securityContext": {"runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532, "seccompProfile": {"type": "RuntimeDefault"}},  # noqa: E501
+        "containers": [container],
+        "volumes": [{"name": "config", "configMap": {"name": APP}}, {"name": "state", "emptyDir": {}}],
+        # One replica per node, so a node loss never takes both.
+        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": selector}, "topologyKey": "kubernetes.io/hostname"}]}},
+        "priorityClassName": "system-cluster-critical",
+    }  # fmt: skip
+    if a.node_selector:
+        pod_spec["nodeSelector"] = dict(a.node_selector)
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(ns, None)},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": sa_meta},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": _meta(f"{APP}-{a.cluster}", None),  # noqa: E501
+         "rules": rbac_rules(a.cluster_api_namespace is not None)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": _meta(f"{APP}-{a.cluster}", None),  # noqa: E501
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"{APP}-{a.cluster}"},
+         "subjects": [{"kind": "ServiceAccount", "name": APP, "namespace": ns}]},
+        # The Lease: create (cannot be limited by name), then get/update only this one.
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(f"{APP}-lease", ns),
+         "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+                   {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"],
+                    "resourceNames": [a.lease_name]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta(f"{APP}-lease", ns),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{APP}-lease"},
+         "subjects": [{"kind": "ServiceAccount", "name": APP, "namespace": ns}]},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(APP, ns),
+         "data": {"autoscaler.yaml": a.config, "inventory.json": a.inventory}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(APP, ns),
+         "spec": {"replicas": a.replicas, "selector": {"matchLabels": selector},
+                  "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
+                  "template": {"metadata": {"labels": {**selector}}, "spec": pod_spec}}},
+        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(APP, ns),
+         "spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": _meta(APP, ns),
+         "spec": {"selector": selector, "ports": [{"name": "metrics", "port": a.metrics_port, "targetPort": "metrics"}]}},  # noqa: E501
+    ]  # fmt: skip

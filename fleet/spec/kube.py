@@ -1,0 +1,123 @@
+"""Values derived from the Kubernetes / Kueue parts of a fleet spec (pure; one definition each).
+
+The rules, the Kueue object builder, the stacks and the autoscaler inventory all read them from here:
+a pool's node shape (catalog for GCE machine types, `cluster_api` for a provider the catalog lacks),
+its $/h, the Kueue names, and each team's nominal quota, derived from the pools' max sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fleet.catalog import CapacityType, Catalog
+from fleet.spec.model import ClusterSpec, FleetSpec, KueueTeamSpec, NodePoolSpec
+
+GPU_RESOURCE = "nvidia.com/gpu"
+# Kubernetes reserves part of every node (kubelet, system daemons): quotas count what pods can get.
+ALLOCATABLE_CPU_FRACTION = 0.9
+ALLOCATABLE_MEMORY_FRACTION = 0.85
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    gpu_type: str
+    gpus: int
+    vcpus: int
+    memory_gib: int
+
+
+def node_shape(pool: NodePoolSpec, catalog: Catalog) -> NodeShape | None:
+    """GPUs, CPUs and memory of one node of the pool; None for an unknown machine type (a rule reports it)."""
+    if pool.cluster_api is not None:
+        c = pool.cluster_api
+        return NodeShape(c.gpu_type, c.gpus_per_node, c.vcpus, c.memory_gib)
+    if pool.machine_type not in catalog:
+        return None
+    m = catalog.machine(pool.machine_type)
+    return NodeShape(m.gpu.accelerator_type, m.gpu_count, m.vcpus, m.memory_gib)
+
+
+def pool_price(spec: FleetSpec, pool: NodePoolSpec, catalog: Catalog) -> tuple[float | None, str]:
+    """($/h per node, source): the spec's `price_per_hour` wins, else the catalog's for the capacity type."""
+    if pool.price_per_hour is not None:
+        return pool.price_per_hour, "spec"
+    if pool.machine_type not in catalog:
+        return None, "missing"
+    price = catalog.machine(pool.machine_type).price(spec.region)
+    unit = price.hourly(pool.capacity) if price else None
+    return (unit, price.source) if price and unit is not None else (None, "missing")
+
+
+def team_namespace(team: KueueTeamSpec) -> str:
+    return team.namespace or team.name
+
+
+def flavor_name(cluster: ClusterSpec, pool: NodePoolSpec) -> str:
+    """The ResourceFlavor of a pool (cluster-scoped, so prefixed by the cluster)."""
+    return f"{cluster.name}-{pool.name}"
+
+
+def cluster_queue_name(cluster: ClusterSpec, team: KueueTeamSpec) -> str:
+    return f"{cluster.name}-{team.name}"
+
+
+def local_queue_name(team: KueueTeamSpec) -> str:
+    return team.name
+
+
+def quota_gpus(team: KueueTeamSpec, pool: NodePoolSpec, shape: NodeShape) -> int:
+    """The team's nominal GPUs on a pool: its share of the pool's GPUs at max_nodes, rounded down."""
+    share = team.quotas[pool.name]
+    return math.floor(share * pool.max_nodes * shape.gpus + 1e-9)
+
+
+def nominal_quota(team: KueueTeamSpec, pool: NodePoolSpec, shape: NodeShape) -> dict[str, str]:
+    """Kueue quantities (cpu, memory, nvidia.com/gpu) in proportion to the GPUs of the quota."""
+    gpus = quota_gpus(team, pool, shape)
+    nodes = gpus / shape.gpus
+    cpu = math.floor(nodes * shape.vcpus * ALLOCATABLE_CPU_FRACTION)
+    mem = math.floor(nodes * shape.memory_gib * ALLOCATABLE_MEMORY_FRACTION)
+    return {"cpu": str(cpu), "memory": f"{mem}Gi", GPU_RESOURCE: str(gpus)}
+
+
+def spot(pool: NodePoolSpec) -> bool:
+    return pool.capacity is CapacityType.SPOT
+
+
+# ---------------------------------------------------------------- node labels and taints (one definition)
+
+GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"  # GKE sets it on every node of a node pool
+GKE_SPOT_LABEL = "cloud.google.com/gke-spot"
+# Cluster API copies Machine labels of this domain to the Node (CAPI >= 1.4 label sync).
+CAPI_POOL_LABEL = "node.cluster.x-k8s.io/gpu-fleet-pool"
+CAPI_SPOT_TAINT = "gpu-fleet/spot"
+GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}  # GKE adds it to GPU nodes
+# Topology-aware scheduling levels GKE labels GPU nodes with (A3 Mega, A3 Ultra, A4 with dense placement).
+GKE_TOPOLOGY_LEVELS = ("cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock",
+                       "kubernetes.io/hostname")  # fmt: skip
+TOPOLOGY_FABRICS = ("gpudirect-tcpxo", "rdma")
+
+
+def node_labels(cluster: ClusterSpec, pool: NodePoolSpec) -> dict[str, str]:
+    """Labels every node of the pool carries, which its ResourceFlavor selects on."""
+    if cluster.platform == "gke":
+        return {GKE_NODEPOOL_LABEL: pool.name}
+    return {CAPI_POOL_LABEL: pool.name}
+
+
+def spot_taint(cluster: ClusterSpec) -> dict[str, str]:
+    key = GKE_SPOT_LABEL if cluster.platform == "gke" else CAPI_SPOT_TAINT
+    return {"key": key, "value": "true", "effect": "NoSchedule"}
+
+
+def node_taints(cluster: ClusterSpec, pool: NodePoolSpec) -> list[dict[str, str]]:
+    """Taints of the pool's nodes: GPUs for GPU pods only; spot nodes only for pods that tolerate preemption."""
+    return [dict(GPU_TAINT)] + ([spot_taint(cluster)] if spot(pool) else [])
+
+
+def topology_aware(cluster: ClusterSpec, pool: NodePoolSpec, catalog: Catalog) -> bool:
+    """GKE labels the block / sub-block of nodes of GPUDirect machine types: TAS can place gangs tightly."""
+    if cluster.platform != "gke" or pool.machine_type not in catalog:
+        return False
+    return catalog.machine(pool.machine_type).nics.fabric in TOPOLOGY_FABRICS

@@ -1,0 +1,72 @@
+"""Cluster API MachineDeployments for the GPU pools of an existing cluster (pure: spec in, manifests out).
+
+One MachineDeployment per pool (`cluster.x-k8s.io/v1beta2`), cloning the pool's infrastructure template
+(AWSMachineTemplate, GCPMachineTemplate, Metal3MachineTemplate, a neocloud's ...) and bootstrap template.
+Its size belongs to the autoscaler: `replicas` starts at min_nodes (the stack declares it with
+`ignore_changes` on it), min/max are the annotations the Cluster Autoscaler's clusterapi provider reads (the
+gpu-fleet daemon reads the same), and scale-down goes through the Machine of an idle node marked
+`cluster.x-k8s.io/delete-machine`, so the deletion order is `Oldest` only for machines nobody marked.
+Nodes get the pool label (CAPI syncs `node.cluster.x-k8s.io/*` labels from Machine to Node) and taints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleet.spec.kube import CAPI_POOL_LABEL, node_labels, node_taints
+from fleet.spec.model import ClusterSpec, NodePoolSpec
+
+API = "cluster.x-k8s.io/v1beta2"
+MIN_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
+MAX_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
+DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"
+CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
+REPLICAS_FIELD = "spec.replicas"
+
+
+def machine_deployment_name(cluster: ClusterSpec, pool: NodePoolSpec) -> str:
+    return f"{cluster.name}-{pool.name}"
+
+
+def _ref(ref: Any) -> dict[str, str]:
+    return {"apiGroup": ref.api_group, "kind": ref.kind, "name": ref.name}
+
+
+def machine_deployment(cluster: ClusterSpec, pool: NodePoolSpec) -> dict[str, Any]:
+    k8s = cluster.kubernetes
+    capi = pool.cluster_api
+    assert k8s is not None and capi is not None  # the spec rules guarantee both
+    bootstrap = capi.bootstrap_template or k8s.bootstrap_template
+    assert bootstrap is not None
+    name = machine_deployment_name(cluster, pool)
+    selector = {CLUSTER_NAME_LABEL: k8s.cluster_name, CAPI_POOL_LABEL: pool.name}
+    template_spec: dict[str, Any] = {
+        "clusterName": k8s.cluster_name,
+        "version": k8s.version,
+        "bootstrap": {"configRef": _ref(bootstrap)},
+        "infrastructureRef": _ref(capi.infrastructure_template),
+        "taints": [{**t, "propagation": "Always"} for t in node_taints(cluster, pool)],
+    }
+    if capi.failure_domain:
+        template_spec["failureDomain"] = capi.failure_domain
+    return {
+        "apiVersion": API,
+        "kind": "MachineDeployment",
+        "metadata": {
+            "name": name,
+            "namespace": k8s.namespace,
+            "labels": {"app.kubernetes.io/managed-by": "gpu-fleet", CLUSTER_NAME_LABEL: k8s.cluster_name},
+            "annotations": {MIN_SIZE: str(pool.min_nodes), MAX_SIZE: str(pool.max_nodes)},
+        },
+        "spec": {
+            "clusterName": k8s.cluster_name,
+            "replicas": pool.min_nodes,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": {**selector, **node_labels(cluster, pool), **pool.labels}},
+                "spec": template_spec,
+            },
+            # Machines marked with the delete-machine annotation go first (the autoscaler's named scale-down).
+            "deletion": {"order": "Oldest"},
+        },
+    }

@@ -1,0 +1,83 @@
+"""Cluster API MachineDeployments (stacks/cluster_api.py), the autoscaler Deployment manifests
+(components/kubernetes/autoscaler.py) and KubeObject, which declares any manifest unchanged."""
+
+from __future__ import annotations
+
+import copy
+
+from components.kubernetes.autoscaler import AutoscalerDeployment, manifests, rbac_rules
+from components.kubernetes.objects import KubeObject, type_token
+from fleet.schemas import validate
+from fleet.spec import load_spec
+from stacks.cluster_api import DELETE_MACHINE, MAX_SIZE, MIN_SIZE, machine_deployment
+from tests.spec.test_kube_rules import CAPI
+
+
+def neo(mutate=None):
+    raw = copy.deepcopy(CAPI)
+    if mutate:
+        mutate(raw["clusters"][0])
+    return load_spec(raw).clusters[0]
+
+
+def test_machine_deployment_is_valid_and_carries_min_max_annotations():
+    c = neo(lambda c: c["pools"][0].update(min_nodes=1, labels={"team": "ml"}))
+    md = machine_deployment(c, c.pools[0])
+    assert validate(md) == []
+    assert md["metadata"]["annotations"] == {MIN_SIZE: "1", MAX_SIZE: "4"}
+    assert md["spec"]["replicas"] == 1
+    labels = md["spec"]["template"]["metadata"]["labels"]
+    assert labels["node.cluster.x-k8s.io/gpu-fleet-pool"] == "h100" and labels["team"] == "ml"
+    assert md["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert DELETE_MACHINE == "cluster.x-k8s.io/delete-machine"
+
+
+def test_pool_bootstrap_template_overrides_the_clusters():
+    ref = {"api_group": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfigTemplate", "name": "gpu-special"}
+    c = neo(lambda c: c["pools"][0]["cluster_api"].update(bootstrap_template=ref, failure_domain="dc-2"))
+    spec = machine_deployment(c, c.pools[0])["spec"]["template"]["spec"]
+    assert spec["bootstrap"]["configRef"]["name"] == "gpu-special" and spec["failureDomain"] == "dc-2"
+
+
+def test_spot_pool_nodes_are_tainted():
+    c = neo(lambda c: c["pools"][0].update(capacity="spot"))
+    taints = machine_deployment(c, c.pools[0])["spec"]["template"]["spec"]["taints"]
+    assert {"key": "gpu-fleet/spot", "value": "true", "effect": "NoSchedule", "propagation": "Always"} in taints
+
+
+def _deployment(**kw) -> AutoscalerDeployment:
+    base = dict(cluster="c", namespace="gpu-fleet-system", image="r/a@sha256:" + "1" * 64, replicas=2,
+                metrics_port=9464, config="x: 1\n", inventory="[]")  # fmt: skip
+    base.update(kw)
+    return AutoscalerDeployment(**base)
+
+
+def test_autoscaler_rbac_grants_cluster_api_only_for_cluster_api_pools():
+    gke = {r for rule in rbac_rules(False) for r in rule["resources"]}
+    capi = {r for rule in rbac_rules(True) for r in rule["resources"]}
+    assert capi - gke == {"machinedeployments", "machinedeployments/scale", "machines"}
+    assert "secrets" not in capi and "configmaps" not in capi
+
+
+def test_autoscaler_manifests_workload_identity_and_node_selector():
+    objs = {m["kind"]: m for m in manifests(_deployment(gcp_service_account="a@p.iam.gserviceaccount.com",
+                                                         node_selector={"gpu-fleet/role": "system"}))}  # fmt: skip
+    assert objs["ServiceAccount"]["metadata"]["annotations"] == {
+        "iam.gke.io/gcp-service-account": "a@p.iam.gserviceaccount.com"
+    }
+    pod = objs["Deployment"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"gpu-fleet/role": "system"} and pod["serviceAccountName"] == "gpu-fleet-autoscaler"
+    assert objs["PodDisruptionBudget"]["spec"]["minAvailable"] == 1
+    assert objs["ConfigMap"]["data"] == {"autoscaler.yaml": "x: 1\n", "inventory.json": "[]"}
+    plain = {m["kind"]: m for m in manifests(_deployment())}
+    assert "annotations" not in plain["ServiceAccount"]["metadata"]
+
+
+def test_kube_object_registers_the_manifest_unchanged(declare):
+    manifest = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadPriorityClass",
+                "metadata": {"name": "high"}, "value": 10000, "description": "d"}  # fmt: skip
+    found = declare(lambda: KubeObject("wpc", manifest))
+    (r,) = found.resources
+    assert r.type == "kubernetes:kueue.x-k8s.io/v1beta1:WorkloadPriorityClass"
+    assert r.inputs == manifest
+    assert type_token("v1", "Namespace") == "kubernetes:core/v1:Namespace"

@@ -1,0 +1,395 @@
+"""The two Kueue examples under mocks: every Kueue / Cluster API object valid against the upstream CRDs in
+../shared/data/schemas, node pools with no autoscaling of their own, the inventory the daemon reads, the
+in-cluster daemon's Deployment, and the kubeconfig kept secret."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fleet.inventory import KubernetesSection, parse_inventory
+from fleet.schemas import load_crds, validate
+from fleet.spec.load import SpecError
+from fleet.synth.run import Synthesis, synth_file
+from tests.stacks.conftest import REPO, synthesized
+
+SHARED_SCHEMAS = REPO.parent / "shared" / "data" / "schemas"
+KUBE_EXAMPLES = ("gke-a3ultra-kueue", "k8s-neocloud-kueue")
+FLEET = Path(sys.executable).with_name("fleet")
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Any:
+    """The CRDs as upstream ships them (not the project's copies): proves the copies validate the same."""
+    files = sorted(SHARED_SCHEMAS.glob("*/*.yaml"))
+    assert files, f"no CRDs under {SHARED_SCHEMAS}"
+    return load_crds(f.read_text() for f in files if "workloads" not in f.name)
+
+
+@pytest.fixture(params=KUBE_EXAMPLES)
+def kube_example(request: pytest.FixtureRequest) -> Synthesis:
+    return synthesized(request.param)
+
+
+@pytest.fixture
+def gke() -> Synthesis:
+    return synthesized("gke-a3ultra-kueue")
+
+
+@pytest.fixture
+def neo() -> Synthesis:
+    return synthesized("k8s-neocloud-kueue")
+
+
+def manifests(syn: Synthesis, group: str = "") -> list[dict[str, Any]]:
+    """The Kubernetes objects of a synthesis whose apiVersion starts with `group` (all when empty)."""
+    out = []
+    for r in syn.result.resources:
+        api = r.inputs.get("apiVersion")
+        if r.type.startswith("kubernetes:") and isinstance(api, str) and api.startswith(group):
+            out.append(r.inputs)
+    return out
+
+
+def of_kind(syn: Synthesis, kind: str) -> list[dict[str, Any]]:
+    return [m for m in manifests(syn) if m["kind"] == kind]
+
+
+def gpu_pools(syn: Synthesis) -> list[Any]:
+    return [r for r in syn.result.by_type("gcp:container/nodePool:NodePool") if r.inputs["name"] != "system"]
+
+
+def test_every_kueue_and_cluster_api_object_is_valid_against_the_upstream_crds(kube_example, upstream):
+    objs = manifests(kube_example, "kueue.x-k8s.io") + manifests(kube_example, "cluster.x-k8s.io")
+    assert len(objs) >= 10
+    problems = {f"{o['kind']}/{o['metadata']['name']}": validate(o, upstream) for o in objs}
+    assert not {k: v for k, v in problems.items() if v}, problems
+
+
+def test_the_upstream_crds_refuse_a_broken_object(gke, upstream):
+    cq = copy.deepcopy(of_kind(gke, "ClusterQueue")[0])
+    cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"].pop()  # fewer resources than coveredResources
+    cq["spec"]["queueingStrategy"] = "Random"
+    problems = validate(cq, upstream)
+    assert any(p == "spec.queueingStrategy" for p, _ in problems), problems
+    cq["spec"]["queueingStrategy"] = "BestEffortFIFO"
+    problems = validate(cq, upstream)  # schema-valid now: the CEL rule catches the resource count
+    assert problems and problems[0][0] == "spec.resourceGroups[0]", problems
+
+
+def test_each_pool_has_a_flavor_and_each_team_a_queue(kube_example):
+    pools = kube_example.result.outputs["autoscaler_inventory"]
+    flavors = {f["metadata"]["name"]: f for f in of_kind(kube_example, "ResourceFlavor")}
+    assert set(flavors) == {p["kueue_flavor"] for p in pools}
+    for pool in pools:
+        assert flavors[pool["kueue_flavor"]]["spec"]["nodeLabels"] == pool["node_labels"]
+    cqs = of_kind(kube_example, "ClusterQueue")
+    lqs = of_kind(kube_example, "LocalQueue")
+    assert len(cqs) == len(lqs) == 2
+    assert {lq["spec"]["clusterQueue"] for lq in lqs} == {cq["metadata"]["name"] for cq in cqs}
+    (cohort,) = of_kind(kube_example, "Cohort")
+    for cq in cqs:
+        spec = cq["spec"]
+        assert spec["preemption"]["reclaimWithinCohort"] == "Any"
+        assert spec["preemption"]["withinClusterQueue"] == "LowerPriority"
+        assert "weight" in spec["fairSharing"]
+        assert spec["cohort"] == cohort["metadata"]["name"]
+        assert spec["admissionChecksStrategy"]["admissionChecks"][0]["name"].endswith("-provisioning")
+    (prc,) = of_kind(kube_example, "ProvisioningRequestConfig")
+    assert prc["spec"]["provisioningClassName"] == "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+    assert {p["metadata"]["name"] for p in of_kind(kube_example, "WorkloadPriorityClass")} == {"low", "normal", "high"}
+    (release,) = kube_example.result.by_type("kubernetes:helm.sh/v3:Release")
+    assert release.inputs["version"] == "0.14.3" and release.inputs["chart"].startswith("oci://registry.k8s.io/kueue")
+    config = yaml.safe_load(release.inputs["values"]["managerConfig"]["controllerManagerConfigYaml"])
+    assert config["fairSharing"]["enable"] is True
+
+
+def test_nominal_quotas_add_up_to_at_most_the_pools_at_max_size(kube_example):
+    """The teams' nominal GPUs of each flavor never exceed the pool's GPUs at max_nodes (shares sum to <= 1)."""
+    gpus: dict[str, int] = {}
+    for cq in of_kind(kube_example, "ClusterQueue"):
+        for fl in cq["spec"]["resourceGroups"][0]["flavors"]:
+            gpu = next(r for r in fl["resources"] if r["name"] == "nvidia.com/gpu")
+            gpus[fl["name"]] = gpus.get(fl["name"], 0) + int(gpu["nominalQuota"])
+    for pool in kube_example.result.outputs["autoscaler_inventory"]:
+        assert 0 < gpus[pool["kueue_flavor"]] <= pool["max_nodes"] * pool["gpus_per_node"]
+
+
+def test_queue_summary_output_matches_the_cluster_queues(kube_example):
+    """`clusters.<name>.kueue_queues` (what a Kueue replay reads) says what the ClusterQueues say."""
+    (name,) = kube_example.result.outputs["clusters"]
+    summary = kube_example.result.outputs["clusters"][name]["kueue_queues"]
+    cqs = {cq["metadata"]["name"]: cq["spec"] for cq in of_kind(kube_example, "ClusterQueue")}
+    assert {s["cluster_queue"] for s in summary} == set(cqs)
+    for s in summary:
+        spec = cqs[s["cluster_queue"]]
+        assert s["cohort"] == spec.get("cohort")
+        flavors = spec["resourceGroups"][0]["flavors"]
+        assert list(s["flavors"]) == [f["name"] for f in flavors]
+        for f in flavors:
+            gpu = next(r for r in f["resources"] if r["name"] == "nvidia.com/gpu")
+            assert s["flavors"][f["name"]]["nominal_gpus"] == int(gpu["nominalQuota"])
+
+
+def test_gke_example_two_teams_share_both_pools_through_a_cohort(gke):
+    cqs = {cq["metadata"]["name"]: cq["spec"] for cq in of_kind(gke, "ClusterQueue")}
+    assert set(cqs) == {"a3u-research", "a3u-product"}
+    research = cqs["a3u-research"]["resourceGroups"][0]["flavors"]
+    assert [f["name"] for f in research] == ["a3u-resv", "a3u-spot"]  # reservation first
+    gpu = {r["name"]: r for r in research[0]["resources"]}["nvidia.com/gpu"]
+    # half of 16 nodes x 8 GPUs; may borrow 100 % of that, lends at most half
+    assert gpu == {"name": "nvidia.com/gpu", "nominalQuota": "64", "borrowingLimit": "64", "lendingLimit": "32"}
+    spot = next(f for f in of_kind(gke, "ResourceFlavor") if f["metadata"]["name"] == "a3u-spot")
+    assert spot["spec"]["nodeTaints"] == [{"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}]
+    (topo,) = of_kind(gke, "Topology")
+    assert [lv["nodeLabel"] for lv in topo["spec"]["levels"]] == [
+        "cloud.google.com/gce-topology-block",
+        "cloud.google.com/gce-topology-subblock",
+        "kubernetes.io/hostname",
+    ]
+    assert all(f["spec"]["topologyName"] == topo["metadata"]["name"] for f in of_kind(gke, "ResourceFlavor"))
+
+
+def test_gke_gpu_node_pools_have_no_autoscaling_of_their_own(gke):
+    pools = gpu_pools(gke)
+    assert {r.inputs["name"] for r in pools} == {"resv", "spot"}
+    for r in pools:
+        assert "autoscaling" not in r.inputs and "queuedProvisioning" not in r.inputs
+        assert r.inputs["initialNodeCount"] == 0
+        assert set(r.ignore_changes) >= {"initialNodeCount", "nodeCount"}
+        accel = r.inputs["nodeConfig"]["guestAccelerators"][0]
+        assert accel["gpuDriverInstallationConfig"] == {"gpuDriverVersion": "LATEST"}
+        assert (accel["type"], accel["count"]) == ("nvidia-h200-141gb", 8)
+        assert r.inputs["nodeConfig"]["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
+        assert r.inputs["networkConfig"]["enablePrivateNodes"] is True
+    by_name = {r.inputs["name"]: r.inputs for r in pools}
+    assert by_name["resv"]["nodeConfig"]["reservationAffinity"] == {
+        "consumeReservationType": "SPECIFIC_RESERVATION",
+        "key": "compute.googleapis.com/reservation-name",
+        "values": ["a3u-resv"],
+    }
+    assert by_name["resv"]["placementPolicy"] == {"type": "COMPACT"}
+    assert by_name["spot"]["nodeConfig"]["spot"] is True
+    assert by_name["spot"]["nodeConfig"]["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
+    assert by_name["spot"]["nodeConfig"]["taints"] == [
+        {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NO_SCHEDULE"}
+    ]
+
+
+def test_gke_a3_ultra_gets_gpudirect_node_networks_on_the_fabric_vpcs(gke):
+    for r in gpu_pools(gke):
+        nets = r.inputs["networkConfig"]["additionalNodeNetworkConfigs"]
+        assert len(nets) == 9  # 1 more gVNIC + 8 RDMA: 10 NICs with the system one
+        assert [n["network"] for n in nets] == ["a3u-net-1"] + ["a3u-rdma"] * 8
+        assert len({n["subnetwork"] for n in nets}) == 9
+        assert r.inputs["nodeConfig"]["gpudirectStrategy"] == "RDMA"
+    params = of_kind(gke, "GKENetworkParamSet")
+    assert sorted(p["spec"]["deviceMode"] for p in params) == ["NetDevice"] + ["RDMA"] * 8
+    refs = {n["spec"]["parametersRef"]["name"] for n in of_kind(gke, "Network")}
+    assert refs == {p["metadata"]["name"] for p in params}
+    cluster = gke.result.by_type("gcp:container/cluster:Cluster")[0].inputs
+    assert cluster["enableMultiNetworking"] is True and cluster["datapathProvider"] == "ADVANCED_DATAPATH"
+
+
+def test_gke_cluster_is_private_with_workload_identity_and_held_upgrades(gke):
+    c = gke.result.by_type("gcp:container/cluster:Cluster")[0].inputs
+    assert c["privateClusterConfig"]["enablePrivateNodes"] is True
+    assert c["workloadIdentityConfig"] == {"workloadPool": "my-gpu-project.svc.id.goog"}
+    assert c["releaseChannel"] == {"channel": "REGULAR"}
+    (excl,) = c["maintenancePolicy"]["maintenanceExclusions"]
+    assert excl["exclusionOptions"] == {"scope": "NO_MINOR_OR_NODE_UPGRADES", "endTimeBehavior": "UNTIL_END_OF_SUPPORT"}
+    assert excl["startTime"] == "2026-12-01T00:00:00Z"
+    assert c["removeDefaultNodePool"] is True
+    assert c["masterAuthorizedNetworksConfig"]["cidrBlocks"] == [
+        {"cidrBlock": "10.20.0.0/20", "displayName": "allowed-0"}
+    ]
+
+
+def test_cluster_api_pools_are_machine_deployments_sized_by_annotations(neo):
+    res = neo.result.by_type("kubernetes:cluster.x-k8s.io/v1beta2:MachineDeployment")
+    assert len(res) == 2
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule", "propagation": "Always"}
+    for r in res:
+        md = r.inputs
+        assert r.ignore_changes == ["spec.replicas"]
+        ann = md["metadata"]["annotations"]
+        assert ann["cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"] == "0"
+        assert int(ann["cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"]) in (16, 8)
+        assert md["spec"]["replicas"] == 0
+        assert md["metadata"]["namespace"] == "capi-neo" and md["spec"]["clusterName"] == "neo-gpu"
+        tmpl = md["spec"]["template"]["spec"]
+        assert tmpl["infrastructureRef"]["kind"] == "Metal3MachineTemplate"
+        assert tmpl["bootstrap"]["configRef"]["kind"] == "KubeadmConfigTemplate"
+        assert gpu_taint in tmpl["taints"]
+    assert not [r for r in neo.result.resources if r.type.startswith("gcp:")]  # nothing on GCP
+
+
+def test_inventory_is_readable_and_matches_what_the_daemon_is_given(kube_example):
+    """`parse_inventory` reads the synth JSON; the ConfigMap mounted into the daemon holds the same pools."""
+    pools = parse_inventory(kube_example.to_json())
+    assert pools and all(p.scheduler == "kueue" for p in pools)
+    (cm,) = of_kind(kube_example, "ConfigMap")
+    exported = json.loads(json.dumps(kube_example.result.outputs["autoscaler_inventory"]))
+    assert json.loads(cm["data"]["inventory.json"]) == exported
+    config = yaml.safe_load(cm["data"]["autoscaler.yaml"])
+    section = KubernetesSection.model_validate(config["kubernetes"])
+    assert section.lease.name == "gpu-fleet-autoscaler"
+    assert config["inventory"] == "/etc/gpu-fleet/inventory.json"
+    for p in pools:
+        assert p.price_per_hour and p.price_per_hour > 0
+        if p.platform == "gke":
+            assert p.pool_kind == "gce-mig" and p.gke_node_pool == p.name
+            assert set(p.instance_groups) == set(p.zones)
+            assert all(
+                url.rsplit("/", 1)[1] == p.instance_groups[z]
+                for z, url in zip(p.zones, p.instance_group_urls, strict=True)
+            )
+        else:
+            assert p.pool_kind == "capi-machinedeployment" and p.capi_namespace == "capi-neo"
+            assert p.capi_machine_deployment == f"neo-{p.name}" and p.price_source == "spec"
+            assert p.zones == [] and p.failure_domain == "dc-east-1"
+
+
+def test_autoscaler_deployment_two_replicas_lease_and_least_privilege(kube_example):
+    (dep,) = of_kind(kube_example, "Deployment")
+    assert dep["spec"]["replicas"] == 2
+    (ctr,) = dep["spec"]["template"]["spec"]["containers"]
+    assert "@sha256:" in ctr["image"]
+    assert ctr["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert ctr["securityContext"]["readOnlyRootFilesystem"] is True
+    (role,) = of_kind(kube_example, "ClusterRole")
+    verbs = {
+        (g, res): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for res in rule["resources"]
+    }
+    assert all("*" not in v and not {"delete", "deletecollection"} & v for v in verbs.values())
+    assert ("", "secrets") not in verbs and ("", "pods/eviction") in verbs
+    assert verbs[("autoscaling.x-k8s.io", "provisioningrequests/status")] == {"update", "patch"}
+    capi = ("cluster.x-k8s.io", "machinedeployments/scale") in verbs
+    assert capi == (kube_example.stack == "k8s-neocloud-kueue")
+    (lease_role,) = of_kind(kube_example, "Role")
+    named = [r for r in lease_role["rules"] if "resourceNames" in r]
+    assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"],
+                      "resourceNames": ["gpu-fleet-autoscaler"]}]  # fmt: skip
+
+
+def test_gke_daemon_uses_workload_identity_bound_to_its_service_account(gke):
+    (sa,) = of_kind(gke, "ServiceAccount")
+    gsa = gke.result.outputs["clusters"]["a3u"]["autoscaler_service_account"]
+    assert sa["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": gsa}
+    members = [
+        r.inputs["member"]
+        for r in gke.result.by_type("gcp:serviceaccount/iAMMember:IAMMember")
+        if r.inputs["role"] == "roles/iam.workloadIdentityUser"
+    ]
+    assert members == ["serviceAccount:my-gpu-project.svc.id.goog[gpu-fleet-system/gpu-fleet-autoscaler]"]
+    (role,) = gke.result.by_type("gcp:projects/iAMCustomRole:IAMCustomRole")
+    assert "compute.instanceGroupManagers.update" in role.inputs["permissions"]
+    assert not any(p.startswith(("container.", "iam.")) for p in role.inputs["permissions"])
+
+
+def test_kubeconfigs_stay_secret(kube_example):
+    text = json.dumps(kube_example.to_json())
+    assert "gke-gcloud-auth-plugin" not in text and "REPLACE-WITH" not in text
+    providers = kube_example.result.by_type("pulumi:providers:kubernetes")
+    assert providers and all(p.inputs["kubeconfig"] == "[secret]" for p in providers)
+
+
+def _neo_file(tmp_path: Path, mutate) -> Path:
+    doc = yaml.safe_load((REPO / "Pulumi.k8s-neocloud-kueue.yaml").read_text())
+    mutate(doc["config"])
+    path = tmp_path / "Pulumi.neo-test.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_a_plain_text_kubeconfig_is_refused(tmp_path):
+    path = _neo_file(tmp_path, lambda c: c.update({"gpu-fleet:kubeconfig": "apiVersion: v1\nkind: Config\n"}))
+    with pytest.raises(SpecError) as info:
+        synth_file(path)
+    assert info.value.errors[0][0] == "gpu-fleet:kubeconfig" and "must be a Pulumi secret" in info.value.errors[0][1]
+
+
+def test_a_missing_kubeconfig_is_refused(tmp_path):
+    path = _neo_file(tmp_path, lambda c: c.pop("gpu-fleet:kubeconfig"))
+    with pytest.raises(SpecError) as info:
+        synth_file(path)
+    assert "pulumi config set --secret gpu-fleet:kubeconfig" in info.value.errors[0][1]
+
+
+def _cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(FLEET), "synth", *args], cwd=cwd, capture_output=True, text=True, timeout=180)
+
+
+def test_cli_bad_quota_exits_2_with_the_field_path(tmp_path):
+    def overbook(c: dict[str, Any]) -> None:
+        c["gpu-fleet:fleet"]["clusters"][0]["kueue"]["teams"][1]["quotas"]["h100"] = 0.5
+
+    proc = _cli("--config", str(_neo_file(tmp_path, overbook)), "--json")
+    assert proc.returncode == 2, proc.stderr
+    assert "clusters[0].kueue.teams[1].quotas.h100" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("stack", KUBE_EXAMPLES)
+def test_cli_json_synthesizes_the_example_offline(stack, tmp_path):
+    proc = _cli("--stack", stack, "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["stack"] == stack and parse_inventory(out)
+
+
+def test_a_fleet_with_a_slurm_and_a_gke_cluster_shares_one_network(tmp_path):
+    """Slurm on GCE and Kueue on GKE in one fleet: one fabric, both inventories, one daemon config each."""
+    slurm = yaml.safe_load((REPO / "Pulumi.gcp-l4-dev.yaml").read_text())
+    gke = yaml.safe_load((REPO / "Pulumi.gke-a3ultra-kueue.yaml").read_text())
+    fleet = slurm["config"]["gpu-fleet:fleet"]
+    fleet["network"]["gpu_cidr"] = "10.150.0.0/16"
+    fleet["clusters"].append(gke["config"]["gpu-fleet:fleet"]["clusters"][0])
+    path = tmp_path / "Pulumi.mixed.yaml"
+    path.write_text(yaml.safe_dump(slurm))
+    syn = synth_file(path)
+    pools = parse_inventory(syn.to_json())
+    assert {p.scheduler for p in pools} == {"slurm", "kueue"}
+    systems = [r for r in syn.result.by_type("gcp:compute/network:Network") if r.inputs["name"].endswith("-net")]
+    assert len(systems) == 1  # one system VPC for both clusters
+    assert syn.result.by_type("gcp:container/cluster:Cluster") and syn.result.by_type("gcp:compute/instance:Instance")
+
+
+def test_urns_unique_children_parented_and_no_open_firewall(kube_example):
+    out = kube_example.to_json()
+    urns = [r["urn"] for r in out["resources"]]
+    assert len(urns) == len(set(urns))
+    components = {r["urn"] for r in out["resources"] if r["type"].startswith("gpufleet:")}
+    for r in out["resources"]:
+        if not r["type"].startswith("gpufleet:"):
+            assert r["parent"] in components, r["urn"]  # no stray top-level resources
+        if r["type"] == "gcp:compute/firewall:Firewall" and r["inputs"].get("allows"):
+            assert "0.0.0.0/0" not in r["inputs"]["sourceRanges"], r["name"]
+
+
+def test_gke_a3_mega_gets_eight_gpudirect_tcpxo_node_networks(tmp_path):
+    doc = yaml.safe_load((REPO / "Pulumi.gcp-a3mega-slurm.yaml").read_text())
+    fleet = doc["config"]["gpu-fleet:fleet"]
+    gke = yaml.safe_load((REPO / "Pulumi.gke-a3ultra-kueue.yaml").read_text())["config"]["gpu-fleet:fleet"]
+    cluster = gke["clusters"][0]
+    zone = fleet["zones"][0]
+    for pool in cluster["pools"]:
+        pool.update(machine_type="a3-megagpu-8g", zones=[zone])
+    cluster["gke"]["master_authorized_networks"] = []
+    fleet["clusters"] = [cluster]
+    path = tmp_path / "Pulumi.a3mega-gke.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    syn = synth_file(path)
+    for r in gpu_pools(syn):
+        nets = r.inputs["networkConfig"]["additionalNodeNetworkConfigs"]
+        assert len(nets) == 8 and len({n["network"] for n in nets}) == 8  # one VPC per GPU NIC
+        assert "gpudirectStrategy" not in r.inputs["nodeConfig"]
+    assert [p["spec"]["deviceMode"] for p in of_kind(syn, "GKENetworkParamSet")] == ["NetDevice"] * 8
+    assert of_kind(syn, "Topology")  # A3 Mega nodes carry the GKE topology labels too

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from autoscaler.cloud import FailureKind, OfferingKey
 from autoscaler.model.demand import WorkUnit
 
-#: the default value of one GPU-hour of a job waiting: None, meaning the on-demand $/GPU-h of the job's shape
-#: (a GPU-hour of work delayed is worth what the team pays to run one; docs/planner.md)
-DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR: float | None = None
+#: the default value of one GPU-hour of a job waiting: 0, the cheapest settings (docs/planner.md).  None means the
+#: on-demand $/GPU-h of the job's shape (a GPU-hour of work delayed is worth what the team pays to run one).
+DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR: float | None = 0.0
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Policy:
     (never scale down reservation-backed nodes).
 
     Wait against cost: `wait_value_usd_per_gpu_hour` is what one GPU-hour of a job waiting is worth
-    (default None: the on-demand $/GPU-h of the job's shape; 0 gives the cheapest settings, higher buys
+    (default 0: the cheapest settings; None: the on-demand $/GPU-h of the job's shape; higher values buy
     warm capacity and shorter waits).  The planner itself only reads the settings
     derived from it (`autoscaler.planner.rule.policy_for` turns it, the boot time, the prices and the
     observed arrival rate into idle-keep times and the reservation hold; docs/planner.md).

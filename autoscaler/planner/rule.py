@@ -3,8 +3,9 @@
 `policy_for(facts)` is pure and is what both the daemon and the replay call, so both run with the
 same settings for the same facts.  Its reasoning (docs/planner.md, "Settings from a rule"):
 
-- **Wait value** `w` ($ per GPU-hour of a job waiting; default: the shape's on-demand $/GPU-h, as a
-  GPU-hour of work delayed is worth what the team pays to run one; 0 gives the cheapest settings).
+- **Wait value** `w` ($ per GPU-hour of a job waiting; default 0, the cheapest settings: a job waits
+  what its boot imposes; None: the shape's on-demand $/GPU-h, a GPU-hour of work delayed being worth
+  what the team pays to run one).
 - **Idle keep, per shape** (ski rental).  Keeping an idle node of g GPUs at price p per GPU-hour
   costs g*p per hour; the next job it serves is spared a boot, worth g * boot * (p + w) (the
   boot it is not billed for, and the wait it does not have).  Keeping pays off in expectation iff

@@ -8,6 +8,7 @@ commands.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from pathlib import Path
@@ -51,6 +52,11 @@ def run(
     if log_level.upper() not in LOG_LEVELS:
         _fail(f"--log-level: {log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     setup_logging(json_lines=log_json, level=log_level.upper())
+    if _kubernetes_config(config):
+        if dry_run:  # the Kubernetes daemon has no read-only mode yet: refuse rather than act
+            _fail("--dry-run: not supported for a config with a kubernetes: section yet (nothing was done)")
+        _run_kubernetes(config, once=once, log_json=log_json)
+        return
     try:
         cfg = load_config(config)
         from autoscaler.daemon.build import build_daemon
@@ -90,6 +96,35 @@ def run(
         if server is not None:
             server.stop()
     raise typer.Exit(code)
+
+
+def _kubernetes_config(path: Path) -> bool:
+    """A config with a `kubernetes:` section runs the Kubernetes daemon (autoscaler/kube/run.py)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False  # the Slurm path reports the error with its own message
+    from autoscaler.kube.run import is_kube_config
+
+    return is_kube_config(data)
+
+
+def _run_kubernetes(path: Path, *, once: bool, log_json: bool) -> None:
+    from autoscaler.kube.run import KubeConfigError, build, load, run_forever
+
+    try:
+        cfg = load(path)
+        daemon = build(cfg)
+    except (KubeConfigError, OSError, ValueError) as exc:
+        _fail(f"error: {exc}")
+        return
+    if once:
+        res = daemon.tick()
+        typer.echo(json.dumps(dataclasses.asdict(res), default=str) if log_json else str(res))
+        raise typer.Exit(0 if res.ok else 1)
+    raise typer.Exit(run_forever(daemon, cfg))
 
 
 def _state_fail(exc: Exception, log_json: bool) -> None:

@@ -1,0 +1,167 @@
+"""The Kubernetes API as the autoscaler uses it, through the maintained `kubernetes` client library.
+
+Only `autoscaler/kube` imports `kubernetes` (tests/kube/test_layering.py).  Every call returns plain
+dicts (the API's JSON: `_preload_content=False`), so the pure modules (`source`, `provisioning`) work on
+the wire format and the fake API server in tests serves the same bytes a real one does.  A refused call
+raises `KubeError` with the HTTP status and the API's reason (409 Conflict, 422 Invalid, 429 from an
+eviction a PodDisruptionBudget forbids, ...).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+PR_GROUP, PR_VERSION, PR_PLURAL = "autoscaling.x-k8s.io", "v1", "provisioningrequests"
+CAPI_GROUP, CAPI_VERSION = "cluster.x-k8s.io", "v1beta2"
+MERGE = "application/merge-patch+json"
+
+
+class KubeError(Exception):
+    """The API server refused a call (or could not be reached: status 0)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status, self.reason, self.message = status, reason, message
+
+
+def _error(exc: ApiException) -> KubeError:
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    return KubeError(int(exc.status or 0), str(body.get("reason") or exc.reason), str(body.get("message") or exc))
+
+
+def _json(resp: Any) -> dict[str, Any]:
+    return json.loads(resp.data)
+
+
+class KubeApi:
+    """One API server.  Build with `from_kubeconfig` (a dict or a file) or `in_cluster`."""
+
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self.api_client = api_client
+        self.core = k8s.CoreV1Api(api_client)
+        self.custom = k8s.CustomObjectsApi(api_client)
+        self.coordination = k8s.CoordinationV1Api(api_client)
+        self.policy = k8s.PolicyV1Api(api_client)
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: dict[str, Any] | str, *, timeout_s: float = 10.0) -> KubeApi:
+        cfg = k8s.Configuration()
+        if isinstance(kubeconfig, dict):
+            k8s_config.load_kube_config_from_dict(kubeconfig, client_configuration=cfg)
+        else:
+            k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        cfg.retries = 1
+        api = cls(k8s.ApiClient(cfg))
+        api.timeout_s = timeout_s
+        return api
+
+    @classmethod
+    def in_cluster(cls, *, timeout_s: float = 10.0) -> KubeApi:
+        cfg = k8s.Configuration()
+        k8s_config.load_incluster_config(client_configuration=cfg)
+        api = cls(k8s.ApiClient(cfg))
+        api.timeout_s = timeout_s
+        return api
+
+    timeout_s: float = 10.0
+
+    def _call(self, fn: Any, *args: Any, **kw: Any) -> dict[str, Any]:
+        try:
+            return _json(fn(*args, _preload_content=False, _request_timeout=self.timeout_s, **kw))
+        except ApiException as exc:
+            raise _error(exc) from None
+        except OSError as exc:  # urllib3's connection errors are OSErrors
+            raise KubeError(0, "Unreachable", str(exc)) from None
+
+    # ---- core ---------------------------------------------------------------------------------------------
+    def nodes(self, label_selector: str = "") -> list[dict[str, Any]]:
+        return self._call(self.core.list_node, label_selector=label_selector)["items"]
+
+    def pods(self, field_selector: str = "") -> list[dict[str, Any]]:
+        return self._call(self.core.list_pod_for_all_namespaces, field_selector=field_selector)["items"]
+
+    def pod_template(self, namespace: str, name: str) -> dict[str, Any]:
+        return self._call(self.core.read_namespaced_pod_template, name, namespace)
+
+    def cordon(self, node: str) -> dict[str, Any]:
+        return self._call(self.core.patch_node, node, {"spec": {"unschedulable": True}})
+
+    def uncordon(self, node: str) -> dict[str, Any]:
+        return self._call(self.core.patch_node, node, {"spec": {"unschedulable": False}})
+
+    def evict(self, namespace: str, pod: str) -> None:
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace}}
+        self._call(self.core.create_namespaced_pod_eviction, pod, namespace, body)
+
+    def delete_node(self, name: str) -> None:
+        self._call(self.core.delete_node, name)
+
+    # ---- ProvisioningRequests -------------------------------------------------------------------------
+    def provisioning_requests(self) -> list[dict[str, Any]]:
+        return self._call(self.custom.list_cluster_custom_object, PR_GROUP, PR_VERSION, PR_PLURAL)["items"]
+
+    def patch_provisioning_request(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call(
+            self.custom.patch_namespaced_custom_object, PR_GROUP, PR_VERSION, namespace, PR_PLURAL, name, body
+        )
+
+    def patch_provisioning_request_status(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call(
+            self.custom.patch_namespaced_custom_object_status, PR_GROUP, PR_VERSION, namespace, PR_PLURAL, name, body
+        )
+
+    # ---- Cluster API ----------------------------------------------------------------------------------
+    def machine_deployment(self, namespace: str, name: str) -> dict[str, Any]:
+        return self._call(
+            self.custom.get_namespaced_custom_object, CAPI_GROUP, CAPI_VERSION, namespace, "machinedeployments", name
+        )
+
+    def patch_machine_deployment(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A merge patch; put `metadata.resourceVersion` in `body` to make it conditional (409 on a race)."""
+        return self._call(
+            self.custom.patch_namespaced_custom_object,
+            CAPI_GROUP,
+            CAPI_VERSION,
+            namespace,
+            "machinedeployments",
+            name,
+            body,
+        )
+
+    def machines(self, namespace: str, label_selector: str = "") -> list[dict[str, Any]]:
+        return self._call(
+            self.custom.list_namespaced_custom_object,
+            CAPI_GROUP,
+            CAPI_VERSION,
+            namespace,
+            "machines",
+            label_selector=label_selector,
+        )["items"]
+
+    def patch_machine(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call(
+            self.custom.patch_namespaced_custom_object, CAPI_GROUP, CAPI_VERSION, namespace, "machines", name, body
+        )
+
+    # ---- Leases -----------------------------------------------------------------------------------------
+    def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call(self.coordination.read_namespaced_lease, name, namespace)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call(self.coordination.create_namespaced_lease, namespace, body)
+
+    def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call(self.coordination.replace_namespaced_lease, name, namespace, body)

@@ -1,0 +1,90 @@
+"""Wire a `KubeDaemon` from the inventory and the `kubernetes:` section of the daemon config.
+
+GKE node pools (`pool_kind: gce-mig`) get the GCE actuator over the MIGs GKE reports for them; Cluster API
+pools (`capi-machinedeployment`) the `CapiProvider`.  The google-cloud-compute import happens only when a
+GKE pool is managed."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from autoscaler.cloud import Provider
+from autoscaler.kube.api import KubeApi
+from autoscaler.kube.capi import CapiProvider
+from autoscaler.kube.lease import LeaseElector
+from autoscaler.kube.loop import KubeDaemon, KubePools
+from autoscaler.model import Policy, Pool
+from fleet.inventory import InventoryPool, KubernetesSection, migs_from_urls
+
+
+def planner_pool(p: InventoryPool) -> Pool:
+    """The planner's view of a Kubernetes pool (Cluster API pools: the `capi` provider, one failure domain)."""
+    if p.pool_kind == "capi-machinedeployment":  # one failure domain stands for the zone
+        p = p.model_copy(update={"zones": [p.failure_domain or "default"]})
+        return replace(Pool.from_inventory(p), provider="capi")
+    return Pool.from_inventory(p)
+
+
+def gke_inventory(p: InventoryPool) -> InventoryPool:
+    """A GKE node pool's zonal MIGs from the instance group links GKE reports for it."""
+    if p.instance_groups or not p.instance_group_urls:
+        return p
+    return p.model_copy(update={"instance_groups": migs_from_urls(p.instance_group_urls)})
+
+
+def kube_pools(
+    api: KubeApi, inventory: Sequence[InventoryPool], gce: Callable[[list[InventoryPool]], Provider] | None = None
+) -> KubePools:
+    capi = [p for p in inventory if p.pool_kind == "capi-machinedeployment"]
+    mig = [gke_inventory(p) for p in inventory if p.pool_kind == "gce-mig"]
+    providers: dict[str, Provider] = {}
+    capi_provider = CapiProvider(api, capi) if capi else None
+    for p in capi:
+        providers[p.name] = capi_provider  # type: ignore[assignment]
+    if mig:
+        if gce is None:
+            from autoscaler.gce import GceProvider
+
+            gce_provider: Provider = GceProvider(mig)
+        else:
+            gce_provider = gce(mig)
+        for p in mig:
+            providers[p.name] = gce_provider
+    spot = [dict(t) for p in inventory for t in p.node_taints if p.capacity_type == "spot"]
+    return KubePools(
+        pools=[planner_pool(p) for p in inventory],
+        labels={p.name: dict(p.node_labels) for p in inventory},
+        spot_taints=spot,
+        providers=providers,
+        machine_nodes=capi_provider.node_names if capi_provider else None,
+    )
+
+
+def build_kube_daemon(
+    section: KubernetesSection,
+    inventory: Sequence[InventoryPool],
+    policy: Policy,
+    *,
+    api: KubeApi | None = None,
+    gce: Callable[[list[InventoryPool]], Provider] | None = None,
+    identity: str | None = None,
+    clock: Callable[[], float] = time.time,
+    metrics: Any = None,
+) -> KubeDaemon:
+    if api is None:
+        api = KubeApi.in_cluster() if section.in_cluster else KubeApi.from_kubeconfig(section.kubeconfig or "")
+    who = identity or os.environ.get(section.identity_env) or f"{os.uname().nodename}-{os.getpid()}"
+    elector = LeaseElector(api, section.namespace, section.lease.name, who, section.lease.duration_s, clock)
+    return KubeDaemon(
+        api=api,
+        pools=kube_pools(api, inventory, gce),
+        policy=policy,
+        elector=elector,
+        clock=clock,
+        metrics=metrics,
+        provisioning_class=section.provisioning_class,
+    )

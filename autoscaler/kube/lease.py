@@ -1,0 +1,86 @@
+"""Leader election through a `coordination.k8s.io/v1` Lease, as the Cluster Autoscaler and Karpenter do.
+
+One replica holds the Lease (`holderIdentity`) and renews it every tick; another takes it over only once
+`renewTime + leaseDurationSeconds` has passed.  Every write is a replace on the Lease's resourceVersion, so
+two replicas racing for an expired Lease cannot both win (the loser gets 409 Conflict).  A replica that is not
+the leader reads and exports metrics but actuates nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from loguru import logger
+
+from autoscaler.kube.api import KubeApi, KubeError
+
+
+def micro_time(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(s: str | None) -> float:
+    if not s:
+        return 0.0
+    return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+
+class LeaseElector:
+    def __init__(
+        self, api: KubeApi, namespace: str, name: str, identity: str, duration_s: float, clock: Callable[[], float]
+    ) -> None:
+        self.api, self.namespace, self.name, self.identity = api, namespace, name, identity
+        self.duration_s = duration_s
+        self.clock = clock
+        self.leader = False
+
+    def _body(self, now: float, acquired: float, transitions: int, rv: str | None) -> dict:
+        md: dict = {"name": self.name, "namespace": self.namespace}
+        if rv:
+            md["resourceVersion"] = rv
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": md,
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": int(self.duration_s),
+                "acquireTime": micro_time(acquired),
+                "renewTime": micro_time(now),
+                "leaseTransitions": transitions,
+            },
+        }
+
+    def try_acquire(self) -> bool:
+        """Acquire or renew; False when another replica holds an unexpired Lease or won a race."""
+        now = self.clock()
+        try:
+            lease = self.api.lease(self.namespace, self.name)
+            if lease is None:
+                self.api.create_lease(self.namespace, self._body(now, now, 0, None))
+                return self._set(True, "created the lease")
+            spec = lease.get("spec") or {}
+            holder = spec.get("holderIdentity")
+            renewed = parse_time(spec.get("renewTime"))
+            duration = float(spec.get("leaseDurationSeconds") or self.duration_s)
+            if holder and holder != self.identity and renewed + duration > now:
+                return self._set(False, f"held by {holder}")
+            mine = holder == self.identity
+            acquired = parse_time(spec.get("acquireTime")) if mine else now
+            transitions = int(spec.get("leaseTransitions") or 0) + (0 if mine else 1)
+            self.api.replace_lease(
+                self.namespace, self.name, self._body(now, acquired, transitions, lease["metadata"]["resourceVersion"])
+            )
+            return self._set(True, "renewed" if mine else f"took over from {holder or 'nobody'}")
+        except KubeError as exc:
+            if exc.status == 409:
+                return self._set(False, "lost a race for the lease")
+            logger.bind(error=str(exc)).warning("lease {}/{}: {}", self.namespace, self.name, exc)
+            return self._set(False, "API server not answering")  # never act on a lease we cannot renew
+
+    def _set(self, leader: bool, why: str) -> bool:
+        if leader != self.leader:
+            logger.bind(identity=self.identity, leader=leader).info("leader election: {} ({})", leader, why)
+        self.leader = leader
+        return leader

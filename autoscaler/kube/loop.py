@@ -1,0 +1,492 @@
+"""One tick of the autoscaler on Kubernetes: serve Kueue's ProvisioningRequests, scale idle nodes down.
+
+Order within a tick (each step acts only on this tick's fresh reads):
+1. leader election (a Lease): a replica that does not lead reads and exports metrics only;
+2. reads: ProvisioningRequests of the atomic class and their PodTemplates, Nodes, Pods, each pool's cloud
+   nodes (GCE instances of GKE node pools, Machines of Cluster API pools), offerings, async launch failures;
+3. requests already booked: Provisioned once every booked node is Ready with its GPUs; a booked node that
+   vanished after Provisioned -> CapacityRevoked; a failed launch -> its nodes deleted (all or nothing) and
+   the request served again on another offering (the backoff memory remembers the failure);
+4. requests not booked yet -> one work unit each (a gang: all its pods) -> the pure planner
+   (`autoscaler.planner.plan`: reservations first, spot only for tolerant pods, one zone, backoff, limits) ->
+   the booking written on the request (the intent, before any cloud call) -> the launch, idempotent by the
+   booking's request id; unserved units answered Provisioned=False with the planner's reason, or Failed when
+   no pool can ever hold them or `ValidUntilSeconds` has passed;
+5. scale-down: the planner's idle scale-down over nodes the Kubernetes side reports Ready, cordon-free of
+   work: cordon, evict what runs there (DaemonSet pods only; the Eviction API honours PDBs), delete by name
+   (GCE: the instance; Cluster API: the marked Machine).  A node running any non-DaemonSet pod is never
+   cordoned, drained or deleted.
+
+The planner is the decision core shared with the Slurm daemon and the replay; this module is the
+Kubernetes queue source's glue around it, as `autoscaler/daemon/tick.py` is Slurm's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from loguru import logger
+
+from autoscaler.cloud import FailureKind, LaunchRequest, Offering, Provider, ProviderError
+from autoscaler.daemon.snapshot import offering_from_dict, offering_to_dict
+from autoscaler.kube.api import KubeApi, KubeError
+from autoscaler.kube.lease import LeaseElector, micro_time
+from autoscaler.kube.source import (
+    ATOMIC_CLASS,
+    BOOKING,
+    Booking,
+    NodeFacts,
+    RequestView,
+    condition,
+    inventory_nodes,
+    is_daemonset_pod,
+    node_facts,
+    request_view,
+)
+from autoscaler.model import (
+    Inventory,
+    Placement,
+    Policy,
+    Pool,
+    UnavailableOffering,
+    UnservedReason,
+    record_failure,
+    request_id_for,
+)
+
+#: the planner's reasons that no retry can cure: the request is answered Failed at once
+PERMANENT = {UnservedReason.NO_OFFERING, UnservedReason.NO_POOL, UnservedReason.GANG_TOO_LARGE}
+#: how long booked capacity is kept for a Provisioned request whose pods have not arrived (CA: 10 min)
+BOOKING_TTL_S = 600.0
+#: a best-effort-atomic request without `ValidUntilSeconds` is retried this long before Failed
+DEFAULT_VALID_S = 3600.0
+
+
+@dataclass
+class KubeTickResult:
+    at: float
+    leader: bool = False
+    ok: bool = False
+    error: str | None = None
+    launched: list[dict[str, Any]] = field(default_factory=list)
+    answered: dict[str, str] = field(default_factory=dict)  # request key -> condition set this tick
+    deleted: list[str] = field(default_factory=list)
+    cordoned: list[str] = field(default_factory=list)
+
+
+@dataclass
+class KubePools:
+    """The managed pools: the planner's `Pool`s, each one's Node labels and spot taint, which provider acts."""
+
+    pools: list[Pool]
+    labels: dict[str, dict[str, str]]  # pool -> labels every Node of it carries
+    spot_taints: list[dict[str, str]]
+    providers: dict[str, Provider]  # pool -> its actuator (GCE for GKE node pools, Cluster API ...)
+    machine_nodes: Callable[[str], dict[str, str]] | None = None  # CAPI: machine -> node name, per pool
+
+
+class KubeDaemon:
+    def __init__(
+        self,
+        *,
+        api: KubeApi,
+        pools: KubePools,
+        policy: Policy,
+        elector: LeaseElector,
+        clock: Callable[[], float] = time.time,
+        metrics: Any = None,
+        provisioning_class: str = ATOMIC_CLASS,
+    ) -> None:
+        self.api = api
+        self.kp = pools
+        self.policy = policy
+        self.elector = elector
+        self.clock = clock
+        self.metrics = metrics
+        self.provisioning_class = provisioning_class
+        self.memory: tuple[UnavailableOffering, ...] = ()
+        self.idle_since: dict[str, float] = {}
+        self._current: dict[str, dict[str, Any]] = {}  # request key -> the request as last read or written
+
+    # ---- reads -----------------------------------------------------------------------------------------
+    def _providers(self) -> list[Provider]:
+        seen: list[Provider] = []
+        for p in self.kp.providers.values():
+            if all(p is not q for q in seen):
+                seen.append(p)
+        return seen
+
+    def _requests(self) -> list[dict[str, Any]]:
+        prs = [
+            pr
+            for pr in self.api.provisioning_requests()
+            if (pr.get("spec") or {}).get("provisioningClassName") == self.provisioning_class
+        ]
+        from autoscaler.kube.source import pr_key
+
+        self._current = {pr_key(pr): pr for pr in prs}
+        return prs
+
+    def _templates(self, prs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str, Any] | None]:
+        out: dict[tuple[str, str], dict[str, Any] | None] = {}
+        for pr in prs:
+            ns = pr["metadata"].get("namespace", "default")
+            for ps in (pr.get("spec") or {}).get("podSets") or []:
+                name = (ps.get("podTemplateRef") or {}).get("name", "")
+                if (ns, name) in out:
+                    continue
+                try:
+                    out[(ns, name)] = self.api.pod_template(ns, name)
+                except KubeError as exc:
+                    if exc.status != 404:
+                        raise
+                    out[(ns, name)] = None
+        return out
+
+    # ---- the tick ---------------------------------------------------------------------------------------
+    def tick(self) -> KubeTickResult:
+        now = self.clock()
+        res = KubeTickResult(at=now)
+        t0 = time.perf_counter()
+        try:
+            res.leader = self.elector.try_acquire()
+            if res.leader:
+                self._tick(now, res)
+            res.ok = True
+        except (KubeError, ProviderError, OSError) as exc:  # the API server or the cloud: retried next tick
+            res.error = f"{type(exc).__name__}: {exc}"
+            logger.bind(error=res.error).error("tick failed: {}", res.error)
+        m = self.metrics
+        if m is not None:
+            m.leader.set(1 if res.leader else 0)
+            m.ticks.labels(outcome="ok" if res.ok else "failed").inc()
+            m.tick_seconds.observe(time.perf_counter() - t0)
+            if res.ok:
+                m.tick_succeeded(self.clock())
+            m.commands.labels(command="launch", outcome="ok").inc(len(res.launched))
+            m.commands.labels(command="delete", outcome="ok").inc(len(res.deleted))
+        return res
+
+    def _tick(self, now: float, res: KubeTickResult) -> None:
+        prs = self._requests()
+        templates = self._templates(prs)
+        facts = node_facts(self.api.nodes(), self.api.pods(), self.kp.labels)
+        cloud = [c for prov in self._providers() for c in prov.list_nodes([p.name for p in self.kp.pools])]
+        facts = self._alias_machines(facts)
+        offerings = [o for prov in self._providers() for o in prov.offerings()]
+        failed_ids: dict[str, str] = {}
+        failed_names: dict[str, str] = {}
+        for prov in self._providers():
+            for f in prov.poll_errors():
+                why = f"{f.kind}: {f.message or 'launch failed after acceptance'}"
+                self._fail_offering(f.offering, f.kind, now, why)
+                if f.request_id:
+                    failed_ids[f.request_id] = why
+                failed_names.update(dict.fromkeys(f.names, why))
+        views = [request_view(pr, templates, self.kp.spot_taints, self.kp.labels) for pr in prs]
+        by_key = {v.key: (v, pr) for v, pr in zip(views, prs, strict=True)}
+        live = {c.name: c for c in cloud if str(c.status) != "gone"}
+
+        self._bind_machines(views, cloud)
+        views = [request_view(pr, templates, self.kp.spot_taints, self.kp.labels) for pr in self._requests()]
+        by_key = {v.key: (v, pr) for v, pr in zip(views, prs, strict=False)}
+        # 3. booked requests
+        for v, pr in by_key.values():
+            if v.booking is None or v.failed:
+                continue
+            why = failed_ids.get(v.booking.request_id) or next(
+                (failed_names[n] for n in v.booking.names if n in failed_names), None
+            )
+            if why is not None and not v.provisioned:  # all or nothing: clean up, serve it again elsewhere
+                self._release(v, v.booking, why, now, res)
+                continue
+            self._check_booking(v, pr, live, facts, now, res)
+        # re-read: bookings may have been released above
+        prs = self._requests()
+        views = [request_view(pr, templates, self.kp.spot_taints, self.kp.labels) for pr in prs]
+        booked = self._booked(views, now)
+        gone = set(res.deleted) | set(failed_names)  # deleted or failed this tick: no capacity to place on
+        cloud = [c for c in cloud if c.name not in gone]
+        inv = Inventory(
+            tuple(self.kp.pools), tuple(inventory_nodes(self.kp.pools, cloud, facts, booked, self.idle_since))
+        )
+
+        # 4. requests to serve
+        pending = [v for v in views if v.booking is None and not v.failed and not v.provisioned]
+        for v in pending:
+            if not v.accepted and v.problem is None:
+                self._condition(v, "Accepted", "True", "Accepted", "gpu-fleet serves this request", now, res)
+            if v.problem is not None:
+                self._condition(v, "Failed", "True", "InvalidRequest", v.problem, now, res)
+        units = [v.unit() for v in pending if v.problem is None]
+        from autoscaler.planner import plan
+
+        p = plan(units, inv, self._allowed(offerings, pending), self.policy, now, self.memory)
+        self.memory = p.unavailable
+        for uid, a in p.assignments.items():
+            v = next(x for x in pending if x.key == uid)
+            self._book(v, a, p, {n.name: n.pool for n in inv.nodes}, now, res)
+        for u in p.unserved:
+            v = next(x for x in pending if x.key == u.unit)
+            self._unserved(v, u.reason, u.detail, now, res)
+
+        # 5. scale-down
+        self._scale_down(inv, facts, booked, now, res)
+
+    def _bind_machines(self, views: Sequence[RequestView], cloud: Sequence[Any]) -> None:
+        """Cluster API names Machines itself: a booking's slots become the pool's new Machines, oldest booking
+        first, each Machine to one booking (written back on the request, so every replica agrees)."""
+        capi = {name for name, prov in self.kp.providers.items() if hasattr(prov, "node_names")}
+        if not capi:
+            return
+        machines = {
+            pool: sorted((c for c in cloud if c.pool == pool and str(c.status) != "gone"), key=lambda c: c.created_at)
+            for pool in capi
+        }
+        taken = {n for v in views if v.booking for n in v.booking.names}
+        for v in sorted((v for v in views if v.booking and v.booking.pool in capi), key=lambda v: v.booking.at):
+            b = v.booking
+            assert b is not None
+            real = {c.name for c in machines[b.pool]}
+            bound = [n for n in b.names if n in real]
+            slots = len(b.names) - len(bound)
+            if not slots:
+                continue
+            free = [c.name for c in machines[b.pool] if c.name not in taken]
+            new = free[:slots]
+            if not new:
+                continue
+            taken.update(new)
+            names = tuple(bound + new + [n for n in b.names if n not in real][len(new) :])
+            self._write_booking(v, dataclasses.replace(b, names=names))
+
+    def _alias_machines(self, facts: dict[str, NodeFacts]) -> dict[str, NodeFacts]:
+        """Cluster API pools: the cloud nodes are Machines; give each the facts of the Node it registered as."""
+        if self.kp.machine_nodes is None:
+            return facts
+        out = dict(facts)
+        for pool in self.kp.pools:
+            if not isinstance(self.kp.providers.get(pool.name), type(None)) and hasattr(
+                self.kp.providers[pool.name], "node_names"
+            ):
+                for machine, node in self.kp.machine_nodes(pool.name).items():
+                    if node in facts:
+                        out[machine] = dataclasses.replace(facts[node], name=node)
+        return out
+
+    def _allowed(self, offerings: Sequence[Offering], pending: Sequence[RequestView]) -> list[Offering]:
+        return list(offerings)
+
+    def _booked(self, views: Sequence[RequestView], now: float) -> dict[str, str]:
+        """node name -> request key, for bookings still holding their nodes (not past the booking TTL)."""
+        out: dict[str, str] = {}
+        for v in views:
+            b = v.booking
+            if b is None or v.failed:
+                continue
+            if v.provisioned_at is not None and now - v.provisioned_at > BOOKING_TTL_S:
+                continue  # BookingExpired: the capacity is no longer held for this request
+            for n in b.names:
+                out[n] = v.key
+        return out
+
+    # ---- requests ---------------------------------------------------------------------------------------
+    def _condition(
+        self, v: RequestView, kind: str, status: str, reason: str, message: str, now: float, res: KubeTickResult
+    ) -> None:
+        pr = self._current.get(v.key) or {}
+        conds = [c for c in ((pr.get("status") or {}).get("conditions") or []) if c.get("type") != kind]
+        old = condition(pr, kind)
+        if old and old.get("status") == status and old.get("reason") == reason and old.get("message") == message:
+            return
+        changed = not old or old.get("status") != status
+        conds.append(
+            {
+                "type": kind,
+                "status": status,
+                "reason": reason,
+                "message": message[:32768],
+                "lastTransitionTime": micro_time(now)[:19] + "Z" if changed else old["lastTransitionTime"],
+                "observedGeneration": v.generation,
+            }
+        )
+        self._current[v.key] = self.api.patch_provisioning_request_status(
+            v.namespace, v.name, {"status": {"conditions": conds}}
+        )
+        res.answered[v.key] = f"{kind}={status} ({reason})"
+        logger.bind(request=v.key, condition=kind, status=status, reason=reason).info(
+            "{}: {}={} {}: {}", v.key, kind, status, reason, message
+        )
+
+    def _book(
+        self, v: RequestView, a: Any, p: Any, pool_of: Mapping[str, str], now: float, res: KubeTickResult
+    ) -> None:
+        su = next((s for s in p.scale_ups if v.key in s.units), None)
+        names = tuple(a.nodes)
+        if su is None or a.placement is not Placement.NEW:  # on nodes already up or booting: book them only
+            pool = su.pool if su is not None else next((pool_of[n] for n in names if n in pool_of), "")
+            self._write_booking(v, Booking(f"existing-{v.key}", pool, {}, names, len(names), now))
+            return
+        rid = request_id_for(su.pool, su.offering, names, v.created)
+        booking = Booking(rid, su.pool, offering_to_dict(su.offering), names, len(names), now)
+        if not self._write_booking(v, booking):
+            return  # another replica booked it first: it launches
+        self._launch(v, booking, su.placement_group, now, res)
+
+    def _write_booking(self, v: RequestView, booking: Booking) -> bool:
+        """The intent, on the request itself, before any cloud call; conditional on the request's version."""
+        rv = ((self._current.get(v.key) or {}).get("metadata") or {}).get("resourceVersion")
+        body = {"metadata": {"resourceVersion": rv, "annotations": {BOOKING: booking.to_json()}}}
+        try:
+            self._current[v.key] = self.api.patch_provisioning_request(v.namespace, v.name, body)
+        except KubeError as exc:
+            if exc.status in (404, 409):
+                return False
+            raise
+        return True
+
+    def _launch(self, v: RequestView, b: Booking, placement: str | None, now: float, res: KubeTickResult) -> None:
+        key = offering_from_dict(b.offering)
+        provider = self.kp.providers[b.pool]
+        try:
+            provider.launch(LaunchRequest(b.request_id, b.pool, key, b.names, placement))
+            res.launched.append({"request": v.key, "request_id": b.request_id, "pool": b.pool, "names": list(b.names)})
+            logger.bind(request=v.key, request_id=b.request_id, pool=b.pool, names=list(b.names)).info(
+                "{}: launching {} node(s) in {} ({})", v.key, len(b.names), b.pool, key
+            )
+        except ProviderError as exc:
+            if exc.kind is FailureKind.TRANSIENT:
+                return  # the booking stays: the next tick (or the next leader) retries the same request id
+            self._fail_offering(key, exc.kind, now, str(exc))
+            self._release(v, b, f"{exc.kind}: {exc}", now, res)
+
+    def _release(self, v: RequestView, b: Booking, why: str, now: float, res: KubeTickResult) -> None:
+        """All or nothing: delete whatever the booking created, drop the booking, serve the request again."""
+        provider = self.kp.providers.get(b.pool)
+        if provider is not None and b.names:
+            existing = {c.name for c in provider.list_nodes([b.pool])}
+            mine = [n for n in b.names if n in existing]
+            if mine:
+                provider.delete(b.pool, mine)
+                res.deleted += mine
+        self._current[v.key] = self.api.patch_provisioning_request(
+            v.namespace, v.name, {"metadata": {"annotations": {BOOKING: None}}}
+        )
+        self._condition(v, "Provisioned", "False", "CapacityIsNotFound", why, now, res)
+
+    def _check_booking(
+        self,
+        v: RequestView,
+        pr: Mapping[str, Any],
+        live: Mapping[str, Any],
+        facts: Mapping[str, NodeFacts],
+        now: float,
+        res: KubeTickResult,
+    ) -> None:
+        b = v.booking
+        assert b is not None
+        if not b.offering:  # booked on nodes that were already up or booting
+            lost = [n for n in b.names if n not in live]
+            if lost and not v.provisioned:
+                self._release(v, b, f"booked node(s) gone before they were ready: {', '.join(lost)}", now, res)
+                return
+            ready = all(n in facts and facts[n].ready for n in b.names)
+        else:
+            missing = [n for n in b.names if n not in live]
+            if missing and not v.provisioned:
+                # a launch the next leader must finish, or one the cloud gave up on
+                self._launch(v, b, None, now, res)
+                return
+            ready = all(n in facts and facts[n].ready for n in b.names)
+            if v.provisioned and missing:
+                self._condition(v, "CapacityRevoked", "True", "NodesDeleted", f"{len(missing)} booked node(s) gone: "
+                                f"{', '.join(missing)}", now, res)  # fmt: skip
+                return
+        if ready and not v.provisioned:
+            self._condition(
+                v, "Provisioned", "True", "Provisioned", f"{len(b.names)} node(s) ready: {', '.join(b.names)}", now, res
+            )
+
+    def _unserved(self, v: RequestView, reason: UnservedReason, detail: str, now: float, res: KubeTickResult) -> None:
+        valid = v.valid_until_s if v.valid_until_s is not None else DEFAULT_VALID_S
+        fits = [
+            p.max_nodes
+            for p in self.kp.pools
+            if p.gpus_per_node >= v.gpus_per_pod and (v.pools is None or p.name in v.pools)
+            and (v.spot_ok or str(p.capacity_type) != "spot")
+        ]  # fmt: skip
+        if not fits or v.pods > max(fits):
+            biggest = (
+                f"the largest pool that can run its pods holds {max(fits)} nodes" if fits else "no pool fits a pod"
+            )
+            self._condition(
+                v, "Failed", "True", "CapacityIsNotFound", f"{v.pods} pods x {v.gpus_per_pod} GPUs: {biggest}", now, res
+            )
+        elif reason in PERMANENT:
+            self._condition(v, "Failed", "True", "CapacityIsNotFound", f"{reason}: {detail}", now, res)
+        elif now - v.created > valid:
+            self._condition(v, "Failed", "True", "Expired", f"not provisioned within {valid:.0f} s: {detail}", now, res)
+        else:
+            self._condition(v, "Provisioned", "False", "CapacityIsNotFound", f"{reason}: {detail}", now, res)
+
+    def _fail_offering(self, key: Any, kind: FailureKind, now: float, message: str) -> None:
+        self.memory = record_failure(self.memory, key, kind, now, self.policy, message)
+
+    # ---- scale-down ----------------------------------------------------------------------------------------
+    def _scale_down(
+        self, inv: Inventory, facts: Mapping[str, NodeFacts], booked: Mapping[str, str], now: float, res: KubeTickResult
+    ) -> None:
+        from autoscaler.planner import scale_down_idle
+
+        for n in inv.nodes:
+            if n.state.value == "ready-idle":
+                self.idle_since.setdefault(n.name, now)
+            else:
+                self.idle_since.pop(n.name, None)
+        drains, deletes = scale_down_idle(inv, self.policy, now)
+        pods = None
+        for d in drains:
+            for name in d.nodes:
+                f = facts.get(name)
+                if f is None or f.workload or name in booked:
+                    continue  # never a node with work or one booked for a request
+                self.api.cordon(f.name)
+                res.cordoned.append(f.name)
+        draining = [n for n in inv.nodes if n.state.value == "draining"]
+        for dn in [*deletes, *([] if not draining else [None])]:
+            names = list(dn.names) if dn is not None else [n.name for n in draining]
+            pool = dn.pool if dn is not None else None
+            for name in names:
+                f = facts.get(name)
+                if f is None or f.workload or name in booked:
+                    continue
+                if pods is None:
+                    pods = self.api.pods()
+                if not self._evict_daemonsets(f.name, pods):
+                    continue  # a PodDisruptionBudget says wait: next tick
+                node_pool = pool or next(n.pool for n in inv.nodes if n.name == name)
+                self.kp.providers[node_pool].delete(node_pool, [name])
+                res.deleted.append(name)
+                self.idle_since.pop(name, None)
+
+    def _evict_daemonsets(self, node: str, pods: Sequence[Mapping[str, Any]]) -> bool:
+        """Evict the DaemonSet pods of an empty node through the Eviction API; False when a PDB refuses."""
+        for p in pods:
+            if (p.get("spec") or {}).get("nodeName") != node:
+                continue
+            if not is_daemonset_pod(p):
+                return False  # work arrived since the read: leave the node alone
+            md = p["metadata"]
+            try:
+                self.api.evict(md.get("namespace", "default"), md["name"])
+            except KubeError as exc:
+                if exc.status == 429:
+                    logger.bind(node=node, pod=md["name"]).info("eviction refused by a PodDisruptionBudget: waiting")
+                    return False
+                if exc.status != 404:
+                    raise
+        return True

@@ -1,0 +1,126 @@
+"""`fleet autoscaler run --config FILE` for a Kubernetes cluster: the config, the loop, /metrics and /healthz.
+
+A config with a `kubernetes:` section (`fleet.inventory.KubernetesSection`, written by the stack into the
+Deployment's ConfigMap, docs/kubernetes.md) runs the Kubernetes daemon instead of the Slurm one:
+
+    inventory: /etc/gpu-fleet/inventory.json
+    policy: {idle_timeout_s: 600}
+    kubernetes: {namespace: gpu-fleet-system, lease: {name: gpu-fleet-autoscaler}}
+    provider: {endpoint: null}          # GKE pools: Compute API options (a local fake in tests)
+    metrics: {host: 0.0.0.0, port: 9464}
+    loop: {interval_s: 10}
+
+Every replica ticks; only the Lease holder actuates (autoscaler/kube/lease.py).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from loguru import logger
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fleet.inventory import KubernetesSection, load_inventory
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class KubeProvider(_Strict):
+    kind: Literal["gce", "cluster-api"] | None = None  # informative: each pool's pool_kind picks its actuator
+    endpoint: str | None = None  # Compute API endpoint of GKE pools (tests: a local fake)
+    anonymous: bool = False
+
+
+class KubeMetrics(_Strict):
+    enabled: bool = True
+    host: str = "0.0.0.0"  # in a pod: the Service scrapes the pod IP
+    port: int = Field(9464, ge=0, le=65535)
+    healthy_after_s: float = Field(120.0, gt=0)
+
+
+class KubeLoop(_Strict):
+    interval_s: float = Field(10.0, gt=0)
+
+
+class KubeDaemonConfig(_Strict):
+    inventory: Path
+    pools: list[str] | None = None
+    policy: dict[str, Any] = Field(default_factory=dict)
+    kubernetes: KubernetesSection
+    provider: KubeProvider = Field(default_factory=KubeProvider)
+    metrics: KubeMetrics = Field(default_factory=KubeMetrics)
+    loop: KubeLoop = Field(default_factory=KubeLoop)
+    state_path: Path | None = None  # accepted for a config shared with the Slurm daemon; unused here
+
+
+class KubeConfigError(ValueError):
+    pass
+
+
+def is_kube_config(data: Any) -> bool:
+    return isinstance(data, dict) and "kubernetes" in data
+
+
+def parse(data: Any, source: str, base: Path) -> KubeDaemonConfig:
+    try:
+        cfg = KubeDaemonConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"  {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+        raise KubeConfigError(f"{source}: invalid autoscaler config\n" + "\n".join(lines)) from None
+    if not cfg.inventory.is_absolute():
+        cfg = cfg.model_copy(update={"inventory": base / cfg.inventory})
+    return cfg
+
+
+def load(path: Path) -> KubeDaemonConfig:
+    return parse(yaml.safe_load(path.read_text(encoding="utf-8")), str(path), path.parent)
+
+
+def build(cfg: KubeDaemonConfig, **kw: Any) -> Any:
+    from autoscaler.daemon.build import build_policy
+    from autoscaler.daemon.metrics import Metrics
+    from autoscaler.kube.build import build_kube_daemon
+
+    inv = load_inventory(cfg.inventory)
+    if cfg.pools is not None:
+        inv = [p for p in inv if p.name in cfg.pools]
+    gce = None
+    if cfg.provider.endpoint:
+
+        def gce(pools):  # type: ignore[no-untyped-def]
+            from autoscaler.gce import GceProvider
+
+            return GceProvider(
+                pools, endpoint=cfg.provider.endpoint, credentials="anonymous" if cfg.provider.anonymous else None
+            )
+
+    metrics = Metrics()
+    metrics.healthy_after_s = cfg.metrics.healthy_after_s
+    return build_kube_daemon(cfg.kubernetes, inv, build_policy(cfg.policy), gce=gce, metrics=metrics, **kw)
+
+
+def run_forever(daemon: Any, cfg: KubeDaemonConfig) -> int:
+    from autoscaler.daemon.metrics import MetricsServer
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    server = MetricsServer(daemon.metrics, cfg.metrics.host, cfg.metrics.port).start() if cfg.metrics.enabled else None
+    logger.info("autoscaler (kubernetes) running: tick every {:g}s", cfg.loop.interval_s)
+    try:
+        while not stop.is_set():
+            t0 = time.monotonic()
+            daemon.tick()
+            stop.wait(max(0.0, cfg.loop.interval_s - (time.monotonic() - t0)))
+    finally:
+        if server is not None:
+            server.stop()
+    logger.info("autoscaler stopped")
+    return 0

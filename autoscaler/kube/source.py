@@ -1,0 +1,362 @@
+"""The Kubernetes queue source: ProvisioningRequests, Nodes and Pods -> the planner's model.  Pure.
+
+A queue source turns a scheduler's view into work units and node facts (DESIGN.md, seam 8).  Here:
+
+- **Work**: each `autoscaling.x-k8s.io/v1` ProvisioningRequest of the atomic class that Kueue's admission
+  check created for a workload is ONE unit — a gang of all its pods (sum of the pod sets' counts), each pod on
+  its own node with the GPUs its template asks for (`nvidia.com/gpu` limits, else requests), all or nothing.
+  Spot-tolerant when the pod template tolerates the spot taint of the fleet's spot pools (or GKE's
+  `cloud.google.com/gke-spot`); restricted to the pools its node selector / node affinity names.
+- **Nodes**: a Node is capacity of a managed pool when its labels carry the pool's `node_labels`; it counts
+  as capacity only once Ready with allocatable `nvidia.com/gpu` (DESIGN.md: a GPU node is not ready when the VM
+  is up).  Busy when a non-DaemonSet pod that has not finished runs on it; DRAINING when cordoned.
+- **Bookings**: the capacity a request was given is written on the request itself (an annotation, before the
+  launch call), so whichever replica leads next finds it: `Booking`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from autoscaler.model import Node, NodeState, Pool, WorkUnit
+
+ATOMIC_CLASS = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+GPU = "nvidia.com/gpu"
+BOOKING = "autoscaling.gpu-fleet.dev/booking"  # on a ProvisioningRequest: the capacity given to it (JSON)
+GKE_SPOT_TAINT = "cloud.google.com/gke-spot"
+NODE_POOL_LABEL = "autoscaling.gpu-fleet.dev/pool"  # every managed Node carries its inventory pool's name
+
+
+def ts(value: str | None) -> float:
+    """RFC 3339 (`2026-12-01T10:00:00Z`) -> epoch seconds; 0 when absent."""
+    if not value:
+        return 0.0
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def condition(obj: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return c
+    return None
+
+
+def is_true(obj: Mapping[str, Any], kind: str) -> bool:
+    c = condition(obj, kind)
+    return bool(c) and c.get("status") == "True"
+
+
+def pr_key(pr: Mapping[str, Any]) -> str:
+    md = pr["metadata"]
+    return f"pr/{md.get('namespace', 'default')}/{md['name']}"
+
+
+@dataclass(frozen=True)
+class Booking:
+    """The capacity one request was given: written before the launch, read back by any replica."""
+
+    request_id: str
+    pool: str
+    offering: dict[str, Any]  # autoscaler.daemon.snapshot.offering_to_dict shape
+    names: tuple[str, ...]  # node names (Cluster API pools: machine names, filled in as Machines appear)
+    count: int
+    at: float
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "request_id": self.request_id,
+                "pool": self.pool,
+                "offering": self.offering,
+                "names": list(self.names),
+                "count": self.count,
+                "at": self.at,
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def of(cls, pr: Mapping[str, Any]) -> Booking | None:
+        raw = ((pr.get("metadata") or {}).get("annotations") or {}).get(BOOKING)
+        if not raw:
+            return None
+        try:
+            d = json.loads(raw)
+            return cls(d["request_id"], d["pool"], d["offering"], tuple(d["names"]), int(d["count"]), float(d["at"]))
+        except (ValueError, KeyError, TypeError):
+            return None  # not ours or damaged: treated as unbooked (the request is served again)
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """One ProvisioningRequest as the autoscaler serves it."""
+
+    key: str  # pr/<namespace>/<name>
+    namespace: str
+    name: str
+    created: float
+    generation: int
+    pods: int
+    gpus_per_pod: int
+    spot_ok: bool
+    pools: frozenset[str] | None  # pools its node selector allows (None: any that fits)
+    valid_until_s: float | None
+    booking: Booking | None
+    accepted: bool
+    provisioned: bool
+    failed: bool
+    problem: str | None = None  # why it cannot be served as written (bad template ...): answered Failed
+    provisioned_at: float | None = None  # lastTransitionTime of Provisioned=True
+
+    def unit(self) -> WorkUnit:
+        return WorkUnit(
+            id=self.key,
+            submit_time=self.created,
+            gpus_per_node=max(1, self.gpus_per_pod),
+            nodes=max(1, self.pods),
+            spot_ok=self.spot_ok,
+        )
+
+
+def _quantity(v: Any) -> int:
+    try:
+        return int(str(v))
+    except ValueError:
+        return 0
+
+
+def pod_gpus(spec: Mapping[str, Any]) -> int:
+    """GPUs one pod asks for: the sum over its containers (limits, else requests); init containers' max."""
+    total = 0
+    for c in spec.get("containers") or []:
+        r = c.get("resources") or {}
+        total += _quantity((r.get("limits") or {}).get(GPU) or (r.get("requests") or {}).get(GPU) or 0)
+    init = max(
+        (
+            _quantity(
+                ((c.get("resources") or {}).get("limits") or {}).get(GPU)
+                or ((c.get("resources") or {}).get("requests") or {}).get(GPU)
+                or 0
+            )
+            for c in spec.get("initContainers") or []
+        ),
+        default=0,
+    )
+    return max(total, init)
+
+
+def tolerates(spec: Mapping[str, Any], taint: Mapping[str, str]) -> bool:
+    for t in spec.get("tolerations") or []:
+        if t.get("key") not in (None, "", taint.get("key")):
+            continue
+        if t.get("effect") and taint.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        if (t.get("operator") == "Exists" or t.get("value") == taint.get("value")) and (
+            t.get("key") or t.get("operator") == "Exists"
+        ):
+            return True
+    return False
+
+
+def pools_for(spec: Mapping[str, Any], pool_labels: Mapping[str, Mapping[str, str]]) -> frozenset[str] | None:
+    """Pools whose node labels satisfy the pod's nodeSelector (None when it selects nothing pool-specific)."""
+    sel = spec.get("nodeSelector") or {}
+    if not sel:
+        return None
+    ok = {p for p, labels in pool_labels.items() if all(labels.get(k) == v for k, v in sel.items())}
+    return frozenset(ok)
+
+
+def request_view(
+    pr: Mapping[str, Any],
+    templates: Mapping[tuple[str, str], Mapping[str, Any] | None],
+    spot_taints: Sequence[Mapping[str, str]],
+    pool_labels: Mapping[str, Mapping[str, str]],
+) -> RequestView:
+    md = pr["metadata"]
+    ns = md.get("namespace", "default")
+    spec = pr.get("spec") or {}
+    pods = 0
+    gpus = 0
+    spot = True
+    pools: frozenset[str] | None = None
+    problem = None
+    for ps in spec.get("podSets") or []:
+        ref = (ps.get("podTemplateRef") or {}).get("name", "")
+        tmpl = templates.get((ns, ref))
+        if tmpl is None:
+            problem = f"PodTemplate {ns}/{ref} not found"
+            continue
+        pspec = ((tmpl.get("template") or {}).get("spec")) or {}
+        pods += int(ps.get("count") or 0)
+        g = pod_gpus(pspec)
+        if g == 0:
+            problem = problem or f"PodTemplate {ns}/{ref} asks for no {GPU}: no GPU pool is needed"
+        gpus = max(gpus, g)
+        spot &= any(tolerates(pspec, t) for t in (*spot_taints, {"key": GKE_SPOT_TAINT, "value": "true"}))
+        allowed = pools_for(pspec, pool_labels)
+        if allowed is not None:
+            pools = allowed if pools is None else pools & allowed
+    params = spec.get("parameters") or {}
+    valid = params.get("ValidUntilSeconds")
+    return RequestView(
+        key=pr_key(pr),
+        namespace=ns,
+        name=md["name"],
+        created=ts(md.get("creationTimestamp")),
+        generation=int(md.get("generation") or 1),
+        pods=pods,
+        gpus_per_pod=gpus,
+        spot_ok=spot and pods > 0,
+        pools=pools,
+        valid_until_s=float(valid) if valid not in (None, "") and str(valid).isdigit() else None,
+        booking=Booking.of(pr),
+        accepted=is_true(pr, "Accepted"),
+        provisioned=is_true(pr, "Provisioned"),
+        failed=is_true(pr, "Failed"),
+        problem=problem,
+        provisioned_at=ts((condition(pr, "Provisioned") or {}).get("lastTransitionTime"))
+        if is_true(pr, "Provisioned")
+        else None,
+    )
+
+
+def is_daemonset_pod(pod: Mapping[str, Any]) -> bool:
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return any(o.get("kind") == "DaemonSet" for o in owners)
+
+
+def is_mirror_pod(pod: Mapping[str, Any]) -> bool:
+    return "kubernetes.io/config.mirror" in ((pod.get("metadata") or {}).get("annotations") or {})
+
+
+def finished(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def workload_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """node name -> pods on it that hold it busy (not DaemonSet, not mirror, not finished)."""
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for p in pods:
+        node = (p.get("spec") or {}).get("nodeName")
+        if node and not (is_daemonset_pod(p) or is_mirror_pod(p) or finished(p)):
+            out.setdefault(node, []).append(p)
+    return out
+
+
+def node_ready(node: Mapping[str, Any]) -> bool:
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
+    return ready and _quantity(((node.get("status") or {}).get("allocatable") or {}).get(GPU, 0)) > 0
+
+
+def node_pool(node: Mapping[str, Any], pool_labels: Mapping[str, Mapping[str, str]]) -> str | None:
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    if labels.get(NODE_POOL_LABEL) in pool_labels:
+        return labels[NODE_POOL_LABEL]
+    for pool, want in pool_labels.items():
+        if want and all(labels.get(k) == v for k, v in want.items()):
+            return pool
+    return None
+
+
+@dataclass
+class NodeFacts:
+    """What the scheduler side says of one node, fresh this tick (scale-down acts on this only)."""
+
+    name: str
+    pool: str
+    ready: bool
+    cordoned: bool
+    workload: int  # pods that hold it busy
+    gpus: int
+    gpus_used: int  # GPUs the pods that hold it busy ask for
+    zone: str | None
+    since: float
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def node_facts(
+    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], pool_labels: Mapping[str, Mapping[str, str]]
+) -> dict[str, NodeFacts]:
+    busy = workload_pods(pods)
+    out: dict[str, NodeFacts] = {}
+    for n in nodes:
+        pool = node_pool(n, pool_labels)
+        if pool is None:
+            continue
+        md = n["metadata"]
+        labels = md.get("labels") or {}
+        ready_since = max(
+            (
+                ts(c.get("lastTransitionTime"))
+                for c in (n.get("status") or {}).get("conditions") or []
+                if c.get("type") == "Ready"
+            ),
+            default=ts(md.get("creationTimestamp")),
+        )
+        out[md["name"]] = NodeFacts(
+            name=md["name"],
+            pool=pool,
+            ready=node_ready(n),
+            cordoned=bool((n.get("spec") or {}).get("unschedulable")),
+            workload=len(busy.get(md["name"], [])),
+            gpus=_quantity(((n.get("status") or {}).get("allocatable") or {}).get(GPU, 0)),
+            gpus_used=sum(pod_gpus(p.get("spec") or {}) for p in busy.get(md["name"], [])),
+            zone=labels.get("topology.kubernetes.io/zone"),
+            since=ready_since,
+            labels=dict(labels),
+        )
+    return out
+
+
+def inventory_nodes(
+    pools: Sequence[Pool],
+    cloud: Iterable[Any],  # autoscaler.cloud.CloudNode of every managed pool
+    facts: Mapping[str, NodeFacts],
+    booked: Mapping[str, str],  # node name -> request key it is booked for
+    idle_since: Mapping[str, float],
+) -> list[Node]:
+    """The planner's nodes: every live cloud node, in the state the Kubernetes side shows."""
+    by_pool = {p.name: p for p in pools}
+    out: list[Node] = []
+    for c in cloud:
+        if c.pool not in by_pool or str(c.status) == "gone":
+            continue
+        f = facts.get(c.name)
+        pool = by_pool[c.pool]
+        held = (booked[c.name],) if c.name in booked else ()
+        if str(c.status) == "stopping":  # being deleted: no capacity, nothing to place on
+            state, used, units = NodeState.DELETING, 0, ()
+        elif f is None or not f.ready:  # booting; booked for a request, it is that request's
+            state, used, units = NodeState.BOOTING, (pool.gpus_per_node if held else 0), held
+        elif f.cordoned:
+            state, used, units = NodeState.DRAINING, 0, ()
+        elif held:  # booked: the request's pods are on their way
+            state, used, units = NodeState.BUSY, pool.gpus_per_node, held
+        elif f.workload:  # the GPUs its pods ask for (the rest may take more work)
+            state, used, units = NodeState.BUSY, min(pool.gpus_per_node, max(1, f.gpus_used)), ()
+        else:
+            state, used, units = NodeState.READY_IDLE, 0, ()
+        since = (
+            idle_since.get(c.name, f.since if f else c.created_at) if state is NodeState.READY_IDLE else c.created_at
+        )
+        out.append(
+            Node(
+                name=c.name,
+                pool=c.pool,
+                offering=c.offering,
+                state=state,
+                gpus=pool.gpus_per_node,
+                gpus_used=used,
+                since=since,
+                units=units,
+            )
+        )
+    return out

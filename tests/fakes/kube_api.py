@@ -1,0 +1,516 @@
+"""A local fake of the Kubernetes API server, for the real `kubernetes` client in tests.
+
+A real HTTP server on 127.0.0.1 speaking the API's REST/JSON for the resources the autoscaler uses:
+Nodes, Pods (+ the Eviction subresource), PodTemplates, PodDisruptionBudgets, ProvisioningRequests
+(+ status), Cluster API MachineDeployments and Machines, coordination.k8s.io Leases.  Verbs: list (label and
+field selectors), get, create, replace (PUT, resourceVersion preconditions -> 409), patch (merge,
+strategic-merge treated as merge, JSON patch), delete.  Not served: watch (the daemon lists each tick, as
+its Slurm twin reads squeue/sinfo), server-side apply, finalizers, garbage collection.
+
+What it refuses, as the real server does (422 Invalid with a Status naming the field):
+- custom resources that do not validate against the real CRD schemas (fleet.schemas: openAPIV3Schema with
+  unknown fields refused, the CRDs' CEL rules);
+- core objects the API's generated models refuse (the `kubernetes` client's models are generated from the
+  API server's OpenAPI spec: a required field missing or of the wrong kind is refused), names that are not
+  DNS-1123 subdomains, a kind or apiVersion that does not match the URL.
+
+Eviction honours PodDisruptionBudgets (minAvailable / maxUnavailable over the pods their selector matches):
+an eviction that would break one is 429 TooManyRequests, as the Eviction API answers.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from kubernetes import client as k8s
+
+from fleet import schemas
+
+NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    model: str | None = None  # kubernetes client model of a core type (None: a CRD, validated by fleet.schemas)
+    subresources: tuple[str, ...] = ()
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+RESOURCES = [
+    Resource("", "v1", "nodes", "Node", False, "V1Node", ("status",)),
+    Resource("", "v1", "pods", "Pod", True, "V1Pod", ("status", "eviction")),
+    Resource("", "v1", "podtemplates", "PodTemplate", True, "V1PodTemplate"),
+    Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, "V1PodDisruptionBudget"),
+    Resource("coordination.k8s.io", "v1", "leases", "Lease", True, "V1Lease"),
+    Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests", "ProvisioningRequest", True, None, ("status",)),
+    Resource("cluster.x-k8s.io", "v1beta2", "machinedeployments", "MachineDeployment", True, None, ("status",)),
+    Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine", True, None, ("status",)),
+]
+BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str, causes: list[dict[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message, self.causes = code, reason, message, causes or []
+
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.causes:
+            out["details"] = {"causes": self.causes}
+        return out
+
+
+_DESERIALIZER = k8s.ApiClient()
+
+
+def validate(res: Resource, obj: dict[str, Any]) -> list[tuple[str, str]]:
+    """(field, reason) for every reason the API server would refuse `obj` for `res`."""
+    if not isinstance(obj, dict):
+        return [("", "the body must be a JSON object")]
+    problems: list[tuple[str, str]] = []
+    if obj.get("kind") != res.kind:
+        problems.append(("kind", f"must be {res.kind!r}, got {obj.get('kind')!r}"))
+    if obj.get("apiVersion") != res.api_version:
+        problems.append(("apiVersion", f"must be {res.api_version!r}, got {obj.get('apiVersion')!r}"))
+    name = (obj.get("metadata") or {}).get("name")
+    if not isinstance(name, str) or len(name) > 253 or not NAME.fullmatch(name):
+        problems.append(("metadata.name", f"{name!r} is not a DNS-1123 subdomain"))
+    if problems:
+        return problems
+    if res.model is None:
+        return schemas.validate(obj)
+    try:
+        _DESERIALIZER.deserialize(json.dumps(obj), res.model, "application/json")
+    except (ValueError, TypeError) as exc:
+        return [("(object)", str(exc))]
+    return []
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def _pointer(path: str) -> list[str]:
+    return [p.replace("~1", "/").replace("~0", "~") for p in path.lstrip("/").split("/")] if path else []
+
+
+def json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
+    """RFC 6902 add / replace / remove / test (what clients send for annotations and replicas)."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        parts = _pointer(op.get("path", ""))
+        parent = doc
+        for p in parts[:-1]:
+            parent = parent[int(p)] if isinstance(parent, list) else parent.setdefault(p, {})
+        last = parts[-1] if parts else ""
+        kind = op.get("op")
+        if kind == "test":
+            cur = parent[int(last)] if isinstance(parent, list) else parent.get(last)
+            if cur != op.get("value"):
+                raise ApiError(422, "Invalid", f"json patch test failed at {op.get('path')}")
+        elif kind in ("add", "replace"):
+            if isinstance(parent, list):
+                i = len(parent) if last == "-" else int(last)
+                parent.insert(i, op["value"]) if kind == "add" else parent.__setitem__(i, op["value"])
+            else:
+                if kind == "replace" and last not in parent:
+                    raise ApiError(422, "Invalid", f"json patch replace of a missing path {op.get('path')}")
+                parent[last] = op["value"]
+        elif kind == "remove":
+            if isinstance(parent, list):
+                del parent[int(last)]
+            elif last in parent:
+                del parent[last]
+            else:
+                raise ApiError(422, "Invalid", f"json patch remove of a missing path {op.get('path')}")
+        else:
+            raise ApiError(400, "BadRequest", f"unsupported json patch op {kind!r}")
+    return doc
+
+
+def _labels_match(labels: dict[str, str], selector: str) -> bool:
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k.strip()) == v.strip():
+                return False
+        elif "=" in term:
+            k, v = term.replace("==", "=").split("=", 1)
+            if labels.get(k.strip()) != v.strip():
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def _field(obj: dict[str, Any], dotted: str) -> Any:
+    cur: Any = obj
+    for p in dotted.split("."):
+        cur = cur.get(p) if isinstance(cur, dict) else None
+    return cur
+
+
+def _fields_match(obj: dict[str, Any], selector: str) -> bool:
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        neg = "!=" in term
+        k, v = term.split("!=" if neg else "=", 1)
+        val = _field(obj, k.lstrip("=").strip())
+        val = "" if val is None else str(val)
+        if (val == v.strip()) == neg:
+            return False
+    return True
+
+
+def _selector_matches(sel: dict[str, Any] | None, labels: dict[str, str]) -> bool:
+    if not sel:
+        return False
+    for k, v in (sel.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for expr in sel.get("matchExpressions") or []:
+        has = expr["key"] in labels
+        vals = expr.get("values") or []
+        op = expr["operator"]
+        if (op == "In" and labels.get(expr["key"]) not in vals) or (op == "NotIn" and labels.get(expr["key"]) in vals):
+            return False
+        if (op == "Exists" and not has) or (op == "DoesNotExist" and has):
+            return False
+    return True
+
+
+@dataclass
+class FakeKube:
+    """The store and the server.  `url` once started; every write is logged in `writes`."""
+
+    objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)  # (plural, ns, name)
+    writes: list[tuple[str, str, str]] = field(default_factory=list)  # (verb, plural, ns/name)
+    version: int = 0
+    #: called before a write is applied: (verb, plural, namespace, name, body) -> an ApiError to answer, or None
+    before_write: Callable[[str, str, str, str, Any], ApiError | None] | None = None
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    _server: ThreadingHTTPServer | None = None
+    _thread: threading.Thread | None = None
+
+    # ---- the store, for tests (the same code paths as the HTTP verbs) ------------------------------------
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        res = next(r for r in RESOURCES if r.kind == obj["kind"] and r.api_version == obj["apiVersion"])
+        ns = (obj.get("metadata") or {}).get("namespace", "default") if res.namespaced else ""
+        return self._create(res, ns, obj)
+
+    def get(self, plural: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+        with self.lock:
+            obj = self.objects.get((plural, namespace, name))
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def list(self, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        with self.lock:
+            return [
+                copy.deepcopy(o)
+                for (p, ns, _), o in sorted(self.objects.items())
+                if p == plural and (namespace is None or ns == namespace)
+            ]
+
+    def update(self, plural: str, name: str, namespace: str, fn: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """Change a stored object in place (a test playing a controller), bumping its resourceVersion."""
+        with self.lock:
+            obj = self.objects[(plural, namespace, name)]
+            fn(obj)
+            self.version += 1
+            obj["metadata"]["resourceVersion"] = str(self.version)
+            return copy.deepcopy(obj)
+
+    def delete(self, plural: str, name: str, namespace: str = "") -> None:
+        with self.lock:
+            self.objects.pop((plural, namespace, name), None)
+
+    # ---- verbs ------------------------------------------------------------------------------------------
+    def _stamp(self, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        self.version += 1
+        md = obj.setdefault("metadata", {})
+        md["resourceVersion"] = str(self.version)
+        md["uid"] = (old or {}).get("metadata", {}).get("uid") or str(uuid.uuid4())
+        md["creationTimestamp"] = (old or {}).get("metadata", {}).get("creationTimestamp") or time.strftime(
+            "%Y-%m-%dT%H:%M:%SZ", time.gmtime()
+        )
+        gen = int((old or {}).get("metadata", {}).get("generation") or 0)
+        if old is None or old.get("spec") != obj.get("spec"):
+            gen += 1
+        md["generation"] = max(gen, 1)
+
+    def _check(self, res: Resource, obj: dict[str, Any]) -> None:
+        problems = validate(res, obj)
+        if problems:
+            name = (obj.get("metadata") or {}).get("name") if isinstance(obj, dict) else None
+            causes = [{"field": f, "message": m, "reason": "FieldValueInvalid"} for f, m in problems]
+            detail = "; ".join(f"{f}: {m}" for f, m in problems)
+            raise ApiError(422, "Invalid", f'{res.kind} "{name}" is invalid: {detail}', causes)
+
+    def _hook(self, verb: str, res: Resource, ns: str, name: str, body: Any) -> None:
+        if self.before_write is not None:
+            err = self.before_write(verb, res.plural, ns, name, body)
+            if err is not None:
+                raise err
+
+    def _create(self, res: Resource, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(body)
+        if isinstance(obj, dict) and res.namespaced:
+            obj.setdefault("metadata", {})["namespace"] = ns
+        self._check(res, obj)
+        name = obj["metadata"]["name"]
+        with self.lock:
+            self._hook("create", res, ns, name, body)
+            if (res.plural, ns, name) in self.objects:
+                raise ApiError(409, "AlreadyExists", f'{res.plural} "{name}" already exists')
+            self._stamp(obj, None)
+            self.objects[(res.plural, ns, name)] = obj
+            self.writes.append(("create", res.plural, f"{ns}/{name}"))
+            return copy.deepcopy(obj)
+
+    def _existing(self, res: Resource, ns: str, name: str) -> dict[str, Any]:
+        obj = self.objects.get((res.plural, ns, name))
+        if obj is None:
+            raise ApiError(404, "NotFound", f'{res.plural} "{name}" not found')
+        return obj
+
+    def _write(self, verb: str, res: Resource, ns: str, name: str, new: dict[str, Any], sub: str | None) -> dict:
+        with self.lock:
+            old = self._existing(res, ns, name)
+            want_rv = (new.get("metadata") or {}).get("resourceVersion")
+            if want_rv and want_rv != old["metadata"]["resourceVersion"]:
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {res.plural} "{name}": the object has been modified; '
+                    "please apply your changes to the latest version and try again",
+                )
+            if sub == "status":  # the status subresource changes status only
+                new = {**copy.deepcopy(old), "status": new.get("status")}
+            elif "status" in res.subresources:  # the main resource ignores status changes
+                new = {**new, "status": copy.deepcopy(old.get("status"))}
+                if new["status"] is None:
+                    new.pop("status")
+            new.setdefault("metadata", {})
+            for k in ("uid", "creationTimestamp", "namespace", "name"):
+                if k in old["metadata"]:
+                    new["metadata"][k] = old["metadata"][k]
+            self._check(res, new)
+            self._hook(verb, res, ns, name, new)
+            self._stamp(new, old)
+            self.objects[(res.plural, ns, name)] = new
+            self.writes.append((verb + (f"/{sub}" if sub else ""), res.plural, f"{ns}/{name}"))
+            return copy.deepcopy(new)
+
+    def _evict(self, ns: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(body, dict) or body.get("kind") != "Eviction":
+            raise ApiError(400, "BadRequest", "the body must be a policy/v1 Eviction")
+        with self.lock:
+            pod = self._existing(BY_PATH[("", "v1", "pods")], ns, name)
+            labels = pod["metadata"].get("labels") or {}
+            for (p, pns, _), pdb in self.objects.items():
+                if p != "poddisruptionbudgets" or pns != ns:
+                    continue
+                spec = pdb.get("spec") or {}
+                if not _selector_matches(spec.get("selector"), labels):
+                    continue
+                matched = [
+                    o
+                    for (q, qns, _), o in self.objects.items()
+                    if q == "pods"
+                    and qns == ns
+                    and _selector_matches(spec.get("selector"), o["metadata"].get("labels") or {})
+                    and (o.get("status") or {}).get("phase", "Running") == "Running"
+                ]
+                healthy = len(matched)
+                if "minAvailable" in spec:
+                    allowed = healthy - int(spec["minAvailable"]) > 0
+                else:
+                    allowed = int(spec.get("maxUnavailable", 0)) > 0
+                if not allowed:
+                    raise ApiError(
+                        429,
+                        "TooManyRequests",
+                        f"Cannot evict pod as it would violate the pod's disruption budget {pdb['metadata']['name']}.",
+                    )
+            self._hook("evict", BY_PATH[("", "v1", "pods")], ns, name, body)
+            del self.objects[("pods", ns, name)]
+            self.writes.append(("evict", "pods", f"{ns}/{name}"))
+            return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+
+    # ---- HTTP -------------------------------------------------------------------------------------------
+    def route(self, path: str) -> tuple[Resource, str, str | None, str | None]:
+        """URL path -> (resource, namespace, name, subresource)."""
+        parts = [p for p in path.split("/") if p]
+        if parts[:2] == ["api", "v1"]:
+            group, version, rest = "", "v1", parts[2:]
+        elif parts[:1] == ["apis"] and len(parts) >= 3:
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
+        ns = ""
+        if len(rest) >= 2 and rest[0] == "namespaces":
+            ns, rest = rest[1], rest[2:]
+        if not rest:
+            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
+        res = BY_PATH.get((group, version, rest[0]))
+        if res is None:
+            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if sub is not None and sub not in res.subresources:
+            raise ApiError(404, "NotFound", f"{res.plural} has no subresource {sub!r}")
+        if res.namespaced and name is not None and not ns:
+            raise ApiError(404, "NotFound", f"{res.plural} are namespaced")
+        return res, ns, name, sub
+
+    def handle(self, method: str, url: str, body: Any, content_type: str) -> tuple[int, dict[str, Any]]:
+        parsed = urlparse(url)
+        q = {k: v[0] for k, v in parse_qs(parsed.query).items()}
+        res, ns, name, sub = self.route(parsed.path)
+        if method == "GET" and name is None:
+            if q.get("watch") in ("true", "1"):
+                raise ApiError(405, "MethodNotAllowed", "this fake serves no watch: list instead")
+            with self.lock:
+                items = [
+                    copy.deepcopy(o)
+                    for (p, ons, _), o in sorted(self.objects.items())
+                    if p == res.plural
+                    and (not ns or ons == ns)
+                    and _labels_match(o["metadata"].get("labels") or {}, q.get("labelSelector", ""))
+                    and _fields_match(o, q.get("fieldSelector", ""))
+                ]
+                rv = str(self.version)
+            return 200, {
+                "kind": f"{res.kind}List",
+                "apiVersion": res.api_version,
+                "metadata": {"resourceVersion": rv},
+                "items": items,
+            }
+        if method == "GET":
+            with self.lock:
+                return 200, copy.deepcopy(self._existing(res, ns, name))  # type: ignore[arg-type]
+        if method == "POST" and name is None:
+            return 201, self._create(res, ns, body)
+        if method == "POST" and sub == "eviction":
+            return 201, self._evict(ns, name, body)  # type: ignore[arg-type]
+        if method == "PUT" and name is not None:
+            return 200, self._write("replace", res, ns, name, body, sub)
+        if method == "PATCH" and name is not None:
+            with self.lock:
+                old = copy.deepcopy(self._existing(res, ns, name))
+                if "json-patch" in content_type:
+                    new = json_patch(old, body)
+                    if "resourceVersion" not in json.dumps(body):
+                        new.setdefault("metadata", {}).pop("resourceVersion", None)
+                else:
+                    new = merge_patch(old, body)
+                    if not (isinstance(body, dict) and (body.get("metadata") or {}).get("resourceVersion")):
+                        new["metadata"].pop("resourceVersion", None)
+                return 200, self._write("patch", res, ns, name, new, sub)
+        if method == "DELETE" and name is not None:
+            with self.lock:
+                obj = self._existing(res, ns, name)
+                self._hook("delete", res, ns, name, None)
+                del self.objects[(res.plural, ns, name)]
+                self.writes.append(("delete", res.plural, f"{ns}/{name}"))
+                return 200, obj
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {parsed.path}")
+
+    def start(self) -> str:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as the client's connection pool expects
+
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw) if raw else None
+                except json.JSONDecodeError:
+                    self._send(400, ApiError(400, "BadRequest", "the body is not JSON").status())
+                    return
+                try:
+                    code, out = fake.handle(self.command, self.path, body, self.headers.get("Content-Type", ""))
+                except ApiError as exc:
+                    code, out = exc.code, exc.status()
+                self._send(code, out)
+
+            def _send(self, code: int, out: dict[str, Any]) -> None:
+                data = json.dumps(out).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self.url
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def kubeconfig(self) -> dict[str, Any]:
+        """A kubeconfig for the real client: plain http on loopback, a static token."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+            "current-context": "fake",
+        }

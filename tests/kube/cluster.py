@@ -1,0 +1,131 @@
+"""Test helpers playing the rest of a Kubernetes cluster around the autoscaler: Kueue (it creates
+ProvisioningRequests and their PodTemplates), the Cluster API controllers (Machines and Nodes for a
+MachineDeployment's replicas, deleting marked Machines first), the kubelet (Ready Nodes with GPUs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.fakes.kube_api import FakeKube
+
+CAPI = "cluster.x-k8s.io/v1beta2"
+POOL_LABEL = "node.cluster.x-k8s.io/gpu-fleet-pool"
+DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"
+NOW = "2026-12-01T10:00:00Z"
+
+
+def machine_deployment(name: str, namespace: str, pool: str, replicas: int = 0) -> dict[str, Any]:
+    sel = {"cluster.x-k8s.io/cluster-name": "neo", POOL_LABEL: pool}
+    return {
+        "apiVersion": CAPI,
+        "kind": "MachineDeployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "clusterName": "neo",
+            "replicas": replicas,
+            "selector": {"matchLabels": sel},
+            "template": {
+                "metadata": {"labels": sel},
+                "spec": {
+                    "clusterName": "neo",
+                    "version": "v1.31.2",
+                    "bootstrap": {
+                        "configRef": {
+                            "apiGroup": "bootstrap.cluster.x-k8s.io",
+                            "kind": "KubeadmConfigTemplate",
+                            "name": "gpu",
+                        }
+                    },
+                    "infrastructureRef": {
+                        "apiGroup": "infrastructure.cluster.x-k8s.io",
+                        "kind": "NeoMachineTemplate",
+                        "name": pool,
+                    },
+                },
+            },
+        },
+    }
+
+
+def pod_template(name: str, namespace: str, gpus: int, *, spot: bool = False, selector: dict | None = None) -> dict:
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "train",
+                "image": "trainer@sha256:" + "a" * 64,
+                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+            }
+        ],
+        "restartPolicy": "Never",
+    }
+    if spot:
+        spec["tolerations"] = [{"key": "gpu-fleet/spot", "operator": "Exists", "effect": "NoSchedule"}]
+    if selector:
+        spec["nodeSelector"] = selector
+    return {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": name, "namespace": namespace},
+            "template": {"spec": spec}}  # fmt: skip
+
+
+def provisioning_request(name: str, namespace: str, template: str, count: int, **params: str) -> dict:
+    spec: dict[str, Any] = {
+        "provisioningClassName": "best-effort-atomic-scale-up.autoscaling.x-k8s.io",
+        "podSets": [{"podTemplateRef": {"name": template}, "count": count}],
+    }
+    if params:
+        spec["parameters"] = params
+    return {"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}  # fmt: skip
+
+
+def ready_node(name: str, labels: dict[str, str], gpus: int = 8, zone: str = "dc-1") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {**labels, "topology.kubernetes.io/zone": zone}},
+        "spec": {},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "200"},
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": NOW}],
+        },
+    }
+
+
+def reconcile_capi(fake: FakeKube, namespace: str) -> None:
+    """One pass of the MachineSet controller and kubelets: Machines (and Ready Nodes) for spec.replicas;
+    fewer replicas delete marked Machines first (then the oldest), with their Nodes."""
+    for md in fake.list("machinedeployments", namespace):
+        name = md["metadata"]["name"]
+        labels = md["spec"]["template"]["metadata"]["labels"]
+        mine = [
+            m
+            for m in fake.list("machines", namespace)
+            if m["metadata"]["labels"].get("cluster.x-k8s.io/deployment-name") == name
+        ]
+        want = int(md["spec"].get("replicas") or 0)
+        excess = len(mine) - want
+        if excess > 0:
+            marked = [m for m in mine if DELETE_MACHINE in (m["metadata"].get("annotations") or {})]
+            rest = sorted((m for m in mine if m not in marked), key=lambda m: m["metadata"]["creationTimestamp"])
+            for m in (marked + rest)[:excess]:
+                fake.delete("machines", m["metadata"]["name"], namespace)
+                node = (m.get("status") or {}).get("nodeRef", {}).get("name")
+                if node:
+                    fake.delete("nodes", node)
+        i = 0
+        while len(mine) < want:
+            mname = f"{name}-m{fake.version}-{i}"
+            i += 1
+            fake.create({
+                "apiVersion": CAPI, "kind": "Machine",
+                "metadata": {"name": mname, "namespace": namespace,
+                             "labels": {**labels, "cluster.x-k8s.io/deployment-name": name}},
+                "spec": {**{k: v for k, v in md["spec"]["template"]["spec"].items() if k != "version"},
+                         "version": md["spec"]["template"]["spec"]["version"]},
+            })  # fmt: skip
+            fake.create(ready_node(mname, {POOL_LABEL: labels[POOL_LABEL]}))
+            fake.update("machines", mname, namespace, lambda m, n=mname: _running(m, n))
+            mine.append(fake.get("machines", mname, namespace))
+
+
+def _running(machine: dict[str, Any], node: str) -> None:
+    machine.setdefault("status", {}).update(phase="Running", nodeRef={"name": node})

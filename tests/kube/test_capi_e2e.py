@@ -1,0 +1,151 @@
+"""End to end on a Cluster API pool: a pending Kueue workload's ProvisioningRequest -> the daemon raises the
+MachineDeployment's replicas -> Machines and Nodes appear -> the request is Provisioned; too big -> Failed;
+idle -> the marked Machine goes, never a busy one.  The real `kubernetes` client against the fake API server."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from autoscaler.kube.api import KubeApi
+from autoscaler.kube.build import build_kube_daemon
+from autoscaler.kube.source import condition
+from autoscaler.model import Policy
+from fleet.inventory import InventoryPool, KubernetesSection, LeaseConfig
+from tests.fakes.kube_api import FakeKube
+from tests.kube.cluster import (
+    POOL_LABEL,
+    machine_deployment,
+    pod_template,
+    provisioning_request,
+    reconcile_capi,
+)
+
+NS = "capi-system"
+
+
+def capi_pool(name: str = "h100", max_nodes: int = 4, price: float = 24.0) -> InventoryPool:
+    return InventoryPool(
+        name=name, cluster="neo", provider="neocloud", project="neo-project", region="us-central1", zones=[],
+        failure_domain="dc-1",
+        machine_type=f"{name}-8x", gpu_type="nvidia-h100-80gb", gpus_per_node=8, capacity_type="on-demand",
+        min_nodes=0, max_nodes=max_nodes, instance_group=f"neo-{name}", node_name_prefix=name, scheduler="kueue",
+        platform="kubernetes", pool_kind="capi-machinedeployment", capi_namespace=NS,
+        capi_machine_deployment=f"neo-{name}", node_labels={POOL_LABEL: name}, price_per_hour=price,
+        price_source="spec",
+    )  # fmt: skip
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = time.time()  # the fake stamps creationTimestamp with the real clock
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def cluster():
+    fake = FakeKube()
+    fake.start()
+    fake.create(machine_deployment("neo-h100", NS, "h100"))
+    yield fake
+    fake.stop()
+
+
+def daemon(fake: FakeKube, clock: Clock, identity: str = "a", **policy):
+    section = KubernetesSection(in_cluster=False, namespace="gpu-fleet-system", lease=LeaseConfig(name="gpu-fleet"))
+    return build_kube_daemon(
+        section,
+        [capi_pool()],
+        Policy(idle_timeout_s=policy.pop("idle_timeout_s", 0.0), **policy),
+        api=KubeApi.from_kubeconfig(fake.kubeconfig()),
+        identity=identity,
+        clock=clock,
+    )
+
+
+def replicas(fake: FakeKube) -> int:
+    return int(fake.get("machinedeployments", "neo-h100", NS)["spec"]["replicas"])
+
+
+def cond(fake: FakeKube, name: str, kind: str, ns: str = "team-a") -> dict | None:
+    return condition(fake.get("provisioningrequests", name, ns), kind)
+
+
+def test_a_workload_gets_its_nodes_and_the_request_is_provisioned(cluster: FakeKube) -> None:
+    clock = Clock()
+    d = daemon(cluster, clock)
+    cluster.create(pod_template("train", "team-a", 8))
+    cluster.create(provisioning_request("wl-1", "team-a", "train", 2))
+
+    r = d.tick()
+    assert r.ok and r.leader, r.error
+    assert replicas(cluster) == 2
+    assert cond(cluster, "wl-1", "Accepted")["status"] == "True"
+    assert cond(cluster, "wl-1", "Provisioned") is None  # not before the nodes are Ready
+
+    clock.t += 10
+    d.tick()
+    assert replicas(cluster) == 2  # no second launch while Machines are on the way
+    reconcile_capi(cluster, NS)
+    clock.t += 10
+    d.tick()
+    prov = cond(cluster, "wl-1", "Provisioned")
+    assert prov["status"] == "True" and prov["reason"] == "Provisioned"
+    assert replicas(cluster) == 2
+
+
+def test_a_workload_no_pool_can_hold_fails_with_the_reason_and_nothing_runs(cluster: FakeKube) -> None:
+    d = daemon(cluster, Clock())
+    cluster.create(pod_template("huge", "team-a", 8))
+    cluster.create(provisioning_request("wl-big", "team-a", "huge", 6))  # the pool holds at most 4 nodes
+    d.tick()
+    failed = cond(cluster, "wl-big", "Failed")
+    assert failed is not None and failed["status"] == "True", cluster.get("provisioningrequests", "wl-big", "team-a")
+    assert failed["reason"] == "CapacityIsNotFound" and "holds 4 nodes" in failed["message"]
+    assert replicas(cluster) == 0 and not cluster.list("machines", NS)
+
+
+def test_idle_nodes_go_by_their_marked_machine_and_busy_ones_stay(cluster: FakeKube) -> None:
+    clock = Clock()
+    d = daemon(cluster, clock)
+    cluster.create(pod_template("train", "team-a", 8))
+    cluster.create(provisioning_request("wl-1", "team-a", "train", 2))
+    d.tick()
+    reconcile_capi(cluster, NS)
+    d.tick()
+    machines = sorted(m["metadata"]["name"] for m in cluster.list("machines", NS))
+    busy, idle = machines
+    # the workload ran; one pod is still running on `busy`, and Kueue deleted the request when it finished
+    cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train-0", "namespace": "team-a"},
+                    "spec": {"nodeName": busy, "containers": [{"name": "c", "image": "x"}]},
+                    "status": {"phase": "Running"}})  # fmt: skip
+    cluster.delete("provisioningrequests", "wl-1", "team-a")
+    clock.t += 60
+    d.tick()  # idle timeout 0: cordon the idle node
+    assert cluster.get("nodes", idle)["spec"].get("unschedulable") is True
+    assert not cluster.get("nodes", busy)["spec"].get("unschedulable")
+    clock.t += 10
+    d.tick()  # delete: mark the Machine, then one replica less
+    assert cluster.get("machines", idle, NS)["metadata"]["annotations"]["cluster.x-k8s.io/delete-machine"] == "yes"
+    assert replicas(cluster) == 1
+    reconcile_capi(cluster, NS)
+    assert [m["metadata"]["name"] for m in cluster.list("machines", NS)] == [busy]
+    clock.t += 10
+    d.tick()
+    assert replicas(cluster) == 1  # the busy node is never touched
+
+
+def test_the_fake_refuses_what_the_real_schema_refuses(cluster: FakeKube) -> None:
+    api = KubeApi.from_kubeconfig(cluster.kubeconfig())
+    from autoscaler.kube.api import KubeError
+
+    cluster.create(provisioning_request("ok", "team-a", "t", 1))
+    with pytest.raises(KubeError) as err:
+        api.patch_provisioning_request_status("team-a", "ok", {"status": {"conditions": [{"type": "Provisioned"}]}})
+    assert err.value.status == 422 and "lastTransitionTime" in err.value.message
+    with pytest.raises(KubeError) as err:
+        api.patch_machine_deployment(NS, "neo-h100", {"spec": {"replicas": "two"}})
+    assert err.value.status == 422

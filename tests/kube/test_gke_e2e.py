@@ -1,0 +1,105 @@
+"""End to end on a GKE node pool: a ProvisioningRequest -> the daemon creates named instances in the node
+pool's MIGs (the real google-cloud-compute client against the fake Compute server) -> Nodes register (the
+fake's boot hook plays the kubelet) -> Provisioned; a stockout in one zone falls back to the other, the gang
+whole in one zone."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from autoscaler.kube.api import KubeApi
+from autoscaler.kube.build import build_kube_daemon
+from autoscaler.kube.source import condition
+from autoscaler.model import Policy
+from fleet.inventory import InventoryPool, KubernetesSection, LeaseConfig, parse_inventory
+from tests.fakes.compute_api import FakeCompute
+from tests.fakes.fixtures import fake_compute_factory  # noqa: F401
+from tests.fakes.kube_api import FakeKube
+from tests.kube.cluster import pod_template, provisioning_request, ready_node
+
+ZONES = ["us-central1-a", "us-central1-b"]
+NODEPOOL = "cloud.google.com/gke-nodepool"
+
+pytestmark = pytest.mark.gce
+
+
+def gke_pool() -> InventoryPool:
+    (p,) = parse_inventory([{
+        "name": "h200", "cluster": "gke1", "provider": "gcp", "project": "test-project", "region": "us-central1",
+        "zones": ZONES, "machine_type": "a3-ultragpu-8g", "gpu_type": "nvidia-h200-141gb", "gpus_per_node": 8,
+        "capacity_type": "on-demand", "min_nodes": 0, "max_nodes": 8, "instance_group": "gke-gke1-h200",
+        "instance_group_urls": [f"https://www.googleapis.com/compute/v1/projects/test-project/zones/{z}/instanceGroupManagers/gke-gke1-h200-{z[-1]}" for z in ZONES],  # noqa: E501
+        "node_name_prefix": "gke-gke1-h200", "scheduler": "kueue", "platform": "gke", "pool_kind": "gce-mig",
+        "gke_cluster": "gke1", "gke_node_pool": "h200", "node_labels": {NODEPOOL: "h200"},
+    }])  # fmt: skip
+    return p
+
+
+@pytest.fixture
+def env(fake_compute_factory: Callable[..., FakeCompute]):  # noqa: F811
+    kube = FakeKube()
+    kube.start()
+
+    def boot(name: str, zone: str) -> None:
+        kube.create(ready_node(name, {NODEPOOL: "h200"}, zone=zone))
+
+    def gone(name: str, zone: str) -> None:
+        kube.delete("nodes", name)
+
+    compute = fake_compute_factory("test-project", on_boot=boot, on_delete=gone)
+    from autoscaler.kube.build import gke_inventory
+
+    compute.add_inventory([gke_inventory(gke_pool())])
+    yield kube, compute
+    kube.stop()
+
+
+def make_daemon(kube: FakeKube, compute: FakeCompute):
+    from autoscaler.gce import GceProvider, RetryPolicy
+
+    retry = RetryPolicy(initial=0.01, maximum=0.05, deadline=5.0, attempt_timeout=2.0)
+    section = KubernetesSection(in_cluster=False, namespace="gpu-fleet-system", lease=LeaseConfig(name="gpu-fleet"))
+    return build_kube_daemon(
+        section,
+        [gke_pool()],
+        Policy(idle_timeout_s=600.0),
+        api=KubeApi.from_kubeconfig(kube.kubeconfig()),
+        gce=lambda pools: GceProvider(pools, endpoint=compute.url, credentials="anonymous", retry=retry),
+        identity="a",
+    )
+
+
+def wait_for(pred, timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError("condition not reached")
+
+
+def test_stockout_in_one_zone_falls_back_to_the_other_and_the_request_is_provisioned(env) -> None:
+    kube, compute = env
+    compute.stockout("us-central1-a", "a3-ultragpu-8g")
+    kube.create(pod_template("train", "team-a", 8))
+    kube.create(provisioning_request("wl-1", "team-a", "train", 2))
+    d = make_daemon(kube, compute)
+
+    for _ in range(6):
+        r = d.tick()
+        assert r.ok, r.error
+        pr = kube.get("provisioningrequests", "wl-1", "team-a")
+        prov = condition(pr, "Provisioned")
+        if prov and prov["status"] == "True":
+            break
+        time.sleep(0.3)
+    assert prov and prov["status"] == "True", pr.get("status")
+    nodes = kube.list("nodes")
+    assert len(nodes) == 2
+    assert {n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in nodes} == {"us-central1-b"}
+    created = compute.create_counts()
+    assert sum(created.values()) >= 2
+    assert all(c == 1 for name, c in created.items() if name in {n["metadata"]["name"] for n in nodes})

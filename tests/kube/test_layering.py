@@ -1,0 +1,37 @@
+"""Only autoscaler/kube imports the Kubernetes client; the planner and models never do."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+    return out
+
+
+def test_only_autoscaler_kube_imports_the_kubernetes_client() -> None:
+    offenders = []
+    for pkg in ("autoscaler", "fleet", "components", "stacks"):
+        for f in (ROOT / pkg).rglob("*.py"):
+            rel = f.relative_to(ROOT).as_posix()
+            if rel.startswith("autoscaler/kube/"):
+                continue
+            if any(m == "kubernetes" or m.startswith("kubernetes.") for m in imports(f)):
+                offenders.append(rel)
+    assert offenders == []
+
+
+def test_the_kubernetes_source_glue_stays_pure() -> None:
+    for name in ("source.py",):
+        mods = imports(ROOT / "autoscaler" / "kube" / name)
+        assert not any(m.startswith(("kubernetes", "google", "autoscaler.gce", "autoscaler.daemon")) for m in mods)

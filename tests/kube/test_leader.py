@@ -1,0 +1,53 @@
+"""Two replicas, one Lease: the leader dies in the middle of a launch; the other takes over after the lease
+expires and finishes the same launch - no double launch, the request is provisioned once."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autoscaler.kube.capi import APPLIED
+from tests.fakes.kube_api import FakeKube
+from tests.kube.cluster import pod_template, provisioning_request, reconcile_capi
+from tests.kube.test_capi_e2e import NS, Clock, cluster, cond, daemon, replicas  # noqa: F401
+
+
+class Died(BaseException):
+    """The leader's process killed mid-actuation (not an error any tick handles)."""
+
+
+@pytest.mark.parametrize("when", ["after-the-launch-call", "before-the-launch-call"])
+def test_the_other_replica_takes_over_with_no_double_launch(cluster: FakeKube, when: str) -> None:  # noqa: F811
+    clock = Clock()
+    a, b = daemon(cluster, clock, "replica-a"), daemon(cluster, clock, "replica-b")
+    cluster.create(pod_template("train", "team-a", 8))
+    cluster.create(provisioning_request("wl-1", "team-a", "train", 3))
+
+    provider = a.kp.providers["h100"]
+    real = provider.launch
+
+    def dying_launch(request):
+        if when == "after-the-launch-call":
+            real(request)
+        raise Died()
+
+    provider.launch = dying_launch  # type: ignore[method-assign]
+    with pytest.raises(Died):
+        a.tick()
+    assert b.tick().leader is False  # a's lease is still fresh
+    assert replicas(cluster) == (3 if when == "after-the-launch-call" else 0)
+
+    clock.t += 16  # the 15 s lease expires
+    r = b.tick()
+    assert r.leader and r.ok, r.error
+    assert replicas(cluster) == 3
+    md = cluster.get("machinedeployments", "neo-h100", NS)
+    assert len(json.loads(md["metadata"]["annotations"][APPLIED])) == 1
+    reconcile_capi(cluster, NS)
+    clock.t += 5
+    b.tick()
+    assert cond(cluster, "wl-1", "Provisioned")["status"] == "True"
+    assert replicas(cluster) == 3 and len(cluster.list("machines", NS)) == 3
+    lease = cluster.get("leases", "gpu-fleet", "gpu-fleet-system")
+    assert lease["spec"]["holderIdentity"] == "replica-b" and lease["spec"]["leaseTransitions"] == 1

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from autoscaler.cloud import FailureKind, OfferingKey
 from autoscaler.model.demand import WorkUnit
 
-#: the default value of one GPU-hour of a job waiting: 0, the cheapest settings (docs/planner.md)
-DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR = 0.0
+#: the default value of one GPU-hour of a job waiting: 0, the cheapest settings (docs/planner.md).  None means the
+#: on-demand $/GPU-h of the job's shape (a GPU-hour of work delayed is worth what the team pays to run one).
+DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR: float | None = 0.0
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,8 @@ class Policy:
     (never scale down reservation-backed nodes).
 
     Wait against cost: `wait_value_usd_per_gpu_hour` is what one GPU-hour of a job waiting is worth
-    (default `DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR`, 0: the settings minimise dollars and a job waits what
-    its boot imposes; raise it to buy warm capacity).  The planner itself only reads the settings
+    (default 0: the cheapest settings; None: the on-demand $/GPU-h of the job's shape; higher values buy
+    warm capacity and shorter waits).  The planner itself only reads the settings
     derived from it (`autoscaler.planner.rule.policy_for` turns it, the boot time, the prices and the
     observed arrival rate into idle-keep times and the reservation hold; docs/planner.md).
     `idle_timeout_by_machine` (machine type -> seconds) overrides `idle_timeout_s` per shape, and
@@ -71,7 +72,7 @@ class Policy:
     flex_start_queues: frozenset[str] = frozenset()
     flex_start_max_wait_s: float = 0.0
     keep_reserved_nodes: bool = True
-    wait_value_usd_per_gpu_hour: float = 0.0  # DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR
+    wait_value_usd_per_gpu_hour: float | None = DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR
     idle_timeout_by_machine: Mapping[str, float] = field(default_factory=dict)
     idle_keep_max_by_machine: Mapping[str, int] = field(default_factory=dict)
     defragment: bool = True
@@ -86,6 +87,7 @@ class Policy:
             "boot_timeout_s",
             "spot_max_node_hours",
             "expected_run_s",
+            "wait_value_usd_per_gpu_hour",
         ):
             v = getattr(self, name)
             if v is not None and v < 0:
@@ -97,7 +99,6 @@ class Policy:
             "backoff_s",
             "backoff_max_s",
             "expected_boot_s",
-            "wait_value_usd_per_gpu_hour",
         ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float):

@@ -134,6 +134,7 @@ def worth_reusing(pool_gpu_usd: float, new_gpu_usd: float, policy: Policy) -> bo
         return True
     boot = policy.expected_boot_s
     w = policy.wait_value_usd_per_gpu_hour
+    w = pool_gpu_usd if w is None else w
     return pool_gpu_usd * d <= new_gpu_usd * (d + boot) + w * boot
 
 
@@ -149,7 +150,7 @@ def pack_pays(node_hourly: float, own_hourly: float, own_gpus: int, policy: Poli
         return True
     boot = policy.expected_boot_s
     p = own_hourly / max(1, own_gpus)
-    w = policy.wait_value_usd_per_gpu_hour
+    w = p if policy.wait_value_usd_per_gpu_hour is None else policy.wait_value_usd_per_gpu_hour
     t = boot * (1 + w / p) if p > 0 else 0.0
     return node_hourly * m / 2 <= own_hourly * (m + t)
 

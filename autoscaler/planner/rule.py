@@ -3,8 +3,9 @@
 `policy_for(facts)` is pure and is what both the daemon and the replay call, so both run with the
 same settings for the same facts.  Its reasoning (docs/planner.md, "Settings from a rule"):
 
-- **Wait value** `w` ($ per GPU-hour of a job waiting; default 0: the cheapest settings, a job waits
-  what its boot imposes, as with every autoscaler that launches on demand).
+- **Wait value** `w` ($ per GPU-hour of a job waiting; default 0, the cheapest settings: a job waits
+  what its boot imposes; None: the shape's on-demand $/GPU-h, a GPU-hour of work delayed being worth
+  what the team pays to run one).
 - **Idle keep, per shape** (ski rental).  Keeping an idle node of g GPUs at price p per GPU-hour
   costs g*p per hour; the next job it serves is spared a boot, worth g * boot * (p + w) (the
   boot it is not billed for, and the wait it does not have).  Keeping pays off in expectation iff
@@ -70,7 +71,7 @@ class FleetFacts:
     reserved_nodes: int = 0
     arrivals_per_hour: float = 0.0  # all jobs
     mean_run_s: float | None = None
-    wait_value_usd_per_gpu_hour: float = DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR
+    wait_value_usd_per_gpu_hour: float | None = DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR  # None: each shape's price
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -79,12 +80,13 @@ class FleetFacts:
         if self.reserved_nodes < 0:
             raise ValueError(f"FleetFacts.reserved_nodes: must be >= 0, got {self.reserved_nodes}")
         w = self.wait_value_usd_per_gpu_hour
-        if w < 0:
+        if w is not None and w < 0:
             raise ValueError(f"FleetFacts.wait_value_usd_per_gpu_hour: must be >= 0, got {w}")
 
     def wait_value(self, shape: ShapeFacts) -> float:
-        """The wait value for `shape` (one value for every shape today)."""
-        return self.wait_value_usd_per_gpu_hour
+        """The wait value for `shape`: the one given, else the shape's on-demand $/GPU-h."""
+        w = self.wait_value_usd_per_gpu_hour
+        return shape.usd_per_gpu_hour if w is None else w
 
 
 def break_even_idle_s(boot_s: float, usd_per_gpu_hour: float, wait_value: float) -> float:
@@ -197,7 +199,7 @@ def observed_facts(
     now: float,
     window_s: float,
     reserved_nodes: int = 0,
-    wait_value_usd_per_gpu_hour: float = DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR,
+    wait_value_usd_per_gpu_hour: float | None = DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR,
 ) -> FleetFacts:
     """Facts as a running daemon sees them: `jobs` are (submit time, nodes, GPUs per node, run seconds
     or None while running) of the jobs submitted in the last `window_s` seconds before `now`."""

@@ -38,5 +38,5 @@ def scenario_facts(
         mean_run_s=mean_run,
         wait_value_usd_per_gpu_hour=(
             DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR if wait_value_usd_per_gpu_hour is None else wait_value_usd_per_gpu_hour
-        ),
+        ),  # None: each shape's on-demand $/GPU-h
     )

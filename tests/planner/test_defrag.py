@@ -100,8 +100,12 @@ def test_reuse_only_when_cheaper_over_the_expected_run() -> None:
     assert not worth_reusing(11.0, 4.0, pol)  # 10 h on on-demand vs spot + one boot: launch spot
     assert worth_reusing(11.0, 4.0, Policy(expected_run_s=100.0, expected_boot_s=360.0))  # short: reuse
     # what the boot's wait is worth tips it: a 300 s job reuses only when waiting is worth something
-    assert not worth_reusing(11.0, 4.0, Policy(expected_run_s=300.0, expected_boot_s=360.0))
-    assert worth_reusing(11.0, 4.0, Policy(expected_run_s=300.0, expected_boot_s=360.0, wait_value_usd_per_gpu_hour=5))
+    assert not worth_reusing(
+        11.0, 4.0, Policy(expected_run_s=300.0, expected_boot_s=360.0, wait_value_usd_per_gpu_hour=0)
+    )
+    assert worth_reusing(
+        11.0, 4.0, Policy(expected_run_s=300.0, expected_boot_s=360.0, wait_value_usd_per_gpu_hour=None)
+    )
     assert worth_reusing(11.0, 4.0, Policy())  # no expectation known: existing capacity first
     # in a plan: an idle on-demand node is not used for a long spot-tolerant unit; spot is launched
     p1, s1 = pool(1), pool(1, SPOT)

@@ -284,6 +284,7 @@ def test_replanning_after_the_launches_adds_nothing_for_the_same_demand(sc) -> N
     requested): re-planning while nodes boot launches nothing twice."""
     demand, inv, offerings, policy, memory = sc
     policy = Policy(**{**policy.__dict__, "boot_timeout_s": None})
+    memory = [m for m in memory if not NOW < m.until <= NOW + 1]  # a backoff ending in between may launch
     first = plan(demand, inv, offerings, policy, NOW, memory)
     extra = []
     for s in first.scale_ups:

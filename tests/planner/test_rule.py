@@ -52,7 +52,8 @@ def test_reservation_hold_from_the_free_up_rate_and_the_wait_value() -> None:
     assert reservation_hold_s(FleetFacts(360, SHAPES, 0, 11.0, 20000.0)) == 0  # nothing to wait for
     # fewer reserved nodes free up more rarely: waiting pays less
     assert reservation_hold_s(FleetFacts(360, SHAPES, 40, 11.0, 20000.0, wait_value_usd_per_gpu_hour=11.0)) < h
-    # waiting worth nothing (the default): hold, but never more than one boot
+    # None: the GPU's price; waiting worth nothing (the default): hold, but never more than one boot
+    assert reservation_hold_s(FleetFacts(360, SHAPES, 100, 11.0, 20000.0, wait_value_usd_per_gpu_hour=None)) == h
     assert reservation_hold_s(FleetFacts(360, SHAPES, 100, 11.0, 20000.0)) == 360
     assert reservation_hold_s(FleetFacts(360, SHAPES, 100, 11.0, 20000.0, wait_value_usd_per_gpu_hour=0.5)) == 360
 
@@ -62,6 +63,8 @@ def test_policy_for_sets_the_derived_knobs_and_keeps_the_rest() -> None:
     assert [s.arrivals_per_hour for s in shapes] == [60.0, 0.0, 0.0, 16.0]
     base = Policy(max_nodes=7, backoff_s=30.0)
     p = policy_for(FleetFacts(360, shapes, wait_value_usd_per_gpu_hour=0.0), base)
+    none = FleetFacts(360, shapes, wait_value_usd_per_gpu_hour=None)
+    assert policy_for(none).idle_timeout_for("m-1g") == 720.0  # None: w is the GPU's price
     assert p.max_nodes == 7 and p.backoff_s == 30.0 and p.defragment
     assert p.idle_timeout_by_machine == {"m-1g": 360.0, "m-2g": 0.0, "m-4g": 0.0, "m-8g": 360.0}
     assert p.idle_timeout_for("m-1g") == 360.0 and p.idle_timeout_for("other") == p.idle_timeout_s == 0.0

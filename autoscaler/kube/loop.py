@@ -17,8 +17,10 @@ Order within a tick (each step acts only on this tick's fresh reads):
    (GCE: the instance; Cluster API: the marked Machine).  A node running any non-DaemonSet pod is never
    cordoned, drained or deleted.
 
-The planner is the decision core shared with the Slurm daemon and the replay; this module is the
-Kubernetes queue source's glue around it, as `autoscaler/daemon/tick.py` is Slurm's.
+`autoscaler.core` (`queue_depth`, `scale_down_steps`) is the decision core shared with the Slurm daemon and
+the replay; this module is the Kubernetes queue source's glue around it, as `autoscaler/daemon/tick.py` is
+Slurm's: a ProvisioningRequest is work nothing holds yet (the core's pending units), Nodes and their pods are
+the scheduler's facts (`NodeFacts` is the core's `SchedulerNode`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 from loguru import logger
 
 from autoscaler.cloud import FailureKind, LaunchRequest, Offering, Provider, ProviderError
+from autoscaler.core import queue_depth, scale_down_steps
 from autoscaler.daemon.snapshot import offering_from_dict, offering_to_dict
 from autoscaler.kube.api import KubeApi, KubeError
 from autoscaler.kube.lease import LeaseElector, micro_time
@@ -223,9 +226,8 @@ class KubeDaemon:
             if v.problem is not None:
                 self._condition(v, "Failed", "True", "InvalidRequest", v.problem, now, res)
         units = [v.unit() for v in pending if v.problem is None]
-        from autoscaler.planner import plan
-
-        p = plan(units, inv, self._allowed(offerings, pending), self.policy, now, self.memory)
+        # the decision core the Slurm daemon and the replay call: one plan over the work nothing holds yet
+        p = queue_depth(units, inv, self._allowed(offerings, pending), self.policy, now, self.memory)
         self.memory = p.unavailable
         for uid, a in p.assignments.items():
             v = next(x for x in pending if x.key == uid)
@@ -234,8 +236,8 @@ class KubeDaemon:
             v = next(x for x in pending if x.key == u.unit)
             self._unserved(v, u.reason, u.detail, now, res)
 
-        # 5. scale-down
-        self._scale_down(inv, facts, booked, now, res)
+        # 5. scale-down: the core's steps, cut to what the Kubernetes side reports idle / cordoned and empty
+        self._scale_down(p, inv, facts, booked, now, res)
 
     def _bind_machines(self, views: Sequence[RequestView], cloud: Sequence[Any]) -> None:
         """Cluster API names Machines itself: a booking's slots become the pool's new Machines, oldest booking
@@ -438,38 +440,35 @@ class KubeDaemon:
 
     # ---- scale-down ----------------------------------------------------------------------------------------
     def _scale_down(
-        self, inv: Inventory, facts: Mapping[str, NodeFacts], booked: Mapping[str, str], now: float, res: KubeTickResult
+        self,
+        p: Any,
+        inv: Inventory,
+        facts: Mapping[str, NodeFacts],
+        booked: Mapping[str, str],
+        now: float,
+        res: KubeTickResult,
     ) -> None:
-        from autoscaler.planner import scale_down_idle
-
         for n in inv.nodes:
             if n.state.value == "ready-idle":
                 self.idle_since.setdefault(n.name, now)
             else:
                 self.idle_since.pop(n.name, None)
-        drains, deletes = scale_down_idle(inv, self.policy, now)
+        free = {name: f for name, f in facts.items() if name not in booked}  # a booked node is never a candidate
         pods = None
-        for d in drains:
-            for name in d.nodes:
-                f = facts.get(name)
-                if f is None or f.workload or name in booked:
-                    continue  # never a node with work or one booked for a request
-                self.api.cordon(f.name)
-                res.cordoned.append(f.name)
-        draining = [n for n in inv.nodes if n.state.value == "draining"]
-        for dn in [*deletes, *([] if not draining else [None])]:
-            names = list(dn.names) if dn is not None else [n.name for n in draining]
-            pool = dn.pool if dn is not None else None
-            for name in names:
-                f = facts.get(name)
-                if f is None or f.workload or name in booked:
+        for step in scale_down_steps(p, free):
+            for name in step.names:
+                f = free.get(name)
+                if f is None:
+                    continue
+                if step.action == "drain":
+                    self.api.cordon(f.name)
+                    res.cordoned.append(f.name)
                     continue
                 if pods is None:
                     pods = self.api.pods()
                 if not self._evict_daemonsets(f.name, pods):
-                    continue  # a PodDisruptionBudget says wait: next tick
-                node_pool = pool or next(n.pool for n in inv.nodes if n.name == name)
-                self.kp.providers[node_pool].delete(node_pool, [name])
+                    continue  # work arrived since the read, or a PodDisruptionBudget says wait: next tick
+                self.kp.providers[step.pool].delete(step.pool, [name])
                 res.deleted.append(name)
                 self.idle_since.pop(name, None)
 

@@ -281,6 +281,19 @@ class NodeFacts:
     since: float
     labels: dict[str, str] = field(default_factory=dict)
 
+    # the decision core's `SchedulerNode` (autoscaler.core.scale_down_steps): what scale-down may act on
+    @property
+    def idle(self) -> bool:
+        return self.ready and not self.cordoned and not self.workload
+
+    @property
+    def drain(self) -> bool:
+        return self.cordoned
+
+    @property
+    def has_work(self) -> bool:
+        return self.workload > 0
+
 
 def node_facts(
     nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], pool_labels: Mapping[str, Mapping[str, str]]

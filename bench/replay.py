@@ -1,5 +1,5 @@
-"""Full-trace replay benchmark: ITP cluster04 (60 days, 15.8k jobs) through all five policies, in the two
-scenarios of the issue, with wall time and the targets checked.
+"""Full-trace replay benchmark: ITP cluster04 (60 days, 15.8k jobs) through every policy (exact-fit
+included), in the two scenarios of the issue, with wall time and the targets checked.
 
     .venv/bin/python bench/replay.py [--trace PATH] [--seeds 0] [--json]
 

@@ -16,12 +16,12 @@ State mapping (cloud x Slurm -> NodeState):
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.cloud import CloudNode, CloudNodeStatus, OfferingKey
+from autoscaler.core.decide import ResumeUnit, resume_unit
 from autoscaler.daemon.state import PowerRow, RequestRow, UnavailableRow
 from autoscaler.model import Inventory, Node, NodeState, Pool, UnavailableOffering, WorkUnit
 from autoscaler.slurm.readers import CAPACITY_REASONS, SlurmJob, SlurmNode
@@ -80,16 +80,6 @@ def node_state(cloud: CloudNode | None, slurm: SlurmNode | None, intent: bool) -
     if slurm.has_work:
         return NodeState.BUSY
     return NodeState.READY_IDLE
-
-
-@dataclass(frozen=True)
-class ResumeUnit:
-    """Nodes Slurm resumed for one job (or without a job) in one pool: launched together (a gang)."""
-
-    unit: WorkUnit
-    pool: str
-    names: tuple[str, ...]
-    row_ids: tuple[int, ...]
 
 
 @dataclass
@@ -176,20 +166,17 @@ def build_view(
         pool = by_name[pool_name]
         names = tuple(dict.fromkeys(r.name for r in rows))
         job = jobs_by_id.get(job_id) if job_id is not None else None
-        digest = hashlib.sha1(",".join(names).encode()).hexdigest()[:10]
-        unit = WorkUnit(
-            id=f"resume/{pool_name}/{job_id if job_id is not None else 'nojob'}/{digest}",
-            submit_time=min(r.at for r in rows),
-            gpus_per_node=pool.gpus_per_node,
-            nodes=len(names),
-            gpu_types=frozenset({pool.gpu_type}),
-            machine_types=frozenset({pool.machine_type}),
-            spot_ok=pool.spot_tolerant,
-            priority=min(job.priority, 2**31 - 1) if job else 0,
-            queue=(job.partition.split(",")[0] if job else next(iter(sorted(pool.queues or {"default"})))),
-            time_limit_s=job.time_limit_s if job and job.time_limit_s else None,
+        ru = resume_unit(
+            pool,
+            job_id,
+            names,
+            min(r.at for r in rows),
+            row_ids=tuple(r.id for r in rows),
+            priority=job.priority if job else 0,
+            queue=job.partition.split(",")[0] if job else None,
+            time_limit_s=job.time_limit_s if job else None,
         )
-        view.resume.setdefault(pool_name, []).append(ResumeUnit(unit, pool_name, names, tuple(r.id for r in rows)))
+        view.resume.setdefault(pool_name, []).append(ru)
 
     # Queue depth: PENDING jobs that more capacity could serve, in partitions some pool serves.
     for j in slurm_jobs or ():

@@ -10,7 +10,9 @@ Order within a tick (each step only acts on this tick's fresh reads):
    gang atomicity, backoff, limits) -> launches named after the Slurm nodes;
 5. queue depth: one `plan()` over PENDING jobs Slurm could not place + the whole inventory -> pre-warm
    (`scontrol ... state=power_up`, only with `loop.prewarm`) and idle scale-down (drain, then power down
-   and delete by name, only nodes Slurm reports idle);
+   and delete by name, only nodes Slurm reports idle; what this tick drained is re-read and, if empty, deleted
+   in the same tick); with a reservation hold, overflow pools' powered-down nodes are kept drained and
+   released (undrained) as the plan launches for the jobs left PENDING (`autoscaler.core.hold`);
 6. metrics.
 A daemon that does not hold the leader lock runs steps 1 and 6 only.
 """
@@ -28,13 +30,27 @@ from typing import Any
 from loguru import logger
 
 from autoscaler.cloud import CloudNode, CloudNodeStatus, FailureKind, LaunchRequest, Offering, Provider, ProviderError
-from autoscaler.daemon.actuate import Actuator, deletable
+from autoscaler.core import (
+    RELEASE_GRACE_S,
+    LaunchOutcome,
+    ResumeLaunch,
+    deletable_after_drain,
+    held_pools,
+    name_index,
+    queue_depth,
+    release_names,
+    resume_failed,
+    scale_down_steps,
+    serve_resumes,
+)
+from autoscaler.core.decide import Planner, default_planner
+from autoscaler.daemon.actuate import Actuator
 from autoscaler.daemon.config import LoopConfig
 from autoscaler.daemon.lock import LeaderLock
 from autoscaler.daemon.metrics import Metrics
 from autoscaler.daemon.reconcile import Reconciliation, reconcile
 from autoscaler.daemon.snapshot import (
-    ResumeUnit,
+    NameIndex,
     View,
     build_view,
     offering_from_dict,
@@ -42,44 +58,13 @@ from autoscaler.daemon.snapshot import (
     unavailable_from_rows,
 )
 from autoscaler.daemon.state import OPEN_REQUEST_STATES, PowerRow, RequestRow, StateStore
-from autoscaler.model import (
-    LIVE_STATES,
-    Inventory,
-    NodeState,
-    Plan,
-    Policy,
-    Pool,
-    ScaleUp,
-    UnavailableOffering,
-    WorkUnit,
-    record_failure,
-    request_id_for,
-)
+from autoscaler.model import NodeState, Plan, Policy, Pool, UnavailableOffering, record_failure
 from autoscaler.slurm.client import SlurmClient, SlurmUnavailable
 from autoscaler.slurm.readers import SlurmJob, SlurmNode, waiting_on_power_up
 
-Planner = Callable[..., Plan]
 Memory = list[UnavailableOffering]
+HOLD_REASON = "gpu-fleet: held while reserved capacity may free up (reservation hold)"
 SlurmView = dict[str, SlurmNode] | None  # None: Slurm did not answer this tick
-
-
-def default_planner() -> Planner:
-    from autoscaler.planner import plan
-
-    return plan
-
-
-def call_planner(
-    planner: Planner,
-    demand: Sequence[WorkUnit],
-    inventory: Inventory,
-    offerings: Sequence[Offering],
-    policy: Policy,
-    now: float,
-    memory: Sequence[UnavailableOffering],
-) -> Plan:
-    """`plan(demand, inventory, offerings, policy, now, unavailable=memory)`."""
-    return planner(list(demand), inventory, list(offerings), policy, now, unavailable=tuple(memory))
 
 
 @dataclass
@@ -128,6 +113,7 @@ class Daemon:
         self.lock = lock or LeaderLock(store.path)
         self.clock = clock
         self.dry_run = dry_run
+        self._released: dict[str, float] = {}  # held names released (undrained) -> when
 
     # --- the tick ------------------------------------------------------------------------------------------
     def tick(self) -> TickResult:
@@ -237,7 +223,7 @@ class Daemon:
             memory = self._serve_resumes(view, offerings, now, act, memory, res, actuate)
 
         # 5. queue depth + scale-down
-        plan = call_planner(self.planner, view.pending, view.inventory, offerings, self.policy, now, memory)
+        plan = queue_depth(view.pending, view.inventory, offerings, self.policy, now, memory, self.planner)
         res.unserved.extend(
             {"unit": u.unit, "reason": str(u.reason), "detail": u.detail}
             for u in plan.unserved
@@ -406,10 +392,8 @@ class Daemon:
             c = live.get(r.name)
             key = c.offering if c else (offering_from_dict(intent_of[r.name].offering) if r.name in intent_of else None)
             if key is not None:
-                why = "resume timeout (ResumeFailProgram)"
-                memory = self._record(memory, key, FailureKind.STOCKOUT, now, why)
-                hold = now + self.loop.resume_fail_backoff_s  # at least loop.resume_fail_backoff_s
-                memory = [dataclasses.replace(u, until=max(u.until, hold)) if u.key == key else u for u in memory]
+                self.metrics.offering_failures.labels(kind=str(FailureKind.STOCKOUT)).inc()
+                memory = list(resume_failed(memory, key, now, self.policy, self.loop.resume_fail_backoff_s))
             logger.bind(name=r.name, offering=str(key)).warning("node {} failed to resume in time", r.name)
 
         by_pool: dict[str, list[str]] = defaultdict(list)
@@ -448,92 +432,106 @@ class Daemon:
         res: TickResult,
         actuate: bool,
     ) -> Memory:
-        for pool_name, units in view.resume.items():
-            pool = view.inventory.pool(pool_name)
-            # Slurm bound these names to jobs: they must be created, so existing nodes may not absorb them
-            # (the limits still count every live node, through the policy).
-            inv = Inventory((pool,), ())
-            offs = [o for o in offerings if pool.can_launch(o.key)]
-            policy = self._pool_policy(view)
-            p = call_planner(self.planner, [u.unit for u in units], inv, offs, policy, now, memory)
-            by_unit = {u.unit.id: u for u in units}
-            for u in p.unserved:
-                res.unserved.append({"unit": u.unit, "reason": str(u.reason), "detail": u.detail})
-                logger.bind(unit=u.unit, reason=str(u.reason)).warning(
-                    "cannot launch Slurm-resumed nodes for {}: {} ({})", u.unit, u.reason, u.detail
-                )
-            for su in p.scale_ups:
-                memory = self._launch_resume(su, by_unit, now, act, memory, actuate)
-        return memory
+        """Slurm's resume requests through the decision core; this method only actuates and keeps the books."""
 
-    def _pool_policy(self, view: View) -> Policy:
-        """The policy for one pool's resume plan: fleet-wide limits minus what live nodes already hold."""
-        other = [n for n in view.inventory.nodes if n.state in LIVE_STATES]
-        changes: dict[str, Any] = {}
-        if self.policy.max_nodes is not None:
-            changes["max_nodes"] = max(0, self.policy.max_nodes - len(other))
-        if self.policy.max_gpus is not None:
-            changes["max_gpus"] = max(0, self.policy.max_gpus - sum(n.gpus for n in other))
-        if self.policy.budget_usd_per_hour is not None:
-            spent = sum(n.hourly_usd or 0.0 for n in other if n.offering.capacity_type != "reservation")
-            changes["budget_usd_per_hour"] = max(0.0, self.policy.budget_usd_per_hour - spent)
-        return dataclasses.replace(self.policy, **changes) if changes else self.policy
+        def launch(rl: ResumeLaunch) -> tuple[LaunchOutcome, FailureKind | None, str]:
+            return self._launch_resume(rl, now, act, actuate)
+
+        out = serve_resumes(view.resume, view.inventory, offerings, self.policy, now, memory, launch, self.planner)
+        for u in out.unserved:
+            res.unserved.append({"unit": u.unit, "reason": str(u.reason), "detail": u.detail})
+            logger.bind(unit=u.unit, reason=str(u.reason)).warning(
+                "cannot launch Slurm-resumed nodes for {}: {} ({})", u.unit, u.reason, u.detail
+            )
+        return list(out.memory)
 
     def _launch_resume(
-        self,
-        su: ScaleUp,
-        by_unit: dict[str, ResumeUnit],
-        now: float,
-        act: Actuator,
-        memory: Memory,
-        actuate: bool,
-    ) -> Memory:
-        units = [by_unit[u] for u in su.units if u in by_unit]
-        names = tuple(n for u in units for n in u.names)
-        if not names:
-            return memory
-        if len(names) != su.count:
-            logger.bind(pool=su.pool, planned=su.count, resumed=len(names)).info(
-                "planner sized {} nodes, Slurm resumed {}: launching the resumed names", su.count, len(names)
+        self, rl: ResumeLaunch, now: float, act: Actuator, actuate: bool
+    ) -> tuple[LaunchOutcome, FailureKind | None, str]:
+        su = rl.scale_up
+        if rl.planned != su.count:
+            logger.bind(pool=su.pool, planned=rl.planned, resumed=su.count).info(
+                "planner sized {} nodes, Slurm resumed {}: launching the resumed names", rl.planned, su.count
             )
-        first = min(u.unit.submit_time for u in units)
-        rid = request_id_for(su.pool, su.offering, names, first)
-        req = LaunchRequest(rid, su.pool, su.offering, names, su.placement_group)
-        err = act.launch(req, f"Slurm resumed {len(names)} node(s): {su.reason}")
-        rows = [i for u in units for i in u.row_ids]
+        err = act.launch(su.launch_request(), f"Slurm resumed {su.count} node(s): {su.reason}")
+        rows = [i for u in rl.units for i in u.row_ids]
         if err is None:
             if actuate:
                 self.store.finish_power(rows, now)
-            return memory
+            return LaunchOutcome.OK, None, ""
         if err.kind is FailureKind.TRANSIENT:
-            return memory  # the intent stays; reconcile retries it with the same request id
-        memory = self._record(memory, su.offering, err.kind, now, str(err))
+            return LaunchOutcome.TRANSIENT, err.kind, str(err)  # the intent stays; reconcile retries it
+        self.metrics.offering_failures.labels(kind=str(err.kind)).inc()
         if actuate:
-            self.store.set_request_state(rid, "failed", now, f"{err.kind}: {err}")
-            self.store.release_names(names, now, f"launch failed: {err.kind}")
-        return memory  # resume rows stay open: next tick plans another offering
+            self.store.set_request_state(su.request_id, "failed", now, f"{err.kind}: {err}")
+            self.store.release_names(su.names, now, f"launch failed: {err.kind}")
+        return LaunchOutcome.REFUSED, err.kind, str(err)  # resume rows stay open: next tick plans another offering
 
     def _queue_depth(self, plan: Plan, view: View, snodes: SlurmView, now: float, act: Actuator) -> None:
+        held = held_pools(self.pools, self.policy)
         for su in plan.scale_ups:
+            if su.pool in held:
+                continue  # released below: Slurm allocates the names to the pending jobs
             if not self.loop.prewarm:
                 logger.bind(pool=su.pool, names=list(su.names), offering=str(su.offering)).debug(
                     "queue depth would pre-warm {} (loop.prewarm is off)", list(su.names)
                 )
                 continue
             act.scontrol(list(su.names), "power_up", f"gpu-fleet pre-warm: {su.reason}")
-        if snodes is None:
-            return  # no scale-down on a stale view
-        for d in plan.drains:
-            idle = [n for n in d.nodes if n in snodes and snodes[n].idle]
-            act.scontrol(idle, "drain", f"gpu-fleet scale-down: {d.reason}")
-        for dn in plan.deletes:
-            ok = [
-                n for n in dn.names if deletable(n, snodes) and (n not in snodes or snodes[n].drain or snodes[n].idle)
-            ]
-            if not ok:
+        drained: dict[str, list[str]] = defaultdict(list)  # pool -> names drained this tick
+        for step in scale_down_steps(plan, snodes):
+            names = list(step.names)
+            if step.action == "drain":
+                if act.scontrol(names, "drain", f"gpu-fleet scale-down: {step.reason}"):
+                    drained[step.pool].extend(names)
+            else:
+                self._power_down_and_delete(step.pool, names, step.reason, snodes, act)
+        if drained and not self.dry_run:
+            # a fresh read: whatever Slurm placed on a node between this tick's read and the drain keeps it
+            try:
+                fresh = {n.name: n for n in self.slurm.nodes()}
+            except SlurmUnavailable:
+                return  # deleted next tick, from that tick's view
+            for pool, names in drained.items():
+                ok = list(deletable_after_drain(names, fresh))
+                if ok:
+                    self._power_down_and_delete(pool, ok, "drained and empty", fresh, act)
+            snodes = fresh
+        if held and snodes is not None:
+            self._hold(plan, held, snodes, now, act)
+
+    def _hold(self, plan: Plan, held: frozenset[str], snodes: dict[str, SlurmNode], now: float, act: Actuator) -> None:
+        """The reservation hold (`autoscaler.core.hold`): keep held pools' powered-down names drained, release
+        (undrain) as many as the queue-depth plan launches in each."""
+        index = NameIndex(self.pools)
+        cands: dict[str, list[str]] = defaultdict(list)
+        outstanding: dict[str, int] = defaultdict(int)  # released, not allocated yet
+        to_drain: list[str] = []
+        for n in sorted(snodes.values(), key=lambda x: (x.name.rpartition("-")[0], name_index(x.name))):
+            pool = index.pool_of(n.name)
+            if pool is None or pool.name not in held:
                 continue
-            if act.scontrol(ok, "power_down", f"gpu-fleet scale-down: {dn.reason}"):
-                deleted = act.delete(dn.pool, ok, f"scale-down: {dn.reason}", snodes)
+            if not n.powered_down or n.powering_up or n.powering_down or n.has_work:
+                continue
+            if n.drain:
+                if n.reason.startswith("gpu-fleet"):  # never release a node an admin drained
+                    cands[pool.name].append(n.name)
+            elif now - self._released.get(n.name, -RELEASE_GRACE_S - 1) > RELEASE_GRACE_S:
+                to_drain.append(n.name)
+            else:
+                outstanding[pool.name] += 1
+        for names in release_names(plan, held, cands, outstanding).values():
+            if act.scontrol(list(names), "undrain", "gpu-fleet: released from the reservation hold"):
+                self._released.update(dict.fromkeys(names, now))
+        if to_drain:
+            act.scontrol(to_drain, "drain", HOLD_REASON)
+
+    def _power_down_and_delete(
+        self, pool: str, names: list[str], reason: str, snodes: SlurmView, act: Actuator
+    ) -> None:
+        if act.scontrol(names, "power_down", f"gpu-fleet scale-down: {reason}"):
+            deleted = act.delete(pool, names, f"scale-down: {reason}", snodes)
+            if pool not in held_pools(self.pools, self.policy):  # a held pool's names stay drained (held)
                 act.scontrol(deleted, "undrain", "gpu-fleet: powered down, back to the pool")
 
     def _save_memory(self, memory: Sequence[UnavailableOffering], now: float) -> None:

@@ -35,7 +35,21 @@ class Policy:
     node-hours, where the time limit is known: a long gang restarts from scratch on every preemption),
     `flex_start_queues` (queues that may wait for flex-start capacity) and `flex_start_max_wait_s`
     (a unit that has waited longer takes immediate capacity instead), `keep_reserved_nodes`
-    (never scale down reservation-backed nodes)."""
+    (never scale down reservation-backed nodes).
+
+    Wait against cost: `wait_value_usd_per_gpu_hour` is what one GPU-hour of a job waiting is worth
+    (None, the default: the on-demand $/GPU-h of the shape the job runs on).  The planner itself only reads the settings
+    derived from it (`autoscaler.planner.rule.policy_for` turns it, the boot time, the prices and the
+    observed arrival rate into idle-keep times and the reservation hold; docs/planner.md).
+    `idle_timeout_by_machine` (machine type -> seconds) overrides `idle_timeout_s` per shape, and
+    `idle_keep_max_by_machine` (machine type -> nodes) caps how many idle nodes of a shape are kept
+    warm at once (the most recently idle; the others are drained at once).
+    `defragment`: small work never pins a node of a larger shape when a smaller shape costs no more
+    per GPU-hour (no placement that would leave it oversized; a partly used oversized node is
+    cordoned: it takes no new work and is deleted once its running work ends).  `expected_run_s` /
+    `expected_boot_s` (observed mean run time, launch-to-ready time): a single unit reuses a running
+    node only when that is cheaper over its expected run than new capacity it may use (an idle
+    on-demand node for a long spot-tolerant job is not: spot costs less, boot and wait included)."""
 
     max_nodes: int | None = None
     max_gpus: int | None = None
@@ -53,17 +67,38 @@ class Policy:
     flex_start_queues: frozenset[str] = frozenset()
     flex_start_max_wait_s: float = 0.0
     keep_reserved_nodes: bool = True
+    wait_value_usd_per_gpu_hour: float | None = None
+    idle_timeout_by_machine: Mapping[str, float] = field(default_factory=dict)
+    idle_keep_max_by_machine: Mapping[str, int] = field(default_factory=dict)
+    defragment: bool = True
+    expected_run_s: float | None = None
+    expected_boot_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("max_nodes", "max_gpus", "budget_usd_per_hour", "boot_timeout_s", "spot_max_node_hours"):
+        for name in (
+            "max_nodes",
+            "max_gpus",
+            "budget_usd_per_hour",
+            "boot_timeout_s",
+            "spot_max_node_hours",
+            "wait_value_usd_per_gpu_hour",
+            "expected_run_s",
+        ):
             v = getattr(self, name)
             if v is not None and v < 0:
                 raise ValueError(f"Policy.{name}: must be >= 0 when set, got {v}")
-        for name in ("batch_window_s", "batch_idle_s", "idle_timeout_s", "backoff_s", "backoff_max_s"):
+        for name in (
+            "batch_window_s",
+            "batch_idle_s",
+            "idle_timeout_s",
+            "backoff_s",
+            "backoff_max_s",
+            "expected_boot_s",
+        ):
             v = getattr(self, name)
             if v < 0:
                 raise ValueError(f"Policy.{name}: must be >= 0, got {v}")
-        for name in ("pool_max_nodes", "pool_max_gpus"):
+        for name in ("pool_max_nodes", "pool_max_gpus", "idle_timeout_by_machine", "idle_keep_max_by_machine"):
             for pool, v in getattr(self, name).items():
                 if v < 0:
                     raise ValueError(f"Policy.{name}[{pool!r}]: must be >= 0, got {v}")
@@ -71,6 +106,10 @@ class Policy:
             object.__setattr__(self, "spot_queues", frozenset(self.spot_queues))
         if not isinstance(self.flex_start_queues, frozenset):
             object.__setattr__(self, "flex_start_queues", frozenset(self.flex_start_queues))
+
+    def idle_timeout_for(self, machine_type: str) -> float:
+        """Seconds a ready-idle node of `machine_type` is kept before it is drained."""
+        return self.idle_timeout_by_machine.get(machine_type, self.idle_timeout_s)
 
     def spot_allowed(self, queue: str) -> bool:
         return self.spot_queues is None or queue in self.spot_queues

@@ -89,10 +89,13 @@ class CapacityIndex:
         if slot.free:
             self._put(slot)
 
-    def best_fit(self, pools: Mapping[str, tuple[int, int]], gpus: int) -> Slot | None:
+    def best_fit(
+        self, pools: Mapping[str, tuple[int, int]], gpus: int, caps: Mapping[str, int] | None = None
+    ) -> Slot | None:
         """The best slot with >= `gpus` free among `pools` (pool name -> (tier, position)): lowest rank,
-        then lowest tier, then fewest free GPUs (best fit), then position.  Scans whichever is
-        shorter: `pools` or the pools that still have capacity."""
+        then lowest tier, then fewest free GPUs (best fit), then position.  `caps` (pool -> most free
+        GPUs a slot of that pool may have) leaves out slots too empty for the unit (defrag.py).
+        Scans whichever is shorter: `pools` or the pools that still have capacity."""
         mask, any_mask = self._mask, self._any
         if len(any_mask) < len(pools):
             scan = [(p, am) for p, am in any_mask.items() if p in pools]
@@ -103,8 +106,10 @@ class CapacityIndex:
         for p, am in scan:
             if not am >> gpus:
                 continue
+            cap = caps.get(p) if caps else None
+            keep = -1 if cap is None else (1 << max(0, cap - gpus + 1)) - 1
             for rank in (READY, BOOTING, NEW):
-                m = mask.get((p, rank), 0) >> gpus
+                m = (mask.get((p, rank), 0) >> gpus) & keep
                 if m:
                     tier, pos = pools[p]
                     cand = (rank, tier, gpus + (m & -m).bit_length() - 1, pos)

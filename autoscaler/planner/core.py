@@ -1,8 +1,8 @@
 """`plan()`: the pure planner, a chain of named passes over one snapshot.
 
-expire_backoff -> compute_headroom -> keep_min_nodes -> (per unit, by priority) place_on_existing ->
-fill_reservations -> place_gang | place_cheapest (budget and limits checked by the headroom) ->
-scale_down_idle -> explain_unserved.  No I/O, no clock, no randomness: same inputs, same plan.
+expire_backoff -> step_down / cordon_oversized -> compute_headroom -> keep_min_nodes -> (per unit, by
+priority) place_on_existing -> fill_reservations -> place_gang | place_cheapest (budget and limits checked
+by the headroom) -> scale_down_idle -> explain_unserved.  No I/O, no clock, no randomness: same inputs, same plan.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from autoscaler.model import (
 )
 from autoscaler.planner.backoff import expire_backoff
 from autoscaler.planner.capacity import CapacityIndex
+from autoscaler.planner.defrag import cordon_oversized, cordoned_names, pool_gpu_prices, step_down
 from autoscaler.planner.explain import explain_unserved
 from autoscaler.planner.limits import compute_headroom
 from autoscaler.planner.minimum import keep_min_nodes
@@ -89,15 +90,19 @@ def plan(
 
     active = expire_backoff(unavailable, now)
     timed_out = boot_timeouts(inventory, policy, now)
+    steps = step_down(inventory.pools, offerings) if policy.defragment else {}
+    cordons = cordon_oversized(inventory, steps, policy)
     st = PlanState(
         now=now,
         policy=policy,
         inventory=inventory,
         headroom=compute_headroom(inventory, offerings, policy),
-        index=CapacityIndex.from_inventory(inventory, exclude=timed_out),
+        index=CapacityIndex.from_inventory(inventory, exclude=[*timed_out, *cordoned_names(cordons)]),
         book=OfferBook(offerings, active, inventory.pools),
         names=NameAllocator(inventory),
         hints={uid: _hint_nodes(a) for uid, a in (hints or {}).items()},
+        steps=steps,
+        gpu_prices=pool_gpu_prices(inventory.pools, offerings) if policy.expected_run_s is not None else {},
     )
     held = batch_hold(units, policy, now)
     keep_min_nodes(st)
@@ -110,16 +115,17 @@ def plan(
         cs = classes.get(key)
         if cs is None:
             cs = classes[key] = class_state(UnitClass(*key), sizes[key], st)
-        if place_on_existing(unit, cs, st):
-            continue
+        if place_on_existing(unit, cs, st) or fill_reservations(unit, cs, st):
+            continue  # paid-for reservation slots cost nothing at the margin: never held
         if held:
             unserved.append(explain_unserved(unit, cs, held=True))
             continue
-        if fill_reservations(unit, cs, st) or place_gang(unit, cs, st) or place_cheapest(unit, cs, st):
+        if place_gang(unit, cs, st) or place_cheapest(unit, cs, st):
             continue
         unserved.append(explain_unserved(unit, cs))
 
     drains, deletes = scale_down_idle(inventory, policy, now, st.in_use, timed_out)
+    drains = [*cordons, *drains]
     scale_ups, request_ids = build_scale_ups(st.batches.values(), now)
     assignments = {
         uid: Assignment(uid, names, g, placement, request_ids.get(id(batch)) if batch else None)

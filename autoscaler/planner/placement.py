@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from autoscaler.cloud import Offering
 from autoscaler.model import Inventory, Placement, Policy, Pool, UnservedReason, WorkUnit
 from autoscaler.planner.capacity import NEW, RANK_PLACEMENT, CapacityIndex, Slot
+from autoscaler.planner.defrag import placement_caps, worth_reusing
 from autoscaler.planner.limits import Headroom
 from autoscaler.planner.offers import CandidateStream, NoCandidate, OfferBook, UnitClass
 
@@ -69,6 +70,7 @@ class ClassState:
     none: NoCandidate | None = None
     failed: Counter = field(default_factory=Counter)
     pool_order: dict[str, tuple[int, int]] = field(default_factory=dict)  # pool -> (tier, position)
+    caps: dict[str, int] = field(default_factory=dict)  # pool -> most free GPUs a node may have for this class
     miss: bool = False  # nothing existing fits; cleared when capacity is added to one of `pools`
 
 
@@ -86,6 +88,8 @@ class PlanState:
     in_use: set[str] = field(default_factory=set)
     watchers: dict[str, list[ClassState]] = field(default_factory=dict)  # pool -> classes that may use it
     hints: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # unit -> nodes of the previous plan
+    steps: Mapping[str, int] = field(default_factory=dict)  # pool -> step-down shape GPUs (defrag.py)
+    gpu_prices: Mapping[str, float] = field(default_factory=dict)  # pool -> marginal $/GPU-h
 
     def watch(self, cs: ClassState) -> None:
         for p in cs.pools:
@@ -123,6 +127,8 @@ def place_on_hint(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
     # a hinted name may have been reused by a node this plan launches (the old launch never happened)
     if any(s is None or s.rank == NEW or s.free < unit.gpus_per_node or s.pool not in cs.pool_order for s in slots):
         return False
+    if unit.nodes == 1 and cs.caps and any(s is not None and s.free > cs.caps.get(s.pool, s.free) for s in slots):
+        return False  # the node would be left oversized for its work (defrag.py)
     ok = [s for s in slots if s is not None]
     if len({(s.pool, s.zone) for s in ok}) != 1 or len(set(names)) != len(names):
         return False
@@ -139,7 +145,7 @@ def place_on_existing(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
     if cs.miss or not cs.pools:
         return False
     if unit.nodes == 1:
-        slot = st.index.best_fit(cs.pool_order, unit.gpus_per_node)
+        slot = st.index.best_fit(cs.pool_order, unit.gpus_per_node, cs.caps)
         slots = [slot] if slot else None
     else:
         slots = st.index.gang_fit(cs.pool_order, unit.gpus_per_node, unit.nodes)
@@ -206,6 +212,15 @@ def place_cheapest(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
 def class_state(cls: UnitClass, class_size: int, st: PlanState) -> ClassState:
     reserved, market, none = st.book.streams(cls, class_size)
     order = st.book.existing_pools(cls)
-    cs = ClassState(cls, list(order), reserved, market, none, pool_order=order)
+    if cls.nodes == 1 and st.policy.expected_run_s is not None and st.gpu_prices:
+        head = market.peek()
+        if head is not None:  # leave out running capacity dearer over the run than the best new offering
+            new = head.hourly_usd / max(1, head.offering.gpus_per_node)
+            order = {p: v for p, v in order.items() if worth_reusing(st.gpu_prices.get(p, 0.0), new, st.policy)}
+    caps = {}
+    if cls.nodes == 1 and st.steps:
+        caps = placement_caps(st.steps, st.inventory.pool_by_name, cls.gpus_per_node)
+        caps = {p: c for p, c in caps.items() if p in order}
+    cs = ClassState(cls, list(order), reserved, market, none, pool_order=order, caps=caps)
     st.watch(cs)
     return cs

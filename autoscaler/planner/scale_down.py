@@ -1,15 +1,17 @@
 """Scale-down pass: drain ready-idle nodes past the idle timeout, delete drained empty nodes by name.
 
-Never a node with work on it (or one that this plan just placed work on); reservation-backed
-nodes are kept while `policy.keep_reserved_nodes` (they are paid for either way); each pool keeps
-`min_nodes`.  Nodes stuck requested/booting past `policy.boot_timeout_s` are deleted by name.
+The idle timeout is per machine type (`Policy.idle_timeout_for`: the settings rule keeps shapes whose
+jobs arrive often warm, others not).  Never a node with work on it (or one that this plan just placed
+work on); reservation-backed nodes are kept while `policy.keep_reserved_nodes` (they are paid for
+either way); each pool keeps `min_nodes`.  Nodes stuck requested/booting past `policy.boot_timeout_s`
+are deleted by name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
-from autoscaler.model import COMING_STATES, DeleteNodes, Drain, Inventory, NodeState, Policy
+from autoscaler.model import COMING_STATES, DeleteNodes, Drain, Inventory, Node, NodeState, Policy
 from fleet.catalog import CapacityType
 
 
@@ -18,6 +20,32 @@ def boot_timeouts(inventory: Inventory, policy: Policy, now: float) -> list[str]
     if policy.boot_timeout_s is None:
         return []
     return [n.name for n in inventory.nodes if n.state in COMING_STATES and now - n.since > policy.boot_timeout_s]
+
+
+def idle_timeout_text(policy: Policy, nodes: Iterable[Node]) -> str:
+    """The idle timeout(s) that applied to `nodes`, e.g. ``300s`` or ``0s/720s``."""
+    vals = sorted({policy.idle_timeout_for(n.offering.machine_type) for n in nodes})
+    return "/".join(f"{v:g}s" for v in vals) or f"{policy.idle_timeout_s:g}s"
+
+
+def idle_over_cap(inventory: Inventory, policy: Policy, now: float, in_use: Collection[str] = ()) -> set[str]:
+    """Idle nodes beyond `Policy.idle_keep_max_by_machine` for their machine type: the most recently
+    idle ones are kept warm (they are the likeliest to be reused before their timeout), the rest go now."""
+    caps = policy.idle_keep_max_by_machine
+    if not caps:
+        return set()
+    by_machine: dict[str, list[Node]] = {}
+    for n in inventory.nodes:
+        if n.state is NodeState.READY_IDLE and not n.has_work and n.name not in in_use:
+            if policy.keep_reserved_nodes and n.offering.capacity_type is CapacityType.RESERVATION:
+                continue
+            if n.offering.machine_type in caps:
+                by_machine.setdefault(n.offering.machine_type, []).append(n)
+    out: set[str] = set()
+    for m, nodes in by_machine.items():
+        nodes.sort(key=lambda n: (-n.since, n.name))  # newest idle first
+        out.update(n.name for n in nodes[caps[m] :])
+    return out
 
 
 def scale_down_idle(
@@ -33,6 +61,7 @@ def scale_down_idle(
     drains: list[Drain] = []
     deletes: list[DeleteNodes] = []
     timed = set(timed_out)
+    over_cap = idle_over_cap(inventory, policy, now, in_use)
     for pool in inventory.pools:
         nodes = inventory.nodes_by_pool[pool.name]
         staying = [n for n in nodes if n.state in COMING_STATES | {NodeState.READY_IDLE, NodeState.BUSY}]
@@ -43,7 +72,7 @@ def scale_down_idle(
             if n.state is NodeState.READY_IDLE
             and not n.has_work
             and n.name not in in_use
-            and n.idle_for(now) >= policy.idle_timeout_s
+            and (n.idle_for(now) >= policy.idle_timeout_for(n.offering.machine_type) or n.name in over_cap)
             and not (policy.keep_reserved_nodes and n.offering.capacity_type is CapacityType.RESERVATION)
         ]
         idle.sort(key=lambda n: (n.since, n.name))  # longest idle first
@@ -53,7 +82,8 @@ def scale_down_idle(
                 Drain(
                     pool.name,
                     tuple(victims),
-                    f"idle for >= {policy.idle_timeout_s:g}s (idle timeout); drain then delete",
+                    f"idle for >= {idle_timeout_text(policy, [n for n in idle if n.name in victims])} (idle timeout)"
+                    f"{' or beyond the warm-node cap' if over_cap & set(victims) else ''}; drain then delete",
                 )
             )
         drained = sorted(n.name for n in nodes if n.state is NodeState.DRAINING and not n.has_work)

@@ -78,6 +78,7 @@ class ReplayEngine:
             [Job(i, tj, *tj.shape()) for i, tj in enumerate(sorted(jobs, key=_key))],
             checkpoint_interval_s=scenario.checkpoint_interval_s,
         )
+        self.state.exclusive_nodes = bool(getattr(policy, "exclusive_nodes", False))
         self.pools: Mapping[str, Pool] = {p.name: p for p in policy.pools(scenario)}
         self.timeline = Timeline()
         self._weights = getattr(policy, "placement_weights", None)

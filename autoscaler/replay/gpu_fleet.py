@@ -1,245 +1,378 @@
-"""The `gpu-fleet` policy in a replay: the real planner (`autoscaler.planner.plan`) in the loop.
+"""The `gpu-fleet` policy in a replay: the daemon's decision core (`autoscaler.core`) behind the simulated Slurm.
 
-Each decision converts the sim's view into the planner's model — pending jobs that hold no
-capacity become `WorkUnit`s, scheduler nodes become `Node`s (booting, ready-idle, busy,
-draining; nodes allocated to a gang that is still waiting for its other nodes count as in use) —
-calls `plan(demand, inventory, offerings, policy, now, unavailable, hints)` and hands its commands
-to the engine.  Launch refusals go into the planner's backoff memory (`record_failure`); the last
-plan's assignments are the next plan's hints.
+This is what production runs, driven the way production drives it.  `SimSlurm` allocates jobs to CLOUD node
+names by Weight (as `fleet render slurm-conf` renders them) and calls the power-save hooks; this driver plays the
+daemon (`autoscaler/daemon/tick.py`):
 
-The planner is pure and not free, so it is called only when its answer can change: new demand it
-has not placed yet (submission, requeue after preemption), a launch failure, capacity that
-vanished, an idle node reaching the idle timeout, or drained nodes waiting for their delete."""
+- ResumeProgram names are queued (the daemon's power queue); a tick groups them into one `ResumeUnit` per
+  (pool, job) with `core.resume_unit` and calls `core.serve_resumes`, which plans the offering and zone per pool
+  and launches exactly Slurm's names; a refused launch backs the offering off and the names stay queued for the
+  next tick;
+- `core.queue_depth` over jobs Slurm could not place plus the nodes that matter for scale-down, then
+  `core.scale_down_steps` (drain idle nodes past `idle_timeout_s`, then power down and delete them by name);
+- SuspendProgram deletes the instances by name; ResumeFailProgram backs the offering off with
+  `core.resume_failed`, deletes the instance and returns the node to service (`scontrol update state=resume`).
+
+Ticks run when a hook fires and at the daemon's 10 s poll (`loop.interval_s`) while something waits (queued
+resumes, idle or drained nodes, jobs Slurm could not place); between those nothing the daemon reads changes.
+With a reservation and a hold, overflow pools are held as the daemon holds them (`core.held_pools`: powered-down
+names drained, released by `core.release_names` once the plan launches for a pending job)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from autoscaler.cloud import ProviderError
-from autoscaler.model import (
-    Assignment,
-    Drain,
-    Inventory,
-    Node,
-    NodeState,
-    Placement,
-    Plan,
-    Policy,
-    Pool,
-    ScaleUp,
-    UnavailableOffering,
-    UnservedReason,
-    WorkUnit,
-    record_failure,
+from autoscaler.cloud import FailureKind, ProviderError
+from autoscaler.core import (
+    RELEASE_GRACE_S,
+    LaunchOutcome,
+    ResumeLaunch,
+    ResumeUnit,
+    deletable_after_drain,
+    held_pools,
+    name_index,
+    queue_depth,
+    release_names,
+    resume_failed,
+    resume_unit,
+    scale_down_steps,
+    serve_resumes,
 )
-from autoscaler.planner import plan, scale_down_idle
-from autoscaler.replay.policy import Decision, ReplayView
+from autoscaler.model import Inventory, Node, NodeState, Plan, Policy, Pool, UnavailableOffering, WorkUnit
+from autoscaler.planner.rule import policy_for
+from autoscaler.replay.facts import scenario_facts
 from autoscaler.replay.scenario import Scenario
+from autoscaler.replay.simslurm import SimSlurm, SlurmSettings
 from autoscaler.replay.state import Job, SimNode
+from autoscaler.replay.trace import TraceJob
 from fleet.catalog import CapacityType
-from fleet.slurm.conf import CAPACITY_WEIGHT
 
-#: with a reservation, how long launches wait for paid-for GPUs to free up.  Measured on ITP cluster04
-#: with 100 reserved nodes, 30% spot-tolerant jobs, stockout rate 0.2, mean over seeds 0-4: a hold of
-#: 0 / 120 / 300 / 600 / 900 s costs $9.0341M / 9.0342M / 9.0265M / 9.0096M / 9.0088M, p95 wait 0 s
-#: throughout (docs/simulate.md)
-RESERVATION_HOLD_S = 600.0
-
-#: knobs of the gpu-fleet policy in replays (the daemon's defaults, except where noted)
+#: knobs of the gpu-fleet policy in replays that the settings rule does not derive (the rule sets idle keep,
+#: batch window / reservation hold and defragmentation: autoscaler/planner/rule.py)
 DEFAULT_POLICY = Policy(
-    batch_window_s=0.0,  # launch at once: boots take minutes, batching only adds wait
-    idle_timeout_s=0.0,  # measured on the ITP traces: keeping idle nodes warm costs more than reboots
     backoff_s=600.0,
     keep_reserved_nodes=True,  # reservation capacity is paid for either way
 )
 
+#: the daemon's loop settings (autoscaler/daemon/config.py LoopConfig defaults)
+INTERVAL_S = 10.0
+RESUME_FAIL_BACKOFF_S = 1800.0
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """A node as `scale_down_steps` sees it (what sinfo reports)."""
+
+    idle: bool
+    drain: bool
+    has_work: bool
+
 
 @dataclass
 class GpuFleetPolicy:
-    """Drives the real planner; see the module docstring."""
+    """The daemon's decision core on the simulated Slurm; see the module docstring."""
 
     policy: Policy = DEFAULT_POLICY
     name: str = "gpu-fleet"
     description: str = (
-        "the gpu-fleet planner: right-sized cheapest offering per unit (reservation first, spot for "
-        "spot-tolerant work), gangs all or nothing in one zone, backoff on stockouts, idle scale-down"
+        "the gpu-fleet daemon on Slurm: slurmctld allocates CLOUD nodes by Weight (reservation, spot, on-demand; "
+        "right-sized shapes), the decision core picks offering and zone (backoff on stockouts, gangs all or "
+        "nothing), idle scale-down by name"
     )
-    binds_nominations: bool = False
-    #: the node Weights gpu-fleet renders into slurm.conf: reservation, then spot, then on-demand
-    placement_weights: Mapping[CapacityType, int] | None = field(default_factory=lambda: dict(CAPACITY_WEIGHT))
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    interval_s: float = INTERVAL_S
+    resume_fail_backoff_s: float = RESUME_FAIL_BACKOFF_S
     unavailable: tuple[UnavailableOffering, ...] = ()
     planner_calls: int = 0
-    scale_down_calls: int = 0
-    _nodes: dict[str, tuple[SimNode, int, Node]] = field(default_factory=dict)
-    _placed: set[str] = field(default_factory=set)  # units the last plan found capacity for
+    ticks: int = 0
+    _open: dict[str, tuple[Job | None, float]] = field(default_factory=dict)  # the power queue: name -> (job, at)
     _pools: list[Pool] = field(default_factory=list)
-    _hints: Mapping[str, Assignment] = field(default_factory=dict)  # the last plan's assignments
-    _kept: dict[str, tuple[SimNode, int]] = field(default_factory=dict)  # idle past the timeout, kept by the planner
+    _t0: float | None = None
+    _nodes: dict[str, tuple[SimNode, int, Node]] = field(default_factory=dict)
+    #: every launch attempt: (time, request id, pool, offering, names, outcome), and every tick's time
+    launch_log: list[tuple[float, str, str, str, tuple[str, ...], str]] = field(default_factory=list)
+    tick_log: list[float] = field(default_factory=list)
 
     @classmethod
-    def for_scenario(cls, scenario: Scenario) -> GpuFleetPolicy:
-        """The replay's gpu-fleet configuration: `DEFAULT_POLICY`, plus, when the fleet has a
-        reservation, a hold of `RESERVATION_HOLD_S` on launches (the planner's batch window): on a busy
-        reservation paid-for GPUs free up every few minutes, and a job that waits for one instead of
-        buying overflow saves the purchase.  With nothing paid-for to wait for, launch at once."""
-        if not scenario.reserved_nodes:
-            return cls()
-        hold = RESERVATION_HOLD_S
-        return cls(policy=replace(DEFAULT_POLICY, batch_window_s=hold, batch_idle_s=hold))
+    def for_scenario(
+        cls,
+        scenario: Scenario,
+        wait_value_usd_per_gpu_hour: float | None = None,
+        jobs: Sequence[TraceJob] = (),
+    ) -> GpuFleetPolicy:
+        """The replay's gpu-fleet configuration: the settings rule (`autoscaler.planner.rule.policy_for`, the same
+        the daemon uses) over the scenario's facts (boot time, shapes and prices, reserved nodes) and the trace's
+        arrival rates, on top of `DEFAULT_POLICY`.  No setting is swept.  The rule's reservation hold (a batch
+        window) cannot hold nodes Slurm already allocated (`core.plan_pool_resumes` ignores it there)."""
+        facts = scenario_facts(scenario, jobs, wait_value_usd_per_gpu_hour)
+        return cls(policy=policy_for(facts, base=DEFAULT_POLICY))
 
-    def settings(self) -> dict[str, float | bool]:
+    def settings(self) -> dict[str, object]:
         p = self.policy
         return {
+            "wait_value_usd_per_gpu_hour": p.wait_value_usd_per_gpu_hour,
+            "idle_timeout_by_machine": dict(p.idle_timeout_by_machine),
+            "idle_keep_max_by_machine": dict(p.idle_keep_max_by_machine),
+            "defragment": p.defragment,
             "idle_timeout_s": p.idle_timeout_s,
             "batch_window_s": p.batch_window_s,
             "batch_idle_s": p.batch_idle_s,
             "backoff_s": p.backoff_s,
             "keep_reserved_nodes": p.keep_reserved_nodes,
+            "tick_interval_s": self.interval_s,
+            "resume_timeout_s": self.slurm.resume_timeout_s,
+            "suspend_time_s": self.slurm.suspend_time_s,
         }
 
     def pools(self, scenario: Scenario) -> list[Pool]:
         self._pools = scenario.pools()
         return self._pools
 
-    # ---- the sim's view as the planner's model ---------------------------------------------------
+    def slurm_settings(self, scenario: Scenario) -> SlurmSettings:
+        return self.slurm
 
-    def _node(self, n: SimNode, now: float) -> Node:
+    # ---- the hooks ------------------------------------------------------------------------------------
+
+    def resume(self, sim: SimSlurm, names: Sequence[str], jobs: Mapping[str, Job | None]) -> None:
+        for n in names:
+            self._open[n] = (jobs.get(n), sim.now)
+        sim.wake(sim.now)  # the daemon's hook watcher starts a tick at once
+
+    def suspend(self, sim: SimSlurm, names: Sequence[str]) -> None:
+        for n in names:
+            self._open.pop(n, None)  # the latest request per name wins
+        by_pool: dict[str, list[str]] = {}
+        for n in names:
+            nm = sim.names.get(n)
+            if nm is not None and not nm.node.jobs:
+                by_pool.setdefault(nm.pool.name, []).append(n)
+        for pool, ns in by_pool.items():
+            sim.delete(pool, ns)
+
+    def resume_fail(self, sim: SimSlurm, names: Sequence[str]) -> None:
+        for n in names:
+            self._open.pop(n, None)
+            nm = sim.names.get(n)
+            if nm is None:
+                continue
+            if nm.launched:
+                self.unavailable = resume_failed(
+                    self.unavailable, nm.node.offering, sim.now, self.policy, self.resume_fail_backoff_s
+                )
+                sim.delete(nm.pool.name, [n])
+            else:
+                sim.return_to_service([n])
+
+    def idle_wake(self, sim: SimSlurm, node: SimNode) -> float | None:
+        if self.policy.keep_reserved_nodes and node.offering.capacity_type is CapacityType.RESERVATION:
+            return None
+        return self._next_tick(node.since + self.policy.idle_timeout_for(node.offering.machine_type))
+
+    # ---- the daemon's tick ------------------------------------------------------------------------------
+
+    def next_poll(self, t: float) -> float:
+        """When the daemon's next poll after `t` reads the queue."""
+        return self._next_tick(t)
+
+    def _next_tick(self, t: float) -> float:
+        t0 = self._t0 if self._t0 is not None else 0.0
+        return t0 + math.ceil((t - t0) / self.interval_s - 1e-9) * self.interval_s
+
+    def tick(self, sim: SimSlurm) -> float | None:
+        now = sim.now
+        if self._t0 is None:
+            self._t0 = now
+        self.ticks += 1
+        self.tick_log.append(now)
+        held = held_pools(self._pools, self.policy)
+        if held != sim.held:
+            sim.hold(held)
+        offerings = sim.offerings()
+        resume = self.resume_units(sim)
+        refused = False
+        if resume:
+            inv = Inventory(tuple(self._pools), self._limit_nodes(sim, now))
+
+            def launch(rl: ResumeLaunch) -> tuple[LaunchOutcome, FailureKind | None, str]:
+                nonlocal refused
+                su = rl.scale_up
+                err = sim.launch(su)
+                result = (LaunchOutcome.OK, None, "") if err is None else _outcome(err)
+                self.launch_log.append((now, su.request_id, su.pool, str(su.offering), su.names, str(result[0])))
+                if err is None:
+                    for n in su.names:
+                        self._open.pop(n, None)
+                else:
+                    refused = True
+                return result
+
+            out = serve_resumes(resume, inv, offerings, self.policy, now, self.unavailable, launch, self._planner)
+            self.unavailable = out.memory
+        # queue depth + scale-down
+        pending = [_unit(j) for j in sim.pending_jobs()]
+        nodes = self._scale_down_nodes(sim, now, full=bool(pending) or self._limited)
+        if pending or any(n.state in (NodeState.READY_IDLE, NodeState.DRAINING) for n in nodes):
+            plan = queue_depth(
+                pending,
+                Inventory(tuple(self._pools), nodes),
+                offerings,
+                self.policy,
+                now,
+                self.unavailable,
+                self._planner,
+            )
+            self.unavailable = plan.unavailable
+            facts = {n.name: self._facts(sim, n.name) for n in nodes}
+            drained: list[tuple[str, tuple[str, ...]]] = []
+            for step in scale_down_steps(plan, facts):
+                if step.action == "drain":
+                    sim.drain(step.names)
+                    drained.append((step.pool, step.names))
+                else:
+                    sim.delete(step.pool, step.names)
+            for pool, names in drained:  # the daemon's re-read after the drain, then the same-tick delete
+                fresh = {n: self._facts(sim, n) for n in names if n in sim.names}
+                ok = deletable_after_drain(names, fresh)
+                if ok:
+                    sim.delete(pool, ok)
+            if held:
+                self._release(sim, plan, held)
+        return self._wake(sim, now, refused)
+
+    def _release(self, sim: SimSlurm, plan: Plan, held: frozenset[str]) -> None:
+        """The daemon's `_hold`: release as many held names as the plan launches in each held pool, lowest free
+        index first (the names Slurm shows drained and powered down)."""
+        want = {su.pool: su.count for su in plan.scale_ups if su.pool in held}
+        cands: dict[str, list[str]] = {}
+        for pool_name, n in want.items():
+            pool = sim.pools[pool_name]
+            skip = set(sim.released[pool_name])
+            idx = [i for i in sim.free_indices(pool, n + len(skip)) if i not in skip][:n]
+            cands[pool_name] = [pool.node_name(i) for i in idx]
+        outstanding = {p: sum(1 for i, at in sim.released[p].items() if sim.now - at <= RELEASE_GRACE_S) for p in held}
+        for pool_name, names in release_names(plan, held, cands, outstanding).items():
+            sim.release(pool_name, [name_index(n) for n in names], grace_s=RELEASE_GRACE_S)
+
+    def _planner(self, *args, **kw):  # type: ignore[no-untyped-def]
+        from autoscaler.planner import plan
+
+        self.planner_calls += 1
+        return plan(*args, **kw)
+
+    @property
+    def _limited(self) -> bool:
+        p = self.policy
+        return (
+            p.max_nodes is not None
+            or p.max_gpus is not None
+            or p.budget_usd_per_hour is not None
+            or any(pl.min_nodes for pl in self._pools)
+        )
+
+    def resume_units(self, sim: SimSlurm) -> dict[str, list[ResumeUnit]]:
+        """The queued resume names still waiting for an instance, one unit per (pool, job), as build_view groups
+        them (pools by name, jobs by id)."""
+        groups: dict[tuple[str, int], list[tuple[str, Job | None, float]]] = {}
+        for n, (job, at) in list(self._open.items()):
+            nm = sim.names.get(n)
+            if nm is None or nm.launched or nm.down:
+                self._open.pop(n, None)
+                continue
+            key = (nm.pool.name, job.idx if job is not None else -1)
+            groups.setdefault(key, []).append((n, job, at))
+        out: dict[str, list[ResumeUnit]] = {}
+        for (pool_name, _), rows in sorted(groups.items()):
+            job = rows[0][1]
+            pool = sim.pools[pool_name]
+            names = tuple(sorted((r[0] for r in rows), key=lambda s: int(s.rpartition("-")[2])))
+            # Slurm numbers jobs in submission order: the trace's order + 1 stands for the Slurm job id
+            ru = resume_unit(pool, job.idx + 1 if job else None, names, min(r[2] for r in rows), tag=job)
+            out.setdefault(pool_name, []).append(ru)
+        return out
+
+    def _node(self, n: SimNode) -> Node:
         cached = self._nodes.get(n.name)
-        if cached is not None and cached[0] is n and cached[1] == n.version:  # names are reused: check identity
+        if cached is not None and cached[0] is n and cached[1] == n.version:
             return cached[2]
-        units: tuple[str, ...] = ()
-        used = n.used
-        state = n.state
-        holder: Job | None = n.nominated_for
-        if holder is not None:  # allocated to a gang that waits for the rest of its nodes
-            used, units = n.gpus, (holder.id,)
-            if state is NodeState.READY_IDLE:
-                state = NodeState.BUSY
-        elif n.jobs:
-            units = tuple(str(i) for i in n.jobs)
+        state = n.state if n.registered else NodeState.BOOTING
         node = Node(
             name=n.name,
             pool=n.pool,
             offering=n.offering,
             state=state,
             gpus=n.gpus,
-            gpus_used=used,
+            gpus_used=n.gpus - n.free,  # GPUs Slurm allocated, booting nodes included (as sinfo reports them)
             since=n.since,
-            units=units,
+            units=tuple(str(i) for i in n.jobs),
             hourly_usd=n.hourly_usd,
         )
         self._nodes[n.name] = (n, n.version, node)
         return node
 
-    def _demand(self, view: ReplayView) -> list[WorkUnit]:
-        out = []
-        for job in view.state.pending():
-            if job.nominated and len(job.nominated) >= job.nodes:
-                continue  # its capacity is allocated and on the way
-            out.append(
-                WorkUnit(
-                    id=job.id,
-                    submit_time=job.submit,
-                    gpus_per_node=job.gpus_per_node,
-                    nodes=job.nodes,
-                    spot_ok=job.spot_ok,
-                )
-            )
-        return out
+    def _limit_nodes(self, sim: SimSlurm, now: float) -> tuple[Node, ...]:
+        """Live nodes for the fleet-wide limits (none needed without limits)."""
+        if not self._limited:
+            return ()
+        return tuple(self._node(nm.node) for nm in sim.names.values() if nm.launched)
 
-    # ---- ReplayPolicy -------------------------------------------------------------------------------
+    def _scale_down_nodes(self, sim: SimSlurm, now: float, *, full: bool) -> tuple[Node, ...]:
+        """The inventory the queue-depth plan needs: every launched node when there is unplaced work or a limit,
+        else only idle and draining ones (without limits or pool minimums, the planner's scale-down decides the
+        same over those as over the whole fleet)."""
+        if len(self._nodes) > 2 * len(sim.names) + 64:
+            self._nodes = {k: v for k, v in self._nodes.items() if k in sim.names}
+        if full:
+            return tuple(self._node(nm.node) for nm in sim.names.values() if nm.launched)
+        out = [self._node(nm.node) for nm in sim.idle.values() if nm.launched]
+        out += [self._node(nm.node) for nm in sim.draining.values() if nm.launched]
+        return tuple(out)
 
-    def decide(self, view: ReplayView, now: float, reasons: frozenset[str]) -> Decision:
-        demand = self._demand(view)
-        new_demand = any(u.id not in self._placed for u in demand)
-        idle_due, wake = self._idle_due(view, now)
-        full = (
-            new_demand
-            or bool(reasons & {"failure", "gone", "start"})
-            # capacity the last plan counted on may have gone to other work: look again
-            or (bool(demand) and "ready" in reasons)
+    def _facts(self, sim: SimSlurm, name: str) -> _Facts:
+        nm = sim.names[name]
+        st = nm.node.state
+        return _Facts(
+            idle=st is NodeState.READY_IDLE and nm.node.registered,
+            drain=st is NodeState.DRAINING,
+            has_work=bool(nm.node.jobs),
         )
-        if not full and not idle_due and not view.state.draining:
-            return Decision(wake_at=wake)
-        if not full and self._shortcut:
-            return self._scale_down_only(view, now, wake)
-        nodes = view.state.nodes
-        if len(self._nodes) > 2 * len(nodes) + 64:
-            self._nodes = {k: v for k, v in self._nodes.items() if k in nodes}
-        inventory = Inventory(tuple(self._pools), tuple(self._node(n, now) for n in nodes.values()))
-        p = plan(demand, inventory, view.offerings(), self.policy, now, self.unavailable, hints=self._hints)
-        self.planner_calls += 1
-        self.unavailable = p.unavailable
-        self._hints = p.assignments
-        self._placed = {uid for uid, a in p.assignments.items() if a.placement is not Placement.READY}
-        nominations = {}
-        for cmd in p.scale_ups:
-            if cmd.gang:
-                nominations[cmd.units[0]] = cmd.names
-        # single-node units are not pinned: the scheduler gives them the first node that fits
-        self._remember_kept(view, now, p.drains)
-        # deleting frees quota / reservation slots that unserved work may be waiting for
-        again = bool(p.drains) or (bool(p.deletes) and bool(p.unserved))
-        release = self._batch_release(demand, p)
-        if release is not None and release > now:
-            wake = release if wake is None else min(wake, release)
-        return Decision(p.commands, nominations, wake_at=wake, again=again)
 
-    def _batch_release(self, demand: Sequence[WorkUnit], p: Plan) -> float | None:
-        """When the planner's batch hold (units unserved as `batching`) ends: the newest pending unit
-        `batch_idle_s` old, or the oldest `batch_window_s` old, whichever comes first."""
-        if not any(u.reason is UnservedReason.BATCHING for u in p.unserved):
-            return None
-        pol = self.policy
-        newest = max(u.submit_time for u in demand)
-        oldest = min(u.submit_time for u in demand)
-        return min(newest + pol.batch_idle_s, oldest + pol.batch_window_s)
+    def _wake(self, sim: SimSlurm, now: float, refused: bool) -> float | None:
+        wakes: list[float] = []
+        if sim.held:  # jobs left PENDING by the hold: plan again when the next one's hold ends
+            due = [j.submit + self.policy.batch_window_s for j in sim.pending_jobs()]
+            if due:
+                wakes.append(self._next_tick(max(min(due), now + self.interval_s)))
+        if self._open:
+            if refused:
+                wakes.append(now + self.interval_s)  # the memory changed: plan again next tick
+            else:
+                later = [u.until for u in self.unavailable if u.until > now]
+                wakes.append(self._next_tick(min(later)) if later else now + self.interval_s)
+        if sim.draining:
+            wakes.append(now + self.interval_s)
+        for nm in sim.idle.values():
+            w = self.idle_wake(sim, nm.node)
+            if w is not None:
+                wakes.append(max(w, now + self.interval_s))
+        return min(wakes) if wakes else None
 
-    @property
-    def _shortcut(self) -> bool:
-        """With no fleet-wide limits and no pool minimum, the planner's scale-down pass decides the
-        same over the idle and draining nodes alone as over the whole inventory."""
-        pol = self.policy
-        return pol.max_nodes is None and pol.max_gpus is None and all(p.min_nodes == 0 for p in self._pools)
+    def on_launch_failure(self, *_: object) -> None:  # the ReplayPolicy protocol; failures go through the core
+        return None
 
-    def _scale_down_only(self, view: ReplayView, now: float, wake: float | None) -> Decision:
-        """Nothing but idleness changed: run only the planner's scale-down pass (`scale_down_idle`)."""
-        st = view.state
-        sub = Inventory(
-            tuple(self._pools), tuple(self._node(n, now) for n in (*st.idle.values(), *st.draining.values()))
-        )
-        drains, deletes = scale_down_idle(sub, self.policy, now)
-        self.scale_down_calls += 1
-        self._remember_kept(view, now, drains)
-        waiting = any(u.id not in self._placed for u in self._demand(view))
-        return Decision((*drains, *deletes), wake_at=wake, again=bool(drains) or (bool(deletes) and waiting))
 
-    def _remember_kept(self, view: ReplayView, now: float, drains: Sequence[Drain]) -> None:
-        drained = {name for d in drains for name in d.nodes}
-        for n in view.state.idle.values():  # idle past the timeout but kept (pool minimum ...): do not ask again
-            if n.name not in drained and n.since + self.policy.idle_timeout_s <= now:
-                self._kept[n.name] = (n, n.version)
+def _outcome(err: ProviderError) -> tuple[LaunchOutcome, FailureKind | None, str]:
+    if err.kind is FailureKind.TRANSIENT:
+        return LaunchOutcome.TRANSIENT, err.kind, str(err)
+    return LaunchOutcome.REFUSED, err.kind, str(err)
 
-    def _idle_due(self, view: ReplayView, now: float) -> tuple[bool, float | None]:
-        timeout = self.policy.idle_timeout_s
-        earliest = None
-        for n in view.state.idle.values():
-            if n.nominated_for is not None:
-                continue
-            if self.policy.keep_reserved_nodes and n.offering.reservation is not None:
-                continue
-            if self._kept.get(n.name) == (n, n.version):
-                continue
-            t = n.since + timeout
-            if earliest is None or t < earliest:
-                earliest = t
-        if earliest is None:
-            return False, None
-        if earliest <= now:
-            return True, None
-        return False, earliest
 
-    def on_launch_failure(self, command: ScaleUp, error: ProviderError, now: float) -> None:
-        self.unavailable = record_failure(self.unavailable, command.offering, error.kind, now, self.policy, str(error))
-        self._placed.difference_update(command.units)
+def _unit(job: Job) -> WorkUnit:
+    return WorkUnit(
+        id=f"job/{job.idx + 1}",  # the Slurm job id stand-in, as the daemon names units
+        submit_time=job.submit,
+        gpus_per_node=job.gpus_per_node,
+        nodes=job.nodes,
+        spot_ok=job.spot_ok,
+    )

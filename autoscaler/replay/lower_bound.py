@@ -25,6 +25,11 @@ class LowerBound:
     span_s: float
     demand_gpu_hours: float
 
+    @property
+    def overflow_usd(self) -> float:
+        """The bound beyond the reservation: demand the reserved GPUs cannot cover, at the cheapest rate."""
+        return self.usd - self.reservation_usd
+
 
 def per_gpu_rates(scenario: Scenario) -> tuple[float, float | None]:
     """Cheapest on-demand and spot $/GPU-hour among the scenario's machine types."""
@@ -73,3 +78,51 @@ def lower_bound(jobs: Sequence[TraceJob], scenario: Scenario, span_s: float | No
     span = (t_last - t0) if span_s is None else span_s
     res_usd = scenario.reserved_nodes * (scenario.reservation_hourly_usd or 0.0) * span / 3600.0
     return LowerBound(cost + res_usd, res_usd, od_rate, spot_rate if use_spot else None, span, gpu_s / 3600.0)
+
+
+def boot_floor_usd(jobs: Sequence[TraceJob], scenario: Scenario, bound: LowerBound | None = None) -> float:
+    """The lower bound plus what boots alone add: how far they put the bound out of reach.
+
+    Capacity beyond the reservation that the demand curve adds at some instant either boots
+    (`boot_seconds` billed before it can work) or was kept idle since demand last fell.  Each GPU of
+    an upward step is matched with the most recently released GPU (LIFO) and costs min(boot, idle
+    gap) GPU-seconds; the first GPUs up always boot.  Priced per GPU at the cheapest rate any of the
+    work may use (spot when the scenario has spot-tolerant work), so it stays a floor: a clairvoyant
+    policy that starts every job at its submission, on capacity of any size, pays at least this.  A
+    policy that makes jobs wait for busy capacity reshapes the demand curve and can pay less."""
+    lb = bound or lower_bound(jobs, scenario)
+    reserved = scenario.reserved_nodes * (scenario.reservation_machine.gpu_count if scenario.reservation_machine else 0)
+    rate = min(r for r in (lb.on_demand_gpu_rate, lb.spot_gpu_rate) if r is not None) / 3600.0
+    events: list[tuple[float, int]] = []
+    for j in jobs:
+        events += [(j.submit, j.gpus), (j.submit + j.duration, -j.gpus)]
+    events.sort(key=lambda e: (e[0], e[1]))  # ends before starts at the same instant
+    boot = scenario.boot_seconds
+    released: list[list[float]] = []  # LIFO of [release time, GPUs]
+    demand = 0
+    extra_s = 0.0
+    i = 0
+    while i < len(events):
+        t = events[i][0]
+        delta = 0
+        while i < len(events) and events[i][0] == t:
+            delta += events[i][1]
+            i += 1
+        before = max(0, demand - reserved)
+        demand += delta
+        after = max(0, demand - reserved)
+        if after < before:
+            released.append([t, before - after])
+        elif after > before:
+            need = after - before
+            while need and released:
+                rt, n = released[-1]
+                take = min(n, need)
+                extra_s += take * min(boot, t - rt)
+                need -= take
+                if take == n:
+                    released.pop()
+                else:
+                    released[-1][1] = n - take
+            extra_s += need * boot
+    return lb.usd + extra_s * rate

@@ -5,7 +5,12 @@ plus the reservation for the whole span; `gpu_hours_used` is job GPUs x run time
 preemption included, also reported apart); `gpu_hours_billed` is GPUs of billed nodes x billed time
 (the reservation's GPUs for the whole span); `partial_gang_gpu_hours` is GPU-hours of nodes that
 were up and allocated to a gang while the gang's other nodes were not; `wait` is submission to
-first start."""
+first start.
+
+Every policy of a run is scored against the same `LowerBound` (the clairvoyant bound over the demand
+span): `cost_ratio = cost_usd / lower_bound_usd`.  With a reservation most of both figures is the sunk
+reservation, so `overflow_cost_usd` (what the policy spent beyond the reservation: every node not in
+it) is also set against `overflow_bound_usd` (the bound beyond the reservation) as `overflow_ratio`."""
 
 from __future__ import annotations
 
@@ -17,14 +22,20 @@ from fleet.catalog import CapacityType
 
 if TYPE_CHECKING:
     from autoscaler.replay.engine import ReplayEngine
+    from autoscaler.replay.lower_bound import LowerBound
 
 
 def percentile(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else 0.0
 
 
-def policy_metrics(engine: ReplayEngine, lower_bound_usd: float) -> dict[str, Any]:
-    """The `policies.<name>` object of `fleet simulate --json` for one finished replay."""
+def ratio(value: float, bound: float) -> float | None:
+    return round(value / bound, 4) if bound > 0 else None
+
+
+def policy_metrics(engine: ReplayEngine, bound: LowerBound) -> dict[str, Any]:
+    """The `policies.<name>` object of `fleet simulate --json` for one finished replay, against the run's
+    one `bound`."""
     st = engine.state
     end = engine.t_end if engine.t_end is not None else engine.now
     span = end - engine.t_start
@@ -37,14 +48,18 @@ def policy_metrics(engine: ReplayEngine, lower_bound_usd: float) -> dict[str, An
         by_cap[str(CapacityType.RESERVATION)] = res_cost
         gpu_h_by_cap[str(CapacityType.RESERVATION)] = res_gpus * span / 3600.0
     cost = sum(by_cap.values())
+    overflow = cost - res_cost
     waits = np.array([j.first_start - j.submit for j in st.jobs if j.first_start is not None])
     used_h = sum(j.gpu_seconds for j in st.jobs) / 3600.0
     useful_h = sum(j.gpus * j.trace.duration for j in st.jobs if j.end is not None) / 3600.0
     c = engine.counters
     out: dict[str, Any] = {
         "cost_usd": round(cost, 2),
-        "lower_bound_usd": round(lower_bound_usd, 2),
-        "cost_ratio": round(cost / lower_bound_usd, 4) if lower_bound_usd > 0 else None,
+        "lower_bound_usd": round(bound.usd, 2),
+        "cost_ratio": ratio(cost, bound.usd),
+        "overflow_cost_usd": round(overflow, 2),
+        "overflow_bound_usd": round(bound.overflow_usd, 2),
+        "overflow_ratio": ratio(overflow, bound.overflow_usd),
         "gpu_hours_used": round(used_h, 2),
         "gpu_hours_billed": round(sum(gpu_h_by_cap.values()), 2),
         "partial_gang_gpu_hours": round(st.partial_gang_gpu_s / 3600.0, 3),

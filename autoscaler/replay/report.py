@@ -106,7 +106,55 @@ def _figures(result: RunResult) -> list[tuple[str, bytes]]:
     fig.tight_layout()
     figs.append(("Cost by capacity type", _png(fig)))
     plt.close(fig)
+    figs.append(("Cost against wait", _cost_vs_wait(result, plt)))
     return figs
+
+
+POINT_COLORS = ("#c44e52", "#4c72b0", "#dd8452", "#55a868", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
+
+
+def _cost_vs_wait(result: RunResult, plt: Any) -> bytes:
+    """Cost (x bound) against p50 and p95 wait, one point per policy, gpu-fleet's frontier as a line."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+    for ax, key, label in zip(axes, ("wait_p50_s", "wait_p95_s"), ("p50", "p95"), strict=True):
+        for i, (name, m) in enumerate(result.metrics.items()):
+            color = POINT_COLORS[i % len(POINT_COLORS)]
+            marker = "o*sDv^P<>X"[i % 10]
+            ax.scatter([m[key]], [m["cost_ratio"]], color=color, s=46, marker=marker, zorder=3, label=name, alpha=0.85)
+        if result.frontier:
+            pts = sorted(result.frontier, key=lambda p: p[key])
+            ax.plot(
+                [p[key] for p in pts],
+                [p["cost_ratio"] for p in pts],
+                "--o",
+                color=POINT_COLORS[0],
+                markersize=3.5,
+                linewidth=1,
+                label="gpu-fleet over --wait-value ($/GPU-h)",
+            )
+            for p in pts:
+                ax.annotate(
+                    f"${p['wait_value_usd_per_gpu_hour']:g}",
+                    (p[key], p["cost_ratio"]),
+                    textcoords="offset points",
+                    xytext=(4, -10),
+                    fontsize=7,
+                    color="#666666",
+                )
+        ratios = [m["cost_ratio"] for m in result.metrics.values()] + [p["cost_ratio"] for p in result.frontier]
+        if max(ratios) > 3 * min(ratios):
+            ax.set_yscale("log")  # static-peak would squash the rest
+        ax.set_xlabel(f"wait {label}, seconds (submission to first start)")
+        ax.grid(alpha=0.25)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+    axes[0].set_ylabel(f"cost / lower bound (${result.bound.usd:,.0f})")
+    axes[1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    fig.suptitle("Cost against wait (lower left is better)", x=0.01, ha="left", fontsize=12, fontweight="bold")
+    fig.tight_layout()
+    png = _png(fig)
+    plt.close(fig)
+    return png
 
 
 def _cap_order(c: str) -> int:
@@ -122,6 +170,8 @@ def _png(fig: Any) -> bytes:
 TABLE_COLUMNS = (
     ("cost_usd", "cost $", "{:,.0f}"),
     ("cost_ratio", "x bound", "{:.3f}"),
+    ("overflow_cost_usd", "overflow $", "{:,.0f}"),
+    ("overflow_ratio", "x overflow bound", "{:.3f}"),
     ("gpu_hours_used", "GPU-h used", "{:,.0f}"),
     ("gpu_hours_billed", "GPU-h billed", "{:,.0f}"),
     ("partial_gang_gpu_hours", "partial-gang GPU-h", "{:,.1f}"),
@@ -139,10 +189,17 @@ def render_html(result: RunResult) -> str:
     best = min(result.metrics, key=lambda n: result.metrics[n]["cost_usd"])
     rows = []
     for name, m in result.metrics.items():
-        cells = "".join(f"<td>{fmt.format(m[k])}</td>" for k, _, fmt in TABLE_COLUMNS)
+        cells = "".join(f"<td>{'-' if m.get(k) is None else fmt.format(m[k])}</td>" for k, _, fmt in TABLE_COLUMNS)
         cls = ' class="best"' if name == best else ""
         rows.append(f"<tr{cls}><th>{html.escape(name)}</th>{cells}</tr>")
-    head = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in TABLE_COLUMNS)
+    denominators = {
+        "cost_ratio": f"${result.bound.usd:,.0f}",
+        "overflow_ratio": f"${result.bound.overflow_usd:,.0f}",
+    }
+    head = "".join(
+        f"<th>{html.escape(label)}" + (f"<br>{html.escape(denominators[k])}" if k in denominators else "") + "</th>"
+        for k, label, _ in TABLE_COLUMNS
+    )
     settings = ", ".join(
         f"{k}={html.escape(str(sc[k]))}"
         for k in (
@@ -183,8 +240,12 @@ ul {{ color: #444; }} code {{ background: #f4f4f4; padding: 0 .25em; }}
 <h1>Trace replay: {html.escape(Path(sc["trace"]).name)}</h1>
 <p class="sub">{sc["jobs"]:,} jobs, {sc["demand_gpu_hours"]:,.0f} GPU-hours demanded,
 peak {sc["peak_demand_gpus"]:,} GPUs;
-{settings}. Lower bound ${result.bound.usd:,.0f}
-(clairvoyant: reservation for the whole span plus demand beyond it at the cheapest per-GPU rate).</p>
+{settings}. One lower bound for every policy: ${result.bound.usd:,.0f}
+(clairvoyant, over the demand span: reservation ${result.bound.reservation_usd:,.0f} for the whole span plus
+demand beyond it at the cheapest per-GPU rate, ${result.bound.overflow_usd:,.0f}). <i>x overflow bound</i> sets
+each policy's spend beyond the reservation against that second figure. Boots alone put the bound out of reach:
+paying {result.boot_floor_usd / result.bound.usd if result.bound.usd else 0:.4f}x it at least for a policy that starts
+every job at submission (each GPU added boots, or was kept idle since demand last fell when that is shorter).</p>
 <table><thead><tr><th>policy</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>
 {imgs}
 <h2>Policies</h2><ul>{descriptions}</ul>

@@ -1,37 +1,82 @@
 """Run one scenario through several policies: the engine of `fleet simulate` and the benchmark.
 
 Every policy replays the same trace (same spot-tolerant jobs) on a fresh sim cloud built from
-the same scenario and seed, and is scored against the same lower bound."""
+the same scenario and seed, and is scored against the same lower bound: the clairvoyant bound over
+the demand span (`lower_bound`), one figure for the whole run, so ranking by ratio and ranking by
+dollars agree."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from autoscaler.replay.engine import ReplayEngine
-from autoscaler.replay.lower_bound import LowerBound, lower_bound
+from autoscaler.replay.lower_bound import LowerBound, boot_floor_usd, lower_bound
 from autoscaler.replay.metrics import policy_metrics
 from autoscaler.replay.policy import ReplayPolicy
 from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.trace import TraceJob, mark_spot_tolerant, peak_concurrent_gpus
 
 
-def policy_factories() -> dict[str, Callable[[Scenario, Sequence[TraceJob]], ReplayPolicy]]:
-    """Every policy `fleet simulate --policy` knows, in report order."""
-    from autoscaler.replay.baselines import CaLikePolicy, KarpenterLikePolicy, SlurmPowerSavePolicy, StaticPeakPolicy
+@dataclass(frozen=True)
+class PolicyOptions:
+    """Settings of the policies themselves (the scenario is the world they run in).
+
+    `ca_expander`: Cluster Autoscaler's `--expander` for ca-like (CA's default is `random`).
+    `wait_value_usd_per_gpu_hour`: gpu-fleet's wait-vs-cost knob (`Policy.wait_value_usd_per_gpu_hour`,
+    interfaces.md); None: gpu-fleet's documented default."""
+
+    ca_expander: str = "random"
+    wait_value_usd_per_gpu_hour: float | None = None
+
+
+def gpu_fleet_policy(
+    scenario: Scenario, wait_value_usd_per_gpu_hour: float | None = None, jobs: Sequence[TraceJob] = ()
+) -> ReplayPolicy:
+    """gpu-fleet configured for `scenario` (and the trace's arrival rates, when its settings rule reads
+    them), with the wait-value knob when one is given."""
     from autoscaler.replay.gpu_fleet import GpuFleetPolicy
 
+    params = inspect.signature(GpuFleetPolicy.for_scenario).parameters
+    kwargs: dict[str, Any] = {"jobs": jobs} if "jobs" in params else {}
+    if wait_value_usd_per_gpu_hour is not None:
+        # The knob plugs in here: GpuFleetPolicy.for_scenario(scenario, wait_value_usd_per_gpu_hour=...) (a3-onpolicy
+        # defines its semantics).  A build whose gpu-fleet lacks it refuses the option instead of ignoring it.
+        if "wait_value_usd_per_gpu_hour" not in params:
+            raise ValueError(
+                "--wait-value/--frontier: this build's gpu-fleet policy has no wait-value knob "
+                "(GpuFleetPolicy.for_scenario(..., wait_value_usd_per_gpu_hour=...))"
+            )
+        kwargs["wait_value_usd_per_gpu_hour"] = wait_value_usd_per_gpu_hour
+    return GpuFleetPolicy.for_scenario(scenario, **kwargs)
+
+
+def policy_factories(
+    options: PolicyOptions | None = None,
+) -> dict[str, Callable[[Scenario, Sequence[TraceJob]], ReplayPolicy]]:
+    """Every policy `fleet simulate --policy` knows, in report order."""
+    from autoscaler.replay.baselines import (
+        CaLikePolicy,
+        ExactFitPolicy,
+        KarpenterLikePolicy,
+        SlurmPowerSavePolicy,
+        StaticPeakPolicy,
+    )
+
+    opts = options or PolicyOptions()
     return {
-        "gpu-fleet": lambda s, jobs: GpuFleetPolicy.for_scenario(s),
+        "gpu-fleet": lambda s, jobs: gpu_fleet_policy(s, opts.wait_value_usd_per_gpu_hour, jobs),
         "static-peak": lambda s, jobs: StaticPeakPolicy(peak_gpus=peak_concurrent_gpus(jobs)),
         "slurm-power-save": lambda s, jobs: SlurmPowerSavePolicy(),
-        "ca-like": lambda s, jobs: CaLikePolicy(seed=s.seed),
+        "ca-like": lambda s, jobs: CaLikePolicy(seed=s.seed, expander=opts.ca_expander),
         "karpenter-like": lambda s, jobs: KarpenterLikePolicy(),
+        "exact-fit": lambda s, jobs: ExactFitPolicy(),
     }
 
 
-POLICY_NAMES = ("gpu-fleet", "static-peak", "slurm-power-save", "ca-like", "karpenter-like")
+POLICY_NAMES = ("gpu-fleet", "static-peak", "slurm-power-save", "ca-like", "karpenter-like", "exact-fit")
 
 
 @dataclass
@@ -41,6 +86,10 @@ class RunResult:
     jobs: list[TraceJob]
     engines: dict[str, ReplayEngine] = field(default_factory=dict)
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the bound plus what boots alone add (`boot_floor_usd`): how far boots put the bound out of reach
+    boot_floor_usd: float = 0.0
+    #: gpu-fleet over a list of wait values (`run_frontier`), in the order given
+    frontier: list[dict[str, Any]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         sc = self.scenario.model_dump(mode="json")
@@ -53,11 +102,35 @@ class RunResult:
                 "on_demand_usd_per_gpu_hour": round(self.bound.on_demand_gpu_rate, 4),
                 "spot_usd_per_gpu_hour": round(self.bound.spot_gpu_rate, 4) if self.bound.spot_gpu_rate else None,
                 "reservation_usd": round(self.bound.reservation_usd, 2),
+                "lower_bound_usd": round(self.bound.usd, 2),
+                "overflow_bound_usd": round(self.bound.overflow_usd, 2),
+                "demand_span_h": round(self.bound.span_s / 3600.0, 3),
+                "boot_floor_usd": round(self.boot_floor_usd, 2),
+                "boot_floor_ratio": round(self.boot_floor_usd / self.bound.usd, 4) if self.bound.usd > 0 else None,
                 "prices": "catalog list prices (fleet/catalog/data/gcp_prices.csv), per-second billing",
                 "policies": list(self.metrics),
             }
         )
-        return {"scenario": sc, "policies": self.metrics}
+        out: dict[str, Any] = {"scenario": sc, "policies": self.metrics, "cost_vs_wait": self.cost_vs_wait()}
+        if self.frontier:
+            out["frontier"] = self.frontier
+        return out
+
+    def cost_vs_wait(self) -> list[dict[str, Any]]:
+        """Cost against p50/p95 wait, one point per policy (the report's scatter), cheapest first."""
+        keys = ("cost_usd", "cost_ratio", "overflow_ratio", "wait_p50_s", "wait_p95_s", "wait_mean_s")
+        points = [{"policy": n, **{k: m[k] for k in keys}} for n, m in self.metrics.items()]
+        return sorted(points, key=lambda p: p["cost_usd"])
+
+
+def replay_engine(jobs: Sequence[TraceJob], scenario: Scenario, policy: Any) -> Any:
+    """The replay loop for `policy`: the simulated Slurm for policies behind Slurm's power-save hooks (they have
+    `slurm_settings`), else the generic engine."""
+    if hasattr(policy, "slurm_settings"):
+        from autoscaler.replay.simslurm import SimSlurm
+
+        return SimSlurm(jobs, scenario, policy)
+    return ReplayEngine(jobs, scenario, policy)
 
 
 def resolve_policies(names: str | Sequence[str]) -> list[str]:
@@ -85,6 +158,7 @@ def run_scenario(
     scenario: Scenario,
     policies: Sequence[str] = POLICY_NAMES,
     progress: Callable[[str, dict[str, Any]], None] | None = None,
+    options: PolicyOptions | None = None,
 ) -> RunResult:
     biggest = max(m.gpu_count for m in scenario.machines)
     for j in jobs:
@@ -95,19 +169,39 @@ def run_scenario(
             )
     marked = mark_spot_tolerant(list(jobs), scenario.spot_fraction, scenario.seed)
     bound = lower_bound(marked, scenario)
-    result = RunResult(scenario, bound, marked)
-    factories = policy_factories()
+    result = RunResult(scenario, bound, marked, boot_floor_usd=boot_floor_usd(marked, scenario, bound))
+    factories = policy_factories(options)
     for name in policies:
-        engine = ReplayEngine(marked, scenario, factories[name](scenario, marked)).run()
+        engine = replay_engine(marked, scenario, factories[name](scenario, marked)).run()
         result.engines[name] = engine
-        # the reservation is billed over each policy's own span; so is the bound's share of it
-        span = (engine.t_end or engine.now) - engine.t_start
-        lb = (
-            bound.usd
-            - bound.reservation_usd
-            + scenario.reserved_nodes * (scenario.reservation_hourly_usd or 0) * span / 3600
-        )
-        result.metrics[name] = policy_metrics(engine, lb)
+        result.metrics[name] = policy_metrics(engine, bound)
         if progress:
             progress(name, result.metrics[name])
     return result
+
+
+FRONTIER_KEYS = ("cost_usd", "cost_ratio", "overflow_ratio", "wait_p50_s", "wait_p95_s", "wait_mean_s", "wait_max_s")
+
+
+def run_frontier(
+    result: RunResult,
+    wait_values: Sequence[float],
+    progress: Callable[[str, dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """gpu-fleet replayed once per wait value (same jobs, same cloud, same bound): its cost-vs-wait frontier.
+    Stored in `result.frontier` (and the JSON's `frontier`); each point carries the settings used."""
+    points: list[dict[str, Any]] = []
+    for value in wait_values:
+        policy = gpu_fleet_policy(result.scenario, value, result.jobs)
+        engine = replay_engine(result.jobs, result.scenario, policy).run()
+        m = policy_metrics(engine, result.bound)
+        point = {"wait_value_usd_per_gpu_hour": value, **{k: m[k] for k in FRONTIER_KEYS}}
+        point["partial_gang_gpu_hours"] = m["partial_gang_gpu_hours"]
+        point["replay_wall_s"] = m["replay_wall_s"]
+        if "settings" in m:
+            point["settings"] = m["settings"]
+        points.append(point)
+        if progress:
+            progress(f"gpu-fleet --wait-value {value:g}", m)
+    result.frontier = points
+    return points

@@ -28,6 +28,7 @@ class ReplayError(RuntimeError):
 
 class JobState(enum.StrEnum):
     PENDING = "pending"
+    CONFIGURING = "configuring"  # simulated Slurm: allocated, waiting for its nodes to power up
     RUNNING = "running"
     DONE = "done"
 
@@ -146,6 +147,8 @@ class ClusterState:
         self.unused_nodes = 0
         self.done = 0
         self.pending_changed = False
+        #: nodes serve only the jobs they were launched for (exact-fit): never offered to other jobs
+        self.exclusive_nodes = False
 
     # ---- queue ------------------------------------------------------------------------------------
 
@@ -287,6 +290,8 @@ class ClusterState:
     # ---- placement index --------------------------------------------------------------------------
 
     def _index_add(self, node: SimNode) -> None:
+        if self.exclusive_nodes:
+            return
         if node.state in READY and node.nominated_for is None and node.free > 0:
             self._free.setdefault((node.capacity_type, node.free), {})[node.name] = node
 

@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "synth",  # fleet synth                          (infrastructure core)
     "render",  # fleet render slurm-conf             (infrastructure core)
     "simulate",  # fleet simulate                    (trace replay)
+    "trace",  # fleet trace generate                 (synthetic job traces)
     "bench",  # fleet bench planner                  (planner benchmark)
     "daemon",  # fleet autoscaler, fleet slurm        (the autoscaler daemon)
     "bootstrap",  # fleet bootstrap-region            (new-region bootstrap)

@@ -13,7 +13,9 @@ from typing import Annotated, Any
 
 import typer
 
-POLICY_HELP = "gpu-fleet, static-peak, slurm-power-save, ca-like, karpenter-like, a comma-separated list, or all"
+POLICY_HELP = (
+    "gpu-fleet, static-peak, slurm-power-save, ca-like, karpenter-like, exact-fit, a comma-separated list, or all"
+)
 FLAG_OF = {
     "machine_family": "--machine-family",
     "region": "--region",
@@ -27,6 +29,7 @@ FLAG_OF = {
     "checkpoint_interval_s": "--checkpoint-interval",
     "reservation_rate": "--reservation-rate",
     "seed": "--seed",
+    "trace": "--trace",
 }
 
 
@@ -37,9 +40,11 @@ def demo_trace() -> Path:
 
 def simulate(
     trace: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
-            "--trace", help="CSV with submission_time,duration,num_gpu (ITP format); default: the shipped demo"
+            "--trace",
+            help="CSV with submission_time,duration,num_gpu (ITP format), or synth:REGIME[:SEED] (a generated trace: "
+            "short, long-tail, bursty-gangs, diurnal, steady; SEED defaults to --seed); default: the shipped demo",
         ),
     ] = None,
     policy: str = typer.Option("all", "--policy", help=POLICY_HELP),
@@ -59,6 +64,17 @@ def simulate(
     ),
     reservation_rate: str = typer.Option("commit-1y", "--reservation-rate", help="commit-1y or on-demand"),
     seed: int = typer.Option(0, "--seed", help="seed of every random choice (spot-tolerant jobs, stockouts, ...)"),
+    ca_expander: str = typer.Option(
+        "random", "--ca-expander", help="ca-like's expander: random (CA's default), least-waste, price or priority"
+    ),
+    wait_value: Annotated[
+        float | None,
+        typer.Option("--wait-value", help="gpu-fleet: value in USD of one GPU-hour a job spends waiting (the knob)"),
+    ] = None,
+    frontier: Annotated[
+        str | None,
+        typer.Option("--frontier", help="also replay gpu-fleet at each of these comma-separated --wait-value settings"),
+    ] = None,
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
     report: Annotated[
         Path | None, typer.Option("--report", help="write an HTML report (PNG if PATH ends in .png)")
@@ -67,16 +83,28 @@ def simulate(
     """Replay a job trace through the real planner and the baselines on the simulated cloud."""
     from pydantic import ValidationError
 
-    from autoscaler.replay.run import resolve_policies, run_scenario
+    from autoscaler.replay.baselines.ca_like import EXPANDERS
+    from autoscaler.replay.run import PolicyOptions, gpu_fleet_policy, resolve_policies, run_frontier, run_scenario
     from autoscaler.replay.scenario import Scenario
     from autoscaler.replay.state import ReplayError
+    from autoscaler.replay.synth import SynthError, generate, parse_synth_spec
     from autoscaler.replay.trace import TraceError, load_trace
 
-    path = trace or demo_trace()
+    source = trace or str(demo_trace())
     try:
         names = resolve_policies(policy)
+        if ca_expander not in EXPANDERS:
+            raise ValueError(f"--ca-expander: unknown expander {ca_expander!r} (known: {', '.join(EXPANDERS)})")
+        wait_values = _wait_values(frontier)
+        options = PolicyOptions(ca_expander=ca_expander, wait_value_usd_per_gpu_hour=wait_value)
+        for value in ([wait_value] if wait_value is not None else []) + wait_values:
+            if value < 0:
+                raise ValueError(f"--wait-value: must be >= 0 USD per GPU-hour, got {value:g}")
+        synth = parse_synth_spec(source, seed) if source.startswith("synth:") else None
+        if synth:
+            source = f"synth:{synth[0]}:{synth[1]}"
         scenario = Scenario(
-            trace=str(path),
+            trace=source,
             machine_family=machine_family,
             region=region,
             reserved_nodes=reserved_nodes,
@@ -90,12 +118,14 @@ def simulate(
             checkpoint_interval_s=checkpoint_interval,
             seed=seed,
         )
-        jobs = load_trace(path)
+        if wait_value is not None or wait_values:
+            gpu_fleet_policy(scenario, wait_value if wait_value is not None else wait_values[0])  # knob present?
+        jobs = generate(*synth) if synth else load_trace(Path(source))
     except ValidationError as exc:
         for err in exc.errors():
             typer.echo(f"error: {_cli_message(err)}", err=True)
         raise typer.Exit(2) from None
-    except (TraceError, ValueError) as exc:
+    except (TraceError, SynthError, ValueError) as exc:
         typer.echo(f"error: {exc}" if str(exc).startswith("--") else f"error: --trace: {exc}", err=True)
         raise typer.Exit(2) from None
 
@@ -109,7 +139,9 @@ def simulate(
             err_console.print(f"[dim]replayed {name} in {m['replay_wall_s']:.1f} s[/dim]")
 
     try:
-        result = run_scenario(jobs, scenario, names, progress=progress)
+        result = run_scenario(jobs, scenario, names, progress=progress, options=options)
+        if wait_values:
+            run_frontier(result, wait_values, progress=progress)
     except ReplayError as exc:
         typer.echo(f"error: replay failed: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -124,6 +156,22 @@ def simulate(
         typer.echo(json.dumps(result.as_json(), indent=2))
         return
     _print_table(result, report)
+
+
+def _wait_values(frontier: str | None) -> list[float]:
+    if not frontier:
+        return []
+    out = []
+    for item in (v.strip() for v in frontier.split(",")):
+        if not item:
+            continue
+        try:
+            out.append(float(item))
+        except ValueError:
+            raise ValueError(f"--frontier: {item!r} is not a number (USD per GPU-hour)") from None
+    if not out:
+        raise ValueError("--frontier: no wait value given")
+    return out
 
 
 def _cli_message(err: Any) -> str:
@@ -152,36 +200,35 @@ def _print_table(result: object, report: Path | None) -> None:
         f"({', '.join(sc['zones'])}) | reserved {sc['reserved_nodes']} | spot {sc['spot_fraction']:g} | "
         f"boot {sc['boot_seconds']:g}s | stockout {sc['stockout_rate']:g} | seed {sc['seed']}"
     )
-    headers: tuple[str, ...] = (
-        "policy",
-        "cost $",
-        "x bound",
-        "billed\nGPU-h",
-        "gang\nwaste",
-        "wait\np50 s",
-        "wait\np95 s",
-        "wait\nmax s",
-        "pre-\nempted",
-    )
-    best = min(result.metrics, key=lambda n: result.metrics[n]["cost_usd"])
-    rows = [
-        (
-            name,
-            f"{m['cost_usd']:,.0f}",
-            f"{m['cost_ratio']:.4f}",
-            f"{m['gpu_hours_billed']:,.0f}",
-            f"{m['partial_gang_gpu_hours']:,.1f}",
-            f"{m['wait_p50_s']:,.0f}",
-            f"{m['wait_p95_s']:,.0f}",
-            f"{m['wait_max_s']:,.0f}",
-            f"{m['preempted_jobs']:,}",
-        )
-        for name, m in result.metrics.items()
+    bound = result.bound
+    reserved = bound.reservation_usd > 0
+    columns: list[tuple[str, Any]] = [
+        ("cost $", lambda m: f"{m['cost_usd']:,.0f}"),
+        (f"x bound\n${bound.usd:,.0f}", lambda m: f"{m['cost_ratio']:.4f}"),
     ]
-    if not sc["spot_fraction"]:  # nothing to preempt: keep the table narrow
-        rows = [r[:-1] for r in rows]
-        headers = headers[:-1]
-    table = Table(title=f"lower bound ${result.bound.usd:,.0f}", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+    if reserved:  # most of the bound is the sunk reservation: show the spend beyond it apart
+        columns += [
+            ("overflow $", lambda m: f"{m['overflow_cost_usd']:,.0f}"),
+            (f"x overflow\n${bound.overflow_usd:,.0f}", lambda m: _fmt_ratio(m["overflow_ratio"])),
+        ]
+    columns += [
+        ("billed\nGPU-h", lambda m: f"{m['gpu_hours_billed']:,.0f}"),
+        ("gang\nwaste", lambda m: f"{m['partial_gang_gpu_hours']:,.1f}"),
+        ("wait\np50 s", lambda m: f"{m['wait_p50_s']:,.0f}"),
+        ("wait\np95 s", lambda m: f"{m['wait_p95_s']:,.0f}"),
+        ("wait\nmax s", lambda m: f"{m['wait_max_s']:,.0f}"),
+    ]
+    if sc["spot_fraction"]:  # nothing to preempt otherwise: keep the table narrow
+        columns.append(("pre-\nempted", lambda m: f"{m['preempted_jobs']:,}"))
+    headers = ("policy", *(h for h, _ in columns))
+    best = min(result.metrics, key=lambda n: result.metrics[n]["cost_usd"])
+    rows = [(name, *(f(m) for _, f in columns)) for name, m in result.metrics.items()]
+    title = f"every policy against one lower bound: ${bound.usd:,.0f} (clairvoyant, demand span)"
+    if reserved:
+        title += f", of which reservation ${bound.reservation_usd:,.0f}"
+    if sc.get("boot_floor_ratio"):
+        title += f"; boots alone put it at x{sc['boot_floor_ratio']:.4f}"
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
     for i, header in enumerate(headers):
         width = max(*(len(r[i]) for r in rows), *(len(line) for line in header.split("\n")))
         table.add_column(header, justify="left" if i == 0 else "right", no_wrap=True, min_width=width)
@@ -189,8 +236,25 @@ def _print_table(result: object, report: Path | None) -> None:
         name = row[0]
         table.add_row(f"[bold green]{name}[/bold green]" if name == best else name, *row[1:])
     console.print(table)
+    if result.frontier:
+        ft = Table(title="gpu-fleet cost vs wait frontier (--frontier)", box=box.SIMPLE_HEAD, pad_edge=False)
+        for header in ("--wait-value $/GPU-h", "cost $", "x bound", "wait p50 s", "wait p95 s"):
+            ft.add_column(header, justify="right", no_wrap=True)
+        for pt in result.frontier:
+            ft.add_row(
+                f"{pt['wait_value_usd_per_gpu_hour']:g}",
+                f"{pt['cost_usd']:,.0f}",
+                f"{pt['cost_ratio']:.4f}",
+                f"{pt['wait_p50_s']:,.0f}",
+                f"{pt['wait_p95_s']:,.0f}",
+            )
+        console.print(ft)
     if report is not None:
         console.print(f"report: {report}")
+
+
+def _fmt_ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def register(app: typer.Typer) -> None:

@@ -195,8 +195,11 @@ def render_slurm_conf(
         node_lines.append(_line(("NodeName", hostlist), node))
         node_lines.append(f"NodeSet={pool.name} Nodes={hostlist}")
         gres_lines.append(f"NodeName={hostlist} Name=gpu File={_gpu_files(machine.gpu_count)}")
-        if pool.min_nodes:
-            suspend_exc.append(node_hostlist(cluster.name, pool.name, pool.min_nodes))
+        # never power-saved: a pool's minimum, and reservation nodes (paid for whether up or not; the autoscaler
+        # keeps them, Policy.keep_reserved_nodes): once up they stay up and serve jobs without a boot
+        keep = pool.max_nodes if pool.capacity is CapacityType.RESERVATION else pool.min_nodes
+        if keep:
+            suspend_exc.append(node_hostlist(cluster.name, pool.name, keep))
 
     default = default_partition(slurm).name
     part_lines = []

@@ -245,12 +245,27 @@ def test_idle_scale_down_drains_then_powers_down_and_deletes_by_name(make_daemon
     slurm.set("c1-spot-0", "idle", last_busy=clock())
     slurm.set("c1-spot-1", "allocated", gpus_used=8)
     clock.advance(61)
-    d.tick()
-    assert (("c1-spot-0",), "drain") in slurm.updates and cloud.deleted == []
-    clock.advance(10)
-    d.tick()
+    d.tick()  # drained, re-read (drained, no job), powered down and deleted in the same tick
     assert cloud.deleted == ["c1-spot-0"] and "c1-spot-1" in cloud.nodes_
     assert [u[1] for u in slurm.updates if u[0] == ("c1-spot-0",)] == ["drain", "power_down", "undrain"]
+
+
+def test_a_job_slurm_placed_while_the_node_was_being_drained_keeps_it(make_daemon, cloud, slurm, clock) -> None:
+    d = make_daemon(policy=Policy(idle_timeout_s=60, backoff_s=300))
+    resume(d, NAMES[:1])
+    d.tick()
+    slurm.set("c1-spot-0", "idle", last_busy=clock())
+    clock.advance(61)
+    real = slurm.update_nodes
+
+    def drain_races_a_job(names, state, reason=None):  # type: ignore[no-untyped-def]
+        real(names, state, reason)
+        if state == "drain":  # Slurm had allocated a job just before the drain: draining, not drained
+            slurm.set("c1-spot-0", "mixed", "DRAIN", gpus_used=8)
+
+    slurm.update_nodes = drain_races_a_job  # type: ignore[method-assign]
+    d.tick()
+    assert cloud.deleted == [] and [u[1] for u in slurm.updates] == ["drain"]
 
 
 def test_metrics_after_a_tick(make_daemon, slurm) -> None:
@@ -326,3 +341,11 @@ def test_a_failing_cloud_fails_the_tick_not_the_daemon(make_daemon, cloud) -> No
     assert not res.ok and "503" in res.error
     assert not d.metrics.healthy(d.clock())
     assert 'gpu_fleet_autoscaler_ticks_total{outcome="failed"} 1.0' in d.metrics.render().decode()
+
+
+def test_a_batch_window_never_holds_nodes_slurm_already_bound_to_a_job(make_daemon, cloud) -> None:
+    """Slurm allocated these names to the job at submit: holding their launch cannot send the job elsewhere."""
+    d = make_daemon(policy=Policy(idle_timeout_s=600, backoff_s=300, batch_window_s=600, batch_idle_s=600))
+    resume(d, NAMES[:1], job=5)
+    (launch,) = launches(d.tick())
+    assert launch["names"] == NAMES[:1]

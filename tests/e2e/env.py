@@ -38,28 +38,34 @@ ZONES = ["us-central1-a", "us-central1-b"]
 
 
 def inventory() -> list[InventoryPool]:
-    def pool(name: str, capacity: str, partition: str, spot: bool) -> InventoryPool:
-        return InventoryPool(
-            name=name,
-            cluster="e2e",
-            provider="gcp",
-            project=PROJECT,
-            region=REGION,
-            zones=ZONES,
-            machine_type="a3-highgpu-8g",
-            gpu_type="nvidia-h100-80gb",
-            gpus_per_node=8,
-            capacity_type=capacity,
-            min_nodes=0,
-            max_nodes=4,
-            instance_group=f"e2e-{name}",
-            instance_groups={z: f"e2e-{name}-{z}" for z in ZONES},
-            node_name_prefix=f"e2e-{name}",
-            slurm_partitions=[partition],
-            spot_tolerant=spot,
-        )
-
     return [pool("od", "on-demand", "gpu", False), pool("spot", "spot", "spot", True)]
+
+
+def pool(
+    name: str, capacity: str, partition: str, spot: bool, *, max_nodes: int = 4, reservation: str | None = None
+) -> InventoryPool:
+    """One e2e pool of a3-highgpu-8g nodes `e2e-<name>-<i>` over both zones (a reservation: its zone only)."""
+    zones = ZONES[:1] if reservation else ZONES
+    return InventoryPool(
+        name=name,
+        cluster="e2e",
+        provider="gcp",
+        project=PROJECT,
+        region=REGION,
+        zones=zones,
+        machine_type="a3-highgpu-8g",
+        gpu_type="nvidia-h100-80gb",
+        gpus_per_node=8,
+        capacity_type=capacity,
+        reservation=reservation,
+        min_nodes=0,
+        max_nodes=max_nodes,
+        instance_group=f"e2e-{name}",
+        instance_groups={z: f"e2e-{name}-{z}" for z in zones},
+        node_name_prefix=f"e2e-{name}",
+        slurm_partitions=[partition],
+        spot_tolerant=spot,
+    )
 
 
 def _hook(bin_dir: Path, action: str, state: Path) -> str:
@@ -77,6 +83,11 @@ class E2E:
         suspend_time: int = 6,
         resume_timeout: int = 60,
         boots: Callable[[str, str], bool] | None = None,
+        pools: list[InventoryPool] | None = None,
+        nodesets: list[Nodeset] | None = None,
+        partitions: dict[str, list[str]] | None = None,
+        policy: dict[str, Any] | None = None,
+        reservations: dict[str, tuple[str, int]] | None = None,
     ):
         """`boots(name, zone)`: False makes that VM come up without ever registering (a broken boot)."""
         probe = make_harness()
@@ -89,12 +100,12 @@ class E2E:
             suspend_program=_hook(b, "suspend", self.state),
             resume_fail_program=_hook(b, "resume-fail", self.state),
         )
-        self.nodes = CloudNodes(self.slurm, [Nodeset("e2e-od", 4), Nodeset("e2e-spot", 4)])
+        self.nodes = CloudNodes(self.slurm, nodesets or [Nodeset("e2e-od", 4), Nodeset("e2e-spot", 4)])
         self.nodes.prepare()
         conf = cloud_slurm_conf(
             self.slurm,
             self.nodes,
-            {"gpu": ["e2e-od"], "spot": ["e2e-spot"]},
+            partitions or {"gpu": ["e2e-od"], "spot": ["e2e-spot"]},
             suspend_time=suspend_time,
             resume_timeout=resume_timeout,
         )
@@ -105,14 +116,16 @@ class E2E:
                 self.nodes.boot(name, zone)
 
         self.fake = FakeCompute(PROJECT, boot_delay=0.3, on_boot=on_boot, on_delete=self.nodes.stop).start()
-        self.pools = inventory()
+        self.pools = pools or inventory()
         self.fake.add_inventory(self.pools)
+        for name, (zone, count) in (reservations or {}).items():
+            self.fake.add_reservation(zone, name, "a3-highgpu-8g", count)
         self.inventory_path = self.root / "inventory.json"
         self.inventory_path.write_text(json.dumps([p.model_dump(mode="json") for p in self.pools]))
         self.config: dict[str, Any] = {
             "inventory": str(self.inventory_path),
             "state_path": str(self.state),
-            "policy": {"idle_timeout_s": 3600, "backoff_s": 120},
+            "policy": policy or {"idle_timeout_s": 3600, "backoff_s": 120},
             "slurm": {"mode": "cli", "conf": str(self.slurm.conf_path), "timeout_s": 3},
             "provider": {
                 "kind": "gce",

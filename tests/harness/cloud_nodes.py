@@ -69,6 +69,7 @@ class Nodeset:
     gpus: int = 8
     cpus: int = 4
     features: str = ""
+    weight: int = 0  # slurm.conf node Weight (0: Slurm's default)
 
     @property
     def names(self) -> list[str]:
@@ -76,6 +77,7 @@ class Nodeset:
 
     def node_line(self) -> str:
         feat = f" Features={self.features}" if self.features else ""
+        feat += f" Weight={self.weight}" if self.weight else ""
         return (
             f"NodeName={self.prefix}-[0-{self.count - 1}] State=CLOUD NodeAddr=127.0.0.1 "
             f"Port=[{self.port0}-{self.port0 + self.count - 1}] CPUs={self.cpus} RealMemory=1000 "

@@ -23,6 +23,7 @@ from autoscaler.model import (
     WorkUnit,
 )
 from autoscaler.planner import plan
+from autoscaler.planner.defrag import step_down
 from autoscaler.planner.limits import node_hourly
 from fleet.catalog import CapacityType
 from tests.planner.factory import SHAPES, machine, offering, pool
@@ -110,6 +111,10 @@ def scenarios(draw):
         spot_max_node_hours=draw(st.sampled_from([None, 20.0])),
         keep_reserved_nodes=draw(st.booleans()),
         boot_timeout_s=draw(st.sampled_from([None, 1200.0])),
+        defragment=draw(st.booleans()),
+        expected_run_s=draw(st.sampled_from([None, 600.0, 36000.0])),
+        expected_boot_s=360.0,
+        wait_value_usd_per_gpu_hour=draw(st.sampled_from([None, 0.0, 50.0])),
     )
     return demand, Inventory(tuple(pools), tuple(nodes)), offerings, policy, memory
 
@@ -206,14 +211,32 @@ def test_plan_invariants(sc) -> None:
     assert not {s.offering for s in ups} & in_force
     assert {m.key for m in out.unavailable} == in_force
 
-    # scale-down: only idle nodes past the timeout are drained, only drained empty (or stuck) nodes deleted
+    # scale-down: only idle nodes past the timeout are drained, or (defragment) busy nodes whose used
+    # GPUs fit a smaller shape at no higher $/GPU-h (cordoned: they finish their work, take no more);
+    # only drained empty (or stuck) nodes are deleted
     used_now = {n for a in out.assignments.values() for n in a.nodes}
+    steps = step_down(inv.pools, offerings) if policy.defragment else {}
     for d in out.drains:
         for name in d.nodes:
             n = nodes[name]
-            assert n.state is NodeState.READY_IDLE and not n.has_work and name not in used_now
-            assert NOW - n.since >= policy.idle_timeout_s
+            assert name not in used_now
+            if n.state is NodeState.BUSY:
+                assert policy.defragment and 0 < n.gpus_used <= steps[n.pool] and n.gpus_free > 0
+                continue
+            assert n.state is NodeState.READY_IDLE and not n.has_work
+            assert NOW - n.since >= policy.idle_timeout_for(n.offering.machine_type)
             assert not (policy.keep_reserved_nodes and n.offering.capacity_type is CapacityType.RESERVATION)
+    cordoned = {name for d in out.drains for name in d.nodes if nodes[name].state is NodeState.BUSY}
+
+    # small work never pins a large node: no single unit is put on an existing node it would leave
+    # oversized (its used GPUs fitting a smaller shape of no higher $/GPU-h)
+    if policy.defragment:
+        for uid, a in out.assignments.items():
+            u = units[uid]
+            if u.is_gang or a.placement is Placement.NEW:
+                continue
+            n = nodes[a.nodes[0]]
+            assert n.gpus_used + load[n.name] > steps.get(n.pool, 0), f"{uid} pins oversized {n.name}"
     for d in out.deletes:
         for name in d.names:
             n = nodes[name]
@@ -236,6 +259,9 @@ def test_plan_invariants(sc) -> None:
                 p.serves(u.queue)
                 and (u.machine_types is None or p.machine_type in u.machine_types)
                 and (p.capacity_type is not CapacityType.SPOT or policy.spot_ok(u))
+                and n.name not in cordoned
+                and (not policy.defragment or n.gpus_used + u.gpus_per_node > steps.get(n.pool, 0))
+                and policy.expected_run_s is None  # reuse may be dearer over the run than new capacity
             )
             assert not compatible or n.gpus_free - load[n.name] < u.gpus_per_node
 

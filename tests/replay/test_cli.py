@@ -32,7 +32,10 @@ def test_json_has_the_scenario_and_every_policy_with_the_contract_fields() -> No
     )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    assert set(out) == {"scenario", "policies"}
+    assert set(out) == {"scenario", "policies", "cost_vs_wait"}
+    assert [p["policy"] for p in out["cost_vs_wait"]] == sorted(
+        out["policies"], key=lambda n: out["policies"][n]["cost_usd"]
+    )
     sc = out["scenario"]
     for key in ("trace", "machine_family", "region", "zones", "reserved_nodes", "spot_fraction", "boot_seconds"):
         assert key in sc
@@ -49,6 +52,10 @@ def test_human_output_is_a_table_of_the_policies() -> None:
     res = runner.invoke(app, ["simulate", "--trace", str(SMALL_TRACE), "--policy", "gpu-fleet,karpenter-like"])
     assert res.exit_code == 0, res.output
     assert "gpu-fleet" in res.stdout and "karpenter-like" in res.stdout and "lower bound" in res.stdout
+    bound = json.loads(
+        runner.invoke(app, ["simulate", "--trace", str(SMALL_TRACE), "--policy", "gpu-fleet", "--json"]).stdout
+    )
+    assert f"${bound['scenario']['lower_bound_usd']:,.0f}" in res.stdout  # the header shows the denominator
 
 
 def test_reports_are_html_with_inline_figures_or_png(tmp_path: Path) -> None:
@@ -57,7 +64,7 @@ def test_reports_are_html_with_inline_figures_or_png(tmp_path: Path) -> None:
         res = runner.invoke(app, ["simulate", "--trace", str(SMALL_TRACE), "--policy", "all", "--report", str(path)])
         assert res.exit_code == 0, res.output
     text = page.read_text()
-    assert text.count("data:image/png;base64,") == 2
+    assert text.count("data:image/png;base64,") == 3  # timeline, cost by capacity, cost against wait
     assert "karpenter-like" in text and "lower bound" in text.lower()
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -81,3 +88,62 @@ def test_without_a_trace_the_shipped_demo_runs() -> None:
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["scenario"]["trace"].endswith("demo.csv") and out["policies"]["gpu-fleet"]["jobs"] == 420
+
+
+def _fake_knob(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Stand-in for gpu-fleet's wait-value knob (a3-onpolicy defines the real one): the value sets the idle
+    timeout, so the frontier's points really differ."""
+    from dataclasses import replace
+
+    from autoscaler.replay.gpu_fleet import DEFAULT_POLICY, GpuFleetPolicy
+
+    def for_scenario(cls, scenario, wait_value_usd_per_gpu_hour=None):  # type: ignore[no-untyped-def]
+        return cls(policy=replace(DEFAULT_POLICY, idle_timeout_s=60.0 * (wait_value_usd_per_gpu_hour or 0)))
+
+    monkeypatch.setattr(GpuFleetPolicy, "for_scenario", classmethod(for_scenario))
+
+
+def test_frontier_replays_gpu_fleet_per_wait_value_against_the_same_bound(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _fake_knob(monkeypatch)
+    page = tmp_path / "f.html"
+    args = ["simulate", "--trace", str(SMALL_TRACE), "--policy", "gpu-fleet,karpenter-like", "--json"]
+    res = runner.invoke(app, [*args, "--frontier", "0,5,60", "--report", str(page)])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    points = out["frontier"]
+    assert [p["wait_value_usd_per_gpu_hour"] for p in points] == [0, 5, 60]
+    assert [p["settings"]["idle_timeout_s"] for p in points] == [0, 300, 3600]  # the value reached the policy
+    bound = out["scenario"]["lower_bound_usd"]
+    for p in points:
+        assert p["cost_ratio"] == round(p["cost_usd"] / bound, 4)
+    assert points[0]["cost_usd"] != points[-1]["cost_usd"]
+    assert "gpu-fleet over --wait-value" not in page.read_text()  # (the legend is inside the PNG)
+    assert page.read_text().count("data:image/png;base64,") == 3
+
+
+def test_wait_value_is_refused_by_a_gpu_fleet_without_the_knob(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from autoscaler.replay.gpu_fleet import GpuFleetPolicy
+
+    monkeypatch.setattr(GpuFleetPolicy, "for_scenario", classmethod(lambda cls, scenario: cls()))
+    for flag in (["--wait-value", "5"], ["--frontier", "1,2"]):
+        res = runner.invoke(app, ["simulate", "--trace", str(SMALL_TRACE), "--policy", "gpu-fleet", *flag])
+        assert res.exit_code == 2 and "has no wait-value knob" in res.output, res.output
+    res = runner.invoke(app, ["simulate", "--trace", str(SMALL_TRACE), "--frontier", "1,x"])
+    assert res.exit_code == 2 and "--frontier: 'x' is not a number" in res.output
+
+
+def test_synthetic_traces_run_by_name_and_bad_specs_are_named() -> None:
+    res = runner.invoke(app, ["simulate", "--trace", "synth:short:3", "--policy", "exact-fit", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["scenario"]["trace"] == "synth:short:3" and out["policies"]["exact-fit"]["jobs"] == 5000
+    cases = {
+        "synth:nope": "--trace: 'synth:nope': unknown regime 'nope'",
+        "synth:short:x": "seed 'x' is not an integer",
+        "synth:": "expected synth:REGIME[:SEED]",
+    }
+    for spec, message in cases.items():
+        res = runner.invoke(app, ["simulate", "--trace", spec])
+        assert res.exit_code == 2 and message in res.output, (spec, res.output)
+    res = runner.invoke(app, ["simulate", "--trace", str(SMALL_TRACE), "--ca-expander", "cheapest"])
+    assert res.exit_code == 2 and "--ca-expander: unknown expander 'cheapest'" in res.output

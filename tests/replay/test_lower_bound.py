@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.replay.lower_bound import lower_bound, per_gpu_rates
+from autoscaler.replay.lower_bound import boot_floor_usd, lower_bound, per_gpu_rates
 from autoscaler.replay.scenario import Scenario
 from fleet.catalog import load_catalog
 from tests.replay.conftest import job
@@ -44,3 +44,22 @@ def test_spot_tolerant_work_is_priced_at_spot_and_the_reservation_covers_on_dema
     # the reservation takes the on-demand-only job; the tolerant one runs on spot
     assert lb.usd == pytest.approx(lb.reservation_usd + 8 * spot)
     assert lb.usd < lb.reservation_usd + 8 * od
+
+
+def test_boot_floor_charges_one_boot_per_new_gpu_or_the_idle_gap_when_shorter() -> None:
+    sc = Scenario()  # boot 360 s
+    od, _ = per_gpu_rates(sc)
+    lb = lower_bound([job(1, 0, 3600, 8)], sc)
+    assert boot_floor_usd([job(1, 0, 3600, 8)], sc) == pytest.approx(lb.usd + 8 * 360 * od / 3600)
+    # a second job 100 s after the first ended reuses the idle GPUs (100 s < a boot); 1000 s after, it boots
+    near = [job(1, 0, 3600, 8), job(2, 3700, 3600, 8)]
+    far = [job(1, 0, 3600, 8), job(2, 4600, 3600, 8)]
+    assert boot_floor_usd(near, sc) == pytest.approx(lower_bound(near, sc).usd + 8 * (360 + 100) * od / 3600)
+    assert boot_floor_usd(far, sc) == pytest.approx(lower_bound(far, sc).usd + 8 * (360 + 360) * od / 3600)
+
+
+def test_boot_floor_ignores_demand_the_reservation_covers() -> None:
+    sc = Scenario(reserved_nodes=1)
+    jobs = [job(1, 0, 3600, 8), job(2, 0, 1800, 4)]
+    od, _ = per_gpu_rates(sc)
+    assert boot_floor_usd(jobs, sc) == pytest.approx(lower_bound(jobs, sc).usd + 4 * 360 * od / 3600)

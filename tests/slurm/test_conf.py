@@ -107,7 +107,7 @@ def test_cloud_and_power_save_settings(a3mega_data: dict[str, Any]) -> None:
     assert "cloud_dns" in s["SlurmctldParameters"].split(",")
     assert int(s["TreeWidth"]) >= 65533
     assert "AccountingStorageTRES" not in s  # fatal without slurmdbd
-    assert "SuspendExcNodes" not in s  # every pool may scale to zero
+    assert s["SuspendExcNodes"] == "a3mega-resv-[0-15]"  # reserved nodes are paid for: never power-saved
 
 
 def test_hook_paths_and_controller_are_parameters(a3mega_data: dict[str, Any]) -> None:
@@ -145,8 +145,8 @@ def test_extra_config_adds_and_replaces_keys_and_overrides_win(a3mega_data: dict
 
 
 def test_min_nodes_are_kept_out_of_power_save(a3mega_data: dict[str, Any]) -> None:
-    a3mega_data["clusters"][0]["pools"][0]["min_nodes"] = 4
-    assert settings(render(a3mega_data).slurm_conf)["SuspendExcNodes"] == "a3mega-resv-[0-3]"
+    a3mega_data["clusters"][0]["pools"][1]["min_nodes"] = 4
+    assert settings(render(a3mega_data).slurm_conf)["SuspendExcNodes"] == "a3mega-resv-[0-15],a3mega-spot-[0-3]"
 
 
 def test_gres_conf_lists_gpu_devices_per_nodeset() -> None:

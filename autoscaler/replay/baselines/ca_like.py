@@ -1,17 +1,39 @@
-"""`ca-like`: the Kubernetes Cluster Autoscaler with fixed 8-GPU node groups, at its defaults.
+"""`ca-like`: the Kubernetes Cluster Autoscaler with fixed 8-GPU node groups, at its documented defaults.
 
-Node groups: one per zone of the family's 8-GPU machine, on-demand (plus spot groups for pods
-that tolerate spot, and the reservation's group, when the scenario has them).  Every scan
+Defaults and behaviour are those of the CA FAQ (github.com/kubernetes/autoscaler,
+cluster-autoscaler/FAQ.md: "What are Expanders?", "What are the parameters to CA?", "What types of
+pods can prevent CA from removing a node?", "How does scale-down work?") and the flag help of
+cluster-autoscaler/main.go.
+
+Node groups: one per zone of the family's 8-GPU machine, on-demand (plus spot groups for pods that
+tolerate spot, and the reservation's group, when the scenario has them).  Every scan
 (`--scan-interval` 10 s) CA looks at unschedulable pods that will not fit on nodes already coming
-up, estimates with its bin-packing estimator how many nodes each node group would need for the
-pods it can take, lets the `least-waste` expander pick one group (ties broken at random, seeded)
-and scales that group up; other groups wait for the next scan.  A group whose scale-up failed is
-backed off (5 min, doubling to 30 min).  Scale-down: a node is unneeded while under 50% GPU
-utilisation (`--scale-down-utilization-threshold`) and its pods can move; batch training pods are
-annotated `safe-to-evict: false`, so in practice only empty nodes go, after 10 min unneeded
-(`--scale-down-unneeded-time`), and not within 10 min of a scale-up (`--scale-down-delay-after-add`),
-at most 10 empty nodes per scan (`--max-empty-bulk-delete`).  Pods of a gang each get a node and
-wait for their peers (no gang scheduling)."""
+up, estimates with its bin-packing estimator how many nodes each node group would need for the pods
+it can take, lets the expander (`--expander`, default `random`) pick one group and scales that group
+up; other groups wait for the next scan.  Expanders (`--ca-expander` on `fleet simulate`):
+
+- `random` (CA's default): any group that can take some of the pods, uniformly (seeded).
+- `least-waste`: the group leaving the fewest idle GPUs after the scale-up (CA counts CPU, then
+  memory; on GPU nodes GPUs are the scarce resource), ties at random.
+- `price`: the group whose new nodes cost least per GPU requested by the pods they take (CA's
+  price expander, list prices: GKE's pricing model knows on-demand and spot prices, not
+  reservations, so a reserved node is priced as on-demand), ties at random.
+- `priority`: the priority expander with the ConfigMap a cost-aware operator writes: reservation
+  group 30, spot groups 20, on-demand groups 10 (highest first), ties at random.
+
+A group whose scale-up failed is backed off (5 min, doubling to 30 min).
+
+Scale-down: a node is unneeded when its utilisation is below the threshold and all its pods can
+move.  On a GPU node utilisation is GPU requests / allocatable GPUs (`--scale-down-gpu-utilization-
+threshold`, default 0.5; CPU and memory are ignored on accelerator nodes).  GPU batch pods are not
+movable: a training pod runs to completion, has no replica elsewhere to take over, is marked
+`cluster-autoscaler.kubernetes.io/safe-to-evict: "false"` (or uses local storage such as an emptyDir
+for /dev/shm, which blocks removal by default), and evicting it kills the run.  So a node with a
+running job is never removed, whatever its utilisation; an empty node (utilisation 0) is unneeded
+once the threshold is above 0, is removed after 10 min unneeded (`--scale-down-unneeded-time`), not
+within 10 min of a scale-up (`--scale-down-delay-after-add`), at most 10 per scan
+(`--max-empty-bulk-delete`).  Pods of a gang each get a node and wait for their peers (no gang
+scheduling)."""
 
 from __future__ import annotations
 
@@ -19,18 +41,23 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from autoscaler.cloud import OfferingKey, ProviderError
+from autoscaler.cloud import Offering, OfferingKey, ProviderError
 from autoscaler.model import Command, Pool, ScaleUp
 from autoscaler.replay.baselines.common import delete_per_pool, empty_nodes, first_fit, uncovered
 from autoscaler.replay.policy import Decision, ReplayView
 from autoscaler.replay.scenario import Scenario
-from autoscaler.replay.state import Job
+from autoscaler.replay.state import Job, SimNode
 from fleet.catalog import CapacityType
+
+EXPANDERS = ("random", "least-waste", "price", "priority")
+#: the priority expander's ConfigMap in this replay (higher first)
+PRIORITIES = {CapacityType.RESERVATION: 30, CapacityType.SPOT: 20, CapacityType.ON_DEMAND: 10}
 
 
 @dataclass
 class CaLikePolicy:
     seed: int = 0
+    expander: str = "random"
     scan_interval_s: float = 10.0
     unneeded_time_s: float = 600.0
     delay_after_add_s: float = 600.0
@@ -40,8 +67,8 @@ class CaLikePolicy:
     backoff_max_s: float = 1800.0
     name: str = "ca-like"
     description: str = (
-        "Cluster Autoscaler defaults: fixed 8-GPU node groups, least-waste expander, scale down after "
-        "10 min under 50% utilisation"
+        "Cluster Autoscaler defaults: fixed 8-GPU node groups, random expander (--ca-expander), GPU nodes "
+        "unneeded under 50% GPU utilisation with movable pods only (batch pods are not), removed after 10 min"
     )
     binds_nominations: bool = False
     placement_weights: None = None  # the scheduler's plain best fit (kube-scheduler has no capacity-type weights)
@@ -50,11 +77,20 @@ class CaLikePolicy:
     _last_add: float = -math.inf
     _next_scan: float = -math.inf
     _rng: random.Random = field(default_factory=random.Random)
+    _list_price: float = 0.0  # on-demand $/h of the 8-GPU machine: what the price expander charges a reserved node
+
+    def __post_init__(self) -> None:
+        if self.expander not in EXPANDERS:
+            raise ValueError(f"--ca-expander: unknown expander {self.expander!r} (known: {', '.join(EXPANDERS)})")
+        if self.expander != "random":
+            self.description = self.description.replace("random expander", f"{self.expander} expander")
 
     def pools(self, scenario: Scenario) -> list[Pool]:
         m = scenario.reservation_machine
         if m is None:
             raise ValueError(f"ca-like needs an 8-GPU machine type in {scenario.machine_family}")
+        price = m.price(scenario.region)
+        self._list_price = price.on_demand if price else 0.0
         self._rng = random.Random(f"{self.seed}:ca-like")
         self._pools = scenario.pools([m.name])
         return self._pools
@@ -104,9 +140,13 @@ class CaLikePolicy:
                 nodes = min(nodes, o.available_nodes)
             if nodes <= 0:
                 continue
-            requested = sum(j.gpus_per_node for j in pods) if bins else nodes * o.gpus_per_node
-            waste = 1.0 - min(1.0, requested / (nodes * o.gpus_per_node))
-            options.append((waste, self._rng.random(), o, pool, nodes, bins, gang if not bins else None))
+            if bins:
+                requested = sum(j.gpus_per_node for members in bins[:nodes] for j in members)
+            else:
+                requested = nodes * o.gpus_per_node
+            options.append(
+                (self._score(o, nodes, requested), self._rng.random(), o, pool, nodes, bins, gang if not bins else None)
+            )
         if not options:
             return None
         options.sort(key=lambda t: (t[0], t[1]))
@@ -116,15 +156,36 @@ class CaLikePolicy:
             nominations[gang.id] = cmd.names
             return cmd
         units = tuple(j.id for members in bins[:nodes] for j in members)
-        return view.scale_up(pool, o, nodes, units, f"{len(units)} unschedulable pods (least-waste)")
+        return view.scale_up(pool, o, nodes, units, f"{len(units)} unschedulable pods ({self.expander} expander)")
+
+    def _score(self, o: Offering, nodes: int, requested: int) -> float:
+        """The expander's preference for an option (lower first; ties broken at random)."""
+        if self.expander == "least-waste":
+            return 1.0 - min(1.0, requested / (nodes * o.gpus_per_node))
+        if self.expander == "price":
+            hourly = self._list_price if o.key.capacity_type is CapacityType.RESERVATION else o.hourly_usd
+            return hourly * nodes / max(1, requested)
+        if self.expander == "priority":
+            return -PRIORITIES.get(o.key.capacity_type, 0)
+        return 0.0  # random
+
+    def utilization(self, node: SimNode) -> float:
+        """GPU requests / allocatable GPUs (CA's utilisation of an accelerator node)."""
+        return node.used / node.gpus if node.gpus else 0.0
+
+    def unneeded(self, node: SimNode) -> bool:
+        """Below the utilisation threshold and every pod movable: GPU batch pods are not, so only an empty
+        node can be unneeded."""
+        return self.utilization(node) < self.utilization_threshold and not node.jobs
 
     # ---- scale-down: empty nodes unneeded for 10 min ---------------------------------------------
 
     def _scale_down(self, view: ReplayView, now: float) -> list[Command]:
         if now - self._last_add < self.delay_after_add_s:
             return []
-        empty = empty_nodes(view.state, now, idle_for_s=self.unneeded_time_s, limit=self.max_empty_bulk_delete)
-        return delete_per_pool(empty, "empty and unneeded for 10 min")
+        empty = empty_nodes(view.state, now, idle_for_s=self.unneeded_time_s, limit=len(view.state.idle))
+        victims = [n for n in empty if self.unneeded(n)][: self.max_empty_bulk_delete]
+        return delete_per_pool(victims, f"unneeded (under {self.utilization_threshold:g} GPU utilisation) for 10 min")
 
     def on_launch_failure(self, command: ScaleUp, error: ProviderError, now: float) -> None:
         _, n = self._backoff.get(command.offering, (0.0, 0))

@@ -1,16 +1,30 @@
-"""`karpenter-like`: Karpenter's provisioner and emptiness consolidation, at their defaults.
+"""`karpenter-like`: Karpenter's provisioner and consolidation, at their documented defaults.
 
-Pending pods are batched (`BATCH_IDLE_DURATION` 1 s, `BATCH_MAX_DURATION` 10 s); then every pod
-that fits neither on a node nor on a node claim already in flight gets its own node claim of the
-cheapest fitting offering, by capacity type priority reserved > spot (spot-tolerant pods) >
-on-demand, then price, then zone.  Pods of a gang are separate pods: their nodes are launched
+Sources: karpenter.sh/docs/reference/settings/ (`BATCH_IDLE_DURATION` 1s, `BATCH_MAX_DURATION` 10s),
+karpenter.sh/docs/concepts/scheduling/ and /nodepools/ (requirements, capacity types, `consolidationPolicy`
+default `WhenEmptyOrUnderutilized`, `consolidateAfter` 0s, disruption budget default `nodes: 10%`),
+karpenter.sh/docs/concepts/disruption/ (consolidation, pods with `karpenter.sh/do-not-disrupt`, the
+unavailable-offerings cache).
+
+Provisioning: pending pods are batched (a batch closes after 1 s without a new pending pod, or 10 s
+after it opened).  Karpenter's scheduler then simulates the batch, largest pods first: each pod goes
+to an existing node with room (nodes up or coming up: the scheduler's own view), else to a NodeClaim
+already opened in this solve that still has an instance type fitting all its pods, and only then opens
+a new NodeClaim.  A claim keeps every instance type (and capacity type, zone) still compatible with
+all its pods; when the solve ends each claim launches the cheapest compatible offering, capacity type
+reserved > spot (when every pod tolerates it) > on-demand, then price, then zone.  So 8 one-GPU pods
+on a3-highgpu become one claim, launched as one 8g node (the cheapest type fitting 8 GPUs); 3 of them
+one 4g.  Pods of a gang are separate 8-GPU pods, each filling its own claim: their nodes are launched
 independently and may land in different zones or at different times.  An offering that returns
-InsufficientCapacity goes into the unavailable-offerings cache for 3 minutes; the pod is pending again
-and the next batch tries the next offering.  Consolidation (`consolidationPolicy: WhenEmptyOrUnderutilized`,
-`consolidateAfter: 0s`): the disruption loop (every 10 s) picks empty nodes within the default
-disruption budget of 10% of nodes and deletes those still empty after the 15 s validation wait
-(`consolidationTTL`); training pods carry `karpenter.sh/do-not-disrupt`, so busy nodes
-are not consolidated."""
+InsufficientCapacity goes into the unavailable-offerings cache for 3 minutes; its pods are pending
+again and the next batch tries the next offering.
+
+Consolidation (`WhenEmptyOrUnderutilized`, `consolidateAfter: 0s`): the disruption loop (every 10 s)
+picks candidate nodes within the disruption budget (10% of nodes) and deletes those still as chosen
+after the 15 s validation wait (`consolidationTTL`).  A node is a candidate when it is empty, or when
+it is underutilised and its pods could move; GPU training pods carry `karpenter.sh/do-not-disrupt:
+"true"` (the documented way to keep a batch job from being evicted mid-run), which blocks the
+disruption of their node, so in practice only empty nodes are consolidated."""
 
 from __future__ import annotations
 
@@ -29,6 +43,38 @@ PRIORITY = {CapacityType.RESERVATION: 0, CapacityType.SPOT: 1, CapacityType.ON_D
 
 
 @dataclass
+class _Claim:
+    """A NodeClaim opened in one solve: its pods and the offerings still compatible with all of them."""
+
+    options: list[tuple[Offering, Pool]]
+    pods: list[Job] = field(default_factory=list)
+    gpus: int = 0
+    spot_ok: bool = True
+
+    def fits(self, gpus: int, spot_ok: bool) -> list[tuple[Offering, Pool]]:
+        return [
+            (o, p)
+            for o, p in self.options
+            if o.gpus_per_node >= gpus
+            and (spot_ok or o.key.capacity_type is not CapacityType.SPOT)
+            and (o.available_nodes is None or o.available_nodes > 0)
+        ]
+
+    def add(self, job: Job) -> bool:
+        """Take `job` if some instance type still fits every pod of the claim."""
+        if self.pods and self.gpus + job.gpus_per_node > max(o.gpus_per_node for o, _ in self.options):
+            return False
+        options = self.fits(self.gpus + job.gpus_per_node, self.spot_ok and job.spot_ok)
+        if not options:
+            return False
+        self.options = options
+        self.pods.append(job)
+        self.gpus += job.gpus_per_node
+        self.spot_ok = self.spot_ok and job.spot_ok
+        return True
+
+
+@dataclass
 class KarpenterLikePolicy:
     batch_idle_s: float = 1.0
     batch_max_s: float = 10.0
@@ -39,8 +85,10 @@ class KarpenterLikePolicy:
     validation_s: float = 15.0  # consolidationTTL: candidates are re-checked this long after being chosen
     name: str = "karpenter-like"
     description: str = (
-        "Karpenter defaults: cheapest fitting offering per pod (reserved > spot > on-demand), 1 s/10 s batch "
-        "window, 3 min unavailable-offering cache, gang nodes launched independently, empty-node consolidation"
+        "Karpenter defaults: 1 s/10 s batch, pods packed into existing nodes, then claims of the same solve, then "
+        "a new claim of the cheapest type fitting all its pods (reserved > spot > on-demand), 3 min "
+        "unavailable-offering cache, gang pods' nodes launched independently, consolidation of empty nodes "
+        "(busy GPU pods are do-not-disrupt)"
     )
     binds_nominations: bool = False
     placement_weights: None = None  # the scheduler's plain best fit (kube-scheduler has no capacity-type weights)
@@ -68,8 +116,9 @@ class KarpenterLikePolicy:
                 self._batch_start = now
             if reasons & {"submit", "gone", "failure"}:
                 self._last_seen = now  # a pod became pending (again: its node claim failed to launch)
-            idle_done = now - self._last_seen >= self.batch_idle_s
-            max_done = now - self._batch_start >= self.batch_max_s
+            # compare with the wake-up times themselves (now - t0 >= d can miss by a rounding error)
+            idle_done = now >= self._last_seen + self.batch_idle_s
+            max_done = now >= self._batch_start + self.batch_max_s
             if idle_done or max_done:
                 self._batch_start = None
                 cmds += self._provision(view, now, singles, gangs, nominations)
@@ -97,24 +146,6 @@ class KarpenterLikePolicy:
                 wake.append(self._next_disruption)
         return Decision(tuple(cmds), nominations, wake_at=min(wake) if wake else None)
 
-    def _cheapest(self, view: ReplayView, now: float, job: Job) -> tuple[Offering, Pool] | None:
-        best = None
-        for o in view.offerings():
-            k = o.key
-            if o.gpus_per_node < job.gpus_per_node or self._ice.get(k, -math.inf) > now:
-                continue
-            if k.capacity_type is CapacityType.SPOT and not job.spot_ok:
-                continue
-            if o.available_nodes is not None and o.available_nodes - self._planned.get(k, 0) < 1:
-                continue
-            pool = next((p for p in self._pools if p.can_launch(k)), None)
-            if pool is None:
-                continue
-            rank = (PRIORITY[k.capacity_type], o.hourly_usd, o.gpus_per_node, k.zone)
-            if best is None or rank < best[0]:
-                best = (rank, o, pool)
-        return (best[1], best[2]) if best else None
-
     def _provision(
         self,
         view: ReplayView,
@@ -123,18 +154,34 @@ class KarpenterLikePolicy:
         gangs: list[Job],
         nominations: dict[str, tuple[str, ...]],
     ) -> list[Command]:
+        """One scheduling solve over the batch: existing nodes (counted by `uncovered`), then claims opened
+        in this solve, then a new claim; each claim launched as its cheapest compatible offering."""
         self._planned = {}
+        offers = self._launchable(view, now)
+        claims: list[_Claim] = []
+        for job in sorted(singles, key=lambda j: -j.gpus_per_node):  # largest pods first, FIFO within a size
+            for claim in claims:
+                if claim.add(job):
+                    break
+            else:
+                claim = _Claim(offers)
+                if claim.add(job):
+                    claims.append(claim)
         cmds: list[Command] = []
-        for job in singles:
-            choice = self._cheapest(view, now, job)
-            if choice is not None:
-                o, pool = choice
-                self._planned[o.key] = self._planned.get(o.key, 0) + 1
-                cmds.append(view.scale_up(pool, o, 1, (job.id,), "pod unschedulable: cheapest fitting offering"))
+        for claim in claims:
+            choice = self._cheapest(claim.options)
+            if choice is None:
+                continue
+            o, pool = choice
+            self._planned[o.key] = self._planned.get(o.key, 0) + 1
+            units = tuple(j.id for j in claim.pods)
+            reason = f"{len(units)} pod(s) unschedulable: one NodeClaim, cheapest type fitting all"
+            cmds.append(view.scale_up(pool, o, 1, units, reason))
         for job in gangs:
             names: list[str] = [n.name for n in job.nominated]
+            claim_options = _Claim(offers).fits(job.gpus_per_node, job.spot_ok)
             for _ in range(job.nodes - len(job.nominated)):
-                choice = self._cheapest(view, now, job)
+                choice = self._cheapest(claim_options)
                 if choice is None:
                     break
                 o, pool = choice
@@ -144,6 +191,28 @@ class KarpenterLikePolicy:
                 names += cmd.names
             nominations[job.id] = tuple(names)
         return cmds
+
+    def _launchable(self, view: ReplayView, now: float) -> list[tuple[Offering, Pool]]:
+        """Offerings not in the unavailable-offerings cache, with their pool."""
+        out = []
+        for o in view.offerings():
+            if self._ice.get(o.key, -math.inf) > now:
+                continue
+            pool = next((p for p in self._pools if p.can_launch(o.key)), None)
+            if pool is not None:
+                out.append((o, pool))
+        return out
+
+    def _cheapest(self, options: list[tuple[Offering, Pool]]) -> tuple[Offering, Pool] | None:
+        best = None
+        for o, pool in options:
+            k = o.key
+            if o.available_nodes is not None and o.available_nodes - self._planned.get(k, 0) < 1:
+                continue
+            rank = (PRIORITY[k.capacity_type], o.hourly_usd, o.gpus_per_node, k.zone)
+            if best is None or rank < best[0]:
+                best = (rank, o, pool)
+        return (best[1], best[2]) if best else None
 
     def _choose(self, view: ReplayView, now: float) -> None:
         """Empty nodes past consolidateAfter, within the disruption budget."""

@@ -1,48 +1,54 @@
-"""`slurm-power-save`: Slurm's power saving as slurm-gcp configures it, on 8-GPU nodes only.
+"""`slurm-power-save`: Slurm's power saving as slurm-gcp configures it, on the simulated Slurm (`simslurm`).
 
-Every node is a `State=CLOUD` 8-GPU node (one nodeset per zone; a reservation nodeset, when the
-scenario has one, gets the lowest Weight so Slurm allocates it first).  Slurm allocates a job
-that fits nowhere to powered-down nodes at once, packing small jobs onto nodes already powering
-up (select/cons_tres), and calls ResumeProgram for the batch 1-3 s later; `resume_delay_s` models that
-delay but is 0 by default, because gpu-fleet is driven by the same ResumeProgram calls in production
-and the replay does not charge it to either.  The job then waits for exactly those nodes.  A node
-idle for `SuspendTime` (300 s, slurm-gcp's default) is suspended: SuspendProgram deletes the VM.
-When ResumeProgram fails (stockout), slurm-gcp marks the nodes DOWN and the job is requeued;
-slurmsync returns them to service after about a minute (`down_s`), so Slurm tries the other
-nodesets meanwhile.  On-demand only: stock slurm-gcp nodesets do not use spot for a subset of
-jobs."""
+slurm-gcp's documented defaults (its Terraform `cloud_parameters` variable of the controller / slurm_files
+modules: `resume_rate = 0, resume_timeout = 300, suspend_rate = 0, suspend_timeout = 300`; SuspendTime 300 s in
+its partition defaults; ResumeRate/SuspendRate 0 = no rate limit, which is what the simulation does):
+
+- every node is a `State=CLOUD` 8-GPU on-demand node (stock nodesets do not use spot for a subset of jobs); a
+  reservation nodeset, when the scenario has one, gets the lowest Weight so Slurm allocates it first;
+- slurmctld allocates jobs to powered-down nodes at submit and calls ResumeProgram (slurm-gcp's resume.py)
+  with the batch: it creates those instances in the nodeset's zone order; a refused bulk insert (stockout)
+  marks the nodes DOWN at once and Slurm requeues the job; slurmsync returns DOWN nodes to service after
+  about a minute (`down_s`), the offering is skipped meanwhile;
+- **ResumeTimeout** 300 s: a node not registered by then goes DOWN, the job is requeued and ResumeFailProgram
+  (slurm-gcp: suspend.py) deletes the instance.  A boot longer than 300 s would never start a job on a stock
+  slurm-gcp cluster; the replay then uses the next multiple of 300 s above the scenario's boot (what an operator
+  has to set) and says so in `settings`;
+- SuspendTime 300 s idle -> SuspendProgram deletes the VM; SuspendTimeout 300 s before the name is reusable."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from autoscaler.cloud import Offering, OfferingKey, ProviderError
-from autoscaler.model import Command, DeleteNodes, Pool, ScaleUp
-from autoscaler.replay.baselines.common import first_fit, uncovered
-from autoscaler.replay.policy import Decision, ReplayView
+from autoscaler.cloud import OfferingKey
+from autoscaler.model import Pool, ScaleUp, request_id_for
 from autoscaler.replay.scenario import Scenario
+from autoscaler.replay.simslurm import SimSlurm, SlurmSettings
+from autoscaler.replay.state import Job
 from fleet.catalog import CapacityType
+
+#: slurm-gcp cloud_parameters defaults (see the module docstring)
+SLURM_GCP_RESUME_TIMEOUT_S = 300.0
+SLURM_GCP_SUSPEND_TIMEOUT_S = 300.0
+SLURM_GCP_SUSPEND_TIME_S = 300.0
 
 
 @dataclass
 class SlurmPowerSavePolicy:
-    suspend_time_s: float = 300.0
-    resume_delay_s: float = 0.0
+    suspend_time_s: float = SLURM_GCP_SUSPEND_TIME_S
+    resume_timeout_s: float | None = None  # None: slurm-gcp's 300 s, raised past the boot when needed
     down_s: float = 60.0
     name: str = "slurm-power-save"
     description: str = (
-        "Slurm power saving (slurm-gcp): 8-GPU CLOUD nodes resumed per unplaced job, suspended after "
-        "SuspendTime=300 s idle, on-demand"
-    )
-    binds_nominations: bool = True
-    #: the reservation's nodeset has the lowest Weight; every other node the same
-    placement_weights: dict[CapacityType, int] | None = field(
-        default_factory=lambda: {CapacityType.RESERVATION: 1, CapacityType.ON_DEMAND: 10}
+        "Slurm power saving (slurm-gcp defaults) on the simulated Slurm: 8-GPU CLOUD nodes allocated at submit, "
+        "ResumeTimeout 300 s, SuspendTime 300 s, on-demand"
     )
     _pools: list[Pool] = field(default_factory=list)
     _down: dict[OfferingKey, float] = field(default_factory=dict)
-    _since: float | None = None  # oldest unlaunched allocation
-    _planned: dict[OfferingKey, int] = field(default_factory=dict)  # nodes asked of each offering this decision
+    _timeout: float = SLURM_GCP_RESUME_TIMEOUT_S
+    _returns: list[tuple[float, list[str]]] = field(default_factory=list)
 
     def pools(self, scenario: Scenario) -> list[Pool]:
         m = scenario.reservation_machine
@@ -51,68 +57,87 @@ class SlurmPowerSavePolicy:
         self._pools = scenario.pools([m.name], spot=False)
         return self._pools
 
-    def _offers(self, view: ReplayView, now: float) -> list[tuple[Offering, Pool]]:
-        out = []
-        for o in view.offerings():
-            if self._down.get(o.key, 0.0) > now:
-                continue
-            pool = next((p for p in self._pools if p.can_launch(o.key)), None)
-            if pool is not None:
-                out.append((o, pool))
-        out.sort(key=lambda op: (op[0].key.capacity_type is not CapacityType.RESERVATION, op[0].key.zone))
-        return out
+    def slurm_settings(self, scenario: Scenario) -> SlurmSettings:
+        t = self.resume_timeout_s
+        if t is None:
+            t = SLURM_GCP_RESUME_TIMEOUT_S
+            if scenario.ready_s >= t:
+                t = math.floor(scenario.ready_s / SLURM_GCP_RESUME_TIMEOUT_S + 1) * SLURM_GCP_RESUME_TIMEOUT_S
+        self._timeout = t
+        return SlurmSettings(
+            resume_timeout_s=t,
+            suspend_time_s=self.suspend_time_s,
+            suspend_timeout_s=SLURM_GCP_SUSPEND_TIMEOUT_S,
+            weights={CapacityType.RESERVATION: 1, CapacityType.ON_DEMAND: 10},
+            suspend_exc=frozenset(),  # stock slurm-gcp power-saves every dynamic node
+        )
 
-    def decide(self, view: ReplayView, now: float, reasons: frozenset[str]) -> Decision:
-        cmds: list[Command] = []
-        wake: list[float] = []
-        self._planned = {}
-        # SuspendProgram: idle nodes past SuspendTime
-        victims: dict[str, list[str]] = {}
-        for n in view.state.idle.values():
-            if n.nominated_for is None and not n.jobs:
-                if now - n.since >= self.suspend_time_s:
-                    victims.setdefault(n.pool, []).append(n.name)
-                else:
-                    wake.append(n.since + self.suspend_time_s)
-        for pool, names in victims.items():
-            cmds.append(DeleteNodes(pool, tuple(sorted(names)), f"idle for SuspendTime={self.suspend_time_s:g}s"))
-        # ResumeProgram: power up nodes for jobs that fit nowhere
-        singles, gangs = uncovered(view.state)
-        failed_any = False
-        if singles or gangs:
-            if self._since is None:
-                self._since = now
-            if now - self._since < self.resume_delay_s:
-                wake.append(self._since + self.resume_delay_s)
-            else:
-                self._since = None
-                nominations: dict[str, tuple[str, ...]] = {}
-                for members in first_fit(singles, 8):
-                    cmd = self._resume(view, now, 1, tuple(j.id for j in members))
-                    if cmd is None:
-                        failed_any = True
-                        break
-                    cmds.append(cmd)
-                for job in gangs:
-                    cmd = self._resume(view, now, job.nodes - len(job.nominated), (job.id,))
-                    if cmd is None:
-                        failed_any = True
-                        break
-                    cmds.append(cmd)
-                    nominations[job.id] = cmd.names
-                downs = [t for t in self._down.values() if t > now]
-                if failed_any and downs:
-                    wake.append(min(downs))
-                return Decision(tuple(cmds), nominations, wake_at=min(wake) if wake else None)
-        return Decision(tuple(cmds), wake_at=min(wake) if wake else None)
+    def settings(self) -> dict[str, float]:
+        return {"resume_timeout_s": self._timeout, "suspend_time_s": self.suspend_time_s, "down_s": self.down_s}
 
-    def _resume(self, view: ReplayView, now: float, count: int, units: tuple[str, ...]) -> ScaleUp | None:
-        for o, pool in self._offers(view, now):
-            if o.available_nodes is not None and o.available_nodes - self._planned.get(o.key, 0) < count:
+    # ---- slurm-gcp's hooks ------------------------------------------------------------------------------
+
+    def resume(self, sim: SimSlurm, names: Sequence[str], jobs: Mapping[str, Job | None]) -> None:
+        """resume.py: one bulk insert per (nodeset, job); the zone is the nodeset's (first not DOWN here)."""
+        groups: dict[tuple[str, int], list[str]] = {}
+        for n in names:
+            job = jobs.get(n)
+            groups.setdefault((sim.names[n].pool.name, job.idx if job else -1), []).append(n)
+        for (pool_name, _), ns in groups.items():
+            pool = sim.pools[pool_name]
+            offer = self._offering(sim, pool)
+            if offer is None:
+                self._fail(sim, ns)
                 continue
-            self._planned[o.key] = self._planned.get(o.key, 0) + count
-            return view.scale_up(pool, o, count, units, "ResumeProgram", gang=count > 1)
+            key, hourly = offer
+            cmd = ScaleUp(
+                pool=pool_name,
+                offering=key,
+                names=tuple(ns),
+                request_id=request_id_for(pool_name, key, tuple(ns), sim.now),
+                units=(),
+                reason="ResumeProgram",
+                gang=len(ns) > 1,
+                hourly_usd=0.0 if key.reservation else hourly * len(ns),
+            )
+            if sim.launch(cmd) is not None:
+                self._down[key] = sim.now + self.down_s
+                self._fail(sim, ns)
+
+    def _offering(self, sim: SimSlurm, pool: Pool) -> tuple[OfferingKey, float] | None:
+        for o in sorted(sim.offerings(), key=lambda o: o.key.zone):
+            if pool.can_launch(o.key) and self._down.get(o.key, 0.0) <= sim.now:
+                if o.available_nodes is not None and o.available_nodes < 1:
+                    continue
+                return o.key, o.hourly_usd
         return None
 
-    def on_launch_failure(self, command: ScaleUp, error: ProviderError, now: float) -> None:
-        self._down[command.offering] = now + self.down_s
+    def _fail(self, sim: SimSlurm, names: list[str]) -> None:
+        sim.fail_resume(names)
+        self._returns.append((sim.now + self.down_s, names))
+        sim.wake(sim.now + self.down_s)
+
+    def suspend(self, sim: SimSlurm, names: Sequence[str]) -> None:
+        by_pool: dict[str, list[str]] = {}
+        for n in names:
+            by_pool.setdefault(sim.names[n].pool.name, []).append(n)
+        for pool, ns in by_pool.items():
+            sim.delete(pool, ns)
+
+    def resume_fail(self, sim: SimSlurm, names: Sequence[str]) -> None:
+        """ResumeFailProgram = suspend.py: delete the instance; slurmsync returns the node after `down_s`."""
+        for n in names:
+            nm = sim.names.get(n)
+            if nm is not None and nm.launched:
+                sim.delete(nm.pool.name, [n])
+            elif nm is not None:
+                self._returns.append((sim.now + self.down_s, [n]))
+                sim.wake(sim.now + self.down_s)
+
+    def tick(self, sim: SimSlurm) -> float | None:
+        """slurmsync: DOWN nodes back in service once their time is up."""
+        due = [ns for t, ns in self._returns if t <= sim.now]
+        self._returns = [(t, ns) for t, ns in self._returns if t > sim.now]
+        for ns in due:
+            sim.return_to_service(ns)
+        return min((t for t, _ in self._returns), default=None)

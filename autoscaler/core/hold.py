@@ -1,0 +1,60 @@
+"""The reservation hold on a real scheduler: overflow pools kept unavailable until waiting is no longer cheaper.
+
+Slurm allocates powered-down CLOUD nodes at submit, so a job can only wait for busy paid-for (reserved) capacity
+if the overflow nodes are not allocatable.  With a reservation and a hold (`Policy.batch_window_s > 0`, the
+settings rule's reservation hold), every non-reservation pool is *held*: its powered-down nodes are kept drained
+(`idle~` + DRAIN: Slurm leaves jobs PENDING with reason Resources instead of powering them up).  The queue-depth
+plan sees those PENDING jobs; while the planner's batch window holds them they wait (a reserved node that frees
+up takes them: Slurm schedules it by itself); once the window ends the plan launches for them, and the source
+releases (undrains) that many powered-down names of the planned pool, which Slurm then allocates to the pending
+jobs and resumes as usual.  A released name that no job took within `release_grace_s` is held again.
+
+Pure functions; the daemon (`autoscaler/daemon/tick.py`) and the replay (`autoscaler/replay/gpu_fleet.py` over
+`simslurm`) both call them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from autoscaler.model import Plan, Policy, Pool
+from fleet.catalog import CapacityType
+
+#: a released name nobody took is held again after this long (Slurm allocates within a scheduling pass)
+RELEASE_GRACE_S = 30.0
+
+
+def held_pools(pools: Iterable[Pool], policy: Policy) -> frozenset[str]:
+    """The pools kept unavailable to the scheduler: every non-reservation pool, when the fleet has a reservation
+    pool and the policy holds launches (`batch_window_s > 0`); none otherwise."""
+    ps = list(pools)
+    if policy.batch_window_s <= 0 or not any(p.capacity_type is CapacityType.RESERVATION for p in ps):
+        return frozenset()
+    return frozenset(p.name for p in ps if p.capacity_type is not CapacityType.RESERVATION)
+
+
+def release_names(
+    plan: Plan,
+    held: frozenset[str],
+    candidates: Mapping[str, Sequence[str]],
+    outstanding: Mapping[str, int] | None = None,
+) -> dict[str, tuple[str, ...]]:
+    """Pool -> the held names to release now: as many as the plan launches in each held pool, less the names
+    released recently that the scheduler has not allocated yet (`outstanding`: its scheduling pass may not have
+    run), taken in order from `candidates` (the pool's powered-down names the scheduler shows held, lowest index
+    first: those it will allocate).  The plan's own names are not used: the planner does not know which names the
+    scheduler still has powering down."""
+    want: dict[str, int] = {}
+    for su in plan.scale_ups:
+        if su.pool in held:
+            want[su.pool] = want.get(su.pool, 0) + su.count
+    out: dict[str, tuple[str, ...]] = {}
+    for pool, n in want.items():
+        n -= (outstanding or {}).get(pool, 0)
+        if n > 0 and candidates.get(pool):
+            out[pool] = tuple(candidates[pool][:n])
+    return out
+
+
+def name_index(name: str) -> int:
+    tail = name.rpartition("-")[2]
+    return int(tail) if tail.isdigit() else 1 << 30

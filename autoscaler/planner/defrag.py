@@ -1,0 +1,142 @@
+"""Fragmentation passes: small work must not pin large nodes when a smaller shape costs no more.
+
+When shapes of one GPU type cost the same per GPU-hour (a3-highgpu 1g/2g/4g/8g), a 1-GPU job on
+an 8-GPU node saves nothing and risks everything: the node is billed whole for as long as any job
+runs on it, so one long small job keeps seven paid GPUs idle for hours.  The node's "step down"
+is the largest smaller shape of its GPU type and capacity type, launchable by some pool, whose
+$/GPU-h is no higher than the node's own (`step_down`).  A node whose used GPUs fit its step down
+is *oversized* for its work.  Two pure passes follow:
+
+- `placement_caps`: the planner places a unit of `g` GPUs on a node only if the node is not left
+  oversized (used + g > step down); otherwise the unit gets its own right-sized capacity.
+- `cordon_oversized`: a partly used oversized node is cordoned (`Drain`): it takes no new work,
+  its running jobs finish undisturbed, and the scale-down pass deletes it once it is empty.
+
+Reservation capacity is paid for whether used or not (marginal $/GPU-h 0), so a reserved node is
+never oversized; neither is a node with no smaller shape at its price (then packing is the saving).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+
+from autoscaler.cloud import Offering
+from autoscaler.model import Drain, Inventory, NodeState, Policy, Pool
+from autoscaler.planner.offers import marginal_hourly
+
+_REL_EPS = 1e-6  # prices within a millionth are "the same per GPU"
+
+
+def step_down(pools: Iterable[Pool], offerings: Iterable[Offering]) -> dict[str, int]:
+    """Pool name -> GPUs of its step-down shape (0: none, the pool's nodes are never oversized).
+
+    The step down of a pool of G GPUs is the largest s < G such that some pool of the same
+    provider, GPU type and capacity type launches an s-GPU shape at a $/GPU-h no higher than the
+    cheapest of the pool's own offerings."""
+    pools = list(pools)
+    rate: dict[tuple[str, str, str, int], float] = {}  # (provider, gpu type, capacity, gpus) -> min $/GPU-h
+    by_machine: dict[tuple[str, str, str], float] = {}  # (provider, machine type, capacity) -> min $/GPU-h
+    for o in offerings:
+        k = o.key
+        if o.gpus_per_node <= 0:
+            continue
+        per_gpu = marginal_hourly(o) / o.gpus_per_node
+        mk = (k.provider, k.machine_type, str(k.capacity_type))
+        by_machine[mk] = min(by_machine.get(mk, per_gpu), per_gpu)
+    launchable = {(p.provider, p.machine_type, str(p.capacity_type)) for p in pools}
+    for p in pools:
+        mk = (p.provider, p.machine_type, str(p.capacity_type))
+        if mk in by_machine and mk in launchable:
+            rk = (p.provider, p.gpu_type, str(p.capacity_type), p.gpus_per_node)
+            rate[rk] = min(rate.get(rk, by_machine[mk]), by_machine[mk])
+    out: dict[str, int] = {}
+    for p in pools:
+        own = by_machine.get((p.provider, p.machine_type, str(p.capacity_type)))
+        best = 0
+        if own is not None and own > 0:
+            for (prov, gtype, cap, gpus), r in rate.items():
+                if (
+                    prov == p.provider
+                    and gtype == p.gpu_type
+                    and cap == str(p.capacity_type)
+                    and best < gpus < p.gpus_per_node
+                    and r <= own * (1 + _REL_EPS)
+                ):
+                    best = gpus
+        out[p.name] = best
+    return out
+
+
+def placement_caps(steps: Mapping[str, int], pools: Mapping[str, Pool], gpus: int) -> dict[str, int]:
+    """Pool name -> the most free GPUs a node of that pool may have for a unit of `gpus` GPUs to be
+    placed on it without leaving it oversized: used + gpus > step down, i.e. free < G - step + gpus.
+    Pools without a step down are absent (no cap)."""
+    out: dict[str, int] = {}
+    for name, s in steps.items():
+        if s <= 0 or name not in pools:
+            continue
+        g_node = pools[name].gpus_per_node
+        out[name] = g_node - s + gpus - 1
+    return out
+
+
+def cordon_oversized(
+    inventory: Inventory, steps: Mapping[str, int], policy: Policy, in_use: Collection[str] = ()
+) -> list[Drain]:
+    """Drain commands (one per pool, names sorted) for busy nodes whose used GPUs fit their pool's
+    step-down shape.  Running work is never stopped: a drained node finishes its jobs and is
+    deleted once empty.  Nodes `in_use` (this plan placed work on them) are left alone."""
+    if not policy.defragment:
+        return []
+    out: list[Drain] = []
+    for pool in inventory.pools:
+        s = steps.get(pool.name, 0)
+        if s <= 0:
+            continue
+        names = sorted(
+            n.name
+            for n in inventory.nodes_by_pool[pool.name]
+            if n.state is NodeState.BUSY and 0 < n.gpus_used <= s and n.gpus_free > 0 and n.name not in in_use
+        )
+        if names:
+            out.append(
+                Drain(
+                    pool.name,
+                    tuple(names),
+                    f"oversized for its work: its used GPUs fit a {s}-GPU shape at no higher $/GPU-h; "
+                    "cordoned so new work gets right-sized nodes, deleted once its running jobs end",
+                )
+            )
+    return out
+
+
+def pool_gpu_prices(pools: Iterable[Pool], offerings: Iterable[Offering]) -> dict[str, float]:
+    """Pool name -> the marginal $/GPU-h of its cheapest offering (0 for reservation capacity)."""
+    by_machine: dict[tuple[str, str, str], float] = {}
+    for o in offerings:
+        if o.gpus_per_node > 0:
+            mk = (o.key.provider, o.key.machine_type, str(o.key.capacity_type))
+            v = marginal_hourly(o) / o.gpus_per_node
+            by_machine[mk] = min(by_machine.get(mk, v), v)
+    out: dict[str, float] = {}
+    for p in pools:
+        v = by_machine.get((p.provider, p.machine_type, str(p.capacity_type)))
+        if v is not None:
+            out[p.name] = v
+    return out
+
+
+def worth_reusing(pool_gpu_usd: float, new_gpu_usd: float, policy: Policy) -> bool:
+    """Is running a unit for its expected run on a node billed `pool_gpu_usd` per GPU-h no dearer than
+    new capacity at `new_gpu_usd` (billed from launch, so boot included) plus the boot's wait?"""
+    d = policy.expected_run_s
+    if d is None or pool_gpu_usd <= new_gpu_usd:
+        return True
+    boot = policy.expected_boot_s
+    w = policy.wait_value_usd_per_gpu_hour
+    w = pool_gpu_usd if w is None else w
+    return pool_gpu_usd * d <= new_gpu_usd * (d + boot) + w * boot
+
+
+def cordoned_names(drains: Iterable[Drain]) -> set[str]:
+    return {name for d in drains for name in d.nodes}

@@ -1,0 +1,167 @@
+"""The settings rule: facts about a fleet and its workload -> the gpu-fleet `Policy`, no sweep.
+
+`policy_for(facts)` is pure and is what both the daemon and the replay call, so both run with the
+same settings for the same facts.  Its reasoning (docs/planner.md, "Settings from a rule"):
+
+- **Wait value** `w` ($ per GPU-hour of a job waiting; default: the shape's on-demand $/GPU-h).
+- **Idle keep, per shape** (ski rental).  Keeping an idle node of g GPUs at price p per GPU-hour
+  costs g*p per hour; the next job it serves is spared a boot, worth g * boot * (p + w) (the
+  boot it is not billed for, and the wait it does not have).  Keeping pays off in expectation iff
+  jobs for that shape arrive faster than one per break-even time T = boot * (1 + w / p) (for
+  Poisson arrivals keep-or-not is all or nothing); then the node is kept for T, the deterministic
+  ski-rental choice, which never loses more than one boot's worth per idle spell when arrivals
+  stop.  Otherwise it is deleted at once.  Jobs end about as often as they arrive, so the warm
+  pool only absorbs the fluctuation of arrivals over T, about sqrt(lambda * T) (Poisson): at most
+  that many idle nodes of the shape are kept (the most recently idle, the likeliest to be reused).
+- **Reservation hold.**  With paid-for reserved capacity, a unit may wait up to H for a reserved
+  node to free up instead of launching overflow.  What the wait saves is not the job's whole run
+  (the freed reserved node would soon serve the next arrival anyway) but the idle gap until that
+  arrival, about 1/lambda of reserved GPU time, worth S = p / lambda per GPU; reserved nodes free
+  up at rate mu = reserved nodes / mean run time.  Waiting h costs w*h; the chance a node frees
+  within h is 1 - exp(-mu*h); the expected gain S*(1 - exp(-mu*h)) - w*h is largest at
+  H = ln(mu*S / w) / mu when mu*S > w, else 0 (launch at once).
+- **Batching** otherwise 0: boots take minutes, so a launch batch window only adds wait.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from autoscaler.model import Policy
+
+
+@dataclass(frozen=True)
+class ShapeFacts:
+    """One machine type the fleet can launch: its GPUs, on-demand $/h per node, and how many jobs
+    per hour arrive whose right-sized shape it is (the cheapest shape per GPU that fits, smallest
+    on ties; a gang of n nodes counts n arrivals)."""
+
+    machine_type: str
+    gpus: int
+    usd_per_hour: float
+    arrivals_per_hour: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.gpus < 1:
+            raise ValueError(f"ShapeFacts.gpus: must be >= 1, got {self.gpus} ({self.machine_type})")
+        if self.usd_per_hour < 0 or self.arrivals_per_hour < 0:
+            raise ValueError(f"ShapeFacts: price and arrival rate must be >= 0 ({self.machine_type})")
+
+    @property
+    def usd_per_gpu_hour(self) -> float:
+        return self.usd_per_hour / self.gpus
+
+
+@dataclass(frozen=True)
+class FleetFacts:
+    """What the rule needs to know: boot time (launch request to ready), the shapes, the reserved
+    nodes (0: none) and the observed workload (arrival rate of jobs, mean run time)."""
+
+    boot_s: float
+    shapes: tuple[ShapeFacts, ...]
+    reserved_nodes: int = 0
+    arrivals_per_hour: float = 0.0  # all jobs
+    mean_run_s: float | None = None
+    wait_value_usd_per_gpu_hour: float | None = None  # None: each shape's on-demand $/GPU-h
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        if self.boot_s < 0:
+            raise ValueError(f"FleetFacts.boot_s: must be >= 0, got {self.boot_s}")
+        if self.reserved_nodes < 0:
+            raise ValueError(f"FleetFacts.reserved_nodes: must be >= 0, got {self.reserved_nodes}")
+        w = self.wait_value_usd_per_gpu_hour
+        if w is not None and w < 0:
+            raise ValueError(f"FleetFacts.wait_value_usd_per_gpu_hour: must be >= 0, got {w}")
+
+    def wait_value(self, shape: ShapeFacts) -> float:
+        w = self.wait_value_usd_per_gpu_hour
+        return shape.usd_per_gpu_hour if w is None else w
+
+
+def break_even_idle_s(boot_s: float, usd_per_gpu_hour: float, wait_value: float) -> float:
+    """T = boot * (1 + w / p): idle time that costs as much as one boot saved (billing + wait)."""
+    if usd_per_gpu_hour <= 0:
+        return math.inf
+    return boot_s * (1.0 + wait_value / usd_per_gpu_hour)
+
+
+def idle_keep_s(shape: ShapeFacts, boot_s: float, wait_value: float) -> float:
+    """How long an idle node of `shape` is kept: T when its jobs arrive faster than one per T, else 0."""
+    t = break_even_idle_s(boot_s, shape.usd_per_gpu_hour, wait_value)
+    if math.isinf(t):
+        return t
+    return t if shape.arrivals_per_hour * t / 3600.0 > 1.0 else 0.0
+
+
+def warm_nodes(shape: ShapeFacts, boot_s: float, wait_value: float) -> int:
+    """How many idle nodes of `shape` to keep at once.  Jobs end about as often as they arrive, so
+    idle nodes are refilled as fast as they are taken: what a warm pool absorbs is the fluctuation
+    of arrivals over the break-even window T, about sqrt(lambda * T) (Poisson), and an idle node
+    beyond that is unlikely to be reused before T."""
+    t = break_even_idle_s(boot_s, shape.usd_per_gpu_hour, wait_value)
+    return max(1, int(math.sqrt(shape.arrivals_per_hour * t / 3600.0)))
+
+
+def reservation_hold_s(facts: FleetFacts) -> float:
+    """H = ln(mu*S / w) / mu (0 when waiting cannot pay, or nothing is reserved); see the module doc."""
+    if not facts.reserved_nodes or not facts.mean_run_s or facts.arrivals_per_hour <= 0 or not facts.shapes:
+        return 0.0
+    big = max(facts.shapes, key=lambda s: (s.gpus, -s.usd_per_hour))  # the reserved shape
+    p = big.usd_per_gpu_hour / 3600.0  # $ per GPU-second
+    w = facts.wait_value(big) / 3600.0
+    mu = facts.reserved_nodes / facts.mean_run_s  # reserved nodes freeing up, per second
+    gain = p * 3600.0 / facts.arrivals_per_hour  # S: $ per GPU of reserved time not left idle
+    if w <= 0:
+        return facts.mean_run_s  # waiting is free: wait up to a typical run
+    x = mu * gain / w
+    return math.log(x) / mu if x > 1.0 else 0.0
+
+
+def policy_for(facts: FleetFacts, base: Policy | None = None) -> Policy:
+    """The gpu-fleet settings for `facts`, on top of `base` (limits and other knobs kept)."""
+    base = base or Policy()
+    keep = {
+        s.machine_type: round(idle_keep_s(s, facts.boot_s, facts.wait_value(s)), 1)
+        for s in sorted(facts.shapes, key=lambda s: s.machine_type)
+    }
+    warm = {
+        s.machine_type: warm_nodes(s, facts.boot_s, facts.wait_value(s))
+        for s in facts.shapes
+        if keep.get(s.machine_type, 0) > 0 and not math.isinf(keep[s.machine_type])
+    }
+    hold = round(reservation_hold_s(facts), 1)
+    return replace(
+        base,
+        idle_timeout_s=min(keep.values(), default=0.0),
+        idle_timeout_by_machine=keep,
+        idle_keep_max_by_machine=warm,
+        batch_window_s=hold,
+        batch_idle_s=hold,
+        wait_value_usd_per_gpu_hour=facts.wait_value_usd_per_gpu_hour,
+        defragment=True,
+        expected_run_s=facts.mean_run_s,
+        expected_boot_s=facts.boot_s,
+    )
+
+
+def right_sized(shapes: Sequence[ShapeFacts], gpus_per_node: int) -> ShapeFacts | None:
+    """The shape a unit of `gpus_per_node` GPUs gets: cheapest per GPU that fits, then the smallest."""
+    fits = [s for s in shapes if s.gpus >= gpus_per_node]
+    return min(fits, key=lambda s: (round(s.usd_per_gpu_hour, 6), s.gpus), default=None)
+
+
+def with_arrivals(
+    shapes: Sequence[ShapeFacts], jobs: Iterable[tuple[int, int]], span_s: float
+) -> tuple[ShapeFacts, ...]:
+    """`shapes` with `arrivals_per_hour` counted from `jobs` ((nodes, gpus per node) per job seen
+    over `span_s` seconds): each job counts `nodes` arrivals for its right-sized shape."""
+    counts: dict[str, int] = {}
+    for nodes, gpus in jobs:
+        s = right_sized(shapes, gpus)
+        if s is not None:
+            counts[s.machine_type] = counts.get(s.machine_type, 0) + nodes
+    hours = max(span_s, 1.0) / 3600.0
+    return tuple(replace(s, arrivals_per_hour=counts.get(s.machine_type, 0) / hours) for s in shapes)

@@ -1,0 +1,634 @@
+"""A simulated slurmctld with power-saved `State=CLOUD` nodes, and the replay loop around it.
+
+What it does is what Slurm 22.05 does with CLOUD nodes (docs/autoscaler.md, /work/shared/recipes "Learned the
+hard way", checked on a real slurmctld in tests/e2e):
+
+- **Allocation at submit.** A job is allocated nodes at once, powered-down ones included: the lowest node
+  Weight first (`CAPACITY_WEIGHT`, as `fleet render slurm-conf` renders it: reservation 1, spot 10, flex 20,
+  on-demand 30); only if that tier cannot hold the job are the next tier's nodes added (slurm.conf `Weight`).
+  Within a tier nodes are taken in Slurm's node-table order (pools as configured, then index), powered-up
+  nodes with room and powered-down ones alike: Slurm 22.05 has no preference for nodes already up
+  (`PreferPoweredUpNodes` does not exist before 25.x).  Powered-down nodes are POWERING_UP from then on and
+  the job is CONFIGURING until every one of its nodes registered; small jobs pack onto nodes already powering
+  up.  A job stays PENDING only when it cannot be placed (every name in use, DOWN or powering down).
+- **ResumeProgram** is called `resume_batch_s` after the first allocation of a batch with every name
+  allocated since, and the job -> names map (`SLURM_RESUME_FILE`).
+- **ResumeTimeout**: a node not registered `resume_timeout_s` after its allocation goes DOWN, its jobs are
+  requeued (eligible again after `requeue_hold_s`: Slurm's BeginTime on requeue, ~2 min on the e2e cluster)
+  and ResumeFailProgram is called; the node is unusable until the driver returns it to service.
+- **SuspendTime**: a registered node idle for `suspend_time_s` gets SuspendProgram; the name is powering down
+  (unusable) for `suspend_timeout_s`, then powered down (allocatable) again.
+- A preempted (spot) instance: its jobs are requeued and the node powers down (what the daemon's
+  `power_down_force` and slurm-gcp's slurmsync both do).
+
+The autoscaler on top is a `SlurmDriver`: it gets the ResumeProgram / SuspendProgram / ResumeFailProgram calls
+and timer ticks, and acts through the same commands a real one has (launch by name, delete by name, drain,
+`state=resume`).  The engine exposes what `metrics.policy_metrics` reads (state, cloud, counters, span)."""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from autoscaler.cloud import InsufficientCapacity, OfferingKey, ProviderError, QuotaExceeded
+from autoscaler.model import NodeState, Pool, ScaleUp
+from autoscaler.replay.engine import EngineCounters, Timeline
+from autoscaler.replay.scenario import Scenario
+from autoscaler.replay.state import ClusterState, Job, JobState, ReplayError, SimNode
+from autoscaler.replay.trace import TraceJob
+from autoscaler.sim import NodeEventKind, SimClock, SimCloud, SimConfig
+from fleet.catalog import CapacityType, load_catalog
+from fleet.slurm.conf import CAPACITY_WEIGHT
+
+_SUBMIT, _END, _RESUME, _TIMEOUT, _IDLE, _RETURN, _TICK, _ELIGIBLE = range(8)
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """The power-saving keys of slurm.conf the simulation obeys."""
+
+    resume_timeout_s: float = 1800.0  # fleet spec default (fleet/spec/model.py SlurmSpec.resume_timeout)
+    suspend_time_s: float = 300.0  # fleet spec default SuspendTime
+    suspend_timeout_s: float = 300.0  # fleet/slurm/conf.py renders SuspendTimeout=300
+    resume_batch_s: float = 1.0  # ResumeProgram runs 1-3 s after the allocation, batching jobs
+    requeue_hold_s: float = 120.0  # a requeued job's BeginTime (observed on slurmctld 22.05 in tests/e2e)
+    weights: Mapping[CapacityType, int] = field(default_factory=lambda: dict(CAPACITY_WEIGHT))
+    #: SuspendExcNodes by capacity type: pools of these types are never suspended (fleet/slurm/conf.py renders
+    #: every reservation pool there, plus pool minimums, which the replay's pools do not have)
+    suspend_exc: frozenset[CapacityType] = frozenset({CapacityType.RESERVATION})
+
+
+class SlurmDriver(Protocol):
+    """The autoscaler behind slurmctld's power-save hooks in a replay."""
+
+    name: str
+    description: str
+
+    def pools(self, scenario: Scenario) -> list[Pool]: ...
+
+    def slurm_settings(self, scenario: Scenario) -> SlurmSettings: ...
+
+    def resume(self, sim: SimSlurm, names: Sequence[str], jobs: Mapping[str, Job | None]) -> None:
+        """ResumeProgram: `names` were allocated (to `jobs[name]`, None without a job)."""
+
+    def suspend(self, sim: SimSlurm, names: Sequence[str]) -> None:
+        """SuspendProgram: the nodes are idle past SuspendTime."""
+
+    def resume_fail(self, sim: SimSlurm, names: Sequence[str]) -> None:
+        """ResumeFailProgram: the nodes missed ResumeTimeout (now DOWN)."""
+
+    def tick(self, sim: SimSlurm) -> float | None:
+        """A timer the driver asked for fired (or something changed); return when to be called next."""
+
+
+@dataclass(eq=False)
+class _Name:
+    """A configured CLOUD node name that is not powered down: allocated, up, DOWN or powering down."""
+
+    node: SimNode
+    pool: Pool
+    index: int
+    launched: bool = False
+    down: bool = False
+    allocated_at: float = 0.0
+
+
+class SimSlurm:
+    """slurmctld + the sim cloud + a driver, over one trace (see the module docstring)."""
+
+    def __init__(
+        self, jobs: Sequence[TraceJob], scenario: Scenario, driver: SlurmDriver, sim_config: SimConfig | None = None
+    ) -> None:
+        if not jobs:
+            raise ReplayError("the trace has no jobs")
+        self.scenario = scenario
+        self.policy = driver
+        self.driver = driver
+        self.conf = driver.slurm_settings(scenario)
+        self.clock = SimClock(min(j.submit for j in jobs) - scenario.ready_s)
+        self.cloud = SimCloud(sim_config or scenario.sim_config(), self.clock)
+        self.state = ClusterState(
+            [Job(i, tj, *tj.shape()) for i, tj in enumerate(sorted(jobs, key=lambda j: (j.submit, j.id)))],
+            checkpoint_interval_s=scenario.checkpoint_interval_s,
+        )
+        self.pool_list = driver.pools(scenario)
+        self.pools: Mapping[str, Pool] = {p.name: p for p in self.pool_list}
+        w = self.conf.weights
+        levels = sorted({w.get(p.capacity_type, 1 << 20) for p in self.pool_list})
+        self.tiers = [[p for p in self.pool_list if w.get(p.capacity_type, 1 << 20) == lv] for lv in levels]
+        self.names: dict[str, _Name] = {}  # every name not powered down
+        self._free: dict[str, list[int]] = {p.name: [] for p in self.pool_list}  # freed indices (heap)
+        self._next: dict[str, int] = {p.name: 0 for p in self.pool_list}
+        self._room: dict[str, dict[str, _Name]] = {p.name: {} for p in self.pool_list}  # allocatable with free GPUs
+        self.idle: dict[str, _Name] = {}  # registered, no job, not draining
+        self.down: dict[str, _Name] = {}
+        self.draining: dict[str, _Name] = {}
+        self._resume_batch: list[str] = []
+        self._heap: list[tuple[float, int, int, object]] = []
+        self._seq = 0
+        self._tick_at = math.inf
+        self._eligible: dict[int, float] = {}  # requeued job idx -> BeginTime
+        #: held pools (the reservation hold, `autoscaler.core.hold`): their powered-down names are drained, only
+        #: `released` ones (index -> when) are allocatable
+        self.held: frozenset[str] = frozenset()
+        self.released: dict[str, dict[int, float]] = {p.name: {} for p in self.pool_list}
+        self.release_grace_s = 0.0
+        cat = load_catalog()
+        self.reserved_gpus = sum(
+            r.nodes * cat.machine(r.machine_type).gpu_count for r in self.cloud.config.reservations
+        )
+        self.timeline = Timeline()
+        self.counters = EngineCounters()
+        self.t_start = self.state.jobs[0].submit
+        self.t_end: float | None = None
+        self.wall_s = 0.0
+        self.slurm_counters = {"resume_calls": 0, "resume_timeouts": 0, "suspends": 0, "requeues": 0}
+
+    @property
+    def now(self) -> float:
+        return self.clock.now
+
+    def offerings(self):  # type: ignore[no-untyped-def]
+        return self.cloud.offerings()
+
+    # ---- the loop ---------------------------------------------------------------------------------------
+
+    def run(self, until: float | None = None) -> SimSlurm:
+        """Replay to the end of the trace (or stop at simulated time `until`, for tests)."""
+        wall0 = time.perf_counter()
+        jobs = self.state.jobs
+        n, nxt = len(jobs), 0
+        self._call_tick()
+        while self.state.done < n:
+            t = jobs[nxt].submit if nxt < n else math.inf
+            if self._heap and self._heap[0][0] < t:
+                t = self._heap[0][0]
+            ct = self.cloud.next_event_time()
+            if ct is not None and ct < t:
+                t = ct
+            if until is not None and t > until:
+                self.clock.advance_to(until)
+                self.t_end = until
+                self.wall_s = time.perf_counter() - wall0
+                return self
+            if t == math.inf:
+                raise ReplayError(
+                    f"policy {self.driver.name}: {self.state.pending_count} job(s) pending and nothing will happen "
+                    f"at t={self.now:.0f}"
+                )
+            self.clock.advance_to(t)
+            changed = False
+            for ev in self.cloud.advance(t):
+                self.counters.events += 1
+                nm = self.names.get(ev.name)
+                if nm is None or not nm.launched:
+                    continue
+                if ev.kind is NodeEventKind.REGISTERED:
+                    self._register(nm, t)
+                elif ev.kind is NodeEventKind.PREEMPTED:
+                    self.counters.preemptions += 1
+                    self._lose(nm, t)
+                    changed = True
+            tick = False
+            while self._heap and self._heap[0][0] <= t:
+                _, kind, _, payload = heapq.heappop(self._heap)
+                self.counters.events += 1
+                if kind == _END:
+                    job, attempt = payload  # type: ignore[misc]
+                    if job.state is JobState.RUNNING and job.attempt == attempt:
+                        self._finish(job, t)
+                        changed = True
+                elif kind == _RESUME:
+                    self._fire_resume()
+                elif kind == _TIMEOUT:
+                    nm, node = payload  # type: ignore[misc]
+                    if self.names.get(nm.node.name) is nm and nm.node is node and not node.registered:
+                        self._resume_timeout(nm, t)
+                        changed = True
+                elif kind == _IDLE:
+                    nm, version = payload  # type: ignore[misc]
+                    if self.idle.get(nm.node.name) is nm and nm.node.version == version:
+                        self.slurm_counters["suspends"] += 1
+                        self.driver.suspend(self, [nm.node.name])
+                elif kind == _RETURN:
+                    nm = payload  # type: ignore[assignment]
+                    if self.names.get(nm.node.name) is nm and nm.node.state is NodeState.DELETING:
+                        self._power_off(nm)
+                        changed = True
+                elif kind == _ELIGIBLE:
+                    changed = True
+                elif kind == _TICK and t >= self._tick_at:
+                    self._tick_at = math.inf
+                    tick = True
+            while nxt < n and jobs[nxt].submit <= t:
+                self.state.submit(jobs[nxt])
+                nxt += 1
+                changed = True
+            if changed or self.state.pending_changed:
+                self.schedule(t)
+                if self.state.pending_count:  # jobs Slurm could not place: the daemon sees them at its next poll
+                    self.wake(self.driver_poll(t))
+            if tick:
+                self._call_tick()
+            self.timeline.record(t, self.state.demand_gpus, self._billed_gpus(), self.state.running_gpus)
+        self.t_end = self.now
+        for nm in list(self.names.values()):
+            if nm.node.held_since is not None:
+                self.state.partial_gang_gpu_s += nm.node.gpus * (self.now - nm.node.held_since)
+            if nm.launched:
+                self.cloud.delete(nm.pool.name, [nm.node.name])
+                self.state.remove_node(nm.node, self.now)
+        self.timeline.record(self.now, 0, 0, 0)
+        self.wall_s = time.perf_counter() - wall0
+        return self
+
+    def _push(self, t: float, kind: int, payload: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, kind, self._seq, payload))
+
+    def wake(self, at: float | None) -> None:
+        """Call the driver's `tick` at `at` (the earliest asked for wins)."""
+        if at is None:
+            return
+        at = max(at, self.now)
+        if at < self._tick_at:
+            self._tick_at = at
+            self._push(at, _TICK, None)
+
+    def _call_tick(self) -> None:
+        self.counters.decide_calls += 1
+        self.wake(self.driver.tick(self))
+
+    def _billed_gpus(self) -> int:
+        st = self.state
+        return st.provisioned_gpus - st.provisioned_by_capacity.get(CapacityType.RESERVATION, 0) + self.reserved_gpus
+
+    # ---- scheduling -------------------------------------------------------------------------------------
+
+    def schedule(self, now: float) -> None:
+        """Slurm's scheduling pass: allocate every pending job that can be placed now, in queue order."""
+        st = self.state
+        failed: set[tuple[int, int, bool]] = set()
+        for _, idx in list(st._pending):
+            job = st.jobs[idx]
+            if self._eligible.get(idx, 0.0) > now:
+                continue
+            shape = (job.nodes, job.gpus_per_node, job.spot_ok)
+            if shape in failed:
+                continue
+            picked = self._select(job, now)
+            if picked is None:
+                failed.add(shape)
+                continue
+            self._allocate(job, picked, now)
+        st.pending_changed = False
+
+    def _eligible_pools(self, job: Job, tier: list[Pool]) -> list[Pool]:
+        return [
+            p
+            for p in tier
+            if p.gpus_per_node >= job.gpus_per_node and (job.spot_ok or p.capacity_type is not CapacityType.SPOT)
+        ]
+
+    def _select(self, job: Job, now: float) -> list[tuple[Pool, _Name | int]] | None:
+        """Nodes for `job` the way select/cons_tres picks them: tiers by Weight, node-table order within."""
+        need = job.nodes
+        g = job.gpus_per_node
+        picked: list[tuple[Pool, _Name | int]] = []
+        for tier in self.tiers:
+            for pool in self._eligible_pools(job, tier):
+                want = need - len(picked)
+                room = [(nm.index, nm) for nm in self._room[pool.name].values() if nm.node.free >= g]
+                if want == 1 and room:
+                    room = [min(room, key=lambda c: c[0])]
+                free = self._free_indices(pool, want)
+                cands: list[tuple[int, _Name | int]] = [*room, *((i, i) for i in free)]
+                cands.sort(key=lambda c: c[0])
+                for _, c in cands[: need - len(picked)]:
+                    picked.append((pool, c))
+                if len(picked) >= need:
+                    return picked
+        return None
+
+    def _free_indices(self, pool: Pool, count: int) -> list[int]:
+        if count <= 0:
+            return []
+        if pool.name in self.held:  # drained while powered down, except the ones released recently
+            rel = self.released[pool.name]
+            return sorted(i for i, at in rel.items() if self.now - at <= self.release_grace_s)[:count]
+        return self.free_indices(pool, count)
+
+    def free_indices(self, pool: Pool, count: int) -> list[int]:
+        """The lowest powered-down (allocatable unless held) indices of `pool`."""
+        heap, nxt = self._free[pool.name], self._next[pool.name]
+        if count == 1:
+            if heap:
+                return [heap[0]]
+            return [nxt] if nxt < pool.max_nodes else []
+        out = heapq.nsmallest(count, self._free[pool.name])
+        i = self._next[pool.name]
+        while len(out) < count and i < pool.max_nodes:
+            out.append(i)
+            i += 1
+        return sorted(out)[:count]
+
+    def _take_index(self, pool: Pool, i: int) -> None:
+        self.released[pool.name].pop(i, None)
+        heap = self._free[pool.name]
+        if i >= self._next[pool.name]:
+            heap.extend(range(self._next[pool.name], i))
+            heapq.heapify(heap)
+            self._next[pool.name] = i + 1
+        else:
+            heap.remove(i)
+            heapq.heapify(heap)
+
+    def _placeholder(self, pool: Pool) -> OfferingKey:
+        return OfferingKey(pool.provider, pool.zones[0], pool.machine_type, pool.capacity_type, pool.reservation)
+
+    def _allocate(self, job: Job, picked: list[tuple[Pool, _Name | int]], now: float) -> None:
+        st = self.state
+        st._unqueue(job)
+        self._eligible.pop(job.idx, None)
+        g = job.gpus_per_node
+        fresh: list[str] = []
+        for pool, c in picked:
+            if isinstance(c, int):
+                self._take_index(pool, c)
+                name = pool.node_name(c)
+                node = SimNode(name, pool.name, self._placeholder(pool), pool.gpus_per_node, 0.0, now)
+                node.free = node.gpus
+                c = self.names[name] = _Name(node, pool, int(name.rpartition("-")[2]), allocated_at=now)
+                self._room[pool.name][name] = c
+                fresh.append(name)
+                self._push(now + self.conf.resume_timeout_s, _TIMEOUT, (c, node))
+            node = c.node
+            node.free -= g
+            node.jobs[job.idx] = g
+            node.jobs_run += 1
+            node.version += 1
+            if node.free < 1:
+                self._room[pool.name].pop(node.name, None)
+            if self.idle.pop(node.name, None) is not None:
+                node.state = NodeState.BUSY
+                node.since = now
+            job.placed_on.append(node)
+        job.state = JobState.CONFIGURING
+        if fresh:
+            if not self._resume_batch:
+                self._push(now + self.conf.resume_batch_s, _RESUME, None)
+            self._resume_batch.extend(fresh)
+        self._maybe_start(job, now)
+
+    def _maybe_start(self, job: Job, now: float) -> None:
+        if job.state is not JobState.CONFIGURING or not all(n.registered for n in job.placed_on):
+            return
+        for n in job.placed_on:
+            if n.held_since is not None:
+                self.state.partial_gang_gpu_s += n.gpus * (now - n.held_since)
+                n.held_since = None
+        job.state = JobState.RUNNING
+        job.start = now
+        if job.first_start is None:
+            job.first_start = now
+        self.state.running_gpus += job.gpus
+        self._push(now + job.remaining_s, _END, (job, job.attempt))
+
+    def _fire_resume(self) -> None:
+        names = [n for n in self._resume_batch if n in self.names and not self.names[n].launched]
+        self._resume_batch = []
+        if not names:
+            return
+        owners: dict[str, Job | None] = {}
+        for n in names:
+            jobs = [self.state.jobs[i] for i in self.names[n].node.jobs]
+            owners[n] = jobs[0] if jobs else None
+        self.slurm_counters["resume_calls"] += 1
+        self.driver.resume(self, names, owners)
+
+    # ---- node life ---------------------------------------------------------------------------------------
+
+    def _register(self, nm: _Name, now: float) -> None:
+        node = nm.node
+        node.ready_at = now
+        node.version += 1
+        node.since = now
+        if node.jobs:
+            node.state = NodeState.BUSY
+            for i in list(node.jobs):
+                job = self.state.jobs[i]
+                if job.state is JobState.CONFIGURING:
+                    if job.is_gang and not all(n.registered for n in job.placed_on):
+                        node.held_since = now
+                    self._maybe_start(job, now)
+        else:
+            self._become_idle(nm, now)
+
+    def _become_idle(self, nm: _Name, now: float) -> None:
+        node = nm.node
+        node.state = NodeState.READY_IDLE
+        node.since = now
+        node.version += 1
+        self.idle[node.name] = nm
+        if nm.pool.capacity_type not in self.conf.suspend_exc:
+            self._push(now + self.conf.suspend_time_s, _IDLE, (nm, node.version))
+        self.wake(self.driver_idle_wake(nm))
+
+    def driver_poll(self, t: float) -> float | None:
+        hook = getattr(self.driver, "next_poll", None)
+        return hook(t) if hook else None
+
+    def driver_idle_wake(self, nm: _Name) -> float | None:
+        hook = getattr(self.driver, "idle_wake", None)
+        return hook(self, nm.node) if hook else None
+
+    def _release_job(self, job: Job, now: float) -> None:
+        for n in job.placed_on:
+            if n.held_since is not None:
+                self.state.partial_gang_gpu_s += n.gpus * (now - n.held_since)
+                n.held_since = None
+            used = n.jobs.pop(job.idx, 0)
+            n.free += used
+            n.version += 1
+            nm = self.names.get(n.name)
+            if nm is None or nm.node is not n:
+                continue
+            if n.state is not NodeState.DRAINING and not nm.down and n.state is not NodeState.DELETING:
+                self._room[nm.pool.name][n.name] = nm
+            if not n.jobs and n.registered and n.state is NodeState.BUSY:
+                self._become_idle(nm, now)
+        if job.state is JobState.RUNNING:
+            job.gpu_seconds += job.gpus * (now - (job.start or now))
+            self.state.running_gpus -= job.gpus
+        job.placed_on = []
+
+    def _finish(self, job: Job, now: float) -> None:
+        self._release_job(job, now)
+        job.state = JobState.DONE
+        job.end = now
+        self.state.demand_gpus -= job.gpus
+        self.state.done += 1
+
+    def _requeue(self, job: Job, now: float) -> None:
+        if job.state is JobState.RUNNING:
+            ran = now - (job.start or now)
+            every = self.state.checkpoint_interval_s
+            if every > 0:
+                job.progress_s = min(job.trace.duration, job.progress_s + (ran // every) * every)
+            job.preemptions += 1
+        self._release_job(job, now)
+        job.state = JobState.PENDING
+        job.attempt += 1
+        job.start = None
+        self.slurm_counters["requeues"] += 1
+        bisect.insort(self.state._pending, job.key)
+        self._eligible[job.idx] = now + self.conf.requeue_hold_s
+        self._push(now + self.conf.requeue_hold_s, _ELIGIBLE, None)
+        self.state.pending_changed = True
+
+    def _jobs_on(self, node: SimNode) -> list[Job]:
+        return [self.state.jobs[i] for i in list(node.jobs)]
+
+    def _resume_timeout(self, nm: _Name, now: float) -> None:
+        """ResumeTimeout: node DOWN, its jobs requeued, ResumeFailProgram."""
+        self.slurm_counters["resume_timeouts"] += 1
+        for job in self._jobs_on(nm.node):
+            self._requeue(job, now)
+        nm.down = True
+        self._room[nm.pool.name].pop(nm.node.name, None)
+        self.down[nm.node.name] = nm
+        self.driver.resume_fail(self, [nm.node.name])
+
+    def _lose(self, nm: _Name, now: float) -> None:
+        """The instance is gone (preempted): jobs requeued, the node powers down."""
+        for job in self._jobs_on(nm.node):
+            self._requeue(job, now)
+        self._retire(nm, now)
+
+    def _retire(self, nm: _Name, now: float) -> None:
+        """The instance is deleted (or gone): the name is powering down for SuspendTimeout."""
+        node = nm.node
+        if nm.launched:
+            self.state.remove_node(node, now)  # billing counters, unused-node stats
+            nm.launched = False
+        self.idle.pop(node.name, None)
+        self.down.pop(node.name, None)
+        self.draining.pop(node.name, None)
+        self._room[nm.pool.name].pop(node.name, None)
+        node.state = NodeState.DELETING
+        node.version += 1
+        self._push(now + self.conf.suspend_timeout_s, _RETURN, nm)
+
+    def _power_off(self, nm: _Name) -> None:
+        """Powered down: the name is allocatable again."""
+        del self.names[nm.node.name]
+        heapq.heappush(self._free[nm.pool.name], nm.index)
+
+    # ---- commands a driver may run ----------------------------------------------------------------------
+
+    def launch(self, cmd: ScaleUp) -> ProviderError | None:
+        """Create the instances of exactly `cmd.names` (names Slurm allocated); the provider's refusal is
+        returned (stockout, quota)."""
+        self.counters.launches += 1
+        try:
+            self.cloud.launch(cmd.launch_request())
+        except (InsufficientCapacity, QuotaExceeded) as exc:
+            self.counters.launch_failures += 1
+            return exc
+        except ProviderError as exc:
+            raise ReplayError(f"policy {self.driver.name}: launch {cmd.request_id} rejected: {exc}") from exc
+        hourly = cmd.hourly_usd / max(1, len(cmd.names))
+        for name in cmd.names:
+            nm = self.names.get(name)
+            if nm is None or nm.launched:
+                raise ReplayError(f"policy {self.driver.name}: launched {name}, which Slurm did not resume")
+            node = nm.node
+            node.offering = cmd.offering
+            node.hourly_usd = hourly
+            node.launched_at = self.now
+            node.state = NodeState.BOOTING
+            node.since = self.now
+            node.version += 1
+            nm.launched = True
+            free, jobs = node.free, dict(node.jobs)
+            self.state.add_node(node)  # billing counters (resets free)
+            node.free, node.jobs = free, jobs
+            self.counters.nodes_launched += 1
+        return None
+
+    def delete(self, pool: str, names: Sequence[str]) -> list[str]:
+        """Delete instances by name; never one with a job (the daemon's guard)."""
+        out = []
+        for name in names:
+            nm = self.names.get(name)
+            if nm is None:
+                continue
+            if nm.node.jobs:
+                raise ReplayError(f"policy {self.driver.name} deleted node {name} with {len(nm.node.jobs)} job(s)")
+            if nm.launched:
+                self.cloud.delete(pool, [name])
+                self.counters.deletes += 1
+            self._retire(nm, self.now)
+            out.append(name)
+        return out
+
+    def fail_resume(self, names: Sequence[str]) -> None:
+        """The resume itself failed (slurm-gcp marks the nodes DOWN at once): jobs requeued, nodes DOWN."""
+        for name in names:
+            nm = self.names.get(name)
+            if nm is None or nm.down:
+                continue
+            for job in self._jobs_on(nm.node):
+                self._requeue(job, self.now)
+            nm.down = True
+            self._room[nm.pool.name].pop(name, None)
+            self.down[name] = nm
+
+    def return_to_service(self, names: Sequence[str]) -> None:
+        """`scontrol update state=resume` of DOWN nodes: back to powered down (idle~)."""
+        for name in names:
+            nm = self.down.pop(name, None)
+            if nm is None:
+                continue
+            if nm.launched:
+                raise ReplayError(f"policy {self.driver.name}: returned {name} to service with its instance up")
+            self._power_off(nm)
+        self.state.pending_changed = True
+        self.schedule(self.now)
+
+    def drain(self, names: Sequence[str]) -> None:
+        for name in names:
+            nm = self.idle.pop(name, None)
+            if nm is None:
+                continue
+            nm.node.state = NodeState.DRAINING
+            nm.node.since = self.now
+            nm.node.version += 1
+            self._room[nm.pool.name].pop(name, None)
+            self.draining[name] = nm
+            self.counters.drains += 1
+
+    def hold(self, pools: frozenset[str]) -> None:
+        """The driver keeps these pools' powered-down names drained (`scontrol update state=drain`)."""
+        self.held = pools
+
+    def release(self, pool: str, indices: Sequence[int], *, grace_s: float) -> None:
+        """Undrain these powered-down names of a held pool (Slurm allocates them to pending jobs); released names
+        nobody took within `grace_s` are drained again."""
+        self.release_grace_s = grace_s
+        rel = self.released[pool]
+        for i, at in list(rel.items()):
+            if self.now - at > grace_s:
+                del rel[i]
+        for i in indices:
+            rel[i] = self.now
+        self.state.pending_changed = True
+        self.schedule(self.now)
+
+    def pending_jobs(self) -> list[Job]:
+        return [j for j in self.state.pending() if self._eligible.get(j.idx, 0.0) <= self.now]

@@ -1,0 +1,248 @@
+"""Checks issue 8's "Must reach" list and prints a PASS/FAIL table: every ITP cluster (defaults, and
+`--reserved-nodes 40 --spot-fraction 0.3 --stockout-rate 0.2`) and every generated regime, all policies.
+
+    .venv/bin/python bench/autoscaler_claims.py                       # everything, 2 worker processes
+    .venv/bin/python bench/autoscaler_claims.py --clusters 04 --regimes short --scenarios defaults
+    .venv/bin/python bench/autoscaler_claims.py --frontier 0,2,10,50  # + the Pareto check over wait values
+    .venv/bin/python bench/autoscaler_claims.py --json > claims.json
+
+Per run (one trace x scenario, every policy replayed on the same jobs and cloud):
+
+- cost: gpu-fleet costs no more than any baseline, exact-fit included;
+- ratio: gpu-fleet / the run's one lower bound <= 1.05 on ITP runs (<= 1.01 for cluster04 defaults); on
+  generated regimes the ratio is reported (INFO) with the boot floor (`boot_floor_usd`: how far boots
+  alone put the bound out of reach) and exact-fit's ratio;
+- wait: gpu-fleet p95 wait <= the best autoscaling baseline's p95 + 60 s (slurm-power-save, ca-like,
+  karpenter-like: the real systems; static-peak never waits and exact-fit is the floor, not a system);
+- gangs: 0 partial-gang GPU-hours for gpu-fleet; busy nodes deleted: 0 for every policy (the engine
+  refuses a policy that deletes a node with jobs, so a run that finishes has deleted none);
+- speed: the all-policy replay of cluster04 (each scenario) takes < 120 s in one process.
+- with `--frontier V,...`: on cluster04 defaults and the short regime, for each baseline some gpu-fleet
+  setting (the default or one of the wait values) is no more expensive and no slower at p50 and p95.
+
+Needs ../shared/data/traces/itp/ for the ITP runs (skipped with a note when absent).  Runs go to a pool of
+`--workers` processes (default 2), largest first.  Exit status 0 when every check passes, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+ITP_DIR = ROOT.parent / "shared" / "data" / "traces" / "itp"
+CLUSTERS = tuple(f"{i:02d}" for i in range(1, 11))
+REGIMES = ("short", "long-tail", "bursty-gangs", "diurnal", "steady")
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "res40-spot0.3-so0.2": {"reserved_nodes": 40, "spot_fraction": 0.3, "stockout_rate": 0.2},
+}
+AUTOSCALERS = ("slurm-power-save", "ca-like", "karpenter-like")
+BASELINES = ("static-peak", "slurm-power-save", "ca-like", "karpenter-like", "exact-fit")
+KEEP = (
+    "cost_usd",
+    "cost_ratio",
+    "overflow_cost_usd",
+    "overflow_ratio",
+    "wait_p50_s",
+    "wait_p95_s",
+    "wait_max_s",
+    "partial_gang_gpu_hours",
+    "jobs",
+    "replay_wall_s",
+    "settings",
+)
+
+
+def _task(trace: str, scenario_name: str, frontier: list[float]) -> dict[str, Any]:
+    """One run in a worker: every policy, then (optionally) gpu-fleet over the wait values."""
+    from autoscaler.replay.run import run_frontier, run_scenario
+    from autoscaler.replay.scenario import Scenario
+    from autoscaler.replay.synth import generate
+    from autoscaler.replay.trace import load_trace
+
+    out: dict[str, Any] = {"trace": trace, "scenario": scenario_name}
+    t0 = time.perf_counter()
+    try:
+        jobs = generate(trace.split(":")[1], 0) if trace.startswith("synth:") else load_trace(trace)
+        result = run_scenario(jobs, Scenario(trace=trace, **SCENARIOS[scenario_name]))
+        out["wall_s"] = round(time.perf_counter() - t0, 1)
+        sc = result.as_json()["scenario"]
+        out["bound_usd"] = sc["lower_bound_usd"]
+        out["boot_floor_ratio"] = sc["boot_floor_ratio"]
+        out["jobs"] = sc["jobs"]
+        out["policies"] = {n: {k: m[k] for k in KEEP if k in m} for n, m in result.metrics.items()}
+        if frontier:
+            try:
+                out["frontier"] = run_frontier(result, frontier)
+            except ValueError as exc:  # gpu-fleet without the wait-value knob
+                out["frontier_error"] = str(exc)
+    except Exception as exc:  # a failed run is a FAIL row, not a crashed bench
+        out["error"] = f"{type(exc).__name__}: {exc}"
+        out["traceback"] = traceback.format_exc(limit=3)
+        out["wall_s"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+def checks(run: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(check, PASS/FAIL/INFO, detail) for one run."""
+    if "error" in run:
+        busy = "deleted node" in run["error"] and "running" in run["error"]
+        return [("busy nodes deleted = 0" if busy else "run completes", "FAIL", run["error"][:160])]
+    p = run["policies"]
+    g = p["gpu-fleet"]
+    itp = not run["trace"].startswith("synth:")
+    out: list[tuple[str, str, str]] = []
+    worst = min(BASELINES, key=lambda n: p[n]["cost_usd"])
+    margin = g["cost_usd"] / p[worst]["cost_usd"] - 1
+    out.append(
+        (
+            "cost <= every baseline",
+            "PASS" if g["cost_usd"] <= p[worst]["cost_usd"] else "FAIL",
+            f"{margin:+.2%} vs cheapest baseline {worst} (${p[worst]['cost_usd']:,.0f})",
+        )
+    )
+    overflow = f", overflow x{g['overflow_ratio']:.3f}" if g["overflow_ratio"] is not None else ""
+    ratio_detail = (
+        f"x{g['cost_ratio']:.4f} (exact-fit x{p['exact-fit']['cost_ratio']:.4f}, "
+        f"boot floor x{run['boot_floor_ratio']:.4f}{overflow})"
+    )
+    if itp:
+        limit = 1.01 if (run["trace"].endswith("cluster04.csv") and run["scenario"] == "defaults") else 1.05
+        out.append((f"ratio <= {limit}", "PASS" if g["cost_ratio"] <= limit else "FAIL", ratio_detail))
+    else:
+        out.append(("ratio (reported)", "INFO", ratio_detail))
+    best = min(AUTOSCALERS, key=lambda n: p[n]["wait_p95_s"])
+    ok = g["wait_p95_s"] <= p[best]["wait_p95_s"] + 60
+    out.append(
+        (
+            "p95 wait <= best autoscaler + 60 s",
+            "PASS" if ok else "FAIL",
+            f"{g['wait_p95_s']:.0f} s vs {best} {p[best]['wait_p95_s']:.0f} s (p50 {g['wait_p50_s']:.0f} s)",
+        )
+    )
+    gang = g["partial_gang_gpu_hours"]
+    out.append(("partial-gang GPU-h = 0", "PASS" if gang == 0 else "FAIL", f"{gang:.3f} GPU-h"))
+    out.append(("busy nodes deleted = 0", "PASS", "every policy finished (the engine refuses such a delete)"))
+    if run["trace"].endswith("cluster04.csv"):
+        out.append(("all-policy replay < 120 s", "PASS" if run["wall_s"] < 120 else "FAIL", f"{run['wall_s']:.1f} s"))
+    if "frontier" in run or "frontier_error" in run:
+        out += pareto(run)
+    return out
+
+
+def pareto(run: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """For each baseline: a gpu-fleet setting no more expensive and no slower at p50 and p95."""
+    if "frontier_error" in run:
+        return [("Pareto: a gpu-fleet setting dominates each baseline", "SKIP", run["frontier_error"][:120])]
+    p = run["policies"]
+    settings = [("default", p["gpu-fleet"])] + [
+        (f"wait-value {pt['wait_value_usd_per_gpu_hour']:g}", pt) for pt in run["frontier"]
+    ]
+    out = []
+    for b in BASELINES:
+        m = p[b]
+        dom = [
+            name
+            for name, s in settings
+            if s["cost_usd"] <= m["cost_usd"]
+            and s["wait_p50_s"] <= m["wait_p50_s"]
+            and s["wait_p95_s"] <= m["wait_p95_s"]
+        ]
+        detail = (
+            f"by {dom[0]}"
+            if dom
+            else f"none ({b}: ${m['cost_usd']:,.0f}, p50 {m['wait_p50_s']:.0f}, p95 {m['wait_p95_s']:.0f})"
+        )
+        out.append((f"Pareto vs {b}", "PASS" if dom else "FAIL", detail))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clusters", default=",".join(CLUSTERS), help="ITP clusters, e.g. 04,07 ('' for none)")
+    ap.add_argument("--regimes", default=",".join(REGIMES), help="generated regimes ('' for none)")
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"ITP scenarios: {', '.join(SCENARIOS)}")
+    ap.add_argument("--frontier", default="", help="wait values for the Pareto check (cluster04 defaults, short)")
+    ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    ap.add_argument("--json", action="store_true", help="print every run and check as JSON")
+    args = ap.parse_args()
+    frontier = [float(v) for v in args.frontier.split(",") if v.strip()]
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    for s in scenarios:
+        if s not in SCENARIOS:
+            ap.error(f"--scenarios: unknown scenario {s!r} (known: {', '.join(SCENARIOS)})")
+    tasks: list[tuple[int, str, str, list[float]]] = []
+    missing = []
+    for c in (c.strip().zfill(2) for c in args.clusters.split(",") if c.strip()):
+        path = ITP_DIR / f"cluster{c}.csv"
+        if not path.is_file():
+            missing.append(str(path))
+            continue
+        size = path.stat().st_size
+        for s in scenarios:
+            wants = frontier if (c == "04" and s == "defaults") else []
+            tasks.append((size, str(path), s, wants))
+    for r in (r.strip() for r in args.regimes.split(",") if r.strip()):
+        if r not in REGIMES:
+            ap.error(f"--regimes: unknown regime {r!r} (known: {', '.join(REGIMES)})")
+        tasks.append((1 << 20, f"synth:{r}", "defaults", frontier if r == "short" else []))
+    if missing:
+        print(f"note: skipped {len(missing)} missing trace(s): {', '.join(missing)}", file=sys.stderr)
+    tasks.sort(key=lambda t: -t[0])
+    t0 = time.perf_counter()
+    runs: list[dict[str, Any]] = []
+    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+        futures = [pool.submit(_task, trace, s, f) for _, trace, s, f in tasks]
+        for fut in as_completed(futures):
+            run = fut.result()
+            runs.append(run)
+            print(f"  done {_label(run)} in {run['wall_s']:.1f} s", file=sys.stderr, flush=True)
+    order = {(t[1], t[2]): i for i, t in enumerate(sorted(tasks, key=lambda t: (t[1].startswith("synth"), t[1], t[2])))}
+    runs.sort(key=lambda r: order[(r["trace"], r["scenario"])])
+    rows = [(run, checks(run)) for run in runs]
+    failed = any(status == "FAIL" for _, cs in rows for _, status, _ in cs)
+    if args.json:
+        print(json.dumps([{**r, "checks": cs} for r, cs in rows], indent=2))
+        return 1 if failed else 0
+    _print(rows, time.perf_counter() - t0)
+    return 1 if failed else 0
+
+
+def _label(run: dict[str, Any]) -> str:
+    name = run["trace"] if run["trace"].startswith("synth:") else Path(run["trace"]).stem
+    return f"{name} [{run['scenario']}]"
+
+
+def _print(rows: list[tuple[dict[str, Any], list[tuple[str, str, str]]]], wall: float) -> None:
+    print("\nPer run: cost x bound and p95 wait (s) of every policy")
+    names = ("gpu-fleet", *BASELINES)
+    print(f"{'run':36s} " + " ".join(f"{n[:16]:>16s}" for n in names))
+    for run, _ in rows:
+        if "error" in run:
+            print(f"{_label(run):36s} ERROR {run['error'][:100]}")
+            continue
+        cells = [f"x{run['policies'][n]['cost_ratio']:.3f}/{run['policies'][n]['wait_p95_s']:.0f}s" for n in names]
+        print(f"{_label(run):36s} " + " ".join(f"{c:>16s}" for c in cells))
+    print("\nChecks")
+    print(f"{'run':36s} {'check':52s} {'':4s}  detail")
+    for run, cs in rows:
+        for check, status, detail in cs:
+            print(f"{_label(run):36s} {check:52s} {status:4s}  {detail}")
+    counts: dict[str, int] = {}
+    for _, cs in rows:
+        for _, status, _ in cs:
+            counts[status] = counts.get(status, 0) + 1
+    print("\n" + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + f"  ({len(rows)} runs, {wall:.0f} s)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

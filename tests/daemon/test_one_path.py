@@ -1,0 +1,243 @@
+"""The replay and the daemon take the same decisions for the same inputs (issue 8, "one decision path").
+
+A small scenario (several machine shapes, spot and on-demand pools, a gang, a scheduled stockout in one zone) is
+replayed: the simulated Slurm allocates CLOUD nodes and calls ResumeProgram, the replay's gpu-fleet driver serves
+it through the decision core on the sim cloud.  Then the very same ResumeProgram calls are fed, at the same
+times, to the daemon (`Daemon.tick`, its SQLite store, the hook's power queue) over an in-memory Slurm that shows
+those nodes POWERING_UP and a fake cloud stocked out exactly when the sim cloud was.  Every launch attempt -
+request id, pool, offering (zone, capacity type), node names, outcome - must be identical.  If someone forks the
+decision logic again (a replay-only planner call, a daemon-only rule), this test fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autoscaler.daemon.config import LoopConfig
+from autoscaler.daemon.lock import LeaderLock
+from autoscaler.daemon.state import StateStore
+from autoscaler.daemon.tick import HOLD_REASON, Daemon
+from autoscaler.model import NodeState
+from autoscaler.replay.gpu_fleet import GpuFleetPolicy
+from autoscaler.replay.scenario import Scenario
+from autoscaler.replay.simslurm import SimSlurm
+from autoscaler.replay.state import Job
+from autoscaler.replay.trace import TraceJob
+from autoscaler.sim import StockoutWindow
+from autoscaler.slurm.readers import SlurmJob, SlurmNode
+from fleet.catalog import CapacityType
+from tests.daemon.fakes import FakeCloud, FakeSlurm
+
+OUT_ZONE = "us-central1-a"
+OUT_FROM, OUT_TO = 0.0, 1500.0  # on-demand 8g stocks out in one zone for the first 25 minutes
+
+
+class RecordingFleet(GpuFleetPolicy):
+    """The replay's gpu-fleet driver, recording the ResumeProgram calls Slurm made."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resumes: list[tuple[float, tuple[str, ...], dict[str, int | None]]] = []
+
+    def resume(self, sim: SimSlurm, names, jobs) -> None:  # type: ignore[no-untyped-def]
+        owners: dict[str, int | None] = {n: (j.idx + 1 if isinstance(j, Job) else None) for n, j in jobs.items()}
+        self.resumes.append((sim.now, tuple(names), owners))
+        super().resume(sim, names, jobs)
+
+
+def _trace() -> list[TraceJob]:
+    shapes = [(0, 3000, 8, False), (0, 3000, 8, True), (5, 2000, 1, False), (5, 2000, 2, True), (30, 4000, 16, False)]
+    shapes += [(400, 1000, 8, False), (420, 1000, 4, True), (2000, 600, 8, False), (2100, 900, 24, True)]
+    return [TraceJob(f"j{i}", t, d, g, s) for i, (t, d, g, s) in enumerate(shapes)]
+
+
+def _replay() -> tuple[SimSlurm, RecordingFleet, Scenario]:
+    sc = Scenario(spot_fraction=0.5)
+    out = StockoutWindow(
+        zone=OUT_ZONE, start=OUT_FROM, end=OUT_TO, machine_type="a3-highgpu-8g", capacity_type=CapacityType.ON_DEMAND
+    )
+    cfg = sc.sim_config().model_copy(update={"stockout_windows": (out,), "preemption_rate_per_hour": 0.0})
+    driver = RecordingFleet()
+    sim = SimSlurm(_trace(), sc, driver, sim_config=cfg).run()
+    return sim, driver, sc
+
+
+def test_daemon_tick_launches_exactly_what_the_replay_launched(tmp_path: Path) -> None:
+    sim, driver, sc = _replay()
+    attempts = driver.launch_log
+    assert any(o == "refused" for *_, o in attempts), "the scenario must exercise a stockout fallback"
+    assert any(len(names) > 1 for *_, names, _ in attempts), "and a gang"
+    assert {p for _, _, p, *_ in attempts} >= {
+        "a3-highgpu-8g-on-demand",
+        "a3-highgpu-8g-spot",
+        "a3-highgpu-1g-on-demand",
+    }
+
+    pools = sc.pools()
+    offers = [o for o in sim.cloud.offerings() if o.key.capacity_type is not CapacityType.RESERVATION]
+    cloud = FakeCloud(offers=list(offers))
+    slurm = FakeSlurm()
+    for p in pools:
+        used = sorted(
+            {n for _, names, _ in driver.resumes for n in names if n.rpartition("-")[0] == p.node_name_prefix}
+        )
+        slurm.add_cloud_nodes(used, gpus=p.gpus_per_node)
+    clock = [0.0]
+    store = StateStore(tmp_path / "state.db")
+    daemon = Daemon(
+        pools=pools,
+        provider=cloud,
+        slurm=slurm,
+        store=store,
+        policy=driver.policy,
+        loop=LoopConfig(),
+        lock=LeaderLock(store.path),
+        clock=lambda: clock[0],
+    )
+    seen: list[tuple[float, str, str, str, tuple[str, ...], str]] = []
+    resumes = list(driver.resumes)
+    try:
+        for t in sorted(set(driver.tick_log)):
+            clock[0] = t
+            while resumes and resumes[0][0] <= t:  # what `fleet slurm resume HOSTLIST` queues, and Slurm's side
+                at, names, owners = resumes.pop(0)
+                for n in names:
+                    store.enqueue_power("resume", [n], at, {n: (owners[n],)} if owners[n] else {})
+                    slurm.set(n, "mixed", "POWERING_UP", "NOT_RESPONDING", gpus_used=1)
+            cloud.stocked_out = {
+                o.key
+                for o in offers
+                if o.key.zone == OUT_ZONE
+                and o.key.machine_type == "a3-highgpu-8g"
+                and o.key.capacity_type is CapacityType.ON_DEMAND
+                and OUT_FROM <= t < OUT_TO
+            }
+            res = daemon.tick()
+            assert res.ok, res.error
+            for c in res.commands:
+                if c["command"] == "launch":
+                    outcome = "ok" if c["outcome"] == "ok" else "refused"
+                    seen.append((t, c["request_id"], c["pool"], c["offering"], tuple(c["names"]), outcome))
+    finally:
+        daemon.lock.release()
+        store.close()
+    assert seen == attempts
+    assert cloud.duplicates == 0
+
+
+class SnapshotFleet(RecordingFleet):
+    """Also records, before each tick, what squeue/sinfo would show of the simulated Slurm (the canned Slurm the
+    daemon reads), and every hold release."""
+
+    def __init__(self, policy) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.policy = policy
+        self.views: dict[float, tuple[dict[str, SlurmNode], list[SlurmJob], list]] = {}
+        self.releases: list[tuple[float, tuple[str, ...]]] = []
+
+    def tick(self, sim: SimSlurm) -> float | None:
+        self.views[sim.now] = (_sinfo(sim), _squeue(sim), list(sim.cloud.offerings()))
+        real = sim.release
+
+        def release(pool, indices, *, grace_s):  # type: ignore[no-untyped-def]
+            self.releases.append((sim.now, tuple(sim.pools[pool].node_name(i) for i in indices)))
+            real(pool, indices, grace_s=grace_s)
+
+        sim.release = release  # type: ignore[method-assign]
+        try:
+            return super().tick(sim)
+        finally:
+            sim.release = real  # type: ignore[method-assign]
+
+
+def _sinfo(sim: SimSlurm, names_per_pool: int = 6) -> dict[str, SlurmNode]:
+    out: dict[str, SlurmNode] = {}
+    for pool in sim.pool_list:
+        for i in range(min(pool.max_nodes, names_per_pool)):
+            name = pool.node_name(i)
+            nm = sim.names.get(name)
+            if nm is None:
+                flags = {"CLOUD", "POWERED_DOWN"}
+                reason = ""
+                released = sim.released[pool.name].get(i)
+                if pool.name in sim.held and (released is None or sim.now - released > sim.release_grace_s):
+                    flags.add("DRAIN")
+                    reason = HOLD_REASON
+                out[name] = SlurmNode(name, "idle", frozenset(flags), pool.gpus_per_node, 0, ("default",), (), reason)
+                continue
+            node = nm.node
+            used = node.gpus - node.free
+            state = "idle" if not node.jobs else ("allocated" if node.free == 0 else "mixed")
+            flags = {"CLOUD"}
+            if not node.registered:
+                flags |= {"POWERING_UP", "NOT_RESPONDING"}
+            if node.state is NodeState.DRAINING:
+                flags.add("DRAIN")
+            if node.state is NodeState.DELETING:
+                flags.add("POWERING_DOWN")
+            out[name] = SlurmNode(
+                name, state, frozenset(flags), node.gpus, used, ("default",), (), "", 1 if node.jobs else 0,
+                {"last_busy": node.since},
+            )  # fmt: skip
+    return out
+
+
+def _squeue(sim: SimSlurm) -> list[SlurmJob]:
+    return [
+        SlurmJob(
+            j.idx + 1, j.id, "PENDING", "Resources", "default", j.nodes, j.gpus_per_node, None, (), 0, None, j.submit
+        )
+        for j in sim.pending_jobs()
+    ]
+
+
+def test_with_a_reservation_hold_the_daemon_holds_and_releases_exactly_what_the_replay_did(tmp_path: Path) -> None:
+    sc = Scenario(reserved_nodes=1)
+    trace = [
+        TraceJob(f"j{i}", t, d, 8, False) for i, (t, d) in enumerate([(0, 900), (100, 300), (200, 3000), (300, 60)])
+    ]
+    policy = GpuFleetPolicy.for_scenario(sc, wait_value_usd_per_gpu_hour=0.5, jobs=trace).policy
+    assert policy.batch_window_s > 0
+    driver = SnapshotFleet(policy)
+    SimSlurm(trace, sc, driver).run()
+    assert driver.releases, "the scenario must release a held overflow node"
+
+    pools = sc.pools()
+    cloud = FakeCloud(offers=[])
+    slurm = FakeSlurm()
+    clock = [0.0]
+    store = StateStore(tmp_path / "state.db")
+    daemon = Daemon(
+        pools=pools,
+        provider=cloud,
+        slurm=slurm,
+        store=store,
+        policy=policy,
+        loop=LoopConfig(),
+        lock=LeaderLock(store.path),
+        clock=lambda: clock[0],
+    )
+    launched: list[tuple[float, str, tuple[str, ...]]] = []
+    released: list[tuple[float, tuple[str, ...]]] = []
+    resumes = list(driver.resumes)
+    try:
+        for t in sorted(driver.views):
+            clock[0] = t
+            slurm.nodes_, jobs, offers = dict(driver.views[t][0]), driver.views[t][1], driver.views[t][2]
+            slurm.jobs_ = jobs
+            cloud.offers = offers
+            while resumes and resumes[0][0] <= t:
+                at, names, owners = resumes.pop(0)
+                for n in names:
+                    store.enqueue_power("resume", [n], at, {n: (owners[n],)} if owners[n] else {})
+            res = daemon.tick()
+            assert res.ok, res.error
+            for c in res.commands:
+                if c["command"] == "launch" and c["outcome"] == "ok":
+                    launched.append((t, c["offering"], tuple(c["names"])))
+                if c["command"] == "scontrol-undrain" and "reservation hold" in c["reason"]:
+                    released.append((t, tuple(c["names"])))
+    finally:
+        daemon.lock.release()
+        store.close()
+    assert released == driver.releases
+    assert launched == [(t, o, n) for t, _, _, o, n, out in driver.launch_log if out == "ok"]

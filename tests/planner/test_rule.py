@@ -1,0 +1,128 @@
+"""The settings rule (autoscaler/planner/rule.py): facts in, Policy out, each setting following
+from its reasoning (ski-rental idle keep, reservation hold), the wait value moving the trade-off."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from autoscaler.model import Policy, PolicyError, policy_from_mapping
+from autoscaler.planner.rule import (
+    FleetFacts,
+    ShapeFacts,
+    break_even_idle_s,
+    idle_keep_s,
+    policy_for,
+    reservation_hold_s,
+    right_sized,
+    warm_nodes,
+    with_arrivals,
+)
+
+SHAPES = tuple(ShapeFacts(f"m-{g}g", g, 11.0 * g) for g in (1, 2, 4, 8))
+
+
+def test_break_even_is_one_boot_of_billing_plus_its_wait() -> None:
+    assert break_even_idle_s(360, 11.0, 0.0) == 360  # wait worth nothing: keep as long as a boot costs
+    assert break_even_idle_s(360, 11.0, 11.0) == 720
+    assert break_even_idle_s(360, 0.0, 11.0) == math.inf  # free capacity: keep
+
+
+def test_idle_keep_only_when_jobs_for_the_shape_arrive_faster_than_the_break_even() -> None:
+    shape = ShapeFacts("m-1g", 1, 11.0, arrivals_per_hour=6.0)  # one per 10 min
+    assert idle_keep_s(shape, 360, 11.0) == 720  # T = 12 min > 10 min between arrivals
+    assert idle_keep_s(shape, 360, 0.0) == 0  # T = 6 min: the next job probably comes too late
+    assert idle_keep_s(ShapeFacts("m-8g", 8, 88.0, arrivals_per_hour=0.5), 360, 11.0) == 0
+
+
+def test_reservation_hold_from_the_free_up_rate_and_the_wait_value() -> None:
+    facts = FleetFacts(360, SHAPES, reserved_nodes=100, arrivals_per_hour=11.0, mean_run_s=20000.0)
+    h = reservation_hold_s(facts)
+    mu = 100 / 20000.0
+    gain = 11.0 / 11.0  # $/GPU-h x hours between arrivals: reserved time not left idle
+    assert h == pytest.approx(math.log(mu * gain / (11.0 / 3600)) / mu)  # w = the GPU's price, per second
+    assert 0 < h < 360
+    # a higher wait value holds less; past the break-even it launches at once
+    dearer = FleetFacts(360, SHAPES, 100, 11.0, 20000.0, wait_value_usd_per_gpu_hour=15.0)
+    assert reservation_hold_s(dearer) < h
+    assert reservation_hold_s(FleetFacts(360, SHAPES, 100, 11.0, 20000.0, wait_value_usd_per_gpu_hour=1e4)) == 0
+    assert reservation_hold_s(FleetFacts(360, SHAPES, 0, 11.0, 20000.0)) == 0  # nothing to wait for
+    # fewer reserved nodes free up more rarely: waiting pays less
+    assert reservation_hold_s(FleetFacts(360, SHAPES, 40, 11.0, 20000.0)) < h
+
+
+def test_policy_for_sets_the_derived_knobs_and_keeps_the_rest() -> None:
+    shapes = with_arrivals(SHAPES, [(1, 1)] * 60 + [(8, 8)] * 2, 3600.0)  # per hour: 60 1-GPU, two 64-GPU gangs
+    assert [s.arrivals_per_hour for s in shapes] == [60.0, 0.0, 0.0, 16.0]
+    base = Policy(max_nodes=7, backoff_s=30.0)
+    p = policy_for(FleetFacts(360, shapes, wait_value_usd_per_gpu_hour=0.0), base)
+    assert p.max_nodes == 7 and p.backoff_s == 30.0 and p.defragment
+    assert p.idle_timeout_by_machine == {"m-1g": 360.0, "m-2g": 0.0, "m-4g": 0.0, "m-8g": 360.0}
+    assert p.idle_timeout_for("m-1g") == 360.0 and p.idle_timeout_for("other") == p.idle_timeout_s == 0.0
+    assert p.batch_window_s == 0 and p.expected_boot_s == 360
+
+
+@given(
+    st.floats(0, 3600),
+    st.floats(0.1, 100),
+    st.floats(0, 1000),
+    st.floats(0, 500),
+    st.floats(0, 1000),
+)
+def test_more_wait_value_never_keeps_less_nor_holds_more(boot, price, rate, w1, dw) -> None:
+    shape = ShapeFacts("m", 1, price, arrivals_per_hour=rate)
+    assert idle_keep_s(shape, boot, w1 + dw) >= idle_keep_s(shape, boot, w1)
+    f1 = FleetFacts(boot, (shape,), 10, rate, 3600.0, wait_value_usd_per_gpu_hour=w1 + 1e-3)
+    f2 = FleetFacts(boot, (shape,), 10, rate, 3600.0, wait_value_usd_per_gpu_hour=w1 + 1e-3 + dw)
+    assert 0 <= reservation_hold_s(f2) <= reservation_hold_s(f1) + 1e-6
+
+
+def test_right_sized_is_cheapest_per_gpu_then_smallest() -> None:
+    assert right_sized(SHAPES, 3).machine_type == "m-4g"
+    cheap8 = (*SHAPES[:3], ShapeFacts("m-8g", 8, 50.0))
+    assert right_sized(cheap8, 1).machine_type == "m-8g"
+    assert right_sized(SHAPES, 9) is None
+
+
+def test_the_wait_value_is_a_policy_field_config_accepts() -> None:
+    p = policy_from_mapping({"wait_value_usd_per_gpu_hour": 25, "idle_timeout_by_machine": {"a3-highgpu-1g": 60}})
+    assert p.wait_value_usd_per_gpu_hour == 25 and p.idle_timeout_for("a3-highgpu-1g") == 60
+    with pytest.raises(PolicyError, match="wait_value_usd_per_gpu_hour"):
+        policy_from_mapping({"wait_value_usd_per_gpu_hour": -1})
+    with pytest.raises(ValueError, match="boot_s"):
+        FleetFacts(-1, SHAPES)
+
+
+def test_warm_pool_is_the_arrival_fluctuation_over_the_break_even() -> None:
+    busy = ShapeFacts("m-1g", 1, 11.0, arrivals_per_hour=54.0)  # T = 720 s: 10.8 arrivals, +-3.3
+    assert warm_nodes(busy, 360, 11.0) == 3
+    p = policy_for(FleetFacts(360, (busy,)))
+    assert p.idle_timeout_by_machine == {"m-1g": 720.0} and p.idle_keep_max_by_machine == {"m-1g": 3}
+    rare = ShapeFacts("m-1g", 1, 11.0, arrivals_per_hour=1.0)
+    assert policy_for(FleetFacts(360, (rare,))).idle_keep_max_by_machine == {}  # not kept at all
+
+
+def test_scale_down_keeps_the_newest_idle_nodes_up_to_the_cap_per_machine_type() -> None:
+    from autoscaler.model import Inventory, NodeState
+    from autoscaler.planner import scale_down_idle
+    from tests.planner.factory import machine, node, pool
+
+    p1, p8 = pool(1), pool(8)
+    nodes = tuple(node(p1, i, NodeState.READY_IDLE, since=1000.0 - 100 * i) for i in range(4))
+    nodes += (node(p8, 0, NodeState.READY_IDLE, since=999.0),)
+    pol = Policy(
+        idle_timeout_s=0.0,
+        idle_timeout_by_machine={machine(1): 720.0},
+        idle_keep_max_by_machine={machine(1): 2},
+    )
+    drains, _ = scale_down_idle(Inventory((p1, p8), nodes), pol, 1000.0)
+    drained = {name for d in drains for name in d.nodes}
+    # the two most recently idle 1g nodes stay warm; the older ones and the 8g node (timeout 0) go
+    assert drained == {"h1-on-demand-2", "h1-on-demand-3", "h8-on-demand-0"}
+    assert any("warm-node cap" in d.reason for d in drains)
+    # past the timeout even a kept node goes
+    drains, _ = scale_down_idle(Inventory((p1, p8), nodes), pol, 1000.0 + 720.0)
+    assert {name for d in drains for name in d.nodes} == {n.name for n in nodes}

@@ -1,0 +1,130 @@
+"""The simulated Slurm behaves as slurmctld 22.05 does with power-saved CLOUD nodes (see its module docstring)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+
+from autoscaler.cloud import OfferingKey
+from autoscaler.model import Pool, ScaleUp, request_id_for
+from autoscaler.replay.baselines import SlurmPowerSavePolicy
+from autoscaler.replay.scenario import Scenario
+from autoscaler.replay.simslurm import SimSlurm, SlurmSettings
+from autoscaler.replay.state import Job, JobState
+from fleet.catalog import CapacityType
+from tests.replay.conftest import job
+
+
+@dataclass
+class Recorder:
+    """A driver that creates what ResumeProgram names (in the pool's first zone), records every hook call, and
+    can leave the first `stuck` resumes without an instance (a boot that never comes)."""
+
+    settings: SlurmSettings = field(default_factory=SlurmSettings)
+    only: list[str] | None = None  # machine types of the pools (None: the scenario's)
+    capacity: CapacityType | None = None  # only pools of this capacity type
+    stuck: int = 0
+    name: str = "recorder"
+    description: str = "test driver"
+    resumes: list[tuple[float, tuple[str, ...], dict[str, str | None]]] = field(default_factory=list)
+    suspends: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
+    fails: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
+
+    def pools(self, scenario: Scenario) -> list[Pool]:
+        return [p for p in scenario.pools(self.only) if self.capacity in (None, p.capacity_type)]
+
+    def slurm_settings(self, scenario: Scenario) -> SlurmSettings:
+        return self.settings
+
+    def resume(self, sim: SimSlurm, names: Sequence[str], jobs: Mapping[str, Job | None]) -> None:
+        self.resumes.append((sim.now, tuple(names), {n: (j.id if j else None) for n, j in jobs.items()}))
+        if self.stuck > 0:
+            self.stuck -= 1
+            return
+        for n in names:
+            pool = sim.names[n].pool
+            key = OfferingKey(pool.provider, pool.zones[0], pool.machine_type, pool.capacity_type, pool.reservation)
+            sim.launch(ScaleUp(pool.name, key, (n,), request_id_for(pool.name, key, (n,), sim.now), (), "test"))
+
+    def suspend(self, sim: SimSlurm, names: Sequence[str]) -> None:
+        self.suspends.append((sim.now, tuple(names)))
+        for n in names:
+            sim.delete(sim.names[n].pool.name, [n])
+
+    def resume_fail(self, sim: SimSlurm, names: Sequence[str]) -> None:
+        self.fails.append((sim.now, tuple(names)))
+        sim.return_to_service(names)  # what the daemon does: `scontrol update state=resume`
+
+    def tick(self, sim: SimSlurm) -> float | None:
+        return None
+
+
+def test_jobs_get_cloud_nodes_at_submit_by_weight_then_node_order_and_one_batched_resume() -> None:
+    d = Recorder()
+    jobs = [job(0, 0, 600, 8), job(1, 0, 600, 8), job(2, 0, 600, 1), job(3, 0.5, 600, 2)]
+    SimSlurm(jobs, Scenario(reserved_nodes=1), d).run()
+    (at, _, owners), *later = d.resumes
+    assert at == 1.0 and later == []  # ResumeProgram 1 s after the first allocation, with every job since
+    assert owners == {
+        "a3-highgpu-8g-reserved-0": "j0",  # Weight 1: the reservation first
+        "a3-highgpu-8g-on-demand-0": "j1",  # the reservation is full: the next Weight, first 8-GPU node
+        "a3-highgpu-1g-on-demand-0": "j2",  # node-table order within a Weight: the smallest shape that fits
+        "a3-highgpu-2g-on-demand-0": "j3",
+    }
+
+
+def test_small_jobs_pack_onto_a_node_that_is_still_powering_up() -> None:
+    eng = SimSlurm([job(i, t, 600, 1) for i, t in enumerate((0, 0.2, 5))], Scenario(), SlurmPowerSavePolicy()).run()
+    assert eng.counters.nodes_launched == 1 and eng.slurm_counters["resume_calls"] == 1
+    assert [j.first_start for j in eng.state.jobs] == pytest.approx([361, 361, 361])  # they all waited for it
+
+
+def test_a_job_is_configuring_until_its_nodes_register() -> None:
+    d = Recorder(only=["a3-highgpu-8g"])
+    sim = SimSlurm([job(0, 0, 600, 16)], Scenario(), d)
+    sim.clock.advance_to(0)
+    sim.state.submit(sim.state.jobs[0])
+    sim.schedule(0)
+    j = sim.state.jobs[0]
+    assert j.state is JobState.CONFIGURING and len(j.placed_on) == 2 and sim.state.pending_count == 0
+
+
+def test_resume_timeout_downs_the_node_requeues_the_job_and_calls_resume_fail() -> None:
+    d = Recorder(settings=SlurmSettings(resume_timeout_s=600), only=["a3-highgpu-8g"], stuck=1)
+    eng = SimSlurm([job(0, 0, 600, 8)], Scenario(), d).run()
+    assert d.fails == [(600.0, ("a3-highgpu-8g-on-demand-0",))]
+    assert eng.slurm_counters == {"resume_calls": 2, "resume_timeouts": 1, "suspends": 0, "requeues": 1}
+    # requeued at 600 s, eligible again after Slurm's requeue hold (120 s), resumed 1 s later, booted in 360 s
+    assert eng.state.jobs[0].first_start == pytest.approx(600 + 120 + 1 + 360)
+
+
+def test_slurm_power_save_with_a_boot_longer_than_resume_timeout_loses_the_job_to_down_nodes() -> None:
+    """slurm-gcp's ResumeTimeout 300 s against a 360 s boot: every node goes DOWN before it registers."""
+    sim = SimSlurm([job(0, 0, 600, 8)], Scenario(), SlurmPowerSavePolicy(resume_timeout_s=300)).run(until=1800)
+    assert sim.slurm_counters["resume_timeouts"] >= 2 and sim.state.jobs[0].first_start is None
+    assert SlurmPowerSavePolicy().slurm_settings(Scenario()).resume_timeout_s == 600  # what the replay uses
+    assert SlurmPowerSavePolicy().slurm_settings(Scenario(boot_seconds=200)).resume_timeout_s == 300
+
+
+def test_idle_nodes_are_suspended_after_suspend_time_and_the_name_comes_back_after_suspend_timeout() -> None:
+    d = Recorder(only=["a3-highgpu-8g"])
+    eng = SimSlurm([job(0, 0, 600, 8), job(1, 2000, 100, 8)], Scenario(), d).run()
+    assert d.suspends == [(961.0 + 300, ("a3-highgpu-8g-on-demand-0",))]  # up at 361, idle at 961, SuspendTime 300
+    assert [names for _, names, _ in d.resumes] == [("a3-highgpu-8g-on-demand-0",)] * 2  # the name is reused
+    assert eng.counters.nodes_launched == 2
+
+
+def test_reserved_nodes_in_suspend_exc_nodes_stay_up() -> None:
+    d = Recorder(settings=SlurmSettings(suspend_exc=frozenset({CapacityType.RESERVATION})))
+    eng = SimSlurm([job(0, 0, 600, 8), job(1, 2000, 100, 8)], Scenario(reserved_nodes=1), d).run()
+    assert d.suspends == [] and eng.state.jobs[1].first_start == 2000  # no boot for the second job
+
+
+def test_a_job_stays_pending_only_while_no_node_can_be_placed() -> None:
+    d = Recorder(capacity=CapacityType.RESERVATION)
+    eng = SimSlurm([job(0, 0, 600, 8), job(1, 10, 100, 8)], Scenario(reserved_nodes=1), d).run()
+    j0, j1 = eng.state.jobs
+    assert j1.first_start == j0.end  # pending (no free name) until the reserved node was free, then no boot
+    assert len(d.resumes) == 1

@@ -5,6 +5,7 @@
     .venv/bin/python bench/autoscaler_claims.py --clusters 04 --regimes short --scenarios defaults
     .venv/bin/python bench/autoscaler_claims.py --frontier 0,2,10,50  # + the Pareto check over wait values
     .venv/bin/python bench/autoscaler_claims.py --json > claims.json
+    .venv/bin/python bench/autoscaler_claims.py --from-json claims.json   # the table again, no replays
 
 Per run (one trace x scenario, every policy replayed on the same jobs and cloud):
 
@@ -16,7 +17,8 @@ Per run (one trace x scenario, every policy replayed on the same jobs and cloud)
   karpenter-like: the real systems; static-peak never waits and exact-fit is the floor, not a system);
 - gangs: 0 partial-gang GPU-hours for gpu-fleet; busy nodes deleted: 0 for every policy (the engine
   refuses a policy that deletes a node with jobs, so a run that finishes has deleted none);
-- speed: the all-policy replay of cluster04 (each scenario) takes < 120 s in one process.
+- speed: the all-policy replay of cluster04 (each scenario) takes < 120 s in one process (CPU time of the
+  worker, i.e. its wall time on a core of its own; the wall time on the shared machine is shown beside it).
 - with `--frontier V,...`: on cluster04 defaults and the short regime, for each baseline some gpu-fleet
   setting (the default or one of the wait values) is no more expensive and no slower at p50 and p95.
 
@@ -70,11 +72,12 @@ def _task(trace: str, scenario_name: str, frontier: list[float]) -> dict[str, An
     from autoscaler.replay.trace import load_trace
 
     out: dict[str, Any] = {"trace": trace, "scenario": scenario_name}
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         jobs = generate(trace.split(":")[1], 0) if trace.startswith("synth:") else load_trace(trace)
         result = run_scenario(jobs, Scenario(trace=trace, **SCENARIOS[scenario_name]))
         out["wall_s"] = round(time.perf_counter() - t0, 1)
+        out["cpu_s"] = round(time.process_time() - c0, 1)
         sc = result.as_json()["scenario"]
         out["bound_usd"] = sc["lower_bound_usd"]
         out["boot_floor_ratio"] = sc["boot_floor_ratio"]
@@ -133,7 +136,11 @@ def checks(run: dict[str, Any]) -> list[tuple[str, str, str]]:
     out.append(("partial-gang GPU-h = 0", "PASS" if gang == 0 else "FAIL", f"{gang:.3f} GPU-h"))
     out.append(("busy nodes deleted = 0", "PASS", "every policy finished (the engine refuses such a delete)"))
     if run["trace"].endswith("cluster04.csv"):
-        out.append(("all-policy replay < 120 s", "PASS" if run["wall_s"] < 120 else "FAIL", f"{run['wall_s']:.1f} s"))
+        # judged on CPU time: the replay is one thread, so that is its wall time on a core of its own (a shared
+        # machine stretches wall time by however many other processes want the cores)
+        cpu = run.get("cpu_s", run["wall_s"])
+        detail = f"{cpu:.1f} s CPU ({run['wall_s']:.1f} s wall)"
+        out.append(("all-policy replay < 120 s", "PASS" if cpu < 120 else "FAIL", detail))
     if "frontier" in run or "frontier_error" in run:
         out += pareto(run)
     return out
@@ -174,7 +181,18 @@ def main() -> int:
     ap.add_argument("--frontier", default="", help="wait values for the Pareto check (cluster04 defaults, short)")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--json", action="store_true", help="print every run and check as JSON")
+    ap.add_argument("--save", type=Path, help="also write every run and check as JSON to this file")
+    ap.add_argument("--from-json", type=Path, help="judge and print runs saved by --json/--save (no replays)")
+    ap.add_argument("--markdown", action="store_true", help="with --from-json: the per-run table as markdown")
     args = ap.parse_args()
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        rows = [(r, checks(r)) for r in saved]
+        if args.markdown:
+            _markdown(rows)
+        else:
+            _print(rows, sum(r.get("wall_s", 0.0) for r in saved))
+        return 1 if any(st == "FAIL" for _, cs in rows for _, st, _ in cs) else 0
     frontier = [float(v) for v in args.frontier.split(",") if v.strip()]
     scenarios = [s for s in args.scenarios.split(",") if s]
     for s in scenarios:
@@ -210,6 +228,8 @@ def main() -> int:
     runs.sort(key=lambda r: order[(r["trace"], r["scenario"])])
     rows = [(run, checks(run)) for run in runs]
     failed = any(status == "FAIL" for _, cs in rows for _, status, _ in cs)
+    if args.save:
+        args.save.write_text(json.dumps([{**r, "checks": cs} for r, cs in rows], indent=2))
     if args.json:
         print(json.dumps([{**r, "checks": cs} for r, cs in rows], indent=2))
         return 1 if failed else 0
@@ -220,6 +240,20 @@ def main() -> int:
 def _label(run: dict[str, Any]) -> str:
     name = run["trace"] if run["trace"].startswith("synth:") else Path(run["trace"]).stem
     return f"{name} [{run['scenario']}]"
+
+
+def _markdown(rows: list[tuple[dict[str, Any], list[tuple[str, str, str]]]]) -> None:
+    names = ("gpu-fleet", "karpenter-like", "ca-like", "slurm-power-save", "exact-fit")
+    print("| run | " + " | ".join(names) + " | boot floor | checks failed |")
+    print("| --- |" + " ---: |" * (len(names) + 1) + " --- |")
+    for run, cs in rows:
+        if "error" in run:
+            print(f"| {_label(run)} | error: {run['error'][:80]} |")
+            continue
+        p = run["policies"]
+        cells = [f"{p[n]['cost_ratio']:.4f} / {p[n]['wait_p95_s']:.0f} s" for n in names]
+        failed = ", ".join(c for c, st, _ in cs if st == "FAIL") or "none"
+        print(f"| {_label(run)} | " + " | ".join(cells) + f" | {run['boot_floor_ratio']:.4f} | {failed} |")
 
 
 def _print(rows: list[tuple[dict[str, Any], list[tuple[str, str, str]]]], wall: float) -> None:

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from autoscaler.cloud import FailureKind, OfferingKey
 from autoscaler.model.demand import WorkUnit
 
+#: the default value of one GPU-hour of a job waiting: 0, the cheapest settings (docs/planner.md)
+DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR = 0.0
+
 
 @dataclass(frozen=True)
 class Policy:
@@ -38,7 +41,8 @@ class Policy:
     (never scale down reservation-backed nodes).
 
     Wait against cost: `wait_value_usd_per_gpu_hour` is what one GPU-hour of a job waiting is worth
-    (None, the default: the on-demand $/GPU-h of the shape the job runs on).  The planner itself only reads the settings
+    (default `DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR`, 0: the settings minimise dollars and a job waits what
+    its boot imposes; raise it to buy warm capacity).  The planner itself only reads the settings
     derived from it (`autoscaler.planner.rule.policy_for` turns it, the boot time, the prices and the
     observed arrival rate into idle-keep times and the reservation hold; docs/planner.md).
     `idle_timeout_by_machine` (machine type -> seconds) overrides `idle_timeout_s` per shape, and
@@ -67,7 +71,7 @@ class Policy:
     flex_start_queues: frozenset[str] = frozenset()
     flex_start_max_wait_s: float = 0.0
     keep_reserved_nodes: bool = True
-    wait_value_usd_per_gpu_hour: float | None = None
+    wait_value_usd_per_gpu_hour: float = 0.0  # DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR
     idle_timeout_by_machine: Mapping[str, float] = field(default_factory=dict)
     idle_keep_max_by_machine: Mapping[str, int] = field(default_factory=dict)
     defragment: bool = True

@@ -134,8 +134,24 @@ def worth_reusing(pool_gpu_usd: float, new_gpu_usd: float, policy: Policy) -> bo
         return True
     boot = policy.expected_boot_s
     w = policy.wait_value_usd_per_gpu_hour
-    w = pool_gpu_usd if w is None else w
     return pool_gpu_usd * d <= new_gpu_usd * (d + boot) + w * boot
+
+
+def pack_pays(node_hourly: float, own_hourly: float, own_gpus: int, policy: Policy) -> bool:
+    """Does a unit expecting `policy.expected_run_s` (m) cost less on the free GPUs of a busy node billed
+    `node_hourly` than on a node of its own (`own_hourly`, `own_gpus`: the best new offering for it)?
+
+    Sharing extends the busy node's life when the unit outlives the node's current work; with run
+    times alike, by m/2 on average, billed for the whole node.  A node of its own bills the run plus
+    a boot, and the unit waits that boot: own_hourly * (m + T), T = boot * (1 + w/p) as in the rule."""
+    m = policy.expected_run_s
+    if m is None or node_hourly <= 0:
+        return True
+    boot = policy.expected_boot_s
+    p = own_hourly / max(1, own_gpus)
+    w = policy.wait_value_usd_per_gpu_hour
+    t = boot * (1 + w / p) if p > 0 else 0.0
+    return node_hourly * m / 2 <= own_hourly * (m + t)
 
 
 def cordoned_names(drains: Iterable[Drain]) -> set[str]:

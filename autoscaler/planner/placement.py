@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from autoscaler.cloud import Offering
 from autoscaler.model import Inventory, Placement, Policy, Pool, UnservedReason, WorkUnit
 from autoscaler.planner.capacity import NEW, RANK_PLACEMENT, CapacityIndex, Slot
-from autoscaler.planner.defrag import placement_caps, worth_reusing
+from autoscaler.planner.defrag import pack_pays, placement_caps, worth_reusing
 from autoscaler.planner.limits import Headroom
 from autoscaler.planner.offers import CandidateStream, NoCandidate, OfferBook, UnitClass
 
@@ -215,8 +215,14 @@ def class_state(cls: UnitClass, class_size: int, st: PlanState) -> ClassState:
     if cls.nodes == 1 and st.policy.expected_run_s is not None and st.gpu_prices:
         head = market.peek()
         if head is not None:  # leave out running capacity dearer over the run than the best new offering
-            new = head.hourly_usd / max(1, head.offering.gpus_per_node)
-            order = {p: v for p, v in order.items() if worth_reusing(st.gpu_prices.get(p, 0.0), new, st.policy)}
+            g_new = max(1, head.offering.gpus_per_node)
+            pools = st.inventory.pool_by_name
+            order = {
+                p: v
+                for p, v in order.items()
+                if worth_reusing(st.gpu_prices.get(p, 0.0), head.hourly_usd / g_new, st.policy)
+                and pack_pays(st.gpu_prices.get(p, 0.0) * pools[p].gpus_per_node, head.hourly_usd, g_new, st.policy)
+            }
     caps = {}
     if cls.nodes == 1 and st.steps:
         caps = placement_caps(st.steps, st.inventory.pool_by_name, cls.gpus_per_node)

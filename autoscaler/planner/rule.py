@@ -3,7 +3,8 @@
 `policy_for(facts)` is pure and is what both the daemon and the replay call, so both run with the
 same settings for the same facts.  Its reasoning (docs/planner.md, "Settings from a rule"):
 
-- **Wait value** `w` ($ per GPU-hour of a job waiting; default: the shape's on-demand $/GPU-h).
+- **Wait value** `w` ($ per GPU-hour of a job waiting; default 0: the cheapest settings, a job waits
+  what its boot imposes, as with every autoscaler that launches on demand).
 - **Idle keep, per shape** (ski rental).  Keeping an idle node of g GPUs at price p per GPU-hour
   costs g*p per hour; the next job it serves is spared a boot, worth g * boot * (p + w) (the
   boot it is not billed for, and the wait it does not have).  Keeping pays off in expectation iff
@@ -11,15 +12,17 @@ same settings for the same facts.  Its reasoning (docs/planner.md, "Settings fro
   Poisson arrivals keep-or-not is all or nothing); then the node is kept for T, the deterministic
   ski-rental choice, which never loses more than one boot's worth per idle spell when arrivals
   stop.  Otherwise it is deleted at once.  Jobs end about as often as they arrive, so the warm
-  pool only absorbs the fluctuation of arrivals over T, about sqrt(lambda * T) (Poisson): at most
-  that many idle nodes of the shape are kept (the most recently idle, the likeliest to be reused).
+  pool only absorbs the fluctuation of the busy count over T, about sqrt(lambda * min(T, mean run))
+  (Poisson): at most that many idle nodes of the shape are kept (the lowest-numbered: Slurm
+  allocates the lowest free name first).
 - **Reservation hold.**  With paid-for reserved capacity, a unit may wait up to H for a reserved
   node to free up instead of launching overflow.  What the wait saves is not the job's whole run
   (the freed reserved node would soon serve the next arrival anyway) but the idle gap until that
   arrival, about 1/lambda of reserved GPU time, worth S = p / lambda per GPU; reserved nodes free
   up at rate mu = reserved nodes / mean run time.  Waiting h costs w*h; the chance a node frees
   within h is 1 - exp(-mu*h); the expected gain S*(1 - exp(-mu*h)) - w*h is largest at
-  H = ln(mu*S / w) / mu when mu*S > w, else 0 (launch at once).
+  H = ln(mu*S / w) / mu when mu*S > w, else 0 (launch at once); never more than one boot, so a held
+  job never waits more than twice what launching at once would have made it wait (w = 0: one boot).
 - **Batching** otherwise 0: boots take minutes, so a launch batch window only adds wait.
 """
 
@@ -29,7 +32,10 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from autoscaler.cloud import Offering
 from autoscaler.model import Policy
+from autoscaler.model.policy import DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR
+from fleet.catalog import CapacityType
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,7 @@ class FleetFacts:
     reserved_nodes: int = 0
     arrivals_per_hour: float = 0.0  # all jobs
     mean_run_s: float | None = None
-    wait_value_usd_per_gpu_hour: float | None = None  # None: each shape's on-demand $/GPU-h
+    wait_value_usd_per_gpu_hour: float = DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -73,12 +79,12 @@ class FleetFacts:
         if self.reserved_nodes < 0:
             raise ValueError(f"FleetFacts.reserved_nodes: must be >= 0, got {self.reserved_nodes}")
         w = self.wait_value_usd_per_gpu_hour
-        if w is not None and w < 0:
+        if w < 0:
             raise ValueError(f"FleetFacts.wait_value_usd_per_gpu_hour: must be >= 0, got {w}")
 
     def wait_value(self, shape: ShapeFacts) -> float:
-        w = self.wait_value_usd_per_gpu_hour
-        return shape.usd_per_gpu_hour if w is None else w
+        """The wait value for `shape` (one value for every shape today)."""
+        return self.wait_value_usd_per_gpu_hour
 
 
 def break_even_idle_s(boot_s: float, usd_per_gpu_hour: float, wait_value: float) -> float:
@@ -96,17 +102,22 @@ def idle_keep_s(shape: ShapeFacts, boot_s: float, wait_value: float) -> float:
     return t if shape.arrivals_per_hour * t / 3600.0 > 1.0 else 0.0
 
 
-def warm_nodes(shape: ShapeFacts, boot_s: float, wait_value: float) -> int:
+def warm_nodes(shape: ShapeFacts, boot_s: float, wait_value: float, mean_run_s: float | None = None) -> int:
     """How many idle nodes of `shape` to keep at once.  Jobs end about as often as they arrive, so
     idle nodes are refilled as fast as they are taken: what a warm pool absorbs is the fluctuation
-    of arrivals over the break-even window T, about sqrt(lambda * T) (Poisson), and an idle node
-    beyond that is unlikely to be reused before T."""
+    of the busy count over the break-even window T, about sqrt(lambda * T) (Poisson arrivals), and an
+    idle node beyond that is unlikely to be reused before T.  Over windows longer than a run the busy
+    count does not drift further (it fluctuates about its mean lambda * run, by its square root), so
+    the window is at most the mean run."""
     t = break_even_idle_s(boot_s, shape.usd_per_gpu_hour, wait_value)
+    if mean_run_s:
+        t = min(t, mean_run_s)
     return max(1, int(math.sqrt(shape.arrivals_per_hour * t / 3600.0)))
 
 
 def reservation_hold_s(facts: FleetFacts) -> float:
-    """H = ln(mu*S / w) / mu (0 when waiting cannot pay, or nothing is reserved); see the module doc."""
+    """H = ln(mu*S / w) / mu, at most one boot (0 when waiting cannot pay, or nothing is reserved); see the
+    module doc."""
     if not facts.reserved_nodes or not facts.mean_run_s or facts.arrivals_per_hour <= 0 or not facts.shapes:
         return 0.0
     big = max(facts.shapes, key=lambda s: (s.gpus, -s.usd_per_hour))  # the reserved shape
@@ -115,9 +126,9 @@ def reservation_hold_s(facts: FleetFacts) -> float:
     mu = facts.reserved_nodes / facts.mean_run_s  # reserved nodes freeing up, per second
     gain = p * 3600.0 / facts.arrivals_per_hour  # S: $ per GPU of reserved time not left idle
     if w <= 0:
-        return facts.mean_run_s  # waiting is free: wait up to a typical run
+        return facts.boot_s  # waiting is free: up to the cap
     x = mu * gain / w
-    return math.log(x) / mu if x > 1.0 else 0.0
+    return min(facts.boot_s, math.log(x) / mu) if x > 1.0 else 0.0
 
 
 def policy_for(facts: FleetFacts, base: Policy | None = None) -> Policy:
@@ -128,7 +139,7 @@ def policy_for(facts: FleetFacts, base: Policy | None = None) -> Policy:
         for s in sorted(facts.shapes, key=lambda s: s.machine_type)
     }
     warm = {
-        s.machine_type: warm_nodes(s, facts.boot_s, facts.wait_value(s))
+        s.machine_type: warm_nodes(s, facts.boot_s, facts.wait_value(s), facts.mean_run_s)
         for s in facts.shapes
         if keep.get(s.machine_type, 0) > 0 and not math.isinf(keep[s.machine_type])
     }
@@ -165,3 +176,39 @@ def with_arrivals(
             counts[s.machine_type] = counts.get(s.machine_type, 0) + nodes
     hours = max(span_s, 1.0) / 3600.0
     return tuple(replace(s, arrivals_per_hour=counts.get(s.machine_type, 0) / hours) for s in shapes)
+
+
+def shapes_from_offerings(offerings: Iterable[Offering]) -> tuple[ShapeFacts, ...]:
+    """One `ShapeFacts` per machine type with an on-demand offering: its GPUs and cheapest on-demand $/h."""
+    best: dict[str, tuple[int, float]] = {}
+    for o in offerings:
+        if o.key.capacity_type is not CapacityType.ON_DEMAND or o.gpus_per_node < 1:
+            continue
+        m = o.key.machine_type
+        if m not in best or o.hourly_usd < best[m][1]:
+            best[m] = (o.gpus_per_node, o.hourly_usd)
+    return tuple(ShapeFacts(m, g, usd) for m, (g, usd) in sorted(best.items()))
+
+
+def observed_facts(
+    offerings: Iterable[Offering],
+    boot_s: float,
+    jobs: Sequence[tuple[float, int, int, float | None]],
+    now: float,
+    window_s: float,
+    reserved_nodes: int = 0,
+    wait_value_usd_per_gpu_hour: float = DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR,
+) -> FleetFacts:
+    """Facts as a running daemon sees them: `jobs` are (submit time, nodes, GPUs per node, run seconds
+    or None while running) of the jobs submitted in the last `window_s` seconds before `now`."""
+    recent = [j for j in jobs if now - window_s <= j[0] <= now]
+    shapes = with_arrivals(shapes_from_offerings(offerings), [(n, g) for _, n, g, _ in recent], window_s)
+    runs = [r for *_, r in recent if r is not None]
+    return FleetFacts(
+        boot_s=boot_s,
+        shapes=shapes,
+        reserved_nodes=reserved_nodes,
+        arrivals_per_hour=len(recent) * 3600.0 / max(window_s, 1.0),
+        mean_run_s=sum(runs) / len(runs) if runs else None,
+        wait_value_usd_per_gpu_hour=wait_value_usd_per_gpu_hour,
+    )

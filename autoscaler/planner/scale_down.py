@@ -28,9 +28,17 @@ def idle_timeout_text(policy: Policy, nodes: Iterable[Node]) -> str:
     return "/".join(f"{v:g}s" for v in vals) or f"{policy.idle_timeout_s:g}s"
 
 
+def _index(name: str) -> int:
+    """The number of a `prefix-i` node name (a large number when there is none)."""
+    tail = name.rpartition("-")[2]
+    return int(tail) if tail.isdigit() else 1 << 30
+
+
 def idle_over_cap(inventory: Inventory, policy: Policy, now: float, in_use: Collection[str] = ()) -> set[str]:
-    """Idle nodes beyond `Policy.idle_keep_max_by_machine` for their machine type: the most recently
-    idle ones are kept warm (they are the likeliest to be reused before their timeout), the rest go now."""
+    """Idle nodes beyond `Policy.idle_keep_max_by_machine` for their machine type go now.  The ones kept warm
+    are those the scheduler allocates first: Slurm takes the lowest-numbered free name of a nodeset (powered
+    up or not), so the lowest-numbered idle nodes are the ones a next job reuses; deleting the high-numbered
+    ones keeps the low names dense and up.  Ties (other name schemes): the most recently idle first."""
     caps = policy.idle_keep_max_by_machine
     if not caps:
         return set()
@@ -43,7 +51,7 @@ def idle_over_cap(inventory: Inventory, policy: Policy, now: float, in_use: Coll
                 by_machine.setdefault(n.offering.machine_type, []).append(n)
     out: set[str] = set()
     for m, nodes in by_machine.items():
-        nodes.sort(key=lambda n: (-n.since, n.name))  # newest idle first
+        nodes.sort(key=lambda n: (_index(n.name), -n.since, n.name))
         out.update(n.name for n in nodes[caps[m] :])
     return out
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from autoscaler.model.policy import DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR
 from autoscaler.planner.rule import FleetFacts, ShapeFacts, with_arrivals
 from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.trace import TraceJob
@@ -16,6 +17,7 @@ from autoscaler.replay.trace import TraceJob
 def scenario_facts(
     scenario: Scenario, jobs: Sequence[TraceJob] = (), wait_value_usd_per_gpu_hour: float | None = None
 ) -> FleetFacts:
+    """`wait_value_usd_per_gpu_hour` None: the default (`DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR`)."""
     shapes = []
     for m in scenario.machines:
         price = m.price(scenario.region)
@@ -34,5 +36,7 @@ def scenario_facts(
         reserved_nodes=scenario.reserved_nodes,
         arrivals_per_hour=rate,
         mean_run_s=mean_run,
-        wait_value_usd_per_gpu_hour=wait_value_usd_per_gpu_hour,
+        wait_value_usd_per_gpu_hour=(
+            DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR if wait_value_usd_per_gpu_hour is None else wait_value_usd_per_gpu_hour
+        ),
     )

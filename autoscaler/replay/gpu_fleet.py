@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from autoscaler.cloud import FailureKind, ProviderError
 from autoscaler.core import (
@@ -107,7 +107,13 @@ class GpuFleetPolicy:
         arrival rates, on top of `DEFAULT_POLICY`.  No setting is swept.  The rule's reservation hold (a batch
         window) cannot hold nodes Slurm already allocated (`core.plan_pool_resumes` ignores it there)."""
         facts = scenario_facts(scenario, jobs, wait_value_usd_per_gpu_hour)
-        return cls(policy=policy_for(facts, base=DEFAULT_POLICY))
+        policy = policy_for(facts, base=DEFAULT_POLICY)
+        # Slurm powers an idle node down after SuspendTime whatever the daemon keeps: the stack renders it no
+        # shorter than the rule's longest idle keep (plus one tick), so the rule's keep is what happens
+        longest = max((v for v in policy.idle_timeout_by_machine.values() if v != math.inf), default=0.0)
+        base = SlurmSettings()
+        slurm = replace(base, suspend_time_s=max(base.suspend_time_s, longest + INTERVAL_S))
+        return cls(policy=policy, slurm=slurm)
 
     def settings(self) -> dict[str, object]:
         p = self.policy
@@ -168,7 +174,11 @@ class GpuFleetPolicy:
     def idle_wake(self, sim: SimSlurm, node: SimNode) -> float | None:
         if self.policy.keep_reserved_nodes and node.offering.capacity_type is CapacityType.RESERVATION:
             return None
-        return self._next_tick(node.since + self.policy.idle_timeout_for(node.offering.machine_type))
+        m = node.offering.machine_type
+        cap = self.policy.idle_keep_max_by_machine.get(m)
+        if cap is not None and sum(1 for nm in sim.idle.values() if nm.node.offering.machine_type == m) > cap:
+            return self._next_tick(sim.now)  # more idle nodes of the shape than the rule keeps warm
+        return self._next_tick(node.since + self.policy.idle_timeout_for(m))
 
     # ---- the daemon's tick ------------------------------------------------------------------------------
 

@@ -98,7 +98,10 @@ def test_a_cordoned_node_is_deleted_once_its_work_ends() -> None:
 def test_reuse_only_when_cheaper_over_the_expected_run() -> None:
     pol = Policy(expected_run_s=36000.0, expected_boot_s=360.0, wait_value_usd_per_gpu_hour=11.0)
     assert not worth_reusing(11.0, 4.0, pol)  # 10 h on on-demand vs spot + one boot: launch spot
-    assert worth_reusing(11.0, 4.0, Policy(expected_run_s=300.0, expected_boot_s=360.0))  # short: reuse
+    assert worth_reusing(11.0, 4.0, Policy(expected_run_s=100.0, expected_boot_s=360.0))  # short: reuse
+    # what the boot's wait is worth tips it: a 300 s job reuses only when waiting is worth something
+    assert not worth_reusing(11.0, 4.0, Policy(expected_run_s=300.0, expected_boot_s=360.0))
+    assert worth_reusing(11.0, 4.0, Policy(expected_run_s=300.0, expected_boot_s=360.0, wait_value_usd_per_gpu_hour=5))
     assert worth_reusing(11.0, 4.0, Policy())  # no expectation known: existing capacity first
     # in a plan: an idle on-demand node is not used for a long spot-tolerant unit; spot is launched
     p1, s1 = pool(1), pool(1, SPOT)
@@ -107,7 +110,7 @@ def test_reuse_only_when_cheaper_over_the_expected_run() -> None:
     assert pool_gpu_prices(inv.pools, offs) == {"h1-on-demand": 11.0, "h1-spot": 4.0}
     out = plan([WorkUnit("long", 0.0, 1, spot_ok=True)], inv, offs, pol, 100.0)
     assert out.assignments["long"].placement is Placement.NEW and out.scale_ups[0].pool == "h1-spot"
-    short = Policy(expected_run_s=300.0, expected_boot_s=360.0)
+    short = Policy(expected_run_s=100.0, expected_boot_s=360.0)
     out = plan([WorkUnit("short", 0.0, 1, spot_ok=True)], inv, offs, short, 100.0)
     assert out.assignments["short"].nodes == ("h1-on-demand-0",)
     assert machine(1) == "a3-highgpu-1g"

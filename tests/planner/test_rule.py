@@ -39,7 +39,7 @@ def test_idle_keep_only_when_jobs_for_the_shape_arrive_faster_than_the_break_eve
 
 
 def test_reservation_hold_from_the_free_up_rate_and_the_wait_value() -> None:
-    facts = FleetFacts(360, SHAPES, reserved_nodes=100, arrivals_per_hour=11.0, mean_run_s=20000.0)
+    facts = FleetFacts(360, SHAPES, 100, 11.0, 20000.0, wait_value_usd_per_gpu_hour=11.0)
     h = reservation_hold_s(facts)
     mu = 100 / 20000.0
     gain = 11.0 / 11.0  # $/GPU-h x hours between arrivals: reserved time not left idle
@@ -51,7 +51,10 @@ def test_reservation_hold_from_the_free_up_rate_and_the_wait_value() -> None:
     assert reservation_hold_s(FleetFacts(360, SHAPES, 100, 11.0, 20000.0, wait_value_usd_per_gpu_hour=1e4)) == 0
     assert reservation_hold_s(FleetFacts(360, SHAPES, 0, 11.0, 20000.0)) == 0  # nothing to wait for
     # fewer reserved nodes free up more rarely: waiting pays less
-    assert reservation_hold_s(FleetFacts(360, SHAPES, 40, 11.0, 20000.0)) < h
+    assert reservation_hold_s(FleetFacts(360, SHAPES, 40, 11.0, 20000.0, wait_value_usd_per_gpu_hour=11.0)) < h
+    # waiting worth nothing (the default): hold, but never more than one boot
+    assert reservation_hold_s(FleetFacts(360, SHAPES, 100, 11.0, 20000.0)) == 360
+    assert reservation_hold_s(FleetFacts(360, SHAPES, 100, 11.0, 20000.0, wait_value_usd_per_gpu_hour=0.5)) == 360
 
 
 def test_policy_for_sets_the_derived_knobs_and_keeps_the_rest() -> None:
@@ -99,8 +102,10 @@ def test_the_wait_value_is_a_policy_field_config_accepts() -> None:
 def test_warm_pool_is_the_arrival_fluctuation_over_the_break_even() -> None:
     busy = ShapeFacts("m-1g", 1, 11.0, arrivals_per_hour=54.0)  # T = 720 s: 10.8 arrivals, +-3.3
     assert warm_nodes(busy, 360, 11.0) == 3
-    p = policy_for(FleetFacts(360, (busy,)))
+    p = policy_for(FleetFacts(360, (busy,), wait_value_usd_per_gpu_hour=11.0))
     assert p.idle_timeout_by_machine == {"m-1g": 720.0} and p.idle_keep_max_by_machine == {"m-1g": 3}
+    # over windows longer than a run the busy count does not drift further: the pool stops growing with T
+    assert warm_nodes(busy, 360, 1e4, mean_run_s=600.0) == warm_nodes(busy, 600, 0.0) == 3
     rare = ShapeFacts("m-1g", 1, 11.0, arrivals_per_hour=1.0)
     assert policy_for(FleetFacts(360, (rare,))).idle_keep_max_by_machine == {}  # not kept at all
 
@@ -126,3 +131,35 @@ def test_scale_down_keeps_the_newest_idle_nodes_up_to_the_cap_per_machine_type()
     # past the timeout even a kept node goes
     drains, _ = scale_down_idle(Inventory((p1, p8), nodes), pol, 1000.0 + 720.0)
     assert {name for d in drains for name in d.nodes} == {n.name for n in nodes}
+
+
+def test_observed_facts_from_offerings_and_recent_jobs_for_the_daemon() -> None:
+    from autoscaler.planner.rule import observed_facts, shapes_from_offerings
+    from tests.planner.factory import family_offerings
+
+    offs = family_offerings()
+    assert [(s.machine_type, s.gpus, s.usd_per_hour) for s in shapes_from_offerings(offs)] == [
+        ("a3-highgpu-1g", 1, 11.0),
+        ("a3-highgpu-2g", 2, 22.0),
+        ("a3-highgpu-4g", 4, 44.0),
+        ("a3-highgpu-8g", 8, 88.0),
+    ]
+    jobs = [(t, 1, 1, 600.0) for t in range(0, 3600, 60)] + [(10.0, 2, 8, None), (-5000.0, 1, 1, 1.0)]
+    f = observed_facts(offs, 360, jobs, now=3600.0, window_s=3600.0, wait_value_usd_per_gpu_hour=11.0)
+    by = {s.machine_type: s.arrivals_per_hour for s in f.shapes}
+    assert by["a3-highgpu-1g"] == 60 and by["a3-highgpu-8g"] == 2  # the job before the window is left out
+    assert f.mean_run_s == 600.0 and f.arrivals_per_hour == 61
+    p = policy_for(f)
+    assert p.idle_timeout_for("a3-highgpu-1g") == 720.0 and p.idle_timeout_for("a3-highgpu-8g") == 0.0
+
+
+def test_the_warm_nodes_kept_are_the_lowest_numbered_the_ones_slurm_allocates_first() -> None:
+    from autoscaler.model import Inventory, NodeState
+    from autoscaler.planner import idle_over_cap
+    from tests.planner.factory import machine, node, pool
+
+    p1 = pool(1)
+    # node 0 has been idle longest, node 3 went idle last: Slurm still hands out name 0 first
+    nodes = tuple(node(p1, i, NodeState.READY_IDLE, since=100.0 * i) for i in range(4))
+    pol = Policy(idle_timeout_by_machine={machine(1): 720.0}, idle_keep_max_by_machine={machine(1): 2})
+    assert idle_over_cap(Inventory((p1,), nodes), pol, 400.0) == {"h1-on-demand-2", "h1-on-demand-3"}

@@ -174,9 +174,10 @@ class KarpenterLikePolicy:
                 continue
             o, pool = choice
             self._planned[o.key] = self._planned.get(o.key, 0) + 1
-            units = tuple(j.id for j in claim.pods)
-            reason = f"{len(units)} pod(s) unschedulable: one NodeClaim, cheapest type fitting all"
-            cmds.append(view.scale_up(pool, o, 1, units, reason))
+            # a NodeClaim is not bound to its pods: kube-scheduler binds whichever pending pod fits once the node
+            # is ready, and until then the next solve counts its free room (no nomination, `units` empty)
+            reason = f"{len(claim.pods)} pod(s) unschedulable: one NodeClaim, cheapest type fitting all"
+            cmds.append(view.scale_up(pool, o, 1, (), reason))
         for job in gangs:
             names: list[str] = [n.name for n in job.nominated]
             claim_options = _Claim(offers).fits(job.gpus_per_node, job.spot_ok)

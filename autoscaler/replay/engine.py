@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from autoscaler.cloud import InsufficientCapacity, Offering, ProviderError, QuotaExceeded
 from autoscaler.model import DeleteNodes, Drain, NodeState, Pool, ScaleUp, request_id_for
@@ -61,17 +62,35 @@ class EngineCounters:
     events: int = 0
 
 
+class AdmissionGate(Protocol):
+    """A queueing gate in front of the cluster (Kueue's quota): told of arrivals and ends, it admits jobs."""
+
+    def arrive(self, job: Job, now: float) -> None: ...
+
+    def finish(self, job: Job) -> None: ...
+
+    def admit(self, now: float) -> list[Job]: ...
+
+
 class ReplayEngine:
     """Replays `jobs` through `policy` on a fresh `SimCloud` built from `scenario`."""
 
     def __init__(
-        self, jobs: Sequence[TraceJob], scenario: Scenario, policy: ReplayPolicy, sim_config: SimConfig | None = None
+        self,
+        jobs: Sequence[TraceJob],
+        scenario: Scenario,
+        policy: ReplayPolicy,
+        sim_config: SimConfig | None = None,
+        admission: AdmissionGate | None = None,
     ) -> None:
-        """`sim_config` replaces the cloud the scenario describes (quotas, scheduled stockout windows ...)."""
+        """`sim_config` replaces the cloud the scenario describes (quotas, scheduled stockout windows ...).
+        `admission`: a queueing gate in front of the cluster (Kueue: `autoscaler.replay.kueue_gate`); a job is
+        submitted to the cluster only once the gate admits it.  None: every job is submitted when it arrives."""
         if not jobs:
             raise ReplayError("the trace has no jobs")
         self.scenario = scenario
         self.policy = policy
+        self.admission = admission
         self.clock = SimClock(min(j.submit for j in jobs) - scenario.ready_s)
         self.cloud = SimCloud(sim_config or scenario.sim_config(), self.clock)
         self.state = ClusterState(
@@ -137,6 +156,7 @@ class ReplayEngine:
         jobs = self.state.jobs
         n = len(jobs)
         nxt = 0
+        gate = self.admission
         self._decide(frozenset({"start"}))
         while self.state.done < n:
             t = jobs[nxt].submit if nxt < n else math.inf
@@ -172,15 +192,24 @@ class ReplayEngine:
                     job, attempt = payload  # type: ignore[misc]
                     if job.state is JobState.RUNNING and job.attempt == attempt:
                         self.state.finish(job, t)
+                        if gate is not None:
+                            gate.finish(job)
                         reasons.add("idle")
                 else:
                     if t >= self._timer:
                         self._timer = math.inf
                     reasons.add("timer")
             while nxt < n and jobs[nxt].submit <= t:
-                self.state.submit(jobs[nxt])
+                if gate is None:
+                    self.state.submit(jobs[nxt])
+                    reasons.add("submit")
+                else:
+                    gate.arrive(jobs[nxt], t)
                 nxt += 1
-                reasons.add("submit")
+            if gate is not None:  # quota freed or work arrived: Kueue admits what fits now
+                for job in gate.admit(t):
+                    self.state.submit(job)
+                    reasons.add("submit")
             if self.state.pending_changed or reasons & {"ready", "idle", "gone"}:
                 started = self.state.schedule(t, binding=self.policy.binds_nominations, weights=self._weights)
                 self._start(started, t)

@@ -69,6 +69,7 @@ class GpuFleetKubePolicy:
     planner_calls: int = 0
     ticks: int = 0
     admitted_at: dict[str, float] = field(default_factory=dict)  # job id -> admission (set by the run)
+    first_planned: dict[str, float] = field(default_factory=dict)  # job id -> first poll that planned it
     _pools: list[Pool] = field(default_factory=list)
     _t0: float | None = None
     _last_tick: float | None = None
@@ -145,6 +146,8 @@ class GpuFleetKubePolicy:
         booked = {n for names in self._bookings.values() for n in names}
         inv = self._inventory(st.nodes.values(), booked, now)
         nominations: dict[str, tuple[str, ...]] = {}
+        for u in units:
+            self.first_planned.setdefault(u.id, now)
         if units:
             from autoscaler.planner import plan
 

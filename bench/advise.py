@@ -27,6 +27,8 @@ def main() -> int:
     ap.add_argument("--spot-fraction", type=float, default=0.0)
     ap.add_argument("--stockout-rate", type=float, default=0.0)
     ap.add_argument("--ray", action="store_true", help="also run through a local Ray and compare")
+    ap.add_argument("--rule", default="minimax-regret", choices=["minimax-regret", "mean"])
+    ap.add_argument("--json-out", type=Path, help="write the advisor's JSON here")
     args = ap.parse_args()
     if not args.trace.exists():
         print(f"skip: trace {args.trace} not found (the ITP traces live in ../shared/data/traces/itp/)")
@@ -44,12 +46,17 @@ def main() -> int:
         test_days=20,
         spot_fraction=args.spot_fraction,
         stockout_rate=args.stockout_rate,
+        rule=args.rule,
     )
     req = Request(**{**base.__dict__, "prices": catalog_prices(reserved_machine(base), base.region, base.terms)})
     t0 = time.perf_counter()
     res = advise(req, progress=lambda d, n: print(f"\r{d}/{n} replays", end="", file=sys.stderr))
     wall = time.perf_counter() - t0
     print(file=sys.stderr)
+    if args.json_out:
+        import json
+
+        args.json_out.write_text(json.dumps(res, indent=1))
     t = res["test"]
     rec, hs, od = t["recommended"], t["hindsight_best"], t["on_demand_cost_usd"]
     checks = [

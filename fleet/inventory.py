@@ -3,7 +3,8 @@
 `stacks/` builds one `InventoryPool` per node pool and exports the list as the stack output
 `autoscaler_inventory`; the daemon reads it back (from `pulumi stack output autoscaler_inventory
 --json` or the `outputs` of `fleet synth --json`) with `load_inventory`.  This module is the one
-definition of that JSON shape.
+definition of that JSON shape.  Files are read through the input gate (fleet.input) and validated strictly:
+the names in it become GCE API arguments and Slurm node names.
 
 Pools of `scheduler: kueue` clusters carry more (docs/kubernetes.md): `pool_kind` says which actuator
 resizes them — `gce-mig` (Slurm pools, and GKE node pools: instances by name in the MIGs GKE reports,
@@ -15,40 +16,47 @@ is the `kubernetes:` part of the daemon config the stack writes for the in-clust
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from fleet.catalog import CapacityType
+from fleet.input import InputError, format_loc, load_json
+from fleet.input.limits import MAX_INVENTORY_BYTES
+from fleet.input.types import STRICT, GceName, MachineType, NodeCount, Region, Reservation, Zone, lax_enum, text
+
+PoolName = text(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", "must be a lower-case RFC 1035 name")
+Project = text(r"([a-z][-a-z0-9.]*:)?[a-z][-a-z0-9]{0,62}", "must be a GCP project id")
+SlurmName = text(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", "must be a Slurm name (letters, digits, '.', '_', '-')")
+ResourceRef = text(r"[A-Za-z0-9._/-]{1,512}", "must be a resource name or path (letters, digits, '.', '_', '/', '-')")
 
 
 class InventoryPool(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(**STRICT, extra="allow", frozen=True)
 
-    name: str  # pool name, unique within its cluster
-    cluster: str
-    provider: str  # "gcp" today
-    project: str
-    region: str
-    zones: list[str]
-    machine_type: str
-    gpu_type: str  # accelerator type, e.g. nvidia-h100-mega-80gb
-    gpus_per_node: int
-    capacity_type: CapacityType
-    reservation: str | None = None
-    min_nodes: int
-    max_nodes: int
-    instance_group: str  # MIG name stem; the zonal MIG in zone Z is instance_groups[Z]
-    instance_groups: dict[str, str] = Field(default_factory=dict)  # zone -> zonal MIG name
-    instance_template: str | None = None
-    node_name_prefix: str  # Slurm node / GCE instance names are f"{node_name_prefix}-{index}"
-    slurm_nodeset: str | None = None
-    slurm_partitions: list[str] = Field(default_factory=list)
+    name: PoolName  # pool name, unique within its cluster
+    cluster: PoolName
+    provider: text(r"[a-z]+", "must be a provider name such as gcp", 16)  # "gcp" today
+    project: Project
+    region: Region
+    zones: list[Zone] = Field(max_length=16)
+    machine_type: MachineType
+    gpu_type: text(r"[a-z0-9][-a-z0-9]{0,62}", "must be an accelerator type such as nvidia-h100-80gb")
+    gpus_per_node: int = Field(ge=0, le=16)
+    capacity_type: lax_enum(CapacityType)  # type: ignore[valid-type]
+    reservation: Reservation | None = None
+    min_nodes: NodeCount
+    max_nodes: NodeCount
+    instance_group: GceName  # MIG name stem; the zonal MIG in zone Z is instance_groups[Z]
+    instance_groups: dict[Zone, GceName] = Field(default_factory=dict)  # zone -> zonal MIG name
+    instance_template: ResourceRef | None = None
+    node_name_prefix: GceName  # Slurm node / GCE instance names are f"{node_name_prefix}-{index}"
+    slurm_nodeset: SlurmName | None = None
+    slurm_partitions: list[SlurmName] = Field(default_factory=list, max_length=64)
     spot_tolerant: bool = False  # true when every partition this pool backs is spot-tolerant
     compact_placement: bool = False
-    placement_policy: str | None = None
+    placement_policy: ResourceRef | None = None
     # Kubernetes pools (scheduler: kueue); the defaults describe a Slurm pool.
     scheduler: Literal["slurm", "kueue"] = "slurm"
     platform: Literal["gce", "gke", "kubernetes"] = "gce"
@@ -68,11 +76,17 @@ class InventoryPool(BaseModel):
     price_per_hour: float | None = None  # $/h per node (spec or catalog); None: unknown
     price_source: str | None = None  # "spec", "list", ... (fleet.spec.kube.pool_price)
 
+    @model_validator(mode="after")
+    def _min_not_above_max(self) -> InventoryPool:
+        if self.min_nodes > self.max_nodes:
+            raise ValueError(f"min_nodes {self.min_nodes} is greater than max_nodes {self.max_nodes}")
+        return self
+
 
 class LeaseConfig(BaseModel):
     """Leader election through a coordination.k8s.io/v1 Lease (client-go's defaults)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(**STRICT, extra="forbid", frozen=True)
 
     name: str
     duration_s: float = 15.0
@@ -83,7 +97,7 @@ class LeaseConfig(BaseModel):
 class KubernetesSection(BaseModel):
     """`kubernetes:` of the in-cluster daemon's /etc/gpu-fleet/autoscaler.yaml (the stack writes it)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(**STRICT, extra="forbid", frozen=True)
 
     in_cluster: bool = True  # the pod's service account token; else `kubeconfig`
     kubeconfig: str | None = None
@@ -111,11 +125,23 @@ _LIST = TypeAdapter(list[InventoryPool])
 def parse_inventory(data: object) -> list[InventoryPool]:
     """Accept the bare list, `{"autoscaler_inventory": [...]}` or a whole `fleet synth --json`."""
     if isinstance(data, dict):
-        if "outputs" in data:
+        if isinstance(data.get("outputs"), dict):
             data = data["outputs"]
         data = data.get("autoscaler_inventory", data)
     return _LIST.validate_python(data)
 
 
 def load_inventory(path: Path) -> list[InventoryPool]:
-    return parse_inventory(json.loads(Path(path).read_text()))
+    """Read an inventory file through the input gate; InputError names the file and `[i].field` of each problem."""
+    data = load_json(path, what="autoscaler inventory", max_bytes=MAX_INVENTORY_BYTES)
+    try:
+        return parse_inventory(data)
+    except ValidationError as exc:
+        prefix = ""  # paths as in the file: `outputs.autoscaler_inventory[0].max_nodes` in a whole synth output
+        if isinstance(data, dict):
+            prefix = "outputs.autoscaler_inventory" if isinstance(data.get("outputs"), dict) else "autoscaler_inventory"
+        errors = [
+            (f"{prefix}{format_loc(e['loc'])}" or "(root)", str(e["msg"]).removeprefix("Value error, "))
+            for e in exc.errors(include_url=False)
+        ]
+        raise InputError(str(path), errors[:20]) from None

@@ -12,23 +12,15 @@ from typing import Any
 
 import pulumi
 
+from components.gcp import metadata as md
 from components.gcp.network import NetworkFabric, NetworkFabricArgs
 from components.gcp.node_pool import GpuNodePool, GpuNodePoolArgs, NicArgs, service_account_id
 from components.gcp.slurm_cluster import SlurmCluster, SlurmClusterArgs
-from components.gcp.startup import (
-    JWT_KEY_PATH,
-    METADATA_AUTOSCALER_CONFIG,
-    METADATA_CGROUP_CONF,
-    METADATA_GRES_CONF,
-    METADATA_INVENTORY,
-    METADATA_SLURM_CONF,
-    SlurmHostConfig,
-    startup_script,
-)
+from components.gcp.startup import JWT_KEY_PATH, SlurmHostConfig, startup_script
 from components.gcp.storage import BucketArgs, FilestoreArgs, LustreArgs, SharedStorage, SharedStorageArgs
 from fleet.catalog import Catalog, load_catalog
 from fleet.slurm.conf import node_name_prefix, render_slurm_conf, slurmrestd_auth
-from fleet.spec.derive import on_gcp, pool_zones
+from fleet.spec.derive import controller_address, on_gcp, pool_zones
 from fleet.spec.load import SpecError
 from fleet.spec.model import ClusterSpec, FleetSpec
 from stacks import plan
@@ -126,6 +118,9 @@ def build_fleet(
                 slurm_conf=conf.slurm_conf,
                 gres_conf=conf.gres_conf,
                 cgroup_conf=conf.cgroup_conf or None,
+                topology_conf=conf.topology_conf,
+                controller_ip=controller_address(spec, cluster.name),
+                image=cat.host_image,
                 node_name_prefixes=[node_name_prefix(cluster.name, p.name) for p in cluster.pools],
                 controller_machine_type=slurm.controller_machine_type,
                 login_machine_type=slurm.login_machine_type,
@@ -135,26 +130,13 @@ def build_fleet(
                 scratch_mount=cluster.storage.scratch.mount_point if cluster.storage.scratch else "/scratch",
                 # the daemon on the controller reads its pools from here (same shape as the stack output)
                 controller_metadata={
-                    METADATA_INVENTORY: json.dumps(
-                        [plan.inventory_entry(spec, cluster, p, cat) for p in cluster.pools]
-                    ),
-                    METADATA_AUTOSCALER_CONFIG: plan.autoscaler_config(cluster),
+                    md.INVENTORY: json.dumps([plan.inventory_entry(spec, cluster, p, cat) for p in cluster.pools]),
+                    md.AUTOSCALER_CONFIG: plan.autoscaler_config(cluster),
                 },
                 autoscaler_source=slurm.autoscaler.source,
                 autoscaler_ref=slurm.autoscaler.ref,
                 labels=_labels(spec, {}),
             ),
-        )
-        node_script = pulumi.Output.all(control.munge_secret.secret_id, home, scratch).apply(
-            lambda v, c=cluster: startup_script(
-                SlurmHostConfig(
-                    role="compute",
-                    munge_secret=v[0],
-                    home=v[1],
-                    scratch=v[2],
-                    scratch_mount=c.storage.scratch.mount_point if c.storage.scratch else "/scratch",
-                )
-            )
         )
         for pool in cluster.pools:
             machine = cat.machine(pool.machine_type)
@@ -167,6 +149,21 @@ def build_fleet(
                     p = fabric.planes[nic.plane]
                     nics.append(NicArgs(p.network.self_link, p.subnets[nic.subnet].self_link, nic.nic_type))
             zones = list(pool_zones(spec, pool, cat))
+            image, secure_boot = plan.pool_image(pool, machine)
+            node_script = pulumi.Output.all(control.munge_secret.secret_id, home, scratch).apply(
+                lambda v, c=cluster, m=machine: startup_script(
+                    SlurmHostConfig(
+                        role="compute",
+                        munge_secret=v[0],
+                        home=v[1],
+                        scratch=v[2],
+                        scratch_mount=c.storage.scratch.mount_point if c.storage.scratch else "/scratch",
+                        gpu_count=m.gpu_count,
+                        fabric=cat.fabric_software(m.software.fabric) if m.software else None,
+                        local_ssd_gib=m.local_ssd_gib,
+                    )
+                )
+            )
             node_pool = GpuNodePool(
                 f"{cluster.name}-{pool.name}",
                 GpuNodePoolArgs(
@@ -185,15 +182,14 @@ def build_fleet(
                     account_id=service_account_id(cluster.name, pool.name, "node"),
                     boot_disk_gb=pool.boot_disk_gb,
                     boot_disk_type=plan.boot_disk_type(machine),
-                    image=pool.image,
+                    image=image,
+                    secure_boot=secure_boot,
                     sa_users=[control.controller_member],
                     secret_ids=[control.munge_secret.secret_id],
                     bucket_names=[storage.bucket.name] if storage.bucket else [],
                     metadata={
-                        "startup-script": node_script,
-                        METADATA_SLURM_CONF: conf.slurm_conf,
-                        METADATA_GRES_CONF: conf.gres_conf,
-                        **({METADATA_CGROUP_CONF: conf.cgroup_conf} if conf.cgroup_conf else {}),
+                        md.STARTUP_SCRIPT: node_script,
+                        **md.slurm_metadata(conf.slurm_conf, conf.gres_conf, conf.cgroup_conf, conf.topology_conf),
                     },
                     labels=_labels(spec, {**pool.labels, "gpu-fleet-cluster": cluster.name}),
                 ),
@@ -201,6 +197,7 @@ def build_fleet(
             inventory.append(plan.inventory_entry(spec, cluster, pool, cat, node_pool.template.name))
         clusters[cluster.name] = {
             "controller": control.controller.name,
+            "controller_ip": control.controller_address.address,
             "logins": [vm.name for vm in control.logins],
             "controller_service_account": control.controller_sa.email,
             "munge_secret": control.munge_secret.id,

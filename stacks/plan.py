@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import yaml
 
 from components.gcp.network import DataPlaneArgs
-from fleet.catalog import Catalog, MachineType
+from fleet.catalog import CapacityType, Catalog, MachineType
 from fleet.slurm.conf import node_name_prefix
 from fleet.spec.derive import carve_gpu_subnets, checkpoint_bucket_name, on_gcp, pool_zones
 from fleet.spec.load import SpecError
@@ -191,8 +191,29 @@ def inventory_entry(
         "slurm_partitions": partitions_of(cluster, pool),
         "spot_tolerant": spot_tolerant(cluster, pool),
         "compact_placement": pool.compact_placement,
-        "placement_policy": f"{stem}-compact" if pool.compact_placement else None,
+        "placement_policy": placement_policy_name(stem, pool),
     }
+
+
+def pool_image(pool: NodePoolSpec, machine: MachineType) -> tuple[str, bool]:
+    """(boot image, Secure Boot) of a pool: the user's baked image, else the catalog's GPU image for the machine
+    family; Secure Boot on unless the pool turns it off or the catalog's image driver is unsigned."""
+    default = machine.software
+    image = pool.image or (default.image if default else "")
+    if not image:
+        raise SpecError([("pools[].image", f"{machine.name}: the catalog names no GPU image; set pools[].image")])
+    signed = default.secure_boot if (default and not pool.image) else True
+    return image, signed if pool.secure_boot is None else pool.secure_boot
+
+
+def placement_policy_name(stem: str, pool: NodePoolSpec) -> str | None:
+    """What places a compact pool's nodes (GpuNodePool's table): its own COLLOCATED policy, the MIGs'
+    workload policy (flex-start), or the reservation's own placement (`reservation/<name>`)."""
+    if not pool.compact_placement:
+        return None
+    if pool.capacity is CapacityType.RESERVATION:
+        return f"reservation/{pool.reservation}"
+    return f"{stem}-workload" if pool.capacity is CapacityType.FLEX_START else f"{stem}-compact"
 
 
 def bucket_location(spec: FleetSpec, cluster: ClusterSpec) -> str | None:

@@ -59,3 +59,28 @@ def test_right_sizing_shapes_share_a_per_gpu_price() -> None:
 def test_unknown_machine_type_suggests_the_nearest_name() -> None:
     with pytest.raises(UnknownMachineType, match="did you mean a3-megagpu-8g"):
         load_catalog().machine("a3-mega-8g")
+
+
+def test_every_machine_has_a_host_layout_and_gpu_software():
+    from fleet.catalog import load_catalog
+
+    cat = load_catalog()
+    for m in cat.machines():
+        assert m.sockets * m.cores_per_socket * m.threads_per_core == m.vcpus, m.name
+        assert m.software and m.software.image.startswith("projects/ubuntu-os-accelerator-images/"), m.name
+        assert m.software.secure_boot  # Canonical signs the accelerator images' driver
+    mega, ultra, a4, g2 = (
+        cat.machine(n) for n in ("a3-megagpu-8g", "a3-ultragpu-8g", "a4-highgpu-8g", "g2-standard-8")
+    )
+    assert (mega.sockets, mega.cores_per_socket, mega.threads_per_core) == (2, 52, 2)
+    assert (ultra.sockets, ultra.cores_per_socket, ultra.threads_per_core) == (2, 56, 2)
+    assert (mega.software.fabric, ultra.software.fabric, a4.software.fabric, g2.software.fabric) == (
+        "tcpxo",
+        "gib",
+        "gib",
+        "none",
+    )
+    tcpxo, gib = cat.fabric_software("tcpxo"), cat.fabric_software("gib")
+    assert tcpxo.rxdm_image.endswith(":v1.0.16") and tcpxo.nccl_plugin_image.endswith(":v1.0.10")
+    assert (gib.nccl_package, gib.nccl_version) == ("nccl-gib", "v1.1.0")
+    assert cat.host_image.endswith("/family/ubuntu-2404-lts-amd64")  # the GPU image's Ubuntu release

@@ -1,43 +1,59 @@
 """The daemon's configuration: one YAML file, validated by pydantic before anything starts.
 
-Errors name the field path and the reason (``slurm.mode: Input should be 'cli' or 'rest'``).  Relative paths
-are resolved against the config file's directory.  See deploy/autoscaler.example.yaml.
+The file is read through the input gate (fleet.input: size limit, UTF-8, duplicate keys, bounded aliases,
+finite numbers) and validated strictly (no "10" or true for a number).  Errors read
+``FILE: field.path: reason`` (``autoscaler.yaml: slurm.mode: Input should be 'cli' or 'rest'``).  Relative
+paths are resolved against the config file's directory.  See deploy/autoscaler.example.yaml.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from fleet.input import InputError, format_loc, load_yaml
+from fleet.input.limits import MAX_CONFIG_BYTES
+from fleet.input.policy import PolicyMapping
+from fleet.input.types import STRICT, FilePath, text
+
+HttpUrl = text(
+    r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/%-]*)?", "must be an http(s)://HOST[:PORT] URL", 2048
+)
+Host = text(r"[A-Za-z0-9]([-A-Za-z0-9.]{0,251}[A-Za-z0-9])?|[0-9a-fA-F:]{2,39}", "must be a host name or an IP", 253)
+SlurmName = text(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", "must be a Slurm name (letters, digits, '.', '_', '-')")
+PoolRef = text(r"[a-z][-a-z0-9]{0,62}(/[a-z][-a-z0-9]{0,62})?", "must be a pool name or CLUSTER/POOL")
+Seconds = Annotated[float, Field(gt=0, le=86_400)]
+LOOPBACK_NAMES = ("localhost",)
 
 
 class ConfigError(ValueError):
-    """Invalid config; `errors` is a list of (field path, reason)."""
+    """Invalid config; `errors` is a list of (field path, reason).  One line per error: `FILE: path: reason`."""
 
     def __init__(self, source: str, errors: list[tuple[str, str]]) -> None:
+        self.source = str(source)
         self.errors = errors
-        lines = "\n".join(f"  {path}: {reason}" for path, reason in errors)
-        super().__init__(f"{source}: invalid autoscaler config\n{lines}")
+        super().__init__(str(InputError(self.source, errors)))
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(**STRICT, extra="forbid", frozen=True)  # no coercion, no NaN (fleet.input.types)
 
 
 class SlurmConfig(_Strict):
     """How the daemon talks to Slurm."""
 
     mode: Literal["cli", "rest"] = "cli"
-    bin_dir: Path | None = None  # where squeue/sinfo/scontrol live (PATH when unset)
-    conf: Path | None = None  # SLURM_CONF for the CLI (the system default when unset)
-    rest_url: str | None = None  # slurmrestd, e.g. http://127.0.0.1:6820 (mode: rest)
-    rest_api: str = "v0.0.38"
-    rest_user: str = "slurm"
-    jwt_file: Path | None = None  # a file holding SLURM_JWT (mode: rest); or set SLURM_JWT in the environment
-    timeout_s: float = Field(10.0, gt=0)
-    partitions: list[str] | None = None  # partitions the daemon serves (all the inventory's when unset)
+    bin_dir: FilePath | None = None  # where squeue/sinfo/scontrol live (PATH when unset)
+    conf: FilePath | None = None  # SLURM_CONF for the CLI (the system default when unset)
+    rest_url: HttpUrl | None = None  # slurmrestd, e.g. http://127.0.0.1:6820 (mode: rest)
+    rest_api: text(r"v[0-9]+\.[0-9]+\.[0-9]+", "must be a slurmrestd API version such as v0.0.38", 16) = "v0.0.38"
+    rest_user: SlurmName = "slurm"
+    jwt_file: FilePath | None = None  # a file holding SLURM_JWT (mode: rest); or set SLURM_JWT in the environment
+    timeout_s: Annotated[float, Field(gt=0, le=3600)] = 10.0
+    partitions: list[SlurmName] | None = Field(None, max_length=256)  # partitions served (all the inventory's)
 
     @model_validator(mode="after")
     def _rest_needs_url(self) -> SlurmConfig:
@@ -50,7 +66,7 @@ class ProviderConfig(_Strict):
     """The cloud: `gce` (google-cloud-compute, zonal MIGs from the inventory)."""
 
     kind: Literal["gce", "sim"] = "gce"  # sim: reserved for `fleet simulate` (the daemon refuses it)
-    endpoint: str | None = None  # Compute API endpoint override, e.g. a local fake: http://127.0.0.1:8089
+    endpoint: HttpUrl | None = None  # Compute API endpoint override, e.g. a local fake: http://127.0.0.1:8089
     anonymous: bool = False  # AnonymousCredentials (only with a local endpoint)
     options: dict[str, Any] = Field(default_factory=dict)  # passed to the provider's constructor
 
@@ -62,25 +78,46 @@ class ProviderConfig(_Strict):
 
 
 class MetricsConfig(_Strict):
+    """/metrics and /healthz: on loopback unless `allow_remote: true` says the exposure is meant."""
+
     enabled: bool = True
-    host: str = "127.0.0.1"
+    host: Host = "127.0.0.1"
     port: int = Field(9464, ge=0, le=65535)  # 0: pick a free port (tests)
-    healthy_after_s: float = Field(120.0, gt=0)  # /healthz is 200 while the last good tick is younger
+    healthy_after_s: Seconds = 120.0  # /healthz is 200 while the last good tick is younger
+    allow_remote: bool = False  # serve on a non-loopback host (0.0.0.0, a NIC address): an explicit opt-in
+
+    @model_validator(mode="after")
+    def _loopback_unless_allowed(self) -> MetricsConfig:
+        if self.enabled and not self.allow_remote and not _is_loopback(self.host):
+            raise ValueError(
+                f"host {self.host!r} is not a loopback address: the metrics endpoint has no authentication; "
+                "set metrics.allow_remote: true to serve it beyond this machine (and firewall the port)"
+            )
+        return self
+
+
+def _is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class LoopConfig(_Strict):
-    interval_s: float = Field(10.0, gt=0)
-    orphan_grace_s: float = Field(600.0, ge=0)  # an unwanted instance is deleted after this long
-    resume_fail_backoff_s: float = Field(1800.0, ge=0)  # ResumeTimeout: avoid that offering this long
-    launch_timeout_s: float = Field(900.0, gt=0)  # an intent with no instance after this long is given up
+    interval_s: Seconds = 10.0
+    orphan_grace_s: Annotated[float, Field(ge=0, le=86_400 * 7)] = 600.0  # unwanted instance deleted after this
+    resume_fail_backoff_s: Annotated[float, Field(ge=0, le=86_400 * 7)] = 1800.0  # ResumeTimeout: avoid offering
+    launch_timeout_s: Seconds = 900.0  # an intent with no instance after this long is given up
     prewarm: bool = False  # launch for PENDING jobs Slurm could not place (needs free CLOUD node names)
 
 
 class DaemonConfig(_Strict):
-    inventory: Path  # `pulumi stack output autoscaler_inventory --json` or `fleet synth --json` output
-    pools: list[str] | None = None  # pool names (or cluster/pool) to manage; all when unset
-    state_path: Path = Path("/var/lib/gpu-fleet/autoscaler.db")
-    policy: dict[str, Any] = Field(default_factory=dict)  # planner Policy fields (autoscaler.model)
+    inventory: FilePath  # `pulumi stack output autoscaler_inventory --json` or `fleet synth --json` output
+    pools: list[PoolRef] | None = Field(None, max_length=1024)  # pool names (or cluster/pool); all when unset
+    state_path: FilePath = Path("/var/lib/gpu-fleet/autoscaler.db")
+    policy: PolicyMapping = Field(default_factory=dict)  # planner Policy fields (autoscaler.model)
     slurm: SlurmConfig = Field(default_factory=SlurmConfig)
     provider: ProviderConfig = Field(default_factory=ProviderConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
@@ -91,6 +128,16 @@ class DaemonConfig(_Strict):
     def _pools_nonempty(cls, v: list[str] | None) -> list[str] | None:
         if v is not None and not v:
             raise ValueError("must list at least one pool, or be left out to manage all")
+        return v
+
+    @field_validator("state_path")
+    @classmethod
+    def _state_path_is_a_file(cls, v: Path) -> Path:
+        if v.is_dir():
+            raise ValueError(f"{v} is a directory; give the path of the state file (e.g. {v / 'autoscaler.db'})")
+        parent = next((p for p in v.parents if p.exists()), None)
+        if parent is not None and not parent.is_dir():
+            raise ValueError(f"{parent} is not a directory, so {v} cannot be created")
         return v
 
 
@@ -111,7 +158,16 @@ def _resolve(cfg: dict[str, Any], base: Path) -> dict[str, Any]:
 
 
 def _errors(exc: ValidationError) -> list[tuple[str, str]]:
-    return [(".".join(str(p) for p in e["loc"]) or "(root)", e["msg"]) for e in exc.errors()]
+    out = []
+    for e in exc.errors(include_url=False):
+        loc = e["loc"]
+        reason = str(e["msg"]).removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            reason = (
+                "unknown policy field (see docs/planner.md)" if "policy" in loc[:-1] else f"{reason} (unknown field)"
+            )
+        out.append((format_loc(loc) or "(root)", reason))
+    return out
 
 
 def parse_config(data: Any, *, source: str = "config", base: Path | None = None) -> DaemonConfig:
@@ -126,9 +182,7 @@ def parse_config(data: Any, *, source: str = "config", base: Path | None = None)
 def load_config(path: Path | str) -> DaemonConfig:
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as exc:
-        raise ConfigError(str(p), [("(file)", exc.strerror or str(exc))]) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(p), [("(file)", f"not valid YAML: {exc}")]) from None
+        data = load_yaml(p, what="autoscaler config", max_bytes=MAX_CONFIG_BYTES)
+    except InputError as exc:
+        raise ConfigError(exc.source, exc.errors) from None
     return parse_config(data, source=str(p), base=p.resolve().parent)

@@ -22,7 +22,7 @@ class Scenario(BaseModel):
     """Settings of a replay.  Defaults are the issue's: a3-highgpu in us-central1, list prices,
     360 s boot-to-ready, no reservation, no spot, no stockouts, seed 0."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # no NaN / inf flags (input gate)
 
     trace: str = ""
     machine_family: str = "a3-highgpu"

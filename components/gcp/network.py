@@ -5,9 +5,12 @@ IP.  Firewall: internal traffic from the fleet's own subnets only, SSH from Goog
 forwarding range only, an explicit logged deny-all ingress below them.  Each data plane is one VPC:
 GPUDirect-TCPX(O) planes have one subnet each (a3-highgpu-8g: 4, a3-megagpu-8g: 8, MTU 8244/8896),
 an extra gVNIC VPC has one subnet, an RDMA (RoCE) VPC has one subnet per RDMA NIC and a zonal
-network profile.  Plain VPC firewall rules allow traffic among a plane's own subnets only; RoCE VPCs
-do not support VPC firewall rules, so they get a regional network firewall policy of type
-`RDMA_ROCE_POLICY` (stateless) doing the same.
+network profile.  Plain VPC firewall rules allow traffic among a plane's own subnets only.  RoCE VPCs
+get no firewall at all, as in Google's `modules/network/gpu-rdma-vpc`: they take no VPC firewall
+rules, an `RDMA_ROCE_POLICY` firewall policy accepts only 0.0.0.0/0 or secure tags as a source (a
+rule on the RDMA subnets is refused), and a deny rule would block all RDMA.  Only MRDMA NICs can
+attach to a RoCE VPC, it has no route, NAT or peering to anything else, so nothing outside the
+fleet's own GPU VMs can send to it (docs/stacks.md "RoCE networks").
 """
 
 from __future__ import annotations
@@ -232,60 +235,6 @@ class NetworkFabric(pulumi.ComponentResource):
             )
             for i, cidr in enumerate(plane.cidrs)
         ]
-        if plane.kind == "rdma":
-            self._roce_policy(name, args, plane, network, child)
-        else:
+        if plane.kind != "rdma":  # RoCE VPCs: no firewall (see the module docstring)
             self._closed_firewall(f"{name}-{plane.name}", args.project, plane.name, network, list(plane.cidrs), child)
         return PlaneOutputs(network, subnets, plane)
-
-    def _roce_policy(
-        self,
-        name: str,
-        args: NetworkFabricArgs,
-        plane: DataPlaneArgs,
-        network: gcp.compute.Network,
-        child: pulumi.ResourceOptions,
-    ) -> None:
-        """RoCE VPCs only take regional network firewall policies of type RDMA_ROCE_POLICY (stateless)."""
-        policy = gcp.compute.RegionNetworkFirewallPolicy(
-            f"{name}-{plane.name}-policy",
-            name=f"{plane.name}-policy",
-            project=args.project,
-            region=args.region,
-            policy_type="RDMA_ROCE_POLICY",
-            description="RDMA among this RoCE VPC's subnets only",
-            opts=child,
-        )
-        gcp.compute.RegionNetworkFirewallPolicyRule(
-            f"{name}-{plane.name}-allow-internal",
-            project=args.project,
-            region=args.region,
-            firewall_policy=policy.name,
-            priority=1000,
-            direction="INGRESS",
-            action="allow",
-            rule_name="allow-internal",
-            match={"src_ip_ranges": list(plane.cidrs), "layer4_configs": [{"ip_protocol": "all"}]},
-            opts=child,
-        )
-        gcp.compute.RegionNetworkFirewallPolicyRule(
-            f"{name}-{plane.name}-deny-ingress",
-            project=args.project,
-            region=args.region,
-            firewall_policy=policy.name,
-            priority=65000,
-            direction="INGRESS",
-            action="deny",
-            rule_name="deny-ingress",
-            match={"src_ip_ranges": ["0.0.0.0/0"], "layer4_configs": [{"ip_protocol": "all"}]},
-            opts=child,
-        )
-        gcp.compute.RegionNetworkFirewallPolicyAssociation(
-            f"{name}-{plane.name}-policy-assoc",
-            name=f"{plane.name}-assoc",
-            project=args.project,
-            region=args.region,
-            firewall_policy=policy.name,
-            attachment_target=network.id,
-            opts=child,
-        )

@@ -18,6 +18,18 @@ NAT), Shielded VM, OS Login, a dedicated service account, `on_host_maintenance=T
 | on-demand    | STANDARD           | NO_RESERVATION                | -                                |
 
 Non-reservation pools use NO_RESERVATION so they never consume a reservation bought for another pool.
+
+Placement (`compact_placement`), as slurm-gcp does it:
+
+| capacity    | what the pool declares                                                                  |
+|-------------|-----------------------------------------------------------------------------------------|
+| reservation | nothing: a specific reservation refuses an external policy; it brings its own (a compact |
+|             | or dense reservation is placed by GCE, `RESERVATION_BOUND` instances)                    |
+| flex-start  | a `HIGH_THROUGHPUT` workload policy on the MIGs (DWS places the resize request's VMs)   |
+| spot, on-demand | a `COLLOCATED` group placement policy on the template                               |
+
+Image: the catalog's GPU image for the machine family (an accelerator image whose NVIDIA driver is
+signed) or the user's baked image; Secure Boot is on only when the image's driver is signed.
 """
 
 from __future__ import annotations
@@ -57,9 +69,10 @@ class GpuNodePoolArgs:
     machine_type, accelerator_type, accelerator_count: e.g. a3-megagpu-8g, nvidia-h100-mega-80gb, 8.
     capacity: reservation | spot | flex-start | on-demand (see the module table).
     reservation: the reservation name (capacity=reservation only).
-    compact_placement: attach a COLLOCATED placement policy (requires a single zone).
+    compact_placement: the nodes must be close together (see the module table; requires a single zone).
     nics: every NIC in order (the first is the system VPC).
-    boot_disk_gb, boot_disk_type, image: the boot disk.
+    boot_disk_gb, boot_disk_type, image: the boot disk (image: a GPU image, NVIDIA driver included).
+    secure_boot: Shielded VM Secure Boot (only when the image's NVIDIA driver is signed).
     account_id: the pool's dedicated service account id (6-30 chars).
     sa_users: IAM members allowed to launch VMs as the pool's SA (the Slurm controller).
     secret_ids: Secret Manager secrets the nodes may read (the munge key).
@@ -83,7 +96,10 @@ class GpuNodePoolArgs:
     compact_placement: bool = False
     boot_disk_gb: int = 200
     boot_disk_type: str = "pd-balanced"
-    image: str = "projects/debian-cloud/global/images/family/debian-12"
+    image: str = (
+        "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accelerator-2404-amd64-with-nvidia-580"
+    )
+    secure_boot: bool = True
     sa_users: list[pulumi.Input[str]] = field(default_factory=list)
     secret_ids: list[pulumi.Input[str]] = field(default_factory=list)
     bucket_names: list[pulumi.Input[str]] = field(default_factory=list)
@@ -136,12 +152,20 @@ def reservation_affinity_for(capacity: CapacityType, reservation: str | None) ->
     return {"type": "NO_RESERVATION"}
 
 
+def placement_kind(capacity: CapacityType, compact: bool) -> str:
+    """none | collocated | workload: the policy a pool declares itself (see the module table)."""
+    if not compact or capacity is CapacityType.RESERVATION:
+        return "none"
+    return "workload" if capacity is CapacityType.FLEX_START else "collocated"
+
+
 class GpuNodePool(pulumi.ComponentResource):
     """Instance template + zonal MIGs (sized by the autoscaler) + the pool's service account."""
 
     service_account: gcp.serviceaccount.Account
     template: gcp.compute.InstanceTemplate
     placement_policy: gcp.compute.ResourcePolicy | None
+    workload_policy: gcp.compute.ResourcePolicy | None
     migs: dict[str, gcp.compute.InstanceGroupManager]
 
     def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -181,14 +205,24 @@ class GpuNodePool(pulumi.ComponentResource):
                 opts=child,
             )
 
-        self.placement_policy = None
-        if args.compact_placement:
+        self.placement_policy = self.workload_policy = None
+        kind = placement_kind(args.capacity, args.compact_placement)
+        if kind == "collocated":
             self.placement_policy = gcp.compute.ResourcePolicy(
                 f"{name}-placement",
                 name=f"{args.instance_group}-compact",
                 project=args.project,
                 region=args.region,
                 group_placement_policy={"collocation": "COLLOCATED"},
+                opts=child,
+            )
+        elif kind == "workload":
+            self.workload_policy = gcp.compute.ResourcePolicy(
+                f"{name}-workload",
+                name=f"{args.instance_group}-workload",
+                project=args.project,
+                region=args.region,
+                workload_policy={"type": "HIGH_THROUGHPUT"},
                 opts=child,
             )
 
@@ -217,7 +251,7 @@ class GpuNodePool(pulumi.ComponentResource):
             reservation_affinity=reservation_affinity_for(args.capacity, args.reservation),
             resource_policies=self.placement_policy.self_link if self.placement_policy else None,
             shielded_instance_config={
-                "enable_secure_boot": True,
+                "enable_secure_boot": args.secure_boot,
                 "enable_vtpm": True,
                 "enable_integrity_monitoring": True,
             },
@@ -246,6 +280,7 @@ class GpuNodePool(pulumi.ComponentResource):
                     "max_unavailable_fixed": 1,
                 },
                 instance_lifecycle_policy={"default_action_on_failure": "DO_NOTHING", "force_update_on_repair": "NO"},
+                resource_policies={"workload_policy": self.workload_policy.self_link} if self.workload_policy else None,
                 wait_for_instances=False,
                 opts=pulumi.ResourceOptions(parent=self, ignore_changes=["target_size"]),
             )

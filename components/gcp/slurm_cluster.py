@@ -3,7 +3,9 @@
 Keys are generated with pulumi-random, kept as Pulumi secrets and stored as Secret Manager secret
 versions; each VM reads them with its own service account.  `slurm.conf` / `gres.conf` (rendered
 by `fleet.slurm.conf` in `stacks/`, one CLOUD nodeset per pool) reach the VMs as metadata and are
-written by the startup script (components/gcp/startup.py).
+written by the startup script (components/gcp/startup.py); every key is listed in
+components/gcp/metadata.py.  The controller sits on a reserved static internal address
+(`gcp.compute.Address`, INTERNAL) that slurm.conf names in `SlurmctldHost=name(ip)`.
 
 Service accounts, one per role:
 - controller: log/metric writer, accessor on the two keys, compute.viewer (list nodes, poll
@@ -24,14 +26,9 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_random as random
 
+from components.gcp import metadata as md
 from components.gcp.node_pool import service_account_id
-from components.gcp.startup import (
-    METADATA_CGROUP_CONF,
-    METADATA_GRES_CONF,
-    METADATA_SLURM_CONF,
-    SlurmHostConfig,
-    startup_script,
-)
+from components.gcp.startup import SlurmHostConfig, startup_script
 
 BASE_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
 VM_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)  # narrowed by IAM, see the module docstring
@@ -44,12 +41,16 @@ class SlurmClusterArgs:
     name: the cluster name (VMs are `<name>-controller`, `<name>-login-<i>`).
     project, zone: where the controller and login VMs run.
     network, subnetwork: the system VPC and subnet (no access config: NAT gives egress).
-    slurm_conf, gres_conf, cgroup_conf: the rendered files (cgroup_conf optional).
+    slurm_conf, gres_conf, cgroup_conf, topology_conf: the rendered files (cgroup/topology optional).
+    controller_ip: the controller's static internal address in the subnetwork (reserved here; the
+      rendered slurm.conf names it in SlurmctldHost).
     node_name_prefixes: one per pool (`<cluster>-<pool>`); scope of the controller's compute grant.
     home: Filestore "IP:/share" mounted on /home; scratch: Lustre mount source, scratch_mount: where.
     controller_metadata: extra metadata on the controller only (e.g. the autoscaler inventory).
-    autoscaler_source, autoscaler_ref: git URL and ref of gpu-fleet for the controller's autoscaler
-      (installed at /opt/gpu-fleet; None: the image carries it).
+    autoscaler_source, autoscaler_ref: git URL and pinned ref (40-hex commit or tag@commit) of
+      gpu-fleet for the controller's autoscaler (installed at /opt/gpu-fleet; None: the image carries it).
+    image: the controller/login boot image: the same Ubuntu release as the GPU image, so slurmctld is
+      never older than slurmd.
     """
 
     name: str
@@ -61,10 +62,12 @@ class SlurmClusterArgs:
     gres_conf: pulumi.Input[str]
     node_name_prefixes: list[str]
     cgroup_conf: pulumi.Input[str] | None = None
+    topology_conf: pulumi.Input[str] | None = None
+    controller_ip: str | None = None
     controller_machine_type: str = "n2-standard-8"
     login_machine_type: str = "n2-standard-4"
     login_nodes: int = 1
-    image: str = "projects/debian-cloud/global/images/family/debian-12"
+    image: str = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"
     boot_disk_gb: int = 100
     home: pulumi.Input[str] | None = None
     scratch: pulumi.Input[str] | None = None
@@ -72,7 +75,7 @@ class SlurmClusterArgs:
     controller_metadata: dict[str, pulumi.Input[str]] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     autoscaler_source: str | None = None
-    autoscaler_ref: str = "main"
+    autoscaler_ref: str | None = None
 
     def __post_init__(self) -> None:
         if not self.node_name_prefixes:
@@ -164,6 +167,18 @@ class SlurmCluster(pulumi.ComponentResource):
             )
 
         self.controller_name = f"{args.name}-controller"
+        self.controller_address = gcp.compute.Address(
+            f"{name}-controller-ip",
+            name=f"{args.name}-controller-ip",
+            project=args.project,
+            region=args.zone.rsplit("-", 1)[0],
+            subnetwork=args.subnetwork,
+            address_type="INTERNAL",
+            purpose="GCE_ENDPOINT",
+            address=args.controller_ip,
+            description=f"static address of {self.controller_name} (slurm.conf SlurmctldHost)",
+            opts=child,
+        )
         self.controller = self._vm(
             f"{name}-controller",
             self.controller_name,
@@ -173,15 +188,19 @@ class SlurmCluster(pulumi.ComponentResource):
             args,
             child,
             extra_metadata=args.controller_metadata,
+            network_ip=self.controller_address.address,
         )
         self.login_names = [f"{args.name}-login-{i}" for i in range(args.login_nodes)]
+        # after the address is reserved, so no login VM takes it first
+        after_ip = pulumi.ResourceOptions(parent=self, depends_on=[self.controller_address])
         self.logins = [
-            self._vm(f"{name}-login-{i}", vm, args.login_machine_type, login_sa, script("login"), args, child)
+            self._vm(f"{name}-login-{i}", vm, args.login_machine_type, login_sa, script("login"), args, after_ip)
             for i, vm in enumerate(self.login_names)
         ]
         self.register_outputs(
             {
                 "controller": self.controller.name,
+                "controller_ip": self.controller_address.address,
                 "logins": [vm.name for vm in self.logins],
                 "munge_secret": self.munge_secret.id,
                 "jwt_secret": self.jwt_secret.id,
@@ -246,7 +265,11 @@ class SlurmCluster(pulumi.ComponentResource):
         args: SlurmClusterArgs,
         child: pulumi.ResourceOptions,
         extra_metadata: dict[str, pulumi.Input[str]] | None = None,
+        network_ip: pulumi.Input[str] | None = None,
     ) -> gcp.compute.Instance:
+        nic: dict[str, object] = {"network": args.network, "subnetwork": args.subnetwork, "nic_type": "GVNIC"}
+        if network_ip is not None:
+            nic["network_ip"] = network_ip
         return gcp.compute.Instance(
             resource_name,
             name=vm_name,
@@ -257,7 +280,7 @@ class SlurmCluster(pulumi.ComponentResource):
                 "auto_delete": True,
                 "initialize_params": {"image": args.image, "size": args.boot_disk_gb, "type": "pd-balanced"},
             },
-            network_interfaces=[{"network": args.network, "subnetwork": args.subnetwork, "nic_type": "GVNIC"}],
+            network_interfaces=[nic],
             shielded_instance_config={
                 "enable_secure_boot": True,
                 "enable_vtpm": True,
@@ -265,11 +288,8 @@ class SlurmCluster(pulumi.ComponentResource):
             },
             service_account={"email": sa.email, "scopes": list(VM_SCOPES)},
             metadata={
-                "enable-oslogin": "TRUE",
-                "block-project-ssh-keys": "TRUE",
-                METADATA_SLURM_CONF: args.slurm_conf,
-                METADATA_GRES_CONF: args.gres_conf,
-                **({METADATA_CGROUP_CONF: args.cgroup_conf} if args.cgroup_conf else {}),
+                **md.OS_LOGIN,
+                **md.slurm_metadata(args.slurm_conf, args.gres_conf, args.cgroup_conf, args.topology_conf),
                 **(extra_metadata or {}),
             },
             metadata_startup_script=script,

@@ -16,7 +16,7 @@ from fleet.advise import recommend as rec
 from fleet.advise.grid import TermPrices
 from fleet.advise.replay import Outcome, Task, scenario_for
 from fleet.advise.runner import Progress, run_local, run_ray
-from fleet.advise.window import Window, history_days, split, whole
+from fleet.advise.window import Window, folds, history_days, split, whole
 
 
 @dataclass(frozen=True)
@@ -36,14 +36,19 @@ class Request:
     workers: int | None = None
     ray_address: str | None = None
     prices: TermPrices | None = field(default=None)
+    folds: int = 4  # the choice window is cut in this many consecutive folds (see fleet/advise/recommend.py)
+    rule: str = "minimax-regret"  # or "mean": the cheapest over the choice window
 
 
-def windows(req: Request) -> list[Window]:
+def windows(req: Request) -> tuple[Window, list[Window], Window | None]:
+    """(the choice window, its folds, the test window or None)."""
     if req.train_days is None and req.test_days is None:
-        return [whole(req.jobs)]
-    if req.train_days is None or req.test_days is None:
+        choice, test = whole(req.jobs), None
+    elif req.train_days is None or req.test_days is None:
         raise ValueError("--train/--test: give both or neither")
-    return list(split(req.jobs, req.train_days, req.test_days))
+    else:
+        choice, test = split(req.jobs, req.train_days, req.test_days)
+    return choice, folds(choice, req.folds), test
 
 
 def tasks_for(req: Request, wins: Sequence[Window]) -> list[Task]:
@@ -64,7 +69,8 @@ def reserved_machine(req: Request) -> str:
 
 def advise(req: Request, progress: Progress | None = None) -> dict[str, Any]:
     assert req.prices is not None
-    wins = windows(req)
+    choice, parts, test = windows(req)
+    wins = [*parts, *([test] if test else [])]
     tasks = tasks_for(req, wins)
     t0 = time.perf_counter()
     if req.ray_address:
@@ -74,21 +80,34 @@ def advise(req: Request, progress: Progress | None = None) -> dict[str, Any]:
         outcomes = run_local(tasks, req.workers, progress)
         runner = {"kind": "process-pool", "workers": req.workers or "all cores"}
     wall = time.perf_counter() - t0
-    return assemble(req, wins, outcomes, runner | {"tasks": len(tasks), "wall_s": round(wall, 1)})
+    info = runner | {"tasks": len(tasks), "wall_s": round(wall, 1)}
+    return assemble(req, choice, parts, test, outcomes, info)
 
 
-def assemble(req: Request, wins: Sequence[Window], outcomes: Sequence[Outcome], runner: dict) -> dict[str, Any]:
+def assemble(
+    req: Request,
+    choice_window: Window,
+    parts: Sequence[Window],
+    test_window: Window | None,
+    outcomes: Sequence[Outcome],
+    runner: dict,
+) -> dict[str, Any]:
     assert req.prices is not None
     prices = req.prices
+    wins = [*parts, *([test_window] if test_window else [])]
     hours = {w.name: w.hours for w in wins}
-    points = rec.price_points(outcomes, prices, req.terms, hours)
-    choice = "train" if len(wins) == 2 else "all"
+    fold_points = rec.price_points(outcomes, prices, req.terms, hours)
+    choice = choice_window.name
     # the history a choice rests on: the train window's days, or the whole trace's
-    hist = wins[0].days if choice == "train" else history_days(req.jobs)
+    hist = choice_window.days if choice == "train" else history_days(req.jobs)
     eligible = rec.eligible_terms(req.terms, hist, req.allow_short_history)
     ok_terms = [t for t, why in eligible.items() if why is None]
     caveats = [why for why in eligible.values() if why]
-    chosen = rec.best(points, choice, ok_terms)
+    names = [w.name for w in parts]
+    points = [*rec.aggregate(fold_points, names, choice, ok_terms), *fold_points]
+    chosen = (
+        rec.robust(points, choice, ok_terms) if req.rule == "minimax-regret" else rec.best(points, choice, ok_terms)
+    )
     base = rec.on_demand(points, choice)
     out: dict[str, Any] = {
         "scenario": {
@@ -104,7 +123,11 @@ def assemble(req: Request, wins: Sequence[Window], outcomes: Sequence[Outcome], 
             "seeds": req.seeds,
             "policy": "gpu-fleet",
             "history_days": round(hist, 2),
-            "windows": {w.name: {"start_day": w.start_day, "days": w.days, "jobs": len(w.jobs)} for w in wins},
+            "windows": {
+                w.name: {"start_day": w.start_day, "days": w.days, "jobs": len(w.jobs)} for w in [choice_window, *wins]
+            },
+            "rule": req.rule,
+            "folds": len(parts),
             "reservation_usd_per_node_hour": prices.hourly,
             "overflow_discount": prices.overflow_discount,
             "prices_source": prices.source,
@@ -113,12 +136,15 @@ def assemble(req: Request, wins: Sequence[Window], outcomes: Sequence[Outcome], 
         "eligible_terms": ok_terms,
         "choice_window": choice,
         "recommended": rec.summary(chosen, base)
-        | {"seeds_cheaper_than_on_demand": rec.seeds_beating(outcomes, prices, chosen, hours[choice])},
+        | {
+            "seeds_cheaper_than_on_demand": rec.seeds_beating(outcomes, prices, chosen, names, choice_window.hours),
+            "max_fold_regret_pct": chosen.max_fold_regret_pct,
+        },
         "points": [p.to_json() for p in points],
         "runner": runner,
     }
     out["recommended"]["reservation_fill"] = chosen.reservation_fill
-    if choice == "train":
+    if test_window is not None:
         test_rec = _same(points, "test", chosen)
         test_base = rec.on_demand(points, "test")
         hindsight = rec.best(points, "test", ok_terms)

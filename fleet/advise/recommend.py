@@ -41,6 +41,7 @@ class Point:
     wait_p50_s: float
     wait_p95_s: float
     seeds: int
+    max_fold_regret_pct: float | None = None  # choice windows: the worst fold's cost over that fold's best
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -56,10 +57,11 @@ def price_points(
     keep = 1.0 - prices.overflow_discount
     out: list[Point] = []
     for (window, size), group in sorted(by.items()):
-        hours = window_hours[window]
+        hours = statistics.fmean(o.span_hours or window_hours[window] for o in group)
         for term in terms if size else ("none",):
-            res = size * (prices.rate(term) if size else 0.0) * hours
-            costs = [o.overflow_usd * keep + res for o in group]
+            rate = prices.rate(term) if size else 0.0
+            res = size * rate * hours
+            costs = [o.overflow_usd * keep + size * rate * (o.span_hours or window_hours[window]) for o in group]
             capacity = group[0].reserved_gpus * hours
             out.append(
                 Point(
@@ -80,6 +82,48 @@ def price_points(
                 )
             )
     return out
+
+
+def aggregate(points: Sequence[Point], folds: Sequence[str], name: str, terms: Sequence[str]) -> list[Point]:
+    """One point per (term, size) over the folds together (costs summed), with its worst fold regret: how much
+    more than that fold's best candidate (among `terms`, size 0 included) it cost in the fold it suits least."""
+    by = {(p.window, p.term, p.reserved_nodes): p for p in points}
+    best = {
+        f: min(p.cost_usd_mean for p in points if p.window == f and (p.reserved_nodes == 0 or p.term in terms))
+        for f in folds
+    }
+    keys = sorted({(p.term, p.reserved_nodes) for p in points if p.window == folds[0]}, key=lambda k: (k[1], k[0]))
+    out = []
+    for term, size in keys:
+        parts = [by[(f, term, size)] for f in folds]
+        regret = max((q.cost_usd_mean / best[q.window] - 1) if best[q.window] > 0 else 0.0 for q in parts)
+        fills = [q.reservation_fill for q in parts if q.reservation_fill is not None]
+        out.append(
+            Point(
+                window=name,
+                term=term,
+                reserved_nodes=size,
+                cost_usd_mean=round(sum(q.cost_usd_mean for q in parts), 2),
+                cost_usd_min=round(sum(q.cost_usd_min for q in parts), 2),
+                cost_usd_max=round(sum(q.cost_usd_max for q in parts), 2),
+                cost_usd_std=round(sum(q.cost_usd_std**2 for q in parts) ** 0.5, 2),
+                reservation_usd=round(sum(q.reservation_usd for q in parts), 2),
+                overflow_usd_mean=round(sum(q.overflow_usd_mean for q in parts), 2),
+                lower_bound_usd=round(sum(q.lower_bound_usd for q in parts), 2),
+                reservation_fill=round(statistics.fmean(fills), 4) if fills else None,
+                wait_p50_s=round(statistics.fmean(q.wait_p50_s for q in parts), 1),
+                wait_p95_s=round(max(q.wait_p95_s for q in parts), 1),
+                seeds=parts[0].seeds,
+                max_fold_regret_pct=round(100 * regret, 3),
+            )
+        )
+    return out
+
+
+def robust(points: Sequence[Point], window: str, terms: Sequence[str]) -> Point:
+    """The point whose worst fold regret is smallest (ties: the cheaper over the window, then fewer nodes)."""
+    cands = [p for p in points if p.window == window and (p.reserved_nodes == 0 or p.term in terms)]
+    return min(cands, key=lambda p: (p.max_fold_regret_pct or 0.0, p.cost_usd_mean, p.reserved_nodes))
 
 
 def eligible_terms(terms: Sequence[str], history_days: float, allow_short_history: bool) -> dict[str, str | None]:
@@ -107,16 +151,21 @@ def on_demand(points: Sequence[Point], window: str) -> Point | None:
     return next((p for p in points if p.window == window and p.reserved_nodes == 0), None)
 
 
-def seeds_beating(outcomes: Sequence[Outcome], prices: TermPrices, p: Point, hours: float) -> int:
-    """In how many seeds the point costs less than all on demand with the same seed."""
+def seeds_beating(
+    outcomes: Sequence[Outcome], prices: TermPrices, p: Point, windows: Sequence[str], hours: float
+) -> int:
+    """In how many seeds the point costs less than all on demand with the same seed, over `windows` together."""
     keep = 1.0 - prices.overflow_discount
-    base = {o.seed: o.overflow_usd * keep for o in outcomes if o.window == p.window and o.reserved_nodes == 0}
-    res = p.reserved_nodes * (prices.rate(p.term) if p.reserved_nodes else 0.0) * hours
-    mine = {
-        o.seed: o.overflow_usd * keep + res
-        for o in outcomes
-        if o.window == p.window and o.reserved_nodes == p.reserved_nodes
-    }
+    base: dict[int, float] = defaultdict(float)
+    mine: dict[int, float] = defaultdict(float)
+    rate = prices.rate(p.term) if p.reserved_nodes else 0.0
+    for o in outcomes:
+        if o.window not in windows:
+            continue
+        if o.reserved_nodes == 0:
+            base[o.seed] += o.overflow_usd * keep
+        if o.reserved_nodes == p.reserved_nodes:
+            mine[o.seed] += o.overflow_usd * keep + p.reserved_nodes * rate * (o.span_hours or hours)
     return sum(1 for s, c in mine.items() if s in base and c < base[s])
 
 

@@ -3,7 +3,10 @@
 One replay per (window, size, seed) serves every term: the planner treats a reservation as paid for
 whatever its rate, so the replay's decisions, its overflow spend and its waits do not depend on the term;
 the term only prices the reservation.  `tests/advise` checks that claim against replays run at two rates.
-The reservation is billed for the whole window (a commitment is paid by the calendar, not by the jobs).
+The reservation is billed from the window's first submission until its last job ends (`span_hours`, as the
+replay bills it): a job submitted late in a window runs on after it, on reserved capacity that is paid for
+those hours too; billing only the window's calendar days would hand the reservation free hours and bias the
+advice toward reserving too much.
 
 Everything here is a top-level function over plain, picklable values, so a process pool and a Ray cluster
 run exactly the same code and give identical figures for the same seeds."""
@@ -53,6 +56,7 @@ class Outcome:
     partial_gang_gpu_hours: float
     jobs: int
     replay_wall_s: float
+    span_hours: float = 0.0  # the reservation is billed for this: the window's start until its last job ends
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -73,13 +77,17 @@ def scenario_for(task: Task) -> Scenario:
 def evaluate(task: Task) -> Outcome:
     """Replay `task.jobs` through the gpu-fleet policy with `task.reserved_nodes` reserved nodes."""
     sc = scenario_for(task)
+    gpus = task.reserved_nodes * (sc.reservation_machine.gpu_count if sc.reservation_machine else 0)
+    if not task.jobs:  # a window with no demand: nothing runs, the commitment is paid all the same
+        return Outcome(
+            task.window, task.reserved_nodes, task.seed, 0.0, 0.0, gpus, 0.0, 0.0, 0.0, 0.0, 0, 0.0, task.window_hours
+        )
     result = run_scenario(list(task.jobs), sc, [POLICY])
     engine = result.engines[POLICY]
     m = result.metrics[POLICY]
     end = engine.t_end if engine.t_end is not None else engine.now
     overflow = engine.cloud.ledger.cost(end)
     bound = lower_bound(result.jobs, sc)
-    gpus = task.reserved_nodes * (sc.reservation_machine.gpu_count if sc.reservation_machine else 0)
     return Outcome(
         window=task.window,
         reserved_nodes=task.reserved_nodes,
@@ -93,6 +101,7 @@ def evaluate(task: Task) -> Outcome:
         partial_gang_gpu_hours=float(m["partial_gang_gpu_hours"]),
         jobs=int(m["jobs"]),
         replay_wall_s=float(m["replay_wall_s"]),
+        span_hours=round(max(task.window_hours, (end - engine.t_start) / 3600.0), 4),
     )
 
 

@@ -16,10 +16,11 @@ DAY_S = 86400.0
 
 @dataclass(frozen=True)
 class Window:
-    name: str  # "all", "train" or "test"
+    name: str  # "all", "train" or "test" (folds: "train-1", ...)
     start_day: float
     days: float
     jobs: tuple[TraceJob, ...]
+    start_s: float = 0.0  # the window's first second, in the trace's clock
 
     @property
     def hours(self) -> float:
@@ -35,7 +36,7 @@ def history_days(jobs: Sequence[TraceJob]) -> float:
 def whole(jobs: Sequence[TraceJob]) -> Window:
     t0 = min(j.submit for j in jobs)
     days = (max(j.submit for j in jobs) - t0) / DAY_S
-    return Window("all", 0.0, max(days, 1 / 24), tuple(jobs))
+    return Window("all", 0.0, max(days, 1 / 24), tuple(jobs), t0)
 
 
 def split(jobs: Sequence[TraceJob], train_days: float, test_days: float) -> tuple[Window, Window]:
@@ -59,4 +60,21 @@ def split(jobs: Sequence[TraceJob], train_days: float, test_days: float) -> tupl
         raise ValueError(
             f"--train/--test: {train_days:g} + {test_days:g} days exceed the trace's {span:.1f} days of submissions"
         )
-    return Window("train", 0.0, train_days, train), Window("test", train_days, test_days, test)
+    return Window("train", 0.0, train_days, train, t0), Window("test", train_days, test_days, test, cut)
+
+
+def folds(window: Window, k: int) -> list[Window]:
+    """`window` cut into `k` consecutive windows of equal length by submission time, named `<name>-<i>`.
+
+    A fold may hold no job: a commitment is paid in it all the same, which is the point of looking."""
+    if k < 1:
+        raise ValueError("--folds: at least 1")
+    start = window.start_s
+    length = window.days * DAY_S / k
+    out = []
+    for i in range(k):
+        a, b = start + i * length, start + (i + 1) * length
+        last = i == k - 1
+        jobs = tuple(j for j in window.jobs if a <= j.submit < b or (last and j.submit >= b))
+        out.append(Window(f"{window.name}-{i + 1}", window.start_day + i * window.days / k, window.days / k, jobs, a))
+    return out

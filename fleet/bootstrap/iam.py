@@ -61,6 +61,7 @@ APIS: tuple[Permission, ...] = (
     Permission("container.googleapis.com", "GKE clusters (scheduler: gke)"),
     Permission("file.googleapis.com", "Filestore /home"),
     Permission("lustre.googleapis.com", "Managed Lustre /scratch"),
+    Permission("servicenetworking.googleapis.com", "private services access (Managed Lustre's peering)"),
     Permission("storage.googleapis.com", "GCS: Pulumi state and checkpoint buckets"),
     Permission("secretmanager.googleapis.com", "Slurm JWT / munge keys as secrets"),
     Permission("iam.googleapis.com", "service accounts and the custom role"),

@@ -15,6 +15,8 @@ import yaml
 
 from fleet.bootstrap.addressing import UsedRange
 from fleet.bootstrap.errors import BadArgument
+from fleet.input import InputError, load_yaml
+from fleet.input.limits import MAX_SPEC_BYTES
 from fleet.spec.model import NetworkSpec
 
 FLEET_KEY = "gpu-fleet:fleet"
@@ -60,9 +62,9 @@ def _specs(stacks_dir: Path, exclude: Path | None) -> list[tuple[Path, dict]]:
         if exclude is not None and path.resolve() == exclude.resolve():
             continue
         try:
-            doc = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise BadArgument("--stacks-dir", f"{path.name} is not valid YAML: {exc}") from None
+            doc = load_yaml(path, what="stack file", max_bytes=MAX_SPEC_BYTES) or {}
+        except InputError as exc:
+            raise BadArgument("--stacks-dir", str(exc)) from None
         spec = (doc.get("config") or {}).get(FLEET_KEY) if isinstance(doc, dict) else None
         if isinstance(spec, dict):
             out.append((path, spec))

@@ -9,6 +9,8 @@ by ``scripts/derive_catalog.py``, which cites them).  Everything else reads the 
 from fleet.catalog.model import (
     CapacityType,
     Catalog,
+    FabricSoftware,
+    GpuSoftware,
     GpuSpec,
     MachineType,
     NicLayout,
@@ -20,6 +22,8 @@ from fleet.catalog.model import (
 __all__ = [
     "CapacityType",
     "Catalog",
+    "FabricSoftware",
+    "GpuSoftware",
     "GpuSpec",
     "MachineType",
     "NicLayout",

@@ -14,6 +14,7 @@ from typing import Literal
 import yaml
 
 Fabric = Literal["none", "gpudirect-tcpx", "gpudirect-tcpxo", "rdma"]
+FabricSetup = Literal["none", "tcpxo", "gib"]  # what a node's startup script sets up for its fabric
 
 
 class CapacityType(enum.StrEnum):
@@ -66,6 +67,34 @@ class NicLayout:
 
 
 @dataclass(frozen=True)
+class GpuSoftware:
+    """How a node of a machine type gets its GPU stack: the boot image (NVIDIA driver included), whether
+    that driver is signed for Secure Boot, and which fabric set-up its startup script runs."""
+
+    image: str  # projects/P/global/images/family/F (or an image)
+    secure_boot: bool
+    fabric: FabricSetup = "none"
+
+
+@dataclass(frozen=True)
+class FabricSoftware:
+    """Pinned versions and names of one fabric's software (catalog `fabric_software.<kind>`)."""
+
+    kind: FabricSetup
+    apt_repo: str
+    packages: tuple[str, ...]
+    devices: int  # GPU NICs the node must show before slurmd starts (aperture devices / RDMA devices)
+    kernel_module: str | None = None
+    rxdm_image: str | None = None
+    nccl_plugin_image: str | None = None
+    aperture_pci: tuple[str, str] | None = None  # (vendor, device) of the TCPXO aperture PCI functions
+    nccl_package: str | None = None
+    nccl_version: str | None = None
+    env_script: str | None = None
+    lib_dir: str | None = None
+
+
+@dataclass(frozen=True)
 class Price:
     """List prices of one machine type in one region, $/hour for one VM (GPUs included)."""
 
@@ -95,8 +124,20 @@ class MachineType:
     nics: NicLayout
     compact_placement_max_vms: int  # 0: compact placement not supported
     flex_start_compact: bool
+    sockets: int = 1
+    threads_per_core: int = 2
+    software: GpuSoftware | None = None
     zones: dict[str, tuple[str, ...]] = field(default_factory=dict)  # region -> zones
     prices: dict[str, Price] = field(default_factory=dict)  # region -> price
+
+    def __post_init__(self) -> None:
+        if self.vcpus % (self.sockets * self.threads_per_core):
+            raise ValueError(f"{self.name}: {self.vcpus} vCPUs do not split into {self.sockets} sockets x "
+                             f"{self.threads_per_core} threads")  # fmt: skip
+
+    @property
+    def cores_per_socket(self) -> int:
+        return self.vcpus // (self.sockets * self.threads_per_core)
 
     @property
     def family(self) -> str:
@@ -121,9 +162,17 @@ class MachineType:
 class Catalog:
     """All machine types of one provider, queried by name, GPU, family or region."""
 
-    def __init__(self, provider: str, machines: dict[str, MachineType]) -> None:
+    def __init__(
+        self,
+        provider: str,
+        machines: dict[str, MachineType],
+        fabric_software: dict[str, FabricSoftware] | None = None,
+        host_image: str = "",
+    ) -> None:
         self.provider = provider
         self._machines = machines
+        self._fabric_software = dict(fabric_software or {})
+        self.host_image = host_image  # controller / login VMs
         self._gpus = {m.gpu.accelerator_type: m.gpu for m in machines.values()}
 
     def __contains__(self, name: object) -> bool:
@@ -138,6 +187,10 @@ class Catalog:
     def gpu(self, accelerator_type: str) -> GpuSpec | None:
         """The GPU model named by its accelerator type (e.g. nvidia-h100-80gb), None when unknown."""
         return self._gpus.get(accelerator_type)
+
+    def fabric_software(self, kind: FabricSetup) -> FabricSoftware | None:
+        """Pinned software of a fabric set-up (None for `none`)."""
+        return self._fabric_software.get(kind)
 
     def machines(self) -> list[MachineType]:
         return list(self._machines.values())
@@ -188,8 +241,27 @@ def load_catalog(provider: str = "gcp") -> Catalog:
             commit_3y=_opt(row["commit_3y"]),
             source=row["source"],
         )
+    sw = raw["gpu_software"]
+    fabric_sw = {
+        kind: FabricSoftware(
+            kind=kind,
+            apt_repo=f["apt_repo"],
+            packages=tuple(f.get("packages", ())),
+            devices=int(f["devices"]),
+            kernel_module=f.get("kernel_module"),
+            rxdm_image=f.get("rxdm_image"),
+            nccl_plugin_image=f.get("nccl_plugin_image"),
+            aperture_pci=(f["aperture_pci"]["vendor"], f["aperture_pci"]["device"]) if "aperture_pci" in f else None,
+            nccl_package=f.get("nccl_package"),
+            nccl_version=f.get("nccl_version"),
+            env_script=f.get("env_script"),
+            lib_dir=f.get("lib_dir"),
+        )
+        for kind, f in raw["fabric_software"].items()
+    }
     machines: dict[str, MachineType] = {}
     for name, m in raw["machines"].items():
+        soft = {**sw["default"], **sw["families"].get(name.rsplit("-", 1)[0], {})}
         machines[name] = MachineType(
             name=name,
             gpu=gpus[m["gpu"]],
@@ -207,7 +279,10 @@ def load_catalog(provider: str = "gcp") -> Catalog:
             ),
             compact_placement_max_vms=int(m.get("compact_placement_max_vms", 0)),
             flex_start_compact=bool(m.get("flex_start_compact", False)),
+            sockets=int(m.get("sockets", 1)),
+            threads_per_core=int(m.get("threads_per_core", 2)),
+            software=GpuSoftware(soft["image"], bool(soft["secure_boot"]), soft["fabric"]),
             zones={r: tuple(sorted(z)) for r, z in sorted(zones[name].items())},
             prices=dict(sorted(prices[name].items())),
         )
-    return Catalog("gcp", machines)
+    return Catalog("gcp", machines, fabric_sw, raw["host_image"])

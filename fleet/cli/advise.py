@@ -33,6 +33,8 @@ def commitments(
     price_file: Annotated[Path | None, typer.Option("--price-file", help="YAML of negotiated rates")] = None,
     ray_address: str | None = typer.Option(None, "--ray-address", help="run on this Ray cluster (or 'local')"),
     workers: int | None = typer.Option(None, "--workers", help="local processes (default: every core)"),
+    folds: int = typer.Option(4, "--folds", help="cut the choice window into N consecutive folds (robust choice)"),
+    rule: str = typer.Option("minimax-regret", "--rule", help="minimax-regret (robust to drift) or mean"),
     allow_short_history: bool = typer.Option(
         False, "--allow-short-history", help="recommend terms longer than the history can justify"
     ),
@@ -50,6 +52,10 @@ def commitments(
         size_list = parse_sizes(sizes)
         if not 1 <= seeds <= 100:
             raise GridError("--seeds: 1 to 100")
+        if not 1 <= folds <= 52:
+            raise GridError("--folds: 1 to 52")
+        if rule not in ("minimax-regret", "mean"):
+            raise GridError(f"--rule: unknown {rule!r} (choose from minimax-regret, mean)")
         if workers is not None and workers < 1:
             raise GridError("--workers: at least 1")
         for flag, v in (("--train", train), ("--test", test)):
@@ -75,6 +81,8 @@ def commitments(
             allow_short_history=allow_short_history,
             workers=workers,
             ray_address=ray_address,
+            folds=folds,
+            rule=rule,
         )
         machine = reserved_machine(req)
         prices = (
@@ -162,11 +170,12 @@ def _print_human(result: dict) -> None:
             "-" if p["reservation_fill"] is None else f"{100 * p['reservation_fill']:.0f} %",
             f"{p['wait_p50_s']:.0f}",
             f"{p['wait_p95_s']:.0f}",
+            "-" if p.get("max_fold_regret_pct") is None else f"{p['max_fold_regret_pct']:.1f} %",
         ]
         for p in result["points"]
         if p["window"] == window
     ]
-    headers = ["term", "reserved", "cost $", "range $", "bound $", "overflow $", "fill", "p50 s", "p95 s"]
+    headers = ["term", "reserved", "cost $", "range $", "bound $", "overflow $", "fill", "p50 s", "p95 s", "worst fold"]
     print_table(headers, cells, title=f"{window} window")
     saving = rec.get("saving_vs_on_demand_pct")
     typer.echo(

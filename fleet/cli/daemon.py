@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -24,6 +25,7 @@ autoscaler_app = typer.Typer(
 slurm_app = typer.Typer(
     help="Slurm power-saving programs (ResumeProgram, SuspendProgram, ResumeFailProgram).", no_args_is_help=True
 )
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL")
 _STATE_HELP = "state store of the daemon (default: $GPU_FLEET_AUTOSCALER_STATE or /var/lib/gpu-fleet/autoscaler.db)"
 StatePath = Annotated[Path | None, typer.Option("--state", help=_STATE_HELP)]
 Hostlist = Annotated[str, typer.Argument(help="Slurm hostlist, e.g. a3-spot-[0-3]")]
@@ -46,6 +48,8 @@ def run(
     from autoscaler.daemon.config import ConfigError, load_config
     from autoscaler.daemon.logs import setup_logging
 
+    if log_level.upper() not in LOG_LEVELS:
+        _fail(f"--log-level: {log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     setup_logging(json_lines=log_json, level=log_level.upper())
     if _kubernetes_config(config):
         _run_kubernetes(config, once=once, log_json=log_json)
@@ -57,6 +61,10 @@ def run(
         daemon = build_daemon(cfg, dry_run=dry_run)
     except ConfigError as exc:
         _fail(str(exc))
+        return
+    except (OSError, sqlite3.Error) as exc:  # the state store cannot be opened or created
+        where = f"{config}: state_path: {cfg.state_path}"
+        _fail(f"{where}: cannot open the daemon's state store: {getattr(exc, 'strerror', None) or exc}")
         return
     if once:
         res = daemon.tick()
@@ -155,7 +163,14 @@ def status(
             path = load_config(config).state_path
         except ConfigError as exc:
             _fail(str(exc))
-    store = StateStore(path or default_state_path())
+    path = path or default_state_path()
+    if path.is_dir() or not path.is_file():
+        _fail(f"--state: {path}: {'is a directory' if path.is_dir() else 'no such state store'} (status reads it)")
+    try:
+        store = StateStore(path)
+    except (OSError, sqlite3.Error) as exc:
+        _fail(f"--state: {path}: cannot open the daemon's state store: {exc}")
+        return
     out = {
         "state_path": str(store.path),
         "leader": store.leader(),

@@ -1,7 +1,8 @@
 """`fleet render`: files generated from a stack's fleet spec, without Pulumi.
 
 `fleet render slurm-conf (--stack NAME | --config PATH) [--cluster NAME] --out DIR` writes
-slurm.conf, gres.conf and cgroup.conf (in DIR/<cluster>/ when the spec has several Slurm clusters);
+slurm.conf, gres.conf, cgroup.conf and topology.conf (the initial tree; the controller keeps it current),
+in DIR/<cluster>/ when the spec has several Slurm clusters;
 `fleet render spec` prints the validated spec with every default filled in.  An invalid spec
 exits 2 with one `path: reason` line per problem on stderr and writes nothing.
 """
@@ -9,6 +10,7 @@ exits 2 with one `path: reason` line per problem on stderr and writes nothing.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -37,22 +39,44 @@ def _load(stack: str | None, config: Path | None):  # -> FleetSpec
         path = stack_file(stack) if stack is not None else config
         return load_stack_file(path)
     except SpecError as exc:
-        raise _fail([f"{p}: {r}" for p, r in exc.errors]) from None
+        raise _fail(exc.lines()) from None
 
 
 def _parse_sets(values: list[str]) -> dict[str, str]:
+    """`--set KEY=VALUE` pairs; keys and values go into slurm.conf, so they obey the spec's extra_config rules."""
+    from fleet.spec.rules import SLURM_KEY, SLURM_VALUE, SLURM_VALUE_CHARS
+
     out = {}
     for item in values:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise _fail([f"--set {item!r}: expected KEY=VALUE (a slurm.conf key)"])
+        if not SLURM_KEY.fullmatch(key):
+            raise _fail([f"--set {item!r}: {key!r} is not a slurm.conf key (letters and digits only)"])
+        if not SLURM_VALUE.fullmatch(value):
+            raise _fail([f"--set {item!r}: the value must be one non-empty line of {SLURM_VALUE_CHARS}"])
         out[key] = value
     return out
 
 
+def _check_out_dir(out: Path, subdirs: list[str]) -> None:
+    """Refuse, before writing anything, an --out that is a file or whose targets are not directories."""
+    for target in [out, *(out / d for d in subdirs)]:
+        if target.exists() and not target.is_dir():
+            raise _fail([f"--out: {target} exists and is not a directory (give a directory to write into)"])
+        for name in ("slurm.conf", "gres.conf", "cgroup.conf"):
+            if (target / name).exists() and not (target / name).is_file():
+                raise _fail([f"--out: {target / name} exists and is not a regular file"])
+    parent = next((p for p in [out, *out.parents] if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise _fail([f"--out: {parent} is not a directory"])
+
+
 @render_app.command("slurm-conf")
 def slurm_conf(
-    out: Annotated[Path, typer.Option("--out", help="directory to write slurm.conf, gres.conf, cgroup.conf into")],
+    out: Annotated[
+        Path, typer.Option("--out", help="directory to write slurm.conf, gres.conf, cgroup.conf, topology.conf into")
+    ],
     stack: StackOpt = None,
     config: ConfigOpt = None,
     cluster: Annotated[str | None, typer.Option(help="only this cluster (default: every Slurm cluster)")] = None,
@@ -75,15 +99,24 @@ def slurm_conf(
             raise _fail([f"--cluster: no Slurm cluster {cluster!r} in the spec (clusters: {', '.join(names)})"])
     if not clusters:
         raise _fail(["the spec has no Slurm cluster"])
+    if controller_host is not None and not re.fullmatch(
+        r"[A-Za-z0-9]([-A-Za-z0-9.]{0,251}[A-Za-z0-9])?", controller_host
+    ):
+        raise _fail([f"--controller-host: {controller_host!r} is not a host name"])
     rendered = [(c, render_slurm_conf(spec, c, controller_host=controller_host, overrides=overrides)) for c in clusters]
+    _check_out_dir(out, [c.name for c in clusters] if len(rendered) > 1 else [])
     for c, conf in rendered:
         target = out / c.name if len(rendered) > 1 else out
-        target.mkdir(parents=True, exist_ok=True)
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _fail([f"--out: cannot create {target}: {exc.strerror or exc}"]) from None
         (target / "slurm.conf").write_text(conf.slurm_conf)
         (target / "gres.conf").write_text(conf.gres_conf)
         (target / "cgroup.conf").write_text(conf.cgroup_conf)
+        (target / "topology.conf").write_text(conf.topology_conf)
         nodes = ", ".join(f"{n.name}={n.node_names}" for n in conf.nodesets)
-        typer.echo(f"{c.name}: wrote {target}/slurm.conf, gres.conf, cgroup.conf (nodesets: {nodes})")
+        typer.echo(f"{c.name}: wrote {target}/slurm.conf, gres.conf, cgroup.conf, topology.conf (nodesets: {nodes})")
 
 
 @render_app.command("spec")

@@ -105,8 +105,8 @@ def synth(
         path = config if config is not None else stack_file(stack or "")
         result = synth_file(path, stack=stack)
     except SpecError as exc:
-        for field_path, reason in exc.errors:
-            typer.echo(f"error: {field_path}: {reason}", err=True)
+        for line in exc.lines():
+            typer.echo(f"error: {line}", err=True)
         raise typer.Exit(2) from None
     except (ValueError, RuntimeError) as exc:  # component argument checks, SynthError (duplicate URNs)
         typer.echo(f"error: {exc}", err=True)

@@ -1,10 +1,14 @@
-"""Render `slurm.conf`, `gres.conf` and `cgroup.conf` for one cluster of a validated fleet spec.
+"""Render `slurm.conf`, `gres.conf`, `cgroup.conf` and `topology.conf` for one cluster of a validated spec.
 
 Every pool becomes `NodeSet=<pool>` over `State=CLOUD` nodes `<cluster>-<pool>-[0-<max-1>]`
 (power-saved: slurmctld calls the autoscaler's Resume/SuspendProgram hooks), with `Gres=gpu:N`,
-CPUs/RealMemory from the machine catalog and `Features=<gpu>,<machine type>,<capacity type>`.
-Partitions list nodesets.  The result is a config Slurm 22.05 accepts; `overrides` replaces
-host-specific keys so a test harness can start the very same file on one machine.
+the host layout from the machine catalog (`CPUs= Sockets= CoresPerSocket= ThreadsPerCore=
+RealMemory=`, A3 Mega is 2 x 52 x 2) and `Features=<gpu>,<machine type>,<capacity type>`.
+Partitions list nodesets; a partition of whole-node fabric machines (A3/A4 8-GPU) is
+`OverSubscribe=EXCLUSIVE`.  `SlurmctldHost=<name>(<ip>)` carries the controller's reserved address
+(nodes never depend on DNS to find it), `TopologyPlugin=topology/tree` reads the `topology.conf`
+that the controller keeps current (`fleet.slurm.topology`).  The result is a config Slurm 22.05
+accepts; `overrides` replaces host-specific keys so a test harness can start the very same file.
 """
 
 from __future__ import annotations
@@ -13,10 +17,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fleet.catalog import CapacityType, Catalog, MachineType, load_catalog
-from fleet.spec.derive import default_partition, node_hostlist, node_name_prefix
+from fleet.slurm.topology import render_topology
+from fleet.spec.derive import controller_address, default_partition, node_hostlist, node_name_prefix
 from fleet.spec.model import ClusterSpec, FleetSpec
 
 __all__ = ["Nodeset", "SlurmConf", "node_name_prefix", "real_memory_mib", "render_slurm_conf"]
+
+# Prolog / Epilog every compute node carries (components/gcp/startup.py writes them); slurm.conf names
+# them only when a pool of the cluster needs one (the TCPXO RxDM container of A3 Mega multi-node jobs).
+PROLOG = "/etc/slurm/gpu-fleet-prolog.sh"
+EPILOG = "/etc/slurm/gpu-fleet-epilog.sh"
+JOBCOMP_LOG = "/var/log/slurm/jobcomp.log"
 
 # Keys of NodeName= lines that `overrides` may set (everything else is a global key).
 NODE_KEYS = ("NodeAddr", "NodeHostname", "Port")
@@ -49,6 +60,7 @@ class SlurmConf:
     gres_conf: str
     nodesets: list[Nodeset]
     cgroup_conf: str = ""
+    topology_conf: str = ""
 
 
 def real_memory_mib(machine: MachineType) -> int:
@@ -104,11 +116,16 @@ def _global_settings(
         "SlurmdLogFile": "/var/log/slurm/slurmd.log",
         "SlurmctldDebug": "info",
         "SlurmdDebug": "info",
+        "TopologyPlugin": "topology/tree",
+        "TopologyParam": "SwitchAsNodeRank",  # node ranks follow the tree (slurm-gcp's default)
         "ProctrackType": "proctrack/cgroup",
         "TaskPlugin": "task/cgroup,task/affinity",
         "JobAcctGatherType": "jobacct_gather/cgroup",
+        # no slurmdbd: job records go to a completion log (sacct needs slurmdbd; see docs/stacks.md)
         "AccountingStorageType": "accounting_storage/none",
-        "JobCompType": "jobcomp/none",
+        "JobCompType": "jobcomp/filetxt",
+        "JobCompLoc": JOBCOMP_LOG,
+        "JobAcctGatherFrequency": "30",
         "MpiDefault": "none",
         "SwitchType": "switch/none",
         "SchedulerType": "sched/backfill",
@@ -118,7 +135,8 @@ def _global_settings(
         "ReturnToService": "2",
         "MailProg": "/bin/true",
         # --- cloud nodes, power saving (the autoscaler daemon's hooks) ---
-        "SlurmctldParameters": "cloud_dns,enable_configless,idle_on_node_suspend",
+        # cloud_reg_addrs: a node's address is the one it registers from (no DNS for nodes either)
+        "SlurmctldParameters": "cloud_reg_addrs,enable_configless,idle_on_node_suspend",
         "PrivateData": "cloud",
         "CommunicationParameters": "NoAddrCache",
         "TreeWidth": "65533",
@@ -147,6 +165,7 @@ def render_slurm_conf(
     cluster: ClusterSpec,
     *,
     controller_host: str | None = None,
+    controller_addr: str | None = None,
     resume_program: str = HOOKS["resume"],
     suspend_program: str = HOOKS["suspend"],
     resume_fail_program: str = HOOKS["resume_fail"],
@@ -155,7 +174,8 @@ def render_slurm_conf(
 ) -> SlurmConf:
     """slurm.conf / gres.conf / cgroup.conf of one Slurm cluster of a spec that passed `load_spec`.
 
-    `controller_host` defaults to `<cluster>-controller`.  `overrides` sets global keys or the
+    `controller_host` defaults to `<cluster>-controller`, `controller_addr` to the address the stack
+    reserves for it (`fleet.spec.derive.controller_address`).  `overrides` sets global keys or the
     node-line keys NodeAddr / NodeHostname / Port (case-insensitive; "" removes a key); it is
     applied after the spec's `slurm.extra_config`.
     """
@@ -183,6 +203,9 @@ def render_slurm_conf(
         node = {
             "State": "CLOUD",
             "CPUs": str(machine.vcpus),
+            "Sockets": str(machine.sockets),
+            "CoresPerSocket": str(machine.cores_per_socket),
+            "ThreadsPerCore": str(machine.threads_per_core),
             "RealMemory": str(real_memory_mib(machine)),
             "Gres": gres,
             "Features": features,
@@ -213,17 +236,33 @@ def render_slurm_conf(
             "DefCpuPerGPU": min(m.vcpus // m.gpu_count for m in pms),
             "DefMemPerGPU": min(real_memory_mib(m) // m.gpu_count for m in pms),
         }
+        if all(whole_node(m) for m in pms):
+            items["OverSubscribe"] = "EXCLUSIVE"  # one job per A3/A4 node: its 8 GPUs and 8 NICs go together
         part_lines.append(_line(("PartitionName", part.name), items))
 
+    host = controller_host or f"{cluster.name}-controller"
+    addr = controller_addr or controller_address(spec, cluster.name)
     settings = _global_settings(
         spec,
         cluster,
-        controller_host or f"{cluster.name}-controller",
+        f"{host}({addr})",
         resume_program,
         suspend_program,
         resume_fail_program,
         suspend_exc,
     )
+    if any(machines[p.name].software and machines[p.name].software.fabric == "tcpxo" for p in cluster.pools):
+        # the RxDM prolog pulls and starts a container: run it at allocation, give it the Toolkit's long-prolog
+        # timeouts (schedmd-slurm-gcp-v6-controller/etc/long-prolog-slurm.conf.tpl); not its MessageTimeout=600,
+        # which slurmctld reports as "too high for effective fault-tolerance" (100 is the most it takes quietly)
+        settings |= {
+            "Prolog": PROLOG,
+            "Epilog": EPILOG,
+            "PrologFlags": "Alloc",
+            "PrologEpilogTimeout": "600",
+            "BatchStartTimeout": "600",
+            "MessageTimeout": "100",
+        }
     settings = _apply(_apply(settings, slurm.extra_config), overrides)
     header = [
         f"# slurm.conf of cluster {cluster.name!r} (project {spec.project}, {spec.region}).",
@@ -243,4 +282,10 @@ def render_slurm_conf(
             "",
         ]
     )
-    return SlurmConf(slurm_conf, gres_conf, nodesets, cgroup_conf)
+    topology_conf = render_topology({node_name_prefix(cluster.name, n.pool): n.node_names for n in nodesets}, {})
+    return SlurmConf(slurm_conf, gres_conf, nodesets, cgroup_conf, topology_conf)
+
+
+def whole_node(machine: MachineType) -> bool:
+    """A machine type whose GPUs and GPU NICs only make sense for one job at a time (A3/A4 8-GPU)."""
+    return machine.nics.fabric != "none" and machine.gpu_count == 8

@@ -44,6 +44,15 @@ def pool_zones(spec: FleetSpec, pool: NodePoolSpec, catalog: Catalog) -> tuple[s
     return tuple(z for z in spec.zones if machine.offered_in(z))
 
 
+def controller_address(spec: FleetSpec, cluster_name: str) -> str:
+    """The static internal IP of a Slurm cluster's controller, reserved by the stack and written into
+    `SlurmctldHost=name(ip)`: counted down from the top of the system subnet (GCE keeps the last two
+    addresses), one per cluster in spec order, so `fleet render` knows it without a deploy."""
+    index = next(i for i, c in enumerate(spec.clusters) if c.name == cluster_name)
+    net = spec.network.system_cidr
+    return str(net.broadcast_address - 2 - index)
+
+
 def default_partition(slurm: SlurmSpec) -> SlurmPartitionSpec:
     """The partition marked `default: true`, else the first one."""
     return next((p for p in slurm.partitions if p.default), slurm.partitions[0])

@@ -8,14 +8,16 @@ Paths of keys outside the spec value (stack file keys) are spelled as in the fil
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from fleet.catalog import Catalog
+from fleet.input import InputError, format_loc, load_yaml
+from fleet.input.limits import MAX_SPEC_BYTES
 from fleet.spec.model import FleetSpec
 from fleet.spec.rules import check
 
@@ -26,36 +28,44 @@ _NAME_HINT = "must be a lower-case RFC 1035 name of at most 20 characters (a-z, 
 
 
 class SpecError(ValueError):
-    """A spec that must not be deployed: `.errors` lists (field path, reason), in spec order."""
+    """A spec that must not be deployed: `.errors` lists (field path, reason), in spec order.
 
-    def __init__(self, errors: Sequence[tuple[str, str]]) -> None:
+    `source` is the stack file when known; `lines()` then reads `FILE: field.path: reason` (or
+    `FILE:LINE:COL: reason` for a position), the form every CLI command prints."""
+
+    def __init__(self, errors: Sequence[tuple[str, str]], source: str | None = None) -> None:
         self.errors: list[tuple[str, str]] = list(errors)
+        self.source = source
         super().__init__(str(self))
 
+    def lines(self) -> list[str]:
+        if self.source is None:
+            return [f"{path}: {reason}" if path else reason for path, reason in self.errors]
+        return InputError(self.source, self.errors).lines()
+
     def __str__(self) -> str:
-        return "\n".join(f"{path}: {reason}" for path, reason in self.errors)
+        return "\n".join(self.lines())
+
+    def with_source(self, source: Path | str) -> SpecError:
+        return self if self.source is not None else SpecError(self.errors, str(source))
 
 
 def format_path(loc: Iterable[str | int]) -> str:
     """`("clusters", 0, "pools", 1, "max_nodes")` -> `clusters[0].pools[1].max_nodes`."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out or ROOT_PATH
+    return format_loc(loc) or ROOT_PATH
 
 
 def _pydantic_errors(exc: ValidationError) -> list[tuple[str, str]]:
     errors = []
     for err in exc.errors(include_url=False):
         loc = err["loc"]
-        reason = err["msg"]
+        reason = str(err["msg"]).removeprefix("Value error, ")
         if err["type"] == "string_pattern_mismatch" and loc and loc[-1] == "name":
             reason = f"{_NAME_HINT}, got {err['input']!r}"
         elif err["type"] == "string_pattern_mismatch" and loc == ("project",):
             reason = f"not a valid GCP project id (6-30 chars, lower-case letters, digits, '-'), got {err['input']!r}"
+        elif err["type"] == "extra_forbidden" and "policy" in loc[:-1]:
+            reason = "unknown policy field (see docs/planner.md)"
         elif err["type"] == "extra_forbidden":
             reason = "unknown field (check the spelling; see docs/spec.md)"
         elif err["type"] == "missing":
@@ -94,23 +104,21 @@ def load_spec(data: dict[str, Any], catalog: Catalog | None = None) -> FleetSpec
 
 
 def read_stack_file(path: Path) -> dict[str, Any]:
-    """The parsed YAML of a `Pulumi.<stack>.yaml`."""
+    """The parsed YAML of a `Pulumi.<stack>.yaml`, through the input gate (size, UTF-8, duplicate keys, aliases)."""
     path = Path(path)
     try:
-        doc = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise SpecError([(str(path), "no such stack file")]) from None
-    except yaml.YAMLError as exc:
-        raise SpecError([(str(path), f"not valid YAML: {exc}")]) from None
+        doc = load_yaml(path, what="stack file", max_bytes=MAX_SPEC_BYTES)
+    except InputError as exc:
+        raise SpecError(exc.errors, source=exc.source) from None
     if not isinstance(doc, dict):
-        raise SpecError([(str(path), "not a Pulumi stack file (expected a mapping with a `config:` key)")])
+        raise SpecError([("", "not a Pulumi stack file (expected a mapping with a `config:` key)")], source=str(path))
     return doc
 
 
 def _config(path: Path) -> dict[str, Any]:
     config = read_stack_file(path).get("config")
     if not isinstance(config, dict):
-        raise SpecError([(f"{path}: config", "missing: a stack file holds its settings under `config:`")])
+        raise SpecError([("config", "missing: a stack file holds its settings under `config:`")], source=str(path))
     return config
 
 
@@ -118,10 +126,12 @@ def read_stack_config(path: Path) -> dict[str, Any]:
     """The raw `gpu-fleet:fleet` value of a stack file (any kind: see `spec_kind`)."""
     config = _config(path)
     if CONFIG_KEY not in config:
-        raise SpecError([(f"config.{CONFIG_KEY}", f"missing in {path}: the fleet spec lives under this key")])
+        raise SpecError(
+            [(f"config.{CONFIG_KEY}", f"missing in {path}: the fleet spec lives under this key")], str(path)
+        )
     value = config[CONFIG_KEY]
     if not isinstance(value, dict):
-        raise SpecError([(f"config.{CONFIG_KEY}", f"must be a mapping, got {type(value).__name__}")])
+        raise SpecError([(f"config.{CONFIG_KEY}", f"must be a mapping, got {type(value).__name__}")], str(path))
     return value
 
 
@@ -138,10 +148,13 @@ def check_provider_config(spec: FleetSpec, config: dict[str, Any]) -> list[tuple
 
 def load_stack_file(path: Path, catalog: Catalog | None = None) -> FleetSpec:
     """Read, validate and cross-check the fleet spec of one stack file."""
-    spec = load_spec(read_stack_config(path), catalog)
+    try:
+        spec = load_spec(read_stack_config(path), catalog)
+    except SpecError as exc:
+        raise exc.with_source(path) from None
     errors = check_provider_config(spec, _config(path))
     if errors:
-        raise SpecError(errors)
+        raise SpecError(errors, source=str(path))
     return spec
 
 
@@ -152,6 +165,8 @@ def repo_root() -> Path:
 
 def stack_file(stack: str, root: Path | None = None) -> Path:
     """`Pulumi.<stack>.yaml` in `root`, else the current directory, else the repo root."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", stack):
+        raise SpecError([("--stack", f"{stack!r} is not a stack name (letters, digits, '.', '_', '-')")])
     candidates = [Path(root)] if root is not None else [Path.cwd(), repo_root()]
     for directory in candidates:
         path = directory / f"Pulumi.{stack}.yaml"

@@ -8,36 +8,60 @@ look across fields (zones offering a type, overlapping CIDRs, capacity combinati
 from __future__ import annotations
 
 from ipaddress import IPv4Network
-from typing import Annotated, Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fleet.catalog import CapacityType
+from fleet.input.policy import PolicyMapping
+from fleet.input.types import (
+    STRICT,
+    Cidr,
+    GceName,
+    GcsLocation,
+    GitUrl,
+    Image,
+    MachineType,
+    MountPoint,
+    NodeCount,
+    Reservation,
+    ShareName,
+    Zone,
+    lax_enum,
+)
 
 # RFC 1035 label, as GCE resource names require; short so derived names stay under 63 chars.
 Name = Field(pattern=r"^[a-z]([-a-z0-9]{0,18}[a-z0-9])?$", description="lower-case RFC 1035 name, <= 20 chars")
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # strict: no "4" or true for a count, no NaN (fleet.input.types)
+    model_config = ConfigDict(**STRICT, extra="forbid", frozen=True, populate_by_name=True)
 
 
 class NodePoolSpec(_Spec):
     """A group of identical GPU nodes; its size between min and max belongs to the autoscaler."""
 
     name: str = Name
-    machine_type: str
-    min_nodes: int = Field(0, ge=0)
-    max_nodes: int = Field(ge=0)
-    zones: list[str] | None = Field(
-        None, description="zones for this pool; default: the fleet's zones offering the type"
+    machine_type: MachineType
+    min_nodes: NodeCount = 0
+    max_nodes: NodeCount = Field(description="at most 2,000: a zonal MIG's size limit")
+    zones: list[Zone] | None = Field(
+        None, max_length=16, description="zones for this pool; default: the fleet's zones offering the type"
     )
-    capacity: CapacityType = CapacityType.ON_DEMAND
-    reservation: str | None = Field(None, description="reservation name; required with capacity=reservation")
+    capacity: lax_enum(CapacityType) = CapacityType.ON_DEMAND  # type: ignore[valid-type]
+    reservation: Reservation | None = Field(None, description="reservation name; required with capacity=reservation")
     compact_placement: bool = False
     boot_disk_gb: int = Field(200, ge=50, le=65536)
-    image: str = Field("projects/debian-cloud/global/images/family/debian-12", description="boot image or family")
-    labels: dict[str, str] = Field(default_factory=dict)
+    image: Image | None = Field(
+        None,
+        description="boot image or family with an NVIDIA driver; default: the catalog's accelerator image for the "
+        "machine family (a baked image: docs/stacks.md 'Baking an image')",
+    )
+    secure_boot: bool | None = Field(
+        None, description="Shielded VM Secure Boot; default: on (the accelerator image's driver is signed)"
+    )
+    labels: dict[str, str] = Field(default_factory=dict)  # syntax: rules.labels_valid
     # Kubernetes platforms (docs/kubernetes.md): a $/h price for machines the catalog lacks, and the
     # Cluster API templates of a pool on `platform: kubernetes`.
     price_per_hour: float | None = Field(
@@ -49,21 +73,27 @@ class NodePoolSpec(_Spec):
 class NetworkSpec(_Spec):
     """Address plan.  The system VPC gets one subnet; GPU fabric subnets are carved from gpu_cidr."""
 
-    system_cidr: IPv4Network = IPv4Network("10.0.0.0/20")
-    gpu_cidr: IPv4Network = IPv4Network("10.128.0.0/16")
+    system_cidr: Cidr = IPv4Network("10.0.0.0/20")
+    gpu_cidr: Cidr = IPv4Network("10.128.0.0/16")
     # Ranges used by other things on the same network (peered VPCs, on-prem): must not overlap.
-    reserved_cidrs: list[IPv4Network] = Field(default_factory=list)
+    reserved_cidrs: list[Cidr] = Field(default_factory=list, max_length=64)
 
 
 class FilestoreSpec(_Spec):
     tier: Literal["BASIC_HDD", "BASIC_SSD", "ZONAL", "REGIONAL", "ENTERPRISE"] = "BASIC_SSD"
     capacity_gb: int = Field(2560, ge=1024)
-    share_name: str = "home"
+    share_name: ShareName = "home"
+
+    @model_validator(mode="after")
+    def _basic_share_name(self) -> FilestoreSpec:
+        if self.tier.startswith("BASIC_") and len(self.share_name) > 16:
+            raise ValueError(f"share_name: at most 16 characters on the {self.tier} tier (Filestore's limit)")
+        return self
 
 
 class BucketSpec(_Spec):
     name: str | None = Field(None, description="globally unique bucket name; default: <project>-<cluster>-checkpoints")
-    location: str | None = Field(None, description="default: the fleet's region")
+    location: GcsLocation | None = Field(None, description="default: the fleet's region")
     soft_delete_days: int = Field(7, ge=0, le=90, description="0 disables soft delete; else 7..90 (GCS limits)")
 
     @field_validator("soft_delete_days")
@@ -77,7 +107,7 @@ class BucketSpec(_Spec):
 class LustreSpec(_Spec):
     capacity_gib: int = Field(18000, ge=18000)
     per_unit_storage_throughput: Literal[125, 250, 500, 1000] = 500
-    mount_point: str = "/scratch"
+    mount_point: MountPoint = "/scratch"
 
 
 class StorageSpec(_Spec):
@@ -88,9 +118,9 @@ class StorageSpec(_Spec):
 
 class SlurmPartitionSpec(_Spec):
     name: str = Name
-    pools: list[str] = Field(min_length=1)
+    pools: list[GceName] = Field(min_length=1, max_length=64)
     default: bool = False
-    max_time: str = "INFINITE"
+    max_time: str = Field("INFINITE", max_length=32)  # syntax: rules.partition_max_time
     spot_tolerant: bool = Field(False, description="jobs here accept preemption (may run on spot pools)")
 
 
@@ -100,22 +130,35 @@ class AutoscalerSpec(_Spec):
     The controller installs this repository at /opt/gpu-fleet (with its .venv) from `source` at `ref`
     on first boot; with `source` unset the image must already carry /opt/gpu-fleet (a baked image)."""
 
-    source: str | None = Field(
+    source: GitUrl | None = Field(
         None, description="git URL of this repository, cloned to /opt/gpu-fleet on the controller"
     )
-    ref: str = Field("main", pattern=r"^[A-Za-z0-9._/-]+$", description="branch, tag or commit to install")
-    policy: dict[str, Any] = Field(default_factory=dict, description="planner Policy fields (docs/planner.md)")
+    ref: str | None = Field(
+        None,
+        pattern=r"^(?:[A-Za-z0-9][A-Za-z0-9._/-]*@)?[0-9a-f]{40}$",
+        description="pinned release to install: a 40-hex commit, or <tag>@<40-hex commit> (checked on install)",
+    )
+    policy: PolicyMapping = Field(default_factory=dict, description="planner Policy fields (docs/planner.md)")
+
+    @model_validator(mode="after")
+    def _pinned(self) -> AutoscalerSpec:
+        if self.source and not self.ref:
+            raise ValueError("ref: required with source: a 40-hex commit or <tag>@<40-hex commit> (never a branch)")
+        return self
+
     metrics_port: int = Field(9464, ge=1024, le=65535, description="/metrics and /healthz on 127.0.0.1")
 
 
 class SlurmSpec(_Spec):
-    controller_machine_type: str = "n2-standard-8"
-    login_machine_type: str = "n2-standard-4"
+    controller_machine_type: MachineType = "n2-standard-8"
+    login_machine_type: MachineType = "n2-standard-4"
     login_nodes: int = Field(1, ge=0, le=8)
-    partitions: list[SlurmPartitionSpec] = Field(min_length=1)
-    suspend_time: int = Field(300, ge=60, description="seconds idle before Slurm powers a CLOUD node down")
-    resume_timeout: int = Field(1800, ge=300, description="seconds a CLOUD node may take to register")
-    extra_config: dict[str, str] = Field(
+    partitions: list[SlurmPartitionSpec] = Field(min_length=1, max_length=64)
+    suspend_time: int = Field(
+        300, ge=60, le=31_536_000, description="seconds idle before Slurm powers a CLOUD node down"
+    )
+    resume_timeout: int = Field(1800, ge=300, le=86_400, description="seconds a CLOUD node may take to register")
+    extra_config: dict[str, str] = Field(  # syntax: rules.slurm_extra_config
         default_factory=dict,
         description="site slurm.conf keys (e.g. PriorityType) added to / replacing the generated ones",
     )
@@ -125,8 +168,8 @@ class SlurmSpec(_Spec):
 # ---------------------------------------------------------------- Kubernetes platforms and Kueue
 
 Platform = Literal["gce", "gke", "kubernetes"]
-# A CIDR from YAML text, also when the model is strict (fleet.input's Cidr, once merged, is the same).
-KubeCidr = Annotated[IPv4Network, Strict(False)]
+# A CIDR from YAML text under the strict models (a string, never an int): fleet.input's Cidr.
+KubeCidr = Cidr
 # DNS-1123 label (Kubernetes namespaces, object names that double as label values).
 K8sName = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", description="DNS-1123 label")
 
@@ -223,7 +266,7 @@ class KueueAutoscalerSpec(_Spec):
     image: str = Field(description="container image pinned by digest: <repo>@sha256:<64 hex>")
     replicas: int = Field(2, ge=1, le=5, description="leader election through a Lease: one acts")
     namespace: str = Field("gpu-fleet-system", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-    policy: dict[str, Any] = Field(default_factory=dict, description="planner Policy fields (docs/planner.md)")
+    policy: PolicyMapping = Field(default_factory=dict, description="planner Policy fields (docs/planner.md)")
     metrics_port: int = Field(9464, ge=1024, le=65535)
 
 
@@ -248,7 +291,7 @@ class ClusterSpec(_Spec):
     name: str = Name
     scheduler: Literal["slurm", "kueue"] = "slurm"
     platform: Platform = Field("gce", description="gce (Slurm on VMs), gke, or kubernetes (an existing cluster)")
-    pools: list[NodePoolSpec] = Field(min_length=1)
+    pools: list[NodePoolSpec] = Field(min_length=1, max_length=64)
     storage: StorageSpec = Field(default_factory=StorageSpec)
     slurm: SlurmSpec | None = None
     gke: GkeSpec | None = None  # platform: gke (defaults apply when omitted)
@@ -263,10 +306,10 @@ class FleetSpec(_Spec):
     provider: Literal["gcp"] = "gcp"
     project: str = Field(pattern=r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$", description="GCP project id")
     region: str = Field(pattern=r"^[a-z]+-[a-z]+[0-9]+$")
-    zones: list[str] = Field(min_length=1)
+    zones: list[Zone] = Field(min_length=1, max_length=16)
     network: NetworkSpec = Field(default_factory=NetworkSpec)
-    clusters: list[ClusterSpec] = Field(min_length=1)
-    labels: dict[str, str] = Field(default_factory=dict)
+    clusters: list[ClusterSpec] = Field(min_length=1, max_length=32)
+    labels: dict[str, str] = Field(default_factory=dict)  # syntax: rules.labels_valid
 
 
 NodePoolSpec.model_rebuild()  # its cluster_api field names a model declared below it

@@ -14,6 +14,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fleet.bootstrap.iam import APIS
+from fleet.input.errors import format_loc
+from fleet.input.types import STRICT, GcsLocation, LabelKey, LabelValue
 
 ACCOUNT_ID = r"^[a-z]([-a-z0-9]{4,28}[a-z0-9])$"  # GCE service account ids: 6-30 chars
 ROLE_ID = r"^[a-zA-Z0-9_.]{3,64}$"  # custom role ids
@@ -22,14 +24,14 @@ API = r"^[a-z0-9-]+\.googleapis\.com$"
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(**STRICT, extra="forbid", frozen=True)  # no coercion, no NaN (fleet.input.types)
 
 
 class StateBucketSpec(_Spec):
     """A bucket fit for `pulumi login gs://<name>`: versioned, uniform access, never public."""
 
     name: str | None = Field(None, pattern=BUCKET, description="default: <project>-pulumi-state")
-    location: str | None = Field(None, description="default: the spec's region")
+    location: GcsLocation | None = Field(None, description="default: the spec's region")
     keep_noncurrent_versions: int = Field(20, ge=1, le=1000, description="older state versions kept per object")
     force_destroy: bool = Field(False, description="allow `pulumi destroy` to delete a non-empty state bucket")
 
@@ -39,12 +41,12 @@ class ProjectBootstrapSpec(_Spec):
     provider: Literal["gcp"] = "gcp"
     project: str = Field(pattern=r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$", description="GCP project id")
     region: str = Field(pattern=r"^[a-z]+-[a-z]+[0-9]+$")
-    apis: list[str] = Field(default_factory=lambda: [a.name for a in APIS], min_length=1)
+    apis: list[str] = Field(default_factory=lambda: [a.name for a in APIS], min_length=1, max_length=200)
     state_bucket: StateBucketSpec = Field(default_factory=StateBucketSpec)
     autoscaler_account_id: str = Field("gpu-fleet-autoscaler", pattern=ACCOUNT_ID)
     autoscaler_role_id: str = Field("gpuFleetAutoscaler", pattern=ROLE_ID)
     nodes_account_id: str = Field("gpu-fleet-nodes", pattern=ACCOUNT_ID)
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=64)  # GCE label syntax
 
     def bucket_name(self) -> str:
         return self.state_bucket.name or f"{self.project}-pulumi-state"
@@ -70,8 +72,9 @@ def load_project_spec(data: object) -> ProjectBootstrapSpec:
     except ValidationError as exc:
         errors = []
         for err in exc.errors(include_url=False):
-            path = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in err["loc"]).replace(".[", "[")
-            reason = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+            path = format_loc(err["loc"])
+            reason = "unknown field" if err["type"] == "extra_forbidden" else str(err["msg"])
+            reason = reason.removeprefix("Value error, ")
             errors.append((path or "gpu-fleet:fleet", reason))
         raise ProjectSpecError(errors) from None
     bad = [f"apis[{i}]" for i, api in enumerate(spec.apis) if not _is_api(api)]

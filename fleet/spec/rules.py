@@ -52,6 +52,9 @@ SYSTEM_DIRS = {"/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/roo
                "/usr", "/var"}  # fmt: skip
 HOME_MOUNT = "/home"
 SLURM_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+# what a slurm.conf value may hold unquoted: no white space (a newline starts a new line), '#' (a comment), quotes
+SLURM_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=+@%*()-]+$")
+SLURM_VALUE_CHARS = "letters, digits and _ . , : / = + @ % * ( ) - (no white space, '#', quotes or '$')"
 # slurm.conf keys the generator owns (nodes, partitions, hosts, hooks) or that break this deployment.
 SLURM_MANAGED_KEYS = {
     "nodename": "nodes are generated from the pools",
@@ -587,8 +590,8 @@ def slurm_extra_config(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
                 yield where, "not a slurm.conf key (letters and digits only)"
             elif key.lower() in SLURM_MANAGED_KEYS:
                 yield where, f"cannot be set here: {SLURM_MANAGED_KEYS[key.lower()]}"
-            elif "\n" in value or not value.strip():
-                yield where, "value must be one non-empty line"
+            elif not SLURM_VALUE.fullmatch(value):
+                yield where, f"value must be one non-empty line of {SLURM_VALUE_CHARS}, got {value!r}"
 
 
 @rule

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleet.spec.load import load_stack_file, read_stack_config, read_stack_file, spec_kind
+from fleet.spec.load import SpecError, load_stack_file, read_stack_config, read_stack_file, spec_kind
 from fleet.synth.cost import FleetCost, fleet_cost
 
 
@@ -47,6 +47,13 @@ def synth_file(path: Path, stack: str | None = None) -> Synthesis:
     raw = read_stack_config(path)
     config = dict(read_stack_file(path).get("config") or {})
     spec = load_stack_file(path) if spec_kind(raw) == "fleet" else None
+    if spec_kind(raw) == "project-bootstrap":  # validated here too, so a bad one fails before Pulumi is imported
+        from fleet.spec.project import ProjectSpecError, load_project_spec
+
+        try:
+            load_project_spec(raw)
+        except ProjectSpecError as exc:
+            raise SpecError(exc.errors, source=str(path)) from None
 
     from fleet.synth.engine import run_program
     from stacks.program import main

@@ -63,14 +63,29 @@ def test_each_point_costs_its_overflow_plus_the_reservation_for_the_whole_window
     prices = req.prices
     assert prices is not None
     window_h = res["scenario"]["windows"]["all"]["days"] * 24
-    for p in res["points"]:
+    for p in (p for p in res["points"] if p["window"] == "all"):
         expected_res = p["reserved_nodes"] * (prices.rate(p["term"]) if p["reserved_nodes"] else 0) * window_h
-        assert p["reservation_usd"] == pytest.approx(expected_res, abs=0.01)
+        # billed from each fold's start until its last job ends: never less than the calendar window
+        assert p["reservation_usd"] >= expected_res - 0.05
+        if p["reservation_fill"] is not None:
+            assert 0 <= p["reservation_fill"] <= 1
         assert p["cost_usd_mean"] == pytest.approx(p["overflow_usd_mean"] + p["reservation_usd"], abs=0.02)
         assert p["lower_bound_usd"] <= p["cost_usd_mean"] + 0.01
-    # the recommendation is the cheapest point among the terms the history allows
+    # the recommendation: the smallest worst-fold regret among the terms the history allows
     allowed = set(res["eligible_terms"])
-    cands = [p for p in res["points"] if p["reserved_nodes"] == 0 or p["term"] in allowed]
+    cands = [p for p in res["points"] if p["window"] == "all" and (p["reserved_nodes"] == 0 or p["term"] in allowed)]
+    assert res["recommended"]["max_fold_regret_pct"] == min(p["max_fold_regret_pct"] for p in cands)
+    # the whole window's cost is the sum of its folds'
+    for p in cands:
+        folds = [q for q in res["points"] if q["window"].startswith("all-") and q["term"] == p["term"]
+                 and q["reserved_nodes"] == p["reserved_nodes"]]  # fmt: skip
+        assert len(folds) == 4 and p["cost_usd_mean"] == pytest.approx(sum(q["cost_usd_mean"] for q in folds), abs=0.1)
+
+
+def test_the_mean_rule_picks_the_cheapest_over_the_window() -> None:
+    res = advise(request(rule="mean"))
+    allowed = set(res["eligible_terms"])
+    cands = [p for p in res["points"] if p["window"] == "all" and (p["reserved_nodes"] == 0 or p["term"] in allowed)]
     assert res["recommended"]["cost_usd"] == min(p["cost_usd_mean"] for p in cands)
 
 

@@ -116,11 +116,38 @@ def test_one_zonal_mig_per_zone_sized_by_the_autoscaler(declare):
 
 
 def test_compact_placement_attaches_a_collocated_policy(declare):
-    d = declare(lambda: GpuNodePool("resv", pool_args(compact_placement=True)))
+    d = declare(lambda: GpuNodePool("od", pool_args(compact_placement=True, capacity=CapacityType.ON_DEMAND,
+                                                     reservation=None, instance_group="a3mega-od")))  # fmt: skip
     policy = d.one("compute/resourcePolicy:ResourcePolicy")
     assert policy.inputs["groupPlacementPolicy"] == {"collocation": "COLLOCATED"}
-    assert policy.inputs["name"] == "a3mega-resv-compact"
-    assert d.one("InstanceTemplate").inputs["resourcePolicies"].endswith("/resourcePolicies/a3mega-resv-compact")
+    assert policy.inputs["name"] == "a3mega-od-compact"
+    assert d.one("InstanceTemplate").inputs["resourcePolicies"].endswith("/resourcePolicies/a3mega-od-compact")
+
+
+def test_a_reservation_pool_never_brings_its_own_placement_policy(declare):
+    # a specific reservation refuses an external placement policy: it is placed by its own (RESERVATION_BOUND)
+    d = declare(lambda: GpuNodePool("resv", pool_args(compact_placement=True)))
+    assert d.of_type("ResourcePolicy") == []
+    assert "resourcePolicies" not in d.one("InstanceTemplate").inputs
+
+
+def test_compact_flex_start_uses_a_workload_policy_on_the_migs(declare):
+    d = declare(lambda: GpuNodePool("flex", pool_args(compact_placement=True, capacity=CapacityType.FLEX_START,
+                                                       reservation=None, instance_group="a3u-flex")))  # fmt: skip
+    policy = d.one("compute/resourcePolicy:ResourcePolicy")
+    assert (
+        policy.inputs["workloadPolicy"] == {"type": "HIGH_THROUGHPUT"} and "groupPlacementPolicy" not in policy.inputs
+    )
+    assert "resourcePolicies" not in d.one("InstanceTemplate").inputs
+    for mig in d.of_type("InstanceGroupManager"):
+        assert mig.inputs["resourcePolicies"]["workloadPolicy"].endswith("/resourcePolicies/a3u-flex-workload")
+
+
+def test_secure_boot_follows_the_image(declare):
+    d = declare(lambda: GpuNodePool("resv", pool_args(image="projects/p/global/images/mine", secure_boot=False)))
+    tpl = d.one("InstanceTemplate").inputs
+    assert tpl["disks"][0]["sourceImage"] == "projects/p/global/images/mine"
+    assert tpl["shieldedInstanceConfig"]["enableSecureBoot"] is False
 
 
 def test_no_placement_policy_unless_asked(declare):

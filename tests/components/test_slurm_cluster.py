@@ -93,9 +93,9 @@ def test_grant_condition_names_each_prefix_per_resource_kind():
 def test_startup_scripts_per_role():
     compute = startup_script(SlurmHostConfig(role="compute", munge_secret="k", home="1.2.3.4:/home"))
     assert "slurmd" in compute and "SLURMD_OPTIONS=-N $(hostname -s)" in compute
-    assert "jwt_hs256.key" not in compute and "secrets versions access latest --secret=k" in compute
+    assert "jwt_hs256.key" not in compute and "put_key k /etc/munge/munge.key munge" in compute
     ctl = startup_script(SlurmHostConfig(role="controller", munge_secret="k", jwt_secret="j"))
-    assert "--secret=j" in ctl and "slurmctld" in ctl and "/home" not in ctl
+    assert "put_key j /var/spool/slurmctld/jwt_hs256.key slurm" in ctl and "slurmctld" in ctl and "/home" not in ctl
     with pytest.raises(ValueError, match="role"):
         startup_script(SlurmHostConfig(role="worker", munge_secret="k"))
 
@@ -105,3 +105,19 @@ def test_bad_cluster_args_are_refused():
         args(node_name_prefixes=[])
     with pytest.raises(ValueError, match="login_nodes"):
         args(login_nodes=9)
+
+
+def test_controller_sits_on_a_reserved_internal_address(declare):
+    d = declare(lambda: SlurmCluster("slurm", args(controller_ip="10.0.15.253")))
+    addr = d.one("compute/address:Address").inputs
+    assert (addr["addressType"], addr["address"], addr["region"]) == ("INTERNAL", "10.0.15.253", "us-east4")
+    assert addr["subnetwork"] == "projects/my-proj/regions/us-east4/subnetworks/sys-sub"
+    vms = {r.inputs["name"]: r.inputs for r in d.of_type("compute/instance:Instance")}
+    assert vms["a3mega-controller"]["networkInterfaces"][0]["networkIp"] == "10.0.15.253"
+    assert all("networkIp" not in vms[f"a3mega-login-{i}"]["networkInterfaces"][0] for i in range(2))
+    # controller and logins boot the Ubuntu release of the GPU image (slurmctld never older than slurmd)
+    assert {vm["bootDisk"]["initializeParams"]["image"] for vm in vms.values()} == {
+        "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"
+    }
+    assert "put_key" in vms["a3mega-login-0"]["metadataStartupScript"]
+    assert "jwt" not in vms["a3mega-login-0"]["metadataStartupScript"].replace("slurm-wlm-jwt-plugin", "")

@@ -174,10 +174,12 @@ class SlurmHarness:
         *,
         extra_lines: Sequence[str] = (),
         cgroup_conf: str | None = None,
+        topology_conf: str | None = None,
         slurmd: bool = False,
         timeout: float = 30.0,
     ) -> None:
-        """Write the configs, start munged and slurmctld (state cleared), optionally a local slurmd."""
+        """Write the configs, start munged and slurmctld (state cleared), optionally a local slurmd.
+        A config with `TopologyPlugin=topology/tree` needs `topology_conf` (written next to slurm.conf)."""
         text = slurm_conf.rstrip("\n") + "\n" + "".join(f"{line}\n" for line in extra_lines)
         if slurmd and f"NodeName={self.hostname} " not in text:
             text += "".join(f"{line}\n" for line in self.local_node_lines())
@@ -185,6 +187,8 @@ class SlurmHarness:
         (self.root / "etc" / "gres.conf").write_text(gres_conf)
         if cgroup_conf is not None:
             (self.root / "etc" / "cgroup.conf").write_text(cgroup_conf)
+        if topology_conf is not None:
+            (self.root / "etc" / "topology.conf").write_text(topology_conf)
         try:
             self._start_munge(timeout)
             self.spawn("slurmctld", [binary("slurmctld"), "-D", "-c", "-f", str(self.conf_path)])

@@ -97,25 +97,31 @@ def test_real_memory_leaves_headroom() -> None:
 
 def test_cloud_and_power_save_settings(a3mega_data: dict[str, Any]) -> None:
     s = settings(render(a3mega_data).slurm_conf)
-    assert s["SlurmctldHost"] == "a3mega-controller" and s["ClusterName"] == "a3mega"
+    # the controller's reserved address travels with its name: nodes never need DNS to find it
+    assert s["SlurmctldHost"] == "a3mega-controller(10.0.15.253)" and s["ClusterName"] == "a3mega"
     assert s["SuspendTime"] == "600" and s["ResumeTimeout"] == "1800"
     # the autoscaler's hook wrappers as shipped in deploy/slurm/
     for key, name in (("ResumeProgram", "resume"), ("SuspendProgram", "suspend"), ("ResumeFailProgram", "resume_fail")):
         assert s[key] == f"/opt/gpu-fleet/deploy/slurm/{name}.sh"
         assert (ROOT / "deploy" / "slurm" / f"{name}.sh").is_file()
     assert s["PrivateData"] == "cloud" and s["SelectType"] == "select/cons_tres" and s["GresTypes"] == "gpu"
-    assert "cloud_dns" in s["SlurmctldParameters"].split(",")
+    params = s["SlurmctldParameters"].split(",")
+    assert "cloud_reg_addrs" in params and "cloud_dns" not in params  # zonal DNS would hide the nodes
+    assert s["TopologyPlugin"] == "topology/tree"
+    assert s["JobCompType"] == "jobcomp/filetxt" and s["AccountingStorageType"] == "accounting_storage/none"
+    assert (s["Prolog"], s["Epilog"]) == ("/etc/slurm/gpu-fleet-prolog.sh", "/etc/slurm/gpu-fleet-epilog.sh")
+    assert s["PrologFlags"] == "Alloc" and s["BatchStartTimeout"] == "600"  # RxDM is up before the first step
     assert int(s["TreeWidth"]) >= 65533
     assert "AccountingStorageTRES" not in s  # fatal without slurmdbd
     assert s["SuspendExcNodes"] == "a3mega-resv-[0-15]"  # reserved nodes are paid for: never power-saved
 
 
 def test_hook_paths_and_controller_are_parameters(a3mega_data: dict[str, Any]) -> None:
-    conf = render(a3mega_data, controller_host="ctl-0", resume_program="/opt/r", suspend_program="/opt/s",
-                  resume_fail_program="/opt/f")  # fmt: skip
+    conf = render(a3mega_data, controller_host="ctl-0", controller_addr="10.9.9.9", resume_program="/opt/r",
+                  suspend_program="/opt/s", resume_fail_program="/opt/f")  # fmt: skip
     s = settings(conf.slurm_conf)
     assert (s["SlurmctldHost"], s["ResumeProgram"], s["SuspendProgram"], s["ResumeFailProgram"]) == (
-        "ctl-0",
+        "ctl-0(10.9.9.9)",
         "/opt/r",
         "/opt/s",
         "/opt/f",
@@ -176,3 +182,36 @@ def test_only_slurm_clusters_render(a3mega_data: dict[str, Any]) -> None:
 
 def test_rendering_is_deterministic(a3mega_data: dict[str, Any]) -> None:
     assert render(a3mega_data) == render(copy.deepcopy(a3mega_data))
+
+
+def test_node_lines_carry_the_host_layout(a3mega_data: dict[str, Any]) -> None:
+    (resv, spot) = [fields(ln) for ln in lines_starting(render(a3mega_data).slurm_conf, "NodeName=")]
+    for node in (resv, spot):  # A3 Mega: 2 sockets x 52 cores x 2 threads (Cluster Toolkit node_conf)
+        assert (node["CPUs"], node["Sockets"], node["CoresPerSocket"], node["ThreadsPerCore"]) == (
+            "208",
+            "2",
+            "52",
+            "2",
+        )
+        assert int(node["RealMemory"]) < 1872 * 1024
+
+
+def test_whole_node_partitions_are_exclusive(a3mega_data: dict[str, Any]) -> None:
+    parts = [fields(ln) for ln in lines_starting(render(a3mega_data).slurm_conf, "PartitionName=")]
+    assert parts and all(p["OverSubscribe"] == "EXCLUSIVE" for p in parts)
+    l4 = load_stack_file(ROOT / "Pulumi.gcp-l4-dev.yaml")
+    conf = render_slurm_conf(l4, l4.clusters[0])
+    assert "OverSubscribe" not in conf.slurm_conf  # L4 nodes are shared by small jobs
+    assert "Prolog=" not in conf.slurm_conf  # no TCPXO pool: no RxDM prolog
+
+
+def test_initial_topology_holds_every_node(a3mega_data: dict[str, Any]) -> None:
+    from fleet.slurm.topology import expand
+
+    conf = render(a3mega_data)
+    leaves = {f["SwitchName"]: f["Nodes"] for f in map(fields, lines_starting(conf.topology_conf, "SwitchName="))
+              if "Nodes" in f}  # fmt: skip
+    assert sorted(n for hl in leaves.values() for n in expand(hl)) == sorted(
+        [f"a3mega-resv-{i}" for i in range(16)] + [f"a3mega-spot-{i}" for i in range(32)]
+    )
+    assert "SwitchName=root Switches=pool-a3mega-resv,pool-a3mega-spot" in conf.topology_conf

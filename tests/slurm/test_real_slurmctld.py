@@ -26,7 +26,8 @@ def cluster(request: pytest.FixtureRequest, slurm_factory) -> Iterator[tuple[Fle
     harness = slurm_factory()
     # only host keys are replaced: the generated cgroup plugins, cloud and power-save settings stay as shipped
     conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides(cgroup=True))
-    harness.start(conf.slurm_conf, conf.gres_conf, cgroup_conf=conf.cgroup_conf)
+    assert "TopologyPlugin=topology/tree" in conf.slurm_conf
+    harness.start(conf.slurm_conf, conf.gres_conf, cgroup_conf=conf.cgroup_conf, topology_conf=conf.topology_conf)
     yield spec, harness
     harness.stop()
 
@@ -48,6 +49,8 @@ def test_every_pool_appears_as_powered_down_cloud_nodes(cluster: tuple[FleetSpec
             assert sorted(node["partitions"]) == want_parts
             assert node["features"].split(",") == [machine.gpu.short, pool.machine_type, str(pool.capacity)]
             assert node["cpus"] == machine.vcpus
+            layout = (node["sockets"], node["cores"], node["threads"])
+            assert layout == (machine.sockets, machine.cores_per_socket, machine.threads_per_core), layout
             assert 0 < node["real_memory"] < machine.memory_gib * 1024
     assert len(nodes) == sum(p.max_nodes for p in c.pools), "no node outside the pools"
 
@@ -75,7 +78,7 @@ def test_jobs_power_up_the_right_nodes(slurm_factory) -> None:
     spec = load_stack_file(ROOT / "Pulumi.gcp-a3mega-slurm.yaml")
     harness = slurm_factory()
     conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
-    harness.start(conf.slurm_conf, conf.gres_conf)
+    harness.start(conf.slurm_conf, conf.gres_conf, topology_conf=conf.topology_conf)
     try:
         sbatch = ("sbatch", "--parsable", "--gres=gpu:8", "--wrap", "true")
         any_capacity = harness.run(*sbatch, "-p", "a3mega-spot", "-N", "2", "-J", "any")
@@ -106,7 +109,7 @@ def test_min_nodes_are_excluded_from_suspend(slurm_factory) -> None:
     spec = load_spec(data)
     harness = slurm_factory()
     conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
-    harness.start(conf.slurm_conf, conf.gres_conf)
+    harness.start(conf.slurm_conf, conf.gres_conf, topology_conf=conf.topology_conf)
     try:
         config = harness.run("scontrol", "show", "config", check=True).stdout
         line = next(ln for ln in config.splitlines() if ln.startswith("SuspendExcNodes"))
@@ -120,7 +123,7 @@ def test_harness_reports_a_config_slurm_rejects(slurm_factory) -> None:
     spec = load_stack_file(ROOT / "Pulumi.gcp-l4-dev.yaml")
     conf = render_slurm_conf(spec, spec.clusters[0], overrides={**harness.overrides(), "SelectType": "select/bogus"})
     with pytest.raises(SlurmStartError, match="slurmctld"):
-        harness.start(conf.slurm_conf, conf.gres_conf, timeout=10)
+        harness.start(conf.slurm_conf, conf.gres_conf, topology_conf=conf.topology_conf, timeout=10)
     assert not harness.running
 
 
@@ -128,7 +131,9 @@ def test_harness_local_slurmd_runs_a_job(slurm_factory) -> None:
     spec = load_stack_file(ROOT / "Pulumi.gcp-l4-dev.yaml")
     harness = slurm_factory()
     conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
-    harness.start(conf.slurm_conf, conf.gres_conf, slurmd=True)
+    # topology/tree schedules only nodes in the tree: the harness's own node gets a leaf of its own
+    topology = conf.topology_conf + f"SwitchName=local Nodes={harness.hostname}\n"
+    harness.start(conf.slurm_conf, conf.gres_conf, topology_conf=topology, slurmd=True)
     try:
         out = harness.run("srun", "-p", "local", "-N1", "hostname", "-s", check=True, timeout=30)
         assert out.stdout.strip() == harness.hostname

@@ -243,7 +243,7 @@ def test_generated_slurm_config_reaches_controller_and_nodes(a3mega):
     for nodeset in ("NodeSet=resv", "NodeSet=spot"):
         assert nodeset in conf
     assert "State=CLOUD" in conf and "Gres=gpu:8" in conf
-    assert "SlurmctldHost=a3mega-controller" in conf
+    assert "SlurmctldHost=a3mega-controller(10.0.15.253)" in conf
     assert "AuthAltTypes=auth/jwt" in conf and "jwt_key=/var/spool/slurmctld/jwt_hs256.key" in conf
     assert ctl["inputs"]["metadata"]["gres-conf"]
     on_controller = parse_inventory(json.loads(ctl["inputs"]["metadata"]["gpu-fleet-inventory"]))
@@ -270,9 +270,13 @@ def test_controller_installs_the_autoscaler_that_slurm_calls(a3mega):
     assert str(cfg.inventory) == "/etc/gpu-fleet/inventory.json" and cfg.provider.kind == "gce"
     assert build_policy(cfg.policy).spot_queues == frozenset({"a3mega-spot"})
     script = ctl["inputs"]["metadataStartupScript"]
-    assert "git clone --quiet https://github.com/your-org/gpu-fleet.git /opt/gpu-fleet" in script
+    sha = "8c0eeb8229cfef2fdf8412660f68b6092404c7c7"  # the example's pinned commit
+    assert "git clone --quiet --no-checkout -- https://github.com/your-org/gpu-fleet.git /opt/gpu-fleet" in script
+    assert f"fetch --quiet --depth 1 origin -- {sha}" in script and f"checkout --quiet --force --detach {sha}" in script
+    assert f'[ "$(git -C /opt/gpu-fleet rev-parse HEAD)" = {sha} ] || die' in script  # checked on install
+    assert "origin main" not in script and "pip install --quiet --require-hashes --no-deps -r" in script
     assert "install -d -o slurm -g slurm -m 0750 /var/lib/gpu-fleet" in script
-    assert script.rstrip().endswith("systemctl restart gpu-fleet-autoscaler")
+    assert "systemctl restart gpu-fleet-autoscaler" in script
     # every file the controller takes from /opt/gpu-fleet is in this repository
     for path in re.findall(r"/opt/gpu-fleet/(deploy/\S+)", md["slurm-conf"] + script):
         assert (REPO / path).is_file(), path
@@ -294,6 +298,7 @@ def test_fleet_render_writes_the_files_the_stack_delivers(a3mega, tmp_path):
     assert (tmp_path / "slurm.conf").read_text() == md["slurm-conf"]
     assert (tmp_path / "gres.conf").read_text() == md["gres-conf"]
     assert (tmp_path / "cgroup.conf").read_text() == md["cgroup-conf"]
+    assert (tmp_path / "topology.conf").read_text() == md["topology-conf"]
 
 
 def test_two_clusters_share_the_system_vpc_and_keep_names_apart():
@@ -369,3 +374,28 @@ def test_every_fabric_layout_synthesizes(machine_type):
         assert {n.inputs["mtu"] for n in nets if n.inputs["name"] != "layout-net"} == {nics.gpu_nic_mtu}
     (pool,) = parse_inventory(result.outputs)
     assert pool.instance_groups == {zone: f"c-p-{zone}"}
+
+
+def test_issue_9_must_show_on_every_example(example):
+    """GPU templates boot an image with a signed NVIDIA driver and Secure Boot, the RoCE VPC has no firewall rule
+    GCP would refuse, no reservation pool brings its own placement policy, SlurmctldHost carries an address, node
+    lines carry sockets/cores/threads, TopologyPlugin is set."""
+    out = example.to_json()
+    accel = "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accelerator-2404-amd64-with-nvidia-580"
+    for tpl in [r for r in out["resources"] if r["type"].endswith("InstanceTemplate")]:
+        assert tpl["inputs"]["disks"][0]["sourceImage"] == accel
+        assert tpl["inputs"]["shieldedInstanceConfig"]["enableSecureBoot"] is True
+        if tpl["inputs"]["reservationAffinity"]["type"] == "SPECIFIC_RESERVATION":
+            assert "resourcePolicies" not in tpl["inputs"]
+        conf = tpl["inputs"]["metadata"]["slurm-conf"]
+        assert re.search(r"^SlurmctldHost=[a-z0-9-]+-controller\(10\.\d+\.\d+\.\d+\)$", conf, re.M)
+        assert re.search(r"^TopologyPlugin=topology/tree$", conf, re.M)
+        for line in [ln for ln in conf.splitlines() if ln.startswith("NodeName=")]:
+            assert re.search(r" Sockets=\d+ CoresPerSocket=\d+ ThreadsPerCore=2 RealMemory=\d+ ", line), line
+    for rule in [r for r in out["resources"] if r["type"].endswith("RegionNetworkFirewallPolicyRule")]:
+        assert rule["inputs"]["match"].get("srcIpRanges") in (None, ["0.0.0.0/0"]), rule["name"]
+    roce = {r["inputs"]["name"] for r in out["resources"] if "networkProfile" in r["inputs"]}
+    for fw in [r for r in out["resources"] if r["type"] == "gcp:compute/firewall:Firewall"]:
+        assert fw["inputs"]["network"].rsplit("/", 1)[-1] not in roce
+    (addr,) = [r for r in out["resources"] if r["type"] == "gcp:compute/address:Address"]
+    assert addr["inputs"]["addressType"] == "INTERNAL" and addr["inputs"]["address"] in conf

@@ -1,0 +1,212 @@
+"""Check a synthesized GCP stack (`fleet synth --json` output) against `reference.yaml`.
+
+Pure: takes the JSON document `fleet.synth` produces and returns one line per violation, naming the
+resource, the fact, what the stack has and what the reference (and its source file) says.  Only
+machine types the reference knows are checked in detail; every stack is checked for its images, its
+RoCE firewall, its reservation pools' placement and its slurm.conf keys.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Reference:
+    raw: JSON
+
+    def source(self, key: str) -> str:
+        return self.raw["sources"].get(key, key)
+
+
+@cache
+def load_reference() -> Reference:
+    return Reference(yaml.safe_load(resources.files("fleet.conformance").joinpath("reference.yaml").read_text()))
+
+
+def _of(doc: JSON, suffix: str) -> list[JSON]:
+    return [r for r in doc["resources"] if r["type"].endswith(suffix)]
+
+
+def _conf_settings(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and " " not in line and "=" in line:
+            key, _, value = line.partition("=")
+            out[key] = value
+    return out
+
+
+def _fields(line: str) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in line.split() if "=" in item)
+
+
+def _networks(doc: JSON) -> dict[str, JSON]:
+    """Network resources by the self link components put in NICs (…/global/networks/<name>)."""
+    return {r["inputs"]["name"]: r for r in _of(doc, "compute/network:Network")}
+
+
+def _net_name(link: str) -> str:
+    return link.rstrip("/").rsplit("/", 1)[-1]
+
+
+def check_stack(doc: JSON, ref: Reference | None = None) -> list[str]:
+    """Every way `doc` departs from the reference (empty: conforms)."""
+    ref = ref or load_reference()
+    errors: list[str] = []
+    nets = _networks(doc)
+    templates = _of(doc, "compute/instanceTemplate:InstanceTemplate")
+    controllers = [r for r in _of(doc, "compute/instance:Instance") if "slurm-conf" in r["inputs"].get("metadata", {})]
+    confs = {r["inputs"]["metadata"]["slurm-conf"] for r in controllers} | {
+        t["inputs"]["metadata"]["slurm-conf"] for t in templates if "slurm-conf" in t["inputs"].get("metadata", {})
+    }
+    errors += _check_images(templates, ref)
+    errors += _check_roce(doc, nets, ref)
+    errors += _check_reservations(templates)
+    for tpl in templates:
+        machine = tpl["inputs"]["machineType"]
+        facts = ref.raw["machines"].get(machine)
+        if facts:
+            errors += _check_machine(tpl, facts, nets, ref)
+    for conf in confs:
+        errors += _check_slurm_conf(conf, templates, ref)
+    return errors
+
+
+def _check_images(templates: list[JSON], ref: Reference) -> list[str]:
+    want = ref.raw["images"]["gpu"]
+    out = []
+    for tpl in templates:
+        name = tpl["name"]
+        image = tpl["inputs"]["disks"][0]["sourceImage"]
+        m = re.match(r"^projects/(?P<project>[^/]+)/global/images/family/(?P<family>[^/]+)$", image)
+        baked = not m or m["project"] != want["project"]
+        if not baked and not re.match(want["family_pattern"], m["family"]):
+            out.append(f"{name}: image family {m['family']!r} is not an accelerator family with an NVIDIA driver "
+                       f"({want['family_pattern']}; {ref.source('a3mega')})")  # fmt: skip
+        secure = tpl["inputs"].get("shieldedInstanceConfig", {}).get("enableSecureBoot")
+        if not baked and secure is not want["secure_boot"]:
+            out.append(f"{name}: Secure Boot {secure}, the accelerator image's driver is signed: expected on "
+                       f"({ref.source('accelerator_images')})")  # fmt: skip
+    return out
+
+
+def _check_roce(doc: JSON, nets: dict[str, JSON], ref: Reference) -> list[str]:
+    out = []
+    roce = {n for n, r in nets.items() if str(r["inputs"].get("networkProfile", "")).endswith("-vpc-roce")}
+    rules = ref.raw["roce_firewall"]
+    for fw in _of(doc, "compute/firewall:Firewall"):
+        if _net_name(fw["inputs"]["network"]) in roce:
+            out.append(f"{fw['name']}: a VPC firewall rule on the RoCE VPC (none: {ref.source(rules['source'])})")
+    for rule in _of(doc, "RegionNetworkFirewallPolicyRule"):
+        match = rule["inputs"].get("match", {})
+        src = match.get("srcIpRanges")
+        if src and sorted(src) != sorted(rules["allowed_policy_sources"]):
+            out.append(f"{rule['name']}: RDMA_ROCE_POLICY rule with srcIpRanges {src}: GCP accepts only "
+                       f"{rules['allowed_policy_sources']} or secure tags ({ref.source(rules['source'])})")  # fmt: skip
+    return out
+
+
+def _check_reservations(templates: list[JSON]) -> list[str]:
+    out = []
+    for tpl in templates:
+        affinity = tpl["inputs"].get("reservationAffinity", {})
+        if affinity.get("type") == "SPECIFIC_RESERVATION" and tpl["inputs"].get("resourcePolicies"):
+            out.append(f"{tpl['name']}: a specific-reservation pool with its own placement policy "
+                       "(the reservation carries the placement; GCE refuses an external policy)")  # fmt: skip
+    return out
+
+
+def _check_machine(tpl: JSON, facts: JSON, nets: dict[str, JSON], ref: Reference) -> list[str]:
+    name, src = tpl["name"], ref.source(facts["source"])
+    out = []
+    nics = tpl["inputs"]["networkInterfaces"]
+    types = [n.get("nicType") for n in nics]
+    if len(nics) != facts["nics"]["count"] or types != facts["nics"]["types"]:
+        out.append(f"{name}: NICs {types}, reference {facts['nics']['types']} ({src})")
+    mtus = [nets[_net_name(n["network"])]["inputs"].get("mtu") for n in nics if _net_name(n["network"]) in nets]
+    if mtus and mtus[0] != facts["mtu"]["system"]:
+        out.append(f"{name}: system VPC MTU {mtus[0]}, reference {facts['mtu']['system']} ({src})")
+    if any(m != facts["mtu"]["gpu"] for m in mtus[1:]):
+        out.append(f"{name}: GPU VPC MTUs {sorted(set(mtus[1:]))}, reference {facts['mtu']['gpu']} ({src})")
+    if "gpu_vpcs" in facts and len({n["network"] for n in nics[1:]}) != facts["gpu_vpcs"]:
+        out.append(f"{name}: {len({n['network'] for n in nics[1:]})} GPU VPCs, reference {facts['gpu_vpcs']} ({src})")
+    if "rdma_subnets" in facts:
+        rdma = [n for n in nics if n.get("nicType") == "MRDMA"]
+        if len({n["subnetwork"] for n in rdma}) != facts["rdma_subnets"] or len({n["network"] for n in rdma}) != 1:
+            out.append(f"{name}: RDMA NICs must use {facts['rdma_subnets']} subnets of one RoCE VPC ({src})")
+        for n in rdma[:1]:
+            profile = str(nets.get(_net_name(n["network"]), {}).get("inputs", {}).get("networkProfile", ""))
+            if not profile.endswith(facts["network_profile_suffix"]):
+                out.append(f"{name}: RoCE VPC network profile {profile!r} ({src})")
+    if "boot_disk_type" in facts and tpl["inputs"]["disks"][0].get("diskType") != facts["boot_disk_type"]:
+        out.append(f"{name}: boot disk {tpl['inputs']['disks'][0].get('diskType')}, reference "
+                   f"{facts['boot_disk_type']} ({src})")  # fmt: skip
+    out += _check_fabric_script(name, tpl["inputs"].get("metadata", {}).get("startup-script", ""), facts, ref)
+    return out
+
+
+def _check_fabric_script(name: str, script: str, facts: JSON, ref: Reference) -> list[str]:
+    fab = ref.raw["fabric_software"][facts["fabric"]]
+    src = ref.source(fab["source"])
+    want = [fab[k] for k in ("rxdm_image", "nccl_plugin_image", "package", "udev_match", "slurmd_waits_for",
+                             "nccl_package", "env_script", "lib_dir") if k in fab]  # fmt: skip
+    want += list(fab.get("packages", [])) + [e for e in fab.get("env", [])]
+    if "kernel_module" in fab:
+        want.append(f"modprobe {fab['kernel_module']}")
+    return [f"{name}: the node's startup script lacks {w!r} ({src})" for w in want if w not in script]
+
+
+def _check_slurm_conf(conf: str, templates: list[JSON], ref: Reference) -> list[str]:
+    facts = ref.raw["slurm_conf"]
+    src = ref.source(facts["source"])
+    s = _conf_settings(conf)
+    out = [f"slurm.conf: {k}={s.get(k)!r}, reference {v!r} ({src})" for k, v in facts["keys"].items() if s.get(k) != v]
+    params = s.get("SlurmctldParameters", "").split(",")
+    out += [
+        f"slurm.conf: SlurmctldParameters lacks {p} ({src})" for p in facts["slurmctld_parameters"] if p not in params
+    ]
+    if not re.match(facts["slurmctld_host_pattern"], s.get("SlurmctldHost", "")):
+        out.append(f"slurm.conf: SlurmctldHost={s.get('SlurmctldHost')!r} carries no address "
+                   f"({ref.source('long_prolog_tpl')})")  # fmt: skip
+    machines = ref.raw["machines"]
+    fabrics = {machines[m]["fabric"] for m in machines if re.search(rf"Features=[^ ]*\b{m}\b", conf)}
+    for fabric in sorted(fabrics):
+        for key, value in ref.raw["fabric_software"][fabric].get("slurm_conf", {}).items():
+            if s.get(key) != value:
+                out.append(f"slurm.conf: {key}={s.get(key)!r}, reference {value!r} with {fabric} nodes "
+                           f"({ref.source('long_prolog_tpl')})")  # fmt: skip
+    by_feature = {}
+    for line in conf.splitlines():
+        if line.startswith("NodeName="):
+            f = _fields(line)
+            machine = next((m for m in f.get("Features", "").split(",") if m in machines), None)
+            if machine:
+                by_feature[f["NodeName"]] = machine
+                for key, value in machines[machine]["node_conf"].items():
+                    if f.get(key) != str(value):
+                        out.append(f"slurm.conf: {f['NodeName']} {key}={f.get(key)}, reference {value} "
+                                   f"({ref.source(machines[machine]['source'])})")  # fmt: skip
+    nodeset_machine = {}
+    for line in conf.splitlines():
+        if line.startswith("NodeSet="):
+            f = _fields(line)
+            nodeset_machine[f["NodeSet"]] = by_feature.get(f["Nodes"])
+    for line in conf.splitlines():
+        if line.startswith("PartitionName="):
+            f = _fields(line)
+            ms = {nodeset_machine.get(n) for n in f.get("Nodes", "").split(",")}
+            if len(ms) == 1 and (m := ms.pop()):
+                for key, value in machines[m]["partition_conf"].items():
+                    if f.get(key) != value:
+                        out.append(f"slurm.conf: partition {f['PartitionName']} {key}={f.get(key)}, reference {value} "
+                                   f"({ref.source(machines[m]['source'])})")  # fmt: skip
+    return out

@@ -1,0 +1,183 @@
+"""The generated startup scripts: valid bash, steps in the order a first boot needs, keys only where needed.
+
+(The first-boot test in tests/firstboot/ runs them in Debian roots against fake metadata and Secret
+Manager; these tests pin the order and the arguments of what they run.)
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from components.gcp.startup import (
+    GUARD,
+    JWT_KEY_PATH,
+    MUNGE_KEY_PATH,
+    WAIT_DEVICES,
+    SlurmHostConfig,
+    autoscaler_install,
+    guard_script,
+    startup_script,
+)
+from fleet.catalog import load_catalog
+
+SHA = "8c0eeb8229cfef2fdf8412660f68b6092404c7c7"
+CAT = load_catalog()
+
+
+def script(role: str, **kw) -> str:
+    base = {"role": role, "munge_secret": "c-slurm-munge-key", "home": "10.0.0.2:/home"}
+    if role == "controller":
+        base |= {"jwt_secret": "c-slurm-jwt-key", "autoscaler_source": "https://example.com/gpu-fleet.git",
+                 "autoscaler_ref": SHA}  # fmt: skip
+    return startup_script(SlurmHostConfig(**(base | kw)))
+
+
+def gpu(machine: str, **kw) -> str:
+    m = CAT.machine(machine)
+    fab = CAT.fabric_software(m.software.fabric)
+    return script("compute", gpu_count=m.gpu_count, fabric=fab, local_ssd_gib=m.local_ssd_gib, **kw)
+
+
+ALL = {
+    "controller": script("controller", scratch="10.1.0.5@tcp:/a3ultra"),
+    "login": script("login"),
+    "a3-megagpu-8g": gpu("a3-megagpu-8g"),
+    "a3-ultragpu-8g": gpu("a3-ultragpu-8g", scratch="10.1.0.5@tcp:/a3ultra"),
+    "g2-standard-8": gpu("g2-standard-8"),
+}
+
+
+def pos(text: str, needle: str) -> int:
+    assert needle in text, needle
+    return text.index(needle)
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_every_script_is_valid_bash_that_stops_on_the_first_error(name: str) -> None:
+    text = ALL[name]
+    subprocess.run(["bash", "-n"], input=text, text=True, check=True)
+    assert text.startswith("#!/bin/bash\n") and "set -Eeuo pipefail" in text.splitlines()[2]
+    assert "|| true\nmount" not in text and not re.search(r"mount[^\n]*\|\| true", text)  # mounts fail loudly
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_the_metadata_guard_comes_before_any_key_or_metadata_read(name: str) -> None:
+    text = ALL[name]
+    body = text[pos(text, "# --- 1. metadata guard") :]
+    guard = pos(body, f"\n{GUARD}\n")
+    assert guard < pos(body, "put_key ") and guard < pos(body, "attr slurm-conf")
+    assert "systemctl enable gpu-fleet-metadata-guard.service" in body  # and again on every boot
+
+
+def test_guard_rules_let_only_root_and_the_exempt_users_reach_the_metadata_server() -> None:
+    node, ctl = guard_script(), guard_script(("slurm",))
+    for text in (node, ctl):
+        subprocess.run(["sh", "-n"], input=text, text=True, check=True)
+        assert "-d 169.254.169.254 -p tcp ! --dport 53 -j GPU_FLEET_METADATA" in text  # DNS stays open
+        assert "-m owner --uid-owner 0 -j RETURN" in text and "-p tcp -j REJECT --reject-with tcp-reset" in text
+    assert "--uid-owner slurm" not in node and "--uid-owner slurm" in ctl
+    assert f"{GUARD}\n" in ALL["controller"].split("# --- 3.")[0].split("# --- 2. packages ---")[1]  # re-run
+
+
+def test_keys_land_in_root_only_files_and_the_jwt_key_only_on_the_controller() -> None:
+    for name, text in ALL.items():
+        assert f"put_key c-slurm-munge-key {MUNGE_KEY_PATH} munge" in text
+        assert ("c-slurm-jwt-key" in text) == (name == "controller"), name
+        assert "umask 077" in text and 'chmod 0400 "$tmp"' in text
+        assert "gcloud" not in text  # tokens stay off command lines: curl reads the header from stdin
+    assert f"put_key c-slurm-jwt-key {JWT_KEY_PATH} slurm" in ALL["controller"]
+    with pytest.raises(ValueError, match="jwt_secret"):
+        SlurmHostConfig(role="compute", munge_secret="m", jwt_secret="j")
+
+
+def test_the_controller_is_pinned_in_etc_hosts_from_slurm_conf() -> None:
+    text = ALL["login"]
+    line = next(ln for ln in text.splitlines() if ln.startswith("ctl=$("))
+    conf = "ClusterName=c\nSlurmctldHost=c-controller(10.0.15.253)\n"
+    out = subprocess.run(["bash", "-c", line.replace("/etc/slurm/slurm.conf", "/dev/stdin") + '; echo "$ctl"'],
+                         input=conf, text=True, capture_output=True, check=True)  # fmt: skip
+    assert out.stdout.strip() == "10.0.15.253 c-controller"
+    assert 'echo "$ctl # gpu-fleet controller" >> /etc/hosts' in text
+
+
+def test_mounts_are_checked_and_lustre_gets_its_client() -> None:
+    text = ALL["a3-ultragpu-8g"]
+    assert 'mountpoint -q /home || die "Filestore 10.0.0.2:/home is not mounted on /home"' in text
+    assert pos(text, "command -v mount.lustre") < pos(text, "modprobe lustre") < pos(text, "mount -t lustre")
+    assert 'apt_install "lustre-client-modules-$(uname -r)" lustre-client-utils' in text
+    assert 'mountpoint -q /scratch || die "Lustre 10.1.0.5@tcp:/a3ultra is not mounted on /scratch"' in text
+
+
+def test_local_ssds_are_raid0_and_mounted() -> None:
+    a3m = ALL["a3-megagpu-8g"]
+    assert '[ "${#ssds[@]}" -ge 16 ] || die "expected 16 local SSDs' in a3m  # 6000 GiB = 16 x 375 GiB
+    assert (
+        pos(a3m, "mdadm --create") < pos(a3m, "mkfs.ext4") < pos(a3m, 'mount -o discard,defaults "$dev" /mnt/localssd')
+    )
+    assert "google-local-nvme-ssd" not in ALL["g2-standard-8"]  # g2-standard-8 has no local SSD
+
+
+def test_slurmd_starts_only_after_the_devices() -> None:
+    for name in ("a3-megagpu-8g", "a3-ultragpu-8g", "g2-standard-8"):
+        text = ALL[name]
+        assert pos(text, f"\n{WAIT_DEVICES}\n") < pos(text, "systemctl restart slurmd"), name
+        assert f"ExecStartPre={WAIT_DEVICES}" in text  # also on every later start of slurmd
+        assert pos(text, "command -v nvidia-smi") < pos(text, "systemctl restart slurmd")
+    a3m, a3u, g2 = ALL["a3-megagpu-8g"], ALL["a3-ultragpu-8g"], ALL["g2-standard-8"]
+    assert "nvidia-smi --list-gpus" in a3m and "-ge 8 ]" in a3m and "/dev/aperture_devices 2>/dev/null" in a3m
+    assert (
+        "ibv_devices" in a3u and "aperture" not in a3u.split("gpu-fleet-wait-devices <<")[1].split("GPU_FLEET_EOF")[0]
+    )
+    assert "-ge 1 ]" in g2 and "ibv_devices" not in g2
+
+
+def test_tcpxo_steps_on_a3_mega() -> None:
+    text = ALL["a3-megagpu-8g"]
+    order = [
+        "modinfo import-helper",
+        "gpudirect-tcpxo-apt",
+        "apt_install dkms dmabuf-import-helper",
+        "modprobe import-helper",
+        'ATTR{vendor}=="0x1ae0", ATTR{device}=="0x0084"',
+        "udevadm control --reload-rules",
+        "udevadm trigger --action=add --subsystem-match=pci --attr-match=vendor=0x1ae0 --attr-match=device=0x0084",
+        "nvidia-ctk runtime configure --runtime=docker",
+        "systemctl restart slurmd",
+    ]
+    assert [pos(text, step) for step in order] == sorted(pos(text, step) for step in order)
+    prolog = text.split("gpu-fleet-prolog.sh <<'GPU_FLEET_EOF'\n")[1].split("GPU_FLEET_EOF")[0]
+    assert "tcpgpudmarxd-dev:v1.0.16" in prolog and "nccl-plugin-gpudirecttcpx-dev:v1.0.10" in prolog
+    assert '[ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ] || exit 0' in prolog
+    assert "echo tcpxo > /etc/gpu-fleet/fabric" in text
+
+
+def test_gib_steps_on_a3_ultra_and_nothing_on_g2() -> None:
+    a3u, g2 = ALL["a3-ultragpu-8g"], ALL["g2-standard-8"]
+    assert "apt_install ibverbs-utils" in a3u and "gpudirect-gib-apt" in a3u
+    assert "apt_install --allow-change-held-packages nccl-gib=v1.1.0" in a3u and "apt-mark hold nccl-gib" in a3u
+    assert '. "/usr/local/gib/scripts/set_nccl_env.sh"' in a3u and "/usr/local/gib/lib64" in a3u
+    for step in ("import-helper", "udevadm", "docker", "nccl-gib", "ibverbs"):
+        assert step not in g2, step
+    assert "echo none > /etc/gpu-fleet/fabric" in g2
+
+
+def test_nodes_publish_their_physical_host() -> None:
+    text = ALL["a3-megagpu-8g"]
+    assert pos(text, "systemctl restart slurmd") < pos(text, "attr physical_host")
+    assert 'scontrol update NodeName="$(hostname -s)" Comment="physical_host=$host"' in text
+    assert "gpu-fleet-topology.timer" in ALL["controller"]
+
+
+def test_the_autoscaler_is_installed_at_a_pinned_commit_with_hash_checked_dependencies() -> None:
+    lines = "\n".join(autoscaler_install("https://example.com/f.git", f"v1.2.0@{SHA}"))
+    assert "fetch --quiet --depth 1 origin -- refs/tags/v1.2.0" in lines
+    assert f'[ "$(git -C /opt/gpu-fleet rev-parse FETCH_HEAD^{{commit}})" = {SHA} ]' in lines
+    assert "--require-hashes --no-deps -r /opt/gpu-fleet/deploy/controller-requirements.txt" in lines
+    assert "--no-deps --no-build-isolation --no-index /opt/gpu-fleet" in lines
+    assert "main" not in lines
+    for bad in ("main", "v1.2.0", "a" * 39, f"-x@{SHA}", f"{SHA}\n"):
+        with pytest.raises(ValueError, match="pinned"):
+            autoscaler_install("https://example.com/f.git", bad)

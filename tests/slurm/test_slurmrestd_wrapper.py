@@ -1,0 +1,53 @@
+"""The controller's slurmrestd wrapper (components/gcp/startup.py) starts a real slurmrestd as a non-root user
+with JWT auth and only the Slurm OpenAPI plugin (22.05's default set includes slurmdbd plugins, fatal here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from components.gcp.startup import _RESTD_WRAPPER
+from fleet.slurm.conf import render_slurm_conf, slurmrestd_auth
+from fleet.spec import load_stack_file
+from tests.harness.slurm import free_port
+from tests.stacks.conftest import REPO
+
+pytestmark = pytest.mark.slurm
+
+
+def test_wrapper_serves_the_rest_api_with_jwt_as_nobody(slurm_factory, tmp_path) -> None:
+    spec = load_stack_file(REPO / "Pulumi.gcp-l4-dev.yaml")
+    harness = slurm_factory()
+    key = harness.root / "state" / "ctld" / "jwt_hs256.key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o400)
+    conf = render_slurm_conf(spec, spec.clusters[0], overrides={**harness.overrides(), **slurmrestd_auth(str(key))})
+    harness.start(conf.slurm_conf, conf.gres_conf, topology_conf=conf.topology_conf)
+    wrapper = harness.root / "bin" / "gpu-fleet-slurmrestd"
+    wrapper.write_text(_RESTD_WRAPPER)
+    wrapper.chmod(0o755)
+    port = free_port()
+    env = {**harness.env, "SLURM_JWT": "daemon"}  # as the drop-in sets it
+    argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(wrapper), f"127.0.0.1:{port}"]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        token = harness.run("scontrol", "token", "lifespan=60", check=True).stdout.strip().split("=", 1)[1]
+        headers = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": token}
+        deadline, body = time.monotonic() + 15, None
+        while body is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/slurm/v0.0.38/ping", headers=headers)
+                body = json.loads(urllib.request.urlopen(req, timeout=2).read())
+            except OSError:
+                time.sleep(0.2)
+        assert body is not None, proc.communicate(timeout=5)[0].decode() if proc.poll() is not None else "no answer"
+        assert body["pings"][0]["ping"] == "UP"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        harness.stop()

@@ -1,0 +1,104 @@
+"""Every shipped example stack (synthesized under mocks) against the reference facts of Google's blueprints."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import pytest
+
+from fleet.conformance import check_stack, load_reference
+from tests.stacks.conftest import synthesized
+
+
+def test_every_example_conforms(example) -> None:
+    assert check_stack(example.to_json()) == []
+
+
+def test_every_reference_fact_names_its_source() -> None:
+    ref = load_reference().raw
+    for group in ("machines", "fabric_software"):
+        for name, facts in ref[group].items():
+            assert facts["source"] in ref["sources"], (group, name)
+    assert ref["roce_firewall"]["source"] in ref["sources"] and ref["slurm_conf"]["source"] in ref["sources"]
+
+
+def _mutated(stack: str, change) -> list[str]:
+    doc = copy.deepcopy(synthesized(stack).to_json())
+    change(doc)
+    return check_stack(doc)
+
+
+def _of(doc, suffix):
+    return [r for r in doc["resources"] if r["type"].endswith(suffix)]
+
+
+def _set_conf(doc, fn):
+    for r in _of(doc, "compute/instance:Instance") + _of(doc, "InstanceTemplate"):
+        md = r["inputs"].get("metadata", {})
+        if "slurm-conf" in md:
+            md["slurm-conf"] = fn(md["slurm-conf"])
+
+
+def _roce_rule_on_the_subnets(d):
+    rule = "gcp:compute/regionNetworkFirewallPolicyRule:RegionNetworkFirewallPolicyRule"
+    d["resources"].append(
+        {"type": rule, "name": "allow-internal", "inputs": {"match": {"srcIpRanges": ["10.140.0.0/24"]}}}
+    )
+
+
+def _image_without_driver(d):
+    image = "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-2404-lts"
+    for t in _of(d, "InstanceTemplate"):
+        t["inputs"]["disks"][0]["sourceImage"] = image
+
+
+def _secure_boot_off(d):
+    for t in _of(d, "InstanceTemplate"):
+        t["inputs"]["shieldedInstanceConfig"]["enableSecureBoot"] = False
+
+
+def _own_placement(d):
+    for t in _of(d, "InstanceTemplate"):
+        t["inputs"]["resourcePolicies"] = "projects/p/regions/r/resourcePolicies/x"
+
+
+def _script(old, new):
+    def change(d):
+        for t in _of(d, "InstanceTemplate"):
+            t["inputs"]["metadata"]["startup-script"] = t["inputs"]["metadata"]["startup-script"].replace(old, new)
+
+    return change
+
+
+def _conf(fn):
+    return lambda d: _set_conf(d, fn)
+
+
+def _gpu_mtu(d):
+    for n in _of(d, "network:Network"):
+        if n["inputs"]["name"].endswith("gpunet-3"):
+            n["inputs"]["mtu"] = 1460
+
+
+FINDINGS = [
+    # the findings of issue 9, re-introduced one at a time: each must be caught
+    ("gcp-a3ultra-slurm", _roce_rule_on_the_subnets, "GCP accepts only"),
+    ("gcp-a3mega-slurm", _image_without_driver, "NVIDIA driver"),
+    ("gcp-l4-dev", _secure_boot_off, "Secure Boot"),
+    ("gcp-a3mega-slurm", _own_placement, "own placement policy"),
+    ("gcp-a3mega-slurm", _conf(lambda c: re.sub(r"SlurmctldHost=(\S+)\(\S+\)", r"SlurmctldHost=\1", c)), "no address"),
+    ("gcp-a3mega-slurm", _conf(lambda c: c.replace(" CoresPerSocket=52", "")), "CoresPerSocket"),
+    ("gcp-a3ultra-slurm", _conf(lambda c: c.replace("TopologyPlugin=topology/tree\n", "")), "TopologyPlugin"),
+    ("gcp-a3ultra-slurm", _conf(lambda c: c.replace(" OverSubscribe=EXCLUSIVE", "")), "OverSubscribe"),
+    ("gcp-a3mega-slurm", _gpu_mtu, "GPU VPC MTUs"),
+    ("gcp-a3mega-slurm", _script("tcpgpudmarxd-dev:v1.0.16", "tcpgpudmarxd-dev:latest"), "v1.0.16"),
+    ("gcp-a3ultra-slurm", _script("ibverbs-utils", ""), "ibverbs-utils"),
+    ("gcp-a3mega-slurm", _conf(lambda c: c.replace("BatchStartTimeout=600\n", "")), "BatchStartTimeout"),
+]
+
+
+@pytest.mark.parametrize(("stack", "change", "finding"), FINDINGS)
+def test_a_reintroduced_finding_is_reported(stack, change, finding) -> None:
+    errors = _mutated(stack, change)
+    assert any(finding in e for e in errors), errors

@@ -167,3 +167,22 @@ def test_cli_kueue_bad_input_names_the_flag_and_exits_2(args: list[str], message
     assert res.exit_code == 2, res.output
     assert message in res.output
     assert "Traceback" not in res.output
+
+
+def test_cli_kueue_replays_the_cluster_queues_of_a_stack_output(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`--kueue-queues` takes `fleet synth --json`'s outputs (clusters.<name>.kueue_queues) as they are."""
+    flavor = {"nominal_gpus": 16, "borrowing_limit_gpus": 8, "lending_limit_gpus": None}
+    rows = [{"cluster_queue": f"c-{t}", "cohort": "gpu", "flavors": {"f": flavor}} for t in ("a", "b")]
+    path = tmp_path / "synth.json"
+    path.write_text(json.dumps({"outputs": {"clusters": {"c": {"kueue_queues": rows}}}}), encoding="utf-8")
+    args = ["simulate", "--trace", str(SMALL_TRACE), "--scheduler", "kueue", "--policy", "gpu-fleet", "--json"]
+    res = runner.invoke(app, [*args, "--kueue-queues", str(path)])
+    assert res.exit_code == 0, res.output
+    kq = json.loads(res.stdout)["scenario"]["kueue"]
+    assert [(q["name"], q["nominal_gpus"], q["borrowing_limit_gpus"]) for q in kq["cluster_queues"]] == [
+        ("c-a", 16, 8),
+        ("c-b", 16, 8),
+    ]
+    assert kq["admitted_peak_demand_gpus"] <= 32
+    res = runner.invoke(app, [*args, "--kueue-queues", str(path), "--kueue-teams", "3"])
+    assert res.exit_code == 2 and "--kueue-teams: not with --kueue-queues" in res.output

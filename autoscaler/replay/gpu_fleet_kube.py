@@ -144,7 +144,13 @@ class GpuFleetKubePolicy:
             for j in pending
         ]
         booked = {n for names in self._bookings.values() for n in names}
-        inv = self._inventory(st.nodes.values(), booked, now)
+        if units or not self._shortcut:
+            inv = self._inventory(st.nodes.values(), booked, now, full=True)
+        elif st.idle or st.draining:  # scale-down alone decides the same over the idle and cordoned nodes
+            inv = self._inventory((*st.idle.values(), *st.draining.values()), booked, now, full=False)
+        else:
+            self._idle_since.clear()
+            return Decision(tuple(cmds), wake_at=self._wake(view, now))
         nominations: dict[str, tuple[str, ...]] = {}
         for u in units:
             self.first_planned.setdefault(u.id, now)
@@ -165,12 +171,25 @@ class GpuFleetKubePolicy:
         wake = self._wake(view, now)
         return Decision((*cmds, *drains, *deletes), nominations, wake_at=wake)
 
-    def _inventory(self, nodes: Iterable[SimNode], booked: set[str], now: float) -> Inventory:
+    @property
+    def _shortcut(self) -> bool:
+        """With no fleet-wide limits and no pool minimum, scale-down over the idle and cordoned nodes alone decides
+        the same as over the whole inventory (nothing else to plan when no request waits)."""
+        p = self.policy
+        return (
+            p.max_nodes is None
+            and p.max_gpus is None
+            and p.budget_usd_per_hour is None
+            and all(pl.min_nodes == 0 for pl in self._pools)
+        )
+
+    def _inventory(self, nodes: Iterable[SimNode], booked: set[str], now: float, *, full: bool) -> Inventory:
         out = [self._node(n, n.name in booked, now) for n in nodes]
-        live = {n.name for n in out}
-        for name in [k for k in self._idle_since if k not in live]:
+        idle = {n.name for n in out if n.state is NodeState.READY_IDLE}
+        for name in [k for k in self._idle_since if k not in idle]:
             del self._idle_since[name]
-        if len(self._nodes) > 2 * len(live) + 64:
+        if full and len(self._nodes) > 2 * len(out) + 64:
+            live = {n.name for n in out}
             self._nodes = {k: v for k, v in self._nodes.items() if k in live}
         return Inventory(tuple(self._pools), tuple(out))
 

@@ -69,7 +69,9 @@ class AdmissionGate(Protocol):
 
     def finish(self, job: Job) -> None: ...
 
-    def admit(self, now: float) -> list[Job]: ...
+    def admit(self, now: float) -> tuple[list[Job], bool]:
+        """(jobs to submit to the cluster now, whether anything was admitted: news for the autoscaler)."""
+        ...
 
 
 class ReplayEngine:
@@ -206,15 +208,15 @@ class ReplayEngine:
                 else:
                     gate.arrive(jobs[nxt], t)
                 nxt += 1
-            if gate is not None:  # quota freed or work arrived: Kueue admits what fits now
-                for job in gate.admit(t):
-                    self.state.submit(job)
-                    reasons.add("submit")
+            if gate is not None and self._admit(t):  # quota freed or work arrived: Kueue admits what fits now
+                reasons.add("submit")
             if self.state.pending_changed or reasons & {"ready", "idle", "gone"}:
                 started = self.state.schedule(t, binding=self.policy.binds_nominations, weights=self._weights)
                 self._start(started, t)
             if reasons and self.state.done < n:
                 self._decide(frozenset(reasons))
+                if gate is not None and self._admit(t):  # admission checks the policy just passed
+                    self._start(self.state.schedule(t, binding=self.policy.binds_nominations, weights=self._weights), t)
             self.timeline.record(t, self.state.demand_gpus, self._billed_gpus(), self.state.running_gpus)
         self.t_end = self.now
         self.state.settle_holds(self.now)
@@ -224,6 +226,14 @@ class ReplayEngine:
         self.timeline.record(self.now, 0, 0, 0)
         self.wall_s = time.perf_counter() - wall0
         return self
+
+    def _admit(self, t: float) -> bool:
+        """Submit to the cluster what the admission gate admits now; True if anything was admitted."""
+        assert self.admission is not None
+        jobs, news = self.admission.admit(t)
+        for job in jobs:
+            self.state.submit(job)
+        return news
 
     def _billed_gpus(self) -> int:
         """GPUs being paid for: the whole reservation, plus every other live node."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from autoscaler.cloud import ProviderError
 from autoscaler.model import (
@@ -63,12 +64,15 @@ class GpuFleetKubePolicy:
         "nodes held for it, idle scale-down by cordon then delete"
     )
     interval_s: float = INTERVAL_S
-    binds_nominations: bool = False  # kube-scheduler: pods go to any node with room; booked nodes are held
+    #: the workload's pods exist only once its request is Provisioned, and then run on the nodes booked for it
+    binds_nominations: bool = True
+    #: Kueue with the ProvisioningRequest admission check: the gate waits for `provisioned` (`KueueGate`)
+    admission_check: bool = True
+    gate: Any = None  # the run's KueueGate (set by `kueue_run.KueueContext.engine`)
     placement_weights: None = None
     unavailable: tuple[UnavailableOffering, ...] = ()
     planner_calls: int = 0
     ticks: int = 0
-    admitted_at: dict[str, float] = field(default_factory=dict)  # job id -> admission (set by the run)
     first_planned: dict[str, float] = field(default_factory=dict)  # job id -> first poll that planned it
     _pools: list[Pool] = field(default_factory=list)
     _t0: float | None = None
@@ -120,6 +124,7 @@ class GpuFleetKubePolicy:
         self._last_tick = now
         self.ticks += 1
         st = view.state
+        gate = self.gate
         cmds: list[Command] = []
         # bookings of requests whose pods run (or whose nodes vanished) are done
         for jid, names in list(self._bookings.items()):
@@ -132,11 +137,15 @@ class GpuFleetKubePolicy:
                 cmds += _deletes(left, f"request {jid}: a booked node vanished; all or nothing, served again")
             elif any(_taken(st.nodes[n], job) for n in names):  # other pods took the room while it booted
                 del self._bookings[jid]
-        pending = [j for j in st.pending() if j.id not in self._bookings]
+            elif gate is not None and jid in gate.checking and all(st.nodes[n].registered for n in names):
+                gate.provisioned(jid)  # Provisioned: Kueue admits the workload and its pods are created
+        # the requests out (quota reserved, not provisioned) and pods nothing holds capacity for (requeued)
+        waiting = [*(gate.checking.values() if gate is not None else ()), *st.pending()]
+        pending = [j for j in waiting if j.id not in self._bookings]
         units = [
             WorkUnit(
                 id=j.id,
-                submit_time=self.admitted_at.get(j.id, j.submit),
+                submit_time=gate.admitted_at.get(j.id, j.submit) if gate is not None else j.submit,
                 gpus_per_node=j.gpus_per_node,
                 nodes=j.nodes,
                 spot_ok=j.spot_ok,
@@ -257,8 +266,12 @@ class GpuFleetKubePolicy:
         delete, or an idle node reaching its idle timeout (registrations and job ends call again anyway)."""
         st = view.state
         nxt = now + self.interval_s
-        if st.draining or any(j.id not in self._bookings for j in st.pending()):
+        checking = self.gate.checking if self.gate is not None else {}
+        if st.draining or any(j.id not in self._bookings for j in (*checking.values(), *st.pending())):
             return nxt
+        for jid in checking:  # booked on nodes already up: Provisioned at the next poll (no event will come)
+            if all(n in st.nodes and st.nodes[n].registered for n in self._bookings[jid]):
+                return nxt
         due = []
         for n in st.idle.values():
             if self.policy.keep_reserved_nodes and n.offering.reservation is not None:

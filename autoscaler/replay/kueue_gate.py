@@ -145,14 +145,23 @@ def default_quota_gpus(jobs: Sequence[TraceJob], node_gpus: int = 8) -> int:
 @dataclass
 class KueueGate:
     """The admission gate a replay engine consults: `arrive` when a job is submitted, `finish` when it ends,
-    `admit` once per instant after those (returns the jobs admitted now, in admission order)."""
+    `admit` once per instant after those, and again after the autoscaler decided (returns the jobs whose pods
+    exist now: to be submitted to the cluster, in admission order).
+
+    `admission_check=False`: a workload's pods are created once its quota is reserved (Kueue without admission
+    checks; Cluster Autoscaler and Karpenter then scale on the unschedulable pods).  `admission_check=True`: the
+    ProvisioningRequest check (`ProvisioningRequestConfig`): a workload with quota reserved waits in `checking`
+    (its ProvisioningRequest is out) until the autoscaler calls `provisioned(job_id)`, and only then is it
+    admitted and its pods created."""
 
     queues: list[ClusterQueue]
     team_of: Mapping[str, str]
+    admission_check: bool = False
     admission: Admission = field(init=False)
-    admitted_at: dict[str, float] = field(default_factory=dict)  # job id -> when Kueue admitted it
-    submitted_at: dict[str, float] = field(default_factory=dict)
+    admitted_at: dict[str, float] = field(default_factory=dict)  # job id -> quota reserved (Kueue's admission)
+    checking: dict[str, Any] = field(default_factory=dict)  # job id -> job: quota reserved, request not provisioned
     _jobs: dict[str, Any] = field(default_factory=dict)
+    _released: list[Any] = field(default_factory=list)
     _dirty: bool = False
 
     def __post_init__(self) -> None:
@@ -160,7 +169,6 @@ class KueueGate:
 
     def arrive(self, job: _Job, now: float) -> None:
         self._jobs[job.id] = job
-        self.submitted_at[job.id] = job.submit
         self.admission.submit(Workload(job.id, self.team_of[job.id], job.gpus, job.submit))
         self._dirty = True
 
@@ -170,15 +178,28 @@ class KueueGate:
             self.admission.finish(job.id)
             self._dirty = True
 
-    def admit(self, now: float) -> list[Any]:
+    def provisioned(self, job_id: str) -> None:
+        """The autoscaler answered the workload's ProvisioningRequest Provisioned: Kueue admits it, pods follow."""
+        job = self.checking.pop(job_id, None)
+        if job is not None:
+            self._released.append(job)
+
+    def admit(self, now: float) -> tuple[list[Any], bool]:
+        """(jobs whose pods exist now, in admission order; whether any workload got quota or passed its check)."""
+        out, self._released = self._released, []
+        news = bool(out)
         if not self._dirty:
-            return []
+            return out, news
         self._dirty = False
-        out = []
         for w in self.admission.admit():
+            news = True
             self.admitted_at[w.id] = now
-            out.append(self._jobs.pop(w.id))
-        return out
+            job = self._jobs.pop(w.id)
+            if self.admission_check:
+                self.checking[w.id] = job
+            else:
+                out.append(job)
+        return out, news
 
     @property
     def waiting(self) -> int:
@@ -205,7 +226,7 @@ def admitted_schedule(
         while i < len(order) and order[i].submit <= t:
             gate.arrive(order[i], t)
             i += 1
-        for j in gate.admit(t):
+        for j in gate.admit(t)[0]:
             out.append(dataclasses.replace(j, submit=t))
             seq += 1
             heapq.heappush(ends, (t + j.duration, seq, j))

@@ -58,9 +58,9 @@ class KueueContext:
 
     def engine(self, policy: ReplayPolicy, scenario: Scenario) -> ReplayEngine:
         """A fresh gate (same queues, same teams) in front of the generic engine, for any policy."""
-        gate = KueueGate(self.queues, self.team_of)
-        if hasattr(policy, "admitted_at"):
-            policy.admitted_at = gate.admitted_at  # the ProvisioningRequest's creation is the admission
+        gate = KueueGate(self.queues, self.team_of, admission_check=bool(getattr(policy, "admission_check", False)))
+        if hasattr(policy, "gate"):
+            policy.gate = gate  # gpu-fleet serves the ProvisioningRequests of the admission check
         return ReplayEngine(self.jobs, scenario, policy, admission=gate)
 
     def as_json(self) -> dict[str, Any]:

@@ -1,18 +1,22 @@
 """The `gpu-fleet` policy on the Kueue path of a replay: the Kubernetes daemon's semantics (`autoscaler/kube/loop.py`).
 
-Behind the Kueue gate (`kueue_gate.py`) a job reaches the autoscaler only once admitted, as the
-ProvisioningRequest Kueue's admission check creates for it.  This driver plays `KubeDaemon.tick` on the generic
-replay engine (kube-scheduler's view: a job runs on any node with room, no Slurm node binding):
+Behind the Kueue gate (`kueue_gate.py`, with the ProvisioningRequest admission check) a job reaches the
+autoscaler only once Kueue reserved quota for it, as the ProvisioningRequest the admission check creates; its
+pods exist only once that request is Provisioned.  This driver plays `KubeDaemon.tick` on the generic replay
+engine (no Slurm: nothing allocates node names at submission; pods go where their request booked capacity):
 
 - it acts on the daemon's poll (`loop.interval_s`, 10 s): events between polls wait for the next one;
-- each admitted workload without a booking is ONE work unit (a gang of all its pods, all or nothing in one
-  zone), submitted at its admission (the request's creation); all of them go through one `plan()` over the
-  inventory (the same planner the Slurm daemon and the replay's Slurm path use);
-- an assignment is *booked*: the nodes are held for that request (busy to the planner, not offered to other
-  pods: the engine's nominations) until its pods run on them; a NEW placement launches the plan's ScaleUp;
+- each request without a booking is ONE work unit (a gang of all the workload's pods, all or nothing in one
+  zone), submitted at its quota reservation (the request's creation); all of them go through one `plan()` over
+  the inventory (the same planner and settings rule as the Slurm path);
+- an assignment is *booked* (busy to the planner; new nodes held for the workload's pods, the engine's
+  nominations); a NEW placement launches the plan's ScaleUp; a poll that finds every booked node registered
+  answers Provisioned (`KueueGate.provisioned`): Kueue admits the workload and its pods run on those nodes;
 - a refused launch (stockout, quota) backs the offering off in the planner's memory and drops the booking: the
   request is served again at the next poll (all or nothing; the daemon's `_release`); a booked node that vanished
-  before the pods ran (spot preemption) drops the booking and deletes the rest of it;
+  before the pods ran (spot preemption) drops the booking and deletes the rest of it; a booked node whose room
+  other pods took drops the booking (planned again);
+- pods of a workload that lost its node after it ran (spot preemption) are planned like a request;
 - scale-down is `scale_down_idle` over the inventory (idle since the first poll that saw the node idle): cordon
   (drain) at one poll, delete the still-empty cordoned nodes at the next, never a node with work or a booking.
 

@@ -86,7 +86,13 @@ class KueueSetup:
             q = by_name[team_of[j.id]]
             most = reach(q, queues)
             if j.gpus > most:
-                flag = self.queues_source or ("--kueue-quota-gpus" if self.quota_gpus is not None else "--kueue-teams")
+                flag = self.queues_source or (
+                    "--kueue-borrowing-limit"
+                    if self.borrowing_limit is not None
+                    else "--kueue-quota-gpus"
+                    if self.quota_gpus is not None
+                    else "--kueue-teams"
+                )
                 raise KueueSetupError(
                     f"{flag}: job {j.id} needs {j.gpus} GPUs, more than ClusterQueue {q.name} can ever admit "
                     f"({most} GPUs: nominal {q.nominal_gpus} + what it may borrow); Kueue would leave it pending "

@@ -161,6 +161,10 @@ def test_cli_kueue_json_reports_the_quota_and_provisioning_waits_apart() -> None
         (["--scheduler", "kueue", "--policy", "slurm-power-save"], "--policy: slurm-power-save is Slurm's own"),
         (["--scheduler", "kueue", "--kueue-quota-gpus", "8"], "--kueue-quota-gpus: job "),
         (["--scheduler", "kueue", "--kueue-borrowing-limit", "-1"], "--kueue-borrowing-limit: must be >= 0"),
+        (
+            ["--scheduler", "kueue", "--kueue-borrowing-limit", "0", "--kueue-teams", "4"],
+            "--kueue-borrowing-limit: job",
+        ),
         (["--scheduler", "kueue", "--kueue-queues", "/nonexistent.json"], "--kueue-queues: cannot read"),
     ],
 )

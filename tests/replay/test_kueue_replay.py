@@ -192,3 +192,16 @@ def test_cli_kueue_replays_the_cluster_queues_of_a_stack_output(tmp_path) -> Non
     assert kq["admitted_peak_demand_gpus"] <= 32
     res = runner.invoke(app, [*args, "--kueue-queues", str(path), "--kueue-teams", "3"])
     assert res.exit_code == 2 and "--kueue-teams: not with --kueue-queues" in res.output
+
+
+def test_a_quota_above_the_peak_changes_nothing_for_the_baselines(small_trace) -> None:  # type: ignore[no-untyped-def]
+    """The gate is transparent when quota never binds: the same costs and waits as without it."""
+    sc = Scenario(trace=str(SMALL_TRACE))
+    policies = ["exact-fit", "karpenter-like"]
+    plain = run_scenario(small_trace, sc, policies).as_json()
+    gated = run_scenario(small_trace, sc, policies, kueue=KueueSetup(teams=2, quota_gpus=4096)).as_json()
+    assert gated["scenario"]["kueue"]["quota_wait_floor_p95_s"] == 0
+    assert gated["scenario"]["lower_bound_usd"] == plain["scenario"]["lower_bound_usd"]
+    for name in policies:
+        a, b = plain["policies"][name], gated["policies"][name]
+        assert (b["cost_usd"], b["wait_p95_s"], b["wait_quota_p95_s"]) == (a["cost_usd"], a["wait_p95_s"], 0)

@@ -85,7 +85,6 @@ class Policy:
             "budget_usd_per_hour",
             "boot_timeout_s",
             "spot_max_node_hours",
-            "wait_value_usd_per_gpu_hour",
             "expected_run_s",
         ):
             v = getattr(self, name)
@@ -98,8 +97,11 @@ class Policy:
             "backoff_s",
             "backoff_max_s",
             "expected_boot_s",
+            "wait_value_usd_per_gpu_hour",
         ):
             v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise ValueError(f"Policy.{name}: must be a number, got {v!r}")
             if v < 0:
                 raise ValueError(f"Policy.{name}: must be >= 0, got {v}")
         for name in ("pool_max_nodes", "pool_max_gpus", "idle_timeout_by_machine", "idle_keep_max_by_machine"):

@@ -43,7 +43,7 @@ def step_down(pools: Iterable[Pool], offerings: Iterable[Offering]) -> dict[str,
         per_gpu = marginal_hourly(o) / o.gpus_per_node
         mk = (k.provider, k.machine_type, str(k.capacity_type))
         by_machine[mk] = min(by_machine.get(mk, per_gpu), per_gpu)
-    launchable = {(p.provider, p.machine_type, str(p.capacity_type)) for p in pools}
+    launchable = {(p.provider, p.machine_type, str(p.capacity_type)) for p in pools if p.max_nodes > 0}
     for p in pools:
         mk = (p.provider, p.machine_type, str(p.capacity_type))
         if mk in by_machine and mk in launchable:

@@ -71,6 +71,7 @@ class ClassState:
     failed: Counter = field(default_factory=Counter)
     pool_order: dict[str, tuple[int, int]] = field(default_factory=dict)  # pool -> (tier, position)
     caps: dict[str, int] = field(default_factory=dict)  # pool -> most free GPUs a node may have for this class
+    hint_pools: frozenset[str] = frozenset()  # pools the class may run on at all (hinted nodes are its own)
     miss: bool = False  # nothing existing fits; cleared when capacity is added to one of `pools`
 
 
@@ -119,16 +120,16 @@ class PlanState:
 
 def place_on_hint(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
     """Keep a unit on the nodes the previous plan gave it (`hints`), when they still have room and
-    suit it: re-planning then never reshuffles booting capacity and launches twice."""
+    suit it: re-planning then never reshuffles booting capacity and launches twice.  The reuse filters
+    (caps, reuse and packing tests) do not apply: the previous plan chose these nodes under them."""
     names = st.hints.get(unit.id)
     if not names or len(names) != unit.nodes:
         return False
     slots = [st.index.get(n) for n in names]
     # a hinted name may have been reused by a node this plan launches (the old launch never happened)
-    if any(s is None or s.rank == NEW or s.free < unit.gpus_per_node or s.pool not in cs.pool_order for s in slots):
+    pools = cs.hint_pools or cs.pool_order
+    if any(s is None or s.rank == NEW or s.free < unit.gpus_per_node or s.pool not in pools for s in slots):
         return False
-    if unit.nodes == 1 and cs.caps and any(s is not None and s.free > cs.caps.get(s.pool, s.free) for s in slots):
-        return False  # the node would be left oversized for its work (defrag.py)
     ok = [s for s in slots if s is not None]
     if len({(s.pool, s.zone) for s in ok}) != 1 or len(set(names)) != len(names):
         return False
@@ -212,6 +213,7 @@ def place_cheapest(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
 def class_state(cls: UnitClass, class_size: int, st: PlanState) -> ClassState:
     reserved, market, none = st.book.streams(cls, class_size)
     order = st.book.existing_pools(cls)
+    every = frozenset(order)
     if cls.nodes == 1 and st.policy.expected_run_s is not None and st.gpu_prices:
         head = market.peek()
         if head is not None:  # leave out running capacity dearer over the run than the best new offering
@@ -227,6 +229,6 @@ def class_state(cls: UnitClass, class_size: int, st: PlanState) -> ClassState:
     if cls.nodes == 1 and st.steps:
         caps = placement_caps(st.steps, st.inventory.pool_by_name, cls.gpus_per_node)
         caps = {p: c for p, c in caps.items() if p in order}
-    cs = ClassState(cls, list(order), reserved, market, none, pool_order=order, caps=caps)
+    cs = ClassState(cls, list(order), reserved, market, none, pool_order=order, caps=caps, hint_pools=every)
     st.watch(cs)
     return cs

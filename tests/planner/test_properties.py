@@ -114,7 +114,7 @@ def scenarios(draw):
         defragment=draw(st.booleans()),
         expected_run_s=draw(st.sampled_from([None, 600.0, 36000.0])),
         expected_boot_s=360.0,
-        wait_value_usd_per_gpu_hour=draw(st.sampled_from([None, 0.0, 50.0])),
+        wait_value_usd_per_gpu_hour=draw(st.sampled_from([0.0, 11.0, 50.0])),
     )
     return demand, Inventory(tuple(pools), tuple(nodes)), offerings, policy, memory
 

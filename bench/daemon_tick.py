@@ -6,7 +6,10 @@ One in-process daemon over: canned `squeue --json` / `sinfo --json` in Slurm 22.
 tick through the real CLI client, so JSON decoding counts), an in-memory cloud (tests/daemon/fakes.py) holding
 the live nodes, a file-backed SQLite state store with 64 queued resume requests, and the real planner.
 Pending jobs: 1-8 GPUs on one node or 2-8-node gangs of 8 GPUs, across a spot and an on-demand partition.
-Prints the median / max tick seconds and the process RSS (current and peak).
+Prints the median / max tick seconds and the process RSS (current and peak).  `--with-gce-imports` also loads
+what the real daemon process holds: the GCE actuator's Compute clients (`ComputeApi`, only the five services it
+calls: autoscaler/gce/compute_lite.py), apscheduler and the CLI; `--compute-full` imports all of
+`google.cloud.compute_v1` first, for comparison.
 """
 
 from __future__ import annotations
@@ -112,13 +115,23 @@ def main() -> None:
     ap.add_argument(
         "--with-gce-imports",
         action="store_true",
-        help="also import the GCE provider stack (google-cloud-compute), as the real daemon does, for its RSS",
+        help="also load the GCE actuator's Compute clients (ComputeApi, as the real daemon does), for its RSS",
+    )
+    ap.add_argument(
+        "--compute-full",
+        action="store_true",
+        help="with --with-gce-imports: import all of google.cloud.compute_v1 first (the old way), for comparison",
     )
     a = ap.parse_args()
+    compute_api = None
     if a.with_gce_imports:
-        import google.cloud.compute_v1  # noqa: F401
+        if a.compute_full:
+            import google.cloud.compute_v1  # noqa: F401
+        import autoscaler.daemon.loop  # noqa: F401  (apscheduler: what `fleet autoscaler run` imports too)
+        import fleet.cli.daemon  # noqa: F401  (typer)
+        from autoscaler.gce.client import ComputeApi
 
-        import autoscaler.gce  # noqa: F401
+        compute_api = ComputeApi(endpoint="http://127.0.0.1:1", credentials="anonymous")  # clients built, no call
     setup_logging(level="ERROR")
     rng = random.Random(a.seed)
     t0 = time.time()
@@ -165,6 +178,12 @@ def main() -> None:
         out = {
             "jobs": a.jobs,
             "gce_imports": a.with_gce_imports,
+            "compute_full": a.compute_full,
+            "compute_clients": sorted(
+                k for k, v in vars(compute_api).items() if k.islower() and "Client" in type(v).__name__
+            )
+            if compute_api
+            else [],
             "pending_units_seen": res.pending_units,
             "cloud_nodes": len(cloud.nodes_),
             "ticks": a.ticks,

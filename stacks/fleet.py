@@ -15,9 +15,10 @@ import pulumi
 from components.gcp import metadata as md
 from components.gcp.network import NetworkFabric, NetworkFabricArgs
 from components.gcp.node_pool import GpuNodePool, GpuNodePoolArgs, NicArgs, service_account_id
-from components.gcp.slurm_cluster import SlurmCluster, SlurmClusterArgs
+from components.gcp.slurm_cluster import SlurmCluster, SlurmClusterArgs, autoscaler_account_email
 from components.gcp.startup import JWT_KEY_PATH, SlurmHostConfig, startup_script
 from components.gcp.storage import BucketArgs, FilestoreArgs, LustreArgs, SharedStorage, SharedStorageArgs
+from fleet.bootstrap.iam import AutoscalerScope
 from fleet.catalog import Catalog, load_catalog
 from fleet.slurm.conf import node_name_prefix, render_slurm_conf, slurmrestd_auth
 from fleet.spec.derive import controller_address, on_gcp, pool_zones
@@ -107,6 +108,7 @@ def build_fleet(
         scratch = storage.lustre.mount_point if storage.lustre else None
         slurm = cluster.slurm
         assert slurm is not None  # checked above
+        entries = [plan.inventory_entry(spec, cluster, p, cat) for p in cluster.pools]
         control = SlurmCluster(
             f"{cluster.name}-slurm",
             SlurmClusterArgs(
@@ -122,6 +124,7 @@ def build_fleet(
                 controller_ip=controller_address(spec, cluster.name),
                 image=cat.host_image,
                 node_name_prefixes=[node_name_prefix(cluster.name, p.name) for p in cluster.pools],
+                autoscaler_scope=AutoscalerScope.from_inventory(spec.project, spec.region, entries),
                 controller_machine_type=slurm.controller_machine_type,
                 login_machine_type=slurm.login_machine_type,
                 login_nodes=slurm.login_nodes,
@@ -130,8 +133,10 @@ def build_fleet(
                 scratch_mount=cluster.storage.scratch.mount_point if cluster.storage.scratch else "/scratch",
                 # the daemon on the controller reads its pools from here (same shape as the stack output)
                 controller_metadata={
-                    md.INVENTORY: json.dumps([plan.inventory_entry(spec, cluster, p, cat) for p in cluster.pools]),
-                    md.AUTOSCALER_CONFIG: plan.autoscaler_config(cluster),
+                    md.INVENTORY: json.dumps(entries),
+                    md.AUTOSCALER_CONFIG: plan.autoscaler_config(
+                        cluster, impersonate=autoscaler_account_email(cluster.name, spec.project)
+                    ),
                 },
                 autoscaler_source=slurm.autoscaler.source,
                 autoscaler_ref=slurm.autoscaler.ref,
@@ -184,7 +189,7 @@ def build_fleet(
                     boot_disk_type=plan.boot_disk_type(machine),
                     image=image,
                     secure_boot=secure_boot,
-                    sa_users=[control.controller_member],
+                    sa_users=[],  # the MIG's service agent creates the VMs: nobody needs actAs on the nodes' SA
                     secret_ids=[control.munge_secret.secret_id],
                     bucket_names=[storage.bucket.name] if storage.bucket else [],
                     metadata={
@@ -200,6 +205,7 @@ def build_fleet(
             "controller_ip": control.controller_address.address,
             "logins": [vm.name for vm in control.logins],
             "controller_service_account": control.controller_sa.email,
+            "autoscaler_service_account": control.autoscaler_sa.email,
             "munge_secret": control.munge_secret.id,
             "jwt_secret": control.jwt_secret.id,
             "home": home,

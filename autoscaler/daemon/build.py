@@ -55,6 +55,30 @@ def build_slurm(cfg: DaemonConfig) -> SlurmClient:
     return CliSlurm(bin_dir=s.bin_dir, conf=s.conf, timeout_s=s.timeout_s)
 
 
+CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
+
+
+def impersonated(target: str, source: Any = None) -> Any:
+    """Credentials for `target` minted from `source` (default: Application Default Credentials, i.e. the
+    VM's own account through the metadata server), refreshed before they expire (1 h tokens)."""
+    from google.auth import impersonated_credentials
+
+    if source is None:
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+
+        try:
+            source, _ = google.auth.default(scopes=[CLOUD_PLATFORM])
+        except DefaultCredentialsError as exc:
+            raise ConfigError(
+                "config",
+                [("provider.impersonate_service_account", f"no source credentials to impersonate with: {exc}")],
+            ) from None
+    return impersonated_credentials.Credentials(
+        source_credentials=source, target_principal=target, target_scopes=[CLOUD_PLATFORM], lifetime=3600
+    )
+
+
 def build_provider(cfg: DaemonConfig, inv: Sequence[InventoryPool]) -> Provider:
     """The GCE provider (`provider.options` go to `GceProvider`; `options.retry` is a `RetryPolicy` mapping)."""
     p = cfg.provider
@@ -74,22 +98,41 @@ def build_provider(cfg: DaemonConfig, inv: Sequence[InventoryPool]) -> Provider:
         from google.auth.credentials import AnonymousCredentials
 
         kw["credentials"] = AnonymousCredentials()
+    if p.impersonate_service_account:
+        kw["credentials"] = impersonated(p.impersonate_service_account)
     try:
         return GceProvider(list(inv), **kw)
     except (TypeError, ValueError) as exc:
         raise ConfigError("config", [("provider.options", str(exc))]) from None
 
 
+def managed_name_spaces(pools: Sequence[Pool]) -> list[tuple[str, str, int]]:
+    """(pool, node name prefix, max_nodes) of each pool: what the hooks accept."""
+    return [(p.name, p.node_name_prefix, p.max_nodes) for p in pools]
+
+
+def open_store(cfg: DaemonConfig, pools: Sequence[Pool], *, dry_run: bool = False) -> StateStore:
+    """The daemon's store, checked (StateError when damaged or foreign); with `dry_run` an in-memory copy, so
+    nothing is written, not even a new file.  Otherwise the managed name spaces are recorded for the hooks."""
+    if dry_run:
+        return StateStore.read_only_copy(cfg.state_path)
+    store = StateStore(cfg.state_path, created_by="daemon")
+    store.set_managed_pools(managed_name_spaces(pools))
+    return store
+
+
 def build_daemon(cfg: DaemonConfig, *, dry_run: bool = False, provider: Provider | None = None) -> Daemon:
+    """Raises ConfigError (bad config / inventory) or StateError (damaged or foreign state store)."""
     inv, pools = load_pools(cfg)
     policy = build_policy(cfg.policy)
+    store = open_store(cfg, pools, dry_run=dry_run)  # before the provider: a bad store fails fast
     metrics = Metrics()
     metrics.healthy_after_s = cfg.metrics.healthy_after_s
     return Daemon(
         pools=pools,
         provider=provider or build_provider(cfg, inv),
         slurm=build_slurm(cfg),
-        store=StateStore(cfg.state_path),
+        store=store,
         policy=policy,
         loop=cfg.loop,
         metrics=metrics,

@@ -68,12 +68,17 @@ class ProviderConfig(_Strict):
     kind: Literal["gce", "sim"] = "gce"  # sim: reserved for `fleet simulate` (the daemon refuses it)
     endpoint: HttpUrl | None = None  # Compute API endpoint override, e.g. a local fake: http://127.0.0.1:8089
     anonymous: bool = False  # AnonymousCredentials (only with a local endpoint)
+    # call GCE as this service account (short-lived tokens minted with the VM's own credentials through the
+    # IAM Credentials API; the VM's account needs roles/iam.serviceAccountTokenCreator on it, nothing else)
+    impersonate_service_account: str | None = Field(None, pattern=r"^[a-z][a-z0-9-]{4,28}[a-z0-9]@[a-z0-9.-]+$")
     options: dict[str, Any] = Field(default_factory=dict)  # passed to the provider's constructor
 
     @model_validator(mode="after")
     def _anonymous_only_local(self) -> ProviderConfig:
         if self.anonymous and not (self.endpoint or "").startswith(("http://127.", "http://localhost")):
             raise ValueError("anonymous credentials are allowed only with a local endpoint (http://127.x)")
+        if self.anonymous and self.impersonate_service_account:
+            raise ValueError("anonymous and impersonate_service_account exclude each other")
         return self
 
 

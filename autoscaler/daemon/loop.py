@@ -1,6 +1,8 @@
 """The run loop: an apscheduler interval job (never two ticks at once, missed runs coalesced), a 1 s watcher
 that starts a tick early when Slurm's hooks queued power-save requests, and clean shutdown on SIGTERM/SIGINT
-(the tick in progress finishes, the state is saved, exit 0).
+(the tick in progress finishes, the state is saved, exit 0).  A tick that finds the state file damaged
+(sqlite3 "DatabaseError: file is not a database / database disk image is malformed") stops the loop with
+exit 2: the unit's RestartPreventExitStatus=2 keeps systemd from restarting into the same failure.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from datetime import datetime
 from apscheduler.schedulers.background import BackgroundScheduler
 from loguru import logger
 
+from autoscaler.daemon.state import recovery_advice
 from autoscaler.daemon.tick import Daemon, TickResult
 
 TICK_JOB = "tick"
@@ -33,17 +36,30 @@ class RunLoop:
         )
         self._last_tick = 0.0
         self._watch_conn: sqlite3.Connection | None = None
+        self.exit_code = 0
 
     def _tick(self) -> None:
         self._last_tick = time.monotonic()
         res = self.daemon.tick()
         if self.on_tick is not None:
             self.on_tick(res)
+        if res.error and res.error.startswith("DatabaseError:"):
+            logger.bind(error=res.error, state_path=str(self.daemon.store.path)).error(
+                "{}: the state store is damaged ({}); stopping. {}",
+                self.daemon.store.path,
+                res.error,
+                recovery_advice(self.daemon.store.path),
+            )
+            self.exit_code = 2
+            self.stop_event.set()
 
     def _watch(self) -> None:
         """Tick now when hooks queued requests and the last tick is older than a second."""
         if self._watch_conn is None:
-            self._watch_conn = sqlite3.connect(str(self.daemon.store.path), timeout=1, check_same_thread=False)
+            if getattr(self.daemon, "dry_run", False) or not self.daemon.store.path.exists():
+                return  # --dry-run works on an in-memory copy: never open (or create) the file
+            uri = f"{self.daemon.store.path.resolve().as_uri()}?mode=ro"
+            self._watch_conn = sqlite3.connect(uri, uri=True, timeout=1, check_same_thread=False)
         try:
             (n,) = self._watch_conn.execute("SELECT count(*) FROM power_queue WHERE done_at IS NULL").fetchone()
         except sqlite3.Error:
@@ -78,4 +94,4 @@ class RunLoop:
             self.daemon.lock.release()
             self.daemon.store.close()
             logger.info("autoscaler stopped")
-        return 0
+        return self.exit_code

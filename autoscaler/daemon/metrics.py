@@ -24,6 +24,9 @@ class Metrics:
         self.unserved_units = Gauge(
             f"{NS}_unserved_units", "Work units the plan left unserved, by reason", ["reason"], registry=r
         )
+        self.unservable_jobs = Gauge(
+            f"{NS}_unservable_jobs", "Pending jobs no managed pool can ever serve, by reason", ["reason"], registry=r
+        )
         self.waiting_on_boot = Gauge(
             f"{NS}_jobs_waiting_on_boot", "Jobs Slurm placed on CLOUD nodes still powering up", registry=r
         )

@@ -10,6 +10,14 @@ Tables
   `fleet slurm resume|suspend|resume-fail` (the hooks) and taken by the daemon's next tick.
 - ``orphans``: cloud instances nobody wants, with the time first seen (deleted after a grace period).
 - ``leader``: who holds the actuation lock (informational; the lock itself is an fcntl lock, see `lock`).
+- ``store_meta``: who created the store and when (an empty store is accepted only when gpu-fleet made it).
+- ``managed_pools``: the node name spaces (``prefix-i``, i < max_nodes) the daemon manages, recorded at start,
+  so the hooks can refuse names outside them without reading the inventory.
+
+Integrity: every open checks the file before use (`check_file`): a 0-byte file, a damaged header, a file that
+SQLite cannot read, a failed ``PRAGMA integrity_check`` or a foreign ``application_id`` raise `StateError`
+naming the path and what to do.  The daemon then refuses to start (exit 2): starting from an empty store would
+forget queued Slurm requests, launch intents (risking double launches) and backoffs.
 
 This module imports only the standard library: the Slurm hooks use it and must start fast.
 """
@@ -17,7 +25,12 @@ This module imports only the standard library: the Slurm hooks use it and must s
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import shutil
 import sqlite3
+import tempfile
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,11 +89,81 @@ MIGRATIONS: tuple[str, ...] = (
     """,
 )
 
+MIGRATIONS += (
+    """
+    CREATE TABLE store_meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    CREATE TABLE managed_pools (
+        prefix TEXT PRIMARY KEY,         -- node / instance name prefix of the pool (names are prefix-i)
+        pool TEXT NOT NULL,
+        max_nodes INTEGER NOT NULL
+    );
+    """,
+)
+
 OPEN_REQUEST_STATES = ("intent", "launched")
+APPLICATION_ID = 0x47464153  # "GFAS": PRAGMA application_id of every gpu-fleet autoscaler state store
+SQLITE_HEADER = b"SQLite format 3\x00"
+_OUR_TABLES = frozenset({"requests", "node_history", "unavailable", "power_queue", "orphans", "leader"})
 
 
 class StateError(RuntimeError):
-    """The state file is unusable (newer schema than this code, corrupt, unwritable)."""
+    """The state file is unusable (newer schema than this code, corrupt, foreign, missing, unwritable)."""
+
+
+def recovery_advice(path: Path | str) -> str:
+    p = shlex.quote(str(path))
+    return (
+        "The daemon refuses to actuate on it and will not start from an empty store (that would forget queued "
+        "Slurm power-save requests, launch intents and backoffs). To recover: stop the daemon, keep a copy "
+        f"(cp -a {p}* /root/), then either restore a backup, or salvage what SQLite can read "
+        f"(sqlite3 {p} .recover | sqlite3 {p}.recovered && mv {p}.recovered {p}), or move it away "
+        f"(mv {p} {p}.damaged; rm -f {p}-wal {p}-shm) to let the daemon create a new store; on its first tick it "
+        "adopts the running instances Slurm uses and Slurm re-sends its pending power-save requests."
+    )
+
+
+def _refuse(path: Path | str, what: str) -> StateError:
+    return StateError(f"{path}: {what}. {recovery_advice(path)}")
+
+
+def check_file(path: Path | str) -> None:
+    """Refuse a file that cannot be a gpu-fleet state store before SQLite opens it: 0 bytes or a bad header."""
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise StateError(f"{p}: cannot read the state store: {exc.strerror or exc}") from None
+    if not head:
+        raise _refuse(p, "the state store is 0 bytes (truncated, or not created by the daemon)")
+    if head != SQLITE_HEADER:
+        raise _refuse(p, "not an SQLite database (header damaged or overwritten, or a foreign file)")
+
+
+def check_conn(conn: sqlite3.Connection, path: Path | str) -> bool:
+    """PRAGMA integrity_check and application_id / schema version; True when the store predates
+    application_id (version-1 stores: adopted once their tables are ours)."""
+    try:
+        problems = [r[0] for r in conn.execute("PRAGMA integrity_check(5)").fetchall()]
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        raise _refuse(path, f"the state store is damaged ({exc})") from None
+    if problems != ["ok"]:
+        raise _refuse(path, f"the state store is damaged (integrity_check: {'; '.join(problems)})")
+    if version > len(MIGRATIONS):
+        raise StateError(f"state schema version {version} is newer than this daemon knows ({len(MIGRATIONS)})")
+    if app_id == APPLICATION_ID:
+        return False
+    if app_id == 0 and version >= 1 and tables >= _OUR_TABLES:
+        return True
+    if app_id == 0 and version == 0 and not tables:
+        raise _refuse(path, "the state store is empty and was not created by the daemon")
+    raise _refuse(path, f"not a gpu-fleet state store (application_id {app_id:#x}, schema version {version})")
 
 
 @dataclass(frozen=True)
@@ -122,19 +205,117 @@ class HistoryRow:
     reason: str
 
 
-def connect(path: Path | str, *, timeout_s: float = 10.0) -> sqlite3.Connection:
-    """Open (creating and migrating if needed) the state file in WAL mode."""
+def _private_copy(path: Path, tmp: str) -> Path:
+    copy = Path(tmp) / path.name
+    shutil.copyfile(path, copy)
+    if Path(f"{path}-wal").exists():
+        shutil.copyfile(f"{path}-wal", f"{copy}-wal")
+    return copy
+
+
+def verify(path: Path | str, *, into: sqlite3.Connection | None = None, attempts: int = 2) -> bool:
+    """The full check (`check_file`, then `check_conn`) on a private copy of the file and its WAL, so a
+    refused file is left exactly as it was (SQLite would otherwise replay or delete the WAL on close).  With
+    `into`, the checked copy is also backed up into that connection.  A copy torn by a concurrent writer
+    (a hook) is retried once.  Returns True for a store from before application_id (see `check_conn`)."""
     p = Path(path)
-    if str(path) != ":memory:":
-        p.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None, check_same_thread=False)
+    check_file(p)
+    for attempt in range(attempts):
+        with tempfile.TemporaryDirectory(prefix="gpu-fleet-state-check-") as tmp:
+            src = sqlite3.connect(str(_private_copy(p, tmp)), isolation_level=None)
+            try:
+                legacy = check_conn(src, p)
+                if into is not None:
+                    src.backup(into)
+                return legacy
+            except StateError:
+                if attempt + 1 >= attempts:
+                    raise
+            except sqlite3.DatabaseError as exc:
+                if attempt + 1 >= attempts:
+                    raise _refuse(p, f"the state store is damaged ({exc})") from None
+            finally:
+                src.close()
+        time.sleep(0.2)
+    raise AssertionError("unreachable")
+
+
+def connect(
+    path: Path | str,
+    *,
+    timeout_s: float = 10.0,
+    create: bool = True,
+    created_by: str = "daemon",
+    full_check: bool = True,
+) -> sqlite3.Connection:
+    """Open the state file in WAL mode after checking it, migrating it if needed.
+
+    `full_check` (the daemon): `verify` on a private copy.  Without it (the hooks, which must be fast): the
+    header and the application id only; damage elsewhere surfaces as sqlite3.DatabaseError on use.
+    A missing file is created (with `created_by` recorded) only when `create`; otherwise StateError."""
+    p = Path(path)
+    memory = str(path) == ":memory:"
+    new = not memory and not p.exists()
+    if new and not create:
+        raise StateError(f"{p}: no state store here: the daemon creates it when it starts (`fleet autoscaler run`)")
+    legacy = False
+    if not memory and not new:
+        if full_check:
+            legacy = verify(p)
+        else:
+            check_file(p)
+    if new:
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(f"{p}: cannot create the state store's directory: {exc.strerror or exc}") from None
+    try:
+        conn = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise StateError(f"{p}: cannot open the state store: {exc}") from None
     conn.row_factory = sqlite3.Row
-    conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
-    if str(path) != ":memory:":
-        conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    migrate(conn)
+    try:
+        if not (memory or new or full_check):
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            if app_id != APPLICATION_ID:
+                legacy = check_conn(conn, p)  # not ours, or a store from before application_id
+        conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+        if not memory:
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        if new or memory or legacy:
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        migrate(conn)
+        if new or memory:
+            conn.executemany(
+                "INSERT OR IGNORE INTO store_meta(key, value) VALUES (?, ?)",
+                [("created_by", created_by), ("created_at", repr(time.time())), ("created_pid", str(os.getpid()))],
+            )
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise _refuse(p, f"the state store is damaged ({exc})") from None
+    except BaseException:
+        conn.close()
+        raise
     return conn
+
+
+def snapshot(path: Path | str) -> sqlite3.Connection:
+    """An in-memory copy of the state file for `--dry-run` and `status`: checked like `connect`, and nothing
+    is written next to the original (not even SQLite's -wal/-shm files).  A missing file gives an empty
+    in-memory store."""
+    p = Path(path)
+    if not p.exists():
+        return connect(":memory:", created_by="dry-run")
+    mem = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    try:
+        verify(p, into=mem)
+    except BaseException:
+        mem.close()
+        raise
+    mem.row_factory = sqlite3.Row
+    migrate(mem)
+    return mem
 
 
 def migrate(conn: sqlite3.Connection) -> int:
@@ -163,9 +344,43 @@ def migrate(conn: sqlite3.Connection) -> int:
 class StateStore:
     """Typed access to the state file.  One instance per process; every write is its own transaction."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(
+        self, path: Path | str, *, create: bool = True, created_by: str = "daemon", full_check: bool = True
+    ) -> None:
         self.path = Path(path)
-        self.conn = connect(path)
+        self.conn = connect(path, create=create, created_by=created_by, full_check=full_check)
+
+    @classmethod
+    def read_only_copy(cls, path: Path | str) -> StateStore:
+        """A store over an in-memory copy of `path` (`snapshot`): writes never reach the file (`--dry-run`)."""
+        store = cls.__new__(cls)
+        store.path = Path(path)
+        store.conn = snapshot(path)
+        return store
+
+    # --- store metadata and the managed name spaces -------------------------------------------------------
+    def meta(self) -> dict[str, str]:
+        return {r["key"]: r["value"] for r in self.conn.execute("SELECT key, value FROM store_meta")}
+
+    def set_managed_pools(self, pools: Sequence[tuple[str, str, int]]) -> None:
+        """Record (pool, name prefix, max_nodes) of every pool the daemon manages (replaces the previous set)."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.execute("DELETE FROM managed_pools")
+            self.conn.executemany(
+                "INSERT INTO managed_pools(pool, prefix, max_nodes) VALUES (?, ?, ?)", [tuple(p) for p in pools]
+            )
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    def managed_pools(self) -> dict[str, tuple[str, int]]:
+        """prefix -> (pool, max_nodes)."""
+        return {
+            r["prefix"]: (r["pool"], r["max_nodes"])
+            for r in self.conn.execute("SELECT prefix, pool, max_nodes FROM managed_pools")
+        }
 
     def close(self) -> None:
         self.conn.close()
@@ -279,6 +494,20 @@ class StateStore:
             self.conn.execute("ROLLBACK")
             raise
         return len(with_jobs)
+
+    def resume_jobs_of(self, names: Iterable[str]) -> dict[str, tuple[int, ...]]:
+        """name -> job ids of the latest resume request for it (what Slurm bound the node to), if any."""
+        wanted = list(dict.fromkeys(names))
+        out: dict[str, tuple[int, ...]] = {}
+        for i in range(0, len(wanted), 500):
+            chunk = wanted[i : i + 500]
+            q = (
+                "SELECT name, jobs FROM power_queue WHERE action = 'resume' AND jobs != '[]'"
+                f" AND name IN ({','.join('?' * len(chunk))}) ORDER BY id"
+            )
+            for r in self.conn.execute(q, chunk):
+                out[r["name"]] = tuple(json.loads(r["jobs"]))  # later rows win
+        return out
 
     def open_power(self) -> list[PowerRow]:
         rows = self.conn.execute("SELECT * FROM power_queue WHERE done_at IS NULL ORDER BY id").fetchall()

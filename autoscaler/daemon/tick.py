@@ -58,7 +58,15 @@ from autoscaler.daemon.snapshot import (
     unavailable_from_rows,
 )
 from autoscaler.daemon.state import OPEN_REQUEST_STATES, PowerRow, RequestRow, StateStore
-from autoscaler.model import NodeState, Plan, Policy, Pool, UnavailableOffering, record_failure
+from autoscaler.daemon.unservable import UnservableJobs
+from autoscaler.model import (
+    NodeState,
+    Plan,
+    Policy,
+    Pool,
+    UnavailableOffering,
+    record_failure,
+)
 from autoscaler.slurm.client import SlurmClient, SlurmUnavailable
 from autoscaler.slurm.readers import SlurmJob, SlurmNode, waiting_on_power_up
 
@@ -114,6 +122,7 @@ class Daemon:
         self.clock = clock
         self.dry_run = dry_run
         self._released: dict[str, float] = {}  # held names released (undrained) -> when
+        self.unservable = UnservableJobs()
 
     # --- the tick ------------------------------------------------------------------------------------------
     def tick(self) -> TickResult:
@@ -206,6 +215,7 @@ class Daemon:
         prices = {o.key: o.hourly_usd for o in offerings}
         view = build_view(self.pools, cloud, snodes, sjobs, requests, power, now, prices=prices)
         res.pending_units = len(view.pending)
+        self.unservable.update(view.pending, self.pools, self.metrics)  # logged once per job, gauge per tick
         res.resume_units = sum(len(v) for v in view.resume.values())
 
         if res.leader:
@@ -263,8 +273,8 @@ class Daemon:
             failed.update(names)
             # Slurm still waits for these nodes: ask again, next plan picks another offering
             again = [n for n in names if snodes is None or (snodes.get(n) is not None and snodes[n].powering_up)]
-            if again:
-                self.store.enqueue_power("resume", again, now, {})
+            if again:  # with the jobs Slurm bound them to: independent jobs stay separate units, gangs keep priority
+                self.store.enqueue_power("resume", again, now, self.store.resume_jobs_of(again))
         return memory, failed
 
     def _preempted(
@@ -415,7 +425,7 @@ class Daemon:
             still = set(with_instance) - set(deleted)
             done_ids += [r.id for r in suspend + failed if r.name in names and r.name not in still]
         done_ids += [r.id for r in suspend + failed if not (r.name in live or r.name in intent_of)]
-        back = [r.name for r in failed if r.id in done_ids]
+        back = [r.name for r in failed if r.id in done_ids and pool_name(r.name) is not None]  # never unmanaged names
         if back:
             act.scontrol(back, "resume", "gpu-fleet: resume failed; back in service")
         if actuate:

@@ -40,6 +40,7 @@ class BillingLedger:
         self._closed_cost: dict[CapacityType, float] = defaultdict(float)
         self._closed_gpu_s: dict[CapacityType, float] = defaultdict(float)
         self.closed_count = 0
+        self.closed: list[BillingRecord] = []  # every closed record, for bills over a time window
 
     def open(self, record: BillingRecord) -> None:
         if record.name in self._open:
@@ -56,6 +57,7 @@ class BillingLedger:
             self._closed_cost[ct] += rec.cost(rec.end)
             self._closed_gpu_s[ct] += rec.gpus * rec.seconds(rec.end)
         self.closed_count += 1
+        self.closed.append(rec)
         return rec
 
     def is_open(self, name: str) -> bool:
@@ -80,6 +82,19 @@ class BillingLedger:
 
     def cost(self, now: float) -> float:
         return sum(self.cost_by_capacity(now).values())
+
+    def cost_between(self, start: float, end: float, now: float) -> float:
+        """What nodes billed between `start` and `end` (reservation-covered nodes excluded), records open at
+        `now` counted up to it: the bill of one window of a continuous replay."""
+        total = 0.0
+        for rec in (*self.closed, *self._open.values()):
+            if rec.covered_by_reservation:
+                continue
+            a = max(start, rec.start)
+            b = min(end, rec.end if rec.end is not None else now)
+            if b > a:
+                total += rec.hourly_usd * (b - a) / 3600.0
+        return total
 
 
 def reservation_cost(nodes: int, hourly_usd: float, span_s: float) -> float:

@@ -4,12 +4,15 @@
 - a GCS bucket for Pulumi state (`pulumi login gs://<bucket>`): versioned with a bounded number
   of old versions, uniform bucket-level access, public access prevention enforced, protected
   from `pulumi destroy`;
-- the autoscaler's service account, bound to a custom role holding exactly the permissions its
-  GCE actuator uses (fleet.bootstrap.iam.AUTOSCALER_PERMISSIONS, each with its reason);
+- the autoscaler's custom role, holding exactly the permissions its GCE actuator uses
+  (fleet.bootstrap.iam.AUTOSCALER_PERMISSIONS, each with its reason), defined once per project and
+  bound by nobody here: each Slurm cluster binds it to its own autoscaler account with an IAM
+  condition naming that cluster's MIGs, zones, reservations and region (components/gcp/slurm_cluster.py),
+  which only the fleet stack knows.  A project-wide binding would reach every MIG in the project;
 - the nodes' service account with narrow predefined roles (log and metric writer).
 
 No basic role (owner/editor/viewer) is ever bound; no service account key is created (the
-daemon runs as the service account through the VM's metadata server or workload identity).
+daemon impersonates its cluster's autoscaler account with the controller VM's own credentials).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ class ProjectBootstrapArgs:
     keep_noncurrent_versions: older versions of each state object kept (versioning protects
         against a bad `pulumi up` overwriting state; the bound keeps the bucket small).
     force_destroy: let a destroy delete a non-empty bucket (off: state outlives mistakes).
-    autoscaler_account_id / autoscaler_role_id / nodes_account_id: ids of the identities.
+    autoscaler_role_id / nodes_account_id: ids of the autoscaler's role and of the nodes' identity.
     labels: on the bucket.
     """
 
@@ -41,7 +44,6 @@ class ProjectBootstrapArgs:
     apis: list[str]
     state_bucket_name: str
     state_bucket_location: str
-    autoscaler_account_id: str = "gpu-fleet-autoscaler"
     autoscaler_role_id: str = "gpuFleetAutoscaler"
     nodes_account_id: str = "gpu-fleet-nodes"
     keep_noncurrent_versions: int = 20
@@ -50,11 +52,10 @@ class ProjectBootstrapArgs:
 
 
 class ProjectBootstrap(pulumi.ComponentResource):
-    """APIs, Pulumi state bucket, the autoscaler's and the nodes' service accounts."""
+    """APIs, Pulumi state bucket, the autoscaler's custom role, the nodes' service account."""
 
     services: dict[str, gcp.projects.Service]
     state_bucket: gcp.storage.Bucket
-    autoscaler_sa: gcp.serviceaccount.Account
     autoscaler_role: gcp.projects.IAMCustomRole
     nodes_sa: gcp.serviceaccount.Account
 
@@ -99,14 +100,6 @@ class ProjectBootstrap(pulumi.ComponentResource):
         )
 
         iam = after("iam.googleapis.com")
-        self.autoscaler_sa = gcp.serviceaccount.Account(
-            f"{name}-autoscaler-sa",
-            account_id=args.autoscaler_account_id,
-            project=project,
-            display_name="gpu-fleet autoscaler",
-            description="Resizes gpu-fleet node pools (MIG createInstances/deleteInstances); see docs/bootstrap.md",
-            opts=iam,
-        )
         self.autoscaler_role = gcp.projects.IAMCustomRole(
             f"{name}-autoscaler-role",
             project=project,
@@ -118,7 +111,6 @@ class ProjectBootstrap(pulumi.ComponentResource):
             opts=iam,
         )
         role_name = f"projects/{project}/roles/{args.autoscaler_role_id}"
-        self._bind(f"{name}-autoscaler-role-binding", project, role_name, self.autoscaler_sa, [self.autoscaler_role])
 
         self.nodes_sa = gcp.serviceaccount.Account(
             f"{name}-nodes-sa",
@@ -136,7 +128,6 @@ class ProjectBootstrap(pulumi.ComponentResource):
                 "apis": list(args.apis),
                 "state_bucket": self.state_bucket.name,
                 "state_backend_url": self.state_bucket.name.apply(lambda n: f"gs://{n}"),
-                "autoscaler_service_account": self.autoscaler_sa.email,
                 "autoscaler_role": role_name,
                 "nodes_service_account": self.nodes_sa.email,
             }

@@ -8,14 +8,19 @@ components/gcp/metadata.py.  The controller sits on a reserved static internal a
 (`gcp.compute.Address`, INTERNAL) that slurm.conf names in `SlurmctldHost=name(ip)`.
 
 Service accounts, one per role:
-- controller: log/metric writer, accessor on the two keys, compute.viewer (list nodes, poll
-  operations), and compute.instanceAdmin.v1 *with an IAM condition* limiting it to instances,
-  disks and MIGs whose names start with one of the pool prefixes (plus subnetworks and templates,
-  which instance creation must use).  GCP has no IAM on a single MIG, so a name-prefix condition on
-  the project binding is the narrowest grant that still lets Slurm power saving create and delete
-  the named GPU nodes; it cannot touch the controller or login VMs.  The pools grant it
-  `iam.serviceAccountUser` on their own node service accounts only.
+- controller (the VM's runtime account): log/metric writer, accessor on the two keys, and
+  `iam.serviceAccountTokenCreator` on the cluster's autoscaler account only.  No Compute role.
+- autoscaler (`<cluster>-autoscaler`, no VM runs as it): the project's custom role
+  `gpuFleetAutoscaler` (defined once by the project-bootstrap stack: exactly the permissions of the
+  GCE actuator's calls, fleet/bootstrap/iam.py), bound with an IAM condition naming exactly this
+  cluster's MIGs, the zones' operations, its reservations and its region (`autoscaler_condition`).
+  The daemon on the controller impersonates it (`provider.impersonate_service_account`), so the
+  controller's own token, which the VM's other processes use (startup script, agents), carries no
+  Compute right, every Compute call is audited as the autoscaler's, and the grant can move to another
+  runtime (GKE workload identity) unchanged.
 - login: log/metric writer, accessor on the munge key.
+The GPU nodes' accounts (components/gcp/node_pool.py) read the munge key only; the JWT key is the
+controller's alone.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import pulumi_random as random
 from components.gcp import metadata as md
 from components.gcp.node_pool import service_account_id
 from components.gcp.startup import SlurmHostConfig, startup_script
+from fleet.bootstrap.iam import AUTOSCALER_ROLE_ID, AutoscalerScope, autoscaler_condition
 
 BASE_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
 VM_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)  # narrowed by IAM, see the module docstring
@@ -44,7 +50,9 @@ class SlurmClusterArgs:
     slurm_conf, gres_conf, cgroup_conf, topology_conf: the rendered files (cgroup/topology optional).
     controller_ip: the controller's static internal address in the subnetwork (reserved here; the
       rendered slurm.conf names it in SlurmctldHost).
-    node_name_prefixes: one per pool (`<cluster>-<pool>`); scope of the controller's compute grant.
+    node_name_prefixes: one per pool (`<cluster>-<pool>`).
+    autoscaler_scope: the MIGs, zones, reservations and region of the pools (the autoscaler's condition).
+    autoscaler_role_id: the project's custom role for the autoscaler (made by the project-bootstrap stack).
     home: Filestore "IP:/share" mounted on /home; scratch: Lustre mount source, scratch_mount: where.
     controller_metadata: extra metadata on the controller only (e.g. the autoscaler inventory).
     autoscaler_source, autoscaler_ref: git URL and pinned ref (40-hex commit or tag@commit) of
@@ -61,6 +69,7 @@ class SlurmClusterArgs:
     slurm_conf: pulumi.Input[str]
     gres_conf: pulumi.Input[str]
     node_name_prefixes: list[str]
+    autoscaler_scope: AutoscalerScope
     cgroup_conf: pulumi.Input[str] | None = None
     topology_conf: pulumi.Input[str] | None = None
     controller_ip: str | None = None
@@ -76,6 +85,7 @@ class SlurmClusterArgs:
     labels: dict[str, str] = field(default_factory=dict)
     autoscaler_source: str | None = None
     autoscaler_ref: str | None = None
+    autoscaler_role_id: str = AUTOSCALER_ROLE_ID
 
     def __post_init__(self) -> None:
         if not self.node_name_prefixes:
@@ -84,19 +94,9 @@ class SlurmClusterArgs:
             raise ValueError(f"{self.name}: login_nodes: must be 0..8, got {self.login_nodes}")
 
 
-def compute_grant_condition(project: str, prefixes: list[str]) -> str:
-    """CEL for the controller's instanceAdmin binding: only the pools' instances, disks and MIGs
-    (resource names `projects/P/zones/Z/instances/N`), plus the subnetworks and templates that
-    instance creation has to use."""
-    parts = [f'resource.name.startsWith("projects/{project}/zones/")']
-    named = []
-    for kind in ("instances", "disks", "instanceGroupManagers"):
-        for prefix in prefixes:
-            named.append(f'resource.name.extract("/{kind}/{{name}}").startsWith("{prefix}-")')
-    parts = [f"({parts[0]} && ({' || '.join(named)}))"]
-    parts.append('resource.type == "compute.googleapis.com/Subnetwork"')
-    parts.append('resource.type == "compute.googleapis.com/InstanceTemplate"')
-    return " || ".join(parts)
+def autoscaler_account_email(cluster: str, project: str) -> str:
+    """The cluster's autoscaler service account (deterministic: the daemon's config names it)."""
+    return f"{service_account_id(cluster, 'autoscaler')}@{project}.iam.gserviceaccount.com"
 
 
 class SlurmCluster(pulumi.ComponentResource):
@@ -105,6 +105,7 @@ class SlurmCluster(pulumi.ComponentResource):
     controller: gcp.compute.Instance
     logins: list[gcp.compute.Instance]
     controller_sa: gcp.serviceaccount.Account
+    autoscaler_sa: gcp.serviceaccount.Account
     munge_secret: gcp.secretmanager.Secret
     jwt_secret: gcp.secretmanager.Secret
 
@@ -121,22 +122,11 @@ class SlurmCluster(pulumi.ComponentResource):
         self.controller_sa = self._account(name, args, "ctl", "Slurm controller", child)
         ctl_member = self.controller_sa.email.apply(lambda e: f"serviceAccount:{e}")
         self.controller_member = ctl_member
-        for role in (*BASE_ROLES, "roles/compute.viewer"):
+        for role in BASE_ROLES:
             gcp.projects.IAMMember(
                 f"{name}-ctl-{role.split('/')[-1]}", project=args.project, role=role, member=ctl_member, opts=child
             )
-        gcp.projects.IAMMember(
-            f"{name}-ctl-instanceAdmin",
-            project=args.project,
-            role="roles/compute.instanceAdmin.v1",
-            member=ctl_member,
-            condition={
-                "title": f"{args.name}-gpu-nodes-only",
-                "description": "Slurm power saving: create/delete this cluster's GPU nodes, nothing else",
-                "expression": compute_grant_condition(args.project, args.node_name_prefixes),
-            },
-            opts=child,
-        )
+        self._autoscaler_identity(name, args, ctl_member, child)
         for secret, label in ((self.munge_secret, "munge"), (self.jwt_secret, "jwt")):
             self._accessor(f"{name}-ctl-{label}", args, secret, ctl_member, child)
 
@@ -205,7 +195,35 @@ class SlurmCluster(pulumi.ComponentResource):
                 "munge_secret": self.munge_secret.id,
                 "jwt_secret": self.jwt_secret.id,
                 "controller_service_account": self.controller_sa.email,
+                "autoscaler_service_account": self.autoscaler_sa.email,
             }
+        )
+
+    def _autoscaler_identity(
+        self, name: str, args: SlurmClusterArgs, ctl_member: pulumi.Input[str], child: pulumi.ResourceOptions
+    ) -> None:
+        """The autoscaler's own account, its conditioned role binding, and the controller's right to
+        impersonate it (a binding on that one account, not on the project)."""
+        self.autoscaler_sa = self._account(name, args, "autoscaler", "autoscaler (impersonated by the daemon)", child)
+        member = self.autoscaler_sa.email.apply(lambda e: f"serviceAccount:{e}")
+        gcp.projects.IAMMember(
+            f"{name}-autoscaler-role",
+            project=args.project,
+            role=f"projects/{args.project}/roles/{args.autoscaler_role_id}",
+            member=member,
+            condition={
+                "title": f"{args.name}-autoscaler-pools-only",
+                "description": "gpu-fleet autoscaler: this cluster's MIGs, zones' operations, reservations, region",
+                "expression": autoscaler_condition(args.autoscaler_scope),
+            },
+            opts=child,
+        )
+        gcp.serviceaccount.IAMMember(
+            f"{name}-ctl-impersonates-autoscaler",
+            service_account_id=self.autoscaler_sa.name,
+            role="roles/iam.serviceAccountTokenCreator",
+            member=ctl_member,
+            opts=child,
         )
 
     def _secret(

@@ -619,6 +619,9 @@ def autoscaler_install(source: str | None, ref: str | None) -> list[str]:
         f"attr {md.INVENTORY} > /etc/gpu-fleet/inventory.json",
         f"attr {md.AUTOSCALER_CONFIG} > /etc/gpu-fleet/autoscaler.yaml",
         "chmod 0644 /etc/gpu-fleet/inventory.json /etc/gpu-fleet/autoscaler.yaml",
+        # the state store with its pools, created by SlurmUser before the daemon starts, so that Slurm's
+        # power-save hooks can queue requests at once (the hooks never create a store themselves)
+        f"runuser -u slurm -- {home}/.venv/bin/fleet autoscaler init --config /etc/gpu-fleet/autoscaler.yaml",
         f"install -m 0644 {home}/deploy/systemd/gpu-fleet-autoscaler.service /etc/systemd/system/",
         "systemctl daemon-reload",
         "systemctl enable gpu-fleet-autoscaler",

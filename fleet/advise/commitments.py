@@ -14,7 +14,7 @@ from typing import Any
 from autoscaler.replay.trace import TraceJob
 from fleet.advise import recommend as rec
 from fleet.advise.grid import TermPrices
-from fleet.advise.replay import Outcome, Task, scenario_for
+from fleet.advise.replay import Outcome, Slice, Task, scenario_for
 from fleet.advise.runner import Progress, run_local, run_ray
 from fleet.advise.window import Window, folds, history_days, split, whole
 
@@ -52,17 +52,20 @@ def windows(req: Request) -> tuple[Window, list[Window], Window | None]:
 
 
 def tasks_for(req: Request, wins: Sequence[Window]) -> list[Task]:
+    """One continuous replay per (size, seed) of every job up to the end of the last window, scored per window."""
     sizes = req.sizes if 0 in req.sizes else (0, *req.sizes)  # all on demand is always the yardstick
+    slices = tuple(Slice(w.name, w.start_s, w.start_s + w.hours * 3600.0) for w in wins)
+    last = max(s.end_s for s in slices)
+    jobs = tuple(j for j in req.jobs if j.submit < last)
     return [
-        Task(w.name, w.hours, w.jobs, size, seed, req.machine_family, req.region, req.spot_fraction, req.stockout_rate)
-        for w in wins
+        Task(jobs, slices, size, seed, req.machine_family, req.region, req.spot_fraction, req.stockout_rate)
         for size in sizes
         for seed in range(req.seeds)
     ]
 
 
 def reserved_machine(req: Request) -> str:
-    sc = scenario_for(Task("all", 1.0, req.jobs[:1], 1, 0, req.machine_family, req.region, 0.0, 0.0))
+    sc = scenario_for(Task(req.jobs[:1], (), 1, 0, req.machine_family, req.region, 0.0, 0.0))
     assert sc.reservation_machine is not None
     return sc.reservation_machine.name
 

@@ -25,18 +25,18 @@ def run_local(tasks: Sequence[Task], workers: int | None = None, progress: Progr
     if workers == 1 or len(tasks) <= 1:
         out = []
         for i, t in enumerate(tasks):
-            out.append(evaluate(t))
+            out.extend(evaluate(t))
             if progress:
                 progress(i + 1, len(tasks))
         return out
-    results: list[Outcome | None] = [None] * len(tasks)
+    results: list[tuple[Outcome, ...] | None] = [None] * len(tasks)
     with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
         futures = {pool.submit(evaluate, t): i for i, t in enumerate(tasks)}
         for done, fut in enumerate(as_completed(futures), 1):
             results[futures[fut]] = fut.result()
             if progress:
                 progress(done, len(tasks))
-    return [r for r in results if r is not None]
+    return [o for r in results if r is not None for o in r]
 
 
 def run_ray(tasks: Sequence[Task], address: str, progress: Progress | None = None) -> list[Outcome]:
@@ -59,7 +59,7 @@ def run_ray(tasks: Sequence[Task], address: str, progress: Progress | None = Non
         remote = ray.remote(evaluate)
         refs = [remote.remote(t) for t in tasks]
         index = {ref: i for i, ref in enumerate(refs)}
-        results: list[Outcome | None] = [None] * len(tasks)
+        results: list[tuple[Outcome, ...] | None] = [None] * len(tasks)
         pending = list(refs)
         done = 0
         while pending:
@@ -69,7 +69,7 @@ def run_ray(tasks: Sequence[Task], address: str, progress: Progress | None = Non
                 done += 1
                 if progress:
                     progress(done, len(tasks))
-        return [r for r in results if r is not None]
+        return [o for r in results if r is not None for o in r]
     finally:
         if started:
             ray.shutdown()

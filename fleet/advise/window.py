@@ -34,9 +34,10 @@ def history_days(jobs: Sequence[TraceJob]) -> float:
 
 
 def whole(jobs: Sequence[TraceJob]) -> Window:
+    """The whole trace: its first submission to its last (what runs on after belongs to no window)."""
     t0 = min(j.submit for j in jobs)
-    days = (max(j.submit for j in jobs) - t0) / DAY_S
-    return Window("all", 0.0, max(days, 1 / 24), tuple(jobs), t0)
+    days = (max(j.submit for j in jobs) + 1.0 - t0) / DAY_S
+    return Window("all", 0.0, days, tuple(jobs), t0)
 
 
 def split(jobs: Sequence[TraceJob], train_days: float, test_days: float) -> tuple[Window, Window]:

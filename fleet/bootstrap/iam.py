@@ -1,21 +1,30 @@
 """What a new project needs once, as data: APIs, the autoscaler's permissions, the nodes' roles.
 
-One definition used by the project-bootstrap component (components/gcp/project_bootstrap.py),
-its tests and docs/bootstrap.md.  The autoscaler's custom role holds exactly the permissions of
-the Compute API calls its GCE actuator makes (autoscaler/gce/client.py); `API_CALLS` maps each
-call to its permission (per the Compute API reference, "IAM Permissions" of each method), so a
-test can check that every call the actuator makes is covered and nothing else is granted.
+One definition used by the project-bootstrap component (components/gcp/project_bootstrap.py, which
+defines the custom role once per project), the Slurm cluster component (components/gcp/slurm_cluster.py,
+which binds it to the cluster's own autoscaler service account with an IAM condition naming exactly the
+resources that cluster's pools use: `autoscaler_condition`), their tests and docs/bootstrap.md.
+
+The autoscaler's custom role holds exactly the permissions of the Compute API calls its GCE actuator
+makes (autoscaler/gce/client.py); `API_CALLS` maps each call to its permission (per the Compute API
+reference, "IAM Permissions" of each method), so a test can check both ways: every call is covered and
+the role holds nothing no call needs.  Each permission also says which resources it is checked on
+(`on`), which is what the binding's condition lists.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+AUTOSCALER_ROLE_ID = "gpuFleetAutoscaler"
 
 
 @dataclass(frozen=True)
 class Permission:
     name: str
     reason: str
+    on: str = ""  # the resources the permission is checked on (the condition's resource.name paths)
 
 
 # Compute API calls of the GCE actuator (client attribute, method) -> the permission it needs.
@@ -37,17 +46,83 @@ AUTOSCALER_PERMISSIONS: tuple[Permission, ...] = (
         "compute.instanceGroupManagers.get",
         "listManagedInstances: the pool's VMs, their current action and last-attempt errors (stockouts, quota); "
         "resizeRequests.list: the state of queued flex-start requests",
+        "the pools' zonal MIGs: projects/P/zones/Z/instanceGroupManagers/<cluster>-<pool>-<zone>",
     ),
     Permission(
         "compute.instanceGroupManagers.update",
         "createInstances / deleteInstances: add named nodes to a pool's MIG and delete exactly the drained ones; "
         "resizeRequests insert / cancel / delete: flex-start (DWS) requests "
-        "(the MIG's service agent creates the VMs, so no compute.instances.* permission is needed)",
+        "(the MIG's service agent creates the VMs from the template, so no compute.instances.*, template, "
+        "subnetwork or iam.serviceAccounts.actAs permission is needed)",
+        "the pools' zonal MIGs (and their resizeRequests sub-resources)",
     ),
-    Permission("compute.zoneOperations.get", "zoneOperations.wait: wait for those MIG operations and read errors"),
-    Permission("compute.reservations.get", "reservations.get: free slots of the reservations pools consume"),
-    Permission("compute.regions.get", "regions.get: the region's GPU and CPU quota, to size offerings"),
+    Permission(
+        "compute.zoneOperations.get",
+        "zoneOperations.wait: wait for those MIG operations and read errors",
+        "operations in the pools' zones: projects/P/zones/Z/operations/",
+    ),
+    Permission(
+        "compute.reservations.get",
+        "reservations.get: free slots of the reservations pools consume",
+        "the reservation pools' reservations: projects/P/zones/Z/reservations/R",
+    ),
+    Permission(
+        "compute.regions.get",
+        "regions.get: the region's GPU and CPU quota, to size offerings",
+        "the fleet's region: projects/P/regions/R",
+    ),
 )
+
+
+@dataclass(frozen=True)
+class AutoscalerScope:
+    """The resources one cluster's autoscaler may touch: from its autoscaler inventory entries."""
+
+    project: str
+    region: str
+    migs: tuple[tuple[str, str], ...]  # (zone, MIG name)
+    reservations: tuple[tuple[str, str], ...] = ()  # (zone, reservation name)
+
+    @classmethod
+    def from_inventory(cls, project: str, region: str, entries: Iterable[Mapping]) -> AutoscalerScope:
+        migs, reservations = [], []
+        for e in entries:
+            groups = e.get("instance_groups") or {}
+            migs += [(z, groups[z]) for z in sorted(groups)]
+            if e.get("reservation"):
+                reservations += [(z, str(e["reservation"])) for z in e.get("zones") or ()]
+        return cls(project, region, tuple(dict.fromkeys(migs)), tuple(dict.fromkeys(reservations)))
+
+    @property
+    def zones(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(z for z, _ in self.migs))
+
+    def paths(self) -> dict[str, list[str]]:
+        """resource.name values (or prefixes ending in '/') the binding admits, by kind."""
+        p = f"projects/{self.project}"
+        return {
+            "instanceGroupManagers": [f"{p}/zones/{z}/instanceGroupManagers/{m}" for z, m in self.migs],
+            "operations": [f"{p}/zones/{z}/operations/" for z in self.zones],
+            "reservations": [f"{p}/zones/{z}/reservations/{r}" for z, r in self.reservations],
+            "regions": [f"{p}/regions/{self.region}"],
+        }
+
+
+def autoscaler_condition(scope: AutoscalerScope) -> str:
+    """CEL for the autoscaler role's binding: exactly the MIGs (and their sub-resources), the zones'
+    operations, the reservations and the region of this cluster's pools.  Every clause names a full
+    resource path, so nothing else in the project matches (another MIG, the controller, a template)."""
+    if not scope.migs:
+        raise ValueError("autoscaler_condition: the cluster has no MIG to manage")
+    paths = scope.paths()
+    clauses = [f'resource.name == "{m}" || resource.name.startsWith("{m}/")' for m in paths["instanceGroupManagers"]]
+    clauses += [f'resource.name.startsWith("{o}")' for o in paths["operations"]]
+    clauses += [f'resource.name == "{r}"' for r in paths["reservations"] + paths["regions"]]
+    expr = " || ".join(clauses)
+    if len(expr) > 12_800:  # IAM's limit on a condition expression
+        raise ValueError(f"autoscaler_condition: {len(expr)} characters, over IAM's 12,800 (too many MIGs)")
+    return expr
+
 
 # Project roles of the nodes' service account (predefined, narrow; no basic roles).
 NODE_ROLES: tuple[Permission, ...] = (

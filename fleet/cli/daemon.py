@@ -47,6 +47,7 @@ def run(
     """Run the autoscaler (until SIGTERM, or one tick with --once)."""
     from autoscaler.daemon.config import ConfigError, load_config
     from autoscaler.daemon.logs import setup_logging
+    from autoscaler.daemon.state import StateError
 
     if log_level.upper() not in LOG_LEVELS:
         _fail(f"--log-level: {log_level!r} is not one of {', '.join(LOG_LEVELS)}")
@@ -62,6 +63,9 @@ def run(
     except ConfigError as exc:
         _fail(str(exc))
         return
+    except StateError as exc:
+        _state_fail(exc, log_json)
+        return
     except (OSError, sqlite3.Error) as exc:  # the state store cannot be opened or created
         where = f"{config}: state_path: {cfg.state_path}"
         _fail(f"{where}: cannot open the daemon's state store: {getattr(exc, 'strerror', None) or exc}")
@@ -74,7 +78,7 @@ def run(
             typer.echo(json.dumps(res.to_json(), default=str))
         else:
             _print_tick(res)
-        raise typer.Exit(0 if res.ok else 1)
+        raise typer.Exit(0 if res.ok else 2 if (res.error or "").startswith("DatabaseError:") else 1)
     from autoscaler.daemon.loop import RunLoop
     from autoscaler.daemon.metrics import MetricsServer
 
@@ -121,6 +125,41 @@ def _run_kubernetes(path: Path, *, once: bool, log_json: bool) -> None:
     raise typer.Exit(run_forever(daemon, cfg))
 
 
+def _state_fail(exc: Exception, log_json: bool) -> None:
+    """A damaged / foreign / missing state store: one clear message (a JSON line under --log-json), exit 2."""
+    if log_json:
+        from loguru import logger
+
+        logger.bind(error="StateError").error("{}", exc)
+        raise typer.Exit(2)
+    _fail(f"state_path: {exc}")
+
+
+@autoscaler_app.command("init")
+def init(
+    config: Annotated[Path, typer.Option("--config", help="YAML config (see deploy/autoscaler.example.yaml)")],
+) -> None:
+    """Create (or check) the state store and record the managed pools, so Slurm's hooks can queue requests
+    before the daemon's first tick (run it before slurmctld starts).  Idempotent; no cloud or Slurm call."""
+    from autoscaler.daemon.build import load_pools, open_store
+    from autoscaler.daemon.config import ConfigError, load_config
+    from autoscaler.daemon.state import StateError
+
+    try:
+        cfg = load_config(config)
+        _, pools = load_pools(cfg)
+        store = open_store(cfg, pools)
+    except ConfigError as exc:
+        _fail(str(exc))
+        return
+    except StateError as exc:
+        _fail(f"state_path: {exc}")
+        return
+    n = len(store.managed_pools())
+    store.close()
+    typer.echo(f"{cfg.state_path}: ready, {n} managed pool(s) recorded", err=True)
+
+
 def _print_tick(res: TickResult) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -152,7 +191,7 @@ def status(
     """Print the state store as JSON: leader, open launch requests, queued power-save requests, backoffs."""
     import time
 
-    from autoscaler.daemon.state import OPEN_REQUEST_STATES, StateStore
+    from autoscaler.daemon.state import OPEN_REQUEST_STATES, StateError, StateStore
     from autoscaler.slurm.handoff import default_state_path
 
     path = state
@@ -167,7 +206,10 @@ def status(
     if path.is_dir() or not path.is_file():
         _fail(f"--state: {path}: {'is a directory' if path.is_dir() else 'no such state store'} (status reads it)")
     try:
-        store = StateStore(path)
+        store = StateStore.read_only_copy(path)  # checked, in memory: status never writes the file
+    except StateError as exc:
+        _fail(f"--state: {exc}")
+        return
     except (OSError, sqlite3.Error) as exc:
         _fail(f"--state: {path}: cannot open the daemon's state store: {exc}")
         return

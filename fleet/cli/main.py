@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "daemon",  # fleet autoscaler, fleet slurm        (the autoscaler daemon)
     "bootstrap",  # fleet bootstrap-region            (new-region bootstrap)
     "advise",  # fleet advise commitments             (compute-budget advisor)
+    "policy",  # fleet policy check                  (guardrails, same rules as policies/)
 )
 
 for _module in COMMAND_MODULES:

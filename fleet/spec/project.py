@@ -1,7 +1,7 @@
 """Schema of the `project-bootstrap` stack kind: what a new project (or region) needs once.
 
 A stack file whose `gpu-fleet:fleet` value has `kind: project-bootstrap` deploys the Google APIs,
-a GCS bucket for Pulumi state, the autoscaler's service account with its custom role, and the
+a GCS bucket for Pulumi state, the autoscaler's custom role, and the
 nodes' service account (components/gcp/project_bootstrap.py).  Defaults come from
 `fleet.bootstrap.iam`.
 """
@@ -43,7 +43,6 @@ class ProjectBootstrapSpec(_Spec):
     region: str = Field(pattern=r"^[a-z]+-[a-z]+[0-9]+$")
     apis: list[str] = Field(default_factory=lambda: [a.name for a in APIS], min_length=1, max_length=200)
     state_bucket: StateBucketSpec = Field(default_factory=StateBucketSpec)
-    autoscaler_account_id: str = Field("gpu-fleet-autoscaler", pattern=ACCOUNT_ID)
     autoscaler_role_id: str = Field("gpuFleetAutoscaler", pattern=ROLE_ID)
     nodes_account_id: str = Field("gpu-fleet-nodes", pattern=ACCOUNT_ID)
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=64)  # GCE label syntax
@@ -81,8 +80,6 @@ def load_project_spec(data: object) -> ProjectBootstrapSpec:
     dupes = {a for a in spec.apis if spec.apis.count(a) > 1}
     errors = [(p, "not a Google API service name (<name>.googleapis.com)") for p in bad]
     errors += [("apis", f"{a} listed more than once") for a in sorted(dupes)]
-    if spec.autoscaler_account_id == spec.nodes_account_id:
-        errors.append(("nodes_account_id", "must differ from autoscaler_account_id (least privilege per identity)"))
     if errors:
         raise ProjectSpecError(errors)
     return spec

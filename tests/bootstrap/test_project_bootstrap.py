@@ -40,11 +40,10 @@ def test_no_binding_uses_a_basic_role(result: SynthResult) -> None:
     bindings = result.by_type("gcp:projects/iAMMember:IAMMember")
     roles = {b.inputs["role"] for b in bindings}
     assert not roles & BASIC_ROLES
-    assert roles == {"projects/my-gpu-project/roles/gpuFleetAutoscaler", *(r.name for r in NODE_ROLES)}
+    # the autoscaler's role is defined here and bound by no one project-wide: each Slurm cluster binds it to
+    # its own account with a condition naming its pools' resources (tests/components/test_slurm_cluster.py)
+    assert roles == {r.name for r in NODE_ROLES}
     members = {b.inputs["role"]: b.inputs["member"] for b in bindings}
-    assert members["projects/my-gpu-project/roles/gpuFleetAutoscaler"] == (
-        "serviceAccount:gpu-fleet-autoscaler@my-gpu-project.iam.gserviceaccount.com"
-    )
     assert members["roles/logging.logWriter"].startswith("serviceAccount:gpu-fleet-nodes@")
     assert result.by_type("gcp:serviceaccount/key:Key") == []  # no long-lived keys
     for kind in ("iAMBinding", "iAMPolicy"):  # authoritative bindings would strip others' access
@@ -52,17 +51,24 @@ def test_no_binding_uses_a_basic_role(result: SynthResult) -> None:
 
 
 def test_every_actuator_call_is_covered_and_nothing_more() -> None:
-    """The permissions follow the Compute calls autoscaler/gce/client.py makes; a new call fails this test."""
+    """Two ways: every Compute call autoscaler/gce/client.py makes has its permission in the role (a new call
+    fails this test), and every permission of the role is needed by a call the actuator makes today (a
+    removed call fails it too, so the role never keeps a right nobody uses)."""
+    from autoscaler.gce.compute_lite import SERVICES
+
     source = (REPO / "autoscaler" / "gce" / "client.py").read_text()
-    clients = set(re.findall(r"self\.(\w+) = compute_v1\.\w+Client\(", source))
-    assert {"migs", "regions"} <= clients, f"Compute clients not found (has the actuator moved?): {clients}"
+    clients = dict(re.findall(r"self\.(\w+) = compute_v1\.(\w+Client)\(", source))
+    assert set(clients.values()) == {c for cs in SERVICES.values() for c in cs}, "client.py and compute_lite differ"
+    assert {"migs", "regions"} <= set(clients), f"Compute clients not found (has the actuator moved?): {clients}"
     calls = set(re.findall(rf"self\.({'|'.join(clients)})\.(\w+)\b", source))
     assert calls, "no Compute client calls found: has the actuator moved?"
     assert calls <= set(API_CALLS), (
         f"calls without a permission in fleet.bootstrap.iam.API_CALLS: {calls - set(API_CALLS)}"
     )
+    assert set(API_CALLS) <= calls, f"API_CALLS lists calls the actuator no longer makes: {set(API_CALLS) - calls}"
     needed = {API_CALLS[c] for c in calls}
     assert needed == set(autoscaler_permission_names())
+    assert all(p.on for p in AUTOSCALER_PERMISSIONS)  # each says which resources the condition must name
 
 
 def test_state_bucket_is_private_versioned_and_protected(result: SynthResult) -> None:
@@ -87,7 +93,8 @@ def test_outputs_and_component_convention(result: SynthResult) -> None:
     children = result.children_of(comp.urn)
     assert len(children) == len(result.resources) - 1  # every resource is the component's child
     assert all(c.name.startswith("bootstrap-") for c in children)
-    assert result.outputs["autoscaler_service_account"] == "gpu-fleet-autoscaler@my-gpu-project.iam.gserviceaccount.com"
+    assert "autoscaler_service_account" not in result.outputs  # per cluster now (the fleet stack's outputs)
+    assert result.outputs["autoscaler_role"] == "projects/my-gpu-project/roles/gpuFleetAutoscaler"
     assert result.outputs["nodes_service_account"] == "gpu-fleet-nodes@my-gpu-project.iam.gserviceaccount.com"
 
 
@@ -97,7 +104,7 @@ def test_outputs_and_component_convention(result: SynthResult) -> None:
         ({"autoscaler_account_id": "A"}, "autoscaler_account_id"),
         ({"apis": ["compute"]}, "apis[0]"),
         ({"state_bucket": {"name": "Bad.Name"}}, "state_bucket.name"),
-        ({"nodes_account_id": "gpu-fleet-autoscaler"}, "nodes_account_id"),
+        ({"nodes_account_id": "X"}, "nodes_account_id"),
         ({"owner": "me"}, "owner"),
     ],
 )

@@ -36,7 +36,10 @@ def test_once_dry_run_prints_the_plan_as_json_and_touches_nothing(tmp_path: Path
     state = tmp_path / "state.db"
     from autoscaler.daemon.state import StateStore
 
-    StateStore(state).enqueue_power("resume", ["e2e-od-0", "e2e-od-1"], 1.0, {"e2e-od-0": (5,), "e2e-od-1": (5,)})
+    store = StateStore(state)
+    store.enqueue_power("resume", ["e2e-od-0", "e2e-od-1"], 1.0, {"e2e-od-0": (5,), "e2e-od-1": (5,)})
+    store.close()
+    before = {p.name: p.read_bytes() for p in tmp_path.glob("state.db*")}
     # no slurmctld here: the tick goes on without Slurm (no scale-down) and still plans the resume
     (tmp_path / "slurm.conf").write_text("ClusterName=x\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort=1\n")
     with FakeCompute(PROJECT) as fake:
@@ -56,8 +59,11 @@ def test_once_dry_run_prints_the_plan_as_json_and_touches_nothing(tmp_path: Path
         assert launch["outcome"] == "dry-run" and launch["names"] == ["e2e-od-0", "e2e-od-1"]
         assert launch["pool"] == "od" and ":on-demand" in launch["offering"]
         assert fake.events_of("create") == []
+        assert fake.events == []  # no mutating Compute call at all (the fake records every mutation)
         for line in cp.stderr.strip().splitlines():  # --log-json: one JSON object per line
             assert isinstance(json.loads(line), dict)
+    # no state write: the files are byte for byte as they were, no -wal/-shm/lock file appeared
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("state.db*")} == before
     assert len(StateStore(state).open_power()) == 2 and StateStore(state).requests() == []
 
 

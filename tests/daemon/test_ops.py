@@ -53,13 +53,22 @@ def test_systemd_unit_is_hardened() -> None:
         "ProtectSystem=strict",
         "ReadWritePaths=/var/lib/gpu-fleet",
         "Restart=on-failure",
+        "RestartPreventExitStatus=2",
     ):
         assert re.search(rf"^{re.escape(line)}$", unit, re.M), line
     assert "fleet autoscaler run --config" in unit
 
 
+def daemon_store(state: Path, *prefixes: str, max_nodes: int = 16) -> None:
+    """What the daemon does at start: create the store and record the pools' name spaces."""
+    s = StateStore(state)
+    s.set_managed_pools([(p.rsplit("-", 1)[-1], p, max_nodes) for p in prefixes])
+    s.close()
+
+
 def test_hooks_reach_the_daemon_state_and_are_fast(tmp_path: Path) -> None:
     state = tmp_path / "s.db"
+    daemon_store(state, "c1-spot")
     resume_file = tmp_path / "resume.json"
     resume_file.write_text(json.dumps({"jobs": [{"job_id": 42, "nodes_resume": "c1-spot-[0-1]"}]}))
     t0 = time.perf_counter()
@@ -88,8 +97,48 @@ def test_hooks_reach_the_daemon_state_and_are_fast(tmp_path: Path) -> None:
     assert elapsed < 10  # generous on a shared 2-core box; typically ~0.1 s (see docs/autoscaler.md)
 
 
+def hook(action: str, hostlist: str, state: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "autoscaler.slurm.hook", action, hostlist, "--state", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_hook_refuses_names_outside_the_managed_pools_with_one_line(tmp_path: Path) -> None:
+    state = tmp_path / "s.db"
+    daemon_store(state, "c1-spot", max_nodes=4)
+    # 60,000 unknown names (another cluster's, and beyond the pool's max_nodes) -> one summary line, exit 2
+    cp = hook("resume-fail", "other-gpu-[0-59995],c1-spot-[4-7]", state)
+    assert cp.returncode == 2
+    lines = cp.stderr.strip().splitlines()
+    assert len(lines) == 1 and "refused 60000 node name(s)" in lines[0] and "other-gpu-0" in lines[0]
+    # 100,000: one line too, whether refused as names outside the pools or by the hostlist size limit
+    cp = hook("resume-fail", "other-gpu-[0-99999]", state)
+    assert cp.returncode == 2 and len(cp.stderr.strip().splitlines()) == 1
+    assert StateStore(state).open_power() == []
+    # a mix: the managed names are queued, the others refused in one line
+    cp = hook("resume", "c1-spot-[0-1],login-0", state)
+    assert cp.returncode == 0, cp.stderr
+    assert "refused 1 node name(s)" in cp.stderr and "queued 2 node(s)" in cp.stderr
+    assert [r.name for r in StateStore(state).open_power()] == ["c1-spot-0", "c1-spot-1"]
+
+
+def test_hook_never_creates_the_store(tmp_path: Path) -> None:
+    state = tmp_path / "s.db"
+    cp = hook("resume", "c1-spot-0", state)
+    assert cp.returncode == 1 and "no state store" in cp.stderr
+    assert not state.exists()
+    StateStore(state).close()  # a store without recorded pools (daemon never started): nothing queued
+    cp = hook("resume", "c1-spot-0", state)
+    assert cp.returncode == 1 and "has not recorded its pools" in cp.stderr
+    assert StateStore(state).open_power() == []
+
+
 def test_bad_hostlist_exits_2_and_queues_nothing(tmp_path: Path) -> None:
     state = tmp_path / "s.db"
+    daemon_store(state, "c1-spot")
     cp = subprocess.run(
         [sys.executable, "-m", "autoscaler.slurm.hook", "resume", "c1-spot-[0-", "--state", str(state)],
         capture_output=True,
@@ -134,6 +183,7 @@ def test_deploy_wrappers_are_the_paths_the_slurm_conf_renderer_uses(tmp_path: Pa
     from fleet.slurm.conf import HOOKS
 
     state = tmp_path / "s.db"
+    daemon_store(state, "a")
     env = {"PATH": "/usr/bin:/bin", "GPU_FLEET_PYTHON": sys.executable, "GPU_FLEET_AUTOSCALER_STATE": str(state)}
     for action, arg in (("resume", "a-[0-1]"), ("suspend", "a-0"), ("resume_fail", "a-1")):
         assert HOOKS[action].endswith(f"/deploy/slurm/{action}.sh")
@@ -146,3 +196,19 @@ def test_deploy_wrappers_are_the_paths_the_slurm_conf_renderer_uses(tmp_path: Pa
         ("suspend", "a-0"),
         ("resume_fail", "a-1"),
     ]
+
+
+def test_a_store_damaged_while_running_stops_the_loop_with_exit_2(tmp_path: Path) -> None:
+    """A tick that hits sqlite's "database disk image is malformed" stops the daemon (exit 2: the unit's
+    RestartPreventExitStatus=2 keeps systemd from restarting into the same failure) instead of failing forever."""
+    from autoscaler.daemon.tick import TickResult
+
+    class Damaged(SlowDaemon):
+        def tick(self) -> TickResult:  # type: ignore[override]
+            self.ticks += 1
+            return TickResult(at=0.0, error="DatabaseError: database disk image is malformed")
+
+    d = Damaged(StateStore(tmp_path / "s.db"))
+    loop = RunLoop(d, interval_s=0.1)  # type: ignore[arg-type]
+    assert loop.run(install_signals=False) == 2
+    assert d.ticks == 1

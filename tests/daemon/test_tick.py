@@ -349,3 +349,64 @@ def test_a_batch_window_never_holds_nodes_slurm_already_bound_to_a_job(make_daem
     resume(d, NAMES[:1], job=5)
     (launch,) = launches(d.tick())
     assert launch["names"] == NAMES[:1]
+
+
+def test_nodes_asked_for_again_after_an_async_stockout_keep_their_jobs(make_daemon, cloud, clock) -> None:
+    """Four independent 1-node jobs stay four units (not one all-or-nothing unit) when the MIG reports a
+    per-instance stockout after accepting them, and each keeps its job (and so the job's priority)."""
+    d = make_daemon()
+    for i, n in enumerate(NAMES[:4]):
+        resume(d, [n], job=100 + i)
+    res = d.tick()
+    assert res.resume_units == 4
+    failures = [
+        ProvisioningFailure(
+            r.request_id, offering(ZONE_A), FailureKind.STOCKOUT, r.names, "ZONE_RESOURCE_POOL_EXHAUSTED"
+        )
+        for r in d.store.requests(["launched"])
+    ]
+    assert sorted(n for f in failures for n in f.names) == NAMES[:4]
+    cloud.async_failures.extend(failures)
+    clock.advance(5)
+    res = d.tick()
+    assert res.resume_units == 4  # without the job ids they came back as one unit
+    relaunched = sorted(n for c in launches(res) for n in c["names"])
+    assert relaunched == NAMES[:4] and all(c["offering"] == str(offering(ZONE_B)) for c in launches(res))
+    rows = d.store.conn.execute("SELECT name, jobs FROM power_queue WHERE at = ? ORDER BY name", (clock(),)).fetchall()
+    assert [(r["name"], r["jobs"]) for r in rows] == [(n, f"[{100 + i}]") for i, n in enumerate(NAMES[:4])]
+
+
+def test_resume_fail_rows_for_unmanaged_names_run_no_scontrol(make_daemon, slurm) -> None:
+    """Rows that bypassed the hook's filter (an older hook, a hand-made row) still never reach scontrol."""
+    d = make_daemon()
+    d.store.enqueue_power("resume_fail", ["login-0", "other-gpu-7"], d.clock(), {})
+    res = d.tick()
+    assert res.ok and slurm.updates == []
+    assert d.store.open_power() == []  # finished, not retried forever
+
+
+def test_a_job_no_pool_can_ever_serve_is_logged_once_and_counted(make_daemon, slurm, clock) -> None:
+    import io
+    import json
+
+    from autoscaler.daemon.logs import setup_logging
+
+    buf = io.StringIO()
+    setup_logging(json_lines=True, stream=buf, level="WARNING")
+    try:
+        # -N 100 on a partition whose pool has 4 nodes; a job that fits
+        slurm.jobs_ = [pending_job(41, nodes=100, reason="PartitionNodeLimit"), pending_job(42, nodes=2)]
+        d = make_daemon()
+        for _ in range(3):
+            assert d.tick().ok
+            clock.advance(10)
+    finally:
+        setup_logging()
+    said = [json.loads(x) for x in buf.getvalue().splitlines() if "never be served" in x]
+    assert len(said) == 1 and said[0]["reason"] == "too-many-nodes"
+    assert "needs 100 nodes" in said[0]["message"] and "has 4" in said[0]["message"]
+    text = d.metrics.render().decode()
+    assert 'gpu_fleet_autoscaler_unservable_jobs{reason="too-many-nodes"} 1.0' in text
+    slurm.jobs_ = [pending_job(42, nodes=2)]  # the user cancelled it: the gauge drops
+    d.tick()
+    assert 'unservable_jobs{reason="too-many-nodes"}' not in d.metrics.render().decode()

@@ -22,10 +22,12 @@ from typing import Any
 
 import yaml
 
-from autoscaler.daemon.build import build_daemon
+from autoscaler.daemon.build import build_daemon, managed_name_spaces
 from autoscaler.daemon.config import parse_config
 from autoscaler.daemon.loop import RunLoop
+from autoscaler.daemon.state import StateStore
 from autoscaler.daemon.tick import Daemon, TickResult
+from autoscaler.model import Pool
 from fleet.inventory import InventoryPool
 from tests.fakes.compute_api import FakeCompute
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_nodes_unavailable_reason, cloud_slurm_conf
@@ -93,6 +95,7 @@ class E2E:
         probe = make_harness()
         self.root = probe.root
         self.state = self.root / "autoscaler.db"
+        self._init_state()
         b = self.root / "bin"
         self.slurm = make_harness(
             root=self.root,
@@ -143,6 +146,13 @@ class E2E:
         self._loop: RunLoop | None = None
         self.daemon: Daemon | None = None
         self.proc: subprocess.Popen[str] | None = None
+
+    def _init_state(self) -> None:
+        """What `fleet autoscaler init` does before slurmctld starts: the store, with the pools' name spaces
+        (the hooks refuse names outside them)."""
+        store = StateStore(self.state)
+        store.set_managed_pools(managed_name_spaces([Pool.from_inventory(p) for p in inventory()]))
+        store.close()
 
     # --- the daemon in this process ------------------------------------------------------------------
     def start_daemon(self) -> Daemon:

@@ -35,7 +35,7 @@ FLEET: dict[str, Any] = {
                 "extra_config": {"PriorityType": "priority/multifactor"},
                 "autoscaler": {
                     "source": "https://github.com/your-org/gpu-fleet.git",
-                    "ref": "main",
+                    "ref": "v0.1.0@0123456789abcdef0123456789abcdef01234567",  # a pinned release (b1: never a branch)
                     "policy": {"budget_usd_per_hour": 1000, "spot_queues": ["pre"]},
                 },
                 "partitions": [
@@ -131,9 +131,10 @@ MUTATIONS: list[tuple[str, Mutation, str, str]] = [
     ("source-dash", lambda d: _auto(d).update(source="--upload-pack=touch /tmp/x"), f"{AU}.source", "git URL"),
     ("source-semicolon", lambda d: _auto(d).update(source="https://x.org/r.git;reboot"), f"{AU}.source", "git URL"),
     ("source-newline", lambda d: _auto(d).update(source="https://x.org/r.git\nreboot"), f"{AU}.source", "git URL"),
-    ("ref-dash", lambda d: _auto(d).update(ref="--exec=reboot"), f"{AU}.ref", "git"),
-    ("ref-dotdot", lambda d: _auto(d).update(ref="main..x"), f"{AU}.ref", "check-ref-format"),
-    ("ref-space", lambda d: _auto(d).update(ref="main x"), f"{AU}.ref", "git branch"),
+    ("ref-dash", lambda d: _auto(d).update(ref="--exec=reboot"), f"{AU}.ref", "pattern"),
+    ("ref-dotdot", lambda d: _auto(d).update(ref="main..x"), f"{AU}.ref", "pattern"),
+    ("ref-space", lambda d: _auto(d).update(ref="main x"), f"{AU}.ref", "pattern"),
+    ("ref-branch", lambda d: _auto(d).update(ref="main"), f"{AU}.ref", "pattern"),
     # GCE names and resources
     ("machine-type-semicolon", lambda d: _pool(d).update(machine_type="a3-megagpu-8g;reboot"),
      f"{P0}.machine_type", "must be a machine type"),

@@ -196,3 +196,19 @@ def test_per_attempt_stockouts_open_a_window_on_each_failure() -> None:
     assert cloud.stocked_out(OD_8G)
     clock.advance_to(100)
     assert not cloud.stocked_out(OD_8G)
+
+
+def test_the_bill_of_a_window_is_the_part_of_each_record_inside_it() -> None:
+    from autoscaler.cloud import OfferingKey
+    from autoscaler.sim.billing import BillingLedger, BillingRecord
+    from fleet.catalog import CapacityType
+
+    key = OfferingKey("sim", "z", "m", CapacityType.ON_DEMAND)
+    led = BillingLedger()
+    led.open(BillingRecord("a", key, 8, 36.0, start=0.0))
+    led.open(BillingRecord("b", key, 8, 72.0, start=1800.0))
+    led.open(BillingRecord("r", key, 8, 99.0, start=0.0, covered_by_reservation=True))
+    led.close("a", 3600.0)
+    # [1800, 5400): a for 1800 s at $36/h, b for 3600 s at $72/h (open, counted up to now), r covered
+    assert led.cost_between(1800.0, 5400.0, now=7200.0) == 36.0 / 2 + 72.0
+    assert led.cost_between(0.0, 10**9, now=7200.0) == led.cost(7200.0)

@@ -33,6 +33,9 @@ def cluster(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[tuple[SlurmH
         missing(reason)
     probe = slurm_factory()
     state = probe.root / "autoscaler.db"
+    store = StateStore(state)  # what the daemon does at start: create the store, record its name spaces
+    store.set_managed_pools([("od", "t1-od", 4), ("spot", "t1-spot", 4)])
+    store.close()
     bin_dir = probe.root / "bin"
     h = slurm_factory(
         root=probe.root,

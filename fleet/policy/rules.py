@@ -1,0 +1,333 @@
+"""The guardrails every gpu-fleet stack must pass, as pure functions over (resource type, properties).
+
+One definition, two runners: the Pulumi CrossGuard pack in `policies/` (`pulumi preview --policy-pack
+policies`) and the offline `fleet policy check` (fleet/policy/check.py, over the resources `fleet synth`
+records).  Properties are the engine's view of a resource's inputs (camelCase keys, e.g. `networkInterfaces`),
+which is what both runners hand over.  Standard library only: the pack runs in its own virtualenv.
+
+Resource policies (`RESOURCE_POLICIES`) look at one resource; stack policies (`STACK_POLICIES`) at all of them
+(the per-stack GPU cap, which needs the autoscaler inventory on the controller).  Each returns a list of
+violation messages; an empty list is compliant.  `Settings` holds what a platform team tunes (approved
+regions, GPU caps, required labels); `DEFAULT_SETTINGS` is what ships.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+MANDATORY = "mandatory"
+ADVISORY = "advisory"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """approved_regions: where resources may live (multi-region bucket locations by name, e.g. "us").
+    required_labels: on every billable resource, non-empty.
+    max_gpus: the default per-stack GPU cap (static VMs + every pool at max_nodes); stack_max_gpus: per stack.
+    dev_stack_pattern: stacks matching it (or labelled env=dev) are dev stacks (advisory: spot capacity)."""
+
+    approved_regions: frozenset[str] = frozenset(
+        {"us-central1", "us-east1", "us-east4", "us-east5", "us-west1", "us-west4", "europe-west4", "asia-southeast1"}
+    )
+    approved_multi_regions: frozenset[str] = frozenset({"us", "eu"})
+    required_labels: tuple[str, ...] = ("team", "cost-center")
+    max_gpus: int = 1024
+    stack_max_gpus: Mapping[str, int] = field(default_factory=dict)
+    dev_stack_pattern: str = r"(^|-)dev($|-)"
+
+    def gpu_cap(self, stack: str) -> int:
+        return int(self.stack_max_gpus.get(stack, self.max_gpus))
+
+
+DEFAULT_SETTINGS = Settings()
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One resource as both runners see it."""
+
+    urn: str
+    type: str
+    name: str
+    props: Mapping[str, Any]
+
+    @property
+    def stack(self) -> str:
+        return stack_of(self.urn)
+
+
+@dataclass(frozen=True)
+class Violation:
+    policy: str
+    level: str
+    urn: str
+    message: str
+
+    def line(self) -> str:
+        name = self.urn.rsplit("::", 1)[-1] if self.urn else "(stack)"
+        kind = self.urn.split("::")[2].rsplit("$", 1)[-1] if self.urn.count("::") >= 3 else ""
+        return f"{self.level.upper()} {self.policy}: {kind} {name}: {self.message}".replace("  ", " ")
+
+
+def stack_of(urn: str) -> str:
+    """`urn:pulumi:STACK::PROJECT::TYPE::NAME` -> STACK."""
+    return urn.split("::", 1)[0].rsplit(":", 1)[-1] if urn.startswith("urn:pulumi:") else ""
+
+
+# --- resource kinds --------------------------------------------------------------------------------------------
+INSTANCE = "gcp:compute/instance:Instance"
+TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
+REGION_TEMPLATE = "gcp:compute/regionInstanceTemplate:RegionInstanceTemplate"
+FIREWALL = "gcp:compute/firewall:Firewall"
+BUCKET = "gcp:storage/bucket:Bucket"
+GKE_CLUSTER = "gcp:container/cluster:Cluster"
+GKE_NODE_POOL = "gcp:container/nodePool:NodePool"
+ADDRESS = "gcp:compute/address:Address"
+VM_KINDS = (INSTANCE, TEMPLATE, REGION_TEMPLATE)
+# Billable resources that carry labels, and where (a dotted path into the properties).
+BILLABLE_LABELS: dict[str, str] = {
+    INSTANCE: "labels",
+    TEMPLATE: "labels",
+    REGION_TEMPLATE: "labels",
+    "gcp:compute/disk:Disk": "labels",
+    ADDRESS: "labels",  # external addresses only (internal reservations are free)
+    "gcp:filestore/instance:Instance": "labels",
+    "gcp:lustre/instance:Instance": "labels",
+    "gcp:parallelstore/instance:Instance": "labels",
+    BUCKET: "labels",
+    "gcp:secretmanager/secret:Secret": "labels",
+    GKE_CLUSTER: "resourceLabels",
+    GKE_NODE_POOL: "nodeConfig.resourceLabels",
+}
+# Machine families whose GPUs come with the machine type (no guestAccelerators needed).
+GPU_MACHINE_FAMILIES = ("a2-", "a3-", "a4-", "a4x-", "g2-", "g4-")
+OPEN_RANGES = ("0.0.0.0/0", "::/0")
+
+
+def _get(props: Mapping[str, Any], path: str) -> Any:
+    cur: Any = props
+    for key in path.split("."):
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(key)
+    return cur
+
+
+def _list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, Sequence) and not isinstance(value, str | bytes) else []
+
+
+def gpus_of(props: Mapping[str, Any]) -> int:
+    """GPUs on one VM (instance or template): guest accelerators, or the machine type's own."""
+    n = sum(int(a.get("count") or 0) for a in _list(props.get("guestAccelerators")) if isinstance(a, Mapping))
+    if n:
+        return n
+    mt = str(props.get("machineType") or "").rsplit("/", 1)[-1]
+    if mt.startswith(GPU_MACHINE_FAMILIES):
+        m = re.search(r"-(\d+)g$", mt)
+        return int(m.group(1)) if m else 1
+    return 0
+
+
+def _region_of(location: str) -> str:
+    """us-east4-a -> us-east4; us-east4 -> us-east4; US-EAST4 -> us-east4."""
+    loc = location.lower().rsplit("/", 1)[-1]
+    return loc[:-2] if re.fullmatch(r"[a-z]+-[a-z]+\d+-[a-z]", loc) else loc
+
+
+# --- resource policies -------------------------------------------------------------------------------------------
+def no_external_ip_on_gpu_vms(kind: str, props: Mapping[str, Any], settings: Settings) -> list[str]:
+    if kind not in VM_KINDS or not gpus_of(props):
+        return []
+    out = []
+    for i, nic in enumerate(_list(props.get("networkInterfaces"))):
+        if not isinstance(nic, Mapping):
+            continue
+        for key in ("accessConfigs", "ipv6AccessConfigs"):
+            if _list(nic.get(key)):
+                out.append(f"networkInterfaces[{i}].{key}: a GPU VM must have no external IP (egress via Cloud NAT)")
+    return out
+
+
+def no_open_ingress(kind: str, props: Mapping[str, Any], settings: Settings) -> list[str]:
+    if kind != FIREWALL:
+        return []
+    direction = str(props.get("direction") or "INGRESS").upper()
+    if direction != "INGRESS" or not _list(props.get("allows")) or props.get("disabled") is True:
+        return []  # deny rules, egress rules and disabled rules may name any range
+    open_ranges = [r for r in _list(props.get("sourceRanges")) if r in OPEN_RANGES]
+    if not open_ranges:
+        return []
+    return [f"sourceRanges: {', '.join(open_ranges)} on an allow rule opens it to the internet"]
+
+
+def shielded_vm(kind: str, props: Mapping[str, Any], settings: Settings) -> list[str]:
+    if kind in VM_KINDS:
+        cfg, where = props.get("shieldedInstanceConfig"), "shieldedInstanceConfig"
+    elif kind == GKE_NODE_POOL:
+        cfg, where = _get(props, "nodeConfig.shieldedInstanceConfig"), "nodeConfig.shieldedInstanceConfig"
+    else:
+        return []
+    cfg = cfg if isinstance(cfg, Mapping) else {}
+    need = ("enableSecureBoot", "enableIntegrityMonitoring") + (("enableVtpm",) if kind in VM_KINDS else ())
+    off = [k for k in need if cfg.get(k) is not True]
+    return [f"{where}: {', '.join(off)} must be true (Shielded VM)"] if off else []
+
+
+def required_labels(kind: str, props: Mapping[str, Any], settings: Settings) -> list[str]:
+    path = BILLABLE_LABELS.get(kind)
+    if not path:
+        return []
+    if kind == ADDRESS and str(props.get("addressType") or "EXTERNAL").upper() == "INTERNAL":
+        return []  # a reserved internal address is free
+    labels = _get(props, path)
+    labels = labels if isinstance(labels, Mapping) else {}
+    missing = [k for k in settings.required_labels if not str(labels.get(k) or "").strip()]
+    return [f"{path}: missing required label(s) {', '.join(missing)} (billable resource)"] if missing else []
+
+
+def approved_region(kind: str, props: Mapping[str, Any], settings: Settings) -> list[str]:
+    out = []
+    for key in ("region", "zone", "location"):
+        value = props.get(key)
+        if not isinstance(value, str) or not value:
+            continue
+        loc = value.lower().rsplit("/", 1)[-1]
+        if kind == BUCKET and loc in settings.approved_multi_regions:
+            continue
+        region = _region_of(loc)
+        if region not in settings.approved_regions:
+            out.append(f"{key}: {value} is not an approved region ({', '.join(sorted(settings.approved_regions))})")
+    return out
+
+
+def bucket_private(kind: str, props: Mapping[str, Any], settings: Settings) -> list[str]:
+    if kind != BUCKET:
+        return []
+    out = []
+    if props.get("uniformBucketLevelAccess") is not True:
+        out.append("uniformBucketLevelAccess: must be true (no per-object ACLs)")
+    if props.get("publicAccessPrevention") != "enforced":
+        out.append(f"publicAccessPrevention: must be 'enforced', got {props.get('publicAccessPrevention')!r}")
+    return out
+
+
+def spot_for_dev(kind: str, props: Mapping[str, Any], settings: Settings, stack: str = "") -> list[str]:
+    """Advisory: GPU capacity on a dev stack should be spot (cheaper, and preemption is fine there)."""
+    if kind not in VM_KINDS or not gpus_of(props):
+        return []
+    labels = props.get("labels") if isinstance(props.get("labels"), Mapping) else {}
+    dev = bool(re.search(settings.dev_stack_pattern, stack)) or str(labels.get("env", "")).lower() == "dev"
+    if not dev:
+        return []
+    model = str(_get(props, "scheduling.provisioningModel") or "STANDARD").upper()
+    if model == "SPOT" or _get(props, "scheduling.preemptible") is True:
+        return []
+    return [f"scheduling.provisioningModel: {model} on a dev stack; use SPOT for dev GPU capacity"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    description: str
+    level: str
+    check: Callable[..., list[str]]
+    needs_stack: bool = False
+
+
+RESOURCE_POLICIES: tuple[Rule, ...] = (
+    Rule("gpu-no-external-ip", "GPU VMs and templates have no external IP", MANDATORY, no_external_ip_on_gpu_vms),
+    Rule(
+        "no-open-ingress",
+        "No firewall allow rule admits 0.0.0.0/0 or ::/0 (deny rules may)",
+        MANDATORY,
+        no_open_ingress,
+    ),
+    Rule("shielded-vm", "Every VM, template and GKE node pool is a Shielded VM", MANDATORY, shielded_vm),
+    Rule("required-labels", "Billable resources carry the team and cost-center labels", MANDATORY, required_labels),
+    Rule("approved-regions", "Resources live in approved regions only", MANDATORY, approved_region),
+    Rule(
+        "bucket-private",
+        "Buckets use uniform bucket-level access with public access prevention enforced",
+        MANDATORY,
+        bucket_private,
+    ),
+    Rule("dev-spot", "Dev stacks run GPU capacity on spot (advisory)", ADVISORY, spot_for_dev, needs_stack=True),
+)
+
+
+# --- stack policies -------------------------------------------------------------------------------------------
+def stack_gpus(resources: Sequence[Resource]) -> tuple[int, list[str]]:
+    """GPUs the stack can run at most: static GPU VMs, every pool of the autoscaler inventory (declared on the
+    controller's metadata) at max_nodes, and GKE node pools at their autoscaling maximum; with the breakdown."""
+    total, parts = 0, []
+    for r in resources:
+        if r.type == INSTANCE:
+            n = gpus_of(r.props)
+            if n:
+                total += n
+                parts.append(f"{r.name}: {n}")
+            inv = _get(r.props, "metadata")
+            raw = inv.get("gpu-fleet-inventory") if isinstance(inv, Mapping) else None
+            if isinstance(raw, str):
+                try:
+                    pools = json.loads(raw)
+                except ValueError:
+                    pools = []
+                for p in pools if isinstance(pools, list) else []:
+                    if isinstance(p, Mapping):
+                        n = int(p.get("max_nodes") or 0) * int(p.get("gpus_per_node") or 0)
+                        total += n
+                        parts.append(f"{p.get('cluster')}/{p.get('name')}: {n}")
+        elif r.type == GKE_NODE_POOL:
+            per_node = sum(
+                int(a.get("count") or 0)
+                for a in _list(_get(r.props, "nodeConfig.guestAccelerators"))
+                if isinstance(a, Mapping)
+            )
+            nodes = int(
+                _get(r.props, "autoscaling.totalMaxNodeCount")
+                or _get(r.props, "autoscaling.maxNodeCount")
+                or r.props.get("nodeCount")
+                or r.props.get("initialNodeCount")
+                or 0
+            )
+            if per_node and nodes:
+                total += per_node * nodes
+                parts.append(f"{r.name}: {per_node * nodes}")
+    return total, parts
+
+
+def gpu_cap(resources: Sequence[Resource], settings: Settings, stack: str) -> list[str]:
+    total, parts = stack_gpus(resources)
+    cap = settings.gpu_cap(stack)
+    if total <= cap:
+        return []
+    return [f"the stack can run {total} GPUs, over its cap of {cap} ({'; '.join(parts)})"]
+
+
+STACK_POLICIES: tuple[Rule, ...] = (
+    Rule("gpu-cap", "A stack stays under its GPU cap (every pool at max_nodes)", MANDATORY, gpu_cap),
+)
+ALL_POLICIES = RESOURCE_POLICIES + STACK_POLICIES
+
+
+def check_resource(rule: Rule, r: Resource, settings: Settings = DEFAULT_SETTINGS) -> list[Violation]:
+    msgs = rule.check(r.type, r.props, settings, r.stack) if rule.needs_stack else rule.check(r.type, r.props, settings)
+    return [Violation(rule.name, rule.level, r.urn, m) for m in msgs]
+
+
+def check_all(resources: Sequence[Resource], settings: Settings = DEFAULT_SETTINGS) -> list[Violation]:
+    """Every violation of every policy over one stack's resources (resource policies first)."""
+    out: list[Violation] = []
+    for rule in RESOURCE_POLICIES:
+        for r in resources:
+            out += check_resource(rule, r, settings)
+    stack = next((r.stack for r in resources if r.stack), "")
+    for rule in STACK_POLICIES:
+        out += [Violation(rule.name, rule.level, "", m) for m in rule.check(resources, settings, stack)]
+    return out

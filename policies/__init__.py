@@ -1,0 +1,1 @@
+"""The gpu-fleet CrossGuard policy pack (`pulumi preview --policy-pack policies`); see policies/pack.py."""

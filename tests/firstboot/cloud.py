@@ -1,0 +1,135 @@
+"""A tiny "GCE" for the first-boot test: declared VMs booted as namespaces, with their metadata and secrets.
+
+    with FirstBootCloud(declared, root, workdir, stubs) as cloud:
+        ctl = cloud.create("fb-controller")          # boot the VM, nothing run yet
+        cloud.startup("fb-controller")               # its startup script, as the guest agent runs it
+
+What it does as GCE would:
+- each VM gets the metadata, service account and zone the stack declares, the reserved address when
+  the stack declares one, otherwise the next free address of the system subnet (GCE's DHCP);
+- the metadata server (169.254.169.254, `metadata.google.internal`) answers each VM about itself,
+  with the attributes the stack declares plus the one GCE adds on A3/A4 VMs (`physical_host`);
+- Secret Manager (`secretmanager.googleapis.com`, HTTPS) holds one fresh random value per declared
+  secret and lets only the declared accessors read it, with tokens from the metadata server;
+- VMs reach each other on the subnet; no DNS entry for any VM is provided (the config must carry the
+  controller's address), and nothing routes off this machine.
+
+What it does not: images (all VMs boot the same baked Debian root), GPUs, extra NICs, real IAM/OAuth,
+zonal DNS, systemd (see shim/systemctl).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+import os
+import secrets
+import shutil
+from pathlib import Path
+
+from components.gcp.metadata import PHYSICAL_HOST
+from components.gcp.startup import LOCAL_SSD_GIB
+from fleet.catalog import load_catalog
+from tests.fakes.metadata import FakeMetadata, VmMetadata
+from tests.fakes.metadata_secrets import HOST as SECRET_MANAGER_HOST
+from tests.fakes.metadata_secrets import FakeSecretManager, make_tls
+from tests.firstboot.declared import Declared
+from tests.firstboot.netns import METADATA_IP, Fabric, sweep, sweep_stale
+from tests.firstboot.vm import Vm, detach_stale_disks
+
+
+def physical_host(zone: str, index: int) -> str:
+    """A stable `/CLUSTER/BLOCK/HOST` for the index-th VM of a zone (two hosts per block)."""
+    digest = hashlib.sha1(zone.encode()).hexdigest()
+    return f"/{digest[:8]}/{digest[8:14]}{index // 2}/{digest[14:20]}{index}"
+
+
+class FirstBootCloud:
+    def __init__(
+        self,
+        declared: Declared,
+        root: Path,
+        workdir: Path,
+        stubs: dict[str, str] | None = None,
+        units: dict[str, str] | None = None,
+        prefix: str = "fb",
+    ) -> None:
+        self.declared = declared
+        self.root = root
+        self.workdir = workdir
+        self.stubs = stubs or {}
+        self.units = units or {}
+        self.prefix = f"{prefix}{os.getpid()}"  # namespace names: unique per run and per cloud (netns.sweep_stale)
+        self.fabric = Fabric(self.prefix, declared.subnet)
+        self.metadata = FakeMetadata(declared.project)
+        self.secret_manager = FakeSecretManager(self.metadata, declared.project, self.metadata.project_number)
+        self.secret_values: dict[str, bytes] = {}
+        self.vms: dict[str, Vm] = {}
+        self._servers: list = []
+        reserved = {vm.network_ip for vm in declared.vms.values() if vm.network_ip}
+        # GCE keeps the first two and the last two addresses of a subnet (network, gateway, ..., broadcast)
+        # and hands out the rest from the bottom.
+        hosts = list(declared.subnet.hosts())[1:-1]
+        self._free = [a for a in hosts if str(a) not in reserved]
+
+    def __enter__(self) -> FirstBootCloud:
+        sweep_stale()
+        detach_stale_disks()
+        sweep(self.prefix)
+        try:
+            self.fabric.create()
+            self._servers.append(self.metadata.serve_socket(self.fabric.bind((METADATA_IP, 80))))
+            ca, tls = make_tls(self.workdir / "tls")
+            self.ca_pem = ca
+            sm_sock = self.fabric.bind((str(self.fabric.gateway), 443))
+            self._servers.append(self.secret_manager.serve_socket(sm_sock, tls))
+            for secret_id, members in self.declared.secrets.items():
+                # What the stack stores: the base64 text of random bytes (pulumi-random RandomBytes.base64).
+                value = base64.b64encode(secrets.token_bytes(1024 if "munge" in secret_id else 32))
+                self.secret_values[secret_id] = value
+                self.secret_manager.add_secret(secret_id, value, members)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for vm in self.vms.values():
+            vm.kill()
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
+        self._servers.clear()
+        self.fabric.destroy()
+        sweep(self.prefix)
+
+    def address_of(self, name: str) -> str:
+        return self.metadata.vm_named(name).ip
+
+    def create(self, name: str, metadata_override: dict[str, str] | None = None) -> Vm:
+        """Boot the declared VM `name` (its startup script is not run yet)."""
+        decl = self.declared.vms[name]
+        address = ipaddress.ip_address(decl.network_ip) if decl.network_ip else self._free.pop(0)
+        attributes = {**decl.metadata, **(metadata_override or {})}
+        machine = load_catalog("gcp").machine(decl.machine_type) if decl.pool else None
+        if machine and machine.nics.fabric != "none":
+            # set by GCE itself (not the stack) on A3/A4 VMs: where the VM was placed, /CLUSTER/BLOCK/HOST
+            attributes[PHYSICAL_HOST] = physical_host(decl.zone, len(self.vms))
+        self.metadata.add_instance(
+            VmMetadata(name, decl.zone, str(address), decl.service_account, attributes, decl.machine_type)
+        )
+        netns = self.fabric.attach(name, address)
+        vm = Vm(name, self.root, self.workdir / name, netns)
+        if vm.workdir.exists():
+            shutil.rmtree(vm.workdir)
+        vm.prepare(
+            {f"{SECRET_MANAGER_HOST}": str(self.fabric.gateway)}, ca_pem=self.ca_pem, stubs=self.stubs, units=self.units
+        )
+        self.vms[name] = vm
+        vm.attach_disk((machine.local_ssd_gib // LOCAL_SSD_GIB) if machine else 0)
+        vm.boot()
+        return vm

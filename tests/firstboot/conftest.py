@@ -1,0 +1,126 @@
+"""Fixtures of the first-boot test: the baked root, the synthesized test stack, and the booted cluster.
+
+Runs as root with debootstrap, ip, unshare and nsenter (scripts/setup.sh installs debootstrap).  Where
+they are missing the tests are skipped with the reason, except in CI (CI=true or FLEET_REQUIRE_SLURM=1),
+where that is a failure: the first-boot test never silently drops out of the suite CI runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.firstboot.cloud import FirstBootCloud
+from tests.firstboot.declared import Declared, declared
+from tests.firstboot.image import image_packages
+from tests.firstboot.rootfs import RootfsError, baked_root
+from tests.firstboot.stubs import gpu_stubs, stub_units
+
+HERE = Path(__file__).parent
+STACK = HERE / "Pulumi.firstboot.yaml"
+MOUNT_STACK = HERE / "Pulumi.firstboot-mount.yaml"
+CLUSTER = "fb"
+TOOLS = ("debootstrap", "ip", "unshare", "nsenter", "openssl")
+
+
+def unavailable_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "the first-boot test makes namespaces and mounts: run as root (CI does)"
+    missing = [t for t in TOOLS if shutil.which(t) is None]
+    if missing:
+        return f"first-boot test needs {', '.join(missing)} (scripts/setup.sh installs them)"
+    return None
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true" or os.environ.get("FLEET_REQUIRE_SLURM") == "1"
+
+
+def require() -> None:
+    reason = unavailable_reason()
+    if reason:
+        if in_ci():
+            pytest.fail(f"in CI the first-boot test must run, but {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def root_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The baked root, with every Debian package the scripts of both test stacks install."""
+    require()
+    log = tmp_path_factory.mktemp("rootfs") / "debootstrap.log"
+    vms = [vm for stack in (STACK, MOUNT_STACK) for vm in synthesized(stack).vms.values()]
+    scripts = [vm.metadata["startup-script"] for vm in vms]
+    try:
+        return baked_root(image_packages(scripts), log=log)
+    except RootfsError as exc:
+        pytest.fail(str(exc))
+
+
+_synth: dict[Path, Declared] = {}
+
+
+def synthesized(stack: Path) -> Declared:
+    """`fleet synth` of a test stack (in-process, under Pulumi mocks), once per session."""
+    from fleet.synth.run import synth_file
+
+    if stack not in _synth:
+        _synth[stack] = declared(synth_file(stack))
+    return _synth[stack]
+
+
+@dataclass
+class Booted:
+    cloud: FirstBootCloud
+    declared: Declared
+    results: dict[str, object] = field(default_factory=dict)  # vm -> CompletedProcess of its startup script
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def vm(self, name: str):
+        return self.cloud.vms[name]
+
+    def explain(self, name: str) -> str:
+        """The startup script's output and the daemon logs of a VM, for assertion messages."""
+        vm = self.vm(name)
+        parts = [(vm.workdir / "startup.log").read_text() if (vm.workdir / "startup.log").exists() else ""]
+        for log in ("var/log/slurm/slurmctld.log", "var/log/slurm/slurmd.log"):
+            path = vm.upper / log
+            if path.exists():
+                parts.append(f"--- {log} (tail)\n" + "\n".join(path.read_text().splitlines()[-25:]))
+        for unit_log in sorted((vm.upper / "var/log/fb-units").glob("*.log")):
+            parts.append(f"--- {unit_log.name}\n" + unit_log.read_text()[-1500:])
+        return "\n".join(parts)
+
+
+def boot(cloud: FirstBootCloud, booted: Booted, names: list[str]) -> None:
+    """Create the VMs, then run their startup scripts concurrently (as VMs booting together do)."""
+    for name in names:
+        cloud.create(name)
+
+    def run(name: str) -> None:
+        t0 = time.monotonic()
+        booted.results[name] = cloud.vms[name].startup()
+        booted.seconds[name] = time.monotonic() - t0
+
+    with ThreadPoolExecutor(len(names)) as pool:
+        list(pool.map(run, names))
+
+
+@pytest.fixture(scope="session")
+def cluster(root_image: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Booted]:
+    """The test stack's controller, then its login VM, both A3 Mega nodes and the A3 Ultra node, from their scripts."""
+    decl = synthesized(STACK)
+    work = tmp_path_factory.mktemp("firstboot")
+    with FirstBootCloud(decl, root_image, work, stubs=gpu_stubs(), units=stub_units(), prefix="fbc") as cloud:
+        booted = Booted(cloud, decl)
+        boot(cloud, booted, [decl.controller(CLUSTER).name])
+        nodes = [vm.name for pool in ("mega", "ultra") for vm in decl.nodes(CLUSTER, pool)]
+        boot(cloud, booted, nodes + decl.outputs["clusters"][CLUSTER]["logins"])
+        yield booted

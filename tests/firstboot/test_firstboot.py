@@ -1,0 +1,274 @@
+"""First boot of the generated Slurm VMs: the startup scripts the stack declares, run in namespace "VMs".
+
+The stack (tests/firstboot/Pulumi.firstboot.yaml) is synthesized under Pulumi mocks exactly as
+`fleet synth` does; each VM gets the metadata its instance or template declares from a fake GCE
+metadata server (which also hands out its service-account token), and the keys from a fake Secret
+Manager that only the declared accessors may read.  A controller, a login VM, two A3 Mega nodes and one A3 Ultra
+node boot from one baked Debian 12 root, each in its own network/mount/UTS/IPC/PID namespaces, on a
+private subnet with no route off this machine; the script is fetched from the metadata server and run
+as root, as GCE's guest agent does.
+
+Proven here, with the real Debian binaries (bash, curl, python3, iptables, munge, Slurm 22.05):
+- slurmctld runs the rendered slurm.conf/gres.conf/topology.conf with the munge and JWT keys the
+  controller's own service account read from Secret Manager; slurmrestd answers a JWT on loopback and
+  does not run as root;
+- every A3 Mega node reaches the controller at the address `SlurmctldHost=name(ip)` carries (there is
+  no DNS at all) and registers with its own address; `srun -N2` runs, through the TCPXO prolog with
+  the catalog's pinned images;
+- slurmd is started only after the GPUs and the TCPXO aperture devices exist (they appear seconds
+  after the driver / udev steps, as on a VM), and the fabric steps run in order with the catalog's
+  module name and PCI ids;
+- a non-root user gets no token from the metadata server (the request never reaches it), cannot read
+  the munge key on a node or the login VM, or the JWT key on the controller; root still gets a token;
+  on the login VM that user can still use Slurm (sinfo through munge);
+- a declared Lustre /scratch that cannot be mounted stops the boot with a FATAL message, before slurmd.
+
+Not proven: anything needing GPUs, GPU NICs or the GCE hypervisor (driver, NCCL, TCPXO/RDMA data
+paths are stubs: tests/firstboot/stubs.py), real GCE metadata/IAM/OAuth, Ubuntu accelerator images
+(the root is Debian 12), systemd itself (shim/systemctl), NFS /home, power saving through the
+autoscaler (the image carries no /opt/gpu-fleet, so slurmctld runs with power saving disabled and
+nodes join as they boot), the gIB node's boot (its plugin repository is unreachable: xfail below).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import pytest
+
+from components.gcp.startup import JWT_KEY_PATH
+from fleet.catalog import load_catalog
+from tests.firstboot.conftest import CLUSTER, MOUNT_STACK, Booted, boot, synthesized
+from tests.firstboot.stubs import LOG as STUB_LOG
+
+pytestmark = pytest.mark.slow
+
+MUNGE_KEY = "/etc/munge/munge.key"
+
+
+def _ok(cluster: Booted, name: str) -> None:
+    result = cluster.results[name]
+    assert result.returncode == 0, f"{name}: startup script exited {result.returncode}\n{cluster.explain(name)}"
+
+
+def _controller(cluster: Booted):
+    return cluster.vm(cluster.declared.controller(CLUSTER).name)
+
+
+def _nodes(cluster: Booted, pool: str | None = None) -> list[str]:
+    pools = [pool] if pool else ["mega", "ultra"]
+    return [vm.name for p in pools for vm in cluster.declared.nodes(CLUSTER, p)]
+
+
+def _secret(cluster: Booted, kind: str) -> bytes:
+    """The key bytes the stack stores in Secret Manager (the secret holds their base64 text)."""
+    [secret_id] = [s for s in cluster.cloud.secret_values if s.endswith(f"-{kind}")]
+    return base64.b64decode(cluster.cloud.secret_values[secret_id])
+
+
+def _slurmctld_host(conf: str) -> tuple[str, str | None]:
+    m = re.search(r"^SlurmctldHost=([^(\s]+)(?:\(([^)]+)\))?\s*$", conf, re.M)
+    assert m, "slurm.conf has no SlurmctldHost line"
+    return m.group(1), m.group(2)
+
+
+def _events(vm) -> list[tuple[float, str]]:
+    """(time, "name args") of every stub call and device event on a VM, in time order."""
+    lines = (vm.upper / STUB_LOG.lstrip("/")).read_text().splitlines()
+    return sorted((float(t), rest) for t, rest in (line.split(" ", 1) for line in lines))
+
+
+def _slurmd_started(vm) -> float:
+    """When the script (last) asked the systemctl shim to start slurmd."""
+    calls = (vm.upper / "var/log/fb-units/calls.log").read_text().splitlines()
+    starts = [float(t) for t, c in (line.split(" ", 1) for line in calls) if re.search(r"(start|restart) .*slurmd", c)]
+    assert starts, f"{vm.name}: slurmd was never started"
+    return max(starts)
+
+
+def _first(events: list[tuple[float, str]], pattern: str) -> float:
+    hits = [t for t, e in events if re.search(pattern, e)]
+    assert hits, f"no stub call matched {pattern!r}: {[e for _, e in events]}"
+    return hits[0]
+
+
+def test_controller_runs_slurmctld_with_the_rendered_config_and_the_keys_from_secret_manager(cluster):
+    ctl = _controller(cluster)
+    declared_md = cluster.declared.controller(CLUSTER).metadata
+    assert ctl.read("/etc/slurm/slurm.conf") == declared_md["slurm-conf"], cluster.explain(ctl.name)
+    assert ctl.read("/etc/slurm/gres.conf") == declared_md["gres-conf"]
+    assert ctl.read("/etc/slurm/topology.conf") == declared_md["topology-conf"]
+    assert ctl.read_bytes(MUNGE_KEY) == _secret(cluster, "munge-key")
+    assert ctl.read_bytes(JWT_KEY_PATH) == _secret(cluster, "jwt-key")
+    ping = ctl.run(["scontrol", "ping"])
+    assert "is UP" in ping.stdout, f"{ping.stdout}{ping.stderr}\n{cluster.explain(ctl.name)}"
+    conf = ctl.run(["scontrol", "show", "config"], check=True).stdout
+    assert re.search(r"^ClusterName\s*=\s*fb$", conf, re.M) and "SlurmctldHost[0]" in conf
+    # the keys came from Secret Manager, read with the controller's own service account
+    sa = cluster.declared.controller(CLUSTER).service_account
+    got = {(a.secret_id, a.status) for a in cluster.cloud.secret_manager.accesses if a.service_account == sa}
+    assert {(s, 200) for s in cluster.cloud.secret_values} <= got
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the test image carries no /opt/gpu-fleet (the spec sets no autoscaler source and the autoscaler is "
+    "not baked): the controller script stops at the autoscaler step, after slurmctld is up",
+)
+def test_the_controller_boot_completes(cluster):
+    _ok(cluster, _controller(cluster).name)
+
+
+def test_slurmrestd_answers_a_jwt_on_loopback_and_does_not_run_as_root(cluster):
+    ctl = _controller(cluster)
+    assert ctl.run(["systemctl", "is-active", "slurmrestd"]).returncode == 0, cluster.explain(ctl.name)
+    owner = ctl.run(["ps", "-o", "user=", "-C", "slurmrestd"], check=True).stdout.split()
+    assert owner and "root" not in owner, owner
+    ping = ctl.sh(
+        "t=$(scontrol token lifespan=60 | cut -d= -f2); for i in $(seq 20); do"
+        " curl -sf -H 'X-SLURM-USER-NAME: root' -H \"X-SLURM-USER-TOKEN: $t\" http://127.0.0.1:6820/slurm/v0.0.38/ping"
+        " && exit 0; sleep 0.5; done; exit 1"
+    )
+    assert ping.returncode == 0 and '"pings"' in ping.stdout, f"{ping.stdout}{ping.stderr}\n{cluster.explain(ctl.name)}"
+    anonymous = ctl.run(
+        ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "http://127.0.0.1:6820/slurm/v0.0.38/ping"]
+    )
+    assert anonymous.stdout != "200"
+
+
+def test_every_node_registers_with_the_controller_at_the_address_in_slurm_conf(cluster):
+    ctl = _controller(cluster)
+    conf = ctl.read("/etc/slurm/slurm.conf")
+    name, address = _slurmctld_host(conf)
+    assert name == ctl.name
+    assert address == cluster.cloud.address_of(ctl.name), "SlurmctldHost must carry the controller's address"
+    nodes = _nodes(cluster, "mega")
+    for node in nodes:
+        _ok(cluster, node)
+        vm = cluster.vm(node)
+        assert vm.read("/etc/slurm/slurm.conf") == conf
+        assert vm.read_bytes(MUNGE_KEY) == ctl.read_bytes(MUNGE_KEY)
+        # no DNS in this network: the node finds the controller through the address the config gives
+        assert f"{address} {ctl.name}" in vm.read("/etc/hosts")
+    states = ctl.run(["sinfo", "-N", "-h", "-o", "%N %T"], check=True).stdout.split("\n")
+    state = dict(line.split()[:2] for line in states if line.strip())
+    for node in nodes:
+        assert state.get(node) == "idle", f"{node}: {state.get(node)}\n{cluster.explain(node)}"
+        shown = ctl.run(["scontrol", "show", "node", node], check=True).stdout
+        assert f"NodeAddr={cluster.cloud.address_of(node)} " in shown, shown
+        # the node published where GCE placed it, for the controller's topology.conf
+        placed = cluster.cloud.metadata.vm_named(node).attributes["physical_host"]
+        assert f"Comment=physical_host={placed}" in shown, shown
+
+
+def test_a_two_node_job_runs_with_the_tcpxo_prolog(cluster):
+    ctl = _controller(cluster)
+    nodes = _nodes(cluster, "mega")
+    job = ctl.run(["srun", "-N2", "-p", "mega", "--time=1", "hostname"], timeout=120)
+    assert job.returncode == 0, f"{job.stdout}{job.stderr}\n" + "\n".join(cluster.explain(n) for n in nodes)
+    assert sorted(job.stdout.split()) == sorted(nodes)
+    tcpxo = load_catalog("gcp").fabric_software("tcpxo")
+    for node in nodes:
+        events = [e for _, e in _events(cluster.vm(node))]
+        # the multi-node prolog installed the pinned NCCL plugin and started the pinned RxDM container
+        assert any(e.startswith("docker run") and f" {tcpxo.nccl_plugin_image} install" in e for e in events)
+        assert any(e.startswith("docker run --detach") and f" {tcpxo.rxdm_image} " in e for e in events)
+
+
+def test_gpu_steps_run_in_order_and_slurmd_waits_for_the_devices(cluster):
+    tcpxo = load_catalog("gcp").fabric_software("tcpxo")
+    vendor, device = tcpxo.aperture_pci
+    for node in _nodes(cluster, "mega"):
+        _ok(cluster, node)
+        vm = cluster.vm(node)
+        events, slurmd = _events(vm), _slurmd_started(vm)
+        driver = _first(events, r"^driver-loaded")
+        aperture = _first(events, r"^aperture-devices")
+        # the devices appeared (asynchronously, as a driver and udev make them) before slurmd was started
+        assert driver < slurmd and aperture < slurmd, f"{node}: slurmd started before its devices\n{events}"
+        # ... because the script waited: it looked for the GPUs once they were there, and only then went on
+        assert any(driver < t < slurmd for t, e in events if e == "nvidia-smi --list-gpus")
+        # TCPXO set-up, in order, with the catalog's module and aperture PCI ids
+        helper = _first(events, rf"^modprobe {tcpxo.kernel_module}$")
+        trigger = _first(events, rf"^udevadm trigger .*--attr-match=vendor={vendor} --attr-match=device={device}")
+        ctk = _first(events, r"^nvidia-ctk runtime configure --runtime=docker")
+        assert _first(events, rf"^modinfo {tcpxo.kernel_module}$") < helper < trigger < aperture < slurmd
+        assert _first(events, r"^nvidia-persistenced") < driver and ctk < slurmd
+        assert vm.run(["test", "-c", "/dev/nvidia7"]).returncode == 0
+        rules = vm.read("/etc/udev/rules.d/00-a3-megagpu.rules")
+        assert f'ATTR{{vendor}}=="{vendor}"' in rules and f'ATTR{{device}}=="{device}"' in rules
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="gIB set-up installs nccl-gib=v1.1.0 from Google's gIB repository, unreachable here; and 'v1.1.0' is not "
+    "a valid Debian version, so no image can carry that package for the script's version check",
+)
+def test_the_gib_node_boots(cluster):
+    [node] = _nodes(cluster, "ultra")
+    _ok(cluster, node)
+
+
+def test_a_user_on_the_login_vm_can_use_slurm_but_gets_no_token_and_no_key(cluster):
+    [login] = cluster.declared.outputs["clusters"][CLUSTER]["logins"]
+    _ok(cluster, login)
+    vm = cluster.vm(login)
+    vm.run(["useradd", "-m", "bob"], check=True)
+    sinfo = vm.run(["sinfo", "-h", "-o", "%P"], user="bob")
+    assert sinfo.returncode == 0 and "mega*" in sinfo.stdout.split(), f"{sinfo.stdout}{sinfo.stderr}"
+    token = "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token"
+    as_bob = vm.run(["curl", "-sS", "-m", "5", "-H", "Metadata-Flavor: Google", token], user="bob")
+    assert as_bob.returncode != 0 and "access_token" not in as_bob.stdout
+    assert vm.run(["cat", MUNGE_KEY], user="bob").returncode != 0
+    assert vm.run(["test", "-e", JWT_KEY_PATH]).returncode != 0, "the JWT key belongs on the controller only"
+
+
+def test_a_non_root_user_on_a_node_gets_no_token_and_cannot_read_the_munge_key(cluster):
+    node = _nodes(cluster, "mega")[0]
+    vm = cluster.vm(node)
+    vm.run(["useradd", "-m", "alice"], check=True)
+    token = "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token"
+    before = len(cluster.cloud.metadata.token_requests(node))
+    as_alice = vm.run(["curl", "-sS", "-m", "5", "-H", "Metadata-Flavor: Google", token], user="alice")
+    assert as_alice.returncode != 0 and "access_token" not in as_alice.stdout, as_alice
+    assert len(cluster.cloud.metadata.token_requests(node)) == before, "the request reached the metadata server"
+    as_root = vm.run(["curl", "-sS", "-m", "5", "-H", "Metadata-Flavor: Google", token])
+    assert "access_token" in as_root.stdout, "root (the startup script, the guest agent) must still get one"
+    key = vm.run(["cat", MUNGE_KEY], user="alice")
+    assert key.returncode != 0 and "Permission denied" in key.stderr
+    munge = vm.run(["stat", "-c", "%U %a", MUNGE_KEY], check=True).stdout.split()
+    assert munge == ["munge", "400"]
+    ctl = _controller(cluster)
+    ctl.run(["useradd", "-m", "alice"], check=True)
+    jwt = ctl.run(["cat", JWT_KEY_PATH], user="alice")
+    assert jwt.returncode != 0 and "Permission denied" in jwt.stderr
+    before = len(cluster.cloud.metadata.token_requests(ctl.name))
+    on_ctl = ctl.run(["curl", "-sS", "-m", "5", "-H", "Metadata-Flavor: Google", token], user="alice")
+    assert on_ctl.returncode != 0 and len(cluster.cloud.metadata.token_requests(ctl.name)) == before
+
+
+@pytest.fixture(scope="module")
+def mount_boot(root_image, tmp_path_factory):
+    """One A3 Mega node of the stack with a Managed Lustre /scratch, booted where that Lustre does not exist."""
+    from tests.firstboot.cloud import FirstBootCloud
+    from tests.firstboot.stubs import gpu_stubs, stub_units
+
+    decl = synthesized(MOUNT_STACK)
+    work = tmp_path_factory.mktemp("mount")
+    with FirstBootCloud(decl, root_image, work, stubs=gpu_stubs(), units=stub_units(), prefix="fbm") as cloud:
+        booted = Booted(cloud, decl)
+        node = decl.nodes(CLUSTER, "mega")[0].name
+        boot(cloud, booted, [node])
+        yield booted, node
+
+
+def test_a_missing_mount_fails_the_boot_loudly(mount_boot):
+    booted, node = mount_boot
+    result = booted.results[node]
+    scratch = booted.declared.outputs["clusters"][CLUSTER]["scratch"]
+    assert result.returncode != 0, f"boot succeeded without {scratch}:\n{booted.explain(node)}"
+    assert "gpu-fleet: FATAL:" in result.stderr and "lustre" in result.stderr.lower(), result.stderr
+    vm = booted.vm(node)
+    assert vm.run(["mountpoint", "-q", "/scratch"]).returncode != 0
+    assert vm.run(["pgrep", "-x", "slurmd"]).returncode != 0, "slurmd started without /scratch"

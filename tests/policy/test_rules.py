@@ -1,0 +1,156 @@
+"""Each guardrail of fleet/policy/rules.py with a compliant and a violating resource (or stack)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from fleet.policy.rules import (
+    ADVISORY,
+    DEFAULT_SETTINGS,
+    MANDATORY,
+    Resource,
+    Settings,
+    check_all,
+)
+
+STACK = "gcp-prod"
+LABELS = {"team": "ml", "cost-center": "cc-1", "managed-by": "gpu-fleet"}
+SHIELDED = {"enableSecureBoot": True, "enableVtpm": True, "enableIntegrityMonitoring": True}
+GPU_TEMPLATE = {
+    "machineType": "a3-highgpu-8g",
+    "region": "us-central1",
+    "guestAccelerators": [{"count": 8, "type": "nvidia-h100-80gb"}],
+    "networkInterfaces": [{"network": "n", "subnetwork": "s"}],
+    "shieldedInstanceConfig": SHIELDED,
+    "scheduling": {"provisioningModel": "STANDARD"},
+    "labels": LABELS,
+}
+FIREWALL = {
+    "direction": "INGRESS",
+    "allows": [{"protocol": "tcp", "ports": ["22"]}],
+    "sourceRanges": ["35.235.240.0/20"],
+}
+BUCKET = {"location": "us-central1", "uniformBucketLevelAccess": True, "publicAccessPrevention": "enforced",
+          "labels": LABELS}  # fmt: skip
+
+
+def res(kind: str, props: dict[str, Any], name: str = "r", stack: str = STACK) -> Resource:
+    return Resource(f"urn:pulumi:{stack}::gpu-fleet::{kind}::{name}", kind, name, props)
+
+
+def template(**changes: Any) -> Resource:
+    props = copy.deepcopy(GPU_TEMPLATE)
+    props.update(changes)
+    return res("gcp:compute/instanceTemplate:InstanceTemplate", props, "gpu-template")
+
+
+def names(resources: list[Resource], settings: Settings = DEFAULT_SETTINGS) -> list[tuple[str, str]]:
+    return [(v.policy, v.level) for v in check_all(resources, settings)]
+
+
+def test_compliant_stack_has_no_violation() -> None:
+    stack = [
+        template(),
+        res("gcp:compute/firewall:Firewall", FIREWALL, "iap-ssh"),
+        res("gcp:storage/bucket:Bucket", BUCKET, "ckpt"),
+    ]
+    assert names(stack) == []
+
+
+@pytest.mark.parametrize("key", ["accessConfigs", "ipv6AccessConfigs"])
+def test_external_ip_on_a_gpu_template_is_refused(key: str) -> None:
+    bad = template(networkInterfaces=[{"network": "n"}, {"network": "m", key: [{"natIp": ""}]}])
+    (v,) = check_all([bad])
+    assert (v.policy, v.level) == ("gpu-no-external-ip", MANDATORY)
+    assert f"networkInterfaces[1].{key}" in v.message and "gpu-template" in v.line()
+    # a CPU VM (no accelerators, not a GPU machine family) is out of this policy's scope
+    cpu = template(machineType="n2-standard-8", guestAccelerators=[])
+    cpu.props["networkInterfaces"][0]["accessConfigs"] = [{}]  # type: ignore[index]
+    assert names([cpu]) == []
+    # GPU machine families count even without guestAccelerators
+    a3 = template(guestAccelerators=[], networkInterfaces=[{"accessConfigs": [{}]}])
+    assert names([a3]) == [("gpu-no-external-ip", MANDATORY)]
+
+
+def test_open_ingress_is_refused_but_deny_and_egress_rules_may_name_any_range() -> None:
+    fw = "gcp:compute/firewall:Firewall"
+    assert names([res(fw, {**FIREWALL, "sourceRanges": ["10.0.0.0/8", "0.0.0.0/0"]})]) == [
+        ("no-open-ingress", MANDATORY)
+    ]
+    assert names([res(fw, {**FIREWALL, "direction": None, "sourceRanges": ["::/0"]})]) == [
+        ("no-open-ingress", MANDATORY)
+    ]  # INGRESS is the default direction
+    deny = {"direction": "INGRESS", "denies": [{"protocol": "all"}], "sourceRanges": ["0.0.0.0/0"]}
+    egress = {"direction": "EGRESS", "allows": [{"protocol": "all"}], "destinationRanges": ["0.0.0.0/0"]}
+    assert names([res(fw, deny), res(fw, egress)]) == []
+
+
+def test_shielded_vm_is_required_on_vms_templates_and_gke_node_pools() -> None:
+    assert names([template(shieldedInstanceConfig={**SHIELDED, "enableSecureBoot": False})]) == [
+        ("shielded-vm", MANDATORY)
+    ]
+    (v,) = check_all([template(shieldedInstanceConfig=None)])
+    assert "enableSecureBoot, enableIntegrityMonitoring, enableVtpm must be true" in v.message
+    np_ok = {"nodeConfig": {"shieldedInstanceConfig": {"enableSecureBoot": True, "enableIntegrityMonitoring": True},
+                            "resourceLabels": LABELS}}  # fmt: skip
+    np = "gcp:container/nodePool:NodePool"
+    assert names([res(np, np_ok)]) == []
+    assert names([res(np, {"nodeConfig": {"resourceLabels": LABELS}})]) == [("shielded-vm", MANDATORY)]
+
+
+def test_required_labels_on_every_billable_resource() -> None:
+    for kind in ("gcp:filestore/instance:Instance", "gcp:secretmanager/secret:Secret", "gcp:storage/bucket:Bucket"):
+        (v,) = [x for x in check_all([res(kind, {"labels": {"team": "ml", "cost-center": " "}})])
+                if x.policy == "required-labels"]  # fmt: skip
+        assert v.message.startswith("labels: missing required label(s) cost-center"), kind
+    assert names([res("gcp:container/cluster:Cluster", {"resourceLabels": LABELS})]) == []
+    # not billable on its own (a network, a reserved internal address): no labels needed
+    assert names([res("gcp:compute/network:Network", {})]) == []
+    assert names([res("gcp:compute/address:Address", {"addressType": "INTERNAL", "region": "us-east4"})]) == []
+    assert names([res("gcp:compute/address:Address", {"region": "us-east4"})]) == [("required-labels", MANDATORY)]
+
+
+def test_regions_outside_the_approved_list_are_refused() -> None:
+    assert names([template(region="me-central2")]) == [("approved-regions", MANDATORY)]
+    zonal = res("gcp:compute/instanceGroupManager:InstanceGroupManager", {"zone": "southamerica-east1-a"})
+    assert names([zonal]) == [("approved-regions", MANDATORY)]
+    assert names([res("gcp:storage/bucket:Bucket", {**BUCKET, "location": "US"})]) == []  # multi-region
+    assert names([res("gcp:storage/bucket:Bucket", {**BUCKET, "location": "ASIA"})]) == [
+        ("approved-regions", MANDATORY)
+    ]
+    assert names([template(region="me-central2")], Settings(approved_regions=frozenset({"me-central2"}))) == []
+
+
+def test_buckets_need_uniform_access_and_public_access_prevention() -> None:
+    b = "gcp:storage/bucket:Bucket"
+    vs = check_all([res(b, {**BUCKET, "uniformBucketLevelAccess": False, "publicAccessPrevention": "inherited"})])
+    assert [v.policy for v in vs] == ["bucket-private", "bucket-private"]
+    assert "uniformBucketLevelAccess" in vs[0].message and "'inherited'" in vs[1].message
+
+
+def test_dev_stacks_are_advised_to_use_spot() -> None:
+    dev = Resource("urn:pulumi:gcp-l4-dev::gpu-fleet::gcp:compute/instanceTemplate:InstanceTemplate::t",
+                   "gcp:compute/instanceTemplate:InstanceTemplate", "t", GPU_TEMPLATE)  # fmt: skip
+    assert names([dev]) == [("dev-spot", ADVISORY)]
+    spot = copy.deepcopy(GPU_TEMPLATE) | {"scheduling": {"provisioningModel": "SPOT"}}
+    assert names([Resource(dev.urn, dev.type, "t", spot)]) == []
+    assert names([template()]) == []  # a prod stack: no advice
+    labelled = template(labels={**LABELS, "env": "dev"})
+    assert names([labelled]) == [("dev-spot", ADVISORY)]
+
+
+def test_the_gpu_cap_counts_every_pool_at_max_nodes() -> None:
+    inventory = [{"cluster": "c", "name": "spot", "max_nodes": 100, "gpus_per_node": 8},
+                 {"cluster": "c", "name": "od", "max_nodes": 16, "gpus_per_node": 8}]  # fmt: skip
+    controller = res("gcp:compute/instance:Instance", {"machineType": "n2-standard-8", "labels": LABELS,
+                     "shieldedInstanceConfig": SHIELDED, "zone": "us-central1-a",
+                     "metadata": {"gpu-fleet-inventory": json.dumps(inventory)}}, "ctl")  # fmt: skip
+    assert names([controller], Settings(max_gpus=928)) == []  # at the cap: allowed
+    (v,) = check_all([controller], Settings(max_gpus=512))
+    assert "928 GPUs, over its cap of 512" in v.message and "c/spot: 800" in v.message
+    assert names([controller], Settings(max_gpus=512, stack_max_gpus={STACK: 1024})) == []
+    assert names([controller]) == [] or DEFAULT_SETTINGS.max_gpus < 928

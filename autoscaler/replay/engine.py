@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from autoscaler.cloud import InsufficientCapacity, Offering, ProviderError, QuotaExceeded
 from autoscaler.model import DeleteNodes, Drain, NodeState, Pool, ScaleUp, request_id_for
@@ -61,17 +62,37 @@ class EngineCounters:
     events: int = 0
 
 
+class AdmissionGate(Protocol):
+    """A queueing gate in front of the cluster (Kueue's quota): told of arrivals and ends, it admits jobs."""
+
+    def arrive(self, job: Job, now: float) -> None: ...
+
+    def finish(self, job: Job) -> None: ...
+
+    def admit(self, now: float) -> tuple[list[Job], bool]:
+        """(jobs to submit to the cluster now, whether anything was admitted: news for the autoscaler)."""
+        ...
+
+
 class ReplayEngine:
     """Replays `jobs` through `policy` on a fresh `SimCloud` built from `scenario`."""
 
     def __init__(
-        self, jobs: Sequence[TraceJob], scenario: Scenario, policy: ReplayPolicy, sim_config: SimConfig | None = None
+        self,
+        jobs: Sequence[TraceJob],
+        scenario: Scenario,
+        policy: ReplayPolicy,
+        sim_config: SimConfig | None = None,
+        admission: AdmissionGate | None = None,
     ) -> None:
-        """`sim_config` replaces the cloud the scenario describes (quotas, scheduled stockout windows ...)."""
+        """`sim_config` replaces the cloud the scenario describes (quotas, scheduled stockout windows ...).
+        `admission`: a queueing gate in front of the cluster (Kueue: `autoscaler.replay.kueue_gate`); a job is
+        submitted to the cluster only once the gate admits it.  None: every job is submitted when it arrives."""
         if not jobs:
             raise ReplayError("the trace has no jobs")
         self.scenario = scenario
         self.policy = policy
+        self.admission = admission
         self.clock = SimClock(min(j.submit for j in jobs) - scenario.ready_s)
         self.cloud = SimCloud(sim_config or scenario.sim_config(), self.clock)
         self.state = ClusterState(
@@ -137,6 +158,7 @@ class ReplayEngine:
         jobs = self.state.jobs
         n = len(jobs)
         nxt = 0
+        gate = self.admission
         self._decide(frozenset({"start"}))
         while self.state.done < n:
             t = jobs[nxt].submit if nxt < n else math.inf
@@ -172,20 +194,29 @@ class ReplayEngine:
                     job, attempt = payload  # type: ignore[misc]
                     if job.state is JobState.RUNNING and job.attempt == attempt:
                         self.state.finish(job, t)
+                        if gate is not None:
+                            gate.finish(job)
                         reasons.add("idle")
                 else:
                     if t >= self._timer:
                         self._timer = math.inf
                     reasons.add("timer")
             while nxt < n and jobs[nxt].submit <= t:
-                self.state.submit(jobs[nxt])
+                if gate is None:
+                    self.state.submit(jobs[nxt])
+                    reasons.add("submit")
+                else:
+                    gate.arrive(jobs[nxt], t)
                 nxt += 1
+            if gate is not None and self._admit(t):  # quota freed or work arrived: Kueue admits what fits now
                 reasons.add("submit")
             if self.state.pending_changed or reasons & {"ready", "idle", "gone"}:
                 started = self.state.schedule(t, binding=self.policy.binds_nominations, weights=self._weights)
                 self._start(started, t)
             if reasons and self.state.done < n:
                 self._decide(frozenset(reasons))
+                if gate is not None and self._admit(t):  # admission checks the policy just passed
+                    self._start(self.state.schedule(t, binding=self.policy.binds_nominations, weights=self._weights), t)
             self.timeline.record(t, self.state.demand_gpus, self._billed_gpus(), self.state.running_gpus)
         self.t_end = self.now
         self.state.settle_holds(self.now)
@@ -195,6 +226,14 @@ class ReplayEngine:
         self.timeline.record(self.now, 0, 0, 0)
         self.wall_s = time.perf_counter() - wall0
         return self
+
+    def _admit(self, t: float) -> bool:
+        """Submit to the cluster what the admission gate admits now; True if anything was admitted."""
+        assert self.admission is not None
+        jobs, news = self.admission.admit(t)
+        for job in jobs:
+            self.state.submit(job)
+        return news
 
     def _billed_gpus(self) -> int:
         """GPUs being paid for: the whole reservation, plus every other live node."""

@@ -90,6 +90,8 @@ class RunResult:
     boot_floor_usd: float = 0.0
     #: gpu-fleet over a list of wait values (`run_frontier`), in the order given
     frontier: list[dict[str, Any]] = field(default_factory=list)
+    #: `--scheduler kueue`: the admission gate's queues and admitted demand (`kueue_run.KueueContext`)
+    kueue: Any = None
 
     def as_json(self) -> dict[str, Any]:
         sc = self.scenario.model_dump(mode="json")
@@ -109,8 +111,11 @@ class RunResult:
                 "boot_floor_ratio": round(self.boot_floor_usd / self.bound.usd, 4) if self.bound.usd > 0 else None,
                 "prices": "catalog list prices (fleet/catalog/data/gcp_prices.csv), per-second billing",
                 "policies": list(self.metrics),
+                "scheduler": "kueue" if self.kueue is not None else "slurm",
             }
         )
+        if self.kueue is not None:
+            sc["kueue"] = self.kueue.as_json()
         out: dict[str, Any] = {"scenario": sc, "policies": self.metrics, "cost_vs_wait": self.cost_vs_wait()}
         if self.frontier:
             out["frontier"] = self.frontier
@@ -133,8 +138,12 @@ def replay_engine(jobs: Sequence[TraceJob], scenario: Scenario, policy: Any) -> 
     return ReplayEngine(jobs, scenario, policy)
 
 
-def resolve_policies(names: str | Sequence[str]) -> list[str]:
-    """`all`, one name, or a comma-separated list -> known policy names (error names the bad one)."""
+def resolve_policies(names: str | Sequence[str], scheduler: str = "slurm") -> list[str]:
+    """`all`, one name, or a comma-separated list -> known policy names (error names the bad one).  With
+    `scheduler="kueue"`, `all` leaves out the Slurm-only policies and naming one is an error."""
+    from autoscaler.replay.kueue_run import SLURM_ONLY
+
+    skip = SLURM_ONLY if scheduler == "kueue" else ()
     raw = [names] if isinstance(names, str) else list(names)
     out: list[str] = []
     for item in raw:
@@ -142,7 +151,9 @@ def resolve_policies(names: str | Sequence[str]) -> list[str]:
             if not name:
                 continue
             if name == "all":
-                out.extend(p for p in POLICY_NAMES if p not in out)
+                out.extend(p for p in POLICY_NAMES if p not in out and p not in skip)
+            elif name in skip:
+                raise ValueError(f"--policy: {name} is Slurm's own power saving; it has no form on --scheduler kueue")
             elif name in POLICY_NAMES:
                 if name not in out:
                     out.append(name)
@@ -159,7 +170,10 @@ def run_scenario(
     policies: Sequence[str] = POLICY_NAMES,
     progress: Callable[[str, dict[str, Any]], None] | None = None,
     options: PolicyOptions | None = None,
+    kueue: Any = None,
 ) -> RunResult:
+    """Replay `jobs` through `policies`.  `kueue` (a `kueue_gate.KueueSetup`): every policy behind the same Kueue
+    admission gate, scored against the bound of the admitted demand (`kueue_run`)."""
     biggest = max(m.gpu_count for m in scenario.machines)
     for j in jobs:
         if j.shape()[1] > biggest:
@@ -168,13 +182,29 @@ def run_scenario(
                 f"machine has {biggest}"
             )
     marked = mark_spot_tolerant(list(jobs), scenario.spot_fraction, scenario.seed)
-    bound = lower_bound(marked, scenario)
-    result = RunResult(scenario, bound, marked, boot_floor_usd=boot_floor_usd(marked, scenario, bound))
-    factories = policy_factories(options)
+    opts = options or PolicyOptions()
+    if kueue is not None:
+        from autoscaler.replay import kueue_run
+
+        ctx = kueue_run.KueueContext.build(kueue, marked, scenario)
+        bound = ctx.bound(scenario)
+        floor = boot_floor_usd(ctx.admitted, scenario, bound)
+        factories = kueue_run.policy_factories(ctx, opts.wait_value_usd_per_gpu_hour, opts.ca_expander)
+    else:
+        ctx = None
+        bound = lower_bound(marked, scenario)
+        floor = boot_floor_usd(marked, scenario, bound)
+        factories = policy_factories(opts)
+    result = RunResult(scenario, bound, marked, boot_floor_usd=floor, kueue=ctx)
     for name in policies:
-        engine = replay_engine(marked, scenario, factories[name](scenario, marked)).run()
+        if name not in factories:
+            raise ValueError(f"--policy: {name} does not run on --scheduler {'kueue' if ctx else 'slurm'}")
+        policy = factories[name](scenario, marked)
+        engine = (ctx.engine(policy, scenario) if ctx else replay_engine(marked, scenario, policy)).run()
         result.engines[name] = engine
         result.metrics[name] = policy_metrics(engine, bound)
+        if ctx is not None:
+            result.metrics[name].update(kueue_run.wait_split(engine))
         if progress:
             progress(name, result.metrics[name])
     return result
@@ -191,9 +221,16 @@ def run_frontier(
     """gpu-fleet replayed once per wait value (same jobs, same cloud, same bound): its cost-vs-wait frontier.
     Stored in `result.frontier` (and the JSON's `frontier`); each point carries the settings used."""
     points: list[dict[str, Any]] = []
+    ctx = result.kueue
     for value in wait_values:
-        policy = gpu_fleet_policy(result.scenario, value, result.jobs)
-        engine = replay_engine(result.jobs, result.scenario, policy).run()
+        if ctx is not None:
+            from autoscaler.replay.gpu_fleet_kube import GpuFleetKubePolicy
+
+            kp = GpuFleetKubePolicy.for_scenario(result.scenario, value, result.jobs)
+            engine = ctx.engine(kp, result.scenario).run()
+        else:
+            policy = gpu_fleet_policy(result.scenario, value, result.jobs)
+            engine = replay_engine(result.jobs, result.scenario, policy).run()
         m = policy_metrics(engine, result.bound)
         point = {"wait_value_usd_per_gpu_hour": value, **{k: m[k] for k in FRONTIER_KEYS}}
         point["partial_gang_gpu_hours"] = m["partial_gang_gpu_hours"]

@@ -75,6 +75,30 @@ def simulate(
         str | None,
         typer.Option("--frontier", help="also replay gpu-fleet at each of these comma-separated --wait-value settings"),
     ] = None,
+    scheduler: str = typer.Option(
+        "slurm", "--scheduler", help="slurm (the simulated slurmctld) or kueue (Kueue's admission gate, Kubernetes)"
+    ),
+    kueue_teams: Annotated[
+        int | None, typer.Option("--kueue-teams", help="kueue: teams (ClusterQueues in one cohort), default 2")
+    ] = None,
+    kueue_quota_gpus: Annotated[
+        int | None,
+        typer.Option(
+            "--kueue-quota-gpus",
+            help="kueue: nominal GPU quota the teams share evenly (default: the trace's p95 concurrent demand)",
+        ),
+    ] = None,
+    kueue_borrowing_limit: Annotated[
+        int | None,
+        typer.Option("--kueue-borrowing-limit", help="kueue: GPUs a team may borrow from the cohort (default: no cap)"),
+    ] = None,
+    kueue_queues: Annotated[
+        Path | None,
+        typer.Option(
+            "--kueue-queues",
+            help="kueue: JSON of a stack's clusters.<name>.kueue_queues output (replaces teams, quota, borrowing)",
+        ),
+    ] = None,
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
     report: Annotated[
         Path | None, typer.Option("--report", help="write an HTML report (PNG if PATH ends in .png)")
@@ -92,7 +116,10 @@ def simulate(
 
     source = trace or str(demo_trace())
     try:
-        names = resolve_policies(policy)
+        if scheduler not in ("slurm", "kueue"):
+            raise ValueError(f"--scheduler: unknown scheduler {scheduler!r} (known: slurm, kueue)")
+        kueue = _kueue_setup(scheduler, kueue_teams, kueue_quota_gpus, kueue_borrowing_limit, kueue_queues, seed)
+        names = resolve_policies(policy, scheduler)
         if ca_expander not in EXPANDERS:
             raise ValueError(f"--ca-expander: unknown expander {ca_expander!r} (known: {', '.join(EXPANDERS)})")
         wait_values = _wait_values(frontier)
@@ -139,7 +166,7 @@ def simulate(
             err_console.print(f"[dim]replayed {name} in {m['replay_wall_s']:.1f} s[/dim]")
 
     try:
-        result = run_scenario(jobs, scenario, names, progress=progress, options=options)
+        result = run_scenario(jobs, scenario, names, progress=progress, options=options, kueue=kueue)
         if wait_values:
             run_frontier(result, wait_values, progress=progress)
     except ReplayError as exc:
@@ -156,6 +183,49 @@ def simulate(
         typer.echo(json.dumps(result.as_json(), indent=2))
         return
     _print_table(result, report)
+
+
+def _kueue_setup(
+    scheduler: str,
+    teams: int | None,
+    quota: int | None,
+    borrowing: int | None,
+    queues_file: Path | None,
+    seed: int,
+) -> Any:
+    """The `--kueue-*` flags -> a `KueueSetup` (None on the Slurm path); bad values raise ValueError naming the flag."""
+    from autoscaler.replay.kueue_gate import KueueSetup, queues_from_output
+
+    given = {
+        "--kueue-teams": teams,
+        "--kueue-quota-gpus": quota,
+        "--kueue-borrowing-limit": borrowing,
+        "--kueue-queues": queues_file,
+    }
+    if scheduler != "kueue":
+        flags = [f for f, v in given.items() if v is not None]
+        if flags:
+            raise ValueError(f"{flags[0]}: only with --scheduler kueue")
+        return None
+    if teams is not None and teams < 1:
+        raise ValueError(f"--kueue-teams: must be >= 1, got {teams}")
+    if quota is not None and quota < 1:
+        raise ValueError(f"--kueue-quota-gpus: must be >= 1 GPU, got {quota}")
+    if borrowing is not None and borrowing < 0:
+        raise ValueError(f"--kueue-borrowing-limit: must be >= 0 GPUs, got {borrowing}")
+    if queues_file is None:
+        return KueueSetup(teams=teams or 2, quota_gpus=quota, borrowing_limit=borrowing, seed=seed)
+    clash = [f for f, v in given.items() if v is not None and f != "--kueue-queues"]
+    if clash:
+        raise ValueError(f"{clash[0]}: not with --kueue-queues (the file's ClusterQueues set teams and quotas)")
+    try:
+        data = json.loads(queues_file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"--kueue-queues: cannot read {queues_file}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"--kueue-queues: {queues_file} is not JSON: {exc}") from None
+    queues = queues_from_output(data, f"--kueue-queues: {queues_file}")
+    return KueueSetup(queues=tuple(queues), queues_source=f"--kueue-queues {queues_file}", seed=seed)
 
 
 def _wait_values(frontier: str | None) -> list[float]:
@@ -200,6 +270,14 @@ def _print_table(result: object, report: Path | None) -> None:
         f"({', '.join(sc['zones'])}) | reserved {sc['reserved_nodes']} | spot {sc['spot_fraction']:g} | "
         f"boot {sc['boot_seconds']:g}s | stockout {sc['stockout_rate']:g} | seed {sc['seed']}"
     )
+    kq = sc.get("kueue")
+    if kq:
+        console.print(
+            f"kueue: {kq['teams']} ClusterQueues sharing {kq['quota_gpus']:,} GPUs ({kq['quota_rule']}); admitted peak "
+            f"{kq['admitted_peak_demand_gpus']:,} GPUs; bound over the admitted demand (raw demand's bound "
+            f"${kq['raw_lower_bound_usd']:,.0f}); quota wait with instant capacity p95 "
+            f"{kq['quota_wait_floor_p95_s']:,.0f} s"
+        )
     bound = result.bound
     reserved = bound.reservation_usd > 0
     columns: list[tuple[str, Any]] = [
@@ -218,6 +296,11 @@ def _print_table(result: object, report: Path | None) -> None:
         ("wait\np95 s", lambda m: f"{m['wait_p95_s']:,.0f}"),
         ("wait\nmax s", lambda m: f"{m['wait_max_s']:,.0f}"),
     ]
+    if sc.get("scheduler") == "kueue":  # the wait is quota + provisioning: show the parts
+        columns += [
+            ("quota\np95 s", lambda m: f"{m['wait_quota_p95_s']:,.0f}"),
+            ("provision\np95 s", lambda m: f"{m['wait_provisioning_p95_s']:,.0f}"),
+        ]
     if sc["spot_fraction"]:  # nothing to preempt otherwise: keep the table narrow
         columns.append(("pre-\nempted", lambda m: f"{m['preempted_jobs']:,}"))
     headers = ("policy", *(h for h, _ in columns))

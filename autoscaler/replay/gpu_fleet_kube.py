@@ -1,0 +1,307 @@
+"""The `gpu-fleet` policy on the Kueue path of a replay: the Kubernetes daemon's semantics (`autoscaler/kube/loop.py`).
+
+Behind the Kueue gate (`kueue_gate.py`, with the ProvisioningRequest admission check) a job reaches the
+autoscaler only once Kueue reserved quota for it, as the ProvisioningRequest the admission check creates; its
+pods exist only once that request is Provisioned.  This driver plays `KubeDaemon.tick` on the generic replay
+engine (no Slurm: nothing allocates node names at submission; pods go where their request booked capacity):
+
+- it acts on the daemon's poll (`loop.interval_s`, 10 s): events between polls wait for the next one;
+- each request without a booking is ONE work unit (a gang of all the workload's pods, all or nothing in one
+  zone), submitted at its quota reservation (the request's creation); all of them go through one `plan()` over
+  the inventory (the same planner and settings rule as the Slurm path);
+- an assignment is *booked* (busy to the planner; new nodes held for the workload's pods, the engine's
+  nominations); a NEW placement launches the plan's ScaleUp; a poll that finds every booked node registered
+  answers Provisioned (`KueueGate.provisioned`): Kueue admits the workload and its pods run on those nodes;
+- a refused launch (stockout, quota) backs the offering off in the planner's memory and drops the booking: the
+  request is served again at the next poll (all or nothing; the daemon's `_release`); a booked node that vanished
+  before the pods ran (spot preemption) drops the booking and deletes the rest of it; a booked node whose room
+  other pods took drops the booking (planned again);
+- pods of a workload that lost its node after it ran (spot preemption) are planned like a request;
+- scale-down is `scale_down_idle` over the inventory (idle since the first poll that saw the node idle): cordon
+  (drain) at one poll, delete the still-empty cordoned nodes at the next, never a node with work or a booking.
+
+A node running any pod counts as wholly used to the planner (the daemon's `inventory_nodes`); kube-scheduler may
+still pack a small pod into its free GPUs.  One difference from the daemon, on purpose: a booked node that is
+still booting counts as used here (the booking's intent); `inventory_nodes` counts a booked node busy only once
+Ready, so the daemon can book a second request onto a booting node (reported to the lead)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoscaler.cloud import ProviderError
+from autoscaler.model import (
+    Command,
+    DeleteNodes,
+    Drain,
+    Inventory,
+    Node,
+    NodeState,
+    Policy,
+    Pool,
+    ScaleUp,
+    UnavailableOffering,
+    WorkUnit,
+    record_failure,
+)
+from autoscaler.planner.rule import policy_for
+from autoscaler.replay.facts import scenario_facts
+from autoscaler.replay.gpu_fleet import DEFAULT_POLICY, INTERVAL_S
+from autoscaler.replay.policy import Decision, ReplayView
+from autoscaler.replay.scenario import Scenario
+from autoscaler.replay.state import Job, JobState, SimNode
+from autoscaler.replay.trace import TraceJob
+
+
+@dataclass
+class GpuFleetKubePolicy:
+    """The Kubernetes daemon's decision loop in a replay; see the module docstring."""
+
+    policy: Policy = DEFAULT_POLICY
+    name: str = "gpu-fleet"
+    description: str = (
+        "the gpu-fleet daemon on Kubernetes: one ProvisioningRequest per admitted workload, planned as one gang "
+        "(right-sized cheapest offering, reservation first, spot for tolerant work, one zone, backoff), booked "
+        "nodes held for it, idle scale-down by cordon then delete"
+    )
+    interval_s: float = INTERVAL_S
+    #: the workload's pods exist only once its request is Provisioned, and then run on the nodes booked for it
+    binds_nominations: bool = True
+    #: Kueue with the ProvisioningRequest admission check: the gate waits for `provisioned` (`KueueGate`)
+    admission_check: bool = True
+    gate: Any = None  # the run's KueueGate (set by `kueue_run.KueueContext.engine`)
+    placement_weights: None = None
+    unavailable: tuple[UnavailableOffering, ...] = ()
+    planner_calls: int = 0
+    ticks: int = 0
+    first_planned: dict[str, float] = field(default_factory=dict)  # job id -> first poll that planned it
+    _pools: list[Pool] = field(default_factory=list)
+    _t0: float | None = None
+    _last_tick: float | None = None
+    _bookings: dict[str, tuple[str, ...]] = field(default_factory=dict)  # job id -> booked node names
+    _idle_since: dict[str, float] = field(default_factory=dict)
+    _nodes: dict[str, tuple[SimNode, int, bool, Node]] = field(default_factory=dict)
+
+    @classmethod
+    def for_scenario(
+        cls, scenario: Scenario, wait_value_usd_per_gpu_hour: float | None = None, jobs: Sequence[TraceJob] = ()
+    ) -> GpuFleetKubePolicy:
+        """The same settings rule as the Slurm path (`policy_for` over the scenario's facts and the trace's
+        arrivals), so the two paths differ in scheduler semantics only."""
+        facts = scenario_facts(scenario, jobs, wait_value_usd_per_gpu_hour)
+        return cls(policy=policy_for(facts, base=DEFAULT_POLICY))
+
+    def settings(self) -> dict[str, object]:
+        p = self.policy
+        return {
+            "scheduler": "kueue",
+            "wait_value_usd_per_gpu_hour": p.wait_value_usd_per_gpu_hour,
+            "idle_timeout_by_machine": dict(p.idle_timeout_by_machine),
+            "idle_keep_max_by_machine": dict(p.idle_keep_max_by_machine),
+            "idle_timeout_s": p.idle_timeout_s,
+            "batch_window_s": p.batch_window_s,
+            "batch_idle_s": p.batch_idle_s,
+            "backoff_s": p.backoff_s,
+            "keep_reserved_nodes": p.keep_reserved_nodes,
+            "tick_interval_s": self.interval_s,
+        }
+
+    def pools(self, scenario: Scenario) -> list[Pool]:
+        self._pools = scenario.pools()
+        return self._pools
+
+    # ---- the daemon's poll ------------------------------------------------------------------------------
+
+    def _next_tick(self, t: float) -> float:
+        t0 = self._t0 if self._t0 is not None else t
+        return t0 + math.ceil((t - t0) / self.interval_s - 1e-9) * self.interval_s
+
+    def decide(self, view: ReplayView, now: float, reasons: frozenset[str]) -> Decision:
+        if self._t0 is None:
+            self._t0 = now
+        tick = self._next_tick(now)
+        if tick > now + 1e-6 or self._last_tick == now:  # between polls (or polled already at this instant)
+            return Decision(wake_at=tick if tick > now + 1e-6 else now + self.interval_s)
+        self._last_tick = now
+        self.ticks += 1
+        st = view.state
+        gate = self.gate
+        cmds: list[Command] = []
+        # bookings of requests whose pods run (or whose nodes vanished) are done
+        for jid, names in list(self._bookings.items()):
+            job = st.by_id[jid]
+            if job.state is not JobState.PENDING:
+                del self._bookings[jid]
+            elif any(n not in st.nodes for n in names):  # a booked node is gone before the pods ran
+                del self._bookings[jid]
+                left = [st.nodes[n] for n in names if n in st.nodes and not st.nodes[n].jobs]
+                cmds += _deletes(left, f"request {jid}: a booked node vanished; all or nothing, served again")
+            elif any(_taken(st.nodes[n], job) for n in names):  # other pods took the room while it booted
+                del self._bookings[jid]
+            elif gate is not None and jid in gate.checking and all(st.nodes[n].registered for n in names):
+                gate.provisioned(jid)  # Provisioned: Kueue admits the workload and its pods are created
+        # the requests out (quota reserved, not provisioned) and pods nothing holds capacity for (requeued)
+        waiting = [*(gate.checking.values() if gate is not None else ()), *st.pending()]
+        pending = [j for j in waiting if j.id not in self._bookings]
+        units = [
+            WorkUnit(
+                id=j.id,
+                submit_time=gate.admitted_at.get(j.id, j.submit) if gate is not None else j.submit,
+                gpus_per_node=j.gpus_per_node,
+                nodes=j.nodes,
+                spot_ok=j.spot_ok,
+            )
+            for j in pending
+        ]
+        booked = {n for names in self._bookings.values() for n in names}
+        if units or not self._shortcut:
+            inv = self._inventory(st.nodes.values(), booked, now, full=True)
+        elif st.idle or st.draining:  # scale-down alone decides the same over the idle and cordoned nodes
+            inv = self._inventory((*st.idle.values(), *st.draining.values()), booked, now, full=False)
+        else:
+            self._idle_since.clear()
+            return Decision(tuple(cmds), wake_at=self._wake(view, now))
+        nominations: dict[str, tuple[str, ...]] = {}
+        for u in units:
+            self.first_planned.setdefault(u.id, now)
+        if units:
+            from autoscaler.planner import plan
+
+            p = plan(units, inv, view.offerings(), self.policy, now, self.unavailable)
+            self.planner_calls += 1
+            self.unavailable = p.unavailable
+            for su in p.scale_ups:
+                cmds.append(su)
+                if su.gang and su.units:
+                    nominations[su.units[0]] = su.names
+            for uid, a in p.assignments.items():
+                self._bookings[uid] = tuple(a.nodes)
+            booked = {n for names in self._bookings.values() for n in names}
+        drains, deletes = self._scale_down(inv, booked, now)
+        wake = self._wake(view, now)
+        return Decision((*cmds, *drains, *deletes), nominations, wake_at=wake)
+
+    @property
+    def _shortcut(self) -> bool:
+        """With no fleet-wide limits and no pool minimum, scale-down over the idle and cordoned nodes alone decides
+        the same as over the whole inventory (nothing else to plan when no request waits)."""
+        p = self.policy
+        return (
+            p.max_nodes is None
+            and p.max_gpus is None
+            and p.budget_usd_per_hour is None
+            and all(pl.min_nodes == 0 for pl in self._pools)
+        )
+
+    def _inventory(self, nodes: Iterable[SimNode], booked: set[str], now: float, *, full: bool) -> Inventory:
+        out = [self._node(n, n.name in booked, now) for n in nodes]
+        idle = {n.name for n in out if n.state is NodeState.READY_IDLE}
+        for name in [k for k in self._idle_since if k not in idle]:
+            del self._idle_since[name]
+        if full and len(self._nodes) > 2 * len(out) + 64:
+            live = {n.name for n in out}
+            self._nodes = {k: v for k, v in self._nodes.items() if k in live}
+        return Inventory(tuple(self._pools), tuple(out))
+
+    def _node(self, n: SimNode, booked: bool, now: float) -> Node:
+        """The daemon's `inventory_nodes`: booting until registered, cordoned = draining, any pod (or a booking)
+        = wholly busy, else idle since the first poll that saw it idle."""
+        if n.state is NodeState.DRAINING:
+            state, used = NodeState.DRAINING, 0
+        elif n.jobs or booked or n.nominated_for is not None:
+            state, used = (NodeState.BUSY if n.registered else NodeState.BOOTING), n.gpus
+        elif not n.registered:
+            state, used = NodeState.BOOTING, 0
+        else:
+            state, used = NodeState.READY_IDLE, 0
+        if state is NodeState.READY_IDLE:
+            since = self._idle_since.setdefault(n.name, now)
+        else:
+            self._idle_since.pop(n.name, None)
+            since = n.launched_at
+        cached = self._nodes.get(n.name)
+        if (
+            cached is not None
+            and cached[:3] == (n, n.version, booked)
+            and (cached[3].state, cached[3].since)
+            == (
+                state,
+                since,
+            )
+        ):
+            return cached[3]
+        node = Node(
+            name=n.name,
+            pool=n.pool,
+            offering=n.offering,
+            state=state,
+            gpus=n.gpus,
+            gpus_used=used,
+            since=since,
+            units=tuple(str(i) for i in n.jobs),
+            hourly_usd=n.hourly_usd,
+        )
+        self._nodes[n.name] = (n, n.version, booked, node)
+        return node
+
+    def _scale_down(self, inv: Inventory, booked: set[str], now: float) -> tuple[list[Drain], list[DeleteNodes]]:
+        from autoscaler.planner import scale_down_idle
+
+        drains, deletes = scale_down_idle(inv, self.policy, now, in_use=booked)
+        busy = {n.name for n in inv.nodes if n.has_work or n.name in booked}
+        out_d = []
+        for d in drains:
+            names = tuple(x for x in d.nodes if x not in busy)
+            if names:
+                out_d.append(Drain(d.pool, names, d.reason))
+        # cordoned at an earlier poll and still empty: deleted now (the daemon deletes every draining node)
+        out_x = []
+        for dn in deletes:
+            names = tuple(x for x in dn.names if x not in busy)
+            if names:
+                out_x.append(DeleteNodes(dn.pool, names, dn.reason))
+        return out_d, out_x
+
+    def _wake(self, view: ReplayView, now: float) -> float | None:
+        """The next poll, when the daemon has something to do then: requests not booked yet, cordoned nodes to
+        delete, or an idle node reaching its idle timeout (registrations and job ends call again anyway)."""
+        st = view.state
+        nxt = now + self.interval_s
+        checking = self.gate.checking if self.gate is not None else {}
+        if st.draining or any(j.id not in self._bookings for j in (*checking.values(), *st.pending())):
+            return nxt
+        for jid in checking:  # booked on nodes already up: Provisioned at the next poll (no event will come)
+            if all(n in st.nodes and st.nodes[n].registered for n in self._bookings[jid]):
+                return nxt
+        due = []
+        for n in st.idle.values():
+            if self.policy.keep_reserved_nodes and n.offering.reservation is not None:
+                continue
+            since = self._idle_since.get(n.name, now)
+            due.append(since + self.policy.idle_timeout_for(n.offering.machine_type))
+        if not due:
+            return None
+        return self._next_tick(max(min(due), nxt))
+
+    def on_launch_failure(self, command: ScaleUp, error: ProviderError, now: float) -> None:
+        """The daemon's `_fail_offering` + `_release`: back the offering off, drop the booking (served again at
+        the next poll)."""
+        self.unavailable = record_failure(self.unavailable, command.offering, error.kind, now, self.policy, str(error))
+        for uid in command.units:
+            self._bookings.pop(uid, None)
+
+
+def _taken(n: SimNode, job: Job) -> bool:
+    """A registered booked node whose room other pods took (kube-scheduler placed them first): the booking no
+    longer holds capacity for `job`, which is planned again."""
+    return n.registered and n.nominated_for is not job and n.free < job.gpus_per_node
+
+
+def _deletes(nodes: Sequence[SimNode], reason: str) -> list[DeleteNodes]:
+    by_pool: dict[str, list[str]] = {}
+    for n in nodes:
+        by_pool.setdefault(n.pool, []).append(n.name)
+    return [DeleteNodes(p, tuple(names), reason) for p, names in by_pool.items()]

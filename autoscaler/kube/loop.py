@@ -49,6 +49,7 @@ from autoscaler.kube.source import (
     is_daemonset_pod,
     node_facts,
     request_view,
+    unschedulable_units,
 )
 from autoscaler.model import (
     Inventory,
@@ -177,7 +178,8 @@ class KubeDaemon:
     def _tick(self, now: float, res: KubeTickResult) -> None:
         prs = self._requests()
         templates = self._templates(prs)
-        facts = node_facts(self.api.nodes(), self.api.pods(), self.kp.labels)
+        all_pods = self.api.pods()
+        facts = node_facts(self.api.nodes(), all_pods, self.kp.labels)
         cloud = [c for prov in self._providers() for c in prov.list_nodes([p.name for p in self.kp.pools])]
         facts = self._alias_machines(facts)
         offerings = [o for prov in self._providers() for o in prov.offerings()]
@@ -226,15 +228,33 @@ class KubeDaemon:
             if v.problem is not None:
                 self._condition(v, "Failed", "True", "InvalidRequest", v.problem, now, res)
         units = [v.unit() for v in pending if v.problem is None]
+        # unschedulable pods of admitted workloads no request stands for: capacity, launched by the planner
+        # (no request to book it on: the pods take what comes up, as with the Cluster Autoscaler)
+        # Kueue names a workload's request <workload>-<check>-<attempt>: a live request stands for its workload
+        names = [v.name for v in views if not v.failed and not v.provisioned]
+        orphans = [
+            u
+            for u in unschedulable_units(all_pods, (), self.kp.spot_taints)
+            if not any(n.startswith(u.id.rsplit("/", 1)[1] + "-") for n in names)
+        ]
+        units += orphans
         # the decision core the Slurm daemon and the replay call: one plan over the work nothing holds yet
         p = queue_depth(units, inv, self._allowed(offerings, pending), self.policy, now, self.memory)
         self.memory = p.unavailable
+        by_key = {v.key: v for v in pending}
         for uid, a in p.assignments.items():
-            v = next(x for x in pending if x.key == uid)
-            self._book(v, a, p, {n.name: n.pool for n in inv.nodes}, now, res)
+            if uid in by_key:
+                self._book(by_key[uid], a, p, {n.name: n.pool for n in inv.nodes}, now, res)
+        for su in p.scale_ups:  # launches for unschedulable pods: no booking, the request id makes it idempotent
+            if not any(u in by_key for u in su.units):
+                self._launch_for_pods(su, now, res)
         for u in p.unserved:
-            v = next(x for x in pending if x.key == u.unit)
-            self._unserved(v, u.reason, u.detail, now, res)
+            if u.unit in by_key:
+                self._unserved(by_key[u.unit], u.reason, u.detail, now, res)
+            else:
+                logger.bind(unit=u.unit, reason=str(u.reason)).warning(
+                    "unschedulable pods {}: {} ({})", u.unit, u.reason, u.detail
+                )
 
         # 5. scale-down: the core's steps, cut to what the Kubernetes side reports idle / cordoned and empty
         self._scale_down(p, inv, facts, booked, now, res)
@@ -365,6 +385,16 @@ class KubeDaemon:
                 return  # the booking stays: the next tick (or the next leader) retries the same request id
             self._fail_offering(key, exc.kind, now, str(exc))
             self._release(v, b, f"{exc.kind}: {exc}", now, res)
+
+    def _launch_for_pods(self, su: Any, now: float, res: KubeTickResult) -> None:
+        provider = self.kp.providers[su.pool]
+        try:
+            provider.launch(LaunchRequest(su.request_id, su.pool, su.offering, su.names, su.placement_group))
+            res.launched.append({"request": ",".join(su.units), "request_id": su.request_id, "pool": su.pool,
+                                 "names": list(su.names)})  # fmt: skip
+        except ProviderError as exc:
+            if exc.kind is not FailureKind.TRANSIENT:
+                self._fail_offering(su.offering, exc.kind, now, str(exc))
 
     def _release(self, v: RequestView, b: Booking, why: str, now: float, res: KubeTickResult) -> None:
         """All or nothing: delete whatever the booking created, drop the booking, serve the request again."""

@@ -373,3 +373,52 @@ def inventory_nodes(
             )
         )
     return out
+
+
+WORKLOAD_LABEL = "kueue.x-k8s.io/workload-name"  # Kueue's label on the pods of a workload
+
+
+def unschedulable(pod: Mapping[str, Any]) -> bool:
+    """A pending pod the scheduler could not place (PodScheduled=False, reason Unschedulable)."""
+    st = pod.get("status") or {}
+    if st.get("phase") not in (None, "Pending") or (pod.get("spec") or {}).get("nodeName"):
+        return False
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        for c in st.get("conditions") or []
+    )
+
+
+def unschedulable_units(
+    pods: Iterable[Mapping[str, Any]],
+    served: Iterable[str],
+    spot_taints: Sequence[Mapping[str, str]],
+) -> list[WorkUnit]:
+    """Unschedulable GPU pods of admitted workloads that no ProvisioningRequest covers (a node of the workload
+    died, a pod was evicted after its request was Provisioned): one gang unit per workload, its pods together.
+    `served`: the workloads whose pending requests already stand for them."""
+    served = set(served)
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for p in pods:
+        md = p.get("metadata") or {}
+        wl = (md.get("labels") or {}).get(WORKLOAD_LABEL)
+        if not wl or wl in served or not unschedulable(p) or pod_gpus(p.get("spec") or {}) == 0:
+            continue
+        groups.setdefault((md.get("namespace", "default"), wl), []).append(p)
+    out = []
+    for (ns, wl), members in sorted(groups.items()):
+        spec = members[0].get("spec") or {}
+        spot = all(
+            any(tolerates(m.get("spec") or {}, t) for t in (*spot_taints, {"key": GKE_SPOT_TAINT, "value": "true"}))
+            for m in members
+        )
+        out.append(
+            WorkUnit(
+                id=f"pods/{ns}/{wl}",
+                submit_time=min(ts((m.get("metadata") or {}).get("creationTimestamp")) for m in members),
+                gpus_per_node=max(pod_gpus(m.get("spec") or {}) for m in members),
+                nodes=len(members),
+                spot_ok=spot and bool(spec),
+            )
+        )
+    return out

@@ -149,3 +149,23 @@ def test_the_fake_refuses_what_the_real_schema_refuses(cluster: FakeKube) -> Non
     with pytest.raises(KubeError) as err:
         api.patch_machine_deployment(NS, "neo-h100", {"spec": {"replicas": "two"}})
     assert err.value.status == 422
+
+
+def test_unschedulable_pods_of_an_admitted_workload_get_capacity(cluster: FakeKube) -> None:
+    """A workload whose request was Provisioned lost a node: its pods are Unschedulable again and no request
+    stands for them; the daemon launches for them (one gang, both pods) and not twice."""
+    d = daemon(cluster, Clock())
+    for i in range(2):
+        cluster.create({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"train-{i}", "namespace": "team-a",
+                         "labels": {"kueue.x-k8s.io/workload-name": "wl-9"}},
+            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+        })  # fmt: skip
+    r = d.tick()
+    assert r.ok, r.error
+    assert replicas(cluster) == 2
+    d.tick()
+    assert replicas(cluster) == 2  # the Machines on their way hold the pods' place

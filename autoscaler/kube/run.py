@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from loguru import logger
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -80,7 +79,15 @@ def parse(data: Any, source: str, base: Path) -> KubeDaemonConfig:
 
 
 def load(path: Path) -> KubeDaemonConfig:
-    return parse(yaml.safe_load(path.read_text(encoding="utf-8")), str(path), path.parent)
+    """Read through the input gate (size, UTF-8, duplicate keys, aliases, finite numbers), then validate."""
+    from fleet.input import InputError, load_yaml
+    from fleet.input.limits import MAX_CONFIG_BYTES
+
+    try:
+        data = load_yaml(path, what="autoscaler config", max_bytes=MAX_CONFIG_BYTES)
+    except InputError as exc:
+        raise KubeConfigError(str(exc)) from None
+    return parse(data, str(path), path.parent)
 
 
 def build(cfg: KubeDaemonConfig, **kw: Any) -> Any:

@@ -100,12 +100,13 @@ def run(
 
 def _kubernetes_config(path: Path) -> bool:
     """A config with a `kubernetes:` section runs the Kubernetes daemon (autoscaler/kube/run.py)."""
-    import yaml
+    from fleet.input import InputError, load_yaml
+    from fleet.input.limits import MAX_CONFIG_BYTES
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return False  # the Slurm path reports the error with its own message
+        data = load_yaml(path, what="autoscaler config", max_bytes=MAX_CONFIG_BYTES)
+    except (InputError, OSError, ValueError):
+        return False  # not readable: the Slurm path's loader reports it, with the file and the position
     from autoscaler.kube.run import is_kube_config
 
     return is_kube_config(data)

@@ -61,6 +61,7 @@ def kube_pools(
         spot_taints=spot,
         providers=providers,
         machine_nodes=capi_provider.node_names if capi_provider else None,
+        capi_pools=frozenset(p.name for p in capi),
     )
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from loguru import logger
 
-from autoscaler.cloud import FailureKind, LaunchRequest, Offering, Provider, ProviderError
+from autoscaler.cloud import FailureKind, LaunchRequest, Provider, ProviderError
 from autoscaler.core import queue_depth, scale_down_steps
 from autoscaler.daemon.snapshot import offering_from_dict, offering_to_dict
 from autoscaler.kube.api import KubeApi, KubeError
@@ -91,6 +91,7 @@ class KubePools:
     spot_taints: list[dict[str, str]]
     providers: dict[str, Provider]  # pool -> its actuator (GCE for GKE node pools, Cluster API ...)
     machine_nodes: Callable[[str], dict[str, str]] | None = None  # CAPI: machine -> node name, per pool
+    capi_pools: frozenset[str] = frozenset()  # pools whose cloud nodes are Machines (names chosen by Cluster API)
 
 
 class KubeDaemon:
@@ -192,15 +193,11 @@ class KubeDaemon:
                 if f.request_id:
                     failed_ids[f.request_id] = why
                 failed_names.update(dict.fromkeys(f.names, why))
-        views = [request_view(pr, templates, self.kp.spot_taints, self.kp.labels) for pr in prs]
-        by_key = {v.key: (v, pr) for v, pr in zip(views, prs, strict=True)}
         live = {c.name: c for c in cloud if str(c.status) != "gone"}
 
-        self._bind_machines(views, cloud)
-        views = [request_view(pr, templates, self.kp.spot_taints, self.kp.labels) for pr in self._requests()]
-        by_key = {v.key: (v, pr) for v, pr in zip(views, prs, strict=False)}
+        self._bind_machines(self._views(templates), cloud)
         # 3. booked requests
-        for v, pr in by_key.values():
+        for v in self._views(templates):
             if v.booking is None or v.failed:
                 continue
             why = failed_ids.get(v.booking.request_id) or next(
@@ -209,10 +206,8 @@ class KubeDaemon:
             if why is not None and not v.provisioned:  # all or nothing: clean up, serve it again elsewhere
                 self._release(v, v.booking, why, now, res)
                 continue
-            self._check_booking(v, pr, live, facts, now, res)
-        # re-read: bookings may have been released above
-        prs = self._requests()
-        views = [request_view(pr, templates, self.kp.spot_taints, self.kp.labels) for pr in prs]
+            self._check_booking(v, live, facts, now, res)
+        views = self._views(templates)  # as this tick's writes left them (released bookings, new conditions)
         booked = self._booked(views, now)
         gone = set(res.deleted) | set(failed_names)  # deleted or failed this tick: no capacity to place on
         cloud = [c for c in cloud if c.name not in gone]
@@ -239,7 +234,7 @@ class KubeDaemon:
         ]
         units += orphans
         # the decision core the Slurm daemon and the replay call: one plan over the work nothing holds yet
-        p = queue_depth(units, inv, self._allowed(offerings, pending), self.policy, now, self.memory)
+        p = queue_depth(units, inv, offerings, self.policy, now, self.memory)
         self.memory = p.unavailable
         by_key = {v.key: v for v in pending}
         for uid, a in p.assignments.items():
@@ -262,7 +257,7 @@ class KubeDaemon:
     def _bind_machines(self, views: Sequence[RequestView], cloud: Sequence[Any]) -> None:
         """Cluster API names Machines itself: a booking's slots become the pool's new Machines, oldest booking
         first, each Machine to one booking (written back on the request, so every replica agrees)."""
-        capi = {name for name, prov in self.kp.providers.items() if hasattr(prov, "node_names")}
+        capi = self.kp.capi_pools
         if not capi:
             return
         machines = {
@@ -291,17 +286,15 @@ class KubeDaemon:
         if self.kp.machine_nodes is None:
             return facts
         out = dict(facts)
-        for pool in self.kp.pools:
-            if not isinstance(self.kp.providers.get(pool.name), type(None)) and hasattr(
-                self.kp.providers[pool.name], "node_names"
-            ):
-                for machine, node in self.kp.machine_nodes(pool.name).items():
-                    if node in facts:
-                        out[machine] = dataclasses.replace(facts[node], name=node)
+        for pool in sorted(self.kp.capi_pools):
+            for machine, node in self.kp.machine_nodes(pool).items():
+                if node in facts:
+                    out[machine] = dataclasses.replace(facts[node], name=node)
         return out
 
-    def _allowed(self, offerings: Sequence[Offering], pending: Sequence[RequestView]) -> list[Offering]:
-        return list(offerings)
+    def _views(self, templates: Mapping[tuple[str, str], Mapping[str, Any] | None]) -> list[RequestView]:
+        """Every request as this tick read it and then wrote it (`_current`): no second list call."""
+        return [request_view(pr, templates, self.kp.spot_taints, self.kp.labels) for pr in self._current.values()]
 
     def _booked(self, views: Sequence[RequestView], now: float) -> dict[str, str]:
         """node name -> request key, for bookings still holding their nodes (not past the booking TTL)."""
@@ -413,7 +406,6 @@ class KubeDaemon:
     def _check_booking(
         self,
         v: RequestView,
-        pr: Mapping[str, Any],
         live: Mapping[str, Any],
         facts: Mapping[str, NodeFacts],
         now: float,

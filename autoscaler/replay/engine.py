@@ -161,12 +161,7 @@ class ReplayEngine:
         gate = self.admission
         self._decide(frozenset({"start"}))
         while self.state.done < n:
-            t = jobs[nxt].submit if nxt < n else math.inf
-            if self._heap and self._heap[0][0] < t:
-                t = self._heap[0][0]
-            ct = self.cloud.next_event_time()
-            if ct is not None and ct < t:
-                t = ct
+            t = next_event_at(jobs, nxt, self._heap, self.cloud)
             if t == math.inf:
                 raise ReplayError(
                     f"policy {self.policy.name}: {self.state.pending_count} job(s) pending and nothing will happen "
@@ -327,6 +322,16 @@ class ReplayEngine:
             if job is not None and job.state is JobState.PENDING:
                 self.state.nominate(new[name], job, now)
         return True
+
+
+def next_event_at(jobs: Sequence[Job], nxt: int, heap: list[tuple], cloud: SimCloud) -> float:
+    """When a replay loop must wake next: the next submission, its own earliest timer, or the sim cloud's next
+    boot / registration / preemption, whichever is first (math.inf: nothing will ever happen)."""
+    t = jobs[nxt].submit if nxt < len(jobs) else math.inf
+    if heap and heap[0][0] < t:
+        t = heap[0][0]
+    ct = cloud.next_event_time()
+    return ct if ct is not None and ct < t else t
 
 
 def _gpus(engine: ReplayEngine, cmd: ScaleUp) -> int:

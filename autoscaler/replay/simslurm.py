@@ -37,7 +37,7 @@ from typing import Protocol
 
 from autoscaler.cloud import InsufficientCapacity, OfferingKey, ProviderError, QuotaExceeded
 from autoscaler.model import NodeState, Pool, ScaleUp
-from autoscaler.replay.engine import EngineCounters, Timeline
+from autoscaler.replay.engine import EngineCounters, Timeline, next_event_at
 from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.state import ClusterState, Job, JobState, ReplayError, SimNode
 from autoscaler.replay.trace import TraceJob
@@ -165,12 +165,7 @@ class SimSlurm:
         n, nxt = len(jobs), 0
         self._call_tick()
         while self.state.done < n:
-            t = jobs[nxt].submit if nxt < n else math.inf
-            if self._heap and self._heap[0][0] < t:
-                t = self._heap[0][0]
-            ct = self.cloud.next_event_time()
-            if ct is not None and ct < t:
-                t = ct
+            t = next_event_at(jobs, nxt, self._heap, self.cloud)
             if until is not None and t > until:
                 self.clock.advance_to(until)
                 self.t_end = until

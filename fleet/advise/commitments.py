@@ -98,8 +98,7 @@ def assemble(
     assert req.prices is not None
     prices = req.prices
     wins = [*parts, *([test_window] if test_window else [])]
-    hours = {w.name: w.hours for w in wins}
-    fold_points = rec.price_points(outcomes, prices, req.terms, hours)
+    fold_points = rec.price_points(outcomes, prices, req.terms)
     choice = choice_window.name
     # the history a choice rests on: the train window's days, or the whole trace's
     hist = choice_window.days if choice == "train" else history_days(req.jobs)
@@ -140,7 +139,7 @@ def assemble(
         "choice_window": choice,
         "recommended": rec.summary(chosen, base)
         | {
-            "seeds_cheaper_than_on_demand": rec.seeds_beating(outcomes, prices, chosen, names, choice_window.hours),
+            "seeds_cheaper_than_on_demand": rec.seeds_beating(outcomes, prices, chosen, names),
             "max_fold_regret_pct": chosen.max_fold_regret_pct,
         },
         "points": [p.to_json() for p in points],

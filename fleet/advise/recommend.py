@@ -47,9 +47,7 @@ class Point:
         return asdict(self)
 
 
-def price_points(
-    outcomes: Sequence[Outcome], prices: TermPrices, terms: Sequence[str], window_hours: dict[str, float]
-) -> list[Point]:
+def price_points(outcomes: Sequence[Outcome], prices: TermPrices, terms: Sequence[str]) -> list[Point]:
     """Every (window, term, size) point; size 0 appears once, as term `none` (all on demand)."""
     by: dict[tuple[str, int], list[Outcome]] = defaultdict(list)
     for o in outcomes:
@@ -57,11 +55,11 @@ def price_points(
     keep = 1.0 - prices.overflow_discount
     out: list[Point] = []
     for (window, size), group in sorted(by.items()):
-        hours = statistics.fmean(o.span_hours or window_hours[window] for o in group)
+        hours = group[0].span_hours  # the window's calendar hours, the same in every seed
         for term in terms if size else ("none",):
             rate = prices.rate(term) if size else 0.0
             res = size * rate * hours
-            costs = [o.overflow_usd * keep + size * rate * (o.span_hours or window_hours[window]) for o in group]
+            costs = [o.overflow_usd * keep + res for o in group]
             capacity = group[0].reserved_gpus * hours
             out.append(
                 Point(
@@ -151,9 +149,7 @@ def on_demand(points: Sequence[Point], window: str) -> Point | None:
     return next((p for p in points if p.window == window and p.reserved_nodes == 0), None)
 
 
-def seeds_beating(
-    outcomes: Sequence[Outcome], prices: TermPrices, p: Point, windows: Sequence[str], hours: float
-) -> int:
+def seeds_beating(outcomes: Sequence[Outcome], prices: TermPrices, p: Point, windows: Sequence[str]) -> int:
     """In how many seeds the point costs less than all on demand with the same seed, over `windows` together."""
     keep = 1.0 - prices.overflow_discount
     base: dict[int, float] = defaultdict(float)
@@ -165,7 +161,7 @@ def seeds_beating(
         if o.reserved_nodes == 0:
             base[o.seed] += o.overflow_usd * keep
         if o.reserved_nodes == p.reserved_nodes:
-            mine[o.seed] += o.overflow_usd * keep + p.reserved_nodes * rate * (o.span_hours or hours)
+            mine[o.seed] += o.overflow_usd * keep + p.reserved_nodes * rate * o.span_hours
     return sum(1 for s, c in mine.items() if s in base and c < base[s])
 
 

@@ -70,7 +70,7 @@ class Outcome:
     partial_gang_gpu_hours: float  # of the whole replay
     jobs: int  # submitted in the window
     replay_wall_s: float
-    span_hours: float = 0.0  # the window's calendar hours: the reservation is billed for them
+    span_hours: float  # the window's calendar hours: the reservation is billed for them
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)

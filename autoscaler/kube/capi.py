@@ -204,7 +204,7 @@ class CapiProvider:
     def poll_errors(self) -> list[ProvisioningFailure]:
         """Machines that failed to provision (status.failureReason / phase Failed), each reported once."""
         out = []
-        for name, p in self.pools.items():
+        for p in self.pools.values():
             for m in self._machines(p):
                 st = m.get("status") or {}
                 old = (st.get("deprecated") or {}).get("v1beta1") or {}  # v1beta2 keeps failureReason here
@@ -214,7 +214,6 @@ class CapiProvider:
                     msg = f"{old.get('failureReason', 'Failed')}: {old.get('failureMessage', '')}".strip()
                     kind = FailureKind.STOCKOUT if "capacity" in msg.lower() else FailureKind.TRANSIENT
                     out.append(ProvisioningFailure(None, self.key(p), kind, (mname,), msg))
-            del name
         return out
 
     def offerings(self) -> list[Offering]:

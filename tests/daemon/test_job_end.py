@@ -50,6 +50,24 @@ def test_job_end_records_one_wake_up_with_the_jobs_managed_nodes(tmp_path: Path)
     assert "job 42 freed 2 managed node(s)" in cp.stderr
 
 
+def test_fleet_slurm_job_end_is_the_same_entry(tmp_path: Path) -> None:
+    state = tmp_path / "s.db"
+    daemon_store(state, "c1-spot")
+    fleet = str(ROOT / ".venv" / "bin" / "fleet")
+    cp = subprocess.run(
+        [fleet, "slurm", "job-end", "c1-spot-2", "--job-id", "5", "--state", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cp.returncode == 0, cp.stderr
+    cp = subprocess.run(
+        [fleet, "slurm", "job-end", "c1-spot-[2", "--state", str(state)], capture_output=True, text=True, timeout=60
+    )
+    assert cp.returncode == 2 and "HOSTLIST" in cp.stderr
+    assert rows(state) == [(5, ("c1-spot-2",))]
+
+
 def test_a_job_on_no_managed_node_writes_nothing_and_exits_0(tmp_path: Path) -> None:
     state = tmp_path / "s.db"
     daemon_store(state, "c1-spot", max_nodes=4)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from autoscaler.daemon import job_end
-from autoscaler.daemon.loop import RunLoop
+from autoscaler.daemon.loop import TICK_JOB, RunLoop
 from autoscaler.daemon.state import JobEndRow, StateStore
 from autoscaler.model import Policy
 from autoscaler.slurm.readers import SlurmJob, SlurmNode
@@ -237,7 +237,9 @@ class CountingDaemon:
                 self.settled.set()
 
 
-def test_the_watcher_ticks_while_a_wake_up_is_open_and_stops_once_it_is_settled(tmp_path: Path) -> None:
+def test_the_watcher_ticks_while_a_wake_up_is_open_and_stops_once_it_is_settled_leaving_the_poll_alone(
+    tmp_path: Path,
+) -> None:
     store = StateStore(tmp_path / "s.db")
     d = CountingDaemon(store, looks=2)  # the first woken tick sees the node still COMPLETING
     loop = RunLoop(d, interval_s=3600)  # type: ignore[arg-type]  # no poll after the first tick
@@ -247,6 +249,7 @@ def test_the_watcher_ticks_while_a_wake_up_is_open_and_stops_once_it_is_settled(
         deadline = time.monotonic() + 30
         while not d.ticks and time.monotonic() < deadline:
             time.sleep(0.05)
+        poll = loop.scheduler.get_job(TICK_JOB).next_run_time
         other = StateStore(tmp_path / "s.db", create=False, full_check=False)  # the hook's connection
         other.enqueue_job_end(11, ["c1-spot-0"], time.time())
         other.close()
@@ -254,6 +257,8 @@ def test_the_watcher_ticks_while_a_wake_up_is_open_and_stops_once_it_is_settled(
         after = len(d.ticks)
         time.sleep(2.5)  # a few watcher periods: nothing open, no tick
         assert d.ticks[0] == 0 and d.ticks[1:after] == [1, 1] and len(d.ticks) == after
+        # woken ticks are extra ticks: the poll keeps its phase (what the replay's fixed poll grid models)
+        assert loop.scheduler.get_job(TICK_JOB).next_run_time == poll
     finally:
         loop.request_stop()
         t.join(30)

@@ -73,7 +73,11 @@ def run_setting(node_epilog_s: float, rounds: int) -> list[dict[str, Any]]:
     try:
         env.start_daemon()
         for _ in range(rounds):
-            jobs = [env.sbatch("-p", "gpu", "-N", "1", "--gres=gpu:8", "--wrap", f"srun sleep {d}") for d in DURATIONS]
+            out = f"{env.root}/log/job-%j.out"
+            jobs = [
+                env.sbatch("-p", "gpu", "-N", "1", "--gres=gpu:8", "-o", out, "--wrap", f"srun sleep {d}")
+                for d in DURATIONS
+            ]
             _wait(lambda js=set(jobs): not env.squeue_ids() & js, 180, "the jobs to finish")
             _wait(lambda: not env.fake.instance_names(), 60, "the freed instances to be deleted")
             assert env.daemon is not None

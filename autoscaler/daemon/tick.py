@@ -555,7 +555,9 @@ class Daemon:
         keep the watcher ticking (a node still COMPLETING gets another look about a second later)."""
         done = job_end.settled(rows, snodes, sjobs, now)
         for r in done:
-            if now - r.at >= job_end.GIVE_UP_S:
+            gave_up = now - r.at >= job_end.GIVE_UP_S
+            self.metrics.job_end_wakes.labels(outcome="gave_up" if gave_up else "freed").inc()
+            if gave_up:
                 logger.bind(job_id=r.job_id, names=list(r.names)).warning(
                     "job {} ended {:.0f}s ago and its nodes are still not free: leaving them to the regular poll",
                     r.job_id,

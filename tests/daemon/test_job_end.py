@@ -182,6 +182,7 @@ def test_the_woken_tick_deletes_the_freed_node_and_a_completing_one_gets_another
     clock.advance(1)
     res = d.tick()
     assert cloud.deleted == ["c1-spot-0"] and res.job_ends == [9] and d.store.open_job_ends() == []
+    assert 'gpu_fleet_autoscaler_job_end_wakes_total{outcome="freed"} 1.0' in d.metrics.render().decode()
 
 
 def test_a_wake_up_written_after_slurm_was_read_waits_for_the_next_tick(make_daemon, slurm, clock) -> None:

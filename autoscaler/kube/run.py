@@ -4,7 +4,7 @@ A config with a `kubernetes:` section (`fleet.inventory.KubernetesSection`, writ
 Deployment's ConfigMap, docs/kubernetes.md) runs the Kubernetes daemon instead of the Slurm one:
 
     inventory: /etc/gpu-fleet/inventory.json
-    policy: {idle_timeout_s: 600}
+    policy: {wait_value_usd_per_gpu_hour: 0}
     kubernetes: {namespace: gpu-fleet-system, lease: {name: gpu-fleet-autoscaler}}
     provider: {endpoint: null}          # GKE pools: Compute API options (a local fake in tests)
     metrics: {host: 0.0.0.0, port: 9464}

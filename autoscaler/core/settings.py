@@ -106,10 +106,23 @@ def facts_at(
     )
 
 
+#: derived fields that only make sense together: setting one of a group pins the whole group (`idle_timeout_s:
+#: 600` means 600 s for every shape, not 600 s overridden per shape by the rule's keep and warm cap)
+PINNED_TOGETHER = (
+    frozenset({"idle_timeout_s", "idle_timeout_by_machine", "idle_keep_max_by_machine"}),
+    frozenset({"batch_window_s", "batch_idle_s"}),
+)
+
+
 def settings_policy(base: Policy, explicit: Iterable[str], facts: FleetFacts) -> Policy:
-    """`policy_for(facts)` on top of `base`, with the fields the operator set explicitly kept as set."""
+    """`policy_for(facts)` on top of `base`, with the fields the operator set explicitly kept as set (and the
+    rest of their `PINNED_TOGETHER` group as `base` has it)."""
+    given = set(explicit) & DERIVED_FIELDS
+    for group in PINNED_TOGETHER:
+        if given & group:
+            given |= group
     derived = policy_for(facts, base=base)
-    pinned = {f: getattr(base, f) for f in set(explicit) & DERIVED_FIELDS}
+    pinned = {f: getattr(base, f) for f in given}
     return replace(derived, **pinned) if pinned else derived
 
 

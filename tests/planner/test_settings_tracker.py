@@ -79,7 +79,13 @@ def test_explicit_settings_are_never_replaced_by_the_rule() -> None:
     tr = SettingsTracker(base=base, boot_s=360.0, explicit=frozenset({"idle_timeout_s", "max_nodes"}))
     p = tr.current(7200.0, 0.0, offerings=OFFERS, pools=[pool(1)], history=_history(jobs))
     assert p.idle_timeout_s == 600.0 and p.max_nodes == 12
-    assert p.idle_timeout_by_machine[ONE_G] == 360.0  # a field the operator did not set is the rule's
+    # pinning the idle timeout pins idle keep for every shape: no per-shape keep or warm cap from the rule
+    assert p.idle_timeout_for(ONE_G) == 600.0 and p.idle_keep_max_by_machine == {}
+    assert p.expected_run_s == 600.0 and p.defragment  # fields the operator did not set are the rule's
+    hold = SettingsTracker(base=Policy(batch_window_s=30.0), explicit=frozenset({"batch_window_s"}))
+    q = hold.current(7200.0, 0.0, offerings=OFFERS, pools=[pool(1)], history=_history(jobs))
+    assert (q.batch_window_s, q.batch_idle_s) == (30.0, 0.0)  # the hold pair as the operator left it
+    assert q.idle_timeout_for(ONE_G) == 360.0
 
 
 def test_reserved_nodes_are_the_reservation_pools_sizes() -> None:

@@ -10,6 +10,7 @@ decision logic again (a replay-only planner call, a daemon-only rule), this test
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from autoscaler.daemon.config import LoopConfig
@@ -17,7 +18,9 @@ from autoscaler.daemon.lock import LeaderLock
 from autoscaler.daemon.state import StateStore
 from autoscaler.daemon.tick import HOLD_REASON, Daemon
 from autoscaler.model import NodeState
-from autoscaler.replay.gpu_fleet import GpuFleetPolicy
+from autoscaler.planner.rule import policy_for
+from autoscaler.replay.facts import scenario_facts
+from autoscaler.replay.gpu_fleet import DEFAULT_POLICY, GpuFleetPolicy
 from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.simslurm import SimSlurm
 from autoscaler.replay.state import Job
@@ -195,7 +198,8 @@ def test_with_a_reservation_hold_the_daemon_holds_and_releases_exactly_what_the_
     trace = [
         TraceJob(f"j{i}", t, d, 8, False) for i, (t, d) in enumerate([(0, 900), (100, 300), (200, 3000), (300, 60)])
     ]
-    policy = GpuFleetPolicy.for_scenario(sc, wait_value_usd_per_gpu_hour=0.5, jobs=trace).policy
+    # a hold budget the operator set (the default, 0, holds nothing)
+    policy = policy_for(replace(scenario_facts(sc, trace, 0.5), reservation_hold_max_s=3600.0), base=DEFAULT_POLICY)
     assert policy.batch_window_s > 0
     driver = SnapshotFleet(policy)
     SimSlurm(trace, sc, driver).run()

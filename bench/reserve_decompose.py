@@ -74,6 +74,29 @@ def _instrument(engine: Any) -> list[tuple[float, float, int, str, str, bool]]:
     return runs
 
 
+def _bound_overflow_gpu_h(jobs: list[Any], reserved: int, use_spot: bool) -> tuple[float, float]:
+    """The bound's overflow GPU-hours at the on-demand and the spot rate (as `lower_bound` sweeps them)."""
+    ev: list[tuple[float, int, int]] = []
+    for j in jobs:
+        if use_spot and j.spot_ok:
+            ev += [(j.submit, 0, j.gpus), (j.submit + j.duration, 0, -j.gpus)]
+        else:
+            ev += [(j.submit, j.gpus, 0), (j.submit + j.duration, -j.gpus, 0)]
+    ev.sort()
+    od = sp = 0.0
+    a = b = 0
+    prev = ev[0][0]
+    for t, x, y in ev:
+        dt = t - prev
+        if dt > 0:
+            od += max(0, a - reserved) * dt
+            sp += max(0, b - max(0, reserved - a)) * dt
+            prev = t
+        a += x
+        b += y
+    return od / 3600.0, sp / 3600.0
+
+
 def decompose(jobs: list[Any], scenario: Any, policy_name: str) -> dict[str, Any]:
     from autoscaler.replay.lower_bound import lower_bound
     from autoscaler.replay.metrics import policy_metrics
@@ -134,6 +157,13 @@ def decompose(jobs: list[Any], scenario: Any, policy_name: str) -> dict[str, Any
         ou += b
         so += c
     over_usd = m["overflow_cost_usd"]
+    # the bound's overflow by rate (reserved GPUs cover on-demand-only demand first), and the policy's
+    b_od, b_spot = _bound_overflow_gpu_h(marked, reserved, spot_rate is not None)
+    p_od = sum(v for k, v in work.items() if k.startswith("on-demand/"))
+    p_spot = sum(v for k, v in work.items() if k.startswith("spot/"))
+    mix_b = b_od / max(b_od + b_spot, 1e-9)
+    at_bound_mix = (p_od + p_spot) * (mix_b * od_rate + (1 - mix_b) * (spot_rate or od_rate))
+    at_policy_rates = p_od * od_rate + p_spot * (spot_rate or od_rate)
     out = {
         "policy": policy_name,
         "cost_usd": m["cost_usd"],
@@ -157,6 +187,10 @@ def decompose(jobs: list[Any], scenario: Any, policy_name: str) -> dict[str, Any
             }
             for k, v in sorted(billed.items())
         },
+        "bound_overflow_gpu_h": {"on_demand": round(b_od, 0), "spot": round(b_spot, 0)},
+        "overflow_work_gpu_h": {"on_demand": round(p_od, 0), "spot": round(p_spot, 0)},
+        "excess_volume_usd": round(at_bound_mix - bound.overflow_usd, 0),  # more overflow work, at the bound's mix
+        "excess_mix_usd": round(at_policy_rates - at_bound_mix, 0),  # the same work, at the policy's od/spot mix
         "reserved_work_gpu_h": round(work.get(f"reservation/{scenario.reservation_machine.name}", 0.0), 0)
         if scenario.reservation_machine
         else 0.0,
@@ -165,11 +199,24 @@ def decompose(jobs: list[Any], scenario: Any, policy_name: str) -> dict[str, Any
         "fragmentation_usd_at_od": round(frag_gpu_s / 3600.0 * od_rate, 0),
         "spot_ok_work_on_on_demand_gpu_h": round(spot_on_od_gpu_s / 3600.0, 0),
         "spot_ok_on_od_extra_usd": round(spot_on_od_gpu_s / 3600.0 * (od_rate - (spot_rate or od_rate)), 0),
+        "overflow_starts_gpu_h": _classify(getattr(engine, "overflow_starts", [])),
         "gpu_hours_lost_to_preemption": m["gpu_hours_lost_to_preemption"],
         "preemptions": m["preemptions"],
         "launch_failures": m["launch_failures"],
     }
     return out
+
+
+def _classify(starts: list[tuple[int, int, int, int, float, float]]) -> dict[str, float]:
+    """GPU-hours of jobs that ran on overflow, by the reservation's state when they started: `whole_node_free`
+    (a reserved node had room for the job's GPUs per node: it freed while the job was held or booted),
+    `room_but_fragmented` (the reserved GPUs free in total could hold the job, no single node could), `full`."""
+    out: dict[str, float] = defaultdict(float)
+    for g, n, free_total, free_max, _, dur in starts:
+        k = "whole_node_free" if free_max >= g else ("room_but_fragmented" if free_total >= g * n else "full")
+        shape = "gang" if n > 1 else f"{g}g"
+        out[f"{shape}/{k}"] += g * n * dur / 3600.0
+    return {k: round(v, 0) for k, v in sorted(out.items())}
 
 
 def main() -> int:

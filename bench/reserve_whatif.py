@@ -15,6 +15,10 @@ changed, to size a mechanism before building it (docs/simulate.md, "The reservat
 - `up-first` / `up-first-best-fit`: within a Weight tier, a powered-up (or powering-up) node with room of any
   shape before any powered-down name (best fit among them with the second form), as dynamic Weights that rank
   powered-up nodes first would;
+- `oracle-hold`: an upper bound on any "hold only when it pays" rule: a job that does not fit the reservation
+  is held (up to one boot) only if, knowing every running job's end, a reserved node frees enough GPUs for it
+  within one boot of its submission (competition for that node ignored); every other job is released at the
+  daemon's next tick;
 - `spot-protect=G`: a spot-tolerant job may use the reservation only if G reserved GPUs stay free after it (a
   protection level for on-demand-only work, as a daemon moving reserved nodes out of the spot partition would).
 
@@ -45,6 +49,46 @@ def _patch(what: str) -> None:
     if name == "hold":
         orig_hold = rule.reservation_hold_s
         rule.reservation_hold_s = lambda f: orig_hold(replace(f, reservation_hold_max_s=float(arg)))
+        return
+    if name == "oracle-hold":
+        import autoscaler.replay.gpu_fleet as gf
+
+        orig_hold = rule.reservation_hold_s
+        rule.reservation_hold_s = lambda f: orig_hold(replace(f, reservation_hold_max_s=f.boot_s))
+        sims: list[Any] = []
+        orig_init = S.__init__
+
+        def init(self: Any, *a: Any, **kw: Any) -> None:
+            orig_init(self, *a, **kw)
+            sims.append(self)
+
+        S.__init__ = init
+        orig_qd = gf.queue_depth
+
+        def frees_in_time(sim: Any, idx: int) -> bool:
+            job = sim.state.jobs[idx]
+            by = job.submit + sim.scenario.ready_s
+            ok = 0
+            for nm in sim.names.values():
+                if nm.pool.capacity_type is not CapacityType.RESERVATION:
+                    continue
+                node = nm.node
+                freed = node.free + sum(
+                    g
+                    for i, g in node.jobs.items()
+                    if (j := sim.state.jobs[i]).start is not None and j.start + j.remaining_s <= by
+                )
+                ok += freed >= job.gpus_per_node
+            return ok >= job.nodes
+
+        def queue_depth(pending: Any, inventory: Any, offerings: Any, policy: Any, now: float, *a: Any) -> Any:
+            sim = sims[-1]
+            keep = [u for u in pending if not frees_in_time(sim, int(u.id.rsplit("/", 1)[1]) - 1)]
+            wait = [u for u in pending if u not in keep]
+            soon = [replace(u, submit_time=now - policy.batch_window_s) for u in keep]
+            return orig_qd([*soon, *wait], inventory, offerings, policy, now, *a)
+
+        gf.queue_depth = queue_depth
         return
     if name == "spot-protect":
         keep = int(arg)

@@ -242,7 +242,7 @@ def main() -> int:
     kw: dict[str, Any] = {"reserved_nodes": a.reserved_nodes, "spot_fraction": a.spot_fraction}
     kw["stockout_rate"] = a.stockout_rate
     if a.preemption_rate is not None:
-        kw["preemption_rate"] = a.preemption_rate
+        kw["preemption_rate_per_hour"] = a.preemption_rate
     out = decompose(jobs, Scenario(trace=a.trace, **kw), a.policy)
     print(json.dumps(out, indent=1))
     return 0

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaler.planner.rule import policy_for, reservation_hold_s
+from autoscaler.planner.rule import reservation_hold_s
 from autoscaler.replay.baselines import KarpenterLikePolicy, SlurmPowerSavePolicy
 from autoscaler.replay.engine import ReplayEngine
 from autoscaler.replay.facts import scenario_facts
@@ -106,6 +106,17 @@ def test_same_seed_same_numbers_and_spot_scenarios_count_preemptions(small_trace
         assert "spot" in m["cost_by_capacity_usd"]
 
 
+def _fixed(sc: Scenario, trace: list, wait_value: float, hold_budget_s: float = 3600.0) -> GpuFleetPolicy:  # type: ignore[type-arg]
+    """gpu-fleet with the settings rule's policy over the whole trace, fixed for the run, with an operator's hold
+    budget (`FleetFacts.reservation_hold_max_s`; the default budget, 0, never holds)."""
+    from autoscaler.core.settings import settings_policy
+
+    pol = GpuFleetPolicy.for_scenario(sc, wait_value_usd_per_gpu_hour=wait_value)
+    base = replace(DEFAULT_POLICY, wait_value_usd_per_gpu_hour=wait_value)
+    facts = replace(scenario_facts(sc, trace, wait_value), reservation_hold_max_s=hold_budget_s)
+    return replace(pol, policy=settings_policy(base, (), facts), tracker=None)
+
+
 def test_with_a_reservation_overflow_is_held_so_jobs_wait_for_paid_for_gpus_then_bought() -> None:
     """The reservation hold on the simulated Slurm: overflow pools' powered-down nodes are drained, so a job that
     finds the reserved node busy stays PENDING (Slurm cannot power anything up for it); it takes the reserved node
@@ -115,10 +126,9 @@ def test_with_a_reservation_overflow_is_held_so_jobs_wait_for_paid_for_gpus_then
     late = job(3, 2010, 100, 8)  # the reserved node is busy until 7000: held, then bought
     trace = [a, b, c, late]
     # the default hold budget is 0 (no job waits beyond its boot): an operator who allows one hour gets the rule's H
+    assert _fixed(sc, trace, 0.5, hold_budget_s=0.0).policy.batch_window_s == 0
+    pol = _fixed(sc, trace, 0.5)  # the rule's settings for this trace, fixed (the hold's mechanics, not its learning)
     facts = replace(scenario_facts(sc, trace, 0.5), reservation_hold_max_s=3600.0)
-    default = GpuFleetPolicy.for_scenario(sc, wait_value_usd_per_gpu_hour=0.5, jobs=trace)
-    assert default.policy.batch_window_s == 0
-    pol = replace(default, policy=policy_for(facts, base=DEFAULT_POLICY))
     hold = pol.policy.batch_window_s
     assert hold == round(reservation_hold_s(facts), 1) and hold > 0
     eng = replay_engine(trace, sc, pol).run()
@@ -130,7 +140,7 @@ def test_with_a_reservation_overflow_is_held_so_jobs_wait_for_paid_for_gpus_then
     assert eng.counters.nodes_launched == 2
     assert eng.cloud.ledger.cost_by_capacity(eng.t_end)[CapacityType.ON_DEMAND] > 0
     # a wait worth more than the saving: no hold, Slurm powers up on-demand at submit
-    eager = GpuFleetPolicy.for_scenario(sc, wait_value_usd_per_gpu_hour=1e4, jobs=trace)
+    eager = _fixed(sc, trace, 1e4)
     assert eager.policy.batch_window_s == 0
     eng = replay_engine(trace, sc, eager).run()
     assert {j.id: j for j in eng.state.jobs}["j3"].first_start == 2010 + 361

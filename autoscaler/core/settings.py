@@ -87,6 +87,7 @@ def facts_at(
     boot_s: float,
     wait_value_usd_per_gpu_hour: float | None,
     span_s: float,
+    reservation_hold_max_s: float = 0.0,
 ) -> FleetFacts:
     """The rule's facts at `at` from `history`: the jobs seen by `at` that were submitted in the `span_s` before it
     (the caller's window); a run counts once its job ended by `at`."""
@@ -103,6 +104,7 @@ def facts_at(
         window_s=max(span_s, MIN_SPAN_S),
         reserved_nodes=reserved_nodes(pools),
         wait_value_usd_per_gpu_hour=wait_value_usd_per_gpu_hour,
+        reservation_hold_max_s=reservation_hold_max_s,
     )
 
 
@@ -172,6 +174,7 @@ class SettingsTracker:
             boot_s=self.boot_s,
             wait_value_usd_per_gpu_hour=self.base.wait_value_usd_per_gpu_hour,
             span_s=at - start,
+            reservation_hold_max_s=self.base.reservation_hold_max_s,
         )
         policy = settings_policy(self.base, self.explicit, self.facts)
         if policy != self.policy:

@@ -78,6 +78,9 @@ class Policy:
     defragment: bool = True
     expected_run_s: float | None = None
     expected_boot_s: float = 0.0
+    #: the operator's hold budget: how long the settings rule may hold a unit for reserved capacity on top of its
+    #: boot (0, the default: never; autoscaler/planner/rule.py `reservation_hold_s`)
+    reservation_hold_max_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -99,6 +102,7 @@ class Policy:
             "backoff_s",
             "backoff_max_s",
             "expected_boot_s",
+            "reservation_hold_max_s",
         ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float):

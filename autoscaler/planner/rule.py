@@ -22,8 +22,16 @@ same settings for the same facts.  Its reasoning (docs/planner.md, "Settings fro
   arrival, about 1/lambda of reserved GPU time, worth S = p / lambda per GPU; reserved nodes free
   up at rate mu = reserved nodes / mean run time.  Waiting h costs w*h; the chance a node frees
   within h is 1 - exp(-mu*h); the expected gain S*(1 - exp(-mu*h)) - w*h is largest at
-  H = ln(mu*S / w) / mu when mu*S > w, else 0 (launch at once); never more than one boot, so a held
-  job never waits more than twice what launching at once would have made it wait (w = 0: one boot).
+  H = ln(mu*S / w) / mu when mu*S > w, else 0 (launch at once).  A held job that does not get a
+  reserved node waits H *plus* its boot, so H is also capped by the operator's hold budget
+  (`FleetFacts.reservation_hold_max_s`), which is 0 by default: "no worse wait" (a job never waits
+  longer than the boot launching at once imposes) is the product's promise, S is one idle gap per
+  freed node (cents per GPU on a busy reservation), and Slurm hands a released overflow name to the
+  first pending job it fits, not the one the plan sized it for.  Measured (docs/simulate.md, "The
+  reservation runs"): a 60 s hold already puts p95 over the issue's 60 s margin, longer holds save at
+  most 0.3 % on a few runs and cost up to 11 % on others, and even a clairvoyant hold is no cheaper
+  than none.  Raising the budget (at most one boot is ever used) trades wait for the chance of a
+  reserved node.
 - **Batching** otherwise 0: boots take minutes, so a launch batch window only adds wait.
 """
 
@@ -37,6 +45,9 @@ from autoscaler.cloud import Offering
 from autoscaler.model import Policy
 from autoscaler.model.policy import DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR
 from fleet.catalog import CapacityType
+
+#: the default hold budget: 0, a job never waits for the reservation beyond its own boot (see the module doc)
+DEFAULT_RESERVATION_HOLD_MAX_S = 0.0
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,8 @@ class FleetFacts:
     arrivals_per_hour: float = 0.0  # all jobs
     mean_run_s: float | None = None
     wait_value_usd_per_gpu_hour: float | None = DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR  # None: each shape's price
+    #: the longest a unit may be held for reserved capacity on top of its boot (the hold budget; 0: never held)
+    reservation_hold_max_s: float = DEFAULT_RESERVATION_HOLD_MAX_S
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -79,6 +92,8 @@ class FleetFacts:
             raise ValueError(f"FleetFacts.boot_s: must be >= 0, got {self.boot_s}")
         if self.reserved_nodes < 0:
             raise ValueError(f"FleetFacts.reserved_nodes: must be >= 0, got {self.reserved_nodes}")
+        if self.reservation_hold_max_s < 0:
+            raise ValueError(f"FleetFacts.reservation_hold_max_s: must be >= 0, got {self.reservation_hold_max_s}")
         w = self.wait_value_usd_per_gpu_hour
         if w is not None and w < 0:
             raise ValueError(f"FleetFacts.wait_value_usd_per_gpu_hour: must be >= 0, got {w}")
@@ -127,9 +142,12 @@ def warm_nodes(shape: ShapeFacts, boot_s: float, wait_value: float, mean_run_s: 
 
 
 def reservation_hold_s(facts: FleetFacts) -> float:
-    """H = ln(mu*S / w) / mu, at most one boot (0 when waiting cannot pay, or nothing is reserved); see the
-    module doc."""
-    if not facts.reserved_nodes or not facts.mean_run_s or facts.arrivals_per_hour <= 0 or not facts.shapes:
+    """H = ln(mu*S / w) / mu, at most one boot and at most the hold budget `facts.reservation_hold_max_s` (0 when
+    waiting cannot pay, nothing is reserved, or the budget is 0, the default); see the module doc."""
+    cap = min(facts.boot_s, facts.reservation_hold_max_s)
+    if cap <= 0 or not facts.reserved_nodes or not facts.mean_run_s or facts.arrivals_per_hour <= 0:
+        return 0.0
+    if not facts.shapes:
         return 0.0
     big = max(facts.shapes, key=lambda s: (s.gpus, -s.usd_per_hour))  # the reserved shape
     p = big.usd_per_gpu_hour / 3600.0  # $ per GPU-second
@@ -137,9 +155,9 @@ def reservation_hold_s(facts: FleetFacts) -> float:
     mu = facts.reserved_nodes / facts.mean_run_s  # reserved nodes freeing up, per second
     gain = p * 3600.0 / facts.arrivals_per_hour  # S: $ per GPU of reserved time not left idle
     if w <= 0:
-        return facts.boot_s  # waiting is free: up to the cap
+        return cap  # waiting is free: up to the cap
     x = mu * gain / w
-    return min(facts.boot_s, math.log(x) / mu) if x > 1.0 else 0.0
+    return min(cap, math.log(x) / mu) if x > 1.0 else 0.0
 
 
 def policy_for(facts: FleetFacts, base: Policy | None = None) -> Policy:
@@ -209,9 +227,11 @@ def observed_facts(
     window_s: float,
     reserved_nodes: int = 0,
     wait_value_usd_per_gpu_hour: float | None = DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR,
+    reservation_hold_max_s: float = DEFAULT_RESERVATION_HOLD_MAX_S,
 ) -> FleetFacts:
     """Facts as a running daemon sees them: `jobs` are (submit time, nodes, GPUs per node, run seconds
-    or None while running) of the jobs submitted in the last `window_s` seconds before `now`."""
+    or None while running) of the jobs submitted in the last `window_s` seconds before `now`;
+    `reservation_hold_max_s` is the operator's hold budget (module doc)."""
     recent = [j for j in jobs if now - window_s <= j[0] <= now]
     shapes = with_arrivals(shapes_from_offerings(offerings), [(n, g) for _, n, g, _ in recent], window_s)
     runs = [r for *_, r in recent if r is not None]
@@ -222,4 +242,5 @@ def observed_facts(
         arrivals_per_hour=len(recent) * 3600.0 / max(window_s, 1.0),
         mean_run_s=sum(runs) / len(runs) if runs else None,
         wait_value_usd_per_gpu_hour=wait_value_usd_per_gpu_hour,
+        reservation_hold_max_s=reservation_hold_max_s,
     )

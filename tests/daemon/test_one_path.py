@@ -198,8 +198,9 @@ def test_with_a_reservation_hold_the_daemon_holds_and_releases_exactly_what_the_
     trace = [
         TraceJob(f"j{i}", t, d, 8, False) for i, (t, d) in enumerate([(0, 900), (100, 300), (200, 3000), (300, 60)])
     ]
-    # the rule's settings for this trace, fixed for the run (how the settings evolve is the next test's)
-    facts = scenario_facts(sc, trace, 0.5)
+    # the rule's settings for this trace, fixed for the run (how the settings evolve is the next test's), with a
+    # hold budget the operator set (the default, 0, holds nothing)
+    facts = replace(scenario_facts(sc, trace, 0.5), reservation_hold_max_s=3600.0)
     policy = settings_policy(replace(DEFAULT_POLICY, wait_value_usd_per_gpu_hour=0.5), (), facts)
     assert policy.batch_window_s > 0
     driver = SnapshotFleet(policy)

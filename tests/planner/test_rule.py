@@ -39,23 +39,40 @@ def test_idle_keep_only_when_jobs_for_the_shape_arrive_faster_than_the_break_eve
 
 
 def test_reservation_hold_from_the_free_up_rate_and_the_wait_value() -> None:
-    facts = FleetFacts(360, SHAPES, 100, 11.0, 20000.0, wait_value_usd_per_gpu_hour=11.0)
+    budget = {"reservation_hold_max_s": 3600.0}  # the operator allows a hold: the rule picks its length
+    facts = FleetFacts(360, SHAPES, 100, 11.0, 20000.0, wait_value_usd_per_gpu_hour=11.0, **budget)
     h = reservation_hold_s(facts)
     mu = 100 / 20000.0
     gain = 11.0 / 11.0  # $/GPU-h x hours between arrivals: reserved time not left idle
     assert h == pytest.approx(math.log(mu * gain / (11.0 / 3600)) / mu)  # w = the GPU's price, per second
     assert 0 < h < 360
     # a higher wait value holds less; past the break-even it launches at once
-    dearer = FleetFacts(360, SHAPES, 100, 11.0, 20000.0, wait_value_usd_per_gpu_hour=15.0)
+    dearer = FleetFacts(360, SHAPES, 100, 11.0, 20000.0, wait_value_usd_per_gpu_hour=15.0, **budget)
     assert reservation_hold_s(dearer) < h
-    assert reservation_hold_s(FleetFacts(360, SHAPES, 100, 11.0, 20000.0, wait_value_usd_per_gpu_hour=1e4)) == 0
-    assert reservation_hold_s(FleetFacts(360, SHAPES, 0, 11.0, 20000.0)) == 0  # nothing to wait for
+    assert (
+        reservation_hold_s(FleetFacts(360, SHAPES, 100, 11.0, 20000.0, wait_value_usd_per_gpu_hour=1e4, **budget)) == 0
+    )
+    assert reservation_hold_s(FleetFacts(360, SHAPES, 0, 11.0, 20000.0, **budget)) == 0  # nothing to wait for
     # fewer reserved nodes free up more rarely: waiting pays less
-    assert reservation_hold_s(FleetFacts(360, SHAPES, 40, 11.0, 20000.0, wait_value_usd_per_gpu_hour=11.0)) < h
-    # None: the GPU's price; waiting worth nothing (the default): hold, but never more than one boot
-    assert reservation_hold_s(FleetFacts(360, SHAPES, 100, 11.0, 20000.0, wait_value_usd_per_gpu_hour=None)) == h
-    assert reservation_hold_s(FleetFacts(360, SHAPES, 100, 11.0, 20000.0)) == 360
-    assert reservation_hold_s(FleetFacts(360, SHAPES, 100, 11.0, 20000.0, wait_value_usd_per_gpu_hour=0.5)) == 360
+    fewer = FleetFacts(360, SHAPES, 40, 11.0, 20000.0, wait_value_usd_per_gpu_hour=11.0, **budget)
+    assert reservation_hold_s(fewer) < h
+    # None: the GPU's price; waiting worth nothing: hold, but never more than one boot nor the budget
+    assert (
+        reservation_hold_s(FleetFacts(360, SHAPES, 100, 11.0, 20000.0, wait_value_usd_per_gpu_hour=None, **budget)) == h
+    )
+    assert reservation_hold_s(FleetFacts(360, SHAPES, 100, 11.0, 20000.0, **budget)) == 360
+    assert reservation_hold_s(FleetFacts(360, SHAPES, 100, 11.0, 20000.0, reservation_hold_max_s=90.0)) == 90
+
+
+def test_by_default_nothing_is_held_for_the_reservation_so_no_job_waits_beyond_its_boot() -> None:
+    """The default hold budget is 0: at any wait value, a job that does not fit the reservation is launched for
+    at once (a held job that then launches would wait the hold plus its boot)."""
+    for w in (0.0, 0.5, 11.0, None):
+        facts = FleetFacts(360, SHAPES, 100, 11.0, 20000.0, wait_value_usd_per_gpu_hour=w)
+        assert reservation_hold_s(facts) == 0
+        assert policy_for(facts).batch_window_s == 0
+    with pytest.raises(ValueError, match="reservation_hold_max_s"):
+        FleetFacts(360, SHAPES, 100, reservation_hold_max_s=-1.0)
 
 
 def test_policy_for_sets_the_derived_knobs_and_keeps_the_rest() -> None:
@@ -81,8 +98,10 @@ def test_policy_for_sets_the_derived_knobs_and_keeps_the_rest() -> None:
 def test_more_wait_value_never_keeps_less_nor_holds_more(boot, price, rate, w1, dw) -> None:
     shape = ShapeFacts("m", 1, price, arrivals_per_hour=rate)
     assert idle_keep_s(shape, boot, w1 + dw) >= idle_keep_s(shape, boot, w1)
-    f1 = FleetFacts(boot, (shape,), 10, rate, 3600.0, wait_value_usd_per_gpu_hour=w1 + 1e-3)
-    f2 = FleetFacts(boot, (shape,), 10, rate, 3600.0, wait_value_usd_per_gpu_hour=w1 + 1e-3 + dw)
+    f1 = FleetFacts(boot, (shape,), 10, rate, 3600.0, wait_value_usd_per_gpu_hour=w1 + 1e-3, reservation_hold_max_s=1e9)
+    f2 = FleetFacts(
+        boot, (shape,), 10, rate, 3600.0, wait_value_usd_per_gpu_hour=w1 + 1e-3 + dw, reservation_hold_max_s=1e9
+    )
     assert 0 <= reservation_hold_s(f2) <= reservation_hold_s(f1) + 1e-6
 
 

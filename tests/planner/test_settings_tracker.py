@@ -93,3 +93,17 @@ def test_reserved_nodes_are_the_reservation_pools_sizes() -> None:
 
     res = pool(8, CapacityType.RESERVATION, max_nodes=40)
     assert reserved_nodes([res, pool(8), pool(1)]) == 40
+
+
+def test_the_hold_budget_comes_from_the_config_policy() -> None:
+    from fleet.catalog import CapacityType
+    from tests.planner.factory import pool as mk_pool
+
+    res = mk_pool(8, CapacityType.RESERVATION, max_nodes=4)
+    jobs = [SeenJob(60.0 * i, 1, 8, 60.0 * i + 900.0, 900.0) for i in range(100)]
+    none = SettingsTracker(base=Policy(), boot_s=360.0)
+    some = SettingsTracker(base=Policy(reservation_hold_max_s=120.0), boot_s=360.0)
+    for tr in (none, some):
+        tr.current(7200.0, 0.0, offerings=OFFERS, pools=[res, mk_pool(8)], history=_history(jobs))
+    assert none.policy is not None and none.policy.batch_window_s == 0.0  # the default budget: never held
+    assert some.policy is not None and 0.0 < some.policy.batch_window_s <= 120.0

@@ -3,13 +3,15 @@ and the behaviours that set the policies apart."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from autoscaler.planner.rule import reservation_hold_s
 from autoscaler.replay.baselines import KarpenterLikePolicy, SlurmPowerSavePolicy
 from autoscaler.replay.engine import ReplayEngine
 from autoscaler.replay.facts import scenario_facts
-from autoscaler.replay.gpu_fleet import GpuFleetPolicy
+from autoscaler.replay.gpu_fleet import DEFAULT_POLICY, GpuFleetPolicy
 from autoscaler.replay.run import POLICY_NAMES, replay_engine, resolve_policies, run_scenario
 from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.simslurm import SimSlurm
@@ -104,16 +106,15 @@ def test_same_seed_same_numbers_and_spot_scenarios_count_preemptions(small_trace
         assert "spot" in m["cost_by_capacity_usd"]
 
 
-def _fixed(sc: Scenario, trace: list, wait_value: float) -> GpuFleetPolicy:  # type: ignore[type-arg]
-    """gpu-fleet with the settings rule's policy over the whole trace, fixed for the run."""
-    from dataclasses import replace
-
+def _fixed(sc: Scenario, trace: list, wait_value: float, hold_budget_s: float = 3600.0) -> GpuFleetPolicy:  # type: ignore[type-arg]
+    """gpu-fleet with the settings rule's policy over the whole trace, fixed for the run, with an operator's hold
+    budget (`FleetFacts.reservation_hold_max_s`; the default budget, 0, never holds)."""
     from autoscaler.core.settings import settings_policy
-    from autoscaler.replay.gpu_fleet import DEFAULT_POLICY
 
     pol = GpuFleetPolicy.for_scenario(sc, wait_value_usd_per_gpu_hour=wait_value)
     base = replace(DEFAULT_POLICY, wait_value_usd_per_gpu_hour=wait_value)
-    return replace(pol, policy=settings_policy(base, (), scenario_facts(sc, trace, wait_value)), tracker=None)
+    facts = replace(scenario_facts(sc, trace, wait_value), reservation_hold_max_s=hold_budget_s)
+    return replace(pol, policy=settings_policy(base, (), facts), tracker=None)
 
 
 def test_with_a_reservation_overflow_is_held_so_jobs_wait_for_paid_for_gpus_then_bought() -> None:
@@ -124,9 +125,12 @@ def test_with_a_reservation_overflow_is_held_so_jobs_wait_for_paid_for_gpus_then
     a, b, c = job(0, 0, 400, 8), job(1, 900, 100, 8), job(2, 2000, 5000, 8)
     late = job(3, 2010, 100, 8)  # the reserved node is busy until 7000: held, then bought
     trace = [a, b, c, late]
+    # the default hold budget is 0 (no job waits beyond its boot): an operator who allows one hour gets the rule's H
+    assert _fixed(sc, trace, 0.5, hold_budget_s=0.0).policy.batch_window_s == 0
     pol = _fixed(sc, trace, 0.5)  # the rule's settings for this trace, fixed (the hold's mechanics, not its learning)
+    facts = replace(scenario_facts(sc, trace, 0.5), reservation_hold_max_s=3600.0)
     hold = pol.policy.batch_window_s
-    assert hold == round(reservation_hold_s(scenario_facts(sc, trace, 0.5)), 1) and hold > 0
+    assert hold == round(reservation_hold_s(facts), 1) and hold > 0
     eng = replay_engine(trace, sc, pol).run()
     jobs = {j.id: j for j in eng.state.jobs}
     assert jobs["j0"].first_start == 361  # filling the reservation is never held: ResumeProgram 1 s, boot 360 s

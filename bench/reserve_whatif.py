@@ -1,0 +1,192 @@
+"""What-ifs for the reservation runs and the short-job regime: gpu-fleet with one scheduler or rule behaviour
+changed, to size a mechanism before building it (docs/simulate.md, "The reservation runs").  Not the policy.
+
+    nice -n 10 .venv/bin/python bench/reserve_whatif.py --trace 07 --reserved-nodes 40 --spot-fraction 0.3 \\
+        --stockout-rate 0.2 --what best-fit
+    nice -n 10 .venv/bin/python bench/reserve_whatif.py --trace synth:short --what up-first
+
+`--what`:
+- `none`: gpu-fleet as it is;
+- `hold=S`: the settings rule with a hold budget of S seconds (`FleetFacts.reservation_hold_max_s`);
+- `best-fit`: the simulated Slurm gives a job the reserved node with the fewest free GPUs that fits (instead
+  of the lowest index), as node Weights that rank partly used reserved nodes first would;
+- `protect-empty=N`: best fit, and a job smaller than a node may take an empty reserved node only while more
+  than N are empty;
+- `up-first` / `up-first-best-fit`: within a Weight tier, a powered-up (or powering-up) node with room of any
+  shape before any powered-down name (best fit among them with the second form), as dynamic Weights that rank
+  powered-up nodes first would;
+- `oracle-hold`: an upper bound on any "hold only when it pays" rule: a job that does not fit the reservation
+  is held (up to one boot) only if, knowing every running job's end, a reserved node frees enough GPUs for it
+  within one boot of its submission (competition for that node ignored); every other job is released at the
+  daemon's next tick;
+- `spot-protect=G`: a spot-tolerant job may use the reservation only if G reserved GPUs stay free after it (a
+  protection level for on-demand-only work, as a daemon moving reserved nodes out of the spot partition would).
+
+The simulated Slurm is patched in this process only (bench instrumentation)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _patch(what: str) -> None:
+    import autoscaler.planner.rule as rule
+    from autoscaler.replay import simslurm
+    from fleet.catalog import CapacityType
+
+    S = simslurm.SimSlurm
+    name, _, arg = what.partition("=")
+    if name == "none":
+        return
+    if name == "hold":
+        orig_hold = rule.reservation_hold_s
+        rule.reservation_hold_s = lambda f: orig_hold(replace(f, reservation_hold_max_s=float(arg)))
+        return
+    if name == "oracle-hold":
+        import autoscaler.replay.gpu_fleet as gf
+
+        orig_hold = rule.reservation_hold_s
+        rule.reservation_hold_s = lambda f: orig_hold(replace(f, reservation_hold_max_s=f.boot_s))
+        sims: list[Any] = []
+        orig_init = S.__init__
+
+        def init(self: Any, *a: Any, **kw: Any) -> None:
+            orig_init(self, *a, **kw)
+            sims.append(self)
+
+        S.__init__ = init
+        orig_qd = gf.queue_depth
+
+        def frees_in_time(sim: Any, idx: int) -> bool:
+            job = sim.state.jobs[idx]
+            by = job.submit + sim.scenario.ready_s
+            ok = 0
+            for nm in sim.names.values():
+                if nm.pool.capacity_type is not CapacityType.RESERVATION:
+                    continue
+                node = nm.node
+                freed = node.free + sum(
+                    g
+                    for i, g in node.jobs.items()
+                    if (j := sim.state.jobs[i]).start is not None and j.start + j.remaining_s <= by
+                )
+                ok += freed >= job.gpus_per_node
+            return ok >= job.nodes
+
+        def queue_depth(pending: Any, inventory: Any, offerings: Any, policy: Any, now: float, *a: Any) -> Any:
+            sim = sims[-1]
+            keep = [u for u in pending if not frees_in_time(sim, int(u.id.rsplit("/", 1)[1]) - 1)]
+            wait = [u for u in pending if u not in keep]
+            soon = [replace(u, submit_time=now - policy.batch_window_s) for u in keep]
+            return orig_qd([*soon, *wait], inventory, offerings, policy, now, *a)
+
+        gf.queue_depth = queue_depth
+        return
+    if name == "spot-protect":
+        keep = int(arg)
+        orig_elig = S._eligible_pools
+
+        def eligible(self: Any, job: Any, tier: list[Any]) -> list[Any]:
+            out = []
+            for p in orig_elig(self, job, tier):
+                if job.spot_ok and p.capacity_type is CapacityType.RESERVATION:
+                    up = [nm.node for nm in self.names.values() if nm.pool.name == p.name]
+                    free = sum(n.free for n in up) + p.gpus_per_node * (p.max_nodes - len(up))
+                    if free - job.gpus < keep:
+                        continue
+                out.append(p)
+            return out
+
+        S._eligible_pools = eligible
+        return
+    if name in ("best-fit", "protect-empty"):
+        spare = int(arg) if name == "protect-empty" else None
+
+        def select_res(self: Any, job: Any, now: float) -> Any:
+            need, g, picked = job.nodes, job.gpus_per_node, []
+            for tier in self.tiers:
+                for pool in self._eligible_pools(job, tier):
+                    want = need - len(picked)
+                    room = [(nm.node.free, nm.index, nm) for nm in self._room[pool.name].values() if nm.node.free >= g]
+                    cands = room + [(pool.gpus_per_node, i, i) for i in self._free_indices(pool, want)]
+                    if pool.capacity_type is CapacityType.RESERVATION:
+                        cands.sort(key=lambda c: (c[0], c[1]))
+                        if spare is not None and g < pool.gpus_per_node:
+                            empty = [c for c in cands if c[0] == pool.gpus_per_node]
+                            cands = [c for c in cands if c[0] < pool.gpus_per_node] + empty[
+                                : max(0, len(empty) - spare)
+                            ]
+                    else:
+                        cands.sort(key=lambda c: c[1])
+                    for c in cands[:want]:
+                        picked.append((pool, c[2]))
+                    if len(picked) >= need:
+                        return picked
+            return None
+
+        S._select = select_res
+        return
+    if name in ("up-first", "up-first-best-fit"):
+        best = name == "up-first-best-fit"
+
+        def select_up(self: Any, job: Any, now: float) -> Any:
+            need, g, picked = job.nodes, job.gpus_per_node, []
+            for tier in self.tiers:
+                pools = self._eligible_pools(job, tier)
+                room = [
+                    (nm.node.free if best else 0, pool.gpus_per_node, nm.index, pool, nm)
+                    for pool in pools
+                    for nm in self._room[pool.name].values()
+                    if nm.node.free >= g
+                ]
+                room.sort(key=lambda c: c[:3])
+                picked += [(c[3], c[4]) for c in room[: need - len(picked)]]
+                if len(picked) >= need:
+                    return picked
+                for pool in pools:
+                    picked += [(pool, i) for i in self._free_indices(pool, need - len(picked))]
+                    if len(picked) >= need:
+                        return picked
+            return None
+
+        S._select = select_up
+        return
+    raise SystemExit(f"--what: unknown what-if {what!r} (see --help)")
+
+
+def main() -> int:
+    from autoscaler.replay.run import run_scenario
+    from autoscaler.replay.scenario import Scenario
+    from autoscaler.replay.synth import generate
+    from autoscaler.replay.trace import load_trace
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--trace", required=True, help="ITP cluster number (04) or synth:REGIME")
+    ap.add_argument("--what", default="none")
+    ap.add_argument("--reserved-nodes", type=int, default=0)
+    ap.add_argument("--spot-fraction", type=float, default=0.0)
+    ap.add_argument("--stockout-rate", type=float, default=0.0)
+    a = ap.parse_args()
+    if a.trace.startswith("synth:"):
+        jobs = generate(a.trace.split(":")[1], 0)
+    else:
+        jobs = load_trace(str(ROOT.parent / "shared" / "data" / "traces" / "itp" / f"cluster{a.trace}.csv"))
+    _patch(a.what)
+    sc = Scenario(trace=a.trace, reserved_nodes=a.reserved_nodes, spot_fraction=a.spot_fraction,
+                  stockout_rate=a.stockout_rate)  # fmt: skip
+    m = run_scenario(jobs, sc, ["gpu-fleet"]).metrics["gpu-fleet"]
+    keys = ("cost_ratio", "overflow_ratio", "wait_p50_s", "wait_p95_s", "nodes_launched")
+    print(json.dumps({"trace": a.trace, "what": a.what, **{k: m[k] for k in keys}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,8 +3,8 @@
 A node's Weight encodes, most significant first:
 
 1. the capacity tier: reservation < spot < flex-start < on-demand (paid-for capacity first, then the cheapest);
-2. the shape's rank within the tier: cheapest $/GPU-hour first, then fewer GPUs (right-sizing: with equal per-GPU
-   prices a 1-GPU job takes a 1-GPU node, never an 8-GPU node that one small job would pin for hours).
+2. the shape's rank within the tier: cheapest $/GPU-hour (to the cent) first, then fewer GPUs (right-sizing: with
+   equal per-GPU prices a 1-GPU job takes a 1-GPU node, never an 8-GPU node that one small job would pin).
 
     weight = TIER_BASE[capacity] + rank
 
@@ -65,7 +65,9 @@ def node_weight(capacity: CapacityType, rank: int) -> int:
 
 
 def _shape_key(s: PoolShape) -> tuple[float, int]:
-    price = round(s.usd_per_gpu_hour, 6) if s.usd_per_gpu_hour is not None else float("inf")
+    # per-GPU prices equal to the cent are equal (a3-highgpu-8g spot is $0.00001/GPU-h under -1g: not a reason to
+    # put a 1-GPU job on an 8-GPU node)
+    price = round(s.usd_per_gpu_hour, 2) if s.usd_per_gpu_hour is not None else float("inf")
     return price, s.gpus
 
 

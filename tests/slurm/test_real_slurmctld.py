@@ -73,8 +73,10 @@ def wait_for(predicate, timeout: float = 15.0) -> bool:
 
 
 def test_jobs_power_up_the_right_nodes(slurm_factory) -> None:
-    """Weight fills reservations first; Features select a capacity type; max_nodes bounds a partition.
-    slurmctld hands the chosen nodes to the ResumeProgram hook."""
+    """Reservations fill first; Features select a capacity type; max_nodes bounds a partition.
+    slurmctld hands the chosen nodes to the ResumeProgram hook.  (With every node powered down 22.05 ignores
+    Weight: the reservation's 16-node pool leaf is topology/tree's best fit over the 32-node spot leaf;
+    docs/autoscaler.md "Node weights".)"""
     spec = load_stack_file(ROOT / "Pulumi.gcp-a3mega-slurm.yaml")
     harness = slurm_factory()
     conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())

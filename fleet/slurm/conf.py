@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fleet.catalog import CapacityType, Catalog, MachineType, load_catalog
+from fleet.slurm.job_submit import render_job_submit
 from fleet.slurm.suspend import suspend_time
 from fleet.slurm.topology import render_topology
-from fleet.slurm.weights import pool_weights
+from fleet.slurm.weights import pool_shapes, pool_weights
 from fleet.spec.derive import controller_address, default_partition, node_hostlist, node_name_prefix
 from fleet.spec.model import ClusterSpec, FleetSpec
 
@@ -56,6 +57,7 @@ class SlurmConf:
     nodesets: list[Nodeset]
     cgroup_conf: str = ""
     topology_conf: str = ""
+    job_submit_lua: str = ""  # "" when no partition has a shape to prefer (then no JobSubmitPlugins=lua)
 
 
 def real_memory_mib(machine: MachineType) -> int:
@@ -261,6 +263,12 @@ def render_slurm_conf(
             "BatchStartTimeout": "600",
             "MessageTimeout": "100",
         }
+    # right-sized --prefer for powered-down allocations (22.05 ignores Weight there; fleet/slurm/job_submit.py)
+    od = pool_shapes(((p.name, CapacityType.ON_DEMAND, p.machine_type) for p in cluster.pools), cat, spec.region)
+    by_pool = {s.pool: s for s in od}
+    job_submit = render_job_submit({part.name: [by_pool[p] for p in part.pools] for part in slurm.partitions}, default)
+    if job_submit:
+        settings["JobSubmitPlugins"] = "lua"  # reads job_submit.lua next to slurm.conf
     settings = _apply(_apply(settings, slurm.extra_config), overrides)
     header = [
         f"# slurm.conf of cluster {cluster.name!r} (project {spec.project}, {spec.region}).",
@@ -281,7 +289,7 @@ def render_slurm_conf(
         ]
     )
     topology_conf = render_topology({node_name_prefix(cluster.name, n.pool): n.node_names for n in nodesets}, {})
-    return SlurmConf(slurm_conf, gres_conf, nodesets, cgroup_conf, topology_conf)
+    return SlurmConf(slurm_conf, gres_conf, nodesets, cgroup_conf, topology_conf, job_submit)
 
 
 def whole_node(machine: MachineType) -> bool:

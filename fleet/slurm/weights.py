@@ -32,6 +32,7 @@ __all__ = [
     "node_weight",
     "pool_shapes",
     "pool_weights",
+    "shape_key",
     "shape_ranks",
 ]
 
@@ -64,7 +65,8 @@ def node_weight(capacity: CapacityType, rank: int) -> int:
     return TIER_BASE[capacity] + rank
 
 
-def _shape_key(s: PoolShape) -> tuple[float, int]:
+def shape_key(s: PoolShape) -> tuple[float, int]:
+    """The order of shapes within a tier: $/GPU-hour to the cent (unpriced last), then GPUs."""
     # per-GPU prices equal to the cent are equal (a3-highgpu-8g spot is $0.00001/GPU-h under -1g: not a reason to
     # put a 1-GPU job on an 8-GPU node)
     price = round(s.usd_per_gpu_hour, 2) if s.usd_per_gpu_hour is not None else float("inf")
@@ -79,9 +81,9 @@ def shape_ranks(shapes: Iterable[PoolShape]) -> dict[str, int]:
         by_tier.setdefault(s.capacity, []).append(s)
     out: dict[str, int] = {}
     for tier in by_tier.values():
-        keys = sorted({_shape_key(s) for s in tier})
+        keys = sorted({shape_key(s) for s in tier})
         for s in tier:
-            out[s.pool] = keys.index(_shape_key(s))
+            out[s.pool] = keys.index(shape_key(s))
     return out
 
 

@@ -92,9 +92,11 @@ class E2E:
         policy: dict[str, Any] | None = None,
         reservations: dict[str, tuple[str, int]] | None = None,
         topology: bool = False,
+        job_submit_lua: str | None = None,
     ):
         """`boots(name, zone)`: False makes that VM come up without ever registering (a broken boot).
-        `topology`: topology/tree as `fleet render slurm-conf` renders it (one leaf per nodeset while unplaced)."""
+        `topology`: topology/tree as `fleet render slurm-conf` renders it (one leaf per nodeset while unplaced);
+        `job_submit_lua`: a job_submit.lua for slurmctld (JobSubmitPlugins=lua), e.g. `fleet.slurm.job_submit`'s."""
         probe = make_harness()
         self.root = probe.root
         self.state = self.root / "autoscaler.db"
@@ -121,7 +123,9 @@ class E2E:
             topology_conf = render_topology(
                 {ns.prefix: f"{ns.prefix}-[0-{ns.count - 1}]" for ns in self.nodes.nodesets}, {}
             )
-        self.slurm.start(conf, self.nodes.gres_conf(), topology_conf=topology_conf)
+        if job_submit_lua:
+            conf += "JobSubmitPlugins=lua\n"
+        self.slurm.start(conf, self.nodes.gres_conf(), topology_conf=topology_conf, job_submit_lua=job_submit_lua)
 
         def on_boot(name: str, zone: str) -> None:
             if boots is None or boots(name, zone):

@@ -8,9 +8,10 @@ first) and topology/tree as rendered.  What slurmctld does with them, and the si
   the daemon keeps warm serves the next job (no weight change needed);
 - among powered-up nodes the lowest Weight wins: a 1-GPU job takes the idle 1-GPU node, not the idle 8-GPU node of
   the pool listed first.
-And what 22.05 does that the replay does not model: among powered-down nodes Weight is ignored (with topology/tree
-the pool leaf with the fewest nodes wins), so the first 1-GPU job, with everything powered down, lands on the
-8-GPU pool (docs/autoscaler.md "Node weights").
+Among powered-down nodes 22.05 ignores Weight (with topology/tree the pool leaf with the fewest nodes wins): without
+help the first 1-GPU job, with everything powered down, lands on the 8-GPU pool.  The rendered job_submit.lua
+(`fleet.slurm.job_submit`: `--prefer=<right-sized machine type>`) makes it land on the 1-GPU pool, as the replay
+scores it (docs/autoscaler.md "Node weights").
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from fleet.catalog import CapacityType, load_catalog
-from fleet.slurm.weights import pool_weights
+from fleet.slurm.job_submit import render_job_submit
+from fleet.slurm.weights import pool_shapes, pool_weights
 from tests.e2e.env import E2E, REGION, e2e_env, pool, wait_for
 from tests.harness.cloud_nodes import Nodeset
 from tests.harness.slurm import SlurmHarness
@@ -28,11 +30,12 @@ from tests.harness.slurm import SlurmHarness
 pytestmark = [pytest.mark.slurm, pytest.mark.gce, pytest.mark.slow]
 
 OD = CapacityType.ON_DEMAND
-WEIGHTS = pool_weights([("h8", OD, "a3-highgpu-8g"), ("h1", OD, "a3-highgpu-1g")], load_catalog(), REGION)
+POOLS = [("h8", OD, "a3-highgpu-8g"), ("h1", OD, "a3-highgpu-1g")]  # the spec's order: 8-GPU first
+WEIGHTS = pool_weights(POOLS, load_catalog(), REGION)
+LUA = render_job_submit({"gpu": pool_shapes(POOLS, load_catalog(), REGION)}, "gpu")  # as fleet.slurm.conf does
 
 
-@pytest.fixture
-def env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+def _env(slurm_factory: Callable[..., SlurmHarness], lua: str | None) -> Iterator[E2E]:
     big = pool("h8", "on-demand", "gpu", False, max_nodes=2)
     small = pool("h1", "on-demand", "gpu", False, max_nodes=3).model_copy(
         update={"machine_type": "a3-highgpu-1g", "gpus_per_node": 1}
@@ -42,20 +45,31 @@ def env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
         suspend_time=600,  # Slurm keeps idle nodes up; the daemon's idle keep (1 h) decides
         pools=[big, small],  # the 8-GPU pool listed first, as in the issue
         nodesets=[
-            Nodeset("e2e-h8", 2, gpus=8, weight=WEIGHTS["h8"]),
-            Nodeset("e2e-h1", 3, gpus=1, weight=WEIGHTS["h1"]),
+            Nodeset("e2e-h8", 2, gpus=8, features="a3-highgpu-8g", weight=WEIGHTS["h8"]),
+            Nodeset("e2e-h1", 3, gpus=1, features="a3-highgpu-1g", weight=WEIGHTS["h1"]),
         ],
         partitions={"gpu": ["e2e-h8", "e2e-h1"]},
         policy={"idle_timeout_s": 3600, "backoff_s": 120},
         topology=True,
+        job_submit_lua=lua,
     ) as e:
         yield e
 
 
-def _job(env: E2E) -> int:
+@pytest.fixture
+def env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    yield from _env(slurm_factory, None)
+
+
+@pytest.fixture
+def env_lua(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    yield from _env(slurm_factory, LUA)
+
+
+def _job(env: E2E, gpus: int = 1) -> int:
     out = env.root / "log"
     echo = "srun sh -c 'echo $SLURMD_NODENAME; sleep 1'"
-    return env.sbatch("-p", "gpu", "-N", "1", "--gres=gpu:1", "-o", f"{out}/job-%j.out", "--wrap", echo)
+    return env.sbatch("-p", "gpu", "-N", "1", f"--gres=gpu:{gpus}", "-o", f"{out}/job-%j.out", "--wrap", echo)
 
 
 def _ran_on(env: E2E, job: int) -> str:
@@ -67,8 +81,8 @@ def _up_idle(env: E2E, name: str) -> bool:
     return n["state"] == "idle" and set(n["state_flags"]) == {"CLOUD"}
 
 
-def _run(env: E2E) -> str:
-    job = _job(env)
+def _run(env: E2E, gpus: int = 1) -> str:
+    job = _job(env, gpus)
     wait_for(lambda: job not in env.squeue_ids(), 120, f"job {job} to run and finish", env)
     wait_for(lambda: (env.root / "log" / f"job-{job}.out").exists(), 10, f"job {job}'s output", env)
     return _ran_on(env, job)
@@ -97,3 +111,11 @@ def test_a_powered_up_node_and_the_lowest_weight_among_them_get_the_job(env: E2E
     assert {e.name for e in env.fake.events_of("create")} == {"e2e-h8-0", "e2e-h1-1"}  # no boot for any job
     nodes = env.sinfo()
     assert nodes["e2e-h1-0"]["weight"] == WEIGHTS["h1"] and "POWERED_DOWN" in nodes["e2e-h1-0"]["state_flags"]
+
+
+def test_the_rendered_job_submit_lua_right_sizes_a_powered_down_allocation(env_lua: E2E) -> None:
+    env = env_lua
+    assert '[1] = "a3-highgpu-1g"' in LUA  # 1 GPU: the 1-GPU machine type is preferred
+    env.start_daemon()
+    assert _run(env) == "e2e-h1-0"  # everything powered down: the right-sized pool, not the best-fit 8-GPU leaf
+    assert _run(env, gpus=8).startswith("e2e-h8-")  # what only the 8-GPU machine fits still goes there

@@ -14,6 +14,9 @@ hard way", checked on a real slurmctld in tests/e2e):
      does NOT do this for powered-down nodes: it ignores their Weight, and with topology/tree (as rendered)
      takes the pool leaf with the fewest nodes that fits (docs/autoscaler.md "Node weights"), so this step is
      what the rendered Weights ask for, not what 22.05 does.
+  With `SlurmSettings.prefer` (gpu-fleet: the rendered job_submit.lua, `fleet.slurm.job_submit`) a job first gets
+  nodes of its right-sized machine type only (in the order above), when they can hold it: `--prefer`, which
+  22.05 honours for powered-down nodes too.
   Allocated powered-down nodes are POWERING_UP from then on and the job is CONFIGURING until every one of its
   nodes registered; small jobs pack onto nodes already powering up.  A job stays PENDING only when it cannot be
   placed (every name in use, DOWN or powering down).
@@ -49,7 +52,8 @@ from autoscaler.replay.state import ClusterState, Job, JobState, ReplayError, Si
 from autoscaler.replay.trace import TraceJob
 from autoscaler.sim import NodeEventKind, SimClock, SimCloud, SimConfig
 from fleet.catalog import CapacityType, load_catalog
-from fleet.slurm.weights import pool_weights
+from fleet.slurm.job_submit import preferences
+from fleet.slurm.weights import pool_shapes, pool_weights
 
 _SUBMIT, _END, _RESUME, _TIMEOUT, _IDLE, _RETURN, _TICK, _ELIGIBLE = range(8)
 
@@ -65,6 +69,8 @@ class SlurmSettings:
     requeue_hold_s: float = 120.0  # a requeued job's BeginTime (observed on slurmctld 22.05 in tests/e2e)
     #: node Weight per capacity type; None: per pool, as `fleet render slurm-conf` renders them (`pool_weights`)
     weights: Mapping[CapacityType, int] | None = None
+    #: the rendered job_submit.lua's `--prefer=<right-sized machine type>` (`fleet.slurm.job_submit.preferences`)
+    prefer: bool = True
     #: SuspendExcNodes by capacity type: pools of these types are never suspended (fleet/slurm/conf.py renders
     #: every reservation pool there, plus pool minimums, which the replay's pools do not have)
     suspend_exc: frozenset[CapacityType] = frozenset({CapacityType.RESERVATION})
@@ -138,6 +144,10 @@ class SimSlurm:
         levels = sorted(set(self.weight.values()))
         self.tiers = [[p for p in self.pool_list if self.weight[p.name] == lv] for lv in levels]
         self.by_weight = [p for tier in self.tiers for p in tier]  # node-table order within one Weight
+        self.prefer: dict[int, str] = {}  # GPUs per node -> preferred machine type (the one partition's)
+        if self.conf.prefer:
+            rows = ((p.name, CapacityType.ON_DEMAND, p.machine_type) for p in self.pool_list)
+            self.prefer = preferences({"all": pool_shapes(rows, load_catalog(), scenario.region)}).get("all", {})
         self.names: dict[str, _Name] = {}  # every name not powered down
         self._free: dict[str, list[int]] = {p.name: [] for p in self.pool_list}  # freed indices (heap)
         self._next: dict[str, int] = {p.name: 0 for p in self.pool_list}
@@ -308,12 +318,22 @@ class SimSlurm:
         ]
 
     def _select(self, job: Job, now: float) -> list[tuple[Pool, _Name | int]] | None:
-        """Nodes for `job` the way slurmctld 22.05 picks them (module docstring): nodes that need no power-up by
-        Weight, then powered-down ones by Weight tier, node-table order within one Weight."""
+        """Nodes for `job` the way slurmctld 22.05 picks them (module docstring): with a `--prefer`, only the
+        preferred machine type's nodes if they can hold the job; else nodes that need no power-up by Weight, then
+        powered-down ones by Weight tier, node-table order within one Weight."""
+        want = self.prefer.get(job.gpus_per_node)
+        if want is not None:
+            picked = self._pick(job, [p for p in self.by_weight if p.machine_type == want])
+            if picked is not None:
+                return picked
+        return self._pick(job, self.by_weight)
+
+    def _pick(self, job: Job, pools: list[Pool]) -> list[tuple[Pool, _Name | int]] | None:
         need = job.nodes
         g = job.gpus_per_node
         picked: list[tuple[Pool, _Name | int]] = []
-        for pool in self._eligible_pools(job, self.by_weight):
+        allowed = {p.name for p in pools}
+        for pool in self._eligible_pools(job, pools):
             room = [nm for nm in self._room[pool.name].values() if nm.node.free >= g]
             if not room:
                 continue
@@ -323,7 +343,7 @@ class SimSlurm:
             if len(picked) >= need:
                 return picked
         for tier in self.tiers:
-            for pool in self._eligible_pools(job, tier):
+            for pool in self._eligible_pools(job, [p for p in tier if p.name in allowed]):
                 for i in self._free_indices(pool, need - len(picked)):
                     picked.append((pool, i))
                 if len(picked) >= need:

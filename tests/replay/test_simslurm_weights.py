@@ -50,3 +50,17 @@ def test_a_powered_up_node_with_the_lowest_weight_gets_the_job_before_a_powered_
     assert ran["j3"].first_start == 1400  # no boot: it ran on a node that was up
     assert sim.slurm_counters["resume_calls"] == 1  # j3 powered nothing up
     assert d.suspends[0][1] == ("a3-highgpu-1g-on-demand-0",)
+
+
+def _second_job_on(prefer: bool) -> str:
+    d = EightFirst(settings=SlurmSettings(suspend_time_s=5000, prefer=prefer))
+    jobs = [job(0, 0, 100, 8), job(1, 600, 60, 1)]  # 8g-0 is up and idle when the 1-GPU job comes
+    sim = SimSlurm(jobs, Scenario(), d).run(until=601)
+    return sim.state.jobs[1].placed_on[0].name
+
+
+def test_the_rendered_prefer_right_sizes_over_an_idle_larger_node() -> None:
+    """job_submit.lua's --prefer (tests/e2e/test_weights.py): the 1-GPU job powers up a 1-GPU node rather than
+    pin the idle 8-GPU one; without it (stock Slurm) the up node wins."""
+    assert _second_job_on(prefer=True) == "a3-highgpu-1g-on-demand-0"
+    assert _second_job_on(prefer=False) == "a3-highgpu-8g-on-demand-0"

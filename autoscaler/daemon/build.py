@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from autoscaler.cloud import Provider
+from autoscaler.core.settings import DEFAULT_BOOT_S, SettingsTracker
 from autoscaler.daemon.config import ConfigError, DaemonConfig
 from autoscaler.daemon.metrics import Metrics
 from autoscaler.daemon.state import StateStore
@@ -40,6 +41,13 @@ def build_policy(raw: dict[str, Any]) -> Policy:
         return policy_from_mapping(raw)
     except PolicyError as exc:
         raise ConfigError("config", [(f"policy.{f}", r) for f, r in exc.errors]) from None
+
+
+def build_settings(raw: dict[str, Any], policy: Policy) -> SettingsTracker:
+    """The settings rule over the jobs the daemon sees, on top of the config's `policy`; the fields the config
+    sets (`raw`) stay as set.  Boot time: the config's `expected_boot_s`, else `DEFAULT_BOOT_S`."""
+    boot = policy.expected_boot_s if "expected_boot_s" in raw else DEFAULT_BOOT_S
+    return SettingsTracker(base=policy, boot_s=boot, explicit=frozenset(raw))
 
 
 def build_slurm(cfg: DaemonConfig) -> SlurmClient:
@@ -137,4 +145,5 @@ def build_daemon(cfg: DaemonConfig, *, dry_run: bool = False, provider: Provider
         loop=cfg.loop,
         metrics=metrics,
         dry_run=dry_run,
+        settings=build_settings(cfg.policy, policy),
     )

@@ -11,6 +11,9 @@ Tables
 - ``orphans``: cloud instances nobody wants, with the time first seen (deleted after a grace period).
 - ``leader``: who holds the actuation lock (informational; the lock itself is an fcntl lock, see `lock`).
 - ``store_meta``: who created the store and when (an empty store is accepted only when gpu-fleet made it).
+- ``job_history``: every job squeue showed (submit time, nodes, GPUs per node, when its current run started, when
+  it left the queue), for the settings rule's observed arrival rates and run times (`autoscaler.core.settings`);
+  rows older than two days are pruned; ``store_meta.jobs_observed_since`` says when observation began.
 - ``managed_pools``: the node name spaces (``prefix-i``, i < max_nodes) the daemon manages, recorded at start,
   so the hooks can refuse names outside them without reading the inventory.
 
@@ -103,10 +106,28 @@ MIGRATIONS += (
     """,
 )
 
+MIGRATIONS += (
+    """
+    CREATE TABLE job_history (
+        job_id INTEGER PRIMARY KEY,
+        submit REAL NOT NULL,
+        nodes INTEGER NOT NULL,
+        gpus_per_node INTEGER NOT NULL,
+        started_at REAL,                 -- squeue's start_time of the current run (RUNNING)
+        ended_at REAL,                   -- the first tick the job was no longer in squeue
+        first_seen REAL NOT NULL,
+        last_seen REAL NOT NULL
+    );
+    CREATE INDEX job_history_submit ON job_history(submit);
+    CREATE INDEX job_history_open ON job_history(ended_at);
+    """,
+)
+
 OPEN_REQUEST_STATES = ("intent", "launched")
+JOB_HISTORY_KEEP_S = 2 * 86_400.0
 APPLICATION_ID = 0x47464153  # "GFAS": PRAGMA application_id of every gpu-fleet autoscaler state store
 SQLITE_HEADER = b"SQLite format 3\x00"
-_OUR_TABLES = frozenset({"requests", "node_history", "unavailable", "power_queue", "orphans", "leader"})
+_OUR_TABLES = frozenset({"requests", "node_history", "unavailable", "power_queue", "orphans", "leader"})  # version 1
 
 
 class StateError(RuntimeError):
@@ -176,6 +197,23 @@ class RequestRow:
     created_at: float
     updated_at: float
     detail: str = ""
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A job of ``job_history``: its run took ``ended_at - started_at`` when both are known."""
+
+    submit: float
+    nodes: int
+    gpus_per_node: int
+    started_at: float | None
+    ended_at: float | None
+
+    @property
+    def run_s(self) -> float | None:
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return max(0.0, self.ended_at - self.started_at)
 
 
 @dataclass(frozen=True)
@@ -515,6 +553,56 @@ class StateStore:
 
     def finish_power(self, ids: Iterable[int], now: float) -> None:
         self.conn.executemany("UPDATE power_queue SET done_at = ? WHERE id = ?", [(now, i) for i in ids])
+
+    # --- job history (the settings rule's observations) -------------------------------------------------
+    def observe_jobs(self, jobs: Sequence[tuple[int, float, int, int, float | None]], now: float) -> None:
+        """Record this tick's squeue: (job id, submit, nodes, GPUs per node, start time of the current run or
+        None) of every job in the queue.  A job recorded open and absent now has ended (at `now`).  Writes only
+        what changed, in one transaction; prunes rows older than `JOB_HISTORY_KEEP_S`."""
+        open_rows = {
+            r["job_id"]: r["started_at"]
+            for r in self.conn.execute("SELECT job_id, started_at FROM job_history WHERE ended_at IS NULL")
+        }
+        seen = {j[0] for j in jobs}
+        new = [(j[0], j[1], j[2], j[3], j[4], now, now) for j in jobs if j[0] not in open_rows]
+        started = [
+            (j[4], now, j[0]) for j in jobs if j[0] in open_rows and j[4] is not None and j[4] != open_rows[j[0]]
+        ]
+        ended = [(now, now, i) for i in open_rows if i not in seen]
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            if "jobs_observed_since" not in self.meta():
+                self.conn.execute("INSERT INTO store_meta(key, value) VALUES ('jobs_observed_since', ?)", (repr(now),))
+            # a job id seen again after it ended (slurmctld restarted without its state): the latest sighting wins
+            self.conn.executemany(
+                "INSERT INTO job_history(job_id, submit, nodes, gpus_per_node, started_at, first_seen, last_seen)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id) DO UPDATE SET submit = excluded.submit,"
+                " nodes = excluded.nodes, gpus_per_node = excluded.gpus_per_node, started_at = excluded.started_at,"
+                " ended_at = NULL, first_seen = excluded.first_seen, last_seen = excluded.last_seen",
+                new,
+            )
+            self.conn.executemany("UPDATE job_history SET started_at = ?, last_seen = ? WHERE job_id = ?", started)
+            self.conn.executemany("UPDATE job_history SET ended_at = ?, last_seen = ? WHERE job_id = ?", ended)
+            self.conn.execute(
+                "DELETE FROM job_history WHERE ended_at IS NOT NULL AND ended_at < ?", (now - JOB_HISTORY_KEEP_S,)
+            )
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    def jobs_observed_since(self) -> float | None:
+        v = self.meta().get("jobs_observed_since")
+        return float(v) if v is not None else None
+
+    def job_history(self, since: float, until: float) -> list[JobRow]:
+        """Jobs submitted in [since, until] and first seen by `until`, by submit time."""
+        rows = self.conn.execute(
+            "SELECT submit, nodes, gpus_per_node, started_at, ended_at FROM job_history"
+            " WHERE submit >= ? AND submit <= ? AND first_seen <= ? ORDER BY submit, job_id",
+            (since, until, until),
+        )
+        return [JobRow(r["submit"], r["nodes"], r["gpus_per_node"], r["started_at"], r["ended_at"]) for r in rows]
 
     # --- orphans -------------------------------------------------------------------------------------------
     def orphan_seen(self, name: str, pool: str, now: float) -> float:

@@ -44,6 +44,7 @@ from autoscaler.core import (
     serve_resumes,
 )
 from autoscaler.core.decide import Planner, default_planner
+from autoscaler.core.settings import SeenJob, SettingsTracker
 from autoscaler.daemon.actuate import Actuator
 from autoscaler.daemon.config import LoopConfig
 from autoscaler.daemon.lock import LeaderLock
@@ -101,13 +102,18 @@ class Daemon:
         lock: LeaderLock | None = None,
         clock: Callable[[], float] = time.time,
         dry_run: bool = False,
+        settings: SettingsTracker | None = None,
     ) -> None:
+        """`policy` is the config's; with `settings` (what `build_daemon` passes) the decision core runs with the
+        settings rule's policy over the jobs this daemon has seen (`autoscaler.core.settings`), refreshed every
+        `settings.refresh_s`; without it, `policy` as given."""
         self.pools = list(pools)
         self.pool_names = [p.name for p in self.pools]
         self.provider = provider
         self.slurm = slurm
         self.store = store
         self.policy = policy
+        self.settings = settings
         self.loop = loop
         self.metrics = metrics or Metrics()
         self.planner = planner or default_planner()
@@ -176,6 +182,8 @@ class Daemon:
             memory, failed_names = self._async_failures(memory, now, snodes)
         cloud = [c for c in self.provider.list_nodes(self.pool_names) if c.name not in failed_names]
         offerings = self.provider.offerings()
+        if sjobs is not None and res.leader:
+            self._observe_jobs(sjobs, offerings, now)
         power = self.store.open_power()
         requests = self.store.requests(OPEN_REQUEST_STATES)
         if res.leader:
@@ -240,6 +248,38 @@ class Daemon:
         self._export(view, cloud, offerings, memory, res)
 
     # --- steps ---------------------------------------------------------------------------------------------
+    def _observe_jobs(self, sjobs: Sequence[SlurmJob], offerings: Sequence[Offering], now: float) -> None:
+        """Record squeue in the job history, then bring the settings up to date (the rule's policy at the last
+        refresh point; a change is logged once)."""
+        self.store.observe_jobs(
+            [(j.job_id, j.submit_time, j.node_count, j.gpus_per_node, j.start_time) for j in sjobs if j.gpus_per_node],
+            now,
+        )
+        if self.settings is None:
+            return
+        since = self.store.jobs_observed_since() or now
+
+        def history(start: float, at: float) -> list[SeenJob]:
+            rows = self.store.job_history(start, at)
+            return [SeenJob(r.submit, r.nodes, r.gpus_per_node, r.ended_at, r.run_s) for r in rows]
+
+        before = _shown(self.policy)
+        self.policy = self.settings.current(now, since, offerings=offerings, pools=self.pools, history=history)
+        if _shown(self.policy) != before:
+            f = self.settings.facts
+            logger.bind(
+                idle_keep_s=dict(self.policy.idle_timeout_by_machine),
+                warm_max=dict(self.policy.idle_keep_max_by_machine),
+                hold_s=self.policy.batch_window_s,
+                arrivals_per_hour=round(f.arrivals_per_hour, 2) if f else None,
+                mean_run_s=f.mean_run_s if f else None,
+            ).info(
+                "settings: idle keep {} s, reservation hold {} s (the settings rule over the jobs seen since {:.0f})",
+                dict(self.policy.idle_timeout_by_machine),
+                self.policy.batch_window_s,
+                since,
+            )
+
     def _record(
         self, memory: list[UnavailableOffering], key: Any, kind: FailureKind | str, now: float, message: str
     ) -> list[UnavailableOffering]:
@@ -590,3 +630,8 @@ class Daemon:
                 active[str(u.reason)] += 1
         for r, c in active.items():
             m.backoffs.labels(reason=r).set(c)
+
+
+def _shown(p: Policy) -> tuple[object, ...]:
+    """The settings an operator reads in the log: idle keep per shape, warm cap per shape, reservation hold."""
+    return (dict(p.idle_timeout_by_machine), dict(p.idle_keep_max_by_machine), p.batch_window_s)

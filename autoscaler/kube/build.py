@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from autoscaler.cloud import Provider
+from autoscaler.core.settings import SettingsTracker
 from autoscaler.kube.api import KubeApi
 from autoscaler.kube.capi import CapiProvider
 from autoscaler.kube.lease import LeaseElector
@@ -75,6 +76,7 @@ def build_kube_daemon(
     identity: str | None = None,
     clock: Callable[[], float] = time.time,
     metrics: Any = None,
+    settings: SettingsTracker | None = None,
 ) -> KubeDaemon:
     if api is None:
         api = KubeApi.in_cluster() if section.in_cluster else KubeApi.from_kubeconfig(section.kubeconfig or "")
@@ -88,4 +90,5 @@ def build_kube_daemon(
         clock=clock,
         metrics=metrics,
         provisioning_class=section.provisioning_class,
+        settings=settings,
     )

@@ -35,6 +35,7 @@ from loguru import logger
 
 from autoscaler.cloud import FailureKind, LaunchRequest, Provider, ProviderError
 from autoscaler.core import queue_depth, scale_down_steps
+from autoscaler.core.settings import SeenJob, SettingsTracker
 from autoscaler.daemon.snapshot import offering_from_dict, offering_to_dict
 from autoscaler.kube.api import KubeApi, KubeError
 from autoscaler.kube.lease import LeaseElector, micro_time
@@ -105,8 +106,14 @@ class KubeDaemon:
         clock: Callable[[], float] = time.time,
         metrics: Any = None,
         provisioning_class: str = ATOMIC_CLASS,
+        settings: SettingsTracker | None = None,
     ) -> None:
+        """With `settings`, the decision core runs with the settings rule's policy over the requests this
+        daemon has seen (`autoscaler.core.settings`; `_learn`), else with `policy` as given."""
         self.api = api
+        self.settings = settings
+        self._seen: dict[str, tuple[float, SeenJob]] = {}  # request key -> (first seen, the arrival)
+        self._since: float | None = None
         self.kp = pools
         self.policy = policy
         self.elector = elector
@@ -208,6 +215,7 @@ class KubeDaemon:
                 continue
             self._check_booking(v, live, facts, now, res)
         views = self._views(templates)  # as this tick's writes left them (released bookings, new conditions)
+        self._learn(views, offerings, now)
         booked = self._booked(views, now)
         gone = set(res.deleted) | set(failed_names)  # deleted or failed this tick: no capacity to place on
         cloud = [c for c in cloud if c.name not in gone]
@@ -253,6 +261,27 @@ class KubeDaemon:
 
         # 5. scale-down: the core's steps, cut to what the Kubernetes side reports idle / cordoned and empty
         self._scale_down(p, inv, facts, booked, now, res)
+
+    def _learn(self, views: Sequence[RequestView], offerings: Sequence[Any], now: float) -> None:
+        """The settings rule over the arrivals this leader has seen: each ProvisioningRequest is one workload
+        arriving at its creation (its pods, GPUs per pod).  Run times are not observed on this path (no mean
+        run: no reservation hold, the warm cap not bounded by runs), and the history lives in the leader's
+        memory: a new leader starts learning afresh (the cheap side: nothing kept warm until it has seen work)."""
+        if self.settings is None:
+            return
+        if self._since is None:
+            self._since = now
+        for v in views:
+            if v.key not in self._seen and v.problem is None and v.gpus_per_pod > 0:
+                self._seen[v.key] = (now, SeenJob(v.created, max(1, v.pods), v.gpus_per_pod))
+        horizon = now - 2 * self.settings.window_s
+        self._seen = {k: e for k, e in self._seen.items() if e[1].submit >= horizon}
+        seen = list(self._seen.values())
+
+        def history(start: float, at: float) -> list[SeenJob]:
+            return sorted((j for first, j in seen if first <= at and start <= j.submit <= at), key=lambda j: j.submit)
+
+        self.policy = self.settings.current(now, self._since, offerings=offerings, pools=self.kp.pools, history=history)
 
     def _bind_machines(self, views: Sequence[RequestView], cloud: Sequence[Any]) -> None:
         """Cluster API names Machines itself: a booking's slots become the pool's new Machines, oldest booking

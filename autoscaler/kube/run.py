@@ -4,7 +4,7 @@ A config with a `kubernetes:` section (`fleet.inventory.KubernetesSection`, writ
 Deployment's ConfigMap, docs/kubernetes.md) runs the Kubernetes daemon instead of the Slurm one:
 
     inventory: /etc/gpu-fleet/inventory.json
-    policy: {idle_timeout_s: 600}
+    policy: {wait_value_usd_per_gpu_hour: 0}
     kubernetes: {namespace: gpu-fleet-system, lease: {name: gpu-fleet-autoscaler}}
     provider: {endpoint: null}          # GKE pools: Compute API options (a local fake in tests)
     metrics: {host: 0.0.0.0, port: 9464}
@@ -91,7 +91,7 @@ def load(path: Path) -> KubeDaemonConfig:
 
 
 def build(cfg: KubeDaemonConfig, **kw: Any) -> Any:
-    from autoscaler.daemon.build import build_policy
+    from autoscaler.daemon.build import build_policy, build_settings
     from autoscaler.daemon.metrics import Metrics
     from autoscaler.kube.build import build_kube_daemon
 
@@ -110,7 +110,9 @@ def build(cfg: KubeDaemonConfig, **kw: Any) -> Any:
 
     metrics = Metrics()
     metrics.healthy_after_s = cfg.metrics.healthy_after_s
-    return build_kube_daemon(cfg.kubernetes, inv, build_policy(cfg.policy), gce=gce, metrics=metrics, **kw)
+    policy = build_policy(cfg.policy)
+    kw.setdefault("settings", build_settings(cfg.policy, policy))
+    return build_kube_daemon(cfg.kubernetes, inv, policy, gce=gce, metrics=metrics, **kw)
 
 
 def run_forever(daemon: Any, cfg: KubeDaemonConfig) -> int:

@@ -104,6 +104,15 @@ def idle_keep_s(shape: ShapeFacts, boot_s: float, wait_value: float) -> float:
     return t if shape.arrivals_per_hour * t / 3600.0 > 1.0 else 0.0
 
 
+def longest_idle_keep_s(facts: FleetFacts) -> float:
+    """The longest idle keep the rule can set for these shapes, whatever the arrivals: the largest break-even T
+    (`idle_keep_s` is T or 0).  What Slurm's SuspendTime must be no shorter than, so that Slurm does not power
+    down a node the daemon keeps (inf when a shape is free)."""
+    return max(
+        (break_even_idle_s(facts.boot_s, s.usd_per_gpu_hour, facts.wait_value(s)) for s in facts.shapes), default=0.0
+    )
+
+
 def warm_nodes(shape: ShapeFacts, boot_s: float, wait_value: float, mean_run_s: float | None = None) -> int:
     """How many idle nodes of `shape` to keep at once.  Jobs end about as often as they arrive, so
     idle nodes are refilled as fast as they are taken: what a warm pool absorbs is the fluctuation

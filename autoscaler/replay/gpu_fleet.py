@@ -20,6 +20,7 @@ names drained, released by `core.release_names` once the plan launches for a pen
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -40,12 +41,13 @@ from autoscaler.core import (
     scale_down_steps,
     serve_resumes,
 )
+from autoscaler.core.settings import SeenJob, SettingsTracker
 from autoscaler.model import Inventory, Node, NodeState, Plan, Policy, Pool, UnavailableOffering, WorkUnit
-from autoscaler.planner.rule import policy_for
+from autoscaler.planner.rule import longest_idle_keep_s
 from autoscaler.replay.facts import scenario_facts
 from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.simslurm import SimSlurm, SlurmSettings
-from autoscaler.replay.state import Job, SimNode
+from autoscaler.replay.state import Job, JobState, SimNode
 from autoscaler.replay.trace import TraceJob
 from fleet.catalog import CapacityType
 
@@ -84,6 +86,8 @@ class GpuFleetPolicy:
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     interval_s: float = INTERVAL_S
     resume_fail_backoff_s: float = RESUME_FAIL_BACKOFF_S
+    #: the settings rule over what the simulated Slurm has shown so far (None: `policy` is fixed)
+    tracker: SettingsTracker | None = None
     unavailable: tuple[UnavailableOffering, ...] = ()
     planner_calls: int = 0
     ticks: int = 0
@@ -94,6 +98,7 @@ class GpuFleetPolicy:
     #: every launch attempt: (time, request id, pool, offering, names, outcome), and every tick's time
     launch_log: list[tuple[float, str, str, str, tuple[str, ...], str]] = field(default_factory=list)
     tick_log: list[float] = field(default_factory=list)
+    _seen_final: dict[int, SeenJob | None] = field(default_factory=dict)  # job idx -> settled history entry
 
     @classmethod
     def for_scenario(
@@ -102,22 +107,38 @@ class GpuFleetPolicy:
         wait_value_usd_per_gpu_hour: float | None = None,
         jobs: Sequence[TraceJob] = (),
     ) -> GpuFleetPolicy:
-        """The replay's gpu-fleet configuration: the settings rule (`autoscaler.planner.rule.policy_for`, the same
-        the daemon uses) over the scenario's facts (boot time, shapes and prices, reserved nodes) and the trace's
-        arrival rates, on top of `DEFAULT_POLICY`.  No setting is swept.  The rule's reservation hold (a batch
-        window) cannot hold nodes Slurm already allocated (`core.plan_pool_resumes` ignores it there)."""
-        facts = scenario_facts(scenario, jobs, wait_value_usd_per_gpu_hour)
-        policy = policy_for(facts, base=DEFAULT_POLICY)
+        """The replay's gpu-fleet, configured as the daemon is: `DEFAULT_POLICY` plus the wait value, and the
+        settings rule applied by `autoscaler.core.settings.SettingsTracker` to the jobs the simulated Slurm has
+        shown up to the replay's clock (arrivals over the last day, runs of jobs that ended), refreshed every
+        10 minutes, exactly as the daemon applies it to what squeue showed it.  Nothing is read from the trace's
+        future and no setting is swept.  `jobs` is accepted for the callers' signature and not read."""
+        facts = scenario_facts(scenario, (), wait_value_usd_per_gpu_hour)
+        base = replace(DEFAULT_POLICY, wait_value_usd_per_gpu_hour=facts.wait_value_usd_per_gpu_hour)
+        tracker = SettingsTracker(base=base, boot_s=scenario.ready_s)
         # Slurm powers an idle node down after SuspendTime whatever the daemon keeps: the stack renders it no
-        # shorter than the rule's longest idle keep (plus one tick), so the rule's keep is what happens
-        longest = max((v for v in policy.idle_timeout_by_machine.values() if v != math.inf), default=0.0)
-        base = SlurmSettings()
-        slurm = replace(base, suspend_time_s=max(base.suspend_time_s, longest + INTERVAL_S))
-        return cls(policy=policy, slurm=slurm)
+        # shorter than the longest idle keep the rule can set (plus one tick), so the rule's keep is what happens
+        slurm = replace(
+            SlurmSettings(), suspend_time_s=max(SlurmSettings().suspend_time_s, longest_idle_keep_s(facts) + INTERVAL_S)
+        )
+        return cls(policy=base, slurm=slurm, tracker=tracker)
 
     def settings(self) -> dict[str, object]:
         p = self.policy
+        t = self.tracker
+        rule = (
+            {
+                "settings_source": "rule over the observed history (autoscaler/core/settings.py)",
+                "settings_window_s": t.window_s,
+                "settings_refresh_s": t.refresh_s,
+                "settings_boot_s": t.boot_s,
+                "settings_refreshes": t.refreshes,
+                "settings_changes": len(t.log),
+            }
+            if t is not None
+            else {"settings_source": "fixed"}
+        )
         return {
+            **rule,
             "wait_value_usd_per_gpu_hour": p.wait_value_usd_per_gpu_hour,
             "idle_timeout_by_machine": dict(p.idle_timeout_by_machine),
             "idle_keep_max_by_machine": dict(p.idle_keep_max_by_machine),
@@ -196,6 +217,14 @@ class GpuFleetPolicy:
             self._t0 = now
         self.ticks += 1
         self.tick_log.append(now)
+        if self.tracker is not None:
+            self.policy = self.tracker.current(
+                now,
+                self._t0,
+                offerings=sim.offerings,
+                pools=self._pools,
+                history=lambda a, b: self.seen_jobs(sim, a, b),
+            )
         held = held_pools(self._pools, self.policy)
         if held != sim.held:
             sim.hold(held)
@@ -250,6 +279,46 @@ class GpuFleetPolicy:
             if held:
                 self._release(sim, plan, held)
         return self._wake(sim, now, refused)
+
+    def seen_jobs(self, sim: SimSlurm, start: float, at: float) -> list[SeenJob]:
+        """The daemon's job history at `at` (`StateStore.observe_jobs` at every tick): the jobs submitted in
+        [start, at] that a squeue it read by `at` showed; for those it saw leave the queue by `at`, when it saw
+        that, and the run from squeue's start time to then (known only when it saw the job RUNNING).  The daemon
+        reads squeue at every 10 s poll and at every hook-driven tick; a job that came and went between two reads
+        is never seen, as in production."""
+        jobs = sim.state.jobs  # sorted by submit time
+        lo = bisect.bisect_left(jobs, start, key=lambda j: j.submit)
+        hi = bisect.bisect_right(jobs, at, key=lambda j: j.submit)
+        out = []
+        for j in jobs[lo:hi]:
+            final = self._seen_final.get(j.idx, False)
+            if final is not False:  # settled: seen leaving the queue, or never seen at all
+                if final is not None:
+                    out.append(final)
+                continue
+            first = self._read_at(j.submit)
+            end = j.end if j.state is JobState.DONE and j.end is not None else math.inf
+            if first >= end:
+                self._seen_final[j.idx] = None
+                continue
+            if first > at:
+                continue
+            ended_at = run = None
+            if end < math.inf and (seen_end := self._read_at(end)) <= at:
+                ended_at = seen_end
+                if j.start is not None and self._read_at(j.start) < end:
+                    run = seen_end - j.start
+            seen = SeenJob(j.submit, j.nodes, j.gpus_per_node, ended_at, run)
+            if ended_at is not None:
+                self._seen_final[j.idx] = seen
+            out.append(seen)
+        return out
+
+    def _read_at(self, t: float) -> float:
+        """When the daemon first reads Slurm at or after `t`: its next poll, or an earlier hook-driven tick."""
+        poll = self._next_tick(t)
+        i = bisect.bisect_left(self.tick_log, t)
+        return min(poll, self.tick_log[i]) if i < len(self.tick_log) else poll
 
     def _release(self, sim: SimSlurm, plan: Plan, held: frozenset[str]) -> None:
         """The daemon's `_hold`: release as many held names as the plan launches in each held pool, lowest free

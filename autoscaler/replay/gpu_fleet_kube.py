@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autoscaler.cloud import ProviderError
+from autoscaler.core.settings import SeenJob, SettingsTracker
 from autoscaler.model import (
     Command,
     DeleteNodes,
@@ -47,7 +48,6 @@ from autoscaler.model import (
     WorkUnit,
     record_failure,
 )
-from autoscaler.planner.rule import policy_for
 from autoscaler.replay.facts import scenario_facts
 from autoscaler.replay.gpu_fleet import DEFAULT_POLICY, INTERVAL_S
 from autoscaler.replay.policy import Decision, ReplayView
@@ -78,6 +78,9 @@ class GpuFleetKubePolicy:
     planner_calls: int = 0
     ticks: int = 0
     first_planned: dict[str, float] = field(default_factory=dict)  # job id -> first poll that planned it
+    #: the settings rule over the requests the daemon has seen (None: `policy` is fixed); `KubeDaemon._learn`
+    tracker: SettingsTracker | None = None
+    _seen: dict[str, tuple[float, SeenJob]] = field(default_factory=dict)
     _pools: list[Pool] = field(default_factory=list)
     _t0: float | None = None
     _last_tick: float | None = None
@@ -89,15 +92,19 @@ class GpuFleetKubePolicy:
     def for_scenario(
         cls, scenario: Scenario, wait_value_usd_per_gpu_hour: float | None = None, jobs: Sequence[TraceJob] = ()
     ) -> GpuFleetKubePolicy:
-        """The same settings rule as the Slurm path (`policy_for` over the scenario's facts and the trace's
-        arrivals), so the two paths differ in scheduler semantics only."""
-        facts = scenario_facts(scenario, jobs, wait_value_usd_per_gpu_hour)
-        return cls(policy=policy_for(facts, base=DEFAULT_POLICY))
+        """As the Kubernetes daemon is configured: `DEFAULT_POLICY` plus the wait value, and the settings rule over
+        the ProvisioningRequests seen so far (`KubeDaemon._learn`: arrivals only, no run times), refreshed on the
+        same grid.  Nothing is read from the trace's future; `jobs` is not read."""
+        facts = scenario_facts(scenario, (), wait_value_usd_per_gpu_hour)
+        base = replace(DEFAULT_POLICY, wait_value_usd_per_gpu_hour=facts.wait_value_usd_per_gpu_hour)
+        return cls(policy=base, tracker=SettingsTracker(base=base, boot_s=scenario.ready_s))
 
     def settings(self) -> dict[str, object]:
         p = self.policy
         return {
             "scheduler": "kueue",
+            "settings_source": "rule over the requests seen (autoscaler/core/settings.py)" if self.tracker else "fixed",
+            "settings_changes": len(self.tracker.log) if self.tracker else 0,
             "wait_value_usd_per_gpu_hour": p.wait_value_usd_per_gpu_hour,
             "idle_timeout_by_machine": dict(p.idle_timeout_by_machine),
             "idle_keep_max_by_machine": dict(p.idle_keep_max_by_machine),
@@ -129,6 +136,7 @@ class GpuFleetKubePolicy:
         self.ticks += 1
         st = view.state
         gate = self.gate
+        self._learn(view, now)
         cmds: list[Command] = []
         # bookings of requests whose pods run (or whose nodes vanished) are done
         for jid, names in list(self._bookings.items()):
@@ -183,6 +191,25 @@ class GpuFleetKubePolicy:
         drains, deletes = self._scale_down(inv, booked, now)
         wake = self._wake(view, now)
         return Decision((*cmds, *drains, *deletes), nominations, wake_at=wake)
+
+    def _learn(self, view: ReplayView, now: float) -> None:
+        """`KubeDaemon._learn` on the requests this poll sees (the gate's outstanding ProvisioningRequests, each
+        created at its quota reservation)."""
+        if self.tracker is None or self.gate is None:
+            return
+        for j in self.gate.checking.values():
+            if j.id not in self._seen:
+                self._seen[j.id] = (now, SeenJob(self.gate.admitted_at.get(j.id, j.submit), j.nodes, j.gpus_per_node))
+        if len(self._seen) > 4096:
+            horizon = now - 2 * self.tracker.window_s
+            self._seen = {k: e for k, e in self._seen.items() if e[1].submit >= horizon}
+        seen = list(self._seen.values())
+
+        def history(start: float, at: float) -> list[SeenJob]:
+            return sorted((j for first, j in seen if first <= at and start <= j.submit <= at), key=lambda j: j.submit)
+
+        assert self._t0 is not None
+        self.policy = self.tracker.current(now, self._t0, offerings=view.offerings, pools=self._pools, history=history)
 
     @property
     def _shortcut(self) -> bool:

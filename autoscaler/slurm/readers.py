@@ -91,6 +91,8 @@ class SlurmJob:
     submit_time: float
     nodes: tuple[str, ...] = ()  # allocated nodes (CONFIGURING/RUNNING)
     flags: tuple[str, ...] = ()
+    start_time: float | None = None  # when the current run started (RUNNING only: slurmctld resets it once
+    # powered-up nodes are ready, so a CONFIGURING job's start_time is not its start)
 
     @property
     def pending(self) -> bool:
@@ -198,7 +200,13 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         submit_time=float(_number(raw.get("submit_time")) or 0.0),
         nodes=tuple(expand(nodes_expr)) if nodes_expr else (),
         flags=tuple(raw.get("flags") or ()),
+        start_time=_start_time(raw) if str(state) == RUNNING else None,
     )
+
+
+def _start_time(raw: Mapping[str, Any]) -> float | None:
+    t = _number(raw.get("start_time"))
+    return float(t) if t else None
 
 
 def parse_squeue(

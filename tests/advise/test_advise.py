@@ -69,7 +69,8 @@ def test_each_point_costs_its_overflow_plus_the_reservation_for_the_whole_window
         assert p["reservation_usd"] == pytest.approx(expected_res, abs=0.05)
         if p["reservation_fill"] is not None:
             assert 0 <= p["reservation_fill"] <= 1
-        assert p["cost_usd_mean"] == pytest.approx(p["overflow_usd_mean"] + p["reservation_usd"], abs=0.02)
+        # three figures each rounded to cents (two of them means over seeds): they agree to a few cents
+        assert p["cost_usd_mean"] == pytest.approx(p["overflow_usd_mean"] + p["reservation_usd"], abs=0.03)
         assert p["lower_bound_usd"] <= p["cost_usd_mean"] + 0.01
     # the recommendation: the smallest worst-fold regret among the terms the history allows
     allowed = set(res["eligible_terms"])

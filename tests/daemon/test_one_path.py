@@ -10,14 +10,17 @@ decision logic again (a replay-only planner call, a daemon-only rule), this test
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+from autoscaler.core.settings import SettingsTracker, settings_policy
 from autoscaler.daemon.config import LoopConfig
 from autoscaler.daemon.lock import LeaderLock
 from autoscaler.daemon.state import StateStore
 from autoscaler.daemon.tick import HOLD_REASON, Daemon
 from autoscaler.model import NodeState
-from autoscaler.replay.gpu_fleet import GpuFleetPolicy
+from autoscaler.replay.facts import scenario_facts
+from autoscaler.replay.gpu_fleet import DEFAULT_POLICY, INTERVAL_S, GpuFleetPolicy
 from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.simslurm import SimSlurm
 from autoscaler.replay.state import Job
@@ -195,7 +198,9 @@ def test_with_a_reservation_hold_the_daemon_holds_and_releases_exactly_what_the_
     trace = [
         TraceJob(f"j{i}", t, d, 8, False) for i, (t, d) in enumerate([(0, 900), (100, 300), (200, 3000), (300, 60)])
     ]
-    policy = GpuFleetPolicy.for_scenario(sc, wait_value_usd_per_gpu_hour=0.5, jobs=trace).policy
+    # the rule's settings for this trace, fixed for the run (how the settings evolve is the next test's)
+    facts = scenario_facts(sc, trace, 0.5)
+    policy = settings_policy(replace(DEFAULT_POLICY, wait_value_usd_per_gpu_hour=0.5), (), facts)
     assert policy.batch_window_s > 0
     driver = SnapshotFleet(policy)
     SimSlurm(trace, sc, driver).run()
@@ -241,3 +246,60 @@ def test_with_a_reservation_hold_the_daemon_holds_and_releases_exactly_what_the_
         store.close()
     assert released == driver.releases
     assert launched == [(t, o, n) for t, _, _, o, n, out in driver.launch_log if out == "ok"]
+
+
+def test_the_daemon_learns_exactly_the_settings_the_replay_learned(tmp_path: Path) -> None:
+    """The settings rule over observed history (autoscaler/core/settings.py) in both: the replay's gpu-fleet
+    learns from what the simulated Slurm showed by each moment, the daemon from squeue read at every 10 s poll
+    and hook-driven tick.  Fed the same squeue, both must hold the same settings at every refresh point."""
+    sc = Scenario(preemption_rate_per_hour=0.0)
+    trace = [TraceJob(f"a{i}", 120.0 * i, 600.0, 1, False) for i in range(60)]  # a 1-GPU job every 2 min
+    trace += [TraceJob(f"b{i}", 900.0 * i + 30, 2400.0, 8, False) for i in range(8)]
+    driver = GpuFleetPolicy.for_scenario(sc)
+    sim = SimSlurm(trace, sc, driver).run()
+    assert driver.tracker is not None and len(driver.tracker.log) >= 2, "the settings must change during the run"
+    assert any(p.idle_timeout_for("a3-highgpu-1g") > 0 for _, p in driver.tracker.log)
+    jobs = sorted(sim.state.jobs, key=lambda j: j.submit)
+    assert all(j.preemptions == 0 and j.start is not None and j.end is not None for j in jobs)
+
+    def squeue(t: float) -> list[SlurmJob]:
+        out = []
+        for j in jobs:
+            if j.submit <= t < j.end:  # type: ignore[operator]
+                running = j.start <= t  # type: ignore[operator]
+                out.append(
+                    SlurmJob(
+                        j.idx + 1, j.id, "RUNNING" if running else "PENDING", "None", "default", j.nodes,
+                        j.gpus_per_node, None, (), 0, None, j.submit, start_time=j.start if running else None,
+                    )
+                )  # fmt: skip
+        return out
+
+    t0 = driver.tick_log[0]
+    end = max(j.end for j in jobs)  # type: ignore[type-var]
+    polls = [t0 + k * INTERVAL_S for k in range(int((end - t0) / INTERVAL_S) + 2)]
+    times = sorted(set(polls) | set(driver.tick_log))
+    store = StateStore(tmp_path / "state.db")
+    clock = [t0]
+    daemon = Daemon(
+        pools=sc.pools(),
+        provider=FakeCloud(offers=list(sim.cloud.offerings())),
+        slurm=FakeSlurm(),
+        store=store,
+        policy=driver.tracker.base,
+        loop=LoopConfig(),
+        lock=LeaderLock(store.path),
+        clock=lambda: clock[0],
+        settings=SettingsTracker(base=driver.tracker.base, boot_s=sc.ready_s),
+    )
+    try:
+        for t in times:
+            clock[0] = t
+            daemon.slurm.jobs_ = squeue(t)  # type: ignore[attr-defined]
+            assert daemon.tick().ok
+    finally:
+        daemon.lock.release()
+        store.close()
+    assert daemon.settings is not None
+    last = driver.tick_log[-1]  # the replay stops ticking when its last job ends; the daemon polls on
+    assert [(at, p) for at, p in daemon.settings.log if at <= last] == driver.tracker.log

@@ -101,3 +101,22 @@ def test_leader_lock_is_exclusive_and_released_when_the_holder_dies(tmp_path: Pa
     finally:
         if p.poll() is None:
             p.kill()
+
+
+def test_job_history_records_arrivals_starts_and_ends_as_squeue_showed_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from autoscaler.daemon.state import JOB_HISTORY_KEEP_S
+
+    s = StateStore(tmp_path / "state.db")
+    s.observe_jobs([(1, 100.0, 2, 8, None), (2, 150.0, 1, 1, None)], now=200.0)
+    assert s.jobs_observed_since() == 200.0
+    s.observe_jobs([(1, 100.0, 2, 8, 210.0), (2, 150.0, 1, 1, None)], now=220.0)  # job 1 runs
+    s.observe_jobs([(2, 150.0, 1, 1, None)], now=900.0)  # job 1 left the queue: ended when first seen gone
+    rows = s.job_history(0.0, 900.0)
+    assert [(r.submit, r.nodes, r.gpus_per_node, r.run_s) for r in rows] == [(100.0, 2, 8, 690.0), (150.0, 1, 1, None)]
+    assert s.job_history(0.0, 199.0) == []  # nothing had been seen by then
+    s.observe_jobs([], now=950.0)  # job 2 cancelled while pending: an arrival with no run
+    assert [r.run_s for r in s.job_history(0.0, 950.0)] == [690.0, None]
+    s.observe_jobs([], now=950.0 + JOB_HISTORY_KEEP_S + 1)
+    assert s.job_history(0.0, 1e12) == []  # pruned after two days
+    assert s.jobs_observed_since() == 200.0
+    s.close()

@@ -104,6 +104,18 @@ def test_same_seed_same_numbers_and_spot_scenarios_count_preemptions(small_trace
         assert "spot" in m["cost_by_capacity_usd"]
 
 
+def _fixed(sc: Scenario, trace: list, wait_value: float) -> GpuFleetPolicy:  # type: ignore[type-arg]
+    """gpu-fleet with the settings rule's policy over the whole trace, fixed for the run."""
+    from dataclasses import replace
+
+    from autoscaler.core.settings import settings_policy
+    from autoscaler.replay.gpu_fleet import DEFAULT_POLICY
+
+    pol = GpuFleetPolicy.for_scenario(sc, wait_value_usd_per_gpu_hour=wait_value)
+    base = replace(DEFAULT_POLICY, wait_value_usd_per_gpu_hour=wait_value)
+    return replace(pol, policy=settings_policy(base, (), scenario_facts(sc, trace, wait_value)), tracker=None)
+
+
 def test_with_a_reservation_overflow_is_held_so_jobs_wait_for_paid_for_gpus_then_bought() -> None:
     """The reservation hold on the simulated Slurm: overflow pools' powered-down nodes are drained, so a job that
     finds the reserved node busy stays PENDING (Slurm cannot power anything up for it); it takes the reserved node
@@ -112,7 +124,7 @@ def test_with_a_reservation_overflow_is_held_so_jobs_wait_for_paid_for_gpus_then
     a, b, c = job(0, 0, 400, 8), job(1, 900, 100, 8), job(2, 2000, 5000, 8)
     late = job(3, 2010, 100, 8)  # the reserved node is busy until 7000: held, then bought
     trace = [a, b, c, late]
-    pol = GpuFleetPolicy.for_scenario(sc, wait_value_usd_per_gpu_hour=0.5, jobs=trace)
+    pol = _fixed(sc, trace, 0.5)  # the rule's settings for this trace, fixed (the hold's mechanics, not its learning)
     hold = pol.policy.batch_window_s
     assert hold == round(reservation_hold_s(scenario_facts(sc, trace, 0.5)), 1) and hold > 0
     eng = replay_engine(trace, sc, pol).run()
@@ -124,7 +136,7 @@ def test_with_a_reservation_overflow_is_held_so_jobs_wait_for_paid_for_gpus_then
     assert eng.counters.nodes_launched == 2
     assert eng.cloud.ledger.cost_by_capacity(eng.t_end)[CapacityType.ON_DEMAND] > 0
     # a wait worth more than the saving: no hold, Slurm powers up on-demand at submit
-    eager = GpuFleetPolicy.for_scenario(sc, wait_value_usd_per_gpu_hour=1e4, jobs=trace)
+    eager = _fixed(sc, trace, 1e4)
     assert eager.policy.batch_window_s == 0
     eng = replay_engine(trace, sc, eager).run()
     assert {j.id: j for j in eng.state.jobs}["j3"].first_start == 2010 + 361

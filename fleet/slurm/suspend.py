@@ -4,7 +4,8 @@ slurmctld powers a CLOUD node down after SuspendTime idle, whatever the autoscal
 settings rule (`autoscaler.planner.rule`) keeps an idle node of a shape for at most its break-even time
 T = boot * (1 + w / p) (`break_even_idle_s`: boot = the catalog's boot-to-ready time, p = the shape's on-demand
 $/GPU-hour in the spec's region, w = the cluster's `autoscaler.policy.wait_value_usd_per_gpu_hour`).  That bound
-is static given the spec, so the rendered SuspendTime is at least the longest T over the cluster's pools plus one
+is static given the spec, so the rendered SuspendTime is at least the longest T over the cluster's pools (the rule's
+`longest_idle_keep_s`, which the replay's SuspendTime reads too) plus one
 daemon tick (the daemon acts on its own keep at its next poll); a spec that sets a shorter `slurm.suspend_time`
 is refused (`fleet.spec.rules.slurm_suspend_time`).  Reservation pools are left out: they are in SuspendExcNodes.
 """
@@ -15,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from autoscaler.model.policy import DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR, PolicyError, policy_from_mapping
-from autoscaler.planner.rule import break_even_idle_s
+from autoscaler.planner.rule import FleetFacts, ShapeFacts, break_even_idle_s, longest_idle_keep_s
 from fleet.catalog import CapacityType, Catalog
 from fleet.spec.model import ClusterSpec, FleetSpec
 
@@ -53,9 +54,11 @@ def _wait_value(cluster: ClusterSpec) -> float | None:
 
 
 def suspend_floor(spec: FleetSpec, cluster: ClusterSpec, catalog: Catalog) -> SuspendFloor:
-    """The shortest SuspendTime for `cluster` (see the module docstring)."""
+    """The shortest SuspendTime for `cluster` (see the module docstring): the rule's `longest_idle_keep_s` over
+    the cluster's non-reservation machine types (the same function the replay's SuspendTime reads)."""
     w = _wait_value(cluster)
-    best: tuple[float, str, float] | None = None
+    shapes: dict[str, ShapeFacts] = {}
+    boot = 0.0
     for pool in cluster.pools:
         if pool.capacity is CapacityType.RESERVATION:
             continue
@@ -63,14 +66,14 @@ def suspend_floor(spec: FleetSpec, cluster: ClusterSpec, catalog: Catalog) -> Su
         price = m.price(spec.region)
         if price is None or price.on_demand <= 0:
             continue
-        p = price.on_demand / m.gpu_count
-        keep = break_even_idle_s(m.ready_s, p, p if w is None else w)
-        if best is None or keep > best[0]:
-            best = (keep, m.name, m.ready_s)
-    if best is None:
+        shapes[m.name] = ShapeFacts(m.name, m.gpu_count, price.on_demand)
+        boot = max(boot, m.ready_s)
+    if not shapes:
         return SuspendFloor(0, 0.0, None, 0.0, w)
-    keep, machine, boot = best
-    return SuspendFloor(math.ceil(keep + DAEMON_TICK_S), keep, machine, boot, w)
+    facts = FleetFacts(boot_s=boot, shapes=tuple(shapes.values()), wait_value_usd_per_gpu_hour=w)
+    keep = longest_idle_keep_s(facts)
+    machine = max(facts.shapes, key=lambda s: break_even_idle_s(boot, s.usd_per_gpu_hour, facts.wait_value(s)))
+    return SuspendFloor(math.ceil(keep + DAEMON_TICK_S), keep, machine.machine_type, boot, w)
 
 
 def suspend_time(spec: FleetSpec, cluster: ClusterSpec, catalog: Catalog) -> int:

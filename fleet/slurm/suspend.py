@@ -6,7 +6,8 @@ T = boot * (1 + w / p) (`break_even_idle_s`: boot = the catalog's boot-to-ready 
 $/GPU-hour in the spec's region, w = the cluster's `autoscaler.policy.wait_value_usd_per_gpu_hour`).  That bound
 is static given the spec, so the rendered SuspendTime is at least the longest T over the cluster's pools (the
 rule's `longest_idle_keep_s`, which the replay's SuspendTime reads too) plus one daemon tick (the daemon acts on
-its own keep at its next poll); a spec that sets a shorter `slurm.suspend_time` is refused (`fleet.spec.rules.slurm_suspend_time`).  Reservation pools are left out: they are in SuspendExcNodes.
+its own keep at its next poll); a spec that sets a shorter `slurm.suspend_time` is refused
+(`fleet.spec.rules.slurm_suspend_time`).  Reservation pools are left out: they are in SuspendExcNodes.
 """
 
 from __future__ import annotations

@@ -137,6 +137,8 @@ def build_fleet(
                     md.AUTOSCALER_CONFIG: plan.autoscaler_config(
                         cluster, impersonate=autoscaler_account_email(cluster.name, spec.project)
                     ),
+                    # slurmctld's right-sized --prefer (fleet/slurm/job_submit.py); it refuses to start without it
+                    **({md.JOB_SUBMIT_LUA: conf.job_submit_lua} if conf.job_submit_lua else {}),
                 },
                 autoscaler_source=slurm.autoscaler.source,
                 autoscaler_ref=slurm.autoscaler.ref,

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validat
 
 from autoscaler.model import Pool
 from autoscaler.sim import BootProfile, SimConfig, SimReservation
-from fleet.catalog import CapacityType, MachineType, load_catalog
+from fleet.catalog import DEFAULT_READY_S, CapacityType, MachineType, load_catalog
 
 RESERVATION_NAME = "replay-reservation"
 
@@ -30,7 +30,7 @@ class Scenario(BaseModel):
     reserved_nodes: int = Field(0, ge=0)
     reservation_rate: Literal["commit-1y", "on-demand"] = "commit-1y"
     spot_fraction: float = Field(0.0, ge=0.0, le=1.0)
-    boot_seconds: float = Field(360.0, ge=0.0)
+    boot_seconds: float = Field(DEFAULT_READY_S, ge=0.0)  # the catalog's boot-to-ready time
     register_seconds: float = Field(30.0, ge=0.0)
     stockout_rate: float = Field(0.0, ge=0.0, le=1.0)
     stockout_window_s: float = Field(1800.0, gt=0.0)

@@ -3,14 +3,23 @@
 What it does is what Slurm 22.05 does with CLOUD nodes (docs/autoscaler.md, /work/shared/recipes "Learned the
 hard way", checked on a real slurmctld in tests/e2e):
 
-- **Allocation at submit.** A job is allocated nodes at once, powered-down ones included: the lowest node
-  Weight first (`CAPACITY_WEIGHT`, as `fleet render slurm-conf` renders it: reservation 1, spot 10, flex 20,
-  on-demand 30); only if that tier cannot hold the job are the next tier's nodes added (slurm.conf `Weight`).
-  Within a tier nodes are taken in Slurm's node-table order (pools as configured, then index), powered-up
-  nodes with room and powered-down ones alike: Slurm 22.05 has no preference for nodes already up
-  (`PreferPoweredUpNodes` does not exist before 25.x).  Powered-down nodes are POWERING_UP from then on and
-  the job is CONFIGURING until every one of its nodes registered; small jobs pack onto nodes already powering
-  up.  A job stays PENDING only when it cannot be placed (every name in use, DOWN or powering down).
+- **Allocation at submit.**  A job is allocated nodes at once, powered-down ones included, in the order real
+  slurmctld 22.05 was seen to use (tests/e2e/test_weights.py):
+  1. nodes that need no power-up (registered, or already powering up for another job) with room, lowest Weight
+     first, then node-table order (pools as configured, then index): 22.05 puts every node that needs a boot
+     after every node that does not;
+  2. then powered-down nodes by Weight tier, in node-table order within a tier.  Weights are the ones
+     `fleet render slurm-conf` renders (`fleet.slurm.weights.pool_weights`: capacity tier, then the shape's rank,
+     cheapest $/GPU-hour first, then fewer GPUs) unless the driver gives its own per capacity type.  Real 22.05
+     does NOT do this for powered-down nodes: it ignores their Weight, and with topology/tree (as rendered)
+     takes the pool leaf with the fewest nodes that fits (docs/autoscaler.md "Node weights"), so this step is
+     what the rendered Weights ask for, not what 22.05 does.
+  With `SlurmSettings.prefer` (gpu-fleet: the rendered job_submit.lua, `fleet.slurm.job_submit`) a job first gets
+  nodes of its right-sized machine type only (in the order above), when they can hold it: `--prefer`, which
+  22.05 honours for powered-down nodes too.
+  Allocated powered-down nodes are POWERING_UP from then on and the job is CONFIGURING until every one of its
+  nodes registered; small jobs pack onto nodes already powering up.  A job stays PENDING only when it cannot be
+  placed (every name in use, DOWN or powering down).
 - **ResumeProgram** is called `resume_batch_s` after the first allocation of a batch with every name
   allocated since, and the job -> names map (`SLURM_RESUME_FILE`).
 - **ResumeTimeout**: a node not registered `resume_timeout_s` after its allocation goes DOWN, its jobs are
@@ -35,7 +44,7 @@ import heapq
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from autoscaler.cloud import InsufficientCapacity, OfferingKey, ProviderError, QuotaExceeded
@@ -46,7 +55,8 @@ from autoscaler.replay.state import ClusterState, Job, JobState, ReplayError, Si
 from autoscaler.replay.trace import TraceJob
 from autoscaler.sim import NodeEventKind, SimClock, SimCloud, SimConfig
 from fleet.catalog import CapacityType, load_catalog
-from fleet.slurm.conf import CAPACITY_WEIGHT
+from fleet.slurm.job_submit import preferences
+from fleet.slurm.weights import pool_shapes, pool_weights
 
 _SUBMIT, _END, _RESUME, _TIMEOUT, _IDLE, _RETURN, _TICK, _ELIGIBLE = range(8)
 
@@ -60,7 +70,10 @@ class SlurmSettings:
     suspend_timeout_s: float = 300.0  # fleet/slurm/conf.py renders SuspendTimeout=300
     resume_batch_s: float = 1.0  # ResumeProgram runs 1-3 s after the allocation, batching jobs
     requeue_hold_s: float = 120.0  # a requeued job's BeginTime (observed on slurmctld 22.05 in tests/e2e)
-    weights: Mapping[CapacityType, int] = field(default_factory=lambda: dict(CAPACITY_WEIGHT))
+    #: node Weight per capacity type; None: per pool, as `fleet render slurm-conf` renders them (`pool_weights`)
+    weights: Mapping[CapacityType, int] | None = None
+    #: the rendered job_submit.lua's `--prefer=<right-sized machine type>` (`fleet.slurm.job_submit.preferences`)
+    prefer: bool = True
     #: SuspendExcNodes by capacity type: pools of these types are never suspended (fleet/slurm/conf.py renders
     #: every reservation pool there, plus pool minimums, which the replay's pools do not have)
     suspend_exc: frozenset[CapacityType] = frozenset({CapacityType.RESERVATION})
@@ -105,6 +118,10 @@ class _Name:
     allocated_at: float = 0.0
 
 
+def _index(nm: _Name) -> int:
+    return nm.index
+
+
 class SimSlurm:
     """slurmctld + the sim cloud + a driver, over one trace (see the module docstring)."""
 
@@ -126,8 +143,18 @@ class SimSlurm:
         self.pool_list = driver.pools(scenario)
         self.pools: Mapping[str, Pool] = {p.name: p for p in self.pool_list}
         w = self.conf.weights
-        levels = sorted({w.get(p.capacity_type, 1 << 20) for p in self.pool_list})
-        self.tiers = [[p for p in self.pool_list if w.get(p.capacity_type, 1 << 20) == lv] for lv in levels]
+        if w is None:
+            rows = ((p.name, p.capacity_type, p.machine_type) for p in self.pool_list)
+            self.weight = pool_weights(rows, load_catalog(), scenario.region)
+        else:
+            self.weight = {p.name: w.get(p.capacity_type, 1 << 20) for p in self.pool_list}
+        levels = sorted(set(self.weight.values()))
+        self.tiers = [[p for p in self.pool_list if self.weight[p.name] == lv] for lv in levels]
+        self.by_weight = [p for tier in self.tiers for p in tier]  # node-table order within one Weight
+        self.prefer: dict[int, str] = {}  # GPUs per node -> preferred machine type (the one partition's)
+        if self.conf.prefer:
+            rows = ((p.name, CapacityType.ON_DEMAND, p.machine_type) for p in self.pool_list)
+            self.prefer = preferences({"all": pool_shapes(rows, load_catalog(), scenario.region)}).get("all", {})
         self.names: dict[str, _Name] = {}  # every name not powered down
         self._free: dict[str, list[int]] = {p.name: [] for p in self.pool_list}  # freed indices (heap)
         self._next: dict[str, int] = {p.name: 0 for p in self.pool_list}
@@ -298,21 +325,34 @@ class SimSlurm:
         ]
 
     def _select(self, job: Job, now: float) -> list[tuple[Pool, _Name | int]] | None:
-        """Nodes for `job` the way select/cons_tres picks them: tiers by Weight, node-table order within."""
+        """Nodes for `job` the way slurmctld 22.05 picks them (module docstring): with a `--prefer`, only the
+        preferred machine type's nodes if they can hold the job; else nodes that need no power-up by Weight, then
+        powered-down ones by Weight tier, node-table order within one Weight."""
+        want = self.prefer.get(job.gpus_per_node)
+        if want is not None:
+            picked = self._pick(job, [p for p in self.by_weight if p.machine_type == want])
+            if picked is not None:
+                return picked
+        return self._pick(job, self.by_weight)
+
+    def _pick(self, job: Job, pools: list[Pool]) -> list[tuple[Pool, _Name | int]] | None:
         need = job.nodes
         g = job.gpus_per_node
         picked: list[tuple[Pool, _Name | int]] = []
+        allowed = {p.name for p in pools}
+        for pool in self._eligible_pools(job, pools):
+            room = [nm for nm in self._room[pool.name].values() if nm.node.free >= g]
+            if not room:
+                continue
+            want = need - len(picked)
+            chosen = [min(room, key=_index)] if want == 1 else sorted(room, key=_index)[:want]
+            picked.extend((pool, nm) for nm in chosen)
+            if len(picked) >= need:
+                return picked
         for tier in self.tiers:
-            for pool in self._eligible_pools(job, tier):
-                want = need - len(picked)
-                room = [(nm.index, nm) for nm in self._room[pool.name].values() if nm.node.free >= g]
-                if want == 1 and room:
-                    room = [min(room, key=lambda c: c[0])]
-                free = self._free_indices(pool, want)
-                cands: list[tuple[int, _Name | int]] = [*room, *((i, i) for i in free)]
-                cands.sort(key=lambda c: c[0])
-                for _, c in cands[: need - len(picked)]:
-                    picked.append((pool, c))
+            for pool in self._eligible_pools(job, [p for p in tier if p.name in allowed]):
+                for i in self._free_indices(pool, need - len(picked)):
+                    picked.append((pool, i))
                 if len(picked) >= need:
                     return picked
         return None

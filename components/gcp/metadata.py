@@ -10,6 +10,7 @@ metadata server's own.
 | `startup-script`              | x | x | x | the role's script (components/gcp/startup.py) |
 | `enable-oslogin`, `block-project-ssh-keys` | x | x | x | `TRUE` (OS Login only) |
 | `slurm-conf`, `gres-conf`, `cgroup-conf`, `topology-conf` | x | x | x | the files of /etc/slurm |
+| `job-submit-lua`              | x |   |   | /etc/slurm/job_submit.lua (when generated: fleet/slurm/job_submit.py) |
 | `gpu-fleet-inventory`         | x |   |   | the cluster's autoscaler inventory (JSON) |
 | `gpu-fleet-autoscaler-config` | x |   |   | /etc/gpu-fleet/autoscaler.yaml |
 | `physical_host`               |   |   | (GCE) | `/cluster/block/host` of A3/A4 VMs, set by GCE |
@@ -34,6 +35,7 @@ SLURM_CONF = "slurm-conf"
 GRES_CONF = "gres-conf"
 CGROUP_CONF = "cgroup-conf"
 TOPOLOGY_CONF = "topology-conf"
+JOB_SUBMIT_LUA = "job-submit-lua"  # controller, when the cluster has one: slurmctld refuses to start without it
 AUTOSCALER_CONFIG = "gpu-fleet-autoscaler-config"  # controller: the daemon's YAML config
 INVENTORY = "gpu-fleet-inventory"  # controller: this cluster's autoscaler_inventory entries
 PHYSICAL_HOST = "physical_host"  # set by GCE on A3/A4 VMs (VM topology), read by the compute script
@@ -44,6 +46,7 @@ SLURM_FILES = {
     "gres.conf": GRES_CONF,
     "cgroup.conf": CGROUP_CONF,
     "topology.conf": TOPOLOGY_CONF,
+    "job_submit.lua": JOB_SUBMIT_LUA,
 }
 CONTROLLER_ONLY = (INVENTORY, AUTOSCALER_CONFIG)
 

@@ -250,7 +250,7 @@ def _config_lines(cfg: SlurmHostConfig) -> list[str]:
         ]
     lines += ["systemctl enable munge", "systemctl restart munge", "install -d -m 0755 /etc/slurm /var/log/slurm"]
     for name, key in md.SLURM_FILES.items():
-        optional = key in (md.CGROUP_CONF,)
+        optional = key in (md.CGROUP_CONF, md.JOB_SUBMIT_LUA)
         fetch = f"attr {key} > /etc/slurm/{name}.new"
         if optional:
             lines.append(
@@ -260,6 +260,7 @@ def _config_lines(cfg: SlurmHostConfig) -> list[str]:
             lines.append(f"{fetch} && mv -f /etc/slurm/{name}.new /etc/slurm/{name}")
     lines += [
         "chmod 0644 /etc/slurm/*.conf",
+        "[ ! -f /etc/slurm/job_submit.lua ] || chmod 0644 /etc/slurm/job_submit.lua",
         "chown slurm:slurm /var/log/slurm",
         # the controller by its reserved address, whatever DNS says (zonal DNS hides it from other zones)
         "ctl=$(sed -n 's/^SlurmctldHost=\\([^(]*\\)(\\([^)]*\\)).*/\\2 \\1/p' /etc/slurm/slurm.conf | head -n 1)",

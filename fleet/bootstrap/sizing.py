@@ -37,7 +37,7 @@ class SlurmPlan:
     controller_machine_type: str
     login_machine_type: str
     login_nodes: int
-    suspend_time: int
+    suspend_time: int | None  # None: left to the default (the settings rule's longest idle keep + one tick)
     resume_timeout: int
     reasons: tuple[str, ...]
 
@@ -50,7 +50,7 @@ class SlurmPlan:
             "controller_machine_type": self.controller_machine_type,
             "login_machine_type": self.login_machine_type,
             "login_nodes": self.login_nodes,
-            "suspend_time": self.suspend_time,
+            **({"suspend_time": self.suspend_time} if self.suspend_time is not None else {}),
             "resume_timeout": self.resume_timeout,
             "partitions": [
                 {
@@ -93,10 +93,13 @@ def plan_slurm(machine: MachineType, nodes: int) -> SlurmPlan:
     big = machine.gpu_count == 8 and machine.nics.fabric != "none"
     # 8-GPU fabric VMs take minutes to boot (large images, GPU NIC set-up): a longer idle time
     # before power-down avoids paying boot time again for the next job, and registration waits longer.
-    suspend = 600 if big else 300
+    # Other machines keep the default SuspendTime: the settings rule's longest idle keep + one tick.
+    suspend = 600 if big else None
     resume = 1800 if big else 900
+    why = "8-GPU fabric VMs boot slowly" if big else "small VMs"
+    shown = f"SuspendTime {suspend}s" if suspend is not None else "SuspendTime the autoscaler's longest idle keep"
     reasons = (
         f"controller {controller} for {nodes} node(s), {login} login node(s)",
-        f"SuspendTime {suspend}s, ResumeTimeout {resume}s ({'8-GPU fabric VMs boot slowly' if big else 'small VMs'})",
+        f"{shown}, ResumeTimeout {resume}s ({why})",
     )
     return SlurmPlan(controller, "n2-standard-4", login, suspend, resume, reasons)

@@ -7,6 +7,7 @@ by ``scripts/derive_catalog.py``, which cites them).  Everything else reads the 
 """
 
 from fleet.catalog.model import (
+    DEFAULT_READY_S,
     CapacityType,
     Catalog,
     FabricSoftware,
@@ -20,6 +21,7 @@ from fleet.catalog.model import (
 )
 
 __all__ = [
+    "DEFAULT_READY_S",
     "CapacityType",
     "Catalog",
     "FabricSoftware",

@@ -113,6 +113,13 @@ class Price:
         return self.on_demand
 
 
+#: Seconds from a launch request to the node registered and ready for jobs (VM boot, GPU driver, fabric set-up,
+#: slurmd registration).  One figure for every machine type until measured per family: 360 s, the boot-to-ready
+#: time issue 8 states for a3-highgpu.  The replay's default boot time (`Scenario.boot_seconds`) and the rendered
+#: SuspendTime floor (`fleet.slurm.conf`, via the settings rule's break-even idle time) both read it.
+DEFAULT_READY_S = 360.0
+
+
 @dataclass(frozen=True)
 class MachineType:
     name: str
@@ -134,6 +141,11 @@ class MachineType:
         if self.vcpus % (self.sockets * self.threads_per_core):
             raise ValueError(f"{self.name}: {self.vcpus} vCPUs do not split into {self.sockets} sockets x "
                              f"{self.threads_per_core} threads")  # fmt: skip
+
+    @property
+    def ready_s(self) -> float:
+        """Launch request to ready for jobs, seconds (`DEFAULT_READY_S`)."""
+        return DEFAULT_READY_S
 
     @property
     def cores_per_socket(self) -> int:

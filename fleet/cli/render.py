@@ -115,8 +115,14 @@ def slurm_conf(
         (target / "gres.conf").write_text(conf.gres_conf)
         (target / "cgroup.conf").write_text(conf.cgroup_conf)
         (target / "topology.conf").write_text(conf.topology_conf)
+        lua = ""
+        if conf.job_submit_lua:  # slurm.conf names JobSubmitPlugins=lua: slurmctld reads it next to slurm.conf
+            (target / "job_submit.lua").write_text(conf.job_submit_lua)
+            lua = ", job_submit.lua"
         nodes = ", ".join(f"{n.name}={n.node_names}" for n in conf.nodesets)
-        typer.echo(f"{c.name}: wrote {target}/slurm.conf, gres.conf, cgroup.conf, topology.conf (nodesets: {nodes})")
+        typer.echo(
+            f"{c.name}: wrote {target}/slurm.conf, gres.conf, cgroup.conf, topology.conf{lua} (nodesets: {nodes})"
+        )
 
 
 @render_app.command("spec")

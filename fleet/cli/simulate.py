@@ -13,6 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
+from fleet.catalog.model import DEFAULT_READY_S
+
 POLICY_HELP = (
     "gpu-fleet, static-peak, slurm-power-save, ca-like, karpenter-like, exact-fit, a comma-separated list, or all"
 )
@@ -52,7 +54,7 @@ def simulate(
     region: str = typer.Option("us-central1", "--region", help="region; every zone of it offering the family"),
     reserved_nodes: int = typer.Option(0, "--reserved-nodes", help="reserved 8-GPU nodes in one zone, billed always"),
     spot_fraction: float = typer.Option(0.0, "--spot-fraction", help="share of jobs (seeded) that tolerate spot"),
-    boot_seconds: float = typer.Option(360.0, "--boot-seconds", help="launch request to node ready, seconds"),
+    boot_seconds: float = typer.Option(DEFAULT_READY_S, "--boot-seconds", help="launch request to node ready, seconds"),
     stockout_rate: float = typer.Option(0.0, "--stockout-rate", help="probability a launch in an offering stocks out"),
     stockout_window: float = typer.Option(1800.0, "--stockout-window", help="seconds a stocked-out offering stays out"),
     stockout_mode: str = typer.Option(

@@ -17,7 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fleet.catalog import CapacityType, Catalog, MachineType, load_catalog
+from fleet.slurm.job_submit import render_job_submit
+from fleet.slurm.suspend import suspend_time
 from fleet.slurm.topology import render_topology
+from fleet.slurm.weights import pool_shapes, pool_weights
 from fleet.spec.derive import controller_address, default_partition, node_hostlist, node_name_prefix
 from fleet.spec.model import ClusterSpec, FleetSpec
 
@@ -31,13 +34,6 @@ JOBCOMP_LOG = "/var/log/slurm/jobcomp.log"
 
 # Keys of NodeName= lines that `overrides` may set (everything else is a global key).
 NODE_KEYS = ("NodeAddr", "NodeHostname", "Port")
-# Lower weight is allocated first: reservations are paid for anyway, then the cheapest.
-CAPACITY_WEIGHT = {
-    CapacityType.RESERVATION: 1,
-    CapacityType.SPOT: 10,
-    CapacityType.FLEX_START: 20,
-    CapacityType.ON_DEMAND: 30,
-}
 # The autoscaler's power-saving hooks (and its job-end wake-up, EpilogSlurmctld) as deploy/slurm/ ships them
 # (installed under /opt/gpu-fleet).
 HOOKS = {
@@ -64,6 +60,7 @@ class SlurmConf:
     nodesets: list[Nodeset]
     cgroup_conf: str = ""
     topology_conf: str = ""
+    job_submit_lua: str = ""  # "" when no partition has a shape to prefer (then no JobSubmitPlugins=lua)
 
 
 def real_memory_mib(machine: MachineType) -> int:
@@ -100,6 +97,7 @@ def _global_settings(
     suspend_program: str,
     resume_fail_program: str,
     suspend_exc: list[str],
+    catalog: Catalog,
 ) -> dict[str, str]:
     slurm = cluster.slurm
     assert slurm is not None  # validated: scheduler slurm has slurm settings
@@ -149,7 +147,7 @@ def _global_settings(
         # a job's end wakes the daemon at once (its freed nodes are scaled down within ~1-2 s, not at the next
         # poll); slurmctld only logs a failing EpilogSlurmctld, the job is never affected
         "EpilogSlurmctld": HOOKS["epilog_slurmctld"],
-        "SuspendTime": str(slurm.suspend_time),
+        "SuspendTime": str(suspend_time(spec, cluster, catalog)),
         "ResumeTimeout": str(slurm.resume_timeout),
         "SuspendTimeout": "300",
         "ResumeRate": "0",
@@ -200,6 +198,7 @@ def render_slurm_conf(
     gres_lines: list[str] = []
     suspend_exc: list[str] = []
     machines: dict[str, MachineType] = {}
+    weights = pool_weights(((p.name, p.capacity, p.machine_type) for p in cluster.pools), cat, spec.region)
     for pool in cluster.pools:
         machine = machines[pool.name] = cat.machine(pool.machine_type)
         hostlist = node_hostlist(cluster.name, pool.name, pool.max_nodes)
@@ -215,7 +214,7 @@ def render_slurm_conf(
             "RealMemory": str(real_memory_mib(machine)),
             "Gres": gres,
             "Features": features,
-            "Weight": str(CAPACITY_WEIGHT[pool.capacity]),
+            "Weight": str(weights[pool.name]),
         }
         node = _apply(node, node_overrides)
         node_lines.append(
@@ -256,6 +255,7 @@ def render_slurm_conf(
         suspend_program,
         resume_fail_program,
         suspend_exc,
+        cat,
     )
     if any(machines[p.name].software and machines[p.name].software.fabric == "tcpxo" for p in cluster.pools):
         # the RxDM prolog pulls and starts a container: run it at allocation, give it the Toolkit's long-prolog
@@ -269,6 +269,12 @@ def render_slurm_conf(
             "BatchStartTimeout": "600",
             "MessageTimeout": "100",
         }
+    # right-sized --prefer for powered-down allocations (22.05 ignores Weight there; fleet/slurm/job_submit.py)
+    od = pool_shapes(((p.name, CapacityType.ON_DEMAND, p.machine_type) for p in cluster.pools), cat, spec.region)
+    by_pool = {s.pool: s for s in od}
+    job_submit = render_job_submit({part.name: [by_pool[p] for p in part.pools] for part in slurm.partitions}, default)
+    if job_submit:
+        settings["JobSubmitPlugins"] = "lua"  # reads job_submit.lua next to slurm.conf
     settings = _apply(_apply(settings, slurm.extra_config), overrides)
     header = [
         f"# slurm.conf of cluster {cluster.name!r} (project {spec.project}, {spec.region}).",
@@ -289,7 +295,7 @@ def render_slurm_conf(
         ]
     )
     topology_conf = render_topology({node_name_prefix(cluster.name, n.pool): n.node_names for n in nodesets}, {})
-    return SlurmConf(slurm_conf, gres_conf, nodesets, cgroup_conf, topology_conf)
+    return SlurmConf(slurm_conf, gres_conf, nodesets, cgroup_conf, topology_conf, job_submit)
 
 
 def whole_node(machine: MachineType) -> bool:

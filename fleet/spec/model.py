@@ -154,8 +154,12 @@ class SlurmSpec(_Spec):
     login_machine_type: MachineType = "n2-standard-4"
     login_nodes: int = Field(1, ge=0, le=8)
     partitions: list[SlurmPartitionSpec] = Field(min_length=1, max_length=64)
-    suspend_time: int = Field(
-        300, ge=60, le=31_536_000, description="seconds idle before Slurm powers a CLOUD node down"
+    suspend_time: int | None = Field(
+        None,
+        ge=60,
+        le=31_536_000,
+        description="seconds idle before Slurm powers a CLOUD node down; default (and minimum): the settings rule's "
+        "longest idle keep + one daemon tick (fleet.slurm.suspend)",
     )
     resume_timeout: int = Field(1800, ge=300, le=86_400, description="seconds a CLOUD node may take to register")
     extra_config: dict[str, str] = Field(  # syntax: rules.slurm_extra_config

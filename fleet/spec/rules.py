@@ -605,6 +605,25 @@ def slurm_machine_types_not_gpu(spec: FleetSpec, cat: Catalog) -> Iterator[Issue
 
 
 @rule
+def slurm_suspend_time(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """Slurm powers an idle node down after SuspendTime whatever the daemon keeps: a SuspendTime shorter than the
+    settings rule's longest idle keep (+ one tick) would cut the keep short (fleet.slurm.suspend)."""
+    from fleet.slurm.suspend import suspend_floor  # fleet.slurm imports fleet.spec
+
+    for path, cluster in _slurm_clusters(spec):
+        value = cluster.slurm.suspend_time
+        if value is None:
+            continue
+        floor = suspend_floor(spec, cluster, cat)
+        if value < floor.seconds:
+            yield (
+                f"{path}.suspend_time",
+                f"{value} s is shorter than the autoscaler's longest idle keep: {floor.explain()}; set at least "
+                f"{floor.seconds} or leave it unset (that minimum is the default)",
+            )
+
+
+@rule
 def autoscaler_policy(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
     """The controller's daemon would refuse to start on a bad policy: catch it at synth, not after boot.
     Partitions named in spot_queues / flex_start_queues must exist."""

@@ -29,6 +29,7 @@ from autoscaler.daemon.state import StateStore
 from autoscaler.daemon.tick import Daemon, TickResult
 from autoscaler.model import Pool
 from fleet.inventory import InventoryPool
+from fleet.slurm.topology import render_topology
 from tests.fakes.compute_api import FakeCompute
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_nodes_unavailable_reason, cloud_slurm_conf
 from tests.harness.requirements import missing
@@ -102,10 +103,14 @@ class E2E:
         partitions: dict[str, list[str]] | None = None,
         policy: dict[str, Any] | None = None,
         reservations: dict[str, tuple[str, int]] | None = None,
+        topology: bool = False,
+        job_submit_lua: str | None = None,
         slurm_lines: Callable[[SlurmHarness, Path], list[str]] | None = None,
         interval_s: float = 1.0,
     ):
         """`boots(name, zone)`: False makes that VM come up without ever registering (a broken boot).
+        `topology`: topology/tree as `fleet render slurm-conf` renders it (one leaf per nodeset while unplaced);
+        `job_submit_lua`: a job_submit.lua for slurmctld (JobSubmitPlugins=lua), e.g. `fleet.slurm.job_submit`'s;
         `slurm_lines(harness, state)`: extra slurm.conf lines (e.g. EpilogSlurmctld); `interval_s`: the daemon's
         poll (`loop.interval_s`)."""
         probe = make_harness()
@@ -128,9 +133,17 @@ class E2E:
             suspend_time=suspend_time,
             resume_timeout=resume_timeout,
         )
+        topology_conf = None
+        if topology:
+            conf += "TopologyPlugin=topology/tree\nTopologyParam=SwitchAsNodeRank\n"
+            topology_conf = render_topology(
+                {ns.prefix: f"{ns.prefix}-[0-{ns.count - 1}]" for ns in self.nodes.nodesets}, {}
+            )
+        if job_submit_lua:
+            conf += "JobSubmitPlugins=lua\n"
         if slurm_lines is not None:
             conf += "".join(f"{line}\n" for line in slurm_lines(self.slurm, self.state))
-        self.slurm.start(conf, self.nodes.gres_conf())
+        self.slurm.start(conf, self.nodes.gres_conf(), topology_conf=topology_conf, job_submit_lua=job_submit_lua)
 
         def on_boot(name: str, zone: str) -> None:
             if boots is None or boots(name, zone):

@@ -175,6 +175,7 @@ class SlurmHarness:
         extra_lines: Sequence[str] = (),
         cgroup_conf: str | None = None,
         topology_conf: str | None = None,
+        job_submit_lua: str | None = None,
         slurmd: bool = False,
         timeout: float = 30.0,
     ) -> None:
@@ -189,6 +190,8 @@ class SlurmHarness:
             (self.root / "etc" / "cgroup.conf").write_text(cgroup_conf)
         if topology_conf is not None:
             (self.root / "etc" / "topology.conf").write_text(topology_conf)
+        if job_submit_lua:  # JobSubmitPlugins=lua reads it next to slurm.conf
+            (self.root / "etc" / "job_submit.lua").write_text(job_submit_lua)
         try:
             self._start_munge(timeout)
             self.spawn("slurmctld", [binary("slurmctld"), "-D", "-c", "-f", str(self.conf_path)])

@@ -23,6 +23,17 @@ def test_renders_an_example_stack_by_name(tmp_path: Path) -> None:
     assert (tmp_path / "cgroup.conf").exists()
 
 
+def test_a_cluster_with_a_choice_of_machine_types_gets_its_job_submit_lua(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["render", "slurm-conf", "--stack", "gcp-l4-dev", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "JobSubmitPlugins=lua" in (tmp_path / "slurm.conf").read_text().splitlines()
+    assert "function slurm_job_submit" in (tmp_path / "job_submit.lua").read_text()  # next to slurm.conf
+    assert "job_submit.lua" in result.output
+    one = tmp_path / "a3mega"
+    assert runner.invoke(app, ["render", "slurm-conf", "--stack", "gcp-a3mega-slurm", "--out", str(one)]).exit_code == 0
+    assert not (one / "job_submit.lua").exists()
+
+
 def test_invalid_spec_exits_2_with_the_field_path_and_writes_nothing(tmp_path: Path) -> None:
     doc = yaml.safe_load((ROOT / "Pulumi.gcp-a3mega-slurm.yaml").read_text())
     doc["config"]["gpu-fleet:fleet"]["clusters"][0]["pools"][1]["min_nodes"] = 99

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -215,3 +216,47 @@ def test_initial_topology_holds_every_node(a3mega_data: dict[str, Any]) -> None:
         [f"a3mega-resv-{i}" for i in range(16)] + [f"a3mega-spot-{i}" for i in range(32)]
     )
     assert "SwitchName=root Switches=pool-a3mega-resv,pool-a3mega-spot" in conf.topology_conf
+
+
+def _pools_8g_first(data: dict[str, Any]) -> dict[str, Any]:
+    """The l4-dev cluster as a3-highgpu on-demand pools, the 8-GPU pool listed before the 1-GPU one."""
+    c = data["clusters"][0]
+    c["pools"] = [
+        {"name": "h8", "machine_type": "a3-highgpu-8g", "capacity": "on-demand", "max_nodes": 2},
+        {"name": "h1", "machine_type": "a3-highgpu-1g", "capacity": "on-demand", "max_nodes": 8},
+    ]
+    c["slurm"]["partitions"][0].update(pools=["h8", "h1"], spot_tolerant=False)
+    return data
+
+
+def test_node_weights_right_size_within_a_tier_whatever_the_pool_order() -> None:
+    data = _pools_8g_first(read_stack_config(ROOT / "Pulumi.gcp-l4-dev.yaml"))
+    conf = render(data)
+    lines = lines_starting(conf.slurm_conf, "NodeName=")
+    weights = {fields(ln)["NodeName"]: int(fields(ln)["Weight"]) for ln in lines}
+    assert list(weights) == ["l4dev-h8-[0-1]", "l4dev-h1-[0-7]"]  # node-table order is the spec's
+    assert weights["l4dev-h1-[0-7]"] < weights["l4dev-h8-[0-1]"]  # equal $/GPU-h: the 1-GPU shape first
+
+
+def test_suspend_time_defaults_to_the_longest_idle_keep_plus_a_tick() -> None:
+    data = read_stack_config(ROOT / "Pulumi.gcp-l4-dev.yaml")
+    assert "suspend_time" not in data["clusters"][0]["slurm"]
+    boot = load_catalog().machine("g2-standard-48").ready_s
+    # wait value 0 (the default): T = boot
+    assert settings(render(data).slurm_conf)["SuspendTime"] == str(int(boot + 10))
+    # a wait value w lengthens the keep: T = boot * (1 + w / p), the longest over the pools (the cheapest per GPU)
+    data["clusters"][0]["slurm"]["autoscaler"] = {"policy": {"wait_value_usd_per_gpu_hour": 1.0}}
+    p = min(
+        load_catalog().machine(m).price("us-central1").on_demand / g
+        for m, g in (("g2-standard-8", 1), ("g2-standard-48", 4))
+    )
+    assert settings(render(data).slurm_conf)["SuspendTime"] == str(math.ceil(boot * (1 + 1.0 / p) + 10))
+    data["clusters"][0]["slurm"]["suspend_time"] = 7200  # an explicit, longer value is kept
+    assert settings(render(data).slurm_conf)["SuspendTime"] == "7200"
+
+
+def test_daemon_tick_matches_the_daemon_default() -> None:
+    from autoscaler.daemon.config import LoopConfig
+    from fleet.slurm.suspend import DAEMON_TICK_S
+
+    assert LoopConfig().interval_s == DAEMON_TICK_S

@@ -209,6 +209,12 @@ CASES = [
     Case("slurm_machine_types_not_gpu",
          lambda d: d["clusters"][0]["slurm"].update(controller_machine_type="a3-megagpu-8g"),
          "clusters[0].slurm.controller_machine_type", "GPU machine type"),
+    Case("slurm_suspend_time", lambda d: d["clusters"][0]["slurm"].update(suspend_time=300),
+         "clusters[0].slurm.suspend_time", "300 s is shorter than the autoscaler's longest idle keep"),
+    Case("slurm_suspend_time",  # a wait value lengthens the keep: T = boot * (1 + w / p)
+         lambda d: d["clusters"][0]["slurm"].update(suspend_time=600,
+                                                    autoscaler={"policy": {"wait_value_usd_per_gpu_hour": 100}}),
+         "clusters[0].slurm.suspend_time", "wait value 100 $/GPU-h"),
     Case("autoscaler_policy", lambda d: d["clusters"][0]["slurm"].update(autoscaler={"policy": {"idle_timout_s": 1}}),
          "clusters[0].slurm.autoscaler.policy.idle_timout_s", "unknown policy field"),
     Case("autoscaler_policy", lambda d: d["clusters"][0]["slurm"].update(autoscaler={"policy": {"max_nodes": -1}}),

@@ -69,6 +69,7 @@ class SlurmPowerSavePolicy:
             suspend_time_s=self.suspend_time_s,
             suspend_timeout_s=SLURM_GCP_SUSPEND_TIMEOUT_S,
             weights={CapacityType.RESERVATION: 1, CapacityType.ON_DEMAND: 10},
+            prefer=False,  # stock slurm-gcp has no job_submit plugin (and one machine type here)
             suspend_exc=frozenset(),  # stock slurm-gcp power-saves every dynamic node
         )
 

@@ -1,0 +1,106 @@
+"""slurm.conf node Weights: which CLOUD node slurmctld allocates a job first.
+
+A node's Weight encodes, most significant first:
+
+1. the capacity tier: reservation < spot < flex-start < on-demand (paid-for capacity first, then the cheapest);
+2. the shape's rank within the tier: cheapest $/GPU-hour (to the cent) first, then fewer GPUs (right-sizing: with
+   equal per-GPU prices a 1-GPU job takes a 1-GPU node, never an 8-GPU node that one small job would pin).
+
+    weight = TIER_BASE[capacity] + rank
+
+Ranks are taken over all pools of a cluster with the same capacity type (a node's Weight is one number, whatever
+partitions it is in): the order this gives within any one partition's tier is the order over that partition's own
+shapes.  `fleet render slurm-conf` (`fleet.slurm.conf`) and the simulated Slurm (`autoscaler.replay.simslurm`)
+both call `pool_weights`.
+
+What real slurmctld 22.05 does with them (tests/e2e/test_weights.py, docs/autoscaler.md "Node weights"): among
+nodes that need no power-up the lowest Weight wins, and every such node comes before any powered-down one (so a
+node kept warm serves the next job without any weight change); among powered-down nodes Weight is ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from fleet.catalog import CapacityType, Catalog
+
+__all__ = [
+    "MAX_RANK",
+    "TIER_BASE",
+    "PoolShape",
+    "node_weight",
+    "pool_shapes",
+    "pool_weights",
+    "shape_key",
+    "shape_ranks",
+]
+
+#: the first weight of each capacity tier (lower is allocated first); ranks fill the gap up to the next tier
+TIER_BASE: Mapping[CapacityType, int] = {
+    CapacityType.RESERVATION: 1_000,
+    CapacityType.SPOT: 10_000,
+    CapacityType.FLEX_START: 20_000,
+    CapacityType.ON_DEMAND: 30_000,
+}
+MAX_RANK = 8_999  # the smallest gap between two tiers' bases, less one: ranks 0..MAX_RANK stay inside their tier
+
+
+@dataclass(frozen=True)
+class PoolShape:
+    """What a pool's Weight depends on: its capacity type, GPUs per node and $/GPU-hour at that capacity type
+    (None: not priced, ranked after every priced shape)."""
+
+    pool: str
+    capacity: CapacityType
+    machine_type: str
+    gpus: int
+    usd_per_gpu_hour: float | None
+
+
+def node_weight(capacity: CapacityType, rank: int) -> int:
+    """The Weight of a node of shape `rank` (0: the tier's first) in `capacity`'s tier."""
+    if not 0 <= rank <= MAX_RANK:
+        raise ValueError(f"rank: must be 0..{MAX_RANK}, got {rank}")
+    return TIER_BASE[capacity] + rank
+
+
+def shape_key(s: PoolShape) -> tuple[float, int]:
+    """The order of shapes within a tier: $/GPU-hour to the cent (unpriced last), then GPUs."""
+    # per-GPU prices equal to the cent are equal (a3-highgpu-8g spot is $0.00001/GPU-h under -1g: not a reason to
+    # put a 1-GPU job on an 8-GPU node)
+    price = round(s.usd_per_gpu_hour, 2) if s.usd_per_gpu_hour is not None else float("inf")
+    return price, s.gpus
+
+
+def shape_ranks(shapes: Iterable[PoolShape]) -> dict[str, int]:
+    """Pool -> rank of its shape within its capacity tier: cheapest $/GPU-hour first, then fewer GPUs (dense: equal
+    shapes share a rank, and Slurm's node-table order decides between them)."""
+    by_tier: dict[CapacityType, list[PoolShape]] = {}
+    for s in shapes:
+        by_tier.setdefault(s.capacity, []).append(s)
+    out: dict[str, int] = {}
+    for tier in by_tier.values():
+        keys = sorted({shape_key(s) for s in tier})
+        for s in tier:
+            out[s.pool] = keys.index(shape_key(s))
+    return out
+
+
+def pool_shapes(pools: Iterable[tuple[str, CapacityType, str]], catalog: Catalog, region: str) -> list[PoolShape]:
+    """`PoolShape`s of (pool name, capacity type, machine type) with the catalog's list prices in `region` (a
+    reservation ranks at the on-demand price, flex-start too: `Price.hourly`)."""
+    out = []
+    for name, capacity, machine_type in pools:
+        m = catalog.machine(machine_type)
+        price = m.price(region)
+        hourly = price.hourly(capacity) if price is not None else None
+        out.append(PoolShape(name, capacity, machine_type, m.gpu_count, hourly / m.gpu_count if hourly else None))
+    return out
+
+
+def pool_weights(pools: Iterable[tuple[str, CapacityType, str]], catalog: Catalog, region: str) -> dict[str, int]:
+    """Pool name -> the static Weight of its nodes (what `fleet render slurm-conf` writes on its NodeName line)."""
+    shapes = pool_shapes(pools, catalog, region)
+    ranks = shape_ranks(shapes)
+    return {s.pool: node_weight(s.capacity, ranks[s.pool]) for s in shapes}

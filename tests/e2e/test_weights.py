@@ -1,0 +1,121 @@
+"""Node Weights on a real slurmctld 22.05 (issue 8, item 1: the node the replay scores is the node Slurm picks).
+
+An 8-GPU pool listed first in the spec, then a 1-GPU pool, both on-demand (a3-highgpu-8g / -1g: the same price
+per GPU), Weights from `fleet.slurm.weights.pool_weights` (what `fleet render slurm-conf` writes: the 1-GPU shape
+first) and topology/tree as rendered.  What slurmctld does with them, and the simulated Slurm models
+(tests/replay/test_simslurm_weights.py makes the same choices):
+- a node that needs no power-up comes before every powered-down node, whatever their Weights and indices: the node
+  the daemon keeps warm serves the next job (no weight change needed);
+- among powered-up nodes the lowest Weight wins: a 1-GPU job takes the idle 1-GPU node, not the idle 8-GPU node of
+  the pool listed first.
+Among powered-down nodes 22.05 ignores Weight (with topology/tree the pool leaf with the fewest nodes wins): without
+help the first 1-GPU job, with everything powered down, lands on the 8-GPU pool.  The rendered job_submit.lua
+(`fleet.slurm.job_submit`: `--prefer=<right-sized machine type>`) makes it land on the 1-GPU pool, as the replay
+scores it (docs/autoscaler.md "Node weights").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from fleet.catalog import CapacityType, load_catalog
+from fleet.slurm.job_submit import render_job_submit
+from fleet.slurm.weights import pool_shapes, pool_weights
+from tests.e2e.env import E2E, REGION, e2e_env, pool, wait_for
+from tests.harness.cloud_nodes import Nodeset
+from tests.harness.slurm import SlurmHarness
+
+pytestmark = [pytest.mark.slurm, pytest.mark.gce, pytest.mark.slow]
+
+OD = CapacityType.ON_DEMAND
+POOLS = [("h8", OD, "a3-highgpu-8g"), ("h1", OD, "a3-highgpu-1g")]  # the spec's order: 8-GPU first
+WEIGHTS = pool_weights(POOLS, load_catalog(), REGION)
+LUA = render_job_submit({"gpu": pool_shapes(POOLS, load_catalog(), REGION)}, "gpu")  # as fleet.slurm.conf does
+
+
+def _env(slurm_factory: Callable[..., SlurmHarness], lua: str | None) -> Iterator[E2E]:
+    big = pool("h8", "on-demand", "gpu", False, max_nodes=2)
+    small = pool("h1", "on-demand", "gpu", False, max_nodes=3).model_copy(
+        update={"machine_type": "a3-highgpu-1g", "gpus_per_node": 1}
+    )
+    with e2e_env(
+        slurm_factory,
+        suspend_time=600,  # Slurm keeps idle nodes up; the daemon's idle keep (1 h) decides
+        pools=[big, small],  # the 8-GPU pool listed first, as in the issue
+        nodesets=[
+            Nodeset("e2e-h8", 2, gpus=8, features="a3-highgpu-8g", weight=WEIGHTS["h8"]),
+            Nodeset("e2e-h1", 3, gpus=1, features="a3-highgpu-1g", weight=WEIGHTS["h1"]),
+        ],
+        partitions={"gpu": ["e2e-h8", "e2e-h1"]},
+        policy={"idle_timeout_s": 3600, "backoff_s": 120},
+        topology=True,
+        job_submit_lua=lua,
+    ) as e:
+        yield e
+
+
+@pytest.fixture
+def env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    yield from _env(slurm_factory, None)
+
+
+@pytest.fixture
+def env_lua(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    yield from _env(slurm_factory, LUA)
+
+
+def _job(env: E2E, gpus: int = 1) -> int:
+    out = env.root / "log"
+    echo = "srun sh -c 'echo $SLURMD_NODENAME; sleep 1'"
+    return env.sbatch("-p", "gpu", "-N", "1", f"--gres=gpu:{gpus}", "-o", f"{out}/job-%j.out", "--wrap", echo)
+
+
+def _ran_on(env: E2E, job: int) -> str:
+    return (env.root / "log" / f"job-{job}.out").read_text().split()[0]
+
+
+def _up_idle(env: E2E, name: str) -> bool:
+    n = env.sinfo()[name]
+    return n["state"] == "idle" and set(n["state_flags"]) == {"CLOUD"}
+
+
+def _run(env: E2E, gpus: int = 1) -> str:
+    job = _job(env, gpus)
+    wait_for(lambda: job not in env.squeue_ids(), 120, f"job {job} to run and finish", env)
+    wait_for(lambda: (env.root / "log" / f"job-{job}.out").exists(), 10, f"job {job}'s output", env)
+    return _ran_on(env, job)
+
+
+def test_a_powered_up_node_and_the_lowest_weight_among_them_get_the_job(env: E2E) -> None:
+    assert WEIGHTS["h1"] < WEIGHTS["h8"]  # rendered: right-sized first though h8 is listed first
+    env.start_daemon()
+
+    # everything powered down: 22.05 ignores Weight here (topology/tree: the 2-node leaf is the best fit)
+    assert _run(env) == "e2e-h8-0"
+    wait_for(lambda: _up_idle(env, "e2e-h8-0"), 30, "e2e-h8-0 to be idle and kept up", env)
+
+    # the daemon keeps a 1-GPU node warm: e2e-h1-1, above the powered-down e2e-h1-0 in index
+    env.slurm.run("scontrol", "update", "nodename=e2e-h1-1", "state=power_up", check=True)
+    wait_for(lambda: _up_idle(env, "e2e-h1-1"), 90, "e2e-h1-1 to boot and register", env)
+
+    # up nodes first (not e2e-h1-0, powered down with a lower index), the lowest Weight among them (not e2e-h8-0)
+    assert _run(env) == "e2e-h1-1"
+    assert _run(env) == "e2e-h1-1"
+    # the Weight decides between powered-up nodes: below the 1-GPU pool's, the 8-GPU node gets the next job
+    env.slurm.run("scontrol", "update", "nodename=e2e-h8-0", f"weight={WEIGHTS['h1'] - 1}", check=True)
+    assert _run(env) == "e2e-h8-0"
+    env.slurm.run("scontrol", "update", "nodename=e2e-h8-0", f"weight={WEIGHTS['h8']}", check=True)
+    assert _run(env) == "e2e-h1-1"
+    assert {e.name for e in env.fake.events_of("create")} == {"e2e-h8-0", "e2e-h1-1"}  # no boot for any job
+    nodes = env.sinfo()
+    assert nodes["e2e-h1-0"]["weight"] == WEIGHTS["h1"] and "POWERED_DOWN" in nodes["e2e-h1-0"]["state_flags"]
+
+
+def test_the_rendered_job_submit_lua_right_sizes_a_powered_down_allocation(env_lua: E2E) -> None:
+    env = env_lua
+    assert '[1] = "a3-highgpu-1g"' in LUA  # 1 GPU: the 1-GPU machine type is preferred
+    env.start_daemon()
+    assert _run(env) == "e2e-h1-0"  # everything powered down: the right-sized pool, not the best-fit 8-GPU leaf
+    assert _run(env, gpus=8).startswith("e2e-h8-")  # what only the 8-GPU machine fits still goes there

@@ -1,8 +1,16 @@
-"""The run loop: an apscheduler interval job (never two ticks at once, missed runs coalesced), a 1 s watcher
-that starts a tick early when Slurm's hooks queued power-save requests, and clean shutdown on SIGTERM/SIGINT
+"""The run loop: an apscheduler interval job (the poll; never two ticks at once, missed runs coalesced), a 1 s
+watcher that starts an extra tick when Slurm's hooks queued power-save requests or a job ended (EpilogSlurmctld's
+wake-up rows: ticks follow at most once a second until a tick sees the job's nodes freed and settles the row,
+so a node still COMPLETING gets another look a second later), and clean shutdown on SIGTERM/SIGINT
 (the tick in progress finishes, the state is saved, exit 0).  A tick that finds the state file damaged
 (sqlite3 "DatabaseError: file is not a database / database disk image is malformed") stops the loop with
 exit 2: the unit's RestartPreventExitStatus=2 keeps systemd from restarting into the same failure.
+
+A woken tick is a one-shot job beside the poll, not a reschedule of it: the poll keeps its phase (ticks at
+start + k * interval_s), as the replay's gpu-fleet driver models it (its fixed 10 s grid plus the hook-woken
+ticks).  Rescheduling the interval job would restart its grid at every woken tick (apscheduler's interval
+trigger counts from the previous run).  One lock keeps ticks from overlapping: a tick that finds another
+running is skipped (that one reads the same state; the watcher tries again a second later).
 """
 
 from __future__ import annotations
@@ -21,6 +29,11 @@ from autoscaler.daemon.state import recovery_advice
 from autoscaler.daemon.tick import Daemon, TickResult
 
 TICK_JOB = "tick"
+WAKE_JOB = "woken-tick"
+WATCH_S = 1.0  # the watcher's period
+#: the watcher starts a tick when the last one started at least this long ago: one period less scheduling
+#: jitter, so an open wake-up gets a tick every period (a node still COMPLETING is looked at again ~1 s later)
+MIN_GAP_S = 0.9 * WATCH_S
 
 
 class RunLoop:
@@ -35,12 +48,18 @@ class RunLoop:
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
         )
         self._last_tick = 0.0
+        self._tick_lock = threading.Lock()
         self._watch_conn: sqlite3.Connection | None = None
         self.exit_code = 0
 
     def _tick(self) -> None:
-        self._last_tick = time.monotonic()
-        res = self.daemon.tick()
+        if not self._tick_lock.acquire(blocking=False):
+            return  # the poll and a woken tick met: the running one serves both
+        try:
+            self._last_tick = time.monotonic()
+            res = self.daemon.tick()
+        finally:
+            self._tick_lock.release()
         if self.on_tick is not None:
             self.on_tick(res)
         if res.error and res.error.startswith("DatabaseError:"):
@@ -54,20 +73,22 @@ class RunLoop:
             self.stop_event.set()
 
     def _watch(self) -> None:
-        """Tick now when hooks queued requests and the last tick is older than a second."""
+        """Tick now when hooks queued requests or a job-end wake-up is open, and the last tick is older than a
+        second."""
         if self._watch_conn is None:
             if getattr(self.daemon, "dry_run", False) or not self.daemon.store.path.exists():
                 return  # --dry-run works on an in-memory copy: never open (or create) the file
             uri = f"{self.daemon.store.path.resolve().as_uri()}?mode=ro"
             self._watch_conn = sqlite3.connect(uri, uri=True, timeout=1, check_same_thread=False)
-        try:
-            (n,) = self._watch_conn.execute("SELECT count(*) FROM power_queue WHERE done_at IS NULL").fetchone()
-        except sqlite3.Error:
-            return
-        if n and time.monotonic() - self._last_tick > 1.0:
-            job = self.scheduler.get_job(TICK_JOB)
-            if job is not None:
-                job.modify(next_run_time=datetime.now().astimezone())
+        n = 0
+        for table in ("power_queue", "job_end_wakes"):
+            try:
+                n += self._watch_conn.execute(f"SELECT count(*) FROM {table} WHERE done_at IS NULL").fetchone()[0]
+            except sqlite3.Error:
+                continue
+        if n and time.monotonic() - self._last_tick >= MIN_GAP_S:
+            # a one-shot run now (no trigger: a date trigger at once); the poll's grid is left as it is
+            self.scheduler.add_job(self._tick, id=WAKE_JOB, replace_existing=True)
 
     def request_stop(self, signum: int | None = None, _frame: object = None) -> None:
         if signum is not None:
@@ -81,7 +102,7 @@ class RunLoop:
         self.scheduler.add_job(
             self._tick, "interval", seconds=self.interval_s, id=TICK_JOB, next_run_time=datetime.now().astimezone()
         )
-        self.scheduler.add_job(self._watch, "interval", seconds=1.0, id="watch")
+        self.scheduler.add_job(self._watch, "interval", seconds=WATCH_S, id="watch")
         self.scheduler.start()
         logger.info("autoscaler running: tick every {:g}s", self.interval_s)
         try:

@@ -51,6 +51,12 @@ class Metrics:
         self.power_requests = Counter(
             f"{NS}_power_requests", "Slurm power-save requests taken, by action", ["action"], registry=r
         )
+        self.job_end_wakes = Counter(
+            f"{NS}_job_end_wakes",
+            "EpilogSlurmctld wake-ups settled: freed (a tick saw the nodes free) or gave_up (still busy after 120 s)",
+            ["outcome"],
+            registry=r,
+        )
         self.adopted = Counter(f"{NS}_adopted_instances", "Instances adopted on reconcile", registry=r)
         self.orphans_deleted = Counter(f"{NS}_orphans_deleted", "Unwanted instances deleted", registry=r)
         self.leader = Gauge(f"{NS}_leader", "1 while this daemon holds the actuation lock", registry=r)

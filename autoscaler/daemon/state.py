@@ -16,6 +16,10 @@ Tables
   rows older than two days are pruned; ``store_meta.jobs_observed_since`` says when observation began.
 - ``managed_pools``: the node name spaces (``prefix-i``, i < max_nodes) the daemon manages, recorded at start,
   so the hooks can refuse names outside them without reading the inventory.
+- ``job_end_wakes``: Slurm's EpilogSlurmctld calls (a job ended on these managed nodes), written by
+  `python -m autoscaler.slurm.hook job-end` and settled by the tick that sees the nodes freed (the run loop's
+  watcher ticks at once while one is open, so a freed node is scaled down within a second or two, not at the
+  next poll).
 
 Integrity: every open checks the file before use (`check_file`): a 0-byte file, a damaged header, a file that
 SQLite cannot read, a failed ``PRAGMA integrity_check`` or a foreign ``application_id`` raise `StateError`
@@ -123,6 +127,19 @@ MIGRATIONS += (
     """,
 )
 
+MIGRATIONS += (
+    """
+    CREATE TABLE job_end_wakes (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id INTEGER,                  -- SLURM_JOB_ID (NULL when the hook was not given one)
+        names TEXT NOT NULL,             -- JSON list of the job's nodes in managed pools
+        at REAL NOT NULL,                -- when the hook ran
+        done_at REAL                     -- when a tick saw every node freed (or gave up waiting)
+    );
+    CREATE INDEX job_end_wakes_open ON job_end_wakes(done_at, id);
+    """,
+)
+
 OPEN_REQUEST_STATES = ("intent", "launched")
 JOB_HISTORY_KEEP_S = 2 * 86_400.0
 APPLICATION_ID = 0x47464153  # "GFAS": PRAGMA application_id of every gpu-fleet autoscaler state store
@@ -222,6 +239,14 @@ class PowerRow:
     action: str  # resume | suspend | resume_fail
     name: str
     jobs: tuple[int, ...]
+    at: float
+
+
+@dataclass(frozen=True)
+class JobEndRow:
+    id: int
+    job_id: int | None
+    names: tuple[str, ...]
     at: float
 
 
@@ -383,10 +408,16 @@ class StateStore:
     """Typed access to the state file.  One instance per process; every write is its own transaction."""
 
     def __init__(
-        self, path: Path | str, *, create: bool = True, created_by: str = "daemon", full_check: bool = True
+        self,
+        path: Path | str,
+        *,
+        create: bool = True,
+        created_by: str = "daemon",
+        full_check: bool = True,
+        timeout_s: float = 10.0,
     ) -> None:
         self.path = Path(path)
-        self.conn = connect(path, create=create, created_by=created_by, full_check=full_check)
+        self.conn = connect(path, create=create, created_by=created_by, full_check=full_check, timeout_s=timeout_s)
 
     @classmethod
     def read_only_copy(cls, path: Path | str) -> StateStore:
@@ -603,6 +634,23 @@ class StateStore:
             (since, until, until),
         )
         return [JobRow(r["submit"], r["nodes"], r["gpus_per_node"], r["started_at"], r["ended_at"]) for r in rows]
+
+    # --- job-end wake-ups (EpilogSlurmctld) -------------------------------------------------------------
+    def enqueue_job_end(self, job_id: int | None, names: Sequence[str], now: float) -> int:
+        """One row for the job (what the EpilogSlurmctld hook calls); returns its id."""
+        cur = self.conn.execute(
+            "INSERT INTO job_end_wakes(job_id, names, at) VALUES (?, ?, ?)", (job_id, json.dumps(list(names)), now)
+        )
+        return int(cur.lastrowid or 0)
+
+    def open_job_ends(self) -> list[JobEndRow]:
+        rows = self.conn.execute("SELECT * FROM job_end_wakes WHERE done_at IS NULL ORDER BY id").fetchall()
+        return [JobEndRow(r["id"], r["job_id"], tuple(json.loads(r["names"])), r["at"]) for r in rows]
+
+    def finish_job_ends(self, ids: Iterable[int], now: float, *, keep_s: float = 86400.0) -> None:
+        """Settle these rows; rows settled more than `keep_s` ago are deleted (one row per job adds up)."""
+        self.conn.executemany("UPDATE job_end_wakes SET done_at = ? WHERE id = ?", [(now, i) for i in ids])
+        self.conn.execute("DELETE FROM job_end_wakes WHERE done_at < ?", (now - keep_s,))
 
     # --- orphans -------------------------------------------------------------------------------------------
     def orphan_seen(self, name: str, pool: str, now: float) -> float:

@@ -13,8 +13,10 @@ Order within a tick (each step only acts on this tick's fresh reads):
    and delete by name, only nodes Slurm reports idle; what this tick drained is re-read and, if empty, deleted
    in the same tick); with a reservation hold, overflow pools' powered-down nodes are kept drained and
    released (undrained) as the plan launches for the jobs left PENDING (`autoscaler.core.hold`);
-6. metrics.
-A daemon that does not hold the leader lock runs steps 1 and 6 only.
+6. job-end wake-ups (EpilogSlurmctld rows, read before Slurm): settled once this tick's view shows the job's
+   nodes freed, so the watcher stops ticking early (`autoscaler.daemon.job_end`);
+7. metrics.
+A daemon that does not hold the leader lock runs steps 1 and 7 only.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from autoscaler.core import (
 )
 from autoscaler.core.decide import Planner, default_planner
 from autoscaler.core.settings import SeenJob, SettingsTracker
+from autoscaler.daemon import job_end
 from autoscaler.daemon.actuate import Actuator
 from autoscaler.daemon.config import LoopConfig
 from autoscaler.daemon.lock import LeaderLock
@@ -58,7 +61,7 @@ from autoscaler.daemon.snapshot import (
     offering_to_dict,
     unavailable_from_rows,
 )
-from autoscaler.daemon.state import OPEN_REQUEST_STATES, PowerRow, RequestRow, StateStore
+from autoscaler.daemon.state import OPEN_REQUEST_STATES, JobEndRow, PowerRow, RequestRow, StateStore
 from autoscaler.daemon.unservable import UnservableJobs
 from autoscaler.model import NodeState, Plan, Policy, Pool, UnavailableOffering, record_failure
 from autoscaler.slurm.client import SlurmClient, SlurmUnavailable
@@ -82,6 +85,7 @@ class TickResult:
     pending_units: int = 0
     resume_units: int = 0
     waiting_on_boot: int = 0  # jobs Slurm placed on CLOUD nodes still powering up
+    job_ends: list[int | None] = field(default_factory=list)  # jobs whose end (EpilogSlurmctld) this tick settled
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -169,6 +173,7 @@ class Daemon:
         return nodes, jobs
 
     def _tick(self, now: float, res: TickResult, act: Actuator) -> None:
+        ended = self.store.open_job_ends() if res.leader else []  # before Slurm: see autoscaler.daemon.job_end
         snodes, sjobs = self._read_slurm()
         res.slurm_ok = snodes is not None
         self.metrics.slurm_up.set(1 if res.slurm_ok else 0)
@@ -245,6 +250,7 @@ class Daemon:
 
         if actuate:
             self._save_memory(memory, now)
+            self._settle_job_ends(ended, snodes, sjobs, now, res)
         self._export(view, cloud, offerings, memory, res)
 
     # --- steps ---------------------------------------------------------------------------------------------
@@ -576,6 +582,30 @@ class Daemon:
             deleted = act.delete(pool, names, f"scale-down: {reason}", snodes)
             if pool not in held_pools(self.pools, self.policy):  # a held pool's names stay drained (held)
                 act.scontrol(deleted, "undrain", "gpu-fleet: powered down, back to the pool")
+
+    def _settle_job_ends(
+        self,
+        rows: Sequence[JobEndRow],
+        snodes: SlurmView,
+        sjobs: Sequence[SlurmJob] | None,
+        now: float,
+        res: TickResult,
+    ) -> None:
+        """Job-end wake-ups whose nodes this tick saw freed (and so scaled down, or kept) are done; the others
+        keep the watcher ticking (a node still COMPLETING gets another look about a second later)."""
+        done = job_end.settled(rows, snodes, sjobs, now)
+        for r in done:
+            gave_up = now - r.at >= job_end.GIVE_UP_S
+            self.metrics.job_end_wakes.labels(outcome="gave_up" if gave_up else "freed").inc()
+            if gave_up:
+                logger.bind(job_id=r.job_id, names=list(r.names)).warning(
+                    "job {} ended {:.0f}s ago and its nodes are still not free: leaving them to the regular poll",
+                    r.job_id,
+                    now - r.at,
+                )
+        if done:
+            self.store.finish_job_ends([r.id for r in done], now)
+            res.job_ends.extend(r.job_id for r in done)
 
     def _save_memory(self, memory: Sequence[UnavailableOffering], now: float) -> None:
         for u in memory:

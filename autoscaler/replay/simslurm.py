@@ -29,6 +29,9 @@ hard way", checked on a real slurmctld in tests/e2e):
   (unusable) for `suspend_timeout_s`, then powered down (allocatable) again.
 - A preempted (spot) instance: its jobs are requeued and the node powers down (what the daemon's
   `power_down_force` and slurm-gcp's slurmsync both do).
+- **EpilogSlurmctld**: when a job ends its nodes are free at once (no compute-node Epilog is modelled) and the
+  driver's optional `job_end(sim, job, names)` is called, as slurmctld runs EpilogSlurmctld (the gpu-fleet
+  daemon's wake-up; slurm-power-save has no such hook and does not define it).
 
 The autoscaler on top is a `SlurmDriver`: it gets the ResumeProgram / SuspendProgram / ResumeFailProgram calls
 and timer ticks, and acts through the same commands a real one has (launch by name, delete by name, drain,
@@ -97,6 +100,10 @@ class SlurmDriver(Protocol):
 
     def tick(self, sim: SimSlurm) -> float | None:
         """A timer the driver asked for fired (or something changed); return when to be called next."""
+
+    # optional (looked up with getattr, like `next_poll` and `idle_wake`):
+    # def job_end(self, sim: SimSlurm, job: Job, names: Sequence[str]) -> None:
+    #     """EpilogSlurmctld: `job` ended and freed `names` (already idle in `sim`)."""
 
 
 @dataclass(eq=False)
@@ -503,11 +510,15 @@ class SimSlurm:
         job.placed_on = []
 
     def _finish(self, job: Job, now: float) -> None:
+        names = [n.name for n in job.placed_on]
         self._release_job(job, now)
         job.state = JobState.DONE
         job.end = now
         self.state.demand_gpus -= job.gpus
         self.state.done += 1
+        hook = getattr(self.driver, "job_end", None)
+        if hook is not None:
+            hook(self, job, names)
 
     def _requeue(self, job: Job, now: float) -> None:
         if job.state is JobState.RUNNING:

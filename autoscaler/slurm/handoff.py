@@ -1,4 +1,5 @@
-"""The hook side of Slurm power saving: ResumeProgram / SuspendProgram / ResumeFailProgram hand off to the daemon.
+"""The hook side of Slurm power saving: ResumeProgram / SuspendProgram / ResumeFailProgram hand off to the daemon,
+and EpilogSlurmctld wakes it when a job ends.
 
 slurmctld runs these programs with a hostlist argument (and, for resume, ``SLURM_RESUME_FILE``: a JSON map of
 jobs to the nodes resumed for them).  They must be fast and must not call the cloud: each expands the hostlist
@@ -7,7 +8,11 @@ and writes one row per kept node into the daemon's SQLite state store (WAL, so i
 exits 0.  Names outside every managed pool are refused with one summary line (count and a few examples), never
 queued, so the daemon never runs scontrol on them.  The hooks never create the store: the daemon does.
 The daemon's next tick decides how each node's capacity comes (offering, zone) and creates or
-deletes the instance named after the node.  Standard library only.
+deletes the instance named after the node.
+
+EpilogSlurmctld (`hand_off_job_end`) runs for every job that ends, on the controller: it writes one wake-up row
+(job id, the job's nodes in managed pools) so the daemon's 1 s watcher ticks at once instead of at the next
+poll; a job on no managed node writes nothing and is not an error.  Standard library only.
 """
 
 from __future__ import annotations
@@ -62,6 +67,22 @@ def managed(name: str, pools: dict[str, tuple[str, int]]) -> bool:
     return pool is not None and idx.isdigit() and int(idx) < pool[1]
 
 
+def _store(state_path: Path, timeout_s: float = 10.0) -> tuple[StateStore, dict[str, tuple[str, int]]]:
+    store = StateStore(state_path, create=False, full_check=False, timeout_s=timeout_s)
+    try:
+        pools = store.managed_pools()
+    except BaseException:
+        store.close()
+        raise
+    if not pools:
+        store.close()
+        raise StateError(
+            f"{state_path}: the daemon has not recorded its pools yet (start it, or run"
+            " `fleet autoscaler init --config FILE` before slurmctld): nothing queued"
+        )
+    return store, pools
+
+
 def hand_off(
     action: str, hostlist: str, state_path: Path, *, jobs: dict[str, tuple[int, ...]] | None = None
 ) -> HandOff:
@@ -71,17 +92,33 @@ def hand_off(
     names = expand(hostlist)
     if not names:
         raise ValueError("HOSTLIST: empty hostlist")
-    store = StateStore(state_path, create=False, full_check=False)
+    store, pools = _store(state_path)
     try:
-        pools = store.managed_pools()
-        if not pools:
-            raise StateError(
-                f"{state_path}: the daemon has not recorded its pools yet (start it, or run"
-                " `fleet autoscaler init --config FILE` before slurmctld): nothing queued"
-            )
         keep = [n for n in names if managed(n, pools)]
         refused = tuple(n for n in names if not managed(n, pools))
         queued = store.enqueue_power(action, keep, time.time(), jobs or {}) if keep else 0
         return HandOff(queued, refused)
+    finally:
+        store.close()
+
+
+#: how long the job-end hook waits for the store's write lock (the daemon's transactions are short); the
+#: daemon's regular poll still sees the freed nodes if the wake-up could not be written
+JOB_END_LOCK_TIMEOUT_S = 2.0
+
+
+def hand_off_job_end(hostlist: str, state_path: Path, *, job_id: int | None = None) -> HandOff:
+    """EpilogSlurmctld: record that `job_id` ended on `hostlist` (its managed nodes: `queued` is their count; the
+    rest, e.g. static nodes, are in `refused` and ignored).  A job on no managed node writes nothing."""
+    names = expand(hostlist)
+    if not names:
+        raise ValueError("HOSTLIST: empty hostlist")
+    store, pools = _store(state_path, JOB_END_LOCK_TIMEOUT_S)
+    try:
+        keep = [n for n in names if managed(n, pools)]
+        refused = tuple(n for n in names if not managed(n, pools))
+        if keep:
+            store.enqueue_job_end(job_id, keep, time.time())
+        return HandOff(len(keep), refused)
     finally:
         store.close()

@@ -2,8 +2,9 @@
 
 `fleet slurm resume|suspend|resume-fail HOSTLIST` are what slurmctld runs as ResumeProgram / SuspendProgram /
 ResumeFailProgram (through the wrappers in deploy/slurm/): they expand the hostlist, queue one row per node
-in the daemon's state store and exit 0, importing nothing heavy.  Everything else is imported inside the
-commands.
+in the daemon's state store and exit 0, importing nothing heavy.  `fleet slurm job-end HOSTLIST [--job-id N]`
+is the EpilogSlurmctld entry (deploy/slurm/epilog_slurmctld.sh): one wake-up row for the daemon.  Everything
+else is imported inside the commands.
 """
 
 from __future__ import annotations
@@ -221,15 +222,16 @@ def status(
         "leader": store.leader(),
         "open_requests": [r.__dict__ for r in store.requests(OPEN_REQUEST_STATES)],
         "power_queue": [r.__dict__ for r in store.open_power()],
+        "job_end_wakes": [r.__dict__ for r in store.open_job_ends()],
         "unavailable": [u.__dict__ for u in store.unavailable(time.time())],
     }
     typer.echo(json.dumps(out, indent=2, default=str))
 
 
-def _hook(action: str, hostlist: str, state: Path | None) -> None:
+def _hook(action: str, hostlist: str, state: Path | None, job_id: int | None = None) -> None:
     from autoscaler.slurm.hook import run as run_hook
 
-    code = run_hook(action, hostlist, state)
+    code = run_hook(action, hostlist, state, job_id=job_id)
     if code:
         raise typer.Exit(code)
 
@@ -259,6 +261,16 @@ def resume_fail(
 ) -> None:
     """ResumeFailProgram: these nodes missed ResumeTimeout; back off their offering, put them back in service."""
     _hook("resume_fail", hostlist, state)
+
+
+@slurm_app.command("job-end")
+def job_end(
+    hostlist: Hostlist,
+    state: StatePath = None,
+    job_id: Annotated[int | None, typer.Option("--job-id", min=1, help="the job that ended (SLURM_JOB_ID)")] = None,
+) -> None:
+    """EpilogSlurmctld: a job ended on these nodes; wake the daemon so it scales the freed ones down at once."""
+    _hook("job_end", hostlist, state, job_id)
 
 
 def register(app: typer.Typer) -> None:

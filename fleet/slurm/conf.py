@@ -34,8 +34,11 @@ JOBCOMP_LOG = "/var/log/slurm/jobcomp.log"
 
 # Keys of NodeName= lines that `overrides` may set (everything else is a global key).
 NODE_KEYS = ("NodeAddr", "NodeHostname", "Port")
-# The autoscaler's power-saving hooks as deploy/slurm/ ships them (installed under /opt/gpu-fleet).
-HOOKS = {name: f"/opt/gpu-fleet/deploy/slurm/{name}.sh" for name in ("resume", "suspend", "resume_fail")}
+# The autoscaler's power-saving hooks (and its job-end wake-up, EpilogSlurmctld) as deploy/slurm/ ships them
+# (installed under /opt/gpu-fleet).
+HOOKS = {
+    name: f"/opt/gpu-fleet/deploy/slurm/{name}.sh" for name in ("resume", "suspend", "resume_fail", "epilog_slurmctld")
+}
 MEMORY_HEADROOM = 0.05  # guest kernel + OS daemons; a node reporting less than RealMemory is drained
 MEMORY_RESERVED_MIB = 1024
 
@@ -141,6 +144,9 @@ def _global_settings(
         "ResumeProgram": resume_program,
         "SuspendProgram": suspend_program,
         "ResumeFailProgram": resume_fail_program,
+        # a job's end wakes the daemon at once (its freed nodes are scaled down within ~1-2 s, not at the next
+        # poll); slurmctld only logs a failing EpilogSlurmctld, the job is never affected
+        "EpilogSlurmctld": HOOKS["epilog_slurmctld"],
         "SuspendTime": str(suspend_time(spec, cluster, catalog)),
         "ResumeTimeout": str(slurm.resume_timeout),
         "SuspendTimeout": "300",

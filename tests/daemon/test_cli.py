@@ -72,6 +72,7 @@ def test_status_prints_the_state_store(tmp_path: Path) -> None:
 
     s = StateStore(tmp_path / "s.db")
     s.enqueue_power("resume", ["a-0"], 1.0, {})
+    s.enqueue_job_end(17, ["a-2"], 1.5)
     s.record_intent("r1", "spot", {"zone": "z"}, ["a-1"], 2.0)
     s.mark_unavailable("gcp:z:m:spot", {"zone": "z"}, 4e9, "stockout")
     s.close()
@@ -79,5 +80,6 @@ def test_status_prints_the_state_store(tmp_path: Path) -> None:
     assert cp.returncode == 0, cp.stderr
     out = json.loads(cp.stdout)
     assert [r["name"] for r in out["power_queue"]] == ["a-0"]
+    assert [(r["job_id"], r["names"]) for r in out["job_end_wakes"]] == [(17, ["a-2"])]
     assert [(r["request_id"], r["state"]) for r in out["open_requests"]] == [("r1", "intent")]
     assert [u["key"] for u in out["unavailable"]] == ["gcp:z:m:spot"]

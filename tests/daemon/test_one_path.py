@@ -249,6 +249,99 @@ def test_with_a_reservation_hold_the_daemon_holds_and_releases_exactly_what_the_
     assert launched == [(t, o, n) for t, _, _, o, n, out in driver.launch_log if out == "ok"]
 
 
+class JobEndFleet(SnapshotFleet):
+    """Also records the simulated Slurm's EpilogSlurmctld calls and every node the driver's ticks deleted."""
+
+    def __init__(self, policy) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(policy)
+        self.job_ends: list[tuple[float, int, tuple[str, ...]]] = []
+        self.deletes: list[tuple[float, str, tuple[str, ...]]] = []
+
+    def job_end(self, sim: SimSlurm, job, names) -> None:  # type: ignore[no-untyped-def]
+        self.job_ends.append((sim.now, job.idx + 1, tuple(names)))
+        super().job_end(sim, job, names)
+
+    def tick(self, sim: SimSlurm) -> float | None:
+        real = sim.delete
+
+        def delete(pool, names):  # type: ignore[no-untyped-def]
+            out = real(pool, names)
+            self.deletes.append((sim.now, pool, tuple(out)))
+            return out
+
+        sim.delete = delete  # type: ignore[method-assign]
+        try:
+            return super().tick(sim)
+        finally:
+            sim.delete = real  # type: ignore[method-assign]
+
+
+def test_job_end_wake_ups_make_the_daemon_delete_exactly_what_and_when_the_replay_did(tmp_path: Path) -> None:
+    """EpilogSlurmctld: the replay's driver ticks JOB_END_LATENCY_S after each job's end; the daemon, fed the same
+    wake-up rows and Slurm views at those times, deletes the same nodes in the same ticks and settles the rows."""
+    from dataclasses import replace
+
+    from autoscaler.replay.gpu_fleet import DEFAULT_POLICY, INTERVAL_S, JOB_END_LATENCY_S
+
+    sc = Scenario()
+    shapes = [(0, 1234, 1), (3, 777, 2), (7, 2001, 8), (12, 555, 16), (400, 1203, 1), (1500, 333, 4)]
+    trace = [TraceJob(f"j{i}", t, d, g, False) for i, (t, d, g) in enumerate(shapes)]
+    policy = replace(DEFAULT_POLICY, idle_timeout_s=0.0)  # a freed node is not kept: deleted at the job's end
+    driver = JobEndFleet(policy)
+    SimSlurm(trace, sc, driver).run()
+    assert len(driver.job_ends) == len(trace)
+    ends = driver.job_ends[:-1]  # the replay stops at the last job's end (its nodes are released with the run)
+    woken = {round(at + JOB_END_LATENCY_S, 6) for at, _, _ in ends}
+    grid = {t for t in driver.views if abs(t / INTERVAL_S - round(t / INTERVAL_S)) < 1e-6}
+    by_wake = [d for d in driver.deletes if d[2] and round(d[0], 6) in woken and d[0] not in grid]
+    assert [names for _, _, names in by_wake] == [names for _, _, names in ends], (
+        "every freed node must be deleted by its job's wake-up, off the poll grid"
+    )
+
+    pools = sc.pools()
+    cloud = FakeCloud(offers=[])
+    slurm = FakeSlurm()
+    clock = [0.0]
+    store = StateStore(tmp_path / "state.db")
+    daemon = Daemon(
+        pools=pools,
+        provider=cloud,
+        slurm=slurm,
+        store=store,
+        policy=policy,
+        loop=LoopConfig(),
+        lock=LeaderLock(store.path),
+        clock=lambda: clock[0],
+    )
+    deleted: list[tuple[float, str, tuple[str, ...]]] = []
+    settled: dict[float, list[int | None]] = {}
+    resumes, hooks = list(driver.resumes), list(ends)
+    try:
+        for t in sorted(driver.views):
+            clock[0] = t
+            slurm.nodes_, slurm.jobs_, cloud.offers = dict(driver.views[t][0]), driver.views[t][1], driver.views[t][2]
+            while resumes and resumes[0][0] <= t:
+                at, names, owners = resumes.pop(0)
+                for n in names:
+                    store.enqueue_power("resume", [n], at, {n: (owners[n],)} if owners[n] else {})
+            while hooks and hooks[0][0] <= t:  # what deploy/slurm/epilog_slurmctld.sh queues
+                at, job_id, names = hooks.pop(0)
+                store.enqueue_job_end(job_id, names, at)
+            res = daemon.tick()
+            assert res.ok, res.error
+            deleted += [(t, c["pool"], tuple(c["names"])) for c in res.commands if c["command"] == "delete"]
+            if res.job_ends:
+                settled[t] = res.job_ends
+        assert store.open_job_ends() == []
+    finally:
+        daemon.lock.release()
+        store.close()
+    assert deleted == [d for d in driver.deletes if d[2]]
+    # each deleting wake-up tick settled the job whose end woke it
+    for at, job_id, _ in ends:
+        assert job_id in settled[at + JOB_END_LATENCY_S]
+
+
 def test_the_daemon_learns_exactly_the_settings_the_replay_learned(tmp_path: Path) -> None:
     """The settings rule over observed history (autoscaler/core/settings.py) in both: the replay's gpu-fleet
     learns from what the simulated Slurm showed by each moment, the daemon from squeue read at every 10 s poll

@@ -38,6 +38,7 @@ from tests.harness.slurm import SlurmHarness
 PROJECT = "e2e-project"
 REGION = "us-central1"
 ZONES = ["us-central1-a", "us-central1-b"]
+DEPLOY_EPILOG = Path(__file__).resolve().parents[2] / "deploy" / "slurm" / "epilog_slurmctld.sh"
 
 
 def inventory() -> list[InventoryPool]:
@@ -78,6 +79,17 @@ def _hook(bin_dir: Path, action: str, state: Path) -> str:
     return str(path)
 
 
+def epilog_slurmctld_hook(bin_dir: Path, state: Path) -> str:
+    """The shipped deploy/slurm/epilog_slurmctld.sh, pointed at this venv's Python and this test's store (what
+    the controller's install puts at /opt/gpu-fleet): slurmctld sets SLURM_JOB_ID / SLURM_JOB_NODELIST."""
+    path = bin_dir / "fleet-epilog-slurmctld.sh"
+    path.write_text(
+        f"#!/bin/sh\nGPU_FLEET_PYTHON={sys.executable} GPU_FLEET_AUTOSCALER_STATE={state} exec {DEPLOY_EPILOG}\n"
+    )
+    path.chmod(0o755)
+    return str(path)
+
+
 class E2E:
     def __init__(
         self,
@@ -93,10 +105,14 @@ class E2E:
         reservations: dict[str, tuple[str, int]] | None = None,
         topology: bool = False,
         job_submit_lua: str | None = None,
+        slurm_lines: Callable[[SlurmHarness, Path], list[str]] | None = None,
+        interval_s: float = 1.0,
     ):
         """`boots(name, zone)`: False makes that VM come up without ever registering (a broken boot).
         `topology`: topology/tree as `fleet render slurm-conf` renders it (one leaf per nodeset while unplaced);
-        `job_submit_lua`: a job_submit.lua for slurmctld (JobSubmitPlugins=lua), e.g. `fleet.slurm.job_submit`'s."""
+        `job_submit_lua`: a job_submit.lua for slurmctld (JobSubmitPlugins=lua), e.g. `fleet.slurm.job_submit`'s;
+        `slurm_lines(harness, state)`: extra slurm.conf lines (e.g. EpilogSlurmctld); `interval_s`: the daemon's
+        poll (`loop.interval_s`)."""
         probe = make_harness()
         self.root = probe.root
         self.state = self.root / "autoscaler.db"
@@ -125,6 +141,8 @@ class E2E:
             )
         if job_submit_lua:
             conf += "JobSubmitPlugins=lua\n"
+        if slurm_lines is not None:
+            conf += "".join(f"{line}\n" for line in slurm_lines(self.slurm, self.state))
         self.slurm.start(conf, self.nodes.gres_conf(), topology_conf=topology_conf, job_submit_lua=job_submit_lua)
 
         def on_boot(name: str, zone: str) -> None:
@@ -150,7 +168,7 @@ class E2E:
                 "options": {"retry": {"initial": 0.1, "maximum": 0.5, "deadline": 20, "attempt_timeout": 2}},
             },
             "metrics": {"port": 0},
-            "loop": {"interval_s": 1, "orphan_grace_s": 5},
+            "loop": {"interval_s": interval_s, "orphan_grace_s": 5},
         }
         self.config_path = self.root / "autoscaler.yaml"
         self.config_path.write_text(yaml.safe_dump(self.config))
@@ -170,7 +188,7 @@ class E2E:
     # --- the daemon in this process ------------------------------------------------------------------
     def start_daemon(self) -> Daemon:
         self.daemon = build_daemon(parse_config(self.config))
-        self._loop = RunLoop(self.daemon, interval_s=1.0, on_tick=self.ticks.append)
+        self._loop = RunLoop(self.daemon, interval_s=self.config["loop"]["interval_s"], on_tick=self.ticks.append)
         self._thread = threading.Thread(target=self._loop.run, kwargs={"install_signals": False}, daemon=True)
         self._thread.start()
         return self.daemon

@@ -55,7 +55,7 @@ from autoscaler.replay.state import ClusterState, Job, JobState, ReplayError, Si
 from autoscaler.replay.trace import TraceJob
 from autoscaler.sim import NodeEventKind, SimClock, SimCloud, SimConfig
 from fleet.catalog import CapacityType, load_catalog
-from fleet.slurm.job_submit import preferences
+from fleet.slurm.job_submit import Prefer, preferences
 from fleet.slurm.weights import pool_shapes, pool_weights
 
 _SUBMIT, _END, _RESUME, _TIMEOUT, _IDLE, _RETURN, _TICK, _ELIGIBLE = range(8)
@@ -151,10 +151,14 @@ class SimSlurm:
         levels = sorted(set(self.weight.values()))
         self.tiers = [[p for p in self.pool_list if self.weight[p.name] == lv] for lv in levels]
         self.by_weight = [p for tier in self.tiers for p in tier]  # node-table order within one Weight
-        self.prefer: dict[int, str] = {}  # GPUs per node -> preferred machine type (the one partition's)
+        self.prefer: dict[int, Prefer] = {}  # GPUs per node -> the --prefer (the one partition's)
         if self.conf.prefer:
             rows = ((p.name, CapacityType.ON_DEMAND, p.machine_type) for p in self.pool_list)
-            self.prefer = preferences({"all": pool_shapes(rows, load_catalog(), scenario.region)}).get("all", {})
+            reserved = max(
+                (p.gpus_per_node for p in self.pool_list if p.capacity_type is CapacityType.RESERVATION), default=0
+            )
+            shapes = pool_shapes(rows, load_catalog(), scenario.region)
+            self.prefer = preferences({"all": shapes}, {"all": reserved}).get("all", {})
         self.names: dict[str, _Name] = {}  # every name not powered down
         self._free: dict[str, list[int]] = {p.name: [] for p in self.pool_list}  # freed indices (heap)
         self._next: dict[str, int] = {p.name: 0 for p in self.pool_list}
@@ -330,7 +334,7 @@ class SimSlurm:
         powered-down ones by Weight tier, node-table order within one Weight."""
         want = self.prefer.get(job.gpus_per_node)
         if want is not None:
-            picked = self._pick(job, [p for p in self.by_weight if p.machine_type == want])
+            picked = self._pick(job, [p for p in self.by_weight if want.allows(p.machine_type, p.capacity_type)])
             if picked is not None:
                 return picked
         return self._pick(job, self.by_weight)

@@ -272,7 +272,17 @@ def render_slurm_conf(
     # right-sized --prefer for powered-down allocations (22.05 ignores Weight there; fleet/slurm/job_submit.py)
     od = pool_shapes(((p.name, CapacityType.ON_DEMAND, p.machine_type) for p in cluster.pools), cat, spec.region)
     by_pool = {s.pool: s for s in od}
-    job_submit = render_job_submit({part.name: [by_pool[p] for p in part.pools] for part in slurm.partitions}, default)
+    pools_by_name = {p.name: p for p in cluster.pools}
+    reserved = {  # partition -> GPUs per node of its largest reservation pool: reserved nodes are preferred too
+        part.name: max(
+            (machines[p].gpu_count for p in part.pools if pools_by_name[p].capacity is CapacityType.RESERVATION),
+            default=0,
+        )
+        for part in slurm.partitions
+    }
+    job_submit = render_job_submit(
+        {part.name: [by_pool[p] for p in part.pools] for part in slurm.partitions}, default, reserved
+    )
     if job_submit:
         settings["JobSubmitPlugins"] = "lua"  # reads job_submit.lua next to slurm.conf
     settings = _apply(_apply(settings, slurm.extra_config), overrides)

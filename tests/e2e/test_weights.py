@@ -119,3 +119,46 @@ def test_the_rendered_job_submit_lua_right_sizes_a_powered_down_allocation(env_l
     env.start_daemon()
     assert _run(env) == "e2e-h1-0"  # everything powered down: the right-sized pool, not the best-fit 8-GPU leaf
     assert _run(env, gpus=8).startswith("e2e-h8-")  # what only the 8-GPU machine fits still goes there
+
+
+RPOOLS = [("resv", CapacityType.RESERVATION, "a3-highgpu-8g"), ("h1", OD, "a3-highgpu-1g")]
+RWEIGHTS = pool_weights(RPOOLS, load_catalog(), REGION)
+RLUA = render_job_submit(  # as fleet.slurm.conf renders it for a partition with a reservation pool
+    {"gpu": pool_shapes([(n, OD, m) for n, _, m in RPOOLS], load_catalog(), REGION)}, "gpu", {"gpu": 8}
+)
+
+
+@pytest.fixture
+def env_resv(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    small = pool("h1", "on-demand", "gpu", False, max_nodes=2).model_copy(
+        update={"machine_type": "a3-highgpu-1g", "gpus_per_node": 1}
+    )
+    with e2e_env(
+        slurm_factory,
+        suspend_time=600,
+        pools=[pool("resv", "reservation", "gpu", False, max_nodes=1, reservation="e2e-resv"), small],
+        nodesets=[
+            Nodeset("e2e-resv", 1, gpus=8, features="a3-highgpu-8g,reservation", weight=RWEIGHTS["resv"]),
+            Nodeset("e2e-h1", 2, gpus=1, features="a3-highgpu-1g", weight=RWEIGHTS["h1"]),
+        ],
+        partitions={"gpu": ["e2e-resv", "e2e-h1"]},
+        policy={"idle_timeout_s": 3600, "backoff_s": 120},
+        reservations={"e2e-resv": ("us-central1-a", 1)},
+        topology=True,
+        job_submit_lua=RLUA,
+    ) as e:
+        yield e
+
+
+def test_a_small_job_takes_a_free_reserved_node_before_it_powers_up_a_right_sized_one(env_resv: E2E) -> None:
+    """Reserved GPUs are paid for: with the reserved 8-GPU node up and idle, a 1-GPU job runs there (the rendered
+    `--prefer=reservation|a3-highgpu-1g`), not on a powered-down right-sized node (which `--prefer=a3-highgpu-1g`
+    alone would power up)."""
+    env = env_resv
+    assert '[1] = "reservation|a3-highgpu-1g"' in RLUA
+    env.start_daemon()
+    assert _run(env, gpus=8) == "e2e-resv-0"  # the reservation is filled first (and stays up: keep_reserved_nodes)
+    wait_for(lambda: _up_idle(env, "e2e-resv-0"), 30, "e2e-resv-0 to be idle and kept up", env)
+    assert _run(env) == "e2e-resv-0"
+    assert _run(env) == "e2e-resv-0"
+    assert {e.name for e in env.fake.events_of("create")} == {"e2e-resv-0"}  # no right-sized node was powered up

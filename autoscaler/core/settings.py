@@ -31,12 +31,14 @@ Pure: no I/O, no clock; the callers pass `now` and the history.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from autoscaler.cloud import Offering
 from autoscaler.model import Policy, Pool
-from autoscaler.planner.rule import FleetFacts, observed_facts, policy_for
+from autoscaler.planner.reuse import free_gaps
+from autoscaler.planner.rule import FleetFacts, break_even_idle_s, observed_facts, policy_for, right_sized
 from fleet.catalog import CapacityType
 
 #: boot time the daemon assumes when the config gives none: GCE create to slurmd registered for an A3 node with
@@ -91,12 +93,12 @@ def facts_at(
 ) -> FleetFacts:
     """The rule's facts at `at` from `history`: the jobs seen by `at` that were submitted in the `span_s` before it
     (the caller's window); a run counts once its job ended by `at`."""
+    seen = [j for j in history if j.submit <= at]
     recent = [
         (j.submit, j.nodes, j.gpus_per_node, j.run_s if j.ended_at is not None and j.ended_at <= at else None)
-        for j in history
-        if j.submit <= at
+        for j in seen
     ]
-    return observed_facts(
+    facts = observed_facts(
         offerings,
         boot_s,
         recent,
@@ -106,6 +108,25 @@ def facts_at(
         wait_value_usd_per_gpu_hour=wait_value_usd_per_gpu_hour,
         reservation_hold_max_s=reservation_hold_max_s,
     )
+    return with_reuse(facts, seen, at)
+
+
+def with_reuse(facts: FleetFacts, seen: Sequence[SeenJob], at: float) -> FleetFacts:
+    """`facts` with each shape's measured reuse gaps (`autoscaler.planner.reuse`): how long the nodes the seen
+    jobs freed stayed idle before a job of their shape took them, over each shape's break-even time."""
+    horizons = {}
+    for s in facts.shapes:
+        t = break_even_idle_s(facts.boot_s, s.usd_per_gpu_hour, facts.wait_value(s))
+        if 0 < t < math.inf:
+            horizons[s.machine_type] = t
+    events = []
+    for j in seen:
+        shape = right_sized(facts.shapes, j.gpus_per_node)
+        if shape is not None:
+            events.append((shape.machine_type, j.submit, j.ended_at, j.nodes))
+    gaps = free_gaps(events, at, horizons)
+    shapes = tuple(replace(s, reuse_gaps=gaps.get(s.machine_type, ())) for s in facts.shapes)
+    return replace(facts, shapes=shapes)
 
 
 #: derived fields that only make sense together: setting one of a group pins the whole group (`idle_timeout_s:

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from autoscaler.cloud import Offering
 from autoscaler.model import Policy
 from autoscaler.model.policy import DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR
+from autoscaler.planner.reuse import keep_pays
 from fleet.catalog import CapacityType
 
 #: the default hold budget: 0, a job never waits for the reservation beyond its own boot (see the module doc)
@@ -60,6 +61,9 @@ class ShapeFacts:
     gpus: int
     usd_per_hour: float
     arrivals_per_hour: float = 0.0
+    #: measured times from a node of this shape freeing up to the next arrival taking it, capped at the shape's
+    #: break-even T (`reuse.free_gaps`); None: not measured (the Poisson test decides)
+    reuse_gaps: tuple[float, ...] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -112,10 +116,15 @@ def break_even_idle_s(boot_s: float, usd_per_gpu_hour: float, wait_value: float)
 
 
 def idle_keep_s(shape: ShapeFacts, boot_s: float, wait_value: float) -> float:
-    """How long an idle node of `shape` is kept: T when its jobs arrive faster than one per T, else 0."""
+    """How long an idle node of `shape` is kept: T when keeping pays, else 0.  Keeping pays when the measured
+    reuse says so (`reuse.keep_pays`: E[min(d, T)] < T * P(d < T) over the freed nodes seen), else, with too
+    little history, when its jobs arrive faster than one per T (the same test for Poisson arrivals)."""
     t = break_even_idle_s(boot_s, shape.usd_per_gpu_hour, wait_value)
     if math.isinf(t):
         return t
+    measured = keep_pays(shape.reuse_gaps, t) if shape.reuse_gaps is not None else None
+    if measured is not None:
+        return t if measured else 0.0
     return t if shape.arrivals_per_hour * t / 3600.0 > 1.0 else 0.0
 
 

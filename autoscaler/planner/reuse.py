@@ -1,0 +1,67 @@
+"""Whether keeping an idle node pays, judged from the fleet's own history instead of a Poisson assumption.
+
+The settings rule keeps an idle node of a shape for the break-even time T (ski rental, `rule.py`).  Keeping costs
+the node's price for min(d, T), where d is the time until the next job of that shape takes it; it saves a boot's
+billing and wait, worth the price for T, when d < T.  So keeping pays iff
+
+    E[min(d, T)] < T * P(d < T)
+
+For Poisson arrivals at rate lambda this is lambda * T > 1, the rule's test.  Real queues are not Poisson: jobs
+come in bursts (a sweep of 200 submissions, then nothing for an hour), and then the arrival rate averaged over a
+day says "keep" while the node freed after a burst waits for nothing.  Here d is measured: the nodes jobs freed
+(at each observed end) and the nodes later arrivals took (at each submission), replayed as one warm pool per shape
+kept for ever (the most recently freed node is taken first, as Slurm's lowest index would not guarantee but the
+expectation does not depend on which), gives each freed node its d, or "not taken within T".  Ends less than T
+before the point of judgement are left out (their outcome is not known yet).
+
+`free_gaps` computes the d's per shape; `keep_pays` applies the test (None when fewer than `MIN_SPELLS` freed
+nodes were seen: the caller falls back to the Poisson test).  Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+#: fewer freed nodes than this and the history says nothing (the Poisson test decides)
+MIN_SPELLS = 20
+
+
+def free_gaps(
+    events: Iterable[tuple[str, float, float | None, int]], at: float, horizons: Mapping[str, float]
+) -> dict[str, tuple[float, ...]]:
+    """Per shape with a horizon T: for every node freed at least T before `at`, the time until an arrival of that
+    shape took it, capped at T (the cap means "not taken within T").  `events`: (shape, submit, observed end or
+    None, nodes) of the jobs seen, each right-sized to `shape`."""
+    by_shape: dict[str, list[tuple[float, int, int]]] = {}  # (time, 0 = end / 1 = arrival, nodes)
+    for shape, submit, end, nodes in events:
+        if shape not in horizons:
+            continue
+        rows = by_shape.setdefault(shape, [])
+        rows.append((submit, 1, nodes))
+        if end is not None and end <= at:
+            rows.append((end, 0, nodes))
+    out: dict[str, tuple[float, ...]] = {}
+    for shape, rows in by_shape.items():
+        horizon = horizons[shape]
+        rows.sort()
+        idle: list[float] = []  # free times of the idle nodes, most recent last
+        gaps: list[float] = []
+        for t, kind, nodes in rows:
+            if kind == 0:
+                idle.extend([t] * nodes)
+                continue
+            for _ in range(min(nodes, len(idle))):
+                freed = idle.pop()
+                if freed <= at - horizon:
+                    gaps.append(min(t - freed, horizon))
+        gaps.extend(horizon for freed in idle if freed <= at - horizon)  # never taken
+        out[shape] = tuple(gaps)
+    return out
+
+
+def keep_pays(gaps: Sequence[float], keep_s: float) -> bool | None:
+    """E[min(d, T)] < T * P(d < T) over the measured `gaps` (None: too few to judge)."""
+    if len(gaps) < MIN_SPELLS or keep_s <= 0:
+        return None
+    cost = sum(min(d, keep_s) for d in gaps)
+    taken = sum(1 for d in gaps if d < keep_s)
+    return cost < keep_s * taken

@@ -64,6 +64,22 @@ def _replay() -> tuple[SimSlurm, RecordingFleet, Scenario]:
     return sim, driver, sc
 
 
+def _daemon(tmp_path: Path, sc: Scenario, cloud: FakeCloud, slurm: FakeSlurm, policy, clock: list[float], **kw):  # type: ignore[no-untyped-def]
+    """The daemon as `build_daemon` wires it, over the scenario's pools, a fake cloud and Slurm, on a test clock."""
+    store = StateStore(tmp_path / "state.db")
+    return Daemon(
+        pools=sc.pools(),
+        provider=cloud,
+        slurm=slurm,
+        store=store,
+        policy=policy,
+        loop=LoopConfig(),
+        lock=LeaderLock(store.path),
+        clock=lambda: clock[0],
+        **kw,
+    )
+
+
 def test_daemon_tick_launches_exactly_what_the_replay_launched(tmp_path: Path) -> None:
     sim, driver, sc = _replay()
     attempts = driver.launch_log
@@ -85,17 +101,8 @@ def test_daemon_tick_launches_exactly_what_the_replay_launched(tmp_path: Path) -
         )
         slurm.add_cloud_nodes(used, gpus=p.gpus_per_node)
     clock = [0.0]
-    store = StateStore(tmp_path / "state.db")
-    daemon = Daemon(
-        pools=pools,
-        provider=cloud,
-        slurm=slurm,
-        store=store,
-        policy=driver.policy,
-        loop=LoopConfig(),
-        lock=LeaderLock(store.path),
-        clock=lambda: clock[0],
-    )
+    daemon = _daemon(tmp_path, sc, cloud, slurm, driver.policy, clock)
+    store = daemon.store
     seen: list[tuple[float, str, str, str, tuple[str, ...], str]] = []
     resumes = list(driver.resumes)
     try:
@@ -207,21 +214,11 @@ def test_with_a_reservation_hold_the_daemon_holds_and_releases_exactly_what_the_
     SimSlurm(trace, sc, driver).run()
     assert driver.releases, "the scenario must release a held overflow node"
 
-    pools = sc.pools()
     cloud = FakeCloud(offers=[])
     slurm = FakeSlurm()
     clock = [0.0]
-    store = StateStore(tmp_path / "state.db")
-    daemon = Daemon(
-        pools=pools,
-        provider=cloud,
-        slurm=slurm,
-        store=store,
-        policy=policy,
-        loop=LoopConfig(),
-        lock=LeaderLock(store.path),
-        clock=lambda: clock[0],
-    )
+    daemon = _daemon(tmp_path, sc, cloud, slurm, policy, clock)
+    store = daemon.store
     launched: list[tuple[float, str, tuple[str, ...]]] = []
     released: list[tuple[float, tuple[str, ...]]] = []
     resumes = list(driver.resumes)
@@ -298,21 +295,11 @@ def test_job_end_wake_ups_make_the_daemon_delete_exactly_what_and_when_the_repla
         "every freed node must be deleted by its job's wake-up, off the poll grid"
     )
 
-    pools = sc.pools()
     cloud = FakeCloud(offers=[])
     slurm = FakeSlurm()
     clock = [0.0]
-    store = StateStore(tmp_path / "state.db")
-    daemon = Daemon(
-        pools=pools,
-        provider=cloud,
-        slurm=slurm,
-        store=store,
-        policy=policy,
-        loop=LoopConfig(),
-        lock=LeaderLock(store.path),
-        clock=lambda: clock[0],
-    )
+    daemon = _daemon(tmp_path, sc, cloud, slurm, policy, clock)
+    store = daemon.store
     deleted: list[tuple[float, str, tuple[str, ...]]] = []
     settled: dict[float, list[int | None]] = {}
     resumes, hooks = list(driver.resumes), list(ends)
@@ -373,19 +360,11 @@ def test_the_daemon_learns_exactly_the_settings_the_replay_learned(tmp_path: Pat
     end = max(j.end for j in jobs)  # type: ignore[type-var]
     polls = [t0 + k * INTERVAL_S for k in range(int((end - t0) / INTERVAL_S) + 2)]
     times = sorted(set(polls) | set(driver.tick_log))
-    store = StateStore(tmp_path / "state.db")
     clock = [t0]
-    daemon = Daemon(
-        pools=sc.pools(),
-        provider=FakeCloud(offers=list(sim.cloud.offerings())),
-        slurm=FakeSlurm(),
-        store=store,
-        policy=driver.tracker.base,
-        loop=LoopConfig(),
-        lock=LeaderLock(store.path),
-        clock=lambda: clock[0],
-        settings=SettingsTracker(base=driver.tracker.base, boot_s=sc.ready_s),
-    )
+    cloud = FakeCloud(offers=list(sim.cloud.offerings()))
+    settings = SettingsTracker(base=driver.tracker.base, boot_s=sc.ready_s)
+    daemon = _daemon(tmp_path, sc, cloud, FakeSlurm(), driver.tracker.base, clock, settings=settings)
+    store = daemon.store
     try:
         for t in times:
             clock[0] = t

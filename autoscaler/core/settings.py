@@ -150,6 +150,24 @@ def settings_policy(base: Policy, explicit: Iterable[str], facts: FleetFacts) ->
 
 
 @dataclass
+class ArrivalLog:
+    """Arrivals a queue source saw, by its own key (a ProvisioningRequest): when first seen, and the `SeenJob`.
+    `history` is what `SettingsTracker.current` reads; it also forgets what was submitted before the window it is
+    asked for (the window's start only moves forward)."""
+
+    entries: dict[str, tuple[float, SeenJob]] = field(default_factory=dict)
+
+    def see(self, key: str, now: float, job: SeenJob) -> None:
+        self.entries.setdefault(key, (now, job))
+
+    def history(self, start: float, at: float) -> list[SeenJob]:
+        """The jobs seen by `at` and submitted in [start, at], by submit time."""
+        self.entries = {k: e for k, e in self.entries.items() if e[1].submit >= start}
+        seen = (j for first, j in self.entries.values() if first <= at and j.submit <= at)
+        return sorted(seen, key=lambda j: j.submit)
+
+
+@dataclass
 class SettingsTracker:
     """The current settings, refreshed every `refresh_s` from the observed history (see the module doc)."""
 

@@ -35,7 +35,7 @@ from loguru import logger
 
 from autoscaler.cloud import FailureKind, LaunchRequest, Provider, ProviderError
 from autoscaler.core import queue_depth, scale_down_steps
-from autoscaler.core.settings import SeenJob, SettingsTracker
+from autoscaler.core.settings import ArrivalLog, SeenJob, SettingsTracker
 from autoscaler.daemon.snapshot import offering_from_dict, offering_to_dict
 from autoscaler.kube.api import KubeApi, KubeError
 from autoscaler.kube.lease import LeaseElector, micro_time
@@ -112,7 +112,7 @@ class KubeDaemon:
         daemon has seen (`autoscaler.core.settings`; `_learn`), else with `policy` as given."""
         self.api = api
         self.settings = settings
-        self._seen: dict[str, tuple[float, SeenJob]] = {}  # request key -> (first seen, the arrival)
+        self._arrivals = ArrivalLog()  # request key -> (first seen, the arrival)
         self._since: float | None = None
         self.kp = pools
         self.policy = policy
@@ -272,16 +272,11 @@ class KubeDaemon:
         if self._since is None:
             self._since = now
         for v in views:
-            if v.key not in self._seen and v.problem is None and v.gpus_per_pod > 0:
-                self._seen[v.key] = (now, SeenJob(v.created, max(1, v.pods), v.gpus_per_pod))
-        horizon = now - 2 * self.settings.window_s
-        self._seen = {k: e for k, e in self._seen.items() if e[1].submit >= horizon}
-        seen = list(self._seen.values())
-
-        def history(start: float, at: float) -> list[SeenJob]:
-            return sorted((j for first, j in seen if first <= at and start <= j.submit <= at), key=lambda j: j.submit)
-
-        self.policy = self.settings.current(now, self._since, offerings=offerings, pools=self.kp.pools, history=history)
+            if v.problem is None and v.gpus_per_pod > 0:
+                self._arrivals.see(v.key, now, SeenJob(v.created, max(1, v.pods), v.gpus_per_pod))
+        self.policy = self.settings.current(
+            now, self._since, offerings=offerings, pools=self.kp.pools, history=self._arrivals.history
+        )
 
     def _bind_machines(self, views: Sequence[RequestView], cloud: Sequence[Any]) -> None:
         """Cluster API names Machines itself: a booking's slots become the pool's new Machines, oldest booking

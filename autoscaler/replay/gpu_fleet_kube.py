@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autoscaler.cloud import ProviderError
-from autoscaler.core.settings import SeenJob, SettingsTracker
+from autoscaler.core.settings import ArrivalLog, SeenJob, SettingsTracker
 from autoscaler.model import (
     Command,
     DeleteNodes,
@@ -80,7 +80,7 @@ class GpuFleetKubePolicy:
     first_planned: dict[str, float] = field(default_factory=dict)  # job id -> first poll that planned it
     #: the settings rule over the requests the daemon has seen (None: `policy` is fixed); `KubeDaemon._learn`
     tracker: SettingsTracker | None = None
-    _seen: dict[str, tuple[float, SeenJob]] = field(default_factory=dict)
+    _arrivals: ArrivalLog = field(default_factory=ArrivalLog)
     _pools: list[Pool] = field(default_factory=list)
     _t0: float | None = None
     _last_tick: float | None = None
@@ -198,18 +198,11 @@ class GpuFleetKubePolicy:
         if self.tracker is None or self.gate is None:
             return
         for j in self.gate.checking.values():
-            if j.id not in self._seen:
-                self._seen[j.id] = (now, SeenJob(self.gate.admitted_at.get(j.id, j.submit), j.nodes, j.gpus_per_node))
-        if len(self._seen) > 4096:
-            horizon = now - 2 * self.tracker.window_s
-            self._seen = {k: e for k, e in self._seen.items() if e[1].submit >= horizon}
-        seen = list(self._seen.values())
-
-        def history(start: float, at: float) -> list[SeenJob]:
-            return sorted((j for first, j in seen if first <= at and start <= j.submit <= at), key=lambda j: j.submit)
-
+            self._arrivals.see(j.id, now, SeenJob(self.gate.admitted_at.get(j.id, j.submit), j.nodes, j.gpus_per_node))
         assert self._t0 is not None
-        self.policy = self.tracker.current(now, self._t0, offerings=view.offerings, pools=self._pools, history=history)
+        self.policy = self.tracker.current(
+            now, self._t0, offerings=view.offerings, pools=self._pools, history=self._arrivals.history
+        )
 
     @property
     def _shortcut(self) -> bool:

@@ -128,32 +128,8 @@ class GpuFleetPolicy:
         return cls(policy=base, slurm=slurm, tracker=tracker)
 
     def settings(self) -> dict[str, object]:
-        p = self.policy
-        t = self.tracker
-        rule = (
-            {
-                "settings_source": "rule over the observed history (autoscaler/core/settings.py)",
-                "settings_window_s": t.window_s,
-                "settings_refresh_s": t.refresh_s,
-                "settings_boot_s": t.boot_s,
-                "settings_refreshes": t.refreshes,
-                "settings_changes": len(t.log),
-            }
-            if t is not None
-            else {"settings_source": "fixed"}
-        )
         return {
-            **rule,
-            "wait_value_usd_per_gpu_hour": p.wait_value_usd_per_gpu_hour,
-            "idle_timeout_by_machine": dict(p.idle_timeout_by_machine),
-            "idle_keep_max_by_machine": dict(p.idle_keep_max_by_machine),
-            "defragment": p.defragment,
-            "idle_timeout_s": p.idle_timeout_s,
-            "batch_window_s": p.batch_window_s,
-            "batch_idle_s": p.batch_idle_s,
-            "backoff_s": p.backoff_s,
-            "keep_reserved_nodes": p.keep_reserved_nodes,
-            "tick_interval_s": self.interval_s,
+            **policy_settings(self.policy, self.tracker, "the observed history", self.interval_s),
             "resume_timeout_s": self.slurm.resume_timeout_s,
             "suspend_time_s": self.slurm.suspend_time_s,
         }
@@ -449,6 +425,36 @@ class GpuFleetPolicy:
 
     def on_launch_failure(self, *_: object) -> None:  # the ReplayPolicy protocol; failures go through the core
         return None
+
+
+def policy_settings(
+    p: Policy, tracker: SettingsTracker | None, learned_from: str, interval_s: float
+) -> dict[str, object]:
+    """The settings a replay's gpu-fleet ran with, for its JSON `settings`: how they were set (the rule over what
+    was `learned_from`, or fixed) and the policy's knobs as they stood at the end."""
+    rule: dict[str, object] = {"settings_source": "fixed"}
+    if tracker is not None:
+        rule = {
+            "settings_source": f"rule over {learned_from} (autoscaler/core/settings.py)",
+            "settings_window_s": tracker.window_s,
+            "settings_refresh_s": tracker.refresh_s,
+            "settings_boot_s": tracker.boot_s,
+            "settings_refreshes": tracker.refreshes,
+            "settings_changes": len(tracker.log),
+        }
+    return {
+        **rule,
+        "wait_value_usd_per_gpu_hour": p.wait_value_usd_per_gpu_hour,
+        "idle_timeout_by_machine": dict(p.idle_timeout_by_machine),
+        "idle_keep_max_by_machine": dict(p.idle_keep_max_by_machine),
+        "defragment": p.defragment,
+        "idle_timeout_s": p.idle_timeout_s,
+        "batch_window_s": p.batch_window_s,
+        "batch_idle_s": p.batch_idle_s,
+        "backoff_s": p.backoff_s,
+        "keep_reserved_nodes": p.keep_reserved_nodes,
+        "tick_interval_s": interval_s,
+    }
 
 
 def _outcome(err: ProviderError) -> tuple[LaunchOutcome, FailureKind | None, str]:

@@ -49,7 +49,7 @@ from autoscaler.model import (
     record_failure,
 )
 from autoscaler.replay.facts import scenario_facts
-from autoscaler.replay.gpu_fleet import DEFAULT_POLICY, INTERVAL_S
+from autoscaler.replay.gpu_fleet import DEFAULT_POLICY, INTERVAL_S, policy_settings
 from autoscaler.replay.policy import Decision, ReplayView
 from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.state import Job, JobState, SimNode
@@ -100,21 +100,8 @@ class GpuFleetKubePolicy:
         return cls(policy=base, tracker=SettingsTracker(base=base, boot_s=scenario.ready_s))
 
     def settings(self) -> dict[str, object]:
-        p = self.policy
-        return {
-            "scheduler": "kueue",
-            "settings_source": "rule over the requests seen (autoscaler/core/settings.py)" if self.tracker else "fixed",
-            "settings_changes": len(self.tracker.log) if self.tracker else 0,
-            "wait_value_usd_per_gpu_hour": p.wait_value_usd_per_gpu_hour,
-            "idle_timeout_by_machine": dict(p.idle_timeout_by_machine),
-            "idle_keep_max_by_machine": dict(p.idle_keep_max_by_machine),
-            "idle_timeout_s": p.idle_timeout_s,
-            "batch_window_s": p.batch_window_s,
-            "batch_idle_s": p.batch_idle_s,
-            "backoff_s": p.backoff_s,
-            "keep_reserved_nodes": p.keep_reserved_nodes,
-            "tick_interval_s": self.interval_s,
-        }
+        settings = policy_settings(self.policy, self.tracker, "the requests seen", self.interval_s)
+        return {"scheduler": "kueue", **settings}
 
     def pools(self, scenario: Scenario) -> list[Pool]:
         self._pools = scenario.pools()

@@ -142,6 +142,7 @@ MIGRATIONS += (
 
 OPEN_REQUEST_STATES = ("intent", "launched")
 JOB_HISTORY_KEEP_S = 2 * 86_400.0
+JOB_HISTORY_PRUNE_EVERY_S = 3_600.0
 APPLICATION_ID = 0x47464153  # "GFAS": PRAGMA application_id of every gpu-fleet autoscaler state store
 SQLITE_HEADER = b"SQLite format 3\x00"
 _OUR_TABLES = frozenset({"requests", "node_history", "unavailable", "power_queue", "orphans", "leader"})  # version 1
@@ -407,6 +408,9 @@ def migrate(conn: sqlite3.Connection) -> int:
 class StateStore:
     """Typed access to the state file.  One instance per process; every write is its own transaction."""
 
+    _observing = False  # `jobs_observed_since` is recorded (`observe_jobs`)
+    _pruned_at: float | None = None  # when `observe_jobs` last pruned the job history
+
     def __init__(
         self,
         path: Path | str,
@@ -589,7 +593,8 @@ class StateStore:
     def observe_jobs(self, jobs: Sequence[tuple[int, float, int, int, float | None]], now: float) -> None:
         """Record this tick's squeue: (job id, submit, nodes, GPUs per node, start time of the current run or
         None) of every job in the queue.  A job recorded open and absent now has ended (at `now`).  Writes only
-        what changed, in one transaction; prunes rows older than `JOB_HISTORY_KEEP_S`."""
+        what changed, in one transaction, and nothing when nothing changed; prunes rows older than
+        `JOB_HISTORY_KEEP_S` at most every `JOB_HISTORY_PRUNE_EVERY_S`."""
         open_rows = {
             r["job_id"]: r["started_at"]
             for r in self.conn.execute("SELECT job_id, started_at FROM job_history WHERE ended_at IS NULL")
@@ -600,9 +605,12 @@ class StateStore:
             (j[4], now, j[0]) for j in jobs if j[0] in open_rows and j[4] is not None and j[4] != open_rows[j[0]]
         ]
         ended = [(now, now, i) for i in open_rows if i not in seen]
+        prune = self._pruned_at is None or now - self._pruned_at >= JOB_HISTORY_PRUNE_EVERY_S
+        if not (new or started or ended or prune) and self._observing:
+            return
         self.conn.execute("BEGIN IMMEDIATE")
         try:
-            if "jobs_observed_since" not in self.meta():
+            if not self._observing and "jobs_observed_since" not in self.meta():
                 self.conn.execute("INSERT INTO store_meta(key, value) VALUES ('jobs_observed_since', ?)", (repr(now),))
             # a job id seen again after it ended (slurmctld restarted without its state): the latest sighting wins
             self.conn.executemany(
@@ -614,13 +622,17 @@ class StateStore:
             )
             self.conn.executemany("UPDATE job_history SET started_at = ?, last_seen = ? WHERE job_id = ?", started)
             self.conn.executemany("UPDATE job_history SET ended_at = ?, last_seen = ? WHERE job_id = ?", ended)
-            self.conn.execute(
-                "DELETE FROM job_history WHERE ended_at IS NOT NULL AND ended_at < ?", (now - JOB_HISTORY_KEEP_S,)
-            )
+            if prune:
+                self.conn.execute(
+                    "DELETE FROM job_history WHERE ended_at IS NOT NULL AND ended_at < ?", (now - JOB_HISTORY_KEEP_S,)
+                )
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
+        self._observing = True
+        if prune:
+            self._pruned_at = now
 
     def jobs_observed_since(self) -> float | None:
         v = self.meta().get("jobs_observed_since")

@@ -118,6 +118,7 @@ class Daemon:
         self.store = store
         self.policy = policy
         self.settings = settings
+        self._jobs_since: float | None = None  # the store's jobs_observed_since, once read
         self.loop = loop
         self.metrics = metrics or Metrics()
         self.planner = planner or default_planner()
@@ -263,7 +264,8 @@ class Daemon:
         )
         if self.settings is None:
             return
-        since = self.store.jobs_observed_since() or now
+        self._jobs_since = self._jobs_since or self.store.jobs_observed_since() or now
+        since = self._jobs_since
 
         def history(start: float, at: float) -> list[SeenJob]:
             rows = self.store.job_history(start, at)

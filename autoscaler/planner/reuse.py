@@ -10,8 +10,9 @@ For Poisson arrivals at rate lambda this is lambda * T > 1, the rule's test.  Re
 come in bursts (a sweep of 200 submissions, then nothing for an hour), and then the arrival rate averaged over a
 day says "keep" while the node freed after a burst waits for nothing.  Here d is measured: the nodes jobs freed
 (at each observed end) and the nodes later arrivals took (at each submission), replayed as one warm pool per shape
-kept for ever (the most recently freed node is taken first, as Slurm's lowest index would not guarantee but the
-expectation does not depend on which), gives each freed node its d, or "not taken within T".  Ends less than T
+kept for ever, gives each freed node its d, or "not taken within T".  Which idle node an arrival takes is a
+modelling choice: the most recently freed one (with a keep of T, an arrival finds the older idle nodes already
+gone); Slurm takes the lowest index, which can differ.  Ends less than T
 before the point of judgement are left out (their outcome is not known yet).
 
 `free_gaps` computes the d's per shape; `keep_pays` applies the test (None when fewer than `MIN_SPELLS` freed

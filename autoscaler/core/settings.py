@@ -180,7 +180,10 @@ class SettingsTracker:
     facts: FleetFacts | None = None
     computed_at: float | None = None
     refreshes: int = 0
-    log: list[tuple[float, Policy]] = field(default_factory=list)  # (when, settings) at each change
+    changes: int = 0
+    #: (when, settings) at each change, the latest `log_limit` of them (a daemon runs for months)
+    log: list[tuple[float, Policy]] = field(default_factory=list)
+    log_limit: int = 10_000
 
     def grid_point(self, now: float, since: float) -> float:
         """The last refresh point at or before `now`: `since` + k * `refresh_s`."""
@@ -217,7 +220,10 @@ class SettingsTracker:
         )
         policy = settings_policy(self.base, self.explicit, self.facts)
         if policy != self.policy:
+            self.changes += 1
             self.log.append((at, policy))
+            if len(self.log) > self.log_limit:
+                del self.log[0]
         self.policy, self.computed_at = policy, at
         self.refreshes += 1
         return policy

@@ -440,7 +440,7 @@ def policy_settings(
             "settings_refresh_s": tracker.refresh_s,
             "settings_boot_s": tracker.boot_s,
             "settings_refreshes": tracker.refreshes,
-            "settings_changes": len(tracker.log),
+            "settings_changes": tracker.changes,
         }
     return {
         **rule,

@@ -107,3 +107,11 @@ def test_the_hold_budget_comes_from_the_config_policy() -> None:
         tr.current(7200.0, 0.0, offerings=OFFERS, pools=[res, mk_pool(8)], history=_history(jobs))
     assert none.policy is not None and none.policy.batch_window_s == 0.0  # the default budget: never held
     assert some.policy is not None and 0.0 < some.policy.batch_window_s <= 120.0
+
+
+def test_a_long_running_daemon_keeps_only_the_latest_changes() -> None:
+    tr = SettingsTracker(base=Policy(), boot_s=360.0, refresh_s=600.0, log_limit=3)
+    for k in range(12):  # a burst of 1-GPU jobs every other hour: the keep switches on and off
+        jobs = _busy_1g(0.0, 3600.0 * (k + 1)) if k % 2 else []
+        tr.current(3600.0 * (k + 1), 0.0, offerings=OFFERS, pools=[pool(1)], history=_history(jobs))
+    assert tr.changes > 3 and len(tr.log) == 3 and tr.log[-1][1] == tr.policy

@@ -228,9 +228,13 @@ def queue_depth(
     now: float,
     memory: Sequence[UnavailableOffering],
     planner: Planner | None = None,
+    *,
+    standby_in_flight: Mapping[str, int] | None = None,
 ) -> Plan:
     """One `plan()` over the work the scheduler could not place plus the whole inventory: unserved reasons,
-    pre-warm scale-ups, and the idle scale-down (drains, deletes).  Under a reservation hold (`hold.py`) each job
+    pre-warm and standby scale-ups, and the idle scale-down (drains, deletes).  `standby_in_flight`: standby
+    nodes the scheduler is bringing up that the inventory does not list (`autoscaler.planner.standby`); None: the
+    caller does not bring standby nodes up, and none are planned.  Under a reservation hold (`hold.py`) each job
     waits its own hold: only jobs pending for at least `batch_window_s` are planned, without a batch window (the
     others wait on: a reserved node may still free up for them)."""
     planner = planner or default_planner()
@@ -239,7 +243,9 @@ def queue_depth(
     if held_pools(inventory.pools, policy):
         pending = [u for u in pending if now - u.submit_time >= policy.batch_window_s]
         policy = dataclasses.replace(policy, batch_window_s=0.0, batch_idle_s=0.0)
-    return planner(list(pending), inventory, list(offerings), policy, now, unavailable=tuple(memory))
+    # None: this caller brings no standby nodes up (the Kubernetes paths), so the planner plans none
+    extra = {"standby_in_flight": dict(standby_in_flight)} if standby_in_flight is not None else {}
+    return planner(list(pending), inventory, list(offerings), policy, now, unavailable=tuple(memory), **extra)
 
 
 def scale_down_steps(plan: Plan, facts: Mapping[str, SchedulerNode] | None) -> list[ScaleDownStep]:

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field, replace
 
 from autoscaler.cloud import Offering
 from autoscaler.model import Policy, Pool
-from autoscaler.planner.reuse import free_gaps
-from autoscaler.planner.rule import FleetFacts, break_even_idle_s, observed_facts, policy_for, right_sized
+from autoscaler.planner.reuse import MIN_SPELLS, free_gaps, standby_use
+from autoscaler.planner.rule import FleetFacts, ShapeFacts, break_even_idle_s, observed_facts, policy_for, right_sized
 from fleet.catalog import CapacityType
 
 #: boot time the daemon assumes when the config gives none: GCE create to slurmd registered for an A3 node with
@@ -54,6 +54,7 @@ DERIVED_FIELDS = frozenset(
         "idle_timeout_s",
         "idle_timeout_by_machine",
         "idle_keep_max_by_machine",
+        "standby_by_machine",
         "batch_window_s",
         "batch_idle_s",
         "defragment",
@@ -108,12 +109,13 @@ def facts_at(
         wait_value_usd_per_gpu_hour=wait_value_usd_per_gpu_hour,
         reservation_hold_max_s=reservation_hold_max_s,
     )
-    return with_reuse(facts, seen, at)
+    return with_reuse(facts, seen, at, max(span_s, MIN_SPAN_S))
 
 
-def with_reuse(facts: FleetFacts, seen: Sequence[SeenJob], at: float) -> FleetFacts:
+def with_reuse(facts: FleetFacts, seen: Sequence[SeenJob], at: float, span_s: float = 0.0) -> FleetFacts:
     """`facts` with each shape's measured reuse gaps (`autoscaler.planner.reuse`): how long the nodes the seen
-    jobs freed stayed idle before a job of their shape took them, over each shape's break-even time."""
+    jobs freed stayed idle before a job of their shape took them, over each shape's break-even time; and, when
+    waiting is valued, the measured use of its standby nodes over the `span_s` the jobs were seen in."""
     horizons = {}
     for s in facts.shapes:
         t = break_even_idle_s(facts.boot_s, s.usd_per_gpu_hour, facts.wait_value(s))
@@ -125,8 +127,24 @@ def with_reuse(facts: FleetFacts, seen: Sequence[SeenJob], at: float) -> FleetFa
         if shape is not None:
             events.append((shape.machine_type, j.submit, j.ended_at, j.nodes))
     gaps = free_gaps(events, at, horizons)
-    shapes = tuple(replace(s, reuse_gaps=gaps.get(s.machine_type, ())) for s in facts.shapes)
+    shapes = tuple(
+        replace(s, reuse_gaps=gaps.get(s.machine_type, ()), standby_use=_standby_use(facts, s, events, span_s))
+        for s in facts.shapes
+    )
     return replace(facts, shapes=shapes)
+
+
+def _standby_use(
+    facts: FleetFacts, shape: ShapeFacts, events: Sequence[tuple[str, float, float | None, int]], span_s: float
+) -> tuple[float, ...] | None:
+    """The shape's measured standby use (`reuse.standby_use`); None (Erlang's formula decides) with fewer than
+    `MIN_SPELLS` nodes seen arriving, and not computed when waiting is not valued (no standby then)."""
+    if facts.wait_value(shape) <= 0 or span_s <= 0:
+        return None
+    arrivals = [(submit, nodes) for m, submit, _, nodes in events if m == shape.machine_type]
+    if sum(n for _, n in arrivals) < MIN_SPELLS:
+        return None
+    return standby_use(arrivals, facts.boot_s, span_s)
 
 
 #: derived fields that only make sense together: setting one of a group pins the whole group (`idle_timeout_s:

@@ -17,6 +17,9 @@ from autoscaler.model.demand import WorkUnit
 #: the default value of one GPU-hour of a job waiting: 0, the cheapest settings (docs/planner.md).  None means the
 #: on-demand $/GPU-h of the job's shape (a GPU-hour of work delayed is worth what the team pays to run one).
 DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR: float | None = 0.0
+#: the most standby nodes the settings rule keeps per shape: what slurmctld keeps up per pool (SuspendExcNodes
+#: `<pool's nodes>:16`) when the daemon is down, the cost exposed then
+DEFAULT_STANDBY_MAX_NODES = 16
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,10 @@ class Policy:
     observed arrival rate into idle-keep times and the reservation hold; docs/planner.md).
     `idle_timeout_by_machine` (machine type -> seconds) overrides `idle_timeout_s` per shape, and
     `idle_keep_max_by_machine` (machine type -> nodes) caps how many idle nodes of a shape are kept
-    warm at once (the most recently idle; the others are drained at once).
+    warm at once (the most recently idle; the others are drained at once).  `standby_by_machine` (machine
+    type -> nodes) keeps that many idle nodes of a shape up at all times, replenished as jobs take them
+    (`autoscaler.planner.standby`; 0 unless waiting is valued), at most `standby_max_nodes` per shape (the bound
+    the stack also renders into SuspendExcNodes, so that slurmctld does not power standby nodes down).
     `defragment`: small work never pins a node of a larger shape when a smaller shape costs no more
     per GPU-hour (no placement that would leave it oversized; a partly used oversized node is
     cordoned: it takes no new work and is deleted once its running work ends).  `expected_run_s` /
@@ -75,6 +81,8 @@ class Policy:
     wait_value_usd_per_gpu_hour: float | None = DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR
     idle_timeout_by_machine: Mapping[str, float] = field(default_factory=dict)
     idle_keep_max_by_machine: Mapping[str, int] = field(default_factory=dict)
+    standby_by_machine: Mapping[str, int] = field(default_factory=dict)
+    standby_max_nodes: int = DEFAULT_STANDBY_MAX_NODES
     defragment: bool = True
     expected_run_s: float | None = None
     expected_boot_s: float = 0.0
@@ -103,13 +111,20 @@ class Policy:
             "backoff_max_s",
             "expected_boot_s",
             "reservation_hold_max_s",
+            "standby_max_nodes",
         ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float):
                 raise ValueError(f"Policy.{name}: must be a number, got {v!r}")
             if v < 0:
                 raise ValueError(f"Policy.{name}: must be >= 0, got {v}")
-        for name in ("pool_max_nodes", "pool_max_gpus", "idle_timeout_by_machine", "idle_keep_max_by_machine"):
+        for name in (
+            "pool_max_nodes",
+            "pool_max_gpus",
+            "idle_timeout_by_machine",
+            "idle_keep_max_by_machine",
+            "standby_by_machine",
+        ):
             for pool, v in getattr(self, name).items():
                 if v < 0:
                     raise ValueError(f"Policy.{name}[{pool!r}]: must be >= 0, got {v}")

@@ -1,8 +1,9 @@
 """`plan()`: the pure planner, a chain of named passes over one snapshot.
 
 expire_backoff -> step_down / cordon_oversized -> compute_headroom -> keep_min_nodes -> (per unit, by
-priority) place_on_existing -> fill_reservations -> place_gang | place_cheapest (budget and limits checked
-by the headroom) -> scale_down_idle -> explain_unserved.  No I/O, no clock, no randomness: same inputs, same plan.
+priority, standby units last: standby.py) place_on_existing -> fill_reservations -> place_gang | place_cheapest
+(budget and limits checked by the headroom) -> scale_down_idle -> explain_unserved.  No I/O, no clock, no
+randomness: same inputs, same plan.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from autoscaler.planner.placement import (
     place_on_existing,
 )
 from autoscaler.planner.scale_down import boot_timeouts, scale_down_idle
+from autoscaler.planner.standby import is_standby_unit, standby_units
 
 
 def batch_hold(demand: Sequence[WorkUnit], policy: Policy, now: float) -> bool:
@@ -75,13 +77,19 @@ def plan(
     now: float,
     unavailable: Iterable[UnavailableOffering] = (),
     hints: Mapping[str, Assignment | Sequence[str]] | None = None,
+    standby_in_flight: Mapping[str, int] | None = None,
 ) -> Plan:
     """Decide what to launch, where each pending unit runs, what to drain and delete, and why
     anything is left unserved.  `unavailable` is the caller's backoff memory; the plan returns the
     entries still in force in `Plan.unavailable`.  `hints` (optional) is the previous plan's
     `assignments`: a still-pending unit stays on the nodes it was given while they have room, so
-    re-planning while nodes boot does not reshuffle them and launch again."""
-    units = priority_order(demand)
+    re-planning while nodes boot does not reshuffle them and launch again.  `standby_in_flight`: standby
+    nodes of each machine type on their way that `inventory` does not list yet (`standby.standby_units`); None
+    (the default): the caller does not bring standby nodes up (the Kubernetes paths, for now), so none are
+    planned whatever `policy.standby_by_machine` says."""
+    demand = [u for u in demand if not is_standby_unit(u.id)]
+    standby = standby_units(policy, inventory, now, standby_in_flight) if standby_in_flight is not None else []
+    units = priority_order(demand) + standby
     seen: set[str] = set()
     for u in units:
         if u.id in seen:
@@ -104,7 +112,7 @@ def plan(
         steps=steps,
         gpu_prices=pool_gpu_prices(inventory.pools, offerings) if policy.expected_run_s is not None else {},
     )
-    held = batch_hold(units, policy, now)
+    held = batch_hold(demand, policy, now)
     keep_min_nodes(st)
 
     keys = [class_key(u, policy, now) for u in units]
@@ -118,7 +126,8 @@ def plan(
         if place_on_existing(unit, cs, st) or fill_reservations(unit, cs, st):
             continue  # paid-for reservation slots cost nothing at the margin: never held
         if held:
-            unserved.append(explain_unserved(unit, cs, held=True))
+            if not is_standby_unit(unit.id):
+                unserved.append(explain_unserved(unit, cs, held=True))
             continue
         if place_gang(unit, cs, st) or place_cheapest(unit, cs, st):
             continue

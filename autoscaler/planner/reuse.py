@@ -66,3 +66,31 @@ def keep_pays(gaps: Sequence[float], keep_s: float) -> bool | None:
     cost = sum(min(d, keep_s) for d in gaps)
     taken = sum(1 for d in gaps if d < keep_s)
     return cost < keep_s * taken
+
+
+def standby_use(arrivals: Iterable[tuple[float, int]], boot_s: float, span_s: float) -> tuple[float, ...]:
+    """The measured use of each standby node of a shape (`rule.standby_nodes`): `arrivals` ((time, nodes) of the
+    shape's jobs seen over `span_s` seconds) replayed against standby nodes 0, 1, 2, ... each busy for `boot_s`
+    after a job takes it (its replacement boots), an arrival taking the lowest-numbered free ones.  u_j is the
+    fraction of the span node j was busy.  An arrival needing more nodes than are free takes what is free (each
+    node of a gang spared its boot is a node of the gang that does not wait for one; conservative for gangs,
+    which wait for their slowest node).  Nodes freed by job ends are not counted (the idle keep reuses those)."""
+    if boot_s <= 0 or span_s <= 0:
+        return ()
+    import heapq
+
+    free: list[int] = []  # free standby indices (min-heap)
+    busy: list[tuple[float, int]] = []  # (free again at, index)
+    takes: list[int] = []
+    for t, nodes in sorted(arrivals):
+        while busy and busy[0][0] <= t:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        for _ in range(nodes):
+            if free:
+                j = heapq.heappop(free)
+            else:
+                j = len(takes)
+                takes.append(0)
+            takes[j] += 1
+            heapq.heappush(busy, (t + boot_s, j))
+    return tuple(min(1.0, n * boot_s / span_s) for n in takes)

@@ -16,6 +16,17 @@ same settings for the same facts.  Its reasoning (docs/planner.md, "Settings fro
   pool only absorbs the fluctuation of the busy count over T, about sqrt(lambda * min(T, mean run))
   (Poisson): at most that many idle nodes of the shape are kept (the lowest-numbered: Slurm
   allocates the lowest free name first).
+- **Standby nodes, per shape** (a loss system: each standby node is a server busy for one boot).  Keeping k
+  idle nodes of a shape up, and launching a replacement whenever a job takes one, lets a job start at once
+  unless all k were taken within the last boot (their replacements are still booting; that job boots its own
+  node and waits, as without standby).  Serve arrivals from the lowest-numbered free standby node: node j is
+  taken often enough to be replenishing a fraction u_j of the time, and idles the rest.  Each take spares a job
+  a boot's wait, worth u_j * w per GPU-hour of the node; its idle time costs (1 - u_j) * p (while it is
+  replenishing, the boot billed is the one the job would have caused).  It pays iff u_j > p / (p + w).  Boots
+  are not added: every job still causes one (its own, or its replacement's).  u_j is measured by replaying the
+  arrivals seen (`reuse.standby_use`); with fewer than `MIN_SPELLS` arrivals it is Erlang's for Poisson
+  arrivals of load lambda * boot.  At w = 0 (the default) there are none; at most `Policy.standby_max_nodes`
+  (what slurmctld is told to keep up, SuspendExcNodes, and so what stays up if the daemon stops).
 - **Reservation hold.**  With paid-for reserved capacity, a unit may wait up to H for a reserved
   node to free up instead of launching overflow.  What the wait saves is not the job's whole run
   (the freed reserved node would soon serve the next arrival anyway) but the idle gap until that
@@ -64,6 +75,9 @@ class ShapeFacts:
     #: measured times from a node of this shape freeing up to the next arrival taking it, capped at the shape's
     #: break-even T (`reuse.free_gaps`); None: not measured (the Poisson test decides)
     reuse_gaps: tuple[float, ...] | None = field(default=None, compare=False, repr=False)
+    #: measured use of the j-th standby node of this shape (`reuse.standby_use`); None: not measured (Erlang's
+    #: formula for Poisson arrivals decides)
+    standby_use: tuple[float, ...] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -150,6 +164,35 @@ def warm_nodes(shape: ShapeFacts, boot_s: float, wait_value: float, mean_run_s: 
     return max(1, int(math.sqrt(shape.arrivals_per_hour * t / 3600.0)))
 
 
+def erlang_use(load: float, servers: int) -> tuple[float, ...]:
+    """u_j for j < `servers` under Poisson arrivals of `load` (arrival rate x boot): the carried-load gain of
+    the j-th server, load * (E(j) - E(j+1)) with Erlang's loss formula E (E(0) = 1)."""
+    out: list[float] = []
+    e = 1.0
+    for j in range(servers):
+        nxt = load * e / (j + 1 + load * e)
+        out.append(load * (e - nxt))
+        e = nxt
+    return tuple(out)
+
+
+def standby_nodes(shape: ShapeFacts, boot_s: float, wait_value: float) -> int:
+    """How many idle nodes of `shape` to keep up ahead of demand (module doc, "Standby nodes"): the leading
+    standby nodes whose measured use u_j exceeds p / (p + w).  0 when waiting is not valued."""
+    lam, p = shape.arrivals_per_hour, shape.usd_per_gpu_hour
+    if wait_value <= 0 or lam <= 0 or boot_s <= 0 or p <= 0:
+        return 0
+    use = shape.standby_use
+    if use is None:
+        load = lam * boot_s / 3600.0
+        use = erlang_use(load, int(load + 10.0 * math.sqrt(load) + 10))
+    floor = p / (p + wait_value)
+    k = 0
+    while k < len(use) and use[k] > floor:
+        k += 1
+    return k
+
+
 def reservation_hold_s(facts: FleetFacts) -> float:
     """H = ln(mu*S / w) / mu, at most one boot and at most the hold budget `facts.reservation_hold_max_s` (0 when
     waiting cannot pay, nothing is reserved, or the budget is 0, the default); see the module doc."""
@@ -181,12 +224,18 @@ def policy_for(facts: FleetFacts, base: Policy | None = None) -> Policy:
         for s in facts.shapes
         if keep.get(s.machine_type, 0) > 0 and not math.isinf(keep[s.machine_type])
     }
+    standby = {
+        s.machine_type: k
+        for s in sorted(facts.shapes, key=lambda s: s.machine_type)
+        if (k := min(base.standby_max_nodes, standby_nodes(s, facts.boot_s, facts.wait_value(s)))) > 0
+    }
     hold = round(reservation_hold_s(facts), 1)
     return replace(
         base,
         idle_timeout_s=min(keep.values(), default=0.0),
         idle_timeout_by_machine=keep,
         idle_keep_max_by_machine=warm,
+        standby_by_machine=standby,
         batch_window_s=hold,
         batch_idle_s=hold,
         wait_value_usd_per_gpu_hour=facts.wait_value_usd_per_gpu_hour,

@@ -61,9 +61,11 @@ from autoscaler.daemon.snapshot import (
     offering_to_dict,
     unavailable_from_rows,
 )
+from autoscaler.daemon.standby import standby_in_flight, standby_names
 from autoscaler.daemon.state import OPEN_REQUEST_STATES, JobEndRow, PowerRow, RequestRow, StateStore
 from autoscaler.daemon.unservable import UnservableJobs
 from autoscaler.model import NodeState, Plan, Policy, Pool, UnavailableOffering, record_failure
+from autoscaler.planner.standby import standby_count
 from autoscaler.slurm.client import SlurmClient, SlurmUnavailable
 from autoscaler.slurm.readers import SlurmJob, SlurmNode, waiting_on_power_up
 
@@ -240,7 +242,10 @@ class Daemon:
             memory = self._serve_resumes(view, offerings, now, act, memory, res, actuate)
 
         # 5. queue depth + scale-down
-        plan = queue_depth(view.pending, view.inventory, offerings, self.policy, now, memory, self.planner)
+        in_flight = standby_in_flight(self.pools, view.inventory, snodes) if snodes is not None else None
+        plan = queue_depth(
+            view.pending, view.inventory, offerings, self.policy, now, memory, self.planner, standby_in_flight=in_flight
+        )
         res.unserved.extend(
             {"unit": u.unit, "reason": str(u.reason), "detail": u.detail}
             for u in plan.unserved
@@ -278,12 +283,15 @@ class Daemon:
             logger.bind(
                 idle_keep_s=dict(self.policy.idle_timeout_by_machine),
                 warm_max=dict(self.policy.idle_keep_max_by_machine),
+                standby=dict(self.policy.standby_by_machine),
                 hold_s=self.policy.batch_window_s,
                 arrivals_per_hour=round(f.arrivals_per_hour, 2) if f else None,
                 mean_run_s=f.mean_run_s if f else None,
             ).info(
-                "settings: idle keep {} s, reservation hold {} s (the settings rule over the jobs seen since {:.0f})",
+                "settings: idle keep {} s, standby {}, reservation hold {} s (the settings rule over the jobs seen "
+                "since {:.0f})",
                 dict(self.policy.idle_timeout_by_machine),
+                dict(self.policy.standby_by_machine),
                 self.policy.batch_window_s,
                 since,
             )
@@ -521,8 +529,15 @@ class Daemon:
     def _queue_depth(self, plan: Plan, view: View, snodes: SlurmView, now: float, act: Actuator) -> None:
         held = held_pools(self.pools, self.policy)
         for su in plan.scale_ups:
-            if su.pool in held:
-                continue  # released below: Slurm allocates the names to the pending jobs
+            standby = standby_count(su)
+            if standby and not (self.loop.prewarm and su.pool not in held):
+                # the policy's standby nodes, powered up ahead of demand whatever loop.prewarm says (with pre-warm
+                # on, the pre-warm below powers up the whole scale-up, standby names included)
+                names = standby_names(su.pool, standby, view.inventory, snodes, self.pools)
+                if names:
+                    act.scontrol(names, "power_up", f"gpu-fleet standby: {su.reason}")
+            if su.pool in held or standby == len(su.units):
+                continue  # held: released below (Slurm allocates the names to the pending jobs)
             if not self.loop.prewarm:
                 logger.bind(pool=su.pool, names=list(su.names), offering=str(su.offering)).debug(
                     "queue depth would pre-warm {} (loop.prewarm is off)", list(su.names)
@@ -665,5 +680,10 @@ class Daemon:
 
 
 def _shown(p: Policy) -> tuple[object, ...]:
-    """The settings an operator reads in the log: idle keep per shape, warm cap per shape, reservation hold."""
-    return (dict(p.idle_timeout_by_machine), dict(p.idle_keep_max_by_machine), p.batch_window_s)
+    """The settings an operator reads in the log: idle keep, warm cap and standby per shape, reservation hold."""
+    return (
+        dict(p.idle_timeout_by_machine),
+        dict(p.idle_keep_max_by_machine),
+        dict(p.standby_by_machine),
+        p.batch_window_s,
+    )

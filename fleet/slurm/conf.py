@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from fleet.catalog import CapacityType, Catalog, MachineType, load_catalog
 from fleet.slurm.job_submit import render_job_submit
-from fleet.slurm.suspend import suspend_time
+from fleet.slurm.suspend import standby_exclusion, suspend_time
 from fleet.slurm.topology import render_topology
 from fleet.slurm.weights import pool_shapes, pool_weights
 from fleet.spec.derive import controller_address, default_partition, node_hostlist, node_name_prefix
@@ -199,6 +199,7 @@ def render_slurm_conf(
     suspend_exc: list[str] = []
     machines: dict[str, MachineType] = {}
     weights = pool_weights(((p.name, p.capacity, p.machine_type) for p in cluster.pools), cat, spec.region)
+    standby = standby_exclusion(cluster)
     for pool in cluster.pools:
         machine = machines[pool.name] = cat.machine(pool.machine_type)
         hostlist = node_hostlist(cluster.name, pool.name, pool.max_nodes)
@@ -226,7 +227,11 @@ def render_slurm_conf(
         # never power-saved: a pool's minimum, and reservation nodes (paid for whether up or not; the autoscaler
         # keeps them, Policy.keep_reserved_nodes): once up they stay up and serve jobs without a boot
         keep = pool.max_nodes if pool.capacity is CapacityType.RESERVATION else pool.min_nodes
-        if keep:
+        if pool.capacity is CapacityType.ON_DEMAND and standby:
+            # the daemon's standby nodes idle past SuspendTime by design: Slurm keeps that many usable idle nodes
+            # of the pool up (`name[range]:count`, any of them; the count covers the pool minimum too)
+            suspend_exc.append(f"{hostlist}:{min(pool.max_nodes, max(standby, pool.min_nodes))}")
+        elif keep:
             suspend_exc.append(node_hostlist(cluster.name, pool.name, keep))
 
     default = default_partition(slurm).name

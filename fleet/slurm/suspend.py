@@ -83,3 +83,17 @@ def suspend_time(spec: FleetSpec, cluster: ClusterSpec, catalog: Catalog) -> int
     if cluster.slurm.suspend_time is not None:
         return cluster.slurm.suspend_time
     return max(60, suspend_floor(spec, cluster, catalog).seconds)
+
+
+def standby_exclusion(cluster: ClusterSpec) -> int:
+    """How many idle nodes of each on-demand pool slurmctld must not power down (SuspendExcNodes
+    `<pool's nodes>:<count>`): the daemon's `standby_max_nodes` when the cluster values waiting (its standby nodes,
+    `autoscaler.planner.standby`, idle longer than SuspendTime by design), else 0.  Slurm 22.05 keeps that many
+    usable idle nodes of the range up (tests/e2e/test_standby.py); the daemon deletes the ones it does not keep."""
+    raw = cluster.slurm.autoscaler.policy if cluster.slurm is not None else {}
+    try:
+        policy = policy_from_mapping(raw)
+    except PolicyError:  # reported by the autoscaler_policy rule
+        return 0
+    w = policy.wait_value_usd_per_gpu_hour
+    return policy.standby_max_nodes if w is None or w > 0 else 0

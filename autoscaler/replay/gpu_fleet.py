@@ -45,6 +45,7 @@ from autoscaler.core import (
 from autoscaler.core.settings import SeenJob, SettingsTracker
 from autoscaler.model import Inventory, Node, NodeState, Plan, Policy, Pool, UnavailableOffering, WorkUnit
 from autoscaler.planner.rule import longest_idle_keep_s
+from autoscaler.planner.standby import is_standby_unit, standby_count
 from autoscaler.replay.facts import scenario_facts
 from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.simslurm import SimSlurm, SlurmSettings
@@ -104,6 +105,7 @@ class GpuFleetPolicy:
     launch_log: list[tuple[float, str, str, str, tuple[str, ...], str]] = field(default_factory=list)
     tick_log: list[float] = field(default_factory=list)
     _seen_final: dict[int, SeenJob | None] = field(default_factory=dict)  # job idx -> settled history entry
+    _standby_kept: set[str] = field(default_factory=set)  # idle names the last plan kept as standby nodes
 
     @classmethod
     def for_scenario(
@@ -123,9 +125,20 @@ class GpuFleetPolicy:
         # Slurm powers an idle node down after SuspendTime whatever the daemon keeps: the stack renders it no
         # shorter than the longest idle keep the rule can set (plus one tick), so the rule's keep is what happens
         slurm = replace(
-            SlurmSettings(), suspend_time_s=max(SlurmSettings().suspend_time_s, longest_idle_keep_s(facts) + INTERVAL_S)
+            SlurmSettings(),
+            suspend_time_s=max(SlurmSettings().suspend_time_s, longest_idle_keep_s(facts) + INTERVAL_S),
+            # standby nodes idle past SuspendTime by design: the stack renders SuspendExcNodes `<nodes>:<max>`
+            # for on-demand pools when waiting is valued (fleet.slurm.suspend.standby_exclusion)
+            suspend_exc_count=base.standby_max_nodes if base.wait_value_usd_per_gpu_hour != 0 else 0,
         )
         return cls(policy=base, slurm=slurm, tracker=tracker)
+
+    @property
+    def polls_on_allocation(self) -> bool:
+        """With standby nodes the daemon's next poll after a job took a node matters (it replenishes): the
+        simulated Slurm calls the tick then (the daemon polls every 10 s anyway; without standby such a poll
+        decides nothing, so the replay skips it)."""
+        return bool(self.policy.standby_by_machine)
 
     def settings(self) -> dict[str, object]:
         return {
@@ -181,6 +194,8 @@ class GpuFleetPolicy:
     def idle_wake(self, sim: SimSlurm, node: SimNode) -> float | None:
         if self.policy.keep_reserved_nodes and node.offering.capacity_type is CapacityType.RESERVATION:
             return None
+        if node.name in self._standby_kept:
+            return None  # kept up as a standby node: nothing to decide until a job takes it or the settings change
         m = node.offering.machine_type
         cap = self.policy.idle_keep_max_by_machine.get(m)
         if cap is not None and sum(1 for nm in sim.idle.values() if nm.node.offering.machine_type == m) > cap:
@@ -238,7 +253,8 @@ class GpuFleetPolicy:
         # queue depth + scale-down
         pending = [_unit(j) for j in sim.pending_jobs()]
         nodes = self._scale_down_nodes(sim, now, full=bool(pending) or self._limited)
-        if pending or any(n.state in (NodeState.READY_IDLE, NodeState.DRAINING) for n in nodes):
+        standby = bool(self.policy.standby_by_machine)
+        if pending or standby or any(n.state in (NodeState.READY_IDLE, NodeState.DRAINING) for n in nodes):
             plan = queue_depth(
                 pending,
                 Inventory(tuple(self._pools), nodes),
@@ -247,8 +263,15 @@ class GpuFleetPolicy:
                 now,
                 self.unavailable,
                 self._planner,
+                standby_in_flight=self._standby_in_flight(sim, nodes) if standby else None,
             )
             self.unavailable = plan.unavailable
+            self._standby_kept = {
+                n for uid, a in plan.assignments.items() if is_standby_unit(uid) for n in a.nodes if n in sim.idle
+            }
+            for su in plan.scale_ups:  # the daemon's `scontrol update state=power_up` of standby names
+                if k := standby_count(su):
+                    sim.power_up(su.pool, k)
             facts = {n.name: self._facts(sim, n.name) for n in nodes}
             drained: list[tuple[str, tuple[str, ...]]] = []
             for step in scale_down_steps(plan, facts):
@@ -393,6 +416,17 @@ class GpuFleetPolicy:
         out = [self._node(nm.node) for nm in sim.idle.values() if nm.launched]
         out += [self._node(nm.node) for nm in sim.draining.values() if nm.launched]
         return tuple(out)
+
+    def _standby_in_flight(self, sim: SimSlurm, nodes: Sequence[Node]) -> dict[str, int]:
+        """Machine type -> names powering up with no job that `nodes` (the plan's inventory) does not list: the
+        daemon's `standby_in_flight` over the simulated Slurm."""
+        listed = {n.name for n in nodes}
+        out: dict[str, int] = {}
+        for name, nm in sim.names.items():
+            if nm.node.jobs or nm.node.registered or nm.down or name in listed or name not in sim._room[nm.pool.name]:
+                continue
+            out[nm.pool.machine_type] = out.get(nm.pool.machine_type, 0) + 1
+        return out
 
     def _facts(self, sim: SimSlurm, name: str) -> _Facts:
         nm = sim.names[name]

@@ -77,6 +77,9 @@ class SlurmSettings:
     #: SuspendExcNodes by capacity type: pools of these types are never suspended (fleet/slurm/conf.py renders
     #: every reservation pool there, plus pool minimums, which the replay's pools do not have)
     suspend_exc: frozenset[CapacityType] = frozenset({CapacityType.RESERVATION})
+    #: SuspendExcNodes `<pool's nodes>:<count>` on on-demand pools (`fleet.slurm.suspend.standby_exclusion`):
+    #: slurmctld keeps that many usable idle nodes of each such pool from power save (0: none)
+    suspend_exc_count: int = 0
 
 
 class SlurmDriver(Protocol):
@@ -185,7 +188,7 @@ class SimSlurm:
         self.t_start = self.state.jobs[0].submit
         self.t_end: float | None = None
         self.wall_s = 0.0
-        self.slurm_counters = {"resume_calls": 0, "resume_timeouts": 0, "suspends": 0, "requeues": 0}
+        self.slurm_counters = {"resume_calls": 0, "resume_timeouts": 0, "suspends": 0, "requeues": 0, "power_ups": 0}
 
     @property
     def now(self) -> float:
@@ -246,8 +249,11 @@ class SimSlurm:
                 elif kind == _IDLE:
                     nm, version = payload  # type: ignore[misc]
                     if self.idle.get(nm.node.name) is nm and nm.node.version == version:
-                        self.slurm_counters["suspends"] += 1
-                        self.driver.suspend(self, [nm.node.name])
+                        if self._suspend_excluded(nm):  # Slurm looks again at its next power-save pass
+                            self._push(t + self.conf.suspend_time_s, _IDLE, (nm, version))
+                        else:
+                            self.slurm_counters["suspends"] += 1
+                            self.driver.suspend(self, [nm.node.name])
                 elif kind == _RETURN:
                     nm = payload  # type: ignore[assignment]
                     if self.names.get(nm.node.name) is nm and nm.node.state is NodeState.DELETING:
@@ -263,9 +269,12 @@ class SimSlurm:
                 nxt += 1
                 changed = True
             if changed or self.state.pending_changed:
+                placed = self.state.pending_count
                 self.schedule(t)
                 if self.state.pending_count:  # jobs Slurm could not place: the daemon sees them at its next poll
                     self.wake(self.driver_poll(t))
+                elif self.state.pending_count < placed and getattr(self.driver, "polls_on_allocation", False):
+                    self.wake(self.driver_poll(t))  # a job took a node: a driver keeping standby nodes replenishes
             if tick:
                 self._call_tick()
             self.timeline.record(t, self.state.demand_gpus, self._billed_gpus(), self.state.running_gpus)
@@ -360,6 +369,13 @@ class SimSlurm:
                 if len(picked) >= need:
                     return picked
         return None
+
+    def _suspend_excluded(self, nm: _Name) -> bool:
+        """SuspendExcNodes `<range>:<count>`: an on-demand pool keeps `suspend_exc_count` usable idle nodes up."""
+        k = self.conf.suspend_exc_count
+        if k <= 0 or nm.pool.capacity_type is not CapacityType.ON_DEMAND:
+            return False
+        return sum(1 for x in self.idle.values() if x.pool.name == nm.pool.name) <= k
 
     def _free_indices(self, pool: Pool, count: int) -> list[int]:
         if count <= 0:
@@ -662,6 +678,32 @@ class SimSlurm:
             self._room[nm.pool.name].pop(name, None)
             self.draining[name] = nm
             self.counters.drains += 1
+
+    def power_up(self, pool_name: str, count: int) -> list[str]:
+        """`scontrol update nodename=... state=power_up` of `count` powered-down names of a pool, lowest first (what
+        the daemon does for standby nodes): each name is POWERING_UP with no job, in the next ResumeProgram batch,
+        and takes jobs like any node powering up.  Returns the names."""
+        pool = self.pools.get(pool_name)
+        if pool is None or count <= 0:
+            return []
+        now = self.now
+        out: list[str] = []
+        for i in self._free_indices(pool, count):
+            self._take_index(pool, i)
+            name = pool.node_name(i)
+            node = SimNode(name, pool.name, self._placeholder(pool), pool.gpus_per_node, 0.0, now)
+            node.free = node.gpus
+            nm = self.names[name] = _Name(node, pool, i, allocated_at=now)
+            self._room[pool.name][name] = nm
+            self._push(now + self.conf.resume_timeout_s, _TIMEOUT, (nm, node))
+            out.append(name)
+        if out:
+            if not self._resume_batch:
+                self._push(now + self.conf.resume_batch_s, _RESUME, None)
+            self._resume_batch.extend(out)
+            self.slurm_counters["power_ups"] += len(out)
+            self.schedule(now)  # pending jobs may take a node powering up
+        return out
 
     def hold(self, pools: frozenset[str]) -> None:
         """The driver keeps these pools' powered-down names drained (`scontrol update state=drain`)."""

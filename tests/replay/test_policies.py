@@ -139,11 +139,15 @@ def test_with_a_reservation_overflow_is_held_so_jobs_wait_for_paid_for_gpus_then
     assert 2010 + hold + 361 <= jobs["j3"].first_start <= 2010 + hold + 10 + 361
     assert eng.counters.nodes_launched == 2
     assert eng.cloud.ledger.cost_by_capacity(eng.t_end)[CapacityType.ON_DEMAND] > 0
-    # a wait worth more than the saving: no hold, Slurm powers up on-demand at submit
+    # a wait worth more than the saving: no hold, Slurm powers up on-demand at submit (without standby nodes,
+    # which a wait value this high also buys: then j3 starts on one at once)
     eager = _fixed(sc, trace, 1e4)
-    assert eager.policy.batch_window_s == 0
-    eng = replay_engine(trace, sc, eager).run()
+    assert eager.policy.batch_window_s == 0 and eager.policy.standby_by_machine
+    no_standby = replace(eager, policy=replace(eager.policy, standby_by_machine={}))
+    eng = replay_engine(trace, sc, no_standby).run()
     assert {j.id: j for j in eng.state.jobs}["j3"].first_start == 2010 + 361
+    eng = replay_engine(trace, sc, eager).run()
+    assert {j.id: j for j in eng.state.jobs}["j3"].first_start == 2010
 
 
 def test_every_policy_is_divided_by_one_bound_so_ratio_and_dollar_rankings_agree(small_trace) -> None:

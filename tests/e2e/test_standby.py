@@ -8,6 +8,7 @@ job ends, the extra idle node goes (idle keep 0) and one standby node stays.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -64,3 +65,27 @@ def test_the_daemon_keeps_one_standby_node_up_and_a_job_starts_on_it_without_a_b
     # the job's node is idle again: two idle, one is kept, the other deleted (idle keep 0)
     wait_for(lambda: len(_up_idle(env)) == 1 and len(env.fake.events_of("delete")) == 1, 90, "one idle node to go", env)
     assert [e.name for e in env.fake.events_of("create")] == ["e2e-od-0", "e2e-od-1"]
+
+
+@pytest.fixture
+def env_short(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    with e2e_env(
+        slurm_factory,
+        suspend_time=6,  # slurmctld powers idle nodes down after 6 s ...
+        slurm_lines=lambda h, s: ["SuspendExcNodes=e2e-od-[0-3]:1"],  # ... but one of the pool's, as rendered
+        policy={"standby_by_machine": {"a3-highgpu-8g": 1}, "idle_timeout_s": 0, "backoff_s": 120},
+    ) as e:
+        yield e
+
+
+def test_suspend_exc_nodes_with_a_count_keeps_the_standby_node_up_past_suspend_time(env_short: E2E) -> None:
+    """What `fleet render slurm-conf` writes for on-demand pools when the cluster values waiting
+    (`fleet.slurm.suspend.standby_exclusion`): `<pool's nodes>:<count>`.  Without it slurmctld would power the standby
+    node down after SuspendTime idle, and the daemon would power up another: a boot wasted per SuspendTime."""
+    env_short.start_daemon()
+    wait_for(lambda: _up_idle(env_short) == ["e2e-od-0"], 90, "the standby node", env_short)
+    time.sleep(20)  # over three SuspendTimes idle
+    assert _up_idle(env_short) == ["e2e-od-0"]
+    assert [e.name for e in env_short.fake.events_of("create")] == ["e2e-od-0"] and not env_short.fake.events_of(
+        "delete"
+    )

@@ -126,6 +126,25 @@ def test_min_nodes_are_excluded_from_suspend(slurm_factory) -> None:
         harness.stop()
 
 
+def test_standby_pools_render_a_counted_suspend_exclusion_slurmctld_accepts(slurm_factory) -> None:
+    """A cluster that values waiting keeps standby nodes up (autoscaler/planner/standby.py): its on-demand pools
+    are rendered `<nodes>:<standby_max_nodes>` in SuspendExcNodes, which slurmctld 22.05 reads back as written."""
+    data = read_stack_config(ROOT / "Pulumi.gcp-a3mega-slurm.yaml")
+    data["clusters"][0]["pools"][1]["capacity"] = "on-demand"  # the 32-node pool
+    data["clusters"][0]["slurm"]["autoscaler"]["policy"]["wait_value_usd_per_gpu_hour"] = 5
+    spec = load_spec(data)
+    harness = slurm_factory()
+    conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
+    harness.start(conf.slurm_conf, conf.gres_conf, topology_conf=conf.topology_conf, job_submit_lua=conf.job_submit_lua)
+    try:
+        config = harness.run("scontrol", "show", "config", check=True).stdout
+        line = next(ln for ln in config.splitlines() if ln.startswith("SuspendExcNodes"))
+        # reserved nodes whole, as before; the on-demand pool with a count, min(32 nodes, standby_max_nodes 16)
+        assert line.split("=", 1)[1].strip() == "a3mega-resv-[0-15],a3mega-spot-[0-31]:16"
+    finally:
+        harness.stop()
+
+
 def test_harness_reports_a_config_slurm_rejects(slurm_factory) -> None:
     harness = slurm_factory()
     spec = load_stack_file(ROOT / "Pulumi.gcp-l4-dev.yaml")

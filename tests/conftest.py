@@ -1,4 +1,4 @@
-"""Project-wide pytest wiring: the real-Slurm skip and the `slurm_factory` fixture.
+"""Project-wide pytest wiring: the real-Slurm skip, the `slurm_factory` fixture, slow modules first.
 
 Tests marked `@pytest.mark.slurm` are skipped, with the reason, when slurmctld/munged are not
 installed or we are not root; CI installs them (scripts/setup.sh), so there they run.
@@ -24,6 +24,18 @@ from tests.harness.slurm import SlurmHarness, slurm_unavailable_reason
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("dev")
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the modules that hold `slow` tests (the real-Slurm e2e runs, the first-boot cluster) first.
+
+    Under pytest-xdist (pyproject addopts: `-n 4 --dist loadscope --no-loadscope-reorder`) each worker takes
+    whole modules in this order, so the long waits start at once, side by side, and the quick modules fill
+    the workers around them; left last, one of them would run alone at the end.  A stable sort: the order
+    inside a module and among the rest is unchanged.
+    """
+    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -26,10 +26,25 @@ settings.register_profile("dev")
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
+XDIST_WORKERS = 4  # the suite mostly waits on Slurm timers and sockets: 4 workers overlap the waits on 2 cores
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """How many pytest-xdist workers `-n auto` (pyproject addopts) starts: PYTEST_XDIST_AUTO_NUM_WORKERS if set,
+    else none under `-s` (a worker's output would not reach this terminal: `pytest -s` prints reports in this
+    process), else XDIST_WORKERS.  `-n 0` / `-n N` on the command line override it; `--pdb` implies none."""
+    if env := os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(env)
+    if config.option.capture == "no":
+        return 0
+    return XDIST_WORKERS
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run the modules that hold `slow` tests (the real-Slurm e2e runs, the first-boot cluster) first.
 
-    Under pytest-xdist (pyproject addopts: `-n 4 --dist loadscope --no-loadscope-reorder`) each worker takes
+    Under pytest-xdist (pyproject addopts: `-n auto --dist loadscope --no-loadscope-reorder`) each worker takes
     whole modules in this order, so the long waits start at once, side by side, and the quick modules fill
     the workers around them; left last, one of them would run alone at the end.  A stable sort: the order
     inside a module and among the rest is unchanged.

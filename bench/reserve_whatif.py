@@ -20,7 +20,13 @@ changed, to size a mechanism before building it (docs/simulate.md, "The reservat
   within one boot of its submission (competition for that node ignored); every other job is released at the
   daemon's next tick;
 - `spot-protect=G`: a spot-tolerant job may use the reservation only if G reserved GPUs stay free after it (a
-  protection level for on-demand-only work, as a daemon moving reserved nodes out of the spot partition would).
+  protection level for on-demand-only work, as a daemon moving reserved nodes out of the spot partition would);
+- `pack=MACHINE`: a job smaller than MACHINE's GPUs prefers MACHINE instead of its right-sized shape (the
+  rendered `--prefer` changed): small jobs boot large nodes and pack onto them, including ones powering up;
+- `no-warm-cap`: the settings rule's idle keep without its warm-node cap (every idle node of a kept shape is
+  kept for the break-even time).
+
+`--wait-value W` replays gpu-fleet at that wait value (the knob of the frontier) instead of its default.
 
 The simulated Slurm is patched in this process only (bench instrumentation)."""
 
@@ -45,6 +51,26 @@ def _patch(what: str) -> None:
     S = simslurm.SimSlurm
     name, _, arg = what.partition("=")
     if name == "none":
+        return
+    if name == "no-warm-cap":
+        orig_policy = rule.policy_for
+        rule.policy_for = lambda f, base=None: replace(orig_policy(f, base), idle_keep_max_by_machine={})
+        import autoscaler.core.settings as settings
+
+        settings.policy_for = rule.policy_for
+        return
+    if name == "pack":
+        from fleet.catalog import load_catalog
+        from fleet.slurm.job_submit import Prefer
+
+        big = load_catalog().machine(arg).gpu_count
+        orig_init = S.__init__
+
+        def init_pack(self: Any, *a: Any, **kw: Any) -> None:
+            orig_init(self, *a, **kw)
+            self.prefer = {g: Prefer(arg, p.reservation) if g < big else p for g, p in self.prefer.items()}
+
+        S.__init__ = init_pack
         return
     if name == "hold":
         orig_hold = rule.reservation_hold_s
@@ -163,7 +189,7 @@ def _patch(what: str) -> None:
 
 
 def main() -> int:
-    from autoscaler.replay.run import run_scenario
+    from autoscaler.replay.run import PolicyOptions, run_scenario
     from autoscaler.replay.scenario import Scenario
     from autoscaler.replay.synth import generate
     from autoscaler.replay.trace import load_trace
@@ -174,6 +200,7 @@ def main() -> int:
     ap.add_argument("--reserved-nodes", type=int, default=0)
     ap.add_argument("--spot-fraction", type=float, default=0.0)
     ap.add_argument("--stockout-rate", type=float, default=0.0)
+    ap.add_argument("--wait-value", type=float, default=None, help="gpu-fleet's wait value ($/GPU-h; default: its own)")
     a = ap.parse_args()
     if a.trace.startswith("synth:"):
         jobs = generate(a.trace.split(":")[1], 0)
@@ -182,9 +209,10 @@ def main() -> int:
     _patch(a.what)
     sc = Scenario(trace=a.trace, reserved_nodes=a.reserved_nodes, spot_fraction=a.spot_fraction,
                   stockout_rate=a.stockout_rate)  # fmt: skip
-    m = run_scenario(jobs, sc, ["gpu-fleet"]).metrics["gpu-fleet"]
-    keys = ("cost_ratio", "overflow_ratio", "wait_p50_s", "wait_p95_s", "nodes_launched")
-    print(json.dumps({"trace": a.trace, "what": a.what, **{k: m[k] for k in keys}}))
+    options = PolicyOptions(wait_value_usd_per_gpu_hour=a.wait_value)
+    m = run_scenario(jobs, sc, ["gpu-fleet"], options=options).metrics["gpu-fleet"]
+    keys = ("cost_ratio", "overflow_ratio", "wait_p50_s", "wait_p95_s", "wait_mean_s", "nodes_launched")
+    print(json.dumps({"trace": a.trace, "what": a.what, "wait_value": a.wait_value, **{k: m[k] for k in keys}}))
     return 0
 
 

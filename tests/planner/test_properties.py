@@ -306,10 +306,12 @@ def test_replanning_after_the_launches_adds_nothing_for_the_same_demand(sc) -> N
 
 
 def test_scenarios_exercise_the_interesting_cases() -> None:
-    """Guard against a strategy that never produces gangs, unserved units or scale-downs."""
+    """Guard against a strategy that never produces gangs, unserved units or scale-downs.  Derandomized in every
+    profile: it checks the strategy's coverage, not a property, and 200 random draws could miss a rare case now
+    and then (a local run failed that way)."""
     seen: defaultdict[str, int] = defaultdict(int)
 
-    @settings(max_examples=200, deadline=None, database=None)
+    @settings(max_examples=200, deadline=None, database=None, derandomize=True)
     @given(scenarios())
     def probe(sc) -> None:
         demand, inv, offerings, policy, memory = sc

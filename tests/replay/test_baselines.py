@@ -37,6 +37,23 @@ def test_exact_fit_never_reuses_a_node_not_even_its_spare_gpus() -> None:
     assert eng.cloud.ledger.closed_count == 3
 
 
+@pytest.mark.parametrize("t0", [0.3, 1_932_025.0])  # at ITP trace times, (t + 0.7) - t < 0.7 in floating point
+def test_exact_fit_with_hook_delays_launches_and_deletes_exactly_that_much_later(t0: float) -> None:
+    """The what-if of bench/exact_fit_latency.py: a launch seen 1 s after the submission and a delete seen 0.7 s
+    after the end shift the wait by 1 s and the bill by 0.7 s per node, no more (a wake-up at t + delay finds
+    the node due, whatever the rounding).  The run ends with the last job, so the last node's delay is not billed:
+    a third job keeps the run going past the first two deletes."""
+    jobs = [job(0, t0, 600.0, 1), job(1, t0, 600.0, 2), job(2, t0 + 5000.0, 60.0, 1)]
+    floor = ReplayEngine(jobs, Scenario(), ExactFitPolicy()).run()
+    late = ReplayEngine(jobs, Scenario(), ExactFitPolicy(launch_delay_s=1.0, delete_delay_s=0.7)).run()
+    assert [j.first_start - j.submit for j in late.state.jobs] == pytest.approx(
+        [j.first_start - j.submit + 1.0 for j in floor.state.jobs]
+    )
+    extra = 0.7 * (PRICES["a3-highgpu-1g"].on_demand + PRICES["a3-highgpu-2g"].on_demand) / 3600
+    assert late.cloud.ledger.cost(late.t_end) - floor.cloud.ledger.cost(floor.t_end) == pytest.approx(extra, rel=1e-6)
+    assert late.cloud.ledger.closed_count == floor.cloud.ledger.closed_count == 3  # every node deleted
+
+
 def test_exact_fit_launches_a_gang_in_one_request_and_uses_a_free_reservation_slot_first() -> None:
     sc = Scenario(reserved_nodes=1)
     jobs = [job(0, 0, 3600, 1), job(1, 10, 3600, 16)]

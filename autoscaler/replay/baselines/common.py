@@ -52,12 +52,13 @@ def first_fit(jobs: Iterable[Job], node_gpus: int) -> list[list[Job]]:
 
 def empty_nodes(state: ClusterState, now: float, *, idle_for_s: float, limit: int) -> list[SimNode]:
     """At most `limit` idle nodes, in idle order, with no jobs, not nominated for a job and idle for at
-    least `idle_for_s` seconds at `now`."""
+    least `idle_for_s` seconds at `now` (compared as the due time `since + idle_for_s <= now`, the time a
+    policy's wake-up is scheduled for: `now - since >= idle_for_s` can miss it by a rounding error)."""
     out: list[SimNode] = []
     for n in state.idle.values():
         if len(out) >= limit:
             break
-        if n.jobs or n.nominated_for is not None or now - n.since < idle_for_s:
+        if n.jobs or n.nominated_for is not None or n.since + idle_for_s > now:
             continue
         out.append(n)
     return out

@@ -12,7 +12,12 @@ is handed back when the job ends), else the smallest shape: spot for spot-tolera
 family has a spot price, else on-demand; then the cheapest offering, then the zone.  A refused
 launch marks the offering unavailable for `retry_s` and the job tries the next offering at once; a
 job whose every offering is out waits for the first to come back.  A preempted job gets a fresh
-set of nodes (its surviving nodes are deleted: no reuse)."""
+set of nodes (its surviving nodes are deleted: no reuse).
+
+`launch_delay_s` / `delete_delay_s` (0, the floor, by default) are for what-ifs only: the launch a job's
+submission is seen after, and the delete a job's end is seen after, by a daemon that learns of both through
+Slurm's hooks (`bench/exact_fit_latency.py` sets them to the simulated Slurm's ResumeProgram delay and the
+daemon's measured EpilogSlurmctld wake-up)."""
 
 from __future__ import annotations
 
@@ -32,6 +37,8 @@ PRIORITY = {CapacityType.RESERVATION: 0, CapacityType.SPOT: 1, CapacityType.ON_D
 @dataclass
 class ExactFitPolicy:
     retry_s: float = 60.0
+    launch_delay_s: float = 0.0
+    delete_delay_s: float = 0.0
     name: str = "exact-fit"
     description: str = (
         "sanity floor: one node of the smallest fitting shape per job (a gang's nodes in one request), launched "
@@ -59,8 +66,11 @@ class ExactFitPolicy:
 
     def decide(self, view: ReplayView, now: float, reasons: frozenset[str]) -> Decision:
         st = view.state
-        done = [n for n in st.idle.values() if not n.jobs and n.nominated_for is None]
+        ended = [n for n in st.idle.values() if not n.jobs and n.nominated_for is None]
+        # due times compared as computed (t + delay <= now), so a wake-up at exactly t + delay finds them due
+        done = [n for n in ended if n.since + self.delete_delay_s <= now]
         cmds: list[Command] = list(delete_per_pool(done, "its job ended (exact-fit: no reuse)"))
+        later = [n.since + self.delete_delay_s for n in ended if n.since + self.delete_delay_s > now]
         nominations: dict[str, tuple[str, ...]] = {}
         self._planned = {}
         waiting = False
@@ -68,17 +78,19 @@ class ExactFitPolicy:
         for job in st.pending():
             if job.nominated:
                 continue  # its nodes are on the way
+            if job.submit + self.launch_delay_s > now:
+                later.append(job.submit + self.launch_delay_s)
+                continue
             cmd = self._launch(view, offers, now, job)
             if cmd is None:
                 waiting = True
                 continue
             cmds.append(cmd)
             nominations[job.id] = cmd.names
-        wake = None
         if waiting:
             back = [t for t in self._down.values() if t > now]
-            wake = min(back) if back else now + self.retry_s
-        return Decision(tuple(cmds), nominations, wake_at=wake)
+            later.append(min(back) if back else now + self.retry_s)
+        return Decision(tuple(cmds), nominations, wake_at=min(later, default=None))
 
     def _launch(
         self, view: ReplayView, offers: list[Offering] | tuple[Offering, ...], now: float, job: Job

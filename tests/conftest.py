@@ -35,6 +35,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     else none under `-s` (a worker's output would not reach this terminal: `pytest -s` prints reports in this
     process), else XDIST_WORKERS.  `-n 0` / `-n N` on the command line override it; `--pdb` implies none."""
     if env := os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        if not env.isdigit():
+            raise pytest.UsageError(f"PYTEST_XDIST_AUTO_NUM_WORKERS={env!r}: expected a number of workers (0: none)")
         return int(env)
     if config.option.capture == "no":
         return 0

@@ -1,4 +1,4 @@
-"""Project-wide pytest wiring: the real-Slurm skip and the `slurm_factory` fixture.
+"""Project-wide pytest wiring: the real-Slurm skip, the `slurm_factory` fixture, slow modules first.
 
 Tests marked `@pytest.mark.slurm` are skipped, with the reason, when slurmctld/munged are not
 installed or we are not root; CI installs them (scripts/setup.sh), so there they run.
@@ -24,6 +24,35 @@ from tests.harness.slurm import SlurmHarness, slurm_unavailable_reason
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("dev")
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+XDIST_WORKERS = 4  # the suite mostly waits on Slurm timers and sockets: 4 workers overlap the waits on 2 cores
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """How many pytest-xdist workers `-n auto` (pyproject addopts) starts: PYTEST_XDIST_AUTO_NUM_WORKERS if set,
+    else none under `-s` (a worker's output would not reach this terminal: `pytest -s` prints reports in this
+    process), else XDIST_WORKERS.  `-n 0` / `-n N` on the command line override it; `--pdb` implies none."""
+    if env := os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        if not env.isdigit():
+            raise pytest.UsageError(f"PYTEST_XDIST_AUTO_NUM_WORKERS={env!r}: expected a number of workers (0: none)")
+        return int(env)
+    if config.option.capture == "no":
+        return 0
+    return XDIST_WORKERS
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the modules that hold `slow` tests (the real-Slurm e2e runs, the first-boot cluster) first.
+
+    Under pytest-xdist (pyproject addopts: `-n auto --dist loadscope --no-loadscope-reorder`) each worker takes
+    whole modules in this order, so the long waits start at once, side by side, and the quick modules fill
+    the workers around them; left last, one of them would run alone at the end.  A stable sort: the order
+    inside a module and among the rest is unchanged.
+    """
+    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

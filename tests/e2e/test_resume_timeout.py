@@ -29,7 +29,8 @@ def test_resume_timeout_backs_off_the_offering_and_the_job_runs_elsewhere(env: E
     job = env.sbatch("-p", "gpu", "-N", "2", "--gres=gpu:8", "-o", f"{out}/job-%j.out", "--wrap",
                      "srun sh -c 'echo ran $SLURMD_NODENAME'")  # fmt: skip
 
-    # slurmctld holds a job requeued after a node failure ~2 min (its BeginTime) before it runs again.
+    # slurmctld holds a job requeued after a node failure cred_expire seconds (its BeginTime; 120 s by default,
+    # 30 s in the test harness's AuthInfo) before it runs again.
     # (Forcing `scontrol update jobid=.. starttime=now` instead crashed slurmctld 22.05.8 in build_job_info_resp.)
     wait_for(lambda: job not in env.squeue_ids(), 360, "the job to finish after the resume failure", env)
     creates = env.fake.events_of("create")

@@ -23,32 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness.slurm import SlurmHarness
+from tests.harness.slurm import SlurmHarness, free_port_range
 
 SHIM_SOURCE = Path(__file__).with_name("uptime_shim.c")
-
-
-def free_port_range(count: int, *, start: int = 20000, stop: int = 60000) -> int:
-    """The first port of `count` consecutive free TCP ports on 127.0.0.1 (one slurmd each)."""
-    import random
-    import socket
-
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(start, stop - count)
-        socks = []
-        try:
-            for p in range(base, base + count):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError(f"no {count} consecutive free ports in {start}..{stop}")
 
 
 def cloud_nodes_unavailable_reason() -> str | None:

@@ -23,6 +23,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -33,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+CRED_EXPIRE_S = 30
 DAEMONS = ("slurmctld", "munged", "mungekey", "sinfo", "scontrol")
 
 
@@ -53,10 +55,36 @@ def slurm_unavailable_reason() -> str | None:
     return None
 
 
+# Ports for daemons the tests start are drawn below the kernel's ephemeral range (32768-60999 by default):
+# a port picked there (bind to 0) and released can be taken by any outgoing connection before the daemon binds
+# it, and with several pytest workers and Slurm clients running at once that happens.
+PORTS = range(20000, 32768)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that is free now, outside the ephemeral range (see PORTS)."""
+    return free_port_range(1)
+
+
+def free_port_range(count: int, *, start: int = PORTS.start, stop: int = PORTS.stop) -> int:
+    """The first port of `count` consecutive free TCP ports on 127.0.0.1 (one slurmd each), chosen at random
+    in [start, stop) so concurrent test processes rarely pick the same ones."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(start, stop - count)
+        socks = []
+        try:
+            for p in range(base, base + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {count} consecutive free ports in {start}..{stop}")
 
 
 def short_hostname() -> str:
@@ -132,7 +160,9 @@ class SlurmHarness:
             "SlurmdPort": str(self.slurmd_port),
             "SlurmUser": "root",
             "SlurmdUser": "root",
-            "AuthInfo": f"socket={self.munge_socket}",
+            # cred_expire: also how long slurmctld holds a requeued job before it may run again (default 120 s);
+            # 30 s still covers a step launch on a loaded test host
+            "AuthInfo": f"socket={self.munge_socket},cred_expire={CRED_EXPIRE_S}",
             "StateSaveLocation": str(r / "state" / "ctld"),
             "SlurmdSpoolDir": str(r / "state" / "d" / "%n"),
             "SlurmctldPidFile": str(r / "run" / "slurmctld.pid"),

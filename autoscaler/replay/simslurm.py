@@ -23,7 +23,8 @@ hard way", checked on a real slurmctld in tests/e2e):
 - **ResumeProgram** is called `resume_batch_s` after the first allocation of a batch with every name
   allocated since, and the job -> names map (`SLURM_RESUME_FILE`).
 - **ResumeTimeout**: a node not registered `resume_timeout_s` after its allocation goes DOWN, its jobs are
-  requeued (eligible again after `requeue_hold_s`: Slurm's BeginTime on requeue, ~2 min on the e2e cluster)
+  requeued (eligible again after `requeue_hold_s`: Slurm's BeginTime on requeue, AuthInfo cred_expire, 120 s by
+  default as the stack renders it; the e2e harness sets 30 s to run faster)
   and ResumeFailProgram is called; the node is unusable until the driver returns it to service.
 - **SuspendTime**: a registered node idle for `suspend_time_s` gets SuspendProgram; the name is powering down
   (unusable) for `suspend_timeout_s`, then powered down (allocatable) again.
@@ -69,7 +70,7 @@ class SlurmSettings:
     suspend_time_s: float = 300.0  # fleet spec default SuspendTime
     suspend_timeout_s: float = 300.0  # fleet/slurm/conf.py renders SuspendTimeout=300
     resume_batch_s: float = 1.0  # ResumeProgram runs 1-3 s after the allocation, batching jobs
-    requeue_hold_s: float = 120.0  # a requeued job's BeginTime (observed on slurmctld 22.05 in tests/e2e)
+    requeue_hold_s: float = 120.0  # a requeued job's BeginTime: cred_expire, 120 s by default (slurmctld 22.05)
     #: node Weight per capacity type; None: per pool, as `fleet render slurm-conf` renders them (`pool_weights`)
     weights: Mapping[CapacityType, int] | None = None
     #: the rendered job_submit.lua's `--prefer=<right-sized machine type>` (`fleet.slurm.job_submit.preferences`)

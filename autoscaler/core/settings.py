@@ -38,7 +38,15 @@ from dataclasses import dataclass, field, replace
 from autoscaler.cloud import Offering
 from autoscaler.model import Policy, Pool
 from autoscaler.planner.reuse import MIN_SPELLS, free_gaps, standby_use
-from autoscaler.planner.rule import FleetFacts, ShapeFacts, break_even_idle_s, observed_facts, policy_for, right_sized
+from autoscaler.planner.rule import (
+    FleetFacts,
+    ShapeFacts,
+    break_even_idle_s,
+    idle_keep_s,
+    observed_facts,
+    policy_for,
+    right_sized,
+)
 from fleet.catalog import CapacityType
 
 #: boot time the daemon assumes when the config gives none: GCE create to slurmd registered for an A3 node with
@@ -127,24 +135,31 @@ def with_reuse(facts: FleetFacts, seen: Sequence[SeenJob], at: float, span_s: fl
         if shape is not None:
             events.append((shape.machine_type, j.submit, j.ended_at, j.nodes))
     gaps = free_gaps(events, at, horizons)
-    shapes = tuple(
-        replace(s, reuse_gaps=gaps.get(s.machine_type, ()), standby_use=_standby_use(facts, s, events, span_s))
-        for s in facts.shapes
-    )
+    shapes = tuple(replace(s, reuse_gaps=gaps.get(s.machine_type, ())) for s in facts.shapes)
+    shapes = tuple(replace(s, standby_use=_standby_use(facts, s, events, at, span_s)) for s in shapes)
     return replace(facts, shapes=shapes)
 
 
 def _standby_use(
-    facts: FleetFacts, shape: ShapeFacts, events: Sequence[tuple[str, float, float | None, int]], span_s: float
+    facts: FleetFacts,
+    shape: ShapeFacts,
+    events: Sequence[tuple[str, float, float | None, int]],
+    at: float,
+    span_s: float,
 ) -> tuple[float, ...] | None:
-    """The shape's measured standby use (`reuse.standby_use`); None (Erlang's formula decides) with fewer than
-    `MIN_SPELLS` nodes seen arriving, and not computed when waiting is not valued (no standby then)."""
-    if facts.wait_value(shape) <= 0 or span_s <= 0:
+    """The shape's measured standby use (`reuse.standby_use`) for the arrivals its idle keep (the rule's, from the
+    same history) leaves waiting; None (Erlang's formula decides) with fewer than `MIN_SPELLS` nodes seen
+    arriving, and not computed when waiting is not valued (no standby then)."""
+    w = facts.wait_value(shape)
+    if w <= 0 or span_s <= 0:
         return None
-    arrivals = [(submit, nodes) for m, submit, _, nodes in events if m == shape.machine_type]
+    mine = [e for e in events if e[0] == shape.machine_type]
+    arrivals = [(submit, nodes) for _, submit, _, nodes in mine]
     if sum(n for _, n in arrivals) < MIN_SPELLS:
         return None
-    return standby_use(arrivals, facts.boot_s, span_s)
+    ends = [(end, nodes) for _, _, end, nodes in mine if end is not None and end <= at]
+    keep = idle_keep_s(shape, facts.boot_s, w)
+    return standby_use(arrivals, facts.boot_s, span_s, ends, keep if math.isfinite(keep) else span_s)
 
 
 #: derived fields that only make sense together: setting one of a group pins the whole group (`idle_timeout_s:

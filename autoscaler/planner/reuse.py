@@ -68,24 +68,43 @@ def keep_pays(gaps: Sequence[float], keep_s: float) -> bool | None:
     return cost < keep_s * taken
 
 
-def standby_use(arrivals: Iterable[tuple[float, int]], boot_s: float, span_s: float) -> tuple[float, ...]:
+def standby_use(
+    arrivals: Iterable[tuple[float, int]],
+    boot_s: float,
+    span_s: float,
+    ends: Iterable[tuple[float, int]] = (),
+    keep_s: float = 0.0,
+) -> tuple[float, ...]:
     """The measured use of each standby node of a shape (`rule.standby_nodes`): `arrivals` ((time, nodes) of the
     shape's jobs seen over `span_s` seconds) replayed against standby nodes 0, 1, 2, ... each busy for `boot_s`
     after a job takes it (its replacement boots), an arrival taking the lowest-numbered free ones.  u_j is the
-    fraction of the span node j was busy.  An arrival needing more nodes than are free takes what is free (each
-    node of a gang spared its boot is a node of the gang that does not wait for one; conservative for gangs,
-    which wait for their slowest node).  Nodes freed by job ends are not counted (the idle keep reuses those)."""
+    fraction of the span node j was busy.  An arrival first takes a node a job freed (`ends`: (time, nodes)) in
+    the last `keep_s` if one is idle (the idle keep serves it, the most recently freed first), so standby is sized
+    for the arrivals the idle keep leaves waiting.  An arrival needing more nodes than are free takes what is free
+    (each node of a gang spared its boot is a node that does not wait for one; conservative for gangs, which wait
+    for their slowest node)."""
     if boot_s <= 0 or span_s <= 0:
         return ()
     import heapq
 
+    events = sorted([(t, 0, n) for t, n in ends] + [(t, 1, n) for t, n in arrivals])  # ends first at a tie
+    freed: list[float] = []  # free times of the idle nodes jobs freed, most recent last
     free: list[int] = []  # free standby indices (min-heap)
     busy: list[tuple[float, int]] = []  # (free again at, index)
     takes: list[int] = []
-    for t, nodes in sorted(arrivals):
+    for t, kind, nodes in events:
+        if kind == 0:
+            if keep_s > 0:
+                freed.extend([t] * nodes)
+            continue
+        while freed and t - freed[0] > keep_s:
+            freed.pop(0)
         while busy and busy[0][0] <= t:
             heapq.heappush(free, heapq.heappop(busy)[1])
         for _ in range(nodes):
+            if freed:
+                freed.pop()
+                continue
             if free:
                 j = heapq.heappop(free)
             else:

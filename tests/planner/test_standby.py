@@ -83,3 +83,13 @@ def test_standby_count_grows_with_the_wait_value_and_is_zero_when_waiting_is_fre
     sparse = ShapeFacts(machine(1), 1, 11.0, arrivals_per_hour=30.0, standby_use=(0.9, 0.0))
     assert standby_nodes(sparse, 360.0, 1000.0) == 1
     assert math.isclose(standby_nodes(sparse, 360.0, 0.0), 0)
+
+
+def test_standby_is_sized_for_the_arrivals_the_idle_keep_leaves_waiting() -> None:
+    # every arrival comes 100 s after a job freed a node: an idle keep of 360 s serves them all, standby none
+    arrivals = [(1000.0 * i + 100.0, 1) for i in range(30)]
+    ends = [(1000.0 * i, 1) for i in range(30)]
+    assert standby_use(arrivals, 360.0, 30_000.0, ends, keep_s=360.0) == ()
+    # with no keep (or ends after the keep expired) the same arrivals need one standby node each time
+    assert len(standby_use(arrivals, 360.0, 30_000.0, ends, keep_s=0.0)) == 1
+    assert len(standby_use(arrivals, 360.0, 30_000.0, ends, keep_s=50.0)) == 1

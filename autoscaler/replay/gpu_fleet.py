@@ -481,6 +481,7 @@ def policy_settings(
         "wait_value_usd_per_gpu_hour": p.wait_value_usd_per_gpu_hour,
         "idle_timeout_by_machine": dict(p.idle_timeout_by_machine),
         "idle_keep_max_by_machine": dict(p.idle_keep_max_by_machine),
+        "standby_by_machine": dict(p.standby_by_machine),
         "defragment": p.defragment,
         "idle_timeout_s": p.idle_timeout_s,
         "batch_window_s": p.batch_window_s,

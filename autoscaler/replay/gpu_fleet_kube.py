@@ -101,7 +101,8 @@ class GpuFleetKubePolicy:
 
     def settings(self) -> dict[str, object]:
         settings = policy_settings(self.policy, self.tracker, "the requests seen", self.interval_s)
-        return {"scheduler": "kueue", **settings}
+        # standby nodes are not brought up on this path (the planner is not asked for them): none ran
+        return {"scheduler": "kueue", **settings, "standby_by_machine": {}}
 
     def pools(self, scenario: Scenario) -> list[Pool]:
         self._pools = scenario.pools()

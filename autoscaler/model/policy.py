@@ -101,8 +101,8 @@ class Policy:
             "wait_value_usd_per_gpu_hour",
         ):
             v = getattr(self, name)
-            if v is not None and v < 0:
-                raise ValueError(f"Policy.{name}: must be >= 0 when set, got {v}")
+            if v is not None:
+                _check_number(name, v, whole=name in COUNT_FIELDS)
         for name in (
             "batch_window_s",
             "batch_idle_s",
@@ -113,11 +113,7 @@ class Policy:
             "reservation_hold_max_s",
             "standby_max_nodes",
         ):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float):
-                raise ValueError(f"Policy.{name}: must be a number, got {v!r}")
-            if v < 0:
-                raise ValueError(f"Policy.{name}: must be >= 0, got {v}")
+            _check_number(name, getattr(self, name), whole=name in COUNT_FIELDS)
         for name in (
             "pool_max_nodes",
             "pool_max_gpus",
@@ -125,9 +121,13 @@ class Policy:
             "idle_keep_max_by_machine",
             "standby_by_machine",
         ):
-            for pool, v in getattr(self, name).items():
-                if v < 0:
-                    raise ValueError(f"Policy.{name}[{pool!r}]: must be >= 0, got {v}")
+            m = getattr(self, name)
+            if not isinstance(m, Mapping):
+                raise ValueError(f"Policy.{name}: must be a mapping of names to numbers, got {m!r}")
+            for key, v in m.items():
+                if not isinstance(key, str):
+                    raise ValueError(f"Policy.{name}: keys must be names, got {key!r}")
+                _check_number(f"{name}[{key!r}]", v, whole=name in COUNT_FIELDS)
         if self.spot_queues is not None and not isinstance(self.spot_queues, frozenset):
             object.__setattr__(self, "spot_queues", frozenset(self.spot_queues))
         if not isinstance(self.flex_start_queues, frozenset):
@@ -150,6 +150,28 @@ class Policy:
 
     def flex_start_allowed(self, queue: str, waited_s: float) -> bool:
         return queue in self.flex_start_queues and waited_s <= self.flex_start_max_wait_s
+
+
+#: fields (and per-name mappings) that count nodes or GPUs: whole numbers only
+COUNT_FIELDS = frozenset(
+    {
+        "max_nodes",
+        "max_gpus",
+        "pool_max_nodes",
+        "pool_max_gpus",
+        "idle_keep_max_by_machine",
+        "standby_by_machine",
+        "standby_max_nodes",
+    }
+)
+
+
+def _check_number(name: str, v: object, *, whole: bool) -> None:
+    """`v` is a number >= 0 (a whole one for counts); the error names `Policy.<name>`."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or (whole and not float(v).is_integer()):
+        raise ValueError(f"Policy.{name}: must be {'a whole number' if whole else 'a number'}, got {v!r}")
+    if v < 0:
+        raise ValueError(f"Policy.{name}: must be >= 0, got {v}")
 
 
 class PolicyError(ValueError):

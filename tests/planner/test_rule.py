@@ -4,6 +4,7 @@ from its reasoning (ski-rental idle keep, reservation hold), the wait value movi
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from hypothesis import given
@@ -119,6 +120,26 @@ def test_the_wait_value_is_a_policy_field_config_accepts() -> None:
         policy_from_mapping({"wait_value_usd_per_gpu_hour": -1})
     with pytest.raises(ValueError, match="boot_s"):
         FleetFacts(-1, SHAPES)
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"standby_by_machine": {"a3-highgpu-1g": "two"}}, "standby_by_machine['a3-highgpu-1g']: must be a whole"),
+        ({"standby_by_machine": ["a3-highgpu-1g"]}, "standby_by_machine: must be a mapping"),
+        ({"standby_max_nodes": 2.5}, "standby_max_nodes: must be a whole number"),
+        (
+            {"idle_keep_max_by_machine": {"a3-highgpu-1g": -1}},
+            "idle_keep_max_by_machine['a3-highgpu-1g']: must be >= 0",
+        ),
+        ({"max_nodes": "many"}, "max_nodes: must be a whole number"),
+        ({"idle_timeout_by_machine": {"a3-highgpu-1g": True}}, "must be a number"),
+    ],
+)
+def test_bad_policy_values_name_the_field_and_the_reason(raw: dict, field: str) -> None:
+    with pytest.raises(PolicyError, match=re.escape(field)):
+        policy_from_mapping(raw)
+    assert policy_from_mapping({"max_nodes": 3.0, "idle_timeout_by_machine": {"a3-highgpu-1g": 1.5}}).max_nodes == 3
 
 
 def test_warm_pool_is_the_arrival_fluctuation_over_the_break_even() -> None:

@@ -423,7 +423,8 @@ class GpuFleetPolicy:
         listed = {n.name for n in nodes}
         out: dict[str, int] = {}
         for name, nm in sim.names.items():
-            if nm.node.jobs or nm.node.registered or nm.down or name in listed or name not in sim._room[nm.pool.name]:
+            node = nm.node
+            if node.jobs or node.registered or nm.down or node.state is NodeState.DELETING or name in listed:
                 continue
             out[nm.pool.machine_type] = out.get(nm.pool.machine_type, 0) + 1
         return out

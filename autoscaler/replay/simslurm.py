@@ -422,14 +422,8 @@ class SimSlurm:
         fresh: list[str] = []
         for pool, c in picked:
             if isinstance(c, int):
-                self._take_index(pool, c)
-                name = pool.node_name(c)
-                node = SimNode(name, pool.name, self._placeholder(pool), pool.gpus_per_node, 0.0, now)
-                node.free = node.gpus
-                c = self.names[name] = _Name(node, pool, int(name.rpartition("-")[2]), allocated_at=now)
-                self._room[pool.name][name] = c
-                fresh.append(name)
-                self._push(now + self.conf.resume_timeout_s, _TIMEOUT, (c, node))
+                c = self._power_up_index(pool, c, now)
+                fresh.append(c.node.name)
             node = c.node
             node.free -= g
             node.jobs[job.idx] = g
@@ -442,11 +436,28 @@ class SimSlurm:
                 node.since = now
             job.placed_on.append(node)
         job.state = JobState.CONFIGURING
-        if fresh:
-            if not self._resume_batch:
-                self._push(now + self.conf.resume_batch_s, _RESUME, None)
-            self._resume_batch.extend(fresh)
+        self._queue_resume(fresh, now)
         self._maybe_start(job, now)
+
+    def _power_up_index(self, pool: Pool, i: int, now: float) -> _Name:
+        """Powered-down name `i` of `pool` becomes POWERING_UP (no instance yet, every GPU free), with its
+        ResumeTimeout armed: an allocation's powered-down pick, or an `scontrol ... state=power_up`."""
+        self._take_index(pool, i)
+        name = pool.node_name(i)
+        node = SimNode(name, pool.name, self._placeholder(pool), pool.gpus_per_node, 0.0, now)
+        node.free = node.gpus
+        nm = self.names[name] = _Name(node, pool, i, allocated_at=now)
+        self._room[pool.name][name] = nm
+        self._push(now + self.conf.resume_timeout_s, _TIMEOUT, (nm, node))
+        return nm
+
+    def _queue_resume(self, names: Sequence[str], now: float) -> None:
+        """`names` go to the next ResumeProgram call (`resume_batch_s` after the first of a batch)."""
+        if not names:
+            return
+        if not self._resume_batch:
+            self._push(now + self.conf.resume_batch_s, _RESUME, None)
+        self._resume_batch.extend(names)
 
     def _maybe_start(self, job: Job, now: float) -> None:
         if job.state is not JobState.CONFIGURING or not all(n.registered for n in job.placed_on):
@@ -688,20 +699,9 @@ class SimSlurm:
         if pool is None or count <= 0:
             return []
         now = self.now
-        out: list[str] = []
-        for i in self._free_indices(pool, count):
-            self._take_index(pool, i)
-            name = pool.node_name(i)
-            node = SimNode(name, pool.name, self._placeholder(pool), pool.gpus_per_node, 0.0, now)
-            node.free = node.gpus
-            nm = self.names[name] = _Name(node, pool, i, allocated_at=now)
-            self._room[pool.name][name] = nm
-            self._push(now + self.conf.resume_timeout_s, _TIMEOUT, (nm, node))
-            out.append(name)
+        out = [self._power_up_index(pool, i, now).node.name for i in self._free_indices(pool, count)]
         if out:
-            if not self._resume_batch:
-                self._push(now + self.conf.resume_batch_s, _RESUME, None)
-            self._resume_batch.extend(out)
+            self._queue_resume(out, now)
             self.slurm_counters["power_ups"] += len(out)
             self.schedule(now)  # pending jobs may take a node powering up
         return out

@@ -44,7 +44,7 @@ from autoscaler.planner.placement import (
     place_on_existing,
 )
 from autoscaler.planner.scale_down import boot_timeouts, scale_down_idle
-from autoscaler.planner.standby import is_standby_unit, standby_units
+from autoscaler.planner.standby import is_standby_unit, real_demand, standby_units
 
 
 def batch_hold(demand: Sequence[WorkUnit], policy: Policy, now: float) -> bool:
@@ -87,7 +87,7 @@ def plan(
     nodes of each machine type on their way that `inventory` does not list yet (`standby.standby_units`); None
     (the default): the caller does not bring standby nodes up (the Kubernetes paths, for now), so none are
     planned whatever `policy.standby_by_machine` says."""
-    demand = [u for u in demand if not is_standby_unit(u.id)]
+    demand = real_demand(demand)
     standby = standby_units(policy, inventory, now, standby_in_flight) if standby_in_flight is not None else []
     units = priority_order(demand) + standby
     seen: set[str] = set()

@@ -20,6 +20,8 @@ nodes were seen: the caller falls back to the Poisson test).  Pure."""
 
 from __future__ import annotations
 
+import heapq
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
 #: fewer freed nodes than this and the history says nothing (the Poisson test decides)
@@ -85,10 +87,8 @@ def standby_use(
     for their slowest node)."""
     if boot_s <= 0 or span_s <= 0:
         return ()
-    import heapq
-
     events = sorted([(t, 0, n) for t, n in ends] + [(t, 1, n) for t, n in arrivals])  # ends first at a tie
-    freed: list[float] = []  # free times of the idle nodes jobs freed, most recent last
+    freed: deque[float] = deque()  # free times of the idle nodes jobs freed, most recent last
     free: list[int] = []  # free standby indices (min-heap)
     busy: list[tuple[float, int]] = []  # (free again at, index)
     takes: list[int] = []
@@ -98,7 +98,7 @@ def standby_use(
                 freed.extend([t] * nodes)
             continue
         while freed and t - freed[0] > keep_s:
-            freed.pop(0)
+            freed.popleft()
         while busy and busy[0][0] <= t:
             heapq.heappush(free, heapq.heappop(busy)[1])
         for _ in range(nodes):

@@ -111,9 +111,8 @@ def test_jobs_power_up_the_right_nodes(slurm_factory) -> None:
         harness.stop()
 
 
-def test_min_nodes_are_excluded_from_suspend(slurm_factory) -> None:
-    data = read_stack_config(ROOT / "Pulumi.gcp-l4-dev.yaml")
-    data["clusters"][0]["pools"][0]["min_nodes"] = 2
+def _suspend_exc_nodes(slurm_factory, data: dict) -> str:  # type: ignore[no-untyped-def]
+    """SuspendExcNodes as a real slurmctld reads back the slurm.conf rendered from the stack config `data`."""
     spec = load_spec(data)
     harness = slurm_factory()
     conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
@@ -121,9 +120,15 @@ def test_min_nodes_are_excluded_from_suspend(slurm_factory) -> None:
     try:
         config = harness.run("scontrol", "show", "config", check=True).stdout
         line = next(ln for ln in config.splitlines() if ln.startswith("SuspendExcNodes"))
-        assert line.split("=", 1)[1].strip() == "l4dev-l4x1-[0-1]"
+        return line.split("=", 1)[1].strip()
     finally:
         harness.stop()
+
+
+def test_min_nodes_are_excluded_from_suspend(slurm_factory) -> None:
+    data = read_stack_config(ROOT / "Pulumi.gcp-l4-dev.yaml")
+    data["clusters"][0]["pools"][0]["min_nodes"] = 2
+    assert _suspend_exc_nodes(slurm_factory, data) == "l4dev-l4x1-[0-1]"
 
 
 def test_standby_pools_render_a_counted_suspend_exclusion_slurmctld_accepts(slurm_factory) -> None:
@@ -132,17 +137,8 @@ def test_standby_pools_render_a_counted_suspend_exclusion_slurmctld_accepts(slur
     data = read_stack_config(ROOT / "Pulumi.gcp-a3mega-slurm.yaml")
     data["clusters"][0]["pools"][1]["capacity"] = "on-demand"  # the 32-node pool
     data["clusters"][0]["slurm"]["autoscaler"]["policy"]["wait_value_usd_per_gpu_hour"] = 5
-    spec = load_spec(data)
-    harness = slurm_factory()
-    conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
-    harness.start(conf.slurm_conf, conf.gres_conf, topology_conf=conf.topology_conf, job_submit_lua=conf.job_submit_lua)
-    try:
-        config = harness.run("scontrol", "show", "config", check=True).stdout
-        line = next(ln for ln in config.splitlines() if ln.startswith("SuspendExcNodes"))
-        # reserved nodes whole, as before; the on-demand pool with a count, min(32 nodes, standby_max_nodes 16)
-        assert line.split("=", 1)[1].strip() == "a3mega-resv-[0-15],a3mega-spot-[0-31]:16"
-    finally:
-        harness.stop()
+    # reserved nodes whole, as before; the on-demand pool with a count, min(32 nodes, standby_max_nodes 16)
+    assert _suspend_exc_nodes(slurm_factory, data) == "a3mega-resv-[0-15],a3mega-spot-[0-31]:16"
 
 
 def test_harness_reports_a_config_slurm_rejects(slurm_factory) -> None:

@@ -32,7 +32,10 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fleet.slurm.conf import SlurmConf
 
 CRED_EXPIRE_S = 30
 DAEMONS = ("slurmctld", "munged", "mungekey", "sinfo", "scontrol")
@@ -196,6 +199,14 @@ class SlurmHarness:
         return {**os.environ, "SLURM_CONF": str(self.conf_path)}
 
     # ------------------------------------------------------------------ lifecycle
+
+    def start_rendered(self, conf: SlurmConf, *, cgroup: bool = False, **kw: Any) -> None:
+        """`start` with what `fleet render slurm-conf` writes (`fleet.slurm.conf.SlurmConf`): its slurm.conf,
+        gres.conf, topology.conf and job_submit.lua, and its cgroup.conf with `cgroup` (for
+        `overrides(cgroup=True)`).  `kw`: `start`'s other arguments (a `topology_conf` given replaces the file's)."""
+        kw.setdefault("topology_conf", conf.topology_conf)
+        cgroup_conf = conf.cgroup_conf if cgroup else None
+        self.start(conf.slurm_conf, conf.gres_conf, cgroup_conf=cgroup_conf, job_submit_lua=conf.job_submit_lua, **kw)
 
     def start(
         self,

@@ -27,13 +27,7 @@ def cluster(request: pytest.FixtureRequest, slurm_factory) -> Iterator[tuple[Fle
     # only host keys are replaced: the generated cgroup plugins, cloud and power-save settings stay as shipped
     conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides(cgroup=True))
     assert "TopologyPlugin=topology/tree" in conf.slurm_conf
-    harness.start(
-        conf.slurm_conf,
-        conf.gres_conf,
-        cgroup_conf=conf.cgroup_conf,
-        topology_conf=conf.topology_conf,
-        job_submit_lua=conf.job_submit_lua,
-    )
+    harness.start_rendered(conf, cgroup=True)
     yield spec, harness
     harness.stop()
 
@@ -86,7 +80,7 @@ def test_jobs_power_up_the_right_nodes(slurm_factory) -> None:
     spec = load_stack_file(ROOT / "Pulumi.gcp-a3mega-slurm.yaml")
     harness = slurm_factory()
     conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
-    harness.start(conf.slurm_conf, conf.gres_conf, topology_conf=conf.topology_conf, job_submit_lua=conf.job_submit_lua)
+    harness.start_rendered(conf)
     try:
         sbatch = ("sbatch", "--parsable", "--gres=gpu:8", "--wrap", "true")
         any_capacity = harness.run(*sbatch, "-p", "a3mega-spot", "-N", "2", "-J", "any")
@@ -116,7 +110,7 @@ def _suspend_exc_nodes(slurm_factory, data: dict) -> str:  # type: ignore[no-unt
     spec = load_spec(data)
     harness = slurm_factory()
     conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
-    harness.start(conf.slurm_conf, conf.gres_conf, topology_conf=conf.topology_conf, job_submit_lua=conf.job_submit_lua)
+    harness.start_rendered(conf)
     try:
         config = harness.run("scontrol", "show", "config", check=True).stdout
         line = next(ln for ln in config.splitlines() if ln.startswith("SuspendExcNodes"))
@@ -146,13 +140,7 @@ def test_harness_reports_a_config_slurm_rejects(slurm_factory) -> None:
     spec = load_stack_file(ROOT / "Pulumi.gcp-l4-dev.yaml")
     conf = render_slurm_conf(spec, spec.clusters[0], overrides={**harness.overrides(), "SelectType": "select/bogus"})
     with pytest.raises(SlurmStartError, match="slurmctld"):
-        harness.start(
-            conf.slurm_conf,
-            conf.gres_conf,
-            topology_conf=conf.topology_conf,
-            job_submit_lua=conf.job_submit_lua,
-            timeout=10,
-        )
+        harness.start_rendered(conf, timeout=10)
     assert not harness.running
 
 
@@ -162,9 +150,7 @@ def test_harness_local_slurmd_runs_a_job(slurm_factory) -> None:
     conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
     # topology/tree schedules only nodes in the tree: the harness's own node gets a leaf of its own
     topology = conf.topology_conf + f"SwitchName=local Nodes={harness.hostname}\n"
-    harness.start(
-        conf.slurm_conf, conf.gres_conf, topology_conf=topology, job_submit_lua=conf.job_submit_lua, slurmd=True
-    )
+    harness.start_rendered(conf, topology_conf=topology, slurmd=True)
     try:
         out = harness.run("srun", "-p", "local", "-N1", "hostname", "-s", check=True, timeout=30)
         assert out.stdout.strip() == harness.hostname

@@ -27,7 +27,7 @@ def test_wrapper_serves_the_rest_api_with_jwt_as_nobody(slurm_factory, tmp_path)
     key.write_bytes(os.urandom(32))
     key.chmod(0o400)
     conf = render_slurm_conf(spec, spec.clusters[0], overrides={**harness.overrides(), **slurmrestd_auth(str(key))})
-    harness.start(conf.slurm_conf, conf.gres_conf, topology_conf=conf.topology_conf, job_submit_lua=conf.job_submit_lua)
+    harness.start_rendered(conf)
     wrapper = harness.root / "bin" / "gpu-fleet-slurmrestd"
     wrapper.write_text(_RESTD_WRAPPER)
     wrapper.chmod(0o755)

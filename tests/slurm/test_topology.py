@@ -70,7 +70,7 @@ def test_a_node_that_reports_its_host_moves_in_real_slurmctlds_tree(slurm_factor
     spec = load_stack_file(Path(__file__).resolve().parents[2] / "Pulumi.gcp-a3mega-slurm.yaml")
     harness = slurm_factory()
     conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
-    harness.start(conf.slurm_conf, conf.gres_conf, topology_conf=conf.topology_conf, job_submit_lua=conf.job_submit_lua)
+    harness.start_rendered(conf)
     try:
         harness.run("scontrol", "update", "NodeName=a3mega-resv-3", "Comment=physical_host=/c1/b7/h2", check=True)
         tools = tmp_path / "bin"

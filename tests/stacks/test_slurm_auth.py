@@ -23,13 +23,7 @@ def test_stack_slurm_conf_with_jwt_auth_starts_and_issues_tokens(slurm_factory):
     overrides = {**harness.overrides(cgroup=True), **slurmrestd_auth(str(key))}
     conf = render_slurm_conf(spec, spec.clusters[0], controller_host="a3mega-controller", overrides=overrides)
     assert "AuthAltTypes=auth/jwt" in conf.slurm_conf
-    harness.start(
-        conf.slurm_conf,
-        conf.gres_conf,
-        cgroup_conf=conf.cgroup_conf,
-        topology_conf=conf.topology_conf,
-        job_submit_lua=conf.job_submit_lua,
-    )
+    harness.start_rendered(conf, cgroup=True)
     try:
         token = harness.run("scontrol", "token", "lifespan=60", check=True).stdout
         assert token.startswith("SLURM_JWT=") and len(token.strip()) > len("SLURM_JWT=") + 20, harness.logs()

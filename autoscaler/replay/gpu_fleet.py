@@ -52,6 +52,7 @@ from autoscaler.replay.simslurm import SimSlurm, SlurmSettings
 from autoscaler.replay.state import Job, JobState, SimNode
 from autoscaler.replay.trace import TraceJob
 from fleet.catalog import CapacityType
+from fleet.slurm.suspend import standby_exclusion_count
 
 #: knobs of the gpu-fleet policy in replays that the settings rule does not derive (the rule sets idle keep,
 #: batch window / reservation hold and defragmentation: autoscaler/planner/rule.py)
@@ -128,8 +129,8 @@ class GpuFleetPolicy:
             SlurmSettings(),
             suspend_time_s=max(SlurmSettings().suspend_time_s, longest_idle_keep_s(facts) + INTERVAL_S),
             # standby nodes idle past SuspendTime by design: the stack renders SuspendExcNodes `<nodes>:<max>`
-            # for on-demand pools when waiting is valued (fleet.slurm.suspend.standby_exclusion)
-            suspend_exc_count=base.standby_max_nodes if base.wait_value_usd_per_gpu_hour != 0 else 0,
+            # for on-demand pools when waiting is valued
+            suspend_exc_count=standby_exclusion_count(base),
         )
         return cls(policy=base, slurm=slurm, tracker=tracker)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from autoscaler.model.policy import DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR, PolicyError, policy_from_mapping
+from autoscaler.model.policy import DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR, Policy, PolicyError, policy_from_mapping
 from autoscaler.planner.rule import FleetFacts, ShapeFacts, break_even_idle_s, longest_idle_keep_s
 from fleet.catalog import CapacityType, Catalog
 from fleet.spec.model import ClusterSpec, FleetSpec
@@ -95,5 +95,11 @@ def standby_exclusion(cluster: ClusterSpec) -> int:
         policy = policy_from_mapping(raw)
     except PolicyError:  # reported by the autoscaler_policy rule
         return 0
+    return standby_exclusion_count(policy)
+
+
+def standby_exclusion_count(policy: Policy) -> int:
+    """The SuspendExcNodes count of each on-demand pool for a daemon running `policy` (`standby_exclusion`; the
+    replay's simulated Slurm reads the same): its `standby_max_nodes` when it values waiting, else 0."""
     w = policy.wait_value_usd_per_gpu_hour
     return policy.standby_max_nodes if w is None or w > 0 else 0

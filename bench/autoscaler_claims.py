@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/autoscaler_claims.py                       # everything, 2 worker processes
     .venv/bin/python bench/autoscaler_claims.py --clusters 04 --regimes short --scenarios defaults
-    .venv/bin/python bench/autoscaler_claims.py --frontier 0,2,10,50  # + the Pareto check over wait values
+    .venv/bin/python bench/autoscaler_claims.py --frontier 2,50,125,50:no-warm-cap  # + the Pareto check
     .venv/bin/python bench/autoscaler_claims.py --json > claims.json
     .venv/bin/python bench/autoscaler_claims.py --from-json claims.json   # the table again, no replays
 
@@ -19,8 +19,9 @@ Per run (one trace x scenario, every policy replayed on the same jobs and cloud)
   refuses a policy that deletes a node with jobs, so a run that finishes has deleted none);
 - speed: the all-policy replay of cluster04 (each scenario) takes < 120 s in one process (CPU time of the
   worker, i.e. its wall time on a core of its own; the wall time on the shared machine is shown beside it).
-- with `--frontier V,...`: on cluster04 defaults and the short regime, for each baseline some gpu-fleet
-  setting (the default or one of the wait values) is no more expensive and no slower at p50 and p95.
+- with `--frontier S,...`: on cluster04 defaults and the short regime, for each baseline some gpu-fleet
+  setting (the default, or one of the settings: a wait value W, or `W:no-warm-cap`, that wait value with
+  `Policy.warm_cap` false) is no more expensive and no slower at p50 and p95.
 
 Needs ../shared/data/traces/itp/ for the ITP runs (skipped with a note when absent).  Runs go to a pool of
 `--workers` processes (default 2), largest first.  Exit status 0 when every check passes, 1 otherwise.
@@ -39,6 +40,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from autoscaler.replay.run import FrontierSetting, parse_frontier  # noqa: E402
 
 ITP_DIR = ROOT.parent / "shared" / "data" / "traces" / "itp"
 CLUSTERS = tuple(f"{i:02d}" for i in range(1, 11))
@@ -64,7 +67,7 @@ KEEP = (
 )
 
 
-def _task(trace: str, scenario_name: str, frontier: list[float]) -> dict[str, Any]:
+def _task(trace: str, scenario_name: str, frontier: list[FrontierSetting]) -> dict[str, Any]:
     """One run in a worker: every policy, then (optionally) gpu-fleet over the wait values."""
     from autoscaler.replay.run import run_frontier, run_scenario
     from autoscaler.replay.scenario import Scenario
@@ -152,7 +155,8 @@ def pareto(run: dict[str, Any]) -> list[tuple[str, str, str]]:
         return [("Pareto: a gpu-fleet setting dominates each baseline", "SKIP", run["frontier_error"][:120])]
     p = run["policies"]
     settings = [("default", p["gpu-fleet"])] + [
-        (f"wait-value {pt['wait_value_usd_per_gpu_hour']:g}", pt) for pt in run["frontier"]
+        (f"wait-value {pt.get('setting', format(pt['wait_value_usd_per_gpu_hour'], 'g'))}", pt)
+        for pt in run["frontier"]
     ]
     out = []
     for b in BASELINES:
@@ -178,7 +182,11 @@ def main() -> int:
     ap.add_argument("--clusters", default=",".join(CLUSTERS), help="ITP clusters, e.g. 04,07 ('' for none)")
     ap.add_argument("--regimes", default=",".join(REGIMES), help="generated regimes ('' for none)")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"ITP scenarios: {', '.join(SCENARIOS)}")
-    ap.add_argument("--frontier", default="", help="wait values for the Pareto check (cluster04 defaults, short)")
+    ap.add_argument(
+        "--frontier",
+        default="",
+        help="gpu-fleet settings for the Pareto check (cluster04 defaults, short): W or W:no-warm-cap, comma-separated",
+    )
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--json", action="store_true", help="print every run and check as JSON")
     ap.add_argument("--save", type=Path, help="also write every run and check as JSON to this file")
@@ -193,7 +201,10 @@ def main() -> int:
         else:
             _print(rows, sum(r.get("wall_s", 0.0) for r in saved))
         return 1 if any(st == "FAIL" for _, cs in rows for _, st, _ in cs) else 0
-    frontier = [float(v) for v in args.frontier.split(",") if v.strip()]
+    try:
+        frontier = parse_frontier(args.frontier) if args.frontier.strip() else []
+    except ValueError as exc:
+        ap.error(str(exc))
     scenarios = [s for s in args.scenarios.split(",") if s]
     for s in scenarios:
         if s not in SCENARIOS:

@@ -51,7 +51,9 @@ class Policy:
     observed arrival rate into idle-keep times and the reservation hold; docs/planner.md).
     `idle_timeout_by_machine` (machine type -> seconds) overrides `idle_timeout_s` per shape, and
     `idle_keep_max_by_machine` (machine type -> nodes) caps how many idle nodes of a shape are kept
-    warm at once (the most recently idle; the others are drained at once).  `standby_by_machine` (machine
+    warm at once (the most recently idle; the others are drained at once); `warm_cap` False (an operator's
+    setting, not the rule's) leaves that cap out, so every idle node of a kept shape stays for its idle timeout.
+    `standby_by_machine` (machine
     type -> nodes) keeps that many idle nodes of a shape up at all times, replenished as jobs take them
     (`autoscaler.planner.standby`; 0 unless waiting is valued), at most `standby_max_nodes` per shape (the bound
     the stack also renders into SuspendExcNodes, so that slurmctld does not power standby nodes down).
@@ -81,6 +83,9 @@ class Policy:
     wait_value_usd_per_gpu_hour: float | None = DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR
     idle_timeout_by_machine: Mapping[str, float] = field(default_factory=dict)
     idle_keep_max_by_machine: Mapping[str, int] = field(default_factory=dict)
+    #: False: the settings rule sets no warm-node cap (`idle_keep_max_by_machine` stays empty): every idle node of a
+    #: shape the rule keeps stays for the break-even time.  Buys the tail of the wait (p95) at high wait values.
+    warm_cap: bool = True
     standby_by_machine: Mapping[str, int] = field(default_factory=dict)
     standby_max_nodes: int = DEFAULT_STANDBY_MAX_NODES
     defragment: bool = True
@@ -91,6 +96,9 @@ class Policy:
     reservation_hold_max_s: float = 0.0
 
     def __post_init__(self) -> None:
+        for name in ("keep_reserved_nodes", "defragment", "warm_cap"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Policy.{name}: must be true or false, got {getattr(self, name)!r}")
         for name in (
             "max_nodes",
             "max_gpus",

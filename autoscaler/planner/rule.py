@@ -15,7 +15,10 @@ same settings for the same facts.  Its reasoning (docs/planner.md, "Settings fro
   stop.  Otherwise it is deleted at once.  Jobs end about as often as they arrive, so the warm
   pool only absorbs the fluctuation of the busy count over T, about sqrt(lambda * min(T, mean run))
   (Poisson): at most that many idle nodes of the shape are kept (the lowest-numbered: Slurm
-  allocates the lowest free name first).
+  allocates the lowest free name first).  That cap is one standard deviation: it is what keeps the
+  cheapest settings cheap, and it is also why higher wait values alone stop shortening the tail of the
+  wait (the window stops growing at the mean run).  `Policy.warm_cap = False` (an operator's setting)
+  drops it: every idle node of a kept shape stays for T (docs/planner.md, "The frontier").
 - **Standby nodes, per shape** (a loss system: each standby node is a server busy for one boot).  Keeping k
   idle nodes of a shape up, and launching a replacement whenever a job takes one, lets a job start at once
   unless all k were taken within the last boot (their replacements are still booting; that job boots its own
@@ -222,7 +225,7 @@ def policy_for(facts: FleetFacts, base: Policy | None = None) -> Policy:
     warm = {
         s.machine_type: warm_nodes(s, facts.boot_s, facts.wait_value(s), facts.mean_run_s)
         for s in facts.shapes
-        if keep.get(s.machine_type, 0) > 0 and not math.isinf(keep[s.machine_type])
+        if base.warm_cap and keep.get(s.machine_type, 0) > 0 and not math.isinf(keep[s.machine_type])
     }
     standby = {
         s.machine_type: k

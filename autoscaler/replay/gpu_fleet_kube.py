@@ -90,13 +90,17 @@ class GpuFleetKubePolicy:
 
     @classmethod
     def for_scenario(
-        cls, scenario: Scenario, wait_value_usd_per_gpu_hour: float | None = None, jobs: Sequence[TraceJob] = ()
+        cls,
+        scenario: Scenario,
+        wait_value_usd_per_gpu_hour: float | None = None,
+        jobs: Sequence[TraceJob] = (),
+        warm_cap: bool = True,
     ) -> GpuFleetKubePolicy:
-        """As the Kubernetes daemon is configured: `DEFAULT_POLICY` plus the wait value, and the settings rule over
-        the ProvisioningRequests seen so far (`KubeDaemon._learn`: arrivals only, no run times), refreshed on the
-        same grid.  Nothing is read from the trace's future; `jobs` is not read."""
+        """As the Kubernetes daemon is configured: `DEFAULT_POLICY` plus the wait value (and `Policy.warm_cap`),
+        and the settings rule over the ProvisioningRequests seen so far (`KubeDaemon._learn`: arrivals only, no
+        run times), refreshed on the same grid.  Nothing is read from the trace's future; `jobs` is not read."""
         facts = scenario_facts(scenario, (), wait_value_usd_per_gpu_hour)
-        base = replace(DEFAULT_POLICY, wait_value_usd_per_gpu_hour=facts.wait_value_usd_per_gpu_hour)
+        base = replace(DEFAULT_POLICY, wait_value_usd_per_gpu_hour=facts.wait_value_usd_per_gpu_hour, warm_cap=warm_cap)
         return cls(policy=base, tracker=SettingsTracker(base=base, boot_s=scenario.ready_s))
 
     def settings(self) -> dict[str, object]:

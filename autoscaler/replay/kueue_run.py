@@ -95,7 +95,7 @@ class KueueContext:
 
 
 def policy_factories(
-    ctx: KueueContext, wait_value_usd_per_gpu_hour: float | None, ca_expander: str
+    ctx: KueueContext, wait_value_usd_per_gpu_hour: float | None, ca_expander: str, warm_cap: bool = True
 ) -> dict[str, Callable[[Scenario, Sequence[TraceJob]], ReplayPolicy]]:
     """The policies of the Kueue path, by name (`run.POLICY_NAMES` without `SLURM_ONLY`)."""
     from autoscaler.replay.baselines import CaLikePolicy, ExactFitPolicy, KarpenterLikePolicy, StaticPeakPolicy
@@ -103,7 +103,7 @@ def policy_factories(
 
     peak = peak_concurrent_gpus(ctx.admitted)
     return {
-        "gpu-fleet": lambda s, jobs: GpuFleetKubePolicy.for_scenario(s, wait_value_usd_per_gpu_hour, jobs),
+        "gpu-fleet": lambda s, jobs: GpuFleetKubePolicy.for_scenario(s, wait_value_usd_per_gpu_hour, jobs, warm_cap),
         "static-peak": lambda s, jobs: StaticPeakPolicy(peak_gpus=peak),
         "ca-like": lambda s, jobs: CaLikePolicy(seed=s.seed, expander=ca_expander),
         "karpenter-like": lambda s, jobs: KarpenterLikePolicy(),

@@ -121,16 +121,19 @@ def _cost_vs_wait(result: RunResult, plt: Any) -> bytes:
             color = POINT_COLORS[i % len(POINT_COLORS)]
             marker = "o*sDv^P<>X"[i % 10]
             ax.scatter([m[key]], [m["cost_ratio"]], color=color, s=46, marker=marker, zorder=3, label=name, alpha=0.85)
-        if result.frontier:
-            pts = sorted(result.frontier, key=lambda p: p[key])
+        for capped, suffix, style in ((True, "", "--o"), (False, ", no warm cap", ":s")):
+            family = [p for p in result.frontier if p.get("warm_cap", True) is capped]
+            if not family:
+                continue
+            pts = sorted(family, key=lambda p: p[key])
             ax.plot(
                 [p[key] for p in pts],
                 [p["cost_ratio"] for p in pts],
-                "--o",
+                style,
                 color=POINT_COLORS[0],
                 markersize=3.5,
                 linewidth=1,
-                label="gpu-fleet over --wait-value ($/GPU-h)",
+                label=f"gpu-fleet by --wait-value{suffix}",
             )
             for p in pts:
                 ax.annotate(

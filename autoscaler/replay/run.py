@@ -26,17 +26,55 @@ class PolicyOptions:
 
     `ca_expander`: Cluster Autoscaler's `--expander` for ca-like (CA's default is `random`).
     `wait_value_usd_per_gpu_hour`: gpu-fleet's wait-vs-cost knob (`Policy.wait_value_usd_per_gpu_hour`,
-    interfaces.md); None: gpu-fleet's documented default."""
+    interfaces.md); None: gpu-fleet's documented default.  `warm_cap`: gpu-fleet's `Policy.warm_cap`."""
 
     ca_expander: str = "random"
     wait_value_usd_per_gpu_hour: float | None = None
+    warm_cap: bool = True
+
+
+@dataclass(frozen=True)
+class FrontierSetting:
+    """One gpu-fleet setting of the cost-vs-wait frontier: a wait value, with or without the warm-node cap.
+    Written `W` or `W:no-warm-cap` (`parse_frontier`)."""
+
+    wait_value_usd_per_gpu_hour: float
+    warm_cap: bool = True
+
+    @property
+    def label(self) -> str:
+        return f"{self.wait_value_usd_per_gpu_hour:g}" + ("" if self.warm_cap else ":no-warm-cap")
+
+
+def parse_frontier(text: str, option: str = "--frontier") -> list[FrontierSetting]:
+    """`2,50,50:no-warm-cap` -> the settings, in order; a ValueError names `option` and the bad item."""
+    out: list[FrontierSetting] = []
+    for item in (v.strip() for v in text.split(",")):
+        if not item:
+            continue
+        value, _, flag = item.partition(":")
+        if flag not in ("", "no-warm-cap"):
+            raise ValueError(f"{option}: {item!r}: unknown setting {flag!r} (known: W, W:no-warm-cap)")
+        try:
+            w = float(value)
+        except ValueError:
+            raise ValueError(f"{option}: {item!r} is not a number (USD per GPU-hour)") from None
+        if not w >= 0:  # also refuses nan
+            raise ValueError(f"{option}: {item!r}: a wait value must be >= 0 USD per GPU-hour")
+        out.append(FrontierSetting(w, warm_cap=not flag))
+    if not out:
+        raise ValueError(f"{option}: no wait value given")
+    return out
 
 
 def gpu_fleet_policy(
-    scenario: Scenario, wait_value_usd_per_gpu_hour: float | None = None, jobs: Sequence[TraceJob] = ()
+    scenario: Scenario,
+    wait_value_usd_per_gpu_hour: float | None = None,
+    jobs: Sequence[TraceJob] = (),
+    warm_cap: bool = True,
 ) -> ReplayPolicy:
     """gpu-fleet configured for `scenario` (and the trace's arrival rates, when its settings rule reads
-    them), with the wait-value knob when one is given."""
+    them), with the wait-value knob when one is given, and `Policy.warm_cap`."""
     from autoscaler.replay.gpu_fleet import GpuFleetPolicy
 
     params = inspect.signature(GpuFleetPolicy.for_scenario).parameters
@@ -50,6 +88,8 @@ def gpu_fleet_policy(
                 "(GpuFleetPolicy.for_scenario(..., wait_value_usd_per_gpu_hour=...))"
             )
         kwargs["wait_value_usd_per_gpu_hour"] = wait_value_usd_per_gpu_hour
+    if not warm_cap:
+        kwargs["warm_cap"] = False
     return GpuFleetPolicy.for_scenario(scenario, **kwargs)
 
 
@@ -67,7 +107,7 @@ def policy_factories(
 
     opts = options or PolicyOptions()
     return {
-        "gpu-fleet": lambda s, jobs: gpu_fleet_policy(s, opts.wait_value_usd_per_gpu_hour, jobs),
+        "gpu-fleet": lambda s, jobs: gpu_fleet_policy(s, opts.wait_value_usd_per_gpu_hour, jobs, opts.warm_cap),
         "static-peak": lambda s, jobs: StaticPeakPolicy(peak_gpus=peak_concurrent_gpus(jobs)),
         "slurm-power-save": lambda s, jobs: SlurmPowerSavePolicy(),
         "ca-like": lambda s, jobs: CaLikePolicy(seed=s.seed, expander=opts.ca_expander),
@@ -88,7 +128,7 @@ class RunResult:
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: the bound plus what boots alone add (`boot_floor_usd`): how far boots put the bound out of reach
     boot_floor_usd: float = 0.0
-    #: gpu-fleet over a list of wait values (`run_frontier`), in the order given
+    #: gpu-fleet over a list of settings (`run_frontier`), in the order given
     frontier: list[dict[str, Any]] = field(default_factory=list)
     #: `--scheduler kueue`: the admission gate's queues and admitted demand (`kueue_run.KueueContext`)
     kueue: Any = None
@@ -189,7 +229,7 @@ def run_scenario(
         ctx = kueue_run.KueueContext.build(kueue, marked, scenario)
         bound = ctx.bound(scenario)
         floor = boot_floor_usd(ctx.admitted, scenario, bound)
-        factories = kueue_run.policy_factories(ctx, opts.wait_value_usd_per_gpu_hour, opts.ca_expander)
+        factories = kueue_run.policy_factories(ctx, opts.wait_value_usd_per_gpu_hour, opts.ca_expander, opts.warm_cap)
     else:
         ctx = None
         bound = lower_bound(marked, scenario)
@@ -215,30 +255,38 @@ FRONTIER_KEYS = ("cost_usd", "cost_ratio", "overflow_ratio", "wait_p50_s", "wait
 
 def run_frontier(
     result: RunResult,
-    wait_values: Sequence[float],
+    settings: Sequence[float | FrontierSetting],
     progress: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """gpu-fleet replayed once per wait value (same jobs, same cloud, same bound): its cost-vs-wait frontier.
-    Stored in `result.frontier` (and the JSON's `frontier`); each point carries the settings used."""
+    """gpu-fleet replayed once per setting (a wait value, or a `FrontierSetting`; same jobs, same cloud, same
+    bound): its cost-vs-wait frontier.  Stored in `result.frontier` (and the JSON's `frontier`); each point carries
+    its setting (`wait_value_usd_per_gpu_hour`, `warm_cap`, `setting`) and the settings the rule derived."""
     points: list[dict[str, Any]] = []
     ctx = result.kueue
-    for value in wait_values:
+    for item in settings:
+        setting = item if isinstance(item, FrontierSetting) else FrontierSetting(float(item))
+        value, warm_cap = setting.wait_value_usd_per_gpu_hour, setting.warm_cap
         if ctx is not None:
             from autoscaler.replay.gpu_fleet_kube import GpuFleetKubePolicy
 
-            kp = GpuFleetKubePolicy.for_scenario(result.scenario, value, result.jobs)
+            kp = GpuFleetKubePolicy.for_scenario(result.scenario, value, result.jobs, warm_cap)
             engine = ctx.engine(kp, result.scenario).run()
         else:
-            policy = gpu_fleet_policy(result.scenario, value, result.jobs)
+            policy = gpu_fleet_policy(result.scenario, value, result.jobs, warm_cap)
             engine = replay_engine(result.jobs, result.scenario, policy).run()
         m = policy_metrics(engine, result.bound)
-        point = {"wait_value_usd_per_gpu_hour": value, **{k: m[k] for k in FRONTIER_KEYS}}
+        point = {
+            "wait_value_usd_per_gpu_hour": value,
+            "warm_cap": warm_cap,
+            "setting": setting.label,
+            **{k: m[k] for k in FRONTIER_KEYS},
+        }
         point["partial_gang_gpu_hours"] = m["partial_gang_gpu_hours"]
         point["replay_wall_s"] = m["replay_wall_s"]
         if "settings" in m:
             point["settings"] = m["settings"]
         points.append(point)
         if progress:
-            progress(f"gpu-fleet --wait-value {value:g}", m)
+            progress(f"gpu-fleet --wait-value {setting.label}", m)
     result.frontier = points
     return points

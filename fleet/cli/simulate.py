@@ -7,6 +7,7 @@ writes an HTML page (or a PNG when PATH ends in .png)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -75,8 +76,18 @@ def simulate(
     ] = None,
     frontier: Annotated[
         str | None,
-        typer.Option("--frontier", help="also replay gpu-fleet at each of these comma-separated --wait-value settings"),
+        typer.Option(
+            "--frontier",
+            help="also replay gpu-fleet at each of these comma-separated --wait-value settings (W, or "
+            "W:no-warm-cap for that wait value without the warm-node cap)",
+        ),
     ] = None,
+    no_warm_cap: bool = typer.Option(
+        False,
+        "--no-warm-cap",
+        help="gpu-fleet: no warm-node cap (Policy.warm_cap false): every idle node of a kept shape stays for its "
+        "break-even time",
+    ),
     scheduler: str = typer.Option(
         "slurm", "--scheduler", help="slurm (the simulated slurmctld) or kueue (Kueue's admission gate, Kubernetes)"
     ),
@@ -110,7 +121,14 @@ def simulate(
     from pydantic import ValidationError
 
     from autoscaler.replay.baselines.ca_like import EXPANDERS
-    from autoscaler.replay.run import PolicyOptions, gpu_fleet_policy, resolve_policies, run_frontier, run_scenario
+    from autoscaler.replay.run import (
+        PolicyOptions,
+        gpu_fleet_policy,
+        parse_frontier,
+        resolve_policies,
+        run_frontier,
+        run_scenario,
+    )
     from autoscaler.replay.scenario import Scenario
     from autoscaler.replay.state import ReplayError
     from autoscaler.replay.synth import SynthError, generate, parse_synth_spec
@@ -124,11 +142,14 @@ def simulate(
         names = resolve_policies(policy, scheduler)
         if ca_expander not in EXPANDERS:
             raise ValueError(f"--ca-expander: unknown expander {ca_expander!r} (known: {', '.join(EXPANDERS)})")
-        wait_values = _wait_values(frontier)
-        options = PolicyOptions(ca_expander=ca_expander, wait_value_usd_per_gpu_hour=wait_value)
-        for value in ([wait_value] if wait_value is not None else []) + wait_values:
-            if value < 0:
-                raise ValueError(f"--wait-value: must be >= 0 USD per GPU-hour, got {value:g}")
+        settings = parse_frontier(frontier) if frontier else []
+        if no_warm_cap:  # the flag is gpu-fleet's setting: its frontier points go without the cap too
+            settings = [replace(st, warm_cap=False) for st in settings]
+        options = PolicyOptions(
+            ca_expander=ca_expander, wait_value_usd_per_gpu_hour=wait_value, warm_cap=not no_warm_cap
+        )
+        if wait_value is not None and not wait_value >= 0:
+            raise ValueError(f"--wait-value: must be >= 0 USD per GPU-hour, got {wait_value:g}")
         synth = parse_synth_spec(source, seed) if source.startswith("synth:") else None
         if synth:
             source = f"synth:{synth[0]}:{synth[1]}"
@@ -147,8 +168,9 @@ def simulate(
             checkpoint_interval_s=checkpoint_interval,
             seed=seed,
         )
-        if wait_value is not None or wait_values:
-            gpu_fleet_policy(scenario, wait_value if wait_value is not None else wait_values[0])  # knob present?
+        if wait_value is not None or settings:
+            probe = wait_value if wait_value is not None else settings[0].wait_value_usd_per_gpu_hour
+            gpu_fleet_policy(scenario, probe)  # knob present?
         jobs = generate(*synth) if synth else load_trace(Path(source))
     except ValidationError as exc:
         for err in exc.errors():
@@ -169,8 +191,8 @@ def simulate(
 
     try:
         result = run_scenario(jobs, scenario, names, progress=progress, options=options, kueue=kueue)
-        if wait_values:
-            run_frontier(result, wait_values, progress=progress)
+        if settings:
+            run_frontier(result, settings, progress=progress)
     except ReplayError as exc:
         typer.echo(f"error: replay failed: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -228,22 +250,6 @@ def _kueue_setup(
         raise ValueError(f"--kueue-queues: {queues_file} is not JSON: {exc}") from None
     queues = queues_from_output(data, f"--kueue-queues: {queues_file}")
     return KueueSetup(queues=tuple(queues), queues_source=f"--kueue-queues {queues_file}", seed=seed)
-
-
-def _wait_values(frontier: str | None) -> list[float]:
-    if not frontier:
-        return []
-    out = []
-    for item in (v.strip() for v in frontier.split(",")):
-        if not item:
-            continue
-        try:
-            out.append(float(item))
-        except ValueError:
-            raise ValueError(f"--frontier: {item!r} is not a number (USD per GPU-hour)") from None
-    if not out:
-        raise ValueError("--frontier: no wait value given")
-    return out
 
 
 def _cli_message(err: Any) -> str:
@@ -327,7 +333,7 @@ def _print_table(result: object, report: Path | None) -> None:
             ft.add_column(header, justify="right", no_wrap=True)
         for pt in result.frontier:
             ft.add_row(
-                f"{pt['wait_value_usd_per_gpu_hour']:g}",
+                pt.get("setting", f"{pt['wait_value_usd_per_gpu_hour']:g}"),
                 f"{pt['cost_usd']:,.0f}",
                 f"{pt['cost_ratio']:.4f}",
                 f"{pt['wait_p50_s']:,.0f}",

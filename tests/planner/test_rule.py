@@ -153,6 +153,21 @@ def test_warm_pool_is_the_arrival_fluctuation_over_the_break_even() -> None:
     assert policy_for(FleetFacts(360, (rare,))).idle_keep_max_by_machine == {}  # not kept at all
 
 
+def test_without_the_warm_cap_the_rule_keeps_every_idle_node_of_a_kept_shape_for_the_break_even() -> None:
+    from autoscaler.core.settings import settings_policy
+
+    busy = ShapeFacts("m-1g", 1, 11.0, arrivals_per_hour=54.0)
+    facts = FleetFacts(360, (busy,), wait_value_usd_per_gpu_hour=11.0)
+    capped, uncapped = policy_for(facts), policy_for(facts, base=Policy(warm_cap=False))
+    assert capped.idle_keep_max_by_machine == {"m-1g": 3} and uncapped.idle_keep_max_by_machine == {}
+    assert uncapped.idle_timeout_by_machine == capped.idle_timeout_by_machine == {"m-1g": 720.0}
+    # an operator's setting: the settings tracker's rule keeps it (it is not one of the fields the rule derives)
+    pinned = settings_policy(policy_from_mapping({"warm_cap": False}), {"warm_cap"}, facts)
+    assert pinned.warm_cap is False and pinned.idle_keep_max_by_machine == {}
+    with pytest.raises(PolicyError, match=re.escape("warm_cap: must be true or false")):
+        policy_from_mapping({"warm_cap": "no"})
+
+
 def test_scale_down_keeps_the_newest_idle_nodes_up_to_the_cap_per_machine_type() -> None:
     from autoscaler.model import Inventory, NodeState
     from autoscaler.planner import scale_down_idle

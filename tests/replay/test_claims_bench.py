@@ -73,3 +73,7 @@ def test_pareto_needs_one_setting_no_costlier_and_no_slower_at_p50_and_p95_per_b
     assert v["Pareto vs exact-fit"] == "PASS"  # the default setting
     assert v["Pareto vs ca-like"] == "PASS"  # $103 <= $103, 0 <= 0, 360 <= 367
     assert v["Pareto vs static-peak"] == "FAIL"  # never waits
+    # a point without the warm cap is one more setting, named as the flag writes it
+    run["frontier"].append({"wait_value_usd_per_gpu_hour": 50.0, "setting": "50:no-warm-cap", **_m(104, 0, 0)})
+    rows = {name: (st, detail) for name, st, detail in claims.checks(run)}
+    assert rows["Pareto vs static-peak"] == ("PASS", "by wait-value 50:no-warm-cap")  # $104 <= $400, 0 s waits

@@ -117,8 +117,33 @@ def test_frontier_replays_gpu_fleet_per_wait_value_against_the_same_bound(monkey
     for p in points:
         assert p["cost_ratio"] == round(p["cost_usd"] / bound, 4)
     assert points[0]["cost_usd"] != points[-1]["cost_usd"]
-    assert "gpu-fleet over --wait-value" not in page.read_text()  # (the legend is inside the PNG)
+    assert "gpu-fleet by --wait-value" not in page.read_text()  # (the legend is inside the PNG)
     assert page.read_text().count("data:image/png;base64,") == 3
+
+
+def test_frontier_settings_without_the_warm_cap_reach_the_rule(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import autoscaler.core.settings as settings
+
+    bases: list[bool] = []
+    real = settings.policy_for
+    monkeypatch.setattr(settings, "policy_for", lambda f, base=None: bases.append(base.warm_cap) or real(f, base))
+    args = ["simulate", "--trace", str(SMALL_TRACE), "--policy", "gpu-fleet", "--json"]
+    res = runner.invoke(app, [*args, "--frontier", "50,50:no-warm-cap"])
+    assert res.exit_code == 0, res.output
+    points = json.loads(res.stdout)["frontier"]
+    assert [(p["setting"], p["warm_cap"], p["settings"]["warm_cap"]) for p in points] == [
+        ("50", True, True),
+        ("50:no-warm-cap", False, False),
+    ]
+    assert True in bases and False in bases  # the rule ran both ways
+    res = runner.invoke(app, [*args, "--no-warm-cap", "--frontier", "50"])  # the flag applies to the frontier too
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["policies"]["gpu-fleet"]["settings"]["warm_cap"] is False
+    assert [p["setting"] for p in out["frontier"]] == ["50:no-warm-cap"]
+    for bad, msg in (("5:fast", "unknown setting 'fast'"), ("-1", "must be >= 0"), (",", "no wait value given")):
+        res = runner.invoke(app, ["simulate", "--trace", str(SMALL_TRACE), "--frontier", bad])
+        assert res.exit_code == 2 and "--frontier: " in res.output and msg in res.output, res.output
 
 
 def test_wait_value_is_refused_by_a_gpu_fleet_without_the_knob(monkeypatch) -> None:  # type: ignore[no-untyped-def]

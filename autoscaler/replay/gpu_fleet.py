@@ -43,6 +43,7 @@ from autoscaler.core import (
     serve_resumes,
 )
 from autoscaler.core.settings import SeenJob, SettingsTracker
+from autoscaler.core.weights import ReservedNode, rendered_weights, reservation_weights, weight_changes
 from autoscaler.model import Inventory, Node, NodeState, Plan, Policy, Pool, UnavailableOffering, WorkUnit
 from autoscaler.planner.rule import longest_idle_keep_s
 from autoscaler.planner.standby import is_standby_unit, standby_count
@@ -107,6 +108,7 @@ class GpuFleetPolicy:
     tick_log: list[float] = field(default_factory=list)
     _seen_final: dict[int, SeenJob | None] = field(default_factory=dict)  # job idx -> settled history entry
     _standby_kept: set[str] = field(default_factory=set)  # idle names the last plan kept as standby nodes
+    _rendered: dict[str, int] | None = None  # the pools' rendered Weights (`core.weights.rendered_weights`)
 
     @classmethod
     def for_scenario(
@@ -138,10 +140,13 @@ class GpuFleetPolicy:
 
     @property
     def polls_on_allocation(self) -> bool:
-        """With standby nodes the daemon's next poll after a job took a node matters (it replenishes): the
-        simulated Slurm calls the tick then (the daemon polls every 10 s anyway; without standby such a poll
-        decides nothing, so the replay skips it)."""
-        return bool(self.policy.standby_by_machine)
+        """With standby nodes (it replenishes) or a reservation (it re-weights the reserved nodes,
+        `autoscaler.core.weights`) the daemon's next poll after a job took a node matters: the simulated Slurm calls
+        the tick then (the daemon polls every 10 s anyway; otherwise such a poll decides nothing, so the replay
+        skips it)."""
+        return bool(self.policy.standby_by_machine) or any(
+            p.capacity_type is CapacityType.RESERVATION for p in self._pools
+        )
 
     def settings(self) -> dict[str, object]:
         return {
@@ -290,7 +295,25 @@ class GpuFleetPolicy:
                     sim.delete(pool, ok)
             if held:
                 self._release(sim, plan, held)
+        self._reweigh(sim)
         return self._wake(sim, now, refused)
+
+    def _reweigh(self, sim: SimSlurm) -> None:
+        """The daemon's step after scale-down: best fit on the reservation (`autoscaler.core.weights`), the Weights
+        of the registered reserved nodes set from their free GPUs as the simulated Slurm shows them."""
+        reserved = [nm for nm in sim.names.values() if nm.pool.capacity_type is CapacityType.RESERVATION]
+        if not reserved:
+            return
+        if self._rendered is None:
+            self._rendered = rendered_weights(self._pools)
+        nodes = [
+            ReservedNode(nm.node.name, nm.pool.name, nm.node.gpus, nm.node.gpus - nm.node.free)
+            for nm in reserved
+            if nm.launched and nm.node.registered and not nm.down
+        ]
+        changes = weight_changes(reservation_weights(self._pools, self._rendered, nodes), sim.weights())
+        if changes:
+            sim.set_weights(changes)
 
     def seen_jobs(self, sim: SimSlurm, start: float, at: float) -> list[SeenJob]:
         """The daemon's job history at `at` (`StateStore.observe_jobs` at every tick): the jobs submitted in

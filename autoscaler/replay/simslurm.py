@@ -7,7 +7,9 @@ hard way", checked on a real slurmctld in tests/e2e):
   slurmctld 22.05 was seen to use (tests/e2e/test_weights.py):
   1. nodes that need no power-up (registered, or already powering up for another job) with room, lowest Weight
      first, then node-table order (pools as configured, then index): 22.05 puts every node that needs a boot
-     after every node that does not;
+     after every node that does not.  A node's Weight is its pool's rendered one unless the driver changed it
+     (`set_weights`: the daemon's `scontrol update nodename=... weight=...`, best fit on the reservation,
+     `autoscaler.core.weights`);
   2. then powered-down nodes by Weight tier, in node-table order within a tier.  Weights are the ones
      `fleet render slurm-conf` renders (`fleet.slurm.weights.pool_weights`: capacity tier, then the shape's rank,
      cheapest $/GPU-hour first, then fewer GPUs) unless the driver gives its own per capacity type.  Real 22.05
@@ -155,6 +157,9 @@ class SimSlurm:
         levels = sorted(set(self.weight.values()))
         self.tiers = [[p for p in self.pool_list if self.weight[p.name] == lv] for lv in levels]
         self.by_weight = [p for tier in self.tiers for p in tier]  # node-table order within one Weight
+        self._order = {p.name: i for i, p in enumerate(self.by_weight)}
+        #: Weights set on single nodes (`scontrol update nodename=... weight=...`, `set_weights`), by pool
+        self.node_weight: dict[str, dict[str, int]] = {}
         self.prefer: dict[int, Prefer] = {}  # GPUs per node -> the --prefer (the one partition's)
         if self.conf.prefer:
             rows = ((p.name, CapacityType.ON_DEMAND, p.machine_type) for p in self.pool_list)
@@ -354,15 +359,21 @@ class SimSlurm:
         g = job.gpus_per_node
         picked: list[tuple[Pool, _Name | int]] = []
         allowed = {p.name for p in pools}
-        for pool in self._eligible_pools(job, pools):
-            room = [nm for nm in self._room[pool.name].values() if nm.node.free >= g]
-            if not room:
-                continue
-            want = need - len(picked)
-            chosen = [min(room, key=_index)] if want == 1 else sorted(room, key=_index)[:want]
-            picked.extend((pool, nm) for nm in chosen)
+        eligible = self._eligible_pools(job, pools)
+        if self.node_weight and any(p.name in self.node_weight for p in eligible):
+            picked = self._pick_weighted(eligible, g, need)
             if len(picked) >= need:
                 return picked
+        else:
+            for pool in eligible:
+                room = [nm for nm in self._room[pool.name].values() if nm.node.free >= g]
+                if not room:
+                    continue
+                want = need - len(picked)
+                chosen = [min(room, key=_index)] if want == 1 else sorted(room, key=_index)[:want]
+                picked.extend((pool, nm) for nm in chosen)
+                if len(picked) >= need:
+                    return picked
         for tier in self.tiers:
             for pool in self._eligible_pools(job, [p for p in tier if p.name in allowed]):
                 for i in self._free_indices(pool, need - len(picked)):
@@ -370,6 +381,36 @@ class SimSlurm:
                 if len(picked) >= need:
                     return picked
         return None
+
+    def _pick_weighted(self, pools: list[Pool], g: int, need: int) -> list[tuple[Pool, _Name | int]]:
+        """Nodes that need no power-up, with some carrying their own Weight (`set_weights`): the lowest Weight
+        first, then node-table order (pool, index), as slurmctld orders them."""
+        room = [
+            (self.node_weight.get(pool.name, {}).get(nm.node.name, self.weight[pool.name]), self._order[pool.name], nm)
+            for pool in pools
+            for nm in self._room[pool.name].values()
+            if nm.node.free >= g
+        ]
+        room.sort(key=lambda r: (r[0], r[1], r[2].index))
+        return [(r[2].pool, r[2]) for r in room[:need]]
+
+    def weights(self) -> dict[str, int]:
+        """Node name -> its Weight now, for the registered nodes (the rendered one unless `set_weights` changed it):
+        what `sinfo` shows the daemon."""
+        return {
+            nm.node.name: self.node_weight.get(nm.pool.name, {}).get(nm.node.name, self.weight[nm.pool.name])
+            for nm in self.names.values()
+            if nm.launched and nm.node.registered and not nm.down
+        }
+
+    def set_weights(self, changes: Mapping[int, Sequence[str]]) -> None:
+        """The daemon's `scontrol update nodename=... weight=W`, one per Weight: from now on slurmctld orders those
+        nodes by W among the nodes that need no power-up.  A name Slurm does not know is ignored."""
+        for w, names in changes.items():
+            for n in names:
+                nm = self.names.get(n)
+                if nm is not None:
+                    self.node_weight.setdefault(nm.pool.name, {})[n] = int(w)
 
     def _suspend_excluded(self, nm: _Name) -> bool:
         """SuspendExcNodes `<range>:<count>`: an on-demand pool keeps `suspend_exc_count` usable idle nodes up."""

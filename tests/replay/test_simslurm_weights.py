@@ -64,3 +64,25 @@ def test_the_rendered_prefer_right_sizes_over_an_idle_larger_node() -> None:
     pin the idle 8-GPU one; without it (stock Slurm) the up node wins."""
     assert _second_job_on(prefer=True) == "a3-highgpu-1g-on-demand-0"
     assert _second_job_on(prefer=False) == "a3-highgpu-8g-on-demand-0"
+
+
+def _small_job_on_the_reservation(driver_for_scenario) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
+    """Three reserved 8-GPU nodes: an 8-GPU job takes node 0, a 4-GPU job node 1; the 8-GPU job ends, and then a
+    1-GPU job comes.  Returns the names of the nodes the three jobs ran on."""
+    sc = Scenario(reserved_nodes=3)
+    jobs = [job(0, 0, 1000, 8), job(1, 1, 50_000, 4), job(2, 3000, 60, 1)]
+    early = SimSlurm(jobs, sc, driver_for_scenario(sc)).run(until=2)  # (the replay does not resume)
+    late = SimSlurm(jobs, sc, driver_for_scenario(sc)).run(until=3001)
+    return (*(early.state.jobs[i].placed_on[0].name for i in (0, 1)), late.state.jobs[2].placed_on[0].name)
+
+
+def test_the_daemon_reweighs_reserved_nodes_so_small_work_goes_to_the_fullest_that_fits() -> None:
+    """Best fit on the reservation (`autoscaler.core.weights`): gpu-fleet's tick gives the partly used reserved node
+    a lower Weight than the empty one, so the 1-GPU job leaves the empty node whole for the next 8-GPU job.  A
+    driver that leaves the rendered Weights (all equal) gets first fit: the empty node, the lowest index."""
+    from autoscaler.replay.gpu_fleet import GpuFleetPolicy
+
+    *_, small = _small_job_on_the_reservation(GpuFleetPolicy.for_scenario)
+    first = _small_job_on_the_reservation(lambda sc: Recorder(settings=SlurmSettings(suspend_time_s=5000)))
+    assert first[0] == first[2] and first[1] != first[0]  # rendered Weights: back to the emptied node
+    assert small == first[1]  # re-weighed: onto the node the 4-GPU job runs on

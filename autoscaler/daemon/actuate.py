@@ -1,4 +1,4 @@
-"""Execute decisions: launches, drains, power-state updates and deletes, each logged and counted.
+"""Execute decisions: launches, drains, power-state and Weight updates and deletes, each logged and counted.
 
 Every call to the cloud or to scontrol goes through `Actuator`, which
 - in dry-run mode logs what it would do and touches nothing (store included);
@@ -154,6 +154,31 @@ class Actuator:
         logger.bind(**entry).info("scontrol update {} state={} ({})", list(names), state, reason)
         self.log.add(**entry, outcome="ok")
         self._count(f"scontrol-{state}", "ok")
+        return True
+
+    def set_weight(self, names: Sequence[str], weight: int, reason: str) -> bool:
+        """``scontrol update nodename=... weight=...`` (the best fit on the reservation, `autoscaler.core.weights`).
+        Logged and counted as ``scontrol-weight``; not written to the node history, which records state changes
+        (a Weight follows every job start and end on a reserved node).  False when Slurm refused or did not
+        answer (already logged): the next tick, reading the Weights back, tries again."""
+        if not names:
+            return True
+        entry = {"command": "scontrol-weight", "names": list(names), "weight": weight, "reason": reason}
+        if self.dry_run:
+            logger.bind(**entry).info("dry-run: would scontrol update {} weight={}", list(names), weight)
+            self.log.add(**entry, outcome="dry-run")
+            self._count("scontrol-weight", "dry-run")
+            return True
+        try:
+            self.slurm.update_weight(names, weight)
+        except SlurmUnavailable as exc:
+            logger.bind(**entry, error=str(exc)).warning("scontrol update weight={} failed: {}", weight, exc)
+            self.log.add(**entry, outcome="failed", error=str(exc))
+            self._count("scontrol-weight", "failed")
+            return False
+        logger.bind(**entry).info("scontrol update {} weight={} ({})", list(names), weight, reason)
+        self.log.add(**entry, outcome="ok")
+        self._count("scontrol-weight", "ok")
         return True
 
 

@@ -13,10 +13,13 @@ Order within a tick (each step only acts on this tick's fresh reads):
    and delete by name, only nodes Slurm reports idle; what this tick drained is re-read and, if empty, deleted
    in the same tick); with a reservation hold, overflow pools' powered-down nodes are kept drained and
    released (undrained) as the plan launches for the jobs left PENDING (`autoscaler.core.hold`);
-6. job-end wake-ups (EpilogSlurmctld rows, read before Slurm): settled once this tick's view shows the job's
+6. best fit on the reservation: each registered reserved node's Weight set to its rendered Weight plus its free
+   GPUs (`scontrol update weight=`, only the ones that differ), so slurmctld gives small jobs the fullest reserved
+   node they fit and keeps whole nodes free for whole-node jobs (`autoscaler.core.weights`);
+7. job-end wake-ups (EpilogSlurmctld rows, read before Slurm): settled once this tick's view shows the job's
    nodes freed, so the watcher stops ticking early (`autoscaler.daemon.job_end`);
-7. metrics.
-A daemon that does not hold the leader lock runs steps 1 and 7 only.
+8. metrics.
+A daemon that does not hold the leader lock runs steps 1 and 8 only.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from autoscaler.core import (
 )
 from autoscaler.core.decide import Planner, default_planner
 from autoscaler.core.settings import SeenJob, SettingsTracker
+from autoscaler.core.weights import ReservedNode, rendered_weights, reservation_weights, weight_changes
 from autoscaler.daemon import job_end
 from autoscaler.daemon.actuate import Actuator
 from autoscaler.daemon.config import LoopConfig
@@ -68,6 +72,7 @@ from autoscaler.model import NodeState, Plan, Policy, Pool, UnavailableOffering,
 from autoscaler.planner.standby import standby_count
 from autoscaler.slurm.client import SlurmClient, SlurmUnavailable
 from autoscaler.slurm.readers import SlurmJob, SlurmNode, waiting_on_power_up
+from fleet.catalog import CapacityType
 
 Memory = list[UnavailableOffering]
 HOLD_REASON = "gpu-fleet: held while reserved capacity may free up (reservation hold)"
@@ -128,6 +133,9 @@ class Daemon:
         self.clock = clock
         self.dry_run = dry_run
         self._released: dict[str, float] = {}  # held names released (undrained) -> when
+        self._reserved = [p for p in self.pools if p.capacity_type is CapacityType.RESERVATION]
+        # the Weights `fleet render slurm-conf` gives each pool's nodes: the base of the reserved nodes' best fit
+        self._base_weights = rendered_weights(self.pools) if self._reserved else {}
         self.unservable = UnservableJobs()
 
     # --- the tick ------------------------------------------------------------------------------------------
@@ -253,6 +261,10 @@ class Daemon:
         )
         if res.leader:
             self._queue_depth(plan, view, snodes, now, act)
+
+        # 6. best fit on the reservation
+        if res.leader and snodes is not None:
+            self._reserved_weights(snodes, act)
 
         if actuate:
             self._save_memory(memory, now)
@@ -591,6 +603,24 @@ class Daemon:
                 self._released.update(dict.fromkeys(names, now))
         if to_drain:
             act.scontrol(to_drain, "drain", HOLD_REASON)
+
+    def _reserved_weights(self, snodes: dict[str, SlurmNode], act: Actuator) -> None:
+        """Weights of the reservation pools' registered nodes: rendered Weight + free GPUs (the fullest node that
+        fits a job wins), one `scontrol update` per Weight for the nodes whose Weight differs.  Nodes that need a
+        power-up (or are down) keep theirs: slurmctld puts them after every registered node anyway."""
+        if not self._reserved:
+            return
+        index = NameIndex(self._reserved)
+        nodes = []
+        for n in snodes.values():
+            pool = index.pool_of(n.name)
+            if pool is None or n.powered_down or n.powering_up or n.powering_down or n.down:
+                continue
+            nodes.append(ReservedNode(n.name, pool.name, n.gpus, n.gpus_used))
+        desired = reservation_weights(self._reserved, self._base_weights, nodes)
+        current = {n.name: snodes[n.name].weight for n in nodes}
+        for weight, names in weight_changes(desired, current).items():
+            act.set_weight(names, weight, "gpu-fleet: best fit on the reservation (rendered Weight + free GPUs)")
 
     def _power_down_and_delete(
         self, pool: str, names: list[str], reason: str, snodes: SlurmView, act: Actuator

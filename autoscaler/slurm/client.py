@@ -1,5 +1,8 @@
 """Talking to Slurm: the CLI (`squeue --json`, `sinfo --json`, `scontrol update`) or slurmrestd with a JWT.
 
+Writes are node updates: a power/drain state (`update_nodes`) or a scheduling Weight (`update_weight`, the best
+fit on the reservation: `autoscaler.core.weights`).
+
 Both clients return the typed records of `readers` and raise `SlurmUnavailable` when the controller does not
 answer (timeout, non-zero exit, connection refused), so the daemon can skip scale-down for that tick instead
 of acting on a stale view.  The command runner is injectable, so tests can run the real CLI against the test
@@ -20,6 +23,14 @@ from autoscaler.slurm.readers import SlurmJob, SlurmNode, parse_sinfo, parse_squ
 
 # scontrol node states the daemon sets (``scontrol update nodename=... state=...``)
 NODE_UPDATE_STATES = frozenset({"drain", "resume", "power_down", "power_down_force", "power_up", "undrain"})
+MAX_WEIGHT = 0xFFFFFFFD  # Weight is a uint32; 0xFFFFFFFE and 0xFFFFFFFF are Slurm's NO_VAL and INFINITE
+
+
+def check_weight(weight: object) -> int:
+    """`weight` if it is a node Weight scontrol accepts (an int in 0..MAX_WEIGHT), else ValueError naming it."""
+    if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= MAX_WEIGHT:
+        raise ValueError(f"weight: {weight!r} is not an integer in 0..{MAX_WEIGHT}")
+    return weight
 
 
 class SlurmUnavailable(RuntimeError):
@@ -32,6 +43,8 @@ class SlurmClient(Protocol):
     def nodes(self) -> list[SlurmNode]: ...
 
     def update_nodes(self, names: Sequence[str], state: str, reason: str | None = None) -> None: ...
+
+    def update_weight(self, names: Sequence[str], weight: int) -> None: ...
 
 
 Runner = Callable[..., subprocess.CompletedProcess]
@@ -93,6 +106,14 @@ class CliSlurm:
             args.append(f"reason={reason or 'gpu-fleet autoscaler'}")
         self._run(*args)
 
+    def update_weight(self, names: Sequence[str], weight: int) -> None:
+        """``scontrol update nodename=<names> weight=<weight>``: one call for all the names.  slurmctld keeps it
+        until the next ``scontrol reconfigure`` or restart, which put slurm.conf's Weight back."""
+        check_weight(weight)
+        if not names:
+            return
+        self._run("scontrol", "update", f"nodename={compress(names)}", f"weight={weight}")
+
 
 # openapi versions without a node-update endpoint (it appeared in v0.0.39): updates go through scontrol
 _NO_NODE_UPDATE = frozenset({"v0.0.36", "v0.0.37", "v0.0.38"})
@@ -101,8 +122,8 @@ _NO_NODE_UPDATE = frozenset({"v0.0.36", "v0.0.37", "v0.0.38"})
 class RestSlurm:
     """slurmrestd (openapi v0.0.38 by default) with JWT auth: ``X-SLURM-USER-NAME`` / ``X-SLURM-USER-TOKEN``.
 
-    Reads go to slurmrestd.  Slurm 22.05's openapi (<= v0.0.38) cannot update nodes, so `update_nodes` then
-    runs scontrol through `cli` (the daemon lives on the controller host, where scontrol works)."""
+    Reads go to slurmrestd.  Slurm 22.05's openapi (<= v0.0.38) cannot update nodes, so `update_nodes` and
+    `update_weight` then run scontrol through `cli` (the daemon lives on the controller host, where scontrol works)."""
 
     def __init__(
         self,
@@ -155,5 +176,17 @@ class RestSlurm:
         body: dict[str, Any] = {"state": [state.upper()]}
         if reason or state == "drain":
             body["reason"] = reason or "gpu-fleet autoscaler"
-        for n in names:  # v0.0.38 updates one node per call
+        for n in names:  # one node per call
+            self._call("POST", f"node/{n}", json=body)
+
+    def update_weight(self, names: Sequence[str], weight: int) -> None:
+        """The node-update endpoint (v0.0.39+: ``weight`` is a ``uint32_no_val``), else scontrol through `cli`."""
+        check_weight(weight)
+        if self.api in _NO_NODE_UPDATE:
+            if self.cli is None:
+                raise SlurmUnavailable(f"slurmrestd {self.api} cannot update nodes and no scontrol fallback is set")
+            self.cli.update_weight(names, weight)
+            return
+        body = {"weight": {"set": True, "infinite": False, "number": weight}}
+        for n in names:
             self._call("POST", f"node/{n}", json=body)

@@ -114,6 +114,7 @@ class SlurmNode:
     features: tuple[str, ...]
     reason: str = ""
     alloc_cpus: int = 0
+    weight: int | None = None  # scheduling Weight (slurm.conf, or `scontrol update weight=`); None: not reported
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -248,8 +249,15 @@ def parse_node(raw: Mapping[str, Any]) -> SlurmNode:
         features=_features(raw.get("active_features") or raw.get("features")),
         reason=str(raw.get("reason") or ""),
         alloc_cpus=int(_number(raw.get("alloc_cpus")) or 0),
+        weight=_weight(raw.get("weight")),
         extra={k: raw[k] for k in ("boot_time", "last_busy", "slurmd_start_time") if k in raw},
     )
+
+
+def _weight(value: Any) -> int | None:
+    """A node's ``weight``: a plain number in 22.05, ``{"set", "infinite", "number"}`` later; None when absent."""
+    w = _number(value)
+    return None if w is None or isinstance(value, bool) else int(w)
 
 
 def parse_sinfo(data: Mapping[str, Any], *, cloud_only: bool = False) -> list[SlurmNode]:

@@ -75,7 +75,7 @@ def make_daemon(tmp_path: Path, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
     def make(**kw: object) -> Daemon:
         store = StateStore(tmp_path / "state.db")
         d = Daemon(
-            pools=[spot_pool()],
+            pools=kw.pop("pools", [spot_pool()]),  # type: ignore[arg-type]
             provider=kw.pop("provider", cloud),  # type: ignore[arg-type]
             slurm=kw.pop("slurm", slurm),  # type: ignore[arg-type]
             store=store,

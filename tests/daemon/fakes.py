@@ -34,10 +34,15 @@ class FakeSlurm:
     jobs_: list[SlurmJob] = field(default_factory=list)
     down: bool = False
     updates: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
+    weight_updates: list[tuple[tuple[str, ...], int]] = field(default_factory=list)  # `update_weight` calls
 
-    def add_cloud_nodes(self, names: Sequence[str], gpus: int = 8, partition: str = "gpu") -> None:
+    def add_cloud_nodes(
+        self, names: Sequence[str], gpus: int = 8, partition: str = "gpu", weight: int | None = None
+    ) -> None:
         for n in names:
-            self.nodes_[n] = SlurmNode(n, "idle", frozenset({"CLOUD", "POWERED_DOWN"}), gpus, 0, (partition,), ())
+            self.nodes_[n] = SlurmNode(
+                n, "idle", frozenset({"CLOUD", "POWERED_DOWN"}), gpus, 0, (partition,), (), weight=weight
+            )
 
     def set(self, name: str, state: str, *flags: str, gpus_used: int = 0, last_busy: float = 0.0) -> None:
         n = self.nodes_[name]
@@ -79,6 +84,13 @@ class FakeSlurm:
                 flags -= {"POWERING_UP"}
                 flags.add("POWERING_DOWN")
             self.nodes_[n] = replace(node, flags=frozenset(flags))
+
+    def update_weight(self, names: Sequence[str], weight: int) -> None:
+        if self.down:
+            raise SlurmUnavailable("scontrol: Unable to contact slurm controller")
+        self.weight_updates.append((tuple(names), weight))
+        for n in names:
+            self.nodes_[n] = replace(self.nodes_[n], weight=weight)
 
 
 def offering(zone: str, ct: CapacityType = CapacityType.SPOT, mt: str = "a3-highgpu-8g") -> OfferingKey:

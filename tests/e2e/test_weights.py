@@ -162,3 +162,97 @@ def test_a_small_job_takes_a_free_reserved_node_before_it_powers_up_a_right_size
     assert _run(env) == "e2e-resv-0"
     assert _run(env) == "e2e-resv-0"
     assert {e.name for e in env.fake.events_of("create")} == {"e2e-resv-0"}  # no right-sized node was powered up
+
+
+@pytest.fixture
+def env_resv3(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    """`env_resv` with three reserved 8-GPU nodes."""
+    small = pool("h1", "on-demand", "gpu", False, max_nodes=2).model_copy(
+        update={"machine_type": "a3-highgpu-1g", "gpus_per_node": 1}
+    )
+    with e2e_env(
+        slurm_factory,
+        suspend_time=600,
+        pools=[pool("resv", "reservation", "gpu", False, max_nodes=3, reservation="e2e-resv"), small],
+        nodesets=[
+            Nodeset("e2e-resv", 3, gpus=8, features="a3-highgpu-8g,reservation", weight=RWEIGHTS["resv"]),
+            Nodeset("e2e-h1", 2, gpus=1, features="a3-highgpu-1g", weight=RWEIGHTS["h1"]),
+        ],
+        partitions={"gpu": ["e2e-resv", "e2e-h1"]},
+        policy={"idle_timeout_s": 3600, "backoff_s": 120},
+        reservations={"e2e-resv": ("us-central1-a", 3)},
+        topology=True,
+        job_submit_lua=RLUA,
+    ) as e:
+        yield e
+
+
+def _long_job(env: E2E, gpus: int) -> int:
+    return env.sbatch(
+        "-p", "gpu", "-N", "1", f"--gres=gpu:{gpus}", "-o", f"{env.root / 'log'}/job-%j.out", "--wrap", "sleep 600"
+    )
+
+
+def _running_on(env: E2E, job: int, timeout: float = 120) -> str:
+    def node() -> str | None:
+        for j in env.slurm.squeue_json()["jobs"]:
+            if j["job_id"] == job and j["job_state"] == "RUNNING":
+                return j["nodes"]
+        return None
+
+    return wait_for(node, timeout, f"job {job} to run", env)
+
+
+def _weights(env: E2E) -> dict[str, int]:
+    return {name: n["weight"] for name, n in env.sinfo().items()}
+
+
+def test_the_daemon_keeps_the_reservation_best_fit(env_resv3: E2E) -> None:
+    """slurmctld 22.05 (topology/tree) gives a job the registered node with the lowest Weight, then the lowest
+    index: with the rendered Weights a 1-GPU job takes an empty reserved node ahead of a partly used one and splits
+    the reservation's free GPUs.  The daemon sets each registered reserved node's Weight to rendered + free GPUs,
+    so the job goes to the fuller node and the empty one stays whole for the next 8-GPU job."""
+    env = env_resv3
+    base = RWEIGHTS["resv"]
+    env.start_daemon()
+    a = _long_job(env, 8)
+    assert _running_on(env, a) == "e2e-resv-0"
+    b = _long_job(env, 4)
+    assert _running_on(env, b) == "e2e-resv-1"
+    env.slurm.run("scancel", str(a), check=True)
+    wait_for(lambda: env.sinfo()["e2e-resv-0"]["state"] == "idle", 60, "e2e-resv-0 to be idle (A cancelled)", env)
+
+    # the daemon's tick: e2e-resv-0 empty (8 free), e2e-resv-1 half used (4 free); the powered-down -2 untouched
+    def best_fit() -> bool:
+        w = _weights(env)
+        return w["e2e-resv-0"] == base + 8 and w["e2e-resv-1"] == base + 4
+
+    wait_for(best_fit, 30, "the daemon to set e2e-resv-1's Weight below e2e-resv-0's", env)
+    w = _weights(env)
+    assert w["e2e-resv-2"] == base and w["e2e-h1-0"] == w["e2e-h1-1"] == RWEIGHTS["h1"]
+
+    c = _long_job(env, 1)
+    assert _running_on(env, c) == "e2e-resv-1"  # the fuller node; e2e-resv-0 stays whole
+    wait_for(lambda: _weights(env)["e2e-resv-1"] == base + 3, 30, "e2e-resv-1's Weight to follow job C", env)
+
+    # `scontrol reconfigure` puts slurm.conf's Weights back; the next tick sets them again
+    ticks = len(env.ticks)
+    env.slurm.run("scontrol", "reconfigure", check=True)
+    wait_for(
+        lambda: any(
+            c["command"] == "scontrol-weight" and c["outcome"] == "ok" for t in env.ticks[ticks:] for c in t.commands
+        ),
+        30,
+        "the daemon to re-apply the Weights after scontrol reconfigure",
+        env,
+    )
+    wait_for(lambda: _weights(env)["e2e-resv-1"] == base + 3 and _weights(env)["e2e-resv-0"] == base + 8, 30,
+             "the best-fit Weights after the reconfigure", env)  # fmt: skip
+
+    # the control: with the rendered Weights (daemon stopped) the next 1-GPU job takes the empty e2e-resv-0
+    env.stop_daemon()
+    env.slurm.run("scontrol", "update", "nodename=e2e-resv-[0-1]", f"weight={base}", check=True)
+    d = _long_job(env, 1)
+    assert _running_on(env, d) == "e2e-resv-0"
+    assert {e.name for e in env.fake.events_of("create")} == {"e2e-resv-0", "e2e-resv-1"}  # nothing else booted
+    env.slurm.run("scancel", str(b), str(c), str(d), check=True)

@@ -153,6 +153,17 @@ def test_cli_kueue_json_reports_the_quota_and_provisioning_waits_apart() -> None
     assert out["policies"]["gpu-fleet"]["settings"]["scheduler"] == "kueue"
 
 
+def test_cli_kueue_frontier_points_without_the_warm_cap_reach_the_kubernetes_gpu_fleet() -> None:
+    args = ["simulate", "--trace", str(SMALL_TRACE), "--scheduler", "kueue", "--kueue-quota-gpus", "32"]
+    res = runner.invoke(app, [*args, "--policy", "gpu-fleet", "--frontier", "50,50:no-warm-cap", "--json"])
+    assert res.exit_code == 0, res.output
+    points = json.loads(res.stdout)["frontier"]
+    assert [(p["setting"], p["settings"]["scheduler"], p["settings"]["warm_cap"]) for p in points] == [
+        ("50", "kueue", True),
+        ("50:no-warm-cap", "kueue", False),
+    ]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -262,6 +262,14 @@ def _cli_message(err: Any) -> str:
     return f"{FLAG_OF[field]}: {rest}" if sep and field in FLAG_OF else msg
 
 
+def _gpu_fleet_setting(settings: dict[str, Any]) -> str:
+    """One line saying which operator settings gpu-fleet ran with (the rule derived the rest from the history)."""
+    w = settings.get("wait_value_usd_per_gpu_hour")
+    value = "each shape's on-demand $/GPU-h" if w is None else f"${w:g}/GPU-h"
+    cap = "on" if settings.get("warm_cap", True) else "off (--no-warm-cap)"
+    return f"gpu-fleet: wait value {value} (--wait-value), warm-node cap {cap}; {settings.get('settings_source', '')}"
+
+
 def _print_table(result: object, report: Path | None) -> None:
     from rich import box
     from rich.console import Console
@@ -327,6 +335,9 @@ def _print_table(result: object, report: Path | None) -> None:
         name = row[0]
         table.add_row(f"[bold green]{name}[/bold green]" if name == best else name, *row[1:])
     console.print(table)
+    gf = result.metrics.get("gpu-fleet", {}).get("settings")
+    if gf:
+        console.print(_gpu_fleet_setting(gf))
     if result.frontier:
         ft = Table(title="gpu-fleet cost vs wait frontier (--frontier)", box=box.SIMPLE_HEAD, pad_edge=False)
         for header in ("--wait-value $/GPU-h", "cost $", "x bound", "wait p50 s", "wait p95 s"):

@@ -141,6 +141,8 @@ def test_frontier_settings_without_the_warm_cap_reach_the_rule(monkeypatch) -> N
     out = json.loads(res.stdout)
     assert out["policies"]["gpu-fleet"]["settings"]["warm_cap"] is False
     assert [p["setting"] for p in out["frontier"]] == ["50:no-warm-cap"]
+    human = runner.invoke(app, ["simulate", "--trace", str(SMALL_TRACE), "--policy", "gpu-fleet", "--no-warm-cap"])
+    assert human.exit_code == 0 and "warm-node cap off" in " ".join(human.output.split()), human.output
     for bad, msg in (("5:fast", "unknown setting 'fast'"), ("-1", "must be >= 0"), (",", "no wait value given")):
         res = runner.invoke(app, ["simulate", "--trace", str(SMALL_TRACE), "--frontier", bad])
         assert res.exit_code == 2 and "--frontier: " in res.output and msg in res.output, res.output

@@ -25,6 +25,10 @@ changed, to size a mechanism before building it (docs/simulate.md, "The reservat
   rendered `--prefer` changed): small jobs boot large nodes and pack onto them, including ones powering up;
 - `no-warm-cap`: the settings rule's idle keep without its warm-node cap (every idle node of a kept shape is
   kept for the break-even time).
+- `preempt-spot`: a single-node job that may not use spot and would overflow the reservation requeues running
+  spot-tolerant jobs off a reserved node instead (the fewest lost GPU-seconds since their last checkpoint; they
+  resume from it), as Slurm's partition-priority preemption (`PreemptType=preempt/partition_prio`,
+  `PreemptMode=REQUEUE`, spot-tolerant work in a lower PriorityTier) would with the overflow held back.
 
 `--wait-value W` replays gpu-fleet at that wait value (the knob of the frontier) instead of its default.
 
@@ -133,6 +137,42 @@ def _patch(what: str) -> None:
 
         S._eligible_pools = eligible
         return
+    if name == "preempt-spot":
+        from autoscaler.replay.state import JobState
+
+        orig_select = S._select
+
+        def select_preempt(self: Any, job: Any, now: float) -> Any:
+            picked = orig_select(self, job, now)
+            res = CapacityType.RESERVATION
+            if job.spot_ok or job.nodes != 1 or picked is None or all(p.capacity_type is res for p, _ in picked):
+                return picked
+            g, every, best = job.gpus_per_node, self.state.checkpoint_interval_s, None
+            for nm in self.names.values():
+                if nm.pool.capacity_type is not res or nm.down or not nm.node.registered or nm.node.free >= g:
+                    continue
+                spot = []
+                for i in nm.node.jobs:
+                    j = self.state.jobs[i]
+                    if j.spot_ok and j.state is JobState.RUNNING:
+                        ran = now - (j.start or now)
+                        spot.append(((ran % every if every > 0 else ran) * j.gpus, j))
+                free, victims, lost = nm.node.free, [], 0.0
+                for lost_j, j in sorted(spot, key=lambda c: c[0]):
+                    if free >= g:
+                        break
+                    victims.append(j)
+                    free, lost = free + j.gpus, lost + lost_j
+                if free >= g and (best is None or lost < best[0]):
+                    best = (lost, victims)
+            if best is None:
+                return picked
+            for j in best[1]:
+                self._requeue(j, now)
+            return orig_select(self, job, now)
+
+        S._select = select_preempt
+        return
     if name in ("best-fit", "protect-empty"):
         spare = int(arg) if name == "protect-empty" else None
 
@@ -212,6 +252,7 @@ def main() -> int:
     options = PolicyOptions(wait_value_usd_per_gpu_hour=a.wait_value)
     m = run_scenario(jobs, sc, ["gpu-fleet"], options=options).metrics["gpu-fleet"]
     keys = ("cost_ratio", "overflow_ratio", "wait_p50_s", "wait_p95_s", "wait_mean_s", "nodes_launched")
+    keys += ("preempted_jobs",)
     print(json.dumps({"trace": a.trace, "what": a.what, "wait_value": a.wait_value, **{k: m[k] for k in keys}}))
     return 0
 

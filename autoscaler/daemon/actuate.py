@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from loguru import logger
 
@@ -136,25 +137,15 @@ class Actuator:
         if not names:
             return True
         entry = {"command": f"scontrol-{state}", "names": list(names), "reason": reason}
-        if self.dry_run:
-            logger.bind(**entry).info("dry-run: would scontrol update {} state={}", list(names), state)
-            self.log.add(**entry, outcome="dry-run")
-            self._count(f"scontrol-{state}", "dry-run")
-            return True
-        try:
-            self.slurm.update_nodes(names, state, reason)
-        except SlurmUnavailable as exc:
-            logger.bind(**entry, error=str(exc)).warning("scontrol update state={} failed: {}", state, exc)
-            self.log.add(**entry, outcome="failed", error=str(exc))
-            self._count(f"scontrol-{state}", "failed")
-            return False
-        now = self.clock()
-        for n in names:
-            self.store.add_history(n, state, now, reason)
-        logger.bind(**entry).info("scontrol update {} state={} ({})", list(names), state, reason)
-        self.log.add(**entry, outcome="ok")
-        self._count(f"scontrol-{state}", "ok")
-        return True
+
+        def history() -> None:
+            now = self.clock()
+            for n in names:
+                self.store.add_history(n, state, now, reason)
+
+        return self._slurm_update(
+            entry, f"state={state}", reason, lambda: self.slurm.update_nodes(names, state, reason), history
+        )
 
     def set_weight(self, names: Sequence[str], weight: int, reason: str) -> bool:
         """``scontrol update nodename=... weight=...`` (the best fit on the reservation, `autoscaler.core.weights`).
@@ -164,21 +155,36 @@ class Actuator:
         if not names:
             return True
         entry = {"command": "scontrol-weight", "names": list(names), "weight": weight, "reason": reason}
+        return self._slurm_update(entry, f"weight={weight}", reason, lambda: self.slurm.update_weight(names, weight))
+
+    def _slurm_update(
+        self,
+        entry: dict[str, Any],
+        what: str,
+        reason: str,
+        call: Callable[[], None],
+        on_ok: Callable[[], None] | None = None,
+    ) -> bool:
+        """One ``scontrol update`` (`call`), dry-run aware, logged and counted under ``entry["command"]``; `on_ok`
+        runs after it succeeded.  False when Slurm refused or did not answer."""
+        command, names = entry["command"], entry["names"]
         if self.dry_run:
-            logger.bind(**entry).info("dry-run: would scontrol update {} weight={}", list(names), weight)
+            logger.bind(**entry).info("dry-run: would scontrol update {} {}", names, what)
             self.log.add(**entry, outcome="dry-run")
-            self._count("scontrol-weight", "dry-run")
+            self._count(command, "dry-run")
             return True
         try:
-            self.slurm.update_weight(names, weight)
+            call()
         except SlurmUnavailable as exc:
-            logger.bind(**entry, error=str(exc)).warning("scontrol update weight={} failed: {}", weight, exc)
+            logger.bind(**entry, error=str(exc)).warning("scontrol update {} failed: {}", what, exc)
             self.log.add(**entry, outcome="failed", error=str(exc))
-            self._count("scontrol-weight", "failed")
+            self._count(command, "failed")
             return False
-        logger.bind(**entry).info("scontrol update {} weight={} ({})", list(names), weight, reason)
+        if on_ok is not None:
+            on_ok()
+        logger.bind(**entry).info("scontrol update {} {} ({})", names, what, reason)
         self.log.add(**entry, outcome="ok")
-        self._count("scontrol-weight", "ok")
+        self._count(command, "ok")
         return True
 
 

@@ -128,26 +128,32 @@ RLUA = render_job_submit(  # as fleet.slurm.conf renders it for a partition with
 )
 
 
-@pytest.fixture
-def env_resv(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+def _env_resv(slurm_factory: Callable[..., SlurmHarness], reserved: int) -> Iterator[E2E]:
+    """`reserved` reserved 8-GPU nodes and a 1-GPU on-demand pool of 2, Weights, topology and job_submit.lua as
+    rendered."""
     small = pool("h1", "on-demand", "gpu", False, max_nodes=2).model_copy(
         update={"machine_type": "a3-highgpu-1g", "gpus_per_node": 1}
     )
     with e2e_env(
         slurm_factory,
         suspend_time=600,
-        pools=[pool("resv", "reservation", "gpu", False, max_nodes=1, reservation="e2e-resv"), small],
+        pools=[pool("resv", "reservation", "gpu", False, max_nodes=reserved, reservation="e2e-resv"), small],
         nodesets=[
-            Nodeset("e2e-resv", 1, gpus=8, features="a3-highgpu-8g,reservation", weight=RWEIGHTS["resv"]),
+            Nodeset("e2e-resv", reserved, gpus=8, features="a3-highgpu-8g,reservation", weight=RWEIGHTS["resv"]),
             Nodeset("e2e-h1", 2, gpus=1, features="a3-highgpu-1g", weight=RWEIGHTS["h1"]),
         ],
         partitions={"gpu": ["e2e-resv", "e2e-h1"]},
         policy={"idle_timeout_s": 3600, "backoff_s": 120},
-        reservations={"e2e-resv": ("us-central1-a", 1)},
+        reservations={"e2e-resv": ("us-central1-a", reserved)},
         topology=True,
         job_submit_lua=RLUA,
     ) as e:
         yield e
+
+
+@pytest.fixture
+def env_resv(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    yield from _env_resv(slurm_factory, 1)
 
 
 def test_a_small_job_takes_a_free_reserved_node_before_it_powers_up_a_right_sized_one(env_resv: E2E) -> None:
@@ -167,24 +173,7 @@ def test_a_small_job_takes_a_free_reserved_node_before_it_powers_up_a_right_size
 @pytest.fixture
 def env_resv3(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
     """`env_resv` with three reserved 8-GPU nodes."""
-    small = pool("h1", "on-demand", "gpu", False, max_nodes=2).model_copy(
-        update={"machine_type": "a3-highgpu-1g", "gpus_per_node": 1}
-    )
-    with e2e_env(
-        slurm_factory,
-        suspend_time=600,
-        pools=[pool("resv", "reservation", "gpu", False, max_nodes=3, reservation="e2e-resv"), small],
-        nodesets=[
-            Nodeset("e2e-resv", 3, gpus=8, features="a3-highgpu-8g,reservation", weight=RWEIGHTS["resv"]),
-            Nodeset("e2e-h1", 2, gpus=1, features="a3-highgpu-1g", weight=RWEIGHTS["h1"]),
-        ],
-        partitions={"gpu": ["e2e-resv", "e2e-h1"]},
-        policy={"idle_timeout_s": 3600, "backoff_s": 120},
-        reservations={"e2e-resv": ("us-central1-a", 3)},
-        topology=True,
-        job_submit_lua=RLUA,
-    ) as e:
-        yield e
+    yield from _env_resv(slurm_factory, 3)
 
 
 def _long_job(env: E2E, gpus: int) -> int:

@@ -301,16 +301,12 @@ class GpuFleetPolicy:
     def _reweigh(self, sim: SimSlurm) -> None:
         """The daemon's step after scale-down: best fit on the reservation (`autoscaler.core.weights`), the Weights
         of the registered reserved nodes set from their free GPUs as the simulated Slurm shows them."""
-        reserved = [nm for nm in sim.names.values() if nm.pool.capacity_type is CapacityType.RESERVATION]
+        reserved = [nm for nm in sim.registered() if nm.pool.capacity_type is CapacityType.RESERVATION]
         if not reserved:
             return
         if self._rendered is None:
             self._rendered = rendered_weights(self._pools)
-        nodes = [
-            ReservedNode(nm.node.name, nm.pool.name, nm.node.gpus, nm.node.gpus - nm.node.free)
-            for nm in reserved
-            if nm.launched and nm.node.registered and not nm.down
-        ]
+        nodes = [ReservedNode(nm.node.name, nm.pool.name, nm.node.gpus, nm.node.gpus - nm.node.free) for nm in reserved]
         changes = weight_changes(reservation_weights(self._pools, self._rendered, nodes), sim.weights())
         if changes:
             sim.set_weights(changes)

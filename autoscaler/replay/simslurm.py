@@ -386,7 +386,7 @@ class SimSlurm:
         """Nodes that need no power-up, with some carrying their own Weight (`set_weights`): the lowest Weight
         first, then node-table order (pool, index), as slurmctld orders them."""
         room = [
-            (self.node_weight.get(pool.name, {}).get(nm.node.name, self.weight[pool.name]), self._order[pool.name], nm)
+            (self._node_weight(nm), self._order[pool.name], nm)
             for pool in pools
             for nm in self._room[pool.name].values()
             if nm.node.free >= g
@@ -394,14 +394,17 @@ class SimSlurm:
         room.sort(key=lambda r: (r[0], r[1], r[2].index))
         return [(r[2].pool, r[2]) for r in room[:need]]
 
+    def _node_weight(self, nm: _Name) -> int:
+        """The Weight slurmctld orders `nm` by: its pool's rendered one unless `set_weights` changed it."""
+        return self.node_weight.get(nm.pool.name, {}).get(nm.node.name, self.weight[nm.pool.name])
+
+    def registered(self) -> list[_Name]:
+        """The names whose node is up and registered with slurmctld (not powered down, powering up or DOWN)."""
+        return [nm for nm in self.names.values() if nm.launched and nm.node.registered and not nm.down]
+
     def weights(self) -> dict[str, int]:
-        """Node name -> its Weight now, for the registered nodes (the rendered one unless `set_weights` changed it):
-        what `sinfo` shows the daemon."""
-        return {
-            nm.node.name: self.node_weight.get(nm.pool.name, {}).get(nm.node.name, self.weight[nm.pool.name])
-            for nm in self.names.values()
-            if nm.launched and nm.node.registered and not nm.down
-        }
+        """Node name -> its Weight now, for the registered nodes: what `sinfo` shows the daemon."""
+        return {nm.node.name: self._node_weight(nm) for nm in self.registered()}
 
     def set_weights(self, changes: Mapping[int, Sequence[str]]) -> None:
         """The daemon's `scontrol update nodename=... weight=W`, one per Weight: from now on slurmctld orders those

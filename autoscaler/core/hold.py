@@ -24,12 +24,21 @@ RELEASE_GRACE_S = 30.0
 
 
 def held_pools(pools: Iterable[Pool], policy: Policy) -> frozenset[str]:
-    """The pools kept unavailable to the scheduler: every non-reservation pool, when the fleet has a reservation
-    pool and the policy holds launches (`batch_window_s > 0`); none otherwise."""
+    """The pools kept unavailable to the scheduler, when the fleet has a reservation pool: every non-reservation
+    pool while the policy holds launches (`batch_window_s > 0`); else, with `Policy.preempt_spot` and a spot pool,
+    the overflow pools that are neither reservation nor spot (Slurm preempts spot-tolerant work off the reservation
+    only for a job that cannot start otherwise, and a powered-down CLOUD node it may use counts as otherwise);
+    none otherwise."""
     ps = list(pools)
-    if policy.batch_window_s <= 0 or not any(p.capacity_type is CapacityType.RESERVATION for p in ps):
+    kinds = {p.capacity_type for p in ps}
+    if CapacityType.RESERVATION not in kinds:
         return frozenset()
-    return frozenset(p.name for p in ps if p.capacity_type is not CapacityType.RESERVATION)
+    if policy.batch_window_s > 0:
+        return frozenset(p.name for p in ps if p.capacity_type is not CapacityType.RESERVATION)
+    if policy.preempt_spot and CapacityType.SPOT in kinds:
+        keep = (CapacityType.RESERVATION, CapacityType.SPOT)
+        return frozenset(p.name for p in ps if p.capacity_type not in keep)
+    return frozenset()
 
 
 def release_names(

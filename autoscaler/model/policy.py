@@ -94,9 +94,16 @@ class Policy:
     #: the operator's hold budget: how long the settings rule may hold a unit for reserved capacity on top of its
     #: boot (0, the default: never; autoscaler/planner/rule.py `reservation_hold_s`)
     reservation_hold_max_s: float = 0.0
+    #: take reserved capacity back from spot-tolerant work: the stack renders Slurm's partition-priority preemption
+    #: (spot-tolerant partitions at a lower PriorityTier, `PreemptMode=REQUEUE`) and, with a reservation and a spot
+    #: pool, the daemon holds the on-demand overflow pools (`autoscaler.core.hold`) so that a job that may not use
+    #: spot and finds the reservation full requeues spot-tolerant jobs off it (they resume from their checkpoint on
+    #: spot) instead of powering up on-demand capacity; a job preemption cannot place is released to the overflow
+    #: at the daemon's next tick
+    preempt_spot: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("keep_reserved_nodes", "defragment", "warm_cap"):
+        for name in ("keep_reserved_nodes", "defragment", "warm_cap", "preempt_spot"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Policy.{name}: must be true or false, got {getattr(self, name)!r}")
         for name in (

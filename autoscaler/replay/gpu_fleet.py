@@ -160,7 +160,9 @@ class GpuFleetPolicy:
         return self._pools
 
     def slurm_settings(self, scenario: Scenario) -> SlurmSettings:
-        return self.slurm
+        # the stack renders partition-priority preemption of spot-tolerant work with Policy.preempt_spot
+        # (fleet/slurm/preempt.py); the daemon holds the overflow for it (`core.held_pools`)
+        return replace(self.slurm, preempt_spot=self.policy.preempt_spot)
 
     # ---- the hooks ------------------------------------------------------------------------------------
 

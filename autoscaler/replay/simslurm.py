@@ -30,6 +30,12 @@ hard way", checked on a real slurmctld in tests/e2e):
   and ResumeFailProgram is called; the node is unusable until the driver returns it to service.
 - **SuspendTime**: a registered node idle for `suspend_time_s` gets SuspendProgram; the name is powering down
   (unusable) for `suspend_timeout_s`, then powered down (allocatable) again.
+- **Partition-priority preemption** (`SlurmSettings.preempt_spot`, what the stack renders with
+  `Policy.preempt_spot`): a job that may not use spot and cannot be placed otherwise requeues running
+  spot-tolerant jobs off registered reserved nodes, lowest priority (latest submitted) first, only those on the
+  nodes it takes and only as many as it needs (`_preempt_for`); they resume from their checkpoint after the
+  requeue hold.  A powered-down node the job may use counts as "otherwise", as on real slurmctld, so preemption
+  happens only where the driver holds the overflow (`hold`).
 - A preempted (spot) instance: its jobs are requeued and the node powers down (what the daemon's
   `power_down_force` and slurm-gcp's slurmsync both do).
 - **EpilogSlurmctld**: when a job ends its nodes are free at once (no compute-node Epilog is modelled) and the
@@ -83,6 +89,10 @@ class SlurmSettings:
     #: SuspendExcNodes `<pool's nodes>:<count>` on on-demand pools (`fleet.slurm.suspend.standby_exclusion`):
     #: slurmctld keeps that many usable idle nodes of each such pool from power save (0: none)
     suspend_exc_count: int = 0
+    #: partition-priority preemption (`PreemptType=preempt/partition_prio`, `PreemptMode=REQUEUE`, spot-tolerant
+    #: partitions at a lower PriorityTier, as `fleet render slurm-conf` renders with `Policy.preempt_spot`): a job
+    #: that may not use spot and cannot start otherwise requeues running spot-tolerant jobs off reserved nodes
+    preempt_spot: bool = False
 
 
 class SlurmDriver(Protocol):
@@ -194,7 +204,14 @@ class SimSlurm:
         self.t_start = self.state.jobs[0].submit
         self.t_end: float | None = None
         self.wall_s = 0.0
-        self.slurm_counters = {"resume_calls": 0, "resume_timeouts": 0, "suspends": 0, "requeues": 0, "power_ups": 0}
+        self.slurm_counters = {
+            "resume_calls": 0,
+            "resume_timeouts": 0,
+            "suspends": 0,
+            "requeues": 0,
+            "power_ups": 0,
+            "preempt_requeues": 0,
+        }
 
     @property
     def now(self) -> float:
@@ -330,11 +347,63 @@ class SimSlurm:
             if shape in failed:
                 continue
             picked = self._select(job, now)
+            if picked is None and self.conf.preempt_spot and not job.spot_ok:
+                picked = self._preempt_for(job, now)
             if picked is None:
                 failed.add(shape)
                 continue
             self._allocate(job, picked, now)
         st.pending_changed = False
+
+    def _preempt_for(self, job: Job, now: float) -> list[tuple[Pool, _Name | int]] | None:
+        """Partition-priority preemption as slurmctld 22.05's select/cons_tres runs it for a job that cannot start
+        otherwise: the preemptable jobs (running spot-tolerant jobs on registered reserved nodes the job may use)
+        are taken lowest priority first (priority/basic: the latest submitted) until enough nodes would have room;
+        the job gets those nodes by the usual order (Weight, node-table order), and only the taken jobs on them are
+        requeued, less any whose GPUs the job turns out not to need (Slurm's preempt reorder pass).  Requeued jobs
+        resume from their last checkpoint after the requeue hold.  None: preemption cannot place the job."""
+        g, need = job.gpus_per_node, job.nodes
+        res = CapacityType.RESERVATION
+        pools = {p.name for p in self._eligible_pools(job, self.by_weight) if p.capacity_type is res}
+        nodes = [nm for nm in self.registered() if nm.pool.name in pools and nm.node.state is not NodeState.DRAINING]
+        if not nodes:
+            return None
+        on = {nm.node.name: nm for nm in nodes}
+        victims = sorted(
+            {
+                i
+                for nm in nodes
+                for i in nm.node.jobs
+                if self.state.jobs[i].spot_ok and self.state.jobs[i].state is JobState.RUNNING
+            },
+            reverse=True,
+        )
+        free = {n: nm.node.free for n, nm in on.items()}
+        taken: list[Job] = []
+        fits: list[str] = []
+        for i in victims:
+            v = self.state.jobs[i]
+            taken.append(v)
+            for n in v.placed_on:
+                if n.name in free:
+                    free[n.name] += v.gpus_per_node
+            fits = [n for n, f in free.items() if f >= g]
+            if len(fits) >= need:
+                break
+        if len(fits) < need:
+            return None
+        order = sorted(fits, key=lambda n: (self._node_weight(on[n]), self._order[on[n].pool.name], on[n].index))
+        chosen = set(order[:need])
+        requeue = [v for v in taken if any(n.name in chosen for n in v.placed_on)]
+        for v in list(reversed(requeue)):  # highest priority first: give back what the job does not need
+            back = {n.name: free[n.name] - v.gpus_per_node for n in v.placed_on if n.name in chosen}
+            if all(f >= g for f in back.values()):
+                free.update(back)
+                requeue.remove(v)
+        for v in requeue:
+            self.slurm_counters["preempt_requeues"] += 1
+            self._requeue(v, now)
+        return [(on[n].pool, on[n]) for n in order[:need]]
 
     def _eligible_pools(self, job: Job, tier: list[Pool]) -> list[Pool]:
         return [

@@ -95,7 +95,14 @@ def test_resume_timeout_downs_the_node_requeues_the_job_and_calls_resume_fail() 
     d = Recorder(settings=SlurmSettings(resume_timeout_s=600), only=["a3-highgpu-8g"], stuck=1)
     eng = SimSlurm([job(0, 0, 600, 8)], Scenario(), d).run()
     assert d.fails == [(600.0, ("a3-highgpu-8g-on-demand-0",))]
-    assert eng.slurm_counters == {"resume_calls": 2, "resume_timeouts": 1, "suspends": 0, "requeues": 1, "power_ups": 0}
+    assert eng.slurm_counters == {
+        "resume_calls": 2,
+        "resume_timeouts": 1,
+        "suspends": 0,
+        "requeues": 1,
+        "power_ups": 0,
+        "preempt_requeues": 0,
+    }
     # requeued at 600 s, eligible again after Slurm's requeue hold (120 s), resumed 1 s later, booted in 360 s
     assert eng.state.jobs[0].first_start == pytest.approx(600 + 120 + 1 + 360)
 

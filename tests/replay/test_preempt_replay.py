@@ -1,0 +1,69 @@
+"""Reserved capacity taken back from spot-tolerant work, on the simulated Slurm (`Policy.preempt_spot`,
+fleet/slurm/preempt.py): the daemon holds the on-demand overflow, so a job that may not use spot and finds the
+reservation full requeues a spot-tolerant job off it, as slurmctld's partition-priority preemption does, instead
+of an on-demand node being bought; a job preemption cannot place gets on-demand at the daemon's next poll."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from autoscaler.replay.gpu_fleet import DEFAULT_POLICY, GpuFleetPolicy
+from autoscaler.replay.scenario import Scenario
+from autoscaler.replay.simslurm import SimSlurm
+from fleet.catalog import CapacityType
+from tests.replay.conftest import job
+
+BOOT = 361  # ResumeProgram 1 s after the allocation, then the 360 s boot
+SC = Scenario(reserved_nodes=1, spot_fraction=0.5)  # offers spot pools; the trace says which jobs tolerate spot
+
+
+def _trace() -> list:  # type: ignore[type-arg]
+    return [
+        job(0, 0, 7200, 8, spot_ok=True),  # fills the reserved node
+        job(1, 1000, 600, 8),  # may not use spot: takes the reserved node back
+        job(2, 1200, 600, 8),  # may not use spot, nothing left to preempt: on-demand
+    ]
+
+
+def _run(preempt: bool) -> SimSlurm:
+    pol = GpuFleetPolicy(policy=replace(DEFAULT_POLICY, preempt_spot=preempt))
+    return SimSlurm(_trace(), SC, pol).run()
+
+
+def test_a_job_that_may_not_use_spot_requeues_spot_work_off_the_reservation_instead_of_buying_on_demand() -> None:
+    sim = _run(preempt=True)
+    jobs = {j.id: j for j in sim.state.jobs}
+    assert sim.held == {p.name for p in sim.pool_list if p.capacity_type is CapacityType.ON_DEMAND}
+    assert jobs["j0"].first_start == BOOT
+    assert jobs["j1"].first_start == 1000  # on the reserved node, up already: no wait, no boot
+    assert [n.offering.capacity_type for n in jobs["j1"].placed_on or []] in ([], [CapacityType.RESERVATION])
+    assert jobs["j0"].preemptions == 1 and sim.slurm_counters["preempt_requeues"] == 1
+    # j0 had run 639 s, short of its first checkpoint (every 1800 s): it starts over on spot once eligible again
+    # (the 120 s requeue hold), so it ends a boot and its full run after that
+    assert jobs["j0"].end == 1000 + 120 + BOOT + (7200 - 1800 * ((1000 - BOOT) // 1800))
+    by_cap = sim.cloud.ledger.cost_by_capacity(sim.t_end)
+    assert by_cap.get(CapacityType.SPOT, 0) > 0
+    # j2 found the reservation busy with j1 (nothing spot-tolerant to requeue): released to on-demand at the
+    # daemon's next 10 s poll, then booted
+    assert 1200 + BOOT <= jobs["j2"].first_start <= 1200 + 10 + BOOT
+    assert by_cap.get(CapacityType.ON_DEMAND, 0) > 0
+
+
+def test_without_it_the_job_overflows_to_on_demand_and_spot_work_keeps_the_reservation() -> None:
+    sim = _run(preempt=False)
+    jobs = {j.id: j for j in sim.state.jobs}
+    assert sim.held == frozenset() and sim.slurm_counters["preempt_requeues"] == 0
+    assert jobs["j0"].preemptions == 0 and jobs["j0"].end == BOOT + 7200
+    assert jobs["j1"].first_start == 1000 + BOOT  # Slurm powered up an on-demand node at submit
+
+
+def test_preemption_frees_only_what_the_job_needs_latest_submitted_first() -> None:
+    """Four 2-GPU spot-tolerant jobs share the reserved node; a 4-GPU job that may not use spot requeues the two
+    submitted last (priority/basic: the lowest priority), not all four."""
+    trace = [job(i, i, 7200, 2, spot_ok=True) for i in range(4)] + [job(4, 2000, 600, 4)]
+    sim = SimSlurm(trace, SC, GpuFleetPolicy(policy=DEFAULT_POLICY)).run()
+    jobs = {j.id: j for j in sim.state.jobs}
+    assert sim.slurm_counters["preempt_requeues"] == 2
+    assert jobs["j0"].preemptions == jobs["j1"].preemptions == 0  # (j2, j3 may also meet a spot preemption later)
+    assert jobs["j2"].preemptions >= 1 and jobs["j3"].preemptions >= 1
+    assert jobs["j4"].first_start == 2000

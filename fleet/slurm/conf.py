@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from fleet.catalog import CapacityType, Catalog, MachineType, load_catalog
 from fleet.slurm.job_submit import render_job_submit
+from fleet.slurm.preempt import partition_tier, preemption_settings
 from fleet.slurm.suspend import standby_exclusion, suspend_time
 from fleet.slurm.topology import render_topology
 from fleet.slurm.weights import pool_shapes, pool_weights
@@ -155,6 +156,8 @@ def _global_settings(
     }
     if suspend_exc:
         settings["SuspendExcNodes"] = ",".join(suspend_exc)
+    # spot-tolerant work yields reserved nodes to jobs that may not use spot (fleet/slurm/preempt.py)
+    settings |= preemption_settings(cluster)
     return settings
 
 
@@ -248,6 +251,9 @@ def render_slurm_conf(
         }
         if all(whole_node(m) for m in pms):
             items["OverSubscribe"] = "EXCLUSIVE"  # one job per A3/A4 node: its 8 GPUs and 8 NICs go together
+        tier = partition_tier(cluster, part.spot_tolerant)
+        if tier is not None:  # spot-tolerant work yields reserved nodes to the rest (fleet/slurm/preempt.py)
+            items["PriorityTier"] = tier
         part_lines.append(_line(("PartitionName", part.name), items))
 
     host = controller_host or f"{cluster.name}-controller"

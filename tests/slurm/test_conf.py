@@ -260,3 +260,29 @@ def test_daemon_tick_matches_the_daemon_default() -> None:
     from fleet.slurm.suspend import DAEMON_TICK_S
 
     assert LoopConfig().interval_s == DAEMON_TICK_S
+
+
+def test_spot_tolerant_partitions_yield_the_shared_reservation_by_partition_priority(
+    a3mega_data: dict[str, Any],
+) -> None:
+    """The reservation serves work that may not use spot first: partition-priority preemption requeues
+    spot-tolerant jobs (lower PriorityTier) off reserved nodes that a partition of other work shares."""
+    conf = render(a3mega_data).slurm_conf
+    s = settings(conf)
+    assert (s["PreemptType"], s["PreemptMode"]) == ("preempt/partition_prio", "REQUEUE")
+    tiers = {p["PartitionName"]: int(p["PriorityTier"]) for p in map(fields, lines_starting(conf, "PartitionName="))}
+    assert tiers["a3mega-spot"] < tiers["a3mega"]  # a3mega-spot is spot_tolerant, both list the resv pool
+
+
+def test_no_preemption_without_a_reservation_shared_with_spot_work_or_when_the_policy_turns_it_off(
+    a3mega_data: dict[str, Any],
+) -> None:
+    off = copy.deepcopy(a3mega_data)
+    off["clusters"][0]["slurm"].setdefault("autoscaler", {}).setdefault("policy", {})["preempt_spot"] = False
+    not_shared = copy.deepcopy(a3mega_data)
+    not_shared["clusters"][0]["slurm"]["partitions"][1]["pools"] = ["spot"]  # spot work no longer on the reservation
+    for data in (off, not_shared):
+        conf = render(data).slurm_conf
+        assert "Preempt" not in conf and "PriorityTier" not in conf
+    l4 = load_stack_file(ROOT / "Pulumi.gcp-l4-dev.yaml")  # no reservation at all
+    assert "Preempt" not in render_slurm_conf(l4, l4.clusters[0]).slurm_conf

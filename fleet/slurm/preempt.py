@@ -1,0 +1,70 @@
+"""Partition-priority preemption of spot-tolerant work off reserved capacity: when `fleet render slurm-conf`
+renders it, and with which PriorityTier per partition.
+
+A reservation is paid for whether used or not, so it should serve the work whose alternative is dearest: jobs
+that may not run on spot.  Spot-tolerant jobs take reserved nodes first-come (the reservation has the lowest
+Weight), so on a busy cluster an on-demand-only job finds the reservation full of work that could have run on
+spot, and overflows to on-demand capacity.  Slurm's own answer is partition-priority preemption (slurm.conf(5),
+PreemptType, PreemptMode, PartitionName PriorityTier; https://slurm.schedmd.com/preempt.html): a job in a
+partition of a higher PriorityTier requeues jobs of lower-tier partitions off the nodes the two share.  So with
+`Policy.preempt_spot` (the default) and a reservation pool that a spot-tolerant partition shares with one that is
+not, the render writes `PreemptType=preempt/partition_prio`, `PreemptMode=REQUEUE`, PriorityTier 1 on
+spot-tolerant partitions and 10 on the others.
+
+slurmctld preempts only for a job that cannot start otherwise, and a powered-down CLOUD node counts as otherwise
+(measured on 22.05: bench/probe_preempt_reservation.py), so the daemon holds the on-demand overflow pools
+(`autoscaler.core.hold.held_pools`) and releases a name at its next tick to a job that preemption could not
+place.  A requeued job resumes from its checkpoint; one that cannot be requeued (`--no-requeue`, an interactive
+`srun`) is cancelled, as a spot VM's preemption would end it: spot-tolerant partitions are for checkpointing
+batch work.  Pure: the render and the spec rules call it."""
+
+from __future__ import annotations
+
+from autoscaler.model.policy import Policy, PolicyError, policy_from_mapping
+from fleet.catalog import CapacityType
+from fleet.spec.model import ClusterSpec
+
+#: PriorityTier of spot-tolerant partitions and of every other partition when preemption is rendered
+SPOT_TIER = 1
+OTHER_TIER = 10
+
+
+def cluster_policy(cluster: ClusterSpec) -> Policy | None:
+    """The cluster's autoscaler policy as the daemon reads it; None when it does not parse (the spec rule
+    `autoscaler_policy` reports that)."""
+    raw = cluster.slurm.autoscaler.policy if cluster.slurm is not None else {}
+    try:
+        return policy_from_mapping(raw)
+    except PolicyError:
+        return None
+
+
+def shared_reservation_pools(cluster: ClusterSpec) -> tuple[str, ...]:
+    """Reservation pools that both a spot-tolerant partition and a partition that is not spot-tolerant use: the
+    capacity preemption can hand from spot-tolerant work to the rest."""
+    if cluster.slurm is None:
+        return ()
+    reserved = {p.name for p in cluster.pools if p.capacity is CapacityType.RESERVATION}
+    spot = {p for part in cluster.slurm.partitions if part.spot_tolerant for p in part.pools}
+    other = {p for part in cluster.slurm.partitions if not part.spot_tolerant for p in part.pools}
+    return tuple(sorted(reserved & spot & other))
+
+
+def preempts_spot(cluster: ClusterSpec) -> bool:
+    """True when the render writes partition-priority preemption for `cluster` (module doc)."""
+    policy = cluster_policy(cluster)
+    return policy is not None and policy.preempt_spot and bool(shared_reservation_pools(cluster))
+
+
+def preemption_settings(cluster: ClusterSpec) -> dict[str, str]:
+    """The slurm.conf keys preemption adds (none when `preempts_spot` is False)."""
+    if not preempts_spot(cluster):
+        return {}
+    return {"PreemptType": "preempt/partition_prio", "PreemptMode": "REQUEUE"}
+
+
+def partition_tier(cluster: ClusterSpec, spot_tolerant: bool) -> int | None:
+    """A partition's PriorityTier under preemption; None when preemption is not rendered (Slurm's default, 1)."""
+    if not preempts_spot(cluster):
+        return None
+    return SPOT_TIER if spot_tolerant else OTHER_TIER

@@ -67,8 +67,14 @@ def _replay() -> tuple[SimSlurm, RecordingFleet, Scenario]:
 def _daemon(tmp_path: Path, sc: Scenario, cloud: FakeCloud, slurm: FakeSlurm, policy, clock: list[float], **kw):  # type: ignore[no-untyped-def]
     """The daemon as `build_daemon` wires it, over the scenario's pools, a fake cloud and Slurm, on a test clock."""
     store = StateStore(tmp_path / "state.db")
+    # partitions as the simulated Slurm has them (`_squeue`): spot-tolerant jobs in "spot", which every pool
+    # serves, the rest in "default", which spot pools do not: the daemon tells the two apart by partition
+    spot = CapacityType.SPOT
+    pools = [
+        replace(p, queues=frozenset({"spot"} if p.capacity_type is spot else {"default", "spot"})) for p in sc.pools()
+    ]
     return Daemon(
-        pools=sc.pools(),
+        pools=pools,
         provider=cloud,
         slurm=slurm,
         store=store,
@@ -194,22 +200,26 @@ def _sinfo(sim: SimSlurm, names_per_pool: int = 6) -> dict[str, SlurmNode]:
 def _squeue(sim: SimSlurm) -> list[SlurmJob]:
     return [
         SlurmJob(
-            j.idx + 1, j.id, "PENDING", "Resources", "default", j.nodes, j.gpus_per_node, None, (), 0, None, j.submit
+            j.idx + 1,
+            j.id,
+            "PENDING",
+            "Resources",
+            "spot" if j.spot_ok else "default",
+            j.nodes,
+            j.gpus_per_node,
+            None,
+            (),
+            0,
+            None,
+            j.submit,
         )
         for j in sim.pending_jobs()
     ]
 
 
-def test_with_a_reservation_hold_the_daemon_holds_and_releases_exactly_what_the_replay_did(tmp_path: Path) -> None:
-    sc = Scenario(reserved_nodes=1)
-    trace = [
-        TraceJob(f"j{i}", t, d, 8, False) for i, (t, d) in enumerate([(0, 900), (100, 300), (200, 3000), (300, 60)])
-    ]
-    # the rule's settings for this trace, fixed for the run (how the settings evolve is the next test's), with a
-    # hold budget the operator set (the default, 0, holds nothing)
-    facts = replace(scenario_facts(sc, trace, 0.5), reservation_hold_max_s=3600.0)
-    policy = settings_policy(replace(DEFAULT_POLICY, wait_value_usd_per_gpu_hour=0.5), (), facts)
-    assert policy.batch_window_s > 0
+def _daemon_follows(tmp_path: Path, sc: Scenario, trace: list[TraceJob], policy) -> SnapshotFleet:  # type: ignore[no-untyped-def]
+    """Replay `trace` on the simulated Slurm with `policy` fixed, then feed the daemon the same views and
+    ResumeProgram calls at the same times: it must release the same held names and launch the same instances."""
     driver = SnapshotFleet(policy)
     SimSlurm(trace, sc, driver).run()
     assert driver.releases, "the scenario must release a held overflow node"
@@ -244,6 +254,34 @@ def test_with_a_reservation_hold_the_daemon_holds_and_releases_exactly_what_the_
         store.close()
     assert released == driver.releases
     assert launched == [(t, o, n) for t, _, _, o, n, out in driver.launch_log if out == "ok"]
+    return driver
+
+
+def test_with_a_reservation_hold_the_daemon_holds_and_releases_exactly_what_the_replay_did(tmp_path: Path) -> None:
+    sc = Scenario(reserved_nodes=1)
+    trace = [
+        TraceJob(f"j{i}", t, d, 8, False) for i, (t, d) in enumerate([(0, 900), (100, 300), (200, 3000), (300, 60)])
+    ]
+    # the rule's settings for this trace, fixed for the run (how the settings evolve is the next test's), with a
+    # hold budget the operator set (the default, 0, holds nothing)
+    facts = replace(scenario_facts(sc, trace, 0.5), reservation_hold_max_s=3600.0)
+    policy = settings_policy(replace(DEFAULT_POLICY, wait_value_usd_per_gpu_hour=0.5), (), facts)
+    assert policy.batch_window_s > 0
+    _daemon_follows(tmp_path, sc, trace, policy)
+
+
+def test_taking_the_reservation_back_from_spot_work_the_daemon_releases_what_the_replay_did(tmp_path: Path) -> None:
+    """`Policy.preempt_spot` with a reservation and spot pools: no batch window, yet the on-demand overflow is held
+    so that Slurm preempts spot-tolerant work off the reserved node; a job preemption cannot place is released to
+    on-demand at the next tick, by the daemon exactly as by the replay."""
+    sc = Scenario(reserved_nodes=1, spot_fraction=0.5)
+    shapes = [(0, 3000, True), (500, 300, False), (600, 300, False), (2000, 600, False)]
+    trace = [TraceJob(f"j{i}", t, d, 8, s) for i, (t, d, s) in enumerate(shapes)]
+    policy = settings_policy(DEFAULT_POLICY, (), scenario_facts(sc, trace, 0.0))
+    assert policy.batch_window_s == 0 and policy.preempt_spot
+    driver = _daemon_follows(tmp_path, sc, trace, policy)
+    assert len(driver.releases) == 1  # j2 only: j1 took the reserved node from j0, j3 found it free
+    assert driver.releases[0][1][0].split("-")[-2] != "resv"
 
 
 class JobEndFleet(SnapshotFleet):

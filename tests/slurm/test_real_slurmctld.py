@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,6 +62,30 @@ def test_partitions_and_default(cluster: tuple[FleetSpec, SlurmHarness]) -> None
     out = harness.run("sinfo", "-h", "-o", "%P", check=True).stdout.split()
     default = default_partition(slurm).name
     assert sorted(out) == sorted(p.name + ("*" if p.name == default else "") for p in slurm.partitions)
+
+
+def test_slurmctld_runs_the_rendered_preemption_of_spot_work_off_the_reservation(
+    cluster: tuple[FleetSpec, SlurmHarness],
+) -> None:
+    """Where the render writes partition-priority preemption (fleet/slurm/preempt.py), slurmctld reads it back:
+    the plugin, REQUEUE, and spot-tolerant partitions below the others; elsewhere Slurm's defaults stand."""
+    from fleet.slurm.preempt import OTHER_TIER, SPOT_TIER, preempts_spot
+
+    spec, harness = cluster
+    c = spec.clusters[0]
+    config = harness.run("scontrol", "show", "config", check=True).stdout
+    conf = {k.strip(): v.strip() for k, _, v in (ln.partition(" = ") for ln in config.splitlines()) if v}
+    tiers = {}
+    for part in c.slurm.partitions:
+        out = harness.run("scontrol", "show", "partition", part.name, check=True).stdout
+        tiers[part.name] = int(re.search(r"PriorityTier=(\d+)", out).group(1))  # type: ignore[union-attr]
+    if preempts_spot(c):
+        assert conf["PreemptType"] == "preempt/partition_prio"
+        assert conf["PreemptMode"] == "REQUEUE"
+        assert tiers == {p.name: SPOT_TIER if p.spot_tolerant else OTHER_TIER for p in c.slurm.partitions}
+    else:
+        assert conf["PreemptType"] == "preempt/none"
+        assert set(tiers.values()) == {1}
 
 
 def wait_for(predicate, timeout: float = 15.0) -> bool:

@@ -117,15 +117,21 @@ class GpuFleetPolicy:
         wait_value_usd_per_gpu_hour: float | None = None,
         jobs: Sequence[TraceJob] = (),
         warm_cap: bool = True,
+        preempt_spot: bool = True,
     ) -> GpuFleetPolicy:
         """The replay's gpu-fleet, configured as the daemon is: `DEFAULT_POLICY` plus the wait value, and the
         settings rule applied by `autoscaler.core.settings.SettingsTracker` to the jobs the simulated Slurm has
         shown up to the replay's clock (arrivals over the last day, runs of jobs that ended), refreshed every
         10 minutes, exactly as the daemon applies it to what squeue showed it.  Nothing is read from the trace's
         future and no setting is swept.  `jobs` is accepted for the callers' signature and not read.  `warm_cap`:
-        `Policy.warm_cap`, an operator's setting the rule keeps."""
+        `Policy.warm_cap`, an operator's setting the rule keeps; so is `preempt_spot` (`Policy.preempt_spot`)."""
         facts = scenario_facts(scenario, (), wait_value_usd_per_gpu_hour)
-        base = replace(DEFAULT_POLICY, wait_value_usd_per_gpu_hour=facts.wait_value_usd_per_gpu_hour, warm_cap=warm_cap)
+        base = replace(
+            DEFAULT_POLICY,
+            wait_value_usd_per_gpu_hour=facts.wait_value_usd_per_gpu_hour,
+            warm_cap=warm_cap,
+            preempt_spot=preempt_spot,
+        )
         tracker = SettingsTracker(base=base, boot_s=scenario.ready_s)
         # Slurm powers an idle node down after SuspendTime whatever the daemon keeps: the stack renders it no
         # shorter than the longest idle keep the rule can set (plus one tick), so the rule's keep is what happens
@@ -507,6 +513,7 @@ def policy_settings(
         "idle_timeout_by_machine": dict(p.idle_timeout_by_machine),
         "idle_keep_max_by_machine": dict(p.idle_keep_max_by_machine),
         "warm_cap": p.warm_cap,
+        "preempt_spot": p.preempt_spot,
         "standby_by_machine": dict(p.standby_by_machine),
         "defragment": p.defragment,
         "idle_timeout_s": p.idle_timeout_s,

@@ -88,6 +88,12 @@ def simulate(
         help="gpu-fleet: no warm-node cap (Policy.warm_cap false): every idle node of a kept shape stays for its "
         "break-even time",
     ),
+    no_preempt_spot: bool = typer.Option(
+        False,
+        "--no-preempt-spot",
+        help="gpu-fleet: no partition-priority preemption of spot-tolerant work off the reservation "
+        "(Policy.preempt_spot false): the on-demand overflow is not held for it",
+    ),
     scheduler: str = typer.Option(
         "slurm", "--scheduler", help="slurm (the simulated slurmctld) or kueue (Kueue's admission gate, Kubernetes)"
     ),
@@ -146,7 +152,10 @@ def simulate(
         if no_warm_cap:  # the flag is gpu-fleet's setting: its frontier points go without the cap too
             settings = [replace(st, warm_cap=False) for st in settings]
         options = PolicyOptions(
-            ca_expander=ca_expander, wait_value_usd_per_gpu_hour=wait_value, warm_cap=not no_warm_cap
+            ca_expander=ca_expander,
+            wait_value_usd_per_gpu_hour=wait_value,
+            warm_cap=not no_warm_cap,
+            preempt_spot=not no_preempt_spot,
         )
         if wait_value is not None and not wait_value >= 0:
             raise ValueError(f"--wait-value: must be >= 0 USD per GPU-hour, got {wait_value:g}")
@@ -192,7 +201,7 @@ def simulate(
     try:
         result = run_scenario(jobs, scenario, names, progress=progress, options=options, kueue=kueue)
         if settings:
-            run_frontier(result, settings, progress=progress)
+            run_frontier(result, settings, progress=progress, preempt_spot=not no_preempt_spot)
     except ReplayError as exc:
         typer.echo(f"error: replay failed: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -267,7 +276,18 @@ def _gpu_fleet_setting(settings: dict[str, Any]) -> str:
     w = settings.get("wait_value_usd_per_gpu_hour")
     value = "each shape's on-demand $/GPU-h" if w is None else f"${w:g}/GPU-h"
     cap = "on" if settings.get("warm_cap", True) else "off (--no-warm-cap)"
-    return f"gpu-fleet: wait value {value} (--wait-value), warm-node cap {cap}; {settings.get('settings_source', '')}"
+    preempt = (
+        ""
+        if "preempt_spot" not in settings
+        else (
+            ", reservation taken back from spot work "
+            + ("on" if settings["preempt_spot"] else "off (--no-preempt-spot)")
+        )
+    )
+    return (
+        f"gpu-fleet: wait value {value} (--wait-value), warm-node cap {cap}{preempt}; "
+        f"{settings.get('settings_source', '')}"
+    )
 
 
 def _print_table(result: object, report: Path | None) -> None:

@@ -174,3 +174,19 @@ def test_synthetic_traces_run_by_name_and_bad_specs_are_named() -> None:
         assert res.exit_code == 2 and message in res.output, (spec, res.output)
     res = runner.invoke(app, ["simulate", "--trace", str(SMALL_TRACE), "--ca-expander", "cheapest"])
     assert res.exit_code == 2 and "--ca-expander: unknown expander 'cheapest'" in res.output
+
+
+def test_no_preempt_spot_leaves_spot_work_on_the_reservation_and_reaches_the_frontier() -> None:
+    # the shipped demo trace (420 ITP jobs): busy enough for work that may not use spot to find the reservation full
+    args = ["simulate", "--policy", "gpu-fleet", "--json", "--reserved-nodes", "4", "--spot-fraction", "0.3"]
+    args += ["--frontier", "0"]
+    on = json.loads(runner.invoke(app, args).stdout)
+    off = json.loads(runner.invoke(app, [*args, "--no-preempt-spot"]).stdout)
+    assert on["policies"]["gpu-fleet"]["settings"]["preempt_spot"] is True
+    assert off["policies"]["gpu-fleet"]["settings"]["preempt_spot"] is False
+    assert [p["settings"]["preempt_spot"] for p in off["frontier"]] == [False]
+    # taking reserved GPUs back from spot work requeues some of it, and buys less beyond the reservation
+    assert on["policies"]["gpu-fleet"]["preempted_jobs"] > off["policies"]["gpu-fleet"]["preempted_jobs"]
+    assert on["policies"]["gpu-fleet"]["overflow_cost_usd"] < off["policies"]["gpu-fleet"]["overflow_cost_usd"]
+    human = runner.invoke(app, ["simulate", "--trace", str(SMALL_TRACE), "--policy", "gpu-fleet", "--no-preempt-spot"])
+    assert human.exit_code == 0 and "spot work off (--no-preempt-spot)" in " ".join(human.output.split())

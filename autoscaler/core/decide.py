@@ -235,13 +235,16 @@ def queue_depth(
     pre-warm and standby scale-ups, and the idle scale-down (drains, deletes).  `standby_in_flight`: standby
     nodes the scheduler is bringing up that the inventory does not list (`autoscaler.planner.standby`); None: the
     caller does not bring standby nodes up, and none are planned.  Under a reservation hold (`hold.py`) each job
-    waits its own hold: only jobs pending for at least `batch_window_s` are planned, without a batch window (the
-    others wait on: a reserved node may still free up for them)."""
+    waits its own hold: only jobs the scheduler has tried (`WorkUnit.evaluated`) and pending for at least
+    `batch_window_s` are planned, without a batch window (the others wait on: a reserved node may still free up
+    for them, or Slurm may preempt spot-tolerant work for them)."""
     planner = planner or default_planner()
     from autoscaler.core.hold import held_pools
 
     if held_pools(inventory.pools, policy):
-        pending = [u for u in pending if now - u.submit_time >= policy.batch_window_s]
+        # a unit the scheduler has not tried yet may start by itself (a reserved node, preemption): never
+        # release held capacity for it before its first scheduling pass
+        pending = [u for u in pending if u.evaluated and now - u.submit_time >= policy.batch_window_s]
         policy = dataclasses.replace(policy, batch_window_s=0.0, batch_idle_s=0.0)
     # None: this caller brings no standby nodes up (the Kubernetes paths), so the planner plans none
     extra = {"standby_in_flight": dict(standby_in_flight)} if standby_in_flight is not None else {}

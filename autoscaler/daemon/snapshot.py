@@ -197,6 +197,8 @@ def build_view(
                 priority=min(j.priority, 2**31 - 1),
                 queue=parts[0],
                 time_limit_s=j.time_limit_s,
+                # reason None: slurmctld has not tried it yet (its first pass may start it, preempting included)
+                evaluated=j.reason != "None",
             )
         )
     return view

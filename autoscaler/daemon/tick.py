@@ -598,6 +598,19 @@ class Daemon:
                 to_drain.append(n.name)
             else:
                 outstanding[pool.name] += 1
+        completing = [
+            n.name
+            for n in snodes.values()
+            if (pool := index.pool_of(n.name)) is not None
+            and pool.capacity_type is CapacityType.RESERVATION
+            and (n.state == "completing" or "COMPLETING" in n.flags)
+        ]
+        if completing:
+            # a reserved node is finishing a job (one that ended, or spot-tolerant work Slurm preempted for a
+            # pending job): the pending job may be about to get it, so this tick releases nothing; the simulated
+            # Slurm frees nodes at once, so the replay never meets this
+            logger.bind(names=completing).debug("hold: reserved node(s) {} completing, no release", completing)
+            cands.clear()
         for names in release_names(plan, held, cands, outstanding).values():
             if act.scontrol(list(names), "undrain", "gpu-fleet: released from the reservation hold"):
                 self._released.update(dict.fromkeys(names, now))

@@ -20,6 +20,9 @@ class WorkUnit:
     - `priority`: higher is served first; ties go to the older `submit_time`, then `id`.
     - `queue`: the Slurm partition / Kueue queue it was submitted to.
     - `time_limit_s`: requested run time where known (informative; not used for placement yet).
+    - `evaluated`: the scheduler has tried to place it at least once.  False for a Slurm job whose pending reason
+      is still `None` (slurmctld's first scheduling pass for it has not run): it may yet start on nodes Slurm
+      finds by itself, preemption included, so a hold releases nothing for it (`autoscaler.core.hold`).
     """
 
     id: str
@@ -32,6 +35,7 @@ class WorkUnit:
     priority: int = 0
     queue: str = "default"
     time_limit_s: float | None = None
+    evaluated: bool = True
 
     def __post_init__(self) -> None:
         if not self.id:

@@ -1,0 +1,111 @@
+"""The tick's hold for `Policy.preempt_spot`, against the fake Slurm: with a reservation pool and a spot pool the
+on-demand overflow's powered-down nodes are kept drained, so slurmctld preempts spot-tolerant work off the
+reservation for a job that may not use spot; the daemon releases an on-demand name only for a job slurmctld has
+already tried (pending reason no longer `None`) and not while a reserved node is still completing a job."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+
+from autoscaler.cloud import CloudNode, CloudNodeStatus, Offering, OfferingKey
+from autoscaler.daemon.tick import HOLD_REASON, Daemon
+from autoscaler.model import Policy, Pool
+from autoscaler.slurm.readers import SlurmJob
+from fleet.catalog import CapacityType
+from tests.daemon.conftest import ZONE_A, spot_pool
+from tests.daemon.fakes import FakeCloud, FakeSlurm, offering
+
+MT = "a3-highgpu-8g"
+RESV_KEY = OfferingKey("gcp", ZONE_A, MT, CapacityType.RESERVATION, "r1")
+OD = [f"c1-od-{i}" for i in range(2)]
+
+
+def _pool(name: str, ct: CapacityType, queues: set[str], **kw: object) -> Pool:
+    return Pool(
+        name=name,
+        machine_type=MT,
+        gpu_type="nvidia-h100-80gb",
+        gpus_per_node=8,
+        zones=(ZONE_A,),
+        capacity_type=ct,
+        max_nodes=2,
+        node_name_prefix=f"c1-{name}",
+        queues=frozenset(queues),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+POOLS = [
+    _pool("resv", CapacityType.RESERVATION, {"gpu", "spotq"}, reservation="r1"),
+    replace(spot_pool(), queues=frozenset({"spotq"})),  # spot-tolerant work only
+    _pool("od", CapacityType.ON_DEMAND, {"gpu"}),
+]
+
+
+def _job(job_id: int, reason: str) -> SlurmJob:
+    return SlurmJob(job_id, "j", "PENDING", reason, "gpu", 1, 8, None, (), 100, None, 1.0)
+
+
+@pytest.fixture
+def fleet(slurm: FakeSlurm, cloud: FakeCloud) -> FakeSlurm:
+    """The reserved node up and full of spot-tolerant work; the on-demand pool powered down."""
+    cloud.offers += [
+        Offering(RESV_KEY, 0.0, "nvidia-h100-80gb", 8, available_nodes=0),
+        Offering(offering(ZONE_A, CapacityType.ON_DEMAND), 88.0, "nvidia-h100-80gb", 8),
+    ]
+    slurm.add_cloud_nodes(["c1-resv-0", "c1-resv-1"], partition="gpu")
+    slurm.add_cloud_nodes(OD, partition="gpu")
+    for n in ("c1-resv-0", "c1-resv-1"):
+        cloud.nodes_[n] = CloudNode(n, "resv", RESV_KEY, CloudNodeStatus.RUNNING, 0.0, f"r-{n}")
+        slurm.set(n, "allocated", gpus_used=8)
+    return slurm
+
+
+def _undrained(slurm: FakeSlurm) -> list[str]:
+    return [n for names, state, *_ in slurm.updates if state == "undrain" for n in names]
+
+
+def test_the_overflow_is_held_and_released_only_after_slurm_tried_the_job(
+    make_daemon: Callable[..., Daemon], fleet: FakeSlurm
+) -> None:
+    d = make_daemon(pools=POOLS, policy=Policy(idle_timeout_s=600, backoff_s=300))
+    assert d.policy.batch_window_s == 0 and d.policy.preempt_spot
+    d.tick()
+    drained = [names for names, state, *rest in fleet.updates if state == "drain"]
+    assert sorted(n for names in drained for n in names) == OD  # the on-demand pool only: spot is not held
+    for n in OD:
+        fleet.set(n, "idle", "POWERED_DOWN", "DRAIN")
+        fleet.nodes_[n] = replace(fleet.nodes_[n], reason=HOLD_REASON)
+    fleet.updates.clear()
+    fleet.jobs_ = [_job(7, "None")]  # submitted, slurmctld's first pass (which may preempt) has not run
+    d.tick()
+    assert _undrained(fleet) == []
+    fleet.jobs_ = [_job(7, "Resources")]  # tried: nothing to preempt, no reserved GPU free
+    d.tick()
+    assert _undrained(fleet) == ["c1-od-0"]
+
+
+def test_no_release_while_a_reserved_node_is_completing_a_job(
+    make_daemon: Callable[..., Daemon], fleet: FakeSlurm
+) -> None:
+    """A preempted (or ended) job winding down on a reserved node: the pending job is about to get the node."""
+    d = make_daemon(pools=POOLS, policy=Policy(idle_timeout_s=600, backoff_s=300))
+    for n in OD:
+        fleet.set(n, "idle", "POWERED_DOWN", "DRAIN")
+        fleet.nodes_[n] = replace(fleet.nodes_[n], reason=HOLD_REASON)
+    fleet.set("c1-resv-0", "allocated", "COMPLETING", gpus_used=8)
+    fleet.jobs_ = [_job(7, "Resources")]
+    d.tick()
+    assert _undrained(fleet) == []
+    fleet.set("c1-resv-0", "allocated", gpus_used=8)  # the job took it... or it went elsewhere: next tick decides
+    d.tick()
+    assert _undrained(fleet) == ["c1-od-0"]
+
+
+def test_without_preempt_spot_nothing_is_held(make_daemon: Callable[..., Daemon], fleet: FakeSlurm) -> None:
+    d = make_daemon(pools=POOLS, policy=Policy(idle_timeout_s=600, backoff_s=300, preempt_spot=False))
+    d.tick()
+    assert [u for u in fleet.updates if u[1] == "drain"] == []

@@ -74,6 +74,8 @@ def policy_metrics(engine: ReplayEngine, bound: LowerBound) -> dict[str, Any]:
         "unused_node_gpu_hours": round(st.unused_node_gpu_s / 3600.0, 2),
         "preempted_jobs": sum(1 for j in st.jobs if j.preemptions),
         "preemptions": c.preemptions,
+        # jobs requeued by the scheduler's partition-priority preemption (spot-tolerant work off reserved nodes)
+        "scheduler_preemptions": getattr(engine, "slurm_counters", {}).get("preempt_requeues", 0),
         "cost_by_capacity_usd": {k: round(v, 2) for k, v in sorted(by_cap.items())},
         "gpu_hours_billed_by_capacity": {k: round(v, 2) for k, v in sorted(gpu_h_by_cap.items())},
         "nodes_launched": c.nodes_launched,

@@ -187,6 +187,11 @@ def test_no_preempt_spot_leaves_spot_work_on_the_reservation_and_reaches_the_fro
     assert [p["settings"]["preempt_spot"] for p in off["frontier"]] == [False]
     # taking reserved GPUs back from spot work requeues some of it, and buys less beyond the reservation
     assert on["policies"]["gpu-fleet"]["preempted_jobs"] > off["policies"]["gpu-fleet"]["preempted_jobs"]
+    assert (
+        on["policies"]["gpu-fleet"]["scheduler_preemptions"]
+        > 0
+        == off["policies"]["gpu-fleet"]["scheduler_preemptions"]
+    )
     assert on["policies"]["gpu-fleet"]["overflow_cost_usd"] < off["policies"]["gpu-fleet"]["overflow_cost_usd"]
     human = runner.invoke(app, ["simulate", "--trace", str(SMALL_TRACE), "--policy", "gpu-fleet", "--no-preempt-spot"])
     assert human.exit_code == 0 and "spot work off (--no-preempt-spot)" in " ".join(human.output.split())

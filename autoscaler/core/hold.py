@@ -9,6 +9,12 @@ up takes them: Slurm schedules it by itself); once the window ends the plan laun
 releases (undrains) that many powered-down names of the planned pool, which Slurm then allocates to the pending
 jobs and resumes as usual.  A released name that no job took within `release_grace_s` is held again.
 
+The same hold serves `Policy.preempt_spot` without a batch window: Slurm preempts spot-tolerant work off reserved
+nodes (partition priority, fleet/slurm/preempt.py) only for a job that cannot start otherwise, so the overflow pools
+that share a partition with such a reservation are held (`preemption_held`) and the plan releases a name at once
+for a job Slurm has tried and could not place.  Either way nothing is released for a job the scheduler has not
+tried yet (`WorkUnit.evaluated`, `autoscaler.core.decide.queue_depth`).
+
 Pure functions; the daemon (`autoscaler/daemon/tick.py`) and the replay (`autoscaler/replay/gpu_fleet.py` over
 `simslurm`) both call them."""
 
@@ -25,20 +31,39 @@ RELEASE_GRACE_S = 30.0
 
 def held_pools(pools: Iterable[Pool], policy: Policy) -> frozenset[str]:
     """The pools kept unavailable to the scheduler, when the fleet has a reservation pool: every non-reservation
-    pool while the policy holds launches (`batch_window_s > 0`); else, with `Policy.preempt_spot` and a spot pool,
-    the overflow pools that are neither reservation nor spot (Slurm preempts spot-tolerant work off the reservation
-    only for a job that cannot start otherwise, and a powered-down CLOUD node it may use counts as otherwise);
-    none otherwise."""
+    pool while the policy holds launches (`batch_window_s > 0`); else, with `Policy.preempt_spot`, the overflow pools
+    whose jobs Slurm can preempt spot-tolerant work for (`preemption_held`); none otherwise."""
     ps = list(pools)
-    kinds = {p.capacity_type for p in ps}
-    if CapacityType.RESERVATION not in kinds:
+    if not any(p.capacity_type is CapacityType.RESERVATION for p in ps):
         return frozenset()
     if policy.batch_window_s > 0:
         return frozenset(p.name for p in ps if p.capacity_type is not CapacityType.RESERVATION)
-    if policy.preempt_spot and CapacityType.SPOT in kinds:
-        keep = (CapacityType.RESERVATION, CapacityType.SPOT)
-        return frozenset(p.name for p in ps if p.capacity_type not in keep)
+    if policy.preempt_spot:
+        return preemption_held(ps)
     return frozenset()
+
+
+def preemption_held(pools: Sequence[Pool]) -> frozenset[str]:
+    """The overflow pools (neither reservation nor spot) that share a partition, other than a spot-tolerant one,
+    with a reservation pool that spot-tolerant work also uses: slurmctld preempts that work off the reservation
+    only for a job that cannot start otherwise, and a powered-down CLOUD node of such a pool counts as otherwise
+    (fleet/slurm/preempt.py renders the preemption for the same reservation pools).  A pool serving every queue
+    (`queues` None) shares them all."""
+    spot = [p for p in pools if p.capacity_type is CapacityType.SPOT]
+    spot_queues = frozenset(q for p in spot for q in (p.queues or ()))
+
+    def shared(a: Pool, b: Pool, *, besides: frozenset[str] = frozenset()) -> bool:
+        if a.queues is None or b.queues is None:
+            return True
+        return bool((a.queues & b.queues) - besides)
+
+    reserved = [r for r in pools if r.capacity_type is CapacityType.RESERVATION and any(shared(r, s) for s in spot)]
+    kinds = (CapacityType.RESERVATION, CapacityType.SPOT)
+    return frozenset(
+        p.name
+        for p in pools
+        if p.capacity_type not in kinds and any(shared(p, r, besides=spot_queues) for r in reserved)
+    )
 
 
 def release_names(

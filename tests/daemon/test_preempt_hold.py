@@ -109,3 +109,18 @@ def test_without_preempt_spot_nothing_is_held(make_daemon: Callable[..., Daemon]
     d = make_daemon(pools=POOLS, policy=Policy(idle_timeout_s=600, backoff_s=300, preempt_spot=False))
     d.tick()
     assert [u for u in fleet.updates if u[1] == "drain"] == []
+
+
+def test_only_overflow_that_shares_a_non_spot_partition_with_the_reservation_is_held() -> None:
+    from autoscaler.core.hold import held_pools
+
+    flex = _pool("flex", CapacityType.FLEX_START, {"flexq"})  # its own partition: Slurm never preempts for it
+    od_spotq = _pool("odspot", CapacityType.ON_DEMAND, {"spotq"})  # only with spot-tolerant (lower tier) work
+    pools = [*POOLS, flex, od_spotq]
+    assert held_pools(pools, Policy()) == {"od"}
+    assert held_pools(pools, Policy(preempt_spot=False)) == frozenset()
+    # spot work not on the reservation: nothing to take back, nothing held
+    apart = [replace(POOLS[0], queues=frozenset({"gpu"})), *POOLS[1:]]
+    assert held_pools(apart, Policy()) == frozenset()
+    # a batch window (the reservation hold) holds every overflow pool, as before
+    assert held_pools(pools, Policy(batch_window_s=60)) == {"spot", "od", "flex", "odspot"}

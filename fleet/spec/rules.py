@@ -595,6 +595,26 @@ def slurm_extra_config(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
 
 
 @rule
+def slurm_preemption_owned_by_preempt_spot(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """Where the render writes partition-priority preemption (fleet/slurm/preempt.py), the daemon holds the on-demand
+    overflow for it: a site PreemptType/PreemptMode would leave the hold delaying jobs for a preemption that never
+    comes."""
+    from fleet.slurm.preempt import preempts_spot  # fleet.slurm imports fleet.spec
+
+    for path, cluster in _slurm_clusters(spec):
+        if not preempts_spot(cluster):
+            continue
+        for key in cluster.slurm.extra_config:
+            if key.lower() in ("preempttype", "preemptmode"):
+                yield (
+                    f"{path}.extra_config.{key}",
+                    "the stack renders preemption of spot-tolerant work off the reservation "
+                    "(PreemptType=preempt/partition_prio, PreemptMode=REQUEUE) because "
+                    "slurm.autoscaler.policy.preempt_spot is on: set preempt_spot: false to configure it yourself",
+                )
+
+
+@rule
 def slurm_machine_types_not_gpu(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
     """Controller and login nodes run no jobs: a GPU machine there is an expensive mistake."""
     for path, cluster in _slurm_clusters(spec):

@@ -206,6 +206,10 @@ CASES = [
          "clusters[0].slurm.extra_config.Bad Key", "not a slurm.conf key"),
     Case("slurm_extra_config", lambda d: d["clusters"][0]["slurm"].update(extra_config={"PriorityType": "a\nb"}),
          "clusters[0].slurm.extra_config.PriorityType", "one non-empty line"),
+    Case("slurm_preemption_owned_by_preempt_spot",  # spot work shares the reservation: the stack owns preemption
+         lambda d: (parts(d)[1].update(pools=["spot", "resv"]),
+                    d["clusters"][0]["slurm"].update(extra_config={"PreemptMode": "CANCEL"})),
+         "clusters[0].slurm.extra_config.PreemptMode", "set preempt_spot: false to configure it yourself"),
     Case("slurm_machine_types_not_gpu",
          lambda d: d["clusters"][0]["slurm"].update(controller_machine_type="a3-megagpu-8g"),
          "clusters[0].slurm.controller_machine_type", "GPU machine type"),
@@ -232,6 +236,14 @@ CASES = [
 )  # fmt: skip
 def test_slurm_time_minutes(value: str, minutes: float | None) -> None:
     assert slurm_time_minutes(value) == minutes
+
+
+def test_site_preemption_is_allowed_where_the_stack_renders_none(base: Spec) -> None:
+    base["clusters"][0]["slurm"]["extra_config"] = {"PreemptType": "preempt/qos"}
+    assert check(load_spec(base)) == []  # spot work does not share the reservation here
+    parts(base)[1]["pools"] = ["spot", "resv"]
+    base["clusters"][0]["slurm"]["autoscaler"] = {"policy": {"preempt_spot": False}}
+    assert check(load_spec(base)) == []  # the operator turned the stack's preemption off
 
 
 def test_base_spec_is_valid(base: Spec) -> None:

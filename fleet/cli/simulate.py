@@ -145,6 +145,8 @@ def simulate(
         if scheduler not in ("slurm", "kueue"):
             raise ValueError(f"--scheduler: unknown scheduler {scheduler!r} (known: slurm, kueue)")
         kueue = _kueue_setup(scheduler, kueue_teams, kueue_quota_gpus, kueue_borrowing_limit, kueue_queues, seed)
+        if no_preempt_spot and scheduler != "slurm":
+            raise ValueError("--no-preempt-spot: only with --scheduler slurm (it turns off Slurm's preemption)")
         names = resolve_policies(policy, scheduler)
         if ca_expander not in EXPANDERS:
             raise ValueError(f"--ca-expander: unknown expander {ca_expander!r} (known: {', '.join(EXPANDERS)})")

@@ -195,3 +195,5 @@ def test_no_preempt_spot_leaves_spot_work_on_the_reservation_and_reaches_the_fro
     assert on["policies"]["gpu-fleet"]["overflow_cost_usd"] < off["policies"]["gpu-fleet"]["overflow_cost_usd"]
     human = runner.invoke(app, ["simulate", "--trace", str(SMALL_TRACE), "--policy", "gpu-fleet", "--no-preempt-spot"])
     assert human.exit_code == 0 and "spot work off (--no-preempt-spot)" in " ".join(human.output.split())
+    refused = runner.invoke(app, ["simulate", "--scheduler", "kueue", "--no-preempt-spot"])
+    assert refused.exit_code == 2 and "--no-preempt-spot: only with --scheduler slurm" in refused.output

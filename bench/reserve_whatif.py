@@ -28,7 +28,15 @@ changed, to size a mechanism before building it (docs/simulate.md, "The reservat
 - `preempt-spot`: a single-node job that may not use spot and would overflow the reservation requeues running
   spot-tolerant jobs off a reserved node instead (the fewest lost GPU-seconds since their last checkpoint; they
   resume from it), as Slurm's partition-priority preemption (`PreemptType=preempt/partition_prio`,
-  `PreemptMode=REQUEUE`, spot-tolerant work in a lower PriorityTier) would with the overflow held back.
+  `PreemptMode=REQUEUE`, spot-tolerant work in a lower PriorityTier) would with the overflow held back.  Built
+  since (`Policy.preempt_spot`, on by default): this what-if now stacks on top of the real thing; compare
+  against `none` with `--no-preempt` to see what it sized.
+- `migrate-spot` / `migrate-spot=T`: at every daemon tick with nothing pending, a spot-tolerant job alone on a spot
+  node is requeued (`scontrol requeue`) when a registered reserved node has room for it (most GPUs first, then the
+  latest started); it resumes from its checkpoint after the requeue hold, on the reservation if the room is still
+  there.  With `=T`, only when Slurm has preempted nothing off the reservation for T seconds (the reservation is
+  not contended by work that may not use spot).  Sizes moving spot work back onto idle reserved GPUs (it stops
+  running jobs on purpose: not built).
 
 `--wait-value W` replays gpu-fleet at that wait value (the knob of the frontier) instead of its default.
 
@@ -225,6 +233,36 @@ def _patch(what: str) -> None:
 
         S._select = select_up
         return
+    if name == "migrate-spot":
+        from autoscaler.replay import gpu_fleet
+        from autoscaler.replay.state import JobState
+
+        orig_tick = gpu_fleet.GpuFleetPolicy.tick
+        quiet_s = float(arg) if arg else 0.0
+        seen = {"count": 0, "at": -float("inf")}  # Slurm preemptions seen, and when the last one happened
+
+        def tick_migrate(self: Any, sim: Any) -> Any:
+            res, spot = CapacityType.RESERVATION, CapacityType.SPOT
+            now = sim.now
+            if sim.slurm_counters["preempt_requeues"] != seen["count"]:
+                seen["count"], seen["at"] = sim.slurm_counters["preempt_requeues"], now
+            room = sorted((nm.node.free for nm in sim.registered() if nm.pool.capacity_type is res), reverse=True)
+            if now - seen["at"] >= quiet_s and room and room[0] > 0 and not sim.pending_jobs():
+                cands = []
+                for nm in sim.registered():
+                    if nm.pool.capacity_type is spot and len(nm.node.jobs) == 1:
+                        j = sim.state.jobs[next(iter(nm.node.jobs))]
+                        if j.state is JobState.RUNNING and j.nodes == 1:
+                            cands.append(j)
+                for j in sorted(cands, key=lambda j: (-j.gpus_per_node, -(j.start or 0.0))):
+                    if room and room[0] >= j.gpus_per_node:
+                        room[0] -= j.gpus_per_node
+                        room.sort(reverse=True)
+                        sim._requeue(j, now)
+            return orig_tick(self, sim)
+
+        gpu_fleet.GpuFleetPolicy.tick = tick_migrate
+        return
     raise SystemExit(f"--what: unknown what-if {what!r} (see --help)")
 
 
@@ -241,6 +279,7 @@ def main() -> int:
     ap.add_argument("--spot-fraction", type=float, default=0.0)
     ap.add_argument("--stockout-rate", type=float, default=0.0)
     ap.add_argument("--wait-value", type=float, default=None, help="gpu-fleet's wait value ($/GPU-h; default: its own)")
+    ap.add_argument("--no-preempt", action="store_true", help="gpu-fleet without Policy.preempt_spot")
     a = ap.parse_args()
     if a.trace.startswith("synth:"):
         jobs = generate(a.trace.split(":")[1], 0)
@@ -249,10 +288,10 @@ def main() -> int:
     _patch(a.what)
     sc = Scenario(trace=a.trace, reserved_nodes=a.reserved_nodes, spot_fraction=a.spot_fraction,
                   stockout_rate=a.stockout_rate)  # fmt: skip
-    options = PolicyOptions(wait_value_usd_per_gpu_hour=a.wait_value)
+    options = PolicyOptions(wait_value_usd_per_gpu_hour=a.wait_value, preempt_spot=not a.no_preempt)
     m = run_scenario(jobs, sc, ["gpu-fleet"], options=options).metrics["gpu-fleet"]
     keys = ("cost_ratio", "overflow_ratio", "wait_p50_s", "wait_p95_s", "wait_mean_s", "nodes_launched")
-    keys += ("preempted_jobs",)
+    keys += ("preempted_jobs", "scheduler_preemptions", "gpu_hours_lost_to_preemption")
     print(json.dumps({"trace": a.trace, "what": a.what, "wait_value": a.wait_value, **{k: m[k] for k in keys}}))
     return 0
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from fleet.catalog import CapacityType, Catalog, MachineType, load_catalog
 from fleet.slurm.job_submit import render_job_submit
-from fleet.slurm.preempt import partition_tier, preemption_settings
+from fleet.slurm.preempt import partition_tiers, preemption_settings
 from fleet.slurm.suspend import standby_exclusion, suspend_time
 from fleet.slurm.topology import render_topology
 from fleet.slurm.weights import pool_shapes, pool_weights
@@ -239,6 +239,7 @@ def render_slurm_conf(
 
     default = default_partition(slurm).name
     part_lines = []
+    tiers = partition_tiers(cluster)  # spot-tolerant work yields reserved nodes to the rest (fleet/slurm/preempt.py)
     for part in slurm.partitions:
         pms = [machines[p] for p in part.pools]
         items: dict[str, str | int] = {
@@ -251,9 +252,8 @@ def render_slurm_conf(
         }
         if all(whole_node(m) for m in pms):
             items["OverSubscribe"] = "EXCLUSIVE"  # one job per A3/A4 node: its 8 GPUs and 8 NICs go together
-        tier = partition_tier(cluster, part.spot_tolerant)
-        if tier is not None:  # spot-tolerant work yields reserved nodes to the rest (fleet/slurm/preempt.py)
-            items["PriorityTier"] = tier
+        if part.name in tiers:
+            items["PriorityTier"] = tiers[part.name]
         part_lines.append(_line(("PartitionName", part.name), items))
 
     host = controller_host or f"{cluster.name}-controller"

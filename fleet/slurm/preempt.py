@@ -20,23 +20,13 @@ batch work.  Pure: the render and the spec rules call it."""
 
 from __future__ import annotations
 
-from autoscaler.model.policy import Policy, PolicyError, policy_from_mapping
 from fleet.catalog import CapacityType
+from fleet.slurm.policy import cluster_policy
 from fleet.spec.model import ClusterSpec
 
 #: PriorityTier of spot-tolerant partitions and of every other partition when preemption is rendered
 SPOT_TIER = 1
 OTHER_TIER = 10
-
-
-def cluster_policy(cluster: ClusterSpec) -> Policy | None:
-    """The cluster's autoscaler policy as the daemon reads it; None when it does not parse (the spec rule
-    `autoscaler_policy` reports that)."""
-    raw = cluster.slurm.autoscaler.policy if cluster.slurm is not None else {}
-    try:
-        return policy_from_mapping(raw)
-    except PolicyError:
-        return None
 
 
 def shared_reservation_pools(cluster: ClusterSpec) -> tuple[str, ...]:
@@ -63,8 +53,9 @@ def preemption_settings(cluster: ClusterSpec) -> dict[str, str]:
     return {"PreemptType": "preempt/partition_prio", "PreemptMode": "REQUEUE"}
 
 
-def partition_tier(cluster: ClusterSpec, spot_tolerant: bool) -> int | None:
-    """A partition's PriorityTier under preemption; None when preemption is not rendered (Slurm's default, 1)."""
-    if not preempts_spot(cluster):
-        return None
-    return SPOT_TIER if spot_tolerant else OTHER_TIER
+def partition_tiers(cluster: ClusterSpec) -> dict[str, int]:
+    """Partition name -> its PriorityTier under preemption; empty when preemption is not rendered (Slurm's default
+    tier, 1, for all)."""
+    if cluster.slurm is None or not preempts_spot(cluster):
+        return {}
+    return {p.name: SPOT_TIER if p.spot_tolerant else OTHER_TIER for p in cluster.slurm.partitions}

@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from autoscaler.model.policy import DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR, Policy, PolicyError, policy_from_mapping
+from autoscaler.model.policy import DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR, Policy
 from autoscaler.planner.rule import FleetFacts, ShapeFacts, break_even_idle_s, longest_idle_keep_s
 from fleet.catalog import CapacityType, Catalog
+from fleet.slurm.policy import cluster_policy
 from fleet.spec.model import ClusterSpec, FleetSpec
 
 #: the daemon's poll interval (autoscaler/daemon/config.py `LoopConfig.interval_s` default; a test checks they agree)
@@ -46,11 +47,8 @@ class SuspendFloor:
 
 
 def _wait_value(cluster: ClusterSpec) -> float | None:
-    raw = cluster.slurm.autoscaler.policy if cluster.slurm is not None else {}
-    try:
-        return policy_from_mapping(raw).wait_value_usd_per_gpu_hour
-    except PolicyError:  # reported by the autoscaler_policy rule
-        return DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR
+    policy = cluster_policy(cluster)
+    return DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR if policy is None else policy.wait_value_usd_per_gpu_hour
 
 
 def suspend_floor(spec: FleetSpec, cluster: ClusterSpec, catalog: Catalog) -> SuspendFloor:
@@ -90,12 +88,8 @@ def standby_exclusion(cluster: ClusterSpec) -> int:
     `<pool's nodes>:<count>`): the daemon's `standby_max_nodes` when the cluster values waiting (its standby nodes,
     `autoscaler.planner.standby`, idle longer than SuspendTime by design), else 0.  Slurm 22.05 keeps that many
     usable idle nodes of the range up (tests/e2e/test_standby.py); the daemon deletes the ones it does not keep."""
-    raw = cluster.slurm.autoscaler.policy if cluster.slurm is not None else {}
-    try:
-        policy = policy_from_mapping(raw)
-    except PolicyError:  # reported by the autoscaler_policy rule
-        return 0
-    return standby_exclusion_count(policy)
+    policy = cluster_policy(cluster)
+    return 0 if policy is None else standby_exclusion_count(policy)
 
 
 def standby_exclusion_count(policy: Policy) -> int:

@@ -603,7 +603,7 @@ class Daemon:
             for n in snodes.values()
             if (pool := index.pool_of(n.name)) is not None
             and pool.capacity_type is CapacityType.RESERVATION
-            and (n.state == "completing" or "COMPLETING" in n.flags)
+            and n.completing
         ]
         if completing:
             # a reserved node is finishing a job (one that ended, or spot-tolerant work Slurm preempted for a

@@ -142,9 +142,14 @@ class SlurmNode:
         return "DRAIN" in self.flags
 
     @property
+    def completing(self) -> bool:
+        """A job that ended (or was preempted) is still winding down on it (Epilog, KillWait)."""
+        return self.state == "completing" or "COMPLETING" in self.flags
+
+    @property
     def has_work(self) -> bool:
         """Jobs allocated or still completing on it: never power it down or delete it."""
-        return self.state in ("allocated", "mixed", "completing") or "COMPLETING" in self.flags or self.alloc_cpus > 0
+        return self.state in ("allocated", "mixed") or self.completing or self.alloc_cpus > 0
 
     @property
     def idle(self) -> bool:

@@ -380,16 +380,17 @@ class SimSlurm:
         )
         free = {n: nm.node.free for n, nm in on.items()}
         taken: list[Job] = []
-        fits: list[str] = []
+        fits = {n for n, f in free.items() if f >= g}  # only the freed nodes can join it
         for i in victims:
+            if len(fits) >= need:
+                break
             v = self.state.jobs[i]
             taken.append(v)
             for n in v.placed_on:
                 if n.name in free:
                     free[n.name] += v.gpus_per_node
-            fits = [n for n, f in free.items() if f >= g]
-            if len(fits) >= need:
-                break
+                    if free[n.name] >= g:
+                        fits.add(n.name)
         if len(fits) < need:
             return None
         order = sorted(fits, key=lambda n: (self._node_weight(on[n]), self._order[on[n].pool.name], on[n].index))

@@ -31,6 +31,11 @@ changed, to size a mechanism before building it (docs/simulate.md, "The reservat
   `PreemptMode=REQUEUE`, spot-tolerant work in a lower PriorityTier) would with the overflow held back.  Built
   since (`Policy.preempt_spot`, on by default): this what-if now stacks on top of the real thing; compare
   against `none` with `--no-preempt` to see what it sized.
+- `late-bind` / `late-bind=any`: a job allocated nodes that are still powering up takes registered nodes that
+  gain room before its own register instead (at Slurm's next scheduling pass, with no daemon latency), nodes of
+  its `--prefer` only (`late-bind`: an upper bound that keeps right-sizing strict, which Slurm does not), or
+  those first and then any node with room (`=any`: what `--prefer` does when the preferred nodes are not
+  available, as with every overflow pool held; bench/probe_late_bind.py, docs/simulate.md "Late binding");
 - `migrate-spot` / `migrate-spot=T`: at every daemon tick with nothing pending, a spot-tolerant job alone on a spot
   node is requeued (`scontrol requeue`) when a registered reserved node has room for it (most GPUs first, then the
   latest started); it resumes from its checkpoint after the requeue hold, on the reservation if the room is still
@@ -262,6 +267,51 @@ def _patch(what: str) -> None:
             return orig_tick(self, sim)
 
         gpu_fleet.GpuFleetPolicy.tick = tick_migrate
+        return
+    if name == "late-bind":
+        from autoscaler.replay.state import JobState
+
+        waiting: set[int] = set()  # CONFIGURING jobs with a node still powering up
+        orig_alloc, orig_sched = S._allocate, S.schedule
+
+        def alloc_lb(self: Any, job: Any, picked: Any, now: float) -> None:
+            orig_alloc(self, job, picked, now)
+            if job.state is JobState.CONFIGURING:
+                waiting.add(job.idx)
+
+        def registered_room(self: Any, job: Any) -> list[Any] | None:
+            want = self.prefer.get(job.gpus_per_node)
+            for strict in (True, False) if arg == "any" else (True,):
+                rows = []
+                for pool in self._eligible_pools(job, self.by_weight):
+                    if strict and want is not None and not want.allows(pool.machine_type, pool.capacity_type):
+                        continue
+                    for nm in self._room[pool.name].values():
+                        node = nm.node
+                        if node.registered and node.free >= job.gpus_per_node and job.idx not in node.jobs:
+                            rows.append((self._node_weight(nm), self._order[pool.name], nm.index, nm))
+                if len(rows) >= job.nodes:
+                    rows.sort(key=lambda r: r[:3])
+                    return [(r[3].pool, r[3]) for r in rows[: job.nodes]]
+            return None
+
+        def sched_lb(self: Any, now: float) -> None:
+            for idx in sorted(waiting):
+                job = self.state.jobs[idx]
+                if job.state is not JobState.CONFIGURING or all(n.registered for n in job.placed_on):
+                    waiting.discard(idx)
+                    continue
+                picked = registered_room(self, job)
+                if picked is None:
+                    continue
+                waiting.discard(idx)
+                self._release_job(job, now)
+                job.state = JobState.PENDING
+                self.slurm_counters["late_binds"] = self.slurm_counters.get("late_binds", 0) + 1
+                orig_alloc(self, job, picked, now)  # all registered: starts now
+            orig_sched(self, now)
+
+        S._allocate, S.schedule = alloc_lb, sched_lb
         return
     raise SystemExit(f"--what: unknown what-if {what!r} (see --help)")
 

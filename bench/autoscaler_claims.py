@@ -19,6 +19,8 @@ Per run (one trace x scenario, every policy replayed on the same jobs and cloud)
   refuses a policy that deletes a node with jobs, so a run that finishes has deleted none);
 - speed: the all-policy replay of cluster04 (each scenario) takes < 120 s in one process (CPU time of the
   worker, i.e. its wall time on a core of its own; the wall time on the shared machine is shown beside it).
+- `--seeds 0,1,2` replays each generated regime at those seeds (`synth:REGIME:SEED`, as `fleet simulate --trace`
+  takes it; seed 0, the default, is the one the settings were looked at on);
 - with `--frontier S,...`: on cluster04 defaults and the short regime, for each baseline some gpu-fleet
   setting (the default, or one of the settings: a wait value W, or `W:no-warm-cap`, that wait value with
   `Policy.warm_cap` false) is no more expensive and no slower at p50 and p95.
@@ -71,13 +73,13 @@ def _task(trace: str, scenario_name: str, frontier: list[FrontierSetting]) -> di
     """One run in a worker: every policy, then (optionally) gpu-fleet over the wait values."""
     from autoscaler.replay.run import run_frontier, run_scenario
     from autoscaler.replay.scenario import Scenario
-    from autoscaler.replay.synth import generate
+    from autoscaler.replay.synth import generate, parse_synth_spec
     from autoscaler.replay.trace import load_trace
 
     out: dict[str, Any] = {"trace": trace, "scenario": scenario_name}
     t0, c0 = time.perf_counter(), time.process_time()
     try:
-        jobs = generate(trace.split(":")[1], 0) if trace.startswith("synth:") else load_trace(trace)
+        jobs = generate(*parse_synth_spec(trace)) if trace.startswith("synth:") else load_trace(trace)
         result = run_scenario(jobs, Scenario(trace=trace, **SCENARIOS[scenario_name]))
         out["wall_s"] = round(time.perf_counter() - t0, 1)
         out["cpu_s"] = round(time.process_time() - c0, 1)
@@ -187,6 +189,11 @@ def main() -> int:
         default="",
         help="gpu-fleet settings for the Pareto check (cluster04 defaults, short): W or W:no-warm-cap, comma-separated",
     )
+    ap.add_argument(
+        "--seeds",
+        default="0",
+        help="seeds of the generated regimes, comma-separated (default 0; the Pareto check runs on seed 0 only)",
+    )
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--json", action="store_true", help="print every run and check as JSON")
     ap.add_argument("--save", type=Path, help="also write every run and check as JSON to this file")
@@ -220,10 +227,16 @@ def main() -> int:
         for s in scenarios:
             wants = frontier if (c == "04" and s == "defaults") else []
             tasks.append((size, str(path), s, wants))
+    try:
+        seeds = [int(v) for v in args.seeds.split(",") if v.strip()]
+    except ValueError:
+        ap.error(f"--seeds: {args.seeds!r} is not a comma-separated list of integers")
     for r in (r.strip() for r in args.regimes.split(",") if r.strip()):
         if r not in REGIMES:
             ap.error(f"--regimes: unknown regime {r!r} (known: {', '.join(REGIMES)})")
-        tasks.append((1 << 20, f"synth:{r}", "defaults", frontier if r == "short" else []))
+        for seed in seeds:
+            trace = f"synth:{r}" if seed == 0 else f"synth:{r}:{seed}"  # fleet simulate's synth:REGIME[:SEED]
+            tasks.append((1 << 20, trace, "defaults", frontier if (r == "short" and seed == 0) else []))
     if missing:
         print(f"note: skipped {len(missing)} missing trace(s): {', '.join(missing)}", file=sys.stderr)
     tasks.sort(key=lambda t: -t[0])

@@ -31,6 +31,8 @@ changed, to size a mechanism before building it (docs/simulate.md, "The reservat
   `PreemptMode=REQUEUE`, spot-tolerant work in a lower PriorityTier) would with the overflow held back.  Built
   since (`Policy.preempt_spot`, on by default): this what-if now stacks on top of the real thing; compare
   against `none` with `--no-preempt` to see what it sized.
+- `slurm-default-order`: Slurm's preemption victims in 22.05's default order (the earliest submitted first,
+  bench/probe_preempt_order.py) instead of the rendered `preempt_youngest_first` (the latest started first);
 - `late-bind` / `late-bind=any`: a job allocated nodes that are still powering up takes registered nodes that
   gain room before its own register instead (at Slurm's next scheduling pass, with no daemon latency), nodes of
   its `--prefer` only (`late-bind`: an upper bound that keeps right-sizing strict, which Slurm does not), or
@@ -267,6 +269,9 @@ def _patch(what: str) -> None:
             return orig_tick(self, sim)
 
         gpu_fleet.GpuFleetPolicy.tick = tick_migrate
+        return
+    if name == "slurm-default-order":
+        S.victim_order = lambda self, candidates: sorted(candidates)  # the earliest submitted first
         return
     if name == "late-bind":
         from autoscaler.replay.state import JobState

@@ -32,7 +32,9 @@ hard way", checked on a real slurmctld in tests/e2e):
   (unusable) for `suspend_timeout_s`, then powered down (allocatable) again.
 - **Partition-priority preemption** (`SlurmSettings.preempt_spot`, what the stack renders with
   `Policy.preempt_spot`): a job that may not use spot and cannot be placed otherwise requeues running
-  spot-tolerant jobs off registered reserved nodes, lowest priority (latest submitted) first, only those on the
+  spot-tolerant jobs off registered reserved nodes, the latest started first (the rendered
+  `preempt_youngest_first`; without it slurmctld 22.05 takes the earliest submitted:
+  bench/probe_preempt_order.py), only those on the
   nodes it takes and only as many as it needs (`_preempt_for`); they resume from their checkpoint after the
   requeue hold.  A powered-down node the job may use counts as "otherwise", as on real slurmctld, so preemption
   happens only where the driver holds the overflow (`hold`).
@@ -358,7 +360,8 @@ class SimSlurm:
     def _preempt_for(self, job: Job, now: float) -> list[tuple[Pool, _Name | int]] | None:
         """Partition-priority preemption as slurmctld 22.05's select/cons_tres runs it for a job that cannot start
         otherwise: the preemptable jobs (running spot-tolerant jobs on registered reserved nodes the job may use)
-        are taken lowest priority first (priority/basic: the latest submitted) until enough nodes would have room;
+        are taken latest started first (the rendered `preempt_youngest_first`, fleet/slurm/preempt.py;
+        ties: the latest submitted) until enough nodes would have room;
         the job gets those nodes by the usual order (Weight, node-table order), and only the taken jobs on them are
         requeued, less any whose GPUs the job turns out not to need (Slurm's preempt reorder pass).  Requeued jobs
         resume from their last checkpoint after the requeue hold.  None: preemption cannot place the job."""
@@ -369,14 +372,13 @@ class SimSlurm:
         if not nodes:
             return None
         on = {nm.node.name: nm for nm in nodes}
-        victims = sorted(
+        victims = self.victim_order(
             {
                 i
                 for nm in nodes
                 for i in nm.node.jobs
                 if self.state.jobs[i].spot_ok and self.state.jobs[i].state is JobState.RUNNING
-            },
-            reverse=True,
+            }
         )
         free = {n: nm.node.free for n, nm in on.items()}
         taken: list[Job] = []
@@ -396,7 +398,7 @@ class SimSlurm:
         order = sorted(fits, key=lambda n: (self._node_weight(on[n]), self._order[on[n].pool.name], on[n].index))
         chosen = set(order[:need])
         requeue = [v for v in taken if any(n.name in chosen for n in v.placed_on)]
-        for v in list(reversed(requeue)):  # highest priority first: give back what the job does not need
+        for v in list(reversed(requeue)):  # the last taken first: give back what the job does not need
             back = {n.name: free[n.name] - v.gpus_per_node for n in v.placed_on if n.name in chosen}
             if all(f >= g for f in back.values()):
                 free.update(back)
@@ -405,6 +407,11 @@ class SimSlurm:
             self.slurm_counters["preempt_requeues"] += 1
             self._requeue(v, now)
         return [(on[n].pool, on[n]) for n in order[:need]]
+
+    def victim_order(self, candidates: set[int]) -> list[int]:
+        """Preemption candidates (job indices) in the order slurmctld takes them with the rendered
+        `SchedulerParameters=preempt_youngest_first`: the latest started first, ties the latest submitted."""
+        return sorted(candidates, key=lambda i: (-(self.state.jobs[i].start or 0.0), -i))
 
     def _eligible_pools(self, job: Job, tier: list[Pool]) -> list[Pool]:
         return [

@@ -9,7 +9,17 @@ PreemptType, PreemptMode, PartitionName PriorityTier; https://slurm.schedmd.com/
 partition of a higher PriorityTier requeues jobs of lower-tier partitions off the nodes the two share.  So with
 `Policy.preempt_spot` (the default) and a reservation pool that a spot-tolerant partition shares with one that is
 not, the render writes `PreemptType=preempt/partition_prio`, `PreemptMode=REQUEUE`, PriorityTier 1 on
-spot-tolerant partitions and 10 on the others.
+spot-tolerant partitions and 10 on the others, and `preempt_youngest_first` in SchedulerParameters.
+
+Which spot-tolerant job goes first: by default slurmctld 22.05 requeues the earliest submitted candidate (measured,
+whatever the nodes' order or the jobs' start times: bench/probe_preempt_order.py).  A requeued job resumes from its
+last checkpoint, so what preemption destroys is the work since then: at most the job's run so far, and at most one
+checkpoint interval.  The job that started last has run the least, so it has the least to lose;
+`SchedulerParameters=preempt_youngest_first` ("sort by the job start times to favor preempting younger jobs over
+older", slurm.conf(5) of 22.05; later releases read it there too, and also as `PreemptParameters=youngest_first`,
+a key 22.05's slurmctld refuses) picks it.  A site's own SchedulerParameters (`slurm.extra_config`) keep their
+options and get this one added (`with_youngest_first`).  Replayed on the res40 runs (docs/simulate.md):
+cluster04 x1.1366 -> x1.1269, cluster07 x1.0596 -> x1.0513 against the default order.
 
 slurmctld preempts only for a job that cannot start otherwise, and a powered-down CLOUD node counts as otherwise
 (measured on 22.05: bench/probe_preempt_reservation.py), so the daemon holds the on-demand overflow pools
@@ -27,6 +37,8 @@ from fleet.spec.model import ClusterSpec
 #: PriorityTier of spot-tolerant partitions and of every other partition when preemption is rendered
 SPOT_TIER = 1
 OTHER_TIER = 10
+#: the victim order: the job that started last first (module doc)
+YOUNGEST_FIRST = "preempt_youngest_first"
 
 
 def shared_reservation_pools(cluster: ClusterSpec) -> tuple[str, ...]:
@@ -50,7 +62,23 @@ def preemption_settings(cluster: ClusterSpec) -> dict[str, str]:
     """The slurm.conf keys preemption adds (none when `preempts_spot` is False)."""
     if not preempts_spot(cluster):
         return {}
-    return {"PreemptType": "preempt/partition_prio", "PreemptMode": "REQUEUE"}
+    return {
+        "PreemptType": "preempt/partition_prio",
+        "PreemptMode": "REQUEUE",
+        "SchedulerParameters": YOUNGEST_FIRST,
+    }
+
+
+def with_youngest_first(settings: dict[str, str], cluster: ClusterSpec) -> dict[str, str]:
+    """`settings` (after the site's extra_config) with `preempt_youngest_first` among the SchedulerParameters when
+    preemption is rendered: a site's SchedulerParameters replace the rendered ones, so the option is added back."""
+    if not preempts_spot(cluster):
+        return settings
+    key = next((k for k in settings if k.lower() == "schedulerparameters"), "SchedulerParameters")
+    options = [o for o in settings.get(key, "").split(",") if o]
+    if YOUNGEST_FIRST not in (o.strip().lower() for o in options):
+        options.append(YOUNGEST_FIRST)
+    return {**settings, key: ",".join(options)}
 
 
 def partition_tiers(cluster: ClusterSpec) -> dict[str, int]:

@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.gce, pytest.mark.slow]
 
 
 def _preemption(harness: SlurmHarness, state: Path) -> list[str]:
-    return ["PreemptType=preempt/partition_prio", "PreemptMode=REQUEUE"]
+    return ["PreemptType=preempt/partition_prio", "PreemptMode=REQUEUE", "SchedulerParameters=preempt_youngest_first"]
 
 
 @pytest.fixture

@@ -63,9 +63,10 @@ def test_without_it_the_job_overflows_to_on_demand_and_spot_work_keeps_the_reser
     assert len(_on_demand_launches(sim)) == 2  # one for j1, one for j2
 
 
-def test_preemption_frees_only_what_the_job_needs_latest_submitted_first() -> None:
-    """Four 2-GPU spot-tolerant jobs share the reserved node; a 4-GPU job that may not use spot requeues the two
-    submitted last (priority/basic: the lowest priority), not all four."""
+def test_preemption_frees_only_what_the_job_needs_latest_started_first() -> None:
+    """Four 2-GPU spot-tolerant jobs share the reserved node; a 4-GPU job that may not use spot requeues two of them,
+    not all four: the latest started (`preempt_youngest_first`), here all started together, so the
+    latest submitted."""
     trace = [job(i, i, 7200, 2, spot_ok=True) for i in range(4)] + [job(4, 2000, 600, 4)]
     sim = SimSlurm(trace, SC, GpuFleetPolicy(policy=DEFAULT_POLICY)).run()
     jobs = {j.id: j for j in sim.state.jobs}
@@ -73,3 +74,18 @@ def test_preemption_frees_only_what_the_job_needs_latest_submitted_first() -> No
     assert jobs["j0"].preemptions == jobs["j1"].preemptions == 0  # (j2, j3 may also meet a spot preemption later)
     assert jobs["j2"].preemptions >= 1 and jobs["j3"].preemptions >= 1
     assert jobs["j4"].first_start == 2000
+
+
+def test_the_latest_started_job_goes_first_even_when_it_was_submitted_first() -> None:
+    """preempt_youngest_first orders by start time, not by submission (without it slurmctld 22.05 takes the earliest
+    submitted: bench/probe_preempt_order.py).  The four jobs' start times are rewritten so that the two submitted
+    first started last (as a requeued job restarts later than the jobs submitted after it)."""
+    trace = [job(i, i, 7200, 2, spot_ok=True) for i in range(4)] + [job(4, 9000, 600, 4)]
+    sim = SimSlurm(trace, SC, GpuFleetPolicy(policy=DEFAULT_POLICY)).run(until=2000)
+    jobs = sim.state.jobs
+    assert all(j.start == BOOT for j in jobs[:4]) and sim.held  # all four on the reserved node; on-demand held
+    jobs[0].start, jobs[1].start = 1950.0, 1900.0
+    sim.state.submit(jobs[4])
+    sim.schedule(2000)
+    assert [j.preemptions for j in jobs[:4]] == [1, 1, 0, 0]
+    assert jobs[4].placed_on and jobs[4].placed_on[0].capacity_type is CapacityType.RESERVATION

@@ -270,6 +270,7 @@ def test_spot_tolerant_partitions_yield_the_shared_reservation_by_partition_prio
     conf = render(a3mega_data).slurm_conf
     s = settings(conf)
     assert (s["PreemptType"], s["PreemptMode"]) == ("preempt/partition_prio", "REQUEUE")
+    assert s["SchedulerParameters"] == "preempt_youngest_first"  # the job that started last has the least to lose
     tiers = {p["PartitionName"]: int(p["PriorityTier"]) for p in map(fields, lines_starting(conf, "PartitionName="))}
     assert tiers["a3mega-spot"] < tiers["a3mega"]  # a3mega-spot is spot_tolerant, both list the resv pool
 
@@ -286,3 +287,20 @@ def test_no_preemption_without_a_reservation_shared_with_spot_work_or_when_the_p
         assert "Preempt" not in conf and "PriorityTier" not in conf
     l4 = load_stack_file(ROOT / "Pulumi.gcp-l4-dev.yaml")  # no reservation at all
     assert "Preempt" not in render_slurm_conf(l4, l4.clusters[0]).slurm_conf
+
+
+def test_a_site_scheduler_parameters_keep_their_options_and_get_the_preemption_order_added(
+    a3mega_data: dict[str, Any],
+) -> None:
+    """`slurm.extra_config` replaces a rendered key, but the victim order is part of the stack's preemption: a site's
+    SchedulerParameters keep every option they list and get `preempt_youngest_first` after them (once)."""
+    site = copy.deepcopy(a3mega_data)
+    site["clusters"][0]["slurm"]["extra_config"] = {"SchedulerParameters": "bf_continue,bf_window=2880"}
+    assert (
+        settings(render(site).slurm_conf)["SchedulerParameters"] == "bf_continue,bf_window=2880,preempt_youngest_first"
+    )
+    site["clusters"][0]["slurm"]["extra_config"] = {"SchedulerParameters": "preempt_youngest_first,bf_continue"}
+    assert settings(render(site).slurm_conf)["SchedulerParameters"] == "preempt_youngest_first,bf_continue"
+    site["clusters"][0]["slurm"]["autoscaler"]["policy"]["preempt_spot"] = False
+    site["clusters"][0]["slurm"]["extra_config"] = {"SchedulerParameters": "bf_continue"}
+    assert settings(render(site).slurm_conf)["SchedulerParameters"] == "bf_continue"  # no preemption: the site's own

@@ -68,7 +68,8 @@ def test_slurmctld_runs_the_rendered_preemption_of_spot_work_off_the_reservation
     cluster: tuple[FleetSpec, SlurmHarness],
 ) -> None:
     """Where the render writes partition-priority preemption (fleet/slurm/preempt.py), slurmctld reads it back:
-    the plugin, REQUEUE, and spot-tolerant partitions below the others; elsewhere Slurm's defaults stand."""
+    the plugin, REQUEUE, youngest_first, and spot-tolerant partitions below the others; elsewhere Slurm's defaults
+    stand."""
     from fleet.slurm.preempt import OTHER_TIER, SPOT_TIER, preempts_spot
 
     spec, harness = cluster
@@ -82,9 +83,11 @@ def test_slurmctld_runs_the_rendered_preemption_of_spot_work_off_the_reservation
     if preempts_spot(c):
         assert conf["PreemptType"] == "preempt/partition_prio"
         assert conf["PreemptMode"] == "REQUEUE"
+        assert "preempt_youngest_first" in conf["SchedulerParameters"].split(",")
         assert tiers == {p.name: SPOT_TIER if p.spot_tolerant else OTHER_TIER for p in c.slurm.partitions}
     else:
         assert conf["PreemptType"] == "preempt/none"
+        assert "preempt_youngest_first" not in conf.get("SchedulerParameters", "")
         assert set(tiers.values()) == {1}
 
 

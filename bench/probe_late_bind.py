@@ -22,55 +22,35 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from slurm_probe import Nodeset, Probe, slurm_unavailable_reason, until
 
 
 def main() -> int:
-    from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_slurm_conf
-    from tests.harness.slurm import SlurmHarness, slurm_unavailable_reason
-
     if why := slurm_unavailable_reason():
         print(f"skipped: {why}", file=sys.stderr)
         return 2
-    h = SlurmHarness()
-    cloud = CloudNodes(h, [Nodeset("pa", 1, weight=1), Nodeset("pb", 1, weight=30)])
-    cloud.prepare()
-    h.start(cloud_slurm_conf(h, cloud, {"gpu": ["pa", "pb"]}, suspend_time=600, resume_timeout=300), cloud.gres_conf())
-    t0 = time.time()
+    with Probe.start([Nodeset("pa", 1, weight=1), Nodeset("pb", 1, weight=30)], {"gpu": ["pa", "pb"]}) as p:
+        t0 = time.time()
+        h, jobs = p.h, p.jobs
 
-    def jobs() -> dict[int, dict[str, Any]]:
-        return {j["job_id"]: j for j in h.squeue_json()["jobs"]}
+        def show(tag: str) -> None:
+            nodes = {n["name"]: n for n in h.sinfo_json()["nodes"]}
+            js = ", ".join(
+                f"job {i} {j['job_state']} ({j.get('state_reason')}) on {j.get('nodes')!r}"
+                for i, j in sorted(jobs().items())
+            )
+            ns = ", ".join(
+                f"{n} {'+'.join(nodes[n].get('state_flags') or [])}/{nodes[n]['state']}" for n in ("pa-0", "pb-0")
+            )
+            print(f"t={time.time() - t0:5.1f}s {tag}: {js}; {ns}", flush=True)
 
-    def until(pred: Any, timeout: float) -> bool:
-        end = time.time() + timeout
-        while time.time() < end:
-            if pred():
-                return True
-            time.sleep(1)
-        return False
-
-    def show(tag: str) -> None:
-        nodes = {n["name"]: n for n in h.sinfo_json()["nodes"]}
-        js = ", ".join(
-            f"job {i} {j['job_state']} ({j.get('state_reason')}) on {j.get('nodes')!r}"
-            for i, j in sorted(jobs().items())
-        )
-        ns = ", ".join(
-            f"{n} {'+'.join(nodes[n].get('state_flags') or [])}/{nodes[n]['state']}" for n in ("pa-0", "pb-0")
-        )
-        print(f"t={time.time() - t0:5.1f}s {tag}: {js}; {ns}", flush=True)
-
-    out = h.root / "log"
-    script = "echo batch on $SLURMD_NODENAME; srun hostname; echo srun rc $?"
-    try:
-        sb = ("sbatch", "-p", "gpu", "-N1", "--gres=gpu:8")
-        j1 = int(h.run(*sb, "-o", f"{out}/j1.out", "--wrap", "srun sleep 25", check=True).stdout.split()[-1])
+        out = p.out
+        script = "echo batch on $SLURMD_NODENAME; srun hostname; echo srun rc $?"
+        sb = ("-p", "gpu", "-N1", "--gres=gpu:8")
+        j1 = p.sbatch(*sb, "-o", f"{out}/j1.out", "--wrap", "srun sleep 25")
         time.sleep(3)
-        cloud.boot("pa-0")
+        p.cloud.boot("pa-0")
         until(lambda: jobs().get(j1, {}).get("job_state") == "RUNNING", 60)
         show("job 1 running")
         r = h.run("scontrol", "update", "nodename=pb-0", "state=drain", "reason=gpu-fleet:hold")
@@ -79,16 +59,16 @@ def main() -> int:
         print(f"power_up pb-0: rc {r.returncode} {r.stderr.strip()}", flush=True)
         time.sleep(2)
         show("pb-0 powered up while drained")
-        j2 = int(h.run(*sb, "-o", f"{out}/j2.out", "--wrap", script, check=True).stdout.split()[-1])
+        j2 = p.sbatch(*sb, "-o", f"{out}/j2.out", "--wrap", script)
         time.sleep(4)
         show("job 2 submitted")
         until(lambda: jobs().get(j2, {}).get("job_state") in ("RUNNING", "COMPLETED"), 60)
         show("job 1 ended")
-        cloud.boot("pb-0")
+        p.cloud.boot("pb-0")
         until(lambda: "IDLE" in str(next(n for n in h.sinfo_json()["nodes"] if n["name"] == "pb-0")["state"]), 60)
         time.sleep(3)
         show("pb-0 booted")
-        j3 = int(h.run(*sb, "-o", f"{out}/j3.out", "--wrap", script, check=True).stdout.split()[-1])
+        j3 = p.sbatch(*sb, "-o", f"{out}/j3.out", "--wrap", script)
         time.sleep(4)
         show("job 3 submitted")
         r = h.run("scontrol", "update", "nodename=pb-0", "state=undrain")
@@ -98,11 +78,8 @@ def main() -> int:
         for j in ("j2", "j3"):
             f = out / f"{j}.out"
             print(f"{j}: " + (f.read_text().strip().replace("\n", " | ") if f.exists() else "no output"))
-        log = (out / "slurmctld.log").read_text().splitlines()
+        log = p.slurmctld_log()
         print("\n".join(x for x in log if "pb-0" in x and ("power" in x.lower() or "resume" in x.lower()))[-3000:])
-    finally:
-        cloud.stop_all()
-        h.stop()
     return 0
 
 

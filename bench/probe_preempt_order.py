@@ -27,76 +27,43 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from slurm_probe import Nodeset, Probe, slurm_unavailable_reason, until
+
+from fleet.slurm.preempt import YOUNGEST_FIRST
+
+PARTITIONS = {"spotq PriorityTier=1 PreemptMode=REQUEUE": ["resv"], "odq PriorityTier=10": ["resv", "od"]}
 
 
 def _round(swap: bool, first_up: str = "", params: str = "") -> str:
-    from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_slurm_conf
-    from tests.harness.slurm import SlurmHarness
-
-    h = SlurmHarness()
-    cloud = CloudNodes(h, [Nodeset("resv", 2, weight=1), Nodeset("od", 1, weight=30)])
-    cloud.prepare()
-    conf = cloud_slurm_conf(
-        h,
-        cloud,
-        {"spotq PriorityTier=1 PreemptMode=REQUEUE": ["resv"], "odq PriorityTier=10": ["resv", "od"]},
-        suspend_time=600,
-        resume_timeout=300,
-    )
-    conf += "PreemptType=preempt/partition_prio\nPreemptMode=REQUEUE\n"
+    extra = "PreemptType=preempt/partition_prio\nPreemptMode=REQUEUE\n"
     if params:  # 22.05 reads the victim order from SchedulerParameters (it refuses a PreemptParameters key)
-        conf += f"SchedulerParameters={params}\n"
-    h.start(conf, cloud.gres_conf())
-
-    def jobs() -> dict[int, dict[str, Any]]:
-        return {j["job_id"]: j for j in h.squeue_json()["jobs"]}
-
-    def until(pred: Any, timeout: float) -> bool:
-        end = time.time() + timeout
-        while time.time() < end:
-            if pred():
-                return True
-            time.sleep(1)
-        return False
-
-    out = h.root / "log"
-    try:
-        h.run("scontrol", "update", "nodename=od-0", "state=drain", "reason=gpu-fleet:hold", check=True)
+        extra += f"SchedulerParameters={params}\n"
+    with Probe.start([Nodeset("resv", 2, weight=1), Nodeset("od", 1, weight=30)], PARTITIONS, extra) as p:
+        jobs = p.jobs
+        p.h.run("scontrol", "update", "nodename=od-0", "state=drain", "reason=gpu-fleet:hold", check=True)
         first, second = ("resv-1", "resv-0") if swap else ("resv-0", "resv-1")
         ids = {}
         for tag, node in (("A", first), ("B", second)):
-            sb = ("sbatch", "-p", "spotq", "-N1", "--gres=gpu:8", "-w", node, "-o", f"{out}/{tag}.out")
-            ids[tag] = int(h.run(*sb, "--wrap", "srun sleep 300", check=True).stdout.split()[-1])
+            sb = ("-p", "spotq", "-N1", "--gres=gpu:8", "-w", node, "-o", f"{p.out}/{tag}.out")
+            ids[tag] = p.sbatch(*sb, "--wrap", "srun sleep 300")
             time.sleep(2)
         if first_up:  # that job's node boots first: it starts running well before the other
-            cloud.boot(first if first_up == "A" else second)
+            p.cloud.boot(first if first_up == "A" else second)
             until(lambda: jobs().get(ids[first_up], {}).get("job_state") == "RUNNING", 90)
             time.sleep(10)
-        cloud.boot("resv-0")
-        cloud.boot("resv-1")
+        p.cloud.boot("resv-0")
+        p.cloud.boot("resv-1")
         until(lambda: all(jobs().get(ids[t], {}).get("job_state") == "RUNNING" for t in "AB"), 90)
-        sb = ("sbatch", "-p", "odq", "-N1", "--gres=gpu:8", "-o", f"{out}/C.out")
-        ids["C"] = int(h.run(*sb, "--wrap", "srun sleep 5", check=True).stdout.split()[-1])
+        ids["C"] = p.sbatch("-p", "odq", "-N1", "--gres=gpu:8", "-o", f"{p.out}/C.out", "--wrap", "srun sleep 5")
         until(lambda: jobs().get(ids["C"], {}).get("job_state") in ("RUNNING", "COMPLETED"), 60)
         js = jobs()
         where = {t: (js.get(i, {}).get("job_state"), js.get(i, {}).get("nodes")) for t, i in ids.items()}
-        log = (out / "slurmctld.log").read_text().splitlines()
-        pre = [x.split("] ", 1)[-1] for x in log if "preempted" in x.lower()]
+        pre = [x.split("] ", 1)[-1] for x in p.slurmctld_log() if "preempted" in x.lower()]
         return f"A on {first}, B on {second}: {where}; slurmctld: {pre}"
-    finally:
-        cloud.stop_all()
-        h.stop()
 
 
 def main() -> int:
-    from fleet.slurm.preempt import YOUNGEST_FIRST
-    from tests.harness.slurm import slurm_unavailable_reason
-
     if why := slurm_unavailable_reason():
         print(f"skipped: {why}", file=sys.stderr)
         return 2

@@ -55,7 +55,8 @@ def test_the_rendered_preemption_requeues_the_spot_job_that_started_last(
         return {j["job_id"]: j for j in h.squeue_json()["jobs"]}
 
     def sbatch(*args: str) -> int:
-        return int(h.run("sbatch", "--parsable", "-N1", "--gres=gpu:8", *args, check=True).stdout.strip())
+        out = f"--output={h.root / 'log'}/job-%j.out"  # job output stays in the harness's directory
+        return int(h.run("sbatch", "--parsable", "-N1", "--gres=gpu:8", out, *args, check=True).stdout.strip())
 
     try:
         h.run("scontrol", "update", "nodename=od-0", "state=drain", "reason=gpu-fleet: held", check=True)

@@ -5,7 +5,6 @@ probe_preempt_order.py); their findings are in their docstrings and docs/simulat
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,7 +15,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_slurm_conf  # noqa: E402
-from tests.harness.slurm import SlurmHarness, slurm_unavailable_reason  # noqa: E402
+from tests.harness.slurm import SlurmHarness, poll_until, slurm_unavailable_reason  # noqa: E402
 
 __all__ = ["Nodeset", "Probe", "slurm_unavailable_reason", "until"]
 
@@ -60,9 +59,4 @@ class Probe:
 
 def until(pred: Callable[[], object], timeout: float) -> bool:
     """Poll `pred` every second until it is true (True) or `timeout` seconds pass (False)."""
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(1)
-    return False
+    return poll_until(pred, timeout, interval=1.0)

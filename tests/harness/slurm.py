@@ -30,7 +30,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +88,16 @@ def free_port_range(count: int, *, start: int = PORTS.start, stop: int = PORTS.s
             for s in socks:
                 s.close()
     raise RuntimeError(f"no {count} consecutive free ports in {start}..{stop}")
+
+
+def poll_until(predicate: Callable[[], object], timeout: float, interval: float = 0.2) -> bool:
+    """Call `predicate` every `interval` seconds until it is true (True) or `timeout` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
 
 
 def short_hostname() -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from fleet.catalog import load_catalog
 from fleet.slurm import render_slurm_conf
 from fleet.spec import FleetSpec, load_spec, load_stack_file, read_stack_config
 from fleet.spec.derive import default_partition, node_name_prefix
-from tests.harness.slurm import SlurmHarness, SlurmStartError
+from tests.harness.slurm import SlurmHarness, SlurmStartError, poll_until
 
 pytestmark = pytest.mark.slurm
 
@@ -91,15 +90,6 @@ def test_slurmctld_runs_the_rendered_preemption_of_spot_work_off_the_reservation
         assert set(tiers.values()) == {1}
 
 
-def wait_for(predicate, timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
-
-
 def test_jobs_power_up_the_right_nodes(slurm_factory) -> None:
     """Reservations fill first; Features select a capacity type; max_nodes bounds a partition.
     slurmctld hands the chosen nodes to the ResumeProgram hook.  (With every node powered down 22.05 ignores
@@ -120,7 +110,7 @@ def test_jobs_power_up_the_right_nodes(slurm_factory) -> None:
         def resumed() -> str:
             return " ".join(line.split(" ", 2)[2] for line in harness.power_calls() if " resume " in line)
 
-        assert wait_for(lambda: "a3mega-resv" in resumed() and "a3mega-spot" in resumed()), (
+        assert poll_until(lambda: "a3mega-resv" in resumed() and "a3mega-spot" in resumed(), 15.0), (
             f"hook calls: {harness.power_calls()}\n{harness.logs()}"
         )
         jobs = {j["name"]: j for j in harness.squeue_json()["jobs"]}

@@ -17,8 +17,8 @@ last checkpoint, so what preemption destroys is the work since then: at most the
 checkpoint interval.  The job that started last has run the least, so it has the least to lose;
 `SchedulerParameters=preempt_youngest_first` ("sort by the job start times to favor preempting younger jobs over
 older", slurm.conf(5) of 22.05; later releases read it there too, and also as `PreemptParameters=youngest_first`,
-a key 22.05's slurmctld refuses) picks it.  A site's own SchedulerParameters (`slurm.extra_config`) keep their
-options and get this one added (`with_youngest_first`).  Replayed on the res40 runs (docs/simulate.md):
+a key 22.05's slurmctld refuses) picks it.  A site's own SchedulerParameters (`slurm.extra_config`) are merged
+with it (`fleet.slurm.options`).  Replayed on the res40 runs (docs/simulate.md):
 cluster04 x1.1366 -> x1.1269, cluster07 x1.0596 -> x1.0513 against the default order.
 
 slurmctld preempts only for a job that cannot start otherwise, and a powered-down CLOUD node counts as otherwise
@@ -67,18 +67,6 @@ def preemption_settings(cluster: ClusterSpec) -> dict[str, str]:
         "PreemptMode": "REQUEUE",
         "SchedulerParameters": YOUNGEST_FIRST,
     }
-
-
-def with_youngest_first(settings: dict[str, str], cluster: ClusterSpec) -> dict[str, str]:
-    """`settings` (after the site's extra_config) with `preempt_youngest_first` among the SchedulerParameters when
-    preemption is rendered: a site's SchedulerParameters replace the rendered ones, so the option is added back."""
-    if not preempts_spot(cluster):
-        return settings
-    key = next((k for k in settings if k.lower() == "schedulerparameters"), "SchedulerParameters")
-    options = [o for o in settings.get(key, "").split(",") if o]
-    if YOUNGEST_FIRST not in (o.strip().lower() for o in options):
-        options.append(YOUNGEST_FIRST)
-    return {**settings, key: ",".join(options)}
 
 
 def partition_tiers(cluster: ClusterSpec) -> dict[str, int]:

@@ -289,18 +289,65 @@ def test_no_preemption_without_a_reservation_shared_with_spot_work_or_when_the_p
     assert "Preempt" not in render_slurm_conf(l4, l4.clusters[0]).slurm_conf
 
 
-def test_a_site_scheduler_parameters_keep_their_options_and_get_the_preemption_order_added(
-    a3mega_data: dict[str, Any],
-) -> None:
-    """`slurm.extra_config` replaces a rendered key, but the victim order is part of the stack's preemption: a site's
-    SchedulerParameters keep every option they list and get `preempt_youngest_first` after them (once)."""
+def test_a_site_scheduler_parameters_keep_their_options_and_the_preemption_order(a3mega_data: dict[str, Any]) -> None:
+    """The victim order is part of the stack's preemption: a site's SchedulerParameters are merged with it (once)."""
     site = copy.deepcopy(a3mega_data)
     site["clusters"][0]["slurm"]["extra_config"] = {"SchedulerParameters": "bf_continue,bf_window=2880"}
     assert (
-        settings(render(site).slurm_conf)["SchedulerParameters"] == "bf_continue,bf_window=2880,preempt_youngest_first"
+        settings(render(site).slurm_conf)["SchedulerParameters"] == "preempt_youngest_first,bf_continue,bf_window=2880"
     )
-    site["clusters"][0]["slurm"]["extra_config"] = {"SchedulerParameters": "preempt_youngest_first,bf_continue"}
-    assert settings(render(site).slurm_conf)["SchedulerParameters"] == "preempt_youngest_first,bf_continue"
+    site["clusters"][0]["slurm"]["extra_config"] = {"SchedulerParameters": "bf_continue,PREEMPT_youngest_first"}
+    assert settings(render(site).slurm_conf)["SchedulerParameters"] == "PREEMPT_youngest_first,bf_continue"
     site["clusters"][0]["slurm"]["autoscaler"]["policy"]["preempt_spot"] = False
     site["clusters"][0]["slurm"]["extra_config"] = {"SchedulerParameters": "bf_continue"}
     assert settings(render(site).slurm_conf)["SchedulerParameters"] == "bf_continue"  # no preemption: the site's own
+
+
+def test_a_site_option_list_adds_to_the_options_the_cluster_needs(a3mega_data: dict[str, Any]) -> None:
+    """A site's SlurmctldParameters, GresTypes, PrivateData, JobSubmitPlugins... are added to the rendered options
+    (a CLOUD node that lost cloud_reg_addrs / enable_configless cannot register or fetch its slurm.conf; without
+    GresTypes=gpu no GPU is schedulable); an option named again takes the site's value; keys whose options exclude
+    each other (SelectTypeParameters) and plain keys are replaced, and `overrides` replace whole."""
+    rendered = settings(render(a3mega_data).slurm_conf)
+    site = copy.deepcopy(a3mega_data)
+    site["clusters"][0]["slurm"]["extra_config"] = {
+        "slurmctldparameters": "reboot_from_controller,idle_on_node_suspend",
+        "GresTypes": "shard",
+        "PrivateData": "jobs,usage",
+        "SchedulerParameters": "bf_window=2880",
+        "SelectTypeParameters": "CR_CPU_Memory",
+        "SlurmdParameters": "config_overrides",
+    }
+    s = settings(render(site).slurm_conf)
+    assert rendered["SlurmctldParameters"] == "cloud_reg_addrs,enable_configless,idle_on_node_suspend"
+    assert s["SlurmctldParameters"] == "cloud_reg_addrs,enable_configless,idle_on_node_suspend,reboot_from_controller"
+    assert "slurmctldparameters" not in s  # one spelling of the key in the file
+    assert s["GresTypes"] == "gpu,shard"
+    assert s["PrivateData"] == "cloud,jobs,usage"
+    assert s["SchedulerParameters"] == "preempt_youngest_first,bf_window=2880"
+    assert s["SelectTypeParameters"] == "CR_CPU_Memory"
+    assert s["SlurmdParameters"] == "config_overrides"  # not rendered: added as given
+    forced = settings(render(site, overrides={"SlurmctldParameters": "enable_configless"}).slurm_conf)
+    assert forced["SlurmctldParameters"] == "enable_configless"
+    # the right-sizing job_submit.lua stays named when a site adds its own plugin (l4-dev renders one)
+    data = read_stack_config(ROOT / "Pulumi.gcp-l4-dev.yaml")
+    data["clusters"][0]["slurm"]["extra_config"] = {"JobSubmitPlugins": "require_timelimit"}
+    two_types = load_spec(data)
+    assert settings(render_slurm_conf(two_types, two_types.clusters[0]).slurm_conf)["JobSubmitPlugins"] == (
+        "lua,require_timelimit"
+    )
+
+
+@pytest.mark.parametrize(
+    ("rendered", "site", "merged"),
+    [
+        ("a,b=1", "c", "a,b=1,c"),
+        ("a,b=1", "B=2,a", "a,B=2"),  # the site's value and spelling, where the rendered option stood
+        ("a", " c , ,d ", "a,c,d"),
+        ("", "c", "c"),
+    ],
+)
+def test_merge_options(rendered: str, site: str, merged: str) -> None:
+    from fleet.slurm.options import merge_options
+
+    assert merge_options(rendered, site) == merged

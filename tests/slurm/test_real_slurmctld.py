@@ -137,6 +137,36 @@ def _suspend_exc_nodes(slurm_factory, data: dict) -> str:  # type: ignore[no-unt
         harness.stop()
 
 
+def test_a_site_option_list_is_merged_and_slurmctld_reads_both(slurm_factory) -> None:
+    """A site's SlurmctldParameters, GresTypes, PrivateData and SchedulerParameters (`slurm.extra_config`) join the
+    rendered options (fleet/slurm/options.py) instead of dropping the ones CLOUD nodes need, and slurmctld 22.05
+    reads back every option of both."""
+    data = read_stack_config(ROOT / "Pulumi.gcp-a3mega-slurm.yaml")
+    data["clusters"][0]["slurm"]["extra_config"] = {
+        "SlurmctldParameters": "reboot_from_controller",
+        "GresTypes": "shard",
+        "PrivateData": "jobs",
+        "SchedulerParameters": "bf_window=2880",
+    }
+    spec = load_spec(data)
+    harness = slurm_factory()
+    harness.start_rendered(render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides()))
+    try:
+        config = harness.run("scontrol", "show", "config", check=True).stdout
+    finally:
+        harness.stop()
+    conf = {k.strip(): v.strip() for k, _, v in (ln.partition(" = ") for ln in config.splitlines()) if v}
+    assert set(conf["SlurmctldParameters"].split(",")) >= {
+        "cloud_reg_addrs",
+        "enable_configless",
+        "idle_on_node_suspend",
+        "reboot_from_controller",
+    }, conf["SlurmctldParameters"]
+    assert set(conf["GresTypes"].split(",")) == {"gpu", "shard"}
+    assert {"cloud", "jobs"} <= set(conf["PrivateData"].split(",")), conf["PrivateData"]
+    assert set(conf["SchedulerParameters"].split(",")) == {"preempt_youngest_first", "bf_window=2880"}
+
+
 def test_min_nodes_are_excluded_from_suspend(slurm_factory) -> None:
     data = read_stack_config(ROOT / "Pulumi.gcp-l4-dev.yaml")
     data["clusters"][0]["pools"][0]["min_nodes"] = 2

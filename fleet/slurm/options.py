@@ -1,0 +1,82 @@
+"""How a site's `slurm.extra_config` joins the rendered slurm.conf: plain keys are replaced, option lists are merged.
+
+Several slurm.conf keys take a comma-separated list of independent options (slurm.conf(5)): SlurmctldParameters,
+SchedulerParameters, PrivateData, GresTypes, ...  The stack renders some of these options because the cluster does
+not work without them: `SlurmctldParameters=cloud_reg_addrs,enable_configless,idle_on_node_suspend` (a CLOUD node
+registers from its own address, fetches slurm.conf from the controller, and is powered down idle),
+`GresTypes=gpu` (no GPU is schedulable without it), `PrivateData=cloud`, `CommunicationParameters=NoAddrCache`,
+`JobSubmitPlugins=lua` (the right-sizing `--prefer`), `SchedulerParameters=preempt_youngest_first` with
+preemption.  Replacing such a key with a site's value would silently drop them: a site adding
+`SlurmctldParameters: reboot_from_controller` would get nodes that cannot find their configuration.  So for the
+keys in `OPTION_LIST_KEYS` a site's options are *added* to the rendered ones; an option the site names again
+(`bf_window=2880` where the render had `bf_window=...`) takes the site's value in place.  A site cannot remove a
+rendered option through `extra_config`; `fleet render slurm-conf --set KEY=VALUE` (the render's `overrides`)
+still replaces a key whole.
+
+Keys whose options exclude each other are not merged and are replaced as before: `SelectTypeParameters`
+(CR_Core_Memory and CR_CPU_Memory cannot both stand) and `TaskPlugin` (an ordered plugin stack a site may mean to
+replace).  Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+#: slurm.conf keys whose value is a comma-separated list of independent options (slurm.conf(5) of 22.05), lower-case
+OPTION_LIST_KEYS = frozenset(
+    k.lower()
+    for k in (
+        "SlurmctldParameters",
+        "SlurmdParameters",
+        "SchedulerParameters",
+        "CommunicationParameters",
+        "PrivateData",
+        "GresTypes",
+        "JobSubmitPlugins",
+        "TopologyParam",
+        "PreemptParameters",
+        "PrologFlags",
+        "LaunchParameters",
+        "DebugFlags",
+        "PriorityFlags",
+        "JobAcctGatherParams",
+        "AccountingStorageEnforce",
+    )
+)
+
+
+def _name(option: str) -> str:
+    return option.split("=", 1)[0].strip().lower()
+
+
+def merge_options(rendered: str, site: str) -> str:
+    """`rendered`'s options with `site`'s added: an option of the same name (before any `=`, case-insensitive)
+    takes the site's spelling and value where the rendered one stood; new ones follow in the site's order."""
+    merged = [o.strip() for o in rendered.split(",") if o.strip()]
+    index = {_name(o): i for i, o in enumerate(merged)}
+    for option in (o.strip() for o in site.split(",")):
+        if not option:
+            continue
+        name = _name(option)
+        if name in index:
+            merged[index[name]] = option
+        else:
+            index[name] = len(merged)
+            merged.append(option)
+    return ",".join(merged)
+
+
+def with_site_config(settings: Mapping[str, str], site: Mapping[str, str]) -> dict[str, str]:
+    """`settings` with a site's keys applied (keys are case-insensitive, as Slurm reads them): an option-list key
+    the render set merges (`merge_options`), any other key is added or replaced."""
+    out = dict(settings)
+    by_lower = {k.lower(): k for k in out}
+    for key, value in site.items():
+        existing = by_lower.get(key.lower())
+        if existing is None:
+            out[key] = value
+            by_lower[key.lower()] = key
+        elif key.lower() in OPTION_LIST_KEYS:
+            out[existing] = merge_options(out[existing], value)
+        else:
+            out[existing] = value
+    return out

@@ -63,7 +63,7 @@ def machine_deployment(cluster: ClusterSpec, pool: NodePoolSpec) -> dict[str, An
             "replicas": pool.min_nodes,
             "selector": {"matchLabels": selector},
             "template": {
-                "metadata": {"labels": {**selector, **node_labels(cluster, pool), **pool.labels}},
+                "metadata": {"labels": {**pool.labels, **selector, **node_labels(cluster, pool)}},  # selector keys win
                 "spec": template_spec,
             },
             # Machines marked with the delete-machine annotation go first (the autoscaler's named scale-down).

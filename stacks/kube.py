@@ -61,8 +61,9 @@ def build_kueue_clusters(
     return inventory, outputs, created
 
 
-def _labels(spec: FleetSpec, cluster: ClusterSpec) -> dict[str, str]:
-    return {**spec.labels, "managed-by": "gpu-fleet", "gpu-fleet-cluster": cluster.name}
+def _labels(spec: FleetSpec, cluster: ClusterSpec, own: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The spec's labels, then a resource's `own` (a pool's), then the keys gpu-fleet sets, which always win."""
+    return {**spec.labels, **(own or {}), "managed-by": "gpu-fleet", "gpu-fleet-cluster": cluster.name}
 
 
 # ---------------------------------------------------------------- GKE
@@ -139,7 +140,7 @@ def _gke(
                 networks=node_nets,
                 gpudirect_strategy="RDMA" if machine.nics.fabric == "rdma" else None,
                 labels={**pool.labels, "gpu-fleet/pool": pool.name},
-                resource_labels={**_labels(spec, cluster), **pool.labels},
+                resource_labels=_labels(spec, cluster, pool.labels),
                 taints=[t for t in node_taints(cluster, pool) if t["key"] != "nvidia.com/gpu"],  # GKE adds that one
             ),
         )

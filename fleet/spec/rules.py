@@ -297,7 +297,7 @@ def flex_start_compact(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
 
 @rule
 def labels_valid(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
-    """GCE label keys/values: lower-case letters, digits, `_` and `-`, at most 63 chars."""
+    """GCE label keys/values: lower-case letters, digits, `_` and `-`, at most 63 chars; not a key gpu-fleet sets."""
     sets = [("labels", spec.labels)] + [(f"{path}.labels", pool.labels) for path, _, pool in _pools(spec)]
     for path, labels in sets:
         if len(labels) > 64:
@@ -305,6 +305,8 @@ def labels_valid(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
         for key, value in labels.items():
             if not LABEL_KEY.fullmatch(key):
                 yield f"{path}.{key}", "label key must start with a lower-case letter; a-z, 0-9, _ and -; <= 63 chars"
+            elif key == "managed-by" or key.startswith("gpu-fleet"):
+                yield f"{path}.{key}", "gpu-fleet sets this label itself (managed-by, gpu-fleet-*): choose another key"
             elif not LABEL_VALUE.fullmatch(str(value)):
                 yield f"{path}.{key}", f"label value {value!r} must be a-z, 0-9, _ and -, <= 63 chars"
 

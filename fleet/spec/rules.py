@@ -45,6 +45,9 @@ BUCKET_DUAL_REGIONS = {
 SLURM_TIME = re.compile(r"^(INFINITE|UNLIMITED|\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2})$")
 FLEX_START_MAX_MINUTES = 7 * 24 * 60  # a flex-start (DWS) VM runs at most 7 days
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+#: label keys the stacks set on resources themselves (stacks/fleet.py, stacks/kube.py, components/gcp): a spec or
+#: pool label with one of these keys would be overridden on some resources and override it on others
+GENERATED_LABELS = ("managed-by", "gpu-fleet-cluster", "gpu-fleet-pool")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 MOUNT_POINT = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
@@ -305,8 +308,9 @@ def labels_valid(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
         for key, value in labels.items():
             if not LABEL_KEY.fullmatch(key):
                 yield f"{path}.{key}", "label key must start with a lower-case letter; a-z, 0-9, _ and -; <= 63 chars"
-            elif key == "managed-by" or key.startswith("gpu-fleet"):
-                yield f"{path}.{key}", "gpu-fleet sets this label itself (managed-by, gpu-fleet-*): choose another key"
+            elif key in GENERATED_LABELS:
+                owned = ", ".join(GENERATED_LABELS)
+                yield f"{path}.{key}", f"gpu-fleet sets this label itself ({owned}): choose another key"
             elif not LABEL_VALUE.fullmatch(str(value)):
                 yield f"{path}.{key}", f"label value {value!r} must be a-z, 0-9, _ and -, <= 63 chars"
 

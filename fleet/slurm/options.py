@@ -6,7 +6,8 @@ not work without them: `SlurmctldParameters=cloud_reg_addrs,enable_configless,id
 registers from its own address, fetches slurm.conf from the controller, and is powered down idle),
 `GresTypes=gpu` (no GPU is schedulable without it), `PrivateData=cloud`, `CommunicationParameters=NoAddrCache`,
 `JobSubmitPlugins=lua` (the right-sizing `--prefer`), `SchedulerParameters=preempt_youngest_first` with
-preemption.  Replacing such a key with a site's value would silently drop them: a site adding
+preemption, `SuspendExcNodes=<reservation pools>` (reserved nodes are never powered down, so never deleted).
+Replacing such a key with a site's value would silently drop them: a site adding
 `SlurmctldParameters: reboot_from_controller` would get nodes that cannot find their configuration.  So for the
 keys in `OPTION_LIST_KEYS` a site's options are *added* to the rendered ones; an option the site names again
 (`bf_window=2880` where the render had `bf_window=...`) takes the site's value in place.  A site cannot remove a
@@ -40,6 +41,11 @@ OPTION_LIST_KEYS = frozenset(
         "PriorityFlags",
         "JobAcctGatherParams",
         "AccountingStorageEnforce",
+        # node, partition and state lists: the rendered reservation pools (and pool minimums) must stay out of
+        # power saving whatever a site adds, or slurmctld suspends reserved nodes and the daemon deletes them
+        "SuspendExcNodes",
+        "SuspendExcParts",
+        "SuspendExcStates",
     )
 )
 
@@ -48,14 +54,27 @@ def _name(option: str) -> str:
     return option.split("=", 1)[0].strip().lower()
 
 
+def split_options(value: str) -> list[str]:
+    """The comma-separated items of `value`, commas inside a hostlist's brackets (`gpu-[1,3]`) kept, blanks dropped."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(value):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            items.append(value[start:i])
+            start = i + 1
+    items.append(value[start:])
+    return [o.strip() for o in items if o.strip()]
+
+
 def merge_options(rendered: str, site: str) -> str:
     """`rendered`'s options with `site`'s added: an option of the same name (before any `=`, case-insensitive)
     takes the site's spelling and value where the rendered one stood; new ones follow in the site's order."""
-    merged = [o.strip() for o in rendered.split(",") if o.strip()]
+    merged = split_options(rendered)
     index = {_name(o): i for i, o in enumerate(merged)}
-    for option in (o.strip() for o in site.split(",")):
-        if not option:
-            continue
+    for option in split_options(site):
         name = _name(option)
         if name in index:
             merged[index[name]] = option

@@ -56,8 +56,8 @@ SYSTEM_DIRS = {"/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/roo
 HOME_MOUNT = "/home"
 SLURM_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 # what a slurm.conf value may hold unquoted: no white space (a newline starts a new line), '#' (a comment), quotes
-SLURM_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=+@%*()-]+$")
-SLURM_VALUE_CHARS = "letters, digits and _ . , : / = + @ % * ( ) - (no white space, '#', quotes or '$')"
+SLURM_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=+@%*()\[\]-]+$")  # [ ]: hostlists (SuspendExcNodes=login-[0-1])
+SLURM_VALUE_CHARS = "letters, digits and _ . , : / = + @ % * ( ) [ ] - (no white space, '#', quotes or '$')"
 # slurm.conf keys the generator owns (nodes, partitions, hosts, hooks) or that break this deployment.
 SLURM_MANAGED_KEYS = {
     "nodename": "nodes are generated from the pools",

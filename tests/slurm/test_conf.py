@@ -317,6 +317,7 @@ def test_a_site_option_list_adds_to_the_options_the_cluster_needs(a3mega_data: d
         "SchedulerParameters": "bf_window=2880",
         "SelectTypeParameters": "CR_CPU_Memory",
         "SlurmdParameters": "config_overrides",
+        "SuspendExcNodes": "a3mega-spot-[0,2]",
     }
     s = settings(render(site).slurm_conf)
     assert rendered["SlurmctldParameters"] == "cloud_reg_addrs,enable_configless,idle_on_node_suspend"
@@ -327,6 +328,9 @@ def test_a_site_option_list_adds_to_the_options_the_cluster_needs(a3mega_data: d
     assert s["SchedulerParameters"] == "preempt_youngest_first,bf_window=2880"
     assert s["SelectTypeParameters"] == "CR_CPU_Memory"
     assert s["SlurmdParameters"] == "config_overrides"  # not rendered: added as given
+    # the reservation pool stays out of power saving (slurmctld would suspend it and the daemon delete it)
+    assert rendered["SuspendExcNodes"] == "a3mega-resv-[0-15]"
+    assert s["SuspendExcNodes"] == "a3mega-resv-[0-15],a3mega-spot-[0,2]"
     forced = settings(render(site, overrides={"SlurmctldParameters": "enable_configless"}).slurm_conf)
     assert forced["SlurmctldParameters"] == "enable_configless"
     # the right-sizing job_submit.lua stays named when a site adds its own plugin (l4-dev renders one)
@@ -345,6 +349,7 @@ def test_a_site_option_list_adds_to_the_options_the_cluster_needs(a3mega_data: d
         ("a,b=1", "B=2,a", "a,B=2"),  # the site's value and spelling, where the rendered option stood
         ("a", " c , ,d ", "a,c,d"),
         ("", "c", "c"),
+        ("a-[0-15],b-[0-3]", "c-[1,3],a-[0-15]", "a-[0-15],b-[0-3],c-[1,3]"),  # hostlists keep their commas
     ],
 )
 def test_merge_options(rendered: str, site: str, merged: str) -> None:

@@ -138,24 +138,26 @@ def _suspend_exc_nodes(slurm_factory, data: dict) -> str:  # type: ignore[no-unt
 
 
 def test_a_site_option_list_is_merged_and_slurmctld_reads_both(slurm_factory) -> None:
-    """A site's SlurmctldParameters, GresTypes, PrivateData and SchedulerParameters (`slurm.extra_config`) join the
-    rendered options (fleet/slurm/options.py) instead of dropping the ones CLOUD nodes need, and slurmctld 22.05
-    reads back every option of both."""
+    """A site's SlurmctldParameters, GresTypes, PrivateData, SchedulerParameters and SuspendExcNodes
+    (`slurm.extra_config`) join the rendered options (fleet/slurm/options.py) instead of dropping the ones the
+    cluster needs, and slurmctld 22.05 reads back every option of both."""
     data = read_stack_config(ROOT / "Pulumi.gcp-a3mega-slurm.yaml")
     data["clusters"][0]["slurm"]["extra_config"] = {
         "SlurmctldParameters": "reboot_from_controller",
         "GresTypes": "shard",
         "PrivateData": "jobs",
         "SchedulerParameters": "bf_window=2880",
+        "SuspendExcNodes": "a3mega-spot-[0,2]",
     }
     spec = load_spec(data)
     harness = slurm_factory()
     harness.start_rendered(render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides()))
     try:
         config = harness.run("scontrol", "show", "config", check=True).stdout
+        conf = {k.strip(): v.strip() for k, _, v in (ln.partition(" = ") for ln in config.splitlines()) if v}
+        excluded = harness.run("scontrol", "show", "hostnames", conf["SuspendExcNodes"], check=True).stdout.split()
     finally:
         harness.stop()
-    conf = {k.strip(): v.strip() for k, _, v in (ln.partition(" = ") for ln in config.splitlines()) if v}
     assert set(conf["SlurmctldParameters"].split(",")) >= {
         "cloud_reg_addrs",
         "enable_configless",
@@ -165,6 +167,7 @@ def test_a_site_option_list_is_merged_and_slurmctld_reads_both(slurm_factory) ->
     assert set(conf["GresTypes"].split(",")) == {"gpu", "shard"}
     assert {"cloud", "jobs"} <= set(conf["PrivateData"].split(",")), conf["PrivateData"]
     assert set(conf["SchedulerParameters"].split(",")) == {"preempt_youngest_first", "bf_window=2880"}
+    assert set(excluded) == {f"a3mega-resv-{i}" for i in range(16)} | {"a3mega-spot-0", "a3mega-spot-2"}
 
 
 def test_min_nodes_are_excluded_from_suspend(slurm_factory) -> None:

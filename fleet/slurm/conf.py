@@ -74,6 +74,16 @@ def _gpu_files(count: int) -> str:
     return "/dev/nvidia0" if count == 1 else f"/dev/nvidia[0-{count - 1}]"
 
 
+def runs_rxdm_prolog(cluster: ClusterSpec, cat: Catalog) -> bool:
+    """Whether the render sets Prolog/Epilog for the GPUDirect-TCPXO receive-datapath manager (a pool of A3 Mega)."""
+    for pool in cluster.pools:
+        if pool.machine_type in cat:
+            software = cat.machine(pool.machine_type).software
+            if software is not None and software.fabric == "tcpxo":
+                return True
+    return False
+
+
 def _line(head: tuple[str, str], items: Mapping[str, str | int]) -> str:
     return " ".join([f"{head[0]}={head[1]}", *(f"{k}={v}" for k, v in items.items())])
 
@@ -270,7 +280,7 @@ def render_slurm_conf(
         suspend_exc,
         cat,
     )
-    if any(machines[p.name].software and machines[p.name].software.fabric == "tcpxo" for p in cluster.pools):
+    if runs_rxdm_prolog(cluster, cat):
         # the RxDM prolog pulls and starts a container: run it at allocation, give it the Toolkit's long-prolog
         # timeouts (schedmd-slurm-gcp-v6-controller/etc/long-prolog-slurm.conf.tpl); not its MessageTimeout=600,
         # which slurmctld reports as "too high for effective fault-tolerance" (100 is the most it takes quietly)

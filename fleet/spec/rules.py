@@ -621,6 +621,26 @@ def slurm_preemption_owned_by_preempt_spot(spec: FleetSpec, cat: Catalog) -> Ite
 
 
 @rule
+def slurm_prolog_owned_by_tcpxo(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """On a cluster with GPUDirect-TCPXO nodes the render's Prolog/Epilog start and stop the receive-datapath
+    manager (fleet/slurm/conf.py).  slurmd 22.05 runs one Prolog path (a glob; a comma-separated list fails every
+    job: "Unable to create list of paths", measured), so a site's Prolog would replace it and GPUDirect jobs would
+    run without it."""
+    from fleet.slurm.conf import runs_rxdm_prolog  # fleet.slurm imports fleet.spec
+
+    for path, cluster in _slurm_clusters(spec):
+        if not runs_rxdm_prolog(cluster, cat):
+            continue
+        for key in cluster.slurm.extra_config:
+            if key.lower() in ("prolog", "epilog"):
+                yield (
+                    f"{path}.extra_config.{key}",
+                    "the stack's Prolog/Epilog run the GPUDirect-TCPXO receive-datapath manager on this cluster's "
+                    "A3 Mega nodes, and slurmd runs only one: a site script here would leave GPUDirect jobs without it",
+                )
+
+
+@rule
 def slurm_machine_types_not_gpu(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
     """Controller and login nodes run no jobs: a GPU machine there is an expensive mistake."""
     for path, cluster in _slurm_clusters(spec):

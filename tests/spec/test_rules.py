@@ -214,6 +214,9 @@ CASES = [
          lambda d: (parts(d)[1].update(pools=["spot", "resv"]),
                     d["clusters"][0]["slurm"].update(extra_config={"PreemptMode": "CANCEL"})),
          "clusters[0].slurm.extra_config.PreemptMode", "set preempt_spot: false to configure it yourself"),
+    Case("slurm_prolog_owned_by_tcpxo",  # A3 Mega pools: the render's Prolog runs the TCPXO receive-datapath manager
+         lambda d: d["clusters"][0]["slurm"].update(extra_config={"Prolog": "/etc/slurm/site-prolog.sh"}),
+         "clusters[0].slurm.extra_config.Prolog", "leave GPUDirect jobs without it"),
     Case("slurm_machine_types_not_gpu",
          lambda d: d["clusters"][0]["slurm"].update(controller_machine_type="a3-megagpu-8g"),
          "clusters[0].slurm.controller_machine_type", "GPU machine type"),

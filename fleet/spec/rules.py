@@ -600,6 +600,17 @@ def slurm_extra_config(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
                 yield where, f"value must be one non-empty line of {SLURM_VALUE_CHARS}, got {value!r}"
 
 
+def _stack_owned_keys(
+    spec: FleetSpec, owns: Callable[[ClusterSpec], bool], keys: tuple[str, ...], reason: str
+) -> Iterator[Issue]:
+    """`slurm.extra_config` keys (any of `keys`, lower-case) on the clusters where the render `owns` them."""
+    for path, cluster in _slurm_clusters(spec):
+        if owns(cluster):
+            for key in cluster.slurm.extra_config:
+                if key.lower() in keys:
+                    yield f"{path}.extra_config.{key}", reason
+
+
 @rule
 def slurm_preemption_owned_by_preempt_spot(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
     """Where the render writes partition-priority preemption (fleet/slurm/preempt.py), the daemon holds the on-demand
@@ -607,17 +618,14 @@ def slurm_preemption_owned_by_preempt_spot(spec: FleetSpec, cat: Catalog) -> Ite
     comes."""
     from fleet.slurm.preempt import preempts_spot  # fleet.slurm imports fleet.spec
 
-    for path, cluster in _slurm_clusters(spec):
-        if not preempts_spot(cluster):
-            continue
-        for key in cluster.slurm.extra_config:
-            if key.lower() in ("preempttype", "preemptmode"):
-                yield (
-                    f"{path}.extra_config.{key}",
-                    "the stack renders preemption of spot-tolerant work off the reservation "
-                    "(PreemptType=preempt/partition_prio, PreemptMode=REQUEUE) because "
-                    "slurm.autoscaler.policy.preempt_spot is on: set preempt_spot: false to configure it yourself",
-                )
+    yield from _stack_owned_keys(
+        spec,
+        preempts_spot,
+        ("preempttype", "preemptmode"),
+        "the stack renders preemption of spot-tolerant work off the reservation "
+        "(PreemptType=preempt/partition_prio, PreemptMode=REQUEUE) because "
+        "slurm.autoscaler.policy.preempt_spot is on: set preempt_spot: false to configure it yourself",
+    )
 
 
 @rule
@@ -628,16 +636,13 @@ def slurm_prolog_owned_by_tcpxo(spec: FleetSpec, cat: Catalog) -> Iterator[Issue
     run without it."""
     from fleet.slurm.conf import runs_rxdm_prolog  # fleet.slurm imports fleet.spec
 
-    for path, cluster in _slurm_clusters(spec):
-        if not runs_rxdm_prolog(cluster, cat):
-            continue
-        for key in cluster.slurm.extra_config:
-            if key.lower() in ("prolog", "epilog"):
-                yield (
-                    f"{path}.extra_config.{key}",
-                    "the stack's Prolog/Epilog run the GPUDirect-TCPXO receive-datapath manager on this cluster's "
-                    "A3 Mega nodes, and slurmd runs only one: a site script here would leave GPUDirect jobs without it",
-                )
+    yield from _stack_owned_keys(
+        spec,
+        lambda cluster: runs_rxdm_prolog(cluster, cat),
+        ("prolog", "epilog"),
+        "the stack's Prolog/Epilog run the GPUDirect-TCPXO receive-datapath manager on this cluster's "
+        "A3 Mega nodes, and slurmd runs only one: a site script here would leave GPUDirect jobs without it",
+    )
 
 
 @rule

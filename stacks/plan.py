@@ -28,6 +28,15 @@ from fleet.spec.model import ClusterSpec, FleetSpec, NodePoolSpec
 SYSTEM = "system"  # NicPlan.plane of the first NIC
 
 
+def resource_labels(
+    spec: FleetSpec, cluster: ClusterSpec | None = None, own: dict[str, str] | None = None
+) -> dict[str, str]:
+    """A cloud resource's labels: the spec's, then the resource's `own` (a pool's), then the keys gpu-fleet sets
+    (`managed-by`, and `gpu-fleet-cluster` for a cluster's resources), which always win."""
+    generated = {"managed-by": "gpu-fleet"} | ({"gpu-fleet-cluster": cluster.name} if cluster is not None else {})
+    return {**spec.labels, **(own or {}), **generated}
+
+
 def fleet_name(stack: str) -> str:
     """A GCE-safe prefix from the stack name (lower-case, [a-z0-9-], <= 20 chars, starts with a letter)."""
     name = re.sub(r"[^a-z0-9-]+", "-", stack.lower()).strip("-")

@@ -16,7 +16,8 @@ still replaces a key whole.
 
 Keys whose options exclude each other are not merged and are replaced as before: `SelectTypeParameters`
 (CR_Core_Memory and CR_CPU_Memory cannot both stand) and `TaskPlugin` (an ordered plugin stack a site may mean to
-replace).  Pure."""
+replace).  `replace_keys` is the one case-insensitive key replacement: the site's plain keys and the render's
+`overrides` both go through it.  Pure."""
 
 from __future__ import annotations
 
@@ -84,18 +85,28 @@ def merge_options(rendered: str, site: str) -> str:
     return ",".join(merged)
 
 
-def with_site_config(settings: Mapping[str, str], site: Mapping[str, str]) -> dict[str, str]:
-    """`settings` with a site's keys applied (keys are case-insensitive, as Slurm reads them): an option-list key
-    the render set merges (`merge_options`), any other key is added or replaced."""
+def replace_keys(settings: Mapping[str, str], changes: Mapping[str, str]) -> dict[str, str]:
+    """`settings` with `changes` applied case-insensitively, as Slurm reads keys (the file keeps the first
+    spelling): a value adds or replaces its key whole, an empty value removes it."""
     out = dict(settings)
     by_lower = {k.lower(): k for k in out}
-    for key, value in site.items():
-        existing = by_lower.get(key.lower())
-        if existing is None:
-            out[key] = value
-            by_lower[key.lower()] = key
-        elif key.lower() in OPTION_LIST_KEYS:
-            out[existing] = merge_options(out[existing], value)
+    for key, value in changes.items():
+        existing = by_lower.setdefault(key.lower(), key)
+        if value == "":
+            out.pop(existing, None)
         else:
             out[existing] = value
     return out
+
+
+def with_site_config(settings: Mapping[str, str], site: Mapping[str, str]) -> dict[str, str]:
+    """`settings` with a site's keys applied (`replace_keys`), an option-list key the render set merged with the
+    rendered options (`merge_options`) instead of replaced."""
+    rendered = {k.lower(): v for k, v in settings.items()}
+    merged = {
+        key: merge_options(rendered[key.lower()], value)
+        if key.lower() in OPTION_LIST_KEYS and key.lower() in rendered
+        else value
+        for key, value in site.items()
+    }
+    return replace_keys(settings, merged)

@@ -27,10 +27,6 @@ from fleet.spec.model import ClusterSpec, FleetSpec
 from stacks import plan
 
 
-def _labels(spec: FleetSpec, extra: dict[str, str]) -> dict[str, str]:
-    return {**spec.labels, **extra, "managed-by": "gpu-fleet"}
-
-
 def _storage(spec: FleetSpec, cluster: ClusterSpec, zone: str, fabric: NetworkFabric) -> SharedStorage:
     st = cluster.storage
     bucket = plan.checkpoint_bucket_name(spec, cluster)
@@ -55,7 +51,7 @@ def _storage(spec: FleetSpec, cluster: ClusterSpec, zone: str, fabric: NetworkFa
             )
             if st.scratch
             else None,
-            labels=_labels(spec, {"gpu-fleet-cluster": cluster.name}),
+            labels=plan.resource_labels(spec, cluster),
         ),
     )
 
@@ -142,7 +138,7 @@ def build_fleet(
                 },
                 autoscaler_source=slurm.autoscaler.source,
                 autoscaler_ref=slurm.autoscaler.ref,
-                labels=_labels(spec, {}),
+                labels=plan.resource_labels(spec),
             ),
         )
         for pool in cluster.pools:
@@ -198,7 +194,7 @@ def build_fleet(
                         md.STARTUP_SCRIPT: node_script,
                         **md.slurm_metadata(conf.slurm_conf, conf.gres_conf, conf.cgroup_conf, conf.topology_conf),
                     },
-                    labels=_labels(spec, {**pool.labels, "gpu-fleet-cluster": cluster.name}),
+                    labels=plan.resource_labels(spec, cluster, pool.labels),
                 ),
             )
             inventory.append(plan.inventory_entry(spec, cluster, pool, cat, node_pool.template.name))

@@ -61,11 +61,6 @@ def build_kueue_clusters(
     return inventory, outputs, created
 
 
-def _labels(spec: FleetSpec, cluster: ClusterSpec, own: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The spec's labels, then a resource's `own` (a pool's), then the keys gpu-fleet sets, which always win."""
-    return {**spec.labels, **(own or {}), "managed-by": "gpu-fleet", "gpu-fleet-cluster": cluster.name}
-
-
 # ---------------------------------------------------------------- GKE
 
 
@@ -101,7 +96,7 @@ def _gke(
             multi_networking=bool(networks),
             system_machine_type=gke.system_pool.machine_type,
             system_nodes_per_zone=gke.system_pool.nodes_per_zone,
-            labels=_labels(spec, cluster),
+            labels=plan.resource_labels(spec, cluster),
         ),
     )
     storage = _storage(spec, cluster, zones[0], fabric)
@@ -140,7 +135,7 @@ def _gke(
                 networks=node_nets,
                 gpudirect_strategy="RDMA" if machine.nics.fabric == "rdma" else None,
                 labels={**pool.labels, "gpu-fleet/pool": pool.name},
-                resource_labels=_labels(spec, cluster, pool.labels),
+                resource_labels=plan.resource_labels(spec, cluster, pool.labels),
                 taints=[t for t in node_taints(cluster, pool) if t["key"] != "nvidia.com/gpu"],  # GKE adds that one
             ),
         )

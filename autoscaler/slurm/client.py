@@ -1,7 +1,9 @@
 """Talking to Slurm: the CLI (`squeue --json`, `sinfo --json`, `scontrol update`) or slurmrestd with a JWT.
 
 Writes are node updates: a power/drain state (`update_nodes`) or a scheduling Weight (`update_weight`, the best
-fit on the reservation: `autoscaler.core.weights`).
+fit on the reservation: `autoscaler.core.weights`); and one job update: a pending job's hard constraint
+(`update_job_features`, ``scontrol update jobid=<id> features=a|b``), which strict late binding widens when the
+planner falls back to another machine type (`Policy.late_bind`).
 
 Both clients return the typed records of `readers` and raise `SlurmUnavailable` when the controller does not
 answer (timeout, non-zero exit, connection refused), so the daemon can skip scale-down for that tick instead
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,6 +27,9 @@ from autoscaler.slurm.readers import SlurmJob, SlurmNode, parse_sinfo, parse_squ
 # scontrol node states the daemon sets (``scontrol update nodename=... state=...``)
 NODE_UPDATE_STATES = frozenset({"drain", "resume", "power_down", "power_down_force", "power_up", "undrain"})
 MAX_WEIGHT = 0xFFFFFFFD  # Weight is a uint32; 0xFFFFFFFE and 0xFFFFFFFF are Slurm's NO_VAL and INFINITE
+# a job's hard constraint as the daemon writes it: feature names (what fleet.slurm.conf gives a node: machine GPU,
+# machine type, capacity type) joined by "|" (any one of them); nothing scontrol or a shell could read more into
+_FEATURES_RE = re.compile(r"[A-Za-z0-9_.-]+(?:\|[A-Za-z0-9_.-]+)*")
 
 
 def check_weight(weight: object) -> int:
@@ -31,6 +37,21 @@ def check_weight(weight: object) -> int:
     if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= MAX_WEIGHT:
         raise ValueError(f"weight: {weight!r} is not an integer in 0..{MAX_WEIGHT}")
     return weight
+
+
+def check_features(features: object) -> str:
+    """`features` if it is feature names joined by ``|`` (``a3-highgpu-1g|a3-highgpu-8g``), else ValueError naming
+    it."""
+    if not isinstance(features, str) or not _FEATURES_RE.fullmatch(features):
+        raise ValueError(f"features: {features!r} is not feature names ([A-Za-z0-9_.-]) joined by '|'")
+    return features
+
+
+def check_job_id(job_id: object) -> int:
+    """`job_id` if it is a Slurm job id (a positive int), else ValueError naming it."""
+    if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
+        raise ValueError(f"job_id: {job_id!r} is not a positive integer")
+    return job_id
 
 
 class SlurmUnavailable(RuntimeError):
@@ -45,6 +66,8 @@ class SlurmClient(Protocol):
     def update_nodes(self, names: Sequence[str], state: str, reason: str | None = None) -> None: ...
 
     def update_weight(self, names: Sequence[str], weight: int) -> None: ...
+
+    def update_job_features(self, job_id: int, features: str) -> None: ...
 
 
 Runner = Callable[..., subprocess.CompletedProcess]
@@ -114,16 +137,39 @@ class CliSlurm:
             return
         self._run("scontrol", "update", f"nodename={compress(names)}", f"weight={weight}")
 
+    def update_job_features(self, job_id: int, features: str) -> None:
+        """``scontrol update jobid=<id> features=<expr>``: replace a pending job's hard constraint (``--constraint``),
+        e.g. widen ``a3-highgpu-1g`` to ``a3-highgpu-1g|a3-highgpu-8g``.  slurmctld refuses a job that is no longer
+        pending, an unknown job id and a feature no node has; that is a `SlurmUnavailable` naming the reason."""
+        check_job_id(job_id)
+        check_features(features)
+        self._run("scontrol", "update", f"jobid={job_id}", f"features={features}")
+
 
 # openapi versions without a node-update endpoint (it appeared in v0.0.39): updates go through scontrol
 _NO_NODE_UPDATE = frozenset({"v0.0.36", "v0.0.37", "v0.0.38"})
+# openapi versions whose job update (``POST job/{id}``, body: the job properties, ``constraints``) was run against
+# a real slurmrestd (22.05.8: tests/slurm/test_job_features.py); the others' bodies differ or are unchecked, so
+# their job updates go through scontrol
+_REST_JOB_UPDATE = frozenset({"v0.0.38"})
+
+
+def _errors(response: Any) -> list[Any]:
+    """The ``errors`` of a slurmrestd response body, numbered errors before notes ([] when none or not JSON)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return []
+    errs = list(body.get("errors") or ()) if isinstance(body, dict) else []
+    return sorted(errs, key=lambda e: not (isinstance(e, dict) and (e.get("error_number") or e.get("error_code"))))
 
 
 class RestSlurm:
     """slurmrestd (openapi v0.0.38 by default) with JWT auth: ``X-SLURM-USER-NAME`` / ``X-SLURM-USER-TOKEN``.
 
     Reads go to slurmrestd.  Slurm 22.05's openapi (<= v0.0.38) cannot update nodes, so `update_nodes` and
-    `update_weight` then run scontrol through `cli` (the daemon lives on the controller host, where scontrol works)."""
+    `update_weight` then run scontrol through `cli` (the daemon lives on the controller host, where scontrol works).
+    `update_job_features` uses v0.0.38's job update; other versions run scontrol through `cli`."""
 
     def __init__(
         self,
@@ -152,7 +198,9 @@ class RestSlurm:
         except self._httpx.HTTPError as exc:
             raise SlurmUnavailable(f"slurmrestd {path}: {exc}") from exc
         if r.status_code >= 400:
-            raise SlurmUnavailable(f"slurmrestd {path}: HTTP {r.status_code} {r.text[:200]}")
+            # slurmrestd's error body opens with ~200 characters of "meta": name the error it reports instead
+            errs = _errors(r)
+            raise SlurmUnavailable(f"slurmrestd {path}: HTTP {r.status_code} {errs[0] if errs else r.text[:200]}")
         body = r.json() if r.content else {}
         errs = [e for e in body.get("errors") or () if e.get("error_number") or e.get("error_code")]
         if errs:
@@ -190,3 +238,15 @@ class RestSlurm:
         body = {"weight": {"set": True, "infinite": False, "number": weight}}
         for n in names:
             self._call("POST", f"node/{n}", json=body)
+
+    def update_job_features(self, job_id: int, features: str) -> None:
+        """v0.0.38: ``POST job/<id>`` with ``{"constraints": <expr>}`` (checked on a real slurmrestd 22.05.8, which
+        sets the job's features as scontrol does); other openapi versions: scontrol through `cli`."""
+        check_job_id(job_id)
+        check_features(features)
+        if self.api not in _REST_JOB_UPDATE:
+            if self.cli is None:
+                raise SlurmUnavailable(f"slurmrestd {self.api}: job updates go through scontrol and no cli is set")
+            self.cli.update_job_features(job_id, features)
+            return
+        self._call("POST", f"job/{job_id}", json={"constraints": features})

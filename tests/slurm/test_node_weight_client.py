@@ -1,6 +1,8 @@
 """Node Weights through the daemon's Slurm clients: read from sinfo / slurmrestd JSON, set with
 `update_weight` (`scontrol update nodename=<hostlist> weight=<n>`, or slurmrestd's node update where the openapi
-has one), against a real slurmctld 22.05 and, for the REST shapes, a recorded transport."""
+has one), against a real slurmctld 22.05 and, for the REST shapes, a recorded transport.  And the one job write,
+`update_job_features` (strict late binding widens a pending job's constraint), as commands and request bodies; on
+a real slurmctld and slurmrestd in tests/slurm/test_job_features.py."""
 
 from __future__ import annotations
 
@@ -98,6 +100,91 @@ def test_rest_on_2205_falls_back_to_scontrol() -> None:
     assert seen == [] and rec.argv == [["scontrol", "update", "nodename=r-1", "weight=1003"]]
     with pytest.raises(SlurmUnavailable, match="no scontrol fallback"):
         _rest("v0.0.38", seen).update_weight(["r-1"], 1003)
+
+
+# --- a pending job's constraint ------------------------------------------------------------------------------
+def test_cli_replaces_a_jobs_constraint_with_one_scontrol_call() -> None:
+    rec = Recorder()
+    cli = CliSlurm(runner=rec)
+    cli.update_job_features(42, "a3-highgpu-1g|a3-highgpu-8g")
+    cli.update_job_features(43, "a3-highgpu-1g")
+    assert rec.argv == [
+        ["scontrol", "update", "jobid=42", "features=a3-highgpu-1g|a3-highgpu-8g"],
+        ["scontrol", "update", "jobid=43", "features=a3-highgpu-1g"],
+    ]
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "a|", "|a", "a||b", "a&b", "a,b", "[a*2]", "a b", "a\nb", "a|b\n", "a;reboot", "a)", None, 7]
+)
+def test_a_constraint_that_is_not_names_joined_by_bars_is_refused_first(bad: object) -> None:
+    """Only feature names joined by `|` (what the daemon writes): no `&`, counts, brackets, spaces or newlines."""
+    rec = Recorder()
+    with pytest.raises(ValueError, match=r"^features: .* is not feature names \(\[A-Za-z0-9_\.-\]\) joined by '\|'$"):
+        CliSlurm(runner=rec).update_job_features(42, bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^features: "):
+        RestSlurm("http://127.0.0.1:1", token="t").update_job_features(42, bad)  # type: ignore[arg-type]
+    assert rec.argv == []
+
+
+@pytest.mark.parametrize("bad", [0, -3, True, "42", 4.0, None])
+def test_a_job_id_that_is_not_a_positive_int_is_refused_first(bad: object) -> None:
+    rec = Recorder()
+    with pytest.raises(ValueError, match=r"^job_id: .* is not a positive integer$"):
+        CliSlurm(runner=rec).update_job_features(bad, "a3-highgpu-1g")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^job_id: "):
+        RestSlurm("http://127.0.0.1:1", token="t").update_job_features(bad, "a3-highgpu-1g")  # type: ignore[arg-type]
+    assert rec.argv == []
+
+
+def test_scontrol_refusing_a_job_update_is_reported_with_its_reason() -> None:
+    def refuse(argv: list[str], **kw: object) -> subprocess.CompletedProcess:
+        return subprocess.CompletedProcess(argv, 1, "", "Job is no longer pending execution for job 42\n")
+
+    with pytest.raises(SlurmUnavailable, match=r"jobid=42 .* exited 1: Job is no longer pending execution"):
+        CliSlurm(runner=refuse).update_job_features(42, "a3-highgpu-8g")
+
+
+def test_rest_on_2205_updates_the_job_through_slurmrestd() -> None:
+    """v0.0.38's ``POST job/{id}`` takes the job properties themselves: ``constraints`` is --constraint."""
+    seen: list[httpx.Request] = []
+    rec = Recorder()
+    _rest("v0.0.38", seen, CliSlurm(runner=rec)).update_job_features(42, "a3-highgpu-1g|a3-highgpu-8g")
+    assert [(r.method, r.url.path) for r in seen] == [("POST", "/slurm/v0.0.38/job/42")]
+    assert json.loads(seen[0].content) == {"constraints": "a3-highgpu-1g|a3-highgpu-8g"}
+    assert rec.argv == []  # no scontrol
+
+
+@pytest.mark.parametrize("api", ["v0.0.37", "v0.0.39", "v0.0.40"])
+def test_rest_on_other_apis_updates_the_job_through_scontrol(api: str) -> None:
+    seen: list[httpx.Request] = []
+    rec = Recorder()
+    _rest(api, seen, CliSlurm(runner=rec)).update_job_features(42, "a3-highgpu-8g")
+    assert seen == [] and rec.argv == [["scontrol", "update", "jobid=42", "features=a3-highgpu-8g"]]
+    with pytest.raises(SlurmUnavailable, match="no cli is set"):
+        _rest(api, seen).update_job_features(42, "a3-highgpu-8g")
+
+
+def test_rest_names_slurmrestds_error_for_a_refused_update() -> None:
+    """slurmrestd answers a refused update with HTTP 500 and its error in ``errors`` after ~200 characters of
+    "meta" (as 22.05.8 does): the message names the error, not the meta."""
+    body = {
+        "meta": {"plugin": {"type": "openapi/v0.0.38", "name": "Slurm OpenAPI v0.0.38"}, "Slurm": {"release": "x"}},
+        "errors": [
+            {"description": "a note", "source": "hsearch_r"},
+            {"error_number": 2072, "error": "Job is no longer pending execution", "source": "_update_job"},
+        ],
+    }
+    rest = RestSlurm("http://restd", token="jwt")
+    rest.client = httpx.Client(
+        base_url="http://restd",
+        transport=httpx.MockTransport(lambda r: httpx.Response(500, text=json.dumps(body, indent=2))),
+    )
+    with pytest.raises(SlurmUnavailable, match=r"job/42: HTTP 500 .*Job is no longer pending execution"):
+        rest.update_job_features(42, "a3-highgpu-8g")
+    rest.client = httpx.Client(base_url="http://restd", transport=httpx.MockTransport(lambda r: httpx.Response(502)))
+    with pytest.raises(SlurmUnavailable, match="job/42: HTTP 502"):
+        rest.update_job_features(42, "a3-highgpu-8g")
 
 
 # --- against a real slurmctld ---------------------------------------------------------------------------------

@@ -1,0 +1,171 @@
+"""Widening a pending job's hard constraint on a real slurmctld 22.05 (and slurmrestd v0.0.38): strict late binding
+(`Policy.late_bind`) pins a GPU job to its right-sized machine type with ``--constraint``; when the planner falls
+back to another machine type the daemon widens it with `update_job_features` (``scontrol update jobid=<id>
+features=a|b``, or slurmrestd's ``POST job/{id}``) and the job runs on the fallback.
+
+The cluster: a held 1-GPU pool (its powered-down CLOUD nodes drained, as late binding holds every pool) and an
+8-GPU pool, both in partition ``gpu``, every node carrying its machine type as a feature (as `fleet.slurm.conf`
+renders them).  A job constrained to the held 1-GPU machine type stays pending until it is widened; then slurmctld
+allocates (powers up) an 8-GPU node, the test boots that node's slurmd and the job runs there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from autoscaler.slurm.client import CliSlurm, RestSlurm, SlurmClient, SlurmUnavailable
+from autoscaler.slurm.readers import parse_job
+from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_nodes_unavailable_reason, cloud_slurm_conf
+from tests.harness.requirements import missing
+from tests.harness.slurm import SlurmHarness, free_port, poll_until
+
+pytestmark = pytest.mark.slurm
+
+SMALL, BIG = "a3-highgpu-1g", "a3-highgpu-8g"
+WIDENED = f"{SMALL}|{BIG}"
+
+
+@dataclass
+class Cluster:
+    harness: SlurmHarness
+    nodes: CloudNodes
+    cli: CliSlurm
+    rest: RestSlurm
+
+
+def _start_slurmrestd(h: SlurmHarness) -> str:
+    """slurmrestd (openapi v0.0.38, JWT) on 127.0.0.1 as nobody (it refuses root); its URL once it answers."""
+    port = free_port()
+    h.spawn(
+        "slurmrestd",
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "slurmrestd", "-s", "openapi/v0.0.38",
+         "-a", "rest_auth/jwt", f"127.0.0.1:{port}"],
+        env={**h.env, "SLURM_JWT": "daemon"},
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            httpx.get(url, timeout=1)
+        except httpx.HTTPError:
+            return False
+        return True
+
+    assert poll_until(answers, 20), f"slurmrestd did not answer\n{h.logs()}"
+    return url
+
+
+@pytest.fixture(scope="module")
+def cluster(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[Cluster]:
+    reason = cloud_nodes_unavailable_reason()
+    if reason or (shutil.which("slurmrestd") is None and not os.path.exists("/usr/sbin/slurmrestd")):
+        missing(reason or "slurmrestd is not installed (scripts/setup.sh installs it)")
+    h = slurm_factory()
+    nodes = CloudNodes(h, [Nodeset("lb1", 2, gpus=1, features=SMALL), Nodeset("lb8", 1, gpus=8, features=BIG)])
+    nodes.prepare()
+    key = h.root / "state" / "jwt_hs256.key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    conf = cloud_slurm_conf(h, nodes, {"gpu": ["lb1", "lb8"]}, suspend_time=600)
+    h.start(conf + f"AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key={key}\n", nodes.gres_conf())
+    try:
+        h.run("scontrol", "update", "nodename=lb1-[0-1]", "state=drain", "reason=held", check=True)  # the hold
+        url = _start_slurmrestd(h)
+        token = h.run("scontrol", "token", "username=root", "lifespan=900", check=True).stdout.strip()
+        cli = CliSlurm(env={"SLURM_CONF": str(h.conf_path)})
+        yield Cluster(h, nodes, cli, RestSlurm(url, token=token.split("=", 1)[1], user="root"))
+    finally:
+        nodes.stop_all()
+        h.stop()
+
+
+def _submit(
+    c: Cluster, *, gpus: int = 1, constraint: str = SMALL, wrap: str = "echo $SLURMD_NODENAME", hold: bool = False
+) -> int:
+    """A batch job, by default 1 GPU pinned to the held 1-GPU machine type (as the constrain-mode job_submit.lua
+    pins it); it prints the node it ran on to log/job-<id>.out."""
+    out = c.harness.root / "log" / "job-%j.out"
+    argv = ["sbatch", "--parsable", "-p", "gpu", f"--gres=gpu:{gpus}", f"--constraint={constraint}", "-o", str(out)]
+    argv += ["--hold"] if hold else []
+    return int(c.harness.run(*argv, "--wrap", wrap, check=True).stdout.strip())
+
+
+def _raw(c: Cluster, job_id: int) -> dict[str, Any]:
+    """The job as `squeue --json` prints it."""
+    return next(j for j in c.harness.squeue_json()["jobs"] if j["job_id"] == job_id)
+
+
+def _scheduled_pending(c: Cluster, job_id: int) -> dict[str, Any]:
+    """The job once slurmctld's scheduler has looked at it (a reason is set), still pending."""
+    assert poll_until(lambda: _raw(c, job_id)["state_reason"] != "None", 15), c.harness.logs()
+    raw = _raw(c, job_id)
+    assert (raw["job_state"], raw["state_reason"], raw["nodes"]) == ("PENDING", "ReqNodeNotAvail", ""), raw
+    return raw
+
+
+def _widen_and_run(c: Cluster, client: SlurmClient) -> None:
+    """A job pinned to the held machine type stays pending; widened by `client`, it runs on the 8-GPU node."""
+    job = _submit(c)
+    assert _scheduled_pending(c, job)["features"] == SMALL
+    client.update_job_features(job, WIDENED)
+    raw = _raw(c, job)
+    assert raw["features"] == WIDENED  # measured on 22.05.8: the expression as written, "|" kept
+    assert parse_job(raw).features == (SMALL, BIG)
+    assert [j.features for j in client.jobs() if j.job_id == job] == [(SMALL, BIG)]
+    assert poll_until(lambda: _raw(c, job)["nodes"], 15), f"job {job} not allocated\n{c.harness.logs()}"
+    node = _raw(c, job)["nodes"]
+    assert node == "lb8-0", _raw(c, job)
+    c.nodes.boot(node)  # the "VM" slurmctld powered up (a no-op when an earlier test booted it)
+    assert poll_until(lambda: _raw(c, job)["job_state"] == "COMPLETED", 90), c.harness.logs()
+    assert (c.harness.root / "log" / f"job-{job}.out").read_text().split() == [node]
+    assert _raw(c, job)["features"] == WIDENED
+
+
+@pytest.mark.slow
+def test_scontrol_widens_a_pending_jobs_constraint_and_it_runs_on_the_fallback(cluster: Cluster) -> None:
+    _widen_and_run(cluster, cluster.cli)
+
+
+@pytest.mark.slow
+def test_slurmrestd_v0038_widens_a_pending_jobs_constraint_too(cluster: Cluster) -> None:
+    """22.05's openapi has a job update (``POST job/{id}``, body ``{"constraints": ...}``): no scontrol needed."""
+    assert cluster.rest.cli is None and cluster.rest.api == "v0.0.38"
+    _widen_and_run(cluster, cluster.rest)
+
+
+@pytest.mark.parametrize("client", ["cli", "rest"])
+def test_slurmctld_refusing_an_update_is_reported_and_changes_nothing(cluster: Cluster, client: str) -> None:
+    """An unknown feature or job id is refused (`SlurmUnavailable` with slurmctld's reason); the job keeps its
+    constraint."""
+    c: SlurmClient = getattr(cluster, client)
+    job = _submit(cluster, hold=True)  # held: the scheduler leaves it alone
+    try:
+        with pytest.raises(SlurmUnavailable, match="Invalid feature specification"):
+            c.update_job_features(job, f"{SMALL}|no-such-machine")
+        with pytest.raises(SlurmUnavailable, match="Invalid job id specified"):
+            c.update_job_features(job + 100_000, WIDENED)
+        assert _raw(cluster, job)["features"] == SMALL
+    finally:
+        cluster.harness.run("scancel", str(job))
+
+
+def test_a_job_no_longer_pending_cannot_be_widened(cluster: Cluster) -> None:
+    """Once slurmctld has allocated nodes (CONFIGURING while they boot, then RUNNING) the constraint is fixed:
+    scontrol says so, and the daemon's caller learns it (its view of the queue may be a tick old)."""
+    job = _submit(cluster, gpus=8, constraint=BIG, wrap="sleep 300")
+    try:
+        assert poll_until(lambda: _raw(cluster, job)["nodes"], 15), cluster.harness.logs()
+        assert _raw(cluster, job)["job_state"] in ("CONFIGURING", "RUNNING")
+        with pytest.raises(SlurmUnavailable, match="Job is no longer pending execution"):
+            cluster.cli.update_job_features(job, WIDENED)
+        assert _raw(cluster, job)["features"] == BIG
+    finally:
+        cluster.harness.run("scancel", str(job))
+        cluster.nodes.boot("lb8-0")  # slurmctld may have powered it up for this job: let it register

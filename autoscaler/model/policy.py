@@ -101,9 +101,15 @@ class Policy:
     #: spot) instead of powering up on-demand capacity; a job preemption cannot place is released to the overflow
     #: at the daemon's next tick
     preempt_spot: bool = True
+    #: strict late binding, on a fleet without reservation pools (`autoscaler.core.hold.late_binding`): every pool is
+    #: held (powered-down names drained), the stack's job_submit.lua gives each GPU job its right-sized machine type
+    #: as a hard `--constraint`, and for a job Slurm could not place the daemon boots held names *drained* and
+    #: undrains each once it registered, so a pending job takes whichever node of its shape frees or comes up first
+    #: (docs/autoscaler.md "Late binding")
+    late_bind: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("keep_reserved_nodes", "defragment", "warm_cap", "preempt_spot"):
+        for name in ("keep_reserved_nodes", "defragment", "warm_cap", "preempt_spot", "late_bind"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Policy.{name}: must be true or false, got {getattr(self, name)!r}")
         for name in (

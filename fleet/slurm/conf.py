@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from fleet.catalog import CapacityType, Catalog, MachineType, load_catalog
 from fleet.slurm.job_submit import render_job_submit
 from fleet.slurm.options import replace_keys, with_site_config
+from fleet.slurm.policy import late_binding_constrains
 from fleet.slurm.preempt import partition_tiers, preemption_settings
 from fleet.slurm.suspend import standby_exclusion, suspend_time
 from fleet.slurm.topology import render_topology
@@ -62,7 +63,8 @@ class SlurmConf:
     nodesets: list[Nodeset]
     cgroup_conf: str = ""
     topology_conf: str = ""
-    job_submit_lua: str = ""  # "" when no partition has a shape to prefer (then no JobSubmitPlugins=lua)
+    # "" when no partition has a shape to prefer and late binding does not constrain (then no JobSubmitPlugins=lua)
+    job_submit_lua: str = ""
 
 
 def real_memory_mib(machine: MachineType) -> int:
@@ -279,7 +281,8 @@ def render_slurm_conf(
             "BatchStartTimeout": "600",
             "MessageTimeout": "100",
         }
-    # right-sized --prefer for powered-down allocations (22.05 ignores Weight there; fleet/slurm/job_submit.py)
+    # right-sized --prefer for powered-down allocations (22.05 ignores Weight there; fleet/slurm/job_submit.py), or
+    # under strict late binding a hard --constraint: the daemon holds every pool and picks the machine type itself
     od = pool_shapes(((p.name, CapacityType.ON_DEMAND, p.machine_type) for p in cluster.pools), cat, spec.region)
     by_pool = {s.pool: s for s in od}
     pools_by_name = {p.name: p for p in cluster.pools}
@@ -291,7 +294,10 @@ def render_slurm_conf(
         for part in slurm.partitions
     }
     job_submit = render_job_submit(
-        {part.name: [by_pool[p] for p in part.pools] for part in slurm.partitions}, default, reserved
+        {part.name: [by_pool[p] for p in part.pools] for part in slurm.partitions},
+        default,
+        reserved,
+        constrain=late_binding_constrains(cluster),
     )
     if job_submit:
         settings["JobSubmitPlugins"] = "lua"  # reads job_submit.lua next to slurm.conf

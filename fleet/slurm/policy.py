@@ -1,9 +1,11 @@
 """A Slurm cluster's autoscaler policy as the daemon will read it, for the parts of the render that follow it
-(SuspendTime, SuspendExcNodes counts, preemption)."""
+(SuspendTime, SuspendExcNodes counts, preemption, and the job_submit.lua's hard constraint under strict late
+binding)."""
 
 from __future__ import annotations
 
 from autoscaler.model.policy import Policy, PolicyError, policy_from_mapping
+from fleet.catalog import CapacityType
 from fleet.spec.model import ClusterSpec
 
 
@@ -15,3 +17,14 @@ def cluster_policy(cluster: ClusterSpec) -> Policy | None:
         return policy_from_mapping(raw)
     except PolicyError:
         return None
+
+
+def late_binding_constrains(cluster: ClusterSpec) -> bool:
+    """Whether the cluster's job_submit.lua pins each GPU job to its right-sized machine type with a hard
+    `--constraint` (`fleet.slurm.job_submit`'s constrain mode) instead of `--prefer`: its policy turns strict late
+    binding on (`late_bind`) and it has no reservation pool (the daemon holds every pool only then: reserved
+    nodes, paid for anyway, are never held)."""
+    policy = cluster_policy(cluster)
+    if policy is None or not policy.late_bind:
+        return False
+    return not any(p.capacity is CapacityType.RESERVATION for p in cluster.pools)

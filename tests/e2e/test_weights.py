@@ -11,7 +11,8 @@ first) and topology/tree as rendered.  What slurmctld does with them, and the si
 Among powered-down nodes 22.05 ignores Weight (with topology/tree the pool leaf with the fewest nodes wins): without
 help the first 1-GPU job, with everything powered down, lands on the 8-GPU pool.  The rendered job_submit.lua
 (`fleet.slurm.job_submit`: `--prefer=<right-sized machine type>`) makes it land on the 1-GPU pool, as the replay
-scores it (docs/autoscaler.md "Node weights").
+scores it (docs/autoscaler.md "Node weights").  Under strict late binding (`late_bind`, no reservation pools) the
+lua sets a hard `--constraint` instead: a job waits for its machine type until the daemon widens it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from autoscaler.slurm.client import CliSlurm
 from fleet.catalog import CapacityType, load_catalog
 from fleet.slurm.job_submit import render_job_submit
 from fleet.slurm.weights import pool_shapes, pool_weights
@@ -49,7 +51,8 @@ def _env(slurm_factory: Callable[..., SlurmHarness], lua: str | None) -> Iterato
             Nodeset("e2e-h1", 3, gpus=1, features="a3-highgpu-1g", weight=WEIGHTS["h1"]),
         ],
         partitions={"gpu": ["e2e-h8", "e2e-h1"]},
-        policy={"idle_timeout_s": 3600, "backoff_s": 120},
+        # late binding off: these tests are about Slurm's own choice among powered-down nodes (the --prefer lua)
+        policy={"idle_timeout_s": 3600, "backoff_s": 120, "late_bind": False},
         topology=True,
         job_submit_lua=lua,
     ) as e:
@@ -121,6 +124,51 @@ def test_the_rendered_job_submit_lua_right_sizes_a_powered_down_allocation(env_l
     assert _run(env, gpus=8).startswith("e2e-h8-")  # what only the 8-GPU machine fits still goes there
 
 
+CLUA = render_job_submit(  # as fleet.slurm.conf renders it under strict late binding (no reservation pools)
+    {"gpu": pool_shapes(POOLS, load_catalog(), REGION)}, "gpu", constrain=True
+)
+
+
+@pytest.fixture
+def env_constrain(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    yield from _env(slurm_factory, CLUA)
+
+
+def _features(env: E2E, job: int) -> str:
+    """The job's constraint as `squeue --json` prints it."""
+    return next(j["features"] for j in env.slurm.squeue_json()["jobs"] if j["job_id"] == job)
+
+
+def _job_field(env: E2E, job: int, key: str) -> object:
+    return next(j[key] for j in env.slurm.squeue_json()["jobs"] if j["job_id"] == job)
+
+
+def test_the_constrain_mode_lua_pins_a_gpu_job_to_its_right_sized_machine_type(env_constrain: E2E) -> None:
+    """The lua sets the job's hard constraint (`--constraint`, read back from squeue as its `features`) to the
+    right-sized machine type: with the 1-GPU pool held (drained, as late binding holds every pool) a 1-GPU job waits
+    rather than take a free 8-GPU node, until the daemon's client widens its constraint.  A job that names its
+    own constraint is left alone.  (No daemon runs: slurmctld's choices only.)"""
+    env = env_constrain
+    assert '[1] = "a3-highgpu-1g", [2] = "a3-highgpu-8g",' in CLUA
+    env.slurm.run("scontrol", "update", "nodename=e2e-h1-[0-2]", "state=drain", "reason=held", check=True)
+    job = _job(env)
+    own = env.sbatch("-p", "gpu", "-N", "1", "--gres=gpu:1", "-C", "a3-highgpu-8g", "--wrap", "sleep 600")
+    assert _features(env, job) == "a3-highgpu-1g"
+    assert _features(env, own) == "a3-highgpu-8g"  # the user's, not replaced
+    # an 8-GPU node is free all along: the job with its own constraint gets it, the pinned one waits
+    mine = wait_for(lambda: _job_field(env, own, "nodes"), 15, f"job {own} to get a node", env)
+    assert str(mine).startswith("e2e-h8-")
+    wait_for(lambda: _job_field(env, job, "state_reason") != "None", 15, f"job {job} to be scheduled", env)
+    assert (_job_field(env, job, "job_state"), _job_field(env, job, "nodes")) == ("PENDING", "")
+    assert _job_field(env, job, "state_reason") == "ReqNodeNotAvail"
+
+    CliSlurm(env={"SLURM_CONF": str(env.slurm.conf_path)}).update_job_features(job, "a3-highgpu-1g|a3-highgpu-8g")
+    assert _features(env, job) == "a3-highgpu-1g|a3-highgpu-8g"
+    nodes = wait_for(lambda: _job_field(env, job, "nodes"), 15, f"job {job} to get a node once widened", env)
+    assert str(nodes).startswith("e2e-h8-")
+    env.slurm.run("scancel", str(job), str(own), check=True)
+
+
 RPOOLS = [("resv", CapacityType.RESERVATION, "a3-highgpu-8g"), ("h1", OD, "a3-highgpu-1g")]
 RWEIGHTS = pool_weights(RPOOLS, load_catalog(), REGION)
 RLUA = render_job_submit(  # as fleet.slurm.conf renders it for a partition with a reservation pool
@@ -143,7 +191,7 @@ def _env_resv(slurm_factory: Callable[..., SlurmHarness], reserved: int) -> Iter
             Nodeset("e2e-h1", 2, gpus=1, features="a3-highgpu-1g", weight=RWEIGHTS["h1"]),
         ],
         partitions={"gpu": ["e2e-resv", "e2e-h1"]},
-        policy={"idle_timeout_s": 3600, "backoff_s": 120},
+        policy={"idle_timeout_s": 3600, "backoff_s": 120, "late_bind": False},  # a reservation: no late binding anyway
         reservations={"e2e-resv": ("us-central1-a", reserved)},
         topology=True,
         job_submit_lua=RLUA,

@@ -98,7 +98,12 @@ def plan(
 
     active = expire_backoff(unavailable, now)
     timed_out = boot_timeouts(inventory, policy, now)
-    steps = step_down(inventory.pools, offerings) if policy.defragment else {}
+    # a smaller shape that is backed off everywhere (stocked out) is no step down: small work may then use the
+    # larger node (a job constrained to the smaller shape is widened to it, late binding) instead of the plan
+    # launching a larger node per tick that the defragmentation rule then keeps from taking the work
+    backed_off = {u.key for u in active}
+    launchable = [o for o in offerings if o.key not in backed_off]
+    steps = step_down(inventory.pools, launchable) if policy.defragment else {}
     cordons = cordon_oversized(inventory, steps, policy)
     st = PlanState(
         now=now,

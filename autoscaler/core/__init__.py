@@ -55,17 +55,29 @@ from autoscaler.core.decide import (
     scale_down_steps,
     serve_resumes,
 )
-from autoscaler.core.hold import RELEASE_GRACE_S, held_pools, name_index, release_names
+from autoscaler.core.hold import (
+    RELEASE_GRACE_S,
+    HeldLaunches,
+    held_launches,
+    held_pools,
+    late_binding,
+    name_index,
+    release_names,
+    take_names,
+)
 
 __all__ = [
     "RELEASE_GRACE_S",
+    "HeldLaunches",
     "LaunchOutcome",
     "ResumeLaunch",
     "ResumeUnit",
     "ScaleDownStep",
     "SchedulerNode",
     "deletable_after_drain",
+    "held_launches",
     "held_pools",
+    "late_binding",
     "name_index",
     "plan_pool_resumes",
     "pool_policy",
@@ -75,4 +87,5 @@ __all__ = [
     "resume_unit",
     "scale_down_steps",
     "serve_resumes",
+    "take_names",
 ]

@@ -21,6 +21,7 @@ Pure functions; the daemon (`autoscaler/daemon/tick.py`) and the replay (`autosc
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from autoscaler.model import Plan, Policy, Pool
 from fleet.catalog import CapacityType
@@ -29,11 +30,21 @@ from fleet.catalog import CapacityType
 RELEASE_GRACE_S = 30.0
 
 
+def late_binding(pools: Iterable[Pool], policy: Policy) -> bool:
+    """Strict late binding is on: the policy asks for it (`Policy.late_bind`) and the fleet has no reservation pool.
+    With a reservation the hold above decides which overflow to release, and a reserved node a booting job takes is
+    one the next arrival would have taken (measured: worse there, docs/simulate.md "Strict late binding")."""
+    return policy.late_bind and not any(p.capacity_type is CapacityType.RESERVATION for p in pools)
+
+
 def held_pools(pools: Iterable[Pool], policy: Policy) -> frozenset[str]:
-    """The pools kept unavailable to the scheduler, when the fleet has a reservation pool: every non-reservation
-    pool while the policy holds launches (`batch_window_s > 0`); else, with `Policy.preempt_spot`, the overflow pools
-    whose jobs Slurm can preempt spot-tolerant work for (`preemption_held`); none otherwise."""
+    """The pools kept unavailable to the scheduler: every pool under late binding (`late_binding`); when the fleet
+    has a reservation pool, every non-reservation pool while the policy holds launches (`batch_window_s > 0`),
+    else, with `Policy.preempt_spot`, the overflow pools whose jobs Slurm can preempt spot-tolerant work for
+    (`preemption_held`); none otherwise."""
     ps = list(pools)
+    if late_binding(ps, policy):
+        return frozenset(p.name for p in ps)
     if not any(p.capacity_type is CapacityType.RESERVATION for p in ps):
         return frozenset()
     if policy.batch_window_s > 0:
@@ -81,12 +92,67 @@ def release_names(
     for su in plan.scale_ups:
         if su.pool in held:
             want[su.pool] = want.get(su.pool, 0) + su.count
+    return take_names(want, candidates, outstanding)
+
+
+def take_names(
+    want: Mapping[str, int], candidates: Mapping[str, Sequence[str]], outstanding: Mapping[str, int] | None = None
+) -> dict[str, tuple[str, ...]]:
+    """Pool -> the first `want[pool]` names of `candidates[pool]`, less `outstanding[pool]` already on their way."""
     out: dict[str, tuple[str, ...]] = {}
     for pool, n in want.items():
         n -= (outstanding or {}).get(pool, 0)
         if n > 0 and candidates.get(pool):
             out[pool] = tuple(candidates[pool][:n])
     return out
+
+
+@dataclass(frozen=True)
+class HeldLaunches:
+    """What the queue-depth plan launches in held pools, split by how the names reach the scheduler.
+
+    `release`: pool -> names to undrain while powered down, so that Slurm allocates them to the pending jobs and
+    resumes them (gangs, and every launch of the reservation hold).  `boot`: pool -> names to power up *drained*
+    under late binding (`scontrol update state=power_up` on a drained node: ResumeProgram runs, the node registers
+    IDLE+DRAIN with no job), undrained once registered (`booted_held`), so that the pending job takes whichever
+    node of its shape is free first.  `widen`: unit id -> the machine types its hard constraint must allow, for
+    units the plan serves with a machine type their constraint does not name (a stockout fallback)."""
+
+    release: Mapping[str, int]
+    boot: Mapping[str, int]
+    widen: Mapping[str, frozenset[str]]
+
+
+def held_launches(
+    plan: Plan,
+    held: frozenset[str],
+    pools: Iterable[Pool],
+    policy: Policy,
+    constraints: Mapping[str, frozenset[str]] | None = None,
+) -> HeldLaunches:
+    """Split the plan's scale-ups in held pools (see `HeldLaunches`).  `constraints`: pending unit id -> the
+    machine types its hard constraint allows (units the stack's job_submit.lua constrained; others are absent)."""
+    ps = list(pools)
+    late = late_binding(ps, policy)
+    release: dict[str, int] = {}
+    boot: dict[str, int] = {}
+    for su in plan.scale_ups:
+        if su.pool not in held:
+            continue
+        side = boot if late and not su.gang else release  # standby nodes too: booted, or released, held
+        side[su.pool] = side.get(su.pool, 0) + su.count
+    # every node the plan puts a constrained unit on, new or existing (a node booting for another job, an idle
+    # one): the unit's constraint must allow its machine type, or Slurm never starts the job there
+    machine = {p.node_name_prefix: p.machine_type for p in ps}
+    widen: dict[str, frozenset[str]] = {}
+    for uid, allowed in (constraints or {}).items():
+        a = plan.assignments.get(uid)
+        if a is None:
+            continue
+        mts = {machine.get(n.rpartition("-")[0]) for n in a.nodes} - {None}
+        if not mts <= allowed:
+            widen[uid] = allowed | frozenset(m for m in mts if m is not None)
+    return HeldLaunches(release, boot, widen)
 
 
 def name_index(name: str) -> int:

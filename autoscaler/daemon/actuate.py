@@ -157,6 +157,14 @@ class Actuator:
         entry = {"command": "scontrol-weight", "names": list(names), "weight": weight, "reason": reason}
         return self._slurm_update(entry, f"weight={weight}", reason, lambda: self.slurm.update_weight(names, weight))
 
+    def widen_job(self, job_id: int, features: str, reason: str) -> bool:
+        """``scontrol update jobid=<id> features=<expr>``: a pending job's hard constraint widened to a machine type
+        the plan falls back to (late binding, `autoscaler.core.hold.held_launches`).  Logged and counted as
+        ``scontrol-features``.  False when Slurm refused or did not answer: the next tick's plan asks again."""
+        entry = {"command": "scontrol-features", "names": [], "job_id": job_id, "features": features, "reason": reason}
+        what = f"jobid={job_id} features={features}"
+        return self._slurm_update(entry, what, reason, lambda: self.slurm.update_job_features(job_id, features))
+
     def _slurm_update(
         self,
         entry: dict[str, Any],

@@ -1,10 +1,12 @@
-"""The run loop: an apscheduler interval job (the poll; never two ticks at once, missed runs coalesced), a 1 s
-watcher that starts an extra tick when Slurm's hooks queued power-save requests or a job ended (EpilogSlurmctld's
-wake-up rows: ticks follow at most once a second until a tick sees the job's nodes freed and settles the row,
-so a node still COMPLETING gets another look a second later), and clean shutdown on SIGTERM/SIGINT
-(the tick in progress finishes, the state is saved, exit 0).  A tick that finds the state file damaged
-(sqlite3 "DatabaseError: file is not a database / database disk image is malformed") stops the loop with
-exit 2: the unit's RestartPreventExitStatus=2 keeps systemd from restarting into the same failure.
+"""The run loop: an apscheduler interval job (the poll; never two ticks at once, missed runs coalesced), a 1 s watcher
+that starts an extra tick when Slurm's hooks queued power-save requests or a job ended (EpilogSlurmctld's wake-up
+rows: ticks follow at most once a second until a tick sees the job's nodes freed and settles the row, so a node
+still COMPLETING gets another look a second later) or, under late binding, when a job was submitted (the
+job_submit.lua rewrote `autoscaler.slurm.wake`'s file) or a node booted drained has registered (one sinfo read a
+second while such a boot is out: the tick undrains it), and clean shutdown on SIGTERM/SIGINT (the tick in progress
+finishes, the state is saved, exit 0). A tick that finds the state file damaged (sqlite3 "DatabaseError: file is
+not a database / database disk image is malformed") stops the loop with exit 2: the unit's
+RestartPreventExitStatus=2 keeps systemd from restarting into the same failure.
 
 A woken tick is a one-shot job beside the poll, not a reschedule of it: the poll keeps its phase (ticks at
 start + k * interval_s), as the replay's gpu-fleet driver models it (its fixed 10 s grid plus the hook-woken
@@ -36,6 +38,9 @@ WATCH_S = 1.0  # the watcher's period
 MIN_GAP_S = 0.9 * WATCH_S
 
 
+_UNSEEN = object()
+
+
 class RunLoop:
     def __init__(
         self, daemon: Daemon, *, interval_s: float, on_tick: Callable[[TickResult], None] | None = None
@@ -50,6 +55,7 @@ class RunLoop:
         self._last_tick = 0.0
         self._tick_lock = threading.Lock()
         self._watch_conn: sqlite3.Connection | None = None
+        self._wake_mtime: int | object | None = _UNSEEN  # the submit wake-up file's mtime at the last look
         self.exit_code = 0
 
     def _tick(self) -> None:
@@ -86,9 +92,25 @@ class RunLoop:
                 n += self._watch_conn.execute(f"SELECT count(*) FROM {table} WHERE done_at IS NULL").fetchone()[0]
             except sqlite3.Error:
                 continue
+        if self._submitted():
+            n += 1  # late binding: a job was submitted (the job_submit.lua rewrote the wake-up file)
+        if not n and getattr(self.daemon, "awaiting_held_boot", False) and self.daemon.held_boot_registered():
+            n = 1  # late binding: a node booted drained registered; the tick undrains it for the waiting job
         if n and time.monotonic() - self._last_tick >= MIN_GAP_S:
             # a one-shot run now (no trigger: a date trigger at once); the poll's grid is left as it is
             self.scheduler.add_job(self._tick, id=WAKE_JOB, replace_existing=True)
+
+    def _submitted(self) -> bool:
+        """The submit wake-up file (`Daemon.submit_wake`) changed since the last look (not on the first look)."""
+        path = getattr(self.daemon, "submit_wake", None)
+        if path is None:
+            return False
+        try:
+            mtime: int | None = path.stat().st_mtime_ns
+        except OSError:
+            mtime = None
+        seen, self._wake_mtime = self._wake_mtime, mtime
+        return seen is not _UNSEEN and mtime is not None and mtime != seen
 
     def request_stop(self, signum: int | None = None, _frame: object = None) -> None:
         if signum is not None:
@@ -102,6 +124,7 @@ class RunLoop:
         self.scheduler.add_job(
             self._tick, "interval", seconds=self.interval_s, id=TICK_JOB, next_run_time=datetime.now().astimezone()
         )
+        self._submitted()  # the submit wake-up file's state before the first tick: a later change is a submission
         self.scheduler.add_job(self._watch, "interval", seconds=WATCH_S, id="watch")
         self.scheduler.start()
         logger.info("autoscaler running: tick every {:g}s", self.interval_s)

@@ -12,7 +12,10 @@ Order within a tick (each step only acts on this tick's fresh reads):
    (`scontrol ... state=power_up`, only with `loop.prewarm`) and idle scale-down (drain, then power down
    and delete by name, only nodes Slurm reports idle; what this tick drained is re-read and, if empty, deleted
    in the same tick); with a reservation hold, overflow pools' powered-down nodes are kept drained and
-   released (undrained) as the plan launches for the jobs left PENDING (`autoscaler.core.hold`);
+   released (undrained) as the plan launches for the jobs left PENDING (`autoscaler.core.hold`); under late
+   binding (`Policy.late_bind`, no reservation) every pool is held, single-node launches are booted drained
+   (`state=power_up`) and undrained once registered (first thing in the next tick), and a pending job the plan
+   serves with another machine type has its constraint widened (`scontrol update jobid=... features=...`);
 6. best fit on the reservation: each registered reserved node's Weight set to its rendered Weight plus its free
    GPUs (`scontrol update weight=`, only the ones that differ), so slurmctld gives small jobs the fullest reserved
    node they fit and keeps whole nodes free for whole-node jobs (`autoscaler.core.weights`);
@@ -30,6 +33,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from loguru import logger
@@ -40,13 +44,15 @@ from autoscaler.core import (
     LaunchOutcome,
     ResumeLaunch,
     deletable_after_drain,
+    held_launches,
     held_pools,
+    late_binding,
     name_index,
     queue_depth,
-    release_names,
     resume_failed,
     scale_down_steps,
     serve_resumes,
+    take_names,
 )
 from autoscaler.core.decide import Planner, default_planner
 from autoscaler.core.settings import SeenJob, SettingsTracker
@@ -72,10 +78,23 @@ from autoscaler.model import NodeState, Plan, Policy, Pool, UnavailableOffering,
 from autoscaler.planner.standby import standby_count
 from autoscaler.slurm.client import SlurmClient, SlurmUnavailable
 from autoscaler.slurm.readers import SlurmJob, SlurmNode, waiting_on_power_up
+from autoscaler.slurm.wake import submit_wake_path
 from fleet.catalog import CapacityType
 
 Memory = list[UnavailableOffering]
 HOLD_REASON = "gpu-fleet: held while reserved capacity may free up (reservation hold)"
+#: the drain reason of held names under late binding (slurmctld clears it when `power_up` boots the node)
+LATE_BIND_REASON = "gpu-fleet: held for late binding (booted drained, undrained once registered)"
+HELD_REASONS = frozenset({HOLD_REASON, LATE_BIND_REASON})
+
+
+def held_drain(node: SlurmNode) -> bool:
+    """Drained by the hold: its reason, or none at all - slurmctld 22.05 clears a drained node's reason when
+    `scontrol update state=power_up` boots it (measured: tests/e2e/test_late_binding.py), and an admin's drain
+    always carries one (scontrol refuses a drain without a reason)."""
+    return node.drain and (node.reason in HELD_REASONS or not node.reason)
+
+
 SlurmView = dict[str, SlurmNode] | None  # None: Slurm did not answer this tick
 
 
@@ -133,6 +152,7 @@ class Daemon:
         self.clock = clock
         self.dry_run = dry_run
         self._released: dict[str, float] = {}  # held names released (undrained) -> when
+        self._held_boots: dict[str, float] = {}  # late binding: names booted drained, not undrained yet -> when
         self._reserved = [p for p in self.pools if p.capacity_type is CapacityType.RESERVATION]
         # the Weights `fleet render slurm-conf` gives each pool's nodes: the base of the reserved nodes' best fit
         self._base_weights = rendered_weights(self.pools) if self._reserved else {}
@@ -186,6 +206,8 @@ class Daemon:
     def _tick(self, now: float, res: TickResult, act: Actuator) -> None:
         ended = self.store.open_job_ends() if res.leader else []  # before Slurm: see autoscaler.daemon.job_end
         snodes, sjobs = self._read_slurm()
+        if res.leader and snodes is not None and late_binding(self.pools, self.policy):
+            snodes = self._undrain_held_boots(snodes, act)
         res.slurm_ok = snodes is not None
         self.metrics.slurm_up.set(1 if res.slurm_ok else 0)
         if snodes is not None and sjobs is not None:
@@ -260,7 +282,7 @@ class Daemon:
             if u.unit.startswith("job/")
         )
         if res.leader:
-            self._queue_depth(plan, view, snodes, now, act)
+            self._queue_depth(plan, view, snodes, sjobs, now, act)
 
         # 6. best fit on the reservation
         if res.leader and snodes is not None:
@@ -538,11 +560,14 @@ class Daemon:
             self.store.release_names(su.names, now, f"launch failed: {err.kind}")
         return LaunchOutcome.REFUSED, err.kind, str(err)  # resume rows stay open: next tick plans another offering
 
-    def _queue_depth(self, plan: Plan, view: View, snodes: SlurmView, now: float, act: Actuator) -> None:
+    def _queue_depth(
+        self, plan: Plan, view: View, snodes: SlurmView, sjobs: Sequence[SlurmJob] | None, now: float, act: Actuator
+    ) -> None:
         held = held_pools(self.pools, self.policy)
+        late = late_binding(self.pools, self.policy)
         for su in plan.scale_ups:
             standby = standby_count(su)
-            if standby and not (self.loop.prewarm and su.pool not in held):
+            if standby and not late and not (self.loop.prewarm and su.pool not in held):
                 # the policy's standby nodes, powered up ahead of demand whatever loop.prewarm says (with pre-warm
                 # on, the pre-warm below powers up the whole scale-up, standby names included)
                 names = standby_names(su.pool, standby, view.inventory, snodes, self.pools)
@@ -576,18 +601,83 @@ class Daemon:
                     self._power_down_and_delete(pool, ok, "drained and empty", fresh, act)
             snodes = fresh
         if held and snodes is not None:
-            self._hold(plan, held, snodes, now, act)
+            live = {n.name for n in view.inventory.nodes}
+            self._hold(plan, held, snodes, sjobs or (), live, now, act)
 
-    def _hold(self, plan: Plan, held: frozenset[str], snodes: dict[str, SlurmNode], now: float, act: Actuator) -> None:
-        """The reservation hold (`autoscaler.core.hold`): keep held pools' powered-down names drained, release
-        (undrain) as many as the queue-depth plan launches in each."""
+    def _undrain_held_boots(self, snodes: dict[str, SlurmNode], act: Actuator) -> dict[str, SlurmNode]:
+        """Late binding: nodes booted drained (`_hold`) that registered - up, idle, drained for the hold, no work -
+        are undrained, so a pending job of their shape takes them (or the next arrival).  The rest of the tick sees
+        them undrained."""
         index = NameIndex(self.pools)
+        ready = [
+            n.name
+            for n in snodes.values()
+            if index.pool_of(n.name) is not None
+            and held_drain(n)
+            and n.state == "idle"
+            and not (n.flags & {"POWERED_DOWN", "POWERING_UP", "POWERING_DOWN", "NOT_RESPONDING"})
+            and not n.has_work
+        ]
+        if not ready or not act.scontrol(sorted(ready), "undrain", "gpu-fleet: booted held, registered (late binding)"):
+            return snodes
+        for n in ready:
+            self._held_boots.pop(n, None)
+        undrained = {n: dataclasses.replace(snodes[n], flags=snodes[n].flags - {"DRAIN"}, reason="") for n in ready}
+        return {**snodes, **undrained}
+
+    @property
+    def submit_wake(self) -> Path | None:
+        """Under late binding: the file the rendered job_submit.lua rewrites at every submission (the run loop
+        ticks when it changes, `autoscaler.slurm.wake`); None otherwise."""
+        return submit_wake_path(self.store.path) if late_binding(self.pools, self.policy) else None
+
+    @property
+    def awaiting_held_boot(self) -> bool:
+        """Late binding: a node booted drained has not been undrained yet (the run loop then watches sinfo)."""
+        return bool(self._held_boots)
+
+    def held_boot_registered(self) -> bool:
+        """A node booted drained has registered (the run loop's 1 s watcher then starts a tick that undrains it).
+        One sinfo read; a Slurm that does not answer counts as no."""
+        names = set(self._held_boots)
+        if not names:
+            return False
+        try:
+            nodes = [n for n in self.slurm.nodes() if n.name in names]
+        except SlurmUnavailable:
+            return False
+        return any(n.state == "idle" and not (n.powering_up or n.powered_down or n.not_responding) for n in nodes)
+
+    def _hold(
+        self,
+        plan: Plan,
+        held: frozenset[str],
+        snodes: dict[str, SlurmNode],
+        sjobs: Sequence[SlurmJob],
+        live: set[str],
+        now: float,
+        act: Actuator,
+    ) -> None:
+        """The hold (`autoscaler.core.hold`): keep held pools' powered-down names drained; widen the constraint of
+        pending jobs the plan serves with another machine type; release (undrain) as many names as the plan
+        launches for gangs (for every launch, without late binding) in each pool; under late binding, boot as many
+        drained names as it launches for single nodes, less those booted that have no instance yet (`live`: the
+        names the tick's inventory lists)."""
+        index = NameIndex(self.pools)
+        late = late_binding(self.pools, self.policy)
         cands: dict[str, list[str]] = defaultdict(list)
         outstanding: dict[str, int] = defaultdict(int)  # released, not allocated yet
+        booting: dict[str, int] = defaultdict(int)  # booted drained, no instance yet
         to_drain: list[str] = []
         for n in sorted(snodes.values(), key=lambda x: (x.name.rpartition("-")[0], name_index(x.name))):
             pool = index.pool_of(n.name)
             if pool is None or pool.name not in held:
+                continue
+            if n.name in self._held_boots and not (n.powering_up or held_drain(n)):
+                self._held_boots.pop(n.name)  # powered down again, or undrained by someone else
+            if n.powering_up and held_drain(n):
+                if n.name not in live:
+                    booting[pool.name] += 1
                 continue
             if not n.powered_down or n.powering_up or n.powering_down or n.has_work:
                 continue
@@ -611,11 +701,26 @@ class Daemon:
             # Slurm frees nodes at once, so the replay never meets this
             logger.bind(names=completing).debug("hold: reserved node(s) {} completing, no release", completing)
             cands.clear()
-        for names in release_names(plan, held, cands, outstanding).values():
-            if act.scontrol(list(names), "undrain", "gpu-fleet: released from the reservation hold"):
+        machine_types = {p.machine_type for p in self.pools}
+        constraints = {
+            f"job/{j.job_id}": frozenset(j.features)
+            for j in sjobs
+            if j.pending and j.features and set(j.features) <= machine_types
+        }
+        split = held_launches(plan, held, self.pools, self.policy, constraints)
+        for uid, mts in sorted(split.widen.items()):
+            act.widen_job(int(uid.partition("/")[2]), "|".join(sorted(mts)), "gpu-fleet: the plan falls back to it")
+        released: set[str] = set()
+        for names in take_names(split.release, cands, outstanding).values():
+            if act.scontrol(list(names), "undrain", "gpu-fleet: released from the hold"):
                 self._released.update(dict.fromkeys(names, now))
+                released.update(names)
+        bootable = {p: [n for n in ns if n not in released] for p, ns in cands.items()}
+        for names in take_names(split.boot, bootable, booting).values():
+            if act.scontrol(list(names), "power_up", "gpu-fleet: late binding boot (drained until it registers)"):
+                self._held_boots.update(dict.fromkeys(names, now))
         if to_drain:
-            act.scontrol(to_drain, "drain", HOLD_REASON)
+            act.scontrol(to_drain, "drain", LATE_BIND_REASON if late else HOLD_REASON)
 
     def _reserved_weights(self, snodes: dict[str, SlurmNode], act: Actuator) -> None:
         """Weights of the reservation pools' registered nodes: rendered Weight + free GPUs (the fullest node that
@@ -640,8 +745,13 @@ class Daemon:
     ) -> None:
         if act.scontrol(names, "power_down", f"gpu-fleet scale-down: {reason}"):
             deleted = act.delete(pool, names, f"scale-down: {reason}", snodes)
-            if pool not in held_pools(self.pools, self.policy):  # a held pool's names stay drained (held)
+            if pool not in held_pools(self.pools, self.policy):
                 act.scontrol(deleted, "undrain", "gpu-fleet: powered down, back to the pool")
+            elif deleted:
+                # slurmctld 22.05 clears DRAIN with the power-down: held again at once, or the name is allocatable
+                # (a pending job bound to it) the moment it is powered down, before the next tick's hold
+                late = late_binding(self.pools, self.policy)
+                act.scontrol(deleted, "drain", LATE_BIND_REASON if late else HOLD_REASON)
 
     def _settle_job_ends(
         self,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loguru import logger
@@ -115,7 +115,8 @@ class KubeDaemon:
         self._arrivals = ArrivalLog()  # request key -> (first seen, the arrival)
         self._since: float | None = None
         self.kp = pools
-        self.policy = policy
+        # late binding holds Slurm's powered-down CLOUD names; Kueue binds nothing at submit and nothing is held
+        self.policy = replace(policy, late_bind=False)
         self.elector = elector
         self.clock = clock
         self.metrics = metrics
@@ -274,8 +275,11 @@ class KubeDaemon:
         for v in views:
             if v.problem is None and v.gpus_per_pod > 0:
                 self._arrivals.see(v.key, now, SeenJob(v.created, max(1, v.pods), v.gpus_per_pod))
-        self.policy = self.settings.current(
-            now, self._since, offerings=offerings, pools=self.kp.pools, history=self._arrivals.history
+        self.policy = replace(
+            self.settings.current(
+                now, self._since, offerings=offerings, pools=self.kp.pools, history=self._arrivals.history
+            ),
+            late_bind=False,
         )
 
     def _bind_machines(self, views: Sequence[RequestView], cloud: Sequence[Any]) -> None:

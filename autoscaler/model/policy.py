@@ -106,7 +106,7 @@ class Policy:
     #: as a hard `--constraint`, and for a job Slurm could not place the daemon boots held names *drained* and
     #: undrains each once it registered, so a pending job takes whichever node of its shape frees or comes up first
     #: (docs/autoscaler.md "Late binding")
-    late_bind: bool = False
+    late_bind: bool = True
 
     def __post_init__(self) -> None:
         for name in ("keep_reserved_nodes", "defragment", "warm_cap", "preempt_spot", "late_bind"):

@@ -33,14 +33,16 @@ from autoscaler.core import (
     ResumeLaunch,
     ResumeUnit,
     deletable_after_drain,
+    held_launches,
     held_pools,
+    late_binding,
     name_index,
     queue_depth,
-    release_names,
     resume_failed,
     resume_unit,
     scale_down_steps,
     serve_resumes,
+    take_names,
 )
 from autoscaler.core.settings import SeenJob, SettingsTracker
 from autoscaler.core.weights import ReservedNode, rendered_weights, reservation_weights, weight_changes
@@ -69,6 +71,12 @@ RESUME_FAIL_BACKOFF_S = 1800.0
 #: 0.7 s mean (median 0.69 s, max 0.84 s, 8 job ends) on real slurmctld 22.05 with no compute-node Epilog
 #: (`bench/job_end_latency.py`; a node Epilog adds its own run time, during which the node is COMPLETING)
 JOB_END_LATENCY_S = 0.7
+#: a held boot registering -> the daemon's tick that undrains it: its run loop polls sinfo every second while a
+#: held boot is due (`autoscaler/daemon/loop.py` WATCH_S)
+HELD_BOOT_LATENCY_S = 1.0
+#: a submission -> the daemon's tick, under late binding: the rendered job_submit.lua touches the wake-up file,
+#: which the run loop's 1 s watcher checks (`autoscaler/daemon/loop.py`); the watcher's whole period is assumed
+SUBMIT_WAKE_LATENCY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -118,19 +126,22 @@ class GpuFleetPolicy:
         jobs: Sequence[TraceJob] = (),
         warm_cap: bool = True,
         preempt_spot: bool = True,
+        late_bind: bool = True,
     ) -> GpuFleetPolicy:
         """The replay's gpu-fleet, configured as the daemon is: `DEFAULT_POLICY` plus the wait value, and the
         settings rule applied by `autoscaler.core.settings.SettingsTracker` to the jobs the simulated Slurm has
         shown up to the replay's clock (arrivals over the last day, runs of jobs that ended), refreshed every
         10 minutes, exactly as the daemon applies it to what squeue showed it.  Nothing is read from the trace's
         future and no setting is swept.  `jobs` is accepted for the callers' signature and not read.  `warm_cap`:
-        `Policy.warm_cap`, an operator's setting the rule keeps; so is `preempt_spot` (`Policy.preempt_spot`)."""
+        `Policy.warm_cap`, an operator's setting the rule keeps; so are `preempt_spot` (`Policy.preempt_spot`) and
+        `late_bind` (`Policy.late_bind`)."""
         facts = scenario_facts(scenario, (), wait_value_usd_per_gpu_hour)
         base = replace(
             DEFAULT_POLICY,
             wait_value_usd_per_gpu_hour=facts.wait_value_usd_per_gpu_hour,
             warm_cap=warm_cap,
             preempt_spot=preempt_spot,
+            late_bind=late_bind,
         )
         tracker = SettingsTracker(base=base, boot_s=scenario.ready_s)
         # Slurm powers an idle node down after SuspendTime whatever the daemon keeps: the stack renders it no
@@ -167,8 +178,10 @@ class GpuFleetPolicy:
 
     def slurm_settings(self, scenario: Scenario) -> SlurmSettings:
         # the stack renders partition-priority preemption of spot-tolerant work with Policy.preempt_spot
-        # (fleet/slurm/preempt.py); the daemon holds the overflow for it (`core.held_pools`)
-        return replace(self.slurm, preempt_spot=self.policy.preempt_spot)
+        # (fleet/slurm/preempt.py); the daemon holds the overflow for it (`core.held_pools`); under late binding
+        # the job_submit.lua gives every GPU job its right-sized machine type as a hard constraint
+        late = late_binding(scenario.pools(), self.policy)
+        return replace(self.slurm, preempt_spot=self.policy.preempt_spot, constrain=late, prefer=not late)
 
     # ---- the hooks ------------------------------------------------------------------------------------
 
@@ -201,6 +214,16 @@ class GpuFleetPolicy:
                 sim.delete(nm.pool.name, [n])
             else:
                 sim.return_to_service([n])
+
+    def job_submitted(self, sim: SimSlurm, job: Job) -> None:
+        """Under late binding the job_submit.lua touches the daemon's wake-up file: a tick follows within a second
+        (no powered-down name is allocatable, so no ResumeProgram call would start one)."""
+        if sim.held and sim.conf.constrain:
+            sim.wake(sim.now + SUBMIT_WAKE_LATENCY_S)
+
+    def held_registered(self, sim: SimSlurm, node: SimNode) -> None:
+        """A node booted drained (late binding) registered: the daemon's watcher sees it within a second."""
+        sim.wake(sim.now + HELD_BOOT_LATENCY_S)
 
     def job_end(self, sim: SimSlurm, job: Job, names: Sequence[str]) -> None:
         """EpilogSlurmctld: the daemon's watcher ticks `JOB_END_LATENCY_S` after a job's end (docs/autoscaler.md
@@ -245,6 +268,11 @@ class GpuFleetPolicy:
         held = held_pools(self._pools, self.policy)
         if held != sim.held:
             sim.hold(held)
+        late = late_binding(self._pools, self.policy)
+        if late:  # the daemon's first act on its read: held boots that registered take work from now on
+            booted = [nm.node.name for nm in sim.held_boots() if nm.launched and nm.node.registered and not nm.down]
+            if booted:
+                sim.undrain_held(booted)
         offerings = sim.offerings()
         resume = self.resume_units(sim)
         refused = False
@@ -286,7 +314,7 @@ class GpuFleetPolicy:
                 n for uid, a in plan.assignments.items() if is_standby_unit(uid) for n in a.nodes if n in sim.idle
             }
             for su in plan.scale_ups:  # the daemon's `scontrol update state=power_up` of standby names
-                if k := standby_count(su):
+                if (k := standby_count(su)) and not late:  # late binding: booted held (`_release`)
                     sim.power_up(su.pool, k)
             facts = {n.name: self._facts(sim, n.name) for n in nodes}
             drained: list[tuple[str, tuple[str, ...]]] = []
@@ -360,9 +388,25 @@ class GpuFleetPolicy:
         return min(poll, self.tick_log[i]) if i < len(self.tick_log) else poll
 
     def _release(self, sim: SimSlurm, plan: Plan, held: frozenset[str]) -> None:
-        """The daemon's `_hold`: release as many held names as the plan launches in each held pool, lowest free
-        index first (the names Slurm shows drained and powered down)."""
-        want = {su.pool: su.count for su in plan.scale_ups if su.pool in held}
+        """The daemon's `_hold`: widen the constraints of jobs the plan serves with another machine type; release
+        as many held names as the plan launches for gangs (every launch, without late binding) in each held pool,
+        lowest free index first (the names Slurm shows drained and powered down); under late binding, boot as many
+        drained names as the plan launches for single nodes, less those booted and not launched yet."""
+        pending = sim.pending_jobs()
+        constraints = {f"job/{j.idx + 1}": a for j in pending if (a := sim.allowed(j)) is not None}
+        split = held_launches(plan, held, self._pools, self.policy, constraints)
+        if split.widen:
+            by_uid = {f"job/{j.idx + 1}": j for j in pending}
+            for uid, mts in split.widen.items():
+                sim.allow(by_uid[uid], mts)
+        if split.boot:
+            booting: dict[str, int] = {}
+            for nm in sim.held_boots():
+                if not nm.launched and not nm.down:
+                    booting[nm.pool.name] = booting.get(nm.pool.name, 0) + 1
+            for pool_name, n in split.boot.items():
+                sim.boot_held(pool_name, n - booting.get(pool_name, 0))
+        want = split.release
         cands: dict[str, list[str]] = {}
         for pool_name, n in want.items():
             pool = sim.pools[pool_name]
@@ -370,7 +414,7 @@ class GpuFleetPolicy:
             idx = [i for i in sim.free_indices(pool, n + len(skip)) if i not in skip][:n]
             cands[pool_name] = [pool.node_name(i) for i in idx]
         outstanding = {p: sum(1 for i, at in sim.released[p].items() if sim.now - at <= RELEASE_GRACE_S) for p in held}
-        for pool_name, names in release_names(plan, held, cands, outstanding).items():
+        for pool_name, names in take_names(want, cands, outstanding).items():
             sim.release(pool_name, [name_index(n) for n in names], grace_s=RELEASE_GRACE_S)
 
     def _planner(self, *args, **kw):  # type: ignore[no-untyped-def]
@@ -514,6 +558,7 @@ def policy_settings(
         "idle_keep_max_by_machine": dict(p.idle_keep_max_by_machine),
         "warm_cap": p.warm_cap,
         "preempt_spot": p.preempt_spot,
+        "late_bind": p.late_bind,
         "standby_by_machine": dict(p.standby_by_machine),
         "defragment": p.defragment,
         "idle_timeout_s": p.idle_timeout_s,

@@ -55,12 +55,15 @@ from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.state import Job, JobState, SimNode
 from autoscaler.replay.trace import TraceJob
 
+#: late binding is the Slurm daemon's (held CLOUD names): nothing is held on Kubernetes
+KUBE_POLICY = replace(DEFAULT_POLICY, late_bind=False)
+
 
 @dataclass
 class GpuFleetKubePolicy:
     """The Kubernetes daemon's decision loop in a replay; see the module docstring."""
 
-    policy: Policy = DEFAULT_POLICY
+    policy: Policy = KUBE_POLICY
     name: str = "gpu-fleet"
     description: str = (
         "the gpu-fleet daemon on Kubernetes: one ProvisioningRequest per admitted workload, planned as one gang "
@@ -100,7 +103,12 @@ class GpuFleetKubePolicy:
         and the settings rule over the ProvisioningRequests seen so far (`KubeDaemon._learn`: arrivals only, no
         run times), refreshed on the same grid.  Nothing is read from the trace's future; `jobs` is not read."""
         facts = scenario_facts(scenario, (), wait_value_usd_per_gpu_hour)
-        base = replace(DEFAULT_POLICY, wait_value_usd_per_gpu_hour=facts.wait_value_usd_per_gpu_hour, warm_cap=warm_cap)
+        base = replace(
+            KUBE_POLICY,
+            wait_value_usd_per_gpu_hour=facts.wait_value_usd_per_gpu_hour,
+            warm_cap=warm_cap,
+            late_bind=False,
+        )
         return cls(policy=base, tracker=SettingsTracker(base=base, boot_s=scenario.ready_s))
 
     def settings(self) -> dict[str, object]:

@@ -28,12 +28,14 @@ class PolicyOptions:
     `wait_value_usd_per_gpu_hour`: gpu-fleet's wait-vs-cost knob (`Policy.wait_value_usd_per_gpu_hour`,
     interfaces.md); None: gpu-fleet's documented default.  `warm_cap`: gpu-fleet's `Policy.warm_cap`.
     `preempt_spot`: gpu-fleet's `Policy.preempt_spot` (the simulated Slurm's partition-priority preemption of
-    spot-tolerant work off the reservation, and the overflow hold that lets it happen)."""
+    spot-tolerant work off the reservation, and the overflow hold that lets it happen).  `late_bind`: gpu-fleet's
+    `Policy.late_bind` (strict late binding, without a reservation)."""
 
     ca_expander: str = "random"
     wait_value_usd_per_gpu_hour: float | None = None
     warm_cap: bool = True
     preempt_spot: bool = True
+    late_bind: bool = True
 
 
 @dataclass(frozen=True)
@@ -76,9 +78,11 @@ def gpu_fleet_policy(
     jobs: Sequence[TraceJob] = (),
     warm_cap: bool = True,
     preempt_spot: bool = True,
+    late_bind: bool = True,
 ) -> ReplayPolicy:
     """gpu-fleet configured for `scenario` (and the trace's arrival rates, when its settings rule reads
-    them), with the wait-value knob when one is given, `Policy.warm_cap` and `Policy.preempt_spot`."""
+    them), with the wait-value knob when one is given, `Policy.warm_cap`, `Policy.preempt_spot` and
+    `Policy.late_bind`."""
     from autoscaler.replay.gpu_fleet import GpuFleetPolicy
 
     params = inspect.signature(GpuFleetPolicy.for_scenario).parameters
@@ -96,6 +100,8 @@ def gpu_fleet_policy(
         kwargs["warm_cap"] = False
     if not preempt_spot:
         kwargs["preempt_spot"] = False
+    if not late_bind:
+        kwargs["late_bind"] = False
     return GpuFleetPolicy.for_scenario(scenario, **kwargs)
 
 
@@ -114,7 +120,7 @@ def policy_factories(
     opts = options or PolicyOptions()
     return {
         "gpu-fleet": lambda s, jobs: gpu_fleet_policy(
-            s, opts.wait_value_usd_per_gpu_hour, jobs, opts.warm_cap, opts.preempt_spot
+            s, opts.wait_value_usd_per_gpu_hour, jobs, opts.warm_cap, opts.preempt_spot, opts.late_bind
         ),
         "static-peak": lambda s, jobs: StaticPeakPolicy(peak_gpus=peak_concurrent_gpus(jobs)),
         "slurm-power-save": lambda s, jobs: SlurmPowerSavePolicy(),
@@ -266,11 +272,12 @@ def run_frontier(
     settings: Sequence[float | FrontierSetting],
     progress: Callable[[str, dict[str, Any]], None] | None = None,
     preempt_spot: bool = True,
+    late_bind: bool = True,
 ) -> list[dict[str, Any]]:
     """gpu-fleet replayed once per setting (a wait value, or a `FrontierSetting`; same jobs, same cloud, same
-    bound; `preempt_spot` as the main run's): its cost-vs-wait frontier.  Stored in `result.frontier` (and the
-    JSON's `frontier`); each point carries its setting (`wait_value_usd_per_gpu_hour`, `warm_cap`, `setting`) and
-    the settings the rule derived."""
+    bound; `preempt_spot` and `late_bind` as the main run's): its cost-vs-wait frontier.  Stored in
+    `result.frontier` (and the JSON's `frontier`); each point carries its setting (`wait_value_usd_per_gpu_hour`,
+    `warm_cap`, `setting`) and the settings the rule derived."""
     points: list[dict[str, Any]] = []
     ctx = result.kueue
     for item in settings:
@@ -282,7 +289,7 @@ def run_frontier(
             kp = GpuFleetKubePolicy.for_scenario(result.scenario, value, result.jobs, warm_cap)
             engine = ctx.engine(kp, result.scenario).run()
         else:
-            policy = gpu_fleet_policy(result.scenario, value, result.jobs, warm_cap, preempt_spot)
+            policy = gpu_fleet_policy(result.scenario, value, result.jobs, warm_cap, preempt_spot, late_bind)
             engine = replay_engine(result.jobs, result.scenario, policy).run()
         m = policy_metrics(engine, result.bound)
         point = {

@@ -85,6 +85,9 @@ class SlurmSettings:
     weights: Mapping[CapacityType, int] | None = None
     #: the rendered job_submit.lua's `--prefer=<right-sized machine type>` (`fleet.slurm.job_submit.preferences`)
     prefer: bool = True
+    #: the job_submit.lua of late binding (`Policy.late_bind`): the right-sized machine type as a hard `--constraint`
+    #: (no fallback to other shapes), widened per job by the driver (`allow`, `scontrol update jobid=N features=`)
+    constrain: bool = False
     #: SuspendExcNodes by capacity type: pools of these types are never suspended (fleet/slurm/conf.py renders
     #: every reservation pool there, plus pool minimums, which the replay's pools do not have)
     suspend_exc: frozenset[CapacityType] = frozenset({CapacityType.RESERVATION})
@@ -122,6 +125,10 @@ class SlurmDriver(Protocol):
     # optional (looked up with getattr, like `next_poll` and `idle_wake`):
     # def job_end(self, sim: SimSlurm, job: Job, names: Sequence[str]) -> None:
     #     """EpilogSlurmctld: `job` ended and freed `names` (already idle in `sim`)."""
+    # def job_submitted(self, sim: SimSlurm, job: Job) -> None:
+    #     """job_submit.lua ran for `job` (a driver whose lua writes a wake-up)."""
+    # def held_registered(self, sim: SimSlurm, node: SimNode) -> None:
+    #     """A node booted drained (`boot_held`) registered; it takes no job until `undrain_held`."""
 
 
 @dataclass(eq=False)
@@ -134,6 +141,8 @@ class _Name:
     launched: bool = False
     down: bool = False
     allocated_at: float = 0.0
+    #: powered up while drained (`boot_held`): takes no job until the driver undrains it (`undrain_held`)
+    held_boot: bool = False
 
 
 def _index(nm: _Name) -> int:
@@ -173,7 +182,9 @@ class SimSlurm:
         #: Weights set on single nodes (`scontrol update nodename=... weight=...`, `set_weights`), by pool
         self.node_weight: dict[str, dict[str, int]] = {}
         self.prefer: dict[int, Prefer] = {}  # GPUs per node -> the --prefer (the one partition's)
-        if self.conf.prefer:
+        #: job idx -> the machine types its hard constraint allows (`constrain`), once widened by the driver
+        self.constraints: dict[int, frozenset[str]] = {}
+        if self.conf.prefer or self.conf.constrain:
             rows = ((p.name, CapacityType.ON_DEMAND, p.machine_type) for p in self.pool_list)
             reserved = max(
                 (p.gpus_per_node for p in self.pool_list if p.capacity_type is CapacityType.RESERVATION), default=0
@@ -229,6 +240,7 @@ class SimSlurm:
         wall0 = time.perf_counter()
         jobs = self.state.jobs
         n, nxt = len(jobs), 0
+        submitted = getattr(self.driver, "job_submitted", None)  # the job_submit.lua's wake-up, if the driver has one
         self._call_tick()
         while self.state.done < n:
             t = next_event_at(jobs, nxt, self._heap, self.cloud)
@@ -291,6 +303,8 @@ class SimSlurm:
                     tick = True
             while nxt < n and jobs[nxt].submit <= t:
                 self.state.submit(jobs[nxt])
+                if submitted is not None:
+                    submitted(self, jobs[nxt])
                 nxt += 1
                 changed = True
             if changed or self.state.pending_changed:
@@ -328,6 +342,10 @@ class SimSlurm:
             self._push(at, _TICK, None)
 
     def _call_tick(self) -> None:
+        # this tick serves every wake-up asked for up to now (a submission at the poll's own instant included):
+        # the daemon runs one tick then, not one per request
+        if self._tick_at <= self.now:
+            self._tick_at = math.inf
         self.counters.decide_calls += 1
         self.wake(self.driver.tick(self))
 
@@ -340,12 +358,12 @@ class SimSlurm:
     def schedule(self, now: float) -> None:
         """Slurm's scheduling pass: allocate every pending job that can be placed now, in queue order."""
         st = self.state
-        failed: set[tuple[int, int, bool]] = set()
+        failed: set[tuple[int, int, bool, frozenset[str] | None]] = set()
         for _, idx in list(st._pending):
             job = st.jobs[idx]
             if self._eligible.get(idx, 0.0) > now:
                 continue
-            shape = (job.nodes, job.gpus_per_node, job.spot_ok)
+            shape = (job.nodes, job.gpus_per_node, job.spot_ok, self.allowed(job))
             if shape in failed:
                 continue
             picked = self._select(job, now)
@@ -424,12 +442,31 @@ class SimSlurm:
         """Nodes for `job` the way slurmctld 22.05 picks them (module docstring): with a `--prefer`, only the
         preferred machine type's nodes if they can hold the job; else nodes that need no power-up by Weight, then
         powered-down ones by Weight tier, node-table order within one Weight."""
+        allowed = self.allowed(job)
+        if allowed is not None:  # a hard --constraint: its machine types or nothing
+            return self._pick(job, [p for p in self.by_weight if p.machine_type in allowed])
         want = self.prefer.get(job.gpus_per_node)
         if want is not None:
             picked = self._pick(job, [p for p in self.by_weight if want.allows(p.machine_type, p.capacity_type)])
             if picked is not None:
                 return picked
         return self._pick(job, self.by_weight)
+
+    def allowed(self, job: Job) -> frozenset[str] | None:
+        """The machine types `job`'s hard constraint allows (`SlurmSettings.constrain`: the right-sized one, as the
+        job_submit.lua sets it, plus what the driver widened it by); None: no constraint."""
+        if not self.conf.constrain:
+            return None
+        got = self.constraints.get(job.idx)
+        if got is not None:
+            return got
+        want = self.prefer.get(job.gpus_per_node)
+        return frozenset({want.machine_type}) if want is not None else None
+
+    def allow(self, job: Job, machine_types: frozenset[str]) -> None:
+        """`scontrol update jobid=N features=a|b`: `job`'s constraint now allows `machine_types`."""
+        self.constraints[job.idx] = machine_types
+        self.state.pending_changed = True
 
     def _pick(self, job: Job, pools: list[Pool]) -> list[tuple[Pool, _Name | int]] | None:
         need = job.nodes
@@ -613,6 +650,11 @@ class SimSlurm:
         node.ready_at = now
         node.version += 1
         node.since = now
+        if nm.held_boot:  # IDLE+DRAIN: no job until the driver undrains it; its watcher sees it register
+            hook = getattr(self.driver, "held_registered", None)
+            if hook is not None:
+                hook(self, nm.node)
+            return
         if node.jobs:
             node.state = NodeState.BUSY
             for i in list(node.jobs):
@@ -826,6 +868,44 @@ class SimSlurm:
             self.slurm_counters["power_ups"] += len(out)
             self.schedule(now)  # pending jobs may take a node powering up
         return out
+
+    def boot_held(self, pool_name: str, count: int) -> list[str]:
+        """`scontrol update nodename=... state=power_up` of `count` drained powered-down names of a held pool,
+        lowest first, released ones excepted (late binding): each is POWERING_UP+DRAIN with no job, in the next
+        ResumeProgram batch, and takes no job until `undrain_held` (measured on slurmctld 22.05:
+        bench/probe_late_bind.py).  Returns the names."""
+        pool = self.pools.get(pool_name)
+        if pool is None or count <= 0:
+            return []
+        now = self.now
+        skip = set(self.released[pool_name])
+        idx = [i for i in self.free_indices(pool, count + len(skip)) if i not in skip][:count]
+        out = []
+        for i in idx:
+            nm = self._power_up_index(pool, i, now)
+            nm.held_boot = True
+            self._room[pool.name].pop(nm.node.name, None)
+            out.append(nm.node.name)
+        if out:
+            self._queue_resume(out, now)
+            self.slurm_counters["power_ups"] += len(out)
+        return out
+
+    def held_boots(self) -> list[_Name]:
+        """Names booted drained (`boot_held`) and not undrained yet."""
+        return [nm for nm in self.names.values() if nm.held_boot]
+
+    def undrain_held(self, names: Sequence[str]) -> None:
+        """`scontrol update state=undrain` of registered held boots: idle and allocatable from now on."""
+        for name in names:
+            nm = self.names.get(name)
+            if nm is None or not nm.held_boot or not nm.launched or not nm.node.registered or nm.down:
+                continue
+            nm.held_boot = False
+            self._room[nm.pool.name][name] = nm
+            self._become_idle(nm, self.now)
+        self.state.pending_changed = True
+        self.schedule(self.now)
 
     def hold(self, pools: frozenset[str]) -> None:
         """The driver keeps these pools' powered-down names drained (`scontrol update state=drain`)."""

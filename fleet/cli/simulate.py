@@ -94,6 +94,12 @@ def simulate(
         help="gpu-fleet: no partition-priority preemption of spot-tolerant work off the reservation "
         "(Policy.preempt_spot false): the on-demand overflow is not held for it",
     ),
+    no_late_bind: bool = typer.Option(
+        False,
+        "--no-late-bind",
+        help="gpu-fleet: no strict late binding (Policy.late_bind false): Slurm binds each job to a powered-down "
+        "name at submit (the job_submit.lua's --prefer) instead of the daemon booting held nodes for it",
+    ),
     scheduler: str = typer.Option(
         "slurm", "--scheduler", help="slurm (the simulated slurmctld) or kueue (Kueue's admission gate, Kubernetes)"
     ),
@@ -147,6 +153,8 @@ def simulate(
         kueue = _kueue_setup(scheduler, kueue_teams, kueue_quota_gpus, kueue_borrowing_limit, kueue_queues, seed)
         if no_preempt_spot and scheduler != "slurm":
             raise ValueError("--no-preempt-spot: only with --scheduler slurm (it turns off Slurm's preemption)")
+        if no_late_bind and scheduler != "slurm":
+            raise ValueError("--no-late-bind: only with --scheduler slurm (late binding is the Slurm daemon's)")
         names = resolve_policies(policy, scheduler)
         if ca_expander not in EXPANDERS:
             raise ValueError(f"--ca-expander: unknown expander {ca_expander!r} (known: {', '.join(EXPANDERS)})")
@@ -158,6 +166,7 @@ def simulate(
             wait_value_usd_per_gpu_hour=wait_value,
             warm_cap=not no_warm_cap,
             preempt_spot=not no_preempt_spot,
+            late_bind=not no_late_bind,
         )
         if wait_value is not None and not wait_value >= 0:
             raise ValueError(f"--wait-value: must be >= 0 USD per GPU-hour, got {wait_value:g}")
@@ -203,7 +212,9 @@ def simulate(
     try:
         result = run_scenario(jobs, scenario, names, progress=progress, options=options, kueue=kueue)
         if settings:
-            run_frontier(result, settings, progress=progress, preempt_spot=not no_preempt_spot)
+            run_frontier(
+                result, settings, progress=progress, preempt_spot=not no_preempt_spot, late_bind=not no_late_bind
+            )
     except ReplayError as exc:
         typer.echo(f"error: replay failed: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -286,8 +297,13 @@ def _gpu_fleet_setting(settings: dict[str, Any]) -> str:
             + ("on" if settings["preempt_spot"] else "off (--no-preempt-spot)")
         )
     )
+    late = (
+        ""
+        if "late_bind" not in settings
+        else ", late binding " + ("on" if settings["late_bind"] else "off (--no-late-bind)")
+    )
     return (
-        f"gpu-fleet: wait value {value} (--wait-value), warm-node cap {cap}{preempt}; "
+        f"gpu-fleet: wait value {value} (--wait-value), warm-node cap {cap}{preempt}{late}; "
         f"{settings.get('settings_source', '')}"
     )
 

@@ -79,7 +79,9 @@ def make_daemon(tmp_path: Path, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
             provider=kw.pop("provider", cloud),  # type: ignore[arg-type]
             slurm=kw.pop("slurm", slurm),  # type: ignore[arg-type]
             store=store,
-            policy=kw.pop("policy", Policy(idle_timeout_s=600, backoff_s=300)),  # type: ignore[arg-type]
+            # late binding off: these tests drive the resume path (Slurm binds jobs to powered-down names);
+            # late binding has its own (test_late_binding.py, test_one_path.py)
+            policy=kw.pop("policy", Policy(idle_timeout_s=600, backoff_s=300, late_bind=False)),  # type: ignore[arg-type]
             loop=kw.pop("loop", LoopConfig(orphan_grace_s=120)),  # type: ignore[arg-type]
             lock=LeaderLock(store.path),
             clock=clock,

@@ -23,7 +23,7 @@ from autoscaler.cloud import (
     ProviderError,
     ProvisioningFailure,
 )
-from autoscaler.slurm.client import SlurmUnavailable
+from autoscaler.slurm.client import SlurmUnavailable, check_features
 from autoscaler.slurm.readers import SlurmJob, SlurmNode
 from fleet.catalog import CapacityType
 
@@ -35,6 +35,7 @@ class FakeSlurm:
     down: bool = False
     updates: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
     weight_updates: list[tuple[tuple[str, ...], int]] = field(default_factory=list)  # `update_weight` calls
+    feature_updates: list[tuple[int, str]] = field(default_factory=list)  # `update_job_features` calls slurmctld took
 
     def add_cloud_nodes(
         self, names: Sequence[str], gpus: int = 8, partition: str = "gpu", weight: int | None = None
@@ -74,8 +75,14 @@ class FakeSlurm:
             flags = set(node.flags)
             if state == "drain":
                 flags.add("DRAIN")
+                node = replace(node, reason=reason or "")
             elif state == "undrain":
                 flags.discard("DRAIN")
+                node = replace(node, reason="")
+            elif state == "power_up" and "POWERED_DOWN" in flags:  # drained stays drained, its reason cleared (22.05)
+                flags -= {"POWERED_DOWN"}
+                flags |= {"POWERING_UP", "NOT_RESPONDING"}
+                node = replace(node, reason="")
             elif state == "resume":
                 flags -= {"DRAIN", "POWERING_UP", "NOT_RESPONDING"}
                 flags.add("POWERED_DOWN")
@@ -91,6 +98,20 @@ class FakeSlurm:
         self.weight_updates.append((tuple(names), weight))
         for n in names:
             self.nodes_[n] = replace(self.nodes_[n], weight=weight)
+
+    def update_job_features(self, job_id: int, features: str) -> None:
+        """Like ``scontrol update jobid=<id> features=<expr>`` on 22.05: a pending job's constraint is replaced;
+        an unknown job or one no longer pending is refused (the daemon's view may be a tick old)."""
+        check_features(features)
+        if self.down:
+            raise SlurmUnavailable("scontrol: Unable to contact slurm controller")
+        i = next((i for i, j in enumerate(self.jobs_) if j.job_id == job_id), None)
+        if i is None:
+            raise SlurmUnavailable(f"scontrol update jobid={job_id} exited 1: Invalid job id specified")
+        if not self.jobs_[i].pending:
+            raise SlurmUnavailable(f"scontrol update jobid={job_id} exited 1: Job is no longer pending execution")
+        self.feature_updates.append((job_id, features))
+        self.jobs_[i] = replace(self.jobs_[i], features=tuple(features.split("|")))
 
 
 def offering(zone: str, ct: CapacityType = CapacityType.SPOT, mt: str = "a3-highgpu-8g") -> OfferingKey:

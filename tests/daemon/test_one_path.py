@@ -17,7 +17,7 @@ from autoscaler.core.settings import SettingsTracker, settings_policy
 from autoscaler.daemon.config import LoopConfig
 from autoscaler.daemon.lock import LeaderLock
 from autoscaler.daemon.state import StateStore
-from autoscaler.daemon.tick import HOLD_REASON, Daemon
+from autoscaler.daemon.tick import HOLD_REASON, LATE_BIND_REASON, Daemon
 from autoscaler.model import NodeState
 from autoscaler.replay.facts import scenario_facts
 from autoscaler.replay.gpu_fleet import DEFAULT_POLICY, INTERVAL_S, GpuFleetPolicy
@@ -35,10 +35,12 @@ OUT_FROM, OUT_TO = 0.0, 1500.0  # on-demand 8g stocks out in one zone for the fi
 
 
 class RecordingFleet(GpuFleetPolicy):
-    """The replay's gpu-fleet driver, recording the ResumeProgram calls Slurm made."""
+    """The replay's gpu-fleet driver, recording the ResumeProgram calls Slurm made.  Late binding off by default:
+    the resume path alone (`test_daemon_tick_launches_exactly_what_the_replay_launched`); the late-binding test
+    below turns it on."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(policy=replace(DEFAULT_POLICY, late_bind=False))
         self.resumes: list[tuple[float, tuple[str, ...], dict[str, int | None]]] = []
 
     def resume(self, sim: SimSlurm, names, jobs) -> None:  # type: ignore[no-untyped-def]
@@ -177,21 +179,24 @@ def _sinfo(sim: SimSlurm, names_per_pool: int = 6) -> dict[str, SlurmNode]:
                 released = sim.released[pool.name].get(i)
                 if pool.name in sim.held and (released is None or sim.now - released > sim.release_grace_s):
                     flags.add("DRAIN")
-                    reason = HOLD_REASON
+                    reason = LATE_BIND_REASON if sim.conf.constrain else HOLD_REASON
                 out[name] = SlurmNode(name, "idle", frozenset(flags), pool.gpus_per_node, 0, ("default",), (), reason)
                 continue
             node = nm.node
             used = node.gpus - node.free
             state = "idle" if not node.jobs else ("allocated" if node.free == 0 else "mixed")
             flags = {"CLOUD"}
+            reason = ""
             if not node.registered:
                 flags |= {"POWERING_UP", "NOT_RESPONDING"}
             if node.state is NodeState.DRAINING:
                 flags.add("DRAIN")
+            if nm.held_boot:  # booted drained (late binding): drained until the daemon undrains it; slurmctld
+                flags.add("DRAIN")  # 22.05 clears the reason at the power-up (tests/e2e/test_late_binding.py)
             if node.state is NodeState.DELETING:
                 flags.add("POWERING_DOWN")
             out[name] = SlurmNode(
-                name, state, frozenset(flags), node.gpus, used, ("default",), (), "", 1 if node.jobs else 0,
+                name, state, frozenset(flags), node.gpus, used, ("default",), (), reason, 1 if node.jobs else 0,
                 {"last_busy": node.since},
             )  # fmt: skip
     return out
@@ -208,7 +213,7 @@ def _squeue(sim: SimSlurm) -> list[SlurmJob]:
             j.nodes,
             j.gpus_per_node,
             None,
-            (),
+            tuple(sorted(sim.allowed(j) or ())),  # the job_submit.lua's constraint, as widened
             0,
             None,
             j.submit,
@@ -247,7 +252,7 @@ def _daemon_follows(tmp_path: Path, sc: Scenario, trace: list[TraceJob], policy)
             for c in res.commands:
                 if c["command"] == "launch" and c["outcome"] == "ok":
                     launched.append((t, c["offering"], tuple(c["names"])))
-                if c["command"] == "scontrol-undrain" and "reservation hold" in c["reason"]:
+                if c["command"] == "scontrol-undrain" and "released from the hold" in c["reason"]:
                     released.append((t, tuple(c["names"])))
     finally:
         daemon.lock.release()
@@ -321,7 +326,9 @@ def test_job_end_wake_ups_make_the_daemon_delete_exactly_what_and_when_the_repla
     sc = Scenario()
     shapes = [(0, 1234, 1), (3, 777, 2), (7, 2001, 8), (12, 555, 16), (400, 1203, 1), (1500, 333, 4)]
     trace = [TraceJob(f"j{i}", t, d, g, False) for i, (t, d, g) in enumerate(shapes)]
-    policy = replace(DEFAULT_POLICY, idle_timeout_s=0.0)  # a freed node is not kept: deleted at the job's end
+    # a freed node is not kept: deleted at the job's end (late binding off: a job waiting for its shape would take
+    # it first; the late-binding test covers that path)
+    policy = replace(DEFAULT_POLICY, idle_timeout_s=0.0, late_bind=False)
     driver = JobEndFleet(policy)
     SimSlurm(trace, sc, driver).run()
     assert len(driver.job_ends) == len(trace)
@@ -414,3 +421,116 @@ def test_the_daemon_learns_exactly_the_settings_the_replay_learned(tmp_path: Pat
     assert daemon.settings is not None
     last = driver.tick_log[-1]  # the replay stops ticking when its last job ends; the daemon polls on
     assert [(at, p) for at, p in daemon.settings.log if at <= last] == driver.tracker.log
+
+
+class LateBindFleet(SnapshotFleet):
+    """Also records every drained boot, undrain of a registered held boot and constraint widening."""
+
+    def __init__(self, policy) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(policy)
+        self.boots: list[tuple[float, tuple[str, ...]]] = []
+        self.undrains: list[tuple[float, tuple[str, ...]]] = []
+        self.widened: list[tuple[float, int, str]] = []
+        self.resume_fails: list[tuple[float, tuple[str, ...]]] = []
+
+    def resume_fail(self, sim: SimSlurm, names) -> None:  # type: ignore[no-untyped-def]
+        self.resume_fails.append((sim.now, tuple(names)))
+        super().resume_fail(sim, names)
+
+    def tick(self, sim: SimSlurm) -> float | None:
+        boot, undrain, allow = sim.boot_held, sim.undrain_held, sim.allow
+
+        def boot_held(pool, count):  # type: ignore[no-untyped-def]
+            out = boot(pool, count)
+            if out:
+                self.boots.append((sim.now, tuple(out)))
+            return out
+
+        def undrain_held(names):  # type: ignore[no-untyped-def]
+            self.undrains.append((sim.now, tuple(names)))
+            undrain(names)
+
+        def allow_(job, machine_types):  # type: ignore[no-untyped-def]
+            self.widened.append((sim.now, job.idx + 1, "|".join(sorted(machine_types))))
+            allow(job, machine_types)
+
+        sim.boot_held, sim.undrain_held, sim.allow = boot_held, undrain_held, allow_  # type: ignore[method-assign]
+        try:
+            return super().tick(sim)
+        finally:
+            sim.boot_held, sim.undrain_held, sim.allow = boot, undrain, allow  # type: ignore[method-assign]
+
+
+def test_under_late_binding_the_daemon_boots_undrains_widens_and_launches_what_the_replay_did(tmp_path: Path) -> None:
+    """Strict late binding (`Policy.late_bind`, no reservation): every pool held, jobs hard-constrained to their
+    right-sized machine type, single-node launches booted drained and undrained once registered, a gang released,
+    and - with every zone of the 1-GPU shape stocked out for a while - a job's constraint widened to the shape the
+    plan falls back to.  Fed the simulated Slurm's views and ResumeProgram calls at the same times, the daemon
+    boots, undrains, widens and launches exactly what the replay's driver did."""
+    sc = Scenario(preemption_rate_per_hour=0.0)
+    one_g = next(p for p in sc.pools() if p.machine_type == "a3-highgpu-1g")
+    outs = tuple(
+        StockoutWindow(
+            zone=z, start=0.0, end=1500.0, machine_type="a3-highgpu-1g", capacity_type=CapacityType.ON_DEMAND
+        )
+        for z in one_g.zones
+    )
+    cfg = sc.sim_config().model_copy(update={"stockout_windows": outs})
+    shapes = [(0, 900, 1), (5, 600, 1), (20, 1200, 8), (40, 800, 16), (700, 300, 1), (1000, 400, 1), (2000, 500, 1)]
+    shapes += [(2010, 700, 2), (2400, 300, 1), (2405, 200, 1)]
+    trace = [TraceJob(f"j{i}", t, d, g, False) for i, (t, d, g) in enumerate(shapes)]
+    policy = replace(DEFAULT_POLICY, late_bind=True, idle_timeout_s=120.0)
+    driver = LateBindFleet(policy)
+    SimSlurm(trace, sc, driver, sim_config=cfg).run()
+    assert driver.boots and driver.undrains, "the scenario must boot held names and undrain them"
+    assert driver.releases, "and release a gang's names"
+    assert any("a3-highgpu-2g" in f for *_, f in driver.widened), "and widen a 1-GPU job to the 2-GPU shape"
+
+    cloud = FakeCloud(offers=[])
+    slurm = FakeSlurm()
+    clock = [0.0]
+    daemon = _daemon(tmp_path, sc, cloud, slurm, policy, clock)
+    store = daemon.store
+    got: dict[str, list] = {"boot": [], "undrain": [], "release": [], "widen": [], "launch": []}
+    resumes, fails = list(driver.resumes), list(driver.resume_fails)
+    try:
+        for t in sorted(driver.views):
+            clock[0] = t
+            slurm.nodes_, slurm.jobs_, cloud.offers = dict(driver.views[t][0]), driver.views[t][1], driver.views[t][2]
+            while fails and fails[0][0] <= t:  # ResumeTimeout: what `fleet slurm resume-fail HOSTLIST` queues
+                at, names = fails.pop(0)
+                store.enqueue_power("resume_fail", list(names), at, {})
+            cloud.stocked_out = {  # the sim cloud's stockout windows
+                o.key
+                for o in cloud.offers
+                for w in outs
+                if (o.key.zone, o.key.machine_type, o.key.capacity_type) == (w.zone, w.machine_type, w.capacity_type)
+                and w.start <= t < w.end
+            }
+            while resumes and resumes[0][0] <= t:
+                at, names, owners = resumes.pop(0)
+                for n in names:
+                    store.enqueue_power("resume", [n], at, {n: (owners[n],)} if owners[n] else {})
+            res = daemon.tick()
+            assert res.ok, res.error
+            for c in res.commands:
+                if c["outcome"] != "ok":
+                    continue
+                if c["command"] == "scontrol-power_up":
+                    got["boot"].append((t, tuple(c["names"])))
+                elif c["command"] == "scontrol-undrain" and "registered" in c["reason"]:
+                    got["undrain"].append((t, tuple(c["names"])))
+                elif c["command"] == "scontrol-undrain" and "released" in c["reason"]:
+                    got["release"].append((t, tuple(c["names"])))
+                elif c["command"] == "scontrol-features":
+                    got["widen"].append((t, c["job_id"], c["features"]))
+                elif c["command"] == "launch":
+                    got["launch"].append((t, c["offering"], tuple(c["names"])))
+    finally:
+        daemon.lock.release()
+        store.close()
+    assert got["boot"] == driver.boots
+    assert got["undrain"] == driver.undrains
+    assert got["release"] == driver.releases
+    assert got["widen"] == driver.widened
+    assert got["launch"] == [(t, o, n) for t, _, _, o, n, out in driver.launch_log if out == "ok"]

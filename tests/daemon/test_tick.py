@@ -239,7 +239,7 @@ def test_a_second_daemon_on_the_same_state_stays_passive(make_daemon, cloud) -> 
 
 
 def test_idle_scale_down_drains_then_powers_down_and_deletes_by_name(make_daemon, cloud, slurm, clock) -> None:
-    d = make_daemon(policy=Policy(idle_timeout_s=60, backoff_s=300))
+    d = make_daemon(policy=Policy(idle_timeout_s=60, backoff_s=300, late_bind=False))
     resume(d, NAMES[:2])
     d.tick()
     slurm.set("c1-spot-0", "idle", last_busy=clock())
@@ -251,7 +251,7 @@ def test_idle_scale_down_drains_then_powers_down_and_deletes_by_name(make_daemon
 
 
 def test_a_job_slurm_placed_while_the_node_was_being_drained_keeps_it(make_daemon, cloud, slurm, clock) -> None:
-    d = make_daemon(policy=Policy(idle_timeout_s=60, backoff_s=300))
+    d = make_daemon(policy=Policy(idle_timeout_s=60, backoff_s=300, late_bind=False))
     resume(d, NAMES[:1])
     d.tick()
     slurm.set("c1-spot-0", "idle", last_busy=clock())
@@ -345,7 +345,9 @@ def test_a_failing_cloud_fails_the_tick_not_the_daemon(make_daemon, cloud) -> No
 
 def test_a_batch_window_never_holds_nodes_slurm_already_bound_to_a_job(make_daemon, cloud) -> None:
     """Slurm allocated these names to the job at submit: holding their launch cannot send the job elsewhere."""
-    d = make_daemon(policy=Policy(idle_timeout_s=600, backoff_s=300, batch_window_s=600, batch_idle_s=600))
+    d = make_daemon(
+        policy=Policy(idle_timeout_s=600, backoff_s=300, batch_window_s=600, batch_idle_s=600, late_bind=False)
+    )
     resume(d, NAMES[:1], job=5)
     (launch,) = launches(d.tick())
     assert launch["names"] == NAMES[:1]

@@ -104,13 +104,14 @@ class E2E:
         policy: dict[str, Any] | None = None,
         reservations: dict[str, tuple[str, int]] | None = None,
         topology: bool = False,
-        job_submit_lua: str | None = None,
+        job_submit_lua: str | Callable[[Path], str] | None = None,
         slurm_lines: Callable[[SlurmHarness, Path], list[str]] | None = None,
         interval_s: float = 1.0,
     ):
         """`boots(name, zone)`: False makes that VM come up without ever registering (a broken boot).
         `topology`: topology/tree as `fleet render slurm-conf` renders it (one leaf per nodeset while unplaced);
-        `job_submit_lua`: a job_submit.lua for slurmctld (JobSubmitPlugins=lua), e.g. `fleet.slurm.job_submit`'s;
+        `job_submit_lua`: a job_submit.lua for slurmctld (JobSubmitPlugins=lua), e.g. `fleet.slurm.job_submit`'s, or
+        a function of the daemon's state path that renders one (the late-binding lua names its wake-up file);
         `slurm_lines(harness, state)`: extra slurm.conf lines (e.g. EpilogSlurmctld); `interval_s`: the daemon's
         poll (`loop.interval_s`)."""
         probe = make_harness()
@@ -139,6 +140,8 @@ class E2E:
             topology_conf = render_topology(
                 {ns.prefix: f"{ns.prefix}-[0-{ns.count - 1}]" for ns in self.nodes.nodesets}, {}
             )
+        if callable(job_submit_lua):
+            job_submit_lua = job_submit_lua(self.state)
         if job_submit_lua:
             conf += "JobSubmitPlugins=lua\n"
         if slurm_lines is not None:

@@ -10,12 +10,25 @@ import os
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.e2e.env import E2E, wait_for
+from tests.e2e.env import E2E, e2e_env, wait_for
+from tests.harness.slurm import SlurmHarness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.gce, pytest.mark.slow]
+
+
+@pytest.fixture
+def env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    """The shared env with late binding off: the SIGKILL is timed on the resume path, where Slurm binds the jobs at
+    submit and the first instance created is the one whose reply stalls (late binding's own e2e:
+    test_late_binding.py)."""
+    with e2e_env(
+        slurm_factory, suspend_time=6, policy={"idle_timeout_s": 3600, "backoff_s": 120, "late_bind": False}
+    ) as e:
+        yield e
 
 
 def slurmctld_pid(env: E2E) -> int:

@@ -47,7 +47,9 @@ def env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
         pools=[pool("od", "on-demand", "gpu", False), pool("one", "on-demand", "one", False, max_nodes=1)],
         nodesets=[Nodeset("e2e-od", 4), Nodeset("e2e-one", 1)],
         partitions={"gpu": ["e2e-od"], "one": ["e2e-one"]},
-        policy={"idle_timeout_s": 0, "backoff_s": 120},  # a freed node is not kept
+        # a freed node is not kept; late binding off: with no job_submit.lua here, ResumeProgram is what wakes the
+        # daemon at a submission (the poll is 300 s), as on the binding path this test is about
+        policy={"idle_timeout_s": 0, "backoff_s": 120, "late_bind": False},
         slurm_lines=_slurm_lines,
         interval_s=POLL_S,
     ) as e:

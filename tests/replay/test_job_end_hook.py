@@ -15,7 +15,7 @@ from autoscaler.replay.trace import TraceJob
 
 class Fleet(GpuFleetPolicy):
     def __init__(self) -> None:
-        super().__init__(policy=replace(DEFAULT_POLICY, idle_timeout_s=0.0))
+        super().__init__(policy=replace(DEFAULT_POLICY, idle_timeout_s=0.0, late_bind=False))  # the resume path
         self.ends: list[tuple[float, int, tuple[str, ...]]] = []
         self.deleted: list[tuple[float, tuple[str, ...]]] = []
 

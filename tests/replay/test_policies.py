@@ -36,7 +36,7 @@ def test_every_policy_runs_every_job_and_never_beats_the_lower_bound(default_run
         assert m["wait_p50_s"] <= m["wait_p95_s"] <= m["wait_max_s"], name
 
 
-def test_gpu_fleet_is_cheapest_and_waits_no_longer_than_the_autoscaling_baselines(default_run) -> None:
+def test_gpu_fleet_is_cheapest_and_waits_at_most_late_bindings_latencies_longer_than_the_baselines(default_run) -> None:
     m = default_run.metrics
     assert m["gpu-fleet"]["cost_ratio"] <= 1.02
     assert m["gpu-fleet"]["cost_usd"] == min(p["cost_usd"] for n, p in m.items() if n != "exact-fit")
@@ -45,7 +45,11 @@ def test_gpu_fleet_is_cheapest_and_waits_no_longer_than_the_autoscaling_baseline
     assert m["gpu-fleet"]["cost_usd"] <= m["exact-fit"]["cost_usd"] * 1.0002
     assert m["gpu-fleet"]["partial_gang_gpu_hours"] == 0
     best_wait = min(m[n]["wait_p95_s"] for n in ("slurm-power-save", "ca-like", "karpenter-like"))
-    assert m["gpu-fleet"]["wait_p95_s"] <= best_wait
+    # late binding's price: the daemon hears of a submission through the job_submit.lua wake-up and undrains a
+    # booted node once its watcher sees it registered (a second each), and the boot waits one ResumeProgram batch
+    from autoscaler.replay.gpu_fleet import HELD_BOOT_LATENCY_S, SUBMIT_WAKE_LATENCY_S
+
+    assert m["gpu-fleet"]["wait_p95_s"] <= best_wait + SUBMIT_WAKE_LATENCY_S + HELD_BOOT_LATENCY_S + 1.0
 
 
 def test_static_peak_buys_the_peak_and_waits_for_no_boot(default_run) -> None:

@@ -1,0 +1,156 @@
+"""Strict late binding in the daemon's tick (`Policy.late_bind`, `autoscaler.core.hold`), over the in-memory Slurm.
+
+Every pool is held (powered-down names drained); for a GPU job Slurm could not place the daemon powers up a drained
+name of the planned pool (it registers IDLE+DRAIN, with no job), undrains it once registered, and widens a job's
+hard constraint when the plan serves it with another machine type.  The same decisions as the replay's driver are
+checked in test_one_path.py; the real slurmctld in tests/e2e/test_late_binding.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+
+from autoscaler.cloud import Offering
+from autoscaler.daemon.tick import LATE_BIND_REASON, Daemon
+from autoscaler.model import Policy, Pool
+from autoscaler.slurm.readers import SlurmJob
+from fleet.catalog import CapacityType
+from tests.daemon.conftest import ZONE_A, ZONE_B, Clock
+from tests.daemon.fakes import FakeCloud, FakeSlurm, offering
+
+POLICY = Policy(idle_timeout_s=600, backoff_s=300, late_bind=True)
+
+
+def _pool(gpus: int) -> Pool:
+    return Pool(
+        name=f"od-{gpus}g",
+        machine_type=f"a3-highgpu-{gpus}g",
+        gpu_type="nvidia-h100-80gb",
+        gpus_per_node=gpus,
+        zones=(ZONE_A, ZONE_B),
+        capacity_type=CapacityType.ON_DEMAND,
+        max_nodes=3,
+        node_name_prefix=f"c1-od{gpus}g",
+        queues=frozenset({"gpu"}),
+    )
+
+
+POOLS = [_pool(1), _pool(2)]
+
+
+def _offers() -> list[Offering]:
+    return [
+        Offering(
+            offering(z, CapacityType.ON_DEMAND, p.machine_type), 11.0 * p.gpus_per_node, p.gpu_type, p.gpus_per_node
+        )
+        for p in POOLS
+        for z in (ZONE_A, ZONE_B)
+    ]
+
+
+def _job(job_id: int, features: tuple[str, ...] = ("a3-highgpu-1g",), reason: str = "Resources") -> SlurmJob:
+    return SlurmJob(job_id, f"j{job_id}", "PENDING", reason, "gpu", 1, 1, None, features, 0, None, 1.0)
+
+
+@pytest.fixture
+def fleet(make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud) -> Daemon:
+    slurm.nodes_.clear()
+    for p in POOLS:
+        slurm.add_cloud_nodes([p.node_name(i) for i in range(p.max_nodes)], gpus=p.gpus_per_node)
+    cloud.offers = _offers()
+    return make_daemon(pools=POOLS, policy=POLICY)
+
+
+def _commands(res, name: str) -> list[dict]:  # type: ignore[no-untyped-def]
+    return [c for c in res.commands if c["command"] == name and c["outcome"] == "ok"]
+
+
+def test_every_pool_is_held_and_a_pending_job_boots_one_drained_name_of_its_shape(
+    fleet: Daemon, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
+) -> None:
+    res = fleet.tick()
+    drains = _commands(res, "scontrol-drain")
+    assert sorted(n for c in drains for n in c["names"]) == sorted(slurm.nodes_)  # every powered-down name
+    assert all(c["reason"] == LATE_BIND_REASON for c in drains)
+    assert not fleet.awaiting_held_boot
+
+    slurm.jobs_ = [_job(7)]
+    clock.advance(1)
+    res = fleet.tick()
+    boots = _commands(res, "scontrol-power_up")
+    assert [c["names"] for c in boots] == [["c1-od1g-0"]]  # the right-sized shape, lowest index
+    assert slurm.nodes_["c1-od1g-0"].drain and slurm.nodes_["c1-od1g-0"].powering_up  # stays drained
+    assert fleet.awaiting_held_boot and not fleet.held_boot_registered()
+    assert cloud.list_nodes() == []  # the instance comes with ResumeProgram, as for any power-up
+
+    clock.advance(1)  # ResumeProgram not delivered yet: the boot is outstanding, nothing more is booted
+    assert _commands(fleet.tick(), "scontrol-power_up") == []
+
+    fleet.store.enqueue_power("resume", ["c1-od1g-0"], clock(), {})  # what `fleet slurm resume` queues
+    clock.advance(1)
+    res = fleet.tick()
+    assert [c["names"] for c in _commands(res, "launch")] == [["c1-od1g-0"]]
+    assert _commands(res, "scontrol-power_up") == []  # the booting node is the job's capacity now
+
+
+def test_a_registered_held_boot_is_undrained_and_an_admin_drain_is_left_alone(
+    fleet: Daemon, slurm: FakeSlurm, clock: Clock
+) -> None:
+    fleet.tick()
+    slurm.jobs_ = [_job(7)]
+    clock.advance(1)
+    fleet.tick()
+    fleet.store.enqueue_power("resume", ["c1-od1g-0"], clock(), {})
+    clock.advance(1)
+    fleet.tick()
+    slurm.set("c1-od1g-0", "idle", "DRAIN")  # slurmd registered: IDLE+DRAIN
+    assert slurm.nodes_["c1-od1g-0"].reason == ""  # slurmctld cleared it at the power-up
+    slurm.set("c1-od2g-0", "idle", "DRAIN")  # an admin's drain: never touched
+    slurm.nodes_["c1-od2g-0"] = replace(slurm.nodes_["c1-od2g-0"], reason="bad GPU")
+    assert fleet.held_boot_registered()
+    clock.advance(1)
+    res = fleet.tick()
+    assert [c["names"] for c in _commands(res, "scontrol-undrain")] == [["c1-od1g-0"]]
+    assert not slurm.nodes_["c1-od1g-0"].drain and slurm.nodes_["c1-od2g-0"].drain
+    assert not fleet.awaiting_held_boot
+
+
+def test_a_job_served_with_another_shape_has_its_constraint_widened(
+    fleet: Daemon, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
+) -> None:
+    cloud.stocked_out = {o.key for o in cloud.offers if o.key.machine_type == "a3-highgpu-1g"}
+    fleet.tick()
+    slurm.jobs_ = [_job(7), _job(8, features=("a3-highgpu-8g", "nvlink"))]  # 8: a user's own constraint
+    clock.advance(1)
+    fleet.tick()  # boots a 1g name; its launch is refused below and the offering backed off
+    fleet.store.enqueue_power("resume", ["c1-od1g-0"], clock(), {})
+    clock.advance(1)
+    fleet.tick()
+    clock.advance(1)
+    res = fleet.tick()
+    widened = _commands(res, "scontrol-features")
+    assert [(c["job_id"], c["features"]) for c in widened] == [(7, "a3-highgpu-1g|a3-highgpu-2g")]
+    assert slurm.feature_updates[-1] == (7, "a3-highgpu-1g|a3-highgpu-2g")
+    assert any("c1-od2g" in n for c in _commands(res, "scontrol-power_up") for n in c["names"])
+
+
+def test_the_run_loop_sees_a_submission_through_the_wake_up_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The job_submit.lua rewrites the file at every submission; the watcher reports each change once, and what
+    the file held before the loop started is no submission."""
+    import os
+    from types import SimpleNamespace
+
+    from autoscaler.daemon.loop import RunLoop
+
+    wake = tmp_path / "submit-wake"
+    wake.write_text("1\n")  # a submission from before the daemon started
+    loop = RunLoop(SimpleNamespace(submit_wake=wake), interval_s=10)  # type: ignore[arg-type]
+    assert loop._submitted() is False  # the baseline, as `run` takes it before the first tick
+    assert loop._submitted() is False
+    wake.write_text("2\n")
+    os.utime(wake, ns=(10**18, 10**18))  # a distinct mtime whatever the filesystem's resolution
+    assert loop._submitted() is True
+    assert loop._submitted() is False  # reported once
+    assert RunLoop(SimpleNamespace(submit_wake=None), interval_s=10)._submitted() is False  # late binding off

@@ -1,0 +1,139 @@
+"""Strict late binding on a real slurmctld (issue 8, item 1: what the replay scores, the daemon does).
+
+One on-demand pool of two CLOUD nodes, `Policy.late_bind` on and no reservation: the daemon holds the pool (its
+powered-down names drained), so Slurm binds no job to a powered-down name.  For a job Slurm cannot place the daemon
+powers a drained name up (`scontrol update state=power_up`: ResumeProgram runs, the daemon creates the instance,
+slurmd registers IDLE+DRAIN with no job) and undrains it once registered - seen by the run loop's 1 s watcher,
+not at its 10 s poll.  The saving the replay scores: a pending job takes whichever node of its shape is free first.
+Here the second job's node boots slowly; the first job ends meanwhile and the second runs on the node it freed,
+without waiting for its own boot; the booted node comes up with no job, is undrained and later scaled down.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from autoscaler.daemon.tick import LATE_BIND_REASON
+from autoscaler.slurm.wake import submit_wake_path
+from fleet.catalog import CapacityType, load_catalog
+from fleet.slurm.job_submit import render_job_submit
+from fleet.slurm.weights import pool_shapes
+from tests.e2e.env import E2E, REGION, e2e_env, pool, wait_for
+from tests.harness.cloud_nodes import Nodeset
+from tests.harness.slurm import SlurmHarness
+
+pytestmark = [pytest.mark.slurm, pytest.mark.gce, pytest.mark.slow]
+
+SLOW_BOOT_S = 25  # the second node's VM registers this long after its create
+SHAPES = [("od", CapacityType.ON_DEMAND, "a3-highgpu-8g")]
+
+
+@pytest.fixture
+def env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    holder: list[E2E] = []
+
+    def boots(name: str, zone: str) -> bool:
+        if name != "e2e-od-1":
+            return True
+        threading.Timer(SLOW_BOOT_S, lambda: holder[0].nodes.boot(name, zone)).start()
+        return False
+
+    with e2e_env(
+        slurm_factory,
+        suspend_time=600,
+        boots=boots,
+        pools=[pool("od", "on-demand", "gpu", False, max_nodes=2)],
+        nodesets=[Nodeset("e2e-od", 2, features="a3-highgpu-8g")],
+        partitions={"gpu": ["e2e-od"]},
+        policy={"idle_timeout_s": 20, "backoff_s": 120, "late_bind": True},
+        # the lua `fleet render slurm-conf` writes under late binding: the hard constraint and the submit wake-up
+        job_submit_lua=lambda state: render_job_submit(
+            {"gpu": pool_shapes(SHAPES, load_catalog(), REGION)},
+            "gpu",
+            constrain=True,
+            wake_path=str(submit_wake_path(state)),
+        ),
+        interval_s=10.0,  # the boot and the undrain must come from the watcher (submission, registration), not the poll
+    ) as e:
+        holder.append(e)
+        yield e
+
+
+def _job(env: E2E, seconds: int) -> int:
+    out = env.root / "log"
+    echo = f"srun sh -c 'echo $SLURMD_NODENAME; sleep {seconds}'"
+    return env.sbatch("-p", "gpu", "-N", "1", "--gres=gpu:8", "-o", f"{out}/job-%j.out", "--wrap", echo)
+
+
+def _ran_on(env: E2E, job: int) -> str:
+    return (env.root / "log" / f"job-{job}.out").read_text().split()[0]
+
+
+def _state(env: E2E, job: int) -> str:
+    for j in env.slurm.squeue_json()["jobs"]:
+        if j["job_id"] == job:
+            return str(j["job_state"])
+    return "GONE"
+
+
+def _features(env: E2E, job: int) -> str:
+    return next(str(j["features"]) for j in env.slurm.squeue_json()["jobs"] if j["job_id"] == job)
+
+
+def _ok(env: E2E, command: str) -> list[dict]:
+    return [c for t in env.ticks for c in t.commands if c["command"] == command and c["outcome"] == "ok"]
+
+
+def test_a_pending_job_takes_the_node_that_frees_while_its_own_boots(env: E2E) -> None:
+    env.start_daemon()
+    wait_for(
+        lambda: all("DRAIN" in env.sinfo()[n]["state_flags"] for n in ("e2e-od-0", "e2e-od-1")),
+        30,
+        "the pool to be held (its powered-down names drained)",
+        env,
+    )
+    assert env.sinfo()["e2e-od-0"]["reason"] == LATE_BIND_REASON
+
+    submitted = time.time()
+    first = _job(env, 15)
+    assert _features(env, first) == "a3-highgpu-8g"  # the lua's hard constraint
+    wait_for(lambda: _ok(env, "scontrol-power_up"), 10, "the daemon to boot a node for the first job", env)
+    boot = next(t for t in env.ticks for c in t.commands if c["command"] == "scontrol-power_up")
+    assert boot.at - submitted < 5, "woken by the lua's submit wake-up, not the 10 s poll"
+    wait_for(lambda: _state(env, first) == "RUNNING", 90, "the first job to run on a booted held node", env)
+    assert [c["names"] for c in _ok(env, "scontrol-power_up")] == [["e2e-od-0"]]
+
+    second = _job(env, 1)  # e2e-od-0 is busy: the daemon boots e2e-od-1, which takes SLOW_BOOT_S to register
+    wait_for(lambda: ["e2e-od-1"] in [c["names"] for c in _ok(env, "scontrol-power_up")], 30, "the second boot", env)
+    assert _state(env, second) == "PENDING"  # bound to nothing while its node boots
+    wait_for(lambda: second not in env.squeue_ids(), 90, "the second job to run and finish", env)
+    assert _ran_on(env, first) == "e2e-od-0"
+    assert _ran_on(env, second) == "e2e-od-0"  # the node the first job freed, not its own booting one
+    assert "e2e-od-1" in {e.name for e in env.fake.events_of("create")}  # ... which was still booting
+
+    # the late node registers drained with no job, the watcher sees it, the daemon undrains it: capacity for the
+    # next job, then scaled down after the idle timeout like any idle node
+    wait_for(lambda: ["e2e-od-1"] in [c["names"] for c in _ok(env, "scontrol-undrain")], 90, "the undrain", env)
+    third = _job(env, 1)
+    wait_for(lambda: third not in env.squeue_ids(), 60, "a third job to run on a free node", env)
+    assert _ran_on(env, third) in ("e2e-od-0", "e2e-od-1")
+    assert len(env.fake.events_of("create")) == 2 and env.fake.duplicates() == {}
+
+    # idle past the timeout: powered down and deleted, and held again (drained) at once: slurmctld clears DRAIN
+    # with the power-down, and a name left undrained would be bound to the next pending job
+    def held_again() -> bool:
+        nodes = env.sinfo()
+        return all(
+            "POWERED_DOWN" in nodes[n]["state_flags"] and "DRAIN" in nodes[n]["state_flags"]
+            for n in ("e2e-od-0", "e2e-od-1")
+        )
+
+    wait_for(held_again, 120, "both nodes powered down and held", env)
+    assert sorted(e.name for e in env.fake.events_of("delete")) == ["e2e-od-0", "e2e-od-1"]
+    last = _job(env, 1)  # Slurm binds it to no powered-down name: the daemon boots one for it
+    wait_for(lambda: last not in env.squeue_ids(), 90, "a job after the scale-down", env)
+    assert len(env.fake.events_of("create")) == 3

@@ -316,7 +316,9 @@ class GpuFleetPolicy:
             for su in plan.scale_ups:  # the daemon's `scontrol update state=power_up` of standby names
                 if (k := standby_count(su)) and not late:  # late binding: booted held (`_release`)
                     sim.power_up(su.pool, k)
-            facts = {n.name: self._facts(sim, n.name) for n in nodes}
+            # what sinfo shows of the nodes the plan would drain or delete (the only ones scale_down_steps reads)
+            named = {n for d in plan.drains for n in d.nodes} | {n for dn in plan.deletes for n in dn.names}
+            facts = {n.name: self._facts(sim, n.name) for n in nodes if n.name in named}
             drained: list[tuple[str, tuple[str, ...]]] = []
             for step in scale_down_steps(plan, facts):
                 if step.action == "drain":

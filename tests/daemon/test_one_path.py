@@ -49,6 +49,14 @@ class RecordingFleet(GpuFleetPolicy):
         super().resume(sim, names, jobs)
 
 
+def _queue_resumes(store: StateStore, resumes: list, t: float) -> None:  # type: ignore[type-arg]
+    """What `fleet slurm resume HOSTLIST` queued by `t` of the replay's ResumeProgram calls (popped from `resumes`)."""
+    while resumes and resumes[0][0] <= t:
+        at, names, owners = resumes.pop(0)
+        for n in names:
+            store.enqueue_power("resume", [n], at, {n: (owners[n],)} if owners[n] else {})
+
+
 def _trace() -> list[TraceJob]:
     shapes = [(0, 3000, 8, False), (0, 3000, 8, True), (5, 2000, 1, False), (5, 2000, 2, True), (30, 4000, 16, False)]
     shapes += [(400, 1000, 8, False), (420, 1000, 4, True), (2000, 600, 8, False), (2100, 900, 24, True)]
@@ -243,10 +251,7 @@ def _daemon_follows(tmp_path: Path, sc: Scenario, trace: list[TraceJob], policy)
             slurm.nodes_, jobs, offers = dict(driver.views[t][0]), driver.views[t][1], driver.views[t][2]
             slurm.jobs_ = jobs
             cloud.offers = offers
-            while resumes and resumes[0][0] <= t:
-                at, names, owners = resumes.pop(0)
-                for n in names:
-                    store.enqueue_power("resume", [n], at, {n: (owners[n],)} if owners[n] else {})
+            _queue_resumes(store, resumes, t)
             res = daemon.tick()
             assert res.ok, res.error
             for c in res.commands:
@@ -352,10 +357,7 @@ def test_job_end_wake_ups_make_the_daemon_delete_exactly_what_and_when_the_repla
         for t in sorted(driver.views):
             clock[0] = t
             slurm.nodes_, slurm.jobs_, cloud.offers = dict(driver.views[t][0]), driver.views[t][1], driver.views[t][2]
-            while resumes and resumes[0][0] <= t:
-                at, names, owners = resumes.pop(0)
-                for n in names:
-                    store.enqueue_power("resume", [n], at, {n: (owners[n],)} if owners[n] else {})
+            _queue_resumes(store, resumes, t)
             while hooks and hooks[0][0] <= t:  # what deploy/slurm/epilog_slurmctld.sh queues
                 at, job_id, names = hooks.pop(0)
                 store.enqueue_job_end(job_id, names, at)
@@ -507,10 +509,7 @@ def test_under_late_binding_the_daemon_boots_undrains_widens_and_launches_what_t
                 if (o.key.zone, o.key.machine_type, o.key.capacity_type) == (w.zone, w.machine_type, w.capacity_type)
                 and w.start <= t < w.end
             }
-            while resumes and resumes[0][0] <= t:
-                at, names, owners = resumes.pop(0)
-                for n in names:
-                    store.enqueue_power("resume", [n], at, {n: (owners[n],)} if owners[n] else {})
+            _queue_resumes(store, resumes, t)
             res = daemon.tick()
             assert res.ok, res.error
             for c in res.commands:

@@ -229,6 +229,23 @@ class E2E:
     def sbatch(self, *args: str) -> int:
         return int(self.slurm.run("sbatch", "--parsable", *args, check=True).stdout.strip().split(";")[0])
 
+    def gpu_job(self, seconds: int, partition: str = "gpu") -> int:
+        """A one-node, 8-GPU batch job that prints the node it runs on, then sleeps `seconds` (`ran_on`)."""
+        echo = f"srun sh -c 'echo $SLURMD_NODENAME; sleep {seconds}'"
+        out = f"{self.root / 'log'}/job-%j.out"
+        return self.sbatch("-p", partition, "-N", "1", "--gres=gpu:8", "-o", out, "--wrap", echo)
+
+    def ran_on(self, job: int) -> str:
+        """The node a `gpu_job` ran on."""
+        return (self.root / "log" / f"job-{job}.out").read_text().split()[0]
+
+    def job_state(self, job: int) -> str:
+        """The job's state as squeue shows it; GONE once it left the queue."""
+        for j in self.slurm.squeue_json()["jobs"]:
+            if j["job_id"] == job:
+                return str(j["job_state"])
+        return "GONE"
+
     def squeue_ids(self) -> set[int]:
         return {
             j["job_id"] for j in self.slurm.squeue_json()["jobs"] if j["job_state"] not in ("COMPLETED", "CANCELLED")

@@ -41,23 +41,6 @@ def env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
         yield e
 
 
-def _job(env: E2E, seconds: int) -> int:
-    out = env.root / "log"
-    echo = f"srun sh -c 'echo $SLURMD_NODENAME; sleep {seconds}'"
-    return env.sbatch("-p", "gpu", "-N", "1", "--gres=gpu:8", "-o", f"{out}/job-%j.out", "--wrap", echo)
-
-
-def _ran_on(env: E2E, job: int) -> str:
-    return (env.root / "log" / f"job-{job}.out").read_text().split()[0]
-
-
-def _state(env: E2E, job: int) -> str:
-    for j in env.slurm.squeue_json()["jobs"]:
-        if j["job_id"] == job:
-            return str(j["job_state"])
-    return "GONE"
-
-
 def test_jobs_wait_for_the_busy_reserved_node_within_the_hold_and_get_overflow_after_it(env: E2E) -> None:
     env.start_daemon()
     # the daemon holds the overflow: its powered-down nodes are drained before any job comes
@@ -67,26 +50,26 @@ def test_jobs_wait_for_the_busy_reserved_node_within_the_hold_and_get_overflow_a
         "the overflow nodes to be held (drained)",
         env,
     )
-    first = _job(env, 12)
-    wait_for(lambda: _state(env, first) == "RUNNING", 90, "the first job to run on the reserved node", env)
-    second = _job(env, 1)  # the reserved node is busy for ~12 s more, the hold is 25 s: it waits
+    first = env.gpu_job(12)
+    wait_for(lambda: env.job_state(first) == "RUNNING", 90, "the first job to run on the reserved node", env)
+    second = env.gpu_job(1)  # the reserved node is busy for ~12 s more, the hold is 25 s: it waits
     time.sleep(5)
-    assert _state(env, second) == "PENDING"
+    assert env.job_state(second) == "PENDING"
     assert set(env.fake.instance_names()) == {"e2e-resv-0"}  # Slurm powered up no overflow node
     wait_for(lambda: not env.squeue_ids() & {first, second}, 90, "both jobs to finish", env)
-    assert _ran_on(env, first) == _ran_on(env, second) == "e2e-resv-0"
+    assert env.ran_on(first) == env.ran_on(second) == "e2e-resv-0"
     assert {e.name for e in env.fake.events_of("create")} == {"e2e-resv-0"}
 
     # a job that would wait longer than the hold: the overflow node is released once the hold ends
-    long = _job(env, 120)
-    wait_for(lambda: _state(env, long) == "RUNNING", 60, "the long job to run on the reserved node", env)
+    long = env.gpu_job(120)
+    wait_for(lambda: env.job_state(long) == "RUNNING", 60, "the long job to run on the reserved node", env)
     submitted = time.monotonic()
-    late = _job(env, 1)
-    wait_for(lambda: _state(env, late) not in ("PENDING",), 120, "the held job to be given an overflow node", env)
+    late = env.gpu_job(1)
+    wait_for(lambda: env.job_state(late) not in ("PENDING",), 120, "the held job to be given an overflow node", env)
     waited = time.monotonic() - submitted
     assert waited >= HOLD_S - 2, f"released after {waited:.0f}s, before the {HOLD_S}s hold"
     wait_for(lambda: late not in env.squeue_ids(), 120, "the held job to run on overflow and finish", env)
-    assert _ran_on(env, late) == "e2e-od-0"
+    assert env.ran_on(late) == "e2e-od-0"
     assert long in env.squeue_ids()  # it did not wait for the reserved node
     created = [e.name for e in env.fake.events_of("create")]
     assert sorted(created) == ["e2e-od-0", "e2e-resv-0"] and env.fake.duplicates() == {}

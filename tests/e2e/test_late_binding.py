@@ -63,23 +63,6 @@ def env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
         yield e
 
 
-def _job(env: E2E, seconds: int) -> int:
-    out = env.root / "log"
-    echo = f"srun sh -c 'echo $SLURMD_NODENAME; sleep {seconds}'"
-    return env.sbatch("-p", "gpu", "-N", "1", "--gres=gpu:8", "-o", f"{out}/job-%j.out", "--wrap", echo)
-
-
-def _ran_on(env: E2E, job: int) -> str:
-    return (env.root / "log" / f"job-{job}.out").read_text().split()[0]
-
-
-def _state(env: E2E, job: int) -> str:
-    for j in env.slurm.squeue_json()["jobs"]:
-        if j["job_id"] == job:
-            return str(j["job_state"])
-    return "GONE"
-
-
 def _features(env: E2E, job: int) -> str:
     return next(str(j["features"]) for j in env.slurm.squeue_json()["jobs"] if j["job_id"] == job)
 
@@ -99,28 +82,28 @@ def test_a_pending_job_takes_the_node_that_frees_while_its_own_boots(env: E2E) -
     assert env.sinfo()["e2e-od-0"]["reason"] == LATE_BIND_REASON
 
     submitted = time.time()
-    first = _job(env, 15)
+    first = env.gpu_job(15)
     assert _features(env, first) == "a3-highgpu-8g"  # the lua's hard constraint
     wait_for(lambda: _ok(env, "scontrol-power_up"), 10, "the daemon to boot a node for the first job", env)
     boot = next(t for t in env.ticks for c in t.commands if c["command"] == "scontrol-power_up")
     assert boot.at - submitted < 5, "woken by the lua's submit wake-up, not the 10 s poll"
-    wait_for(lambda: _state(env, first) == "RUNNING", 90, "the first job to run on a booted held node", env)
+    wait_for(lambda: env.job_state(first) == "RUNNING", 90, "the first job to run on a booted held node", env)
     assert [c["names"] for c in _ok(env, "scontrol-power_up")] == [["e2e-od-0"]]
 
-    second = _job(env, 1)  # e2e-od-0 is busy: the daemon boots e2e-od-1, which takes SLOW_BOOT_S to register
+    second = env.gpu_job(1)  # e2e-od-0 is busy: the daemon boots e2e-od-1, which takes SLOW_BOOT_S to register
     wait_for(lambda: ["e2e-od-1"] in [c["names"] for c in _ok(env, "scontrol-power_up")], 30, "the second boot", env)
-    assert _state(env, second) == "PENDING"  # bound to nothing while its node boots
+    assert env.job_state(second) == "PENDING"  # bound to nothing while its node boots
     wait_for(lambda: second not in env.squeue_ids(), 90, "the second job to run and finish", env)
-    assert _ran_on(env, first) == "e2e-od-0"
-    assert _ran_on(env, second) == "e2e-od-0"  # the node the first job freed, not its own booting one
+    assert env.ran_on(first) == "e2e-od-0"
+    assert env.ran_on(second) == "e2e-od-0"  # the node the first job freed, not its own booting one
     assert "e2e-od-1" in {e.name for e in env.fake.events_of("create")}  # ... which was still booting
 
     # the late node registers drained with no job, the watcher sees it, the daemon undrains it: capacity for the
     # next job, then scaled down after the idle timeout like any idle node
     wait_for(lambda: ["e2e-od-1"] in [c["names"] for c in _ok(env, "scontrol-undrain")], 90, "the undrain", env)
-    third = _job(env, 1)
+    third = env.gpu_job(1)
     wait_for(lambda: third not in env.squeue_ids(), 60, "a third job to run on a free node", env)
-    assert _ran_on(env, third) in ("e2e-od-0", "e2e-od-1")
+    assert env.ran_on(third) in ("e2e-od-0", "e2e-od-1")
     assert len(env.fake.events_of("create")) == 2 and env.fake.duplicates() == {}
 
     # idle past the timeout: powered down and deleted, and held again (drained) at once: slurmctld clears DRAIN
@@ -134,6 +117,6 @@ def test_a_pending_job_takes_the_node_that_frees_while_its_own_boots(env: E2E) -
 
     wait_for(held_again, 120, "both nodes powered down and held", env)
     assert sorted(e.name for e in env.fake.events_of("delete")) == ["e2e-od-0", "e2e-od-1"]
-    last = _job(env, 1)  # Slurm binds it to no powered-down name: the daemon boots one for it
+    last = env.gpu_job(1)  # Slurm binds it to no powered-down name: the daemon boots one for it
     wait_for(lambda: last not in env.squeue_ids(), 90, "a job after the scale-down", env)
     assert len(env.fake.events_of("create")) == 3

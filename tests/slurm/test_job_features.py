@@ -11,20 +11,17 @@ allocates (powers up) an 8-GPU node, the test boots that node's slurmd and the j
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
 
 from autoscaler.slurm.client import CliSlurm, RestSlurm, SlurmClient, SlurmUnavailable
 from autoscaler.slurm.readers import parse_job
-from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_nodes_unavailable_reason, cloud_slurm_conf
-from tests.harness.requirements import missing
-from tests.harness.slurm import SlurmHarness, free_port, poll_until
+from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_slurm_conf
+from tests.harness.slurm import SlurmHarness, poll_until
+from tests.harness.slurmrestd import jwt_key_line, require_slurmrestd, start_slurmrestd
 
 pytestmark = pytest.mark.slurm
 
@@ -40,44 +37,17 @@ class Cluster:
     rest: RestSlurm
 
 
-def _start_slurmrestd(h: SlurmHarness) -> str:
-    """slurmrestd (openapi v0.0.38, JWT) on 127.0.0.1 as nobody (it refuses root); its URL once it answers."""
-    port = free_port()
-    h.spawn(
-        "slurmrestd",
-        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "slurmrestd", "-s", "openapi/v0.0.38",
-         "-a", "rest_auth/jwt", f"127.0.0.1:{port}"],
-        env={**h.env, "SLURM_JWT": "daemon"},
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-
-    def answers() -> bool:
-        try:
-            httpx.get(url, timeout=1)
-        except httpx.HTTPError:
-            return False
-        return True
-
-    assert poll_until(answers, 20), f"slurmrestd did not answer\n{h.logs()}"
-    return url
-
-
 @pytest.fixture(scope="module")
 def cluster(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[Cluster]:
-    reason = cloud_nodes_unavailable_reason()
-    if reason or (shutil.which("slurmrestd") is None and not os.path.exists("/usr/sbin/slurmrestd")):
-        missing(reason or "slurmrestd is not installed (scripts/setup.sh installs it)")
+    require_slurmrestd()
     h = slurm_factory()
     nodes = CloudNodes(h, [Nodeset("lb1", 2, gpus=1, features=SMALL), Nodeset("lb8", 1, gpus=8, features=BIG)])
     nodes.prepare()
-    key = h.root / "state" / "jwt_hs256.key"
-    key.write_bytes(os.urandom(32))
-    key.chmod(0o600)
     conf = cloud_slurm_conf(h, nodes, {"gpu": ["lb1", "lb8"]}, suspend_time=600)
-    h.start(conf + f"AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key={key}\n", nodes.gres_conf())
+    h.start(conf + jwt_key_line(h), nodes.gres_conf())
     try:
         h.run("scontrol", "update", "nodename=lb1-[0-1]", "state=drain", "reason=held", check=True)  # the hold
-        url = _start_slurmrestd(h)
+        url = start_slurmrestd(h)
         token = h.run("scontrol", "token", "username=root", "lifespan=900", check=True).stdout.strip()
         cli = CliSlurm(env={"SLURM_CONF": str(h.conf_path)})
         yield Cluster(h, nodes, cli, RestSlurm(url, token=token.split("=", 1)[1], user="root"))

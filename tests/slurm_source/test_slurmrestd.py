@@ -3,53 +3,28 @@ the CLI; node updates (drain / undrain) go through scontrol, as 22.05's openapi 
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 
-import httpx
 import pytest
 
 from autoscaler.slurm.client import CliSlurm, RestSlurm
-from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_nodes_unavailable_reason, cloud_slurm_conf
-from tests.harness.requirements import missing
-from tests.harness.slurm import SlurmHarness, free_port
+from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_slurm_conf
+from tests.harness.slurm import SlurmHarness
+from tests.harness.slurmrestd import jwt_key_line, require_slurmrestd, start_slurmrestd
 
 pytestmark = pytest.mark.slurm
 
 
 @pytest.fixture(scope="module")
 def restd(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[tuple[SlurmHarness, str, str]]:
-    reason = cloud_nodes_unavailable_reason()
-    if reason or (shutil.which("slurmrestd") is None and not os.path.exists("/usr/sbin/slurmrestd")):
-        missing(reason or "slurmrestd is not installed (scripts/setup.sh installs it)")
+    require_slurmrestd()
     h = slurm_factory()
     nodes = CloudNodes(h, [Nodeset("r1-od", 2)])
     nodes.prepare()
-    key = h.root / "state" / "jwt_hs256.key"
-    key.write_bytes(os.urandom(32))
-    key.chmod(0o600)
     conf = cloud_slurm_conf(h, nodes, {"gpu": ["r1-od"]}, suspend_time=300)
-    conf += f"AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key={key}\n"
-    h.start(conf, nodes.gres_conf())
-    port = free_port()
-    # slurmrestd refuses to run as root: run it as nobody, JWT auth on TCP 127.0.0.1
-    h.spawn(
-        "slurmrestd",
-        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "slurmrestd", "-s", "openapi/v0.0.38",
-         "-a", "rest_auth/jwt", f"127.0.0.1:{port}"],
-        env={**h.env, "SLURM_JWT": "daemon"},
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(url, timeout=1)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.2)
+    h.start(conf + jwt_key_line(h), nodes.gres_conf())
+    url = start_slurmrestd(h)
     token = h.run("scontrol", "token", "username=root", "lifespan=600", check=True).stdout.strip().split("=", 1)[1]
     yield h, url, token
     h.stop()

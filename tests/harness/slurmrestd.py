@@ -1,0 +1,52 @@
+"""slurmrestd beside a test slurmctld (tests/harness/slurm.py): openapi v0.0.38 with JWT auth on 127.0.0.1.
+
+What running it here needed: slurmrestd refuses to run as root (it runs as nobody through setpriv), and slurmctld
+signs tokens with an HS256 key named in slurm.conf (`jwt_key_line`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import httpx
+
+from tests.harness.cloud_nodes import cloud_nodes_unavailable_reason
+from tests.harness.requirements import missing
+from tests.harness.slurm import SlurmHarness, free_port, poll_until
+
+
+def require_slurmrestd() -> None:
+    """Skip (or fail, under FLEET_REQUIRE_SLURM) when the fake cloud nodes or slurmrestd cannot run here."""
+    reason = cloud_nodes_unavailable_reason()
+    if reason or (shutil.which("slurmrestd") is None and not os.path.exists("/usr/sbin/slurmrestd")):
+        missing(reason or "slurmrestd is not installed (scripts/setup.sh installs it)")
+
+
+def jwt_key_line(h: SlurmHarness) -> str:
+    """A fresh HS256 key in the harness's state directory, as the slurm.conf lines that make slurmctld use it."""
+    key = h.root / "state" / "jwt_hs256.key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    return f"AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key={key}\n"
+
+
+def start_slurmrestd(h: SlurmHarness) -> str:
+    """slurmrestd for the running slurmctld of `h`; its URL once it answers."""
+    port = free_port()
+    h.spawn(
+        "slurmrestd",
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "slurmrestd", "-s", "openapi/v0.0.38",
+         "-a", "rest_auth/jwt", f"127.0.0.1:{port}"],
+        env={**h.env, "SLURM_JWT": "daemon"},
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            httpx.get(url, timeout=1)
+        except httpx.HTTPError:
+            return False
+        return True
+
+    assert poll_until(answers, 20), f"slurmrestd did not answer\n{h.logs()}"
+    return url

@@ -212,3 +212,14 @@ def test_the_conf_render_prefers_with_a_reservation_pool_or_without_late_binding
     lua = render_slurm_conf(spec, spec.clusters[0]).job_submit_lua
     assert '["dev"] = { [1] = "g2-standard-8" },' in lua and "job_desc.prefer = by_gpus[gpus]" in lua
     assert "job_desc.features =" not in lua
+
+
+def test_the_lua_wakes_the_daemon_the_stacks_deploy() -> None:
+    """The constrain-mode lua writes the wake-up file beside the state store the stacks give the daemon, in the
+    directory the controller's startup script hands to SlurmUser (slurmctld runs the lua as SlurmUser)."""
+    from autoscaler.slurm.wake import submit_wake_path
+    from components.gcp.startup import AUTOSCALER_STATE_DIR
+
+    assert str(submit_wake_path().parent) == AUTOSCALER_STATE_DIR  # stacks/plan.py deploys DEPLOYED_STATE
+    lua = render_job_submit({"gpu": [shape("h8", "m-8g", 8, 1.0)]}, "gpu", constrain=True)
+    assert f'local wake_path = "{submit_wake_path()}"' in lua and "pcall(wake_daemon)" in lua

@@ -154,3 +154,24 @@ def test_the_run_loop_sees_a_submission_through_the_wake_up_file(tmp_path) -> No
     assert loop._submitted() is True
     assert loop._submitted() is False  # reported once
     assert RunLoop(SimpleNamespace(submit_wake=None), interval_s=10)._submitted() is False  # late binding off
+
+
+def test_widening_a_job_that_moved_on_is_no_failure(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The tick read the job pending; by the widen it started (or left): slurmctld refuses the update, which is
+    nothing to do, not a Slurm failure (no warning, counted ok); a controller that does not answer still fails."""
+    from autoscaler.daemon.actuate import Actuator
+    from autoscaler.daemon.metrics import Metrics
+    from autoscaler.daemon.state import StateStore
+
+    slurm = FakeSlurm()
+    slurm.jobs_ = [replace(_job(7), state="RUNNING")]
+    store = StateStore(tmp_path / "state.db")
+    act = Actuator(provider=FakeCloud(offers=[]), slurm=slurm, store=store, metrics=Metrics(), clock=lambda: 0.0)
+    try:
+        assert act.widen_job(7, "a3-highgpu-1g|a3-highgpu-2g", "test") is True
+        assert act.widen_job(8, "a3-highgpu-1g|a3-highgpu-2g", "test") is True  # gone from the queue
+        assert slurm.feature_updates == []
+        slurm.down = True
+        assert act.widen_job(7, "a3-highgpu-1g|a3-highgpu-2g", "test") is False
+    finally:
+        store.close()

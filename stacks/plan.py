@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import yaml
 
-from autoscaler.slurm.wake import DEPLOYED_STATE
 from components.gcp.network import DataPlaneArgs
 from fleet.catalog import CapacityType, Catalog, MachineType
 from fleet.slurm.conf import node_name_prefix
@@ -259,7 +258,8 @@ def autoscaler_config(cluster: ClusterSpec, impersonate: str | None = None) -> s
     auto = cluster.slurm.autoscaler
     config = {
         "inventory": "/etc/gpu-fleet/inventory.json",
-        "state_path": str(DEPLOYED_STATE),  # beside it, the late-binding lua's wake-up file (autoscaler.slurm.wake)
+        # beside it, the late-binding lua's wake-up file (autoscaler.slurm.wake.DEPLOYED_STATE: the same path)
+        "state_path": "/var/lib/gpu-fleet/autoscaler.db",
         "policy": dict(auto.policy),
         "slurm": {"mode": "cli"},
         "provider": {"kind": "gce", **({"impersonate_service_account": impersonate} if impersonate else {})},

@@ -217,9 +217,17 @@ def test_the_conf_render_prefers_with_a_reservation_pool_or_without_late_binding
 def test_the_lua_wakes_the_daemon_the_stacks_deploy() -> None:
     """The constrain-mode lua writes the wake-up file beside the state store the stacks give the daemon, in the
     directory the controller's startup script hands to SlurmUser (slurmctld runs the lua as SlurmUser)."""
-    from autoscaler.slurm.wake import submit_wake_path
-    from components.gcp.startup import AUTOSCALER_STATE_DIR
+    import yaml
 
-    assert str(submit_wake_path().parent) == AUTOSCALER_STATE_DIR  # stacks/plan.py deploys DEPLOYED_STATE
+    from autoscaler.slurm.wake import DEPLOYED_STATE, submit_wake_path
+    from components.gcp.startup import AUTOSCALER_STATE_DIR
+    from fleet.spec import load_spec
+    from stacks.plan import autoscaler_config
+
+    root = Path(__file__).resolve().parents[2]
+    doc = yaml.safe_load((root / "Pulumi.gcp-l4-dev.yaml").read_text())
+    cluster = next(c for c in load_spec(doc["config"]["gpu-fleet:fleet"]).clusters if c.slurm is not None)
+    assert yaml.safe_load(autoscaler_config(cluster))["state_path"] == str(DEPLOYED_STATE)
+    assert str(submit_wake_path().parent) == AUTOSCALER_STATE_DIR
     lua = render_job_submit({"gpu": [shape("h8", "m-8g", 8, 1.0)]}, "gpu", constrain=True)
     assert f'local wake_path = "{submit_wake_path()}"' in lua and "pcall(wake_daemon)" in lua

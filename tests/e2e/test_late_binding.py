@@ -100,7 +100,14 @@ def test_a_pending_job_takes_the_node_that_frees_while_its_own_boots(env: E2E) -
 
     # the late node registers drained with no job, the watcher sees it, the daemon undrains it: capacity for the
     # next job, then scaled down after the idle timeout like any idle node
-    wait_for(lambda: ["e2e-od-1"] in [c["names"] for c in _ok(env, "scontrol-undrain")], 90, "the undrain", env)
+    def registered() -> float | None:
+        flags = set(env.sinfo()["e2e-od-1"]["state_flags"])
+        return time.time() if not flags & {"POWERING_UP", "POWERED_DOWN", "NOT_RESPONDING"} else None
+
+    seen = wait_for(registered, 90, "the slow node to register", env)
+    wait_for(lambda: ["e2e-od-1"] in [c["names"] for c in _ok(env, "scontrol-undrain")], 30, "the undrain", env)
+    undrained = next(t.at for t in env.ticks for c in t.commands if c["command"] == "scontrol-undrain")
+    assert undrained - seen < 5, "undrained by the watcher's tick, not at the 10 s poll"
     third = env.gpu_job(1)
     wait_for(lambda: third not in env.squeue_ids(), 60, "a third job to run on a free node", env)
     assert env.ran_on(third) in ("e2e-od-0", "e2e-od-1")

@@ -152,7 +152,8 @@ class Daemon:
         self.clock = clock
         self.dry_run = dry_run
         self._released: dict[str, float] = {}  # held names released (undrained) -> when
-        self._held_boots: dict[str, float] = {}  # late binding: names booted drained, not undrained yet -> when
+        # late binding: names booted drained, not undrained yet -> when first seen (rebuilt from sinfo each tick)
+        self._held_boots: dict[str, float] = {}
         self._reserved = [p for p in self.pools if p.capacity_type is CapacityType.RESERVATION]
         # the Weights `fleet render slurm-conf` gives each pool's nodes: the base of the reserved nodes' best fit
         self._base_weights = rendered_weights(self.pools) if self._reserved else {}
@@ -676,6 +677,7 @@ class Daemon:
             if n.name in self._held_boots and not (n.powering_up or held_drain(n)):
                 self._held_boots.pop(n.name)  # powered down again, or undrained by someone else
             if n.powering_up and held_drain(n):
+                self._held_boots.setdefault(n.name, now)  # also after a restart: sinfo shows the boots under way
                 if n.name not in live:
                     booting[pool.name] += 1
                 continue

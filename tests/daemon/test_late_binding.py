@@ -175,3 +175,14 @@ def test_widening_a_job_that_moved_on_is_no_failure(tmp_path) -> None:  # type: 
         assert act.widen_job(7, "a3-highgpu-1g|a3-highgpu-2g", "test") is False
     finally:
         store.close()
+
+
+def test_a_restarted_daemon_watches_the_boots_it_finds_under_way(fleet: Daemon, slurm: FakeSlurm) -> None:
+    """The names a previous daemon booted drained show in sinfo (POWERING_UP+DRAIN, no reason): the first tick
+    takes them as held boots, so the run loop's watcher reads sinfo for their registration again."""
+    slurm.set("c1-od1g-0", "idle", "DRAIN", "POWERING_UP", "NOT_RESPONDING")
+    assert not fleet.awaiting_held_boot
+    fleet.tick()
+    assert fleet.awaiting_held_boot and not fleet.held_boot_registered()
+    slurm.set("c1-od1g-0", "idle", "DRAIN")  # registered
+    assert fleet.held_boot_registered()

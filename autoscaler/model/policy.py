@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from autoscaler.cloud import FailureKind, OfferingKey
 from autoscaler.model.demand import WorkUnit
+from fleet.catalog import CapacityType
 
 #: the default value of one GPU-hour of a job waiting: 0, the cheapest settings (docs/planner.md).  None means the
 #: on-demand $/GPU-h of the job's shape (a GPU-hour of work delayed is worth what the team pays to run one).
@@ -153,6 +154,14 @@ class Policy:
             object.__setattr__(self, "spot_queues", frozenset(self.spot_queues))
         if not isinstance(self.flex_start_queues, frozenset):
             object.__setattr__(self, "flex_start_queues", frozenset(self.flex_start_queues))
+
+    def binds_late(self, capacity_types: Iterable[CapacityType]) -> bool:
+        """Strict late binding is on for a fleet whose pools have `capacity_types`: `late_bind` and no reservation
+        pool.  With a reservation the hold decides which overflow to release, and a reserved node a booting job takes
+        is one the next arrival would have taken (measured worse: docs/simulate.md "Strict late binding").  The one
+        rule behind the daemon's hold (`autoscaler.core.hold.late_binding`) and the stack's job_submit.lua
+        (`fleet.slurm.policy.late_binding_constrains`)."""
+        return self.late_bind and CapacityType.RESERVATION not in set(capacity_types)
 
     def idle_timeout_for(self, machine_type: str) -> float:
         """Seconds a ready-idle node of `machine_type` is kept before it is drained."""

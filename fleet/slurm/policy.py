@@ -5,7 +5,6 @@ binding)."""
 from __future__ import annotations
 
 from autoscaler.model.policy import Policy, PolicyError, policy_from_mapping
-from fleet.catalog import CapacityType
 from fleet.spec.model import ClusterSpec
 
 
@@ -25,6 +24,4 @@ def late_binding_constrains(cluster: ClusterSpec) -> bool:
     binding on (`late_bind`) and it has no reservation pool (the daemon holds every pool only then: reserved
     nodes, paid for anyway, are never held)."""
     policy = cluster_policy(cluster)
-    if policy is None or not policy.late_bind:
-        return False
-    return not any(p.capacity is CapacityType.RESERVATION for p in cluster.pools)
+    return policy is not None and policy.binds_late(p.capacity for p in cluster.pools)

@@ -30,7 +30,8 @@ memory for the next pool) without doing any I/O itself.
 
 The reservation hold (`hold.py`): with a reservation and a hold, overflow pools are kept unavailable to the
 scheduler (Slurm: powered-down names drained) and released by the queue-depth plan once waiting is no longer
-cheaper (`held_pools`, `release_names`).
+cheaper (`held_pools`, `held_launches`, `take_names`); under late binding every pool is held and single-node
+launches boot held names drained instead (`late_binding`).
 
 Adding a queue source (e.g. Kubernetes/Kueue, `autoscaler/kube`): produce `ResumeUnit`s for capacity the
 scheduler bound to node names (a ProvisioningRequest's nodes, one unit per workload so it is all or nothing),
@@ -62,7 +63,6 @@ from autoscaler.core.hold import (
     held_pools,
     late_binding,
     name_index,
-    release_names,
     take_names,
 )
 
@@ -82,7 +82,6 @@ __all__ = [
     "plan_pool_resumes",
     "pool_policy",
     "queue_depth",
-    "release_names",
     "resume_failed",
     "resume_unit",
     "scale_down_steps",

@@ -31,10 +31,8 @@ RELEASE_GRACE_S = 30.0
 
 
 def late_binding(pools: Iterable[Pool], policy: Policy) -> bool:
-    """Strict late binding is on: the policy asks for it (`Policy.late_bind`) and the fleet has no reservation pool.
-    With a reservation the hold above decides which overflow to release, and a reserved node a booting job takes is
-    one the next arrival would have taken (measured: worse there, docs/simulate.md "Strict late binding")."""
-    return policy.late_bind and not any(p.capacity_type is CapacityType.RESERVATION for p in pools)
+    """Strict late binding is on for the fleet of `pools` (`Policy.binds_late`)."""
+    return policy.binds_late(p.capacity_type for p in pools)
 
 
 def held_pools(pools: Iterable[Pool], policy: Policy) -> frozenset[str]:
@@ -77,28 +75,14 @@ def preemption_held(pools: Sequence[Pool]) -> frozenset[str]:
     )
 
 
-def release_names(
-    plan: Plan,
-    held: frozenset[str],
-    candidates: Mapping[str, Sequence[str]],
-    outstanding: Mapping[str, int] | None = None,
-) -> dict[str, tuple[str, ...]]:
-    """Pool -> the held names to release now: as many as the plan launches in each held pool, less the names
-    released recently that the scheduler has not allocated yet (`outstanding`: its scheduling pass may not have
-    run), taken in order from `candidates` (the pool's powered-down names the scheduler shows held, lowest index
-    first: those it will allocate).  The plan's own names are not used: the planner does not know which names the
-    scheduler still has powering down."""
-    want: dict[str, int] = {}
-    for su in plan.scale_ups:
-        if su.pool in held:
-            want[su.pool] = want.get(su.pool, 0) + su.count
-    return take_names(want, candidates, outstanding)
-
-
 def take_names(
     want: Mapping[str, int], candidates: Mapping[str, Sequence[str]], outstanding: Mapping[str, int] | None = None
 ) -> dict[str, tuple[str, ...]]:
-    """Pool -> the first `want[pool]` names of `candidates[pool]`, less `outstanding[pool]` already on their way."""
+    """Pool -> the held names to release (or boot) now: `want[pool]` of them (`HeldLaunches`), less `outstanding[pool]`
+    already on their way (released and not allocated yet: the scheduler's pass may not have run; or booted with no
+    instance yet), taken in order from `candidates` (the pool's powered-down names the scheduler shows held, lowest
+    index first: those it will allocate).  The plan's own names are not used: the planner does not know which names
+    the scheduler still has powering down."""
     out: dict[str, tuple[str, ...]] = {}
     for pool, n in want.items():
         n -= (outstanding or {}).get(pool, 0)
@@ -112,11 +96,12 @@ class HeldLaunches:
     """What the queue-depth plan launches in held pools, split by how the names reach the scheduler.
 
     `release`: pool -> names to undrain while powered down, so that Slurm allocates them to the pending jobs and
-    resumes them (gangs, and every launch of the reservation hold).  `boot`: pool -> names to power up *drained*
+    resumes them (gangs, and every launch of the reservation hold). `boot`: pool -> names to power up *drained*
     under late binding (`scontrol update state=power_up` on a drained node: ResumeProgram runs, the node registers
-    IDLE+DRAIN with no job), undrained once registered (`booted_held`), so that the pending job takes whichever
-    node of its shape is free first.  `widen`: unit id -> the machine types its hard constraint must allow, for
-    units the plan serves with a machine type their constraint does not name (a stockout fallback)."""
+    IDLE+DRAIN with no job), undrained once registered (the daemon's `_undrain_held_boots`,
+    `SimSlurm.undrain_held`), so that the pending job takes whichever node of its shape is free first. `widen`: unit
+    id -> the machine types its hard constraint must allow, for units the plan serves with a machine type their
+    constraint does not name (a stockout fallback)."""
 
     release: Mapping[str, int]
     boot: Mapping[str, int]

@@ -17,7 +17,7 @@ Ticks run when a hook fires and at the daemon's 10 s poll (`loop.interval_s`) wh
 resumes, idle or drained nodes, jobs Slurm could not place); between those nothing the daemon reads changes.
 A job's end (EpilogSlurmctld) starts a tick `JOB_END_LATENCY_S` later, as the daemon's watcher does.
 With a reservation and a hold, overflow pools are held as the daemon holds them (`core.held_pools`: powered-down
-names drained, released by `core.release_names` once the plan launches for a pending job)."""
+names drained, released by `core.held_launches` / `core.take_names` once the plan launches for a pending job)."""
 
 from __future__ import annotations
 
@@ -412,9 +412,7 @@ class GpuFleetPolicy:
         cands: dict[str, list[str]] = {}
         for pool_name, n in want.items():
             pool = sim.pools[pool_name]
-            skip = set(sim.released[pool_name])
-            idx = [i for i in sim.free_indices(pool, n + len(skip)) if i not in skip][:n]
-            cands[pool_name] = [pool.node_name(i) for i in idx]
+            cands[pool_name] = [pool.node_name(i) for i in sim.held_indices(pool, n)]
         outstanding = {p: sum(1 for i, at in sim.released[p].items() if sim.now - at <= RELEASE_GRACE_S) for p in held}
         for pool_name, names in take_names(want, cands, outstanding).items():
             sim.release(pool_name, [name_index(n) for n in names], grace_s=RELEASE_GRACE_S)

@@ -206,6 +206,7 @@ class SimSlurm:
         #: held pools (the reservation hold, `autoscaler.core.hold`): their powered-down names are drained, only
         #: `released` ones (index -> when) are allocatable
         self.held: frozenset[str] = frozenset()
+        self._held_boots: dict[str, _Name] = {}  # names booted drained, not undrained yet (`held_boots`)
         self.released: dict[str, dict[int, float]] = {p.name: {} for p in self.pool_list}
         self.release_grace_s = 0.0
         cat = load_catalog()
@@ -544,6 +545,12 @@ class SimSlurm:
             return sorted(i for i, at in rel.items() if self.now - at <= self.release_grace_s)[:count]
         return self.free_indices(pool, count)
 
+    def held_indices(self, pool: Pool, count: int) -> list[int]:
+        """The lowest `count` powered-down indices of a held pool that are still drained (not released recently):
+        the names the driver may release or boot."""
+        skip = set(self.released[pool.name])
+        return [i for i in self.free_indices(pool, count + len(skip)) if i not in skip][:count]
+
     def free_indices(self, pool: Pool, count: int) -> list[int]:
         """The lowest powered-down (allocatable unless held) indices of `pool`."""
         heap, nxt = self._free[pool.name], self._next[pool.name]
@@ -768,6 +775,7 @@ class SimSlurm:
     def _power_off(self, nm: _Name) -> None:
         """Powered down: the name is allocatable again."""
         del self.names[nm.node.name]
+        self._held_boots.pop(nm.node.name, None)
         heapq.heappush(self._free[nm.pool.name], nm.index)
 
     # ---- commands a driver may run ----------------------------------------------------------------------
@@ -878,12 +886,11 @@ class SimSlurm:
         if pool is None or count <= 0:
             return []
         now = self.now
-        skip = set(self.released[pool_name])
-        idx = [i for i in self.free_indices(pool, count + len(skip)) if i not in skip][:count]
         out = []
-        for i in idx:
+        for i in self.held_indices(pool, count):
             nm = self._power_up_index(pool, i, now)
             nm.held_boot = True
+            self._held_boots[nm.node.name] = nm
             self._room[pool.name].pop(nm.node.name, None)
             out.append(nm.node.name)
         if out:
@@ -892,8 +899,8 @@ class SimSlurm:
         return out
 
     def held_boots(self) -> list[_Name]:
-        """Names booted drained (`boot_held`) and not undrained yet."""
-        return [nm for nm in self.names.values() if nm.held_boot]
+        """Names booted drained (`boot_held`) and not undrained yet (until powered off, deleted ones included)."""
+        return list(self._held_boots.values())
 
     def undrain_held(self, names: Sequence[str]) -> None:
         """`scontrol update state=undrain` of registered held boots: idle and allocatable from now on."""
@@ -902,6 +909,7 @@ class SimSlurm:
             if nm is None or not nm.held_boot or not nm.launched or not nm.node.registered or nm.down:
                 continue
             nm.held_boot = False
+            del self._held_boots[name]
             self._room[nm.pool.name][name] = nm
             self._become_idle(nm, self.now)
         self.state.pending_changed = True

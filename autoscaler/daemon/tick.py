@@ -95,6 +95,15 @@ def held_drain(node: SlurmNode) -> bool:
     return node.drain and (node.reason in HELD_REASONS or not node.reason)
 
 
+def registered_idle(node: SlurmNode) -> bool:
+    """Up and registered with no work, drained or not: a held boot the daemon may undrain."""
+    return (
+        node.state == "idle"
+        and not (node.flags & {"POWERED_DOWN", "POWERING_UP", "POWERING_DOWN", "NOT_RESPONDING"})
+        and not node.has_work
+    )
+
+
 SlurmView = dict[str, SlurmNode] | None  # None: Slurm did not answer this tick
 
 
@@ -613,11 +622,7 @@ class Daemon:
         ready = [
             n.name
             for n in snodes.values()
-            if index.pool_of(n.name) is not None
-            and held_drain(n)
-            and n.state == "idle"
-            and not (n.flags & {"POWERED_DOWN", "POWERING_UP", "POWERING_DOWN", "NOT_RESPONDING"})
-            and not n.has_work
+            if index.pool_of(n.name) is not None and held_drain(n) and registered_idle(n)
         ]
         if not ready or not act.scontrol(sorted(ready), "undrain", "gpu-fleet: booted held, registered (late binding)"):
             return snodes
@@ -647,7 +652,7 @@ class Daemon:
             nodes = [n for n in self.slurm.nodes() if n.name in names]
         except SlurmUnavailable:
             return False
-        return any(n.state == "idle" and not (n.powering_up or n.powered_down or n.not_responding) for n in nodes)
+        return any(registered_idle(n) for n in nodes)
 
     def _hold(
         self,

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from autoscaler.slurm.wake import DEPLOYED_STATE
 from fleet.input import InputError, format_loc, load_yaml
 from fleet.input.limits import MAX_CONFIG_BYTES
 from fleet.input.policy import PolicyMapping
@@ -121,7 +122,7 @@ class LoopConfig(_Strict):
 class DaemonConfig(_Strict):
     inventory: FilePath  # `pulumi stack output autoscaler_inventory --json` or `fleet synth --json` output
     pools: list[PoolRef] | None = Field(None, max_length=1024)  # pool names (or cluster/pool); all when unset
-    state_path: FilePath = Path("/var/lib/gpu-fleet/autoscaler.db")
+    state_path: FilePath = DEPLOYED_STATE
     policy: PolicyMapping = Field(default_factory=dict)  # planner Policy fields (autoscaler.model)
     slurm: SlurmConfig = Field(default_factory=SlurmConfig)
     provider: ProviderConfig = Field(default_factory=ProviderConfig)

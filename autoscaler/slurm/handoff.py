@@ -26,14 +26,14 @@ from pathlib import Path
 from autoscaler.daemon.state import StateError, StateStore
 from autoscaler.slurm.hostlist import expand
 from autoscaler.slurm.readers import parse_resume_file
+from autoscaler.slurm.wake import DEPLOYED_STATE
 
 ACTIONS = ("resume", "suspend", "resume_fail")
 STATE_ENV = "GPU_FLEET_AUTOSCALER_STATE"
-DEFAULT_STATE = Path("/var/lib/gpu-fleet/autoscaler.db")
 
 
 def default_state_path() -> Path:
-    return Path(os.environ.get(STATE_ENV) or DEFAULT_STATE)
+    return Path(os.environ.get(STATE_ENV) or DEPLOYED_STATE)
 
 
 def resume_jobs(env: dict[str, str] | None = None) -> dict[str, tuple[int, ...]]:

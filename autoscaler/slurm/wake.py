@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 SUBMIT_WAKE_NAME = "submit-wake"
-#: the daemon's state store as the stacks deploy it (autoscaler.daemon.config `state_path`'s default)
+#: the daemon's state store as the stacks deploy it: `state_path`'s default (autoscaler.daemon.config) and the
+#: hooks' (autoscaler.slurm.handoff, without $GPU_FLEET_AUTOSCALER_STATE)
 DEPLOYED_STATE = Path("/var/lib/gpu-fleet/autoscaler.db")
 
 

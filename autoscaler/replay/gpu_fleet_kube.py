@@ -107,7 +107,6 @@ class GpuFleetKubePolicy:
             KUBE_POLICY,
             wait_value_usd_per_gpu_hour=facts.wait_value_usd_per_gpu_hour,
             warm_cap=warm_cap,
-            late_bind=False,
         )
         return cls(policy=base, tracker=SettingsTracker(base=base, boot_s=scenario.ready_s))
 

@@ -161,7 +161,12 @@ def _errors(response: Any) -> list[Any]:
     except ValueError:
         return []
     errs = list(body.get("errors") or ()) if isinstance(body, dict) else []
-    return sorted(errs, key=lambda e: not (isinstance(e, dict) and (e.get("error_number") or e.get("error_code"))))
+    return sorted(errs, key=lambda e: not _numbered(e))
+
+
+def _numbered(error: Any) -> bool:
+    """A slurmrestd error entry that reports a failure (an error number or code), not a note."""
+    return isinstance(error, dict) and bool(error.get("error_number") or error.get("error_code"))
 
 
 class RestSlurm:
@@ -202,7 +207,7 @@ class RestSlurm:
             errs = _errors(r)
             raise SlurmUnavailable(f"slurmrestd {path}: HTTP {r.status_code} {errs[0] if errs else r.text[:200]}")
         body = r.json() if r.content else {}
-        errs = [e for e in body.get("errors") or () if e.get("error_number") or e.get("error_code")]
+        errs = [e for e in body.get("errors") or () if _numbered(e)]
         if errs:
             raise SlurmUnavailable(f"slurmrestd {path}: {errs[0]}")
         return body

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from fleet.catalog import CapacityType, Catalog, MachineType, load_catalog
 from fleet.slurm.job_submit import render_job_submit
-from fleet.slurm.options import replace_keys, with_site_config
-from fleet.slurm.policy import late_binding_constrains
+from fleet.slurm.options import merge_options, replace_keys, with_site_config
+from fleet.slurm.policy import late_binding_constrains, late_binding_settings
 from fleet.slurm.preempt import partition_tiers, preemption_settings
 from fleet.slurm.suspend import standby_exclusion, suspend_time
 from fleet.slurm.topology import render_topology
@@ -158,6 +158,9 @@ def _global_settings(
         settings["SuspendExcNodes"] = ",".join(suspend_exc)
     # spot-tolerant work yields reserved nodes to jobs that may not use spot (fleet/slurm/preempt.py)
     settings |= preemption_settings(cluster)
+    # a held node booted for a job starts it at the scheduler's next pass after its undrain (fleet/slurm/policy.py)
+    for key, options in late_binding_settings(cluster).items():
+        settings[key] = merge_options(settings[key], options) if key in settings else options
     return settings
 
 

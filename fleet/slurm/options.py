@@ -5,8 +5,9 @@ SchedulerParameters, PrivateData, GresTypes, ...  The stack renders some of thes
 not work without them: `SlurmctldParameters=cloud_reg_addrs,enable_configless,idle_on_node_suspend` (a CLOUD node
 registers from its own address, fetches slurm.conf from the controller, and is powered down idle),
 `GresTypes=gpu` (no GPU is schedulable without it), `PrivateData=cloud`, `CommunicationParameters=NoAddrCache`,
-`JobSubmitPlugins=lua` (the right-sizing `--prefer`), `SchedulerParameters=preempt_youngest_first` with
-preemption, `SuspendExcNodes=<reservation pools>` (reserved nodes are never powered down, so never deleted).
+`JobSubmitPlugins=lua` (the right-sizing `--prefer`, or under late binding the hard `--constraint`),
+`SchedulerParameters=preempt_youngest_first` with preemption (`batch_sched_delay=0` under late binding),
+`SuspendExcNodes=<reservation pools>` (reserved nodes are never powered down, so never deleted).
 Replacing such a key with a site's value would silently drop them: a site adding
 `SlurmctldParameters: reboot_from_controller` would get nodes that cannot find their configuration.  So for the
 keys in `OPTION_LIST_KEYS` a site's options are *added* to the rendered ones; an option the site names again

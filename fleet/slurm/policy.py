@@ -1,6 +1,6 @@
 """A Slurm cluster's autoscaler policy as the daemon will read it, for the parts of the render that follow it
-(SuspendTime, SuspendExcNodes counts, preemption, and the job_submit.lua's hard constraint under strict late
-binding)."""
+(SuspendTime, SuspendExcNodes counts, preemption, and under strict late binding the job_submit.lua's hard
+constraint and the scheduler's `batch_sched_delay`)."""
 
 from __future__ import annotations
 
@@ -25,3 +25,17 @@ def late_binding_constrains(cluster: ClusterSpec) -> bool:
     nodes, paid for anyway, are never held)."""
     policy = cluster_policy(cluster)
     return policy is not None and policy.binds_late(p.capacity for p in cluster.pools)
+
+
+#: under late binding a held node booted for a pending job starts it only at slurmctld's next scheduling pass after
+#: the daemon undrains it, and 22.05 defers that pass by up to `batch_sched_delay` (3 s by default, slurm.conf(5):
+#: "how long the scheduling of batch jobs can be delayed"), billed idle on a GPU node.  Measured on slurmctld
+#: 22.05.8 (bench/late_bind_latency.py, tests/e2e): undrain -> job RUNNING 2.7-4.0 s at the default, 1.6-2.0 s with 0.
+#: The default exists for sites submitting hundreds of jobs a second; a site that does can set it back through
+#: `slurm.extra_config` (its SchedulerParameters options win, fleet/slurm/options.py).
+LATE_BIND_SCHEDULER_OPTIONS = "batch_sched_delay=0"
+
+
+def late_binding_settings(cluster: ClusterSpec) -> dict[str, str]:
+    """The slurm.conf options strict late binding adds (none when `late_binding_constrains` is False)."""
+    return {"SchedulerParameters": LATE_BIND_SCHEDULER_OPTIONS} if late_binding_constrains(cluster) else {}

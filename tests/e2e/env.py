@@ -28,8 +28,13 @@ from autoscaler.daemon.loop import RunLoop
 from autoscaler.daemon.state import StateStore
 from autoscaler.daemon.tick import Daemon, TickResult
 from autoscaler.model import Pool
+from autoscaler.slurm.wake import submit_wake_path
+from fleet.catalog import CapacityType, load_catalog
 from fleet.inventory import InventoryPool
+from fleet.slurm.job_submit import render_job_submit
+from fleet.slurm.policy import LATE_BIND_SCHEDULER_OPTIONS
 from fleet.slurm.topology import render_topology
+from fleet.slurm.weights import pool_shapes
 from tests.fakes.compute_api import FakeCompute
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_nodes_unavailable_reason, cloud_slurm_conf
 from tests.harness.requirements import missing
@@ -88,6 +93,22 @@ def epilog_slurmctld_hook(bin_dir: Path, state: Path) -> str:
     )
     path.chmod(0o755)
     return str(path)
+
+
+def late_bind_lua(state: Path, partition: str = "gpu", machine_type: str = "a3-highgpu-8g") -> str:
+    """The job_submit.lua `fleet render slurm-conf` writes under late binding for one on-demand pool of
+    `machine_type` in `partition`: the hard constraint and the submit wake-up file beside the daemon's `state`."""
+    shapes = pool_shapes([("od", CapacityType.ON_DEMAND, machine_type)], load_catalog(), REGION)
+    return render_job_submit({partition: shapes}, partition, constrain=True, wake_path=str(submit_wake_path(state)))
+
+
+def late_bind_lines(harness: SlurmHarness, state: Path) -> list[str]:
+    """The slurm.conf lines the stack renders under late binding that the harness's conf lacks: EpilogSlurmctld (the
+    job-end wake-up) and the late-binding SchedulerParameters (`fleet.slurm.policy`)."""
+    return [
+        f"EpilogSlurmctld={epilog_slurmctld_hook(harness.root / 'bin', state)}",
+        f"SchedulerParameters={LATE_BIND_SCHEDULER_OPTIONS}",
+    ]
 
 
 class E2E:

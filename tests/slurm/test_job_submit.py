@@ -231,3 +231,19 @@ def test_the_lua_wakes_the_daemon_the_stacks_deploy() -> None:
     assert str(submit_wake_path().parent) == AUTOSCALER_STATE_DIR
     lua = render_job_submit({"gpu": [shape("h8", "m-8g", 8, 1.0)]}, "gpu", constrain=True)
     assert f'local wake_path = "{submit_wake_path()}"' in lua and "pcall(wake_daemon)" in lua
+
+
+def _scheduler_parameters(spec: FleetSpec) -> str | None:
+    lines = render_slurm_conf(spec, spec.clusters[0]).slurm_conf.splitlines()
+    return next((line.partition("=")[2] for line in lines if line.startswith("SchedulerParameters=")), None)
+
+
+def test_late_binding_renders_no_batch_scheduling_delay_and_a_site_may_set_it_back() -> None:
+    """A held node booted for a job starts it at slurmctld's next scheduling pass after the undrain, which 22.05
+    defers by batch_sched_delay (3 s by default) unless it is 0 (fleet/slurm/policy.py, measured)."""
+    assert _scheduler_parameters(_l4dev({"late_bind": True})) == "batch_sched_delay=0"
+    assert _scheduler_parameters(_l4dev({"late_bind": False})) is None
+    assert "batch_sched_delay" not in (_scheduler_parameters(_a3mega({"late_bind": True})) or "")  # reservation
+    spec = _l4dev({"late_bind": True})
+    spec.clusters[0].slurm.extra_config["SchedulerParameters"] = "batch_sched_delay=3,bf_window=2880"
+    assert _scheduler_parameters(spec) == "batch_sched_delay=3,bf_window=2880"

@@ -11,9 +11,10 @@ Order within a tick (each step only acts on this tick's fresh reads):
 5. queue depth: one `plan()` over PENDING jobs Slurm could not place + the whole inventory -> pre-warm
    (`scontrol ... state=power_up`, only with `loop.prewarm`) and idle scale-down (drain, then power down
    and delete by name, only nodes Slurm reports idle; what this tick drained is re-read and, if empty, deleted
-   in the same tick); with a reservation hold, overflow pools' powered-down nodes are kept drained and
-   released (undrained) as the plan launches for the jobs left PENDING (`autoscaler.core.hold`); under late
-   binding (`Policy.late_bind`, no reservation) every pool is held, single-node launches are booted drained
+   in the same tick); with a reservation hold, overflow pools' powered-down nodes are kept drained (a held name
+   powered down is drained again once slurmctld's power thread has taken the power-down) and released
+   (undrained) as the plan launches for the jobs left PENDING (`autoscaler.core.hold`); under late binding
+   (`Policy.late_bind`, no reservation) every pool is held, single-node launches are booted drained
    (`state=power_up`) and undrained once registered (first thing in the next tick), and a pending job the plan
    serves with another machine type has its constraint widened (`scontrol update jobid=... features=...`);
 6. best fit on the reservation: each registered reserved node's Weight set to its rendered Weight plus its free
@@ -95,6 +96,14 @@ def held_drain(node: SlurmNode) -> bool:
     return node.drain and (node.reason in HELD_REASONS or not node.reason)
 
 
+def power_down_taken(node: SlurmNode) -> bool:
+    """slurmctld's power thread has taken the node's power-down (POWERING_DOWN, no longer the pending POWER_DOWN).
+    Measured on slurmctld 22.05 (tests/e2e/test_late_binding.py): a DRAIN set while the power-down is pending - just
+    after `scontrol update state=power_down`, or just before it - is cleared when the thread takes it, and the name
+    comes back allocatable after SuspendTimeout; a DRAIN set once the node is POWERING_DOWN survives."""
+    return "POWERING_DOWN" in node.flags
+
+
 def registered_idle(node: SlurmNode) -> bool:
     """Up and registered with no work, drained or not: a held boot the daemon may undrain."""
     return (
@@ -163,6 +172,9 @@ class Daemon:
         self._released: dict[str, float] = {}  # held names released (undrained) -> when
         # late binding: names booted drained, not undrained yet -> when first seen (rebuilt from sinfo each tick)
         self._held_boots: dict[str, float] = {}
+        # held names powered down whose drain must wait for slurmctld's power thread (`_hold`; rebuilt each tick)
+        self._held_power_downs: set[str] = set()
+        self._powered_down_now: set[str] = set()  # held names this tick powered down (`_power_down_and_delete`)
         self._reserved = [p for p in self.pools if p.capacity_type is CapacityType.RESERVATION]
         # the Weights `fleet render slurm-conf` gives each pool's nodes: the base of the reserved nodes' best fit
         self._base_weights = rendered_weights(self.pools) if self._reserved else {}
@@ -214,6 +226,7 @@ class Daemon:
         return nodes, jobs
 
     def _tick(self, now: float, res: TickResult, act: Actuator) -> None:
+        self._powered_down_now = set()
         ended = self.store.open_job_ends() if res.leader else []  # before Slurm: see autoscaler.daemon.job_end
         snodes, sjobs = self._read_slurm()
         if res.leader and snodes is not None and late_binding(self.pools, self.policy):
@@ -638,21 +651,27 @@ class Daemon:
         return submit_wake_path(self.store.path) if late_binding(self.pools, self.policy) else None
 
     @property
-    def awaiting_held_boot(self) -> bool:
-        """Late binding: a node booted drained has not been undrained yet (the run loop then watches sinfo)."""
-        return bool(self._held_boots)
+    def awaiting_hold_change(self) -> bool:
+        """The hold has a name in transition (the run loop then watches sinfo each second): a node booted drained
+        not undrained yet (late binding), or a held name powered down and not drained again yet."""
+        return bool(self._held_boots or self._held_power_downs)
 
-    def held_boot_registered(self) -> bool:
-        """A node booted drained has registered (the run loop's 1 s watcher then starts a tick that undrains it).
-        One sinfo read; a Slurm that does not answer counts as no."""
-        names = set(self._held_boots)
+    def hold_change_due(self) -> bool:
+        """A tick has hold work now: a node booted drained registered (the tick undrains it), or slurmctld's power
+        thread took a held name's power-down (the tick drains it again before it completes).  One sinfo read; a
+        Slurm that does not answer counts as no."""
+        names = set(self._held_boots) | self._held_power_downs
         if not names:
             return False
         try:
             nodes = [n for n in self.slurm.nodes() if n.name in names]
         except SlurmUnavailable:
             return False
-        return any(registered_idle(n) for n in nodes)
+        return any(
+            (n.name in self._held_boots and registered_idle(n))
+            or (n.name in self._held_power_downs and not n.drain and (power_down_taken(n) or n.powered_down))
+            for n in nodes
+        )
 
     def _hold(
         self,
@@ -675,9 +694,16 @@ class Daemon:
         outstanding: dict[str, int] = defaultdict(int)  # released, not allocated yet
         booting: dict[str, int] = defaultdict(int)  # booted drained, no instance yet
         to_drain: list[str] = []
+        power_downs: set[str] = set()
         for n in sorted(snodes.values(), key=lambda x: (x.name.rpartition("-")[0], name_index(x.name))):
             pool = index.pool_of(n.name)
             if pool is None or pool.name not in held:
+                continue
+            if n.powering_down and not n.has_work:
+                if not power_down_taken(n):
+                    power_downs.add(n.name)  # pending: slurmctld's power thread clears any drain as it takes it
+                elif not n.drain:
+                    to_drain.append(n.name)  # held again: a drain set now survives the power-down
                 continue
             if n.name in self._held_boots and not (n.powering_up or held_drain(n)):
                 self._held_boots.pop(n.name)  # powered down again, or undrained by someone else
@@ -728,6 +754,8 @@ class Daemon:
                 self._held_boots.update(dict.fromkeys(names, now))
         if to_drain:
             act.scontrol(to_drain, "drain", LATE_BIND_REASON if late else HOLD_REASON)
+        # names this tick powered down show as pending from the next read on
+        self._held_power_downs = power_downs | self._powered_down_now
 
     def _reserved_weights(self, snodes: dict[str, SlurmNode], act: Actuator) -> None:
         """Weights of the reservation pools' registered nodes: rendered Weight + free GPUs (the fullest node that
@@ -754,11 +782,10 @@ class Daemon:
             deleted = act.delete(pool, names, f"scale-down: {reason}", snodes)
             if pool not in held_pools(self.pools, self.policy):
                 act.scontrol(deleted, "undrain", "gpu-fleet: powered down, back to the pool")
-            elif deleted:
-                # slurmctld 22.05 clears DRAIN with the power-down: held again at once, or the name is allocatable
-                # (a pending job bound to it) the moment it is powered down, before the next tick's hold
-                late = late_binding(self.pools, self.policy)
-                act.scontrol(deleted, "drain", LATE_BIND_REASON if late else HOLD_REASON)
+            else:
+                # a held name: drained again once slurmctld's power thread has taken the power-down (`_hold`); a
+                # drain set now would be cleared with it and the name would come back allocatable
+                self._powered_down_now.update(deleted)
 
     def _settle_job_ends(
         self,

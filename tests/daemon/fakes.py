@@ -87,10 +87,25 @@ class FakeSlurm:
                 flags -= {"DRAIN", "POWERING_UP", "NOT_RESPONDING"}
                 flags.add("POWERED_DOWN")
                 node = replace(node, state="idle")
-            elif state == "power_down":
+            elif state == "power_down":  # pending until slurmctld's power thread takes it (`power_thread`)
                 flags -= {"POWERING_UP"}
-                flags.add("POWERING_DOWN")
+                flags.add("POWER_DOWN")
             self.nodes_[n] = replace(node, flags=frozenset(flags))
+
+    def power_thread(self) -> None:
+        """slurmctld's power thread takes the pending power-downs: POWER_DOWN -> POWERING_DOWN, and it clears a
+        DRAIN the node has then (22.05 reads it as the power-down's own; measured, tests/e2e/test_late_binding.py)."""
+        for n, node in self.nodes_.items():
+            if "POWER_DOWN" in node.flags:
+                flags = (node.flags - {"POWER_DOWN", "DRAIN"}) | {"POWERING_DOWN"}
+                self.nodes_[n] = replace(node, flags=flags)
+
+    def power_downs_complete(self) -> None:
+        """SuspendTimeout passed: POWERING_DOWN -> POWERED_DOWN; a DRAIN set meanwhile stays."""
+        for n, node in self.nodes_.items():
+            if "POWERING_DOWN" in node.flags:
+                flags = (node.flags - {"POWERING_DOWN"}) | {"POWERED_DOWN"}
+                self.nodes_[n] = replace(node, state="idle", flags=flags)
 
     def update_weight(self, names: Sequence[str], weight: int) -> None:
         if self.down:

@@ -74,7 +74,7 @@ def test_every_pool_is_held_and_a_pending_job_boots_one_drained_name_of_its_shap
     drains = _commands(res, "scontrol-drain")
     assert sorted(n for c in drains for n in c["names"]) == sorted(slurm.nodes_)  # every powered-down name
     assert all(c["reason"] == LATE_BIND_REASON for c in drains)
-    assert not fleet.awaiting_held_boot
+    assert not fleet.awaiting_hold_change
 
     slurm.jobs_ = [_job(7)]
     clock.advance(1)
@@ -82,7 +82,7 @@ def test_every_pool_is_held_and_a_pending_job_boots_one_drained_name_of_its_shap
     boots = _commands(res, "scontrol-power_up")
     assert [c["names"] for c in boots] == [["c1-od1g-0"]]  # the right-sized shape, lowest index
     assert slurm.nodes_["c1-od1g-0"].drain and slurm.nodes_["c1-od1g-0"].powering_up  # stays drained
-    assert fleet.awaiting_held_boot and not fleet.held_boot_registered()
+    assert fleet.awaiting_hold_change and not fleet.hold_change_due()
     assert cloud.list_nodes() == []  # the instance comes with ResumeProgram, as for any power-up
 
     clock.advance(1)  # ResumeProgram not delivered yet: the boot is outstanding, nothing more is booted
@@ -109,12 +109,12 @@ def test_a_registered_held_boot_is_undrained_and_an_admin_drain_is_left_alone(
     assert slurm.nodes_["c1-od1g-0"].reason == ""  # slurmctld cleared it at the power-up
     slurm.set("c1-od2g-0", "idle", "DRAIN")  # an admin's drain: never touched
     slurm.nodes_["c1-od2g-0"] = replace(slurm.nodes_["c1-od2g-0"], reason="bad GPU")
-    assert fleet.held_boot_registered()
+    assert fleet.hold_change_due()
     clock.advance(1)
     res = fleet.tick()
     assert [c["names"] for c in _commands(res, "scontrol-undrain")] == [["c1-od1g-0"]]
     assert not slurm.nodes_["c1-od1g-0"].drain and slurm.nodes_["c1-od2g-0"].drain
-    assert not fleet.awaiting_held_boot
+    assert not fleet.awaiting_hold_change
 
 
 def test_a_job_served_with_another_shape_has_its_constraint_widened(
@@ -181,8 +181,43 @@ def test_a_restarted_daemon_watches_the_boots_it_finds_under_way(fleet: Daemon, 
     """The names a previous daemon booted drained show in sinfo (POWERING_UP+DRAIN, no reason): the first tick
     takes them as held boots, so the run loop's watcher reads sinfo for their registration again."""
     slurm.set("c1-od1g-0", "idle", "DRAIN", "POWERING_UP", "NOT_RESPONDING")
-    assert not fleet.awaiting_held_boot
+    assert not fleet.awaiting_hold_change
     fleet.tick()
-    assert fleet.awaiting_held_boot and not fleet.held_boot_registered()
+    assert fleet.awaiting_hold_change and not fleet.hold_change_due()
     slurm.set("c1-od1g-0", "idle", "DRAIN")  # registered
-    assert fleet.held_boot_registered()
+    assert fleet.hold_change_due()
+
+
+def test_a_held_name_powered_down_is_drained_again_once_slurmctld_takes_the_power_down(
+    fleet: Daemon, slurm: FakeSlurm, clock: Clock
+) -> None:
+    """slurmctld's power thread clears a DRAIN it finds on a node whose power-down is pending (22.05), so the hold
+    drains a scaled-down name only once it is POWERING_DOWN; the run loop's watcher reads sinfo meanwhile and ticks
+    when the thread has taken it. Drained too early, the name would come back allocatable after SuspendTimeout and
+    slurmctld would bind the next job to it."""
+    fleet.tick()
+    slurm.jobs_ = [_job(7)]
+    clock.advance(1)
+    fleet.tick()
+    fleet.store.enqueue_power("resume", ["c1-od1g-0"], clock(), {})
+    clock.advance(1)
+    fleet.tick()
+    slurm.set("c1-od1g-0", "idle", "DRAIN")  # registered, idle since long ago (the job ran elsewhere)
+    slurm.jobs_ = []
+    clock.advance(1)
+    res = fleet.tick()  # undrained, then scaled down: drained with the scale-down's reason, powered down
+    assert [c["names"] for c in _commands(res, "scontrol-power_down")] == [["c1-od1g-0"]]
+    assert "POWER_DOWN" in slurm.nodes_["c1-od1g-0"].flags  # pending: a drain set now would not last
+    assert fleet.awaiting_hold_change and not fleet.hold_change_due()
+    clock.advance(1)
+    assert _commands(fleet.tick(), "scontrol-drain") == []
+
+    slurm.power_thread()  # POWERING_DOWN: a drain set from now on survives the power-down
+    assert fleet.hold_change_due()
+    clock.advance(1)
+    res = fleet.tick()
+    assert [c["names"] for c in _commands(res, "scontrol-drain")] == [["c1-od1g-0"]]
+    assert not fleet.awaiting_hold_change
+    slurm.power_downs_complete()
+    node = slurm.nodes_["c1-od1g-0"]
+    assert node.powered_down and node.drain and node.reason == LATE_BIND_REASON  # held: no job is bound to it

@@ -18,18 +18,13 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from autoscaler.daemon.tick import LATE_BIND_REASON
-from autoscaler.slurm.wake import submit_wake_path
-from fleet.catalog import CapacityType, load_catalog
-from fleet.slurm.job_submit import render_job_submit
-from fleet.slurm.weights import pool_shapes
-from tests.e2e.env import E2E, REGION, e2e_env, pool, wait_for
+from tests.e2e.env import E2E, e2e_env, late_bind_lines, late_bind_lua, pool, wait_for
 from tests.harness.cloud_nodes import Nodeset
 from tests.harness.slurm import SlurmHarness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.gce, pytest.mark.slow]
 
 SLOW_BOOT_S = 25  # the second node's VM registers this long after its create
-SHAPES = [("od", CapacityType.ON_DEMAND, "a3-highgpu-8g")]
 
 
 @pytest.fixture
@@ -50,13 +45,8 @@ def env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
         nodesets=[Nodeset("e2e-od", 2, features="a3-highgpu-8g")],
         partitions={"gpu": ["e2e-od"]},
         policy={"idle_timeout_s": 20, "backoff_s": 120, "late_bind": True},
-        # the lua `fleet render slurm-conf` writes under late binding: the hard constraint and the submit wake-up
-        job_submit_lua=lambda state: render_job_submit(
-            {"gpu": pool_shapes(SHAPES, load_catalog(), REGION)},
-            "gpu",
-            constrain=True,
-            wake_path=str(submit_wake_path(state)),
-        ),
+        job_submit_lua=late_bind_lua,
+        slurm_lines=late_bind_lines,
         interval_s=10.0,  # the boot and the undrain must come from the watcher (submission, registration), not the poll
     ) as e:
         holder.append(e)
@@ -127,3 +117,44 @@ def test_a_pending_job_takes_the_node_that_frees_while_its_own_boots(env: E2E) -
     last = env.gpu_job(1)  # Slurm binds it to no powered-down name: the daemon boots one for it
     wait_for(lambda: last not in env.squeue_ids(), 90, "a job after the scale-down", env)
     assert len(env.fake.events_of("create")) == 3
+
+
+@pytest.fixture
+def quiet_env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    """Late binding with a 120 s poll: after the first tick only the run loop's watcher starts ticks (the lua's
+    submit wake-up, EpilogSlurmctld's job-end rows, sinfo while a held boot or power-down is out)."""
+    with e2e_env(
+        slurm_factory,
+        suspend_time=600,
+        pools=[pool("od", "on-demand", "gpu", False, max_nodes=2)],
+        nodesets=[Nodeset("e2e-od", 2, features="a3-highgpu-8g")],
+        partitions={"gpu": ["e2e-od"]},
+        policy={"idle_timeout_s": 0, "backoff_s": 120, "late_bind": True},
+        job_submit_lua=late_bind_lua,
+        slurm_lines=late_bind_lines,
+        interval_s=120.0,
+    ) as e:
+        yield e
+
+
+def test_a_scaled_down_name_is_held_through_its_power_down(quiet_env: E2E) -> None:
+    """slurmctld 22.05 clears a DRAIN it finds on a node whose power-down is pending, as its power thread takes the
+    power-down; the name would then come back allocatable after SuspendTimeout. The daemon drains it once it is
+    POWERING_DOWN, found by the watcher's sinfo read, so it comes back POWERED_DOWN and still held, long before the
+    next poll."""
+    env = quiet_env
+    env.start_daemon()
+    wait_for(lambda: all("DRAIN" in f["state_flags"] for f in env.sinfo().values()), 30, "the pool held", env)
+    job = env.gpu_job(1)
+    wait_for(lambda: job not in env.squeue_ids(), 60, "the job to run and end", env)
+    wait_for(lambda: _ok(env, "scontrol-power_down"), 30, "the idle node scaled down (job-end wake-up)", env)
+    node = env.ran_on(job)
+
+    def powered_down() -> list[str] | None:
+        flags = env.sinfo()[node]["state_flags"]
+        return flags if "POWERED_DOWN" in flags else None
+
+    flags = wait_for(powered_down, 60, "the power-down to complete (SuspendTimeout)", env)
+    assert "DRAIN" in flags, f"{node} came back allocatable: {flags}"
+    assert env.sinfo()[node]["reason"] == LATE_BIND_REASON
+    assert time.time() - env.ticks[0].at < 100, "held by the watcher's ticks, not the next 120 s poll"

@@ -1,0 +1,221 @@
+"""How long strict late binding's two reactions take on a real slurmctld: submission -> instance created, and a
+drained boot registering -> its job running.
+
+    .venv/bin/python bench/late_bind_latency.py [--rounds 2] [--json]
+
+The e2e setup of tests/e2e (real slurmctld 22.05, one real slurmd per "instance" of the fake Compute API, the
+daemon in this process) with `policy.late_bind: true`, the job_submit.lua `fleet render slurm-conf` writes under
+late binding (hard constraint + submit wake-up file), EpilogSlurmctld, `idle_timeout_s: 0` and a 120 s poll, so
+only the run loop's 1 s watcher starts ticks.  Each round submits 4 one-node jobs, 3 s apart, each long enough
+that the next one finds no free node: every job gets its own drained boot.  A sampler reads sinfo and squeue
+every 0.1 s.  Per job:
+
+- **submit -> power_up**: sbatch returned -> the tick that ran `scontrol update state=power_up` for its node
+  (the replay's `SUBMIT_WAKE_LATENCY_S`, autoscaler/replay/gpu_fleet.py);
+- **submit -> create**: sbatch returned -> the fake Compute API's instances.insert for that node (the replay:
+  the wake-up latency plus `SlurmSettings.resume_batch_s`, the ResumeProgram round trip);
+- **registered -> running**: the node's slurmd registered (sinfo: no longer POWERING_UP / NOT_RESPONDING) -> the
+  job RUNNING (the replay's `HELD_BOOT_LATENCY_S`: the watcher's undrain tick, then slurmctld schedules the job).
+
+The sampler's 0.1 s period bounds each figure's resolution.  Needs root and Slurm (scripts/setup.sh); exits 0 with
+a note otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.e2e.env import E2E, late_bind_lines, late_bind_lua, pool
+from tests.harness.cloud_nodes import Nodeset, cloud_nodes_unavailable_reason
+from tests.harness.slurm import SlurmHarness, slurm_unavailable_reason
+
+POLL_S = 120
+NODES = 4
+JOB_S = 25  # long enough that the jobs of a round overlap: each needs its own boot
+SPACING_S = 3.0
+SAMPLE_S = 0.1
+MODEL = {  # what the replay assumes (autoscaler/replay/gpu_fleet.py, autoscaler/replay/simslurm.py)
+    "submit_to_power_up_s": "SUBMIT_WAKE_LATENCY_S",
+    "submit_to_create_s": "SUBMIT_WAKE_LATENCY_S + SlurmSettings.resume_batch_s",
+    "registered_to_running_s": "HELD_BOOT_LATENCY_S",
+}
+
+
+class Sampler(threading.Thread):
+    """First time each node was seen registered and each job RUNNING, from sinfo/squeue every `SAMPLE_S`."""
+
+    def __init__(self, env: E2E) -> None:
+        super().__init__(daemon=True)
+        self.env = env
+        self.registered: dict[str, float] = {}
+        self.running: dict[int, float] = {}
+        self._down: set[str] = set()
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_event.wait(SAMPLE_S):
+            now = time.time()
+            try:
+                nodes = self.env.sinfo()
+                jobs = self.env.slurm.squeue_json()["jobs"]
+            except Exception:
+                continue
+            for name, n in nodes.items():
+                flags = set(n["state_flags"])
+                if flags & {"POWERING_UP", "POWERED_DOWN", "NOT_RESPONDING", "POWERING_DOWN"}:
+                    self._down.add(name)  # a later registration is a new boot
+                elif name in self._down:
+                    self._down.discard(name)
+                    self.registered[name] = now
+            for j in jobs:
+                if j["job_state"] == "RUNNING":
+                    self.running.setdefault(int(j["job_id"]), now)
+
+
+def run_round(env: E2E, sampler: Sampler) -> list[dict[str, Any]]:
+    submitted: dict[int, float] = {}
+    for _ in range(NODES):
+        job = env.gpu_job(JOB_S)
+        submitted[job] = time.time()
+        time.sleep(SPACING_S)
+    _wait(lambda: not env.squeue_ids() & set(submitted), 240, "the round's jobs to finish")
+    _wait(
+        lambda: all(
+            {"POWERED_DOWN", "DRAIN"} <= set(n["state_flags"])
+            for name, n in env.sinfo().items()
+            if name.startswith("e2e-od-")
+        ),
+        120,
+        "the nodes to be powered down and held again",
+        env,
+    )
+    out = []
+    for job, t0 in submitted.items():
+        name = env.ran_on(job)
+        power_up = min(
+            (
+                t.at
+                for t in env.ticks
+                for c in t.commands
+                if c["command"] == "scontrol-power_up" and name in c["names"] and t.at >= t0 - 1
+            ),
+            default=None,
+        )
+        create = min((e.at for e in env.fake.events_of("create") if e.name == name and e.at >= t0 - 1), default=None)
+        registered = sampler.registered.get(name)
+        running = sampler.running.get(job)
+        out.append(
+            {
+                "job": job,
+                "node": name,
+                "booted_for_it": create is not None,
+                "submit_to_power_up_s": _d(t0, power_up),
+                "submit_to_create_s": _d(t0, create),
+                "registered_to_running_s": _d(registered, running) if create is not None else None,
+            }
+        )
+        sampler.registered.pop(name, None)
+    return out
+
+
+def _d(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round(b - a, 3)
+
+
+def _wait(pred: Any, timeout: float, what: str, env: E2E | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.3)
+    seen = {k: v["state_flags"] for k, v in env.sinfo().items()} if env is not None else ""
+    raise SystemExit(f"timed out waiting for {what} {seen}")
+
+
+def measure(rounds: int) -> list[dict[str, Any]]:
+    made: list[SlurmHarness] = []
+
+    def make(**kw: Any) -> SlurmHarness:
+        h = SlurmHarness(**kw)
+        made.append(h)
+        return h
+
+    env = E2E(
+        make,
+        suspend_time=600,
+        pools=[pool("od", "on-demand", "gpu", False, max_nodes=NODES)],
+        nodesets=[Nodeset("e2e-od", NODES, features="a3-highgpu-8g")],
+        partitions={"gpu": ["e2e-od"]},
+        policy={"idle_timeout_s": 0, "backoff_s": 120, "late_bind": True},
+        job_submit_lua=late_bind_lua,
+        slurm_lines=late_bind_lines,
+        interval_s=POLL_S,
+    )
+    samples: list[dict[str, Any]] = []
+    sampler = Sampler(env)
+    try:
+        env.start_daemon()
+        _wait(
+            lambda: all("DRAIN" in n["state_flags"] for n in env.sinfo().values()),
+            60,
+            "the pool to be held (its powered-down names drained)",
+        )
+        sampler.start()
+        for _ in range(rounds):
+            samples += run_round(env, sampler)
+    finally:
+        sampler.stop_event.set()
+        env.close()
+        for h in made:
+            h.stop()
+    return samples
+
+
+def summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, model in MODEL.items():
+        xs = [s[key] for s in samples if s.get(key) is not None]
+        out[key] = {
+            "n": len(xs),
+            "median_s": round(statistics.median(xs), 2) if xs else None,
+            "mean_s": round(statistics.fmean(xs), 2) if xs else None,
+            "max_s": max(xs) if xs else None,
+            "replay_models_it_as": model,
+        }
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    reason = slurm_unavailable_reason() or cloud_nodes_unavailable_reason()
+    if reason:
+        print(f"skip: {reason}")
+        return 0
+    samples = measure(a.rounds)
+    report = {"summary": summary(samples), "samples": samples}
+    if a.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for key, v in report["summary"].items():
+            print(
+                f"{key}: median {v['median_s']} s, mean {v['mean_s']} s, max {v['max_s']} s over {v['n']} jobs "
+                f"(replay: {v['replay_models_it_as']})"
+            )
+        print(f"jobs not booted for: {sum(1 for s in samples if not s['booted_for_it'])} of {len(samples)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -54,6 +54,18 @@ def _job(job_id: int, features: tuple[str, ...] = ("a3-highgpu-1g",), reason: st
     return SlurmJob(job_id, f"j{job_id}", "PENDING", reason, "gpu", 1, 1, None, features, 0, None, 1.0)
 
 
+def _boot_for_a_job(fleet: Daemon, slurm: FakeSlurm, clock: Clock) -> None:
+    """Hold the pools, then job 7 (1 GPU) pending: the daemon boots c1-od1g-0 drained, ResumeProgram queues it,
+    the next tick creates the instance."""
+    fleet.tick()
+    slurm.jobs_ = [_job(7)]
+    clock.advance(1)
+    fleet.tick()
+    fleet.store.enqueue_power("resume", ["c1-od1g-0"], clock(), {})
+    clock.advance(1)
+    fleet.tick()
+
+
 @pytest.fixture
 def fleet(make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud) -> Daemon:
     slurm.nodes_.clear()
@@ -98,13 +110,7 @@ def test_every_pool_is_held_and_a_pending_job_boots_one_drained_name_of_its_shap
 def test_a_registered_held_boot_is_undrained_and_an_admin_drain_is_left_alone(
     fleet: Daemon, slurm: FakeSlurm, clock: Clock
 ) -> None:
-    fleet.tick()
-    slurm.jobs_ = [_job(7)]
-    clock.advance(1)
-    fleet.tick()
-    fleet.store.enqueue_power("resume", ["c1-od1g-0"], clock(), {})
-    clock.advance(1)
-    fleet.tick()
+    _boot_for_a_job(fleet, slurm, clock)
     slurm.set("c1-od1g-0", "idle", "DRAIN")  # slurmd registered: IDLE+DRAIN
     assert slurm.nodes_["c1-od1g-0"].reason == ""  # slurmctld cleared it at the power-up
     slurm.set("c1-od2g-0", "idle", "DRAIN")  # an admin's drain: never touched
@@ -195,13 +201,7 @@ def test_a_held_name_powered_down_is_drained_again_once_slurmctld_takes_the_powe
     drains a scaled-down name only once it is POWERING_DOWN; the run loop's watcher reads sinfo meanwhile and ticks
     when the thread has taken it. Drained too early, the name would come back allocatable after SuspendTimeout and
     slurmctld would bind the next job to it."""
-    fleet.tick()
-    slurm.jobs_ = [_job(7)]
-    clock.advance(1)
-    fleet.tick()
-    fleet.store.enqueue_power("resume", ["c1-od1g-0"], clock(), {})
-    clock.advance(1)
-    fleet.tick()
+    _boot_for_a_job(fleet, slurm, clock)
     slurm.set("c1-od1g-0", "idle", "DRAIN")  # registered, idle since long ago (the job ran elsewhere)
     slurm.jobs_ = []
     clock.advance(1)

@@ -158,3 +158,57 @@ def test_a_scaled_down_name_is_held_through_its_power_down(quiet_env: E2E) -> No
     assert "DRAIN" in flags, f"{node} came back allocatable: {flags}"
     assert env.sinfo()[node]["reason"] == LATE_BIND_REASON
     assert time.time() - env.ticks[0].at < 100, "held by the watcher's ticks, not the next 120 s poll"
+
+
+@pytest.fixture
+def stuck_env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    """Late binding where VMs in us-central1-a come up but never register (ResumeTimeout 15 s)."""
+    with e2e_env(
+        slurm_factory,
+        suspend_time=600,
+        resume_timeout=15,
+        boots=lambda name, zone: zone != "us-central1-a",
+        pools=[pool("od", "on-demand", "gpu", False, max_nodes=2)],
+        nodesets=[Nodeset("e2e-od", 2, features="a3-highgpu-8g")],
+        partitions={"gpu": ["e2e-od"]},
+        policy={"idle_timeout_s": 600, "backoff_s": 300, "late_bind": True},
+        job_submit_lua=late_bind_lua,
+        slurm_lines=late_bind_lines,
+        interval_s=10.0,
+    ) as e:
+        yield e
+
+
+def test_a_held_boot_that_never_registers_is_held_again_and_the_job_boots_elsewhere(stuck_env: E2E) -> None:
+    """slurmctld's ResumeTimeout marks the stuck held boot DOWN and clears its DRAIN; the job, bound to nothing, stays
+    PENDING (no requeue). The daemon's ResumeFailProgram handling backs the zone off, deletes the instance and
+    returns the name to service, and the same tick's hold drains it again; the job's next boot, in the other zone,
+    runs it. No name of the pool is ever seen powered down and allocatable."""
+    env = stuck_env
+    env.start_daemon()
+    wait_for(lambda: all("DRAIN" in f["state_flags"] for f in env.sinfo().values()), 30, "the pool held", env)
+    holes: list[tuple[str, list[str]]] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.3):
+            for name, n in env.sinfo().items():
+                flags = n["state_flags"]
+                if "POWERED_DOWN" in flags and "DRAIN" not in flags and n["state"] != "down":
+                    holes.append((name, flags))
+
+    sampler = threading.Thread(target=watch, daemon=True)
+    sampler.start()
+    try:
+        job = env.gpu_job(1)
+        wait_for(lambda: job not in env.squeue_ids(), 180, "the job to run after the stuck boot", env)
+    finally:
+        done.set()
+        sampler.join()
+    zones = [e.zone for e in env.fake.events_of("create")]
+    assert zones[0] == "us-central1-a" and zones[-1] == "us-central1-b", zones
+    assert [c for t in env.ticks for c in t.commands if c["command"] == "scontrol-resume" and c["outcome"] == "ok"]
+    assert env.daemon is not None
+    backoffs = env.daemon.store.unavailable(env.daemon.clock())
+    assert any(":us-central1-a:" in u.key and "resume timeout" in u.message for u in backoffs)
+    assert holes == [], f"a held name was allocatable: {holes[:3]}"

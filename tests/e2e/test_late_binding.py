@@ -14,6 +14,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any
 
 import pytest
 
@@ -27,6 +29,21 @@ pytestmark = [pytest.mark.slurm, pytest.mark.gce, pytest.mark.slow]
 SLOW_BOOT_S = 25  # the second node's VM registers this long after its create
 
 
+def _late_bind_env(slurm_factory: Callable[..., SlurmHarness], **kwargs: Any) -> AbstractContextManager[E2E]:
+    """`e2e_env` with one on-demand pool of two a3-highgpu-8g nodes (`gpu`) and what the stack renders under late
+    binding: the constraining lua with its submit wake-up, EpilogSlurmctld and SchedulerParameters."""
+    return e2e_env(
+        slurm_factory,
+        suspend_time=600,
+        pools=[pool("od", "on-demand", "gpu", False, max_nodes=2)],
+        nodesets=[Nodeset("e2e-od", 2, features="a3-highgpu-8g")],
+        partitions={"gpu": ["e2e-od"]},
+        job_submit_lua=late_bind_lua,
+        slurm_lines=late_bind_lines,
+        **kwargs,
+    )
+
+
 @pytest.fixture
 def env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
     holder: list[E2E] = []
@@ -37,16 +54,10 @@ def env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
         threading.Timer(SLOW_BOOT_S, lambda: holder[0].nodes.boot(name, zone)).start()
         return False
 
-    with e2e_env(
+    with _late_bind_env(
         slurm_factory,
-        suspend_time=600,
         boots=boots,
-        pools=[pool("od", "on-demand", "gpu", False, max_nodes=2)],
-        nodesets=[Nodeset("e2e-od", 2, features="a3-highgpu-8g")],
-        partitions={"gpu": ["e2e-od"]},
         policy={"idle_timeout_s": 20, "backoff_s": 120, "late_bind": True},
-        job_submit_lua=late_bind_lua,
-        slurm_lines=late_bind_lines,
         interval_s=10.0,  # the boot and the undrain must come from the watcher (submission, registration), not the poll
     ) as e:
         holder.append(e)
@@ -123,16 +134,8 @@ def test_a_pending_job_takes_the_node_that_frees_while_its_own_boots(env: E2E) -
 def quiet_env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
     """Late binding with a 120 s poll: after the first tick only the run loop's watcher starts ticks (the lua's
     submit wake-up, EpilogSlurmctld's job-end rows, sinfo while a held boot or power-down is out)."""
-    with e2e_env(
-        slurm_factory,
-        suspend_time=600,
-        pools=[pool("od", "on-demand", "gpu", False, max_nodes=2)],
-        nodesets=[Nodeset("e2e-od", 2, features="a3-highgpu-8g")],
-        partitions={"gpu": ["e2e-od"]},
-        policy={"idle_timeout_s": 0, "backoff_s": 120, "late_bind": True},
-        job_submit_lua=late_bind_lua,
-        slurm_lines=late_bind_lines,
-        interval_s=120.0,
+    with _late_bind_env(
+        slurm_factory, policy={"idle_timeout_s": 0, "backoff_s": 120, "late_bind": True}, interval_s=120.0
     ) as e:
         yield e
 
@@ -163,17 +166,11 @@ def test_a_scaled_down_name_is_held_through_its_power_down(quiet_env: E2E) -> No
 @pytest.fixture
 def stuck_env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
     """Late binding where VMs in us-central1-a come up but never register (ResumeTimeout 15 s)."""
-    with e2e_env(
+    with _late_bind_env(
         slurm_factory,
-        suspend_time=600,
         resume_timeout=15,
         boots=lambda name, zone: zone != "us-central1-a",
-        pools=[pool("od", "on-demand", "gpu", False, max_nodes=2)],
-        nodesets=[Nodeset("e2e-od", 2, features="a3-highgpu-8g")],
-        partitions={"gpu": ["e2e-od"]},
         policy={"idle_timeout_s": 600, "backoff_s": 300, "late_bind": True},
-        job_submit_lua=late_bind_lua,
-        slurm_lines=late_bind_lines,
         interval_s=10.0,
     ) as e:
         yield e

@@ -221,3 +221,21 @@ def test_a_held_name_powered_down_is_drained_again_once_slurmctld_takes_the_powe
     slurm.power_downs_complete()
     node = slurm.nodes_["c1-od1g-0"]
     assert node.powered_down and node.drain and node.reason == LATE_BIND_REASON  # held: no job is bound to it
+
+
+def test_a_held_boot_that_never_registers_is_held_again_and_no_longer_watched(
+    fleet: Daemon, slurm: FakeSlurm, clock: Clock
+) -> None:
+    """ResumeTimeout: slurmctld marks the stuck boot DOWN+POWERED_DOWN, clears its DRAIN and calls ResumeFailProgram.
+    The tick backs the offering off, returns the name to service and holds it again; the boot is over, so the run
+    loop stops reading sinfo for it."""
+    _boot_for_a_job(fleet, slurm, clock)
+    assert fleet.awaiting_hold_change
+    slurm.set("c1-od1g-0", "down", "POWERED_DOWN")  # ResumeTimeout reached
+    fleet.store.enqueue_power("resume_fail", ["c1-od1g-0"], clock(), {})
+    clock.advance(1)
+    res = fleet.tick()
+    assert [c["names"] for c in _commands(res, "scontrol-resume")] == [["c1-od1g-0"]]
+    assert any(c["names"] == ["c1-od1g-0"] for c in _commands(res, "scontrol-drain"))
+    assert slurm.nodes_["c1-od1g-0"].drain
+    assert not fleet.awaiting_hold_change

@@ -30,7 +30,10 @@ def late_binding_constrains(cluster: ClusterSpec) -> bool:
 #: under late binding a held node booted for a pending job starts it only at slurmctld's next scheduling pass after
 #: the daemon undrains it, and 22.05 defers that pass by up to `batch_sched_delay` (3 s by default, slurm.conf(5):
 #: "how long the scheduling of batch jobs can be delayed"), billed idle on a GPU node.  Measured on slurmctld
-#: 22.05.8 (bench/late_bind_latency.py, tests/e2e): undrain -> job RUNNING 2.7-4.0 s at the default, 1.6-2.0 s with 0.
+#: 22.05.8 in the late-binding flow (bench/late_bind_latency.py): a held boot's registration -> its job RUNNING,
+#: 2.17 s and 2.23 s mean (12 and 8 boots, max 3.06 s) at the default, 0.99 s mean (max 1.07 s) with 0.  An
+#: undrain of a node registered long before shows ~1.9 s either way (bench/probe_drain_transitions.py --what
+#: undrain): the deferral comes with the boot's registration, not with every undrain.
 #: The default exists for sites submitting hundreds of jobs a second; a site that does can set it back through
 #: `slurm.extra_config` (its SchedulerParameters options win, fleet/slurm/options.py).
 LATE_BIND_SCHEDULER_OPTIONS = "batch_sched_delay=0"

@@ -174,7 +174,6 @@ class Daemon:
         self._held_boots: dict[str, float] = {}
         # held names powered down whose drain must wait for slurmctld's power thread (`_hold`; rebuilt each tick)
         self._held_power_downs: set[str] = set()
-        self._powered_down_now: set[str] = set()  # held names this tick powered down (`_power_down_and_delete`)
         self._reserved = [p for p in self.pools if p.capacity_type is CapacityType.RESERVATION]
         # the Weights `fleet render slurm-conf` gives each pool's nodes: the base of the reserved nodes' best fit
         self._base_weights = rendered_weights(self.pools) if self._reserved else {}
@@ -226,7 +225,6 @@ class Daemon:
         return nodes, jobs
 
     def _tick(self, now: float, res: TickResult, act: Actuator) -> None:
-        self._powered_down_now = set()
         ended = self.store.open_job_ends() if res.leader else []  # before Slurm: see autoscaler.daemon.job_end
         snodes, sjobs = self._read_slurm()
         if res.leader and snodes is not None and late_binding(self.pools, self.policy):
@@ -605,13 +603,14 @@ class Daemon:
                 continue
             act.scontrol(list(su.names), "power_up", f"gpu-fleet pre-warm: {su.reason}")
         drained: dict[str, list[str]] = defaultdict(list)  # pool -> names drained this tick
+        powered_down: set[str] = set()  # held names this tick powered down
         for step in scale_down_steps(plan, snodes):
             names = list(step.names)
             if step.action == "drain":
                 if act.scontrol(names, "drain", f"gpu-fleet scale-down: {step.reason}"):
                     drained[step.pool].extend(names)
             else:
-                self._power_down_and_delete(step.pool, names, step.reason, snodes, act)
+                powered_down |= self._power_down_and_delete(step.pool, names, step.reason, snodes, act)
         if drained and not self.dry_run:
             # a fresh read: whatever Slurm placed on a node between this tick's read and the drain keeps it
             try:
@@ -621,11 +620,11 @@ class Daemon:
             for pool, names in drained.items():
                 ok = list(deletable_after_drain(names, fresh))
                 if ok:
-                    self._power_down_and_delete(pool, ok, "drained and empty", fresh, act)
+                    powered_down |= self._power_down_and_delete(pool, ok, "drained and empty", fresh, act)
             snodes = fresh
         if held and snodes is not None:
             live = {n.name for n in view.inventory.nodes}
-            self._hold(plan, held, snodes, sjobs or (), live, now, act)
+            self._hold(plan, held, snodes, sjobs or (), live, powered_down, now, act)
 
     def _undrain_held_boots(self, snodes: dict[str, SlurmNode], act: Actuator) -> dict[str, SlurmNode]:
         """Late binding: nodes booted drained (`_hold`) that registered - up, idle, drained for the hold, no work -
@@ -680,6 +679,7 @@ class Daemon:
         snodes: dict[str, SlurmNode],
         sjobs: Sequence[SlurmJob],
         live: set[str],
+        powered_down: set[str],
         now: float,
         act: Actuator,
     ) -> None:
@@ -687,7 +687,8 @@ class Daemon:
         pending jobs the plan serves with another machine type; release (undrain) as many names as the plan
         launches for gangs (for every launch, without late binding) in each pool; under late binding, boot as many
         drained names as it launches for single nodes, less those booted that have no instance yet (`live`: the
-        names the tick's inventory lists)."""
+        names the tick's inventory lists).  `powered_down`: held names this tick powered down after `snodes` was
+        read, watched until slurmctld's power thread has taken their power-down."""
         index = NameIndex(self.pools)
         late = late_binding(self.pools, self.policy)
         cands: dict[str, list[str]] = defaultdict(list)
@@ -754,8 +755,7 @@ class Daemon:
                 self._held_boots.update(dict.fromkeys(names, now))
         if to_drain:
             act.scontrol(to_drain, "drain", LATE_BIND_REASON if late else HOLD_REASON)
-        # names this tick powered down show as pending from the next read on
-        self._held_power_downs = power_downs | self._powered_down_now
+        self._held_power_downs = power_downs | powered_down
 
     def _reserved_weights(self, snodes: dict[str, SlurmNode], act: Actuator) -> None:
         """Weights of the reservation pools' registered nodes: rendered Weight + free GPUs (the fullest node that
@@ -777,15 +777,17 @@ class Daemon:
 
     def _power_down_and_delete(
         self, pool: str, names: list[str], reason: str, snodes: SlurmView, act: Actuator
-    ) -> None:
-        if act.scontrol(names, "power_down", f"gpu-fleet scale-down: {reason}"):
-            deleted = act.delete(pool, names, f"scale-down: {reason}", snodes)
-            if pool not in held_pools(self.pools, self.policy):
-                act.scontrol(deleted, "undrain", "gpu-fleet: powered down, back to the pool")
-            else:
-                # a held name: drained again once slurmctld's power thread has taken the power-down (`_hold`); a
-                # drain set now would be cleared with it and the name would come back allocatable
-                self._powered_down_now.update(deleted)
+    ) -> set[str]:
+        """Power `names` down and delete their instances; the held names deleted (none for a pool not held): the
+        hold drains them again once slurmctld's power thread has taken the power-down (`_hold`), as a drain set now
+        would be cleared with it and the name would come back allocatable."""
+        if not act.scontrol(names, "power_down", f"gpu-fleet scale-down: {reason}"):
+            return set()
+        deleted = act.delete(pool, names, f"scale-down: {reason}", snodes)
+        if pool in held_pools(self.pools, self.policy):
+            return set(deleted)
+        act.scontrol(deleted, "undrain", "gpu-fleet: powered down, back to the pool")
+        return set()
 
     def _settle_job_ends(
         self,

@@ -19,37 +19,20 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.e2e.env import E2E, epilog_slurmctld_hook, pool
-from tests.harness.cloud_nodes import Nodeset, cloud_nodes_unavailable_reason
-from tests.harness.slurm import SlurmHarness, slurm_unavailable_reason
+from tests.e2e.env import epilog_slurmctld_hook, pool, standalone_e2e, standalone_unavailable_reason, wait_for
+from tests.harness.cloud_nodes import Nodeset
+from tests.harness.slurm import SlurmHarness
 
 POLL_S = 120
 DURATIONS = (2, 5, 8, 11)
 
 
-def _wait(pred: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.3)
-    raise SystemExit(f"timed out waiting for {what}")
-
-
 def run_setting(node_epilog_s: float, rounds: int) -> list[dict[str, Any]]:
-    made: list[SlurmHarness] = []
-
-    def make(**kw: Any) -> SlurmHarness:
-        h = SlurmHarness(**kw)
-        made.append(h)
-        return h
-
     def lines(h: SlurmHarness, state: Path) -> list[str]:
         out = [f"EpilogSlurmctld={epilog_slurmctld_hook(h.root / 'bin', state)}"]
         if node_epilog_s:
@@ -59,8 +42,8 @@ def run_setting(node_epilog_s: float, rounds: int) -> list[dict[str, Any]]:
             out.append(f"Epilog={script}")
         return out
 
-    env = E2E(
-        make,
+    samples: list[dict[str, Any]] = []
+    with standalone_e2e(
         suspend_time=600,
         pools=[pool("od", "on-demand", "gpu", False)],
         nodesets=[Nodeset("e2e-od", 4)],
@@ -68,9 +51,7 @@ def run_setting(node_epilog_s: float, rounds: int) -> list[dict[str, Any]]:
         policy={"idle_timeout_s": 0, "backoff_s": 120},
         slurm_lines=lines,
         interval_s=POLL_S,
-    )
-    samples: list[dict[str, Any]] = []
-    try:
+    ) as env:
         env.start_daemon()
         for _ in range(rounds):
             out = f"{env.root}/log/job-%j.out"
@@ -78,8 +59,8 @@ def run_setting(node_epilog_s: float, rounds: int) -> list[dict[str, Any]]:
                 env.sbatch("-p", "gpu", "-N", "1", "--gres=gpu:8", "-o", out, "--wrap", f"srun sleep {d}")
                 for d in DURATIONS
             ]
-            _wait(lambda js=set(jobs): not env.squeue_ids() & js, 180, "the jobs to finish")
-            _wait(lambda: not env.fake.instance_names(), 60, "the freed instances to be deleted")
+            wait_for(lambda js=set(jobs): not env.squeue_ids() & js, 180, "the jobs to finish", env)
+            wait_for(lambda: not env.fake.instance_names(), 60, "the freed instances to be deleted", env)
             assert env.daemon is not None
             rows = {
                 r["job_id"]: r
@@ -100,15 +81,12 @@ def run_setting(node_epilog_s: float, rounds: int) -> list[dict[str, Any]]:
                         "ticks": len(ticks),
                     }
                 )
-            _wait(
+            wait_for(
                 lambda: all("POWERED_DOWN" in env.sinfo()[n]["state_flags"] for n in Nodeset("e2e-od", 4).names),
                 60,
                 "the names to be powered down again",
+                env,
             )
-    finally:
-        env.close()
-        for h in made:
-            h.stop()
     return samples
 
 
@@ -118,7 +96,7 @@ def main() -> int:
     ap.add_argument("--node-epilog", default="0,3", help="compute-node Epilog durations (s), comma-separated")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    reason = slurm_unavailable_reason() or cloud_nodes_unavailable_reason()
+    reason = standalone_unavailable_reason()
     if reason:
         print(f"skip: {reason}")
         return 0

@@ -34,9 +34,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.e2e.env import E2E, late_bind_lines, late_bind_lua, pool
-from tests.harness.cloud_nodes import Nodeset, cloud_nodes_unavailable_reason
-from tests.harness.slurm import SlurmHarness, slurm_unavailable_reason
+from tests.e2e.env import (
+    E2E,
+    late_bind_lines,
+    late_bind_lua,
+    pool,
+    standalone_e2e,
+    standalone_unavailable_reason,
+    wait_for,
+)
+from tests.harness.cloud_nodes import Nodeset
 
 POLL_S = 120
 NODES = 4
@@ -87,8 +94,8 @@ def run_round(env: E2E, sampler: Sampler) -> list[dict[str, Any]]:
         job = env.gpu_job(JOB_S)
         submitted[job] = time.time()
         time.sleep(SPACING_S)
-    _wait(lambda: not env.squeue_ids() & set(submitted), 240, "the round's jobs to finish")
-    _wait(
+    wait_for(lambda: not env.squeue_ids() & set(submitted), 240, "the round's jobs to finish", env)
+    wait_for(
         lambda: all(
             {"POWERED_DOWN", "DRAIN"} <= set(n["state_flags"])
             for name, n in env.sinfo().items()
@@ -131,26 +138,9 @@ def _d(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else round(b - a, 3)
 
 
-def _wait(pred: Any, timeout: float, what: str, env: E2E | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.3)
-    seen = {k: v["state_flags"] for k, v in env.sinfo().items()} if env is not None else ""
-    raise SystemExit(f"timed out waiting for {what} {seen}")
-
-
 def measure(rounds: int) -> list[dict[str, Any]]:
-    made: list[SlurmHarness] = []
-
-    def make(**kw: Any) -> SlurmHarness:
-        h = SlurmHarness(**kw)
-        made.append(h)
-        return h
-
-    env = E2E(
-        make,
+    samples: list[dict[str, Any]] = []
+    with standalone_e2e(
         suspend_time=600,
         pools=[pool("od", "on-demand", "gpu", False, max_nodes=NODES)],
         nodesets=[Nodeset("e2e-od", NODES, features="a3-highgpu-8g")],
@@ -159,24 +149,21 @@ def measure(rounds: int) -> list[dict[str, Any]]:
         job_submit_lua=late_bind_lua,
         slurm_lines=late_bind_lines,
         interval_s=POLL_S,
-    )
-    samples: list[dict[str, Any]] = []
-    sampler = Sampler(env)
-    try:
-        env.start_daemon()
-        _wait(
-            lambda: all("DRAIN" in n["state_flags"] for n in env.sinfo().values()),
-            60,
-            "the pool to be held (its powered-down names drained)",
-        )
-        sampler.start()
-        for _ in range(rounds):
-            samples += run_round(env, sampler)
-    finally:
-        sampler.stop_event.set()
-        env.close()
-        for h in made:
-            h.stop()
+    ) as env:
+        sampler = Sampler(env)
+        try:
+            env.start_daemon()
+            wait_for(
+                lambda: all("DRAIN" in n["state_flags"] for n in env.sinfo().values()),
+                60,
+                "the pool to be held (its powered-down names drained)",
+                env,
+            )
+            sampler.start()
+            for _ in range(rounds):
+                samples += run_round(env, sampler)
+        finally:
+            sampler.stop_event.set()
     return samples
 
 
@@ -199,7 +186,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    reason = slurm_unavailable_reason() or cloud_nodes_unavailable_reason()
+    reason = standalone_unavailable_reason()
     if reason:
         print(f"skip: {reason}")
         return 0

@@ -34,42 +34,30 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fleet.slurm.policy import LATE_BIND_SCHEDULER_OPTIONS
-from tests.e2e.env import E2E, pool
-from tests.harness.cloud_nodes import Nodeset, cloud_nodes_unavailable_reason
-from tests.harness.slurm import SlurmHarness, slurm_unavailable_reason
+from tests.e2e.env import E2E, pool, standalone_e2e, standalone_unavailable_reason
+from tests.harness.cloud_nodes import Nodeset
 
 SETTINGS = ("", LATE_BIND_SCHEDULER_OPTIONS)  # Slurm's default SchedulerParameters, then the late-binding render
 
 
 @contextmanager
 def harness(nodes: int, scheduler: str = "") -> Iterator[tuple[E2E, Callable[..., None]]]:
-    made: list[SlurmHarness] = []
-
-    def make(**kw: Any) -> SlurmHarness:
-        h = SlurmHarness(**kw)
-        made.append(h)
-        return h
-
+    """`nodes` CLOUD nodes in partition `gpu`, no daemon, with `scheduler` as SchedulerParameters (none: Slurm's
+    defaults); yields the environment and `scontrol update`."""
     lines = (lambda h, s: [f"SchedulerParameters={scheduler}"]) if scheduler else None
-    env = E2E(
-        make,
+    with standalone_e2e(
         suspend_time=600,
         resume_timeout=600,
         pools=[pool("od", "on-demand", "gpu", False, max_nodes=nodes)],
         nodesets=[Nodeset("e2e-od", nodes)],
         partitions={"gpu": ["e2e-od"]},
         slurm_lines=lines,
-    )
+    ) as env:
 
-    def update(*args: str) -> None:
-        env.slurm.run("scontrol", "update", *args, check=True)
+        def update(*args: str) -> None:
+            env.slurm.run("scontrol", "update", *args, check=True)
 
-    try:
         yield env, update
-    finally:
-        env.close()
-        for h in made:
-            h.stop()
 
 
 def _until(pred: Callable[[], Any], timeout: float) -> float:
@@ -141,7 +129,7 @@ def main() -> int:
     ap.add_argument("--what", default="power-down,undrain,release")
     ap.add_argument("--rounds", type=int, default=6)
     a = ap.parse_args()
-    reason = slurm_unavailable_reason() or cloud_nodes_unavailable_reason()
+    reason = standalone_unavailable_reason()
     if reason:
         print(f"skip: {reason}")
         return 0

@@ -38,7 +38,7 @@ from fleet.slurm.weights import pool_shapes
 from tests.fakes.compute_api import FakeCompute
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_nodes_unavailable_reason, cloud_slurm_conf
 from tests.harness.requirements import missing
-from tests.harness.slurm import SlurmHarness
+from tests.harness.slurm import SlurmHarness, slurm_unavailable_reason
 
 PROJECT = "e2e-project"
 REGION = "us-central1"
@@ -299,6 +299,34 @@ def e2e_env(make_harness: Callable[..., SlurmHarness], **kwargs: Any) -> Iterato
     e = E2E(make_harness, **kwargs)
     yield e
     e.close()
+
+
+def standalone_unavailable_reason() -> str | None:
+    """Why an `E2E` cannot run outside pytest on this host (the benches and probes): no Slurm, or no root for the
+    cloud nodes' slurmds; None when it can."""
+    return slurm_unavailable_reason() or cloud_nodes_unavailable_reason()
+
+
+@contextmanager
+def standalone_e2e(**kwargs: Any) -> Iterator[E2E]:
+    """An `E2E(**kwargs)` outside pytest (the benches and probes): its own harness factory; closed afterwards, and
+    every harness it made stopped (the tests' `slurm_factory` fixture does that for `e2e_env`)."""
+    made: list[SlurmHarness] = []
+
+    def make(**kw: Any) -> SlurmHarness:
+        h = SlurmHarness(**kw)
+        made.append(h)
+        return h
+
+    try:
+        env = E2E(make, **kwargs)
+        try:
+            yield env
+        finally:
+            env.close()
+    finally:
+        for h in made:
+            h.stop()
 
 
 def wait_for(pred: Callable[[], Any], timeout: float, what: str, env: E2E | None = None) -> Any:

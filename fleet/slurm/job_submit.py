@@ -10,6 +10,12 @@ fits and ranks first (`fleet.slurm.weights`: cheapest $/GPU-hour at on-demand li
 that names features (`--constraint` / `--prefer`) or several partitions is left alone, and so is a GPU count for
 which the partition has one machine type only (nothing to prefer).
 
+A job's GPUs per node are read as the autoscaler reads them in squeue (`autoscaler.slurm.readers.parse_job`):
+`--gres`/`--gpus-per-node`, else `--gpus` (or `--gpus-per-task` times the tasks) over the job's nodes, at least as
+many nodes as the partition's largest node needs for them, as slurmctld counts them
+(tests/slurm/test_job_submit_gpus.py checks each form on slurmctld).  An error in that reading leaves the job as
+submitted (`pcall`): the lua never refuses a job.
+
 Reserved capacity is paid for whether used or not, so it must never lose to a right-sized on-demand node: in a
 partition with reservation pools, a job whose GPUs fit a reserved node prefers `reservation|<machine type>` (every
 reservation node carries the `reservation` feature), so an idle reserved node takes it first (powered-up nodes
@@ -73,19 +79,57 @@ local default_partition = {default}
 local {table} = {{
 {rows}
 }}
+-- GPUs of each partition's largest node
+local most_gpus = {{
+{most_rows}
+}}
 {wake_def}
-local function gpus_per_node(job_desc)
-  local tres = job_desc.tres_per_node
+local function gpus_in(tres)
   if tres == nil then
     return nil
   end
   for item in string.gmatch(tres, "[^,]+") do
-    local n = string.match(item, "^gres[:/]gpu:(%d+)$") or string.match(item, "^gres[:/]gpu:[^:]+:(%d+)$")
-    if n ~= nil then
-      return tonumber(n)
+    local gpu = string.match(item, "^gres[:/]gpu(.*)$")
+    if gpu ~= nil then
+      local count = string.match(gpu, "^:(%d+)$") or string.match(gpu, "^:[^:]+:(%d+)$")
+      if count ~= nil then
+        return tonumber(count)
+      end
+      if gpu == "" or string.match(gpu, "^:[^:]+$") then -- gpu or gpu:<type>: one GPU
+        return 1
+      end
     end
   end
   return nil
+end
+
+-- a count the user gave (job_desc holds NO_VAL, 0xfffffffe, for one not given)
+local function given(n)
+  if n == nil or n <= 0 or n >= 4294967294 then
+    return nil
+  end
+  return n
+end
+
+-- GPUs per node as the autoscaler reads the job in squeue (autoscaler/slurm/readers.py, parse_job):
+-- --gres/--gpus-per-node, else the job's GPUs (--gpus, or --gpus-per-task times the tasks) over its nodes, which
+-- slurmctld raises to what the partition's largest node fits (--gpus=16 on 8-GPU nodes: 2 nodes of 8)
+local function gpus_per_node(job_desc, most)
+  local n = gpus_in(job_desc.tres_per_node)
+  if n ~= nil then
+    return n
+  end
+  local total = gpus_in(job_desc.tres_per_job)
+  if total == nil then
+    local per_task = gpus_in(job_desc.tres_per_task)
+    if per_task == nil then
+      return nil
+    end
+    local nodes = given(job_desc.min_nodes) or 1
+    total = per_task * (given(job_desc.num_tasks) or (given(job_desc.ntasks_per_node) or 1) * nodes)
+  end
+  local nodes = math.max(given(job_desc.min_nodes) or 1, math.ceil(total / most))
+  return math.ceil(total / nodes)
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
@@ -96,9 +140,16 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   if part == nil or string.find(part, ",") then
     return slurm.SUCCESS
   end
-  local gpus = gpus_per_node(job_desc)
   local by_gpus = {table}[part]
-  if gpus ~= nil and by_gpus ~= nil and by_gpus[gpus] ~= nil then
+  if by_gpus == nil then
+    return slurm.SUCCESS
+  end
+  local ok, gpus = pcall(gpus_per_node, job_desc, most_gpus[part])
+  if not ok then -- never refuse a job for the lua's own fault: leave it as submitted
+    slurm.log_error("job_submit.lua (gpu-fleet): %s", tostring(gpus))
+    return slurm.SUCCESS
+  end
+  if gpus ~= nil and by_gpus[gpus] ~= nil then
     job_desc.{field} = by_gpus[gpus]
   end
   return slurm.SUCCESS
@@ -187,6 +238,12 @@ def _lua_rows(tables: Mapping[str, Mapping[int, str]]) -> str:
     return "\n".join(rows)
 
 
+def _lua_most_rows(partitions: Mapping[str, Sequence[PoolShape]], tables: Mapping[str, object]) -> str:
+    """The Lua table body: one line per partition of `tables`, ``["<partition>"] = <GPUs of its largest node>``."""
+    most = {part: max(s.gpus for s in partitions[part]) for part in tables}
+    return "\n".join(f"  [{_lua_string(part)}] = {gpus}," for part, gpus in sorted(most.items()))
+
+
 def render_job_submit(
     partitions: Mapping[str, Sequence[PoolShape]],
     default: str | None,
@@ -222,6 +279,7 @@ def render_job_submit(
         default=default_lua,
         table=table,
         rows=_lua_rows(tables),
+        most_rows=_lua_most_rows(partitions, tables),
         field=field,
         wake_def=wake_def,
         wake_call=wake_call,

@@ -1,0 +1,106 @@
+"""The rendered job_submit.lua and the autoscaler read a job's GPUs per node the same way, for every way a user asks
+for GPUs, on a real slurmctld 22.05.
+
+The lua right-sizes a job (a hard `--constraint` under strict late binding, a `--prefer` otherwise) from the GPUs per
+node it reads in the submission; the daemon plans nodes for the GPUs per node it reads in squeue
+(`autoscaler.slurm.readers.parse_job`).  If the two disagree, the daemon boots one shape and the job is pinned to
+another, or not pinned at all and lands on the spare GPUs of a larger node.  Until the tenth round the lua read
+`--gres=gpu:N` / `--gpus-per-node=N` only: a `--gpus=N` job got no constraint.
+
+The cluster: one partition with the four a3-highgpu shapes (1, 2, 4, 8 GPUs), every powered-down name drained (as
+late binding holds them), so every job stays pending and its constraint can be read back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import pytest
+
+from autoscaler.slurm.readers import parse_job
+from fleet.catalog import CapacityType, load_catalog
+from fleet.slurm.job_submit import constraints, preferences, render_job_submit
+from fleet.slurm.weights import pool_shapes
+from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_slurm_conf
+from tests.harness.slurm import SlurmHarness, poll_until
+
+pytestmark = pytest.mark.slurm
+
+OD = CapacityType.ON_DEMAND
+POOLS = [(f"g{g}", OD, f"a3-highgpu-{g}g") for g in (1, 2, 4, 8)]
+SHAPES = {"gpu": pool_shapes(POOLS, load_catalog(), "us-central1")}
+CONSTRAINT = constraints(SHAPES)["gpu"]  # GPUs per node -> the right-sized machine type
+PREFER = {g: p.expression for g, p in preferences(SHAPES)["gpu"].items()}
+
+#: sbatch arguments -> the GPUs per node both must read
+SUBMISSIONS: list[tuple[Sequence[str], int]] = [
+    (["--gres=gpu:2"], 2),
+    (["--gpus-per-node=2"], 2),
+    (["--gpus=1"], 1),
+    (["--gpus=3"], 3),
+    (["-N", "2", "--gpus=16"], 8),
+    (["-N", "2", "--gpus=6"], 3),
+    (["-n", "2", "--gpus-per-task=1"], 2),
+    (["-N", "1", "--ntasks-per-node=2", "--gpus-per-task=2"], 4),
+    (["--gres=gpu"], 1),  # no count: one GPU
+    (["--gpus=16"], 8),  # no node count: slurmctld makes it 2 nodes of 8
+    (["-N", "1-2", "--gpus=12"], 6),
+]
+
+
+def _cluster(slurm_factory: Callable[..., SlurmHarness], lua: str) -> Iterator[SlurmHarness]:
+    h = slurm_factory()
+    nodes = CloudNodes(h, [Nodeset(f"g{g}", 2, gpus=g, features=f"a3-highgpu-{g}g") for g in (1, 2, 4, 8)])
+    nodes.prepare()
+    conf = cloud_slurm_conf(h, nodes, {"gpu": [f"g{g}" for g in (1, 2, 4, 8)]}, suspend_time=600)
+    h.start(conf, nodes.gres_conf(), extra_lines=["JobSubmitPlugins=lua"], job_submit_lua=lua)
+    try:
+        for g in (1, 2, 4, 8):  # the hold: no job is allocated, each stays pending with what the lua set
+            h.run("scontrol", "update", f"nodename=g{g}-[0-1]", "state=drain", "reason=held", check=True)
+        yield h
+    finally:
+        nodes.stop_all()
+        h.stop()
+
+
+@pytest.fixture(scope="module")
+def constrain(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[SlurmHarness]:
+    lua = render_job_submit(SHAPES, "gpu", constrain=True, wake_path="/tmp/gpu-fleet-test-wake")
+    yield from _cluster(slurm_factory, lua)
+
+
+@pytest.fixture(scope="module")
+def prefer(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[SlurmHarness]:
+    yield from _cluster(slurm_factory, render_job_submit(SHAPES, "gpu"))
+
+
+def _pending(h: SlurmHarness, *args: str) -> dict:
+    job = int(h.run("sbatch", "--parsable", "-p", "gpu", *args, "--wrap", "true", check=True).stdout.strip())
+    try:
+        assert poll_until(lambda: any(j["job_id"] == job for j in h.squeue_json()["jobs"]), 10), h.logs()
+        return next(j for j in h.squeue_json()["jobs"] if j["job_id"] == job)
+    finally:
+        h.run("scancel", str(job))
+
+
+@pytest.mark.parametrize(("args", "gpus"), SUBMISSIONS, ids=lambda a: " ".join(a) if isinstance(a, list) else None)
+def test_the_constraint_is_the_right_sized_machine_for_the_gpus_the_daemon_reads(
+    constrain: SlurmHarness, args: Sequence[str], gpus: int
+) -> None:
+    raw = _pending(constrain, *args)
+    assert parse_job(raw).gpus_per_node == gpus, raw
+    assert raw["features"] == CONSTRAINT[gpus], raw
+
+
+@pytest.mark.parametrize(("args", "gpus"), SUBMISSIONS, ids=lambda a: " ".join(a) if isinstance(a, list) else None)
+def test_the_prefer_is_the_right_sized_machine_for_the_gpus_the_daemon_reads(
+    prefer: SlurmHarness, args: Sequence[str], gpus: int
+) -> None:
+    raw = _pending(prefer, *args)
+    assert parse_job(raw).gpus_per_node == gpus, raw
+    assert raw.get("prefer", "") == PREFER.get(gpus, ""), raw
+
+
+def test_jobs_without_gpus_or_with_their_own_constraint_are_left_alone(constrain: SlurmHarness) -> None:
+    assert _pending(constrain, "-N", "1")["features"] == ""
+    assert _pending(constrain, "--gpus=1", "-C", "a3-highgpu-8g")["features"] == "a3-highgpu-8g"

@@ -24,6 +24,7 @@ from autoscaler.cloud import CloudNode, CloudNodeStatus, OfferingKey
 from autoscaler.core.decide import ResumeUnit, resume_unit
 from autoscaler.daemon.state import PowerRow, RequestRow, UnavailableRow
 from autoscaler.model import Inventory, Node, NodeState, Pool, UnavailableOffering, WorkUnit
+from autoscaler.slurm.constraint import ConstraintUnreadable, matches
 from autoscaler.slurm.readers import CAPACITY_REASONS, SlurmJob, SlurmNode
 from fleet.catalog import CapacityType
 
@@ -98,6 +99,37 @@ def _since(cloud: CloudNode | None, slurm: SlurmNode | None, state: NodeState, n
         if isinstance(last_busy, int | float) and last_busy > 0:
             return min(float(last_busy), now)
     return cloud.created_at if cloud is not None else now
+
+
+def pool_features(
+    pools: Sequence[Pool], slurm_nodes: Mapping[str, SlurmNode], index: NameIndex
+) -> dict[str, frozenset[str]]:
+    """Pool -> the features its nodes carry, as slurmctld reports them (the stack renders
+    `<gpu>,<machine type>,<capacity type>`, `fleet.slurm.conf`); a pool none of whose nodes Slurm reports gets its
+    machine type and capacity type."""
+    out: dict[str, frozenset[str]] = {}
+    for name, node in slurm_nodes.items():
+        pool = index.pool_of(name)
+        if pool is not None and pool.name not in out and node.features:
+            out[pool.name] = frozenset(node.features)
+    for p in pools:
+        out.setdefault(p.name, frozenset({p.machine_type, str(p.capacity_type)}))
+    return out
+
+
+def constrained_pools(
+    job: SlurmJob, fit: Sequence[Pool], features: Mapping[str, frozenset[str]]
+) -> frozenset[str] | None:
+    """The pools of `fit` whose nodes satisfy the job's own `--constraint`; None when the job has none, when the
+    stack's job_submit.lua set it (right-sizing, which the hold widens on a fallback: `autoscaler.core.hold`), or
+    when the expression cannot be read for certain (`autoscaler.slurm.constraint`): then any pool of `fit`."""
+    expr = job.constraint_expression
+    if not expr or job.right_sized_by_lua:
+        return None
+    try:
+        return frozenset(p.name for p in fit if matches(expr, features.get(p.name, frozenset())))
+    except ConstraintUnreadable:
+        return None
 
 
 def build_view(
@@ -179,11 +211,15 @@ def build_view(
         view.resume.setdefault(pool_name, []).append(ru)
 
     # Queue depth: PENDING jobs that more capacity could serve, in partitions some pool serves.
+    features = pool_features(pools, snodes, index)
     for j in slurm_jobs or ():
         if not j.pending or j.reason not in CAPACITY_REASONS or j.gpus_per_node < 1:
             continue
         parts = j.partition.split(",")
         fit = [p for p in pools if any(p.serves(q) for q in parts) and p.gpus_per_node >= j.gpus_per_node]
+        allowed = constrained_pools(j, fit, features)
+        if allowed is not None:
+            fit = [p for p in fit if p.name in allowed]
         if not fit:
             continue
         view.pending.append(
@@ -196,6 +232,7 @@ def build_view(
                 spot_ok=any(p.spot_tolerant for p in fit),
                 priority=min(j.priority, 2**31 - 1),
                 queue=parts[0],
+                pools=allowed,
                 time_limit_s=j.time_limit_s,
                 # reason None: slurmctld has not tried it yet (its first pass may start it, preempting included)
                 evaluated=j.reason != "None",

@@ -735,12 +735,9 @@ class Daemon:
             # Slurm frees nodes at once, so the replay never meets this
             logger.bind(names=completing).debug("hold: reserved node(s) {} completing, no release", completing)
             cands.clear()
-        machine_types = {p.machine_type for p in self.pools}
-        constraints = {
-            f"job/{j.job_id}": frozenset(j.features)
-            for j in sjobs
-            if j.pending and j.features and set(j.features) <= machine_types
-        }
+        # only the constraints the stack's job_submit.lua set (right-sizing) are widened; a user's own constraint
+        # already limits the plan to the pools it matches (`snapshot.constrained_pools`)
+        constraints = {f"job/{j.job_id}": frozenset(j.features) for j in sjobs if j.pending and j.right_sized_by_lua}
         split = held_launches(plan, held, self.pools, self.policy, constraints)
         for uid, mts in sorted(split.widen.items()):
             act.widen_job(int(uid.partition("/")[2]), "|".join(sorted(mts)), "gpu-fleet: the plan falls back to it")

@@ -15,6 +15,8 @@ class WorkUnit:
 
     - `gpu_types`: acceptable accelerator types (e.g. ``{"nvidia-h100-80gb"}``); None = any.
     - `machine_types`: acceptable machine types (e.g. ``{"a3-highgpu-8g"}``); None = any that fits.
+    - `pools`: the pools whose nodes it may run on (a Slurm job's own `--constraint` over the nodes' features,
+      `autoscaler.slurm.constraint`); None = any pool serving its queue.
     - `spot_ok`: the unit tolerates preemption (it may run on spot capacity, if the policy allows
       spot for its queue).
     - `priority`: higher is served first; ties go to the older `submit_time`, then `id`.
@@ -31,6 +33,7 @@ class WorkUnit:
     nodes: int = 1
     gpu_types: frozenset[str] | None = None
     machine_types: frozenset[str] | None = None
+    pools: frozenset[str] | None = None
     spot_ok: bool = False
     priority: int = 0
     queue: str = "default"
@@ -50,6 +53,8 @@ class WorkUnit:
             object.__setattr__(self, "gpu_types", frozenset(self.gpu_types))
         if self.machine_types is not None and not isinstance(self.machine_types, frozenset):
             object.__setattr__(self, "machine_types", frozenset(self.machine_types))
+        if self.pools is not None and not isinstance(self.pools, frozenset):
+            object.__setattr__(self, "pools", frozenset(self.pools))
 
     @property
     def is_gang(self) -> bool:

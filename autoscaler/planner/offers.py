@@ -37,6 +37,7 @@ class UnitClass:
     spot: bool  # may use spot (unit tolerant and queue allowed)
     flex: bool  # may wait for flex-start
     queue: str
+    pools: frozenset[str] | None = None  # the pools its nodes may come from (None: any serving its queue)
 
     @classmethod
     def of(cls, unit: WorkUnit, policy: Policy, now: float) -> UnitClass:
@@ -48,6 +49,7 @@ class UnitClass:
             policy.spot_ok(unit),
             policy.flex_start_allowed(unit.queue, now - unit.submit_time),
             unit.queue,
+            unit.pools,
         )
 
     def accepts(self, gpu_type: str, machine_type: str, gpus: int) -> bool:
@@ -58,6 +60,10 @@ class UnitClass:
         return (self.gpu_types is None or gpu_type in self.gpu_types) and (
             self.machine_types is None or machine_type in self.machine_types
         )
+
+    def may_use_pool(self, pool: Pool) -> bool:
+        """The pool serves the class's queue and its nodes satisfy the class's own constraint."""
+        return pool.serves(self.queue) and (self.pools is None or pool.name in self.pools)
 
     def may_use(self, capacity: CapacityType) -> bool:
         if capacity is CapacityType.SPOT:
@@ -161,7 +167,7 @@ class OfferBook:
     def _shapes(self, cls: UnitClass) -> dict[int, tuple[list[Candidate], list[Candidate]]]:
         """Candidates for the class's constraints regardless of size: GPUs per node ->
         (reservation candidates, market candidates), each sorted by $/h (cached per constraint set)."""
-        bkey = (cls.gpu_types, cls.machine_types, cls.spot, cls.flex, cls.queue)
+        bkey = (cls.gpu_types, cls.machine_types, cls.spot, cls.flex, cls.queue, cls.pools)
         shapes = self._base.get(bkey)
         if shapes is None:
             shapes = {}
@@ -172,7 +178,7 @@ class OfferBook:
                 hourly = marginal_hourly(o)
                 res, market = shapes.setdefault(o.gpus_per_node, ([], []))
                 for p in self.launchers.get(k, ()):
-                    if p.serves(cls.queue):
+                    if cls.may_use_pool(p):
                         (res if k.capacity_type is CapacityType.RESERVATION else market).append(Candidate(o, p, hourly))
             for res, market in shapes.values():
                 res.sort(key=_order)
@@ -187,14 +193,14 @@ class OfferBook:
         cheapest running capacity first, so costlier nodes go idle and are scaled down.  Within a
         tier, the most restricted pools (fewer queues) come first, so flexible units leave general
         capacity to units that can use nothing else; then inventory order."""
-        bkey = (cls.gpu_types, cls.machine_types, cls.spot, cls.queue)
+        bkey = (cls.gpu_types, cls.machine_types, cls.spot, cls.queue, cls.pools)
         base = self._pool_base.get(bkey)
         if base is None:
             base = self._pool_base[bkey] = [
                 (p.name, p.gpus_per_node, existing_tier(p))
                 for p in self.pools
                 if cls.accepts_type(p.gpu_type, p.machine_type)
-                and p.serves(cls.queue)
+                and cls.may_use_pool(p)
                 and (p.capacity_type is not CapacityType.SPOT or cls.spot)
             ]
         return {name: (tier, i) for i, (name, g, tier) in enumerate(base) if g >= cls.gpus_per_node}
@@ -236,7 +242,7 @@ class OfferBook:
             if not (cls.accepts(o.gpu_type, k.machine_type, o.gpus_per_node) and cls.may_use(k.capacity_type)):
                 continue
             matched += 1
-            pools = [p for p in self.launchers.get(k, ()) if p.serves(cls.queue)]
+            pools = [p for p in self.launchers.get(k, ()) if cls.may_use_pool(p)]
             if not pools:
                 no_pool += 1
             too_big += sum(
@@ -254,7 +260,9 @@ class OfferBook:
             )
         if no_pool:
             return NoCandidate(
-                UnservedReason.NO_POOL, f"{no_pool} matching offerings, but no pool serving queue {cls.queue!r}"
+                UnservedReason.NO_POOL,
+                f"{no_pool} matching offerings, but no pool serving queue {cls.queue!r}"
+                + (" whose nodes satisfy its constraint" if cls.pools is not None else ""),
             )
         if backed:
             return NoCandidate(
@@ -269,6 +277,8 @@ def describe_no_offering(cls: UnitClass) -> str:
         parts.append(f"GPU types {sorted(cls.gpu_types)}")
     if cls.machine_types:
         parts.append(f"machine types {sorted(cls.machine_types)}")
+    if cls.pools is not None:
+        parts.append(f"pools {sorted(cls.pools)} (its constraint)")
     allowed = ["reservation", "on-demand"] + (["spot"] if cls.spot else []) + (["flex-start"] if cls.flex else [])
     parts.append(f"capacity {'/'.join(allowed)}")
     return "no offering has " + ", ".join(parts)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from autoscaler.slurm.constraint import RIGHT_SIZED_MARK
 from autoscaler.slurm.hostlist import expand
 
 PENDING = "PENDING"
@@ -93,10 +94,23 @@ class SlurmJob:
     flags: tuple[str, ...] = ()
     start_time: float | None = None  # when the current run started (RUNNING only: slurmctld resets it once
     # powered-up nodes are ready, so a CONFIGURING job's start_time is not its start)
+    constraint: str = ""  # the --constraint expression as slurmctld holds it ("" for one built from `features`)
+    admin_comment: str = ""
 
     @property
     def pending(self) -> bool:
         return self.state == PENDING
+
+    @property
+    def constraint_expression(self) -> str:
+        """The job's constraint: as slurmctld holds it, or its features ANDed where only those are known."""
+        return self.constraint or "&".join(self.features)
+
+    @property
+    def right_sized_by_lua(self) -> bool:
+        """The stack's job_submit.lua set this job's constraint (right-sizing the daemon may widen), as opposed to
+        a constraint the user gave (`autoscaler.slurm.constraint.RIGHT_SIZED_MARK`)."""
+        return self.admin_comment == RIGHT_SIZED_MARK
 
     @property
     def gpus(self) -> int:
@@ -207,6 +221,8 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         nodes=tuple(expand(nodes_expr)) if nodes_expr else (),
         flags=tuple(raw.get("flags") or ()),
         start_time=_start_time(raw) if str(state) == RUNNING else None,
+        constraint=str(raw.get("features") or ""),
+        admin_comment=str(raw.get("admin_comment") or ""),
     )
 
 

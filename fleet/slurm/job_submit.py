@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from autoscaler.slurm.constraint import RIGHT_SIZED_MARK
 from autoscaler.slurm.wake import submit_wake_path
 from fleet.catalog import CapacityType
 from fleet.slurm.weights import PoolShape, shape_key
@@ -151,7 +152,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   end
   if gpus ~= nil and by_gpus[gpus] ~= nil then
     job_desc.{field} = by_gpus[gpus]
-  end
+{mark}  end
   return slurm.SUCCESS
 end
 
@@ -208,6 +209,13 @@ def _lua_string(s: str, *, expression: bool = False) -> str:
         raise ValueError(f"not a Slurm partition or feature name: {s!r}")
     return f'"{s}"'
 
+
+# constrain mode: the daemon widens only the constraints the lua set (autoscaler/slurm/constraint.py)
+_MARK = """\
+    if job_desc.admin_comment == nil or job_desc.admin_comment == "" then
+      job_desc.admin_comment = {mark}
+    end
+"""
 
 _WAKE_DEF = """
 -- late binding: no powered-down node is allocatable, so no ResumeProgram tells the autoscaler of a new job;
@@ -271,9 +279,10 @@ def render_job_submit(
     if not tables:
         return ""
     default_lua = _lua_string(default) if default else "nil"
-    wake_def = wake_call = ""
+    wake_def = wake_call = mark = ""
     if constrain:
         wake_def, wake_call = _WAKE_DEF.format(path=_lua_path(wake_path)), "  pcall(wake_daemon)\n"
+        mark = _MARK.format(mark=f'"{RIGHT_SIZED_MARK}"')  # a constant of letters, "-" and ":"
     return _TEMPLATE.format(
         about=about,
         default=default_lua,
@@ -283,4 +292,5 @@ def render_job_submit(
         field=field,
         wake_def=wake_def,
         wake_call=wake_call,
+        mark=mark,
     )

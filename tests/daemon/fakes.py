@@ -126,7 +126,7 @@ class FakeSlurm:
         if not self.jobs_[i].pending:
             raise SlurmUnavailable(f"scontrol update jobid={job_id} exited 1: Job is no longer pending execution")
         self.feature_updates.append((job_id, features))
-        self.jobs_[i] = replace(self.jobs_[i], features=tuple(features.split("|")))
+        self.jobs_[i] = replace(self.jobs_[i], features=tuple(features.split("|")), constraint=features)
 
 
 def offering(zone: str, ct: CapacityType = CapacityType.SPOT, mt: str = "a3-highgpu-8g") -> OfferingKey:

@@ -15,6 +15,7 @@ import pytest
 from autoscaler.cloud import Offering
 from autoscaler.daemon.tick import LATE_BIND_REASON, Daemon
 from autoscaler.model import Policy, Pool
+from autoscaler.slurm.constraint import RIGHT_SIZED_MARK
 from autoscaler.slurm.readers import SlurmJob
 from fleet.catalog import CapacityType
 from tests.daemon.conftest import ZONE_A, ZONE_B, Clock
@@ -50,8 +51,13 @@ def _offers() -> list[Offering]:
     ]
 
 
-def _job(job_id: int, features: tuple[str, ...] = ("a3-highgpu-1g",), reason: str = "Resources") -> SlurmJob:
-    return SlurmJob(job_id, f"j{job_id}", "PENDING", reason, "gpu", 1, 1, None, features, 0, None, 1.0)
+def _job(
+    job_id: int, features: tuple[str, ...] = ("a3-highgpu-1g",), reason: str = "Resources", *, gpus: int = 1
+) -> SlurmJob:
+    """A pending job; a constraint of one machine type is the job_submit.lua's (marked), any other the user's."""
+    mark = RIGHT_SIZED_MARK if len(features) == 1 else ""
+    return SlurmJob(job_id, f"j{job_id}", "PENDING", reason, "gpu", 1, gpus, None, features, 0, None, 1.0,
+                    admin_comment=mark)  # fmt: skip
 
 
 def _boot_for_a_job(fleet: Daemon, slurm: FakeSlurm, clock: Clock) -> None:
@@ -140,6 +146,29 @@ def test_a_job_served_with_another_shape_has_its_constraint_widened(
     assert [(c["job_id"], c["features"]) for c in widened] == [(7, "a3-highgpu-1g|a3-highgpu-2g")]
     assert slurm.feature_updates[-1] == (7, "a3-highgpu-1g|a3-highgpu-2g")
     assert any("c1-od2g" in n for c in _commands(res, "scontrol-power_up") for n in c["names"])
+
+
+def test_a_users_own_constraint_is_served_as_asked_and_never_widened(
+    fleet: Daemon, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
+) -> None:
+    """A 1-GPU job whose user asked for the 2-GPU machine type (`-C a3-highgpu-2g`: no lua mark) gets a 2-GPU name
+    booted for it, even after that shape stocks out: the daemon does not boot a 1-GPU node the job may not use, nor
+    rewrite the user's constraint.  (Before the tenth round the plan ignored a job's constraint: it booted the
+    right-sized 1-GPU name and widened the user's constraint to it.)"""
+    fleet.tick()
+    slurm.jobs_ = [replace(_job(9, features=("a3-highgpu-2g",)), admin_comment="")]  # the user's, not the lua's
+    clock.advance(1)
+    res = fleet.tick()
+    assert [c["names"] for c in _commands(res, "scontrol-power_up")] == [["c1-od2g-0"]]
+    assert not _commands(res, "scontrol-features")
+    cloud.stocked_out = {o.key for o in cloud.offers if o.key.machine_type == "a3-highgpu-2g"}
+    fleet.store.enqueue_power("resume", ["c1-od2g-0"], clock(), {})
+    for _ in range(3):
+        clock.advance(1)
+        res = fleet.tick()
+        assert not _commands(res, "scontrol-features"), res.commands
+        assert not any("c1-od1g" in n for c in _commands(res, "scontrol-power_up") for n in c["names"])
+    assert slurm.feature_updates == []
 
 
 def test_the_run_loop_sees_a_submission_through_the_wake_up_file(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -26,6 +26,7 @@ from autoscaler.replay.simslurm import SimSlurm
 from autoscaler.replay.state import Job
 from autoscaler.replay.trace import TraceJob
 from autoscaler.sim import StockoutWindow
+from autoscaler.slurm.constraint import RIGHT_SIZED_MARK
 from autoscaler.slurm.readers import SlurmJob, SlurmNode
 from fleet.catalog import CapacityType
 from tests.daemon.fakes import FakeCloud, FakeSlurm
@@ -225,6 +226,7 @@ def _squeue(sim: SimSlurm) -> list[SlurmJob]:
             0,
             None,
             j.submit,
+            admin_comment=RIGHT_SIZED_MARK if sim.allowed(j) else "",  # the lua's mark on what it constrained
         )
         for j in sim.pending_jobs()
     ]

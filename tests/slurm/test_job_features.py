@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from autoscaler.slurm.client import CliSlurm, RestSlurm, SlurmClient, SlurmUnavailable
+from autoscaler.slurm.constraint import RIGHT_SIZED_MARK
 from autoscaler.slurm.readers import parse_job
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_slurm_conf
 from tests.harness.slurm import SlurmHarness, poll_until
@@ -139,3 +140,18 @@ def test_a_job_no_longer_pending_cannot_be_widened(cluster: Cluster) -> None:
     finally:
         cluster.harness.run("scancel", str(job))
         cluster.nodes.boot("lb8-0")  # slurmctld may have powered it up for this job: let it register
+
+
+@pytest.mark.parametrize("client", ["cli", "rest"])
+def test_the_luas_mark_and_the_constraint_expression_reach_the_daemon(cluster: Cluster, client: str) -> None:
+    """What tells the job_submit.lua's constraint (widenable) from a user's (hard): the AdminComment the lua sets,
+    read back through squeue and slurmrestd v0.0.38 alike, with the constraint expression as written."""
+    c: SlurmClient = getattr(cluster, client)
+    job = _submit(cluster, constraint=f"({SMALL}|{BIG})&{SMALL}", hold=True)
+    try:
+        got = next(j for j in c.jobs() if j.job_id == job)
+        assert (got.constraint, got.right_sized_by_lua) == (f"({SMALL}|{BIG})&{SMALL}", False)
+        cluster.harness.run("scontrol", "update", f"jobid={job}", f"admincomment={RIGHT_SIZED_MARK}", check=True)
+        assert next(j for j in c.jobs() if j.job_id == job).right_sized_by_lua
+    finally:
+        cluster.harness.run("scancel", str(job))

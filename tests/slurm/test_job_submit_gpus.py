@@ -5,7 +5,8 @@ The lua right-sizes a job (a hard `--constraint` under strict late binding, a `-
 node it reads in the submission; the daemon plans nodes for the GPUs per node it reads in squeue
 (`autoscaler.slurm.readers.parse_job`).  If the two disagree, the daemon boots one shape and the job is pinned to
 another, or not pinned at all and lands on the spare GPUs of a larger node.  Until the tenth round the lua read
-`--gres=gpu:N` / `--gpus-per-node=N` only: a `--gpus=N` job got no constraint.
+`--gres=gpu:N` / `--gpus-per-node=N` only: a `--gpus=N` job got no constraint.  The constraint the lua sets is
+marked (AdminComment `autoscaler.slurm.constraint.RIGHT_SIZED_MARK`), so the daemon tells it from a user's own.
 
 The cluster: one partition with the four a3-highgpu shapes (1, 2, 4, 8 GPUs), every powered-down name drained (as
 late binding holds them), so every job stays pending and its constraint can be read back.
@@ -90,6 +91,7 @@ def test_the_constraint_is_the_right_sized_machine_for_the_gpus_the_daemon_reads
     raw = _pending(constrain, *args)
     assert parse_job(raw).gpus_per_node == gpus, raw
     assert raw["features"] == CONSTRAINT[gpus], raw
+    assert parse_job(raw).right_sized_by_lua, raw  # marked: the daemon may widen it on a fallback
 
 
 @pytest.mark.parametrize(("args", "gpus"), SUBMISSIONS, ids=lambda a: " ".join(a) if isinstance(a, list) else None)
@@ -99,8 +101,11 @@ def test_the_prefer_is_the_right_sized_machine_for_the_gpus_the_daemon_reads(
     raw = _pending(prefer, *args)
     assert parse_job(raw).gpus_per_node == gpus, raw
     assert raw.get("prefer", "") == PREFER.get(gpus, ""), raw
+    assert not parse_job(raw).right_sized_by_lua, raw  # a --prefer is not a constraint
 
 
 def test_jobs_without_gpus_or_with_their_own_constraint_are_left_alone(constrain: SlurmHarness) -> None:
+    """...and unmarked: the daemon plans a user's constraint as a hard one and never widens it."""
     assert _pending(constrain, "-N", "1")["features"] == ""
-    assert _pending(constrain, "--gpus=1", "-C", "a3-highgpu-8g")["features"] == "a3-highgpu-8g"
+    own = _pending(constrain, "--gpus=1", "-C", "a3-highgpu-8g")
+    assert own["features"] == "a3-highgpu-8g" and not parse_job(own).right_sized_by_lua

@@ -1,0 +1,92 @@
+"""A job's `--constraint` read against one node's features (`autoscaler.slurm.constraint.matches`), and which pools
+the daemon may plan a pending job onto (`autoscaler.daemon.snapshot.constrained_pools`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaler.daemon.snapshot import NameIndex, constrained_pools, pool_features
+from autoscaler.model import Pool
+from autoscaler.slurm.constraint import RIGHT_SIZED_MARK, ConstraintUnreadable, matches
+from autoscaler.slurm.readers import SlurmJob, SlurmNode
+from fleet.catalog import CapacityType
+
+NODE = ("h100", "a3-highgpu-8g", "spot")  # what fleet.slurm.conf renders: <gpu>,<machine type>,<capacity type>
+
+
+@pytest.mark.parametrize(
+    ("expr", "ok"),
+    [
+        ("", True),
+        ("a3-highgpu-8g", True),
+        ("a3-highgpu-1g", False),
+        ("h100&spot", True),
+        ("h100&on-demand", False),
+        ("a3-highgpu-1g|a3-highgpu-8g", True),
+        ("[a3-highgpu-4g|a3-highgpu-8g]", True),
+        ("a3-highgpu-8g*2", True),  # a count asks for that many such nodes; this node is one
+        ("(a3-highgpu-1g|a3-highgpu-8g)&spot", True),
+        ("(a3-highgpu-1g|a3-highgpu-8g)&on-demand", False),
+        ("h100&(on-demand|reservation)", False),
+    ],
+)
+def test_an_expression_is_read_against_one_nodes_features(expr: str, ok: bool) -> None:
+    assert matches(expr, NODE) is ok
+
+
+@pytest.mark.parametrize(
+    ("expr", "why"),
+    [
+        ("a3-highgpu-8g&spot|h100", "mixed without parentheses"),  # Slurm's precedence is not documented
+        ("(a3-highgpu-8g", "not closed"),
+        ("a3-highgpu-8g)", "unbalanced"),
+        ("a3-highgpu-8g&", "ends where a feature was expected"),
+        ("a3,spot", "cannot read"),
+    ],
+)
+def test_an_expression_it_cannot_read_for_certain_is_refused_with_the_reason(expr: str, why: str) -> None:
+    with pytest.raises(ConstraintUnreadable, match=why):
+        matches(expr, NODE)
+
+
+def _pool(name: str, machine: str, capacity: CapacityType) -> Pool:
+    return Pool(name, machine, "nvidia-h100-80gb", int(machine.split("-")[-1][:-1]), ("z",), capacity, 4,
+                node_name_prefix=f"c1-{name}", queues=frozenset({"gpu"}))  # fmt: skip
+
+
+POOLS = [
+    _pool("spot8", "a3-highgpu-8g", CapacityType.SPOT),
+    _pool("od8", "a3-highgpu-8g", CapacityType.ON_DEMAND),
+    _pool("od1", "a3-highgpu-1g", CapacityType.ON_DEMAND),
+]
+SLURM_NODES = {  # as sinfo reports the rendered nodes' features
+    f"c1-{p.name}-0": SlurmNode(f"c1-{p.name}-0", "idle", frozenset({"CLOUD", "POWERED_DOWN"}), p.gpus_per_node, 0,
+                                ("gpu",), ("h100", p.machine_type, str(p.capacity_type)))
+    for p in POOLS
+}  # fmt: skip
+FEATURES = pool_features(POOLS, SLURM_NODES, NameIndex(POOLS))
+
+
+def _job(constraint: str, mark: str = "") -> SlurmJob:
+    feats = tuple(f for f in constraint.replace("&", "|").split("|") if f)
+    return SlurmJob(1, "j", "PENDING", "Resources", "gpu", 1, 1, None, feats, 0, None, 0.0, constraint=constraint,
+                    admin_comment=mark)  # fmt: skip
+
+
+def test_a_users_constraint_limits_the_pools_to_those_whose_nodes_satisfy_it() -> None:
+    assert constrained_pools(_job("a3-highgpu-8g"), POOLS, FEATURES) == {"spot8", "od8"}
+    assert constrained_pools(_job("h100&on-demand"), POOLS, FEATURES) == {"od8", "od1"}
+    assert constrained_pools(_job("spot"), POOLS, FEATURES) == {"spot8"}
+    assert constrained_pools(_job("a100"), POOLS, FEATURES) == frozenset()
+
+
+def test_the_luas_own_constraint_no_constraint_or_an_unreadable_one_leave_every_pool() -> None:
+    assert constrained_pools(_job("a3-highgpu-1g", RIGHT_SIZED_MARK), POOLS, FEATURES) is None
+    assert constrained_pools(_job(""), POOLS, FEATURES) is None
+    assert constrained_pools(_job("spot&h100|od"), POOLS, FEATURES) is None
+
+
+def test_a_pool_slurm_does_not_report_is_known_by_its_machine_and_capacity_type() -> None:
+    features = pool_features(POOLS, {}, NameIndex(POOLS))
+    assert features["od1"] == {"a3-highgpu-1g", "on-demand"}
+    assert constrained_pools(_job("a3-highgpu-1g&on-demand"), POOLS, features) == {"od1"}

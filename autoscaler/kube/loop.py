@@ -238,7 +238,7 @@ class KubeDaemon:
         names = [v.name for v in views if not v.failed and not v.provisioned]
         orphans = [
             u
-            for u in unschedulable_units(all_pods, (), self.kp.spot_taints)
+            for u in unschedulable_units(all_pods, (), self.kp.spot_taints, self.kp.labels)
             if not any(n.startswith(u.id.rsplit("/", 1)[1] + "-") for n in names)
         ]
         units += orphans

@@ -118,6 +118,7 @@ class RequestView:
             submit_time=self.created,
             gpus_per_node=max(1, self.gpus_per_pod),
             nodes=max(1, self.pods),
+            pools=self.pools,
             spot_ok=self.spot_ok,
         )
 
@@ -393,10 +394,12 @@ def unschedulable_units(
     pods: Iterable[Mapping[str, Any]],
     served: Iterable[str],
     spot_taints: Sequence[Mapping[str, str]],
+    pool_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[WorkUnit]:
     """Unschedulable GPU pods of admitted workloads that no ProvisioningRequest covers (a node of the workload
     died, a pod was evicted after its request was Provisioned): one gang unit per workload, its pods together.
-    `served`: the workloads whose pending requests already stand for them."""
+    `served`: the workloads whose pending requests already stand for them.  `pool_labels`: pool -> its nodes'
+    labels; a unit whose pods select nodes (nodeSelector) goes only to the pools every pod's selector allows."""
     served = set(served)
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for p in pods:
@@ -412,12 +415,18 @@ def unschedulable_units(
             any(tolerates(m.get("spec") or {}, t) for t in (*spot_taints, {"key": GKE_SPOT_TAINT, "value": "true"}))
             for m in members
         )
+        pools: frozenset[str] | None = None
+        for m in members:
+            allowed = pools_for(m.get("spec") or {}, pool_labels or {})
+            if allowed is not None:
+                pools = allowed if pools is None else pools & allowed
         out.append(
             WorkUnit(
                 id=f"pods/{ns}/{wl}",
                 submit_time=min(ts((m.get("metadata") or {}).get("creationTimestamp")) for m in members),
                 gpus_per_node=max(pod_gpus(m.get("spec") or {}) for m in members),
                 nodes=len(members),
+                pools=pools,
                 spot_ok=spot and bool(spec),
             )
         )

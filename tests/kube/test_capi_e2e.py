@@ -54,11 +54,11 @@ def cluster():
     fake.stop()
 
 
-def daemon(fake: FakeKube, clock: Clock, identity: str = "a", **policy):
+def daemon(fake: FakeKube, clock: Clock, identity: str = "a", pools: list[InventoryPool] | None = None, **policy):
     section = KubernetesSection(in_cluster=False, namespace="gpu-fleet-system", lease=LeaseConfig(name="gpu-fleet"))
     return build_kube_daemon(
         section,
-        [capi_pool()],
+        pools or [capi_pool()],
         Policy(idle_timeout_s=policy.pop("idle_timeout_s", 0.0), **policy),
         api=KubeApi.from_kubeconfig(fake.kubeconfig()),
         identity=identity,
@@ -169,3 +169,31 @@ def test_unschedulable_pods_of_an_admitted_workload_get_capacity(cluster: FakeKu
     assert replicas(cluster) == 2
     d.tick()
     assert replicas(cluster) == 2  # the Machines on their way hold the pods' place
+
+
+def _unschedulable_pod(name: str, workload: str, selector: dict[str, str]) -> dict:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "team-a", "labels": {"kueue.x-k8s.io/workload-name": workload}},
+        "spec": {"nodeSelector": selector,
+                 "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+        "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+    }  # fmt: skip
+
+
+def test_a_workload_whose_pods_select_a_pool_gets_nodes_in_that_pool_not_the_cheapest(cluster: FakeKube) -> None:
+    """Two pools; the pods' nodeSelector names the dearer one.  The request and the unschedulable pods of another
+    workload both grow that pool: a node of the cheaper pool is one the pods could never be scheduled on (before
+    the tenth round the selector reached only the failure message, and the cheaper pool grew)."""
+    cluster.create(machine_deployment("neo-h200", NS, "h200"))
+    pools = [capi_pool(), capi_pool("h200", price=30.0)]
+    d = daemon(cluster, Clock(), pools=pools)
+    cluster.create(pod_template("train", "team-a", 8, selector={POOL_LABEL: "h200"}))
+    cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
+    cluster.create(_unschedulable_pod("lost-0", "wl-9", {POOL_LABEL: "h200"}))
+    for _ in range(2):  # the pods' unit shares the request's scale-up in the first tick and gets its own next
+        r = d.tick()
+        assert r.ok, r.error
+    assert replicas(cluster) == 0
+    assert int(cluster.get("machinedeployments", "neo-h200", NS)["spec"]["replicas"]) == 2

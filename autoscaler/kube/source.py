@@ -6,7 +6,8 @@ A queue source turns a scheduler's view into work units and node facts (DESIGN.m
   check created for a workload is ONE unit — a gang of all its pods (sum of the pod sets' counts), each pod on
   its own node with the GPUs its template asks for (`nvidia.com/gpu` limits, else requests), all or nothing.
   Spot-tolerant when the pod template tolerates the spot taint of the fleet's spot pools (or GKE's
-  `cloud.google.com/gke-spot`); restricted to the pools its node selector / node affinity names.
+  `cloud.google.com/gke-spot`); restricted to the pools whose node labels satisfy its nodeSelector and required
+  node affinity (`pools_for`).
 - **Nodes**: a Node is capacity of a managed pool when its labels carry the pool's `node_labels`; it counts
   as capacity only once Ready with allocatable `nvidia.com/gpu` (DESIGN.md: a GPU node is not ready when the VM
   is up).  Busy when a non-DaemonSet pod that has not finished runs on it; DRAINING when cordoned.
@@ -164,12 +165,48 @@ def tolerates(spec: Mapping[str, Any], taint: Mapping[str, str]) -> bool:
 
 
 def pools_for(spec: Mapping[str, Any], pool_labels: Mapping[str, Mapping[str, str]]) -> frozenset[str] | None:
-    """Pools whose node labels satisfy the pod's nodeSelector (None when it selects nothing pool-specific)."""
+    """Pools whose node labels (the pool's `node_labels`) satisfy the pod's nodeSelector and its required node
+    affinity; None when it selects nothing (or its affinity names node fields, which no pool's labels tell)."""
     sel = spec.get("nodeSelector") or {}
-    if not sel:
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if any(t.get("matchFields") for t in terms):
+        terms = []
+    if not sel and not terms:
         return None
-    ok = {p for p, labels in pool_labels.items() if all(labels.get(k) == v for k, v in sel.items())}
+    ok = {
+        p
+        for p, labels in pool_labels.items()
+        if all(labels.get(k) == v for k, v in sel.items()) and (not terms or any(_term(t, labels) for t in terms))
+    }
     return frozenset(ok)
+
+
+def _term(term: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """One nodeSelectorTerm (its matchExpressions ANDed; an empty term matches no node, as the API defines)."""
+    exprs = term.get("matchExpressions") or []
+    return bool(exprs) and all(_expression(e, labels) for e in exprs)
+
+
+def _expression(e: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    have, values, op = labels.get(e.get("key", "")), list(e.get("values") or []), e.get("operator")
+    if op == "In":
+        return have is not None and have in values
+    if op == "NotIn":
+        return have is None or have not in values
+    if op == "Exists":
+        return have is not None
+    if op == "DoesNotExist":
+        return have is None
+    if op in ("Gt", "Lt") and have is not None and len(values) == 1:
+        try:
+            a, b = int(have), int(values[0])
+        except ValueError:
+            return False
+        return a > b if op == "Gt" else a < b
+    return False
 
 
 def request_view(

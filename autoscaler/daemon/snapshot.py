@@ -101,35 +101,54 @@ def _since(cloud: CloudNode | None, slurm: SlurmNode | None, state: NodeState, n
     return cloud.created_at if cloud is not None else now
 
 
-def pool_features(
-    pools: Sequence[Pool], slurm_nodes: Mapping[str, SlurmNode], index: NameIndex
-) -> dict[str, frozenset[str]]:
-    """Pool -> the features its nodes carry, as slurmctld reports them (the stack renders
-    `<gpu>,<machine type>,<capacity type>`, `fleet.slurm.conf`); a pool none of whose nodes Slurm reports gets its
-    machine type and capacity type."""
-    out: dict[str, frozenset[str]] = {}
+@dataclass(frozen=True)
+class PoolNodes:
+    """What a pool's nodes offer a job, as slurmctld reports them: features (the stack renders
+    `<gpu>,<machine type>,<capacity type>`, `fleet.slurm.conf`), CPUs and RealMemory (0: not reported)."""
+
+    features: frozenset[str]
+    cpus: int = 0
+    real_memory_mib: int = 0
+
+
+def pool_nodes(pools: Sequence[Pool], slurm_nodes: Mapping[str, SlurmNode], index: NameIndex) -> dict[str, PoolNodes]:
+    """Pool -> `PoolNodes` from the first of its nodes sinfo reports; a pool none of whose nodes Slurm reports gets
+    its machine type and capacity type as features, and no CPU or memory figure."""
+    out: dict[str, PoolNodes] = {}
     for name, node in slurm_nodes.items():
         pool = index.pool_of(name)
         if pool is not None and pool.name not in out and node.features:
-            out[pool.name] = frozenset(node.features)
+            out[pool.name] = PoolNodes(frozenset(node.features), node.cpus, node.real_memory_mib)
     for p in pools:
-        out.setdefault(p.name, frozenset({p.machine_type, str(p.capacity_type)}))
+        out.setdefault(p.name, PoolNodes(frozenset({p.machine_type, str(p.capacity_type)})))
     return out
 
 
-def constrained_pools(
-    job: SlurmJob, fit: Sequence[Pool], features: Mapping[str, frozenset[str]]
-) -> frozenset[str] | None:
-    """The pools of `fit` whose nodes satisfy the job's own `--constraint`; None when the job has none, when the
-    stack's job_submit.lua set it (right-sizing, which the hold widens on a fallback: `autoscaler.core.hold`), or
-    when the expression cannot be read for certain (`autoscaler.slurm.constraint`): then any pool of `fit`."""
+def job_pools(job: SlurmJob, fit: Sequence[Pool], nodes: Mapping[str, PoolNodes]) -> frozenset[str] | None:
+    """The pools of `fit` whose nodes the job can run on, or None when that is every one of them:
+    - its own `--constraint` must hold on their features: not when the stack's job_submit.lua set it (right-sizing,
+      which the hold widens on a fallback: `autoscaler.core.hold`) or when the expression cannot be read for certain
+      (`autoscaler.slurm.constraint`);
+    - they must have the CPUs and memory it asks per node (a pool Slurm reports no figure for is not ruled out)."""
     expr = job.constraint_expression
-    if not expr or job.right_sized_by_lua:
+    check_features = bool(expr) and not job.right_sized_by_lua
+    if check_features:
+        try:
+            matches(expr, ())
+        except ConstraintUnreadable:
+            check_features = False
+    if not check_features and not job.cpus_per_node and not job.memory_per_node_mib:
         return None
-    try:
-        return frozenset(p.name for p in fit if matches(expr, features.get(p.name, frozenset())))
-    except ConstraintUnreadable:
-        return None
+    empty = PoolNodes(frozenset())
+    ok = frozenset(
+        p.name
+        for p in fit
+        if (n := nodes.get(p.name, empty))
+        and (not check_features or matches(expr, n.features))
+        and (not n.cpus or n.cpus >= job.cpus_per_node)
+        and (not n.real_memory_mib or n.real_memory_mib >= job.memory_per_node_mib)
+    )
+    return None if ok == {p.name for p in fit} else ok
 
 
 def build_view(
@@ -211,13 +230,13 @@ def build_view(
         view.resume.setdefault(pool_name, []).append(ru)
 
     # Queue depth: PENDING jobs that more capacity could serve, in partitions some pool serves.
-    features = pool_features(pools, snodes, index)
+    facts = pool_nodes(pools, snodes, index)
     for j in slurm_jobs or ():
         if not j.pending or j.reason not in CAPACITY_REASONS or j.gpus_per_node < 1:
             continue
         parts = j.partition.split(",")
         fit = [p for p in pools if any(p.serves(q) for q in parts) and p.gpus_per_node >= j.gpus_per_node]
-        allowed = constrained_pools(j, fit, features)
+        allowed = job_pools(j, fit, facts)
         if allowed is not None:
             fit = [p for p in fit if p.name in allowed]
         if not fit:

@@ -96,6 +96,8 @@ class SlurmJob:
     # powered-up nodes are ready, so a CONFIGURING job's start_time is not its start)
     constraint: str = ""  # the --constraint expression as slurmctld holds it ("" for one built from `features`)
     admin_comment: str = ""
+    cpus_per_node: int = 0  # what a node must have for it: CPUs (`job_size_per_node`; 0: not asked)
+    memory_per_node_mib: int = 0  # ... and memory (0: the partition's default, which every node has)
 
     @property
     def pending(self) -> bool:
@@ -129,6 +131,8 @@ class SlurmNode:
     reason: str = ""
     alloc_cpus: int = 0
     weight: int | None = None  # scheduling Weight (slurm.conf, or `scontrol update weight=`); None: not reported
+    cpus: int = 0  # CPUs and RealMemory (MiB) as configured (0: not reported)
+    real_memory_mib: int = 0
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -205,6 +209,7 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
             gpus, gtype = math.ceil(per_task * tasks / node_count), gtype_t
     limit_min = _number(raw.get("time_limit"))
     nodes_expr = raw.get("nodes") or ""
+    cpus_per_node, memory_per_node = job_size_per_node(raw, node_count, gpus)
     return SlurmJob(
         job_id=job_id,
         name=str(raw.get("name", "")),
@@ -223,7 +228,45 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         start_time=_start_time(raw) if str(state) == RUNNING else None,
         constraint=str(raw.get("features") or ""),
         admin_comment=str(raw.get("admin_comment") or ""),
+        cpus_per_node=cpus_per_node,
+        memory_per_node_mib=memory_per_node,
     )
+
+
+def job_size_per_node(raw: Mapping[str, Any], node_count: int, gpus_per_node: int) -> tuple[int, int]:
+    """(CPUs, memory MiB) one node must have for a job, from squeue: the most of ``--mincpus``
+    (`minimum_cpus_per_node`), its CPUs over its nodes (`cpus`: ``-c`` x tasks) and ``--cpus-per-gpu`` x its GPUs
+    per node; memory ``--mem`` (`memory_per_node`), else ``--mem-per-cpu`` x those CPUs, else the job's memory over
+    its nodes (`tres_req_str`: ``--mem-per-gpu`` x its GPUs, or the partition's default, which the stack's
+    DefMemPerGPU keeps within every node that has the GPUs).  The stack's job_submit.lua reads the submission the
+    same way (`fleet.slurm.job_submit`), so the machine type it constrains a job to is one the daemon sees fit."""
+    nodes = max(1, node_count)
+    cpus = max(
+        int(_number(raw.get("minimum_cpus_per_node")) or 0),
+        math.ceil((_number(raw.get("cpus")) or 0) / nodes),
+        parse_gpu_tres(raw.get("cpus_per_tres"))[0] * gpus_per_node,
+    )
+    memory = int(_number(raw.get("memory_per_node")) or 0)
+    if not memory:
+        memory = int(_number(raw.get("memory_per_cpu")) or 0) * cpus
+    if not memory:  # --mem-per-gpu (22.05's squeue and slurmrestd print no mem_per_tres) or the partition's default
+        memory = math.ceil(_tres_mib(raw.get("tres_req_str"), "mem") / nodes)
+    return cpus, memory
+
+
+def _tres_mib(tres: Any, name: str) -> float:
+    """A memory figure of a TRES string (``cpu=1,mem=800000M,node=1``) in MiB; 0 when absent."""
+    for item in str(tres or "").split(","):
+        key, _, value = item.partition("=")
+        if key == name and value:
+            unit = value[-1].upper()
+            scale = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}.get(unit)
+            number = value[:-1] if scale is not None else value
+            try:
+                return float(number) * (scale if scale is not None else 1)
+            except ValueError:
+                return 0.0
+    return 0.0
 
 
 def _start_time(raw: Mapping[str, Any]) -> float | None:
@@ -271,6 +314,8 @@ def parse_node(raw: Mapping[str, Any]) -> SlurmNode:
         reason=str(raw.get("reason") or ""),
         alloc_cpus=int(_number(raw.get("alloc_cpus")) or 0),
         weight=_weight(raw.get("weight")),
+        cpus=int(_number(raw.get("cpus")) or 0),
+        real_memory_mib=int(_number(raw.get("real_memory")) or 0),
         extra={k: raw[k] for k in ("boot_time", "last_busy", "slurmd_start_time") if k in raw},
     )
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from fleet.catalog import CapacityType, Catalog, MachineType, load_catalog
 from fleet.slurm.job_submit import render_job_submit
+from fleet.slurm.node_size import real_memory_mib
 from fleet.slurm.options import merge_options, replace_keys, with_site_config
 from fleet.slurm.policy import late_binding_constrains, late_binding_settings
 from fleet.slurm.preempt import partition_tiers, preemption_settings
@@ -42,8 +43,6 @@ NODE_KEYS = ("NodeAddr", "NodeHostname", "Port")
 HOOKS = {
     name: f"/opt/gpu-fleet/deploy/slurm/{name}.sh" for name in ("resume", "suspend", "resume_fail", "epilog_slurmctld")
 }
-MEMORY_HEADROOM = 0.05  # guest kernel + OS daemons; a node reporting less than RealMemory is drained
-MEMORY_RESERVED_MIB = 1024
 
 
 @dataclass(frozen=True)
@@ -65,11 +64,6 @@ class SlurmConf:
     topology_conf: str = ""
     # "" when no partition has a shape to prefer and late binding does not constrain (then no JobSubmitPlugins=lua)
     job_submit_lua: str = ""
-
-
-def real_memory_mib(machine: MachineType) -> int:
-    """RealMemory for a machine type: the catalog memory less headroom (never more than the guest sees)."""
-    return int(machine.memory_gib * 1024 * (1 - MEMORY_HEADROOM)) - MEMORY_RESERVED_MIB
 
 
 def _gpu_files(count: int) -> str:

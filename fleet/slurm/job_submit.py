@@ -14,7 +14,10 @@ A job's GPUs per node are read as the autoscaler reads them in squeue (`autoscal
 `--gres`/`--gpus-per-node`, else `--gpus` (or `--gpus-per-task` times the tasks) over the job's nodes, at least as
 many nodes as the partition's largest node needs for them, as slurmctld counts them
 (tests/slurm/test_job_submit_gpus.py checks each form on slurmctld).  An error in that reading leaves the job as
-submitted (`pcall`): the lua never refuses a job.
+submitted (`pcall`): the lua never refuses a job.  In constrain mode the constraint is the first machine type,
+best first (`constraint_shapes`), whose nodes also have the CPUs and memory the job asks per node (read as
+`autoscaler.slurm.readers.job_size_per_node` reads squeue; CPUs and RealMemory as `fleet.slurm.conf` renders the
+nodes): a constraint no node can meet makes slurmctld refuse the job at submission.
 
 Reserved capacity is paid for whether used or not, so it must never lose to a right-sized on-demand node: in a
 partition with reservation pools, a job whose GPUs fit a reserved node prefers `reservation|<machine type>` (every
@@ -104,35 +107,35 @@ local function gpus_in(tres)
   return nil
 end
 
--- a count the user gave (job_desc holds NO_VAL, 0xfffffffe, for one not given)
+-- a count the user gave (job_desc holds NO_VAL, NO_VAL16 or INFINITE16 for one not given)
 local function given(n)
-  if n == nil or n <= 0 or n >= 4294967294 then
+  if n == nil or n <= 0 or n == 65534 or n == 65535 or n >= 4294967294 then
     return nil
   end
   return n
 end
 
--- GPUs per node as the autoscaler reads the job in squeue (autoscaler/slurm/readers.py, parse_job):
+-- GPUs per node and nodes as the autoscaler reads the job in squeue (autoscaler/slurm/readers.py, parse_job):
 -- --gres/--gpus-per-node, else the job's GPUs (--gpus, or --gpus-per-task times the tasks) over its nodes, which
 -- slurmctld raises to what the partition's largest node fits (--gpus=16 on 8-GPU nodes: 2 nodes of 8)
 local function gpus_per_node(job_desc, most)
   local n = gpus_in(job_desc.tres_per_node)
   if n ~= nil then
-    return n
+    return n, given(job_desc.min_nodes) or 1
   end
   local total = gpus_in(job_desc.tres_per_job)
   if total == nil then
     local per_task = gpus_in(job_desc.tres_per_task)
     if per_task == nil then
-      return nil
+      return nil, nil
     end
     local nodes = given(job_desc.min_nodes) or 1
     total = per_task * (given(job_desc.num_tasks) or (given(job_desc.ntasks_per_node) or 1) * nodes)
   end
   local nodes = math.max(given(job_desc.min_nodes) or 1, math.ceil(total / most))
-  return math.ceil(total / nodes)
+  return math.ceil(total / nodes), nodes
 end
-
+{size_def}
 function slurm_job_submit(job_desc, part_list, submit_uid)
 {wake_call}  if job_desc.prefer ~= nil or job_desc.features ~= nil then
     return slurm.SUCCESS
@@ -145,13 +148,13 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   if by_gpus == nil then
     return slurm.SUCCESS
   end
-  local ok, gpus = pcall(gpus_per_node, job_desc, most_gpus[part])
+  local ok, chosen = pcall(choose, job_desc, by_gpus, most_gpus[part])
   if not ok then -- never refuse a job for the lua's own fault: leave it as submitted
-    slurm.log_error("job_submit.lua (gpu-fleet): %s", tostring(gpus))
+    slurm.log_error("job_submit.lua (gpu-fleet): %s", tostring(chosen))
     return slurm.SUCCESS
   end
-  if gpus ~= nil and by_gpus[gpus] ~= nil then
-    job_desc.{field} = by_gpus[gpus]
+  if chosen ~= nil then
+    job_desc.{field} = chosen
 {mark}  end
   return slurm.SUCCESS
 end
@@ -203,12 +206,81 @@ def constraints(partitions: Mapping[str, Sequence[PoolShape]]) -> dict[str, dict
     return out
 
 
+def constraint_shapes(partitions: Mapping[str, Sequence[PoolShape]]) -> dict[str, list[PoolShape]]:
+    """Partition -> its machine types (one `PoolShape` each), best first (`shape_key`, then the name): the constrain
+    mode lua gives a job the first whose nodes have its GPUs, CPUs and memory per node; for GPUs alone that is
+    `constraints`' choice.  Partitions without GPU shapes are left out."""
+    out: dict[str, list[PoolShape]] = {}
+    for part, shapes in partitions.items():
+        by_type: dict[str, PoolShape] = {}
+        for s in sorted(shapes, key=lambda s: (*shape_key(s), s.machine_type)):
+            by_type.setdefault(s.machine_type, s)
+        if by_type and max(s.gpus for s in by_type.values()) > 0:
+            out[part] = list(by_type.values())
+    return out
+
+
+def _lua_shape_rows(tables: Mapping[str, Sequence[PoolShape]]) -> str:
+    """The Lua table body: one line per partition, ``{ "<machine type>", <GPUs>, <CPUs>, <MiB> }`` per shape (an
+    unknown CPU or memory figure is written as the largest Lua integer: it rules nothing out)."""
+    unknown = 2**53
+    rows = []
+    for part, shapes in sorted(tables.items()):
+        entries = ", ".join(
+            f"{{ {_lua_string(s.machine_type)}, {s.gpus}, {s.cpus or unknown}, {s.memory_mib or unknown} }}"
+            for s in shapes
+        )
+        rows.append(f"  [{_lua_string(part)}] = {{ {entries} }},")
+    return "\n".join(rows)
+
+
 def _lua_string(s: str, *, expression: bool = False) -> str:
     ok = "-_.|" if expression else "-_."
     if not s or not all(c.isalnum() or c in ok for c in s):
         raise ValueError(f"not a Slurm partition or feature name: {s!r}")
     return f'"{s}"'
 
+
+# prefer mode: the table's entry for the job's GPUs per node
+_PREFER_CHOOSE = """
+local function choose(job_desc, by_gpus, most)
+  local gpus = gpus_per_node(job_desc, most)
+  return gpus ~= nil and by_gpus[gpus] or nil
+end
+"""
+
+# constrain mode: the first machine type, best first, whose nodes have the GPUs, CPUs and memory the job asks per
+# node (a constraint nodes cannot meet makes slurmctld refuse the job at submission)
+_CONSTRAIN_CHOOSE = """
+-- CPUs and memory (MiB) a node must have for the job, as the autoscaler reads them in squeue
+-- (autoscaler/slurm/readers.py, job_size_per_node): the most of --mincpus, its CPUs over its nodes and
+-- --cpus-per-gpu times its GPUs per node; --mem, else --mem-per-cpu times those CPUs, else --mem-per-gpu
+local function size_per_node(job_desc, gpus, nodes)
+  local cpus = math.max(given(job_desc.pn_min_cpus) or 0, math.ceil((given(job_desc.min_cpus) or 1) / nodes),
+    (gpus_in(job_desc.cpus_per_tres) or 0) * gpus)
+  local mem = given(job_desc.min_mem_per_node)
+  if mem == nil then
+    local per_cpu = given(job_desc.min_mem_per_cpu)
+    mem = per_cpu ~= nil and per_cpu * cpus or (gpus_in(job_desc.mem_per_tres) or 0) * gpus
+  end
+  return cpus, mem
+end
+
+-- shapes: { machine type, GPUs, CPUs, RealMemory MiB } of the partition, best first
+local function choose(job_desc, shapes, most)
+  local gpus, nodes = gpus_per_node(job_desc, most)
+  if gpus == nil then
+    return nil
+  end
+  local cpus, mem = size_per_node(job_desc, gpus, nodes)
+  for _, shape in ipairs(shapes) do
+    if shape[2] >= gpus and shape[3] >= cpus and shape[4] >= mem then
+      return shape[1]
+    end
+  end
+  return nil
+end
+"""
 
 # constrain mode: the daemon widens only the constraints the lua set (autoscaler/slurm/constraint.py)
 _MARK = """\
@@ -271,11 +343,20 @@ def render_job_submit(
         reserved = {part: g for part, g in (reserved_gpus or {}).items() if g}
         if reserved:
             raise ValueError(f"reserved_gpus: {reserved!r}: constrain mode is for clusters without reservation pools")
-        tables, about, table, field = constraints(partitions), _CONSTRAIN_ABOUT, "constraint", "features"
+        shapes = constraint_shapes(partitions)
+        tables: Mapping[str, object] = shapes
+        rows, choose, about, table, field = (
+            _lua_shape_rows(shapes),
+            _CONSTRAIN_CHOOSE,
+            _CONSTRAIN_ABOUT,
+            "constraint",
+            "features",
+        )
     else:
         prefs = preferences(partitions, reserved_gpus)
-        tables = {part: {g: p.expression for g, p in t.items()} for part, t in prefs.items()}
-        about, table, field = _PREFER_ABOUT, "prefer", "prefer"
+        exprs = {part: {g: p.expression for g, p in t.items()} for part, t in prefs.items()}
+        tables = exprs
+        rows, choose, about, table, field = _lua_rows(exprs), _PREFER_CHOOSE, _PREFER_ABOUT, "prefer", "prefer"
     if not tables:
         return ""
     default_lua = _lua_string(default) if default else "nil"
@@ -287,8 +368,9 @@ def render_job_submit(
         about=about,
         default=default_lua,
         table=table,
-        rows=_lua_rows(tables),
+        rows=rows,
         most_rows=_lua_most_rows(partitions, tables),
+        size_def=choose,
         field=field,
         wake_def=wake_def,
         wake_call=wake_call,

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from fleet.catalog import CapacityType, Catalog
+from fleet.slurm.node_size import real_memory_mib
 
 __all__ = [
     "MAX_RANK",
@@ -56,6 +57,8 @@ class PoolShape:
     machine_type: str
     gpus: int
     usd_per_gpu_hour: float | None
+    cpus: int = 0  # a node's CPUs and RealMemory as slurm.conf renders them (0: not known)
+    memory_mib: int = 0
 
 
 def node_weight(capacity: CapacityType, rank: int) -> int:
@@ -95,7 +98,8 @@ def pool_shapes(pools: Iterable[tuple[str, CapacityType, str]], catalog: Catalog
         m = catalog.machine(machine_type)
         price = m.price(region)
         hourly = price.hourly(capacity) if price is not None else None
-        out.append(PoolShape(name, capacity, machine_type, m.gpu_count, hourly / m.gpu_count if hourly else None))
+        per_gpu = hourly / m.gpu_count if hourly else None
+        out.append(PoolShape(name, capacity, machine_type, m.gpu_count, per_gpu, m.vcpus, real_memory_mib(m)))
     return out
 
 

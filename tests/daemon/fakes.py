@@ -38,12 +38,21 @@ class FakeSlurm:
     feature_updates: list[tuple[int, str]] = field(default_factory=list)  # `update_job_features` calls slurmctld took
 
     def add_cloud_nodes(
-        self, names: Sequence[str], gpus: int = 8, partition: str = "gpu", weight: int | None = None
+        self,
+        names: Sequence[str],
+        gpus: int = 8,
+        partition: str = "gpu",
+        weight: int | None = None,
+        *,
+        features: Sequence[str] = (),
+        cpus: int = 0,
+        memory_mib: int = 0,
     ) -> None:
         for n in names:
             self.nodes_[n] = SlurmNode(
-                n, "idle", frozenset({"CLOUD", "POWERED_DOWN"}), gpus, 0, (partition,), (), weight=weight
-            )
+                n, "idle", frozenset({"CLOUD", "POWERED_DOWN"}), gpus, 0, (partition,), tuple(features),
+                weight=weight, cpus=cpus, real_memory_mib=memory_mib,
+            )  # fmt: skip
 
     def set(self, name: str, state: str, *flags: str, gpus_used: int = 0, last_busy: float = 0.0) -> None:
         n = self.nodes_[name]

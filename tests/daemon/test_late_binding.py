@@ -171,6 +171,28 @@ def test_a_users_own_constraint_is_served_as_asked_and_never_widened(
     assert slurm.feature_updates == []
 
 
+def test_a_job_asking_more_cpus_than_its_gpus_shape_has_gets_a_node_that_holds_it(
+    make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
+) -> None:
+    """A 1-GPU job asking 30 CPUs: the lua constrains it to the 2-GPU machine type (tests/slurm/
+    test_job_submit_gpus.py) and the daemon, reading the same CPUs per node in squeue, boots a 2-GPU name and widens
+    nothing (before the tenth round it booted the 1-GPU shape by GPUs alone, and widened the constraint to it: a
+    node the job could never run on)."""
+    slurm.nodes_.clear()
+    for p in POOLS:  # a3-highgpu-1g / -2g: 26 / 52 CPUs, as sinfo reports the rendered nodes
+        slurm.add_cloud_nodes([p.node_name(i) for i in range(p.max_nodes)], gpus=p.gpus_per_node,
+                              features=(p.machine_type, "on-demand"), cpus=26 * p.gpus_per_node,
+                              memory_mib=226_611 * p.gpus_per_node)  # fmt: skip
+    cloud.offers = _offers()
+    fleet = make_daemon(pools=POOLS, policy=POLICY)
+    fleet.tick()
+    slurm.jobs_ = [replace(_job(9, features=("a3-highgpu-2g",)), cpus_per_node=30)]  # marked: the lua's
+    clock.advance(1)
+    res = fleet.tick()
+    assert [c["names"] for c in _commands(res, "scontrol-power_up")] == [["c1-od2g-0"]]
+    assert not _commands(res, "scontrol-features")
+
+
 def test_the_run_loop_sees_a_submission_through_the_wake_up_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The job_submit.lua rewrites the file at every submission; the watcher reports each change once, and what
     the file held before the loop started is no submission."""

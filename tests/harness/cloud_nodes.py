@@ -47,6 +47,7 @@ class Nodeset:
     cpus: int = 4
     features: str = ""
     weight: int = 0  # slurm.conf node Weight (0: Slurm's default)
+    memory_mib: int = 1000  # RealMemory
 
     @property
     def names(self) -> list[str]:
@@ -57,7 +58,7 @@ class Nodeset:
         feat += f" Weight={self.weight}" if self.weight else ""
         return (
             f"NodeName={self.prefix}-[0-{self.count - 1}] State=CLOUD NodeAddr=127.0.0.1 "
-            f"Port=[{self.port0}-{self.port0 + self.count - 1}] CPUs={self.cpus} RealMemory=1000 "
+            f"Port=[{self.port0}-{self.port0 + self.count - 1}] CPUs={self.cpus} RealMemory={self.memory_mib} "
             f"Gres=gpu:{self.gpus}{feat}"
         )
 

@@ -76,11 +76,11 @@ def test_the_prefer_render_sets_prefer_from_the_shared_gpu_reading_and_wakes_nob
     assert '  ["b"] = { [1] = "reservation|m-2g", [2] = "reservation|m-2g" },' in lines
     assert '  ["gpu"] = { [1] = "m-1g" },' in lines
     assert '  ["b"] = 8,' in lines and '  ["gpu"] = 8,' in lines  # the largest node, for --gpus over nodes
-    assert "    job_desc.prefer = by_gpus[gpus]" in lines and "job_desc.features =" not in lua
-    assert "wake" not in lua
+    assert "  return gpus ~= nil and by_gpus[gpus] or nil" in lines and "    job_desc.prefer = chosen" in lines
+    assert "job_desc.features =" not in lua and "wake" not in lua
     constrained = render_job_submit(shapes, "gpu", constrain=True)
     start = lua.index("local function gpus_in")
-    assert lua[start : lua.index("function slurm_job_submit")] in constrained
+    assert lua[start : lua.index("local function choose")] in constrained  # one reading of GPUs per node
 
 
 # --- strict late binding: a hard constraint -----------------------------------------------------------------
@@ -104,15 +104,16 @@ def test_constrain_mode_sets_the_jobs_features_even_without_a_choice() -> None:
     one = {"gpu": [shape("h2", "m-2g", 2, 1.0)]}
     assert render_job_submit(one, "gpu") == ""  # prefer: nothing to choose
     lua = render_job_submit(one, "gpu", constrain=True)
-    assert '["gpu"] = { [1] = "m-2g", [2] = "m-2g" },' in lua and 'local default_partition = "gpu"' in lua
+    unknown = 2**53  # a shape without CPU or memory figures rules out no job
+    assert f'["gpu"] = {{ {{ "m-2g", 2, {unknown}, {unknown} }} }},' in lua and 'local default_partition = "gpu"' in lua
     assert "local constraint = {" in lua and "local by_gpus = constraint[part]" in lua
-    assert "    job_desc.features = by_gpus[gpus]" in lua and "job_desc.prefer =" not in lua
+    assert "    job_desc.features = chosen" in lua and "job_desc.prefer =" not in lua
     assert "job_desc.prefer ~= nil or job_desc.features ~= nil" in lua  # a user's own constraint wins
     assert 'string.find(part, ",")' in lua  # several partitions: left alone
     assert "--constraint (job_desc.features)" in lua.splitlines()[1]
     two = {"gpu": [shape("h8", "m-8g", 8, 1.0), shape("h1", "m-1g", 1, 1.0)]}
     lua = render_job_submit(two, None, {"gpu": 0}, constrain=True)  # conf.py passes 0 for no reservation pool
-    assert '["gpu"] = { [1] = "m-1g", [2] = "m-8g", ' in lua and "reservation|" not in lua
+    assert f'["gpu"] = {{ {{ "m-1g", 1, {unknown}, {unknown} }}, {{ "m-8g", 8, ' in lua and "reservation|" not in lua
     assert "local default_partition = nil" in lua
     # constrain mode is for clusters without reservation pools: a reserved GPU count is a mistake, said so
     with pytest.raises(ValueError, match=r"^reserved_gpus: \{'gpu': 8\}: constrain mode is for clusters without"):
@@ -153,15 +154,16 @@ def test_the_conf_render_constrains_with_late_binding_and_no_reservation_pool() 
     spec = _l4dev({"late_bind": True})
     conf = render_slurm_conf(spec, spec.clusters[0])
     assert "JobSubmitPlugins=lua" in conf.slurm_conf.splitlines()
-    row = '["dev"] = { [1] = "g2-standard-8", [2] = "g2-standard-48", [3] = "g2-standard-48", [4] = "g2-standard-48" },'
-    assert row in conf.job_submit_lua and "job_desc.features = by_gpus[gpus]" in conf.job_submit_lua
+    # best first, with the CPUs and RealMemory the same render writes on the NodeName lines
+    row = '["dev"] = { { "g2-standard-8", 1, 8, 30105 }, { "g2-standard-48", 4, 48, 185753 } },'
+    assert row in conf.job_submit_lua and "job_desc.features = chosen" in conf.job_submit_lua
+    assert "CPUs=8 " in conf.slurm_conf and "RealMemory=30105 " in conf.slurm_conf
     # one machine type, no reservation: a lua all the same (prefer mode renders none for it)
     spec = _a3mega({"late_bind": True}, reservation=False)
     conf = render_slurm_conf(spec, spec.clusters[0])
     assert "JobSubmitPlugins=lua" in conf.slurm_conf.splitlines()
-    every = ", ".join(f'[{g}] = "a3-megagpu-8g"' for g in range(1, 9))
-    assert f'  ["a3mega"] = {{ {every} }},' in conf.job_submit_lua.splitlines()
-    assert f'  ["a3mega-spot"] = {{ {every} }},' in conf.job_submit_lua.splitlines()
+    assert '  ["a3mega"] = { { "a3-megagpu-8g", 8, 208, 1820057 } },' in conf.job_submit_lua.splitlines()
+    assert '  ["a3mega-spot"] = { { "a3-megagpu-8g", 8, 208, 1820057 } },' in conf.job_submit_lua.splitlines()
     spec = _a3mega({"late_bind": False}, reservation=False)
     assert render_slurm_conf(spec, spec.clusters[0]).job_submit_lua == ""
 
@@ -172,7 +174,7 @@ def test_the_conf_render_prefers_with_a_reservation_pool_or_without_late_binding
     assert conf.job_submit_lua == "" and "JobSubmitPlugins" not in conf.slurm_conf
     spec = _l4dev({"late_bind": False})
     lua = render_slurm_conf(spec, spec.clusters[0]).job_submit_lua
-    assert '["dev"] = { [1] = "g2-standard-8" },' in lua and "job_desc.prefer = by_gpus[gpus]" in lua
+    assert '["dev"] = { [1] = "g2-standard-8" },' in lua and "job_desc.prefer = chosen" in lua
     assert "job_desc.features =" not in lua
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from autoscaler.slurm.readers import parse_job
 from fleet.catalog import CapacityType, load_catalog
-from fleet.slurm.job_submit import constraints, preferences, render_job_submit
+from fleet.slurm.job_submit import constraint_shapes, constraints, preferences, render_job_submit
 from fleet.slurm.weights import pool_shapes
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_slurm_conf
 from tests.harness.slurm import SlurmHarness, poll_until
@@ -46,12 +46,33 @@ SUBMISSIONS: list[tuple[Sequence[str], int]] = [
     (["--gres=gpu"], 1),  # no count: one GPU
     (["--gpus=16"], 8),  # no node count: slurmctld makes it 2 nodes of 8
     (["-N", "1-2", "--gpus=12"], 6),
+    (["-n", "1", "--gpus-per-task=2"], 2),
+]
+
+#: sbatch arguments -> the machine type both must find: the first, best first, whose nodes have the job's GPUs,
+#: CPUs and memory per node (a3-highgpu-1g: 26 CPUs, 226,611 MiB; -2g: 52, 454,246; -4g: 104, 909,516)
+SIZED: list[tuple[Sequence[str], str]] = [
+    (["--gpus=1", "-c", "26"], "a3-highgpu-1g"),
+    (["--gpus=1", "-c", "30"], "a3-highgpu-2g"),
+    (["--gres=gpu:1", "-n", "40"], "a3-highgpu-2g"),
+    (["--gpus=1", "--ntasks-per-node=4", "-c", "16"], "a3-highgpu-4g"),
+    (["--gpus=1", "--mincpus=60"], "a3-highgpu-4g"),
+    (["--gpus=1", "--cpus-per-gpu=60"], "a3-highgpu-4g"),
+    (["--gpus=1", "--mem=300000"], "a3-highgpu-2g"),
+    (["--gpus=1", "-c", "10", "--mem-per-cpu=50000"], "a3-highgpu-4g"),
+    (["--gpus=2", "--mem-per-gpu=400000"], "a3-highgpu-4g"),
+    (["--gpus=1", "--mem=0"], "a3-highgpu-1g"),  # --mem=0: all of whatever node it gets
+    (["-N", "2", "--gpus-per-node=1", "-n", "60"], "a3-highgpu-2g"),  # 30 CPUs on each of 2 nodes
 ]
 
 
 def _cluster(slurm_factory: Callable[..., SlurmHarness], lua: str) -> Iterator[SlurmHarness]:
     h = slurm_factory()
-    nodes = CloudNodes(h, [Nodeset(f"g{g}", 2, gpus=g, features=f"a3-highgpu-{g}g") for g in (1, 2, 4, 8)])
+    sized = {s.machine_type: s for s in SHAPES["gpu"]}  # CPUs and RealMemory as fleet.slurm.conf renders them
+    nodes = CloudNodes(h, [
+        Nodeset(f"g{g}", 2, gpus=g, cpus=sized[m].cpus, features=m, memory_mib=sized[m].memory_mib)
+        for g in (1, 2, 4, 8) if (m := f"a3-highgpu-{g}g")
+    ])  # fmt: skip
     nodes.prepare()
     conf = cloud_slurm_conf(h, nodes, {"gpu": [f"g{g}" for g in (1, 2, 4, 8)]}, suspend_time=600)
     h.start(conf, nodes.gres_conf(), extra_lines=["JobSubmitPlugins=lua"], job_submit_lua=lua)
@@ -109,3 +130,21 @@ def test_jobs_without_gpus_or_with_their_own_constraint_are_left_alone(constrain
     assert _pending(constrain, "-N", "1")["features"] == ""
     own = _pending(constrain, "--gpus=1", "-C", "a3-highgpu-8g")
     assert own["features"] == "a3-highgpu-8g" and not parse_job(own).right_sized_by_lua
+
+
+@pytest.mark.parametrize(("args", "machine"), SIZED, ids=lambda a: " ".join(a) if isinstance(a, list) else None)
+def test_the_constraint_is_a_machine_type_whose_nodes_have_the_cpus_and_memory_the_job_asks(
+    constrain: SlurmHarness, args: Sequence[str], machine: str
+) -> None:
+    """Right-sizing by GPUs alone would pin such a job to nodes that cannot hold it, and slurmctld refuses it at
+    submission ("CPU count per node can not be satisfied"): the lua takes the first machine type that fits it all,
+    and the daemon reads the same CPUs and memory per node from squeue, so it plans that machine type too."""
+    raw = _pending(constrain, *args)
+    job = parse_job(raw)
+    fits = next(
+        s.machine_type
+        for s in constraint_shapes(SHAPES)["gpu"]
+        if s.gpus >= job.gpus_per_node and s.cpus >= job.cpus_per_node and s.memory_mib >= job.memory_per_node_mib
+    )
+    assert (raw["features"], fits) == (machine, machine), (raw, job)
+    assert job.right_sized_by_lua

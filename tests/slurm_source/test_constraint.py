@@ -3,9 +3,11 @@ the daemon may plan a pending job onto (`autoscaler.daemon.snapshot.constrained_
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from autoscaler.daemon.snapshot import NameIndex, constrained_pools, pool_features
+from autoscaler.daemon.snapshot import NameIndex, job_pools, pool_nodes
 from autoscaler.model import Pool
 from autoscaler.slurm.constraint import RIGHT_SIZED_MARK, ConstraintUnreadable, matches
 from autoscaler.slurm.readers import SlurmJob, SlurmNode
@@ -64,7 +66,7 @@ SLURM_NODES = {  # as sinfo reports the rendered nodes' features
                                 ("gpu",), ("h100", p.machine_type, str(p.capacity_type)))
     for p in POOLS
 }  # fmt: skip
-FEATURES = pool_features(POOLS, SLURM_NODES, NameIndex(POOLS))
+NODES = pool_nodes(POOLS, SLURM_NODES, NameIndex(POOLS))
 
 
 def _job(constraint: str, mark: str = "") -> SlurmJob:
@@ -74,19 +76,37 @@ def _job(constraint: str, mark: str = "") -> SlurmJob:
 
 
 def test_a_users_constraint_limits_the_pools_to_those_whose_nodes_satisfy_it() -> None:
-    assert constrained_pools(_job("a3-highgpu-8g"), POOLS, FEATURES) == {"spot8", "od8"}
-    assert constrained_pools(_job("h100&on-demand"), POOLS, FEATURES) == {"od8", "od1"}
-    assert constrained_pools(_job("spot"), POOLS, FEATURES) == {"spot8"}
-    assert constrained_pools(_job("a100"), POOLS, FEATURES) == frozenset()
+    assert job_pools(_job("a3-highgpu-8g"), POOLS, NODES) == {"spot8", "od8"}
+    assert job_pools(_job("h100&on-demand"), POOLS, NODES) == {"od8", "od1"}
+    assert job_pools(_job("spot"), POOLS, NODES) == {"spot8"}
+    assert job_pools(_job("a100"), POOLS, NODES) == frozenset()
 
 
 def test_the_luas_own_constraint_no_constraint_or_an_unreadable_one_leave_every_pool() -> None:
-    assert constrained_pools(_job("a3-highgpu-1g", RIGHT_SIZED_MARK), POOLS, FEATURES) is None
-    assert constrained_pools(_job(""), POOLS, FEATURES) is None
-    assert constrained_pools(_job("spot&h100|od"), POOLS, FEATURES) is None
+    assert job_pools(_job("a3-highgpu-1g", RIGHT_SIZED_MARK), POOLS, NODES) is None
+    assert job_pools(_job(""), POOLS, NODES) is None
+    assert job_pools(_job("spot&h100|od"), POOLS, NODES) is None
 
 
 def test_a_pool_slurm_does_not_report_is_known_by_its_machine_and_capacity_type() -> None:
-    features = pool_features(POOLS, {}, NameIndex(POOLS))
-    assert features["od1"] == {"a3-highgpu-1g", "on-demand"}
-    assert constrained_pools(_job("a3-highgpu-1g&on-demand"), POOLS, features) == {"od1"}
+    nodes = pool_nodes(POOLS, {}, NameIndex(POOLS))
+    assert nodes["od1"].features == {"a3-highgpu-1g", "on-demand"} and nodes["od1"].cpus == 0
+    assert job_pools(_job("a3-highgpu-1g&on-demand"), POOLS, nodes) == {"od1"}
+    assert job_pools(replace(_job(""), cpus_per_node=100), POOLS, nodes) is None  # no figure: nothing ruled out
+
+
+def test_the_cpus_and_memory_a_job_asks_per_node_rule_out_smaller_nodes_whoever_set_its_constraint() -> None:
+    sized = {  # CPUs and RealMemory as the stack renders them for a3-highgpu-8g and -1g
+        name: replace(
+            node, cpus=208 if node.gpus == 8 else 26, real_memory_mib=1_820_057 if node.gpus == 8 else 226_611
+        )
+        for name, node in SLURM_NODES.items()
+    }
+    nodes = pool_nodes(POOLS, sized, NameIndex(POOLS))
+    assert job_pools(replace(_job(""), cpus_per_node=30), POOLS, nodes) == {"spot8", "od8"}
+    assert job_pools(replace(_job(""), memory_per_node_mib=300_000), POOLS, nodes) == {"spot8", "od8"}
+    assert job_pools(replace(_job("a3-highgpu-1g", RIGHT_SIZED_MARK), cpus_per_node=30), POOLS, nodes) == {
+        "spot8",
+        "od8",
+    }
+    assert job_pools(replace(_job(""), cpus_per_node=26, memory_per_node_mib=226_611), POOLS, nodes) is None

@@ -86,13 +86,17 @@ Memory = list[UnavailableOffering]
 HOLD_REASON = "gpu-fleet: held while reserved capacity may free up (reservation hold)"
 #: the drain reason of held names under late binding (slurmctld clears it when `power_up` boots the node)
 LATE_BIND_REASON = "gpu-fleet: held for late binding (booted drained, undrained once registered)"
-HELD_REASONS = frozenset({HOLD_REASON, LATE_BIND_REASON})
+#: the reason the boot of a held name gives `scontrol update state=power_up`: slurmctld 22.05 may show it on the
+#: node until it registers (measured: tests/e2e/test_late_binding.py, the sized pools), so it marks a held boot too
+LATE_BIND_BOOT_REASON = "gpu-fleet: late binding boot (drained until it registers)"
+HELD_REASONS = frozenset({HOLD_REASON, LATE_BIND_REASON, LATE_BIND_BOOT_REASON})
 
 
 def held_drain(node: SlurmNode) -> bool:
-    """Drained by the hold: its reason, or none at all - slurmctld 22.05 clears a drained node's reason when
-    `scontrol update state=power_up` boots it (measured: tests/e2e/test_late_binding.py), and an admin's drain
-    always carries one (scontrol refuses a drain without a reason)."""
+    """Drained by the hold: one of its reasons (the boot's included), or none at all - slurmctld 22.05 clears a
+    drained node's reason when `scontrol update state=power_up` boots it, or shows the boot's own reason until the
+    node registers (both measured: tests/e2e/test_late_binding.py), and an admin's drain always carries one
+    (scontrol refuses a drain without a reason)."""
     return node.drain and (node.reason in HELD_REASONS or not node.reason)
 
 
@@ -708,7 +712,7 @@ class Daemon:
                 continue
             if n.name in self._held_boots and not (n.powering_up or held_drain(n)):
                 self._held_boots.pop(n.name)  # powered down again, or undrained by someone else
-            if n.powering_up and held_drain(n):
+            if (n.powering_up or "POWER_UP" in n.flags) and held_drain(n):  # POWER_UP: taken, not started yet
                 self._held_boots.setdefault(n.name, now)  # also after a restart: sinfo shows the boots under way
                 if n.name not in live:
                     booting[pool.name] += 1
@@ -748,7 +752,7 @@ class Daemon:
                 released.update(names)
         bootable = {p: [n for n in ns if n not in released] for p, ns in cands.items()}
         for names in take_names(split.boot, bootable, booting).values():
-            if act.scontrol(list(names), "power_up", "gpu-fleet: late binding boot (drained until it registers)"):
+            if act.scontrol(list(names), "power_up", LATE_BIND_BOOT_REASON):
                 self._held_boots.update(dict.fromkeys(names, now))
         if to_drain:
             act.scontrol(to_drain, "drain", LATE_BIND_REASON if late else HOLD_REASON)

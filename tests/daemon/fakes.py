@@ -88,10 +88,10 @@ class FakeSlurm:
             elif state == "undrain":
                 flags.discard("DRAIN")
                 node = replace(node, reason="")
-            elif state == "power_up" and "POWERED_DOWN" in flags:  # drained stays drained, its reason cleared (22.05)
-                flags -= {"POWERED_DOWN"}
+            elif state == "power_up" and "POWERED_DOWN" in flags:  # drained stays drained (22.05), and shows the
+                flags -= {"POWERED_DOWN"}  # command's reason until it registers (measured on the sized e2e pools)
                 flags |= {"POWERING_UP", "NOT_RESPONDING"}
-                node = replace(node, reason="")
+                node = replace(node, reason=reason or "")
             elif state == "resume":
                 flags -= {"DRAIN", "POWERING_UP", "NOT_RESPONDING"}
                 flags.add("POWERED_DOWN")

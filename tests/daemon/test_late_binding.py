@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from autoscaler.cloud import Offering
-from autoscaler.daemon.tick import LATE_BIND_REASON, Daemon
+from autoscaler.daemon.tick import LATE_BIND_BOOT_REASON, LATE_BIND_REASON, Daemon
 from autoscaler.model import Policy, Pool
 from autoscaler.slurm.constraint import RIGHT_SIZED_MARK
 from autoscaler.slurm.readers import SlurmJob
@@ -113,12 +113,14 @@ def test_every_pool_is_held_and_a_pending_job_boots_one_drained_name_of_its_shap
     assert _commands(res, "scontrol-power_up") == []  # the booting node is the job's capacity now
 
 
+@pytest.mark.parametrize("reason", ["", LATE_BIND_BOOT_REASON])
 def test_a_registered_held_boot_is_undrained_and_an_admin_drain_is_left_alone(
-    fleet: Daemon, slurm: FakeSlurm, clock: Clock
+    fleet: Daemon, slurm: FakeSlurm, clock: Clock, reason: str
 ) -> None:
     _boot_for_a_job(fleet, slurm, clock)
     slurm.set("c1-od1g-0", "idle", "DRAIN")  # slurmd registered: IDLE+DRAIN
-    assert slurm.nodes_["c1-od1g-0"].reason == ""  # slurmctld cleared it at the power-up
+    # slurmctld 22.05 clears the drain reason at the power-up, or shows the boot command's (both measured)
+    slurm.nodes_["c1-od1g-0"] = replace(slurm.nodes_["c1-od1g-0"], reason=reason)
     slurm.set("c1-od2g-0", "idle", "DRAIN")  # an admin's drain: never touched
     slurm.nodes_["c1-od2g-0"] = replace(slurm.nodes_["c1-od2g-0"], reason="bad GPU")
     assert fleet.hold_change_due()
@@ -191,6 +193,28 @@ def test_a_job_asking_more_cpus_than_its_gpus_shape_has_gets_a_node_that_holds_i
     res = fleet.tick()
     assert [c["names"] for c in _commands(res, "scontrol-power_up")] == [["c1-od2g-0"]]
     assert not _commands(res, "scontrol-features")
+
+
+@pytest.mark.parametrize("shown", ["pending", "powering-up"])
+def test_a_held_boot_under_way_is_not_booted_twice_whatever_slurmctld_shows_of_it(
+    fleet: Daemon, slurm: FakeSlurm, clock: Clock, shown: str
+) -> None:
+    """slurmctld 22.05 shows a drained name the daemon powered up with the boot command's reason, first with the
+    power-up pending (POWERED_DOWN + POWER_UP), then POWERING_UP, until it registers (measured on real slurmctld:
+    tests/e2e/test_late_binding.py, the sized pools).  Both are a boot under way: the next tick boots no second
+    name for the job (before the tenth round it did, whenever a tick fell before the instance existed)."""
+    fleet.tick()
+    slurm.jobs_ = [_job(7)]
+    clock.advance(1)
+    res = fleet.tick()
+    assert [c["names"] for c in _commands(res, "scontrol-power_up")] == [["c1-od1g-0"]]
+    node = slurm.nodes_["c1-od1g-0"]
+    flags = {"CLOUD", "DRAIN", "POWERED_DOWN", "POWER_UP"} if shown == "pending" else node.flags
+    slurm.nodes_["c1-od1g-0"] = replace(node, flags=frozenset(flags), reason=LATE_BIND_BOOT_REASON)
+    clock.advance(1)
+    res = fleet.tick()
+    assert not _commands(res, "scontrol-power_up"), res.commands
+    assert fleet.awaiting_hold_change
 
 
 def test_the_run_loop_sees_a_submission_through_the_wake_up_file(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -210,6 +210,17 @@ def place_cheapest(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
     return _launch(unit, cs, st, cs.market)
 
 
+def class_steps(cls: UnitClass, steps: Mapping[str, int], pools: Mapping[str, Pool]) -> Mapping[str, int]:
+    """The step-down shapes (`defrag.step_down`) as the class sees them: a class limited to some pools (a job's own
+    constraint, its CPUs or memory: `WorkUnit.pools`) can only step down to a shape one of those pools has, so a
+    node of a pool with none is not oversized for it (a 1-GPU job that needs a 2-GPU node's CPUs takes a booting
+    2-GPU node instead of launching another)."""
+    if cls.pools is None:
+        return steps
+    allowed = {pools[p].gpus_per_node for p in cls.pools if p in pools}
+    return {p: max((g for g in allowed if cls.gpus_per_node <= g <= s), default=0) for p, s in steps.items()}
+
+
 def class_state(cls: UnitClass, class_size: int, st: PlanState) -> ClassState:
     reserved, market, none = st.book.streams(cls, class_size)
     order = st.book.existing_pools(cls)
@@ -227,7 +238,8 @@ def class_state(cls: UnitClass, class_size: int, st: PlanState) -> ClassState:
             }
     caps = {}
     if cls.nodes == 1 and st.steps:
-        caps = placement_caps(st.steps, st.inventory.pool_by_name, cls.gpus_per_node)
+        caps = placement_caps(class_steps(cls, st.steps, st.inventory.pool_by_name), st.inventory.pool_by_name,
+                              cls.gpus_per_node)  # fmt: skip
         caps = {p: c for p, c in caps.items() if p in order}
     cs = ClassState(cls, list(order), reserved, market, none, pool_order=order, caps=caps, hint_pools=every)
     st.watch(cs)

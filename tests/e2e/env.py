@@ -95,10 +95,12 @@ def epilog_slurmctld_hook(bin_dir: Path, state: Path) -> str:
     return str(path)
 
 
-def late_bind_lua(state: Path, partition: str = "gpu", machine_type: str = "a3-highgpu-8g") -> str:
-    """The job_submit.lua `fleet render slurm-conf` writes under late binding for one on-demand pool of
-    `machine_type` in `partition`: the hard constraint and the submit wake-up file beside the daemon's `state`."""
-    shapes = pool_shapes([("od", CapacityType.ON_DEMAND, machine_type)], load_catalog(), REGION)
+def late_bind_lua(state: Path, partition: str = "gpu", machine_type: str = "a3-highgpu-8g", *more: str) -> str:
+    """The job_submit.lua `fleet render slurm-conf` writes under late binding for on-demand pools of `machine_type`
+    (and `more` machine types) in `partition`: the hard constraint and the submit wake-up file beside the daemon's
+    `state`."""
+    pools = [(f"od{i}", CapacityType.ON_DEMAND, m) for i, m in enumerate((machine_type, *more))]
+    shapes = pool_shapes(pools, load_catalog(), REGION)
     return render_job_submit({partition: shapes}, partition, constrain=True, wake_path=str(submit_wake_path(state)))
 
 

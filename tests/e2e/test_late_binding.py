@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 
 from autoscaler.daemon.tick import LATE_BIND_REASON
-from tests.e2e.env import E2E, e2e_env, late_bind_lines, late_bind_lua, pool, wait_for
+from fleet.catalog import CapacityType, load_catalog
+from fleet.slurm.weights import pool_shapes
+from tests.e2e.env import E2E, REGION, e2e_env, late_bind_lines, late_bind_lua, pool, wait_for
 from tests.harness.cloud_nodes import Nodeset
 from tests.harness.slurm import SlurmHarness
 
@@ -209,3 +211,54 @@ def test_a_held_boot_that_never_registers_is_held_again_and_the_job_boots_elsewh
     backoffs = env.daemon.store.unavailable(env.daemon.clock())
     assert any(":us-central1-a:" in u.key and "resume timeout" in u.message for u in backoffs)
     assert holes == [], f"a held name was allocatable: {holes[:3]}"
+
+
+@pytest.fixture
+def sized(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    """Late binding over a 1-GPU and a 2-GPU pool whose nodes have the CPUs and RealMemory the stack renders for
+    a3-highgpu-1g / -2g (26 / 52 CPUs), and the lua rendered for both."""
+    shapes = {s.machine_type: s for s in pool_shapes(
+        [("h1", CapacityType.ON_DEMAND, "a3-highgpu-1g"), ("h2", CapacityType.ON_DEMAND, "a3-highgpu-2g")],
+        load_catalog(), REGION)}  # fmt: skip
+    pools = [
+        pool(f"h{g}", "on-demand", "gpu", False, max_nodes=2).model_copy(
+            update={"machine_type": f"a3-highgpu-{g}g", "gpus_per_node": g}
+        )
+        for g in (1, 2)
+    ]
+    nodesets = [
+        Nodeset(f"e2e-h{g}", 2, gpus=g, cpus=shapes[m].cpus, features=m, memory_mib=shapes[m].memory_mib)
+        for g in (1, 2)
+        if (m := f"a3-highgpu-{g}g")
+    ]
+    with e2e_env(
+        slurm_factory,
+        suspend_time=600,
+        pools=pools,
+        nodesets=nodesets,
+        partitions={"gpu": ["e2e-h1", "e2e-h2"]},
+        job_submit_lua=lambda state: late_bind_lua(state, "gpu", "a3-highgpu-1g", "a3-highgpu-2g"),
+        slurm_lines=late_bind_lines,
+        policy={"idle_timeout_s": 20, "backoff_s": 120, "late_bind": True},
+    ) as e:
+        yield e
+
+
+def test_a_job_asking_more_cpus_than_its_gpus_shape_has_is_accepted_and_runs_on_a_node_that_holds_it(
+    sized: E2E,
+) -> None:
+    """A 1-GPU job asking 30 CPUs (a3-highgpu-1g has 26): the rendered lua constrains it to a3-highgpu-2g, which
+    slurmctld accepts, and the daemon boots a 2-GPU name for it, not the 1-GPU shape its GPUs alone would pick.
+    Before the tenth round the lua pinned it to a3-highgpu-1g and slurmctld refused it at submission."""
+    env = sized
+    env.start_daemon()
+    names = [f"e2e-h{g}-{i}" for g in (1, 2) for i in (0, 1)]
+    wait_for(lambda: all("DRAIN" in env.sinfo()[n]["state_flags"] for n in names), 30, "the pools to be held", env)
+    out = f"{env.root / 'log'}/job-%j.out"
+    job = env.sbatch("-p", "gpu", "--gpus=1", "-c", "30", "-o", out, "--wrap", "srun sh -c 'echo $SLURMD_NODENAME'")
+    assert _features(env, job) == "a3-highgpu-2g"
+    wait_for(lambda: env.job_state(job) in ("COMPLETED", "GONE"), 120, "the 30-CPU job to run and end", env)
+    assert env.ran_on(job) == "e2e-h2-0"
+    booted = {n for c in _ok(env, "scontrol-power_up") for n in c["names"]}
+    assert booted == {"e2e-h2-0"}, "\n".join(f"{t.at:.1f} {c}" for t in env.ticks for c in t.commands)
+    assert not _ok(env, "scontrol-features")

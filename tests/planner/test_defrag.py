@@ -118,3 +118,16 @@ def test_reuse_only_when_cheaper_over_the_expected_run() -> None:
     out = plan([WorkUnit("short", 0.0, 1, spot_ok=True)], inv, offs, short, 100.0)
     assert out.assignments["short"].nodes == ("h1-on-demand-0",)
     assert machine(1) == "a3-highgpu-1g"
+
+
+def test_a_unit_limited_to_bigger_nodes_takes_a_booting_one_instead_of_launching_another() -> None:
+    """A 1-GPU unit that may only use the 2-GPU pool (its CPUs or memory, or its own constraint: `WorkUnit.pools`)
+    is not oversizing a 2-GPU node: it takes the one booting for it; a 1-GPU unit free to use the 1-GPU pool still
+    gets a right-sized node of its own."""
+    p2, p1 = pool(2), pool(1)
+    inv = Inventory((p2, p1), (node(p2, 0, NodeState.BOOTING),))
+    offs = family_offerings(caps=(OD,), shapes=(1, 2))
+    out = plan([WorkUnit("cpu-heavy", 0.0, 1, pools=frozenset({"h2-on-demand"}))], inv, offs, Policy(), 100.0)
+    assert out.assignments["cpu-heavy"].nodes == ("h2-on-demand-0",) and out.scale_ups == ()
+    out = plan([WorkUnit("small", 0.0, 1)], inv, offs, Policy(), 100.0)
+    assert out.scale_ups[0].pool == "h1-on-demand"

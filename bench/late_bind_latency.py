@@ -1,13 +1,13 @@
 """How long strict late binding's two reactions take on a real slurmctld: submission -> instance created, and a
 drained boot registering -> its job running.
 
-    .venv/bin/python bench/late_bind_latency.py [--rounds 2] [--json]
+    .venv/bin/python bench/late_bind_latency.py [--rounds 2] [--spacing 3] [--json]
 
 The e2e setup of tests/e2e (real slurmctld 22.05, one real slurmd per "instance" of the fake Compute API, the
 daemon in this process) with `policy.late_bind: true`, the job_submit.lua `fleet render slurm-conf` writes under
 late binding (hard constraint + submit wake-up file), EpilogSlurmctld, `idle_timeout_s: 0` and a 120 s poll, so
-only the run loop's 1 s watcher starts ticks.  Each round submits 4 one-node jobs, 3 s apart, each long enough
-that the next one finds no free node: every job gets its own drained boot.  A sampler reads sinfo and squeue
+only the run loop's 1 s watcher starts ticks.  Each round submits 4 one-node jobs, `--spacing` (3 s) apart, each
+long enough that the next one finds no free node: every job gets its own drained boot.  A sampler reads sinfo and squeue
 every 0.1 s.  Per job:
 
 - **submit -> power_up**: sbatch returned -> the tick that ran `scontrol update state=power_up` for its node
@@ -16,6 +16,8 @@ every 0.1 s.  Per job:
   the wake-up latency plus `SlurmSettings.resume_batch_s`, the ResumeProgram round trip);
 - **registered -> running**: the node's slurmd registered (sinfo: no longer POWERING_UP / NOT_RESPONDING) -> the
   job RUNNING (the replay's `HELD_BOOT_LATENCY_S`: the watcher's undrain tick, then slurmctld schedules the job).
+
+And the run's boots: names powered up and instances created against jobs (each job needs exactly one).
 
 The sampler's 0.1 s period bounds each figure's resolution.  Needs root and Slurm (scripts/setup.sh); exits 0 with
 a note otherwise.
@@ -88,12 +90,12 @@ class Sampler(threading.Thread):
                     self.running.setdefault(int(j["job_id"]), now)
 
 
-def run_round(env: E2E, sampler: Sampler) -> list[dict[str, Any]]:
+def run_round(env: E2E, sampler: Sampler, spacing_s: float = SPACING_S) -> list[dict[str, Any]]:
     submitted: dict[int, float] = {}
     for _ in range(NODES):
         job = env.gpu_job(JOB_S)
         submitted[job] = time.time()
-        time.sleep(SPACING_S)
+        time.sleep(spacing_s)
     wait_for(lambda: not env.squeue_ids() & set(submitted), 240, "the round's jobs to finish", env)
     wait_for(
         lambda: all(
@@ -138,8 +140,11 @@ def _d(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else round(b - a, 3)
 
 
-def measure(rounds: int) -> list[dict[str, Any]]:
+def measure(rounds: int, spacing_s: float = SPACING_S) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The per-job samples, and the run's boots: names powered up (one per `scontrol update state=power_up` name),
+    instances created, jobs (a name powered up twice, or more creates than jobs, is a boot the jobs did not need)."""
     samples: list[dict[str, Any]] = []
+    boots: dict[str, int] = {}
     with standalone_e2e(
         suspend_time=600,
         pools=[pool("od", "on-demand", "gpu", False, max_nodes=NODES)],
@@ -161,10 +166,17 @@ def measure(rounds: int) -> list[dict[str, Any]]:
             )
             sampler.start()
             for _ in range(rounds):
-                samples += run_round(env, sampler)
+                samples += run_round(env, sampler, spacing_s)
+            boots = {
+                "power_up_names": sum(
+                    len(c["names"]) for t in env.ticks for c in t.commands if c["command"] == "scontrol-power_up"
+                ),
+                "instances_created": len(env.fake.events_of("create")),
+                "jobs": len(samples),
+            }
         finally:
             sampler.stop_event.set()
-    return samples
+    return samples, boots
 
 
 def summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -185,13 +197,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--spacing", type=float, default=SPACING_S, help="seconds between a round's submissions")
     a = ap.parse_args()
     reason = standalone_unavailable_reason()
     if reason:
         print(f"skip: {reason}")
         return 0
-    samples = measure(a.rounds)
-    report = {"summary": summary(samples), "samples": samples}
+    samples, boots = measure(a.rounds, a.spacing)
+    report = {"summary": summary(samples), "boots": boots, "samples": samples}
     if a.json:
         print(json.dumps(report, indent=2))
     else:
@@ -201,6 +214,8 @@ def main() -> int:
                 f"(replay: {v['replay_models_it_as']})"
             )
         print(f"jobs not booted for: {sum(1 for s in samples if not s['booted_for_it'])} of {len(samples)}")
+        print(f"boots: {boots['power_up_names']} names powered up, {boots['instances_created']} instances created"
+              f" for {boots['jobs']} jobs")  # fmt: skip
     return 0
 
 

@@ -96,6 +96,11 @@ def prefer(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[SlurmHarness]
     yield from _cluster(slurm_factory, render_job_submit(SHAPES, "gpu"))
 
 
+def _argv(value: object) -> str | None:
+    """A test id: the sbatch arguments as typed (pytest's own for the other parameters)."""
+    return " ".join(value) if isinstance(value, list) else None
+
+
 def _pending(h: SlurmHarness, *args: str) -> dict:
     job = int(h.run("sbatch", "--parsable", "-p", "gpu", *args, "--wrap", "true", check=True).stdout.strip())
     try:
@@ -105,7 +110,7 @@ def _pending(h: SlurmHarness, *args: str) -> dict:
         h.run("scancel", str(job))
 
 
-@pytest.mark.parametrize(("args", "gpus"), SUBMISSIONS, ids=lambda a: " ".join(a) if isinstance(a, list) else None)
+@pytest.mark.parametrize(("args", "gpus"), SUBMISSIONS, ids=_argv)
 def test_the_constraint_is_the_right_sized_machine_for_the_gpus_the_daemon_reads(
     constrain: SlurmHarness, args: Sequence[str], gpus: int
 ) -> None:
@@ -115,7 +120,7 @@ def test_the_constraint_is_the_right_sized_machine_for_the_gpus_the_daemon_reads
     assert parse_job(raw).right_sized_by_lua, raw  # marked: the daemon may widen it on a fallback
 
 
-@pytest.mark.parametrize(("args", "gpus"), SUBMISSIONS, ids=lambda a: " ".join(a) if isinstance(a, list) else None)
+@pytest.mark.parametrize(("args", "gpus"), SUBMISSIONS, ids=_argv)
 def test_the_prefer_is_the_right_sized_machine_for_the_gpus_the_daemon_reads(
     prefer: SlurmHarness, args: Sequence[str], gpus: int
 ) -> None:
@@ -132,7 +137,7 @@ def test_jobs_without_gpus_or_with_their_own_constraint_are_left_alone(constrain
     assert own["features"] == "a3-highgpu-8g" and not parse_job(own).right_sized_by_lua
 
 
-@pytest.mark.parametrize(("args", "machine"), SIZED, ids=lambda a: " ".join(a) if isinstance(a, list) else None)
+@pytest.mark.parametrize(("args", "machine"), SIZED, ids=_argv)
 def test_the_constraint_is_a_machine_type_whose_nodes_have_the_cpus_and_memory_the_job_asks(
     constrain: SlurmHarness, args: Sequence[str], machine: str
 ) -> None:

@@ -15,6 +15,7 @@ State mapping (cloud x Slurm -> NodeState):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -130,25 +131,21 @@ def job_pools(job: SlurmJob, fit: Sequence[Pool], nodes: Mapping[str, PoolNodes]
       which the hold widens on a fallback: `autoscaler.core.hold`) or when the expression cannot be read for certain
       (`autoscaler.slurm.constraint`);
     - they must have the CPUs and memory it asks per node (a pool Slurm reports no figure for is not ruled out)."""
-    expr = job.constraint_expression
-    check_features = bool(expr) and not job.right_sized_by_lua
-    if check_features:
-        try:
-            matches(expr, ())
-        except ConstraintUnreadable:
-            check_features = False
-    if not check_features and not job.cpus_per_node and not job.memory_per_node_mib:
-        return None
     empty = PoolNodes(frozenset())
+    facts = [(p.name, nodes.get(p.name, empty)) for p in fit]
+    expr = job.constraint_expression
+    featured = {name for name, _ in facts}  # the pools whose features satisfy the job's own constraint
+    if expr and not job.right_sized_by_lua:
+        with contextlib.suppress(ConstraintUnreadable):  # unreadable: planned as unconstrained
+            featured = {name for name, n in facts if matches(expr, n.features)}
     ok = frozenset(
-        p.name
-        for p in fit
-        if (n := nodes.get(p.name, empty))
-        and (not check_features or matches(expr, n.features))
+        name
+        for name, n in facts
+        if name in featured
         and (not n.cpus or n.cpus >= job.cpus_per_node)
         and (not n.real_memory_mib or n.real_memory_mib >= job.memory_per_node_mib)
     )
-    return None if ok == {p.name for p in fit} else ok
+    return None if len(ok) == len(facts) else ok
 
 
 def build_view(

@@ -740,7 +740,7 @@ class Daemon:
             logger.bind(names=completing).debug("hold: reserved node(s) {} completing, no release", completing)
             cands.clear()
         # only the constraints the stack's job_submit.lua set (right-sizing) are widened; a user's own constraint
-        # already limits the plan to the pools it matches (`snapshot.constrained_pools`)
+        # already limits the plan to the pools it matches (`snapshot.job_pools`)
         constraints = {f"job/{j.job_id}": frozenset(j.features) for j in sjobs if j.pending and j.right_sized_by_lua}
         split = held_launches(plan, held, self.pools, self.policy, constraints)
         for uid, mts in sorted(split.widen.items()):

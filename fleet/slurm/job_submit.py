@@ -135,7 +135,7 @@ local function gpus_per_node(job_desc, most)
   local nodes = math.max(given(job_desc.min_nodes) or 1, math.ceil(total / most))
   return math.ceil(total / nodes), nodes
 end
-{size_def}
+{choose_def}
 function slurm_job_submit(job_desc, part_list, submit_uid)
 {wake_call}  if job_desc.prefer ~= nil or job_desc.features ~= nil then
     return slurm.SUCCESS
@@ -370,7 +370,7 @@ def render_job_submit(
         table=table,
         rows=rows,
         most_rows=_lua_most_rows(partitions, tables),
-        size_def=choose,
+        choose_def=choose,
         field=field,
         wake_def=wake_def,
         wake_call=wake_call,

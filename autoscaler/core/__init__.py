@@ -59,6 +59,7 @@ from autoscaler.core.decide import (
 from autoscaler.core.hold import (
     RELEASE_GRACE_S,
     HeldLaunches,
+    ReservedRoom,
     held_launches,
     held_pools,
     late_binding,
@@ -70,6 +71,7 @@ __all__ = [
     "RELEASE_GRACE_S",
     "HeldLaunches",
     "LaunchOutcome",
+    "ReservedRoom",
     "ResumeLaunch",
     "ResumeUnit",
     "ScaleDownStep",

@@ -8,7 +8,7 @@ import enum
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autoscaler.cloud import FailureKind, Offering, OfferingKey
 from autoscaler.model import (
@@ -24,6 +24,9 @@ from autoscaler.model import (
     record_failure,
     request_id_for,
 )
+
+if TYPE_CHECKING:
+    from autoscaler.core.hold import ReservedRoom
 
 Planner = Callable[..., Plan]
 
@@ -230,6 +233,7 @@ def queue_depth(
     planner: Planner | None = None,
     *,
     standby_in_flight: Mapping[str, int] | None = None,
+    preemption_room: Sequence[ReservedRoom] = (),
 ) -> Plan:
     """One `plan()` over the work the scheduler could not place plus the whole inventory: unserved reasons,
     pre-warm and standby scale-ups, and the idle scale-down (drains, deletes).  `standby_in_flight`: standby
@@ -237,14 +241,19 @@ def queue_depth(
     caller does not bring standby nodes up, and none are planned.  Under a reservation hold (`hold.py`) each job
     waits its own hold: only jobs the scheduler has tried (`WorkUnit.evaluated`) and pending for at least
     `batch_window_s` are planned, without a batch window (the others wait on: a reserved node may still free up
-    for them, or Slurm may preempt spot-tolerant work for them)."""
+    for them, or Slurm may preempt spot-tolerant work for them).  With `Policy.preempt_spot`, jobs Slurm is
+    placing on reserved nodes by preemption (`preemption_room`: the reserved nodes' room for such jobs,
+    `autoscaler.core.hold.preemption_places`) are not planned either."""
     planner = planner or default_planner()
-    from autoscaler.core.hold import held_pools
+    from autoscaler.core.hold import held_pools, preemption_places
 
     if held_pools(inventory.pools, policy):
         # a unit the scheduler has not tried yet may start by itself (a reserved node, preemption): never
         # release held capacity for it before its first scheduling pass
         pending = [u for u in pending if u.evaluated and now - u.submit_time >= policy.batch_window_s]
+        if policy.preempt_spot and preemption_room:
+            by_preemption = preemption_places(pending, preemption_room, inventory.pools, now)
+            pending = [u for u in pending if u.id not in by_preemption]
         policy = dataclasses.replace(policy, batch_window_s=0.0, batch_idle_s=0.0)
     # None: this caller brings no standby nodes up (the Kubernetes paths), so the planner plans none
     extra = {"standby_in_flight": dict(standby_in_flight)} if standby_in_flight is not None else {}

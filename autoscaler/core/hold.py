@@ -13,7 +13,10 @@ The same hold serves `Policy.preempt_spot` without a batch window: Slurm preempt
 nodes (partition priority, fleet/slurm/preempt.py) only for a job that cannot start otherwise, so the overflow pools
 that share a partition with such a reservation are held (`preemption_held`) and the plan releases a name at once
 for a job Slurm has tried and could not place.  Either way nothing is released for a job the scheduler has not
-tried yet (`WorkUnit.evaluated`, `autoscaler.core.decide.queue_depth`).
+tried yet (`WorkUnit.evaluated`, `autoscaler.core.decide.queue_depth`), nor for one Slurm is placing by preemption
+(`preemption_places`): slurmctld requeues the spot-tolerant work in the pass that tried the job, and the job waits,
+PENDING and tried, while the reserved node finishes that work; a read of the scheduler falling in that second must
+not release overflow for it.
 
 Pure functions; the daemon (`autoscaler/daemon/tick.py`) and the replay (`autoscaler/replay/gpu_fleet.py` over
 `simslurm`) both call them."""
@@ -23,11 +26,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from autoscaler.model import Plan, Policy, Pool
+from autoscaler.model import Plan, Policy, Pool, WorkUnit
 from fleet.catalog import CapacityType
 
 #: a released name nobody took is held again after this long (Slurm allocates within a scheduling pass)
 RELEASE_GRACE_S = 30.0
+#: how long after its submission a job is left to preemption (`preemption_places`): slurmctld preempts in the
+#: pass that tries the job (at submission, or within `sched_interval`, 60 s by default, slurm.conf(5)); a job
+#: still pending after that is not waiting on preemption, and the plan serves it
+PREEMPT_GRACE_S = 60.0
 
 
 def late_binding(pools: Iterable[Pool], policy: Policy) -> bool:
@@ -72,6 +79,54 @@ def preemption_held(pools: Sequence[Pool]) -> frozenset[str]:
         p.name
         for p in pools
         if p.capacity_type not in kinds and any(shared(p, r, besides=spot_queues) for r in reserved)
+    )
+
+
+@dataclass(frozen=True)
+class ReservedRoom:
+    """A registered reserved node (not draining) and the GPUs on it a job that may not use spot can have: those
+    no job holds, those held by a job that is ending (the scheduler no longer lists it running) and those held by
+    spot-tolerant work, which partition-priority preemption takes back (fleet/slurm/preempt.py)."""
+
+    node: str
+    pool: str
+    gpus: int
+
+
+def preemption_places(
+    pending: Sequence[WorkUnit], room: Sequence[ReservedRoom], pools: Sequence[Pool], now: float
+) -> frozenset[str]:
+    """The pending units Slurm is placing on reserved nodes by preempting spot-tolerant work (or will at its next
+    pass): units that may not use spot, submitted less than `PREEMPT_GRACE_S` ago, for which `room` has enough
+    nodes of pools they may use, served highest priority first (then oldest), each taking its GPUs on its nodes
+    (the roomiest first).  slurmctld does this by itself; a release for such a unit would hand it (or the next job)
+    an overflow node instead of the reservation."""
+    by_name = {p.name: p for p in pools}
+    left = {r.node: r.gpus for r in room}
+    placed: set[str] = set()
+    for u in sorted(pending, key=lambda u: (-u.priority, u.submit_time, u.id)):
+        if u.spot_ok or now - u.submit_time >= PREEMPT_GRACE_S:
+            continue
+        nodes = sorted(
+            (r.node for r in room if left[r.node] >= u.gpus_per_node and _may_use(u, by_name.get(r.pool))),
+            key=lambda n: (-left[n], n),
+        )[: u.nodes]
+        if len(nodes) < u.nodes:
+            continue
+        for n in nodes:
+            left[n] -= u.gpus_per_node
+        placed.add(u.id)
+    return frozenset(placed)
+
+
+def _may_use(unit: WorkUnit, pool: Pool | None) -> bool:
+    return (
+        pool is not None
+        and pool.serves(unit.queue)
+        and (unit.pools is None or pool.name in unit.pools)
+        and (unit.gpu_types is None or pool.gpu_type in unit.gpu_types)
+        and (unit.machine_types is None or pool.machine_type in unit.machine_types)
+        and pool.gpus_per_node >= unit.gpus_per_node
     )
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from autoscaler.cloud import CloudNode, CloudNodeStatus, OfferingKey
 from autoscaler.core.decide import ResumeUnit, resume_unit
+from autoscaler.core.hold import ReservedRoom
 from autoscaler.daemon.state import PowerRow, RequestRow, UnavailableRow
 from autoscaler.model import Inventory, Node, NodeState, Pool, UnavailableOffering, WorkUnit
 from autoscaler.slurm.constraint import ConstraintUnreadable, matches
@@ -92,6 +93,7 @@ class View:
     pending: list[WorkUnit] = field(default_factory=list)
     slurm_ok: bool = True
     unknown_power_rows: list[PowerRow] = field(default_factory=list)  # names of no managed pool
+    preemption_room: tuple[ReservedRoom, ...] = ()  # reserved nodes' room for jobs that may not use spot
 
 
 def _since(cloud: CloudNode | None, slurm: SlurmNode | None, state: NodeState, now: float) -> float:
@@ -148,6 +150,37 @@ def job_pools(job: SlurmJob, fit: Sequence[Pool], nodes: Mapping[str, PoolNodes]
     return None if len(ok) == len(facts) else ok
 
 
+#: squeue states of a job that holds its nodes' GPUs
+HOLDING_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED"})
+
+
+def preemption_room(
+    pools: Sequence[Pool], slurm_nodes: Mapping[str, SlurmNode], slurm_jobs: Sequence[SlurmJob], index: NameIndex
+) -> tuple[ReservedRoom, ...]:
+    """The registered, undrained reserved nodes and the GPUs on each that a job which may not use spot can have
+    (`autoscaler.core.hold.ReservedRoom`): all of them less those held by jobs squeue lists running there in a
+    partition no spot-tolerant pool serves.  squeue is read after sinfo, so a job that ended, or that slurmctld
+    requeued for a preemption, between the two reads frees its GPUs here even where sinfo still shows them
+    allocated; a job that started in between holds them."""
+    spot = [p for p in pools if p.spot_tolerant]  # a job is spot-tolerant as the pending units are (`build_view`)
+    held: dict[str, int] = defaultdict(int)
+    for j in slurm_jobs:
+        if j.state in HOLDING_STATES and not any(p.serves(j.partition) for p in spot):
+            for n in j.nodes:
+                held[n] += j.gpus_per_node
+    out = []
+    for n in slurm_nodes.values():
+        pool = index.pool_of(n.name)
+        if pool is None or pool.capacity_type is not CapacityType.RESERVATION:
+            continue
+        if n.powered_down or n.powering_up or n.powering_down or n.down or n.drain:
+            continue
+        room = min(n.gpus or pool.gpus_per_node, pool.gpus_per_node) - held[n.name]
+        if room > 0:
+            out.append(ReservedRoom(n.name, pool.name, room))
+    return tuple(out)
+
+
 def build_view(
     pools: Sequence[Pool],
     cloud_nodes: Sequence[CloudNode],
@@ -192,7 +225,8 @@ def build_view(
                 hourly_usd=(prices or {}).get(offering),
             )
         )
-    view = View(Inventory(tuple(pools), tuple(nodes)), index, slurm_ok=slurm_nodes is not None)
+    room = preemption_room(pools, snodes, slurm_jobs, index) if slurm_jobs is not None else ()
+    view = View(Inventory(tuple(pools), tuple(nodes)), index, slurm_ok=slurm_nodes is not None, preemption_room=room)
 
     # Slurm's resume requests -> one unit per (pool, job); nodes with no job id form one unit per pool.
     # A name that is live (requested .. draining) needs nothing; one still being deleted waits for the delete.

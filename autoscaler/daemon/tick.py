@@ -299,7 +299,15 @@ class Daemon:
         # 5. queue depth + scale-down
         in_flight = standby_in_flight(self.pools, view.inventory, snodes) if snodes is not None else None
         plan = queue_depth(
-            view.pending, view.inventory, offerings, self.policy, now, memory, self.planner, standby_in_flight=in_flight
+            view.pending,
+            view.inventory,
+            offerings,
+            self.policy,
+            now,
+            memory,
+            self.planner,
+            standby_in_flight=in_flight,
+            preemption_room=view.preemption_room,
         )
         res.unserved.extend(
             {"unit": u.unit, "reason": str(u.reason), "detail": u.detail}

@@ -30,6 +30,7 @@ from autoscaler.cloud import FailureKind, ProviderError
 from autoscaler.core import (
     RELEASE_GRACE_S,
     LaunchOutcome,
+    ReservedRoom,
     ResumeLaunch,
     ResumeUnit,
     deletable_after_drain,
@@ -313,6 +314,7 @@ class GpuFleetPolicy:
                 self.unavailable,
                 self._planner,
                 standby_in_flight=self._standby_in_flight(sim, nodes) if standby else None,
+                preemption_room=preemption_room(sim) if held and self.policy.preempt_spot else (),
             )
             self.unavailable = plan.unavailable
             self._standby_kept = {
@@ -579,6 +581,19 @@ def _outcome(err: ProviderError) -> tuple[LaunchOutcome, FailureKind | None, str
     if err.kind is FailureKind.TRANSIENT:
         return LaunchOutcome.TRANSIENT, err.kind, str(err)
     return LaunchOutcome.REFUSED, err.kind, str(err)
+
+
+def preemption_room(sim: SimSlurm) -> tuple[ReservedRoom, ...]:
+    """What the daemon reads off sinfo and squeue (`autoscaler.daemon.snapshot.preemption_room`): the registered,
+    undrained reserved nodes and the GPUs on each that running spot-tolerant work or nobody holds."""
+    out = []
+    for nm in sim.registered():
+        if nm.pool.capacity_type is not CapacityType.RESERVATION or nm.node.state is NodeState.DRAINING:
+            continue
+        held = sum(g for i, g in nm.node.jobs.items() if not sim.state.jobs[i].spot_ok)
+        if nm.node.gpus - held > 0:
+            out.append(ReservedRoom(nm.node.name, nm.pool.name, nm.node.gpus - held))
+    return tuple(out)
 
 
 def _unit(job: Job) -> WorkUnit:

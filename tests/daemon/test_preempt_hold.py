@@ -11,11 +11,12 @@ from dataclasses import replace
 import pytest
 
 from autoscaler.cloud import CloudNode, CloudNodeStatus, Offering, OfferingKey
+from autoscaler.core.hold import PREEMPT_GRACE_S
 from autoscaler.daemon.tick import HOLD_REASON, Daemon
 from autoscaler.model import Policy, Pool
 from autoscaler.slurm.readers import SlurmJob
 from fleet.catalog import CapacityType
-from tests.daemon.conftest import ZONE_A, spot_pool
+from tests.daemon.conftest import ZONE_A, Clock, spot_pool
 from tests.daemon.fakes import FakeCloud, FakeSlurm, offering
 
 MT = "a3-highgpu-8g"
@@ -45,8 +46,24 @@ POOLS = [
 ]
 
 
-def _job(job_id: int, reason: str) -> SlurmJob:
-    return SlurmJob(job_id, "j", "PENDING", reason, "gpu", 1, 8, None, (), 100, None, 1.0)
+def _job(job_id: int, reason: str, submit_time: float = 1.0) -> SlurmJob:
+    return SlurmJob(job_id, "j", "PENDING", reason, "gpu", 1, 8, None, (), 100, None, submit_time)
+
+
+def _running(job_id: int, partition: str, node: str, state: str = "RUNNING") -> SlurmJob:
+    return SlurmJob(job_id, "r", state, "None", partition, 1, 8, None, (), 100, None, 1.0, nodes=(node,))
+
+
+#: what squeue lists on the fixture's full reserved nodes: on-demand work (nothing to preempt)
+ON_DEMAND_WORK = [_running(1, "gpu", "c1-resv-0"), _running(2, "gpu", "c1-resv-1")]
+#: ... or spot-tolerant work, which slurmctld requeues for a job that may not use spot
+SPOT_WORK = [_running(1, "spotq", "c1-resv-0"), _running(2, "spotq", "c1-resv-1")]
+
+
+def _held(fleet: FakeSlurm) -> None:
+    for n in OD:
+        fleet.set(n, "idle", "POWERED_DOWN", "DRAIN")
+        fleet.nodes_[n] = replace(fleet.nodes_[n], reason=HOLD_REASON)
 
 
 @pytest.fixture
@@ -76,14 +93,46 @@ def test_the_overflow_is_held_and_released_only_after_slurm_tried_the_job(
     d.tick()
     drained = [names for names, state, *rest in fleet.updates if state == "drain"]
     assert sorted(n for names in drained for n in names) == OD  # the on-demand pool only: spot is not held
-    for n in OD:
-        fleet.set(n, "idle", "POWERED_DOWN", "DRAIN")
-        fleet.nodes_[n] = replace(fleet.nodes_[n], reason=HOLD_REASON)
+    _held(fleet)
     fleet.updates.clear()
-    fleet.jobs_ = [_job(7, "None")]  # submitted, slurmctld's first pass (which may preempt) has not run
+    now = d.clock()
+    fleet.jobs_ = [*ON_DEMAND_WORK, _job(7, "None", now)]  # submitted, slurmctld's first pass has not run
     d.tick()
     assert _undrained(fleet) == []
-    fleet.jobs_ = [_job(7, "Resources")]  # tried: nothing to preempt, no reserved GPU free
+    fleet.jobs_ = [*ON_DEMAND_WORK, _job(7, "Resources", now)]  # tried: nothing to preempt, no reserved GPU free
+    d.tick()
+    assert _undrained(fleet) == ["c1-od-0"]
+
+
+def test_no_release_for_a_job_slurm_places_by_preempting_spot_work(
+    make_daemon: Callable[..., Daemon], fleet: FakeSlurm, clock: Clock
+) -> None:
+    """slurmctld tried the job and requeues spot-tolerant work off a reserved node for it; a read falling before
+    that node shows the requeue must not hand the job an on-demand node.  A job Slurm has not placed that way
+    within `PREEMPT_GRACE_S` of its submission is served by the plan."""
+    d = make_daemon(pools=POOLS, policy=Policy(idle_timeout_s=600, backoff_s=300))
+    _held(fleet)
+    fleet.jobs_ = [*SPOT_WORK, _job(7, "Resources", clock())]
+    d.tick()
+    assert _undrained(fleet) == []
+    clock.advance(PREEMPT_GRACE_S)  # still pending, the spot work still running: Slurm is not preempting for it
+    d.tick()
+    assert _undrained(fleet) == ["c1-od-0"]
+
+
+def test_a_job_squeue_no_longer_lists_running_frees_its_reserved_gpus(
+    make_daemon: Callable[..., Daemon], fleet: FakeSlurm, clock: Clock
+) -> None:
+    """sinfo (read first) still shows both reserved nodes allocated; squeue (read after) shows the job on
+    c1-resv-1 requeued (pending, no nodes): its GPUs are the new job's, nothing is released for it."""
+    d = make_daemon(pools=POOLS, policy=Policy(idle_timeout_s=600, backoff_s=300))
+    _held(fleet)
+    requeued = replace(SPOT_WORK[1], state="PENDING", reason="BeginTime", nodes=())
+    fleet.jobs_ = [ON_DEMAND_WORK[0], requeued, _job(7, "Resources", clock())]
+    d.tick()
+    assert _undrained(fleet) == []
+    # a second job finds no room left: the one requeued node serves the first (highest priority, then oldest)
+    fleet.jobs_ = [ON_DEMAND_WORK[0], requeued, _job(7, "Resources", clock()), _job(8, "Resources", clock())]
     d.tick()
     assert _undrained(fleet) == ["c1-od-0"]
 
@@ -93,11 +142,9 @@ def test_no_release_while_a_reserved_node_is_completing_a_job(
 ) -> None:
     """A preempted (or ended) job winding down on a reserved node: the pending job is about to get the node."""
     d = make_daemon(pools=POOLS, policy=Policy(idle_timeout_s=600, backoff_s=300))
-    for n in OD:
-        fleet.set(n, "idle", "POWERED_DOWN", "DRAIN")
-        fleet.nodes_[n] = replace(fleet.nodes_[n], reason=HOLD_REASON)
+    _held(fleet)
     fleet.set("c1-resv-0", "allocated", "COMPLETING", gpus_used=8)
-    fleet.jobs_ = [_job(7, "Resources")]
+    fleet.jobs_ = [_running(1, "gpu", "c1-resv-0", "COMPLETING"), ON_DEMAND_WORK[1], _job(7, "Resources")]
     d.tick()
     assert _undrained(fleet) == []
     fleet.set("c1-resv-0", "allocated", gpus_used=8)  # the job took it... or it went elsewhere: next tick decides
@@ -124,3 +171,28 @@ def test_only_overflow_that_shares_a_non_spot_partition_with_the_reservation_is_
     assert held_pools(apart, Policy()) == frozenset()
     # a batch window (the reservation hold) holds every overflow pool, as before
     assert held_pools(pools, Policy(batch_window_s=60)) == {"spot", "od", "flex", "odspot"}
+
+
+def test_preemption_places_the_units_slurm_can_preempt_for_and_no_more() -> None:
+    from autoscaler.core.hold import ReservedRoom, preemption_places
+    from autoscaler.model import WorkUnit
+
+    now = 1000.0
+    room = [ReservedRoom("c1-resv-0", "resv", 8), ReservedRoom("c1-resv-1", "resv", 4)]
+
+    def unit(uid: str, gpus: int, **kw: object) -> WorkUnit:
+        return WorkUnit(uid, kw.pop("submit_time", now - 5), gpus, queue=kw.pop("queue", "gpu"), **kw)  # type: ignore[arg-type]
+
+    def places(*units: WorkUnit) -> set[str]:
+        return set(preemption_places(units, room, POOLS, now))
+
+    assert places(unit("a", 8), unit("b", 4), unit("c", 4)) == {"a", "b"}  # room used up: c waits on the plan
+    assert places(unit("lo", 8), unit("hi", 8, priority=5)) == {"hi"}  # highest priority first, as Slurm
+    assert places(unit("old", 8, submit_time=now - 9), unit("new", 8)) == {"old"}  # then the oldest
+    assert places(unit("gang", 4, nodes=2)) == {"gang"}  # 4 GPUs on each of two reserved nodes
+    assert places(unit("gang", 8, nodes=2)) == set()  # only one node has room for 8
+    assert places(unit("s", 8, spot_ok=True)) == set()  # spot-tolerant work preempts nothing
+    assert places(unit("late", 8, submit_time=now - PREEMPT_GRACE_S)) == set()  # Slurm would have by now
+    assert places(unit("q", 8, queue="flexq")) == set()  # the reservation does not serve its partition
+    assert places(unit("c", 8, pools=frozenset({"od"}))) == set()  # its own constraint excludes the reservation
+    assert places(unit("t", 8, gpu_types=frozenset({"nvidia-b200"}))) == set()

@@ -167,9 +167,11 @@ class GpuFleetPolicy:
         `autoscaler.core.weights`) the daemon's next poll after a job took a node matters: the simulated Slurm calls
         the tick then (the daemon polls every 10 s anyway; otherwise such a poll decides nothing, so the replay
         skips it)."""
-        return bool(self.policy.standby_by_machine) or any(
-            p.capacity_type is CapacityType.RESERVATION for p in self._pools
-        )
+        return bool(self.policy.standby_by_machine) or self._has_reservation
+
+    @property
+    def _has_reservation(self) -> bool:
+        return any(p.capacity_type is CapacityType.RESERVATION for p in self._pools)
 
     def settings(self) -> dict[str, object]:
         return {
@@ -314,7 +316,7 @@ class GpuFleetPolicy:
                 self.unavailable,
                 self._planner,
                 standby_in_flight=self._standby_in_flight(sim, nodes) if standby else None,
-                preemption_room=preemption_room(sim) if held and self.policy.preempt_spot else (),
+                preemption_room=preemption_room(sim) if held and self._has_reservation else (),
             )
             self.unavailable = plan.unavailable
             self._standby_kept = {
@@ -346,6 +348,8 @@ class GpuFleetPolicy:
     def _reweigh(self, sim: SimSlurm) -> None:
         """The daemon's step after scale-down: best fit on the reservation (`autoscaler.core.weights`), the Weights
         of the registered reserved nodes set from their free GPUs as the simulated Slurm shows them."""
+        if not self._has_reservation:
+            return
         reserved = [nm for nm in sim.registered() if nm.pool.capacity_type is CapacityType.RESERVATION]
         if not reserved:
             return

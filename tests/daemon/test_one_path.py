@@ -23,7 +23,7 @@ from autoscaler.replay.facts import scenario_facts
 from autoscaler.replay.gpu_fleet import DEFAULT_POLICY, INTERVAL_S, GpuFleetPolicy
 from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.simslurm import SimSlurm
-from autoscaler.replay.state import Job
+from autoscaler.replay.state import Job, JobState
 from autoscaler.replay.trace import TraceJob
 from autoscaler.sim import StockoutWindow
 from autoscaler.slurm.constraint import RIGHT_SIZED_MARK
@@ -212,6 +212,32 @@ def _sinfo(sim: SimSlurm, names_per_pool: int = 6) -> dict[str, SlurmNode]:
 
 
 def _squeue(sim: SimSlurm) -> list[SlurmJob]:
+    """The pending jobs, then the running ones on the nodes they hold (what the preemption hold reads)."""
+    running = [j for j in sim.state.jobs if j.state is JobState.RUNNING]
+    return _pending(sim) + [_running(sim, j) for j in running]
+
+
+def _running(sim: SimSlurm, j: Job) -> SlurmJob:
+    nodes = tuple(sorted(n for n, nm in sim.names.items() if j.idx in nm.node.jobs))
+    partition = "spot" if j.spot_ok else "default"
+    return SlurmJob(
+        j.idx + 1,
+        j.id,
+        "RUNNING",
+        "None",
+        partition,
+        j.nodes,
+        j.gpus_per_node,
+        None,
+        (),
+        0,
+        None,
+        j.submit,
+        nodes=nodes,
+    )
+
+
+def _pending(sim: SimSlurm) -> list[SlurmJob]:
     return [
         SlurmJob(
             j.idx + 1,

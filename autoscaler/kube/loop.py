@@ -57,6 +57,7 @@ from autoscaler.model import (
     Placement,
     Policy,
     Pool,
+    ScaleUp,
     UnavailableOffering,
     UnservedReason,
     record_failure,
@@ -250,8 +251,9 @@ class KubeDaemon:
             if uid in by_key:
                 self._book(by_key[uid], a, p, {n.name: n.pool for n in inv.nodes}, now, res)
         for su in p.scale_ups:  # launches for unschedulable pods: no booking, the request id makes it idempotent
-            if not any(u in by_key for u in su.units):
-                self._launch_for_pods(su, now, res)
+            pods_share = pods_launch(su, p.assignments, by_key, now)
+            if pods_share is not None:
+                self._launch_for_pods(pods_share, now, res)
         for u in p.unserved:
             if u.unit in by_key:
                 self._unserved(by_key[u.unit], u.reason, u.detail, now, res)
@@ -539,3 +541,18 @@ class KubeDaemon:
                 if exc.status != 404:
                     raise
         return True
+
+
+def pods_launch(su: ScaleUp, assignments: Mapping[str, Any], requests: Mapping[str, Any], now: float) -> ScaleUp | None:
+    """The part of scale-up `su` that unschedulable pods' units stand for, launched without a booking: all of it
+    when no request unit shares it, the names the requests' units were not assigned when one does (a request books
+    and launches its own names, `_book`; before, the pods' share of a shared scale-up waited a tick for a plan
+    of its own), None when the requests take every name."""
+    if not any(u in requests for u in su.units):
+        return su
+    booked = {n for u in su.units if u in requests and u in assignments for n in assignments[u].nodes}
+    rest = tuple(n for n in su.names if n not in booked)
+    if not rest:
+        return None
+    units = tuple(u for u in su.units if u not in requests)
+    return dataclasses.replace(su, names=rest, units=units, request_id=request_id_for(su.pool, su.offering, rest, now))

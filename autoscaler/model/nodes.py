@@ -74,7 +74,8 @@ class Node:
     the planner looks the price up in the offerings).  `history` is ((state, at), ...), oldest
     first, ending with the current state.  `work_pools`: the pools its running work could also run
     on, where some of that work may not run everywhere (a Slurm job's own constraint, CPUs or memory:
-    `autoscaler.daemon.snapshot.job_pools`); None: none of it is restricted."""
+    `autoscaler.daemon.snapshot.job_pools`; a pod's nodeSelector and required node affinity:
+    `autoscaler.kube.source.pools_for`); None: none of it is restricted."""
 
     name: str
     pool: str

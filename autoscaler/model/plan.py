@@ -54,13 +54,11 @@ class ScaleUp:
 
 @dataclass(frozen=True)
 class Drain:
-    """Stop scheduling new work on these nodes (scale-down step 1).  `cordon`: the nodes are busy and keep their
-    running work, which finishes undisturbed; they take no more (`autoscaler.planner.defrag.cordon_oversized`)."""
+    """Stop scheduling new work on these nodes (scale-down step 1)."""
 
     pool: str
     nodes: tuple[str, ...]
     reason: str
-    cordon: bool = False
 
 
 @dataclass(frozen=True)

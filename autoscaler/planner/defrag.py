@@ -10,10 +10,7 @@ is *oversized* for its work.  Two pure passes follow:
 - `placement_caps`: the planner places a unit of `g` GPUs on a node only if the node is not left
   oversized (used + g > step down); otherwise the unit gets its own right-sized capacity.
 - `cordon_oversized`: a partly used oversized node is cordoned (`Drain`): it takes no new work,
-  its running jobs finish undisturbed, and the scale-down pass deletes it once it is empty.  A node
-  whose running work could not run on the step-down shape (`Node.work_pools`: a job asking more
-  CPUs or memory than the smaller machine has, or a constraint it does not meet) is the right size
-  for that work and is left alone.
+  its running jobs finish undisturbed, and the scale-down pass deletes it once it is empty.
 
 Reservation capacity is paid for whether used or not (marginal $/GPU-h 0), so a reserved node is
 never oversized; neither is a node with no smaller shape at its price (then packing is the saving).
@@ -96,15 +93,10 @@ def cordon_oversized(
         s = steps.get(pool.name, 0)
         if s <= 0:
             continue
-        smaller = step_down_pools(pool, s, inventory.pools)
         names = sorted(
             n.name
             for n in inventory.nodes_by_pool[pool.name]
-            if n.state is NodeState.BUSY
-            and 0 < n.gpus_used <= s
-            and n.gpus_free > 0
-            and n.name not in in_use
-            and (n.work_pools is None or not smaller.isdisjoint(n.work_pools))
+            if n.state is NodeState.BUSY and 0 < n.gpus_used <= s and n.gpus_free > 0 and n.name not in in_use
         )
         if names:
             out.append(
@@ -113,22 +105,9 @@ def cordon_oversized(
                     tuple(names),
                     f"oversized for its work: its used GPUs fit a {s}-GPU shape at no higher $/GPU-h; "
                     "cordoned so new work gets right-sized nodes, deleted once its running jobs end",
-                    cordon=True,
                 )
             )
     return out
-
-
-def step_down_pools(pool: Pool, gpus: int, pools: Iterable[Pool]) -> frozenset[str]:
-    """The pools of `pool`'s step-down shape: same provider, GPU type and capacity type, `gpus` GPUs a node."""
-    return frozenset(
-        q.name
-        for q in pools
-        if q.provider == pool.provider
-        and q.gpu_type == pool.gpu_type
-        and q.capacity_type is pool.capacity_type
-        and q.gpus_per_node == gpus
-    )
 
 
 def pool_gpu_prices(pools: Iterable[Pool], offerings: Iterable[Offering]) -> dict[str, float]:

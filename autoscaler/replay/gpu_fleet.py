@@ -492,16 +492,14 @@ class GpuFleetPolicy:
 
     def _scale_down_nodes(self, sim: SimSlurm, now: float, *, full: bool) -> tuple[Node, ...]:
         """The inventory the queue-depth plan needs: every launched node when there is unplaced work or a limit,
-        else only idle, draining and partly used busy ones (without limits or pool minimums, the planner's
-        scale-down and its cordon of oversized nodes decide the same over those as over the whole fleet)."""
+        else only idle and draining ones (without limits or pool minimums, the planner's scale-down decides the
+        same over those as over the whole fleet)."""
         if len(self._nodes) > 2 * len(sim.names) + 64:
             self._nodes = {k: v for k, v in self._nodes.items() if k in sim.names}
         if full:
             return tuple(self._node(nm.node) for nm in sim.names.values() if nm.launched)
         out = [self._node(nm.node) for nm in sim.idle.values() if nm.launched]
         out += [self._node(nm.node) for nm in sim.draining.values() if nm.launched]
-        if self.policy.defragment:
-            out += [self._node(nm.node) for nm in sim.partly_used()]
         return tuple(out)
 
     def _standby_in_flight(self, sim: SimSlurm, nodes: Sequence[Node]) -> dict[str, int]:

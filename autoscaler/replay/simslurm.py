@@ -513,15 +513,6 @@ class SimSlurm:
         """The Weight slurmctld orders `nm` by: its pool's rendered one unless `set_weights` changed it."""
         return self.node_weight.get(nm.pool.name, {}).get(nm.node.name, self.weight[nm.pool.name])
 
-    def partly_used(self) -> list[_Name]:
-        """The launched, registered, busy names with a free GPU and not drained (what a cordon may drain)."""
-        return [
-            nm
-            for room in self._room.values()
-            for nm in room.values()
-            if nm.launched and nm.node.registered and nm.node.state is NodeState.BUSY and not nm.down
-        ]
-
     def registered(self) -> list[_Name]:
         """The names whose node is up and registered with slurmctld (not powered down, powering up or DOWN)."""
         return [nm for nm in self.names.values() if nm.launched and nm.node.registered and not nm.down]
@@ -860,14 +851,10 @@ class SimSlurm:
         self.schedule(self.now)
 
     def drain(self, names: Sequence[str]) -> None:
-        """`scontrol update state=drain`: an idle node takes no job; a busy registered one (a cordon) keeps its
-        running jobs, takes no more, and stays drained once they end."""
         for name in names:
             nm = self.idle.pop(name, None)
             if nm is None:
-                nm = self.names.get(name)
-                if nm is None or nm.down or not nm.node.registered or nm.node.state is not NodeState.BUSY:
-                    continue
+                continue
             nm.node.state = NodeState.DRAINING
             nm.node.since = self.now
             nm.node.version += 1

@@ -3,8 +3,6 @@ smaller shape costs the same per GPU-hour; an oversized partly used node is cord
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from autoscaler.model import Inventory, NodeState, Placement, Policy, WorkUnit
 from autoscaler.planner import plan
 from autoscaler.planner.defrag import (
@@ -64,18 +62,6 @@ def test_cordon_drains_busy_oversized_nodes_only() -> None:
     (d,) = cordon_oversized(inv, steps, Policy(), in_use={"h8-on-demand-4"})
     assert d.pool == "h8-on-demand" and d.nodes == ("h8-on-demand-0",) and "oversized" in d.reason
     assert cordon_oversized(inv, steps, Policy(defragment=False)) == []
-
-
-def test_a_node_whose_work_could_not_run_on_the_smaller_shape_is_not_cordoned() -> None:
-    """A 1-GPU job asking more CPUs (or memory, or a constraint) than the 1-GPU machine has can only run on the
-    big node: cordoning it would only send the next small job to a new node while a GPU here stays free."""
-    p8, p1 = pool(8), pool(1)
-    pinned = replace(node(p8, 0, NodeState.BUSY, used=1), work_pools=frozenset({"h8-on-demand"}))
-    movable = replace(node(p8, 1, NodeState.BUSY, used=1), work_pools=frozenset({"h8-on-demand", "h1-on-demand"}))
-    inv = Inventory((p8, p1), (pinned, movable))
-    steps = step_down(inv.pools, family_offerings(caps=(OD,)))
-    (d,) = cordon_oversized(inv, steps, Policy())
-    assert d.nodes == ("h8-on-demand-1",)
 
 
 def test_plan_right_sizes_instead_of_pinning_a_big_node_and_cordons_it() -> None:

@@ -252,7 +252,7 @@ def queue_depth(
         # release held capacity for it before its first scheduling pass
         pending = [u for u in pending if u.evaluated and now - u.submit_time >= policy.batch_window_s]
         if policy.preempt_spot and preemption_room:
-            by_preemption = preemption_places(pending, preemption_room, inventory.pools, now)
+            by_preemption = preemption_places(pending, preemption_room, inventory.pools, policy, now)
             pending = [u for u in pending if u.id not in by_preemption]
         policy = dataclasses.replace(policy, batch_window_s=0.0, batch_idle_s=0.0)
     # None: this caller brings no standby nodes up (the Kubernetes paths), so the planner plans none

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from autoscaler.model import Plan, Policy, Pool, WorkUnit
+from autoscaler.planner.offers import UnitClass
 from fleet.catalog import CapacityType
 
 #: a released name nobody took is held again after this long (Slurm allocates within a scheduling pass)
@@ -94,21 +95,24 @@ class ReservedRoom:
 
 
 def preemption_places(
-    pending: Sequence[WorkUnit], room: Sequence[ReservedRoom], pools: Sequence[Pool], now: float
+    pending: Sequence[WorkUnit], room: Sequence[ReservedRoom], pools: Sequence[Pool], policy: Policy, now: float
 ) -> frozenset[str]:
     """The pending units Slurm is placing on reserved nodes by preempting spot-tolerant work (or will at its next
     pass): units that may not use spot, submitted less than `PREEMPT_GRACE_S` ago, for which `room` has enough
     nodes of pools they may use, served highest priority first (then oldest), each taking its GPUs on its nodes
     (the roomiest first).  slurmctld does this by itself; a release for such a unit would hand it (or the next job)
     an overflow node instead of the reservation."""
-    by_name = {p.name: p for p in pools}
     left = {r.node: r.gpus for r in room}
     placed: set[str] = set()
     for u in sorted(pending, key=lambda u: (-u.priority, u.submit_time, u.id)):
         if u.spot_ok or now - u.submit_time >= PREEMPT_GRACE_S:
             continue
+        cls = UnitClass.of(u, policy, now)  # the planner's own test of which pools a unit may use
+        usable = {
+            p.name for p in pools if cls.may_use_pool(p) and cls.accepts(p.gpu_type, p.machine_type, p.gpus_per_node)
+        }
         nodes = sorted(
-            (r.node for r in room if left[r.node] >= u.gpus_per_node and _may_use(u, by_name.get(r.pool))),
+            (r.node for r in room if left[r.node] >= u.gpus_per_node and r.pool in usable),
             key=lambda n: (-left[n], n),
         )[: u.nodes]
         if len(nodes) < u.nodes:
@@ -117,17 +121,6 @@ def preemption_places(
             left[n] -= u.gpus_per_node
         placed.add(u.id)
     return frozenset(placed)
-
-
-def _may_use(unit: WorkUnit, pool: Pool | None) -> bool:
-    return (
-        pool is not None
-        and pool.serves(unit.queue)
-        and (unit.pools is None or pool.name in unit.pools)
-        and (unit.gpu_types is None or pool.gpu_type in unit.gpu_types)
-        and (unit.machine_types is None or pool.machine_type in unit.machine_types)
-        and pool.gpus_per_node >= unit.gpus_per_node
-    )
 
 
 def take_names(

@@ -184,7 +184,7 @@ def test_preemption_places_the_units_slurm_can_preempt_for_and_no_more() -> None
         return WorkUnit(uid, kw.pop("submit_time", now - 5), gpus, queue=kw.pop("queue", "gpu"), **kw)  # type: ignore[arg-type]
 
     def places(*units: WorkUnit) -> set[str]:
-        return set(preemption_places(units, room, POOLS, now))
+        return set(preemption_places(units, room, POOLS, Policy(), now))
 
     assert places(unit("a", 8), unit("b", 4), unit("c", 4)) == {"a", "b"}  # room used up: c waits on the plan
     assert places(unit("lo", 8), unit("hi", 8, priority=5)) == {"hi"}  # highest priority first, as Slurm

@@ -104,11 +104,14 @@ def test_a_gangs_released_names(slurm_factory: Callable[..., SlurmHarness], mode
 
 def _reservations(env: E2E) -> str:
     out = env.slurm.run("scontrol", "-o", "show", "reservation").stdout.strip()
-    return " | ".join(
-        " ".join(f for f in line.split() if f.split("=")[0] in ("ReservationName", "Nodes", "Flags", "EndTime"))
-        for line in out.splitlines()
-        if line.startswith("ReservationName")
-    ) or "none"
+    return (
+        " | ".join(
+            " ".join(f for f in line.split() if f.split("=")[0] in ("ReservationName", "Nodes", "Flags", "EndTime"))
+            for line in out.splitlines()
+            if line.startswith("ReservationName")
+        )
+        or "none"
+    )
 
 
 @pytest.mark.parametrize("mode", ["used", "unused"])

@@ -31,7 +31,8 @@ memory for the next pool) without doing any I/O itself.
 The reservation hold (`hold.py`): with a reservation and a hold, overflow pools are kept unavailable to the
 scheduler (Slurm: powered-down names drained) and released by the queue-depth plan once waiting is no longer
 cheaper (`held_pools`, `held_launches`, `take_names`); under late binding every pool is held and single-node
-launches boot held names drained instead (`late_binding`).
+launches boot held names drained instead (`late_binding`), and a held boot no pending job needs any more is
+aborted when its shape has no idle keep (`surplus_held_boots`).
 
 Adding a queue source (e.g. Kubernetes/Kueue, `autoscaler/kube`): produce `ResumeUnit`s for capacity the
 scheduler bound to node names (a ProvisioningRequest's nodes, one unit per workload so it is all or nothing),
@@ -64,6 +65,7 @@ from autoscaler.core.hold import (
     held_pools,
     late_binding,
     name_index,
+    surplus_held_boots,
     take_names,
 )
 
@@ -88,5 +90,6 @@ __all__ = [
     "resume_unit",
     "scale_down_steps",
     "serve_resumes",
+    "surplus_held_boots",
     "take_names",
 ]

@@ -32,7 +32,7 @@ import dataclasses
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,7 @@ from autoscaler.core import (
     resume_failed,
     scale_down_steps,
     serve_resumes,
+    surplus_held_boots,
     take_names,
 )
 from autoscaler.core.decide import Planner, default_planner
@@ -635,7 +636,7 @@ class Daemon:
                     powered_down |= self._power_down_and_delete(pool, ok, "drained and empty", fresh, act)
             snodes = fresh
         if held and snodes is not None:
-            live = {n.name for n in view.inventory.nodes}
+            live = {n.name: n.state for n in view.inventory.nodes}
             self._hold(plan, held, snodes, sjobs or (), live, powered_down, now, act)
 
     def _undrain_held_boots(self, snodes: dict[str, SlurmNode], act: Actuator) -> dict[str, SlurmNode]:
@@ -690,7 +691,7 @@ class Daemon:
         held: frozenset[str],
         snodes: dict[str, SlurmNode],
         sjobs: Sequence[SlurmJob],
-        live: set[str],
+        live: Mapping[str, NodeState],
         powered_down: set[str],
         now: float,
         act: Actuator,
@@ -699,13 +700,19 @@ class Daemon:
         pending jobs the plan serves with another machine type; release (undrain) as many names as the plan
         launches for gangs (for every launch, without late binding) in each pool; under late binding, boot as many
         drained names as it launches for single nodes, less those booted that have no instance yet (`live`: the
-        names the tick's inventory lists).  `powered_down`: held names this tick powered down after `snodes` was
-        read, watched until slurmctld's power thread has taken their power-down."""
+        names the tick's inventory lists, with their state).  Under late binding, held boots whose instance is up
+        and booting that the plan no longer needs are aborted (`core.surplus_held_boots`: `scontrol update
+        state=power_down_force`, which slurmctld 22.05 takes within a second on a POWERING_UP+DRAIN node with no
+        job, bench/probe_abort_held_boot.py, then the delete by name).  `powered_down`: held names this tick
+        powered down after `snodes` was read, watched until slurmctld's power thread has taken their
+        power-down."""
         index = NameIndex(self.pools)
         late = late_binding(self.pools, self.policy)
         cands: dict[str, list[str]] = defaultdict(list)
         outstanding: dict[str, int] = defaultdict(int)  # released, not allocated yet
         booting: dict[str, int] = defaultdict(int)  # booted drained, no instance yet
+        boots: dict[str, str] = {}  # booted drained, instance booting, no job -> machine type
+        boot_pool: dict[str, str] = {}
         to_drain: list[str] = []
         power_downs: set[str] = set()
         for n in sorted(snodes.values(), key=lambda x: (x.name.rpartition("-")[0], name_index(x.name))):
@@ -724,6 +731,8 @@ class Daemon:
                 self._held_boots.setdefault(n.name, now)  # also after a restart: sinfo shows the boots under way
                 if n.name not in live:
                     booting[pool.name] += 1
+                elif live[n.name] is NodeState.BOOTING and not n.has_work:
+                    boots[n.name], boot_pool[n.name] = pool.machine_type, pool.name
                 continue
             if not n.powered_down or n.powering_up or n.powering_down or n.has_work:
                 continue
@@ -762,6 +771,15 @@ class Daemon:
         for names in take_names(split.boot, bootable, booting).values():
             if act.scontrol(list(names), "power_up", LATE_BIND_BOOT_REASON):
                 self._held_boots.update(dict.fromkeys(names, now))
+        surplus: dict[str, list[str]] = defaultdict(list)
+        for name in surplus_held_boots(boots, plan, self.policy) if late else ():
+            surplus[boot_pool[name]].append(name)
+        for pool_name, names in surplus.items():
+            reason = "gpu-fleet: held boot no longer needed (no idle keep)"
+            if act.scontrol(names, "power_down_force", reason):
+                for name in act.delete(pool_name, names, "held boot no longer needed", snodes):
+                    self._held_boots.pop(name, None)
+                    power_downs.add(name)  # drained again once the power thread has taken it
         if to_drain:
             act.scontrol(to_drain, "drain", LATE_BIND_REASON if late else HOLD_REASON)
         self._held_power_downs = power_downs | powered_down

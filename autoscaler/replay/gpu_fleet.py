@@ -43,6 +43,7 @@ from autoscaler.core import (
     resume_unit,
     scale_down_steps,
     serve_resumes,
+    surplus_held_boots,
     take_names,
 )
 from autoscaler.core.settings import SeenJob, SettingsTracker
@@ -306,6 +307,7 @@ class GpuFleetPolicy:
         pending = [_unit(j) for j in sim.pending_jobs()]
         nodes = self._scale_down_nodes(sim, now, full=bool(pending) or self._limited)
         standby = bool(self.policy.standby_by_machine)
+        plan = None
         if pending or standby or any(n.state in (NodeState.READY_IDLE, NodeState.DRAINING) for n in nodes):
             plan = queue_depth(
                 pending,
@@ -342,8 +344,25 @@ class GpuFleetPolicy:
                     sim.delete(pool, ok)
             if held:
                 self._release(sim, plan, held)
+        if late:
+            self._abort_surplus_boots(sim, plan)
         self._reweigh(sim)
         return self._wake(sim, now, refused)
+
+    def _abort_surplus_boots(self, sim: SimSlurm, plan: Plan | None) -> None:
+        """The daemon's abort of surplus held boots (`core.surplus_held_boots`): held boots with an instance, not
+        registered, no job, that the plan puts no pending job on, in a shape with no idle keep, are deleted (the
+        daemon's `scontrol update state=power_down_force` and delete by name)."""
+        boots = {
+            nm.node.name: nm.pool.machine_type
+            for nm in sim.held_boots()
+            if nm.launched and not nm.down and not nm.node.registered and not nm.node.jobs
+        }
+        if not boots:
+            return
+        pool_of = {nm.node.name: nm.pool.name for nm in sim.held_boots()}
+        for name in surplus_held_boots(boots, plan, self.policy):
+            sim.delete(pool_of[name], [name])
 
     def _reweigh(self, sim: SimSlurm) -> None:
         """The daemon's step after scale-down: best fit on the reservation (`autoscaler.core.weights`), the Weights

@@ -99,6 +99,9 @@ class FakeSlurm:
             elif state == "power_down":  # pending until slurmctld's power thread takes it (`power_thread`)
                 flags -= {"POWERING_UP"}
                 flags.add("POWER_DOWN")
+            elif state == "power_down_force":  # a boot aborted too: POWERING_UP goes at once, the thread takes the
+                flags -= {"POWERING_UP", "POWER_UP"}  # rest within a second (bench/probe_abort_held_boot.py, 22.05)
+                flags.add("POWER_DOWN")
             self.nodes_[n] = replace(node, flags=frozenset(flags))
 
     def power_thread(self) -> None:

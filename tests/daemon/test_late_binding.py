@@ -314,3 +314,64 @@ def test_a_held_boot_that_never_registers_is_held_again_and_no_longer_watched(
     assert any(c["names"] == ["c1-od1g-0"] for c in _commands(res, "scontrol-drain"))
     assert slurm.nodes_["c1-od1g-0"].drain
     assert not fleet.awaiting_hold_change
+
+
+NO_KEEP = replace(POLICY, idle_timeout_s=0)
+
+
+@pytest.mark.parametrize("policy", [NO_KEEP, POLICY], ids=["no-idle-keep", "idle-keep-600s"])
+def test_a_held_boot_no_job_needs_any_more_is_aborted_when_its_shape_has_no_idle_keep(
+    make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud, clock: Clock, policy: Policy
+) -> None:
+    """Job 7's held boot is under way (instance up, not registered) when the job leaves the queue - it took a node
+    that freed up first, or was cancelled.  With no idle keep for the shape the node would be scaled down as it
+    registers, so the tick aborts the boot now (`scontrol update state=power_down_force`, which slurmctld 22.05
+    takes on a POWERING_UP+DRAIN node: bench/probe_abort_held_boot.py) and deletes the instance, then drains the
+    name again once the power thread has taken it.  With an idle keep the boot goes on (the next arrival's)."""
+    slurm.nodes_.clear()
+    for p in POOLS:
+        slurm.add_cloud_nodes([p.node_name(i) for i in range(p.max_nodes)], gpus=p.gpus_per_node)
+    cloud.offers = _offers()
+    fleet = make_daemon(pools=POOLS, policy=policy)
+    _boot_for_a_job(fleet, slurm, clock)
+    assert [n.name for n in cloud.list_nodes()] == ["c1-od1g-0"]
+    clock.advance(1)
+    res = fleet.tick()  # job 7 still pending: its boot is planned for it, nothing is aborted
+    assert _commands(res, "scontrol-power_down_force") == [] and cloud.deleted == []
+
+    slurm.jobs_ = []
+    clock.advance(1)
+    res = fleet.tick()
+    if policy.idle_timeout_s > 0:
+        assert _commands(res, "scontrol-power_down_force") == [] and cloud.deleted == []
+        assert slurm.nodes_["c1-od1g-0"].powering_up
+        return
+    assert [c["names"] for c in _commands(res, "scontrol-power_down_force")] == [["c1-od1g-0"]]
+    assert cloud.deleted == ["c1-od1g-0"] and cloud.list_nodes() == []
+    assert fleet.awaiting_hold_change  # watched until the power thread takes it
+    slurm.power_thread()
+    assert fleet.hold_change_due()
+    clock.advance(1)
+    res = fleet.tick()
+    assert [c["names"] for c in _commands(res, "scontrol-drain")] == [["c1-od1g-0"]]
+    slurm.power_downs_complete()
+    node = slurm.nodes_["c1-od1g-0"]
+    assert node.powered_down and node.drain and node.reason == LATE_BIND_REASON  # held again: no job bound to it
+    assert not fleet.awaiting_hold_change
+
+
+def test_which_held_boots_are_surplus() -> None:
+    """`core.surplus_held_boots`, the rule the daemon and the replay share: a held boot is aborted only when no
+    pending unit is planned onto it and its shape has neither an idle keep nor standby nodes."""
+    from autoscaler.core import surplus_held_boots
+    from autoscaler.model import Assignment, Placement, Plan
+
+    boots = {"c1-od1g-0": "a3-highgpu-1g", "c1-od1g-1": "a3-highgpu-1g", "c1-od2g-0": "a3-highgpu-2g"}
+    planned = Plan(assignments={"job/7": Assignment("job/7", ("c1-od1g-1",), 1, Placement.BOOTING)})
+    assert surplus_held_boots(boots, planned, NO_KEEP) == ("c1-od1g-0", "c1-od2g-0")
+    assert surplus_held_boots(boots, None, NO_KEEP) == tuple(sorted(boots))  # nothing pending, nothing planned
+    assert surplus_held_boots(boots, None, POLICY) == ()  # an idle keep: the next arrival's node
+    keep_2g = replace(NO_KEEP, idle_timeout_by_machine={"a3-highgpu-2g": 300.0})
+    assert surplus_held_boots(boots, planned, keep_2g) == ("c1-od1g-0",)
+    standby_1g = replace(NO_KEEP, standby_by_machine={"a3-highgpu-1g": 1})
+    assert surplus_held_boots(boots, None, standby_1g) == ("c1-od2g-0",)

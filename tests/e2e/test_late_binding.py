@@ -133,6 +133,67 @@ def test_a_pending_job_takes_the_node_that_frees_while_its_own_boots(env: E2E) -
 
 
 @pytest.fixture
+def no_keep_env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    """`env`, with no idle keep (`idle_timeout_s` 0, what the settings rule gives a shape whose idle node is not
+    worth keeping) and the second node's boot slower still; a VM deleted before it boots never starts slurmd."""
+    holder: list[E2E] = []
+
+    def boot_if_not_deleted(name: str, zone: str) -> None:
+        if name not in {e.name for e in holder[0].fake.events_of("delete")}:
+            holder[0].nodes.boot(name, zone)
+
+    def boots(name: str, zone: str) -> bool:
+        if name != "e2e-od-1":
+            return True
+        threading.Timer(ABORTED_BOOT_S, boot_if_not_deleted, (name, zone)).start()
+        return False
+
+    with _late_bind_env(
+        slurm_factory,
+        boots=boots,
+        policy={"idle_timeout_s": 0, "backoff_s": 120, "late_bind": True},
+        interval_s=10.0,
+    ) as e:
+        holder.append(e)
+        yield e
+
+
+ABORTED_BOOT_S = 45  # the second node's VM would register this long after its create
+
+
+def test_a_held_boot_no_job_needs_any_more_is_aborted_and_held_again(no_keep_env: E2E) -> None:
+    """The second job takes the node the first freed while its own boots; with no idle keep the booting node would
+    be scaled down as it registers, so the daemon aborts its boot (`scontrol update state=power_down_force` on the
+    POWERING_UP+DRAIN name, then the delete by name, `core.surplus_held_boots`) and drains the name again once the
+    power thread has taken it: the VM is billed a few seconds instead of its whole boot, and no job is bound to it."""
+    env = no_keep_env
+    env.start_daemon()
+    wait_for(lambda: all("DRAIN" in f["state_flags"] for f in env.sinfo().values()), 30, "the pool held", env)
+    first = env.gpu_job(15)
+    wait_for(lambda: env.job_state(first) == "RUNNING", 90, "the first job to run on a booted held node", env)
+    second = env.gpu_job(1)  # e2e-od-0 is busy: the daemon boots e2e-od-1, whose VM takes ABORTED_BOOT_S
+    wait_for(lambda: ["e2e-od-1"] in [c["names"] for c in _ok(env, "scontrol-power_up")], 30, "the second boot", env)
+    wait_for(lambda: "e2e-od-1" in {e.name for e in env.fake.events_of("create")}, 30, "the second VM", env)
+    created = next(e.at for e in env.fake.events_of("create") if e.name == "e2e-od-1")
+    wait_for(lambda: second not in env.squeue_ids(), 60, "the second job to run and finish", env)
+    assert env.ran_on(second) == "e2e-od-0"  # the node the first freed
+
+    wait_for(lambda: ["e2e-od-1"] in [c["names"] for c in _ok(env, "scontrol-power_down_force")], 30,
+             "the surplus boot aborted", env)  # fmt: skip
+    deleted = next(e.at for e in env.fake.events_of("delete") if e.name == "e2e-od-1")
+    assert deleted - created < ABORTED_BOOT_S, "deleted while it was still booting"
+
+    def held_again() -> list[str] | None:
+        flags = env.sinfo()["e2e-od-1"]["state_flags"]
+        return flags if "POWERED_DOWN" in flags and "DRAIN" in flags else None
+
+    wait_for(held_again, 90, "e2e-od-1 powered down and held again", env)
+    assert env.sinfo()["e2e-od-1"]["reason"] == LATE_BIND_REASON
+    last = env.gpu_job(1)  # the name is still usable: a new job boots a node as before
+    wait_for(lambda: last not in env.squeue_ids(), 120, "a job after the abort", env)
+
+
+@pytest.fixture
 def quiet_env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
     """Late binding with a 120 s poll: after the first tick only the run loop's watcher starts ticks (the lua's
     submit wake-up, EpilogSlurmctld's job-end rows, sinfo while a held boot or power-down is out)."""

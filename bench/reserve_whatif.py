@@ -26,7 +26,8 @@ changed, to size a mechanism before building it (docs/simulate.md, "The reservat
 - `cancel-surplus-boots`: at every gpu-fleet tick, a node booted drained for late binding whose instance is booting,
   that no pending job is planned onto (the job it was booted for took a node freed first) and whose shape has no
   idle keep, is deleted at once instead of booting to the end and being scaled down as it registers (sizes
-  `unused_node_gpu_hours`; needs the daemon to abort a held boot on slurmctld: not built);
+  `unused_node_gpu_hours`).  Built since (`core.surplus_held_boots`, the daemon's `power_down_force` and delete):
+  it now changes nothing; the figures it gave are in docs/simulate.md "Surplus held boots";
 - `no-warm-cap`: the settings rule's idle keep without its warm-node cap (every idle node of a kept shape is
   kept for the break-even time).
 - `preempt-spot`: a single-node job that may not use spot and would overflow the reservation requeues running

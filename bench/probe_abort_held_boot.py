@@ -59,3 +59,42 @@ def test_abort_held_boot(slurm_factory: Callable[..., SlurmHarness], how: str) -
                 last = now
             time.sleep(1)
         print("state dir:", sorted(p.name for p in env.root.rglob("*") if "suspend" in p.name.lower())[:10])
+
+
+@pytest.mark.parametrize(
+    "order", ["drain-then-resume", "resume-then-drain", "drain-then-power_down_force", "drain-then-power_down"]
+)
+def test_return_a_timed_out_boot_to_service_held(slurm_factory: Callable[..., SlurmHarness], order: str) -> None:  # noqa: F811
+    """A held boot that never registers: at ResumeTimeout slurmctld marks it DOWN+POWERED_DOWN and clears its DRAIN.
+    The daemon returns it to service (`state=resume`) and holds it again (`state=drain`).  In which order is the
+    name never allocatable (POWERED_DOWN, no DRAIN, not DOWN) in between?"""
+    with e2e_env(
+        slurm_factory,
+        suspend_time=600,
+        resume_timeout=10,
+        pools=[pool("od", "on-demand", "gpu", False, max_nodes=2)],
+        nodesets=[Nodeset("e2e-od", 2)],
+        partitions={"gpu": ["e2e-od"]},
+    ) as env:
+
+        def run(*args: str) -> None:
+            p = env.slurm.run("scontrol", *args)
+            print(f"scontrol {' '.join(args)} -> rc {p.returncode} {p.stdout.strip()} {p.stderr.strip()}")
+
+        def state() -> str:
+            n = env.sinfo()["e2e-od-0"]
+            return f"{n.get('state')} {sorted(n.get('state_flags') or [])} {n.get('reason', '')!r}"
+
+        run("update", "nodename=e2e-od-[0-1]", "state=drain", "reason=gpu-fleet: held")
+        run("update", "nodename=e2e-od-0", "state=power_up")
+        t0 = time.monotonic()
+        while "down" not in state() and time.monotonic() - t0 < 60:
+            time.sleep(1)
+        print(order, "timed out:", state())
+        first, _, then = order.partition("-then-")
+        steps = [("state=drain", "reason=gpu-fleet: held") if s == "drain" else (f"state={s}",) for s in (first, then)]
+        for step in steps:
+            run("update", "nodename=e2e-od-0", *step)
+            print(order, "after", step[0], ":", state())
+        time.sleep(3)
+        print(order, "3 s later:", state())

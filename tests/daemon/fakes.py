@@ -108,9 +108,9 @@ class FakeSlurm:
         """slurmctld's power thread takes the pending power-downs: POWER_DOWN -> POWERING_DOWN, and it clears a
         DRAIN the node has then (22.05 reads it as the power-down's own; measured, tests/e2e/test_late_binding.py)."""
         for n, node in self.nodes_.items():
-            if "POWER_DOWN" in node.flags:
-                flags = (node.flags - {"POWER_DOWN", "DRAIN"}) | {"POWERING_DOWN"}
-                self.nodes_[n] = replace(node, flags=flags)
+            if "POWER_DOWN" in node.flags:  # a DOWN node (ResumeTimeout) is returned to service as it is taken
+                flags = (node.flags - {"POWER_DOWN", "DRAIN", "NOT_RESPONDING"}) | {"POWERING_DOWN"}
+                self.nodes_[n] = replace(node, flags=flags, state="idle" if node.state == "down" else node.state)
 
     def power_downs_complete(self) -> None:
         """SuspendTimeout passed: POWERING_DOWN -> POWERED_DOWN; a DRAIN set meanwhile stays."""

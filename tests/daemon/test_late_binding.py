@@ -298,22 +298,36 @@ def test_a_held_name_powered_down_is_drained_again_once_slurmctld_takes_the_powe
     assert node.powered_down and node.drain and node.reason == LATE_BIND_REASON  # held: no job is bound to it
 
 
-def test_a_held_boot_that_never_registers_is_held_again_and_no_longer_watched(
+def test_a_held_boot_that_never_registers_is_held_again_through_a_power_down(
     fleet: Daemon, slurm: FakeSlurm, clock: Clock
 ) -> None:
     """ResumeTimeout: slurmctld marks the stuck boot DOWN+POWERED_DOWN, clears its DRAIN and calls ResumeFailProgram.
-    The tick backs the offering off, returns the name to service and holds it again; the boot is over, so the run
-    loop stops reading sinfo for it."""
+    The tick backs the offering off and powers the name down instead of `state=resume`, which would clear DOWN and
+    DRAIN together and leave it allocatable until the hold's drain (a hole a CI run of the e2e test caught); the
+    power thread clears DOWN as it takes the power-down, the name is POWERING_DOWN meanwhile, and the hold drains
+    it then; the job, still pending, gets the next name's boot."""
     _boot_for_a_job(fleet, slurm, clock)
     assert fleet.awaiting_hold_change
     slurm.set("c1-od1g-0", "down", "POWERED_DOWN")  # ResumeTimeout reached
     fleet.store.enqueue_power("resume_fail", ["c1-od1g-0"], clock(), {})
     clock.advance(1)
     res = fleet.tick()
-    assert [c["names"] for c in _commands(res, "scontrol-resume")] == [["c1-od1g-0"]]
-    assert any(c["names"] == ["c1-od1g-0"] for c in _commands(res, "scontrol-drain"))
-    assert slurm.nodes_["c1-od1g-0"].drain
-    assert not fleet.awaiting_hold_change
+    assert _commands(res, "scontrol-resume") == []
+    assert [c["names"] for c in _commands(res, "scontrol-power_down")] == [["c1-od1g-0"]]
+    boots = [c["names"] for c in _commands(res, "scontrol-power_up")]
+    node = slurm.nodes_["c1-od1g-0"]
+    assert node.down or node.drain  # never allocatable
+    assert fleet.awaiting_hold_change
+    slurm.power_thread()  # DOWN and DRAIN cleared, POWERING_DOWN: not allocatable either
+    assert fleet.hold_change_due()
+    clock.advance(1)
+    res = fleet.tick()
+    assert [c["names"] for c in _commands(res, "scontrol-drain")] == [["c1-od1g-0"]]
+    boots += [c["names"] for c in _commands(res, "scontrol-power_up")]
+    slurm.power_downs_complete()
+    node = slurm.nodes_["c1-od1g-0"]
+    assert node.powered_down and node.drain and not node.down and node.reason == LATE_BIND_REASON
+    assert boots == [["c1-od1g-1"]]  # job 7, still pending, boots the next name (watched in its turn)
 
 
 NO_KEEP = replace(POLICY, idle_timeout_s=0)

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -67,8 +68,10 @@ def _run(env: E2E, *args: str) -> str:
     return out
 
 
-@pytest.mark.parametrize("mode", ["race", "reserved"])
-def test_a_gangs_released_names(slurm_factory: Callable[..., SlurmHarness], mode: str) -> None:  # noqa: F811
+@contextmanager
+def _three_held(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:  # noqa: F811
+    """The e2e environment without the daemon: `e2e-od-[0-2]` (8 GPUs each, partition `gpu`), powered down and
+    drained with the hold's reason."""
     with e2e_env(
         slurm_factory,
         suspend_time=600,
@@ -76,8 +79,13 @@ def test_a_gangs_released_names(slurm_factory: Callable[..., SlurmHarness], mode
         nodesets=[Nodeset("e2e-od", 3)],
         partitions={"gpu": ["e2e-od"]},
     ) as env:
-        names = ["e2e-od-0", "e2e-od-1", "e2e-od-2"]
-        _run(env, "update", f"nodename={','.join(names)}", "state=drain", "reason=gpu-fleet: held")
+        _run(env, "update", "nodename=e2e-od-[0-2]", "state=drain", "reason=gpu-fleet: held")
+        yield env
+
+
+@pytest.mark.parametrize("mode", ["race", "reserved"])
+def test_a_gangs_released_names(slurm_factory: Callable[..., SlurmHarness], mode: str) -> None:  # noqa: F811
+    with _three_held(slurm_factory) as env:
         out = env.root / "log"
         single = env.sbatch("-p", "gpu", "-N", "1", "--gres=gpu:8", "-o", f"{out}/%j.out", "--wrap", "sleep 600")
         gang = env.sbatch("-p", "gpu", "-N", "2", "--gres=gpu:8", "-o", f"{out}/%j.out", "--wrap", "sleep 600")
@@ -119,15 +127,7 @@ def test_b_reservation_lapse(slurm_factory: Callable[..., SlurmHarness], mode: s
     """How a gang's reservation goes away by itself: `flags=purge_comp=1,no_hold_jobs_after`, no end time.
     `used`: the gang (a 15 s job) takes the reserved names; watch the reservation after the gang ends.
     `unused`: the names are never undrained (the gang cannot get them); watch the reservation and the gang."""
-    with e2e_env(
-        slurm_factory,
-        suspend_time=600,
-        pools=[pool("od", "on-demand", "gpu", False, max_nodes=3)],
-        nodesets=[Nodeset("e2e-od", 3)],
-        partitions={"gpu": ["e2e-od"]},
-    ) as env:
-        names = ["e2e-od-0", "e2e-od-1", "e2e-od-2"]
-        _run(env, "update", f"nodename={','.join(names)}", "state=drain", "reason=gpu-fleet: held")
+    with _three_held(slurm_factory) as env:
         out = env.root / "log"
         gang = env.sbatch("-p", "gpu", "-N", "2", "--gres=gpu:8", "-o", f"{out}/%j.out", "--wrap", "sleep 15")
         time.sleep(3)

@@ -1,7 +1,7 @@
 """Probe, on a real slurmctld 22.05 (tests/harness, the e2e environment without the daemon): can a late-binding held
 boot be aborted before its instance registers?  A name booted drained (`scontrol update state=power_up` on a
-drained powered-down CLOUD node: POWERING_UP + DRAIN, no job) whose job took another node is surplus; the
-what-if `bench/reserve_whatif.py --what cancel-surplus-boots` sizes deleting it at once.
+drained powered-down CLOUD node: POWERING_UP + DRAIN, no job) whose job took another node is surplus
+(`autoscaler.core.surplus_held_boots`, docs/simulate.md "Surplus held boots").
 
     timeout 900 nice -n 10 .venv/bin/pytest -n 0 -s -q -p no:cacheprovider bench/probe_abort_held_boot.py
 

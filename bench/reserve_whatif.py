@@ -23,11 +23,6 @@ changed, to size a mechanism before building it (docs/simulate.md, "The reservat
   protection level for on-demand-only work, as a daemon moving reserved nodes out of the spot partition would);
 - `pack=MACHINE`: a job smaller than MACHINE's GPUs prefers MACHINE instead of its right-sized shape (the
   rendered `--prefer` changed): small jobs boot large nodes and pack onto them, including ones powering up;
-- `cancel-surplus-boots`: at every gpu-fleet tick, a node booted drained for late binding whose instance is booting,
-  that no pending job is planned onto (the job it was booted for took a node freed first) and whose shape has no
-  idle keep, is deleted at once instead of booting to the end and being scaled down as it registers (sizes
-  `unused_node_gpu_hours`).  Built since (`core.surplus_held_boots`, the daemon's `power_down_force` and delete):
-  it now changes nothing; the figures it gave are in docs/simulate.md "Surplus held boots";
 - `no-warm-cap`: the settings rule's idle keep without its warm-node cap (every idle node of a kept shape is
   kept for the break-even time).
 - `preempt-spot`: a single-node job that may not use spot and would overflow the reservation requeues running
@@ -82,33 +77,6 @@ def _patch(what: str) -> None:
         import autoscaler.core.settings as settings
 
         settings.policy_for = rule.policy_for
-        return
-    if name == "cancel-surplus-boots":
-        import autoscaler.replay.gpu_fleet as gf
-
-        last: dict[str, Any] = {}
-        orig_qd, orig_tick = gf.queue_depth, gf.GpuFleetPolicy.tick
-
-        def queue_depth_kept(*a: Any, **kw: Any) -> Any:
-            last["plan"] = orig_qd(*a, **kw)
-            return last["plan"]
-
-        def tick_cancel(self: Any, sim: Any) -> Any:
-            last["plan"] = None
-            wake = orig_tick(self, sim)
-            plan = last["plan"]
-            assigned = {n for a in plan.assignments.values() for n in a.nodes} if plan is not None else set()
-            for nm in sim.held_boots():
-                node = nm.node
-                if not nm.launched or nm.down or node.registered or node.jobs or node.name in assigned:
-                    continue
-                if self.policy.idle_timeout_for(nm.pool.machine_type) > 0:
-                    continue
-                sim.delete(nm.pool.name, [node.name])
-            return wake
-
-        gf.queue_depth = queue_depth_kept
-        gf.GpuFleetPolicy.tick = tick_cancel
         return
     if name == "pack":
         from fleet.catalog import load_catalog

@@ -131,8 +131,8 @@ def surplus_held_boots(boots: Mapping[str, str], plan: Plan | None, policy: Poli
     (`Policy.idle_timeout_for` 0) and no standby nodes (`Policy.standby_by_machine`: a booting standby node is
     counted in flight, not assigned): once registered it would be scaled down at once, so the rest of its boot is
     billed for nothing.  The settings rule gives a shape no idle keep when an idle node is not worth keeping for
-    the next arrival (`autoscaler/planner/rule.py`); a node still booting is worth less.  Sized by
-    `bench/reserve_whatif.py --what cancel-surplus-boots` before it was built."""
+    the next arrival (`autoscaler/planner/rule.py`); a node still booting is worth less.  Sized before it was
+    built (docs/simulate.md, "Surplus held boots")."""
     assigned = {n for a in plan.assignments.values() for n in a.nodes} if plan is not None else set()
     return tuple(
         sorted(

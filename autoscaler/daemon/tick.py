@@ -721,8 +721,7 @@ class Daemon:
         cands: dict[str, list[str]] = defaultdict(list)
         outstanding: dict[str, int] = defaultdict(int)  # released, not allocated yet
         booting: dict[str, int] = defaultdict(int)  # booted drained, no instance yet
-        boots: dict[str, str] = {}  # booted drained, instance booting, no job -> machine type
-        boot_pool: dict[str, str] = {}
+        boots: dict[str, Pool] = {}  # booted drained, instance booting, no job -> its pool
         to_drain: list[str] = []
         power_downs: set[str] = set()
         for n in sorted(snodes.values(), key=lambda x: (x.name.rpartition("-")[0], name_index(x.name))):
@@ -742,7 +741,7 @@ class Daemon:
                 if n.name not in live:
                     booting[pool.name] += 1
                 elif live[n.name] is NodeState.BOOTING and not n.has_work:
-                    boots[n.name], boot_pool[n.name] = pool.machine_type, pool.name
+                    boots[n.name] = pool
                 continue
             if not n.powered_down or n.powering_up or n.powering_down or n.has_work:
                 continue
@@ -782,14 +781,15 @@ class Daemon:
             if act.scontrol(list(names), "power_up", LATE_BIND_BOOT_REASON):
                 self._held_boots.update(dict.fromkeys(names, now))
         surplus: dict[str, list[str]] = defaultdict(list)
-        for name in surplus_held_boots(boots, plan, self.policy) if late else ():
-            surplus[boot_pool[name]].append(name)
+        machine = {n: p.machine_type for n, p in boots.items()}
+        for name in surplus_held_boots(machine, plan, self.policy) if late else ():
+            surplus[boots[name].name].append(name)
         for pool_name, names in surplus.items():
-            reason = "gpu-fleet: held boot no longer needed (no idle keep)"
-            if act.scontrol(names, "power_down_force", reason):
-                for name in act.delete(pool_name, names, "held boot no longer needed", snodes):
-                    self._held_boots.pop(name, None)
-                    power_downs.add(name)  # drained again once the power thread has taken it
+            reason = "held boot no longer needed (no idle keep)"
+            aborted = self._power_down_and_delete(pool_name, names, reason, snodes, act, state="power_down_force")
+            for name in aborted:  # drained again once the power thread has taken it
+                self._held_boots.pop(name, None)
+            power_downs |= aborted
         if to_drain:
             act.scontrol(to_drain, "drain", LATE_BIND_REASON if late else HOLD_REASON)
         self._held_power_downs = power_downs | powered_down | self._timed_out_power_downs
@@ -814,12 +814,13 @@ class Daemon:
             act.set_weight(names, weight, "gpu-fleet: best fit on the reservation (rendered Weight + free GPUs)")
 
     def _power_down_and_delete(
-        self, pool: str, names: list[str], reason: str, snodes: SlurmView, act: Actuator
+        self, pool: str, names: list[str], reason: str, snodes: SlurmView, act: Actuator, state: str = "power_down"
     ) -> set[str]:
         """Power `names` down and delete their instances; the held names deleted (none for a pool not held): the
         hold drains them again once slurmctld's power thread has taken the power-down (`_hold`), as a drain set now
-        would be cleared with it and the name would come back allocatable."""
-        if not act.scontrol(names, "power_down", f"gpu-fleet scale-down: {reason}"):
+        would be cleared with it and the name would come back allocatable.  `state`: `power_down_force` aborts a
+        boot under way (a plain `power_down` waits until the node registers)."""
+        if not act.scontrol(names, state, f"gpu-fleet scale-down: {reason}"):
             return set()
         deleted = act.delete(pool, names, f"scale-down: {reason}", snodes)
         if pool in held_pools(self.pools, self.policy):

@@ -354,15 +354,13 @@ class GpuFleetPolicy:
         registered, no job, that the plan puts no pending job on, in a shape with no idle keep, are deleted (the
         daemon's `scontrol update state=power_down_force` and delete by name)."""
         boots = {
-            nm.node.name: nm.pool.machine_type
+            nm.node.name: nm.pool
             for nm in sim.held_boots()
             if nm.launched and not nm.down and not nm.node.registered and not nm.node.jobs
         }
-        if not boots:
-            return
-        pool_of = {nm.node.name: nm.pool.name for nm in sim.held_boots()}
-        for name in surplus_held_boots(boots, plan, self.policy):
-            sim.delete(pool_of[name], [name])
+        if boots:
+            for name in surplus_held_boots({n: p.machine_type for n, p in boots.items()}, plan, self.policy):
+                sim.delete(boots[name].name, [name])
 
     def _reweigh(self, sim: SimSlurm) -> None:
         """The daemon's step after scale-down: best fit on the reservation (`autoscaler.core.weights`), the Weights

@@ -45,6 +45,8 @@ changed, to size a mechanism before building it (docs/simulate.md, "The reservat
   not contended by work that may not use spot).  Sizes moving spot work back onto idle reserved GPUs (it stops
   running jobs on purpose: not built).
 
+`--what A+B` applies several what-ifs together (e.g. `pack=a3-highgpu-8g+no-warm-cap`).
+
 `--wait-value W` replays gpu-fleet at that wait value (the knob of the frontier) instead of its default.
 
 The simulated Slurm is patched in this process only (bench instrumentation)."""
@@ -340,7 +342,8 @@ def main() -> int:
         jobs = generate(a.trace.split(":")[1], 0)
     else:
         jobs = load_trace(str(ROOT.parent / "shared" / "data" / "traces" / "itp" / f"cluster{a.trace}.csv"))
-    _patch(a.what)
+    for w in a.what.split("+"):
+        _patch(w)
     sc = Scenario(trace=a.trace, reserved_nodes=a.reserved_nodes, spot_fraction=a.spot_fraction,
                   stockout_rate=a.stockout_rate)  # fmt: skip
     options = PolicyOptions(wait_value_usd_per_gpu_hour=a.wait_value, preempt_spot=not a.no_preempt)

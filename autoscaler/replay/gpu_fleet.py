@@ -11,7 +11,8 @@ daemon (`autoscaler/daemon/tick.py`):
 - `core.queue_depth` over jobs Slurm could not place plus the nodes that matter for scale-down, then
   `core.scale_down_steps` (drain idle nodes past `idle_timeout_s`, then power down and delete them by name);
 - SuspendProgram deletes the instances by name; ResumeFailProgram backs the offering off with
-  `core.resume_failed`, deletes the instance and returns the node to service (`scontrol update state=resume`).
+  `core.resume_failed`, deletes the instance and returns the node to service (`scontrol update state=resume`), or,
+  for a name of a held pool, powers it down (back, held, after SuspendTimeout), as the daemon does.
 
 Ticks run when a hook fires and at the daemon's 10 s poll (`loop.interval_s`) while something waits (queued
 resumes, idle or drained nodes, jobs Slurm could not place); between those nothing the daemon reads changes.
@@ -211,6 +212,10 @@ class GpuFleetPolicy:
             sim.delete(pool, ns)
 
     def resume_fail(self, sim: SimSlurm, names: Sequence[str]) -> None:
+        """The daemon's handling of ResumeFailProgram (`Daemon._drain_power_queue`): the offering of a name with an
+        instance is remembered as unavailable and the instance deleted; a name of a held pool is powered down
+        ("resume failed; held again": POWERING_DOWN for SuspendTimeout, then powered down and held), any other goes
+        back to service at once (`scontrol update state=resume`)."""
         for n in names:
             self._open.pop(n, None)
             nm = sim.names.get(n)
@@ -220,8 +225,10 @@ class GpuFleetPolicy:
                 self.unavailable = resume_failed(
                     self.unavailable, nm.node.offering, sim.now, self.policy, self.resume_fail_backoff_s
                 )
+            if nm.pool.name in sim.held:
                 sim.delete(nm.pool.name, [n])
             else:
+                sim.delete_down(nm.pool.name, [n])
                 sim.return_to_service([n])
 
     def job_submitted(self, sim: SimSlurm, job: Job) -> None:

@@ -761,9 +761,7 @@ class SimSlurm:
     def _retire(self, nm: _Name, now: float) -> None:
         """The instance is deleted (or gone): the name is powering down for SuspendTimeout."""
         node = nm.node
-        if nm.launched:
-            self.state.remove_node(node, now)  # billing counters, unused-node stats
-            nm.launched = False
+        self._drop_instance(nm, now)
         self.idle.pop(node.name, None)
         self.down.pop(node.name, None)
         self.draining.pop(node.name, None)
@@ -771,6 +769,12 @@ class SimSlurm:
         node.state = NodeState.DELETING
         node.version += 1
         self._push(now + self.conf.suspend_timeout_s, _RETURN, nm)
+
+    def _drop_instance(self, nm: _Name, now: float) -> None:
+        """The name's instance is gone (billing counters, unused-node stats); the name keeps its Slurm state."""
+        if nm.launched:
+            self.state.remove_node(nm.node, now)
+            nm.launched = False
 
     def _power_off(self, nm: _Name) -> None:
         """Powered down: the name is allocatable again."""
@@ -837,6 +841,19 @@ class SimSlurm:
             nm.down = True
             self._room[nm.pool.name].pop(name, None)
             self.down[name] = nm
+
+    def delete_down(self, pool: str, names: Sequence[str]) -> None:
+        """Delete the instances of DOWN names and leave them DOWN (the daemon's delete by name before it returns a
+        timed-out name to service with `state=resume`)."""
+        for name in names:
+            nm = self.down.get(name)
+            if nm is None or not nm.launched:
+                continue
+            if nm.node.jobs:
+                raise ReplayError(f"policy {self.driver.name} deleted node {name} with {len(nm.node.jobs)} job(s)")
+            self.cloud.delete(pool, [name])
+            self.counters.deletes += 1
+            self._drop_instance(nm, self.now)
 
     def return_to_service(self, names: Sequence[str]) -> None:
         """`scontrol update state=resume` of DOWN nodes: back to powered down (idle~)."""

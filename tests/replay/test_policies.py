@@ -7,6 +7,8 @@ from dataclasses import replace
 
 import pytest
 
+from autoscaler.cloud import CloudNodeStatus
+from autoscaler.model import NodeState
 from autoscaler.planner.rule import reservation_hold_s
 from autoscaler.replay.baselines import KarpenterLikePolicy, SlurmPowerSavePolicy
 from autoscaler.replay.engine import ReplayEngine
@@ -172,3 +174,49 @@ def test_every_policy_is_divided_by_one_bound_so_ratio_and_dollar_rankings_agree
         assert m["overflow_ratio"] > m["cost_ratio"]  # the sunk reservation no longer hides the overflow spend
     sc = res.as_json()["scenario"]
     assert sc["lower_bound_usd"] == round(res.bound.usd, 2) and sc["overflow_bound_usd"] > 0
+
+
+class _FailWatch(GpuFleetPolicy):
+    """gpu-fleet recording, right after each ResumeFailProgram call, what Slurm shows of the failed names."""
+
+    def __init__(self, scenario: Scenario, late_bind: bool) -> None:
+        base = GpuFleetPolicy.for_scenario(scenario, late_bind=late_bind)
+        super().__init__(policy=base.policy, slurm=base.slurm)
+        self.after_fail: list[tuple[float, str, str, bool]] = []
+
+    def resume_fail(self, sim, names) -> None:  # type: ignore[no-untyped-def]
+        super().resume_fail(sim, names)
+        up = {
+            c.name
+            for c in sim.cloud.list_nodes()
+            if c.status in (CloudNodeStatus.PROVISIONING, CloudNodeStatus.RUNNING)
+        }
+        for n in names:
+            nm = sim.names.get(n)
+            self.after_fail.append((sim.now, n, "powered down" if nm is None else nm.node.state.value, n in up))
+
+
+@pytest.mark.parametrize(
+    ("late_bind", "scenario", "after"),
+    [
+        (True, Scenario(stockout_rate=1.0), NodeState.DELETING.value),
+        (True, Scenario(boot_seconds=2400), NodeState.DELETING.value),
+        (False, Scenario(stockout_rate=1.0), "powered down"),
+        (False, Scenario(boot_seconds=2400), "powered down"),
+    ],
+    ids=["held-no-instance", "held-slow-boot", "unheld-no-instance", "unheld-slow-boot"],
+)
+def test_a_name_that_missed_resume_timeout_comes_back_as_the_daemon_brings_it_back(
+    late_bind: bool, scenario: Scenario, after: str
+) -> None:
+    """The job's node misses ResumeTimeout: it never gets an instance (every launch stocks out) or boots for longer.
+    The daemon deletes the instance, then powers a held pool's name down ("resume failed; held again": POWERING_DOWN
+    for SuspendTimeout, no job can be bound to it meanwhile, then powered down and drained) and returns any other
+    name to service at once (`state=resume`).  The replay must do the same, and bill no instance after it."""
+    d = _FailWatch(scenario, late_bind)
+    sim = SimSlurm([job(0, 0, 600, 1)], scenario, d)
+    sim.run(until=d.slurm.resume_timeout_s + 60)
+    at, name, state, instance = d.after_fail[0]
+    assert name.startswith("a3-highgpu-1g-on-demand-")
+    assert at == pytest.approx(d.slurm.resume_timeout_s, abs=20.0)  # from the power-up (a tick after the submit)
+    assert (state, instance) == (after, False)  # and the instance, if there was one, is deleted

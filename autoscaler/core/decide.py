@@ -262,13 +262,18 @@ def queue_depth(
 
 def scale_down_steps(plan: Plan, facts: Mapping[str, SchedulerNode] | None) -> list[ScaleDownStep]:
     """The plan's drains and deletes, cut to what the scheduler's fresh view allows: drain only nodes it reports
-    idle; delete only nodes with no work that it reports drained or idle (or does not know).  No view (the
-    scheduler did not answer): no scale-down at all."""
+    idle, or, for a cordon (`Drain.cordon`), busy and not drained yet (Slurm's drain and Kubernetes' cordon let
+    running work finish); delete only nodes with no work that it reports drained or idle (or does not know).  No
+    view (the scheduler did not answer): no scale-down at all."""
     if facts is None:
         return []
     steps: list[ScaleDownStep] = []
     for d in plan.drains:
-        idle = tuple(n for n in d.nodes if n in facts and facts[n].idle)
+        idle = tuple(
+            n
+            for n in d.nodes
+            if n in facts and (facts[n].idle or (d.cordon and facts[n].has_work and not facts[n].drain))
+        )
         if idle:
             steps.append(ScaleDownStep("drain", d.pool, idle, d.reason))
     for dn in plan.deletes:

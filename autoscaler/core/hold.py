@@ -127,20 +127,14 @@ def surplus_held_boots(boots: Mapping[str, str], plan: Plan | None, policy: Poli
     """Late binding: the held boots to abort now.  `boots`: name -> machine type of the names booted drained
     (`HeldLaunches.boot`) whose instance exists and has not registered, with no job.  A held boot is surplus when
     no pending unit is planned onto it (`plan`'s assignments; None: nothing was planned, nothing is pending) -
-    the job it was booted for took a node that freed up first - and its shape has no idle keep
-    (`Policy.idle_timeout_for` 0) and no standby nodes (`Policy.standby_by_machine`: a booting standby node is
-    counted in flight, not assigned): once registered it would be scaled down at once, so the rest of its boot is
+    the job it was booted for took a node that freed up first - and its shape is not kept warm
+    (`Policy.keeps_warm`: no idle keep, and no standby nodes, since a booting standby node is counted in flight,
+    not assigned): once registered it would be scaled down at once, so the rest of its boot is
     billed for nothing.  The settings rule gives a shape no idle keep when an idle node is not worth keeping for
     the next arrival (`autoscaler/planner/rule.py`); a node still booting is worth less.  Sized before it was
     built (docs/simulate.md, "Surplus held boots")."""
     assigned = {n for a in plan.assignments.values() for n in a.nodes} if plan is not None else set()
-    return tuple(
-        sorted(
-            n
-            for n, mt in boots.items()
-            if n not in assigned and policy.idle_timeout_for(mt) <= 0 and not policy.standby_by_machine.get(mt)
-        )
-    )
+    return tuple(sorted(n for n, mt in boots.items() if n not in assigned and not policy.keeps_warm(mt)))
 
 
 def take_names(

@@ -150,6 +150,26 @@ def job_pools(job: SlurmJob, fit: Sequence[Pool], nodes: Mapping[str, PoolNodes]
     return None if len(ok) == len(facts) else ok
 
 
+def work_pools(
+    pools: Sequence[Pool], facts: Mapping[str, PoolNodes], slurm_jobs: Sequence[SlurmJob]
+) -> dict[str, frozenset[str]]:
+    """Node name -> the pools every restricted job running on it could also run on (`Node.work_pools`): read as the
+    pending jobs are (`job_pools`: its own constraint, CPUs and memory per node, over the pools serving its partition
+    with its GPUs per node).  Nodes running only unrestricted work are absent."""
+    out: dict[str, frozenset[str]] = {}
+    for j in slurm_jobs:
+        if j.state not in HOLDING_STATES or not j.nodes:
+            continue
+        parts = j.partition.split(",")
+        fit = [p for p in pools if any(p.serves(q) for q in parts) and p.gpus_per_node >= j.gpus_per_node]
+        allowed = job_pools(j, fit, facts)
+        if allowed is None:
+            continue
+        for n in j.nodes:
+            out[n] = out[n] & allowed if n in out else allowed
+    return out
+
+
 #: squeue states of a job that holds its nodes' GPUs
 HOLDING_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED"})
 
@@ -197,6 +217,8 @@ def build_view(
     cloud_by_name = {c.name: c for c in cloud_nodes if c.status is not CloudNodeStatus.GONE}
     intents: dict[str, RequestRow] = {n: r for r in open_requests for n in r.names}
     snodes = slurm_nodes or {}
+    facts = pool_nodes(pools, snodes, index)
+    restricted = work_pools(pools, facts, slurm_jobs) if slurm_jobs else {}
 
     nodes: list[Node] = []
     for name in sorted(set(cloud_by_name) | set(intents)):
@@ -223,6 +245,7 @@ def build_view(
                 gpus_used=used,
                 since=_since(c, s, st, now),
                 hourly_usd=(prices or {}).get(offering),
+                work_pools=restricted.get(name) if used else None,
             )
         )
     room = preemption_room(pools, snodes, slurm_jobs, index) if slurm_jobs is not None else ()
@@ -261,7 +284,6 @@ def build_view(
         view.resume.setdefault(pool_name, []).append(ru)
 
     # Queue depth: PENDING jobs that more capacity could serve, in partitions some pool serves.
-    facts = pool_nodes(pools, snodes, index)
     for j in slurm_jobs or ():
         if not j.pending or j.reason not in CAPACITY_REASONS or j.gpus_per_node < 1:
             continue

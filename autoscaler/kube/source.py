@@ -318,6 +318,7 @@ class NodeFacts:
     zone: str | None
     since: float
     labels: dict[str, str] = field(default_factory=dict)
+    work_pools: frozenset[str] | None = None  # the pools every selecting pod on it could also run on (`pools_for`)
 
     # the decision core's `SchedulerNode` (autoscaler.core.scale_down_steps): what scale-down may act on
     @property
@@ -363,7 +364,20 @@ def node_facts(
             zone=labels.get("topology.kubernetes.io/zone"),
             since=ready_since,
             labels=dict(labels),
+            work_pools=_work_pools(busy.get(md["name"], []), pool_labels),
         )
+    return out
+
+
+def _work_pools(
+    pods: Iterable[Mapping[str, Any]], pool_labels: Mapping[str, Mapping[str, str]]
+) -> frozenset[str] | None:
+    """The pools every pod of `pods` that selects its nodes (`pools_for`) could run on; None: none selects."""
+    out: frozenset[str] | None = None
+    for p in pods:
+        allowed = pools_for(p.get("spec") or {}, pool_labels)
+        if allowed is not None:
+            out = allowed if out is None else out & allowed
     return out
 
 
@@ -408,6 +422,7 @@ def inventory_nodes(
                 gpus_used=used,
                 since=since,
                 units=units,
+                work_pools=f.work_pools if f is not None and state is NodeState.BUSY else None,
             )
         )
     return out

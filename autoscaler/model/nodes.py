@@ -72,7 +72,9 @@ class Node:
     `gpus` is the node's GPU count, `gpus_used` how many are allocated to work, `units` the ids
     of the work units running on it (where known).  `hourly_usd` is what the node bills (None:
     the planner looks the price up in the offerings).  `history` is ((state, at), ...), oldest
-    first, ending with the current state."""
+    first, ending with the current state.  `work_pools`: the pools its running work could also run
+    on, where some of that work may not run everywhere (a Slurm job's own constraint, CPUs or memory:
+    `autoscaler.daemon.snapshot.job_pools`); None: none of it is restricted."""
 
     name: str
     pool: str
@@ -84,6 +86,7 @@ class Node:
     units: tuple[str, ...] = ()
     hourly_usd: float | None = None
     history: tuple[tuple[NodeState, float], ...] = ()
+    work_pools: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if self.gpus < 0:
@@ -121,11 +124,13 @@ def transition(node: Node, to: NodeState, now: float, *, gpus_used: int | None =
         raise IllegalTransition(node.name, node.state, to)
     used = node.gpus_used if gpus_used is None else gpus_used
     units = node.units
+    work_pools = node.work_pools
     if to is NodeState.READY_IDLE:
-        used, units = 0, ()
+        used, units, work_pools = 0, (), None
     elif to is NodeState.BUSY and used <= 0:
         raise ValueError(f"node {node.name!r}: moving to busy needs gpus_used > 0")
     elif to is NodeState.DELETING and node.has_work:
         why = f"it still has work: {node.gpus_used} GPUs used, units {list(node.units)}"
         raise IllegalTransition(node.name, node.state, to, why)
-    return replace(node, state=to, since=now, gpus_used=used, units=units, history=(*node.history, (to, now)))
+    history = (*node.history, (to, now))
+    return replace(node, state=to, since=now, gpus_used=used, units=units, work_pools=work_pools, history=history)

@@ -54,11 +54,13 @@ class ScaleUp:
 
 @dataclass(frozen=True)
 class Drain:
-    """Stop scheduling new work on these nodes (scale-down step 1)."""
+    """Stop scheduling new work on these nodes (scale-down step 1).  `cordon`: the nodes are busy and keep their
+    running work, which finishes undisturbed; they take no more (`autoscaler.planner.defrag.cordon_oversized`)."""
 
     pool: str
     nodes: tuple[str, ...]
     reason: str
+    cordon: bool = False
 
 
 @dataclass(frozen=True)

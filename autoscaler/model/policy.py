@@ -167,6 +167,13 @@ class Policy:
         """Seconds a ready-idle node of `machine_type` is kept before it is drained."""
         return self.idle_timeout_by_machine.get(machine_type, self.idle_timeout_s)
 
+    def keeps_warm(self, machine_type: str) -> bool:
+        """Does the policy keep idle nodes of `machine_type` up (an idle keep, or standby nodes)?  When it does not,
+        a node of that shape that is, or becomes, idle is scaled down at once: what a surplus held boot
+        (`autoscaler.core.hold.surplus_held_boots`) and a cordoned oversized node
+        (`autoscaler.planner.defrag.cordon_oversized`) rely on."""
+        return self.idle_timeout_for(machine_type) > 0 or bool(self.standby_by_machine.get(machine_type))
+
     def spot_allowed(self, queue: str) -> bool:
         return self.spot_queues is None or queue in self.spot_queues
 

@@ -10,7 +10,8 @@ A chain of named passes, each a function testable alone:
    (free reservation slots, quota) and the $/h budget; `Headroom.blocker` is the budget/limit check.
    `keep_min_nodes` (minimum.py) then launches pools up to their `min_nodes`.
    `step_down` / `cordon_oversized` (defrag.py): busy nodes whose used GPUs fit a smaller shape at no
-   higher $/GPU-h are cordoned (drained, never stopped) and take no new work.
+   higher $/GPU-h, of a shape the policy does not keep warm, are cordoned (drained, never stopped) and take no
+   new work.
 3. Per unit, highest priority first: `place_on_existing` (hinted nodes; else ready, then booting,
    then nodes this plan launches; reservation, spot, then other capacity; best fit = bin-packing)
    -> `fill_reservations` -> `place_gang` (all or nothing, one zone, one placement group) or

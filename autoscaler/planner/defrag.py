@@ -10,7 +10,18 @@ is *oversized* for its work.  Two pure passes follow:
 - `placement_caps`: the planner places a unit of `g` GPUs on a node only if the node is not left
   oversized (used + g > step down); otherwise the unit gets its own right-sized capacity.
 - `cordon_oversized`: a partly used oversized node is cordoned (`Drain`): it takes no new work,
-  its running jobs finish undisturbed, and the scale-down pass deletes it once it is empty.
+  its running jobs finish undisturbed, and the scale-down pass deletes it once it is empty.  A node
+  whose running work could not run on the step-down shape (`Node.work_pools`: a job asking more
+  CPUs or memory than the smaller machine has, or a constraint it does not meet) is the right size
+  for that work and is left alone.  So is a node of a shape the policy keeps warm
+  (`Policy.keeps_warm`: an idle keep or standby nodes): once its work ends it is a warm node the
+  settings rule wants, and a drained one could serve nothing (Slurm's drain outlives the jobs) and
+  would be deleted.  A shape with no idle keep is scaled down the moment it is empty anyway, so the
+  cordon changes one thing only: no new small job keeps the big node up longer.  Nor is anything
+  cordoned in a fleet with a reservation pool (`cordons_apply`): there Slurm binds a small job at
+  submit with `--prefer` while the overflow is held for preemption, so a job kept off a cordoned
+  node's free GPUs falls back to whatever node is free, often another big one (measured worse:
+  docs/planner.md, "What an emptied cordoned node is").
 
 Reservation capacity is paid for whether used or not (marginal $/GPU-h 0), so a reserved node is
 never oversized; neither is a node with no smaller shape at its price (then packing is the saving).
@@ -23,6 +34,7 @@ from collections.abc import Collection, Iterable, Mapping
 from autoscaler.cloud import Offering
 from autoscaler.model import Drain, Inventory, NodeState, Policy, Pool
 from autoscaler.planner.offers import marginal_hourly
+from fleet.catalog import CapacityType
 
 _REL_EPS = 1e-6  # prices within a millionth are "the same per GPU"
 
@@ -80,23 +92,35 @@ def placement_caps(steps: Mapping[str, int], pools: Mapping[str, Pool], gpus: in
     return out
 
 
+def cordons_apply(pools: Iterable[Pool], policy: Policy) -> bool:
+    """Does `cordon_oversized` cordon anything in a fleet of `pools`: `Policy.defragment` and no reservation pool
+    (module docstring)?"""
+    return policy.defragment and all(p.capacity_type is not CapacityType.RESERVATION for p in pools)
+
+
 def cordon_oversized(
     inventory: Inventory, steps: Mapping[str, int], policy: Policy, in_use: Collection[str] = ()
 ) -> list[Drain]:
     """Drain commands (one per pool, names sorted) for busy nodes whose used GPUs fit their pool's
-    step-down shape.  Running work is never stopped: a drained node finishes its jobs and is
-    deleted once empty.  Nodes `in_use` (this plan placed work on them) are left alone."""
-    if not policy.defragment:
+    step-down shape, in pools whose shape the policy does not keep warm (module docstring).  Running
+    work is never stopped: a drained node finishes its jobs and is deleted once empty.  Nodes `in_use`
+    (this plan placed work on them) are left alone."""
+    if not cordons_apply(inventory.pools, policy):
         return []
     out: list[Drain] = []
     for pool in inventory.pools:
         s = steps.get(pool.name, 0)
-        if s <= 0:
+        if s <= 0 or policy.keeps_warm(pool.machine_type):
             continue
+        smaller = step_down_pools(pool, s, inventory.pools)
         names = sorted(
             n.name
             for n in inventory.nodes_by_pool[pool.name]
-            if n.state is NodeState.BUSY and 0 < n.gpus_used <= s and n.gpus_free > 0 and n.name not in in_use
+            if n.state is NodeState.BUSY
+            and 0 < n.gpus_used <= s
+            and n.gpus_free > 0
+            and n.name not in in_use
+            and (n.work_pools is None or not smaller.isdisjoint(n.work_pools))
         )
         if names:
             out.append(
@@ -105,9 +129,22 @@ def cordon_oversized(
                     tuple(names),
                     f"oversized for its work: its used GPUs fit a {s}-GPU shape at no higher $/GPU-h; "
                     "cordoned so new work gets right-sized nodes, deleted once its running jobs end",
+                    cordon=True,
                 )
             )
     return out
+
+
+def step_down_pools(pool: Pool, gpus: int, pools: Iterable[Pool]) -> frozenset[str]:
+    """The pools of `pool`'s step-down shape: same provider, GPU type and capacity type, `gpus` GPUs a node."""
+    return frozenset(
+        q.name
+        for q in pools
+        if q.provider == pool.provider
+        and q.gpu_type == pool.gpu_type
+        and q.capacity_type is pool.capacity_type
+        and q.gpus_per_node == gpus
+    )
 
 
 def pool_gpu_prices(pools: Iterable[Pool], offerings: Iterable[Offering]) -> dict[str, float]:

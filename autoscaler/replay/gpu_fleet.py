@@ -50,6 +50,7 @@ from autoscaler.core import (
 from autoscaler.core.settings import SeenJob, SettingsTracker
 from autoscaler.core.weights import ReservedNode, rendered_weights, reservation_weights, weight_changes
 from autoscaler.model import Inventory, Node, NodeState, Plan, Policy, Pool, UnavailableOffering, WorkUnit
+from autoscaler.planner.defrag import cordons_apply
 from autoscaler.planner.rule import longest_idle_keep_s
 from autoscaler.planner.standby import is_standby_unit, standby_count
 from autoscaler.replay.facts import scenario_facts
@@ -125,6 +126,7 @@ class GpuFleetPolicy:
     _seen_final: dict[int, SeenJob | None] = field(default_factory=dict)  # job idx -> settled history entry
     _standby_kept: set[str] = field(default_factory=set)  # idle names the last plan kept as standby nodes
     _rendered: dict[str, int] | None = None  # the pools' rendered Weights (`core.weights.rendered_weights`)
+    _smaller: frozenset[str] | None = None  # pools with a smaller shape of their GPU and capacity type
 
     @classmethod
     def for_scenario(
@@ -163,13 +165,43 @@ class GpuFleetPolicy:
         )
         return cls(policy=base, slurm=slurm, tracker=tracker)
 
-    @property
-    def polls_on_allocation(self) -> bool:
+    def polls_on_allocation(self, sim: SimSlurm) -> bool:
         """With standby nodes (it replenishes) or a reservation (it re-weights the reserved nodes,
         `autoscaler.core.weights`) the daemon's next poll after a job took a node matters: the simulated Slurm calls
         the tick then (the daemon polls every 10 s anyway; otherwise such a poll decides nothing, so the replay
-        skips it)."""
-        return bool(self.policy.standby_by_machine) or self._has_reservation
+        skips it).  So it does when a job took free GPUs on a busy node the cordon of oversized nodes may drain
+        (`autoscaler.planner.defrag.cordon_oversized`: a pool with a smaller shape of its GPU and capacity type that
+        the policy does not keep warm)."""
+        if self.policy.standby_by_machine or self._has_reservation:
+            return True
+        return bool(self._cordonable(sim))
+
+    def _cordonable(self, sim: SimSlurm) -> list[SimNode]:
+        """The busy nodes with free GPUs that the cordon of oversized nodes may drain
+        (`autoscaler.planner.defrag.cordon_oversized`): in a pool with a smaller shape of its GPU and capacity type,
+        of a shape the policy does not keep warm; none where the cordon does not apply (`cordons_apply`)."""
+        if not cordons_apply(self._pools, self.policy):
+            return []
+        smaller = self._pools_with_smaller_shape()
+        return [
+            nm.node
+            for nm in sim.partly_used()
+            if nm.pool.name in smaller and not self.policy.keeps_warm(nm.pool.machine_type)
+        ]
+
+    def _pools_with_smaller_shape(self) -> frozenset[str]:
+        if self._smaller is None:
+            self._smaller = frozenset(
+                p.name
+                for p in self._pools
+                if any(
+                    q.gpu_type == p.gpu_type
+                    and q.capacity_type is p.capacity_type
+                    and q.gpus_per_node < p.gpus_per_node
+                    for q in self._pools
+                )
+            )
+        return self._smaller
 
     @property
     def _has_reservation(self) -> bool:
@@ -315,7 +347,8 @@ class GpuFleetPolicy:
         nodes = self._scale_down_nodes(sim, now, full=bool(pending) or self._limited)
         standby = bool(self.policy.standby_by_machine)
         plan = None
-        if pending or standby or any(n.state in (NodeState.READY_IDLE, NodeState.DRAINING) for n in nodes):
+        idle = any(n.state in (NodeState.READY_IDLE, NodeState.DRAINING) for n in nodes)
+        if pending or standby or idle or self._cordonable(sim):
             plan = queue_depth(
                 pending,
                 Inventory(tuple(self._pools), nodes),
@@ -516,14 +549,15 @@ class GpuFleetPolicy:
 
     def _scale_down_nodes(self, sim: SimSlurm, now: float, *, full: bool) -> tuple[Node, ...]:
         """The inventory the queue-depth plan needs: every launched node when there is unplaced work or a limit,
-        else only idle and draining ones (without limits or pool minimums, the planner's scale-down decides the
-        same over those as over the whole fleet)."""
+        else only idle, draining and partly used busy ones (without limits or pool minimums, the planner's
+        scale-down and its cordon of oversized nodes decide the same over those as over the whole fleet)."""
         if len(self._nodes) > 2 * len(sim.names) + 64:
             self._nodes = {k: v for k, v in self._nodes.items() if k in sim.names}
         if full:
             return tuple(self._node(nm.node) for nm in sim.names.values() if nm.launched)
         out = [self._node(nm.node) for nm in sim.idle.values() if nm.launched]
         out += [self._node(nm.node) for nm in sim.draining.values() if nm.launched]
+        out += [self._node(n) for n in self._cordonable(sim)]
         return tuple(out)
 
     def _standby_in_flight(self, sim: SimSlurm, nodes: Sequence[Node]) -> dict[str, int]:

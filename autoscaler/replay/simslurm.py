@@ -313,8 +313,8 @@ class SimSlurm:
                 self.schedule(t)
                 if self.state.pending_count:  # jobs Slurm could not place: the daemon sees them at its next poll
                     self.wake(self.driver_poll(t))
-                elif self.state.pending_count < placed and getattr(self.driver, "polls_on_allocation", False):
-                    self.wake(self.driver_poll(t))  # a job took a node: a driver keeping standby nodes replenishes
+                elif self.state.pending_count < placed and self._driver_polls_on_allocation():
+                    self.wake(self.driver_poll(t))  # a job took a node: the driver's next poll may act on it
             if tick:
                 self._call_tick()
             self.timeline.record(t, self.state.demand_gpus, self._billed_gpus(), self.state.running_gpus)
@@ -512,6 +512,20 @@ class SimSlurm:
     def _node_weight(self, nm: _Name) -> int:
         """The Weight slurmctld orders `nm` by: its pool's rendered one unless `set_weights` changed it."""
         return self.node_weight.get(nm.pool.name, {}).get(nm.node.name, self.weight[nm.pool.name])
+
+    def _driver_polls_on_allocation(self) -> bool:
+        """Does the driver's next poll after an allocation matter (its optional `polls_on_allocation(sim)`)?"""
+        hook = getattr(self.driver, "polls_on_allocation", None)
+        return bool(hook(self)) if hook is not None else False
+
+    def partly_used(self) -> list[_Name]:
+        """The launched, registered, busy names with a free GPU and not drained (what a cordon may drain)."""
+        return [
+            nm
+            for room in self._room.values()
+            for nm in room.values()
+            if nm.launched and nm.node.registered and nm.node.state is NodeState.BUSY and not nm.down
+        ]
 
     def registered(self) -> list[_Name]:
         """The names whose node is up and registered with slurmctld (not powered down, powering up or DOWN)."""
@@ -868,10 +882,14 @@ class SimSlurm:
         self.schedule(self.now)
 
     def drain(self, names: Sequence[str]) -> None:
+        """`scontrol update state=drain`: an idle node takes no job; a busy registered one (a cordon) keeps its
+        running jobs, takes no more, and stays drained once they end."""
         for name in names:
             nm = self.idle.pop(name, None)
             if nm is None:
-                continue
+                nm = self.names.get(name)
+                if nm is None or nm.down or not nm.node.registered or nm.node.state is not NodeState.BUSY:
+                    continue
             nm.node.state = NodeState.DRAINING
             nm.node.since = self.now
             nm.node.version += 1

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaler.cloud import Offering
+from autoscaler.cloud import CloudNode, CloudNodeStatus, Offering
 from autoscaler.daemon.tick import LATE_BIND_BOOT_REASON, LATE_BIND_REASON, Daemon
 from autoscaler.model import Policy, Pool
 from autoscaler.slurm.constraint import RIGHT_SIZED_MARK
@@ -193,6 +193,31 @@ def test_a_job_asking_more_cpus_than_its_gpus_shape_has_gets_a_node_that_holds_i
     res = fleet.tick()
     assert [c["names"] for c in _commands(res, "scontrol-power_up")] == [["c1-od2g-0"]]
     assert not _commands(res, "scontrol-features")
+
+
+@pytest.mark.parametrize(("cpus", "cordoned"), [(30, False), (4, True)])
+def test_a_node_is_cordoned_as_oversized_only_if_its_work_could_run_on_the_smaller_shape(
+    make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud, clock: Clock, cpus: int, cordoned: bool
+) -> None:
+    """A 2-GPU node running one 1-GPU job: oversized (the 1-GPU shape costs the same per GPU), so cordoned and
+    deleted once its job ends - unless the job asks more CPUs than the 1-GPU machine has (26): then this node is
+    the right size for it and keeps taking work (before the eleventh round the cordon read GPUs alone).  No idle
+    keep: a shape kept warm is never cordoned (`Policy.keeps_warm`)."""
+    slurm.nodes_.clear()
+    for p in POOLS:
+        slurm.add_cloud_nodes([p.node_name(i) for i in range(p.max_nodes)], gpus=p.gpus_per_node,
+                              features=(p.machine_type, "on-demand"), cpus=26 * p.gpus_per_node,
+                              memory_mib=226_611 * p.gpus_per_node)  # fmt: skip
+    cloud.offers = _offers()
+    key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-2g")
+    cloud.nodes_["c1-od2g-0"] = CloudNode("c1-od2g-0", "od-2g", key, CloudNodeStatus.RUNNING, clock() - 600, "i-1")
+    slurm.set("c1-od2g-0", "mixed", gpus_used=1)
+    running = SlurmJob(9, "j9", "RUNNING", "None", "gpu", 1, 1, None, (), 0, None, 1.0, nodes=("c1-od2g-0",))
+    slurm.jobs_ = [replace(running, cpus_per_node=cpus)]
+    fleet = make_daemon(pools=POOLS, policy=replace(POLICY, idle_timeout_s=0.0))
+    res = fleet.tick()
+    drained = [n for c in _commands(res, "scontrol-drain") if "oversized" in c["reason"] for n in c["names"]]
+    assert drained == (["c1-od2g-0"] if cordoned else [])
 
 
 @pytest.mark.parametrize("shown", ["pending", "powering-up"])

@@ -37,7 +37,7 @@ WEIGHTS = pool_weights(POOLS, load_catalog(), REGION)
 LUA = render_job_submit({"gpu": pool_shapes(POOLS, load_catalog(), REGION)}, "gpu")  # as fleet.slurm.conf does
 
 
-def _env(slurm_factory: Callable[..., SlurmHarness], lua: str | None) -> Iterator[E2E]:
+def _env(slurm_factory: Callable[..., SlurmHarness], lua: str | None, idle_timeout_s: float = 3600) -> Iterator[E2E]:
     big = pool("h8", "on-demand", "gpu", False, max_nodes=2)
     small = pool("h1", "on-demand", "gpu", False, max_nodes=3).model_copy(
         update={"machine_type": "a3-highgpu-1g", "gpus_per_node": 1}
@@ -52,7 +52,7 @@ def _env(slurm_factory: Callable[..., SlurmHarness], lua: str | None) -> Iterato
         ],
         partitions={"gpu": ["e2e-h8", "e2e-h1"]},
         # late binding off: these tests are about Slurm's own choice among powered-down nodes (the --prefer lua)
-        policy={"idle_timeout_s": 3600, "backoff_s": 120, "late_bind": False},
+        policy={"idle_timeout_s": idle_timeout_s, "backoff_s": 120, "late_bind": False},
         topology=True,
         job_submit_lua=lua,
     ) as e:
@@ -114,6 +114,38 @@ def test_a_powered_up_node_and_the_lowest_weight_among_them_get_the_job(env: E2E
     assert {e.name for e in env.fake.events_of("create")} == {"e2e-h8-0", "e2e-h1-1"}  # no boot for any job
     nodes = env.sinfo()
     assert nodes["e2e-h1-0"]["weight"] == WEIGHTS["h1"] and "POWERED_DOWN" in nodes["e2e-h1-0"]["state_flags"]
+
+
+@pytest.fixture
+def env_no_keep(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    yield from _env(slurm_factory, None, idle_timeout_s=0)
+
+
+def test_an_oversized_busy_node_is_cordoned_its_job_runs_on_and_it_is_deleted_once_empty(env_no_keep: E2E) -> None:
+    """Issue 8, item 4 (fragmentation): a 1-GPU job on an 8-GPU node (no job_submit.lua, everything powered down:
+    22.05 picks the 8-GPU leaf) leaves the node oversized, since the 1-GPU shape costs the same per GPU.  With no
+    idle keep for the shape the daemon cordons it (`scontrol update state=drain`, the "oversized" reason): the job
+    runs to its end undisturbed, the next small job does not land on the node's seven free GPUs, and the node is
+    deleted once its job ends (`autoscaler.planner.defrag.cordon_oversized`)."""
+    env = env_no_keep
+    env.start_daemon()
+    out = env.root / "log"
+    first = env.sbatch("-p", "gpu", "-N", "1", "--gres=gpu:1", "-o", f"{out}/job-%j.out", "--wrap",
+                       "srun sh -c 'echo $SLURMD_NODENAME; sleep 45; echo done'")  # fmt: skip
+    wait_for(lambda: (out / f"job-{first}.out").exists(), 120, f"job {first} running", env)
+    big = _ran_on(env, first)
+    assert big.startswith("e2e-h8-")
+
+    def cordoned() -> bool:
+        n = env.sinfo()[big]
+        return "DRAIN" in n["state_flags"] and "oversized" in (n["reason"] or "")
+
+    wait_for(cordoned, 30, f"{big} cordoned while its job runs", env)
+    assert first in env.squeue_ids()  # still running: a cordon stops no job
+    assert _run(env) != big  # the next small job does not take the cordoned node's free GPUs
+    wait_for(lambda: first not in env.squeue_ids(), 90, f"job {first} to finish", env)
+    assert (out / f"job-{first}.out").read_text().split() == [big, "done"]  # ran to its end
+    wait_for(lambda: big in {e.name for e in env.fake.events_of("delete")}, 60, f"{big} deleted once empty", env)
 
 
 def test_the_rendered_job_submit_lua_right_sizes_a_powered_down_allocation(env_lua: E2E) -> None:

@@ -54,3 +54,19 @@ def test_an_affinity_on_node_fields_restricts_nothing_it_can_tell() -> None:
     spec = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}}  # fmt: skip
     assert pools_for(spec, LABELS) is None
+
+
+def test_a_nodes_work_pools_are_what_every_selecting_pod_on_it_allows() -> None:
+    """What the cordon of an oversized node reads (`Node.work_pools`): a pod selecting h100 or h200 and one
+    selecting gen 3 leave only h100; a pod selecting nothing restricts nothing."""
+    from autoscaler.kube.source import node_facts
+
+    node = {"metadata": {"name": "n1", "labels": LABELS["h100"]}, "status": {"allocatable": {}}}
+
+    def pod(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": "a"}, "spec": {"nodeName": "n1", **spec}, "status": {}}
+
+    both = pod("p1", _affinity([_e(ACC, "In", "nvidia-h100-80gb", "nvidia-h200-141gb")]))
+    gen3 = pod("p2", {"nodeSelector": {"gpu-fleet/gen": "3"}})
+    assert node_facts([node], [both, gen3, pod("p3", {})], LABELS)["n1"].work_pools == {"h100"}
+    assert node_facts([node], [pod("p3", {})], LABELS)["n1"].work_pools is None

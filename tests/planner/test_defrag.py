@@ -3,6 +3,8 @@ smaller shape costs the same per GPU-hour; an oversized partly used node is cord
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from autoscaler.model import Inventory, NodeState, Placement, Policy, WorkUnit
 from autoscaler.planner import plan
 from autoscaler.planner.defrag import (
@@ -16,6 +18,8 @@ from fleet.catalog import CapacityType
 from tests.planner.factory import family_offerings, family_pools, machine, node, offering, pool
 
 OD, SPOT = CapacityType.ON_DEMAND, CapacityType.SPOT
+#: a policy that keeps no shape warm (what the settings rule gives by default): its oversized nodes are cordoned
+NO_KEEP = Policy(idle_timeout_s=0.0)
 
 
 def test_step_down_is_the_largest_smaller_shape_at_no_higher_price_per_gpu() -> None:
@@ -59,9 +63,49 @@ def test_cordon_drains_busy_oversized_nodes_only() -> None:
         ),
     )
     steps = step_down(inv.pools, family_offerings(caps=(OD,)))
-    (d,) = cordon_oversized(inv, steps, Policy(), in_use={"h8-on-demand-4"})
-    assert d.pool == "h8-on-demand" and d.nodes == ("h8-on-demand-0",) and "oversized" in d.reason
-    assert cordon_oversized(inv, steps, Policy(defragment=False)) == []
+    (d,) = cordon_oversized(inv, steps, NO_KEEP, in_use={"h8-on-demand-4"})
+    assert d.pool == "h8-on-demand" and d.nodes == ("h8-on-demand-0",) and "oversized" in d.reason and d.cordon
+    assert cordon_oversized(inv, steps, replace(NO_KEEP, defragment=False)) == []
+
+
+def test_a_node_of_a_shape_kept_warm_is_not_cordoned() -> None:
+    """Once its work ends such a node is a warm node the settings rule wants, and a drained one could take no job:
+    the cordon would delete it (the eleventh round's e2e run on slurmctld did exactly that).  A shape with no idle
+    keep is scaled down the moment it empties anyway."""
+    p8, p1 = pool(8), pool(1)
+    inv = Inventory((p8, p1), (node(p8, 0, NodeState.BUSY, used=1),))
+    steps = step_down(inv.pools, family_offerings(caps=(OD,)))
+    m8 = p8.machine_type
+    assert cordon_oversized(inv, steps, Policy(idle_timeout_s=300.0)) == []
+    assert cordon_oversized(inv, steps, replace(NO_KEEP, idle_timeout_by_machine={m8: 600.0})) == []
+    assert cordon_oversized(inv, steps, replace(NO_KEEP, standby_by_machine={m8: 1})) == []
+    # another shape's keep does not protect it
+    (d,) = cordon_oversized(inv, steps, replace(NO_KEEP, idle_timeout_by_machine={p1.machine_type: 600.0}))
+    assert d.nodes == ("h8-on-demand-0",)
+
+
+def test_nothing_is_cordoned_in_a_fleet_with_a_reservation() -> None:
+    """There Slurm binds small jobs at submit with --prefer while the overflow is held: a job kept off a cordoned
+    node falls back to whatever node is free, often another big one (measured worse on the res40 replays)."""
+    p8, p1 = pool(8), pool(1)
+    res = pool(8, CapacityType.RESERVATION, name="res8", reservation="r")
+    inv = Inventory((p8, p1, res), (node(p8, 0, NodeState.BUSY, used=1),))
+    offs = [*family_offerings(caps=(OD,)), offering(8, CapacityType.RESERVATION, res="r", available=4)]
+    steps = step_down(inv.pools, offs)
+    assert steps["h8-on-demand"] == 1 and cordon_oversized(inv, steps, NO_KEEP) == []
+    assert cordon_oversized(Inventory((p8, p1), inv.nodes), steps, NO_KEEP) != []
+
+
+def test_a_node_whose_work_could_not_run_on_the_smaller_shape_is_not_cordoned() -> None:
+    """A 1-GPU job asking more CPUs (or memory, or a constraint) than the 1-GPU machine has can only run on the
+    big node: cordoning it would only send the next small job to a new node while a GPU here stays free."""
+    p8, p1 = pool(8), pool(1)
+    pinned = replace(node(p8, 0, NodeState.BUSY, used=1), work_pools=frozenset({"h8-on-demand"}))
+    movable = replace(node(p8, 1, NodeState.BUSY, used=1), work_pools=frozenset({"h8-on-demand", "h1-on-demand"}))
+    inv = Inventory((p8, p1), (pinned, movable))
+    steps = step_down(inv.pools, family_offerings(caps=(OD,)))
+    (d,) = cordon_oversized(inv, steps, NO_KEEP)
+    assert d.nodes == ("h8-on-demand-1",)
 
 
 def test_plan_right_sizes_instead_of_pinning_a_big_node_and_cordons_it() -> None:
@@ -69,7 +113,7 @@ def test_plan_right_sizes_instead_of_pinning_a_big_node_and_cordons_it() -> None
     big = node(p8, 0, NodeState.BUSY, used=1)
     inv = Inventory((p8, p1), (big,))
     offs = family_offerings(caps=(OD,), shapes=(1, 8))
-    out = plan([WorkUnit("small", 0.0, 1)], inv, offs, Policy(), 100.0)
+    out = plan([WorkUnit("small", 0.0, 1)], inv, offs, NO_KEEP, 100.0)
     a = out.assignments["small"]
     assert a.placement is Placement.NEW and out.scale_ups[0].pool == "h1-on-demand"
     assert [d.nodes for d in out.drains] == [("h8-on-demand-0",)]

@@ -135,3 +135,33 @@ def test_a_job_stays_pending_only_while_no_node_can_be_placed() -> None:
     j0, j1 = eng.state.jobs
     assert j1.first_start == j0.end  # pending (no free name) until the reserved node was free, then no boot
     assert len(d.resumes) == 1
+
+
+@dataclass
+class Cordoning(Recorder):
+    """Drains `name` at the first tick at or after `at` (the daemon's cordon of a busy oversized node)."""
+
+    cordon: str = "a3-highgpu-8g-on-demand-0"
+    at: float = 1000.0
+    states: list[tuple[float, str, int]] = field(default_factory=list)
+
+    def tick(self, sim: SimSlurm) -> float | None:
+        nm = sim.names.get(self.cordon)
+        if sim.now >= self.at and nm is not None and nm.node.state.value == "busy":
+            sim.drain([self.cordon])
+        if nm is not None:
+            self.states.append((sim.now, nm.node.state.value, len(nm.node.jobs)))
+        return sim.now + 100.0 if sim.now < 5000 else None
+
+
+def test_a_busy_node_drained_keeps_its_job_takes_no_other_and_stays_drained_once_empty() -> None:
+    d = Cordoning(only=["a3-highgpu-8g"], capacity=CapacityType.ON_DEMAND)
+    eng = SimSlurm([job(0, 0, 3600, 2), job(1, 1200, 600, 2)], Scenario(), d).run()
+    first, second = eng.state.jobs
+    assert second.state is JobState.DONE
+    assert first.state is JobState.DONE and first.gpu_seconds == pytest.approx(2 * 3600)  # never stopped
+    owners = [owners for _, _, owners in d.resumes]
+    assert owners[1] == {"a3-highgpu-8g-on-demand-1": "j1"}  # the drained node's free GPUs took nothing
+    assert first.end is not None and first.end > d.at
+    assert [(s, n) for t, s, n in d.states if d.at <= t < first.end][:1] == [("draining", 1)]  # drained, job on
+    assert eng.names[d.cordon].node.jobs_run == 1  # nothing else ever ran there

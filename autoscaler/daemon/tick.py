@@ -33,7 +33,7 @@ import dataclasses
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -180,7 +180,6 @@ class Daemon:
         self._held_boots: dict[str, float] = {}
         # held names powered down whose drain must wait for slurmctld's power thread (`_hold`; rebuilt each tick)
         self._held_power_downs: set[str] = set()
-        self._timed_out_power_downs: set[str] = set()  # held names a resume failure powered down this tick
         self._reserved = [p for p in self.pools if p.capacity_type is CapacityType.RESERVATION]
         # the Weights `fleet render slurm-conf` gives each pool's nodes: the base of the reserved nodes' best fit
         self._base_weights = rendered_weights(self.pools) if self._reserved else {}
@@ -274,8 +273,9 @@ class Daemon:
                 cloud = self.provider.list_nodes(self.pool_names) if rec.relaunch else cloud
 
         # 3. suspend / resume-fail, latest request per name wins
+        timed_out: set[str] = set()  # held names a resume failure powered down (the hold watches them in step 5)
         if res.leader:
-            memory = self._power_down_requests(power, cloud, snodes, requests, now, act, memory, actuate)
+            memory, timed_out = self._power_down_requests(power, cloud, snodes, requests, now, act, memory, actuate)
             power = self.store.open_power() if actuate else power
             requests = self.store.requests(OPEN_REQUEST_STATES) if actuate else requests
 
@@ -318,7 +318,7 @@ class Daemon:
             if u.unit.startswith("job/")
         )
         if res.leader:
-            self._queue_depth(plan, view, snodes, sjobs, now, act)
+            self._queue_depth(plan, view, snodes, sjobs, now, act, timed_out)
 
         # 6. best fit on the reservation
         if res.leader and snodes is not None:
@@ -491,7 +491,11 @@ class Daemon:
         act: Actuator,
         memory: Memory,
         actuate: bool,
-    ) -> Memory:
+    ) -> tuple[Memory, set[str]]:
+        """Slurm's SuspendProgram and ResumeFailProgram requests: the offering of a timed-out node is backed off,
+        instances are deleted by name, and timed-out names go back to service (`state=resume`) or, in held pools,
+        are powered down.  Returns the backoff memory and those held names powered down, which the hold drains
+        again once slurmctld's power thread has taken them."""
         latest: dict[str, Any] = {}
         for r in power:
             latest[r.name] = r
@@ -514,7 +518,7 @@ class Daemon:
                 logger.warning(
                     "{} suspend / resume-fail requests wait: Slurm not answering", len(suspend) + len(failed)
                 )
-            return memory
+            return memory, set()
 
         # ResumeTimeout: remember the offering as unavailable, then treat the node like a suspend
         for r in failed:
@@ -547,17 +551,18 @@ class Daemon:
         back = [r.name for r in failed if r.id in done_ids and pool_name(r.name) is not None]  # never unmanaged names
         held = held_pools(self.pools, self.policy)
         back_held = [n for n in back if pool_name(n) in held]
+        timed_out: set[str] = set()
         if back_held and act.scontrol(back_held, "power_down", "gpu-fleet: resume failed; held again"):
             # `state=resume` would clear DOWN and DRAIN together and leave the name allocatable until the hold's
             # drain a few ms later (a pending job can be bound to it meanwhile: seen in CI); a power-down clears
             # DOWN only as the power thread takes it, the name is POWERING_DOWN (never allocatable) meanwhile, and
             # the hold drains it then, as any held name powered down (bench/probe_abort_held_boot.py, 22.05)
-            self._timed_out_power_downs.update(back_held)
+            timed_out.update(back_held)
         if back := [n for n in back if n not in back_held]:
             act.scontrol(back, "resume", "gpu-fleet: resume failed; back in service")
         if actuate:
             self.store.finish_power(done_ids, now)
-        return memory
+        return memory, timed_out
 
     def _serve_resumes(
         self,
@@ -605,7 +610,14 @@ class Daemon:
         return LaunchOutcome.REFUSED, err.kind, str(err)  # resume rows stay open: next tick plans another offering
 
     def _queue_depth(
-        self, plan: Plan, view: View, snodes: SlurmView, sjobs: Sequence[SlurmJob] | None, now: float, act: Actuator
+        self,
+        plan: Plan,
+        view: View,
+        snodes: SlurmView,
+        sjobs: Sequence[SlurmJob] | None,
+        now: float,
+        act: Actuator,
+        timed_out: Collection[str] = (),
     ) -> None:
         held = held_pools(self.pools, self.policy)
         late = late_binding(self.pools, self.policy)
@@ -626,7 +638,7 @@ class Daemon:
                 continue
             act.scontrol(list(su.names), "power_up", f"gpu-fleet pre-warm: {su.reason}")
         drained: dict[str, list[str]] = defaultdict(list)  # pool -> names drained this tick
-        powered_down: set[str] = set()  # held names this tick powered down
+        powered_down: set[str] = set(timed_out)  # held names this tick powered down (resume failures included)
         for step in scale_down_steps(plan, snodes):
             names = list(step.names)
             if step.action == "drain":
@@ -792,8 +804,7 @@ class Daemon:
             power_downs |= aborted
         if to_drain:
             act.scontrol(to_drain, "drain", LATE_BIND_REASON if late else HOLD_REASON)
-        self._held_power_downs = power_downs | powered_down | self._timed_out_power_downs
-        self._timed_out_power_downs = set()
+        self._held_power_downs = power_downs | powered_down
 
     def _reserved_weights(self, snodes: dict[str, SlurmNode], act: Actuator) -> None:
         """Weights of the reservation pools' registered nodes: rendered Weight + free GPUs (the fullest node that

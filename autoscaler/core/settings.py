@@ -45,7 +45,7 @@ from autoscaler.planner.rule import (
     idle_keep_s,
     observed_facts,
     policy_for,
-    right_sized,
+    right_sizer,
 )
 from fleet.catalog import CapacityType
 
@@ -130,8 +130,9 @@ def with_reuse(facts: FleetFacts, seen: Sequence[SeenJob], at: float, span_s: fl
         if 0 < t < math.inf:
             horizons[s.machine_type] = t
     events = []
+    shape_for = right_sizer(facts.shapes)
     for j in seen:
-        shape = right_sized(facts.shapes, j.gpus_per_node)
+        shape = shape_for(j.gpus_per_node)
         if shape is not None:
             events.append((shape.machine_type, j.submit, j.ended_at, j.nodes))
     gaps = free_gaps(events, at, horizons)

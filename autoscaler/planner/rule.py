@@ -52,7 +52,7 @@ same settings for the same facts.  Its reasoning (docs/planner.md, "Settings fro
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from autoscaler.cloud import Offering
@@ -254,14 +254,27 @@ def right_sized(shapes: Sequence[ShapeFacts], gpus_per_node: int) -> ShapeFacts 
     return min(fits, key=lambda s: (round(s.usd_per_gpu_hour, 6), s.gpus), default=None)
 
 
+def right_sizer(shapes: Sequence[ShapeFacts]) -> Callable[[int], ShapeFacts | None]:
+    """`right_sized` over `shapes`, remembered per GPU count (callers ask it once per job seen)."""
+    known: dict[int, ShapeFacts | None] = {}
+
+    def get(gpus_per_node: int) -> ShapeFacts | None:
+        if gpus_per_node not in known:
+            known[gpus_per_node] = right_sized(shapes, gpus_per_node)
+        return known[gpus_per_node]
+
+    return get
+
+
 def with_arrivals(
     shapes: Sequence[ShapeFacts], jobs: Iterable[tuple[int, int]], span_s: float
 ) -> tuple[ShapeFacts, ...]:
     """`shapes` with `arrivals_per_hour` counted from `jobs` ((nodes, gpus per node) per job seen
     over `span_s` seconds): each job counts `nodes` arrivals for its right-sized shape."""
     counts: dict[str, int] = {}
+    shape_for = right_sizer(shapes)
     for nodes, gpus in jobs:
-        s = right_sized(shapes, gpus)
+        s = shape_for(gpus)
         if s is not None:
             counts[s.machine_type] = counts.get(s.machine_type, 0) + nodes
     hours = max(span_s, 1.0) / 3600.0

@@ -15,7 +15,8 @@ Order within a tick (each step acts only on this tick's fresh reads):
 5. scale-down: the planner's idle scale-down over nodes the Kubernetes side reports Ready, cordon-free of
    work: cordon, evict what runs there (DaemonSet pods only; the Eviction API honours PDBs), delete by name
    (GCE: the instance; Cluster API: the marked Machine).  A node running any non-DaemonSet pod is never
-   cordoned, drained or deleted.
+   drained or deleted; it is cordoned (nothing evicted) only when the planner finds it oversized for its pods
+   (`autoscaler.planner.defrag.cordon_oversized`).
 
 `autoscaler.core` (`queue_depth`, `scale_down_steps`) is the decision core shared with the Slurm daemon and
 the replay; this module is the Kubernetes queue source's glue around it, as `autoscaler/daemon/tick.py` is

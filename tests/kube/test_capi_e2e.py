@@ -197,3 +197,36 @@ def test_a_workload_whose_pods_select_a_pool_gets_nodes_in_that_pool_not_the_che
     assert r.ok, r.error
     assert replicas(cluster) == 0
     assert int(cluster.get("machinedeployments", "neo-h200", NS)["spec"]["replicas"]) == 2
+
+
+def test_a_busy_node_oversized_for_its_pods_is_cordoned_nothing_evicted_and_goes_once_empty(cluster: FakeKube) -> None:
+    """Issue 8, item 4 on Kubernetes: an 8-GPU node whose only pod uses 1 GPU, where a 1-GPU shape costs the same
+    per GPU and no idle node is kept, is cordoned (`spec.unschedulable`) while the pod runs: nothing is evicted and
+    the Machine stays; once the pod is gone the node goes by its marked Machine."""
+    cluster.create(machine_deployment("neo-h1", NS, "h1"))
+    small = capi_pool("h1", price=3.0).model_copy(update={"gpus_per_node": 1, "machine_type": "h1-1x"})
+    clock = Clock()
+    d = daemon(cluster, clock, pools=[capi_pool(), small])
+    cluster.create(pod_template("train", "team-a", 8))
+    cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
+    d.tick()
+    reconcile_capi(cluster, NS)
+    d.tick()
+    (node,) = [m["metadata"]["name"] for m in cluster.list("machines", NS)]
+    # the workload ran and left one 1-GPU pod behind on the 8-GPU node; Kueue deleted the request
+    cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "eval-0", "namespace": "team-a"},
+                    "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x",
+                             "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                    "status": {"phase": "Running"}})  # fmt: skip
+    cluster.delete("provisioningrequests", "wl-1", "team-a")
+    clock.t += 60
+    r = d.tick()
+    assert r.ok, r.error
+    assert cluster.get("nodes", node)["spec"].get("unschedulable") is True  # cordoned while its pod runs
+    assert cluster.get("pods", "eval-0", "team-a")["status"]["phase"] == "Running"  # nothing evicted
+    assert "annotations" not in cluster.get("machines", node, NS)["metadata"] and replicas(cluster) == 1
+    cluster.delete("pods", "eval-0", "team-a")  # the pod finished
+    clock.t += 10
+    d.tick()
+    assert cluster.get("machines", node, NS)["metadata"]["annotations"]["cluster.x-k8s.io/delete-machine"] == "yes"
+    assert replicas(cluster) == 0

@@ -50,7 +50,7 @@ from autoscaler.core import (
 from autoscaler.core.settings import SeenJob, SettingsTracker
 from autoscaler.core.weights import ReservedNode, rendered_weights, reservation_weights, weight_changes
 from autoscaler.model import Inventory, Node, NodeState, Plan, Policy, Pool, UnavailableOffering, WorkUnit
-from autoscaler.planner.defrag import cordons_apply
+from autoscaler.planner.defrag import cordons_apply, step_down
 from autoscaler.planner.rule import longest_idle_keep_s
 from autoscaler.planner.standby import is_standby_unit, standby_count
 from autoscaler.replay.facts import scenario_facts
@@ -126,7 +126,7 @@ class GpuFleetPolicy:
     _seen_final: dict[int, SeenJob | None] = field(default_factory=dict)  # job idx -> settled history entry
     _standby_kept: set[str] = field(default_factory=set)  # idle names the last plan kept as standby nodes
     _rendered: dict[str, int] | None = None  # the pools' rendered Weights (`core.weights.rendered_weights`)
-    _smaller: frozenset[str] | None = None  # pools with a smaller shape of their GPU and capacity type
+    _stepping: frozenset[str] | None = None  # pools with a step-down shape (`_pools_with_step_down`)
 
     @classmethod
     def for_scenario(
@@ -170,38 +170,31 @@ class GpuFleetPolicy:
         `autoscaler.core.weights`) the daemon's next poll after a job took a node matters: the simulated Slurm calls
         the tick then (the daemon polls every 10 s anyway; otherwise such a poll decides nothing, so the replay
         skips it).  So it does when a job took free GPUs on a busy node the cordon of oversized nodes may drain
-        (`autoscaler.planner.defrag.cordon_oversized`: a pool with a smaller shape of its GPU and capacity type that
-        the policy does not keep warm)."""
+        (`autoscaler.planner.defrag.cordon_oversized`: a pool with a step-down shape, of a shape the policy does not
+        keep warm)."""
         if self.policy.standby_by_machine or self._has_reservation:
             return True
         return bool(self._cordonable(sim))
 
     def _cordonable(self, sim: SimSlurm) -> list[SimNode]:
         """The busy nodes with free GPUs that the cordon of oversized nodes may drain
-        (`autoscaler.planner.defrag.cordon_oversized`): in a pool with a smaller shape of its GPU and capacity type,
-        of a shape the policy does not keep warm; none where the cordon does not apply (`cordons_apply`)."""
+        (`autoscaler.planner.defrag.cordon_oversized`): in a pool with a step-down shape, of a shape the policy does
+        not keep warm; none where the cordon does not apply (`cordons_apply`)."""
         if not cordons_apply(self._pools, self.policy):
             return []
-        smaller = self._pools_with_smaller_shape()
+        stepping = self._pools_with_step_down(sim)
         return [
             nm.node
             for nm in sim.partly_used()
-            if nm.pool.name in smaller and not self.policy.keeps_warm(nm.pool.machine_type)
+            if nm.pool.name in stepping and not self.policy.keeps_warm(nm.pool.machine_type)
         ]
 
-    def _pools_with_smaller_shape(self) -> frozenset[str]:
-        if self._smaller is None:
-            self._smaller = frozenset(
-                p.name
-                for p in self._pools
-                if any(
-                    q.gpu_type == p.gpu_type
-                    and q.capacity_type is p.capacity_type
-                    and q.gpus_per_node < p.gpus_per_node
-                    for q in self._pools
-                )
-            )
-        return self._smaller
+    def _pools_with_step_down(self, sim: SimSlurm) -> frozenset[str]:
+        """The pools whose nodes can be oversized: a step-down shape at their price exists (`defrag.step_down` over
+        every offering; the planner leaves out backed-off ones, so this may name a pool it would not cordon)."""
+        if self._stepping is None:
+            self._stepping = frozenset(n for n, s in step_down(self._pools, sim.offerings()).items() if s > 0)
+        return self._stepping
 
     @property
     def _has_reservation(self) -> bool:
@@ -244,7 +237,7 @@ class GpuFleetPolicy:
             sim.delete(pool, ns)
 
     def resume_fail(self, sim: SimSlurm, names: Sequence[str]) -> None:
-        """The daemon's handling of ResumeFailProgram (`Daemon._drain_power_queue`): the offering of a name with an
+        """The daemon's handling of ResumeFailProgram (`Daemon._power_down_requests`): the offering of a name with an
         instance is remembered as unavailable and the instance deleted; a name of a held pool is powered down
         ("resume failed; held again": POWERING_DOWN for SuspendTimeout, then powered down and held), any other goes
         back to service at once (`scontrol update state=resume`)."""

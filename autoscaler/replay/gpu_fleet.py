@@ -337,11 +337,12 @@ class GpuFleetPolicy:
             self.unavailable = out.memory
         # queue depth + scale-down
         pending = [_unit(j) for j in sim.pending_jobs()]
-        nodes = self._scale_down_nodes(sim, now, full=bool(pending) or self._limited)
+        cordonable = self._cordonable(sim)
+        nodes = self._scale_down_nodes(sim, now, cordonable, full=bool(pending) or self._limited)
         standby = bool(self.policy.standby_by_machine)
         plan = None
         idle = any(n.state in (NodeState.READY_IDLE, NodeState.DRAINING) for n in nodes)
-        if pending or standby or idle or self._cordonable(sim):
+        if pending or standby or idle or cordonable:
             plan = queue_depth(
                 pending,
                 Inventory(tuple(self._pools), nodes),
@@ -540,17 +541,20 @@ class GpuFleetPolicy:
             return ()
         return tuple(self._node(nm.node) for nm in sim.names.values() if nm.launched)
 
-    def _scale_down_nodes(self, sim: SimSlurm, now: float, *, full: bool) -> tuple[Node, ...]:
+    def _scale_down_nodes(
+        self, sim: SimSlurm, now: float, cordonable: Sequence[SimNode], *, full: bool
+    ) -> tuple[Node, ...]:
         """The inventory the queue-depth plan needs: every launched node when there is unplaced work or a limit,
-        else only idle, draining and partly used busy ones (without limits or pool minimums, the planner's
-        scale-down and its cordon of oversized nodes decide the same over those as over the whole fleet)."""
+        else only idle and draining ones and the busy ones the cordon may drain (`_cordonable`; without limits or
+        pool minimums, the planner's scale-down and its cordon of oversized nodes decide the same over those as over
+        the whole fleet)."""
         if len(self._nodes) > 2 * len(sim.names) + 64:
             self._nodes = {k: v for k, v in self._nodes.items() if k in sim.names}
         if full:
             return tuple(self._node(nm.node) for nm in sim.names.values() if nm.launched)
         out = [self._node(nm.node) for nm in sim.idle.values() if nm.launched]
         out += [self._node(nm.node) for nm in sim.draining.values() if nm.launched]
-        out += [self._node(n) for n in self._cordonable(sim)]
+        out += [self._node(n) for n in cordonable]
         return tuple(out)
 
     def _standby_in_flight(self, sim: SimSlurm, nodes: Sequence[Node]) -> dict[str, int]:

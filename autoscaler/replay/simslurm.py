@@ -835,14 +835,19 @@ class SimSlurm:
             nm = self.names.get(name)
             if nm is None:
                 continue
-            if nm.node.jobs:
-                raise ReplayError(f"policy {self.driver.name} deleted node {name} with {len(nm.node.jobs)} job(s)")
-            if nm.launched:
-                self.cloud.delete(pool, [name])
-                self.counters.deletes += 1
+            self._delete_instance(pool, nm)
             self._retire(nm, self.now)
             out.append(name)
         return out
+
+    def _delete_instance(self, pool: str, nm: _Name) -> None:
+        """The driver deletes `nm`'s instance, if it has one; never one with a job (the daemon's guard)."""
+        if nm.node.jobs:
+            raise ReplayError(f"policy {self.driver.name} deleted node {nm.node.name} with {len(nm.node.jobs)} job(s)")
+        if nm.launched:
+            self.cloud.delete(pool, [nm.node.name])
+            self.counters.deletes += 1
+            self._drop_instance(nm, self.now)
 
     def fail_resume(self, names: Sequence[str]) -> None:
         """The resume itself failed (slurm-gcp marks the nodes DOWN at once): jobs requeued, nodes DOWN."""
@@ -861,13 +866,8 @@ class SimSlurm:
         timed-out name to service with `state=resume`)."""
         for name in names:
             nm = self.down.get(name)
-            if nm is None or not nm.launched:
-                continue
-            if nm.node.jobs:
-                raise ReplayError(f"policy {self.driver.name} deleted node {name} with {len(nm.node.jobs)} job(s)")
-            self.cloud.delete(pool, [name])
-            self.counters.deletes += 1
-            self._drop_instance(nm, self.now)
+            if nm is not None:
+                self._delete_instance(pool, nm)
 
     def return_to_service(self, names: Sequence[str]) -> None:
         """`scontrol update state=resume` of DOWN nodes: back to powered down (idle~)."""

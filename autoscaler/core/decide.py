@@ -37,6 +37,22 @@ def default_planner() -> Planner:
     return plan
 
 
+_unbatched: list[tuple[Policy, Policy]] = []
+
+
+def unbatched(policy: Policy) -> Policy:
+    """`policy` without a batch window (`batch_window_s`, `batch_idle_s` 0): for work the scheduler bound already
+    or a hold has kept back already.  The last answer is remembered, since the daemon's policy changes only at a
+    settings refresh."""
+    if not (policy.batch_window_s or policy.batch_idle_s):
+        return policy
+    if _unbatched and _unbatched[0][0] is policy:
+        return _unbatched[0][1]
+    out = dataclasses.replace(policy, batch_window_s=0.0, batch_idle_s=0.0)
+    _unbatched[:] = [(policy, out)]
+    return out
+
+
 @dataclass(frozen=True)
 class ResumeUnit:
     """Nodes the scheduler bound to one job (or to no job) in one pool: launched together, all or nothing.
@@ -160,9 +176,8 @@ def plan_pool_resumes(
     planner = planner or default_planner()
     pool = inventory.pool(pool_name)
     offs = [o for o in offerings if pool.can_launch(o.key)]
-    if policy.batch_window_s or policy.batch_idle_s:
-        # the names are bound to jobs already: holding their launch cannot move a job elsewhere, only delay it
-        policy = dataclasses.replace(policy, batch_window_s=0.0, batch_idle_s=0.0)
+    # the names are bound to jobs already: holding their launch cannot move a job elsewhere, only delay it
+    policy = unbatched(policy)
     p = planner([u.unit for u in units], Inventory((pool,), ()), offs, policy, now, unavailable=tuple(memory))
     by_unit = {u.unit.id: u for u in units}
     out: list[ResumeLaunch] = []
@@ -254,7 +269,7 @@ def queue_depth(
         if policy.preempt_spot and preemption_room:
             by_preemption = preemption_places(pending, preemption_room, inventory.pools, policy, now)
             pending = [u for u in pending if u.id not in by_preemption]
-        policy = dataclasses.replace(policy, batch_window_s=0.0, batch_idle_s=0.0)
+        policy = unbatched(policy)
     # None: this caller brings no standby nodes up (the Kubernetes paths), so the planner plans none
     extra = {"standby_in_flight": dict(standby_in_flight)} if standby_in_flight is not None else {}
     return planner(list(pending), inventory, list(offerings), policy, now, unavailable=tuple(memory), **extra)

@@ -125,6 +125,8 @@ class Inventory:
         if len(names) != len(self.pools):
             dup = sorted({p.name for p in self.pools if sum(q.name == p.name for q in self.pools) > 1})
             raise ValueError(f"Inventory.pools: duplicate pool names {dup}")
+        if {n.pool for n in self.nodes} <= names and len({n.name for n in self.nodes}) == len(self.nodes):
+            return  # the common case, checked in bulk; the loop below names the first offender
         seen: set[str] = set()
         for n in self.nodes:
             if n.pool not in names:

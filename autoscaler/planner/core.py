@@ -31,7 +31,7 @@ from autoscaler.planner.defrag import cordon_oversized, cordoned_names, pool_gpu
 from autoscaler.planner.explain import explain_unserved
 from autoscaler.planner.limits import compute_headroom
 from autoscaler.planner.minimum import keep_min_nodes
-from autoscaler.planner.offers import OfferBook, UnitClass
+from autoscaler.planner.offers import UnitClass, offer_book
 from autoscaler.planner.placement import (
     Batch,
     ClassState,
@@ -111,7 +111,7 @@ def plan(
         inventory=inventory,
         headroom=compute_headroom(inventory, offerings, policy),
         index=CapacityIndex.from_inventory(inventory, exclude=[*timed_out, *cordoned_names(cordons)]),
-        book=OfferBook(offerings, active, inventory.pools),
+        book=offer_book(offerings, active, inventory.pools),
         names=NameAllocator(inventory),
         hints={uid: _hint_nodes(a) for uid, a in (hints or {}).items()},
         steps=steps,

@@ -33,12 +33,14 @@ from collections.abc import Collection, Iterable, Mapping
 
 from autoscaler.cloud import Offering
 from autoscaler.model import Drain, Inventory, NodeState, Policy, Pool
+from autoscaler.planner.memo import recent_calls
 from autoscaler.planner.offers import marginal_hourly
 from fleet.catalog import CapacityType
 
 _REL_EPS = 1e-6  # prices within a millionth are "the same per GPU"
 
 
+@recent_calls(4)
 def step_down(pools: Iterable[Pool], offerings: Iterable[Offering]) -> dict[str, int]:
     """Pool name -> GPUs of its step-down shape (0: none, the pool's nodes are never oversized).
 
@@ -147,6 +149,7 @@ def step_down_pools(pool: Pool, gpus: int, pools: Iterable[Pool]) -> frozenset[s
     )
 
 
+@recent_calls(4)
 def pool_gpu_prices(pools: Iterable[Pool], offerings: Iterable[Offering]) -> dict[str, float]:
     """Pool name -> the marginal $/GPU-h of its cheapest offering (0 for reservation capacity)."""
     by_machine: dict[tuple[str, str, str], float] = {}

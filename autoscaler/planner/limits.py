@@ -81,7 +81,8 @@ def compute_headroom(inventory: Inventory, offerings: Iterable[Offering], policy
         unknown = sorted(set(getattr(policy, name)) - set(inventory.pool_by_name))
         if unknown:
             raise ValueError(f"Policy.{name}: unknown pools {unknown} (known: {sorted(inventory.pool_by_name)})")
-    prices = {o.key: o.hourly_usd for o in offerings}
+    budgeted = policy.budget_usd_per_hour is not None  # the spend below only limits a budget
+    prices = {o.key: o.hourly_usd for o in offerings} if budgeted else {}
     pool_nodes: dict[str, float] = {}
     pool_gpus: dict[str, float] = {}
     total_nodes = total_gpus = 0
@@ -91,7 +92,8 @@ def compute_headroom(inventory: Inventory, offerings: Iterable[Offering], policy
         n, g = len(live), sum(x.gpus for x in live)
         total_nodes += n
         total_gpus += g
-        spend += sum(node_hourly(x.hourly_usd, x.offering, prices) for x in live)
+        if budgeted:
+            spend += sum(node_hourly(x.hourly_usd, x.offering, prices) for x in live)
         pool_nodes[pool.name] = max(0.0, _cap(pool.max_nodes, policy.pool_max_nodes.get(pool.name)) - n)
         gcap = _cap(pool.max_gpus, policy.pool_max_gpus.get(pool.name))
         if gcap < INF:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from autoscaler.cloud import Offering, OfferingKey
 from autoscaler.model import Policy, Pool, UnavailableOffering, UnservedReason, WorkUnit
 from autoscaler.planner.backoff import split_backed_off
+from autoscaler.planner.memo import recent_calls
 from fleet.catalog import CapacityType
 
 CAPACITY_RANK = {
@@ -282,3 +283,8 @@ def describe_no_offering(cls: UnitClass) -> str:
     allowed = ["reservation", "on-demand"] + (["spot"] if cls.spot else []) + (["flex-start"] if cls.flex else [])
     parts.append(f"capacity {'/'.join(allowed)}")
     return "no offering has " + ", ".join(parts)
+
+
+#: the planner's book: the last one again while the offerings, the backoff memory and the pools are the same
+#: objects (`memo.recent_calls`), so its per-class candidate lists are built once between catalog changes
+offer_book = recent_calls(4)(OfferBook)

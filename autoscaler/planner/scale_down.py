@@ -14,6 +14,9 @@ from collections.abc import Collection, Iterable
 from autoscaler.model import COMING_STATES, DeleteNodes, Drain, Inventory, Node, NodeState, Policy
 from fleet.catalog import CapacityType
 
+#: the states of a node that stays up unless scaled down (counted against the pool's `min_nodes`)
+STAYING_STATES = COMING_STATES | {NodeState.READY_IDLE, NodeState.BUSY}
+
 
 def boot_timeouts(inventory: Inventory, policy: Policy, now: float) -> list[str]:
     """Names of nodes requested/booting for longer than the boot timeout (none when unset)."""
@@ -71,18 +74,25 @@ def scale_down_idle(
     timed = set(timed_out)
     over_cap = idle_over_cap(inventory, policy, now, in_use)
     for pool in inventory.pools:
-        nodes = inventory.nodes_by_pool[pool.name]
-        staying = [n for n in nodes if n.state in COMING_STATES | {NodeState.READY_IDLE, NodeState.BUSY}]
-        spare = len([n for n in staying if n.name not in timed]) - pool.min_nodes
-        idle = [
-            n
-            for n in nodes
-            if n.state is NodeState.READY_IDLE
-            and not n.has_work
-            and n.name not in in_use
-            and (n.idle_for(now) >= policy.idle_timeout_for(n.offering.machine_type) or n.name in over_cap)
-            and not (policy.keep_reserved_nodes and n.offering.capacity_type is CapacityType.RESERVATION)
-        ]
+        # one pass over the pool's nodes (this runs every tick over the whole fleet)
+        staying = 0
+        idle: list[Node] = []
+        drained: list[str] = []
+        for n in inventory.nodes_by_pool[pool.name]:
+            state = n.state
+            if state in STAYING_STATES and n.name not in timed:
+                staying += 1
+            if state is NodeState.READY_IDLE:
+                if (
+                    not n.has_work
+                    and n.name not in in_use
+                    and (n.idle_for(now) >= policy.idle_timeout_for(n.offering.machine_type) or n.name in over_cap)
+                    and not (policy.keep_reserved_nodes and n.offering.capacity_type is CapacityType.RESERVATION)
+                ):
+                    idle.append(n)
+            elif state is NodeState.DRAINING and not n.has_work:
+                drained.append(n.name)
+        spare = staying - pool.min_nodes
         idle.sort(key=lambda n: (n.since, n.name))  # longest idle first
         victims = sorted(n.name for n in idle[: max(0, spare)])
         if victims:
@@ -94,8 +104,8 @@ def scale_down_idle(
                     f"{' or beyond the warm-node cap' if over_cap & set(victims) else ''}; drain then delete",
                 )
             )
-        drained = sorted(n.name for n in nodes if n.state is NodeState.DRAINING and not n.has_work)
-        stuck = sorted(n.name for n in nodes if n.name in timed)
+        drained.sort()
+        stuck = sorted(n.name for n in inventory.nodes_by_pool[pool.name] if n.name in timed) if timed else []
         if drained:
             deletes.append(DeleteNodes(pool.name, tuple(drained), "drained and empty"))
         if stuck:

@@ -120,6 +120,7 @@ class GpuFleetPolicy:
     _pools: list[Pool] = field(default_factory=list)
     _t0: float | None = None
     _nodes: dict[str, tuple[SimNode, int, Node]] = field(default_factory=dict)
+    _units: dict[int, WorkUnit] = field(default_factory=dict)  # job idx -> its work unit (built once: all static)
     #: every launch attempt: (time, request id, pool, offering, names, outcome), and every tick's time
     launch_log: list[tuple[float, str, str, str, tuple[str, ...], str]] = field(default_factory=list)
     tick_log: list[float] = field(default_factory=list)
@@ -336,12 +337,12 @@ class GpuFleetPolicy:
             out = serve_resumes(resume, inv, offerings, self.policy, now, self.unavailable, launch, self._planner)
             self.unavailable = out.memory
         # queue depth + scale-down
-        pending = [_unit(j) for j in sim.pending_jobs()]
+        pending = [self._unit(j) for j in sim.pending_jobs()]
         cordonable = self._cordonable(sim)
         nodes = self._scale_down_nodes(sim, now, cordonable, full=bool(pending) or self._limited)
         standby = bool(self.policy.standby_by_machine)
         plan = None
-        idle = any(n.state in (NodeState.READY_IDLE, NodeState.DRAINING) for n in nodes)
+        idle = any(nm.launched for nm in sim.idle.values()) or any(nm.launched for nm in sim.draining.values())
         if pending or standby or idle or cordonable:
             plan = queue_depth(
                 pending,
@@ -516,6 +517,12 @@ class GpuFleetPolicy:
             out.setdefault(pool_name, []).append(ru)
         return out
 
+    def _unit(self, job: Job) -> WorkUnit:
+        u = self._units.get(job.idx)
+        if u is None:
+            u = self._units[job.idx] = _unit(job)
+        return u
+
     def _node(self, n: SimNode) -> Node:
         cached = self._nodes.get(n.name)
         if cached is not None and cached[0] is n and cached[1] == n.version:
@@ -539,7 +546,19 @@ class GpuFleetPolicy:
         """Live nodes for the fleet-wide limits (none needed without limits)."""
         if not self._limited:
             return ()
-        return tuple(self._node(nm.node) for nm in sim.names.values() if nm.launched)
+        return self._launched_nodes(sim)
+
+    def _launched_nodes(self, sim: SimSlurm) -> tuple[Node, ...]:
+        """Every node with an instance, as the daemon reads them (`_node`; the cache is looked up inline here,
+        the replay's hottest loop)."""
+        cache = self._nodes
+        out = []
+        for nm in sim.names.values():
+            if nm.launched:
+                n = nm.node
+                hit = cache.get(n.name)
+                out.append(hit[2] if hit is not None and hit[0] is n and hit[1] == n.version else self._node(n))
+        return tuple(out)
 
     def _scale_down_nodes(
         self, sim: SimSlurm, now: float, cordonable: Sequence[SimNode], *, full: bool
@@ -551,7 +570,7 @@ class GpuFleetPolicy:
         if len(self._nodes) > 2 * len(sim.names) + 64:
             self._nodes = {k: v for k, v in self._nodes.items() if k in sim.names}
         if full:
-            return tuple(self._node(nm.node) for nm in sim.names.values() if nm.launched)
+            return self._launched_nodes(sim)
         out = [self._node(nm.node) for nm in sim.idle.values() if nm.launched]
         out += [self._node(nm.node) for nm in sim.draining.values() if nm.launched]
         out += [self._node(n) for n in cordonable]

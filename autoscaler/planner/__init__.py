@@ -23,6 +23,9 @@ A chain of named passes, each a function testable alone:
 
 The settings (idle keep, warm cap, reservation hold) come from `rule.policy_for(facts)`.
 5. `explain_unserved` (explain.py): a reason code and detail for every unit left pending.
+
+The passes over the catalog alone (`step_down`, `pool_gpu_prices`, `OfferBook`) remember their last few calls
+(memo.py): equal offerings, backoff memory and pools give the earlier result, so a plan stays a pure function.
 """
 
 from autoscaler.planner.backoff import expire_backoff, split_backed_off

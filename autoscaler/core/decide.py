@@ -24,6 +24,7 @@ from autoscaler.model import (
     record_failure,
     request_id_for,
 )
+from autoscaler.planner.memo import recent_calls
 
 if TYPE_CHECKING:
     from autoscaler.core.hold import ReservedRoom
@@ -37,20 +38,15 @@ def default_planner() -> Planner:
     return plan
 
 
-_unbatched: list[tuple[Policy, Policy]] = []
-
-
 def unbatched(policy: Policy) -> Policy:
     """`policy` without a batch window (`batch_window_s`, `batch_idle_s` 0): for work the scheduler bound already
-    or a hold has kept back already.  The last answer is remembered, since the daemon's policy changes only at a
-    settings refresh."""
-    if not (policy.batch_window_s or policy.batch_idle_s):
-        return policy
-    if _unbatched and _unbatched[0][0] is policy:
-        return _unbatched[0][1]
-    out = dataclasses.replace(policy, batch_window_s=0.0, batch_idle_s=0.0)
-    _unbatched[:] = [(policy, out)]
-    return out
+    or a hold has kept back already."""
+    return _without_batch_window(policy) if policy.batch_window_s or policy.batch_idle_s else policy
+
+
+@recent_calls(2)  # the daemon's policy changes only at a settings refresh: one copy per policy, not per tick
+def _without_batch_window(policy: Policy) -> Policy:
+    return dataclasses.replace(policy, batch_window_s=0.0, batch_idle_s=0.0)
 
 
 @dataclass(frozen=True)

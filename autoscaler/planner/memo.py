@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import TypeVar
 
 R = TypeVar("R")
@@ -23,6 +24,8 @@ R = TypeVar("R")
 
 def _frozen(arg: object) -> object:
     """A sequence argument as a tuple (read once, compared item by item); anything else as it is."""
+    if isinstance(arg, (Mapping, AbstractSet)):
+        raise TypeError(f"recent_calls: a {type(arg).__name__} argument is not supported (pass its items in order)")
     return tuple(arg) if isinstance(arg, Iterable) and not isinstance(arg, (str, bytes)) else arg
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from autoscaler.planner.defrag import step_down
 from autoscaler.planner.memo import recent_calls
 from fleet.catalog import CapacityType
@@ -40,6 +42,15 @@ def test_the_arguments_are_read_once_so_a_generator_works() -> None:
 
     assert count(x for x in range(5)) == 5
     assert count(x for x in range(5)) == 5
+
+
+def test_an_unordered_argument_is_refused_rather_than_compared_in_iteration_order() -> None:
+    @recent_calls(1)
+    def first(items):
+        return items[0]
+
+    with pytest.raises(TypeError, match="dict argument is not supported"):
+        first({"a": 1})
 
 
 def test_a_step_down_follows_a_price_change_of_the_same_offering_keys() -> None:

@@ -75,8 +75,17 @@ def _job(env: E2E, gpus: int = 1) -> int:
     return env.sbatch("-p", "gpu", "-N", "1", f"--gres=gpu:{gpus}", "-o", f"{out}/job-%j.out", "--wrap", echo)
 
 
+def _words(env: E2E, job: int) -> list[str]:
+    """The words job `job` has printed so far (none while slurmstepd has created its output file but the job has
+    not written its first line yet, or before the file exists)."""
+    path = env.root / "log" / f"job-{job}.out"
+    return path.read_text().split() if path.exists() else []
+
+
 def _ran_on(env: E2E, job: int) -> str:
-    return (env.root / "log" / f"job-{job}.out").read_text().split()[0]
+    """The node job `job` printed first (each job here echoes $SLURMD_NODENAME), waiting for that line."""
+    wait_for(lambda: _words(env, job), 120, f"job {job}'s first line of output", env)
+    return _words(env, job)[0]
 
 
 def _up_idle(env: E2E, name: str) -> bool:
@@ -87,7 +96,6 @@ def _up_idle(env: E2E, name: str) -> bool:
 def _run(env: E2E, gpus: int = 1) -> str:
     job = _job(env, gpus)
     wait_for(lambda: job not in env.squeue_ids(), 120, f"job {job} to run and finish", env)
-    wait_for(lambda: (env.root / "log" / f"job-{job}.out").exists(), 10, f"job {job}'s output", env)
     return _ran_on(env, job)
 
 
@@ -132,8 +140,7 @@ def test_an_oversized_busy_node_is_cordoned_its_job_runs_on_and_it_is_deleted_on
     out = env.root / "log"
     first = env.sbatch("-p", "gpu", "-N", "1", "--gres=gpu:1", "-o", f"{out}/job-%j.out", "--wrap",
                        "srun sh -c 'echo $SLURMD_NODENAME; sleep 45; echo done'")  # fmt: skip
-    wait_for(lambda: (out / f"job-{first}.out").exists(), 120, f"job {first} running", env)
-    big = _ran_on(env, first)
+    big = _ran_on(env, first)  # running: it printed its node
     assert big.startswith("e2e-h8-")
 
     def cordoned() -> bool:
@@ -144,7 +151,7 @@ def test_an_oversized_busy_node_is_cordoned_its_job_runs_on_and_it_is_deleted_on
     assert first in env.squeue_ids()  # still running: a cordon stops no job
     assert _run(env) != big  # the next small job does not take the cordoned node's free GPUs
     wait_for(lambda: first not in env.squeue_ids(), 90, f"job {first} to finish", env)
-    assert (out / f"job-{first}.out").read_text().split() == [big, "done"]  # ran to its end
+    assert _words(env, first) == [big, "done"]  # ran to its end
     wait_for(lambda: big in {e.name for e in env.fake.events_of("delete")}, 60, f"{big} deleted once empty", env)
 
 

@@ -44,7 +44,7 @@ class CapacityIndex:
         skip = set(exclude)
         idx = cls()
         for n in inventory.nodes:
-            if n.gpus_used < n.gpus and n.state in SCHEDULABLE_STATES and n.name not in skip:  # free GPUs
+            if n.state in SCHEDULABLE_STATES and n.gpus_free > 0 and n.name not in skip:
                 idx.add(slot_of(n))
         return idx
 

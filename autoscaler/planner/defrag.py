@@ -118,9 +118,9 @@ def cordon_oversized(
         names = sorted(
             n.name
             for n in inventory.nodes_by_pool[pool.name]
-            if 0 < n.gpus_used <= s  # the cheap tests first: this runs over the pool's nodes every plan
-            and n.gpus_used < n.gpus
-            and n.state is NodeState.BUSY
+            if n.state is NodeState.BUSY
+            and 0 < n.gpus_used <= s
+            and n.gpus_free > 0
             and n.name not in in_use
             and (n.work_pools is None or not smaller.isdisjoint(n.work_pools))
         )

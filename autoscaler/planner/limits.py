@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from autoscaler.cloud import Offering, OfferingKey
-from autoscaler.model import LIVE_STATES, Inventory, Policy, UnservedReason
+from autoscaler.model import Inventory, Policy, UnservedReason
 from fleet.catalog import CapacityType
 
 INF = math.inf
@@ -88,17 +88,12 @@ def compute_headroom(inventory: Inventory, offerings: Iterable[Offering], policy
     total_nodes = total_gpus = 0
     spend = 0.0
     for pool in inventory.pools:
-        n = g = 0
-        pool_spend = 0.0  # summed per pool, then added: the same float sums as ever
-        for x in inventory.nodes_by_pool[pool.name]:
-            if x.state in LIVE_STATES:
-                n += 1
-                g += x.gpus
-                if budgeted:
-                    pool_spend += node_hourly(x.hourly_usd, x.offering, prices)
+        live = inventory.live_nodes(pool.name)
+        n, g = len(live), sum(x.gpus for x in live)
         total_nodes += n
         total_gpus += g
-        spend += pool_spend
+        if budgeted:
+            spend += sum(node_hourly(x.hourly_usd, x.offering, prices) for x in live)
         pool_nodes[pool.name] = max(0.0, _cap(pool.max_nodes, policy.pool_max_nodes.get(pool.name)) - n)
         gcap = _cap(pool.max_gpus, policy.pool_max_gpus.get(pool.name))
         if gcap < INF:

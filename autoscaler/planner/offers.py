@@ -285,6 +285,6 @@ def describe_no_offering(cls: UnitClass) -> str:
     return "no offering has " + ", ".join(parts)
 
 
-#: the planner's book: the last one again while the offerings, the backoff memory and the pools are the same
-#: objects (`memo.recent_calls`), so its per-class candidate lists are built once between catalog changes
+#: the planner's book: an earlier one again while the offerings, the backoff memory and the pools are equal to
+#: that call's (`memo.recent_calls`), so its per-class candidate lists are built once between catalog changes
 offer_book = recent_calls(4)(OfferBook)

@@ -1,5 +1,5 @@
-"""The planner's catalog memo (`autoscaler.planner.memo.recent_calls`): a hit only on equal arguments, a changed
-catalog recomputed, and a plan that does not depend on whether the memo hit."""
+"""The planner's catalog memo (`autoscaler.planner.memo.recent_calls`): a hit only on equal arguments, any change
+recomputed, arguments read once, unordered arguments refused, and a repriced catalog seen by `step_down`."""
 
 from __future__ import annotations
 

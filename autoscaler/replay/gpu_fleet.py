@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -48,6 +49,7 @@ from autoscaler.core import (
     take_names,
 )
 from autoscaler.core.settings import SeenJob, SettingsTracker
+from autoscaler.core.stable import stable_until
 from autoscaler.core.weights import ReservedNode, rendered_weights, reservation_weights, weight_changes
 from autoscaler.model import Inventory, Node, NodeState, Plan, Policy, Pool, UnavailableOffering, WorkUnit
 from autoscaler.planner.defrag import cordons_apply, step_down
@@ -56,7 +58,7 @@ from autoscaler.planner.standby import is_standby_unit, standby_count
 from autoscaler.replay.facts import scenario_facts
 from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.simslurm import SimSlurm, SlurmSettings
-from autoscaler.replay.state import Job, JobState, SimNode
+from autoscaler.replay.state import Job, JobState, ReplayError, SimNode
 from autoscaler.replay.trace import TraceJob
 from fleet.catalog import CapacityType
 from fleet.slurm.suspend import standby_exclusion_count
@@ -97,6 +99,16 @@ class _Facts:
     has_work: bool
 
 
+@dataclass(frozen=True)
+class _Quiet:
+    """A tick that issued nothing: Slurm's `version` after it, until when its decision stands, and how many plans
+    it made (each poll it answers stands for as many)."""
+
+    version: int
+    until: float
+    planner_calls: int
+
+
 @dataclass
 class GpuFleetPolicy:
     """The daemon's decision core on the simulated Slurm; see the module docstring."""
@@ -128,6 +140,13 @@ class GpuFleetPolicy:
     _standby_kept: set[str] = field(default_factory=set)  # idle names the last plan kept as standby nodes
     _rendered: dict[str, int] | None = None  # the pools' rendered Weights (`core.weights.rendered_weights`)
     _stepping: frozenset[str] | None = None  # pools with a step-down shape (`_pools_with_step_down`)
+    #: the last tick issued nothing: its decision stands while Slurm is unchanged, until this (`_quiet_after`)
+    _quiet: _Quiet | None = None
+    #: polls answered from `_quiet` (counted in `ticks` and, with the plans they stand for, in `planner_calls`)
+    quiet_ticks: int = 0
+    #: run the full tick anyway and fail if it issues a command or wakes otherwise (the check of `stable_until`;
+    #: `FLEET_REPLAY_VERIFY_QUIET=1` turns it on for a whole run, bench/autoscaler_claims.py included)
+    verify_quiet: bool = field(default_factory=lambda: os.environ.get("FLEET_REPLAY_VERIFY_QUIET") == "1")
 
     @classmethod
     def for_scenario(
@@ -299,6 +318,19 @@ class GpuFleetPolicy:
             self._t0 = now
         self.ticks += 1
         self.tick_log.append(now)
+        quiet = self._quiet
+        if quiet is not None and quiet.version == sim.version and now < quiet.until:
+            if not self.verify_quiet:
+                self.quiet_ticks += 1
+                self.planner_calls += quiet.planner_calls
+                return self._wake(sim, now, False)
+            return self._verify_quiet(sim, quiet)
+        version, calls = sim.version, self.planner_calls
+        wake = self._full_tick(sim, now)
+        self._quiet = self._quiet_after(sim, now, version, self.planner_calls - calls)
+        return wake
+
+    def _full_tick(self, sim: SimSlurm, now: float) -> float | None:
         if self.tracker is not None:
             self.policy = self.tracker.current(
                 now,
@@ -383,6 +415,44 @@ class GpuFleetPolicy:
             self._abort_surplus_boots(sim, plan)
         self._reweigh(sim)
         return self._wake(sim, now, refused)
+
+    def _quiet_after(self, sim: SimSlurm, now: float, version: int, planner_calls: int) -> _Quiet | None:
+        """After a tick that ran no command (Slurm's version unchanged) and launched nothing from the power queue:
+        its decision stands until a clock threshold of the core (`core.stable.stable_until`) or the settings'
+        next refresh, as long as nothing happens in Slurm.  None after any other tick, or with standby nodes (their
+        units are dated `now`)."""
+        if sim.version != version or self._open or self.policy.standby_by_machine:
+            return None
+        until = stable_until(
+            now,
+            [self._unit(j) for j in sim.pending_jobs()],
+            self._launched_nodes(sim),
+            self.policy,
+            self.unavailable,
+            [at for rel in sim.released.values() for at in rel.values()],
+        )
+        if self.tracker is not None and self._t0 is not None:
+            until = min(until, self.tracker.grid_point(now, self._t0) + self.tracker.refresh_s)
+        return _Quiet(version, until, planner_calls) if until > now else None
+
+    def _verify_quiet(self, sim: SimSlurm, quiet: _Quiet) -> float | None:
+        """`verify_quiet`: the full tick, which must run no command and wake as the quiet answer would."""
+        now = sim.now
+        expected = self._wake(sim, now, False)
+        calls = self.planner_calls
+        wake = self._full_tick(sim, now)
+        wrong = [
+            *(["ran commands"] if sim.version != quiet.version else []),
+            *([f"woke at {wake} instead of {expected}"] if wake != expected else []),
+            *(["planned another number of times"] if self.planner_calls - calls != quiet.planner_calls else []),
+        ]
+        if wrong:
+            raise ReplayError(
+                f"policy {self.name}: the tick at t={now:g}, answered as quiet (stable until {quiet.until:g}), "
+                f"{' and '.join(wrong)}: a clock threshold is missing from core.stable.stable_until"
+            )
+        self.quiet_ticks += 1
+        return wake
 
     def _abort_surplus_boots(self, sim: SimSlurm, plan: Plan | None) -> None:
         """The daemon's abort of surplus held boots (`core.surplus_held_boots`): held boots with an instance, not
@@ -470,7 +540,8 @@ class GpuFleetPolicy:
                 if not nm.launched and not nm.down:
                     booting[nm.pool.name] = booting.get(nm.pool.name, 0) + 1
             for pool_name, n in split.boot.items():
-                sim.boot_held(pool_name, n - booting.get(pool_name, 0))
+                if n > booting.get(pool_name, 0):
+                    sim.boot_held(pool_name, n - booting.get(pool_name, 0))
         want = split.release
         cands: dict[str, list[str]] = {}
         for pool_name, n in want.items():

@@ -51,10 +51,11 @@ and timer ticks, and acts through the same commands a real one has (launch by na
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -68,6 +69,20 @@ from autoscaler.sim import NodeEventKind, SimClock, SimCloud, SimConfig
 from fleet.catalog import CapacityType, load_catalog
 from fleet.slurm.job_submit import Prefer, preferences
 from fleet.slurm.weights import pool_shapes, pool_weights
+
+
+def command(fn: Callable) -> Callable:  # type: ignore[type-arg]
+    """Marks a command a driver may run on the simulated Slurm (its `scontrol`, its cloud calls): each call
+    counts as a change (`SimSlurm.version`), whatever it did."""
+
+    @functools.wraps(fn)
+    def run(self: SimSlurm, *args: object, **kw: object) -> object:
+        self.version += 1
+        return fn(self, *args, **kw)
+
+    run.is_command = True  # type: ignore[attr-defined]
+    return run
+
 
 _SUBMIT, _END, _RESUME, _TIMEOUT, _IDLE, _RETURN, _TICK, _ELIGIBLE = range(8)
 
@@ -215,6 +230,9 @@ class SimSlurm:
         )
         self.timeline = Timeline()
         self.counters = EngineCounters()
+        #: counts every change a driver did not make itself in its tick, and every command it ran (`command`): a
+        #: driver that finds it where its last tick left it knows Slurm looks as it did then, time apart
+        self.version = 0
         self.t_start = self.state.jobs[0].submit
         self.t_end: float | None = None
         self.wall_s = 0.0
@@ -259,6 +277,7 @@ class SimSlurm:
             changed = False
             for ev in self.cloud.advance(t):
                 self.counters.events += 1
+                self.version += 1
                 nm = self.names.get(ev.name)
                 if nm is None or not nm.launched:
                     continue
@@ -272,6 +291,8 @@ class SimSlurm:
             while self._heap and self._heap[0][0] <= t:
                 _, kind, _, payload = heapq.heappop(self._heap)
                 self.counters.events += 1
+                if kind != _TICK:
+                    self.version += 1
                 if kind == _END:
                     job, attempt = payload  # type: ignore[misc]
                     if job.state is JobState.RUNNING and job.attempt == attempt:
@@ -303,6 +324,7 @@ class SimSlurm:
                     self._tick_at = math.inf
                     tick = True
             while nxt < n and jobs[nxt].submit <= t:
+                self.version += 1
                 self.state.submit(jobs[nxt])
                 if submitted is not None:
                     submitted(self, jobs[nxt])
@@ -464,6 +486,7 @@ class SimSlurm:
         want = self.prefer.get(job.gpus_per_node)
         return frozenset({want.machine_type}) if want is not None else None
 
+    @command
     def allow(self, job: Job, machine_types: frozenset[str]) -> None:
         """`scontrol update jobid=N features=a|b`: `job`'s constraint now allows `machine_types`."""
         self.constraints[job.idx] = machine_types
@@ -535,6 +558,7 @@ class SimSlurm:
         """Node name -> its Weight now, for the registered nodes: what `sinfo` shows the daemon."""
         return {nm.node.name: self._node_weight(nm) for nm in self.registered()}
 
+    @command
     def set_weights(self, changes: Mapping[int, Sequence[str]]) -> None:
         """The daemon's `scontrol update nodename=... weight=W`, one per Weight: from now on slurmctld orders those
         nodes by W among the nodes that need no power-up.  A name Slurm does not know is ignored."""
@@ -798,6 +822,7 @@ class SimSlurm:
 
     # ---- commands a driver may run ----------------------------------------------------------------------
 
+    @command
     def launch(self, cmd: ScaleUp) -> ProviderError | None:
         """Create the instances of exactly `cmd.names` (names Slurm allocated); the provider's refusal is
         returned (stockout, quota)."""
@@ -828,6 +853,7 @@ class SimSlurm:
             self.counters.nodes_launched += 1
         return None
 
+    @command
     def delete(self, pool: str, names: Sequence[str]) -> list[str]:
         """Delete instances by name; never one with a job (the daemon's guard)."""
         out = []
@@ -849,6 +875,7 @@ class SimSlurm:
             self.counters.deletes += 1
             self._drop_instance(nm, self.now)
 
+    @command
     def fail_resume(self, names: Sequence[str]) -> None:
         """The resume itself failed (slurm-gcp marks the nodes DOWN at once): jobs requeued, nodes DOWN."""
         for name in names:
@@ -861,6 +888,7 @@ class SimSlurm:
             self._room[nm.pool.name].pop(name, None)
             self.down[name] = nm
 
+    @command
     def delete_down(self, pool: str, names: Sequence[str]) -> None:
         """Delete the instances of DOWN names and leave them DOWN (the daemon's delete by name before it returns a
         timed-out name to service with `state=resume`)."""
@@ -869,6 +897,7 @@ class SimSlurm:
             if nm is not None:
                 self._delete_instance(pool, nm)
 
+    @command
     def return_to_service(self, names: Sequence[str]) -> None:
         """`scontrol update state=resume` of DOWN nodes: back to powered down (idle~)."""
         for name in names:
@@ -881,6 +910,7 @@ class SimSlurm:
         self.state.pending_changed = True
         self.schedule(self.now)
 
+    @command
     def drain(self, names: Sequence[str]) -> None:
         """`scontrol update state=drain`: an idle node takes no job; a busy registered one (a cordon) keeps its
         running jobs, takes no more, and stays drained once they end."""
@@ -897,6 +927,7 @@ class SimSlurm:
             self.draining[name] = nm
             self.counters.drains += 1
 
+    @command
     def power_up(self, pool_name: str, count: int) -> list[str]:
         """`scontrol update nodename=... state=power_up` of `count` powered-down names of a pool, lowest first (what
         the daemon does for standby nodes): each name is POWERING_UP with no job, in the next ResumeProgram batch,
@@ -912,6 +943,7 @@ class SimSlurm:
             self.schedule(now)  # pending jobs may take a node powering up
         return out
 
+    @command
     def boot_held(self, pool_name: str, count: int) -> list[str]:
         """`scontrol update nodename=... state=power_up` of `count` drained powered-down names of a held pool,
         lowest first, released ones excepted (late binding): each is POWERING_UP+DRAIN with no job, in the next
@@ -937,6 +969,7 @@ class SimSlurm:
         """Names booted drained (`boot_held`) and not undrained yet (until powered off, deleted ones included)."""
         return list(self._held_boots.values())
 
+    @command
     def undrain_held(self, names: Sequence[str]) -> None:
         """`scontrol update state=undrain` of registered held boots: idle and allocatable from now on."""
         for name in names:
@@ -950,10 +983,12 @@ class SimSlurm:
         self.state.pending_changed = True
         self.schedule(self.now)
 
+    @command
     def hold(self, pools: frozenset[str]) -> None:
         """The driver keeps these pools' powered-down names drained (`scontrol update state=drain`)."""
         self.held = pools
 
+    @command
     def release(self, pool: str, indices: Sequence[int], *, grace_s: float) -> None:
         """Undrain these powered-down names of a held pool (Slurm allocates them to pending jobs); released names
         nobody took within `grace_s` are drained again."""

@@ -34,6 +34,9 @@ cheaper (`held_pools`, `held_launches`, `take_names`); under late binding every 
 launches boot held names drained instead (`late_binding`), and a held boot no pending job needs any more is
 aborted when its shape has no idle keep (`surplus_held_boots`).
 
+`stable.py`: until when the core's answer stands if only the clock moves (`stable_until`: the clock thresholds it
+reads).  The replay uses it to answer the daemon's repeated polls without planning again.
+
 Adding a queue source (e.g. Kubernetes/Kueue, `autoscaler/kube`): produce `ResumeUnit`s for capacity the
 scheduler bound to node names (a ProvisioningRequest's nodes, one unit per workload so it is all or nothing),
 `WorkUnit`s for work nothing could place, an `Inventory` from its nodes, and `SchedulerNode` facts (a node is

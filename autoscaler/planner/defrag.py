@@ -30,6 +30,7 @@ never oversized; neither is a node with no smaller shape at its price (then pack
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
+from types import MappingProxyType
 
 from autoscaler.cloud import Offering
 from autoscaler.model import Drain, Inventory, NodeState, Policy, Pool
@@ -41,7 +42,7 @@ _REL_EPS = 1e-6  # prices within a millionth are "the same per GPU"
 
 
 @recent_calls(4)
-def step_down(pools: Iterable[Pool], offerings: Iterable[Offering]) -> dict[str, int]:
+def step_down(pools: Iterable[Pool], offerings: Iterable[Offering]) -> Mapping[str, int]:
     """Pool name -> GPUs of its step-down shape (0: none, the pool's nodes are never oversized).
 
     The step down of a pool of G GPUs is the largest s < G such that some pool of the same
@@ -78,7 +79,7 @@ def step_down(pools: Iterable[Pool], offerings: Iterable[Offering]) -> dict[str,
                 ):
                     best = gpus
         out[p.name] = best
-    return out
+    return MappingProxyType(out)  # remembered and shared (`recent_calls`): read-only
 
 
 def placement_caps(steps: Mapping[str, int], pools: Mapping[str, Pool], gpus: int) -> dict[str, int]:
@@ -150,7 +151,7 @@ def step_down_pools(pool: Pool, gpus: int, pools: Iterable[Pool]) -> frozenset[s
 
 
 @recent_calls(4)
-def pool_gpu_prices(pools: Iterable[Pool], offerings: Iterable[Offering]) -> dict[str, float]:
+def pool_gpu_prices(pools: Iterable[Pool], offerings: Iterable[Offering]) -> Mapping[str, float]:
     """Pool name -> the marginal $/GPU-h of its cheapest offering (0 for reservation capacity)."""
     by_machine: dict[tuple[str, str, str], float] = {}
     for o in offerings:
@@ -163,7 +164,7 @@ def pool_gpu_prices(pools: Iterable[Pool], offerings: Iterable[Offering]) -> dic
         v = by_machine.get((p.provider, p.machine_type, str(p.capacity_type)))
         if v is not None:
             out[p.name] = v
-    return out
+    return MappingProxyType(out)  # remembered and shared (`recent_calls`): read-only
 
 
 def worth_reusing(pool_gpu_usd: float, new_gpu_usd: float, policy: Policy) -> bool:

@@ -8,7 +8,8 @@ equal items in the same order).  The inputs are frozen dataclasses, so equal inp
 tuple compare is done in C and takes an identical object as equal without calling its `__eq__`, so the usual hit
 (the very same objects) costs a pointer compare per item.  A few calls are remembered because one tick plans
 more than once (each pool's resumed names alone, then the whole queue).  Results are shared between callers, so
-they must not be mutated.
+they must not be mutated: `step_down` and `pool_gpu_prices` return read-only mappings; the `OfferBook`'s
+candidate lists are plain lists that no caller writes (not enforced).
 """
 
 from __future__ import annotations

@@ -620,16 +620,8 @@ class GpuFleetPolicy:
         return self._launched_nodes(sim)
 
     def _launched_nodes(self, sim: SimSlurm) -> tuple[Node, ...]:
-        """Every node with an instance, as the daemon reads them (`_node`; the cache is looked up inline here,
-        the replay's hottest loop)."""
-        cache = self._nodes
-        out = []
-        for nm in sim.names.values():
-            if nm.launched:
-                n = nm.node
-                hit = cache.get(n.name)
-                out.append(hit[2] if hit is not None and hit[0] is n and hit[1] == n.version else self._node(n))
-        return tuple(out)
+        """Every node with an instance, as the daemon reads them (`_node`)."""
+        return tuple(self._node(nm.node) for nm in sim.names.values() if nm.launched)
 
     def _scale_down_nodes(
         self, sim: SimSlurm, now: float, cordonable: Sequence[SimNode], *, full: bool

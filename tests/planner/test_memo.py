@@ -1,5 +1,6 @@
 """The planner's catalog memo (`autoscaler.planner.memo.recent_calls`): a hit only on equal arguments, any change
-recomputed, arguments read once, unordered arguments refused, and a repriced catalog seen by `step_down`."""
+recomputed, arguments read once, unordered arguments refused, a repriced catalog seen by `step_down`, and the
+remembered mappings read-only."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaler.planner.defrag import step_down
+from autoscaler.planner.defrag import pool_gpu_prices, step_down
 from autoscaler.planner.memo import recent_calls
 from fleet.catalog import CapacityType
 from tests.planner.factory import family_offerings, family_pools
@@ -62,3 +63,12 @@ def test_a_step_down_follows_a_price_change_of_the_same_offering_keys() -> None:
     dear = [replace(o, hourly_usd=o.hourly_usd * 2) if o.gpus_per_node < 8 else o for o in offs]
     assert step_down(pools, dear)["h8-on-demand"] == 0
     assert step_down(pools, offs) == before
+
+
+def test_a_remembered_mapping_cannot_be_changed_by_one_caller_under_another() -> None:
+    pools = family_pools(caps=(OD,))
+    offs = family_offerings(caps=(OD,))
+    for remembered in (step_down(pools, offs), pool_gpu_prices(pools, offs)):
+        with pytest.raises(TypeError):
+            remembered["h8-on-demand"] = 0  # type: ignore[index]
+    assert step_down(pools, offs)["h8-on-demand"] > 0

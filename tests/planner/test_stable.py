@@ -13,7 +13,8 @@ from autoscaler.core import queue_depth
 from autoscaler.core.hold import PREEMPT_GRACE_S
 from autoscaler.core.stable import stable_until
 from autoscaler.model import NodeState, Plan, Policy, UnavailableOffering
-from tests.planner.factory import family_offerings, family_pools, inv, key, node, unit
+from fleet.catalog import CapacityType
+from tests.planner.factory import family_offerings, family_pools, inv, key, node, offering, pool, unit
 
 
 def commands(plan: Plan) -> tuple:
@@ -76,6 +77,24 @@ def test_commands_hold_until_the_bound_and_the_threshold_is_within_it(name: str,
     for t in (now + (until - now) / 3, now + 2 * (until - now) / 3, until - 1e-6):
         assert decide(pending, nodes, policy, t, memory) == at_now, f"{name}: changed at {t} before {until}"
     assert decide(pending, nodes, policy, threshold + 1e-6, memory) != at_now, f"{name}: {threshold} changes nothing"
+
+
+def test_a_flex_start_wait_is_a_threshold() -> None:
+    """A job in a flex-start queue may wait for flex-start capacity until its wait is used up, then it gets
+    on-demand: the plan's scale-up changes pool there."""
+    flex = CapacityType.FLEX_START
+    pools = [pool(8), pool(8, flex)]
+    offs = [offering(8), offering(8, flex, price=50.0)]
+    policy = Policy(flex_start_queues=frozenset({"train"}), flex_start_max_wait_s=30.0)
+    u = unit("a", 8, queue="train")
+    until = stable_until(1.0, [u], [], policy)
+    assert until == 30.0
+
+    def pools_launched(t: float) -> list[str]:
+        return [su.pool for su in queue_depth([u], inv(pools), offs, policy, t, ()).scale_ups]
+
+    assert pools_launched(1.0) == pools_launched(until - 1e-6) == [pool(8, flex).name]
+    assert pools_launched(until + 1e-6) == [pool(8).name]
 
 
 def test_the_preemption_grace_of_a_pending_job_is_a_threshold() -> None:

@@ -6,6 +6,7 @@
     .venv/bin/python bench/autoscaler_claims.py --frontier 2,50,125,50:no-warm-cap  # + the Pareto check
     .venv/bin/python bench/autoscaler_claims.py --json > claims.json
     .venv/bin/python bench/autoscaler_claims.py --from-json claims.json   # the table again, no replays
+    .venv/bin/python bench/autoscaler_claims.py --verify-quiet    # + check every quietly answered poll (slower)
 
 Per run (one trace x scenario, every policy replayed on the same jobs and cloud):
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import traceback
@@ -199,7 +201,15 @@ def main() -> int:
     ap.add_argument("--save", type=Path, help="also write every run and check as JSON to this file")
     ap.add_argument("--from-json", type=Path, help="judge and print runs saved by --json/--save (no replays)")
     ap.add_argument("--markdown", action="store_true", help="with --from-json: the per-run table as markdown")
+    ap.add_argument(
+        "--verify-quiet",
+        action="store_true",
+        help="also run the full tick for every poll gpu-fleet's replay answers quietly, and fail a run whose answer "
+        "differs (FLEET_REPLAY_VERIFY_QUIET=1; the speed check then measures the check, not the replay)",
+    )
     args = ap.parse_args()
+    if args.verify_quiet:
+        os.environ["FLEET_REPLAY_VERIFY_QUIET"] = "1"  # read by every GpuFleetPolicy, in the workers too
     if args.from_json:
         saved = json.loads(args.from_json.read_text())
         rows = [(r, checks(r)) for r in saved]

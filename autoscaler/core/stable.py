@@ -49,14 +49,14 @@ def stable_until(
             t = u.submit_time + w
             if now <= t < first:
                 first = t
-    timeouts: dict[str, tuple[float, ...]] = {}
+    timeouts: dict[str, tuple[float, ...]] = {}  # machine type -> its boot and idle timeouts
     boot = () if policy.boot_timeout_s is None else (policy.boot_timeout_s,)
     for n in nodes:
         m = n.offering.machine_type
-        pair = timeouts.get(m)
-        if pair is None:
-            pair = timeouts[m] = (*boot, policy.idle_timeout_for(m))
-        for w in pair:
+        node_waits = timeouts.get(m)
+        if node_waits is None:
+            node_waits = timeouts[m] = (*boot, policy.idle_timeout_for(m))
+        for w in node_waits:
             t = n.since + w
             if now <= t < first:
                 first = t

@@ -326,11 +326,12 @@ class GpuFleetPolicy:
                 return self._wake(sim, now, False)
             return self._verify_quiet(sim, quiet)
         version, calls = sim.version, self.planner_calls
-        wake = self._full_tick(sim, now)
-        self._quiet = self._quiet_after(sim, now, version, self.planner_calls - calls)
+        wake, pending, nodes = self._full_tick(sim, now)
+        self._quiet = self._quiet_after(sim, now, version, self.planner_calls - calls, pending, nodes)
         return wake
 
-    def _full_tick(self, sim: SimSlurm, now: float) -> float | None:
+    def _full_tick(self, sim: SimSlurm, now: float) -> tuple[float | None, list[WorkUnit], tuple[Node, ...]]:
+        """The daemon's tick; returns its wake-up, and the pending units and nodes its queue-depth plan read."""
         if self.tracker is not None:
             self.policy = self.tracker.current(
                 now,
@@ -414,19 +415,28 @@ class GpuFleetPolicy:
         if late:
             self._abort_surplus_boots(sim, plan)
         self._reweigh(sim)
-        return self._wake(sim, now, refused)
+        return self._wake(sim, now, refused), pending, nodes
 
-    def _quiet_after(self, sim: SimSlurm, now: float, version: int, planner_calls: int) -> _Quiet | None:
+    def _quiet_after(
+        self,
+        sim: SimSlurm,
+        now: float,
+        version: int,
+        planner_calls: int,
+        pending: Sequence[WorkUnit],
+        nodes: Sequence[Node],
+    ) -> _Quiet | None:
         """After a tick that ran no command (Slurm's version unchanged) and launched nothing from the power queue:
-        its decision stands until a clock threshold of the core (`core.stable.stable_until`) or the settings'
-        next refresh, as long as nothing happens in Slurm.  None after any other tick, or with standby nodes (their
-        units are dated `now`)."""
+        its decision stands until a clock threshold of the core (`core.stable.stable_until`) over the `pending`
+        units and `nodes` its plan read, or the settings' next refresh, as long as nothing happens in Slurm (the
+        next poll then reads the same).  None after any other tick, or with standby nodes (their units are dated
+        `now`)."""
         if sim.version != version or self._open or self.policy.standby_by_machine:
             return None
         until = stable_until(
             now,
-            [self._unit(j) for j in sim.pending_jobs()],
-            self._launched_nodes(sim),
+            pending,
+            nodes,
             self.policy,
             self.unavailable,
             [at for rel in sim.released.values() for at in rel.values()],
@@ -440,7 +450,7 @@ class GpuFleetPolicy:
         now = sim.now
         expected = self._wake(sim, now, False)
         calls = self.planner_calls
-        wake = self._full_tick(sim, now)
+        wake = self._full_tick(sim, now)[0]
         wrong = [
             *(["ran commands"] if sim.version != quiet.version else []),
             *([f"woke at {wake} instead of {expected}"] if wake != expected else []),

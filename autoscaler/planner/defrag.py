@@ -4,7 +4,8 @@ When shapes of one GPU type cost the same per GPU-hour (a3-highgpu 1g/2g/4g/8g),
 an 8-GPU node saves nothing and risks everything: the node is billed whole for as long as any job
 runs on it, so one long small job keeps seven paid GPUs idle for hours.  The node's "step down"
 is the largest smaller shape of its GPU type and capacity type, launchable by some pool, whose
-$/GPU-h is no higher than the node's own (`step_down`).  A node whose used GPUs fit its step down
+$/GPU-h is no higher than the node's own (`step_down`; prices within `fleet.catalog.price_ties`' tolerance are
+the same price).  A node whose used GPUs fit its step down
 is *oversized* for its work.  Two pure passes follow:
 
 - `placement_caps`: the planner places a unit of `g` GPUs on a node only if the node is not left
@@ -37,8 +38,7 @@ from autoscaler.model import Drain, Inventory, NodeState, Policy, Pool
 from autoscaler.planner.memo import recent_calls
 from autoscaler.planner.offers import marginal_hourly
 from fleet.catalog import CapacityType
-
-_REL_EPS = 1e-6  # prices within a millionth are "the same per GPU"
+from fleet.catalog.price_ties import SAME_PRICE_USD_PER_GPU_HOUR
 
 
 @recent_calls(4)
@@ -75,7 +75,7 @@ def step_down(pools: Iterable[Pool], offerings: Iterable[Offering]) -> Mapping[s
                     and gtype == p.gpu_type
                     and cap == str(p.capacity_type)
                     and best < gpus < p.gpus_per_node
-                    and r <= own * (1 + _REL_EPS)
+                    and r <= own + SAME_PRICE_USD_PER_GPU_HOUR
                 ):
                     best = gpus
         out[p.name] = best

@@ -5,7 +5,8 @@ queue, effective spot / flex-start rights).  `OfferBook.streams` yields, for one
 launchable (offering, pool) pair, lazily, ordered by the effective $/h *per unit served*: reservation
 capacity costs 0 (it is paid for, so it is filled first); a node of G GPUs serves
 min(G // gpus, units in class) single units, which bin-packs small units when only big shapes are
-cheap and right-sizes when shapes cost the same per GPU (ties go to the smaller machine).  Then
+cheap and right-sizes when shapes cost the same per GPU (ties, to `fleet.catalog.price_ties`' tolerance, go to the
+smaller machine).  Then
 capacity preference (reservation, on-demand, spot, flex-start), then zone and name for determinism.
 """
 
@@ -20,6 +21,7 @@ from autoscaler.model import Policy, Pool, UnavailableOffering, UnservedReason, 
 from autoscaler.planner.backoff import split_backed_off
 from autoscaler.planner.memo import recent_calls
 from fleet.catalog import CapacityType
+from fleet.catalog.price_ties import SAME_PRICE_USD_PER_GPU_HOUR
 
 CAPACITY_RANK = {
     CapacityType.RESERVATION: 0,
@@ -114,16 +116,20 @@ def _order(c: Candidate) -> tuple:
 class CandidateStream:
     """Candidates of one class, best first, produced lazily: each shape (GPUs per node) is a list
     pre-sorted by $/h, and the per-unit cost factor is constant within a shape, so a k-way merge
-    of the shapes yields the class order without building and sorting every candidate."""
+    of the shapes yields the class order without building and sorting every candidate.
 
-    def __init__(self, groups: list[tuple[float, int, list[Candidate]]], keep=None) -> None:
+    Costs per unit within `tolerance` of a run's cheapest are the same cost (`fleet.catalog.price_ties`: the
+    price list's rounding makes a2-highgpu-2g $0.00005/GPU-h cheaper than -1g in some regions): such a run
+    comes in capacity preference, then the smaller shape, then cost order."""
+
+    def __init__(self, groups: list[tuple[float, int, list[Candidate]]], keep=None, tolerance: float = 0.0) -> None:
         # groups: (cost factor, gpus per node, candidates sorted by _order)
         def keyed(factor: float, gpus: int, cands: list[Candidate]) -> Iterator[tuple]:
             for i, c in enumerate(cands):
                 if keep is None or keep(c):
-                    yield (round(c.hourly_usd * factor, 6), CAPACITY_RANK[c.key.capacity_type], gpus, i, c)
+                    yield (c.hourly_usd * factor, CAPACITY_RANK[c.key.capacity_type], gpus, i, c)
 
-        self._it = (t[-1] for t in heapq.merge(*(keyed(f, g, cs) for f, g, cs in groups)))
+        self._it = _same_cost_runs(heapq.merge(*(keyed(f, g, cs) for f, g, cs in groups)), tolerance)
         self._head: Candidate | None = next(self._it, None)
 
     def peek(self) -> Candidate | None:
@@ -137,6 +143,24 @@ class CandidateStream:
         out = [] if self._head is None else [self._head, *self._it]
         self._it = iter(out[1:])
         return out
+
+
+def _same_cost_runs(merged: Iterable[tuple], tolerance: float) -> Iterator[Candidate]:
+    """The candidates of `merged` ((cost, capacity rank, GPUs, position, candidate), by cost), each run of costs
+    within `tolerance` of the run's first in (capacity rank, GPUs, cost, position) order."""
+    run: list[tuple] = []
+    for t in merged:
+        if run and t[0] > run[0][0] + tolerance:
+            run.sort(key=_run_order)
+            yield from (x[-1] for x in run)
+            run = []
+        run.append(t)
+    run.sort(key=_run_order)
+    yield from (x[-1] for x in run)
+
+
+def _run_order(t: tuple) -> tuple:
+    return t[1], t[2], t[0], t[3]
 
 
 class OfferBook:
@@ -226,7 +250,8 @@ class OfferBook:
                 p = c.pool
                 return not (p.compact_placement and p.placement_max_vms and n > p.placement_max_vms)
 
-        r, m = CandidateStream(res_groups, keep), CandidateStream(market_groups, keep)
+        tolerance = SAME_PRICE_USD_PER_GPU_HOUR * g * n  # per unit served: g GPUs, on n nodes for a gang
+        r, m = CandidateStream(res_groups, keep, tolerance), CandidateStream(market_groups, keep, tolerance)
         none = None if (r.peek() or m.peek()) else self.why_none(cls)
         return r, m, none
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from autoscaler.slurm.constraint import RIGHT_SIZED_MARK
 from autoscaler.slurm.wake import submit_wake_path
 from fleet.catalog import CapacityType
-from fleet.slurm.weights import PoolShape, shape_key
+from fleet.slurm.weights import PoolShape, ranked
 
 __all__ = ["RESERVATION_FEATURE", "Prefer", "constraints", "preferences", "render_job_submit"]
 
@@ -169,9 +169,9 @@ return slurm.SUCCESS
 
 def _right_sized(shapes: Sequence[PoolShape], gpus: int) -> str:
     """The machine type a job of `gpus` GPUs per node should get among `shapes` (some of which fit it): the one that
-    ranks first (`shape_key`: cheapest $/GPU-hour, then fewer GPUs; the name breaks ties, so renders are stable)."""
-    fits = [s for s in shapes if s.gpus >= gpus]
-    return min(fits, key=lambda s: (*shape_key(s), s.machine_type)).machine_type
+    ranks first (`weights.ranked`: cheapest $/GPU-hour, then fewer GPUs; the name breaks ties, so renders are
+    stable)."""
+    return ranked([s for s in shapes if s.gpus >= gpus])[0].machine_type
 
 
 def preferences(
@@ -207,13 +207,13 @@ def constraints(partitions: Mapping[str, Sequence[PoolShape]]) -> dict[str, dict
 
 
 def constraint_shapes(partitions: Mapping[str, Sequence[PoolShape]]) -> dict[str, list[PoolShape]]:
-    """Partition -> its machine types (one `PoolShape` each), best first (`shape_key`, then the name): the constrain
+    """Partition -> its machine types (one `PoolShape` each), best first (`weights.ranked`): the constrain
     mode lua gives a job the first whose nodes have its GPUs, CPUs and memory per node; for GPUs alone that is
     `constraints`' choice.  Partitions without GPU shapes are left out."""
     out: dict[str, list[PoolShape]] = {}
     for part, shapes in partitions.items():
         by_type: dict[str, PoolShape] = {}
-        for s in sorted(shapes, key=lambda s: (*shape_key(s), s.machine_type)):
+        for s in ranked(shapes):
             by_type.setdefault(s.machine_type, s)
         if by_type and max(s.gpus for s in by_type.values()) > 0:
             out[part] = list(by_type.values())

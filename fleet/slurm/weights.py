@@ -3,8 +3,9 @@
 A node's Weight encodes, most significant first:
 
 1. the capacity tier: reservation < spot < flex-start < on-demand (paid-for capacity first, then the cheapest);
-2. the shape's rank within the tier: cheapest $/GPU-hour (to the cent) first, then fewer GPUs (right-sizing: with
-   equal per-GPU prices a 1-GPU job takes a 1-GPU node, never an 8-GPU node that one small job would pin).
+2. the shape's rank within the tier: cheapest $/GPU-hour first (prices within `fleet.catalog.price_ties`' tolerance
+   are the same price), then fewer GPUs (right-sizing: with equal per-GPU prices a 1-GPU job takes a 1-GPU node,
+   never an 8-GPU node that one small job would pin).
 
     weight = TIER_BASE[capacity] + rank
 
@@ -20,10 +21,12 @@ node kept warm serves the next job without any weight change); among powered-dow
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fleet.catalog import CapacityType, Catalog
+from fleet.catalog.price_ties import price_tiers
 from fleet.slurm.node_size import real_memory_mib
 
 __all__ = [
@@ -33,7 +36,8 @@ __all__ = [
     "node_weight",
     "pool_shapes",
     "pool_weights",
-    "shape_key",
+    "ranked",
+    "shape_keys",
     "shape_ranks",
 ]
 
@@ -68,12 +72,18 @@ def node_weight(capacity: CapacityType, rank: int) -> int:
     return TIER_BASE[capacity] + rank
 
 
-def shape_key(s: PoolShape) -> tuple[float, int]:
-    """The order of shapes within a tier: $/GPU-hour to the cent (unpriced last), then GPUs."""
-    # per-GPU prices equal to the cent are equal (a3-highgpu-8g spot is $0.00001/GPU-h under -1g: not a reason to
-    # put a 1-GPU job on an 8-GPU node)
-    price = round(s.usd_per_gpu_hour, 2) if s.usd_per_gpu_hour is not None else float("inf")
-    return price, s.gpus
+def shape_keys(shapes: Sequence[PoolShape]) -> dict[PoolShape, tuple[float, int]]:
+    """Each shape's place in the order of `shapes`: (price tier, GPUs), unpriced shapes after every priced one.
+    Prices in one tier are the same price (`fleet.catalog.price_ties`): a3-highgpu-8g spot, $0.0000125/GPU-h under
+    -1g by the price list's rounding, is not a reason to put a 1-GPU job on an 8-GPU node."""
+    tiers = price_tiers(s.usd_per_gpu_hour for s in shapes if s.usd_per_gpu_hour is not None)
+    return {s: (math.inf if s.usd_per_gpu_hour is None else tiers[s.usd_per_gpu_hour], s.gpus) for s in shapes}
+
+
+def ranked(shapes: Sequence[PoolShape]) -> list[PoolShape]:
+    """`shapes` best first: `shape_keys`, then the machine type's name (so renders are stable)."""
+    keys = shape_keys(shapes)
+    return sorted(shapes, key=lambda s: (*keys[s], s.machine_type))
 
 
 def shape_ranks(shapes: Iterable[PoolShape]) -> dict[str, int]:
@@ -84,9 +94,10 @@ def shape_ranks(shapes: Iterable[PoolShape]) -> dict[str, int]:
         by_tier.setdefault(s.capacity, []).append(s)
     out: dict[str, int] = {}
     for tier in by_tier.values():
-        keys = sorted({shape_key(s) for s in tier})
+        keys = shape_keys(tier)
+        order = sorted(set(keys.values()))
         for s in tier:
-            out[s.pool] = keys.index(shape_key(s))
+            out[s.pool] = order.index(keys[s])
     return out
 
 

@@ -236,10 +236,19 @@ def main() -> int:
     ap.add_argument("--spot-fraction", type=float, default=0.0)
     ap.add_argument("--stockout-rate", type=float, default=0.0)
     ap.add_argument("--preemption-rate", type=float, default=None)
+    ap.add_argument("--machine-family", default=None)
+    ap.add_argument("--region", default=None)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    jobs = generate(a.trace.split(":")[1], 0) if a.trace.startswith("synth:") else load_trace(a.trace)
+    if a.trace.startswith("synth:"):
+        _, regime, *seed = a.trace.split(":")
+        jobs = generate(regime, int(seed[0]) if seed else 0)
+    else:
+        jobs = load_trace(a.trace)
     kw: dict[str, Any] = {"reserved_nodes": a.reserved_nodes, "spot_fraction": a.spot_fraction}
+    for field in ("machine_family", "region"):
+        if getattr(a, field) is not None:
+            kw[field] = getattr(a, field)
     kw["stockout_rate"] = a.stockout_rate
     if a.preemption_rate is not None:
         kw["preemption_rate_per_hour"] = a.preemption_rate

@@ -22,6 +22,9 @@ Per run (one trace x scenario, every policy replayed on the same jobs and cloud)
   worker, i.e. its wall time on a core of its own; the wall time on the shared machine is shown beside it).
 - `--seeds 0,1,2` replays each generated regime at those seeds (`synth:REGIME:SEED`, as `fleet simulate --trace`
   takes it; seed 0, the default, is the one the settings were looked at on);
+- `--regime-scenarios held-out` replays each generated regime under scenarios nothing was looked at on (`HELD_OUT`:
+  A100 and L4 families, H100 in europe-west4, 120 s and 900 s boots, a small reservation with spot and
+  stockouts), with the same checks;
 - with `--frontier S,...`: on cluster04 defaults and the short regime, for each baseline some gpu-fleet
   setting (the default, or one of the settings: a wait value W, or `W:no-warm-cap`, that wait value with
   `Policy.warm_cap` false) is no more expensive and no slower at p50 and p95.
@@ -54,6 +57,18 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "res40-spot0.3-so0.2": {"reserved_nodes": 40, "spot_fraction": 0.3, "stockout_rate": 0.2},
 }
+#: scenarios for the generated regimes that no setting or rule was looked at on (`--regime-scenarios`): other GPU
+#: families and price lists (A100, L4 with unequal per-GPU prices, H100 in Europe), other boot times, a small
+#: reservation with spot and stockouts (seed 7 for the spot draw and the stockouts)
+HELD_OUT: dict[str, dict[str, Any]] = {
+    "a2-highgpu": {"machine_family": "a2-highgpu"},
+    "a2-highgpu-asia-southeast1": {"machine_family": "a2-highgpu", "region": "asia-southeast1"},
+    "g2-standard": {"machine_family": "g2-standard"},
+    "europe-west4": {"region": "europe-west4"},
+    "boot120": {"boot_seconds": 120.0},
+    "boot900": {"boot_seconds": 900.0},
+    "res10-spot0.3-so0.2": {"reserved_nodes": 10, "spot_fraction": 0.3, "stockout_rate": 0.2, "seed": 7},
+}
 AUTOSCALERS = ("slurm-power-save", "ca-like", "karpenter-like")
 BASELINES = ("static-peak", "slurm-power-save", "ca-like", "karpenter-like", "exact-fit")
 KEEP = (
@@ -82,7 +97,7 @@ def _task(trace: str, scenario_name: str, frontier: list[FrontierSetting]) -> di
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         jobs = generate(*parse_synth_spec(trace)) if trace.startswith("synth:") else load_trace(trace)
-        result = run_scenario(jobs, Scenario(trace=trace, **SCENARIOS[scenario_name]))
+        result = run_scenario(jobs, Scenario(trace=trace, **{**SCENARIOS, **HELD_OUT}[scenario_name]))
         out["wall_s"] = round(time.perf_counter() - t0, 1)
         out["cpu_s"] = round(time.process_time() - c0, 1)
         sc = result.as_json()["scenario"]
@@ -196,6 +211,12 @@ def main() -> int:
         default="0",
         help="seeds of the generated regimes, comma-separated (default 0; the Pareto check runs on seed 0 only)",
     )
+    ap.add_argument(
+        "--regime-scenarios",
+        default="defaults",
+        help=f"scenarios of the generated regimes, comma-separated: defaults, or held out: {', '.join(HELD_OUT)}, "
+        "or 'held-out' for all of those (the Pareto check runs on defaults only)",
+    )
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--json", action="store_true", help="print every run and check as JSON")
     ap.add_argument("--save", type=Path, help="also write every run and check as JSON to this file")
@@ -241,12 +262,22 @@ def main() -> int:
         seeds = [int(v) for v in args.seeds.split(",") if v.strip()]
     except ValueError:
         ap.error(f"--seeds: {args.seeds!r} is not a comma-separated list of integers")
+    regime_scenarios = []
+    for s in (s.strip() for s in args.regime_scenarios.split(",") if s.strip()):
+        if s == "held-out":
+            regime_scenarios += list(HELD_OUT)
+        elif s == "defaults" or s in HELD_OUT:
+            regime_scenarios.append(s)
+        else:
+            ap.error(f"--regime-scenarios: unknown scenario {s!r} (known: defaults, held-out, {', '.join(HELD_OUT)})")
     for r in (r.strip() for r in args.regimes.split(",") if r.strip()):
         if r not in REGIMES:
             ap.error(f"--regimes: unknown regime {r!r} (known: {', '.join(REGIMES)})")
         for seed in seeds:
             trace = f"synth:{r}" if seed == 0 else f"synth:{r}:{seed}"  # fleet simulate's synth:REGIME[:SEED]
-            tasks.append((1 << 20, trace, "defaults", frontier if (r == "short" and seed == 0) else []))
+            for s in regime_scenarios:
+                pareto = r == "short" and seed == 0 and s == "defaults"
+                tasks.append((1 << 20, trace, s, frontier if pareto else []))
     if missing:
         print(f"note: skipped {len(missing)} missing trace(s): {', '.join(missing)}", file=sys.stderr)
     tasks.sort(key=lambda t: -t[0])

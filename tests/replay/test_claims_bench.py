@@ -77,3 +77,26 @@ def test_pareto_needs_one_setting_no_costlier_and_no_slower_at_p50_and_p95_per_b
     run["frontier"].append({"wait_value_usd_per_gpu_hour": 50.0, "setting": "50:no-warm-cap", **_m(104, 0, 0)})
     rows = {name: (st, detail) for name, st, detail in claims.checks(run)}
     assert rows["Pareto vs static-peak"] == ("PASS", "by wait-value 50:no-warm-cap")  # $104 <= $400, 0 s waits
+
+
+def test_every_held_out_scenario_is_a_valid_replay_scenario() -> None:
+    """`--regime-scenarios held-out` runs each of these; a typo or a family without the shapes would be a crashed
+    row, not a result."""
+    from autoscaler.replay.scenario import Scenario
+
+    for name, kw in claims.HELD_OUT.items():
+        sc = Scenario(trace="synth:short", **kw)
+        assert sc.machines, name
+    assert not set(claims.HELD_OUT) & set(claims.SCENARIOS)
+
+
+def test_an_unknown_regime_scenario_is_refused_naming_the_flag() -> None:
+    import subprocess
+    import sys
+
+    p = subprocess.run(
+        [sys.executable, str(BENCH), "--clusters", "", "--regime-scenarios", "boot9000"],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 2 and "--regime-scenarios: unknown scenario 'boot9000'" in p.stderr

@@ -547,7 +547,9 @@ class GpuFleetPolicy:
         if split.boot:
             booting: dict[str, int] = {}
             for nm in sim.held_boots():
-                if not nm.launched and not nm.down:
+                # a boot under way with no instance yet; an aborted one (powering down) is not on its way (the
+                # daemon's `_hold` skips POWERING_DOWN names before it counts boots)
+                if not nm.launched and not nm.down and not nm.powering_down:
                     booting[nm.pool.name] = booting.get(nm.pool.name, 0) + 1
             for pool_name, n in split.boot.items():
                 if n > booting.get(pool_name, 0):

@@ -159,6 +159,11 @@ class _Name:
     #: powered up while drained (`boot_held`): takes no job until the driver undrains it (`undrain_held`)
     held_boot: bool = False
 
+    @property
+    def powering_down(self) -> bool:
+        """Its instance was deleted: POWERING_DOWN for SuspendTimeout, then powered down (`_retire`)."""
+        return self.node.state is NodeState.DELETING
+
 
 def _index(nm: _Name) -> int:
     return nm.index

@@ -220,3 +220,23 @@ def test_a_name_that_missed_resume_timeout_comes_back_as_the_daemon_brings_it_ba
     assert name.startswith("a3-highgpu-1g-on-demand-")
     assert at == pytest.approx(d.slurm.resume_timeout_s, abs=20.0)  # from the power-up (a tick after the submit)
     assert (state, instance) == (after, False)  # and the instance, if there was one, is deleted
+
+
+def test_an_aborted_held_boot_does_not_hold_back_the_next_jobs_boot() -> None:
+    """Late binding: `a`'s boot turns surplus when `x`'s node frees and is aborted (deleted, POWERING_DOWN for
+    SuspendTimeout).  `b` arrives during that power-down and gets a boot of its own at once, as the daemon's `_hold`
+    does (it skips POWERING_DOWN names before counting boots under way); counted as on its way, the aborted name
+    held `b` back until it powered off (SuspendTimeout, then a boot: 662 s)."""
+    jobs = [job(0, 0, 70, 1), job(1, 400, 5000, 1), job(2, 440, 5000, 1)]
+    scenario = Scenario()
+    policy = GpuFleetPolicy.for_scenario(scenario, jobs=jobs)
+    sim = SimSlurm(jobs, scenario, policy).run()
+    waits = {j.trace.id: j.first_start - j.submit for j in sim.state.jobs}
+    assert waits["j1"] < 60  # took j0's node, freed at 432, while its own boot ran
+    assert waits["j2"] <= scenario.boot_seconds + 5  # one boot, launched on arrival
+    # x's node at 1 s, a's surplus boot at 401 s (aborted), b's own at 441 s under a third name
+    assert [(e[0], e[4]) for e in policy.launch_log] == [
+        (1.0, ("a3-highgpu-1g-on-demand-0",)),
+        (401.0, ("a3-highgpu-1g-on-demand-1",)),
+        (441.0, ("a3-highgpu-1g-on-demand-2",)),
+    ]

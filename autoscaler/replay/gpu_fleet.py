@@ -658,7 +658,7 @@ class GpuFleetPolicy:
         out: dict[str, int] = {}
         for name, nm in sim.names.items():
             node = nm.node
-            if node.jobs or node.registered or nm.down or node.state is NodeState.DELETING or name in listed:
+            if node.jobs or node.registered or nm.down or nm.powering_down or name in listed:
                 continue
             out[nm.pool.machine_type] = out.get(nm.pool.machine_type, 0) + 1
         return out

@@ -12,6 +12,7 @@ from autoscaler.planner.rule import right_sized, shapes_from_offerings
 from fleet.catalog import CapacityType, load_catalog
 from fleet.slurm.job_submit import constraints
 from fleet.slurm.weights import pool_shapes, shape_ranks
+from tests.planner.factory import pool
 
 OD, SPOT = CapacityType.ON_DEMAND, CapacityType.SPOT
 
@@ -20,27 +21,11 @@ def catalog_family(family: str, region: str, cap: CapacityType) -> tuple[list[Of
     """One pool and one offering per shape of `family`, at the shipped list price in one zone of `region`."""
     offerings, pools = [], []
     for m in load_catalog().family(family):
-        zone = f"{region}-a"
-        offerings.append(
-            Offering(
-                OfferingKey("gcp", zone, m.name, cap, None),
-                m.price(region).hourly(cap),
-                m.gpu.accelerator_type,
-                m.gpu_count,
-            )
-        )
-        pools.append(
-            Pool(
-                name=f"{m.name}-{cap}",
-                machine_type=m.name,
-                gpu_type=m.gpu.accelerator_type,
-                gpus_per_node=m.gpu_count,
-                zones=(zone,),
-                capacity_type=cap,
-                max_nodes=64,
-                spot_tolerant=cap is SPOT,
-            )
-        )
+        zone, gpu = f"{region}-a", m.gpu.accelerator_type
+        key = OfferingKey("gcp", zone, m.name, cap, None)
+        offerings.append(Offering(key, m.price(region).hourly(cap), gpu, m.gpu_count))
+        kw = {"name": f"{m.name}-{cap}", "machine_type": m.name, "gpu_type": gpu, "zones": (zone,)}
+        pools.append(pool(m.gpu_count, cap, **kw))
     return offerings, pools
 
 

@@ -491,37 +491,16 @@ class LateBindFleet(SnapshotFleet):
             sim.boot_held, sim.undrain_held, sim.allow = boot, undrain, allow  # type: ignore[method-assign]
 
 
-def test_under_late_binding_the_daemon_boots_undrains_widens_and_launches_what_the_replay_did(tmp_path: Path) -> None:
-    """Strict late binding (`Policy.late_bind`, no reservation): every pool held, jobs hard-constrained to their
-    right-sized machine type, single-node launches booted drained and undrained once registered, a gang released,
-    and - with every zone of the 1-GPU shape stocked out for a while - a job's constraint widened to the shape the
-    plan falls back to.  Fed the simulated Slurm's views and ResumeProgram calls at the same times, the daemon
-    boots, undrains, widens and launches exactly what the replay's driver did."""
-    sc = Scenario(preemption_rate_per_hour=0.0)
-    one_g = next(p for p in sc.pools() if p.machine_type == "a3-highgpu-1g")
-    outs = tuple(
-        StockoutWindow(
-            zone=z, start=0.0, end=1500.0, machine_type="a3-highgpu-1g", capacity_type=CapacityType.ON_DEMAND
-        )
-        for z in one_g.zones
-    )
-    cfg = sc.sim_config().model_copy(update={"stockout_windows": outs})
-    shapes = [(0, 900, 1), (5, 600, 1), (20, 1200, 8), (40, 800, 16), (700, 300, 1), (1000, 400, 1), (2000, 500, 1)]
-    shapes += [(2010, 700, 2), (2400, 300, 1), (2405, 200, 1)]
-    trace = [TraceJob(f"j{i}", t, d, g, False) for i, (t, d, g) in enumerate(shapes)]
-    policy = replace(DEFAULT_POLICY, late_bind=True, idle_timeout_s=120.0)
-    driver = LateBindFleet(policy)
-    SimSlurm(trace, sc, driver, sim_config=cfg).run()
-    assert driver.boots and driver.undrains, "the scenario must boot held names and undrain them"
-    assert driver.releases, "and release a gang's names"
-    assert any("a3-highgpu-2g" in f for *_, f in driver.widened), "and widen a 1-GPU job to the 2-GPU shape"
-
+def _late_bind_daemon(tmp_path: Path, sc: Scenario, driver: LateBindFleet, policy, outs=()) -> dict[str, list]:  # type: ignore[no-untyped-def]
+    """The daemon fed `driver`'s views, ResumeProgram and ResumeTimeout calls and the sim cloud's stockout windows
+    `outs` at the replay's tick times: its boots, undrains of registered boots, releases, widenings, launches and
+    aborted boots (`power_down_force`)."""
     cloud = FakeCloud(offers=[])
     slurm = FakeSlurm()
     clock = [0.0]
     daemon = _daemon(tmp_path, sc, cloud, slurm, policy, clock)
     store = daemon.store
-    got: dict[str, list] = {"boot": [], "undrain": [], "release": [], "widen": [], "launch": []}
+    got: dict[str, list] = {"boot": [], "undrain": [], "release": [], "widen": [], "launch": [], "abort": []}
     resumes, fails = list(driver.resumes), list(driver.resume_fails)
     try:
         for t in sorted(driver.views):
@@ -553,11 +532,63 @@ def test_under_late_binding_the_daemon_boots_undrains_widens_and_launches_what_t
                     got["widen"].append((t, c["job_id"], c["features"]))
                 elif c["command"] == "launch":
                     got["launch"].append((t, c["offering"], tuple(c["names"])))
+                elif c["command"] == "scontrol-power_down_force" and "no longer needed" in c["reason"]:
+                    got["abort"].append((t, tuple(c["names"])))
     finally:
         daemon.lock.release()
         store.close()
+    return got
+
+
+def test_under_late_binding_the_daemon_boots_undrains_widens_and_launches_what_the_replay_did(tmp_path: Path) -> None:
+    """Strict late binding (`Policy.late_bind`, no reservation): every pool held, jobs hard-constrained to their
+    right-sized machine type, single-node launches booted drained and undrained once registered, a gang released,
+    and - with every zone of the 1-GPU shape stocked out for a while - a job's constraint widened to the shape the
+    plan falls back to.  Fed the simulated Slurm's views and ResumeProgram calls at the same times, the daemon
+    boots, undrains, widens and launches exactly what the replay's driver did."""
+    sc = Scenario(preemption_rate_per_hour=0.0)
+    one_g = next(p for p in sc.pools() if p.machine_type == "a3-highgpu-1g")
+    outs = tuple(
+        StockoutWindow(
+            zone=z, start=0.0, end=1500.0, machine_type="a3-highgpu-1g", capacity_type=CapacityType.ON_DEMAND
+        )
+        for z in one_g.zones
+    )
+    cfg = sc.sim_config().model_copy(update={"stockout_windows": outs})
+    shapes = [(0, 900, 1), (5, 600, 1), (20, 1200, 8), (40, 800, 16), (700, 300, 1), (1000, 400, 1), (2000, 500, 1)]
+    shapes += [(2010, 700, 2), (2400, 300, 1), (2405, 200, 1)]
+    trace = [TraceJob(f"j{i}", t, d, g, False) for i, (t, d, g) in enumerate(shapes)]
+    policy = replace(DEFAULT_POLICY, late_bind=True, idle_timeout_s=120.0)
+    driver = LateBindFleet(policy)
+    SimSlurm(trace, sc, driver, sim_config=cfg).run()
+    assert driver.boots and driver.undrains, "the scenario must boot held names and undrain them"
+    assert driver.releases, "and release a gang's names"
+    assert any("a3-highgpu-2g" in f for *_, f in driver.widened), "and widen a 1-GPU job to the 2-GPU shape"
+
+    got = _late_bind_daemon(tmp_path, sc, driver, policy, outs)
     assert got["boot"] == driver.boots
     assert got["undrain"] == driver.undrains
     assert got["release"] == driver.releases
     assert got["widen"] == driver.widened
+    assert got["launch"] == [(t, o, n) for t, _, _, o, n, out in driver.launch_log if out == "ok"]
+
+
+def test_after_aborting_a_surplus_boot_the_daemon_boots_the_next_job_when_the_replay_does(tmp_path: Path) -> None:
+    """Late binding without an idle keep: j1's boot turns surplus when j0's node frees and is aborted; j2 arrives
+    while the aborted name powers down (SuspendTimeout).  The daemon, which does not count a POWERING_DOWN name as a
+    boot on its way, boots j2 a name at once; so must the replay (it once held j2 back until the name powered
+    off, 300 s later)."""
+    sc = Scenario(preemption_rate_per_hour=0.0)
+    trace = [TraceJob("j0", 0, 70, 1, False), TraceJob("j1", 400, 5000, 1, False), TraceJob("j2", 440, 5000, 1, False)]
+    policy = replace(DEFAULT_POLICY, late_bind=True, idle_timeout_s=0.0)
+    driver = LateBindFleet(policy)
+    SimSlurm(trace, sc, driver).run()
+    got = _late_bind_daemon(tmp_path, sc, driver, policy)
+    assert got["abort"], "the scenario must abort a surplus held boot"
+    assert [names for _, names in driver.boots] == [
+        ("a3-highgpu-1g-on-demand-0",),
+        ("a3-highgpu-1g-on-demand-1",),
+        ("a3-highgpu-1g-on-demand-2",),  # j2's own boot, while -1 powers down
+    ]
+    assert got["boot"] == driver.boots
     assert got["launch"] == [(t, o, n) for t, _, _, o, n, out in driver.launch_log if out == "ok"]

@@ -6,7 +6,7 @@ import itertools
 from collections import defaultdict
 
 from fleet.catalog import CapacityType, load_catalog
-from fleet.catalog.price_ties import SAME_PRICE_USD_PER_GPU_HOUR, cheapest_tier, price_tiers
+from fleet.catalog.price_ties import SAME_PRICE_USD_PER_GPU_HOUR, price_tiers
 
 ROUNDING = 1e-4  # the price list quotes $/h to four decimals
 
@@ -21,8 +21,7 @@ def test_tiers_start_at_their_cheapest_price() -> None:
         2.0: 2,
     }
     assert price_tiers([]) == {}
-    assert cheapest_tier([4.0138, 4.01375, 8.0]) == 4.01375 + SAME_PRICE_USD_PER_GPU_HOUR
-    assert cheapest_tier([]) == float("inf")
+    assert price_tiers([4.0138, 4.01375, 8.0]) == {4.01375: 0, 4.0138: 0, 8.0: 1}  # the default tolerance
 
 
 def test_the_catalog_has_a_gap_the_tolerance_sits_in() -> None:

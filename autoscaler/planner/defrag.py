@@ -5,8 +5,7 @@ an 8-GPU node saves nothing and risks everything: the node is billed whole for a
 runs on it, so one long small job keeps seven paid GPUs idle for hours.  The node's "step down"
 is the largest smaller shape of its GPU type and capacity type, launchable by some pool, whose
 $/GPU-h is no higher than the node's own (`step_down`; prices within `fleet.catalog.price_ties`' tolerance are
-the same price).  A node whose used GPUs fit its step down
-is *oversized* for its work.  Two pure passes follow:
+the same price).  A node whose used GPUs fit its step down is *oversized* for its work.  Two pure passes follow:
 
 - `placement_caps`: the planner places a unit of `g` GPUs on a node only if the node is not left
   oversized (used + g > step down); otherwise the unit gets its own right-sized capacity.

@@ -5,9 +5,9 @@ queue, effective spot / flex-start rights).  `OfferBook.streams` yields, for one
 launchable (offering, pool) pair, lazily, ordered by the effective $/h *per unit served*: reservation
 capacity costs 0 (it is paid for, so it is filled first); a node of G GPUs serves
 min(G // gpus, units in class) single units, which bin-packs small units when only big shapes are
-cheap and right-sizes when shapes cost the same per GPU (ties, to `fleet.catalog.price_ties`' tolerance, go to the
-smaller machine).  Then
-capacity preference (reservation, on-demand, spot, flex-start), then zone and name for determinism.
+cheap and right-sizes when shapes cost the same per GPU (ties, to `fleet.catalog.price_ties`' tolerance, go
+to the smaller machine).  Then capacity preference (reservation, on-demand, spot, flex-start), then zone and
+name for determinism.
 """
 
 from __future__ import annotations

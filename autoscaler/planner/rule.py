@@ -60,7 +60,7 @@ from autoscaler.model import Policy
 from autoscaler.model.policy import DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR
 from autoscaler.planner.reuse import keep_pays
 from fleet.catalog import CapacityType
-from fleet.catalog.price_ties import cheapest_tier
+from fleet.catalog.price_ties import price_tiers
 
 #: the default hold budget: 0, a job never waits for the reservation beyond its own boot (see the module doc)
 DEFAULT_RESERVATION_HOLD_MAX_S = 0.0
@@ -253,9 +253,9 @@ def right_sized(shapes: Sequence[ShapeFacts], gpus_per_node: int) -> ShapeFacts 
     """The shape a unit of `gpus_per_node` GPUs gets: the smallest that fits among those at the cheapest per-GPU
     price that fits (prices within `fleet.catalog.price_ties`' tolerance are the same price), then the cheaper."""
     fits = [s for s in shapes if s.gpus >= gpus_per_node]
-    limit = cheapest_tier(s.usd_per_gpu_hour for s in fits)
-    same = (s for s in fits if s.usd_per_gpu_hour <= limit)
-    return min(same, key=lambda s: (s.gpus, s.usd_per_gpu_hour), default=None)
+    tiers = price_tiers(s.usd_per_gpu_hour for s in fits)
+    cheapest = (s for s in fits if tiers[s.usd_per_gpu_hour] == 0)
+    return min(cheapest, key=lambda s: (s.gpus, s.usd_per_gpu_hour), default=None)
 
 
 def right_sizer(shapes: Sequence[ShapeFacts]) -> Callable[[int], ShapeFacts | None]:

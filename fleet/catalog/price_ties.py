@@ -38,9 +38,3 @@ def price_tiers(prices: Iterable[float], tolerance: float = SAME_PRICE_USD_PER_G
             tier, start = tier + 1, p
         out[p] = tier
     return out
-
-
-def cheapest_tier(prices: Iterable[float], tolerance: float = SAME_PRICE_USD_PER_GPU_HOUR) -> float:
-    """The most a price may be and still be the same price as the cheapest of `prices` (inf when empty)."""
-    low = min(prices, default=float("inf"))
-    return low + tolerance

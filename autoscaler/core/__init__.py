@@ -64,12 +64,15 @@ from autoscaler.core.hold import (
     RELEASE_GRACE_S,
     HeldLaunches,
     ReservedRoom,
+    constraint_allows,
+    constraint_expression,
     held_launches,
     held_pools,
     late_binding,
     name_index,
     surplus_held_boots,
     take_names,
+    widened,
 )
 
 __all__ = [
@@ -81,6 +84,8 @@ __all__ = [
     "ResumeUnit",
     "ScaleDownStep",
     "SchedulerNode",
+    "constraint_allows",
+    "constraint_expression",
     "deletable_after_drain",
     "held_launches",
     "held_pools",
@@ -95,4 +100,5 @@ __all__ = [
     "serve_resumes",
     "surplus_held_boots",
     "take_names",
+    "widened",
 ]

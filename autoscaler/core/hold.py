@@ -162,8 +162,9 @@ class HeldLaunches:
     under late binding (`scontrol update state=power_up` on a drained node: ResumeProgram runs, the node registers
     IDLE+DRAIN with no job), undrained once registered (the daemon's `_undrain_held_boots`,
     `SimSlurm.undrain_held`), so that the pending job takes whichever node of its shape is free first. `widen`: unit
-    id -> the machine types its hard constraint must allow, for units the plan serves with a machine type their
-    constraint does not name (a stockout fallback)."""
+    id -> the alternatives its hard constraint must allow (`constraint_allows`), for units the plan serves with a
+    pool their constraint does not allow (a stockout fallback, or spot-tolerant work the plan puts on another
+    capacity type), as `widened` makes them."""
 
     release: Mapping[str, int]
     boot: Mapping[str, int]
@@ -178,7 +179,8 @@ def held_launches(
     constraints: Mapping[str, frozenset[str]] | None = None,
 ) -> HeldLaunches:
     """Split the plan's scale-ups in held pools (see `HeldLaunches`).  `constraints`: pending unit id -> the
-    machine types its hard constraint allows (units the stack's job_submit.lua constrained; others are absent)."""
+    alternatives its hard constraint allows (`constraint_allows`; units the stack's job_submit.lua constrained,
+    others are absent)."""
     ps = list(pools)
     late = late_binding(ps, policy)
     release: dict[str, int] = {}
@@ -189,17 +191,37 @@ def held_launches(
         side = boot if late and not su.gang else release  # standby nodes too: booted, or released, held
         side[su.pool] = side.get(su.pool, 0) + su.count
     # every node the plan puts a constrained unit on, new or existing (a node booting for another job, an idle
-    # one): the unit's constraint must allow its machine type, or Slurm never starts the job there
-    machine = {p.node_name_prefix: p.machine_type for p in ps}
+    # one): the unit's constraint must allow its pool, or Slurm never starts the job there
+    by_prefix = {p.node_name_prefix: p for p in ps}
     widen: dict[str, frozenset[str]] = {}
     for uid, allowed in (constraints or {}).items():
         a = plan.assignments.get(uid)
         if a is None:
             continue
-        mts = {machine.get(n.rpartition("-")[0]) for n in a.nodes} - {None}
-        if not mts <= allowed:
-            widen[uid] = allowed | frozenset(m for m in mts if m is not None)
+        used = [p for n in a.nodes if (p := by_prefix.get(n.rpartition("-")[0])) is not None]
+        if not all(constraint_allows(allowed, p) for p in used):
+            widen[uid] = widened(allowed, (p.machine_type for p in used))
     return HeldLaunches(release, boot, widen)
+
+
+def constraint_allows(terms: frozenset[str], pool: Pool) -> bool:
+    """Whether a right-sizing constraint allows `pool`'s nodes.  `terms` are its alternatives (ORed): a machine type
+    (any capacity type), or `<machine type>&<capacity type>` (spot-tolerant work pinned to spot: the capacity the
+    daemon booted for a job that may not use spot is not Slurm's to give away, `fleet.slurm.job_submit`)."""
+    return pool.machine_type in terms or f"{pool.machine_type}&{pool.capacity_type}" in terms
+
+
+def widened(terms: frozenset[str], machine_types: Iterable[str]) -> frozenset[str]:
+    """`terms` widened by `machine_types` (a fallback the plan chose): every alternative loses its capacity pin, so
+    the job may take any capacity type of the machine types it allows (the plan decided it is worth it)."""
+    return frozenset(t.partition("&")[0] for t in terms) | frozenset(machine_types)
+
+
+def constraint_expression(terms: Iterable[str]) -> str:
+    """The `--constraint` expression of `terms` (ORed, a pinned alternative in parentheses when there are several):
+    `a3-highgpu-1g&spot`, `a3-highgpu-1g|a3-highgpu-2g`."""
+    ts = sorted(set(terms))
+    return "|".join(f"({t})" if "&" in t and len(ts) > 1 else t for t in ts)
 
 
 def name_index(name: str) -> int:

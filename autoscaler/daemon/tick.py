@@ -45,6 +45,7 @@ from autoscaler.core import (
     RELEASE_GRACE_S,
     LaunchOutcome,
     ResumeLaunch,
+    constraint_expression,
     deletable_after_drain,
     held_launches,
     held_pools,
@@ -80,6 +81,7 @@ from autoscaler.daemon.unservable import UnservableJobs
 from autoscaler.model import NodeState, Plan, Policy, Pool, UnavailableOffering, record_failure
 from autoscaler.planner.standby import standby_count
 from autoscaler.slurm.client import SlurmClient, SlurmUnavailable
+from autoscaler.slurm.constraint import ConstraintUnreadable, alternatives
 from autoscaler.slurm.readers import SlurmJob, SlurmNode, waiting_on_power_up
 from autoscaler.slurm.wake import submit_wake_path
 from fleet.catalog import CapacityType
@@ -92,6 +94,16 @@ LATE_BIND_REASON = "gpu-fleet: held for late binding (booted drained, undrained 
 #: node until it registers (measured: tests/e2e/test_late_binding.py, the sized pools), so it marks a held boot too
 LATE_BIND_BOOT_REASON = "gpu-fleet: late binding boot (drained until it registers)"
 HELD_REASONS = frozenset({HOLD_REASON, LATE_BIND_REASON, LATE_BIND_BOOT_REASON})
+
+
+def right_sizing(job: SlurmJob) -> frozenset[str]:
+    """The alternatives of the right-sizing constraint the lua set on `job` (or the daemon widened it to,
+    `autoscaler.slurm.constraint.alternatives`); its plain feature names where the expression is not one of
+    those (then only machine types can be read off it)."""
+    try:
+        return alternatives(job.constraint_expression)
+    except ConstraintUnreadable:
+        return frozenset(job.features)
 
 
 def held_drain(node: SlurmNode) -> bool:
@@ -779,10 +791,11 @@ class Daemon:
             cands.clear()
         # only the constraints the stack's job_submit.lua set (right-sizing) are widened; a user's own constraint
         # already limits the plan to the pools it matches (`snapshot.job_pools`)
-        constraints = {f"job/{j.job_id}": frozenset(j.features) for j in sjobs if j.pending and j.right_sized_by_lua}
+        constraints = {f"job/{j.job_id}": right_sizing(j) for j in sjobs if j.pending and j.right_sized_by_lua}
         split = held_launches(plan, held, self.pools, self.policy, constraints)
-        for uid, mts in sorted(split.widen.items()):
-            act.widen_job(int(uid.partition("/")[2]), "|".join(sorted(mts)), "gpu-fleet: the plan falls back to it")
+        for uid, terms in sorted(split.widen.items()):
+            expr = constraint_expression(terms)
+            act.widen_job(int(uid.partition("/")[2]), expr, "gpu-fleet: the plan falls back to it")
         released: set[str] = set()
         for names in take_names(split.release, cands, outstanding).values():
             if act.scontrol(list(names), "undrain", "gpu-fleet: released from the hold"):

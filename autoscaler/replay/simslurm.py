@@ -56,10 +56,11 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from autoscaler.cloud import InsufficientCapacity, OfferingKey, ProviderError, QuotaExceeded
+from autoscaler.core.hold import constraint_allows
 from autoscaler.model import NodeState, Pool, ScaleUp
 from autoscaler.replay.engine import EngineCounters, Timeline, next_event_at
 from autoscaler.replay.scenario import Scenario
@@ -67,7 +68,7 @@ from autoscaler.replay.state import ClusterState, Job, JobState, ReplayError, Si
 from autoscaler.replay.trace import TraceJob
 from autoscaler.sim import NodeEventKind, SimClock, SimCloud, SimConfig
 from fleet.catalog import CapacityType, load_catalog
-from fleet.slurm.job_submit import Prefer, preferences
+from fleet.slurm.job_submit import Prefer, constraints, preferences
 from fleet.slurm.weights import pool_shapes, pool_weights
 
 
@@ -202,7 +203,11 @@ class SimSlurm:
         #: Weights set on single nodes (`scontrol update nodename=... weight=...`, `set_weights`), by pool
         self.node_weight: dict[str, dict[str, int]] = {}
         self.prefer: dict[int, Prefer] = {}  # GPUs per node -> the --prefer (the one partition's)
-        #: job idx -> the machine types its hard constraint allows (`constrain`), once widened by the driver
+        #: spot tolerance -> GPUs per node -> the constraint the constrain-mode lua sets (`job_submit.constraints`,
+        #: pinned to spot where it pins: the replay's spot-tolerant jobs stand for a partition of every pool, the
+        #: others for one of the pools that are not spot)
+        self.right_sized: dict[bool, dict[int, str]] = {}
+        #: job idx -> the alternatives its hard constraint allows (`constrain`), once widened by the driver
         self.constraints: dict[int, frozenset[str]] = {}
         if self.conf.prefer or self.conf.constrain:
             rows = ((p.name, CapacityType.ON_DEMAND, p.machine_type) for p in self.pool_list)
@@ -211,6 +216,12 @@ class SimSlurm:
             )
             shapes = pool_shapes(rows, load_catalog(), scenario.region)
             self.prefer = preferences({"all": shapes}, {"all": reserved}).get("all", {})
+            if self.conf.constrain:  # as fleet.slurm.conf renders them: on-demand prices, each pool's capacity type
+                capacity = {p.name: p.capacity_type for p in self.pool_list}
+                own = [replace(s, capacity=capacity[s.pool]) for s in shapes]
+                strict = [s for s in own if s.capacity is not CapacityType.SPOT]
+                tables = constraints({"spot": own, "strict": strict})
+                self.right_sized = {True: tables.get("spot", {}), False: tables.get("strict", {})}
         self.names: dict[str, _Name] = {}  # every name not powered down
         self._free: dict[str, list[int]] = {p.name: [] for p in self.pool_list}  # freed indices (heap)
         self._next: dict[str, int] = {p.name: 0 for p in self.pool_list}
@@ -471,8 +482,8 @@ class SimSlurm:
         preferred machine type's nodes if they can hold the job; else nodes that need no power-up by Weight, then
         powered-down ones by Weight tier, node-table order within one Weight."""
         allowed = self.allowed(job)
-        if allowed is not None:  # a hard --constraint: its machine types or nothing
-            return self._pick(job, [p for p in self.by_weight if p.machine_type in allowed])
+        if allowed is not None:  # a hard --constraint: the pools it allows or nothing
+            return self._pick(job, [p for p in self.by_weight if constraint_allows(allowed, p)])
         want = self.prefer.get(job.gpus_per_node)
         if want is not None:
             picked = self._pick(job, [p for p in self.by_weight if want.allows(p.machine_type, p.capacity_type)])
@@ -481,20 +492,21 @@ class SimSlurm:
         return self._pick(job, self.by_weight)
 
     def allowed(self, job: Job) -> frozenset[str] | None:
-        """The machine types `job`'s hard constraint allows (`SlurmSettings.constrain`: the right-sized one, as the
-        job_submit.lua sets it, plus what the driver widened it by); None: no constraint."""
+        """The alternatives `job`'s hard constraint allows (`SlurmSettings.constrain`: the right-sized machine type,
+        pinned to spot for spot-tolerant work, as the job_submit.lua sets it, or what the driver widened it to;
+        `autoscaler.core.hold.constraint_allows`); None: no constraint."""
         if not self.conf.constrain:
             return None
         got = self.constraints.get(job.idx)
         if got is not None:
             return got
-        want = self.prefer.get(job.gpus_per_node)
-        return frozenset({want.machine_type}) if want is not None else None
+        want = self.right_sized.get(job.spot_ok, {}).get(job.gpus_per_node)
+        return frozenset({want}) if want is not None else None
 
     @command
-    def allow(self, job: Job, machine_types: frozenset[str]) -> None:
-        """`scontrol update jobid=N features=a|b`: `job`'s constraint now allows `machine_types`."""
-        self.constraints[job.idx] = machine_types
+    def allow(self, job: Job, terms: frozenset[str]) -> None:
+        """`scontrol update jobid=N features=a|b`: `job`'s constraint now allows `terms`."""
+        self.constraints[job.idx] = terms
         self.state.pending_changed = True
 
     def _pick(self, job: Job, pools: list[Pool]) -> list[tuple[Pool, _Name | int]] | None:

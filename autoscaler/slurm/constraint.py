@@ -12,6 +12,9 @@ An expression it cannot read for certain (``&`` and ``|`` mixed at one level wit
 brackets, characters Slurm features do not use) raises `ConstraintUnreadable`: the caller then plans as if the job
 had no constraint, as the daemon did before it read constraints.
 
+`alternatives` reads the constraints that lua writes and the daemon widens (`a3-highgpu-1g`, `a3-highgpu-1g&spot`,
+`a3-highgpu-1g|a3-highgpu-2g`, `(a3-highgpu-1g&spot)|a3-highgpu-2g`) as the terms `autoscaler.core.hold` works with.
+
 `RIGHT_SIZED_MARK` is what the stack's job_submit.lua (constrain mode, `fleet.slurm.job_submit`) writes to a job's
 AdminComment when it sets the job's constraint itself: that constraint is right-sizing the daemon may widen on a
 stockout fallback.  Users cannot set AdminComment; a constraint without the mark is the user's and is never widened.
@@ -22,7 +25,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-__all__ = ["RIGHT_SIZED_MARK", "ConstraintUnreadable", "matches"]
+from fleet.catalog import CapacityType
+
+__all__ = ["RIGHT_SIZED_MARK", "ConstraintUnreadable", "alternatives", "matches"]
 
 #: the AdminComment the constrain-mode job_submit.lua sets on the jobs whose constraint it set
 RIGHT_SIZED_MARK = "gpu-fleet:right-sized"
@@ -95,3 +100,47 @@ def _group(tokens: list[str], pos: int, have: frozenset[str], expr: str) -> tupl
     if expect_operand:
         raise ConstraintUnreadable(f"constraint {expr!r}: ends where a feature was expected")
     return (any(values) if op == "|" else all(values)), pos
+
+
+_CAPACITY_FEATURES = frozenset(str(c) for c in CapacityType)
+
+
+def alternatives(expr: str) -> frozenset[str]:
+    """The ORed alternatives of a right-sizing constraint (the lua's, or one the daemon widened), each a machine type
+    or `<machine type>&<capacity type>` (`autoscaler.core.hold.constraint_allows`).  Anything else (brackets,
+    counts, nesting, several machine types ANDed) raises `ConstraintUnreadable`."""
+    tokens = _tokens(expr)
+    if not tokens:
+        raise ConstraintUnreadable(f"constraint {expr!r}: empty")
+    terms: list[list[str]] = [[]]
+    depth = 0
+    expect_feature = True
+    top_and = False  # an unparenthesised AND: with an OR beside it, Slurm's reading is not certain (`matches`)
+    for t in tokens:
+        if t == "(" and expect_feature and depth == 0 and not terms[-1]:
+            depth = 1
+        elif t == ")" and not expect_feature and depth == 1:
+            depth = 0
+        elif t == "|" and not expect_feature and depth == 0:
+            terms.append([])
+            expect_feature = True
+        elif t == "&" and not expect_feature:
+            top_and = top_and or depth == 0
+            expect_feature = True
+        elif t not in "&|()[]" and expect_feature:
+            terms[-1].append(t)
+            expect_feature = False
+        else:
+            raise ConstraintUnreadable(f"constraint {expr!r}: {t!r} is not part of a right-sizing constraint")
+    if expect_feature or depth:
+        raise ConstraintUnreadable(f"constraint {expr!r}: incomplete")
+    if top_and and len(terms) > 1:
+        raise ConstraintUnreadable(f"constraint {expr!r}: '&' and '|' mixed without parentheses")
+    out = set()
+    for features in terms:
+        caps = [f for f in features if f in _CAPACITY_FEATURES]
+        types = [f for f in features if f not in _CAPACITY_FEATURES]
+        if len(types) != 1 or len(caps) > 1:
+            raise ConstraintUnreadable(f"constraint {expr!r}: {'&'.join(features)!r} is not one machine type")
+        out.add(f"{types[0]}&{caps[0]}" if caps else types[0])
+    return frozenset(out)

@@ -14,7 +14,7 @@ accepts; `overrides` replaces host-specific keys so a test harness can start the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fleet.catalog import CapacityType, Catalog, MachineType, load_catalog
 from fleet.slurm.job_submit import render_job_submit
@@ -280,9 +280,11 @@ def render_slurm_conf(
         }
     # right-sized --prefer for powered-down allocations (22.05 ignores Weight there; fleet/slurm/job_submit.py), or
     # under strict late binding a hard --constraint: the daemon holds every pool and picks the machine type itself
-    od = pool_shapes(((p.name, CapacityType.ON_DEMAND, p.machine_type) for p in cluster.pools), cat, spec.region)
-    by_pool = {s.pool: s for s in od}
+    # ranked at the on-demand list price whatever the capacity type; the pool's own capacity type is kept (a
+    # spot-tolerant partition's constraint is pinned to spot: `job_submit.spot_pinned`)
     pools_by_name = {p.name: p for p in cluster.pools}
+    od = pool_shapes(((p.name, CapacityType.ON_DEMAND, p.machine_type) for p in cluster.pools), cat, spec.region)
+    by_pool = {s.pool: replace(s, capacity=pools_by_name[s.pool].capacity) for s in od}
     reserved = {  # partition -> GPUs per node of its largest reservation pool: reserved nodes are preferred too
         part.name: max(
             (machines[p].gpu_count for p in part.pools if pools_by_name[p].capacity is CapacityType.RESERVATION),

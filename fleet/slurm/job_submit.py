@@ -30,7 +30,11 @@ cluster without reservation pools: `fleet.slurm.policy.late_binding_constrains`)
 Slurm must not pick the machine type at all.  The lua then sets the job's hard constraint (`--constraint`,
 `job_desc.features`) to the right-sized machine type, for every GPU count of every partition (`constraints`), even
 where the partition has one machine type only; when the planner falls back to another machine type the daemon
-widens a pending job's constraint (`autoscaler.slurm.client`'s `update_job_features`).  Jobs that name features or
+widens a pending job's constraint (`autoscaler.slurm.client`'s `update_job_features`).  In a spot-tolerant partition
+(one with a spot pool) that also has another capacity type of the machine type, the constraint is pinned to spot
+(`a3-highgpu-1g&spot`, `spot_pinned`): the daemon boots each job a node of the capacity type the plan chose, and an
+unpinned spot-tolerant job would take the on-demand node booted for work that may not use spot.  The daemon widens
+the pin too when the plan serves the job with another capacity type.  Jobs that name features or
 several partitions are left alone here too; there are no `reservation|` expressions.
 """
 
@@ -44,7 +48,15 @@ from autoscaler.slurm.wake import submit_wake_path
 from fleet.catalog import CapacityType
 from fleet.slurm.weights import PoolShape, ranked
 
-__all__ = ["RESERVATION_FEATURE", "Prefer", "constraints", "preferences", "render_job_submit"]
+__all__ = [
+    "RESERVATION_FEATURE",
+    "Prefer",
+    "constraint_feature",
+    "constraints",
+    "preferences",
+    "render_job_submit",
+    "spot_pinned",
+]
 
 #: the feature every reservation node carries (fleet.slurm.conf: machine GPU, machine type, capacity type)
 RESERVATION_FEATURE = str(CapacityType.RESERVATION)
@@ -195,15 +207,34 @@ def preferences(
 
 
 def constraints(partitions: Mapping[str, Sequence[PoolShape]]) -> dict[str, dict[int, str]]:
-    """Partition -> GPUs per node (1 up to its largest shape's) -> the right-sized machine type, the job's hard
-    constraint under strict late binding: every GPU count, one machine type or several (the same ranking as
-    `preferences`).  Partitions without GPU shapes are left out."""
+    """Partition -> GPUs per node (1 up to its largest shape's) -> the job's hard constraint under strict late
+    binding: the right-sized machine type (the same ranking as `preferences`), pinned to spot where the partition
+    is spot-tolerant (`spot_pinned`).  Partitions without GPU shapes are left out."""
     out: dict[str, dict[int, str]] = {}
     for part, shapes in partitions.items():
         most = max((s.gpus for s in shapes), default=0)
         if most > 0:
-            out[part] = {g: _right_sized(shapes, g) for g in range(1, most + 1)}
+            pinned = spot_pinned(shapes)
+            out[part] = {g: constraint_feature(_right_sized(shapes, g), pinned) for g in range(1, most + 1)}
     return out
+
+
+def spot_pinned(shapes: Sequence[PoolShape]) -> frozenset[str]:
+    """The machine types whose right-sized constraint a partition of `shapes` pins to spot (`<machine type>&spot`):
+    those it has a spot pool of and a pool of another capacity type of.  A partition with a spot pool is
+    spot-tolerant (`autoscaler.model.Pool.spot_tolerant`), so its jobs may use both; under late binding the daemon
+    boots each pending job a node of the capacity type the plan chose, and a job pinned to nothing would take an
+    on-demand node booted for work that may not use spot, leaving that work to wait for the next boot and the spot
+    node booted for this job idle.  The daemon widens the pin when the plan serves the job with another capacity
+    type (a spot stockout: `autoscaler.core.hold.widened`)."""
+    spot = {s.machine_type for s in shapes if s.capacity is CapacityType.SPOT}
+    other = {s.machine_type for s in shapes if s.capacity is not CapacityType.SPOT}
+    return frozenset(spot & other)
+
+
+def constraint_feature(machine_type: str, pinned: frozenset[str]) -> str:
+    """The constraint the lua sets for `machine_type`: pinned to spot (`spot_pinned`) or the machine type alone."""
+    return f"{machine_type}&{CapacityType.SPOT}" if machine_type in pinned else machine_type
 
 
 def constraint_shapes(partitions: Mapping[str, Sequence[PoolShape]]) -> dict[str, list[PoolShape]]:
@@ -220,14 +251,16 @@ def constraint_shapes(partitions: Mapping[str, Sequence[PoolShape]]) -> dict[str
     return out
 
 
-def _lua_shape_rows(tables: Mapping[str, Sequence[PoolShape]]) -> str:
-    """The Lua table body: one line per partition, ``{ "<machine type>", <GPUs>, <CPUs>, <MiB> }`` per shape (an
-    unknown CPU or memory figure is written as the largest Lua integer: it rules nothing out)."""
+def _lua_shape_rows(tables: Mapping[str, Sequence[PoolShape]], pinned: Mapping[str, frozenset[str]]) -> str:
+    """The Lua table body: one line per partition, ``{ "<constraint>", <GPUs>, <CPUs>, <MiB> }`` per shape, the
+    constraint its machine type, pinned to spot where `pinned[partition]` says (`constraint_feature`; an unknown
+    CPU or memory figure is written as the largest Lua integer: it rules nothing out)."""
     unknown = 2**53
     rows = []
     for part, shapes in sorted(tables.items()):
         entries = ", ".join(
-            f"{{ {_lua_string(s.machine_type)}, {s.gpus}, {s.cpus or unknown}, {s.memory_mib or unknown} }}"
+            f"{{ {_lua_string(constraint_feature(s.machine_type, pinned[part]), expression=True)}, {s.gpus}, "
+            f"{s.cpus or unknown}, {s.memory_mib or unknown} }}"
             for s in shapes
         )
         rows.append(f"  [{_lua_string(part)}] = {{ {entries} }},")
@@ -235,7 +268,7 @@ def _lua_shape_rows(tables: Mapping[str, Sequence[PoolShape]]) -> str:
 
 
 def _lua_string(s: str, *, expression: bool = False) -> str:
-    ok = "-_.|" if expression else "-_."
+    ok = "-_.|&" if expression else "-_."
     if not s or not all(c.isalnum() or c in ok for c in s):
         raise ValueError(f"not a Slurm partition or feature name: {s!r}")
     return f'"{s}"'
@@ -266,7 +299,8 @@ local function size_per_node(job_desc, gpus, nodes)
   return cpus, mem
 end
 
--- shapes: { machine type, GPUs, CPUs, RealMemory MiB } of the partition, best first
+-- shapes: { constraint, GPUs, CPUs, RealMemory MiB } of the partition, best first (the constraint: the machine
+-- type, "&spot" where the partition is spot-tolerant and also has another capacity type of it)
 local function choose(job_desc, shapes, most)
   local gpus, nodes = gpus_per_node(job_desc, most)
   if gpus == nil then
@@ -346,7 +380,7 @@ def render_job_submit(
         shapes = constraint_shapes(partitions)
         tables: Mapping[str, object] = shapes
         rows, choose, about, table, field = (
-            _lua_shape_rows(shapes),
+            _lua_shape_rows(shapes, {part: spot_pinned(partitions[part]) for part in shapes}),
             _CONSTRAIN_CHOOSE,
             _CONSTRAIN_ABOUT,
             "constraint",

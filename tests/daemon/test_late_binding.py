@@ -414,3 +414,55 @@ def test_which_held_boots_are_surplus() -> None:
     assert surplus_held_boots(boots, planned, keep_2g) == ("c1-od1g-0",)
     standby_1g = replace(NO_KEEP, standby_by_machine={"a3-highgpu-1g": 1})
     assert surplus_held_boots(boots, None, standby_1g) == ("c1-od2g-0",)
+
+
+SPOT_POOLS = [
+    replace(_pool(1), queues=frozenset({"gpu", "spotq"})),
+    replace(_pool(1), name="sp-1g", capacity_type=CapacityType.SPOT, node_name_prefix="c1-sp1g",
+            queues=frozenset({"spotq"}), spot_tolerant=True),
+]  # fmt: skip
+
+
+@pytest.fixture
+def spot_fleet(make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud) -> Daemon:
+    """An on-demand 1-GPU pool serving `gpu` and `spotq`, a spot one serving `spotq` (spot-tolerant work)."""
+    slurm.nodes_.clear()
+    for p in SPOT_POOLS:
+        slurm.add_cloud_nodes([p.node_name(i) for i in range(p.max_nodes)], gpus=p.gpus_per_node)
+    cloud.offers = [
+        Offering(offering(z, p.capacity_type, p.machine_type), 11.0 if p.capacity_type is CapacityType.ON_DEMAND
+                 else 5.0, p.gpu_type, 1)
+        for p in SPOT_POOLS
+        for z in (ZONE_A, ZONE_B)
+    ]  # fmt: skip
+    return make_daemon(pools=SPOT_POOLS, policy=POLICY)
+
+
+def _spot_job(job_id: int) -> SlurmJob:
+    """A spot-tolerant 1-GPU job as the lua constrains it in a spot-tolerant partition (`job_submit.spot_pinned`)."""
+    return replace(_job(job_id, ("a3-highgpu-1g", "spot")), partition="spotq", constraint="a3-highgpu-1g&spot",
+                   admin_comment=RIGHT_SIZED_MARK)  # fmt: skip
+
+
+def test_a_spot_pinned_job_gets_a_spot_boot_and_is_widened_off_spot_only_on_a_fallback(
+    spot_fleet: Daemon, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
+) -> None:
+    """The pin holds while the plan serves the job on spot; when spot stocks out and the plan falls back to
+    on-demand, the daemon widens the constraint to the machine type alone (any capacity type), as slurmctld needs
+    to start the job on the on-demand node it boots."""
+    spot_fleet.tick()
+    slurm.jobs_ = [_spot_job(7)]
+    clock.advance(1)
+    res = spot_fleet.tick()
+    assert [c["names"] for c in _commands(res, "scontrol-power_up")] == [["c1-sp1g-0"]]
+    assert not _commands(res, "scontrol-features")
+
+    cloud.stocked_out = {o.key for o in cloud.offers if o.key.capacity_type is CapacityType.SPOT}
+    spot_fleet.store.enqueue_power("resume", ["c1-sp1g-0"], clock(), {})  # its launch is refused: backed off
+    for _ in range(2):
+        clock.advance(1)
+        res = spot_fleet.tick()
+    widened = _commands(res, "scontrol-features")
+    assert [(c["job_id"], c["features"]) for c in widened] == [(7, "a3-highgpu-1g")]
+    assert slurm.feature_updates[-1] == (7, "a3-highgpu-1g")
+    assert [c["names"] for c in _commands(res, "scontrol-power_up")] == [["c1-od1g-0"]]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from autoscaler.core import constraint_expression
 from autoscaler.core.settings import SettingsTracker, settings_policy
 from autoscaler.daemon.config import LoopConfig
 from autoscaler.daemon.lock import LeaderLock
@@ -248,10 +249,11 @@ def _pending(sim: SimSlurm) -> list[SlurmJob]:
             j.nodes,
             j.gpus_per_node,
             None,
-            tuple(sorted(sim.allowed(j) or ())),  # the job_submit.lua's constraint, as widened
+            tuple(sorted({f for term in sim.allowed(j) or () for f in term.split("&")})),  # as squeue lists them
             0,
             None,
             j.submit,
+            constraint=constraint_expression(sim.allowed(j) or ()),  # the job_submit.lua's constraint, as widened
             admin_comment=RIGHT_SIZED_MARK if sim.allowed(j) else "",  # the lua's mark on what it constrained
         )
         for j in sim.pending_jobs()

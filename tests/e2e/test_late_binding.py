@@ -15,12 +15,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from autoscaler.daemon.tick import LATE_BIND_REASON
+from autoscaler.slurm.wake import submit_wake_path
 from fleet.catalog import CapacityType, load_catalog
+from fleet.slurm.job_submit import render_job_submit
 from fleet.slurm.weights import pool_shapes
 from tests.e2e.env import E2E, REGION, e2e_env, late_bind_lines, late_bind_lua, pool, wait_for
 from tests.harness.cloud_nodes import Nodeset
@@ -326,3 +329,73 @@ def test_a_job_asking_more_cpus_than_its_gpus_shape_has_is_accepted_and_runs_on_
     booted = {n for c in _ok(env, "scontrol-power_up") for n in c["names"]}
     assert booted == {"e2e-h2-0"}, "\n".join(f"{t.at:.1f} {c}" for t in env.ticks for c in t.commands)
     assert not _ok(env, "scontrol-features")
+
+
+def _spot_pin_lua(state: Path) -> str:
+    """The late-binding job_submit.lua `fleet render slurm-conf` writes for an on-demand pool serving `gpu` and
+    `spotq` and a spot pool serving `spotq` (a spot-tolerant partition: it has a spot pool)."""
+    od = (("od", CapacityType.ON_DEMAND, "a3-highgpu-8g"),)
+    sp = (("sp", CapacityType.SPOT, "a3-highgpu-8g"),)
+    catalog = load_catalog()
+    partitions = {"gpu": pool_shapes(od, catalog, REGION), "spotq": pool_shapes(od + sp, catalog, REGION)}
+    return render_job_submit(partitions, "gpu", constrain=True, wake_path=str(submit_wake_path(state)))
+
+
+@pytest.fixture
+def spot_env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    """Late binding over an on-demand pool (partitions `gpu` and `spotq`) and a spot pool (`spotq`), with the
+    rendered lua; the spot node's VM registers SLOW_BOOT_S after its create, the on-demand node's at once."""
+    holder: list[E2E] = []
+
+    def boots(name: str, zone: str) -> bool:
+        if not name.startswith("e2e-sp-"):
+            return True
+        threading.Timer(SLOW_BOOT_S, lambda: holder[0].nodes.boot(name, zone)).start()
+        return False
+
+    with e2e_env(
+        slurm_factory,
+        suspend_time=600,
+        pools=[
+            pool("od", "on-demand", "gpu", False, max_nodes=2).model_copy(
+                update={"slurm_partitions": ["gpu", "spotq"]}
+            ),
+            pool("sp", "spot", "spotq", True, max_nodes=2),
+        ],
+        nodesets=[
+            Nodeset("e2e-od", 2, features="a3-highgpu-8g,on-demand"),
+            Nodeset("e2e-sp", 2, features="a3-highgpu-8g,spot"),
+        ],
+        partitions={"gpu": ["e2e-od"], "spotq": ["e2e-od", "e2e-sp"]},
+        boots=boots,
+        # expected_run_s: what the settings rule sets from the observed runs (here an hour, so an idle on-demand
+        # node is dearer over the run than a new spot node: the plan does not put spot-tolerant work on it)
+        policy={"idle_timeout_s": 20, "backoff_s": 120, "late_bind": True, "expected_run_s": 3600},
+        job_submit_lua=_spot_pin_lua,
+        slurm_lines=late_bind_lines,
+        interval_s=10.0,
+    ) as e:
+        holder.append(e)
+        yield e
+
+
+def test_spot_tolerant_work_does_not_take_the_on_demand_node_booted_for_other_work(spot_env: E2E) -> None:
+    """The lua pins a spot-tolerant job's constraint to spot (`a3-highgpu-8g&spot`, `job_submit.spot_pinned`): the
+    daemon boots it a spot node and an on-demand-only job an on-demand node; the on-demand node registers first and
+    goes to the job it was booted for, not to the spot-tolerant job queued ahead of it, which runs on spot once its
+    node is up.  Without the pin slurmctld gives the first registered node to the first job it may run on, so the
+    spot-tolerant work runs at the on-demand price and the other job waits for a second boot."""
+    env = spot_env
+    env.start_daemon()
+    wait_for(lambda: all("DRAIN" in f["state_flags"] for f in env.sinfo().values()), 30, "every pool held", env)
+    tolerant = env.gpu_job(20, partition="spotq")
+    assert _features(env, tolerant) == "a3-highgpu-8g&spot"
+    wait_for(lambda: ["e2e-sp-0"] in [c["names"] for c in _ok(env, "scontrol-power_up")], 30, "a spot boot", env)
+    strict = env.gpu_job(1, partition="gpu")
+    assert _features(env, strict) == "a3-highgpu-8g"
+    wait_for(lambda: strict not in env.squeue_ids(), 90, "the on-demand-only job to run and finish", env)
+    assert env.ran_on(strict) == "e2e-od-0"
+    assert env.job_state(tolerant) in ("PENDING", "CONFIGURING")  # still waiting for its spot node
+    wait_for(lambda: tolerant not in env.squeue_ids(), 120, "the spot-tolerant job to run and finish", env)
+    assert env.ran_on(tolerant) == "e2e-sp-0"
+    assert sorted(e.name for e in env.fake.events_of("create")) == ["e2e-od-0", "e2e-sp-0"]  # no second boot

@@ -240,3 +240,22 @@ def test_an_aborted_held_boot_does_not_hold_back_the_next_jobs_boot() -> None:
         (401.0, ("a3-highgpu-1g-on-demand-1",)),
         (441.0, ("a3-highgpu-1g-on-demand-2",)),
     ]
+
+
+def test_under_late_binding_spot_tolerant_work_leaves_an_on_demand_node_to_work_that_needs_it() -> None:
+    """j1 (spot-tolerant) and j2 (not) wait for their own boots, spot and on-demand, when j0's on-demand node frees:
+    j1 is first in the queue, but the lua pins its constraint to spot (`job_submit.spot_pinned`), so the freed node
+    goes to j2 and j1 runs on the spot node booted for it.  Unpinned, j1 took the on-demand node for its whole run
+    and j2 waited for its boot (the held-out spot-heavy scenario cost up to 7 % more than exact-fit that way)."""
+    jobs = [job(0, 0, 400, 1), job(1, 500, 3000, 1, spot_ok=True), job(2, 510, 3000, 1)]
+    scenario = Scenario(spot_fraction=0.5)  # spot pools; which jobs tolerate spot is the trace's here
+    policy = GpuFleetPolicy.for_scenario(scenario, jobs=jobs)
+    sim = SimSlurm(jobs, scenario, policy).run()
+    assert sim.allowed(sim.state.jobs[1]) == {"a3-highgpu-1g&spot"} and sim.allowed(sim.state.jobs[2]) == {
+        "a3-highgpu-1g"
+    }
+    waits = {j.trace.id: j.first_start - j.submit for j in sim.state.jobs}
+    assert waits["j2"] < 300  # j0's node, freed at about 762 s
+    assert waits["j1"] == pytest.approx(waits["j0"], abs=15)  # a boot of its own
+    spot = [e for e in policy.launch_log if any("spot" in n for n in e[4])]
+    assert len(spot) == 1 and len(policy.launch_log) == 3  # j0's, j1's spot node, j2's aborted on-demand boot

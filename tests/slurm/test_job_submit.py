@@ -10,7 +10,7 @@ import pytest
 
 from fleet.catalog import CapacityType
 from fleet.slurm import render_slurm_conf
-from fleet.slurm.job_submit import Prefer, constraints, preferences, render_job_submit
+from fleet.slurm.job_submit import Prefer, constraints, preferences, render_job_submit, spot_pinned
 from fleet.slurm.policy import late_binding_constrains
 from fleet.slurm.weights import PoolShape
 from fleet.spec import FleetSpec, load_spec, load_stack_file, read_stack_config
@@ -100,6 +100,25 @@ def test_constraints_name_the_right_sized_machine_for_every_gpu_count() -> None:
         assert {g: p.machine_type for g, p in prefs.items()} == {g: table[part][g] for g in prefs}
 
 
+def test_a_spot_tolerant_partition_pins_the_constraint_to_spot_where_it_has_another_capacity_type() -> None:
+    """Under late binding the daemon boots a pending job a node of the capacity type the plan chose; a spot-tolerant
+    job whose constraint named the machine type alone would take an on-demand node booted for work that may not use
+    spot (tests/e2e/test_late_binding.py shows it on slurmctld).  Shapes are ranked at the on-demand price whatever
+    their capacity type (`fleet.slurm.conf`), so the pin changes no machine type."""
+    od1, od8 = shape("od1", "m-1g", 1, 10.0), shape("od8", "m-8g", 8, 10.0)
+    sp1 = PoolShape("sp1", CapacityType.SPOT, "m-1g", 1, 10.0)
+    assert spot_pinned([od1, od8, sp1]) == {"m-1g"} and spot_pinned([sp1]) == set() and spot_pinned([od1]) == set()
+    assert constraints({"spotq": [od1, od8, sp1], "gpu": [od1, od8], "spot-only": [sp1]}) == {
+        "spotq": {1: "m-1g&spot", **dict.fromkeys(range(2, 9), "m-8g")},  # no spot 8-GPU pool: not pinned
+        "gpu": {1: "m-1g", **dict.fromkeys(range(2, 9), "m-8g")},
+        "spot-only": {1: "m-1g"},  # spot is all it has: the machine type says it
+    }
+    lua = render_job_submit({"spotq": [od1, od8, sp1]}, "spotq", constrain=True)
+    unknown = 2**53
+    assert f'["spotq"] = {{ {{ "m-1g&spot", 1, {unknown}, {unknown} }}, {{ "m-8g", 8, ' in lua
+    assert "&" not in render_job_submit({"spotq": [od1, od8, sp1]}, "spotq")  # prefer mode: unchanged
+
+
 def test_constrain_mode_sets_the_jobs_features_even_without_a_choice() -> None:
     one = {"gpu": [shape("h2", "m-2g", 2, 1.0)]}
     assert render_job_submit(one, "gpu") == ""  # prefer: nothing to choose
@@ -163,7 +182,8 @@ def test_the_conf_render_constrains_with_late_binding_and_no_reservation_pool() 
     conf = render_slurm_conf(spec, spec.clusters[0])
     assert "JobSubmitPlugins=lua" in conf.slurm_conf.splitlines()
     assert '  ["a3mega"] = { { "a3-megagpu-8g", 8, 208, 1820057 } },' in conf.job_submit_lua.splitlines()
-    assert '  ["a3mega-spot"] = { { "a3-megagpu-8g", 8, 208, 1820057 } },' in conf.job_submit_lua.splitlines()
+    # the spot-tolerant partition (its spot pool and the on-demand one): pinned to spot (`spot_pinned`)
+    assert '  ["a3mega-spot"] = { { "a3-megagpu-8g&spot", 8, 208, 1820057 } },' in conf.job_submit_lua.splitlines()
     spec = _a3mega({"late_bind": False}, reservation=False)
     assert render_slurm_conf(spec, spec.clusters[0]).job_submit_lua == ""
 

@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import pytest
 
+from autoscaler.core import constraint_expression
 from autoscaler.daemon.snapshot import NameIndex, job_pools, pool_nodes
 from autoscaler.model import Pool
-from autoscaler.slurm.constraint import RIGHT_SIZED_MARK, ConstraintUnreadable, matches
+from autoscaler.slurm.constraint import RIGHT_SIZED_MARK, ConstraintUnreadable, alternatives, matches
 from autoscaler.slurm.readers import SlurmJob, SlurmNode
 from fleet.catalog import CapacityType
 
@@ -110,3 +111,27 @@ def test_the_cpus_and_memory_a_job_asks_per_node_rule_out_smaller_nodes_whoever_
         "od8",
     }
     assert job_pools(replace(_job(""), cpus_per_node=26, memory_per_node_mib=226_611), POOLS, nodes) is None
+
+
+@pytest.mark.parametrize(
+    ("expr", "terms"),
+    [
+        ("a3-highgpu-1g", {"a3-highgpu-1g"}),
+        ("a3-highgpu-1g&spot", {"a3-highgpu-1g&spot"}),  # the lua's pin of spot-tolerant work
+        ("spot&a3-highgpu-1g", {"a3-highgpu-1g&spot"}),
+        ("a3-highgpu-1g|a3-highgpu-2g", {"a3-highgpu-1g", "a3-highgpu-2g"}),  # widened
+        ("(a3-highgpu-1g&spot)|a3-highgpu-2g", {"a3-highgpu-1g&spot", "a3-highgpu-2g"}),
+    ],
+)
+def test_a_right_sizing_constraint_reads_as_its_alternatives(expr: str, terms: set[str]) -> None:
+    assert alternatives(expr) == terms
+    assert alternatives(constraint_expression(terms)) == terms  # what the daemon writes back reads the same
+
+
+@pytest.mark.parametrize(
+    "expr",
+    ["", "a3-highgpu-1g|a3-highgpu-2g&spot", "[a3-highgpu-1g|a3-highgpu-2g]", "a3-highgpu-1g&a3-highgpu-2g", "(a|b)"],
+)
+def test_anything_else_is_not_a_right_sizing_constraint(expr: str) -> None:
+    with pytest.raises(ConstraintUnreadable):
+        alternatives(expr)

@@ -24,7 +24,8 @@ Per run (one trace x scenario, every policy replayed on the same jobs and cloud)
   takes it; seed 0, the default, is the one the settings were looked at on);
 - `--regime-scenarios held-out` replays each generated regime under scenarios nothing was looked at on (`HELD_OUT`:
   A100 and L4 families, H100 in europe-west4, 120 s and 900 s boots, a small reservation with spot and
-  stockouts), with the same checks;
+  stockouts; since the seventeenth round also `held-out-17`: 8-GPU-only families, A100 80GB in Europe, spot-heavy
+  work, long stockouts, a reservation at the on-demand rate, slow registration), with the same checks;
 - with `--frontier S,...`: on cluster04 defaults and the short regime, for each baseline some gpu-fleet
   setting (the default, or one of the settings: a wait value W, or `W:no-warm-cap`, that wait value with
   `Policy.warm_cap` false) is no more expensive and no slower at p50 and p95.
@@ -60,7 +61,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 #: scenarios for the generated regimes that no setting or rule was looked at on (`--regime-scenarios`): other GPU
 #: families and price lists (A100, L4 with unequal per-GPU prices, H100 in Europe), other boot times, a small
 #: reservation with spot and stockouts (seed 7 for the spot draw and the stockouts)
-HELD_OUT: dict[str, dict[str, Any]] = {
+HELD_OUT_16: dict[str, dict[str, Any]] = {
     "a2-highgpu": {"machine_family": "a2-highgpu"},
     "a2-highgpu-asia-southeast1": {"machine_family": "a2-highgpu", "region": "asia-southeast1"},
     "g2-standard": {"machine_family": "g2-standard"},
@@ -69,6 +70,25 @@ HELD_OUT: dict[str, dict[str, Any]] = {
     "boot900": {"boot_seconds": 900.0},
     "res10-spot0.3-so0.2": {"reserved_nodes": 10, "spot_fraction": 0.3, "stockout_rate": 0.2, "seed": 7},
 }
+#: added in the seventeenth round, after the ones above had been looked at (and two defects fixed from them):
+#: 8-GPU-only families (small jobs must share nodes), A100 80GB in Europe, spot-heavy work with frequent
+#: preemptions, long stockouts, a small reservation billed at the on-demand rate, a slow registration
+#: (`--regime-scenarios held-out-17`)
+HELD_OUT_17: dict[str, dict[str, Any]] = {
+    "a3-megagpu": {"machine_family": "a3-megagpu"},
+    "a4-highgpu": {"machine_family": "a4-highgpu"},
+    "a2-ultragpu-europe-west4": {"machine_family": "a2-ultragpu", "region": "europe-west4"},
+    "spot0.7-pre0.05-ckpt600": {
+        "spot_fraction": 0.7,
+        "preemption_rate_per_hour": 0.05,
+        "checkpoint_interval_s": 600.0,
+        "seed": 11,
+    },
+    "so0.5-window3600": {"stockout_rate": 0.5, "stockout_window_s": 3600.0, "seed": 13},
+    "res4-on-demand-rate": {"reserved_nodes": 4, "reservation_rate": "on-demand"},
+    "boot240-register90": {"boot_seconds": 240.0, "register_seconds": 90.0},
+}
+HELD_OUT = {**HELD_OUT_16, **HELD_OUT_17}
 AUTOSCALERS = ("slurm-power-save", "ca-like", "karpenter-like")
 BASELINES = ("static-peak", "slurm-power-save", "ca-like", "karpenter-like", "exact-fit")
 KEEP = (
@@ -215,7 +235,8 @@ def main() -> int:
         "--regime-scenarios",
         default="defaults",
         help=f"scenarios of the generated regimes, comma-separated: defaults, or held out: {', '.join(HELD_OUT)}, "
-        "or 'held-out' for all of those (the Pareto check runs on defaults only)",
+        "'held-out' for all of those, or 'held-out-17' for those added in the seventeenth round (the Pareto check "
+        "runs on defaults only)",
     )
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--json", action="store_true", help="print every run and check as JSON")
@@ -266,10 +287,13 @@ def main() -> int:
     for s in (s.strip() for s in args.regime_scenarios.split(",") if s.strip()):
         if s == "held-out":
             regime_scenarios += list(HELD_OUT)
+        elif s == "held-out-17":
+            regime_scenarios += list(HELD_OUT_17)
         elif s == "defaults" or s in HELD_OUT:
             regime_scenarios.append(s)
         else:
-            ap.error(f"--regime-scenarios: unknown scenario {s!r} (known: defaults, held-out, {', '.join(HELD_OUT)})")
+            known = ", ".join(["defaults", "held-out", "held-out-17", *HELD_OUT])
+            ap.error(f"--regime-scenarios: unknown scenario {s!r} (known: {known})")
     for r in (r.strip() for r in args.regimes.split(",") if r.strip()):
         if r not in REGIMES:
             ap.error(f"--regimes: unknown regime {r!r} (known: {', '.join(REGIMES)})")

@@ -134,8 +134,9 @@ def with_reuse(facts: FleetFacts, seen: Sequence[SeenJob], at: float, span_s: fl
     for j in seen:
         shape = shape_for(j.gpus_per_node)
         if shape is not None:
-            events.append((shape.machine_type, j.submit, j.ended_at, j.nodes))
-    gaps = free_gaps(events, at, horizons)
+            events.append((shape.machine_type, j.submit, j.ended_at, j.nodes, j.gpus_per_node))
+    # a job smaller than its shape's node shares one (a 1-GPU job where the family's smallest machine has 8 GPUs)
+    gaps = free_gaps(events, at, horizons, {s.machine_type: s.gpus for s in facts.shapes})
     shapes = tuple(replace(s, reuse_gaps=gaps.get(s.machine_type, ())) for s in facts.shapes)
     shapes = tuple(replace(s, standby_use=_standby_use(facts, s, events, at, span_s)) for s in shapes)
     return replace(facts, shapes=shapes)
@@ -144,7 +145,7 @@ def with_reuse(facts: FleetFacts, seen: Sequence[SeenJob], at: float, span_s: fl
 def _standby_use(
     facts: FleetFacts,
     shape: ShapeFacts,
-    events: Sequence[tuple[str, float, float | None, int]],
+    events: Sequence[tuple[str, float, float | None, int, int]],
     at: float,
     span_s: float,
 ) -> tuple[float, ...] | None:
@@ -155,10 +156,10 @@ def _standby_use(
     if w <= 0 or span_s <= 0:
         return None
     mine = [e for e in events if e[0] == shape.machine_type]
-    arrivals = [(submit, nodes) for _, submit, _, nodes in mine]
+    arrivals = [(e[1], e[3]) for e in mine]
     if sum(n for _, n in arrivals) < MIN_SPELLS:
         return None
-    ends = [(end, nodes) for _, _, end, nodes in mine if end is not None and end <= at]
+    ends = [(e[2], e[3]) for e in mine if e[2] is not None and e[2] <= at]
     keep = idle_keep_s(shape, facts.boot_s, w)
     return standby_use(arrivals, facts.boot_s, span_s, ends, keep if math.isfinite(keep) else span_s)
 

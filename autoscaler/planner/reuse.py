@@ -29,36 +29,84 @@ MIN_SPELLS = 20
 
 
 def free_gaps(
-    events: Iterable[tuple[str, float, float | None, int]], at: float, horizons: Mapping[str, float]
+    events: Iterable[tuple[str, float, float | None, int] | tuple[str, float, float | None, int, int]],
+    at: float,
+    horizons: Mapping[str, float],
+    node_gpus: Mapping[str, int] | None = None,
 ) -> dict[str, tuple[float, ...]]:
     """Per shape with a horizon T: for every node freed at least T before `at`, the time until an arrival of that
     shape took it, capped at T (the cap means "not taken within T").  `events`: (shape, submit, observed end or
-    None, nodes) of the jobs seen, each right-sized to `shape`."""
-    by_shape: dict[str, list[tuple[float, int, int]]] = {}  # (time, 0 = end / 1 = arrival, nodes)
-    for shape, submit, end, nodes in events:
+    None, nodes[, GPUs per node]) of the jobs seen, each right-sized to `shape`.
+
+    A job smaller than its shape's node (`node_gpus[shape]`: a 1-GPU job where the family's smallest machine has 8
+    GPUs) shares a node, as Slurm packs it: it goes to the fullest busy node with room (no idle node needed), else
+    takes an idle one; a node is freed when its last job ends.  Counted as a node of its own, every small job's end
+    would look like a freed node and every arrival like a reuse, and keeping idle nodes would look worth it where
+    an arrival almost never needs an idle node.  Jobs that fill their nodes are counted node for node."""
+    rows_by_shape: dict[str, list[tuple[float, int, int, int, int]]] = {}  # (time, 0 end / 1 arrival, job, n, g)
+    for i, ev in enumerate(events):
+        shape, submit, end, nodes = ev[0], ev[1], ev[2], ev[3]
         if shape not in horizons:
             continue
-        rows = by_shape.setdefault(shape, [])
-        rows.append((submit, 1, nodes))
+        size = (node_gpus or {}).get(shape, 0)
+        g = ev[4] if len(ev) > 4 and size else size  # type: ignore[misc]
+        rows = rows_by_shape.setdefault(shape, [])
+        rows.append((submit, 1, i, nodes, g))
         if end is not None and end <= at:
-            rows.append((end, 0, nodes))
-    out: dict[str, tuple[float, ...]] = {}
-    for shape, rows in by_shape.items():
-        horizon = horizons[shape]
-        rows.sort()
-        idle: list[float] = []  # free times of the idle nodes, most recent last
-        gaps: list[float] = []
-        for t, kind, nodes in rows:
-            if kind == 0:
+            rows.append((end, 0, i, nodes, g))
+    sizes = node_gpus or {}
+    return {
+        shape: _shape_gaps(sorted(rows), at, horizons[shape], sizes.get(shape, 0))
+        for shape, rows in rows_by_shape.items()
+    }
+
+
+def _shape_gaps(
+    rows: Sequence[tuple[float, int, int, int, int]], at: float, horizon: float, size: int
+) -> tuple[float, ...]:
+    """`free_gaps` for one shape: `rows` (time, 0 end / 1 arrival, job, nodes, GPUs per node) in time order, ends
+    first at a tie; `size` the shape's GPUs per node (0: every job fills its nodes)."""
+    idle: list[float] = []  # free times of the idle nodes, most recent last
+    room: dict[int, int] = {}  # busy shared node -> its free GPUs
+    used: list[int] = []  # GPUs in use per shared node
+    placed: dict[int, list[int]] = {}  # job -> its shared nodes
+    gaps: list[float] = []
+    for t, kind, job, nodes, g in rows:
+        whole = not size or g >= size
+        if kind == 0:
+            if whole:  # its nodes are free now
                 idle.extend([t] * nodes)
                 continue
-            for _ in range(min(nodes, len(idle))):
-                freed = idle.pop()
-                if freed <= at - horizon:
-                    gaps.append(min(t - freed, horizon))
-        gaps.extend(horizon for freed in idle if freed <= at - horizon)  # never taken
-        out[shape] = tuple(gaps)
-    return out
+            for node in placed.pop(job, []):
+                used[node] -= g
+                room[node] = size - used[node]
+                if used[node] == 0:  # its last job ended
+                    del room[node]
+                    idle.append(t)
+            continue
+        mine: list[int] = []
+        for _ in range(nodes):
+            fits = [] if whole else [n for n, free in room.items() if free >= g and n not in mine]
+            if fits:
+                mine.append(min(fits, key=lambda n: (room[n], n)))  # the fullest busy node with room
+            else:
+                if idle:
+                    freed = idle.pop()
+                    if freed <= at - horizon:
+                        gaps.append(min(t - freed, horizon))
+                if whole:
+                    continue
+                mine.append(len(used))
+                used.append(0)
+            node = mine[-1]
+            used[node] += g
+            room[node] = size - used[node]
+            if room[node] == 0:
+                del room[node]
+        if mine:
+            placed[job] = mine
+    gaps.extend(horizon for freed in idle if freed <= at - horizon)  # never taken
+    return tuple(gaps)
 
 
 def keep_pays(gaps: Sequence[float], keep_s: float) -> bool | None:

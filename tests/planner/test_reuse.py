@@ -18,6 +18,22 @@ def test_each_freed_node_waits_until_an_arrival_of_its_shape_takes_it() -> None:
     assert free_gaps([("s", 0.0, 1900.0, 1)], at=2000.0, horizons={"s": 360.0})["s"] == ()
 
 
+def test_jobs_smaller_than_the_node_share_it_and_free_it_only_when_the_last_one_ends() -> None:
+    """1-GPU jobs right-sized to an 8-GPU machine (the family has nothing smaller) pack onto one node, as Slurm
+    packs them: b's end frees no node and c needs no idle one, so nothing here says keeping an idle node pays.
+    Counted a node each, b's end looked like a freed node that c reused 100 s later."""
+    small = [("s", 0.0, 1000.0, 1, 1), ("s", 100.0, 200.0, 1, 1), ("s", 300.0, None, 1, 1)]
+    assert free_gaps(small, at=5000.0, horizons={"s": 360.0}, node_gpus={"s": 8})["s"] == ()
+    assert sorted(free_gaps(small, at=5000.0, horizons={"s": 360.0})["s"]) == [100.0, 360.0]  # a node per job
+    # the node is freed when its last job ends (c's, at 1500), and an arrival after that takes it
+    small[2] = ("s", 300.0, 1500.0, 1, 1)
+    gaps = free_gaps([*small, ("s", 1600.0, None, 1, 1)], at=5000.0, horizons={"s": 360.0}, node_gpus={"s": 8})
+    assert gaps["s"] == (100.0,)
+    # jobs that fill the node are counted node for node, as before
+    whole = [("s", 0.0, 100.0, 2, 8), ("s", 130.0, None, 1, 8), ("s", 1000.0, None, 1, 8)]
+    assert sorted(free_gaps(whole, at=2000.0, horizons={"s": 360.0}, node_gpus={"s": 8})["s"]) == [30.0, 360.0]
+
+
 def test_keeping_pays_only_when_the_measured_reuse_says_so() -> None:
     soon = [30.0] * MIN_SPELLS  # every freed node is taken within half a minute
     assert keep_pays(soon, 360.0) is True

@@ -235,8 +235,8 @@ def main() -> int:
         "--regime-scenarios",
         default="defaults",
         help=f"scenarios of the generated regimes, comma-separated: defaults, or held out: {', '.join(HELD_OUT)}, "
-        "'held-out' for all of those, or 'held-out-17' for those added in the seventeenth round (the Pareto check "
-        "runs on defaults only)",
+        "'held-out' for all of those, 'held-out-16' / 'held-out-17' for those added in the sixteenth / seventeenth "
+        "round (the Pareto check runs on defaults only)",
     )
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--json", action="store_true", help="print every run and check as JSON")
@@ -287,12 +287,12 @@ def main() -> int:
     for s in (s.strip() for s in args.regime_scenarios.split(",") if s.strip()):
         if s == "held-out":
             regime_scenarios += list(HELD_OUT)
-        elif s == "held-out-17":
-            regime_scenarios += list(HELD_OUT_17)
+        elif s in ("held-out-16", "held-out-17"):
+            regime_scenarios += list(HELD_OUT_16 if s == "held-out-16" else HELD_OUT_17)
         elif s == "defaults" or s in HELD_OUT:
             regime_scenarios.append(s)
         else:
-            known = ", ".join(["defaults", "held-out", "held-out-17", *HELD_OUT])
+            known = ", ".join(["defaults", "held-out", "held-out-16", "held-out-17", *HELD_OUT])
             ap.error(f"--regime-scenarios: unknown scenario {s!r} (known: {known})")
     for r in (r.strip() for r in args.regimes.split(",") if r.strip()):
         if r not in REGIMES:

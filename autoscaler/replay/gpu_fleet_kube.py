@@ -20,10 +20,11 @@ engine (no Slurm: nothing allocates node names at submission; pods go where thei
 - scale-down is `scale_down_idle` over the inventory (idle since the first poll that saw the node idle): cordon
   (drain) at one poll, delete the still-empty cordoned nodes at the next, never a node with work or a booking.
 
-A node running any pod counts as wholly used to the planner (the daemon's `inventory_nodes`); kube-scheduler may
-still pack a small pod into its free GPUs.  One difference from the daemon, on purpose: a booked node that is
-still booting counts as used here (the booking's intent); `inventory_nodes` counts a booked node busy only once
-Ready, so the daemon can book a second request onto a booting node (reported to the lead)."""
+A node running pods counts the GPUs they ask for (the daemon's `inventory_nodes`: a request may be booked onto its
+free GPUs; before the seventeenth round the replay counted it wholly used, so on 8-GPU-only families every 1-GPU
+request got a node of its own); a booked node counts wholly used.  One difference from the daemon, on purpose: a
+booked node that is still booting counts as used here (the booking's intent); `inventory_nodes` counts a booked
+node busy only once Ready, so the daemon can book a second request onto a booting node (reported to the lead)."""
 
 from __future__ import annotations
 
@@ -226,12 +227,14 @@ class GpuFleetKubePolicy:
         return Inventory(tuple(self._pools), tuple(out))
 
     def _node(self, n: SimNode, booked: bool, now: float) -> Node:
-        """The daemon's `inventory_nodes`: booting until registered, cordoned = draining, any pod (or a booking)
-        = wholly busy, else idle since the first poll that saw it idle."""
+        """The daemon's `inventory_nodes`: booting until registered, cordoned = draining, a booking = wholly busy,
+        pods = busy with the GPUs they ask for, else idle since the first poll that saw it idle."""
         if n.state is NodeState.DRAINING:
             state, used = NodeState.DRAINING, 0
-        elif n.jobs or booked or n.nominated_for is not None:
+        elif booked or n.nominated_for is not None:  # the request's pods are on their way
             state, used = (NodeState.BUSY if n.registered else NodeState.BOOTING), n.gpus
+        elif n.jobs:  # the GPUs its pods ask for: the rest may take more work
+            state, used = (NodeState.BUSY if n.registered else NodeState.BOOTING), min(n.gpus, max(1, n.gpus - n.free))
         elif not n.registered:
             state, used = NodeState.BOOTING, 0
         else:

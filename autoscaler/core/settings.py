@@ -156,10 +156,10 @@ def _standby_use(
     if w <= 0 or span_s <= 0:
         return None
     mine = [e for e in events if e[0] == shape.machine_type]
-    arrivals = [(e[1], e[3]) for e in mine]
+    arrivals = [(submit, nodes) for _, submit, _, nodes, _ in mine]
     if sum(n for _, n in arrivals) < MIN_SPELLS:
         return None
-    ends = [(e[2], e[3]) for e in mine if e[2] is not None and e[2] <= at]
+    ends = [(end, nodes) for _, _, end, nodes, _ in mine if end is not None and end <= at]
     keep = idle_keep_s(shape, facts.boot_s, w)
     return standby_use(arrivals, facts.boot_s, span_s, ends, keep if math.isfinite(keep) else span_s)
 

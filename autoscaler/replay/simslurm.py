@@ -56,7 +56,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 from autoscaler.cloud import InsufficientCapacity, OfferingKey, ProviderError, QuotaExceeded
@@ -69,7 +69,7 @@ from autoscaler.replay.trace import TraceJob
 from autoscaler.sim import NodeEventKind, SimClock, SimCloud, SimConfig
 from fleet.catalog import CapacityType, load_catalog
 from fleet.slurm.job_submit import Prefer, constraints, preferences
-from fleet.slurm.weights import pool_shapes, pool_weights
+from fleet.slurm.weights import pool_weights, ranking_shapes
 
 
 def command(fn: Callable) -> Callable:  # type: ignore[type-arg]
@@ -210,17 +210,15 @@ class SimSlurm:
         #: job idx -> the alternatives its hard constraint allows (`constrain`), once widened by the driver
         self.constraints: dict[int, frozenset[str]] = {}
         if self.conf.prefer or self.conf.constrain:
-            rows = ((p.name, CapacityType.ON_DEMAND, p.machine_type) for p in self.pool_list)
+            rows = ((p.name, p.capacity_type, p.machine_type) for p in self.pool_list)
             reserved = max(
                 (p.gpus_per_node for p in self.pool_list if p.capacity_type is CapacityType.RESERVATION), default=0
             )
-            shapes = pool_shapes(rows, load_catalog(), scenario.region)
+            shapes = ranking_shapes(rows, load_catalog(), scenario.region)  # as fleet.slurm.conf renders the lua
             self.prefer = preferences({"all": shapes}, {"all": reserved}).get("all", {})
-            if self.conf.constrain:  # as fleet.slurm.conf renders them: on-demand prices, each pool's capacity type
-                capacity = {p.name: p.capacity_type for p in self.pool_list}
-                own = [replace(s, capacity=capacity[s.pool]) for s in shapes]
-                strict = [s for s in own if s.capacity is not CapacityType.SPOT]
-                tables = constraints({"spot": own, "strict": strict})
+            if self.conf.constrain:
+                strict = [s for s in shapes if s.capacity is not CapacityType.SPOT]
+                tables = constraints({"spot": shapes, "strict": strict})
                 self.right_sized = {True: tables.get("spot", {}), False: tables.get("strict", {})}
         self.names: dict[str, _Name] = {}  # every name not powered down
         self._free: dict[str, list[int]] = {p.name: [] for p in self.pool_list}  # freed indices (heap)

@@ -14,7 +14,7 @@ accepts; `overrides` replaces host-specific keys so a test harness can start the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from fleet.catalog import CapacityType, Catalog, MachineType, load_catalog
 from fleet.slurm.job_submit import render_job_submit
@@ -24,7 +24,7 @@ from fleet.slurm.policy import late_binding_constrains, late_binding_settings
 from fleet.slurm.preempt import partition_tiers, preemption_settings
 from fleet.slurm.suspend import standby_exclusion, suspend_time
 from fleet.slurm.topology import render_topology
-from fleet.slurm.weights import pool_shapes, pool_weights
+from fleet.slurm.weights import pool_weights, ranking_shapes
 from fleet.spec.derive import controller_address, default_partition, node_hostlist, node_name_prefix
 from fleet.spec.model import ClusterSpec, FleetSpec
 
@@ -280,11 +280,9 @@ def render_slurm_conf(
         }
     # right-sized --prefer for powered-down allocations (22.05 ignores Weight there; fleet/slurm/job_submit.py), or
     # under strict late binding a hard --constraint: the daemon holds every pool and picks the machine type itself
-    # ranked at the on-demand list price whatever the capacity type; the pool's own capacity type is kept (a
-    # spot-tolerant partition's constraint is pinned to spot: `job_submit.spot_pinned`)
     pools_by_name = {p.name: p for p in cluster.pools}
-    od = pool_shapes(((p.name, CapacityType.ON_DEMAND, p.machine_type) for p in cluster.pools), cat, spec.region)
-    by_pool = {s.pool: replace(s, capacity=pools_by_name[s.pool].capacity) for s in od}
+    shapes = ranking_shapes(((p.name, p.capacity, p.machine_type) for p in cluster.pools), cat, spec.region)
+    by_pool = {s.pool: s for s in shapes}
     reserved = {  # partition -> GPUs per node of its largest reservation pool: reserved nodes are preferred too
         part.name: max(
             (machines[p].gpu_count for p in part.pools if pools_by_name[p].capacity is CapacityType.RESERVATION),

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fleet.catalog import CapacityType, Catalog
 from fleet.catalog.price_ties import price_tiers
@@ -37,6 +37,7 @@ __all__ = [
     "pool_shapes",
     "pool_weights",
     "ranked",
+    "ranking_shapes",
     "shape_keys",
     "shape_ranks",
 ]
@@ -112,6 +113,16 @@ def pool_shapes(pools: Iterable[tuple[str, CapacityType, str]], catalog: Catalog
         per_gpu = hourly / m.gpu_count if hourly else None
         out.append(PoolShape(name, capacity, machine_type, m.gpu_count, per_gpu, m.vcpus, real_memory_mib(m)))
     return out
+
+
+def ranking_shapes(pools: Iterable[tuple[str, CapacityType, str]], catalog: Catalog, region: str) -> list[PoolShape]:
+    """`PoolShape`s of (pool name, capacity type, machine type) priced at the on-demand list price whatever their
+    capacity type, each keeping its own: what the job_submit.lua ranks machine types by (`fleet.slurm.job_submit`;
+    its spot pin reads the capacity types, `job_submit.spot_pinned`).  `fleet render slurm-conf` and the simulated
+    Slurm both build the lua's shapes here."""
+    rows = list(pools)
+    priced = pool_shapes(((name, CapacityType.ON_DEMAND, m) for name, _, m in rows), catalog, region)
+    return [replace(s, capacity=capacity) for s, (_, capacity, _) in zip(priced, rows, strict=True)]
 
 
 def pool_weights(pools: Iterable[tuple[str, CapacityType, str]], catalog: Catalog, region: str) -> dict[str, int]:

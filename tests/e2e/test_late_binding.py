@@ -24,7 +24,7 @@ from autoscaler.daemon.tick import LATE_BIND_REASON
 from autoscaler.slurm.wake import submit_wake_path
 from fleet.catalog import CapacityType, load_catalog
 from fleet.slurm.job_submit import render_job_submit
-from fleet.slurm.weights import pool_shapes
+from fleet.slurm.weights import pool_shapes, ranking_shapes
 from tests.e2e.env import E2E, REGION, e2e_env, late_bind_lines, late_bind_lua, pool, wait_for
 from tests.harness.cloud_nodes import Nodeset
 from tests.harness.slurm import SlurmHarness
@@ -337,7 +337,7 @@ def _spot_pin_lua(state: Path) -> str:
     od = (("od", CapacityType.ON_DEMAND, "a3-highgpu-8g"),)
     sp = (("sp", CapacityType.SPOT, "a3-highgpu-8g"),)
     catalog = load_catalog()
-    partitions = {"gpu": pool_shapes(od, catalog, REGION), "spotq": pool_shapes(od + sp, catalog, REGION)}
+    partitions = {"gpu": ranking_shapes(od, catalog, REGION), "spotq": ranking_shapes(od + sp, catalog, REGION)}
     return render_job_submit(partitions, "gpu", constrain=True, wake_path=str(submit_wake_path(state)))
 
 

@@ -186,7 +186,8 @@ def settings_policy(base: Policy, explicit: Iterable[str], facts: FleetFacts) ->
 
 @dataclass
 class ArrivalLog:
-    """Arrivals a queue source saw, by its own key (a ProvisioningRequest): when first seen, and the `SeenJob`.
+    """Arrivals a queue source saw, by its own key (a ProvisioningRequest): when first seen, and the `SeenJob`
+    (with its end and run once the source saw it end: `ended`).
     `history` is what `SettingsTracker.current` reads; it also forgets what was submitted before the window it is
     asked for (the window's start only moves forward)."""
 
@@ -194,6 +195,13 @@ class ArrivalLog:
 
     def see(self, key: str, now: float, job: SeenJob) -> None:
         self.entries.setdefault(key, (now, job))
+
+    def ended(self, key: str, at: float, run_s: float) -> None:
+        """The arrival `key` was seen ended at `at` after running `run_s` (its first report stands; an arrival
+        not seen, or forgotten, is not added: its submission is unknown)."""
+        entry = self.entries.get(key)
+        if entry is not None and entry[1].ended_at is None:
+            self.entries[key] = (entry[0], replace(entry[1], ended_at=at, run_s=run_s))
 
     def history(self, start: float, at: float) -> list[SeenJob]:
         """The jobs seen by `at` and submitted in [start, at], by submit time."""

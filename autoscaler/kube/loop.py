@@ -34,12 +34,13 @@ from typing import Any
 
 from loguru import logger
 
-from autoscaler.cloud import FailureKind, LaunchRequest, Provider, ProviderError
+from autoscaler.cloud import CloudNode, CloudNodeStatus, FailureKind, LaunchRequest, Provider, ProviderError
 from autoscaler.core import queue_depth, scale_down_steps
 from autoscaler.core.settings import ArrivalLog, SeenJob, SettingsTracker
 from autoscaler.daemon.snapshot import offering_from_dict, offering_to_dict
 from autoscaler.kube.api import KubeApi, KubeError
 from autoscaler.kube.lease import LeaseElector, micro_time
+from autoscaler.kube.runs import RunWatch
 from autoscaler.kube.source import (
     ATOMIC_CLASS,
     BOOKING,
@@ -115,6 +116,7 @@ class KubeDaemon:
         self.api = api
         self.settings = settings
         self._arrivals = ArrivalLog()  # request key -> (first seen, the arrival)
+        self._runs = RunWatch()  # the workloads' runs, from their pods
         self._since: float | None = None
         self.kp = pools
         # late binding holds Slurm's powered-down CLOUD names; Kueue binds nothing at submit and nothing is held
@@ -218,10 +220,11 @@ class KubeDaemon:
                 continue
             self._check_booking(v, live, facts, now, res)
         views = self._views(templates)  # as this tick's writes left them (released bookings, new conditions)
-        self._learn(views, offerings, now)
+        self._learn(views, offerings, now, all_pods)
         booked = self._booked(views, now)
         gone = set(res.deleted) | set(failed_names)  # deleted or failed this tick: no capacity to place on
         cloud = [c for c in cloud if c.name not in gone]
+        cloud += in_flight(views, {c.name for c in cloud} | gone)
         inv = Inventory(
             tuple(self.kp.pools), tuple(inventory_nodes(self.kp.pools, cloud, facts, booked, self.idle_since))
         )
@@ -250,7 +253,7 @@ class KubeDaemon:
         by_key = {v.key: v for v in pending}
         for uid, a in p.assignments.items():
             if uid in by_key:
-                self._book(by_key[uid], a, p, {n.name: n.pool for n in inv.nodes}, now, res)
+                self._book(by_key[uid], a, p, {n.name: n.pool for n in inv.nodes}, facts, now, res)
         for su in p.scale_ups:  # launches for unschedulable pods: no booking, the request id makes it idempotent
             pods_share = pods_launch(su, p.assignments, by_key, now)
             if pods_share is not None:
@@ -266,11 +269,14 @@ class KubeDaemon:
         # 5. scale-down: the core's steps, cut to what the Kubernetes side reports idle / cordoned and empty
         self._scale_down(p, inv, facts, booked, now, res)
 
-    def _learn(self, views: Sequence[RequestView], offerings: Sequence[Any], now: float) -> None:
-        """The settings rule over the arrivals this leader has seen: each ProvisioningRequest is one workload
-        arriving at its creation (its pods, GPUs per pod).  Run times are not observed on this path (no mean
-        run: no reservation hold, the warm cap not bounded by runs), and the history lives in the leader's
-        memory: a new leader starts learning afresh (the cheap side: nothing kept warm until it has seen work)."""
+    def _learn(
+        self, views: Sequence[RequestView], offerings: Sequence[Any], now: float, pods: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """The settings rule over the work this leader has seen: each ProvisioningRequest is one workload arriving
+        at its creation (its pods, GPUs per pod), and its run is timed from the pods that consume it
+        (`autoscaler.kube.runs`: earliest start to latest finish, once they succeeded), so the rule has the mean
+        run as on Slurm.  The history lives in the leader's memory: a new leader starts learning afresh (the
+        cheap side: nothing kept warm until it has seen work)."""
         if self.settings is None:
             return
         if self._since is None:
@@ -278,6 +284,8 @@ class KubeDaemon:
         for v in views:
             if v.problem is None and v.gpus_per_pod > 0:
                 self._arrivals.see(v.key, now, SeenJob(v.created, max(1, v.pods), v.gpus_per_pod))
+        for run in self._runs.observe(pods, now):
+            self._arrivals.ended(run.key, run.ended_at, run.run_s)
         self.policy = replace(
             self.settings.current(
                 now, self._since, offerings=offerings, pools=self.kp.pools, history=self._arrivals.history
@@ -286,8 +294,9 @@ class KubeDaemon:
         )
 
     def _bind_machines(self, views: Sequence[RequestView], cloud: Sequence[Any]) -> None:
-        """Cluster API names Machines itself: a booking's slots become the pool's new Machines, oldest booking
-        first, each Machine to one booking (written back on the request, so every replica agrees)."""
+        """Cluster API names Machines itself: a launch's slots become the pool's new Machines, oldest booking
+        first, each Machine to one launch (written back on the request, so every replica agrees); a request booked
+        onto a slot's free GPUs follows it to the same Machine."""
         capi = self.kp.capi_pools
         if not capi:
             return
@@ -296,21 +305,25 @@ class KubeDaemon:
             for pool in capi
         }
         taken = {n for v in views if v.booking for n in v.booking.names}
-        for v in sorted((v for v in views if v.booking and v.booking.pool in capi), key=lambda v: v.booking.at):
+        renamed: dict[tuple[str, str], str] = {}  # (pool, slot) -> the Machine that took it
+        capi_views = sorted((v for v in views if v.booking and v.booking.pool in capi), key=lambda v: v.booking.at)
+        for v in (v for v in capi_views if v.booking.offering):  # the launches: each owns its slots
             b = v.booking
-            assert b is not None
             real = {c.name for c in machines[b.pool]}
             bound = [n for n in b.names if n in real]
-            slots = len(b.names) - len(bound)
-            if not slots:
-                continue
+            open_slots = [n for n in b.names if n not in real]
             free = [c.name for c in machines[b.pool] if c.name not in taken]
-            new = free[:slots]
+            new = free[: len(open_slots)]
             if not new:
                 continue
             taken.update(new)
-            names = tuple(bound + new + [n for n in b.names if n not in real][len(new) :])
-            self._write_booking(v, dataclasses.replace(b, names=names))
+            renamed.update({(b.pool, slot): m for slot, m in zip(open_slots, new, strict=False)})
+            self._write_booking(v, dataclasses.replace(b, names=tuple(bound + new + open_slots[len(new) :])))
+        for v in (v for v in capi_views if not v.booking.offering):  # booked onto a launch's slot: its Machine
+            b = v.booking
+            names = tuple(renamed.get((b.pool, n), n) for n in b.names)
+            if names != b.names:
+                self._write_booking(v, dataclasses.replace(b, names=names))
 
     def _alias_machines(self, facts: dict[str, NodeFacts]) -> dict[str, NodeFacts]:
         """Cluster API pools: the cloud nodes are Machines; give each the facts of the Node it registered as."""
@@ -327,9 +340,10 @@ class KubeDaemon:
         """Every request as this tick read it and then wrote it (`_current`): no second list call."""
         return [request_view(pr, templates, self.kp.spot_taints, self.kp.labels) for pr in self._current.values()]
 
-    def _booked(self, views: Sequence[RequestView], now: float) -> dict[str, str]:
-        """node name -> request key, for bookings still holding their nodes (not past the booking TTL)."""
-        out: dict[str, str] = {}
+    def _booked(self, views: Sequence[RequestView], now: float) -> dict[str, dict[str, int]]:
+        """node name -> {request key: the GPUs each of its pods asks for}, for bookings still holding their nodes
+        (not past the booking TTL).  Several requests may be booked onto one node's GPUs."""
+        out: dict[str, dict[str, int]] = {}
         for v in views:
             b = v.booking
             if b is None or v.failed:
@@ -337,7 +351,7 @@ class KubeDaemon:
             if v.provisioned_at is not None and now - v.provisioned_at > BOOKING_TTL_S:
                 continue  # BookingExpired: the capacity is no longer held for this request
             for n in b.names:
-                out[n] = v.key
+                out.setdefault(n, {})[v.key] = max(1, v.gpus_per_pod)
         return out
 
     # ---- requests ---------------------------------------------------------------------------------------
@@ -369,13 +383,23 @@ class KubeDaemon:
         )
 
     def _book(
-        self, v: RequestView, a: Any, p: Any, pool_of: Mapping[str, str], now: float, res: KubeTickResult
+        self,
+        v: RequestView,
+        a: Any,
+        p: Any,
+        pool_of: Mapping[str, str],
+        facts: Mapping[str, NodeFacts],
+        now: float,
+        res: KubeTickResult,
     ) -> None:
         su = next((s for s in p.scale_ups if v.key in s.units), None)
         names = tuple(a.nodes)
         if su is None or a.placement is not Placement.NEW:  # on nodes already up or booting: book them only
             pool = su.pool if su is not None else next((pool_of[n] for n in names if n in pool_of), "")
-            self._write_booking(v, Booking(f"existing-{v.key}", pool, {}, names, len(names), now))
+            booked = self._write_booking(v, Booking(f"existing-{v.key}", pool, {}, names, len(names), now))
+            if booked and all(n in facts and facts[n].ready and not facts[n].cordoned for n in names):
+                # the capacity is there now: Provisioned in this tick, not at the next one (Kueue admits at once)
+                self._condition(v, "Provisioned", "True", "Provisioned", _ready_message(names), now, res)
             return
         rid = request_id_for(su.pool, su.offering, names, v.created)
         booking = Booking(rid, su.pool, offering_to_dict(su.offering), names, len(names), now)
@@ -462,9 +486,7 @@ class KubeDaemon:
                                 f"{', '.join(missing)}", now, res)  # fmt: skip
                 return
         if ready and not v.provisioned:
-            self._condition(
-                v, "Provisioned", "True", "Provisioned", f"{len(b.names)} node(s) ready: {', '.join(b.names)}", now, res
-            )
+            self._condition(v, "Provisioned", "True", "Provisioned", _ready_message(b.names), now, res)
 
     def _unserved(self, v: RequestView, reason: UnservedReason, detail: str, now: float, res: KubeTickResult) -> None:
         valid = v.valid_until_s if v.valid_until_s is not None else DEFAULT_VALID_S
@@ -497,7 +519,7 @@ class KubeDaemon:
         p: Any,
         inv: Inventory,
         facts: Mapping[str, NodeFacts],
-        booked: Mapping[str, str],
+        booked: Mapping[str, Mapping[str, int]],
         now: float,
         res: KubeTickResult,
     ) -> None:
@@ -542,6 +564,27 @@ class KubeDaemon:
                 if exc.status != 404:
                     raise
         return True
+
+
+def _ready_message(names: Sequence[str]) -> str:
+    return f"{len(names)} node(s) ready: {', '.join(names)}"
+
+
+def in_flight(views: Sequence[RequestView], listed: set[str]) -> list[CloudNode]:
+    """Nodes booked by a launch that the cloud does not list yet (a Cluster API launch before its Machines appear):
+    capacity on its way, as Karpenter counts an in-flight NodeClaim, so the planner neither launches for it again
+    nor gives its name to another launch, and books small requests onto its free GPUs."""
+    out: list[CloudNode] = []
+    for v in views:
+        b = v.booking
+        if b is None or v.failed or v.provisioned or not b.offering:
+            continue
+        key = offering_from_dict(b.offering)
+        for n in b.names:
+            if n not in listed:
+                listed.add(n)
+                out.append(CloudNode(n, b.pool, key, CloudNodeStatus.PROVISIONING, b.at, b.request_id))
+    return out
 
 
 def pods_launch(su: ScaleUp, assignments: Mapping[str, Any], requests: Mapping[str, Any], now: float) -> ScaleUp | None:

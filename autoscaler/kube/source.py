@@ -30,6 +30,11 @@ GPU = "nvidia.com/gpu"
 BOOKING = "autoscaling.gpu-fleet.dev/booking"  # on a ProvisioningRequest: the capacity given to it (JSON)
 GKE_SPOT_TAINT = "cloud.google.com/gke-spot"
 NODE_POOL_LABEL = "autoscaling.gpu-fleet.dev/pool"  # every managed Node carries its inventory pool's name
+#: the pod annotation naming the ProvisioningRequest a workload's pods consume (Kueue's admission check writes it
+#: on every pod set: `PodSetUpdates`)
+CONSUMES = "autoscaling.x-k8s.io/consume-provisioning-request"
+#: the older key Kueue wrote before 0.9 (and still writes beside the new one); the Cluster Autoscaler reads both
+CONSUMES_LEGACY = "cluster-autoscaler.kubernetes.io/consume-provisioning-request"
 
 
 def ts(value: str | None) -> float:
@@ -276,6 +281,17 @@ def finished(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
+def consumed_request(pod: Mapping[str, Any]) -> str | None:
+    """The key (`pr/<namespace>/<name>`) of the ProvisioningRequest whose capacity the pod consumes; None for a
+    pod of no request (or a DaemonSet's)."""
+    md = pod.get("metadata") or {}
+    ann = md.get("annotations") or {}
+    name = ann.get(CONSUMES) or ann.get(CONSUMES_LEGACY)
+    if not name or is_daemonset_pod(pod):
+        return None
+    return f"pr/{md.get('namespace', 'default')}/{name}"
+
+
 def workload_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
     """node name -> pods on it that hold it busy (not DaemonSet, not mirror, not finished)."""
     out: dict[str, list[Mapping[str, Any]]] = {}
@@ -319,6 +335,9 @@ class NodeFacts:
     since: float
     labels: dict[str, str] = field(default_factory=dict)
     work_pools: frozenset[str] | None = None  # the pools every selecting pod on it could also run on (`pools_for`)
+    #: the GPUs its busy pods ask for, by the request they consume ("" for pods of none): `inventory_nodes` adds a
+    #: booking's GPUs only until its pods are there
+    gpus_by_request: dict[str, int] = field(default_factory=dict)
 
     # the decision core's `SchedulerNode` (autoscaler.core.scale_down_steps): what scale-down may act on
     @property
@@ -365,7 +384,16 @@ def node_facts(
             since=ready_since,
             labels=dict(labels),
             work_pools=_work_pools(busy.get(md["name"], []), pool_labels),
+            gpus_by_request=_gpus_by_request(busy.get(md["name"], [])),
         )
+    return out
+
+
+def _gpus_by_request(pods: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for p in pods:
+        key = consumed_request(p) or ""
+        out[key] = out.get(key, 0) + pod_gpus(p.get("spec") or {})
     return out
 
 
@@ -385,10 +413,13 @@ def inventory_nodes(
     pools: Sequence[Pool],
     cloud: Iterable[Any],  # autoscaler.cloud.CloudNode of every managed pool
     facts: Mapping[str, NodeFacts],
-    booked: Mapping[str, str],  # node name -> request key it is booked for
+    booked: Mapping[str, Mapping[str, int]],  # node name -> {request key booked on it: its GPUs per pod}
     idle_since: Mapping[str, float],
 ) -> list[Node]:
-    """The planner's nodes: every live cloud node, in the state the Kubernetes side shows."""
+    """The planner's nodes: every live cloud node, in the state the Kubernetes side shows.  A node counts the GPUs
+    its bookings hold (each booked request's GPUs per pod, until that request's pods are on it) and those its
+    other pods ask for, so a 1-GPU request booked onto an 8-GPU node leaves 7 GPUs for the next request, booting
+    or Ready (before the eighteenth round a booking held the whole node)."""
     by_pool = {p.name: p for p in pools}
     out: list[Node] = []
     for c in cloud:
@@ -396,17 +427,19 @@ def inventory_nodes(
             continue
         f = facts.get(c.name)
         pool = by_pool[c.pool]
-        held = (booked[c.name],) if c.name in booked else ()
+        bookings = booked.get(c.name) or {}
+        held = tuple(bookings)
+        on_node = f.gpus_by_request if f is not None else {}
+        booked_gpus = sum(g for key, g in bookings.items() if key not in on_node)
         if str(c.status) == "stopping":  # being deleted: no capacity, nothing to place on
             state, used, units = NodeState.DELETING, 0, ()
-        elif f is None or not f.ready:  # booting; booked for a request, it is that request's
-            state, used, units = NodeState.BOOTING, (pool.gpus_per_node if held else 0), held
+        elif f is None or not f.ready:  # booting; what is booked on it is those requests'
+            state, used, units = NodeState.BOOTING, min(pool.gpus_per_node, booked_gpus), held
         elif f.cordoned:
             state, used, units = NodeState.DRAINING, 0, ()
-        elif held:  # booked: the request's pods are on their way
-            state, used, units = NodeState.BUSY, pool.gpus_per_node, held
-        elif f.workload:  # the GPUs its pods ask for (the rest may take more work)
-            state, used, units = NodeState.BUSY, min(pool.gpus_per_node, max(1, f.gpus_used)), ()
+        elif held or f.workload:  # the GPUs its pods ask for and its bookings hold (the rest may take more work)
+            used = min(pool.gpus_per_node, max(1, f.gpus_used + booked_gpus))
+            state, units = NodeState.BUSY, held
         else:
             state, used, units = NodeState.READY_IDLE, 0, ()
         since = (

@@ -10,8 +10,9 @@ engine (no Slurm: nothing allocates node names at submission; pods go where thei
   zone), submitted at its quota reservation (the request's creation); all of them go through one `plan()` over
   the inventory (the same planner and settings rule as the Slurm path);
 - an assignment is *booked* (busy to the planner; new nodes held for the workload's pods, the engine's
-  nominations); a NEW placement launches the plan's ScaleUp; a poll that finds every booked node registered
-  answers Provisioned (`KueueGate.provisioned`): Kueue admits the workload and its pods run on those nodes;
+  nominations); a NEW placement launches the plan's ScaleUp; a booking on registered nodes is answered
+  Provisioned in the same poll, and otherwise the poll that finds every booked node registered answers it
+  (`KueueGate.provisioned`): Kueue admits the workload and its pods run on those nodes;
 - a refused launch (stockout, quota) backs the offering off in the planner's memory and drops the booking: the
   request is served again at the next poll (all or nothing; the daemon's `_release`); a booked node that vanished
   before the pods ran (spot preemption) drops the booking and deletes the rest of it; a booked node whose room
@@ -20,11 +21,15 @@ engine (no Slurm: nothing allocates node names at submission; pods go where thei
 - scale-down is `scale_down_idle` over the inventory (idle since the first poll that saw the node idle): cordon
   (drain) at one poll, delete the still-empty cordoned nodes at the next, never a node with work or a booking.
 
-A node running pods counts the GPUs they ask for (the daemon's `inventory_nodes`: a request may be booked onto its
-free GPUs; before the seventeenth round the replay counted it wholly used, so on 8-GPU-only families every 1-GPU
-request got a node of its own); a booked node counts wholly used.  One difference from the daemon, on purpose: a
-booked node that is still booting counts as used here (the booking's intent); `inventory_nodes` counts a booked
-node busy only once Ready, so the daemon can book a second request onto a booting node (reported to the lead)."""
+A node counts the GPUs its pods ask for and those its bookings hold (each booked request's GPUs per pod), booting
+or registered, as the daemon's `inventory_nodes` does: a small request may be booked onto the free GPUs of a node
+running pods or of one booting for another request.  Before the seventeenth round a node running pods counted
+wholly used here, and before the eighteenth a booked node did (here and in the daemon), so on 8-GPU-only families
+every 1-GPU request arriving during a boot got a node of its own.  A gang's nodes (nominated for it) count wholly
+used until its pods run (the daemon counts a gang's GPUs per pod: the same for the usual gang of whole-node pods,
+a difference for a gang of 4-GPU pods on 8-GPU nodes).  The settings rule sees the runs of the workloads that
+finished (their pods' start to end, `autoscaler.kube.runs`) at the first poll after, as the daemon times them from
+their pods."""
 
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ from autoscaler.model import (
     Inventory,
     Node,
     NodeState,
+    Placement,
     Policy,
     Pool,
     ScaleUp,
@@ -101,8 +107,9 @@ class GpuFleetKubePolicy:
         warm_cap: bool = True,
     ) -> GpuFleetKubePolicy:
         """As the Kubernetes daemon is configured: `DEFAULT_POLICY` plus the wait value (and `Policy.warm_cap`),
-        and the settings rule over the ProvisioningRequests seen so far (`KubeDaemon._learn`: arrivals only, no
-        run times), refreshed on the same grid.  Nothing is read from the trace's future; `jobs` is not read."""
+        and the settings rule over the ProvisioningRequests seen so far and the runs of their workloads
+        (`KubeDaemon._learn`), refreshed on the same grid.  Nothing is read from the trace's future; `jobs` is not
+        read."""
         facts = scenario_facts(scenario, (), wait_value_usd_per_gpu_hour)
         base = replace(
             KUBE_POLICY,
@@ -164,7 +171,7 @@ class GpuFleetKubePolicy:
             )
             for j in pending
         ]
-        booked = {n for names in self._bookings.values() for n in names}
+        booked = self._booked_gpus(st)
         if units or not self._shortcut:
             inv = self._inventory(st.nodes.values(), booked, now, full=True)
         elif st.idle or st.draining:  # scale-down alone decides the same over the idle and cordoned nodes
@@ -187,18 +194,24 @@ class GpuFleetKubePolicy:
                     nominations[su.units[0]] = su.names
             for uid, a in p.assignments.items():
                 self._bookings[uid] = tuple(a.nodes)
-            booked = {n for names in self._bookings.values() for n in names}
-        drains, deletes = self._scale_down(inv, booked, now)
+                if gate is not None and uid in gate.checking and a.placement is Placement.READY:
+                    gate.provisioned(uid)  # booked onto registered nodes: Provisioned in this poll (`KubeDaemon._book`)
+            booked = self._booked_gpus(st)
+        drains, deletes = self._scale_down(inv, set(booked), now)
         wake = self._wake(view, now)
         return Decision((*cmds, *drains, *deletes), nominations, wake_at=wake)
 
     def _learn(self, view: ReplayView, now: float) -> None:
         """`KubeDaemon._learn` on the requests this poll sees (the gate's outstanding ProvisioningRequests, each
-        created at its quota reservation)."""
+        created at its quota reservation) and the runs of the workloads that finished since the last poll (their
+        pods succeeded: from their start on the node to their end, `autoscaler.kube.runs`; seen at this poll)."""
         if self.tracker is None or self.gate is None:
             return
         for j in self.gate.checking.values():
             self._arrivals.see(j.id, now, SeenJob(self.gate.admitted_at.get(j.id, j.submit), j.nodes, j.gpus_per_node))
+        for j in self.gate.take_finished():
+            if j.start is not None and j.end is not None:
+                self._arrivals.ended(j.id, now, j.end - j.start)
         assert self._t0 is not None
         self.policy = self.tracker.current(
             now, self._t0, offerings=view.offerings, pools=self._pools, history=self._arrivals.history
@@ -216,8 +229,18 @@ class GpuFleetKubePolicy:
             and all(pl.min_nodes == 0 for pl in self._pools)
         )
 
-    def _inventory(self, nodes: Iterable[SimNode], booked: set[str], now: float, *, full: bool) -> Inventory:
-        out = [self._node(n, n.name in booked, now) for n in nodes]
+    def _booked_gpus(self, st: Any) -> dict[str, int]:
+        """node name -> the GPUs the bookings on it hold (each booked request's GPUs per pod; the daemon's
+        `KubeDaemon._booked`)."""
+        out: dict[str, int] = {}
+        for jid, names in self._bookings.items():
+            g = st.by_id[jid].gpus_per_node
+            for n in names:
+                out[n] = out.get(n, 0) + g
+        return out
+
+    def _inventory(self, nodes: Iterable[SimNode], booked: dict[str, int], now: float, *, full: bool) -> Inventory:
+        out = [self._node(n, booked.get(n.name, 0), now) for n in nodes]
         idle = {n.name for n in out if n.state is NodeState.READY_IDLE}
         for name in [k for k in self._idle_since if k not in idle]:
             del self._idle_since[name]
@@ -226,15 +249,16 @@ class GpuFleetKubePolicy:
             self._nodes = {k: v for k, v in self._nodes.items() if k in live}
         return Inventory(tuple(self._pools), tuple(out))
 
-    def _node(self, n: SimNode, booked: bool, now: float) -> Node:
+    def _node(self, n: SimNode, booked: int, now: float) -> Node:
         """The daemon's `inventory_nodes`: booting until registered, cordoned = draining, a booking = wholly busy,
         pods = busy with the GPUs they ask for, else idle since the first poll that saw it idle."""
         if n.state is NodeState.DRAINING:
             state, used = NodeState.DRAINING, 0
-        elif booked or n.nominated_for is not None:  # the request's pods are on their way
+        elif n.nominated_for is not None:  # a gang's node: its pods are on their way
             state, used = (NodeState.BUSY if n.registered else NodeState.BOOTING), n.gpus
-        elif n.jobs:  # the GPUs its pods ask for: the rest may take more work
-            state, used = (NodeState.BUSY if n.registered else NodeState.BOOTING), min(n.gpus, max(1, n.gpus - n.free))
+        elif booked or n.jobs:  # the GPUs its pods and its bookings ask for: the rest may take more work
+            used = min(n.gpus, max(1, n.gpus - n.free + booked))
+            state = NodeState.BUSY if n.registered else NodeState.BOOTING
         elif not n.registered:
             state, used = NodeState.BOOTING, 0
         else:

@@ -166,6 +166,9 @@ class KueueGate:
     admission: Admission = field(init=False)
     admitted_at: dict[str, float] = field(default_factory=dict)  # job id -> quota reserved (Kueue's admission)
     checking: dict[str, Any] = field(default_factory=dict)  # job id -> job: quota reserved, request not provisioned
+    #: with the admission check, the jobs that finished since the autoscaler last took them (`take_finished`):
+    #: the pods of their requests succeeded, which the daemon times (`autoscaler.kube.runs`)
+    finished: list[Any] = field(default_factory=list)
     _jobs: dict[str, Any] = field(default_factory=dict)
     _released: list[Any] = field(default_factory=list)
     _dirty: bool = False
@@ -183,6 +186,13 @@ class KueueGate:
         if job.id in self.admission.admitted:
             self.admission.finish(job.id)
             self._dirty = True
+        if self.admission_check:
+            self.finished.append(job)
+
+    def take_finished(self) -> list[Any]:
+        """The jobs that finished since the last call (with the admission check; none without)."""
+        out, self.finished = self.finished, []
+        return out
 
     def provisioned(self, job_id: str) -> None:
         """The autoscaler answered the workload's ProvisioningRequest Provisioned: Kueue admits it, pods follow."""

@@ -4,13 +4,14 @@ idle -> the marked Machine goes, never a busy one.  The real `kubernetes` client
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
 from autoscaler.kube.api import KubeApi
 from autoscaler.kube.build import build_kube_daemon
-from autoscaler.kube.source import condition
+from autoscaler.kube.source import BOOKING, condition
 from autoscaler.model import Policy
 from fleet.inventory import InventoryPool, KubernetesSection, LeaseConfig
 from tests.fakes.kube_api import FakeKube
@@ -230,3 +231,83 @@ def test_a_busy_node_oversized_for_its_pods_is_cordoned_nothing_evicted_and_goes
     d.tick()
     assert cluster.get("machines", node, NS)["metadata"]["annotations"]["cluster.x-k8s.io/delete-machine"] == "yes"
     assert replicas(cluster) == 0
+
+
+def test_the_daemon_times_a_workload_from_its_pods_and_the_rule_learns_the_mean_run(cluster: FakeKube) -> None:
+    """With the settings rule on: a request is Provisioned, Kueue releases its pods (annotated with the request's
+    name by the admission check), they run 15 minutes and succeed; at the next refresh of the settings grid the
+    rule's `expected_run_s` is that run (before this round the Kubernetes daemon saw no run times at all)."""
+    from autoscaler.core.settings import SettingsTracker
+
+    clock = Clock()
+    clock.t = float(int(clock.t))  # the fake stamps whole seconds: the request is not created before the first tick
+    section = KubernetesSection(in_cluster=False, namespace="gpu-fleet-system", lease=LeaseConfig(name="gpu-fleet"))
+    d = build_kube_daemon(
+        section, [capi_pool()], Policy(), api=KubeApi.from_kubeconfig(cluster.kubeconfig()), identity="a",
+        clock=clock, settings=SettingsTracker(base=Policy(), boot_s=360.0),
+    )  # fmt: skip
+    cluster.create(pod_template("train", "team-a", 8))
+    cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
+    d.tick()
+    reconcile_capi(cluster, NS)
+    clock.t += 10
+    d.tick()
+    assert cond(cluster, "wl-1", "Provisioned")["status"] == "True"
+    (node,) = [m["metadata"]["name"] for m in cluster.list("machines", NS)]
+    iso = lambda t: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))  # noqa: E731
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "wl-1-0", "namespace": "team-a",
+                        "annotations": {"autoscaling.x-k8s.io/consume-provisioning-request": "wl-1"}},
+           "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x",
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+           "status": {"phase": "Running", "startTime": iso(clock.t)}}  # fmt: skip
+    cluster.create(pod)
+    start = int(clock.t)
+    clock.t += 10
+    d.tick()
+    assert d.policy.expected_run_s is None  # running: not a run yet
+    clock.t += 900
+
+    def succeeded(p: dict) -> None:
+        p["status"] = {"phase": "Succeeded", "startTime": iso(start), "containerStatuses": [
+            {"name": "c", "state": {"terminated": {"exitCode": 0, "finishedAt": iso(start + 900)}}}]}  # fmt: skip
+
+    cluster.update("pods", "wl-1-0", "team-a", succeeded)
+    d.tick()
+    clock.t += 600  # the next point of the settings grid
+    d.tick()
+    assert d.policy.expected_run_s == 900.0
+
+
+def test_small_requests_share_a_booting_node_and_a_whole_node_request_gets_its_own(cluster: FakeKube) -> None:
+    """A booking holds the GPUs its request asks for, not the whole node: a 1-GPU request booked onto a booting
+    8-GPU node leaves 7 GPUs for the next 1-GPU request (one Machine for both, both Provisioned when it is Ready),
+    while an 8-GPU request gets a Machine of its own.  Before the eighteenth round every 1-GPU request arriving
+    during a boot launched another 8-GPU node."""
+    clock = Clock()
+    d = daemon(cluster, clock)
+    cluster.create(pod_template("one", "team-a", 1))
+    cluster.create(pod_template("eight", "team-a", 8))
+    cluster.create(provisioning_request("wl-a", "team-a", "one", 1))
+    assert d.tick().ok
+    assert replicas(cluster) == 1
+    clock.t += 10
+    cluster.create(provisioning_request("wl-b", "team-a", "one", 1))
+    r = d.tick()  # (wl-a's launch is retried, idempotent by its request id, until its Machine appears)
+    assert r.ok and [x["request"] for x in r.launched] == ["pr/team-a/wl-a"], r
+    assert replicas(cluster) == 1  # wl-b is booked onto the free GPUs of the node on its way
+    clock.t += 10
+    cluster.create(provisioning_request("wl-c", "team-a", "eight", 1))
+    d.tick()
+    assert replicas(cluster) == 2  # no room for 8 GPUs on the shared node
+    reconcile_capi(cluster, NS)
+    clock.t += 10
+    d.tick()
+    assert [cond(cluster, w, "Provisioned")["status"] for w in ("wl-a", "wl-b", "wl-c")] == ["True"] * 3
+    booked = {w: json.loads(cluster.get("provisioningrequests", w, "team-a")["metadata"]["annotations"][BOOKING])
+              for w in ("wl-a", "wl-b", "wl-c")}  # fmt: skip
+    assert booked["wl-a"]["names"] == booked["wl-b"]["names"] != booked["wl-c"]["names"]
+    clock.t += 10
+    cluster.create(provisioning_request("wl-d", "team-a", "one", 1))
+    r = d.tick()  # onto the Ready shared node's free GPUs: Provisioned in the same tick, Kueue admits at once
+    assert r.answered["pr/team-a/wl-d"] == "Provisioned=True (Provisioned)" and replicas(cluster) == 2

@@ -1,5 +1,6 @@
 """The Kubernetes daemon runs the settings rule over the ProvisioningRequests it has seen (one workload arriving
-at each request's creation), as the replay's Kueue path does (autoscaler/core/settings.py)."""
+at each request's creation) and the runs of their workloads timed from the pods that consume them
+(autoscaler/kube/runs.py), as the replay's Kueue path does (autoscaler/core/settings.py)."""
 
 from __future__ import annotations
 
@@ -43,12 +44,89 @@ def test_requests_seen_raise_the_idle_keep_of_their_shape() -> None:
         now = T0 + 10.0 * k
         if k % 12 == 0:
             views.append(_view(k, now))
-        d._learn(list(views[-3:]), OFFERS, now)  # only the requests still out are listed
+        d._learn(list(views[-3:]), OFFERS, now, [])  # only the requests still out are listed
     assert d.policy.idle_timeout_for(MT) == 360.0  # 30 an hour, one per boot's worth of idle: keep one boot
-    assert d.policy.expected_run_s is None and d.policy.batch_window_s == 0  # runs are not observed here
+    assert d.policy.expected_run_s is None and d.policy.batch_window_s == 0  # no pod ran: no run seen
 
 
 def test_a_new_leader_starts_from_nothing_the_cheap_side() -> None:
     d = _daemon()
-    d._learn([_view(1, T0)], OFFERS, T0 + 5.0)
+    d._learn([_view(1, T0)], OFFERS, T0 + 5.0, [])
     assert d.policy.idle_timeout_for(MT) == 0.0
+
+
+def _iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _pod(request: str, i: int, start: float, end: float | None, *, phase: str = "Succeeded") -> dict:
+    """A pod of the workload Kueue released for `request` (the admission check's PodSetUpdates annotation)."""
+    status: dict = {"phase": "Running" if end is None else phase, "startTime": _iso(start)}
+    if end is not None:
+        status["containerStatuses"] = [
+            {"name": "train", "state": {"terminated": {"exitCode": 0, "finishedAt": _iso(end)}}}
+        ]
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"{request}-{i}", "namespace": "team-a",
+                     "annotations": {"autoscaling.x-k8s.io/consume-provisioning-request": request}},
+        "spec": {"nodeName": f"node-{i}", "containers": [{"name": "train", "image": "x"}]},
+        "status": status,
+    }  # fmt: skip
+
+
+def test_runs_timed_from_the_pods_give_the_rule_the_mean_run() -> None:
+    """Each request's workload runs 20 minutes (its pods' startTime to finishedAt); once the grid refreshes, the
+    rule's `expected_run_s` is that mean, as the Slurm daemon's is from squeue."""
+    d = _daemon()
+    views, pods = [], []
+    for k in range(0, 7200 // 10):
+        now = T0 + 10.0 * k
+        if k % 12 == 0:
+            views.append(_view(k, now))
+        # a workload's pods start 6 minutes after its request (a boot) and run 20 minutes
+        pods = []
+        for v in views:
+            start = v.created + 360.0
+            if start <= now:
+                end = start + 1200.0
+                pods.append(_pod(v.name, 0, start, end if end <= now else None))
+        d._learn(list(views[-3:]), OFFERS, now, pods)
+    assert d.policy.expected_run_s == 1200.0
+
+
+def test_a_workload_whose_pods_failed_or_vanished_is_not_a_run() -> None:
+    """A reclaimed spot node: its pod failed (or the pod garbage collector deleted it with the node); the workload
+    runs again, so that is not its run, and it is timed from the new attempt's start."""
+    from autoscaler.kube.runs import RunWatch
+
+    w = RunWatch()
+    assert w.observe([_pod("wl1", 0, T0, None)], T0 + 10) == []
+    assert w.observe([_pod("wl1", 0, T0, T0 + 60, phase="Failed")], T0 + 70) == []  # failed: not a run
+    assert w.observe([_pod("wl2", 0, T0, None)], T0 + 80) == []
+    assert w.observe([], T0 + 90) == []  # wl2's pod vanished unseen finishing: not a run either
+    retry = _pod("wl1", 1, T0 + 100, T0 + 700)
+    old = _pod("wl1", 0, T0, T0 + 60, phase="Failed")
+    (run,) = w.observe([old, retry], T0 + 710)
+    assert (run.key, run.ended_at, run.run_s) == ("pr/team-a/wl1", T0 + 710, 600.0)
+    assert w.observe([old, retry], T0 + 720) == []  # reported once
+
+
+def test_a_gang_ends_with_its_last_pod_and_the_legacy_annotation_counts() -> None:
+    """A 2-pod gang: started with its first pod, ended with its last; Kueue before 0.9 wrote only the
+    cluster-autoscaler.kubernetes.io key; a run shorter than the poll is timed by the pods' own times."""
+    from autoscaler.kube.runs import RunWatch
+    from autoscaler.kube.source import CONSUMES, CONSUMES_LEGACY
+
+    w = RunWatch()
+    a, b = _pod("gang", 0, T0, T0 + 300), _pod("gang", 1, T0 + 5, None)
+    for p in (a, b):
+        ann = p["metadata"]["annotations"]
+        ann[CONSUMES_LEGACY] = ann.pop(CONSUMES)
+    assert w.observe([a, b], T0 + 310) == []  # one pod still runs
+    b = _pod("gang", 1, T0 + 5, T0 + 900)
+    b["metadata"]["annotations"] = dict(a["metadata"]["annotations"])
+    (run,) = w.observe([a, b], T0 + 905)
+    assert run.run_s == 900.0
+    (quick,) = RunWatch().observe([_pod("blink", 0, T0, T0 + 4)], T0 + 10)  # started and ended between polls
+    assert quick.run_s == 4.0

@@ -157,7 +157,7 @@ class GpuFleetKubePolicy:
             elif any(_taken(st.nodes[n], job) for n in names):  # other pods took the room while it booted
                 del self._bookings[jid]
             elif gate is not None and jid in gate.checking and all(st.nodes[n].registered for n in names):
-                gate.provisioned(jid)  # Provisioned: Kueue admits the workload and its pods are created
+                self._provisioned(job, names, st)
         # the requests out (quota reserved, not provisioned) and pods nothing holds capacity for (requeued)
         waiting = [*(gate.checking.values() if gate is not None else ()), *st.pending()]
         pending = [j for j in waiting if j.id not in self._bookings]
@@ -168,6 +168,7 @@ class GpuFleetKubePolicy:
                 gpus_per_node=j.gpus_per_node,
                 nodes=j.nodes,
                 spot_ok=j.spot_ok,
+                pools=None if j.pool is None else frozenset({j.pool}),
             )
             for j in pending
         ]
@@ -195,7 +196,7 @@ class GpuFleetKubePolicy:
             for uid, a in p.assignments.items():
                 self._bookings[uid] = tuple(a.nodes)
                 if gate is not None and uid in gate.checking and a.placement is Placement.READY:
-                    gate.provisioned(uid)  # booked onto registered nodes: Provisioned in this poll (`KubeDaemon._book`)
+                    self._provisioned(st.by_id[uid], a.nodes, st)  # on registered nodes: in this poll (`_book`)
             booked = self._booked_gpus(st)
         drains, deletes = self._scale_down(inv, set(booked), now)
         wake = self._wake(view, now)
@@ -228,6 +229,13 @@ class GpuFleetKubePolicy:
             and p.budget_usd_per_hour is None
             and all(pl.min_nodes == 0 for pl in self._pools)
         )
+
+    def _provisioned(self, job: Job, names: Sequence[str], st: Any) -> None:
+        """Provisioned: Kueue admits the workload and its pods are created, confined to the booked nodes' pool (the
+        node selector of the Kueue flavor the deployed stack gives each pool: `stacks/kueue_objects.py`)."""
+        assert self.gate is not None
+        job.pool = st.nodes[names[0]].pool
+        self.gate.provisioned(job.id)
 
     def _booked_gpus(self, st: Any) -> dict[str, int]:
         """node name -> the GPUs the bookings on it hold (each booked request's GPUs per pod; the daemon's

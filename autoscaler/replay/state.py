@@ -49,6 +49,8 @@ class Job:
     nominated: list[SimNode] = field(default_factory=list)
     gpu_seconds: float = 0.0  # GPU-seconds run, lost attempts included
     progress_s: float = 0.0  # work saved by checkpoints: a requeued job resumes from here
+    #: the one pool its pods may run in (None: any): on Kubernetes, the node selector its Kueue flavor gives them
+    pool: str | None = None
 
     @property
     def remaining_s(self) -> float:
@@ -315,7 +317,7 @@ class ClusterState:
         `weights`: Slurm node Weight per capacity type (lower is allocated first, best fit within a
         weight); None: best fit over every node alike."""
         started: list[Job] = []
-        failed: set[tuple[int, int, bool]] = set()
+        failed: set[tuple[int, int, bool, str | None]] = set()
         order = self._orders(weights)
         for _, idx in list(self._pending):
             job = self.jobs[idx]
@@ -340,18 +342,20 @@ class ClusterState:
         return out
 
     def _find(
-        self, job: Job, failed: set[tuple[int, int, bool]], binding: bool, order: list[tuple[CapacityType, ...]]
-    ) -> list[SimNode] | None:
+        self, job: Job, failed: set[tuple[int, int, bool, str | None]], binding: bool,
+        order: list[tuple[CapacityType, ...]],
+    ) -> list[SimNode] | None:  # fmt: skip
         own = [n for n in job.nominated if n.state in READY and n.free >= job.gpus_per_node]
         if len(own) >= job.nodes:
             return own[: job.nodes]
         if binding and job.nominated:
             return None
-        shape = (job.nodes, job.gpus_per_node, job.spot_ok)
+        shape = (job.nodes, job.gpus_per_node, job.spot_ok, job.pool)
         if shape in failed:
             return None
         g = job.gpus_per_node
         frees = range(g, self.max_node_gpus + 1)
+        pool = job.pool
         if job.nodes == 1:
             if own:
                 return own
@@ -360,7 +364,11 @@ class ClusterState:
                     for ct in group:
                         bucket = self._free.get((ct, f))
                         if bucket:
-                            return [next(iter(bucket.values()))]
+                            if pool is None:
+                                return [next(iter(bucket.values()))]
+                            hit = next((n for n in bucket.values() if n.pool == pool), None)
+                            if hit is not None:
+                                return [hit]
             failed.add(shape)
             return None
         picked = list(own)
@@ -368,6 +376,8 @@ class ClusterState:
             for f in frees:
                 for ct in group:
                     for n in self._free.get((ct, f), {}).values():
+                        if pool is not None and n.pool != pool:
+                            continue
                         picked.append(n)
                         if len(picked) >= job.nodes:
                             return picked

@@ -129,3 +129,24 @@ def test_a_preempted_job_resumes_from_its_last_checkpoint() -> None:
     st.remove_node(s, 700)  # preempted after 700 s: checkpoints at 300 and 600
     assert j.progress_s == 600 and j.remaining_s == 400
     assert j.gpu_seconds == 700  # the 100 s after the last checkpoint are lost and run again
+
+
+def test_a_job_confined_to_a_pool_waits_for_room_there_and_takes_no_other_pools_free_gpus() -> None:
+    """On Kubernetes a workload's pods carry its Kueue flavor's node selector (one flavor per pool in the deployed
+    stack): a pod confined to the spot pool does not take the free GPUs of an on-demand node, however well they
+    fit; it runs once its own pool has room.  Unconfined pods still take the best fit anywhere."""
+    st = state_of(job(0, 0, 100, 1, spot_ok=True), job(1, 0, 100, 1, spot_ok=True))
+    on_demand = node("od", gpus=2)
+    spot = SimNode("sp", "spot", OfferingKey("sim", "us-central1-a", "a3-highgpu-1g", CapacityType.SPOT), 1, 1.0, 0.0)
+    st.add_node(on_demand)
+    st.register(on_demand, 0)
+    confined, free = st.jobs
+    confined.pool = "spot"
+    for j in st.jobs:
+        st.submit(j)
+    started = st.schedule(1)
+    assert [j.id for j in started] == ["j1"] and free.placed_on == [on_demand]
+    assert confined.state is JobState.PENDING and on_demand.free == 1  # room, but not its pool
+    st.add_node(spot)
+    st.register(spot, 2)
+    assert st.schedule(2) == [confined] and confined.placed_on == [spot]

@@ -225,16 +225,20 @@ def class_state(cls: UnitClass, class_size: int, st: PlanState) -> ClassState:
     reserved, market, none = st.book.streams(cls, class_size)
     order = st.book.existing_pools(cls)
     every = frozenset(order)
-    if cls.nodes == 1 and st.policy.expected_run_s is not None and st.gpu_prices:
+    if st.policy.expected_run_s is not None and st.gpu_prices:
         head = market.peek()
         if head is not None:  # leave out running capacity dearer over the run than the best new offering
             g_new = max(1, head.offering.gpus_per_node)
             pools = st.inventory.pool_by_name
+            # a gang takes whole nodes: only the price over the run counts (sharing a busy node is a 1-node unit's)
             order = {
                 p: v
                 for p, v in order.items()
                 if worth_reusing(st.gpu_prices.get(p, 0.0), head.hourly_usd / g_new, st.policy)
-                and pack_pays(st.gpu_prices.get(p, 0.0) * pools[p].gpus_per_node, head.hourly_usd, g_new, st.policy)
+                and (
+                    cls.nodes > 1
+                    or pack_pays(st.gpu_prices.get(p, 0.0) * pools[p].gpus_per_node, head.hourly_usd, g_new, st.policy)
+                )
             }
     caps = {}
     if cls.nodes == 1 and st.steps:

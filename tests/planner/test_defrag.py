@@ -175,3 +175,18 @@ def test_a_unit_limited_to_bigger_nodes_takes_a_booting_one_instead_of_launching
     assert out.assignments["cpu-heavy"].nodes == ("h2-on-demand-0",) and out.scale_ups == ()
     out = plan([WorkUnit("small", 0.0, 1)], inv, offs, Policy(), 100.0)
     assert out.scale_ups[0].pool == "h1-on-demand"
+
+
+def test_a_long_spot_tolerant_gang_launches_spot_rather_than_taking_idle_on_demand_nodes() -> None:
+    """The price-over-the-run check applies to gangs too (before the eighteenth round only to 1-node units): two
+    idle on-demand 8-GPU nodes are not taken by a spot-tolerant 2-node gang expected to run 10 hours (spot plus a
+    boot is far cheaper), and are taken by one expected to run 100 s (a boot would cost more than the run)."""
+    p8, s8 = pool(8), pool(8, SPOT)
+    inv = Inventory((p8, s8), (node(p8, 0), node(p8, 1)))
+    offs = family_offerings(shapes=(8,))
+    gang = WorkUnit("gang", 0.0, 8, nodes=2, spot_ok=True)
+    long_run = Policy(expected_run_s=36000.0, expected_boot_s=360.0, wait_value_usd_per_gpu_hour=11.0)
+    out = plan([gang], inv, offs, long_run, 100.0)
+    assert out.assignments["gang"].placement is Placement.NEW and out.scale_ups[0].pool == s8.name
+    out = plan([gang], inv, offs, replace(long_run, expected_run_s=100.0), 100.0)
+    assert sorted(out.assignments["gang"].nodes) == [f"{p8.name}-0", f"{p8.name}-1"] and out.scale_ups == ()

@@ -7,6 +7,7 @@
     .venv/bin/python bench/autoscaler_claims.py --json > claims.json
     .venv/bin/python bench/autoscaler_claims.py --from-json claims.json   # the table again, no replays
     .venv/bin/python bench/autoscaler_claims.py --verify-quiet    # + check every quietly answered poll (slower)
+    .venv/bin/python bench/autoscaler_claims.py --scheduler kueue --clusters '' --seeds 0,1,2  # the Kubernetes path
 
 Per run (one trace x scenario, every policy replayed on the same jobs and cloud):
 
@@ -26,6 +27,10 @@ Per run (one trace x scenario, every policy replayed on the same jobs and cloud)
   A100 and L4 families, H100 in europe-west4, 120 s and 900 s boots, a small reservation with spot and
   stockouts; since the seventeenth round also `held-out-17`: 8-GPU-only families, A100 80GB in Europe, spot-heavy
   work, long stockouts, a reservation at the on-demand rate, slow registration), with the same checks;
+- `--scheduler kueue` runs every policy behind a Kueue quota gate (`fleet simulate --scheduler kueue`, its
+  default queues: two teams in one cohort, the p95-concurrent-demand quota): gpu-fleet is the Kubernetes daemon
+  behind the ProvisioningRequest admission check, the baselines scale on unschedulable pods, slurm-power-save has
+  no form there; the same checks against the admitted demand's bound (added in the eighteenth round);
 - with `--frontier S,...`: on cluster04 defaults and the short regime, for each baseline some gpu-fleet
   setting (the default, or one of the settings: a wait value W, or `W:no-warm-cap`, that wait value with
   `Policy.warm_cap` false) is no more expensive and no slower at p50 and p95.
@@ -106,18 +111,21 @@ KEEP = (
 )
 
 
-def _task(trace: str, scenario_name: str, frontier: list[FrontierSetting]) -> dict[str, Any]:
+def _task(trace: str, scenario_name: str, frontier: list[FrontierSetting], scheduler: str = "slurm") -> dict[str, Any]:
     """One run in a worker: every policy, then (optionally) gpu-fleet over the wait values."""
-    from autoscaler.replay.run import run_frontier, run_scenario
+    from autoscaler.replay.kueue_gate import KueueSetup
+    from autoscaler.replay.run import resolve_policies, run_frontier, run_scenario
     from autoscaler.replay.scenario import Scenario
     from autoscaler.replay.synth import generate, parse_synth_spec
     from autoscaler.replay.trace import load_trace
 
-    out: dict[str, Any] = {"trace": trace, "scenario": scenario_name}
+    out: dict[str, Any] = {"trace": trace, "scenario": scenario_name, "scheduler": scheduler}
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         jobs = generate(*parse_synth_spec(trace)) if trace.startswith("synth:") else load_trace(trace)
-        result = run_scenario(jobs, Scenario(trace=trace, **{**SCENARIOS, **HELD_OUT}[scenario_name]))
+        scenario = Scenario(trace=trace, **{**SCENARIOS, **HELD_OUT}[scenario_name])
+        kueue = KueueSetup(seed=scenario.seed) if scheduler == "kueue" else None  # as `fleet simulate` builds it
+        result = run_scenario(jobs, scenario, resolve_policies("all", scheduler), kueue=kueue)
         out["wall_s"] = round(time.perf_counter() - t0, 1)
         out["cpu_s"] = round(time.process_time() - c0, 1)
         sc = result.as_json()["scenario"]
@@ -146,7 +154,8 @@ def checks(run: dict[str, Any]) -> list[tuple[str, str, str]]:
     g = p["gpu-fleet"]
     itp = not run["trace"].startswith("synth:")
     out: list[tuple[str, str, str]] = []
-    worst = min(BASELINES, key=lambda n: p[n]["cost_usd"])
+    baselines = [b for b in BASELINES if b in p]  # the Kueue path has no slurm-power-save
+    worst = min(baselines, key=lambda n: p[n]["cost_usd"])
     margin = g["cost_usd"] / p[worst]["cost_usd"] - 1
     out.append(
         (
@@ -165,7 +174,7 @@ def checks(run: dict[str, Any]) -> list[tuple[str, str, str]]:
         out.append((f"ratio <= {limit}", "PASS" if g["cost_ratio"] <= limit else "FAIL", ratio_detail))
     else:
         out.append(("ratio (reported)", "INFO", ratio_detail))
-    best = min(AUTOSCALERS, key=lambda n: p[n]["wait_p95_s"])
+    best = min((a for a in AUTOSCALERS if a in p), key=lambda n: p[n]["wait_p95_s"])
     ok = g["wait_p95_s"] <= p[best]["wait_p95_s"] + 60
     out.append(
         (
@@ -198,7 +207,7 @@ def pareto(run: dict[str, Any]) -> list[tuple[str, str, str]]:
         for pt in run["frontier"]
     ]
     out = []
-    for b in BASELINES:
+    for b in (b for b in BASELINES if b in p):
         m = p[b]
         dom = [
             name
@@ -237,6 +246,12 @@ def main() -> int:
         help=f"scenarios of the generated regimes, comma-separated: defaults, or held out: {', '.join(HELD_OUT)}, "
         "'held-out' for all of those, 'held-out-16' / 'held-out-17' for those added in the sixteenth / seventeenth "
         "round (the Pareto check runs on defaults only)",
+    )
+    ap.add_argument(
+        "--scheduler",
+        default="slurm",
+        choices=("slurm", "kueue"),
+        help="slurm (the simulated slurmctld, default) or kueue (behind a Kueue quota gate, as fleet simulate)",
     )
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--json", action="store_true", help="print every run and check as JSON")
@@ -308,7 +323,7 @@ def main() -> int:
     t0 = time.perf_counter()
     runs: list[dict[str, Any]] = []
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
-        futures = [pool.submit(_task, trace, s, f) for _, trace, s, f in tasks]
+        futures = [pool.submit(_task, trace, s, f, args.scheduler) for _, trace, s, f in tasks]
         for fut in as_completed(futures):
             run = fut.result()
             runs.append(run)
@@ -328,11 +343,14 @@ def main() -> int:
 
 def _label(run: dict[str, Any]) -> str:
     name = run["trace"] if run["trace"].startswith("synth:") else Path(run["trace"]).stem
-    return f"{name} [{run['scenario']}]"
+    kueue = ", kueue" if run.get("scheduler") == "kueue" else ""
+    return f"{name} [{run['scenario']}{kueue}]"
 
 
 def _markdown(rows: list[tuple[dict[str, Any], list[tuple[str, str, str]]]]) -> None:
     names = ("gpu-fleet", "karpenter-like", "ca-like", "slurm-power-save", "exact-fit")
+    if all(r.get("scheduler") == "kueue" for r, _ in rows):
+        names = tuple(n for n in names if n != "slurm-power-save")
     print("| run | " + " | ".join(names) + " | boot floor | checks failed |")
     print("| --- |" + " ---: |" * (len(names) + 1) + " --- |")
     for run, cs in rows:
@@ -348,6 +366,8 @@ def _markdown(rows: list[tuple[dict[str, Any], list[tuple[str, str, str]]]]) -> 
 def _print(rows: list[tuple[dict[str, Any], list[tuple[str, str, str]]]], wall: float) -> None:
     print("\nPer run: cost x bound and p95 wait (s) of every policy")
     names = ("gpu-fleet", *BASELINES)
+    if rows and all(r.get("scheduler") == "kueue" for r, _ in rows):
+        names = tuple(n for n in names if n != "slurm-power-save")
     print(f"{'run':36s} " + " ".join(f"{n[:16]:>16s}" for n in names))
     for run, _ in rows:
         if "error" in run:

@@ -100,3 +100,16 @@ def test_an_unknown_regime_scenario_is_refused_naming_the_flag() -> None:
         text=True,
     )
     assert p.returncode == 2 and "--regime-scenarios: unknown scenario 'boot9000'" in p.stderr
+
+
+def test_a_kueue_run_is_judged_without_slurm_power_save() -> None:
+    """`--scheduler kueue` runs have no slurm-power-save: the cost and wait checks compare against the policies the
+    run has (here karpenter-like is the cheapest baseline and ca-like the fastest autoscaler)."""
+    run = _run("synth:steady")
+    del run["policies"]["slurm-power-save"]
+    run["scheduler"] = "kueue"
+    cs = {check: (status, detail) for check, status, detail in claims.checks(run)}
+    assert cs["p95 wait <= best autoscaler + 60 s"] == ("PASS", "360 s vs karpenter-like 362 s (p50 300 s)")
+    run["policies"]["gpu-fleet"] = _m(101, 300, 430)
+    assert _verdicts(run)["p95 wait <= best autoscaler + 60 s"] == "FAIL"  # 430 > 362 + 60
+    assert claims._label(run) == "synth:steady [defaults, kueue]"

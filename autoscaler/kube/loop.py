@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -208,6 +208,8 @@ class KubeDaemon:
         live = {c.name: c for c in cloud if str(c.status) != "gone"}
 
         self._bind_machines(self._views(templates), cloud)
+        # launches whose nodes the cloud does not list yet: a request booked onto one has not lost it
+        coming = {c.name for c in in_flight(self._views(templates), set(live) | set(failed_names))}
         # 3. booked requests
         for v in self._views(templates):
             if v.booking is None or v.failed:
@@ -218,7 +220,7 @@ class KubeDaemon:
             if why is not None and not v.provisioned:  # all or nothing: clean up, serve it again elsewhere
                 self._release(v, v.booking, why, now, res)
                 continue
-            self._check_booking(v, live, facts, now, res)
+            self._check_booking(v, live, facts, now, res, coming)
         views = self._views(templates)  # as this tick's writes left them (released bookings, new conditions)
         self._learn(views, offerings, now, all_pods)
         booked = self._booked(views, now)
@@ -465,11 +467,12 @@ class KubeDaemon:
         facts: Mapping[str, NodeFacts],
         now: float,
         res: KubeTickResult,
+        coming: Set[str] = frozenset(),
     ) -> None:
         b = v.booking
         assert b is not None
-        if not b.offering:  # booked on nodes that were already up or booting
-            lost = [n for n in b.names if n not in live]
+        if not b.offering:  # booked on nodes that were already up, booting, or on their way (`coming`)
+            lost = [n for n in b.names if n not in live and n not in coming]
             if lost and not v.provisioned:
                 self._release(v, b, f"booked node(s) gone before they were ready: {', '.join(lost)}", now, res)
                 return

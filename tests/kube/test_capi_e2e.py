@@ -297,6 +297,9 @@ def test_small_requests_share_a_booting_node_and_a_whole_node_request_gets_its_o
     assert r.ok and [x["request"] for x in r.launched] == ["pr/team-a/wl-a"], r
     assert replicas(cluster) == 1  # wl-b is booked onto the free GPUs of the node on its way
     clock.t += 10
+    r = d.tick()  # the Machine has still not appeared: wl-b keeps its booking (not "gone before ready")
+    assert "pr/team-a/wl-b" not in r.answered and replicas(cluster) == 1, r.answered
+    clock.t += 10
     cluster.create(provisioning_request("wl-c", "team-a", "eight", 1))
     d.tick()
     assert replicas(cluster) == 2  # no room for 8 GPUs on the shared node

@@ -315,7 +315,7 @@ class ReplayEngine:
             for name in names:
                 if name in new:
                     owners[name] = unit
-        if not owners and len(cmd.units) == 1:
+        if not owners and len(cmd.units) == 1 and getattr(self.policy, "nominates_single_unit_launches", True):
             owners = dict.fromkeys(new, cmd.units[0])
         for name, unit in owners.items():
             job = self.state.by_id.get(unit)

@@ -27,7 +27,8 @@ running pods or of one booting for another request.  Before the seventeenth roun
 wholly used here, and before the eighteenth a booked node did (here and in the daemon), so on 8-GPU-only families
 every 1-GPU request arriving during a boot got a node of its own.  A gang's nodes (nominated for it) count wholly
 used until its pods run (the daemon counts a gang's GPUs per pod: the same for the usual gang of whole-node pods,
-a difference for a gang of 4-GPU pods on 8-GPU nodes).  The settings rule sees the runs of the workloads that
+a difference for a gang of 4-GPU pods on 8-GPU nodes); a one-request launch is not nominated
+(`nominates_single_unit_launches`).  The settings rule sees the runs of the workloads that
 finished (their pods' start to end, `autoscaler.kube.runs`) at the first poll after, as the daemon times them from
 their pods."""
 
@@ -80,6 +81,10 @@ class GpuFleetKubePolicy:
     interval_s: float = INTERVAL_S
     #: the workload's pods exist only once its request is Provisioned, and then run on the nodes booked for it
     binds_nominations: bool = True
+    #: a launch for one request holds nothing but the GPUs its booking asks for: nothing binds pods to nodes on
+    #: Kubernetes (the engine nominates a one-unit launch's nodes to its job by default; only gangs are nominated
+    #: here, explicitly); before the eighteenth round every such node counted wholly used until its pods ran
+    nominates_single_unit_launches: bool = False
     #: Kueue with the ProvisioningRequest admission check: the gate waits for `provisioned` (`KueueGate`)
     admission_check: bool = True
     gate: Any = None  # the run's KueueGate (set by `kueue_run.KueueContext.engine`)

@@ -258,3 +258,16 @@ def test_a_provisioned_workload_runs_in_the_pool_it_was_booked_in() -> None:
     assert {j.id: j.pool for j in done.values()} == {
         "j0": "a3-highgpu-8g-spot", "j1": "a3-highgpu-1g-on-demand", "j2": "a3-highgpu-1g-spot",
     }  # fmt: skip
+
+
+def test_a_request_arriving_during_a_boot_is_booked_onto_the_booting_nodes_free_gpus() -> None:
+    """On an 8-GPU-only family a 1-GPU request admitted while the node launched for another 1-GPU request boots is
+    booked onto that node's 7 free GPUs (the daemon's `inventory_nodes` counts a booking's GPUs, not the node):
+    one launch, both start when it registers.  Before the eighteenth round the replay's engine held a one-request
+    launch's node for its job alone (a Slurm-style nomination), and every such request got a node of its own."""
+    jobs = [job(0, 0, 3600, 1), job(1, 60, 3600, 1)]
+    sc = Scenario(trace="test", machine_family="a3-megagpu")
+    res = run_scenario(jobs, sc, ["gpu-fleet"], kueue=KueueSetup(teams=1, quota_gpus=8))
+    assert res.as_json()["policies"]["gpu-fleet"]["nodes_launched"] == 1
+    done = jobs_by_id(res.engines["gpu-fleet"])
+    assert abs(done["j1"].first_start - done["j0"].first_start) <= 10  # both wait for the one boot

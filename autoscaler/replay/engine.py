@@ -315,6 +315,8 @@ class ReplayEngine:
             for name in names:
                 if name in new:
                     owners[name] = unit
+        # a launch for one unit is held for its job (Slurm allocates powered-down nodes to the job), unless the
+        # policy says nothing binds pods to nodes (`GpuFleetKubePolicy.nominates_single_unit_launches`)
         if not owners and len(cmd.units) == 1 and getattr(self.policy, "nominates_single_unit_launches", True):
             owners = dict.fromkeys(new, cmd.units[0])
         for name, unit in owners.items():

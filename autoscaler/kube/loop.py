@@ -4,9 +4,10 @@ Order within a tick (each step acts only on this tick's fresh reads):
 1. leader election (a Lease): a replica that does not lead reads and exports metrics only;
 2. reads: ProvisioningRequests of the atomic class and their PodTemplates, Nodes, Pods, each pool's cloud
    nodes (GCE instances of GKE node pools, Machines of Cluster API pools), offerings, async launch failures;
-3. requests already booked: Provisioned once every booked node is Ready with its GPUs; a booked node that
-   vanished after Provisioned -> CapacityRevoked; a failed launch -> its nodes deleted (all or nothing) and
-   the request served again on another offering (the backoff memory remembers the failure);
+3. requests already booked: Provisioned once every booked node is Ready with its GPUs (a booked node that
+   vanishes after that is not the request's any more: never CapacityRevoked, see `_check_booking`); a failed
+   launch -> its nodes deleted (all or nothing) and the request served again on another offering (the backoff
+   memory remembers the failure);
 4. requests not booked yet -> one work unit each (a gang: all its pods) -> the pure planner
    (`autoscaler.planner.plan`: reservations first, spot only for tolerant pods, one zone, backoff, limits) ->
    the booking written on the request (the intent, before any cloud call) -> the launch, idempotent by the
@@ -484,10 +485,13 @@ class KubeDaemon:
                 self._launch(v, b, None, now, res)
                 return
             ready = all(n in facts and facts[n].ready for n in b.names)
-            if v.provisioned and missing:
-                self._condition(v, "CapacityRevoked", "True", "NodesDeleted", f"{len(missing)} booked node(s) gone: "
-                                f"{', '.join(missing)}", now, res)  # fmt: skip
-                return
+        if v.provisioned:
+            # A booked node gone after Provisioned (a reclaimed spot node, an idle one scaled down after the booking
+            # time) is not reported as CapacityRevoked: Kueue deactivates a workload that is not finished on it
+            # (KEP-1136), which would stop a spot-tolerant workload for good at its first preemption, or a running
+            # one whose pods kube-scheduler put on other nodes.  Nothing pins the pods to the booked nodes, so the
+            # pods the Job controller recreates are served as unschedulable pods (step 6), as the replay does.
+            return
         if ready and not v.provisioned:
             self._condition(v, "Provisioned", "True", "Provisioned", _ready_message(b.names), now, res)
 

@@ -314,3 +314,31 @@ def test_small_requests_share_a_booting_node_and_a_whole_node_request_gets_its_o
     cluster.create(provisioning_request("wl-d", "team-a", "one", 1))
     r = d.tick()  # onto the Ready shared node's free GPUs: Provisioned in the same tick, Kueue admits at once
     assert r.answered["pr/team-a/wl-d"] == "Provisioned=True (Provisioned)" and replicas(cluster) == 2
+
+
+def test_a_booked_node_lost_after_provisioned_is_not_capacity_revoked_and_the_recreated_pod_gets_a_node(
+    cluster: FakeKube,
+) -> None:
+    """The node a Provisioned request was booked on is reclaimed while its workload runs: no CapacityRevoked (Kueue
+    would deactivate the unfinished workload for good, KEP-1136); the pod its Job controller recreates is
+    unschedulable and gets a node of its own, as the replay serves a preempted workload.  Before the eighteenth
+    round the daemon answered CapacityRevoked."""
+    clock = Clock()
+    d = daemon(cluster, clock)
+    cluster.create(pod_template("train", "team-a", 8))
+    cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
+    d.tick()
+    reconcile_capi(cluster, NS)
+    clock.t += 10
+    d.tick()
+    assert cond(cluster, "wl-1", "Provisioned")["status"] == "True"
+    (machine,) = [m["metadata"]["name"] for m in cluster.list("machines", NS)]
+    cluster.delete("machines", machine, NS)  # reclaimed under the running workload
+    cluster.delete("nodes", machine)
+    cluster.update("machinedeployments", "neo-h100", NS, lambda md: md["spec"].update(replicas=0))
+    cluster.create(_unschedulable_pod("wl-1-0", "wl-1", {POOL_LABEL: "h100"}))  # recreated by the Job controller
+    clock.t += 700  # past the booking time too
+    r = d.tick()
+    assert r.ok, r.error
+    assert cond(cluster, "wl-1", "CapacityRevoked") is None
+    assert replicas(cluster) == 1  # a node for the recreated pod

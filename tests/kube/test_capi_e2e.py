@@ -233,6 +233,19 @@ def test_a_busy_node_oversized_for_its_pods_is_cordoned_nothing_evicted_and_goes
     assert replicas(cluster) == 0
 
 
+def _one_workload_provisioned(cluster: FakeKube, d, clock: Clock) -> str:  # type: ignore[no-untyped-def]
+    """Request wl-1 (one 8-GPU pod) served: its Machine up, the request Provisioned; the Machine's name."""
+    cluster.create(pod_template("train", "team-a", 8))
+    cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
+    d.tick()
+    reconcile_capi(cluster, NS)
+    clock.t += 10
+    d.tick()
+    assert cond(cluster, "wl-1", "Provisioned")["status"] == "True"
+    (machine,) = [m["metadata"]["name"] for m in cluster.list("machines", NS)]
+    return machine
+
+
 def test_the_daemon_times_a_workload_from_its_pods_and_the_rule_learns_the_mean_run(cluster: FakeKube) -> None:
     """With the settings rule on: a request is Provisioned, Kueue releases its pods (annotated with the request's
     name by the admission check), they run 15 minutes and succeed; at the next refresh of the settings grid the
@@ -246,14 +259,7 @@ def test_the_daemon_times_a_workload_from_its_pods_and_the_rule_learns_the_mean_
         section, [capi_pool()], Policy(), api=KubeApi.from_kubeconfig(cluster.kubeconfig()), identity="a",
         clock=clock, settings=SettingsTracker(base=Policy(), boot_s=360.0),
     )  # fmt: skip
-    cluster.create(pod_template("train", "team-a", 8))
-    cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
-    d.tick()
-    reconcile_capi(cluster, NS)
-    clock.t += 10
-    d.tick()
-    assert cond(cluster, "wl-1", "Provisioned")["status"] == "True"
-    (node,) = [m["metadata"]["name"] for m in cluster.list("machines", NS)]
+    node = _one_workload_provisioned(cluster, d, clock)
     iso = lambda t: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))  # noqa: E731
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "wl-1-0", "namespace": "team-a",
@@ -325,14 +331,7 @@ def test_a_booked_node_lost_after_provisioned_is_not_capacity_revoked_and_the_re
     round the daemon answered CapacityRevoked."""
     clock = Clock()
     d = daemon(cluster, clock)
-    cluster.create(pod_template("train", "team-a", 8))
-    cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
-    d.tick()
-    reconcile_capi(cluster, NS)
-    clock.t += 10
-    d.tick()
-    assert cond(cluster, "wl-1", "Provisioned")["status"] == "True"
-    (machine,) = [m["metadata"]["name"] for m in cluster.list("machines", NS)]
+    machine = _one_workload_provisioned(cluster, d, clock)
     cluster.delete("machines", machine, NS)  # reclaimed under the running workload
     cluster.delete("nodes", machine)
     cluster.update("machinedeployments", "neo-h100", NS, lambda md: md["spec"].update(replicas=0))

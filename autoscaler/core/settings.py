@@ -164,6 +164,18 @@ def _standby_use(
     return standby_use(arrivals, facts.boot_s, span_s, ends, keep if math.isfinite(keep) else span_s)
 
 
+def shown_settings(policy: Policy) -> tuple[object, ...]:
+    """The settings an operator reads in a daemon's log: idle keep, warm cap and standby per shape, reservation hold,
+    the expected run (both daemons log a change of these)."""
+    return (
+        dict(policy.idle_timeout_by_machine),
+        dict(policy.idle_keep_max_by_machine),
+        dict(policy.standby_by_machine),
+        policy.batch_window_s,
+        policy.expected_run_s,
+    )
+
+
 #: derived fields that only make sense together: setting one of a group pins the whole group (`idle_timeout_s:
 #: 600` means 600 s for every shape, not 600 s overridden per shape by the rule's keep and warm cap)
 PINNED_TOGETHER = (

@@ -59,7 +59,7 @@ from autoscaler.core import (
     take_names,
 )
 from autoscaler.core.decide import Planner, default_planner
-from autoscaler.core.settings import SeenJob, SettingsTracker
+from autoscaler.core.settings import SeenJob, SettingsTracker, shown_settings
 from autoscaler.core.weights import ReservedNode, rendered_weights, reservation_weights, weight_changes
 from autoscaler.daemon import job_end
 from autoscaler.daemon.actuate import Actuator
@@ -358,9 +358,9 @@ class Daemon:
             rows = self.store.job_history(start, at)
             return [SeenJob(r.submit, r.nodes, r.gpus_per_node, r.ended_at, r.run_s) for r in rows]
 
-        before = _shown(self.policy)
+        before = shown_settings(self.policy)
         self.policy = self.settings.current(now, since, offerings=offerings, pools=self.pools, history=history)
-        if _shown(self.policy) != before:
+        if shown_settings(self.policy) != before:
             f = self.settings.facts
             logger.bind(
                 idle_keep_s=dict(self.policy.idle_timeout_by_machine),
@@ -929,13 +929,3 @@ class Daemon:
                 active[str(u.reason)] += 1
         for r, c in active.items():
             m.backoffs.labels(reason=r).set(c)
-
-
-def _shown(p: Policy) -> tuple[object, ...]:
-    """The settings an operator reads in the log: idle keep, warm cap and standby per shape, reservation hold."""
-    return (
-        dict(p.idle_timeout_by_machine),
-        dict(p.idle_keep_max_by_machine),
-        dict(p.standby_by_machine),
-        p.batch_window_s,
-    )

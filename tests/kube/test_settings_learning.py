@@ -95,6 +95,29 @@ def test_runs_timed_from_the_pods_give_the_rule_the_mean_run() -> None:
     assert d.policy.expected_run_s == 1200.0
 
 
+def test_a_change_of_settings_is_logged_with_the_mean_run() -> None:
+    """An operator reads the settings the rule chose in the log, as on Slurm: one line per change, with the mean
+    run behind them."""
+    import io
+    import json
+
+    from autoscaler.daemon.logs import setup_logging
+
+    buf = io.StringIO()
+    setup_logging(json_lines=True, stream=buf)
+    d = _daemon()
+    views, pods = [], []
+    for k in range(0, 3600 // 10):
+        now = T0 + 10.0 * k
+        if k % 12 == 0:
+            views.append(_view(k, now))
+        pods = [_pod(v.name, 0, v.created, v.created + 600.0) for v in views if v.created + 600.0 <= now]
+        d._learn(list(views[-3:]), OFFERS, now, pods)
+    changes = [x for x in map(json.loads, buf.getvalue().splitlines()) if x["message"].startswith("settings:")]
+    assert changes and changes[-1]["mean_run_s"] == 600.0 and "expected run 600 s" in changes[-1]["message"]
+    assert d.settings is not None and len(changes) <= d.settings.changes < 360  # a line per change, not per tick
+
+
 def test_a_workload_whose_pods_failed_or_vanished_is_not_a_run() -> None:
     """A reclaimed spot node: its pod failed (or the pod garbage collector deleted it with the node); the workload
     runs again, so that is not its run, and it is timed from the new attempt's start."""

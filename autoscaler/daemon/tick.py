@@ -67,6 +67,7 @@ from autoscaler.daemon.config import LoopConfig
 from autoscaler.daemon.lock import LeaderLock
 from autoscaler.daemon.metrics import Metrics
 from autoscaler.daemon.reconcile import Reconciliation, reconcile
+from autoscaler.daemon.settings_log import log_settings
 from autoscaler.daemon.snapshot import (
     NameIndex,
     View,
@@ -361,22 +362,7 @@ class Daemon:
         before = shown_settings(self.policy)
         self.policy = self.settings.current(now, since, offerings=offerings, pools=self.pools, history=history)
         if shown_settings(self.policy) != before:
-            f = self.settings.facts
-            logger.bind(
-                idle_keep_s=dict(self.policy.idle_timeout_by_machine),
-                warm_max=dict(self.policy.idle_keep_max_by_machine),
-                standby=dict(self.policy.standby_by_machine),
-                hold_s=self.policy.batch_window_s,
-                arrivals_per_hour=round(f.arrivals_per_hour, 2) if f else None,
-                mean_run_s=f.mean_run_s if f else None,
-            ).info(
-                "settings: idle keep {} s, standby {}, reservation hold {} s (the settings rule over the jobs seen "
-                "since {:.0f})",
-                dict(self.policy.idle_timeout_by_machine),
-                dict(self.policy.standby_by_machine),
-                self.policy.batch_window_s,
-                since,
-            )
+            log_settings(self.policy, self.settings.facts, "jobs", since)
 
     def _record(
         self, memory: list[UnavailableOffering], key: Any, kind: FailureKind | str, now: float, message: str

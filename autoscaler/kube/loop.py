@@ -38,6 +38,7 @@ from loguru import logger
 from autoscaler.cloud import CloudNode, CloudNodeStatus, FailureKind, LaunchRequest, Provider, ProviderError
 from autoscaler.core import queue_depth, scale_down_steps
 from autoscaler.core.settings import ArrivalLog, SeenJob, SettingsTracker, shown_settings
+from autoscaler.daemon.settings_log import log_settings
 from autoscaler.daemon.snapshot import offering_from_dict, offering_to_dict
 from autoscaler.kube.api import KubeApi, KubeError
 from autoscaler.kube.lease import LeaseElector, micro_time
@@ -297,20 +298,7 @@ class KubeDaemon:
             late_bind=False,
         )
         if shown_settings(self.policy) != before:
-            f = self.settings.facts
-            logger.bind(
-                idle_keep_s=dict(self.policy.idle_timeout_by_machine),
-                warm_max=dict(self.policy.idle_keep_max_by_machine),
-                arrivals_per_hour=round(f.arrivals_per_hour, 2) if f else None,
-                mean_run_s=f.mean_run_s if f else None,
-            ).info(
-                "settings: idle keep {} s, warm cap {}, expected run {} s (the settings rule over the requests seen "
-                "since {:.0f})",
-                dict(self.policy.idle_timeout_by_machine),
-                dict(self.policy.idle_keep_max_by_machine),
-                None if self.policy.expected_run_s is None else round(self.policy.expected_run_s),
-                self._since,
-            )
+            log_settings(self.policy, self.settings.facts, "requests", self._since)
 
     def _bind_machines(self, views: Sequence[RequestView], cloud: Sequence[Any]) -> None:
         """Cluster API names Machines itself: a launch's slots become the pool's new Machines, oldest booking

@@ -75,23 +75,28 @@ def _pod(request: str, i: int, start: float, end: float | None, *, phase: str = 
     }  # fmt: skip
 
 
-def test_runs_timed_from_the_pods_give_the_rule_the_mean_run() -> None:
-    """Each request's workload runs 20 minutes (its pods' startTime to finishedAt); once the grid refreshes, the
-    rule's `expected_run_s` is that mean, as the Slurm daemon's is from squeue."""
-    d = _daemon()
-    views, pods = [], []
-    for k in range(0, 7200 // 10):
+def _serve(d: KubeDaemon, seconds: float, boot_s: float, run_s: float) -> None:
+    """Poll every 10 s for `seconds`: a request every 2 minutes (the last three listed), its workload's pod starting
+    `boot_s` after it and running `run_s`."""
+    views = []
+    for k in range(0, int(seconds // 10)):
         now = T0 + 10.0 * k
         if k % 12 == 0:
             views.append(_view(k, now))
-        # a workload's pods start 6 minutes after its request (a boot) and run 20 minutes
         pods = []
         for v in views:
-            start = v.created + 360.0
+            start = v.created + boot_s
             if start <= now:
-                end = start + 1200.0
+                end = start + run_s
                 pods.append(_pod(v.name, 0, start, end if end <= now else None))
         d._learn(list(views[-3:]), OFFERS, now, pods)
+
+
+def test_runs_timed_from_the_pods_give_the_rule_the_mean_run() -> None:
+    """Each request's workload runs 20 minutes (its pods' startTime to finishedAt), after a 6-minute boot; once the
+    grid refreshes, the rule's `expected_run_s` is that mean, as the Slurm daemon's is from squeue."""
+    d = _daemon()
+    _serve(d, 7200, 360.0, 1200.0)
     assert d.policy.expected_run_s == 1200.0
 
 
@@ -106,15 +111,10 @@ def test_a_change_of_settings_is_logged_with_the_mean_run() -> None:
     buf = io.StringIO()
     setup_logging(json_lines=True, stream=buf)
     d = _daemon()
-    views, pods = [], []
-    for k in range(0, 3600 // 10):
-        now = T0 + 10.0 * k
-        if k % 12 == 0:
-            views.append(_view(k, now))
-        pods = [_pod(v.name, 0, v.created, v.created + 600.0) for v in views if v.created + 600.0 <= now]
-        d._learn(list(views[-3:]), OFFERS, now, pods)
+    _serve(d, 3600, 0.0, 600.0)
     changes = [x for x in map(json.loads, buf.getvalue().splitlines()) if x["message"].startswith("settings:")]
     assert changes and changes[-1]["mean_run_s"] == 600.0 and "expected run 600 s" in changes[-1]["message"]
+    assert "rule over the requests seen" in changes[-1]["message"]
     assert d.settings is not None and len(changes) <= d.settings.changes < 360  # a line per change, not per tick
 
 

@@ -210,10 +210,11 @@ class KubeDaemon:
         live = {c.name: c for c in cloud if str(c.status) != "gone"}
 
         self._bind_machines(self._views(templates), cloud)
+        bound = self._views(templates)  # with the Machines just bound to their bookings
         # launches whose nodes the cloud does not list yet: a request booked onto one has not lost it
-        coming = {c.name for c in in_flight(self._views(templates), set(live) | set(failed_names))}
+        coming = {c.name for c in in_flight(bound, set(live) | set(failed_names))}
         # 3. booked requests
-        for v in self._views(templates):
+        for v in bound:
             if v.booking is None or v.failed:
                 continue
             why = failed_ids.get(v.booking.request_id) or next(

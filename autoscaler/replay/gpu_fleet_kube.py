@@ -263,8 +263,9 @@ class GpuFleetKubePolicy:
         return Inventory(tuple(self._pools), tuple(out))
 
     def _node(self, n: SimNode, booked: int, now: float) -> Node:
-        """The daemon's `inventory_nodes`: booting until registered, cordoned = draining, a booking = wholly busy,
-        pods = busy with the GPUs they ask for, else idle since the first poll that saw it idle."""
+        """The daemon's `inventory_nodes`: booting until registered, cordoned = draining, a gang's nominated node =
+        wholly busy, pods and bookings = busy with the GPUs they ask for, else idle since the first poll that saw
+        it idle."""
         if n.state is NodeState.DRAINING:
             state, used = NodeState.DRAINING, 0
         elif n.nominated_for is not None:  # a gang's node: its pods are on their way

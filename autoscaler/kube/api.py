@@ -10,10 +10,13 @@ eviction a PodDisruptionBudget forbids, ...).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
+import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
 PR_GROUP, PR_VERSION, PR_PLURAL = "autoscaling.x-k8s.io", "v1", "provisioningrequests"
@@ -103,6 +106,50 @@ class KubeApi:
 
     def delete_node(self, name: str) -> None:
         self._call(self.core.delete_node, name)
+
+    # ---- watches (autoscaler/kube/watch.py) ---------------------------------------------------------
+    def _lister(self, resource: str) -> tuple[Any, tuple[str, ...]]:
+        if resource == "nodes":
+            return self.core.list_node, ()
+        if resource == "pods":
+            return self.core.list_pod_for_all_namespaces, ()
+        if resource == PR_PLURAL:
+            return self.custom.list_cluster_custom_object, (PR_GROUP, PR_VERSION, PR_PLURAL)
+        raise ValueError(f"no watch of {resource!r}")
+
+    def listing(self, resource: str) -> tuple[list[dict[str, Any]], str]:
+        """Every object of `resource` (cluster-wide) and the list's resourceVersion, to watch from."""
+        fn, args = self._lister(resource)
+        out = self._call(fn, *args)
+        return out["items"], str((out.get("metadata") or {}).get("resourceVersion") or "")
+
+    @staticmethod
+    def watcher() -> k8s_watch.Watch:
+        """A watch handle for `watch` (its `stop()` ends the stream from another thread); events stay the API's
+        JSON (`raw_object`), not the client's models."""
+        return k8s_watch.Watch(return_type="object")
+
+    def watch(
+        self, resource: str, resource_version: str, timeout_s: float, handle: k8s_watch.Watch
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(event type, object) for each change to `resource` after `resource_version`, for up to `timeout_s`
+        (the server ends the stream then).  410 Gone (the version is too old: list again) and every other
+        refusal raise `KubeError`."""
+        fn, args = self._lister(resource)
+        try:
+            for ev in handle.stream(
+                fn,
+                *args,
+                resource_version=resource_version,
+                timeout_seconds=max(1, int(timeout_s)),
+                allow_watch_bookmarks=True,
+                _request_timeout=(self.timeout_s, timeout_s + self.timeout_s),
+            ):
+                yield str(ev.get("type")), ev.get("raw_object") or {}
+        except ApiException as exc:
+            raise _error(exc) from None
+        except (OSError, urllib3.exceptions.HTTPError) as exc:
+            raise KubeError(0, "Unreachable", str(exc)) from None
 
     # ---- ProvisioningRequests -------------------------------------------------------------------------
     def provisioning_requests(self) -> list[dict[str, Any]]:

@@ -8,9 +8,12 @@ Deployment's ConfigMap, docs/kubernetes.md) runs the Kubernetes daemon instead o
     kubernetes: {namespace: gpu-fleet-system, lease: {name: gpu-fleet-autoscaler}}
     provider: {endpoint: null}          # GKE pools: Compute API options (a local fake in tests)
     metrics: {host: 0.0.0.0, port: 9464}
-    loop: {interval_s: 10}
+    loop: {interval_s: 10, watch: true}
 
-Every replica ticks; only the Lease holder actuates (autoscaler/kube/lease.py).
+Every replica ticks; only the Lease holder actuates (autoscaler/kube/lease.py).  The loop (`KubeRunLoop`) polls
+every `interval_s` and, with `watch` (the default), also ticks at once on the watch events a tick would act on
+(a ProvisioningRequest created, a node Ready, a GPU pod finished: `autoscaler/kube/wake.py`), at most one such
+tick a second.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ class KubeMetrics(_Strict):
 
 class KubeLoop(_Strict):
     interval_s: float = Field(10.0, gt=0)
+    #: tick on watch events between polls (`autoscaler/kube/wake.py`); false: the poll alone
+    watch: bool = True
+    watch_timeout_s: float = Field(300.0, ge=1)
 
 
 class KubeDaemonConfig(_Strict):
@@ -115,20 +121,79 @@ def build(cfg: KubeDaemonConfig, **kw: Any) -> Any:
     return build_kube_daemon(cfg.kubernetes, inv, policy, gce=gce, metrics=metrics, **kw)
 
 
+class KubeRunLoop:
+    """Tick on the poll's grid and on wake-ups (`wake.next_tick_at`), until `stop`."""
+
+    def __init__(self, daemon: Any, interval_s: float, *, clock: Any = time.monotonic) -> None:
+        self.daemon = daemon
+        self.interval_s = interval_s
+        self.clock = clock
+        self.stop_event = threading.Event()
+        self._signal = threading.Event()  # a wake-up or a stop: ends the wait early
+        self._woken: str | None = None
+        self._lock = threading.Lock()
+        self.ticks = 0
+        self.woken_ticks = 0
+
+    def wake(self, reason: str) -> None:
+        with self._lock:
+            self._woken = self._woken or reason
+        self._signal.set()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self._signal.set()
+
+    def run(self) -> None:
+        from autoscaler.kube.wake import MIN_GAP_S, next_poll_after, next_tick_at
+
+        start = self.clock()
+        next_poll, last = start, None
+        follow_at: float | None = None  # a tick cordoned nodes: the next one deletes those still empty
+        while not self.stop_event.is_set():
+            now = self.clock()
+            with self._lock:
+                woken = self._woken
+            at = next_tick_at(now, next_poll=next_poll, last_tick=last, woken=woken is not None)
+            if follow_at is not None:
+                at = min(at, follow_at)
+            if at > now:
+                self._signal.wait(at - now)
+                self._signal.clear()
+                continue
+            with self._lock:
+                self._woken = None
+            if now < next_poll:
+                self.woken_ticks += 1
+                logger.debug("tick woken: {}", woken or "cordoned nodes to delete")
+            else:
+                next_poll = next_poll_after(now, start, self.interval_s)
+            last, follow_at = now, None
+            res = self.daemon.tick()
+            self.ticks += 1
+            if getattr(res, "cordoned", None):
+                follow_at = now + MIN_GAP_S
+
+
 def run_forever(daemon: Any, cfg: KubeDaemonConfig) -> int:
     from autoscaler.daemon.metrics import MetricsServer
+    from autoscaler.kube.watch import Watches
 
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    loop = KubeRunLoop(daemon, cfg.loop.interval_s)
+    signal.signal(signal.SIGTERM, lambda *_: loop.stop())
+    signal.signal(signal.SIGINT, lambda *_: loop.stop())
     server = MetricsServer(daemon.metrics, cfg.metrics.host, cfg.metrics.port).start() if cfg.metrics.enabled else None
-    logger.info("autoscaler (kubernetes) running: tick every {:g}s", cfg.loop.interval_s)
+    watches = Watches(daemon.api, loop.wake, timeout_s=cfg.loop.watch_timeout_s).start() if cfg.loop.watch else None
+    logger.info(
+        "autoscaler (kubernetes) running: tick every {:g}s{}",
+        cfg.loop.interval_s,
+        " and on watch events" if watches is not None else "",
+    )
     try:
-        while not stop.is_set():
-            t0 = time.monotonic()
-            daemon.tick()
-            stop.wait(max(0.0, cfg.loop.interval_s - (time.monotonic() - t0)))
+        loop.run()
     finally:
+        if watches is not None:
+            watches.stop()
         if server is not None:
             server.stop()
     logger.info("autoscaler stopped")

@@ -4,8 +4,11 @@ A real HTTP server on 127.0.0.1 speaking the API's REST/JSON for the resources t
 Nodes, Pods (+ the Eviction subresource), PodTemplates, PodDisruptionBudgets, ProvisioningRequests
 (+ status), Cluster API MachineDeployments and Machines, coordination.k8s.io Leases.  Verbs: list (label and
 field selectors), get, create, replace (PUT, resourceVersion preconditions -> 409), patch (merge,
-strategic-merge treated as merge, JSON patch), delete.  Not served: watch (the daemon lists each tick, as
-its Slurm twin reads squeue/sinfo), server-side apply, finalizers, garbage collection.
+strategic-merge treated as merge, JSON patch), delete, and watch (`?watch=true`: a chunked stream of
+`{"type": ADDED|MODIFIED|DELETED, "object": ...}` lines after the given resourceVersion, for `timeoutSeconds`;
+without a version, or with "0", the objects that exist come first as ADDED; a version older than the last
+`compact()` gets the API's 410 Gone as an ERROR event).  Not served: server-side apply, finalizers, garbage
+collection, bookmarks (a server may send none).
 
 What it refuses, as the real server does (422 Invalid with a Status naming the field):
 - custom resources that do not validate against the real CRD schemas (fleet.schemas: openAPIV3Schema with
@@ -26,7 +29,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -227,6 +230,13 @@ class FakeKube:
     #: called before a write is applied: (verb, plural, namespace, name, body) -> an ApiError to answer, or None
     before_write: Callable[[str, str, str, str, Any], ApiError | None] | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
+    #: (resourceVersion, type, plural, namespace, object) of every change since the last `compact()`, for watches
+    events: list[tuple[int, str, str, str, dict[str, Any]]] = field(default_factory=list)
+    compacted: int = 0
+    #: watch streams served (opened), by plural
+    watches: dict[str, int] = field(default_factory=dict)
+    _changed: threading.Condition | None = None
+    _stopping: bool = False
     _server: ThreadingHTTPServer | None = None
     _thread: threading.Thread | None = None
 
@@ -256,11 +266,84 @@ class FakeKube:
             fn(obj)
             self.version += 1
             obj["metadata"]["resourceVersion"] = str(self.version)
+            self._event("MODIFIED", plural, namespace, obj)
             return copy.deepcopy(obj)
 
     def delete(self, plural: str, name: str, namespace: str = "") -> None:
         with self.lock:
-            self.objects.pop((plural, namespace, name), None)
+            obj = self.objects.pop((plural, namespace, name), None)
+            if obj is not None:
+                self._deleted(plural, namespace, obj)
+
+    def compact(self) -> None:
+        """Forget the changes so far, as etcd compaction does: a watch from an older version gets 410 Gone."""
+        with self.lock:
+            self.compacted = self.version
+            self.events.clear()
+
+    # ---- watch ------------------------------------------------------------------------------------------
+    def _event(self, kind: str, plural: str, ns: str, obj: dict[str, Any]) -> None:
+        self.events.append((int(obj["metadata"]["resourceVersion"]), kind, plural, ns, copy.deepcopy(obj)))
+        if self._changed is not None:
+            self._changed.notify_all()
+
+    def _deleted(self, plural: str, ns: str, obj: dict[str, Any]) -> None:
+        self.version += 1
+        gone = copy.deepcopy(obj)
+        gone["metadata"]["resourceVersion"] = str(self.version)
+        self._event("DELETED", plural, ns, gone)
+
+    def stream(self, url: str) -> Iterator[dict[str, Any]]:
+        """The events of a watch request (raises ApiError before the first one for a bad URL)."""
+        parsed = urlparse(url)
+        q = {k: v[0] for k, v in parse_qs(parsed.query).items()}
+        res, ns, name, _ = self.route(parsed.path)
+        if name is not None:
+            raise ApiError(405, "MethodNotAllowed", "watch a collection (a name is a fieldSelector)")
+        labels, fields = q.get("labelSelector", ""), q.get("fieldSelector", "")
+        deadline = time.monotonic() + float(q.get("timeoutSeconds") or 1800)
+        with self.lock:
+            self.watches[res.plural] = self.watches.get(res.plural, 0) + 1
+
+        def matches(plural: str, ons: str, obj: dict[str, Any]) -> bool:
+            return (
+                plural == res.plural
+                and (not ns or ons == ns)
+                and _labels_match(obj["metadata"].get("labels") or {}, labels)
+                and _fields_match(obj, fields)
+            )
+
+        with self.lock:
+            if self._changed is None:
+                self._changed = threading.Condition(self.lock)
+            rv_arg = q.get("resourceVersion") or "0"
+            if rv_arg == "0":
+                after = self.version
+                first = [
+                    {"type": "ADDED", "object": copy.deepcopy(o)}
+                    for (p, ons, _), o in sorted(self.objects.items())
+                    if matches(p, ons, o)
+                ]
+            else:
+                after, first = int(rv_arg), []
+                if after < self.compacted:
+                    gone = ApiError(410, "Expired", f"too old resource version: {after} ({self.compacted})")
+                    first = [{"type": "ERROR", "object": gone.status()}]
+                    deadline = 0.0
+        yield from first
+        while True:
+            with self.lock:
+                assert self._changed is not None
+                new = [e for e in self.events if e[0] > after]
+                while not new and not self._stopping and time.monotonic() < deadline:
+                    self._changed.wait(max(0.0, min(0.5, deadline - time.monotonic())))
+                    new = [e for e in self.events if e[0] > after]
+            if not new:
+                return
+            for rv, kind, plural, ons, obj in new:
+                after = rv
+                if matches(plural, ons, obj):
+                    yield {"type": kind, "object": obj}
 
     # ---- verbs ------------------------------------------------------------------------------------------
     def _stamp(self, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
@@ -302,6 +385,7 @@ class FakeKube:
                 raise ApiError(409, "AlreadyExists", f'{res.plural} "{name}" already exists')
             self._stamp(obj, None)
             self.objects[(res.plural, ns, name)] = obj
+            self._event("ADDED", res.plural, ns, obj)
             self.writes.append(("create", res.plural, f"{ns}/{name}"))
             return copy.deepcopy(obj)
 
@@ -336,6 +420,7 @@ class FakeKube:
             self._hook(verb, res, ns, name, new)
             self._stamp(new, old)
             self.objects[(res.plural, ns, name)] = new
+            self._event("MODIFIED", res.plural, ns, new)
             self.writes.append((verb + (f"/{sub}" if sub else ""), res.plural, f"{ns}/{name}"))
             return copy.deepcopy(new)
 
@@ -371,7 +456,8 @@ class FakeKube:
                         f"Cannot evict pod as it would violate the pod's disruption budget {pdb['metadata']['name']}.",
                     )
             self._hook("evict", BY_PATH[("", "v1", "pods")], ns, name, body)
-            del self.objects[("pods", ns, name)]
+            pod = self.objects.pop(("pods", ns, name))
+            self._deleted("pods", ns, pod)
             self.writes.append(("evict", "pods", f"{ns}/{name}"))
             return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
 
@@ -406,8 +492,6 @@ class FakeKube:
         q = {k: v[0] for k, v in parse_qs(parsed.query).items()}
         res, ns, name, sub = self.route(parsed.path)
         if method == "GET" and name is None:
-            if q.get("watch") in ("true", "1"):
-                raise ApiError(405, "MethodNotAllowed", "this fake serves no watch: list instead")
             with self.lock:
                 items = [
                     copy.deepcopy(o)
@@ -450,6 +534,7 @@ class FakeKube:
                 obj = self._existing(res, ns, name)
                 self._hook("delete", res, ns, name, None)
                 del self.objects[(res.plural, ns, name)]
+                self._deleted(res.plural, ns, obj)
                 self.writes.append(("delete", res.plural, f"{ns}/{name}"))
                 return 200, obj
         raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {parsed.path}")
@@ -463,7 +548,31 @@ class FakeKube:
             def log_message(self, *args: Any) -> None:  # quiet
                 pass
 
+            def _watch(self) -> None:
+                try:
+                    events = fake.stream(self.path)
+                    first = next(events, None)
+                except ApiError as exc:
+                    self._send(exc.code, exc.status())
+                    return
+                self.close_connection = True
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    for ev in () if first is None else _chain(first, events):
+                        data = json.dumps(ev).encode() + b"\n"
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    return
+
             def _serve(self) -> None:
+                if self.command == "GET" and parse_qs(urlparse(self.path).query).get("watch", [""])[0] in ("true", "1"):
+                    self._watch()
+                    return
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
                 try:
@@ -499,6 +608,10 @@ class FakeKube:
         return f"http://{host}:{port}"
 
     def stop(self) -> None:
+        with self.lock:
+            self._stopping = True
+            if self._changed is not None:
+                self._changed.notify_all()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -514,3 +627,8 @@ class FakeKube:
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
             "current-context": "fake",
         }
+
+
+def _chain(first: dict[str, Any], rest: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    yield first
+    yield from rest

@@ -1,0 +1,128 @@
+"""When the Kubernetes daemon ticks before its poll: the watch events a tick would act on, and the loop's timing.
+
+The daemon reads everything afresh each tick (`autoscaler/kube/loop.py`) and polls every `loop.interval_s`
+(10 s).  Between polls it watches three resources (`autoscaler/kube/watch.py`, the API's `?watch=true` streams)
+and ticks at once on an event that changes what a tick decides, as Cluster Autoscaler and Karpenter react to
+informer events rather than to their resync period:
+
+- a ProvisioningRequest ADDED (Kueue reserved quota for a workload: serve it) or DELETED (the capacity booked
+  for it is free for the next one);
+- a Node that became Ready with its GPUs (`source.node_ready`: a request booked onto it can be answered
+  Provisioned) or was DELETED (a spot preemption: its booking and its pods are served again);
+- a GPU pod (not a DaemonSet's) that reached Succeeded or Failed or was deleted while bound or waiting (its node
+  may be idle now), or that kube-scheduler found Unschedulable (a workload's pods recreated after a preemption are
+  served as unschedulable pods).
+
+Not a wake-up: the daemon's own writes (request status, cordons, evictions of DaemonSet pods), pod creations,
+status churn.  `WakeFilter` remembers, per node and per GPU pod, only what a transition needs (Ready or not; the
+pod's state), seeded from the list each watch starts with.
+
+The loop's timing (`next_tick_at`, pure): the poll keeps its phase (ticks at start + k * interval); a wake-up
+ticks at once unless the last tick started less than `MIN_GAP_S` ago, then at that gap, so a burst of events
+costs at most one tick a second.  A tick that cordoned nodes asks for one more `MIN_GAP_S` later: the daemon
+deletes a cordoned node at the tick after the cordon (a pod kube-scheduler bound in between is seen), and that
+tick need not wait for the poll.
+
+The replay's Kueue gpu-fleet (`autoscaler/replay/gpu_fleet_kube.py`) ticks `WAKE_LATENCY_S` after such an event,
+under the same gap.  Pure: no I/O, no clock, no Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from autoscaler.kube.source import finished, is_daemonset_pod, node_ready, pod_gpus, unschedulable
+
+#: the least time between the starts of two ticks when woken (the poll is not held back by it)
+MIN_GAP_S = 1.0
+#: event -> woken tick, as the replay models it: a watch event reaches the daemon within milliseconds of the write
+#: on a real API server, and the tick's own reads (nodes, pods, requests) take some hundreds of milliseconds on a
+#: large cluster.  Assumed, not measured on a real API server (none runs on these machines); the Slurm daemon's
+#: submit wake-up figure (`autoscaler.replay.gpu_fleet.SUBMIT_WAKE_LATENCY_S`), on the slow side.
+WAKE_LATENCY_S = 1.0
+
+PROVISIONING_REQUESTS, NODES, PODS = "provisioningrequests", "nodes", "pods"
+WATCHED = (PROVISIONING_REQUESTS, NODES, PODS)
+
+
+class PodState(Enum):
+    WAITING = "waiting"  # pending, not placed (unschedulable or not yet looked at)
+    UNSCHEDULABLE = "unschedulable"
+    BOUND = "bound"  # on a node, not finished
+    FINISHED = "finished"
+
+
+def pod_state(pod: Mapping[str, Any]) -> PodState:
+    if finished(pod):
+        return PodState.FINISHED
+    if (pod.get("spec") or {}).get("nodeName"):
+        return PodState.BOUND
+    return PodState.UNSCHEDULABLE if unschedulable(pod) else PodState.WAITING
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    md = obj.get("metadata") or {}
+    return f"{md.get('namespace', '')}/{md.get('name', '')}"
+
+
+def _gpu_pod(pod: Mapping[str, Any]) -> bool:
+    return not is_daemonset_pod(pod) and pod_gpus(pod.get("spec") or {}) > 0
+
+
+@dataclass
+class WakeFilter:
+    """Which watch events wake the daemon (see the module docstring).  `seed` with each list a watch starts from;
+    `wakes` returns why an event wakes it, or None."""
+
+    ready: dict[str, bool] = field(default_factory=dict)  # node name -> Ready with GPUs at its last event
+    pods: dict[str, PodState] = field(default_factory=dict)  # GPU pod key -> its state at its last event
+
+    def seed(self, resource: str, items: Iterable[Mapping[str, Any]]) -> None:
+        if resource == NODES:
+            self.ready = {_key(n): node_ready(n) for n in items}
+        elif resource == PODS:
+            self.pods = {_key(p): pod_state(p) for p in items if _gpu_pod(p)}
+
+    def wakes(self, resource: str, event: str, obj: Mapping[str, Any]) -> str | None:
+        if event not in ("ADDED", "MODIFIED", "DELETED"):
+            return None  # BOOKMARK, ERROR: nothing changed
+        key = _key(obj)
+        if resource == PROVISIONING_REQUESTS:
+            return {"ADDED": "request created", "DELETED": "request deleted"}.get(event)
+        if resource == NODES:
+            was = self.ready.pop(key, False)
+            if event == "DELETED":
+                return "node deleted"
+            now = self.ready[key] = node_ready(obj)
+            return "node ready" if now and not was else None
+        if resource == PODS and _gpu_pod(obj):
+            before = self.pods.pop(key, None)
+            if event == "DELETED":
+                return "GPU pod deleted" if before in (PodState.BOUND, PodState.UNSCHEDULABLE) else None
+            state = self.pods[key] = pod_state(obj)
+            if state is before:
+                return None
+            if state is PodState.FINISHED:
+                return "GPU pod finished"
+            if state is PodState.UNSCHEDULABLE:
+                return "GPU pod unschedulable"
+        return None
+
+
+def next_tick_at(now: float, *, next_poll: float, last_tick: float | None, woken: bool) -> float:
+    """When the loop ticks next: the poll, or a wake-up at once but no sooner than `MIN_GAP_S` after the last
+    tick's start."""
+    if not woken:
+        return next_poll
+    earliest = now if last_tick is None else max(now, last_tick + MIN_GAP_S)
+    return min(next_poll, earliest)
+
+
+def next_poll_after(now: float, start: float, interval_s: float) -> float:
+    """The first poll of the grid start + k * interval_s after `now` (the poll keeps its phase)."""
+    k = math.floor((now - start) / interval_s) + 1
+    return start + k * interval_s

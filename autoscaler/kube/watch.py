@@ -1,0 +1,100 @@
+"""The Kubernetes daemon's watches: one thread per watched resource, each waking the run loop on the events
+`autoscaler.kube.wake.WakeFilter` picks (a request created, a node Ready, a GPU pod finished, ...).
+
+Each thread lists its resource (seeding the filter), then watches from the list's resourceVersion in streams of
+`timeout_s`, resuming from the last version it saw (bookmarks included).  410 Gone (the version is older than the
+API server keeps) lists again; after a re-list the loop is woken once, since an event may have been missed.  An
+unreachable or refusing API server is retried every `retry_s`, logged once per outage: the loop's poll goes on
+regardless, so a broken watch costs latency, never a decision.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from loguru import logger
+
+from autoscaler.kube.api import KubeApi, KubeError
+from autoscaler.kube.wake import WATCHED, WakeFilter
+
+DEFAULT_TIMEOUT_S = 300.0  # one watch stream (kube-apiserver caps a watch between 5 and 10 min by default)
+DEFAULT_RETRY_S = 5.0
+
+
+class Watches:
+    """Watch `resources` on `api`; call `wake(reason)` for every event that wakes the loop."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        wake: Callable[[str], None],
+        *,
+        resources: tuple[str, ...] = WATCHED,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        retry_s: float = DEFAULT_RETRY_S,
+    ) -> None:
+        self.api = api
+        self.wake = wake
+        self.resources = resources
+        self.timeout_s = timeout_s
+        self.retry_s = retry_s
+        self.filter = WakeFilter()
+        self._filter_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._handles: dict[str, Any] = {}
+        self._threads: list[threading.Thread] = []
+        #: resource -> streams opened (each after a list or a resume); for /metrics and tests
+        self.streams: dict[str, int] = {r: 0 for r in resources}
+
+    def start(self) -> Watches:
+        for r in self.resources:
+            t = threading.Thread(target=self._run, args=(r,), name=f"watch-{r}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        for h in list(self._handles.values()):
+            h.stop()
+        for t in self._threads:
+            t.join(timeout_s)
+
+    def _run(self, resource: str) -> None:
+        failing = False
+        while not self._stop.is_set():
+            try:
+                self._follow(resource)
+                failing = False
+            except KubeError as exc:
+                if self._stop.is_set():
+                    return  # the stream ended because we stop
+                if exc.status == 410:  # too old a version: list again at once, and look (an event may be lost)
+                    self.wake(f"{resource} watch expired")
+                    continue
+                if not failing:
+                    logger.bind(resource=resource, error=str(exc)).warning(
+                        "watch of {} failed ({}); retrying every {:g}s, the poll goes on", resource, exc, self.retry_s
+                    )
+                failing = True
+                self._stop.wait(self.retry_s)
+
+    def _follow(self, resource: str) -> None:
+        """List, then watch from the list's version until stopped (raises on a refusal or 410)."""
+        items, version = self.api.listing(resource)
+        with self._filter_lock:
+            self.filter.seed(resource, items)
+        while not self._stop.is_set():
+            handle = self.api.watcher()
+            self._handles[resource] = handle
+            self.streams[resource] += 1
+            for event, obj in self.api.watch(resource, version, self.timeout_s, handle):
+                if self._stop.is_set():
+                    return
+                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                with self._filter_lock:
+                    reason = self.filter.wakes(resource, event, obj)
+                if reason is not None:
+                    self.wake(reason)

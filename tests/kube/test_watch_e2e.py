@@ -1,0 +1,90 @@
+"""The Kubernetes daemon ticks on watch events between polls: the real `kubernetes` client's watch streams against
+the fake API server (chunked `?watch=true`, 410 Gone after compaction), and the run loop serving a request long
+before its next poll."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from autoscaler.kube.api import KubeApi
+from autoscaler.kube.run import KubeRunLoop
+from autoscaler.kube.watch import Watches
+from tests.fakes.kube_api import FakeKube
+from tests.kube.cluster import pod_template, provisioning_request, ready_node, reconcile_capi
+from tests.kube.test_capi_e2e import NS, Clock, cluster, cond, daemon, replicas  # noqa: F401
+
+POLL_S = 3600.0  # no poll after the first tick within a test: whatever happens later was woken
+
+
+def wait_for(pred: Callable[[], object], timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError("condition not reached")
+        time.sleep(0.05)
+
+
+def test_the_watches_wake_on_a_new_request_and_resume_after_the_server_forgot_their_version() -> None:
+    fake = FakeKube()
+    fake.start()
+    woken: list[str] = []
+    w = Watches(KubeApi.from_kubeconfig(fake.kubeconfig()), woken.append, timeout_s=1).start()
+    try:
+        wait_for(lambda: all(fake.watches.get(r) for r in ("provisioningrequests", "nodes", "pods")))
+        fake.create(pod_template("train", "team-a", 8))
+        fake.create(provisioning_request("wl-1", "team-a", "train", 2))
+        fake.create(ready_node("n1", {}))
+        wait_for(lambda: {"request created", "node ready"} <= set(woken))
+        fake.compact()  # as etcd compaction: the request watch's last version is gone
+        fake.create(ready_node("n2", {}))  # the node watch moves past the compaction
+        wait_for(lambda: "provisioningrequests watch expired" in woken)  # 410 Gone -> listed again, one look
+        fake.create(provisioning_request("wl-2", "team-a", "train", 1))
+        wait_for(lambda: woken.count("request created") == 2)
+    finally:
+        w.stop()
+        fake.stop()
+
+
+def test_a_request_created_between_polls_is_launched_and_provisioned_without_waiting_for_the_poll(
+    cluster: FakeKube,  # noqa: F811
+) -> None:
+    d = daemon(cluster, time.time)
+    loop = KubeRunLoop(d, POLL_S)
+    watches = Watches(d.api, loop.wake, timeout_s=30).start()
+    runner = threading.Thread(target=loop.run, daemon=True)
+    runner.start()
+    try:
+        wait_for(lambda: all(cluster.watches.get(r) for r in ("provisioningrequests", "nodes", "pods")))
+        wait_for(lambda: loop.ticks == 1)  # the first poll, at start, found nothing to do
+        cluster.create(pod_template("train", "team-a", 8))
+        cluster.create(provisioning_request("wl-1", "team-a", "train", 2))
+        wait_for(lambda: replicas(cluster) == 2)  # the request's creation woke a tick
+        reconcile_capi(cluster, NS)  # Machines and Ready Nodes
+        wait_for(lambda: (cond(cluster, "wl-1", "Provisioned") or {}).get("status") == "True")
+        assert loop.woken_ticks >= 2
+    finally:
+        loop.stop()
+        runner.join(10)
+        watches.stop()
+    assert not runner.is_alive()
+
+
+def test_a_wake_up_ticks_between_polls_and_a_stop_ends_the_loop() -> None:
+    ticks: list[float] = []
+
+    class Counting:
+        def tick(self) -> object:
+            ticks.append(time.monotonic())
+            return object()
+
+    loop = KubeRunLoop(Counting(), POLL_S)
+    runner = threading.Thread(target=loop.run, daemon=True)
+    runner.start()
+    wait_for(lambda: len(ticks) == 1)  # the first poll, at start
+    loop.wake("request created")
+    wait_for(lambda: len(ticks) == 2)
+    loop.stop()
+    runner.join(10)
+    assert not runner.is_alive() and loop.woken_ticks == 1

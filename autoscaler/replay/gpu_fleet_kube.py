@@ -5,7 +5,10 @@ autoscaler only once Kueue reserved quota for it, as the ProvisioningRequest the
 pods exist only once that request is Provisioned.  This driver plays `KubeDaemon.tick` on the generic replay
 engine (no Slurm: nothing allocates node names at submission; pods go where their request booked capacity):
 
-- it acts on the daemon's poll (`loop.interval_s`, 10 s): events between polls wait for the next one;
+- it acts on the daemon's poll (`loop.interval_s`, 10 s) and, as the daemon's watches wake it
+  (`autoscaler/kube/wake.py`), `WAKE_LATENCY_S` after a request is created, a node registers or is preempted, or
+  a job ends, no sooner than `MIN_GAP_S` after the last tick's start (`watch`; off: events between polls wait for
+  the next one, as before the nineteenth round); a tick that cordoned nodes is followed `MIN_GAP_S` later;
 - each request without a booking is ONE work unit (a gang of all the workload's pods, all or nothing in one
   zone), submitted at its quota reservation (the request's creation); all of them go through one `plan()` over
   the inventory (the same planner and settings rule as the Slurm path);
@@ -41,6 +44,7 @@ from typing import Any
 
 from autoscaler.cloud import ProviderError
 from autoscaler.core.settings import ArrivalLog, SeenJob, SettingsTracker
+from autoscaler.kube.wake import MIN_GAP_S, WAKE_LATENCY_S
 from autoscaler.model import (
     Command,
     DeleteNodes,
@@ -79,6 +83,9 @@ class GpuFleetKubePolicy:
         "nodes held for it, idle scale-down by cordon then delete"
     )
     interval_s: float = INTERVAL_S
+    #: tick on the daemon's watch events between polls (`autoscaler/kube/wake.py`; `loop.watch`, on by default)
+    watch: bool = True
+    woken_ticks: int = 0
     #: the workload's pods exist only once its request is Provisioned, and then run on the nodes booked for it
     binds_nominations: bool = True
     #: a launch for one request holds nothing but the GPUs its booking asks for: nothing binds pods to nodes on
@@ -99,6 +106,8 @@ class GpuFleetKubePolicy:
     _pools: list[Pool] = field(default_factory=list)
     _t0: float | None = None
     _last_tick: float | None = None
+    _woken_at: float | None = None  # a watch event's tick, due then
+    _requests_seen: set[str] = field(default_factory=set)
     _bookings: dict[str, tuple[str, ...]] = field(default_factory=dict)  # job id -> booked node names
     _idle_since: dict[str, float] = field(default_factory=dict)
     _nodes: dict[str, tuple[SimNode, int, bool, Node]] = field(default_factory=dict)
@@ -126,7 +135,7 @@ class GpuFleetKubePolicy:
     def settings(self) -> dict[str, object]:
         settings = policy_settings(self.policy, self.tracker, "the requests seen", self.interval_s)
         # standby nodes are not brought up on this path (the planner is not asked for them): none ran
-        return {"scheduler": "kueue", **settings, "standby_by_machine": {}}
+        return {"scheduler": "kueue", **settings, "standby_by_machine": {}, "watch": self.watch}
 
     def pools(self, scenario: Scenario) -> list[Pool]:
         self._pools = scenario.pools()
@@ -141,10 +150,17 @@ class GpuFleetKubePolicy:
     def decide(self, view: ReplayView, now: float, reasons: frozenset[str]) -> Decision:
         if self._t0 is None:
             self._t0 = now
+        if self.watch and self._watched(view, reasons):
+            self._wake_for_event(now + WAKE_LATENCY_S)
         tick = self._next_tick(now)
-        if tick > now + 1e-6 or self._last_tick == now:  # between polls (or polled already at this instant)
-            return Decision(wake_at=tick if tick > now + 1e-6 else now + self.interval_s)
+        woken = self._woken_at is not None and self._woken_at <= now + 1e-9
+        if (tick > now + 1e-6 and not woken) or self._last_tick == now:  # between ticks (or ticked at this instant)
+            wake = tick if tick > now + 1e-6 else now + self.interval_s
+            return Decision(wake_at=self._soonest(wake))
+        if tick > now + 1e-6:
+            self.woken_ticks += 1
         self._last_tick = now
+        self._woken_at = None  # this tick reads everything the events changed
         self.ticks += 1
         st = view.state
         gate = self.gate
@@ -184,7 +200,7 @@ class GpuFleetKubePolicy:
             inv = self._inventory((*st.idle.values(), *st.draining.values()), booked, now, full=False)
         else:
             self._idle_since.clear()
-            return Decision(tuple(cmds), wake_at=self._wake(view, now))
+            return Decision(tuple(cmds), wake_at=self._soonest(self._wake(view, now)))
         nominations: dict[str, tuple[str, ...]] = {}
         for u in units:
             self.first_planned.setdefault(u.id, now)
@@ -204,8 +220,35 @@ class GpuFleetKubePolicy:
                     self._provisioned(st.by_id[uid], a.nodes, st)  # on registered nodes: in this poll (`_book`)
             booked = self._booked_gpus(st)
         drains, deletes = self._scale_down(inv, set(booked), now)
-        wake = self._wake(view, now)
+        if drains and self.watch:  # the daemon's loop ticks again to delete what it cordoned
+            self._wake_for_event(now + MIN_GAP_S)
+        wake = self._soonest(self._wake(view, now))
         return Decision((*cmds, *drains, *deletes), nominations, wake_at=wake)
+
+    # ---- the daemon's watches (autoscaler/kube/wake.py) -------------------------------------------------
+
+    def _watched(self, view: ReplayView, reasons: frozenset[str]) -> bool:
+        """An event the daemon's watches wake it for: a ProvisioningRequest created (a workload got quota), a node
+        registered (Ready) or preempted (deleted), a job's pods finished."""
+        woke = bool(reasons & {"ready", "gone", "idle"})
+        if self.gate is not None:
+            new = [jid for jid in self.gate.checking if jid not in self._requests_seen]
+            self._requests_seen.update(new)
+            if len(self._requests_seen) > 4 * len(self.gate.checking) + 1024:
+                self._requests_seen &= set(self.gate.checking)
+            woke |= bool(new)
+        return woke
+
+    def _wake_for_event(self, at: float) -> None:
+        if self._last_tick is not None:
+            at = max(at, self._last_tick + MIN_GAP_S)
+        if self._woken_at is None or at < self._woken_at:
+            self._woken_at = at
+
+    def _soonest(self, wake: float | None) -> float | None:
+        if self._woken_at is None:
+            return wake
+        return self._woken_at if wake is None else min(wake, self._woken_at)
 
     def _learn(self, view: ReplayView, now: float) -> None:
         """`KubeDaemon._learn` on the requests this poll sees (the gate's outstanding ProvisioningRequests, each

@@ -8,6 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from autoscaler.kube.wake import WAKE_LATENCY_S
 from autoscaler.replay.engine import ReplayEngine
 from autoscaler.replay.gpu_fleet_kube import GpuFleetKubePolicy
 from autoscaler.replay.kueue_admission import ClusterQueue, even_queues
@@ -28,12 +29,13 @@ runner = CliRunner()
 BOOT = 360.0
 
 
-def replay(jobs, queues, team_of, sc=None) -> tuple[ReplayEngine, GpuFleetKubePolicy, KueueGate]:  # type: ignore[no-untyped-def]
+def replay(jobs, queues, team_of, sc=None, watch=True) -> tuple[ReplayEngine, GpuFleetKubePolicy, KueueGate]:  # type: ignore[no-untyped-def]
     """gpu-fleet's Kubernetes loop behind a Kueue gate over `jobs` (ids j0, j1, ...; their spot flags as given)."""
     sc = sc or Scenario(trace="test", boot_seconds=BOOT)
     gate = KueueGate(queues, team_of, admission_check=True)
     pol = GpuFleetKubePolicy.for_scenario(sc, jobs=jobs)
     pol.gate = gate
+    pol.watch = watch
     eng = ReplayEngine(jobs, sc, pol, admission=gate).run()
     return eng, pol, gate
 
@@ -271,3 +273,18 @@ def test_a_request_arriving_during_a_boot_is_booked_onto_the_booting_nodes_free_
     assert res.as_json()["policies"]["gpu-fleet"]["nodes_launched"] == 1
     done = jobs_by_id(res.engines["gpu-fleet"])
     assert abs(done["j1"].first_start - done["j0"].first_start) <= 10  # both wait for the one boot
+
+
+@pytest.mark.parametrize(("watch", "wait_s"), [(True, WAKE_LATENCY_S), (False, 5.0)])
+def test_a_request_is_served_when_the_daemons_watch_wakes_it_not_at_the_next_poll(watch: bool, wait_s: float) -> None:
+    """The daemon watches ProvisioningRequests (`autoscaler/kube/wake.py`): a 1-GPU request created at t=605, while
+    the node of an earlier 1-GPU workload runs with 7 free GPUs, is booked there and Provisioned by the tick its
+    creation wakes, `WAKE_LATENCY_S` later; polling alone (`watch` off, as before the nineteenth round) it waits for
+    the poll at t=610."""
+    jobs = [job(0, 0, 3600, 1), job(1, 605, 600, 1)]
+    sc = Scenario(trace="test", boot_seconds=BOOT, machine_family="a3-megagpu")
+    eng, pol, _ = replay(jobs, [ClusterQueue("q", 64)], {j.id: "q" for j in jobs}, sc, watch=watch)
+    second = jobs_by_id(eng)["j1"]
+    assert eng.counters.nodes_launched == 1
+    assert second.first_start - second.submit == pytest.approx(wait_s)
+    assert (pol.woken_ticks > 0) is watch

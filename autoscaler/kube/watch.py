@@ -80,6 +80,15 @@ class Watches:
                     )
                 failing = True
                 self._stop.wait(self.retry_s)
+            except Exception as exc:  # a malformed event or a client bug: never end the thread silently
+                if self._stop.is_set():
+                    return
+                if not failing:
+                    logger.bind(resource=resource, error=repr(exc)).exception(
+                        "watch of {} broke ({!r}); retrying every {:g}s, the poll goes on", resource, exc, self.retry_s
+                    )
+                failing = True
+                self._stop.wait(self.retry_s)
 
     def _follow(self, resource: str) -> None:
         """List, then watch from the list's version until stopped (raises on a refusal or 410)."""

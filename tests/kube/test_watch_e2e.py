@@ -88,3 +88,30 @@ def test_a_wake_up_ticks_between_polls_and_a_stop_ends_the_loop() -> None:
     loop.stop()
     runner.join(10)
     assert not runner.is_alive() and loop.woken_ticks == 1
+
+
+def test_a_watch_that_breaks_on_an_event_is_retried_and_wakes_on_the_next() -> None:
+    fake = FakeKube()
+    fake.start()
+    woken: list[str] = []
+    w = Watches(KubeApi.from_kubeconfig(fake.kubeconfig()), woken.append, resources=("nodes",), retry_s=0.1)
+    real = w.filter.wakes
+    calls = {"n": 0}
+
+    def flaky(resource: str, event: str, obj: dict) -> str | None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyError("status")  # e.g. an object without a field the filter reads
+        return real(resource, event, obj)
+
+    w.filter.wakes = flaky  # type: ignore[method-assign]
+    w.start()
+    try:
+        wait_for(lambda: fake.watches.get("nodes"))
+        fake.create(ready_node("n1", {}))  # breaks the stream: listed and watched again
+        wait_for(lambda: fake.watches.get("nodes", 0) >= 2)
+        fake.create(ready_node("n2", {}))
+        wait_for(lambda: "node ready" in woken)
+    finally:
+        w.stop()
+        fake.stop()

@@ -52,6 +52,8 @@ class KubeLoop(_Strict):
     #: tick on watch events between polls (`autoscaler/kube/wake.py`); false: the poll alone
     watch: bool = True
     watch_timeout_s: float = Field(300.0, ge=1)
+    #: the least time between two woken ticks' starts (each tick lists requests, nodes and pods)
+    watch_min_gap_s: float = Field(1.0, ge=0.1)
 
 
 class KubeDaemonConfig(_Strict):
@@ -124,9 +126,10 @@ def build(cfg: KubeDaemonConfig, **kw: Any) -> Any:
 class KubeRunLoop:
     """Tick on the poll's grid and on wake-ups (`wake.next_tick_at`), until `stop`."""
 
-    def __init__(self, daemon: Any, interval_s: float, *, clock: Any = time.monotonic) -> None:
+    def __init__(self, daemon: Any, interval_s: float, *, min_gap_s: float = 1.0, clock: Any = time.monotonic) -> None:
         self.daemon = daemon
         self.interval_s = interval_s
+        self.min_gap_s = min_gap_s
         self.clock = clock
         self.stop_event = threading.Event()
         self._signal = threading.Event()  # a wake-up or a stop: ends the wait early
@@ -145,7 +148,7 @@ class KubeRunLoop:
         self._signal.set()
 
     def run(self) -> None:
-        from autoscaler.kube.wake import MIN_GAP_S, next_poll_after, next_tick_at
+        from autoscaler.kube.wake import next_poll_after, next_tick_at
 
         start = self.clock()
         next_poll, last = start, None
@@ -154,7 +157,9 @@ class KubeRunLoop:
             now = self.clock()
             with self._lock:
                 woken = self._woken
-            at = next_tick_at(now, next_poll=next_poll, last_tick=last, woken=woken is not None)
+            at = next_tick_at(
+                now, next_poll=next_poll, last_tick=last, woken=woken is not None, min_gap_s=self.min_gap_s
+            )
             if follow_at is not None:
                 at = min(at, follow_at)
             if at > now:
@@ -172,14 +177,14 @@ class KubeRunLoop:
             res = self.daemon.tick()
             self.ticks += 1
             if getattr(res, "cordoned", None):
-                follow_at = now + MIN_GAP_S
+                follow_at = now + self.min_gap_s
 
 
 def run_forever(daemon: Any, cfg: KubeDaemonConfig) -> int:
     from autoscaler.daemon.metrics import MetricsServer
     from autoscaler.kube.watch import Watches
 
-    loop = KubeRunLoop(daemon, cfg.loop.interval_s)
+    loop = KubeRunLoop(daemon, cfg.loop.interval_s, min_gap_s=cfg.loop.watch_min_gap_s)
     signal.signal(signal.SIGTERM, lambda *_: loop.stop())
     signal.signal(signal.SIGINT, lambda *_: loop.stop())
     server = MetricsServer(daemon.metrics, cfg.metrics.host, cfg.metrics.port).start() if cfg.metrics.enabled else None

@@ -37,7 +37,9 @@ from typing import Any
 
 from autoscaler.kube.source import finished, is_daemonset_pod, node_ready, pod_gpus, unschedulable
 
-#: the least time between the starts of two ticks when woken (the poll is not held back by it)
+#: the least time between the starts of two ticks when woken (the poll is not held back by it); each tick lists
+#: the cluster's ProvisioningRequests, Nodes and Pods, so under constant churn a woken daemon lists up to once a
+#: second where the poll alone listed every 10 s (`loop.watch_min_gap_s` raises it on a very large cluster)
 MIN_GAP_S = 1.0
 #: event -> woken tick, as the replay models it: a watch event reaches the daemon within milliseconds of the write
 #: on a real API server, and the tick's own reads (nodes, pods, requests) take some hundreds of milliseconds on a
@@ -115,12 +117,14 @@ class WakeFilter:
         return None
 
 
-def next_tick_at(now: float, *, next_poll: float, last_tick: float | None, woken: bool) -> float:
-    """When the loop ticks next: the poll, or a wake-up at once but no sooner than `MIN_GAP_S` after the last
+def next_tick_at(
+    now: float, *, next_poll: float, last_tick: float | None, woken: bool, min_gap_s: float = MIN_GAP_S
+) -> float:
+    """When the loop ticks next: the poll, or a wake-up at once but no sooner than `min_gap_s` after the last
     tick's start."""
     if not woken:
         return next_poll
-    earliest = now if last_tick is None else max(now, last_tick + MIN_GAP_S)
+    earliest = now if last_tick is None else max(now, last_tick + min_gap_s)
     return min(next_poll, earliest)
 
 

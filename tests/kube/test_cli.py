@@ -66,3 +66,55 @@ def test_the_config_the_stack_writes_is_the_one_the_daemon_reads(tmp_path: Path)
         assert is_kube_config(data)
         cfg = parse(data, "configmap", tmp_path)
         assert cfg.kubernetes.lease.name and cfg.provider.kind == "cluster-api"
+
+
+def test_the_daemon_as_run_serves_a_request_between_polls_through_its_watches_and_stops_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    """`fleet autoscaler run` (no --once) in its own process, with a poll of an hour: a request created after it
+    started is launched for (only a watch event can have woken it), and SIGTERM ends it with status 0."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    fake = FakeKube()
+    fake.start()
+    proc = None
+    try:
+        fake.create(machine_deployment("neo-h100", NS, "h100"))
+        (tmp_path / "kubeconfig").write_text(yaml.safe_dump(fake.kubeconfig()))
+        (tmp_path / "inventory.json").write_text(json.dumps([capi_pool().model_dump(mode="json")]))
+        cfg = {
+            "inventory": "inventory.json",
+            "kubernetes": {"in_cluster": False, "kubeconfig": str(tmp_path / "kubeconfig"),
+                           "namespace": "gpu-fleet-system", "lease": {"name": "gpu-fleet"}},
+            "metrics": {"enabled": False},
+            "loop": {"interval_s": 3600, "watch": True},
+        }  # fmt: skip
+        (tmp_path / "autoscaler.yaml").write_text(yaml.safe_dump(cfg))
+        cmd = [sys.executable, "-c", "from fleet.cli.main import app; app()", "autoscaler", "run", "--config",
+               str(tmp_path / "autoscaler.yaml")]  # fmt: skip
+        root = Path(__file__).resolve().parents[2]
+        proc = subprocess.Popen(cmd, cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+
+        def until(pred, what: str, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+            end = time.monotonic() + timeout
+            while not pred():
+                assert proc.poll() is None, proc.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
+                assert time.monotonic() < end, what
+                time.sleep(0.1)
+
+        until(lambda: fake.get("leases", "gpu-fleet", "gpu-fleet-system") is not None, "the first tick")
+        until(lambda: all(fake.watches.get(r) for r in ("provisioningrequests", "nodes", "pods")), "the watches")
+        fake.create(pod_template("train", "team-a", 8))
+        fake.create(provisioning_request("wl-1", "team-a", "train", 1))
+        until(lambda: fake.get("machinedeployments", "neo-h100", NS)["spec"]["replicas"] == 1, "the launch")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        fake.stop()

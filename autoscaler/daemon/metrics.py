@@ -59,6 +59,12 @@ class Metrics:
         )
         self.adopted = Counter(f"{NS}_adopted_instances", "Instances adopted on reconcile", registry=r)
         self.orphans_deleted = Counter(f"{NS}_orphans_deleted", "Unwanted instances deleted", registry=r)
+        self.watch_up = Gauge(
+            f"{NS}_watch_up", "1 while the watch of a resource streams (Kubernetes daemon)", ["resource"], registry=r
+        )
+        self.woken_ticks = Counter(
+            f"{NS}_woken_ticks", "Ticks started between polls by a watch event, by reason", ["reason"], registry=r
+        )
         self.leader = Gauge(f"{NS}_leader", "1 while this daemon holds the actuation lock", registry=r)
         self.slurm_up = Gauge(f"{NS}_slurm_up", "1 when Slurm answered in the last tick", registry=r)
         self.last_success = Gauge(f"{NS}_last_success_timestamp_seconds", "When the last tick succeeded", registry=r)

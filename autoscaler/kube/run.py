@@ -170,7 +170,11 @@ class KubeRunLoop:
                 self._woken = None
             if now < next_poll:
                 self.woken_ticks += 1
-                logger.debug("tick woken: {}", woken or "cordoned nodes to delete")
+                reason = woken or "cordoned nodes to delete"
+                logger.debug("tick woken: {}", reason)
+                metrics = getattr(self.daemon, "metrics", None)
+                if metrics is not None:
+                    metrics.woken_ticks.labels(reason=reason).inc()
             else:
                 next_poll = next_poll_after(now, start, self.interval_s)
             last, follow_at = now, None
@@ -188,7 +192,9 @@ def run_forever(daemon: Any, cfg: KubeDaemonConfig) -> int:
     signal.signal(signal.SIGTERM, lambda *_: loop.stop())
     signal.signal(signal.SIGINT, lambda *_: loop.stop())
     server = MetricsServer(daemon.metrics, cfg.metrics.host, cfg.metrics.port).start() if cfg.metrics.enabled else None
-    watches = Watches(daemon.api, loop.wake, timeout_s=cfg.loop.watch_timeout_s).start() if cfg.loop.watch else None
+    watches = None
+    if cfg.loop.watch:
+        watches = Watches(daemon.api, loop.wake, timeout_s=cfg.loop.watch_timeout_s, metrics=daemon.metrics).start()
     logger.info(
         "autoscaler (kubernetes) running: tick every {:g}s{}",
         cfg.loop.interval_s,

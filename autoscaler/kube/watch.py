@@ -34,8 +34,12 @@ class Watches:
         resources: tuple[str, ...] = WATCHED,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         retry_s: float = DEFAULT_RETRY_S,
+        metrics: Any = None,
     ) -> None:
+        """`metrics` (`autoscaler.daemon.metrics.Metrics`): `watch_up{resource}` is 1 while a resource's stream is
+        open, 0 from a failure until it is open again."""
         self.api = api
+        self.metrics = metrics
         self.wake = wake
         self.resources = resources
         self.timeout_s = timeout_s
@@ -79,6 +83,7 @@ class Watches:
                         "watch of {} failed ({}); retrying every {:g}s, the poll goes on", resource, exc, self.retry_s
                     )
                 failing = True
+                self._up(resource, False)
                 self._stop.wait(self.retry_s)
             except Exception as exc:  # a malformed event or a client bug: never end the thread silently
                 if self._stop.is_set():
@@ -88,7 +93,12 @@ class Watches:
                         "watch of {} broke ({!r}); retrying every {:g}s, the poll goes on", resource, exc, self.retry_s
                     )
                 failing = True
+                self._up(resource, False)
                 self._stop.wait(self.retry_s)
+
+    def _up(self, resource: str, up: bool) -> None:
+        if self.metrics is not None:
+            self.metrics.watch_up.labels(resource=resource).set(1 if up else 0)
 
     def _follow(self, resource: str) -> None:
         """List, then watch from the list's version until stopped (raises on a refusal or 410)."""
@@ -99,6 +109,7 @@ class Watches:
             handle = self.api.watcher()
             self._handles[resource] = handle
             self.streams[resource] += 1
+            self._up(resource, True)
             for event, obj in self.api.watch(resource, version, self.timeout_s, handle):
                 if self._stop.is_set():
                     return

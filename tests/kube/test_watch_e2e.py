@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from autoscaler.daemon.metrics import Metrics
 from autoscaler.kube.api import KubeApi
 from autoscaler.kube.run import KubeRunLoop
 from autoscaler.kube.watch import Watches
@@ -51,8 +52,9 @@ def test_a_request_created_between_polls_is_launched_and_provisioned_without_wai
     cluster: FakeKube,  # noqa: F811
 ) -> None:
     d = daemon(cluster, time.time)
+    d.metrics = Metrics()
     loop = KubeRunLoop(d, POLL_S)
-    watches = Watches(d.api, loop.wake, timeout_s=30).start()
+    watches = Watches(d.api, loop.wake, timeout_s=30, metrics=d.metrics).start()
     runner = threading.Thread(target=loop.run, daemon=True)
     runner.start()
     try:
@@ -64,6 +66,11 @@ def test_a_request_created_between_polls_is_launched_and_provisioned_without_wai
         reconcile_capi(cluster, NS)  # Machines and Ready Nodes
         wait_for(lambda: (cond(cluster, "wl-1", "Provisioned") or {}).get("status") == "True")
         assert loop.woken_ticks >= 2
+        shown = d.metrics.render().decode()  # what an operator scrapes
+        assert 'gpu_fleet_autoscaler_woken_ticks_total{reason="request created"}' in shown
+        assert 'gpu_fleet_autoscaler_woken_ticks_total{reason="node ready"}' in shown
+        for r in ("provisioningrequests", "nodes", "pods"):
+            assert f'gpu_fleet_autoscaler_watch_up{{resource="{r}"}} 1.0' in shown
     finally:
         loop.stop()
         runner.join(10)

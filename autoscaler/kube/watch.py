@@ -73,28 +73,26 @@ class Watches:
                 self._follow(resource)
                 failing = False
             except KubeError as exc:
-                if self._stop.is_set():
-                    return  # the stream ended because we stop
-                if exc.status == 410:  # too old a version: list again at once, and look (an event may be lost)
-                    self.wake(f"{resource} watch expired")
+                if exc.status == 410 and not self._stop.is_set():  # too old a version: list again, and look
+                    self.wake(f"{resource} watch expired")  # (an event may have been lost)
                     continue
-                if not failing:
-                    logger.bind(resource=resource, error=str(exc)).warning(
-                        "watch of {} failed ({}); retrying every {:g}s, the poll goes on", resource, exc, self.retry_s
-                    )
-                failing = True
-                self._up(resource, False)
-                self._stop.wait(self.retry_s)
+                failing = self._failed(resource, exc, failing, unexpected=False)
             except Exception as exc:  # a malformed event or a client bug: never end the thread silently
-                if self._stop.is_set():
-                    return
-                if not failing:
-                    logger.bind(resource=resource, error=repr(exc)).exception(
-                        "watch of {} broke ({!r}); retrying every {:g}s, the poll goes on", resource, exc, self.retry_s
-                    )
-                failing = True
-                self._up(resource, False)
-                self._stop.wait(self.retry_s)
+                failing = self._failed(resource, exc, failing, unexpected=True)
+
+    def _failed(self, resource: str, exc: Exception, failing: bool, *, unexpected: bool) -> bool:
+        """Log the first failure of an outage (with the traceback when `unexpected`), mark the watch down, wait
+        `retry_s` (not when stopping: the stream ended because we stop).  Returns the new `failing`."""
+        if self._stop.is_set():
+            return failing
+        if not failing:
+            log = logger.bind(resource=resource, error=repr(exc))
+            (log.exception if unexpected else log.warning)(
+                "watch of {} failed ({}); retrying every {:g}s, the poll goes on", resource, exc, self.retry_s
+            )
+        self._up(resource, False)
+        self._stop.wait(self.retry_s)
+        return True
 
     def _up(self, resource: str, up: bool) -> None:
         if self.metrics is not None:

@@ -17,6 +17,20 @@ from tests.kube.test_capi_e2e import NS, capi_pool
 runner = CliRunner()
 
 
+def write_config(tmp_path: Path, fake: FakeKube, **extra: object) -> None:
+    """autoscaler.yaml (+ its kubeconfig and inventory) for a daemon on `fake`'s Cluster API pool."""
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(fake.kubeconfig()))
+    (tmp_path / "inventory.json").write_text(json.dumps([capi_pool().model_dump(mode="json")]))
+    cfg = {
+        "inventory": "inventory.json",
+        "kubernetes": {"in_cluster": False, "kubeconfig": str(tmp_path / "kubeconfig"),
+                       "namespace": "gpu-fleet-system", "lease": {"name": "gpu-fleet"}},
+        "metrics": {"enabled": False},
+        **extra,
+    }  # fmt: skip
+    (tmp_path / "autoscaler.yaml").write_text(yaml.safe_dump(cfg))
+
+
 def test_one_tick_through_the_cli_serves_a_request(tmp_path: Path) -> None:
     fake = FakeKube()
     fake.start()
@@ -24,15 +38,7 @@ def test_one_tick_through_the_cli_serves_a_request(tmp_path: Path) -> None:
         fake.create(machine_deployment("neo-h100", NS, "h100"))
         fake.create(pod_template("train", "team-a", 8))
         fake.create(provisioning_request("wl-1", "team-a", "train", 1))
-        (tmp_path / "kubeconfig").write_text(yaml.safe_dump(fake.kubeconfig()))
-        (tmp_path / "inventory.json").write_text(json.dumps([capi_pool().model_dump(mode="json")]))
-        cfg = {
-            "inventory": "inventory.json",
-            "kubernetes": {"in_cluster": False, "kubeconfig": str(tmp_path / "kubeconfig"),
-                           "namespace": "gpu-fleet-system", "lease": {"name": "gpu-fleet"}},
-            "metrics": {"enabled": False},
-        }  # fmt: skip
-        (tmp_path / "autoscaler.yaml").write_text(yaml.safe_dump(cfg))
+        write_config(tmp_path, fake)
         res = runner.invoke(app, ["autoscaler", "run", "--config", str(tmp_path / "autoscaler.yaml"), "--once",
                                   "--log-json"])  # fmt: skip
         assert res.exit_code == 0, res.output
@@ -84,16 +90,7 @@ def test_the_daemon_as_run_serves_a_request_between_polls_through_its_watches_an
     proc = None
     try:
         fake.create(machine_deployment("neo-h100", NS, "h100"))
-        (tmp_path / "kubeconfig").write_text(yaml.safe_dump(fake.kubeconfig()))
-        (tmp_path / "inventory.json").write_text(json.dumps([capi_pool().model_dump(mode="json")]))
-        cfg = {
-            "inventory": "inventory.json",
-            "kubernetes": {"in_cluster": False, "kubeconfig": str(tmp_path / "kubeconfig"),
-                           "namespace": "gpu-fleet-system", "lease": {"name": "gpu-fleet"}},
-            "metrics": {"enabled": False},
-            "loop": {"interval_s": 3600, "watch": True},
-        }  # fmt: skip
-        (tmp_path / "autoscaler.yaml").write_text(yaml.safe_dump(cfg))
+        write_config(tmp_path, fake, loop={"interval_s": 3600, "watch": True})
         cmd = [sys.executable, "-c", "from fleet.cli.main import app; app()", "autoscaler", "run", "--config",
                str(tmp_path / "autoscaler.yaml")]  # fmt: skip
         root = Path(__file__).resolve().parents[2]

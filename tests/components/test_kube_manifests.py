@@ -59,6 +59,24 @@ def test_autoscaler_rbac_grants_cluster_api_only_for_cluster_api_pools():
     assert "secrets" not in capi and "configmaps" not in capi
 
 
+def test_autoscaler_rbac_lets_the_daemon_list_and_watch_every_resource_it_watches():
+    """The daemon's watches (`autoscaler.kube.wake.WATCHED`) need list and watch; without them they fail and the
+    daemon acts on its poll alone."""
+    from autoscaler.kube.api import PR_GROUP
+    from autoscaler.kube.wake import WATCHED
+
+    group = {"provisioningrequests": PR_GROUP, "nodes": "", "pods": ""}
+    for cluster_api in (False, True):
+        for resource in WATCHED:
+            verbs = {
+                v
+                for rule in rbac_rules(cluster_api)
+                if resource in rule["resources"] and group[resource] in rule["apiGroups"]
+                for v in rule["verbs"]
+            }
+            assert {"list", "watch"} <= verbs, resource
+
+
 def test_autoscaler_manifests_workload_identity_and_node_selector():
     objs = {m["kind"]: m for m in manifests(_deployment(gcp_service_account="a@p.iam.gserviceaccount.com",
                                                          node_selector={"gpu-fleet/role": "system"}))}  # fmt: skip

@@ -5,8 +5,8 @@ The daemon reads everything afresh each tick (`autoscaler/kube/loop.py`) and pol
 and ticks at once on an event that changes what a tick decides, as Cluster Autoscaler and Karpenter react to
 informer events rather than to their resync period:
 
-- a ProvisioningRequest ADDED (Kueue reserved quota for a workload: serve it) or DELETED (the capacity booked
-  for it is free for the next one);
+- a ProvisioningRequest of the class it serves ADDED (Kueue reserved quota for a workload: serve it) or DELETED
+  (the capacity booked for it is free for the next one);
 - a Node that became Ready with its GPUs (`source.node_ready`: a request booked onto it can be answered
   Provisioned) or was DELETED (a spot preemption: its booking and its pods are served again);
 - a GPU pod (not a DaemonSet's) that reached Succeeded or Failed or was deleted while bound or waiting (its node
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from autoscaler.kube.source import finished, is_daemonset_pod, node_ready, pod_gpus, unschedulable
+from autoscaler.kube.source import ATOMIC_CLASS, finished, is_daemonset_pod, node_ready, pod_gpus, unschedulable
 
 #: the least time between the starts of two ticks when woken (the poll is not held back by it); each tick lists
 #: the cluster's ProvisioningRequests, Nodes and Pods, so under constant churn a woken daemon lists up to once a
@@ -82,6 +82,8 @@ class WakeFilter:
     """Which watch events wake the daemon (see the module docstring).  `seed` with each list a watch starts from;
     `wakes` returns why an event wakes it, or None."""
 
+    #: the class of the requests the daemon serves (`KubernetesSection.provisioning_class`): others never wake it
+    provisioning_class: str = ATOMIC_CLASS
     ready: dict[str, bool] = field(default_factory=dict)  # node name -> Ready with GPUs at its last event
     pods: dict[str, PodState] = field(default_factory=dict)  # GPU pod key -> its state at its last event
 
@@ -96,6 +98,8 @@ class WakeFilter:
             return None  # BOOKMARK, ERROR: nothing changed
         key = _key(obj)
         if resource == PROVISIONING_REQUESTS:
+            if (obj.get("spec") or {}).get("provisioningClassName") != self.provisioning_class:
+                return None  # e.g. GKE's queued-provisioning class, served by GKE itself
             return {"ADDED": "request created", "DELETED": "request deleted"}.get(event)
         if resource == NODES:
             was = self.ready.pop(key, False)

@@ -17,6 +17,7 @@ from typing import Any
 from loguru import logger
 
 from autoscaler.kube.api import KubeApi, KubeError
+from autoscaler.kube.source import ATOMIC_CLASS
 from autoscaler.kube.wake import WATCHED, WakeFilter
 
 DEFAULT_TIMEOUT_S = 300.0  # one watch stream (kube-apiserver caps a watch between 5 and 10 min by default)
@@ -35,6 +36,7 @@ class Watches:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         retry_s: float = DEFAULT_RETRY_S,
         metrics: Any = None,
+        provisioning_class: str = ATOMIC_CLASS,
     ) -> None:
         """`metrics` (`autoscaler.daemon.metrics.Metrics`): `watch_up{resource}` is 1 while a resource's stream is
         open, 0 from a failure until it is open again."""
@@ -44,7 +46,7 @@ class Watches:
         self.resources = resources
         self.timeout_s = timeout_s
         self.retry_s = retry_s
-        self.filter = WakeFilter()
+        self.filter = WakeFilter(provisioning_class=provisioning_class)
         self._filter_lock = threading.Lock()
         self._stop = threading.Event()
         self._handles: dict[str, Any] = {}

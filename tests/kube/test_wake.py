@@ -40,6 +40,9 @@ def test_a_new_request_wakes_the_daemon_and_its_own_status_writes_do_not() -> No
     assert f.wakes(PROVISIONING_REQUESTS, "MODIFIED", pr) is None  # the daemon's Accepted / Provisioned answers
     assert f.wakes(PROVISIONING_REQUESTS, "DELETED", pr) == "request deleted"  # its booking is free
     assert f.wakes(PROVISIONING_REQUESTS, "BOOKMARK", {"metadata": {"resourceVersion": "9"}}) is None
+    other = copy.deepcopy(pr)
+    other["spec"]["provisioningClassName"] = "queued-provisioning.gke.io"  # GKE serves those itself
+    assert f.wakes(PROVISIONING_REQUESTS, "ADDED", other) is None
 
 
 def test_a_node_wakes_the_daemon_when_it_becomes_ready_not_when_it_is_cordoned() -> None:

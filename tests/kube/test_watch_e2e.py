@@ -41,6 +41,9 @@ def test_the_watches_wake_on_a_new_request_and_resume_after_the_server_forgot_th
         fake.compact()  # as etcd compaction: the request watch's last version is gone
         fake.create(ready_node("n2", {}))  # the node watch moves past the compaction
         wait_for(lambda: "provisioningrequests watch expired" in woken)  # 410 Gone -> listed again, one look
+        opened = fake.watches["provisioningrequests"]
+        # a request created before the re-list is in the list (the tick the expiry woke reads it), not an event
+        wait_for(lambda: fake.watches["provisioningrequests"] > opened)  # listed again and watching from there
         fake.create(provisioning_request("wl-2", "team-a", "train", 1))
         wait_for(lambda: woken.count("request created") == 2)
     finally:

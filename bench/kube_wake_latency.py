@@ -51,7 +51,7 @@ def run(rounds: int) -> dict[str, list[float]]:
     fake.create(machine_deployment("neo-h100", NS, "h100"))
     d = daemon(fake, time.time)
     loop = KubeRunLoop(d, POLL_S)
-    watches = Watches(d.api, loop.wake, timeout_s=60).start()
+    watches = Watches.for_daemon(d, loop.wake, timeout_s=60).start()
     runner = threading.Thread(target=loop.run, daemon=True)
     runner.start()
     out: dict[str, list[float]] = {"request -> launch": [], "Ready -> Provisioned": [], "deleted -> scale-down": []}

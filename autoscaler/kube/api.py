@@ -115,6 +115,8 @@ class KubeApi:
             return self.core.list_pod_for_all_namespaces, ()
         if resource == PR_PLURAL:
             return self.custom.list_cluster_custom_object, (PR_GROUP, PR_VERSION, PR_PLURAL)
+        if resource == "machines":
+            return self.custom.list_cluster_custom_object, (CAPI_GROUP, CAPI_VERSION, "machines")
         raise ValueError(f"no watch of {resource!r}")
 
     def listing(self, resource: str) -> tuple[list[dict[str, Any]], str]:

@@ -194,12 +194,8 @@ def run_forever(daemon: Any, cfg: KubeDaemonConfig) -> int:
     server = MetricsServer(daemon.metrics, cfg.metrics.host, cfg.metrics.port).start() if cfg.metrics.enabled else None
     watches = None
     if cfg.loop.watch:
-        watches = Watches(
-            daemon.api,
-            loop.wake,
-            timeout_s=cfg.loop.watch_timeout_s,
-            metrics=daemon.metrics,
-            provisioning_class=daemon.provisioning_class,
+        watches = Watches.for_daemon(
+            daemon, loop.wake, timeout_s=cfg.loop.watch_timeout_s, metrics=daemon.metrics
         ).start()
     logger.info(
         "autoscaler (kubernetes) running: tick every {:g}s{}",

@@ -11,7 +11,9 @@ informer events rather than to their resync period:
   Provisioned) or was DELETED (a spot preemption: its booking and its pods are served again);
 - a GPU pod (not a DaemonSet's) that reached Succeeded or Failed or was deleted while bound or waiting (its node
   may be idle now), or that kube-scheduler found Unschedulable (a workload's pods recreated after a preemption are
-  served as unschedulable pods).
+  served as unschedulable pods);
+- with Cluster API pools, a Machine whose `status.nodeRef` appeared (Cluster API sets it after the Node registered:
+  only then does the daemon know which Machine a Ready node is, and answer its request).
 
 Not a wake-up: the daemon's own writes (request status, cordons, evictions of DaemonSet pods), pod creations,
 status churn.  `WakeFilter` remembers, per node and per GPU pod, only what a transition needs (Ready or not; the
@@ -44,13 +46,16 @@ MIN_GAP_S = 1.0
 #: event -> woken tick, as the replay models it: a watch event reaches the daemon within milliseconds of the write
 #: on a real API server, and the tick's own reads (nodes, pods, requests) take some hundreds of milliseconds on a
 #: large cluster.  Not measured on a real API server (none runs on these machines); against the local fake, with
-#: the real client, request created -> launch took median 0.80 s, max 1.17 s over 10 rounds, the tick's own calls
+#: the real client, request created -> launch took median 0.80 s, max 1.27 s over 10 rounds, the tick's own calls
 #: most of it (`bench/kube_wake_latency.py`).  The Slurm daemon's submit wake-up figure
 #: (`autoscaler.replay.gpu_fleet.SUBMIT_WAKE_LATENCY_S`).
 WAKE_LATENCY_S = 1.0
 
-PROVISIONING_REQUESTS, NODES, PODS = "provisioningrequests", "nodes", "pods"
+PROVISIONING_REQUESTS, NODES, PODS, MACHINES = "provisioningrequests", "nodes", "pods", "machines"
 WATCHED = (PROVISIONING_REQUESTS, NODES, PODS)
+#: watched too when the daemon manages Cluster API pools: a Machine's `status.nodeRef` is set only after its Node
+#: registered, so the tick the Node's Ready woke may not see which Machine it is yet
+WATCHED_CAPI = (*WATCHED, MACHINES)
 
 
 class PodState(Enum):
@@ -73,6 +78,10 @@ def _key(obj: Mapping[str, Any]) -> str:
     return f"{md.get('namespace', '')}/{md.get('name', '')}"
 
 
+def _has_node(machine: Mapping[str, Any]) -> bool:
+    return bool(((machine.get("status") or {}).get("nodeRef") or {}).get("name"))
+
+
 def _gpu_pod(pod: Mapping[str, Any]) -> bool:
     return not is_daemonset_pod(pod) and pod_gpus(pod.get("spec") or {}) > 0
 
@@ -86,12 +95,15 @@ class WakeFilter:
     provisioning_class: str = ATOMIC_CLASS
     ready: dict[str, bool] = field(default_factory=dict)  # node name -> Ready with GPUs at its last event
     pods: dict[str, PodState] = field(default_factory=dict)  # GPU pod key -> its state at its last event
+    machines: dict[str, bool] = field(default_factory=dict)  # Machine key -> had a nodeRef at its last event
 
     def seed(self, resource: str, items: Iterable[Mapping[str, Any]]) -> None:
         if resource == NODES:
             self.ready = {_key(n): node_ready(n) for n in items}
         elif resource == PODS:
             self.pods = {_key(p): pod_state(p) for p in items if _gpu_pod(p)}
+        elif resource == MACHINES:
+            self.machines = {_key(m): _has_node(m) for m in items}
 
     def wakes(self, resource: str, event: str, obj: Mapping[str, Any]) -> str | None:
         if event not in ("ADDED", "MODIFIED", "DELETED"):
@@ -107,6 +119,12 @@ class WakeFilter:
                 return "node deleted"
             now = self.ready[key] = node_ready(obj)
             return "node ready" if now and not was else None
+        if resource == MACHINES:
+            had = self.machines.pop(key, False)
+            if event == "DELETED":
+                return None  # its Node's deletion wakes the daemon
+            now_has = self.machines[key] = _has_node(obj)
+            return "machine has its node" if now_has and not had else None
         if resource == PODS and _gpu_pod(obj):
             before = self.pods.pop(key, None)
             if event == "DELETED":

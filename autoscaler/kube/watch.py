@@ -18,7 +18,7 @@ from loguru import logger
 
 from autoscaler.kube.api import KubeApi, KubeError
 from autoscaler.kube.source import ATOMIC_CLASS
-from autoscaler.kube.wake import WATCHED, WakeFilter
+from autoscaler.kube.wake import WATCHED, WATCHED_CAPI, WakeFilter
 
 DEFAULT_TIMEOUT_S = 300.0  # one watch stream (kube-apiserver caps a watch between 5 and 10 min by default)
 DEFAULT_RETRY_S = 5.0
@@ -53,6 +53,13 @@ class Watches:
         self._threads: list[threading.Thread] = []
         #: resource -> streams opened (each after a list or a resume); for /metrics and tests
         self.streams: dict[str, int] = {r: 0 for r in resources}
+
+    @classmethod
+    def for_daemon(cls, daemon: Any, wake: Callable[[str], None], **kw: Any) -> Watches:
+        """The watches a `KubeDaemon` needs: requests of its class, nodes, pods, and Machines when it manages
+        Cluster API pools; `kw` as the constructor's (timeout_s, retry_s, metrics)."""
+        resources = WATCHED_CAPI if daemon.kp.capi_pools else WATCHED
+        return cls(daemon.api, wake, resources=resources, provisioning_class=daemon.provisioning_class, **kw)
 
     def start(self) -> Watches:
         for r in self.resources:

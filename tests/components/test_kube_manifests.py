@@ -62,12 +62,12 @@ def test_autoscaler_rbac_grants_cluster_api_only_for_cluster_api_pools():
 def test_autoscaler_rbac_lets_the_daemon_list_and_watch_every_resource_it_watches():
     """The daemon's watches (`autoscaler.kube.wake.WATCHED`) need list and watch; without them they fail and the
     daemon acts on its poll alone."""
-    from autoscaler.kube.api import PR_GROUP
-    from autoscaler.kube.wake import WATCHED
+    from autoscaler.kube.api import CAPI_GROUP, PR_GROUP
+    from autoscaler.kube.wake import WATCHED, WATCHED_CAPI
 
-    group = {"provisioningrequests": PR_GROUP, "nodes": "", "pods": ""}
+    group = {"provisioningrequests": PR_GROUP, "nodes": "", "pods": "", "machines": CAPI_GROUP}
     for cluster_api in (False, True):
-        for resource in WATCHED:
+        for resource in WATCHED_CAPI if cluster_api else WATCHED:
             verbs = {
                 v
                 for rule in rbac_rules(cluster_api)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 from autoscaler.kube.wake import (
+    MACHINES,
     MIN_GAP_S,
     NODES,
     PODS,
@@ -95,3 +96,18 @@ def test_a_wake_up_ticks_at_once_but_never_within_the_gap_and_the_poll_keeps_its
     assert next_poll_after(104.0, 100.0, 10.0) == 110.0  # a woken tick at 104 leaves the grid 100, 110, 120
     assert next_poll_after(110.0, 100.0, 10.0) == 120.0
     assert next_poll_after(131.5, 100.0, 10.0) == 140.0  # a long tick skips the polls it overran
+
+
+def test_a_machine_wakes_the_daemon_when_cluster_api_ties_it_to_its_node() -> None:
+    """Cluster API sets `status.nodeRef` after the Node registered: the tick the Node's Ready woke may not know the
+    Machine yet, so the nodeRef's arrival wakes another."""
+    f = WakeFilter()
+    machine = {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "spec": {},
+               "metadata": {"name": "m-0", "namespace": "capi-system"}, "status": {"phase": "Pending"}}  # fmt: skip
+    f.seed(MACHINES, [machine])
+    assert f.wakes(MACHINES, "MODIFIED", machine) is None
+    running = copy.deepcopy(machine)
+    running["status"] = {"phase": "Running", "nodeRef": {"name": "m-0"}}
+    assert f.wakes(MACHINES, "MODIFIED", running) == "machine has its node"
+    assert f.wakes(MACHINES, "MODIFIED", running) is None
+    assert f.wakes(MACHINES, "DELETED", running) is None  # its Node's deletion is the event

@@ -4,6 +4,7 @@ before its next poll."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from autoscaler.kube.api import KubeApi
 from autoscaler.kube.run import KubeRunLoop
 from autoscaler.kube.watch import Watches
 from tests.fakes.kube_api import FakeKube
-from tests.kube.cluster import pod_template, provisioning_request, ready_node, reconcile_capi
+from tests.kube.cluster import POOL_LABEL, pod_template, provisioning_request, ready_node, reconcile_capi
 from tests.kube.test_capi_e2e import NS, Clock, cluster, cond, daemon, replicas  # noqa: F401
 
 POLL_S = 3600.0  # no poll after the first tick within a test: whatever happens later was woken
@@ -57,11 +58,11 @@ def test_a_request_created_between_polls_is_launched_and_provisioned_without_wai
     d = daemon(cluster, time.time)
     d.metrics = Metrics()
     loop = KubeRunLoop(d, POLL_S)
-    watches = Watches(d.api, loop.wake, timeout_s=30, metrics=d.metrics).start()
+    watches = Watches.for_daemon(d, loop.wake, timeout_s=30, metrics=d.metrics).start()
     runner = threading.Thread(target=loop.run, daemon=True)
     runner.start()
     try:
-        wait_for(lambda: all(cluster.watches.get(r) for r in ("provisioningrequests", "nodes", "pods")))
+        wait_for(lambda: all(cluster.watches.get(r) for r in ("provisioningrequests", "nodes", "pods", "machines")))
         wait_for(lambda: loop.ticks == 1)  # the first poll, at start, found nothing to do
         cluster.create(pod_template("train", "team-a", 8))
         cluster.create(provisioning_request("wl-1", "team-a", "train", 2))
@@ -71,8 +72,9 @@ def test_a_request_created_between_polls_is_launched_and_provisioned_without_wai
         assert loop.woken_ticks >= 2
         shown = d.metrics.render().decode()  # what an operator scrapes
         assert 'gpu_fleet_autoscaler_woken_ticks_total{reason="request created"}' in shown
-        assert 'gpu_fleet_autoscaler_woken_ticks_total{reason="node ready"}' in shown
-        for r in ("provisioningrequests", "nodes", "pods"):
+        # the Node's Ready or the Machine's nodeRef, whichever watch delivered first, woke the Provisioned tick
+        assert re.search(r'woken_ticks_total\{reason="(node ready|machine has its node)"\} [1-9]', shown), shown
+        for r in ("provisioningrequests", "nodes", "pods", "machines"):
             assert f'gpu_fleet_autoscaler_watch_up{{resource="{r}"}} 1.0' in shown
     finally:
         loop.stop()
@@ -125,3 +127,39 @@ def test_a_watch_that_breaks_on_an_event_is_retried_and_wakes_on_the_next() -> N
     finally:
         w.stop()
         fake.stop()
+
+
+def test_a_node_ready_before_its_machine_names_it_is_provisioned_when_cluster_api_ties_them(
+    cluster: FakeKube,  # noqa: F811
+) -> None:
+    """Cluster API sets a Machine's nodeRef only after its Node registered.  The tick the Node's Ready wakes cannot
+    tie the node to the booked Machine yet; the nodeRef's arrival wakes the one that answers Provisioned (with an
+    hour's poll, nothing else would)."""
+    d = daemon(cluster, time.time)
+    loop = KubeRunLoop(d, POLL_S)
+    watches = Watches.for_daemon(d, loop.wake, timeout_s=30).start()
+    runner = threading.Thread(target=loop.run, daemon=True)
+    runner.start()
+    try:
+        wait_for(lambda: all(cluster.watches.get(r) for r in ("provisioningrequests", "nodes", "pods", "machines")))
+        wait_for(lambda: loop.ticks == 1)
+        cluster.create(pod_template("train", "team-a", 8))
+        cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
+        wait_for(lambda: replicas(cluster) == 1)
+        # the MachineSet controller's Machine, then its Node (Ready), and only later the Machine's nodeRef
+        md = cluster.get("machinedeployments", "neo-h100", NS)
+        labels = md["spec"]["template"]["metadata"]["labels"]
+        cluster.create({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                        "metadata": {"name": "neo-h100-m0", "namespace": NS,
+                                     "labels": {**labels, "cluster.x-k8s.io/deployment-name": "neo-h100"}},
+                        "spec": {k: v for k, v in md["spec"]["template"]["spec"].items()}})  # fmt: skip
+        cluster.create(ready_node("ip-10-0-0-7", {POOL_LABEL: "h100"}))  # a node name of the infrastructure's
+        wait_for(lambda: loop.ticks >= 3)  # the Node's Ready woke a tick: not yet Provisioned
+        assert (cond(cluster, "wl-1", "Provisioned") or {}).get("status") != "True"
+        node_ref = {"phase": "Running", "nodeRef": {"name": "ip-10-0-0-7"}}
+        cluster.update("machines", "neo-h100-m0", NS, lambda m: m.setdefault("status", {}).update(node_ref))
+        wait_for(lambda: (cond(cluster, "wl-1", "Provisioned") or {}).get("status") == "True")
+    finally:
+        loop.stop()
+        runner.join(10)
+        watches.stop()

@@ -33,7 +33,7 @@ from autoscaler.cloud import (
     TransientError,
 )
 from autoscaler.kube.api import KubeApi, KubeError
-from autoscaler.kube.source import ts
+from autoscaler.kube.source import machine_failed, ts
 from fleet.catalog import CapacityType
 
 DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"
@@ -209,7 +209,7 @@ class CapiProvider:
                 st = m.get("status") or {}
                 old = (st.get("deprecated") or {}).get("v1beta1") or {}  # v1beta2 keeps failureReason here
                 mname = m["metadata"]["name"]
-                if (st.get("phase") == "Failed" or old.get("failureReason")) and mname not in self._reported:
+                if machine_failed(m) and mname not in self._reported:
                     self._reported.add(mname)
                     msg = f"{old.get('failureReason', 'Failed')}: {old.get('failureMessage', '')}".strip()
                     kind = FailureKind.STOCKOUT if "capacity" in msg.lower() else FailureKind.TRANSIENT

@@ -302,6 +302,14 @@ def workload_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[s
     return out
 
 
+def machine_failed(machine: Mapping[str, Any]) -> bool:
+    """A Cluster API Machine that failed to provision: phase Failed, or a failureReason (v1beta2 keeps it under
+    `status.deprecated.v1beta1`)."""
+    st = machine.get("status") or {}
+    old = (st.get("deprecated") or {}).get("v1beta1") or {}
+    return st.get("phase") == "Failed" or bool(old.get("failureReason"))
+
+
 def node_ready(node: Mapping[str, Any]) -> bool:
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True"

@@ -13,7 +13,8 @@ informer events rather than to their resync period:
   may be idle now), or that kube-scheduler found Unschedulable (a workload's pods recreated after a preemption are
   served as unschedulable pods);
 - with Cluster API pools, a Machine whose `status.nodeRef` appeared (Cluster API sets it after the Node registered:
-  only then does the daemon know which Machine a Ready node is, and answer its request).
+  only then does the daemon know which Machine a Ready node is, and answer its request), or that failed (phase
+  Failed or a failureReason: the launch failed, and its request is served again on another offering).
 
 Not a wake-up: the daemon's own writes (request status, cordons, evictions of DaemonSet pods), pod creations,
 status churn.  `WakeFilter` remembers, per node and per GPU pod, only what a transition needs (Ready or not; the
@@ -37,7 +38,15 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from autoscaler.kube.source import ATOMIC_CLASS, finished, is_daemonset_pod, node_ready, pod_gpus, unschedulable
+from autoscaler.kube.source import (
+    ATOMIC_CLASS,
+    finished,
+    is_daemonset_pod,
+    machine_failed,
+    node_ready,
+    pod_gpus,
+    unschedulable,
+)
 
 #: the least time between the starts of two ticks when woken (the poll is not held back by it); each tick lists
 #: the cluster's ProvisioningRequests, Nodes and Pods, so under constant churn a woken daemon lists up to once a
@@ -95,7 +104,8 @@ class WakeFilter:
     provisioning_class: str = ATOMIC_CLASS
     ready: dict[str, bool] = field(default_factory=dict)  # node name -> Ready with GPUs at its last event
     pods: dict[str, PodState] = field(default_factory=dict)  # GPU pod key -> its state at its last event
-    machines: dict[str, bool] = field(default_factory=dict)  # Machine key -> had a nodeRef at its last event
+    #: Machine key -> (had a nodeRef, had failed) at its last event
+    machines: dict[str, tuple[bool, bool]] = field(default_factory=dict)
 
     def seed(self, resource: str, items: Iterable[Mapping[str, Any]]) -> None:
         if resource == NODES:
@@ -103,7 +113,7 @@ class WakeFilter:
         elif resource == PODS:
             self.pods = {_key(p): pod_state(p) for p in items if _gpu_pod(p)}
         elif resource == MACHINES:
-            self.machines = {_key(m): _has_node(m) for m in items}
+            self.machines = {_key(m): (_has_node(m), machine_failed(m)) for m in items}
 
     def wakes(self, resource: str, event: str, obj: Mapping[str, Any]) -> str | None:
         if event not in ("ADDED", "MODIFIED", "DELETED"):
@@ -120,11 +130,13 @@ class WakeFilter:
             now = self.ready[key] = node_ready(obj)
             return "node ready" if now and not was else None
         if resource == MACHINES:
-            had = self.machines.pop(key, False)
+            had_node, had_failed = self.machines.pop(key, (False, False))
             if event == "DELETED":
                 return None  # its Node's deletion wakes the daemon
-            now_has = self.machines[key] = _has_node(obj)
-            return "machine has its node" if now_has and not had else None
+            has_node, failed = self.machines[key] = (_has_node(obj), machine_failed(obj))
+            if failed and not had_failed:
+                return "machine failed"  # a launch that failed: its request is served again elsewhere
+            return "machine has its node" if has_node and not had_node else None
         if resource == PODS and _gpu_pod(obj):
             before = self.pods.pop(key, None)
             if event == "DELETED":

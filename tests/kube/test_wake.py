@@ -111,3 +111,7 @@ def test_a_machine_wakes_the_daemon_when_cluster_api_ties_it_to_its_node() -> No
     assert f.wakes(MACHINES, "MODIFIED", running) == "machine has its node"
     assert f.wakes(MACHINES, "MODIFIED", running) is None
     assert f.wakes(MACHINES, "DELETED", running) is None  # its Node's deletion is the event
+    failed = copy.deepcopy(machine)
+    failed["status"] = {"phase": "Failed", "deprecated": {"v1beta1": {"failureReason": "InsufficientCapacity"}}}
+    assert f.wakes(MACHINES, "MODIFIED", failed) == "machine failed"  # served again on another offering at once
+    assert f.wakes(MACHINES, "MODIFIED", failed) is None

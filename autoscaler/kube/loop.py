@@ -209,7 +209,7 @@ class KubeDaemon:
                 failed_names.update(dict.fromkeys(f.names, why))
         live = {c.name: c for c in cloud if str(c.status) != "gone"}
 
-        self._bind_machines(self._views(templates), cloud)
+        self._bind_machines(self._views(templates), cloud, set(failed_names))
         bound = self._views(templates)  # with the Machines just bound to their bookings
         # launches whose nodes the cloud does not list yet: a request booked onto one has not lost it
         coming = {c.name for c in in_flight(bound, set(live) | set(failed_names))}
@@ -301,15 +301,23 @@ class KubeDaemon:
         if shown_settings(self.policy) != before:
             log_settings(self.policy, self.settings.facts, "requests", self._since)
 
-    def _bind_machines(self, views: Sequence[RequestView], cloud: Sequence[Any]) -> None:
+    def _bind_machines(
+        self, views: Sequence[RequestView], cloud: Sequence[Any], failed: Set[str] = frozenset()
+    ) -> None:
         """Cluster API names Machines itself: a launch's slots become the pool's new Machines, oldest booking
         first, each Machine to one launch (written back on the request, so every replica agrees); a request booked
-        onto a slot's free GPUs follows it to the same Machine."""
+        onto a slot's free GPUs follows it to the same Machine.  A Machine that failed (reported this tick:
+        `failed`) is bound like a live one, so the failure reaches the launch it belonged to even when it failed
+        before any tick saw it (before the nineteenth round such a launch was retried in the failing pool for
+        good: an immediate capacity failure of the infrastructure provider never released its request)."""
         capi = self.kp.capi_pools
         if not capi:
             return
         machines = {
-            pool: sorted((c for c in cloud if c.pool == pool and str(c.status) != "gone"), key=lambda c: c.created_at)
+            pool: sorted(
+                (c for c in cloud if c.pool == pool and (str(c.status) != "gone" or c.name in failed)),
+                key=lambda c: c.created_at,
+            )
             for pool in capi
         }
         taken = {n for v in views if v.booking for n in v.booking.names}

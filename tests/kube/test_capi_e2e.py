@@ -16,6 +16,7 @@ from autoscaler.model import Policy
 from fleet.inventory import InventoryPool, KubernetesSection, LeaseConfig
 from tests.fakes.kube_api import FakeKube
 from tests.kube.cluster import (
+    CAPI,
     POOL_LABEL,
     machine_deployment,
     pod_template,
@@ -341,3 +342,30 @@ def test_a_booked_node_lost_after_provisioned_is_not_capacity_revoked_and_the_re
     assert r.ok, r.error
     assert cond(cluster, "wl-1", "CapacityRevoked") is None
     assert replicas(cluster) == 1  # a node for the recreated pod
+
+
+def test_a_machine_that_fails_before_any_tick_saw_it_releases_its_request_to_the_next_pool(cluster: FakeKube) -> None:
+    """An infrastructure provider that fails a Machine at once (no capacity) before the daemon's next tick: the
+    failure still reaches the launch it belonged to, the offering is backed off and the request is booked on the
+    next pool.  Before the nineteenth round such a Machine was never bound to its launch (failed Machines were
+    skipped), so the request was retried in the failing pool for good."""
+    cluster.create(machine_deployment("neo-h100b", NS, "h100b"))
+    clock = Clock()
+    d = daemon(cluster, clock, pools=[capi_pool("h100"), capi_pool("h100b", price=30.0)])
+    cluster.create(pod_template("train", "team-a", 8))
+    cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
+    d.tick()
+    assert replicas(cluster) == 1  # the cheaper pool
+    md = cluster.get("machinedeployments", "neo-h100", NS)
+    labels = {**md["spec"]["template"]["metadata"]["labels"], "cluster.x-k8s.io/deployment-name": "neo-h100"}
+    cluster.create({"apiVersion": CAPI, "kind": "Machine",
+                    "metadata": {"name": "neo-h100-m0", "namespace": NS, "labels": labels},
+                    "spec": dict(md["spec"]["template"]["spec"])})  # fmt: skip
+    failed = {"phase": "Failed", "deprecated": {"v1beta1": {"failureReason": "InsufficientCapacity"}}}
+    cluster.update("machines", "neo-h100-m0", NS, lambda m: m.setdefault("status", {}).update(failed))
+    clock.t += 10
+    d.tick()
+    assert cluster.get("machinedeployments", "neo-h100b", NS)["spec"]["replicas"] == 1
+    assert replicas(cluster) == 0  # the failed Machine marked and its replica given back (all or nothing)
+    booking = json.loads(cluster.get("provisioningrequests", "wl-1", "team-a")["metadata"]["annotations"][BOOKING])
+    assert booking["pool"] == "h100b"

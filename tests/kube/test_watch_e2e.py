@@ -14,8 +14,15 @@ from autoscaler.kube.api import KubeApi
 from autoscaler.kube.run import KubeRunLoop
 from autoscaler.kube.watch import Watches
 from tests.fakes.kube_api import FakeKube
-from tests.kube.cluster import POOL_LABEL, pod_template, provisioning_request, ready_node, reconcile_capi
-from tests.kube.test_capi_e2e import NS, Clock, cluster, cond, daemon, replicas  # noqa: F401
+from tests.kube.cluster import (
+    POOL_LABEL,
+    machine_deployment,
+    pod_template,
+    provisioning_request,
+    ready_node,
+    reconcile_capi,
+)
+from tests.kube.test_capi_e2e import NS, Clock, capi_pool, cluster, cond, daemon, replicas  # noqa: F401
 
 POLL_S = 3600.0  # no poll after the first tick within a test: whatever happens later was woken
 
@@ -159,6 +166,41 @@ def test_a_node_ready_before_its_machine_names_it_is_provisioned_when_cluster_ap
         node_ref = {"phase": "Running", "nodeRef": {"name": "ip-10-0-0-7"}}
         cluster.update("machines", "neo-h100-m0", NS, lambda m: m.setdefault("status", {}).update(node_ref))
         wait_for(lambda: (cond(cluster, "wl-1", "Provisioned") or {}).get("status") == "True")
+    finally:
+        loop.stop()
+        runner.join(10)
+        watches.stop()
+
+
+def test_a_machine_that_fails_wakes_the_daemon_and_its_request_is_served_on_the_next_offering(
+    cluster: FakeKube,  # noqa: F811
+) -> None:
+    """A Cluster API launch that fails after acceptance (the Machine goes Failed with a capacity failureReason):
+    the Machine watch wakes the daemon, which backs the offering off and books the request on the next pool at
+    once (with an hour's poll, nothing else would)."""
+    cluster.create(machine_deployment("neo-h100b", NS, "h100b"))
+    d = daemon(cluster, time.time, pools=[capi_pool("h100"), capi_pool("h100b", price=30.0)])
+    loop = KubeRunLoop(d, POLL_S)
+    watches = Watches.for_daemon(d, loop.wake, timeout_s=30).start()
+    runner = threading.Thread(target=loop.run, daemon=True)
+    runner.start()
+    try:
+        wait_for(lambda: all(cluster.watches.get(r) for r in ("provisioningrequests", "nodes", "pods", "machines")))
+        wait_for(lambda: loop.ticks == 1)
+        cluster.create(pod_template("train", "team-a", 8))
+        cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
+        wait_for(lambda: replicas(cluster) == 1)  # the cheaper pool first
+        md = cluster.get("machinedeployments", "neo-h100", NS)
+        labels = {**md["spec"]["template"]["metadata"]["labels"], "cluster.x-k8s.io/deployment-name": "neo-h100"}
+        cluster.create({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                        "metadata": {"name": "neo-h100-m0", "namespace": NS, "labels": labels},
+                        "spec": dict(md["spec"]["template"]["spec"])})  # fmt: skip
+        failed = {"phase": "Failed",
+                  "deprecated": {"v1beta1": {"failureReason": "InsufficientCapacity",
+                                             "failureMessage": "no capacity in dc-1"}}}  # fmt: skip
+        cluster.update("machines", "neo-h100-m0", NS, lambda m: m.setdefault("status", {}).update(failed))
+        wait_for(lambda: cluster.get("machinedeployments", "neo-h100b", NS)["spec"]["replicas"] == 1)
+        assert loop.woken_ticks >= 2
     finally:
         loop.stop()
         runner.join(10)

@@ -155,7 +155,7 @@ class KubeApi:
 
     # ---- ProvisioningRequests -------------------------------------------------------------------------
     def provisioning_requests(self) -> list[dict[str, Any]]:
-        return self._call(self.custom.list_cluster_custom_object, PR_GROUP, PR_VERSION, PR_PLURAL)["items"]
+        return self.listing(PR_PLURAL)[0]
 
     def patch_provisioning_request(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._call(

@@ -51,8 +51,6 @@ class Watches:
         self._stop = threading.Event()
         self._handles: dict[str, Any] = {}
         self._threads: list[threading.Thread] = []
-        #: resource -> streams opened (each after a list or a resume); for /metrics and tests
-        self.streams: dict[str, int] = {r: 0 for r in resources}
 
     @classmethod
     def for_daemon(cls, daemon: Any, wake: Callable[[str], None], **kw: Any) -> Watches:
@@ -115,7 +113,6 @@ class Watches:
         while not self._stop.is_set():
             handle = self.api.watcher()
             self._handles[resource] = handle
-            self.streams[resource] += 1
             self._up(resource, True)
             for event, obj in self.api.watch(resource, version, self.timeout_s, handle):
                 if self._stop.is_set():

@@ -223,8 +223,12 @@ class ClusterState:
         job.nominated.append(node)
         node.version += 1
         if node.registered and job.is_gang and node.held_since is None:
-            node.held_since = now
-            self._settle_if_complete(job, now)
+            self._hold(node, job, now)
+
+    def _hold(self, node: SimNode, job: Job, now: float) -> None:
+        """`node` is up and held for `job`'s gang until its peers are (partial-gang time from now)."""
+        node.held_since = now
+        self._settle_if_complete(job, now)
 
     def _settle_if_complete(self, job: Job, now: float) -> None:
         """Every node of `job`'s gang is up: none is held for a peer any more.  What follows until the gang starts
@@ -267,8 +271,7 @@ class ClusterState:
         if job is not None and job.state is not JobState.PENDING:
             self._unnominate(node, now)
         elif job is not None and job.is_gang:
-            node.held_since = now
-            self._settle_if_complete(job, now)
+            self._hold(node, job, now)
         else:
             self._index_add(node)
 

@@ -19,20 +19,16 @@ import argparse
 import json
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autoscaler.kube.run import KubeRunLoop
-from autoscaler.kube.watch import Watches
 from tests.fakes.kube_api import FakeKube
 from tests.kube.cluster import machine_deployment, pod_template, provisioning_request, reconcile_capi
 from tests.kube.test_capi_e2e import NS, cond, daemon, replicas
-
-POLL_S = 3600.0
+from tests.kube.test_watch_e2e import running  # the daemon's loop and watches, an hour's poll
 
 
 def _until(pred: Any, timeout: float = 30.0) -> float:
@@ -50,31 +46,24 @@ def run(rounds: int) -> dict[str, list[float]]:
     fake.start()
     fake.create(machine_deployment("neo-h100", NS, "h100"))
     d = daemon(fake, time.time)
-    loop = KubeRunLoop(d, POLL_S)
-    watches = Watches.for_daemon(d, loop.wake, timeout_s=60).start()
-    runner = threading.Thread(target=loop.run, daemon=True)
-    runner.start()
     out: dict[str, list[float]] = {"request -> launch": [], "Ready -> Provisioned": [], "deleted -> scale-down": []}
     try:
-        _until(lambda: loop.ticks >= 1 and all(fake.watches.get(r) for r in ("provisioningrequests", "nodes", "pods")))
-        fake.create(pod_template("train", "team-a", 8))
-        for i in range(rounds):
-            name = f"wl-{i}"
-            fake.create(provisioning_request(name, "team-a", "train", 1))
-            out["request -> launch"].append(_until(lambda: replicas(fake) == 1))
-            reconcile_capi(fake, NS)
-            out["Ready -> Provisioned"].append(
-                _until(lambda n=name: (cond(fake, n, "Provisioned") or {}).get("status") == "True")
-            )
-            time.sleep(1.2)  # the woken ticks of this round are over (1 s apart at most)
-            fake.delete("provisioningrequests", name, "team-a")
-            out["deleted -> scale-down"].append(_until(lambda: replicas(fake) == 0))
-            reconcile_capi(fake, NS)
-            time.sleep(1.2)
+        with running(d, fake) as loop:
+            fake.create(pod_template("train", "team-a", 8))
+            for i in range(rounds):
+                name = f"wl-{i}"
+                fake.create(provisioning_request(name, "team-a", "train", 1))
+                out["request -> launch"].append(_until(lambda: replicas(fake) == 1))
+                reconcile_capi(fake, NS)
+                out["Ready -> Provisioned"].append(
+                    _until(lambda n=name: (cond(fake, n, "Provisioned") or {}).get("status") == "True")
+                )
+                time.sleep(1.2)  # the woken ticks of this round are over (1 s apart at most)
+                fake.delete("provisioningrequests", name, "team-a")
+                out["deleted -> scale-down"].append(_until(lambda: replicas(fake) == 0))
+                reconcile_capi(fake, NS)
+                time.sleep(1.2)
     finally:
-        loop.stop()
-        runner.join(10)
-        watches.stop()
         fake.stop()
     out["woken ticks"] = [float(loop.woken_ticks)]
     return out

@@ -115,16 +115,19 @@ def reconcile_capi(fake: FakeKube, namespace: str) -> None:
         while len(mine) < want:
             mname = f"{name}-m{fake.version}-{i}"
             i += 1
-            fake.create({
-                "apiVersion": CAPI, "kind": "Machine",
-                "metadata": {"name": mname, "namespace": namespace,
-                             "labels": {**labels, "cluster.x-k8s.io/deployment-name": name}},
-                "spec": {**{k: v for k, v in md["spec"]["template"]["spec"].items() if k != "version"},
-                         "version": md["spec"]["template"]["spec"]["version"]},
-            })  # fmt: skip
+            create_machine(fake, md, mname)
             fake.create(ready_node(mname, {POOL_LABEL: labels[POOL_LABEL]}))
             fake.update("machines", mname, namespace, lambda m, n=mname: _running(m, n))
             mine.append(fake.get("machines", mname, namespace))
+
+
+def create_machine(fake: FakeKube, md: dict[str, Any], name: str) -> None:
+    """The MachineSet controller's Machine `name` for the MachineDeployment `md`, as created (no status yet)."""
+    deployment, namespace = md["metadata"]["name"], md["metadata"]["namespace"]
+    labels = {**md["spec"]["template"]["metadata"]["labels"], "cluster.x-k8s.io/deployment-name": deployment}
+    fake.create({"apiVersion": CAPI, "kind": "Machine",
+                 "metadata": {"name": name, "namespace": namespace, "labels": labels},
+                 "spec": dict(md["spec"]["template"]["spec"])})  # fmt: skip
 
 
 def _running(machine: dict[str, Any], node: str) -> None:

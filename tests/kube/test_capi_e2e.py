@@ -16,8 +16,8 @@ from autoscaler.model import Policy
 from fleet.inventory import InventoryPool, KubernetesSection, LeaseConfig
 from tests.fakes.kube_api import FakeKube
 from tests.kube.cluster import (
-    CAPI,
     POOL_LABEL,
+    create_machine,
     machine_deployment,
     pod_template,
     provisioning_request,
@@ -356,11 +356,7 @@ def test_a_machine_that_fails_before_any_tick_saw_it_releases_its_request_to_the
     cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
     d.tick()
     assert replicas(cluster) == 1  # the cheaper pool
-    md = cluster.get("machinedeployments", "neo-h100", NS)
-    labels = {**md["spec"]["template"]["metadata"]["labels"], "cluster.x-k8s.io/deployment-name": "neo-h100"}
-    cluster.create({"apiVersion": CAPI, "kind": "Machine",
-                    "metadata": {"name": "neo-h100-m0", "namespace": NS, "labels": labels},
-                    "spec": dict(md["spec"]["template"]["spec"])})  # fmt: skip
+    create_machine(cluster, cluster.get("machinedeployments", "neo-h100", NS), "neo-h100-m0")
     failed = {"phase": "Failed", "deprecated": {"v1beta1": {"failureReason": "InsufficientCapacity"}}}
     cluster.update("machines", "neo-h100-m0", NS, lambda m: m.setdefault("status", {}).update(failed))
     clock.t += 10

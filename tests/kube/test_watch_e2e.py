@@ -7,15 +7,18 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from autoscaler.daemon.metrics import Metrics
 from autoscaler.kube.api import KubeApi
+from autoscaler.kube.loop import KubeDaemon
 from autoscaler.kube.run import KubeRunLoop
 from autoscaler.kube.watch import Watches
 from tests.fakes.kube_api import FakeKube
 from tests.kube.cluster import (
     POOL_LABEL,
+    create_machine,
     machine_deployment,
     pod_template,
     provisioning_request,
@@ -33,6 +36,25 @@ def wait_for(pred: Callable[[], object], timeout: float = 20.0) -> None:
         if time.monotonic() > end:
             raise AssertionError("condition not reached")
         time.sleep(0.05)
+
+
+@contextmanager
+def running(d: KubeDaemon, fake: FakeKube) -> Iterator[KubeRunLoop]:
+    """The daemon's run loop with its watches (as `run_forever` starts them) in a thread, its first tick (the poll
+    at start, with nothing to do) done and every watch streaming; stopped, and its thread ended, on exit."""
+    loop = KubeRunLoop(d, POLL_S)
+    watches = Watches.for_daemon(d, loop.wake, timeout_s=30, metrics=d.metrics).start()
+    runner = threading.Thread(target=loop.run, daemon=True)
+    runner.start()
+    try:
+        wait_for(lambda: all(fake.watches.get(r) for r in ("provisioningrequests", "nodes", "pods", "machines")))
+        wait_for(lambda: loop.ticks == 1)
+        yield loop
+    finally:
+        loop.stop()
+        runner.join(10)
+        watches.stop()
+    assert not runner.is_alive()
 
 
 def test_the_watches_wake_on_a_new_request_and_resume_after_the_server_forgot_their_version() -> None:
@@ -64,13 +86,7 @@ def test_a_request_created_between_polls_is_launched_and_provisioned_without_wai
 ) -> None:
     d = daemon(cluster, time.time)
     d.metrics = Metrics()
-    loop = KubeRunLoop(d, POLL_S)
-    watches = Watches.for_daemon(d, loop.wake, timeout_s=30, metrics=d.metrics).start()
-    runner = threading.Thread(target=loop.run, daemon=True)
-    runner.start()
-    try:
-        wait_for(lambda: all(cluster.watches.get(r) for r in ("provisioningrequests", "nodes", "pods", "machines")))
-        wait_for(lambda: loop.ticks == 1)  # the first poll, at start, found nothing to do
+    with running(d, cluster) as loop:
         cluster.create(pod_template("train", "team-a", 8))
         cluster.create(provisioning_request("wl-1", "team-a", "train", 2))
         wait_for(lambda: replicas(cluster) == 2)  # the request's creation woke a tick
@@ -83,11 +99,6 @@ def test_a_request_created_between_polls_is_launched_and_provisioned_without_wai
         assert re.search(r'woken_ticks_total\{reason="(node ready|machine has its node)"\} [1-9]', shown), shown
         for r in ("provisioningrequests", "nodes", "pods", "machines"):
             assert f'gpu_fleet_autoscaler_watch_up{{resource="{r}"}} 1.0' in shown
-    finally:
-        loop.stop()
-        runner.join(10)
-        watches.stop()
-    assert not runner.is_alive()
 
 
 def test_a_wake_up_ticks_between_polls_and_a_stop_ends_the_loop() -> None:
@@ -143,33 +154,18 @@ def test_a_node_ready_before_its_machine_names_it_is_provisioned_when_cluster_ap
     tie the node to the booked Machine yet; the nodeRef's arrival wakes the one that answers Provisioned (with an
     hour's poll, nothing else would)."""
     d = daemon(cluster, time.time)
-    loop = KubeRunLoop(d, POLL_S)
-    watches = Watches.for_daemon(d, loop.wake, timeout_s=30).start()
-    runner = threading.Thread(target=loop.run, daemon=True)
-    runner.start()
-    try:
-        wait_for(lambda: all(cluster.watches.get(r) for r in ("provisioningrequests", "nodes", "pods", "machines")))
-        wait_for(lambda: loop.ticks == 1)
+    with running(d, cluster) as loop:
         cluster.create(pod_template("train", "team-a", 8))
         cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
         wait_for(lambda: replicas(cluster) == 1)
         # the MachineSet controller's Machine, then its Node (Ready), and only later the Machine's nodeRef
-        md = cluster.get("machinedeployments", "neo-h100", NS)
-        labels = md["spec"]["template"]["metadata"]["labels"]
-        cluster.create({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                        "metadata": {"name": "neo-h100-m0", "namespace": NS,
-                                     "labels": {**labels, "cluster.x-k8s.io/deployment-name": "neo-h100"}},
-                        "spec": {k: v for k, v in md["spec"]["template"]["spec"].items()}})  # fmt: skip
+        create_machine(cluster, cluster.get("machinedeployments", "neo-h100", NS), "neo-h100-m0")
         cluster.create(ready_node("ip-10-0-0-7", {POOL_LABEL: "h100"}))  # a node name of the infrastructure's
         wait_for(lambda: loop.ticks >= 3)  # the Node's Ready woke a tick: not yet Provisioned
         assert (cond(cluster, "wl-1", "Provisioned") or {}).get("status") != "True"
         node_ref = {"phase": "Running", "nodeRef": {"name": "ip-10-0-0-7"}}
         cluster.update("machines", "neo-h100-m0", NS, lambda m: m.setdefault("status", {}).update(node_ref))
         wait_for(lambda: (cond(cluster, "wl-1", "Provisioned") or {}).get("status") == "True")
-    finally:
-        loop.stop()
-        runner.join(10)
-        watches.stop()
 
 
 def test_a_machine_that_fails_wakes_the_daemon_and_its_request_is_served_on_the_next_offering(
@@ -180,28 +176,14 @@ def test_a_machine_that_fails_wakes_the_daemon_and_its_request_is_served_on_the_
     once (with an hour's poll, nothing else would)."""
     cluster.create(machine_deployment("neo-h100b", NS, "h100b"))
     d = daemon(cluster, time.time, pools=[capi_pool("h100"), capi_pool("h100b", price=30.0)])
-    loop = KubeRunLoop(d, POLL_S)
-    watches = Watches.for_daemon(d, loop.wake, timeout_s=30).start()
-    runner = threading.Thread(target=loop.run, daemon=True)
-    runner.start()
-    try:
-        wait_for(lambda: all(cluster.watches.get(r) for r in ("provisioningrequests", "nodes", "pods", "machines")))
-        wait_for(lambda: loop.ticks == 1)
+    with running(d, cluster) as loop:
         cluster.create(pod_template("train", "team-a", 8))
         cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
         wait_for(lambda: replicas(cluster) == 1)  # the cheaper pool first
-        md = cluster.get("machinedeployments", "neo-h100", NS)
-        labels = {**md["spec"]["template"]["metadata"]["labels"], "cluster.x-k8s.io/deployment-name": "neo-h100"}
-        cluster.create({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                        "metadata": {"name": "neo-h100-m0", "namespace": NS, "labels": labels},
-                        "spec": dict(md["spec"]["template"]["spec"])})  # fmt: skip
+        create_machine(cluster, cluster.get("machinedeployments", "neo-h100", NS), "neo-h100-m0")
         failed = {"phase": "Failed",
                   "deprecated": {"v1beta1": {"failureReason": "InsufficientCapacity",
                                              "failureMessage": "no capacity in dc-1"}}}  # fmt: skip
         cluster.update("machines", "neo-h100-m0", NS, lambda m: m.setdefault("status", {}).update(failed))
         wait_for(lambda: cluster.get("machinedeployments", "neo-h100b", NS)["spec"]["replicas"] == 1)
         assert loop.woken_ticks >= 2
-    finally:
-        loop.stop()
-        runner.join(10)
-        watches.stop()

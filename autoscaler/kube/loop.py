@@ -50,6 +50,8 @@ from autoscaler.kube.source import (
     NodeFacts,
     RequestView,
     condition,
+    finished,
+    holds_node,
     inventory_nodes,
     is_daemonset_pod,
     node_facts,
@@ -568,12 +570,15 @@ class KubeDaemon:
                 self.idle_since.pop(name, None)
 
     def _evict_daemonsets(self, node: str, pods: Sequence[Mapping[str, Any]]) -> bool:
-        """Evict the DaemonSet pods of an empty node through the Eviction API; False when a PDB refuses."""
-        for p in pods:
-            if (p.get("spec") or {}).get("nodeName") != node:
+        """Evict the DaemonSet pods of an empty node through the Eviction API; False (nothing evicted) when a pod
+        that holds the node (`holds_node`) is on it, False when a PDB refuses.  A static pod's mirror goes with
+        its node, and a finished pod holds nothing: neither is evicted nor keeps the node."""
+        mine = [p for p in pods if (p.get("spec") or {}).get("nodeName") == node]
+        if any(holds_node(p) for p in mine):
+            return False  # work arrived since the read: leave the node alone
+        for p in mine:
+            if not is_daemonset_pod(p) or finished(p):
                 continue
-            if not is_daemonset_pod(p):
-                return False  # work arrived since the read: leave the node alone
             md = p["metadata"]
             try:
                 self.api.evict(md.get("namespace", "default"), md["name"])

@@ -292,12 +292,18 @@ def consumed_request(pod: Mapping[str, Any]) -> str | None:
     return f"pr/{md.get('namespace', 'default')}/{name}"
 
 
+def holds_node(pod: Mapping[str, Any]) -> bool:
+    """Does the pod keep its node busy: not a DaemonSet's, not a static pod's mirror, not finished.  The one
+    test for both the inventory (`workload_pods`) and the check before a node is deleted."""
+    return not (is_daemonset_pod(pod) or is_mirror_pod(pod) or finished(pod))
+
+
 def workload_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    """node name -> pods on it that hold it busy (not DaemonSet, not mirror, not finished)."""
+    """node name -> pods on it that hold it busy (`holds_node`)."""
     out: dict[str, list[Mapping[str, Any]]] = {}
     for p in pods:
         node = (p.get("spec") or {}).get("nodeName")
-        if node and not (is_daemonset_pod(p) or is_mirror_pod(p) or finished(p)):
+        if node and holds_node(p):
             out.setdefault(node, []).append(p)
     return out
 

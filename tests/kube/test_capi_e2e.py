@@ -140,6 +140,38 @@ def test_idle_nodes_go_by_their_marked_machine_and_busy_ones_stay(cluster: FakeK
     assert replicas(cluster) == 1  # the busy node is never touched
 
 
+def test_a_node_left_with_a_finished_job_pod_and_a_static_pod_is_idle_and_goes(cluster: FakeKube) -> None:
+    """A Job's pods stay listed after they succeed (until the Job or its `ttlSecondsAfterFinished` removes them),
+    and kubelet's static pods (kube-proxy on GKE) show as mirror pods on every node: neither keeps a node busy,
+    in the inventory nor in the check before the node goes, and neither is evicted."""
+    clock = Clock()
+    d = daemon(cluster, clock)
+    cluster.create(pod_template("train", "team-a", 8))
+    cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
+    d.tick()
+    reconcile_capi(cluster, NS)
+    d.tick()
+    (node,) = [m["metadata"]["name"] for m in cluster.list("machines", NS)]
+    cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train-0", "namespace": "team-a"},
+                    "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]},
+                    "status": {"phase": "Succeeded"}})  # fmt: skip
+    cluster.create({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": f"kube-proxy-{node}", "namespace": "kube-system",
+                                 "annotations": {"kubernetes.io/config.mirror": "0f3c"}},
+                    "spec": {"nodeName": node, "containers": [{"name": "kube-proxy", "image": "x"}]},
+                    "status": {"phase": "Running"}})  # fmt: skip
+    cluster.delete("provisioningrequests", "wl-1", "team-a")  # the workload finished: Kueue deleted its request
+    clock.t += 60
+    d.tick()  # idle timeout 0: cordon
+    assert cluster.get("nodes", node)["spec"].get("unschedulable") is True
+    clock.t += 10
+    r = d.tick()  # delete: mark the Machine, one replica less
+    assert r.deleted == [node]
+    assert cluster.get("machines", node, NS)["metadata"]["annotations"]["cluster.x-k8s.io/delete-machine"] == "yes"
+    assert replicas(cluster) == 0
+    assert not [w for w in cluster.writes if w[0] == "evict"]  # nothing evicted
+
+
 def test_the_fake_refuses_what_the_real_schema_refuses(cluster: FakeKube) -> None:
     api = KubeApi.from_kubeconfig(cluster.kubeconfig())
     from autoscaler.kube.api import KubeError

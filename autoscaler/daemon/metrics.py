@@ -65,6 +65,12 @@ class Metrics:
         self.woken_ticks = Counter(
             f"{NS}_woken_ticks", "Ticks started between polls by a watch event, by reason", ["reason"], registry=r
         )
+        self.api_reads = Counter(
+            f"{NS}_api_reads",
+            "Reads of a watched resource by the Kubernetes daemon, answered from the watches' cache or listed live",
+            ["resource", "source"],
+            registry=r,
+        )
         self.leader = Gauge(f"{NS}_leader", "1 while this daemon holds the actuation lock", registry=r)
         self.slurm_up = Gauge(f"{NS}_slurm_up", "1 when Slurm answered in the last tick", registry=r)
         self.last_success = Gauge(f"{NS}_last_success_timestamp_seconds", "When the last tick succeeded", registry=r)

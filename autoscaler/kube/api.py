@@ -5,6 +5,11 @@ dicts (the API's JSON: `_preload_content=False`), so the pure modules (`source`,
 the wire format and the fake API server in tests serves the same bytes a real one does.  A refused call
 raises `KubeError` with the HTTP status and the API's reason (409 Conflict, 422 Invalid, 429 from an
 eviction a PodDisruptionBudget forbids, ...).
+
+With `cache` set (a `WatchCache`, which the daemon's watches fill), the reads of Nodes, Pods,
+ProvisioningRequests and Machines answer from it whenever it may (`autoscaler/kube/cache.py`), and this
+client's writes to those resources are recorded there, so a read never misses one of them.  `listing`, and a
+read with a field selector (`pods_on`), always ask the API server.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
+
+from autoscaler.kube.cache import WatchCache, equality_selector
 
 PR_GROUP, PR_VERSION, PR_PLURAL = "autoscaling.x-k8s.io", "v1", "provisioningrequests"
 CAPI_GROUP, CAPI_VERSION = "cluster.x-k8s.io", "v1beta2"
@@ -75,6 +82,17 @@ class KubeApi:
         return api
 
     timeout_s: float = 10.0
+    #: the watches' copy of the cluster, read instead of listing when it may be (None: every read lists)
+    cache: WatchCache | None = None
+
+    def _read(self, resource: str) -> list[dict[str, Any]]:
+        items = self.cache.read(resource) if self.cache is not None else None
+        return self.listing(resource)[0] if items is None else items
+
+    def _wrote(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
+        if self.cache is not None:
+            self.cache.wrote(resource, obj)
+        return obj
 
     def _call(self, fn: Any, *args: Any, **kw: Any) -> dict[str, Any]:
         try:
@@ -85,20 +103,25 @@ class KubeApi:
             raise KubeError(0, "Unreachable", str(exc)) from None
 
     # ---- core ---------------------------------------------------------------------------------------------
-    def nodes(self, label_selector: str = "") -> list[dict[str, Any]]:
-        return self._call(self.core.list_node, label_selector=label_selector)["items"]
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._read("nodes")
 
-    def pods(self, field_selector: str = "") -> list[dict[str, Any]]:
-        return self._call(self.core.list_pod_for_all_namespaces, field_selector=field_selector)["items"]
+    def pods(self) -> list[dict[str, Any]]:
+        return self._read("pods")
+
+    def pods_on(self, node: str) -> list[dict[str, Any]]:
+        """The pods bound to `node`, from the API server (never the cache): what a node's deletion is checked
+        against."""
+        return self._call(self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}")["items"]
 
     def pod_template(self, namespace: str, name: str) -> dict[str, Any]:
         return self._call(self.core.read_namespaced_pod_template, name, namespace)
 
     def cordon(self, node: str) -> dict[str, Any]:
-        return self._call(self.core.patch_node, node, {"spec": {"unschedulable": True}})
+        return self._wrote("nodes", self._call(self.core.patch_node, node, {"spec": {"unschedulable": True}}))
 
     def uncordon(self, node: str) -> dict[str, Any]:
-        return self._call(self.core.patch_node, node, {"spec": {"unschedulable": False}})
+        return self._wrote("nodes", self._call(self.core.patch_node, node, {"spec": {"unschedulable": False}}))
 
     def evict(self, namespace: str, pod: str) -> None:
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace}}
@@ -155,17 +178,19 @@ class KubeApi:
 
     # ---- ProvisioningRequests -------------------------------------------------------------------------
     def provisioning_requests(self) -> list[dict[str, Any]]:
-        return self.listing(PR_PLURAL)[0]
+        return self._read(PR_PLURAL)
 
     def patch_provisioning_request(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self._call(
-            self.custom.patch_namespaced_custom_object, PR_GROUP, PR_VERSION, namespace, PR_PLURAL, name, body
+        return self._wrote(
+            PR_PLURAL,
+            self._call(
+                self.custom.patch_namespaced_custom_object, PR_GROUP, PR_VERSION, namespace, PR_PLURAL, name, body
+            ),
         )
 
     def patch_provisioning_request_status(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self._call(
-            self.custom.patch_namespaced_custom_object_status, PR_GROUP, PR_VERSION, namespace, PR_PLURAL, name, body
-        )
+        fn = self.custom.patch_namespaced_custom_object_status
+        return self._wrote(PR_PLURAL, self._call(fn, PR_GROUP, PR_VERSION, namespace, PR_PLURAL, name, body))
 
     # ---- Cluster API ----------------------------------------------------------------------------------
     def machine_deployment(self, namespace: str, name: str) -> dict[str, Any]:
@@ -186,6 +211,12 @@ class KubeApi:
         )
 
     def machines(self, namespace: str, label_selector: str = "") -> list[dict[str, Any]]:
+        """The Machines of `namespace` matching `label_selector`: from the cache when it may answer and the
+        selector is plain equality (`k=v,...`), else listed."""
+        labels = equality_selector(label_selector)
+        cached = self.cache.read("machines") if self.cache is not None and labels is not None else None
+        if cached is not None and labels is not None:
+            return [m for m in cached if _in(m, namespace, labels)]
         return self._call(
             self.custom.list_namespaced_custom_object,
             CAPI_GROUP,
@@ -196,9 +227,8 @@ class KubeApi:
         )["items"]
 
     def patch_machine(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self._call(
-            self.custom.patch_namespaced_custom_object, CAPI_GROUP, CAPI_VERSION, namespace, "machines", name, body
-        )
+        fn = self.custom.patch_namespaced_custom_object
+        return self._wrote("machines", self._call(fn, CAPI_GROUP, CAPI_VERSION, namespace, "machines", name, body))
 
     # ---- Leases -----------------------------------------------------------------------------------------
     def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -214,3 +244,9 @@ class KubeApi:
 
     def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._call(self.coordination.replace_namespaced_lease, name, namespace, body)
+
+
+def _in(obj: dict[str, Any], namespace: str, labels: dict[str, str]) -> bool:
+    md = obj.get("metadata") or {}
+    have = md.get("labels") or {}
+    return md.get("namespace") == namespace and all(have.get(k) == v for k, v in labels.items())

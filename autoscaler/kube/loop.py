@@ -551,7 +551,6 @@ class KubeDaemon:
             else:
                 self.idle_since.pop(n.name, None)
         free = {name: f for name, f in facts.items() if name not in booked}  # a booked node is never a candidate
-        pods = None
         for step in scale_down_steps(p, free):
             for name in step.names:
                 f = free.get(name)
@@ -561,9 +560,8 @@ class KubeDaemon:
                     self.api.cordon(f.name)
                     res.cordoned.append(f.name)
                     continue
-                if pods is None:
-                    pods = self.api.pods()
-                if not self._evict_daemonsets(f.name, pods):
+                # the node's pods as the API server has them now (not the tick's read, nor the watches' cache)
+                if not self._evict_daemonsets(f.name, self.api.pods_on(f.name)):
                     continue  # work arrived since the read, or a PodDisruptionBudget says wait: next tick
                 self.kp.providers[step.pool].delete(step.pool, [name])
                 res.deleted.append(name)

@@ -13,7 +13,8 @@ Deployment's ConfigMap, docs/kubernetes.md) runs the Kubernetes daemon instead o
 Every replica ticks; only the Lease holder actuates (autoscaler/kube/lease.py).  The loop (`KubeRunLoop`) polls
 every `interval_s` and, with `watch` (the default), also ticks at once on the watch events a tick would act on
 (a ProvisioningRequest created, a node Ready, a GPU pod finished: `autoscaler/kube/wake.py`), at most one such
-tick a second.
+tick a second.  With `watch_cache` (the default, with `watch`) a tick reads Nodes, Pods, ProvisioningRequests and
+Machines from what the watches streamed (`autoscaler/kube/cache.py`) instead of listing them again.
 """
 
 from __future__ import annotations
@@ -52,8 +53,11 @@ class KubeLoop(_Strict):
     #: tick on watch events between polls (`autoscaler/kube/wake.py`); false: the poll alone
     watch: bool = True
     watch_timeout_s: float = Field(300.0, ge=1)
-    #: the least time between two woken ticks' starts (each tick lists requests, nodes and pods)
+    #: the least time between two woken ticks' starts
     watch_min_gap_s: float = Field(1.0, ge=0.1)
+    #: ticks read what the watches streamed (`autoscaler/kube/cache.py`); false: every tick lists requests, nodes,
+    #: pods and Machines (ignored without `watch`)
+    watch_cache: bool = True
 
 
 class KubeDaemonConfig(_Strict):
@@ -186,6 +190,7 @@ class KubeRunLoop:
 
 def run_forever(daemon: Any, cfg: KubeDaemonConfig) -> int:
     from autoscaler.daemon.metrics import MetricsServer
+    from autoscaler.kube.cache import WatchCache
     from autoscaler.kube.watch import Watches
 
     loop = KubeRunLoop(daemon, cfg.loop.interval_s, min_gap_s=cfg.loop.watch_min_gap_s)
@@ -194,13 +199,16 @@ def run_forever(daemon: Any, cfg: KubeDaemonConfig) -> int:
     server = MetricsServer(daemon.metrics, cfg.metrics.host, cfg.metrics.port).start() if cfg.metrics.enabled else None
     watches = None
     if cfg.loop.watch:
+        cache = WatchCache(metrics=daemon.metrics) if cfg.loop.watch_cache else None
+        daemon.api.cache = cache
         watches = Watches.for_daemon(
-            daemon, loop.wake, timeout_s=cfg.loop.watch_timeout_s, metrics=daemon.metrics
+            daemon, loop.wake, timeout_s=cfg.loop.watch_timeout_s, metrics=daemon.metrics, cache=cache
         ).start()
     logger.info(
-        "autoscaler (kubernetes) running: tick every {:g}s{}",
+        "autoscaler (kubernetes) running: tick every {:g}s{}{}",
         cfg.loop.interval_s,
         " and on watch events" if watches is not None else "",
+        ", reading the watches' cache" if watches is not None and watches.cache is not None else "",
     )
     try:
         loop.run()

@@ -1,9 +1,9 @@
 """When the Kubernetes daemon ticks before its poll: the watch events a tick would act on, and the loop's timing.
 
-The daemon reads everything afresh each tick (`autoscaler/kube/loop.py`) and polls every `loop.interval_s`
-(10 s).  Between polls it watches three resources (`autoscaler/kube/watch.py`, the API's `?watch=true` streams)
-and ticks at once on an event that changes what a tick decides, as Cluster Autoscaler and Karpenter react to
-informer events rather than to their resync period:
+The daemon reads everything each tick (`autoscaler/kube/loop.py`: from the watches' cache, or by listing) and
+polls every `loop.interval_s` (10 s).  Between polls it watches three resources (`autoscaler/kube/watch.py`, the
+API's `?watch=true` streams) and ticks at once on an event that changes what a tick decides, as Cluster
+Autoscaler and Karpenter react to informer events rather than to their resync period:
 
 - a ProvisioningRequest of the class it serves ADDED (Kueue reserved quota for a workload: serve it) or DELETED
   (the capacity booked for it is free for the next one);
@@ -48,9 +48,10 @@ from autoscaler.kube.source import (
     unschedulable,
 )
 
-#: the least time between the starts of two ticks when woken (the poll is not held back by it); each tick lists
-#: the cluster's ProvisioningRequests, Nodes and Pods, so under constant churn a woken daemon lists up to once a
-#: second where the poll alone listed every 10 s (`loop.watch_min_gap_s` raises it on a very large cluster)
+#: the least time between the starts of two ticks when woken (the poll is not held back by it): under constant
+#: churn a woken daemon ticks up to once a second where the poll alone ticked every 10 s.  Its reads come from
+#: the watches' cache (`autoscaler/kube/cache.py`); without it (`loop.watch_cache: false`) each tick lists the
+#: cluster's ProvisioningRequests, Nodes and Pods, and `loop.watch_min_gap_s` raises the gap on a large cluster
 MIN_GAP_S = 1.0
 #: event -> woken tick, as the replay models it: a watch event reaches the daemon within milliseconds of the write
 #: on a real API server, and the tick's own reads (nodes, pods, requests) take some hundreds of milliseconds on a

@@ -6,17 +6,23 @@ Each thread lists its resource (seeding the filter), then watches from the list'
 API server keeps) lists again; after a re-list the loop is woken once, since an event may have been missed.  An
 unreachable or refusing API server is retried every `retry_s`, logged once per outage: the loop's poll goes on
 regardless, so a broken watch costs latency, never a decision.
+
+With a `cache` (`autoscaler/kube/cache.py`), each list and each event also goes into it, which the daemon's
+reads answer from: a failure marks the resource's copy lost (reads list live) until the next list, and a
+resource whose copy missed one of the daemon's own writes (`WatchCache.needs_list`) is listed afresh.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from loguru import logger
 
 from autoscaler.kube.api import KubeApi, KubeError
+from autoscaler.kube.cache import WatchCache
 from autoscaler.kube.source import ATOMIC_CLASS
 from autoscaler.kube.wake import WATCHED, WATCHED_CAPI, WakeFilter
 
@@ -37,10 +43,12 @@ class Watches:
         retry_s: float = DEFAULT_RETRY_S,
         metrics: Any = None,
         provisioning_class: str = ATOMIC_CLASS,
+        cache: WatchCache | None = None,
     ) -> None:
         """`metrics` (`autoscaler.daemon.metrics.Metrics`): `watch_up{resource}` is 1 while a resource's stream is
-        open, 0 from a failure until it is open again."""
+        open, 0 from a failure until it is open again.  `cache`: filled from the lists and events."""
         self.api = api
+        self.cache = cache
         self.metrics = metrics
         self.wake = wake
         self.resources = resources
@@ -55,7 +63,7 @@ class Watches:
     @classmethod
     def for_daemon(cls, daemon: Any, wake: Callable[[str], None], **kw: Any) -> Watches:
         """The watches a `KubeDaemon` needs: requests of its class, nodes, pods, and Machines when it manages
-        Cluster API pools; `kw` as the constructor's (timeout_s, retry_s, metrics)."""
+        Cluster API pools; `kw` as the constructor's (timeout_s, retry_s, metrics, cache)."""
         resources = WATCHED_CAPI if daemon.kp.capi_pools else WATCHED
         return cls(daemon.api, wake, resources=resources, provisioning_class=daemon.provisioning_class, **kw)
 
@@ -92,6 +100,8 @@ class Watches:
         `retry_s` (not when stopping: the stream ended because we stop).  Returns the new `failing`."""
         if self._stop.is_set():
             return failing
+        if self.cache is not None:
+            self.cache.lost(resource)
         if not failing:
             log = logger.bind(resource=resource, error=repr(exc))
             (log.exception if unexpected else log.warning)(
@@ -106,10 +116,15 @@ class Watches:
             self.metrics.watch_up.labels(resource=resource).set(1 if up else 0)
 
     def _follow(self, resource: str) -> None:
-        """List, then watch from the list's version until stopped (raises on a refusal or 410)."""
+        """List, then watch from the list's version until stopped or the cache asks for a fresh list (raises on
+        a refusal or 410)."""
+        cache = self.cache
+        listed_at = cache.clock() if cache is not None else time.monotonic()
         items, version = self.api.listing(resource)
         with self._filter_lock:
             self.filter.seed(resource, items)
+        if cache is not None:
+            cache.replace(resource, items, listed_at)
         while not self._stop.is_set():
             handle = self.api.watcher()
             self._handles[resource] = handle
@@ -118,7 +133,13 @@ class Watches:
                 if self._stop.is_set():
                     return
                 version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                if cache is not None:
+                    cache.apply(resource, event, obj)
                 with self._filter_lock:
                     reason = self.filter.wakes(resource, event, obj)
                 if reason is not None:
                     self.wake(reason)
+                if cache is not None and cache.needs_list(resource):
+                    return  # `_run` lists again
+            if cache is not None and cache.needs_list(resource):
+                return

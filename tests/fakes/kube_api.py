@@ -235,6 +235,10 @@ class FakeKube:
     compacted: int = 0
     #: watch streams served (opened), by plural
     watches: dict[str, int] = field(default_factory=dict)
+    #: list calls served, by plural (with a fieldSelector: counted under "plural?fieldSelector"), and the objects
+    #: they returned in all
+    lists: dict[str, int] = field(default_factory=dict)
+    listed_objects: dict[str, int] = field(default_factory=dict)
     _changed: threading.Condition | None = None
     _stopping: bool = False
     _server: ThreadingHTTPServer | None = None
@@ -502,6 +506,9 @@ class FakeKube:
                     and _fields_match(o, q.get("fieldSelector", ""))
                 ]
                 rv = str(self.version)
+                key = res.plural + ("?fieldSelector" if q.get("fieldSelector") else "")
+                self.lists[key] = self.lists.get(key, 0) + 1
+                self.listed_objects[key] = self.listed_objects.get(key, 0) + len(items)
             return 200, {
                 "kind": f"{res.kind}List",
                 "apiVersion": res.api_version,

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 from autoscaler.daemon.metrics import Metrics
 from autoscaler.kube.api import KubeApi
+from autoscaler.kube.cache import WatchCache
 from autoscaler.kube.loop import KubeDaemon
 from autoscaler.kube.run import KubeRunLoop
 from autoscaler.kube.watch import Watches
@@ -39,11 +40,13 @@ def wait_for(pred: Callable[[], object], timeout: float = 20.0) -> None:
 
 
 @contextmanager
-def running(d: KubeDaemon, fake: FakeKube) -> Iterator[KubeRunLoop]:
-    """The daemon's run loop with its watches (as `run_forever` starts them) in a thread, its first tick (the poll
-    at start, with nothing to do) done and every watch streaming; stopped, and its thread ended, on exit."""
+def running(d: KubeDaemon, fake: FakeKube, *, cache: bool = True) -> Iterator[KubeRunLoop]:
+    """The daemon's run loop with its watches and their cache (as `run_forever` starts them) in a thread, its first
+    tick (the poll at start, with nothing to do) done and every watch streaming; stopped, and its thread ended, on
+    exit.  `cache=False`: every tick lists (`loop.watch_cache: false`)."""
     loop = KubeRunLoop(d, POLL_S)
-    watches = Watches.for_daemon(d, loop.wake, timeout_s=30, metrics=d.metrics).start()
+    d.api.cache = WatchCache(metrics=d.metrics) if cache else None
+    watches = Watches.for_daemon(d, loop.wake, timeout_s=30, metrics=d.metrics, cache=d.api.cache).start()
     runner = threading.Thread(target=loop.run, daemon=True)
     runner.start()
     try:
@@ -87,6 +90,7 @@ def test_a_request_created_between_polls_is_launched_and_provisioned_without_wai
     d = daemon(cluster, time.time)
     d.metrics = Metrics()
     with running(d, cluster) as loop:
+        pod_lists = cluster.lists.get("pods", 0)
         cluster.create(pod_template("train", "team-a", 8))
         cluster.create(provisioning_request("wl-1", "team-a", "train", 2))
         wait_for(lambda: replicas(cluster) == 2)  # the request's creation woke a tick
@@ -99,6 +103,8 @@ def test_a_request_created_between_polls_is_launched_and_provisioned_without_wai
         assert re.search(r'woken_ticks_total\{reason="(node ready|machine has its node)"\} [1-9]', shown), shown
         for r in ("provisioningrequests", "nodes", "pods", "machines"):
             assert f'gpu_fleet_autoscaler_watch_up{{resource="{r}"}} 1.0' in shown
+            assert re.search(rf'api_reads_total\{{resource="{r}",source="cache"\}} [1-9]', shown), shown
+        assert cluster.lists.get("pods", 0) == pod_lists  # every tick read the pods from the watch's cache
 
 
 def test_a_wake_up_ticks_between_polls_and_a_stop_ends_the_loop() -> None:

@@ -78,7 +78,8 @@ def test_the_daemon_as_run_serves_a_request_between_polls_through_its_watches_an
     tmp_path: Path,
 ) -> None:
     """`fleet autoscaler run` (no --once) in its own process, with a poll of an hour: a request created after it
-    started is launched for (only a watch event can have woken it), and SIGTERM ends it with status 0."""
+    started is launched for (only a watch event can have woken it), reading the pods from its watch's copy rather
+    than listing them, and SIGTERM ends it with status 0."""
     import os
     import signal
     import subprocess
@@ -106,9 +107,11 @@ def test_the_daemon_as_run_serves_a_request_between_polls_through_its_watches_an
 
         until(lambda: fake.get("leases", "gpu-fleet", "gpu-fleet-system") is not None, "the first tick")
         until(lambda: all(fake.watches.get(r) for r in ("provisioningrequests", "nodes", "pods")), "the watches")
+        pod_lists = fake.lists.get("pods", 0)
         fake.create(pod_template("train", "team-a", 8))
         fake.create(provisioning_request("wl-1", "team-a", "train", 1))
         until(lambda: fake.get("machinedeployments", "neo-h100", NS)["spec"]["replicas"] == 1, "the launch")
+        assert fake.lists.get("pods", 0) == pod_lists  # `loop.watch_cache` is on by default
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:

@@ -90,6 +90,15 @@ def ready_node(name: str, labels: dict[str, str], gpus: int = 8, zone: str = "dc
     }
 
 
+def bound_pod(name: str, namespace: str, node: str, phase: str = "Running", **annotations: str) -> dict[str, Any]:
+    """A pod kube-scheduler bound to `node`, in `phase` (a Job's pod stays listed once Succeeded)."""
+    md: dict[str, Any] = {"name": name, "namespace": namespace}
+    if annotations:
+        md["annotations"] = dict(annotations)
+    spec = {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": md, "spec": spec, "status": {"phase": phase}}
+
+
 def reconcile_capi(fake: FakeKube, namespace: str) -> None:
     """One pass of the MachineSet controller and kubelets: Machines (and Ready Nodes) for spec.replicas;
     fewer replicas delete marked Machines first (then the oldest), with their Nodes."""

@@ -11,7 +11,7 @@ from autoscaler.kube.api import PR_PLURAL, KubeApi
 from autoscaler.kube.cache import WatchCache
 from autoscaler.kube.wake import WATCHED_CAPI
 from tests.fakes.kube_api import FakeKube
-from tests.kube.cluster import pod_template, provisioning_request, reconcile_capi
+from tests.kube.cluster import bound_pod, pod_template, provisioning_request, reconcile_capi
 from tests.kube.test_capi_e2e import NS, Clock, cluster, cond, daemon, replicas  # noqa: F401
 
 
@@ -90,9 +90,7 @@ def test_a_node_whose_new_pod_the_cache_has_not_seen_is_not_deleted(cluster: Fak
     feed.deliver()
     assert cluster.get("nodes", node)["spec"].get("unschedulable") is True
     # a pod bound to the node before the cordon took effect: on the API server, not yet in the cache
-    cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "late-0", "namespace": "team-a"},
-                    "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]},
-                    "status": {"phase": "Running"}})  # fmt: skip
+    cluster.create(bound_pod("late-0", "team-a", node))
     clock.t += 10
     r = d.tick()
     assert r.ok and r.deleted == []  # the check before deletion asked the API server for the node's pods

@@ -11,12 +11,14 @@ import pytest
 
 from autoscaler.kube.api import KubeApi
 from autoscaler.kube.build import build_kube_daemon
+from autoscaler.kube.loop import KubeDaemon
 from autoscaler.kube.source import BOOKING, condition
 from autoscaler.model import Policy
 from fleet.inventory import InventoryPool, KubernetesSection, LeaseConfig
 from tests.fakes.kube_api import FakeKube
 from tests.kube.cluster import (
     POOL_LABEL,
+    bound_pod,
     create_machine,
     machine_deployment,
     pod_template,
@@ -110,20 +112,23 @@ def test_a_workload_no_pool_can_hold_fails_with_the_reason_and_nothing_runs(clus
     assert replicas(cluster) == 0 and not cluster.list("machines", NS)
 
 
-def test_idle_nodes_go_by_their_marked_machine_and_busy_ones_stay(cluster: FakeKube) -> None:
-    clock = Clock()
+def served(cluster: FakeKube, clock: Clock, nodes: int) -> tuple[KubeDaemon, list[str]]:
+    """A daemon that served request wl-1 for `nodes` 8-GPU pods (launched, Machines and Nodes up, Provisioned), and
+    the Machines' names, sorted."""
     d = daemon(cluster, clock)
     cluster.create(pod_template("train", "team-a", 8))
-    cluster.create(provisioning_request("wl-1", "team-a", "train", 2))
+    cluster.create(provisioning_request("wl-1", "team-a", "train", nodes))
     d.tick()
     reconcile_capi(cluster, NS)
     d.tick()
-    machines = sorted(m["metadata"]["name"] for m in cluster.list("machines", NS))
-    busy, idle = machines
+    return d, sorted(m["metadata"]["name"] for m in cluster.list("machines", NS))
+
+
+def test_idle_nodes_go_by_their_marked_machine_and_busy_ones_stay(cluster: FakeKube) -> None:
+    clock = Clock()
+    d, (busy, idle) = served(cluster, clock, 2)
     # the workload ran; one pod is still running on `busy`, and Kueue deleted the request when it finished
-    cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train-0", "namespace": "team-a"},
-                    "spec": {"nodeName": busy, "containers": [{"name": "c", "image": "x"}]},
-                    "status": {"phase": "Running"}})  # fmt: skip
+    cluster.create(bound_pod("train-0", "team-a", busy))
     cluster.delete("provisioningrequests", "wl-1", "team-a")
     clock.t += 60
     d.tick()  # idle timeout 0: cordon the idle node
@@ -145,21 +150,9 @@ def test_a_node_left_with_a_finished_job_pod_and_a_static_pod_is_idle_and_goes(c
     and kubelet's static pods (kube-proxy on GKE) show as mirror pods on every node: neither keeps a node busy,
     in the inventory nor in the check before the node goes, and neither is evicted."""
     clock = Clock()
-    d = daemon(cluster, clock)
-    cluster.create(pod_template("train", "team-a", 8))
-    cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
-    d.tick()
-    reconcile_capi(cluster, NS)
-    d.tick()
-    (node,) = [m["metadata"]["name"] for m in cluster.list("machines", NS)]
-    cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train-0", "namespace": "team-a"},
-                    "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]},
-                    "status": {"phase": "Succeeded"}})  # fmt: skip
-    cluster.create({"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": f"kube-proxy-{node}", "namespace": "kube-system",
-                                 "annotations": {"kubernetes.io/config.mirror": "0f3c"}},
-                    "spec": {"nodeName": node, "containers": [{"name": "kube-proxy", "image": "x"}]},
-                    "status": {"phase": "Running"}})  # fmt: skip
+    d, (node,) = served(cluster, clock, 1)
+    cluster.create(bound_pod("train-0", "team-a", node, "Succeeded"))
+    cluster.create(bound_pod(f"kube-proxy-{node}", "kube-system", node, **{"kubernetes.io/config.mirror": "0f3c"}))
     cluster.delete("provisioningrequests", "wl-1", "team-a")  # the workload finished: Kueue deleted its request
     clock.t += 60
     d.tick()  # idle timeout 0: cordon

@@ -33,53 +33,120 @@ T0 = "2026-12-04T10:00:00Z"
 
 def pod(i: int) -> dict[str, Any]:
     job = f"train-{i}"
-    fields = {"f:metadata": {"f:labels": {"f:app": {}, "f:job-name": {}}},
-              "f:spec": {"f:containers": {'k:{"name":"train"}': {".": {}, "f:image": {}, "f:resources": {}}}}}
-    status_fields = {"f:status": {"f:conditions": {'k:{"type":"Ready"}': {".": {}, "f:status": {}}},
-                                  "f:containerStatuses": {}, "f:podIP": {}, "f:startTime": {}}}
+    fields = {
+        "f:metadata": {"f:labels": {"f:app": {}, "f:job-name": {}}},
+        "f:spec": {"f:containers": {'k:{"name":"train"}': {".": {}, "f:image": {}, "f:resources": {}}}},
+    }
+    status_fields = {
+        "f:status": {
+            "f:conditions": {'k:{"type":"Ready"}': {".": {}, "f:status": {}}},
+            "f:containerStatuses": {},
+            "f:podIP": {},
+            "f:startTime": {},
+        }
+    }
     md = {
-        "name": f"{job}-abcde", "generateName": f"{job}-", "namespace": "team-a",
-        "uid": f"0f3c1a2b-{i:08d}-4d5e-8f90-123456789abc", "resourceVersion": str(100_000 + i), "creationTimestamp": T0,
-        "labels": {"app": "train", "batch.kubernetes.io/job-name": job, "kueue.x-k8s.io/queue-name": "team-a",
-                   "controller-uid": "c" * 36, "job-name": job, "kueue.x-k8s.io/podset": "main"},
-        "annotations": {"kueue.x-k8s.io/workload": f"job-{job}-1a2b3",
-                        "autoscaling.x-k8s.io/consume-provisioning-request": f"job-{job}-prov-1",
-                        "batch.kubernetes.io/job-completion-index": "0"},
-        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": "u" * 36,
-                             "controller": True, "blockOwnerDeletion": True}],
+        "name": f"{job}-abcde",
+        "generateName": f"{job}-",
+        "namespace": "team-a",
+        "uid": f"0f3c1a2b-{i:08d}-4d5e-8f90-123456789abc",
+        "resourceVersion": str(100_000 + i),
+        "creationTimestamp": T0,
+        "labels": {
+            "app": "train",
+            "batch.kubernetes.io/job-name": job,
+            "kueue.x-k8s.io/queue-name": "team-a",
+            "controller-uid": "c" * 36,
+            "job-name": job,
+            "kueue.x-k8s.io/podset": "main",
+        },
+        "annotations": {
+            "kueue.x-k8s.io/workload": f"job-{job}-1a2b3",
+            "autoscaling.x-k8s.io/consume-provisioning-request": f"job-{job}-prov-1",
+            "batch.kubernetes.io/job-completion-index": "0",
+        },
+        "ownerReferences": [
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": job,
+                "uid": "u" * 36,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
         "managedFields": [
-            {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1", "time": T0,
-             "fieldsType": "FieldsV1", "fieldsV1": fields},
-            {"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": T0, "fieldsType": "FieldsV1",
-             "subresource": "status", "fieldsV1": status_fields},
+            {
+                "manager": "kube-controller-manager",
+                "operation": "Update",
+                "apiVersion": "v1",
+                "time": T0,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": fields,
+            },
+            {
+                "manager": "kubelet",
+                "operation": "Update",
+                "apiVersion": "v1",
+                "time": T0,
+                "fieldsType": "FieldsV1",
+                "subresource": "status",
+                "fieldsV1": status_fields,
+            },
         ],
     }
     gpus = {"nvidia.com/gpu": "8", "cpu": "200", "memory": "1800Gi"}
     container = {
-        "name": "train", "image": "us-docker.pkg.dev/proj/repo/train@sha256:" + "a" * 64,
-        "command": ["python", "-m", "train"], "args": ["--config", "/etc/train/config.yaml"],
+        "name": "train",
+        "image": "us-docker.pkg.dev/proj/repo/train@sha256:" + "a" * 64,
+        "command": ["python", "-m", "train"],
+        "args": ["--config", "/etc/train/config.yaml"],
         "env": [{"name": f"VAR_{k}", "value": f"value-{k}"} for k in range(10)],
         "resources": {"limits": gpus, "requests": dict(gpus)},
-        "volumeMounts": [{"name": "data", "mountPath": "/data"}, {"name": "config", "mountPath": "/etc/train"},
-                         {"name": "kube-api-access-abcde", "readOnly": True,
-                          "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
-        "imagePullPolicy": "IfNotPresent", "terminationMessagePath": "/dev/termination-log",
+        "volumeMounts": [
+            {"name": "data", "mountPath": "/data"},
+            {"name": "config", "mountPath": "/etc/train"},
+            {
+                "name": "kube-api-access-abcde",
+                "readOnly": True,
+                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+            },
+        ],
+        "imagePullPolicy": "IfNotPresent",
+        "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "File",
     }
     spec = {
-        "nodeName": f"gpu-node-{i % 500}", "restartPolicy": "Never", "schedulerName": "default-scheduler",
-        "serviceAccountName": "default", "terminationGracePeriodSeconds": 30,
+        "nodeName": f"gpu-node-{i % 500}",
+        "restartPolicy": "Never",
+        "schedulerName": "default-scheduler",
+        "serviceAccountName": "default",
+        "terminationGracePeriodSeconds": 30,
         "nodeSelector": {"cloud.google.com/gke-nodepool": "a3-highgpu-8g"},
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-                        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
-                         "tolerationSeconds": 300},
-                        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
-                         "tolerationSeconds": 300}],
+        "tolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {
+                "key": "node.kubernetes.io/not-ready",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            },
+            {
+                "key": "node.kubernetes.io/unreachable",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            },
+        ],
         "containers": [container],
-        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
-                    {"name": "config", "configMap": {"name": "train-config"}},
-                    {"name": "kube-api-access-abcde", "projected": {"sources": [
-                        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}]}}],
+        "volumes": [
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+            {"name": "config", "configMap": {"name": "train-config"}},
+            {
+                "name": "kube-api-access-abcde",
+                "projected": {"sources": [{"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}]},
+            },
+        ],
     }
     status = {
         "phase": "Running", "hostIP": "10.0.0.1", "podIP": "10.1.0.1", "startTime": T0, "qosClass": "Guaranteed",

@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from components.gcp.startup import (
+    AUTOSCALER_LOCK,
     GUARD,
     JWT_KEY_PATH,
     MUNGE_KEY_PATH,
@@ -169,6 +170,28 @@ def test_nodes_publish_their_physical_host() -> None:
     assert pos(text, "systemctl restart slurmd") < pos(text, "attr physical_host")
     assert 'scontrol update NodeName="$(hostname -s)" Comment="physical_host=$host"' in text
     assert "gpu-fleet-topology.timer" in ALL["controller"]
+
+
+def test_the_controller_lock_pins_every_dependency_of_the_project_within_its_range() -> None:
+    """The controller installs `deploy/controller-requirements.txt` with --no-deps: a dependency pyproject.toml gained
+    after the lock was compiled would be missing on every controller (kubernetes and jsonschema were, until the
+    twentieth round).  Every runtime dependency is pinned, with hashes, at a version its range allows."""
+    import tomllib
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    root = Path(__file__).resolve().parents[2]
+    deps = [Requirement(d) for d in tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]]
+    lock = (root / AUTOSCALER_LOCK).read_text()
+    pins = {canonicalize_name(m[1]): m[2] for m in re.finditer(r"^([A-Za-z0-9_.-]+)==([^\s;]+) \\$", lock, re.M)}
+    hashed = re.findall(r"^[A-Za-z0-9_.-]+==\S+ \\\n\s+--hash=sha256:[0-9a-f]{64}", lock, re.M)
+    assert len(hashed) == len(pins) > 0
+    for dep in deps:
+        version = pins.get(canonicalize_name(dep.name))
+        assert version is not None, f"{AUTOSCALER_LOCK}: {dep.name} is not pinned; regenerate it (see its header)"
+        assert dep.specifier.contains(version, prereleases=True), f"{dep.name}=={version} is outside {dep.specifier}"
 
 
 def test_the_autoscaler_is_installed_at_a_pinned_commit_with_hash_checked_dependencies() -> None:

@@ -6,6 +6,9 @@ the wire format and the fake API server in tests serves the same bytes a real on
 raises `KubeError` with the HTTP status and the API's reason (409 Conflict, 422 Invalid, 429 from an
 eviction a PodDisruptionBudget forbids, ...).
 
+Connections use TCP keepalive at client-go's timings (`Configuration.keep_alive`): a watch through a proxy or
+load balancer that drops idle connections is probed rather than dropped silently.
+
 With `cache` set (a `WatchCache`, which the daemon's watches fill), the reads of Nodes, Pods,
 ProvisioningRequests and Machines answer from it whenever it may (`autoscaler/kube/cache.py`), and this
 client's writes to those resources are recorded there, so a read never misses one of them.  `listing`, and a
@@ -69,6 +72,7 @@ class KubeApi:
         else:
             k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
         cfg.retries = 1
+        cfg.keep_alive = True
         api = cls(k8s.ApiClient(cfg))
         api.timeout_s = timeout_s
         return api
@@ -77,6 +81,7 @@ class KubeApi:
     def in_cluster(cls, *, timeout_s: float = 10.0) -> KubeApi:
         cfg = k8s.Configuration()
         k8s_config.load_incluster_config(client_configuration=cfg)
+        cfg.keep_alive = True
         api = cls(k8s.ApiClient(cfg))
         api.timeout_s = timeout_s
         return api

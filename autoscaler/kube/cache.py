@@ -14,9 +14,16 @@ A read falls back to a live list, so the cache never serves what the API server 
   writes, so a tick never reads a request without the booking the last tick wrote on it, nor a node without the
   cordon it just set.  The write's event (its resourceVersion, compared for equality only, as the API asks),
   a DELETED event or a list begun after the write settles it;
-- when a write has waited more than `own_write_timeout_s` for its event (a stream that stalls without failing):
-  the resource is marked for a fresh list (`needs_list`, which the watch honours at its next event or stream),
-  and reads stay live until it.
+- when a write has waited more than `own_write_timeout_s` for its event: the resource is marked for a fresh list
+  (`needs_list`, which the watch honours at its next event or stream), and reads stay live until it.
+
+How stale can a copy be?  As stale as its watch stream is late.  A stream that breaks fails the watch (`lost`);
+one that stalls without closing (a proxy that stops forwarding but keeps the connection) fails at its read
+timeout, the stream's `timeoutSeconds` plus the client's timeout (`loop.watch_timeout_s` 60 s + 10 s by default),
+and TCP keepalive (`KubeApi`) finds a dead peer.  Before the cache a tick's reads were never staler than the tick;
+now a tick may act on a copy up to that old when the watch stalls silently, which costs latency only: a node is
+deleted only after its pods are listed from the API server, and a booking is written on the request's
+resourceVersion, so a stale copy can neither take a busy node nor launch a request twice.
 
 What a tick gets is the API's JSON, without `metadata.managedFields` (bookkeeping of server-side apply that the
 daemon never reads and that is often half of an object), shared, not copied: callers must not change it (none

@@ -52,7 +52,8 @@ class KubeLoop(_Strict):
     interval_s: float = Field(10.0, gt=0)
     #: tick on watch events between polls (`autoscaler/kube/wake.py`); false: the poll alone
     watch: bool = True
-    watch_timeout_s: float = Field(300.0, ge=1)
+    #: one watch stream's length; a stalled stream is noticed within it plus 10 s (autoscaler/kube/watch.py)
+    watch_timeout_s: float = Field(60.0, ge=1)
     #: the least time between two woken ticks' starts
     watch_min_gap_s: float = Field(1.0, ge=0.1)
     #: ticks read what the watches streamed (`autoscaler/kube/cache.py`); false: every tick lists requests, nodes,

@@ -26,7 +26,11 @@ from autoscaler.kube.cache import WatchCache
 from autoscaler.kube.source import ATOMIC_CLASS
 from autoscaler.kube.wake import WATCHED, WATCHED_CAPI, WakeFilter
 
-DEFAULT_TIMEOUT_S = 300.0  # one watch stream (kube-apiserver caps a watch between 5 and 10 min by default)
+#: one watch stream (`timeoutSeconds`); the stream's read timeout is this plus the client's timeout, so a stream
+#: that stalls without closing (a proxy that stops forwarding) fails within that, and the cache's reads go live.
+#: client-go's reflectors use 5-10 min; one minute bounds how stale a stalled stream leaves the cache, at the cost
+#: of one watch request a minute per resource (a resumed stream, not a list)
+DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_RETRY_S = 5.0
 
 

@@ -235,6 +235,9 @@ class FakeKube:
     compacted: int = 0
     #: watch streams served (opened), by plural
     watches: dict[str, int] = field(default_factory=dict)
+    #: plurals whose watch streams stall: held open without a byte (no event, no end at timeoutSeconds), as behind
+    #: a proxy that stops forwarding, until taken out of the set
+    stalled: set[str] = field(default_factory=set)
     #: list calls served, by plural (with a fieldSelector: counted under "plural?fieldSelector"), and the objects
     #: they returned in all
     lists: dict[str, int] = field(default_factory=dict)
@@ -338,10 +341,13 @@ class FakeKube:
         while True:
             with self.lock:
                 assert self._changed is not None
-                new = [e for e in self.events if e[0] > after]
-                while not new and not self._stopping and time.monotonic() < deadline:
-                    self._changed.wait(max(0.0, min(0.5, deadline - time.monotonic())))
-                    new = [e for e in self.events if e[0] > after]
+                new = []
+                while not self._stopping:
+                    stalled = res.plural in self.stalled
+                    new = [] if stalled else [e for e in self.events if e[0] > after]
+                    if new or (not stalled and time.monotonic() >= deadline):
+                        break
+                    self._changed.wait(0.1 if stalled else max(0.0, min(0.5, deadline - time.monotonic())))
             if not new:
                 return
             for rv, kind, plural, ons, obj in new:

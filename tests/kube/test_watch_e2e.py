@@ -153,6 +153,30 @@ def test_a_watch_that_breaks_on_an_event_is_retried_and_wakes_on_the_next() -> N
         fake.stop()
 
 
+def test_a_watch_that_stalls_without_closing_sends_the_reads_live_within_its_read_timeout() -> None:
+    """A proxy that stops forwarding a watch but keeps the connection open: no error, no event.  The stream's read
+    timeout (its `timeoutSeconds` plus the client's timeout) ends it, the cache's copy is marked lost, and reads
+    list live, so a tick never reads a copy staler than that (60 s + 10 s at the defaults)."""
+    fake = FakeKube()
+    fake.start()
+    api = KubeApi.from_kubeconfig(fake.kubeconfig(), timeout_s=1)
+    api.cache = WatchCache()
+    w = Watches(api, lambda _: None, resources=("nodes",), timeout_s=1, retry_s=0.1, cache=api.cache)
+    fake.create(ready_node("n1", {}))
+    w.start()
+    try:
+        wait_for(lambda: api.cache is not None and api.cache.read("nodes") is not None)
+        fake.stalled.add("nodes")
+        opened = fake.watches["nodes"]
+        wait_for(lambda: fake.watches["nodes"] > opened)  # the streams from now on stall
+        fake.create(ready_node("n2", {}))  # its event never comes
+        wait_for(lambda: "n2" in {n["metadata"]["name"] for n in api.nodes()}, timeout=10)
+    finally:
+        fake.stalled.clear()
+        w.stop()
+        fake.stop()
+
+
 def test_a_node_ready_before_its_machine_names_it_is_provisioned_when_cluster_api_ties_them(
     cluster: FakeKube,  # noqa: F811
 ) -> None:

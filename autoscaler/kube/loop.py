@@ -132,6 +132,7 @@ class KubeDaemon:
         self.memory: tuple[UnavailableOffering, ...] = ()
         self.idle_since: dict[str, float] = {}
         self._current: dict[str, dict[str, Any]] = {}  # request key -> the request as last read or written
+        self._known_templates: dict[tuple[str, str], dict[str, Any]] = {}  # the requests' PodTemplates (`_templates`)
 
     # ---- reads -----------------------------------------------------------------------------------------
     def _providers(self) -> list[Provider]:
@@ -153,19 +154,27 @@ class KubeDaemon:
         return prs
 
     def _templates(self, prs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str, Any] | None]:
+        """(namespace, name) -> the PodTemplate each request's pod sets name (None: not found).  Read once per
+        request and kept while a request names it: Kueue creates a request's templates with it, one per pod set
+        and attempt (`ppt-<workload>-<check>-<attempt>-<podset>`), and never changes them, and a Provisioned
+        request lives as long as its workload, so reading them at every tick was a GET per running workload per
+        tick.  A missing template is asked for again at the next tick."""
         out: dict[tuple[str, str], dict[str, Any] | None] = {}
         for pr in prs:
             ns = pr["metadata"].get("namespace", "default")
             for ps in (pr.get("spec") or {}).get("podSets") or []:
-                name = (ps.get("podTemplateRef") or {}).get("name", "")
-                if (ns, name) in out:
+                key = (ns, (ps.get("podTemplateRef") or {}).get("name", ""))
+                if key in out:
+                    continue
+                out[key] = self._known_templates.get(key)
+                if out[key] is not None:
                     continue
                 try:
-                    out[(ns, name)] = self.api.pod_template(ns, name)
+                    out[key] = self._known_templates[key] = self.api.pod_template(*key)
                 except KubeError as exc:
                     if exc.status != 404:
                         raise
-                    out[(ns, name)] = None
+        self._known_templates = {k: t for k, t in self._known_templates.items() if k in out}
         return out
 
     # ---- the tick ---------------------------------------------------------------------------------------

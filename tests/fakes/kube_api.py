@@ -242,6 +242,8 @@ class FakeKube:
     #: they returned in all
     lists: dict[str, int] = field(default_factory=dict)
     listed_objects: dict[str, int] = field(default_factory=dict)
+    #: reads of one object (GET by name) served, by plural
+    gets: dict[str, int] = field(default_factory=dict)
     _changed: threading.Condition | None = None
     _stopping: bool = False
     _server: ThreadingHTTPServer | None = None
@@ -523,6 +525,7 @@ class FakeKube:
             }
         if method == "GET":
             with self.lock:
+                self.gets[res.plural] = self.gets.get(res.plural, 0) + 1
                 return 200, copy.deepcopy(self._existing(res, ns, name))  # type: ignore[arg-type]
         if method == "POST" and name is None:
             return 201, self._create(res, ns, body)

@@ -78,6 +78,18 @@ def cond(fake: FakeKube, name: str, kind: str, ns: str = "team-a") -> dict | Non
     return condition(fake.get("provisioningrequests", name, ns), kind)
 
 
+def served(cluster: FakeKube, clock: Clock, nodes: int) -> tuple[KubeDaemon, list[str]]:
+    """A daemon that served request wl-1 for `nodes` 8-GPU pods (launched, Machines and Nodes up, Provisioned), and
+    the Machines' names, sorted."""
+    d = daemon(cluster, clock)
+    cluster.create(pod_template("train", "team-a", 8))
+    cluster.create(provisioning_request("wl-1", "team-a", "train", nodes))
+    d.tick()
+    reconcile_capi(cluster, NS)
+    d.tick()
+    return d, sorted(m["metadata"]["name"] for m in cluster.list("machines", NS))
+
+
 def test_a_workload_gets_its_nodes_and_the_request_is_provisioned(cluster: FakeKube) -> None:
     clock = Clock()
     d = daemon(cluster, clock)
@@ -101,6 +113,28 @@ def test_a_workload_gets_its_nodes_and_the_request_is_provisioned(cluster: FakeK
     assert replicas(cluster) == 2
 
 
+def test_a_request_s_pod_template_is_read_once_not_at_every_tick_while_the_request_lives(cluster: FakeKube) -> None:
+    """A Provisioned request lives as long as its workload runs (Kueue deletes it at the end), so reading the
+    PodTemplates of every request at every tick was one GET per running workload per tick.  Kueue names a
+    template per request attempt and never changes it: it is read once, and forgotten with its request."""
+    clock = Clock()
+    d, _ = served(cluster, clock, 1)
+    assert (cond(cluster, "wl-1", "Provisioned") or {}).get("status") == "True"
+    read = cluster.gets.get("podtemplates", 0)
+    assert read == 1
+    for _ in range(5):
+        clock.t += 10
+        assert d.tick().ok
+    assert cluster.gets.get("podtemplates", 0) == read
+    cluster.delete("provisioningrequests", "wl-1", "team-a")  # the workload finished
+    clock.t += 10
+    d.tick()
+    cluster.create(provisioning_request("wl-1", "team-a", "train", 1))  # a new request naming the same template
+    clock.t += 10
+    d.tick()
+    assert cluster.gets.get("podtemplates", 0) == read + 1  # read again: the first request's copy went with it
+
+
 def test_a_workload_no_pool_can_hold_fails_with_the_reason_and_nothing_runs(cluster: FakeKube) -> None:
     d = daemon(cluster, Clock())
     cluster.create(pod_template("huge", "team-a", 8))
@@ -110,18 +144,6 @@ def test_a_workload_no_pool_can_hold_fails_with_the_reason_and_nothing_runs(clus
     assert failed is not None and failed["status"] == "True", cluster.get("provisioningrequests", "wl-big", "team-a")
     assert failed["reason"] == "CapacityIsNotFound" and "holds 4 nodes" in failed["message"]
     assert replicas(cluster) == 0 and not cluster.list("machines", NS)
-
-
-def served(cluster: FakeKube, clock: Clock, nodes: int) -> tuple[KubeDaemon, list[str]]:
-    """A daemon that served request wl-1 for `nodes` 8-GPU pods (launched, Machines and Nodes up, Provisioned), and
-    the Machines' names, sorted."""
-    d = daemon(cluster, clock)
-    cluster.create(pod_template("train", "team-a", 8))
-    cluster.create(provisioning_request("wl-1", "team-a", "train", nodes))
-    d.tick()
-    reconcile_capi(cluster, NS)
-    d.tick()
-    return d, sorted(m["metadata"]["name"] for m in cluster.list("machines", NS))
 
 
 def test_idle_nodes_go_by_their_marked_machine_and_busy_ones_stay(cluster: FakeKube) -> None:

@@ -9,9 +9,10 @@ glue and the simulated cloud all implement `Provider`; metrics, rate limits and 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from fleet.catalog import CapacityType
 
@@ -173,3 +174,16 @@ class Provider(Protocol):
     def offerings(self) -> list[Offering]:
         """Offerings with current prices and limits (free reservation slots, quota headroom)."""
         ...
+
+
+@contextmanager
+def shared_reads(providers: Iterable[Any]) -> Iterator[None]:
+    """One tick's reads of the cloud: inside, a provider that offers `shared_reads()` (an optional method; the GCE
+    actuator does) may answer repeated reads of the same resource from one listing, dropped by its own writes to
+    it.  A tick lists its nodes, polls their errors and launches, each of which read the same groups."""
+    with ExitStack() as stack:
+        for p in providers:
+            enter = getattr(p, "shared_reads", None)
+            if enter is not None:
+                stack.enter_context(enter())
+        yield

@@ -40,7 +40,16 @@ from typing import Any
 
 from loguru import logger
 
-from autoscaler.cloud import CloudNode, CloudNodeStatus, FailureKind, LaunchRequest, Offering, Provider, ProviderError
+from autoscaler.cloud import (
+    CloudNode,
+    CloudNodeStatus,
+    FailureKind,
+    LaunchRequest,
+    Offering,
+    Provider,
+    ProviderError,
+    shared_reads,
+)
 from autoscaler.core import (
     RELEASE_GRACE_S,
     LaunchOutcome,
@@ -216,7 +225,8 @@ class Daemon:
             self.metrics.leader.set(1 if res.leader and not self.dry_run else 0)
             if res.leader and not self.dry_run:
                 self.store.set_leader(f"{os.uname().nodename}:{os.getpid()}", os.getpid(), now)
-            self._tick(now, res, act)
+            with shared_reads([self.provider]):
+                self._tick(now, res, act)
             res.ok = True
             self.metrics.ticks.labels(outcome="ok").inc()
             self.metrics.tick_succeeded(self.clock())

@@ -17,7 +17,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from loguru import logger
@@ -113,6 +114,8 @@ class GceProvider:
         self._reported: set[tuple[str, str, str, tuple[tuple[str, str], ...]]] = set()
         self._reported_resize: set[tuple[str, str, str]] = set()
         self.warnings: list[str] = []
+        #: within `shared_reads()`: (what, project, zone, group) -> its listing, read once
+        self._shared: dict[tuple[str, str, str, str], list[Any]] | None = None
 
     # ----------------------------------------------------------------- helpers
 
@@ -126,8 +129,35 @@ class GceProvider:
             raise InvalidRequest(f"{field}: unknown pool {name!r} (known: {', '.join(sorted(self._pools))})")
         return key, self._pools[key]
 
+    @contextmanager
+    def shared_reads(self) -> Iterator[None]:
+        """Inside (one daemon tick: `autoscaler.cloud.shared_reads`), each group's members and resize requests are
+        listed once and shared by every read: listing the nodes, polling errors and each launch's check of the
+        names taken read the same groups, twice to four times a tick before the twentieth round.  A launch or a
+        delete in a pool drops that pool's listings, so a read after it lists again.  Outside, every read lists."""
+        self._shared = {}
+        try:
+            yield
+        finally:
+            self._shared = None
+
+    def _listing(self, what: str, pool: Any, zone: str, read: Callable[[str, str, str], list[Any]]) -> list[Any]:
+        mig = mig_name(pool, zone)
+        if self._shared is None:
+            return read(pool.project, zone, mig)
+        key = (what, pool.project, zone, mig)
+        if key not in self._shared:
+            self._shared[key] = read(pool.project, zone, mig)
+        return self._shared[key]
+
+    def _wrote(self, pool: Any) -> None:
+        """A write in `pool`'s groups: its shared listings are stale."""
+        if self._shared:
+            migs = {mig_name(pool, z) for z in pool.zones}
+            self._shared = {k: v for k, v in self._shared.items() if not (k[1] == pool.project and k[3] in migs)}
+
     def _members(self, pool: Any) -> dict[str, list[ManagedVm]]:
-        return {zone: self.api.list_managed_instances(pool.project, zone, mig_name(pool, zone)) for zone in pool.zones}
+        return {z: self._listing("members", pool, z, self.api.list_managed_instances) for z in pool.zones}
 
     @staticmethod
     def _is_flex(pool: Any) -> bool:
@@ -137,7 +167,7 @@ class GceProvider:
         """Resize requests per zone of a flex-start pool (no calls for other pools)."""
         if not self._is_flex(pool):
             return {}
-        return {zone: self.api.list_resize_requests(pool.project, zone, mig_name(pool, zone)) for zone in pool.zones}
+        return {z: self._listing("resize", pool, z, self.api.list_resize_requests) for z in pool.zones}
 
     def _taken(self, pool: Any) -> tuple[dict[str, set[str]], set[str]]:
         """(names per zone that exist in the MIG or are queued in a pending resize request,
@@ -190,6 +220,12 @@ class GceProvider:
     def launch(self, request: LaunchRequest) -> LaunchResult:
         key, pool = self._pool(request.pool, "LaunchRequest.pool")
         self._check(request, pool)
+        try:
+            return self._launch(request, key, pool)
+        finally:
+            self._wrote(pool)
+
+    def _launch(self, request: LaunchRequest, key: str, pool: Any) -> LaunchResult:
         zone, mig = request.offering.zone, mig_name(pool, request.offering.zone)
         metadata = {META_REQUEST_ID: request.request_id, META_POOL: key, META_CREATED_AT: f"{self.clock():.3f}"}
         for attempt in range(2):
@@ -221,6 +257,7 @@ class GceProvider:
             except AlreadyExists:  # created concurrently (or by an earlier call): re-read and create the rest
                 if attempt:
                     raise
+                self._wrote(pool)
                 logger.info("gce launch {}: some of {} appeared meanwhile; re-reading {}", request.request_id, new, mig)
         logger.info("gce launch {}: {} new, {} already existed in {}", request.request_id, len(new), len(existing), mig)
         return LaunchResult(request_id=request.request_id, accepted=tuple(request.names), already_existed=existing)
@@ -241,9 +278,14 @@ class GceProvider:
 
     def delete(self, pool: str, names: Sequence[str]) -> None:
         _, p = self._pool(pool, "pool")
-        wanted = set(names)
-        if not wanted:
+        if not names:
             return
+        try:
+            self._delete(p, set(names))
+        finally:
+            self._wrote(p)
+
+    def _delete(self, p: Any, wanted: set[str]) -> None:
         call_id = str(uuid.uuid4())  # one logical delete: its retries share the GCE requestIds below
         for zone, requests in self._resize_requests(p).items():
             for rr in requests:
@@ -362,6 +404,7 @@ class GceProvider:
                 if rr.state in ("FAILED", "CANCELLED"):
                     try:
                         self.api.delete_resize_request(pool.project, zone, mig, rr.name)
+                        self._wrote(pool)
                     except NotFound:
                         pass
                     except ProviderError as exc:  # keep the mark: it is not reported twice; removal is retried

@@ -35,7 +35,15 @@ from typing import Any
 
 from loguru import logger
 
-from autoscaler.cloud import CloudNode, CloudNodeStatus, FailureKind, LaunchRequest, Provider, ProviderError
+from autoscaler.cloud import (
+    CloudNode,
+    CloudNodeStatus,
+    FailureKind,
+    LaunchRequest,
+    Provider,
+    ProviderError,
+    shared_reads,
+)
 from autoscaler.core import queue_depth, scale_down_steps
 from autoscaler.core.settings import ArrivalLog, SeenJob, SettingsTracker, shown_settings
 from autoscaler.daemon.settings_log import log_settings
@@ -185,7 +193,8 @@ class KubeDaemon:
         try:
             res.leader = self.elector.try_acquire()
             if res.leader:
-                self._tick(now, res)
+                with shared_reads(self._providers()):
+                    self._tick(now, res)
             res.ok = True
         except (KubeError, ProviderError, OSError) as exc:  # the API server or the cloud: retried next tick
             res.error = f"{type(exc).__name__}: {exc}"

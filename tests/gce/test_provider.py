@@ -15,6 +15,7 @@ from autoscaler.cloud import (
     Provider,
     QuotaExceeded,
     TransientError,
+    shared_reads,
 )
 from autoscaler.gce import GceProvider, RetryPolicy
 from fleet.catalog import CapacityType, load_catalog
@@ -342,3 +343,28 @@ def test_relaunching_a_name_still_being_deleted_waits(
         with pytest.raises(TransientError, match=r"LaunchRequest.names: \['c1-spot-0'\] are still being deleted"):
             launch(provider, "spot", zone, ("c1-spot-0", "c1-spot-1"), rid="req-2")
     assert fake.create_counts() == {"c1-spot-0": 1}
+
+
+def test_a_tick_s_reads_of_a_group_list_it_once_and_a_write_makes_the_next_read_list_again(
+    provider: GceProvider, fake: FakeCompute
+) -> None:
+    """Inside `shared_reads()` (one daemon tick) listing the nodes, polling errors and a launch's check of the taken
+    names read each zonal group once; the launch's own write drops the pool's listings, so the nodes it created are
+    listed.  Outside, every read lists."""
+    lists = lambda: fake.request_counts()[("listManagedInstances", 200)]  # noqa: E731
+    zones = len(provider.pools["spot"].zones)
+    before = lists()
+    with shared_reads([provider]):
+        provider.list_nodes(["spot"])
+        provider.poll_errors()
+        assert lists() - before == sum(len(p.zones) for p in provider.pools.values())  # each group once
+        before = lists()
+        launch(provider, "spot", ZONE_A, ("c1-spot-0",))
+        assert lists() == before  # the launch's check of the taken names read the shared listing
+        fake.wait_idle()
+        assert "c1-spot-0" in statuses(provider, "spot")  # the write dropped it: listed again
+        assert lists() - before == zones
+    before = lists()
+    provider.list_nodes(["spot"])
+    provider.list_nodes(["spot"])
+    assert lists() - before == 2 * zones

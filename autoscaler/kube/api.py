@@ -221,7 +221,7 @@ class KubeApi:
         labels = equality_selector(label_selector)
         cached = self.cache.read("machines") if self.cache is not None and labels is not None else None
         if cached is not None and labels is not None:
-            return [m for m in cached if _in(m, namespace, labels)]
+            return [m for m in cached if _matches(m, namespace, labels)]
         return self._call(
             self.custom.list_namespaced_custom_object,
             CAPI_GROUP,
@@ -251,7 +251,8 @@ class KubeApi:
         return self._call(self.coordination.replace_namespaced_lease, name, namespace, body)
 
 
-def _in(obj: dict[str, Any], namespace: str, labels: dict[str, str]) -> bool:
+def _matches(obj: dict[str, Any], namespace: str, labels: dict[str, str]) -> bool:
+    """Is `obj` in `namespace` with every one of `labels`?"""
     md = obj.get("metadata") or {}
     have = md.get("labels") or {}
     return md.get("namespace") == namespace and all(have.get(k) == v for k, v in labels.items())

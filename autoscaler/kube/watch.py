@@ -15,7 +15,6 @@ resource whose copy missed one of the daemon's own writes (`WatchCache.needs_lis
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -93,7 +92,9 @@ class Watches:
                 failing = False
             except KubeError as exc:
                 if exc.status == 410 and not self._stop.is_set():  # too old a version: list again, and look
-                    self.wake(f"{resource} watch expired")  # (an event may have been lost)
+                    if self.cache is not None:  # (an event may have been lost: the look lists, not the copy)
+                        self.cache.lost(resource)
+                    self.wake(f"{resource} watch expired")
                     continue
                 failing = self._failed(resource, exc, failing, unexpected=False)
             except Exception as exc:  # a malformed event or a client bug: never end the thread silently
@@ -123,7 +124,7 @@ class Watches:
         """List, then watch from the list's version until stopped or the cache asks for a fresh list (raises on
         a refusal or 410)."""
         cache = self.cache
-        listed_at = cache.clock() if cache is not None else time.monotonic()
+        listed_at = cache.clock() if cache is not None else 0.0
         items, version = self.api.listing(resource)
         with self._filter_lock:
             self.filter.seed(resource, items)

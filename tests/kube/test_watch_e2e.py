@@ -64,7 +64,15 @@ def test_the_watches_wake_on_a_new_request_and_resume_after_the_server_forgot_th
     fake = FakeKube()
     fake.start()
     woken: list[str] = []
-    w = Watches(KubeApi.from_kubeconfig(fake.kubeconfig()), woken.append, timeout_s=1).start()
+    copy_at_expiry: list[object] = []
+    cache = WatchCache()
+
+    def wake(reason: str) -> None:
+        woken.append(reason)
+        if reason.endswith("watch expired"):  # what the tick this wakes would read: not the copy, which missed events
+            copy_at_expiry.append(cache.read(reason.split()[0]))
+
+    w = Watches(KubeApi.from_kubeconfig(fake.kubeconfig()), wake, timeout_s=1, cache=cache).start()
     try:
         wait_for(lambda: all(fake.watches.get(r) for r in ("provisioningrequests", "nodes", "pods")))
         fake.create(pod_template("train", "team-a", 8))
@@ -74,6 +82,7 @@ def test_the_watches_wake_on_a_new_request_and_resume_after_the_server_forgot_th
         fake.compact()  # as etcd compaction: the request watch's last version is gone
         fake.create(ready_node("n2", {}))  # the node watch moves past the compaction
         wait_for(lambda: "provisioningrequests watch expired" in woken)  # 410 Gone -> listed again, one look
+        assert copy_at_expiry[0] is None
         opened = fake.watches["provisioningrequests"]
         # a request created before the re-list is in the list (the tick the expiry woke reads it), not an event
         wait_for(lambda: fake.watches["provisioningrequests"] > opened)  # listed again and watching from there

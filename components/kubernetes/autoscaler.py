@@ -3,8 +3,8 @@
 A Deployment of `replicas` pods (2 by default) running `fleet autoscaler run` on pinned code (an image by
 digest), one of which acts: leader election through the `coordination.k8s.io/v1` Lease named in the
 config.  The ServiceAccount gets exactly the API access the daemon uses (`rbac_rules`): read Nodes, Pods,
-PodDisruptionBudgets, Kueue Workloads / ClusterQueues / ResourceFlavors; answer ProvisioningRequests
-(status); cordon Nodes and evict Pods (the Eviction API honours PDBs); on Cluster API pools scale
+PodDisruptionBudgets, Kueue Workloads / ClusterQueues / ResourceFlavors, the PodTemplates requests name; book
+ProvisioningRequests (an annotation, patched) and answer them (status); cordon Nodes and evict Pods (the Eviction API honours PDBs); on Cluster API pools scale
 MachineDeployments and mark Machines for deletion; get/update its own Lease only.  On GKE the
 ServiceAccount maps to a Google service account through Workload Identity (MIG instance calls).
 The config file and the inventory come from a ConfigMap; /metrics and /healthz listen on the pod port
@@ -51,10 +51,12 @@ def rbac_rules(cluster_api: bool) -> list[dict[str, Any]]:
     rules = [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": [*READ, "patch"]},  # inventory; cordon
         {"apiGroups": [""], "resources": ["pods"], "verbs": READ},  # unschedulable pods; what runs on a node
+        {"apiGroups": [""], "resources": ["podtemplates"], "verbs": ["get"]},  # a request's pods (podSets' templates)
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},  # drain, PDBs respected
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},  # explain decisions
         {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": READ},
-        {"apiGroups": ["autoscaling.x-k8s.io"], "resources": ["provisioningrequests"], "verbs": READ},
+        # the booking is an annotation on the request, written (conditionally) before any launch
+        {"apiGroups": ["autoscaling.x-k8s.io"], "resources": ["provisioningrequests"], "verbs": [*READ, "patch"]},
         {
             "apiGroups": ["autoscaling.x-k8s.io"],
             "resources": ["provisioningrequests/status"],

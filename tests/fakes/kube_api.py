@@ -19,6 +19,13 @@ What it refuses, as the real server does (422 Invalid with a Status naming the f
 
 Eviction honours PodDisruptionBudgets (minAvailable / maxUnavailable over the pods their selector matches):
 an eviction that would break one is 429 TooManyRequests, as the Eviction API answers.
+
+With `rbac` set (RBAC PolicyRules, as a ClusterRole or Role carries them; a rule with a `namespace` key is a
+Role's, valid in that namespace only), every request over HTTP is authorized as the API server's RBAC
+authorizer does it (apiGroups, resources with `resource/subresource`, verbs get / list / watch / create /
+update / patch / delete, resourceNames, `*`): what no rule allows is 403 Forbidden.  The daemon's tests run
+with the rules the stack deploys for it, so a call the deployed ServiceAccount may not make fails the test.
+The store's own methods (`create`, `update`, `delete`: the test playing other controllers) are not checked.
 """
 
 from __future__ import annotations
@@ -244,6 +251,10 @@ class FakeKube:
     listed_objects: dict[str, int] = field(default_factory=dict)
     #: reads of one object (GET by name) served, by plural
     gets: dict[str, int] = field(default_factory=dict)
+    #: RBAC PolicyRules the client is bound to (None: everything is allowed); see the module docstring
+    rbac: list[dict[str, Any]] | None = None
+    #: requests refused by `rbac`: (verb, resource, namespace/name)
+    forbidden: list[tuple[str, str, str]] = field(default_factory=list)
     _changed: threading.Condition | None = None
     _stopping: bool = False
     _server: ThreadingHTTPServer | None = None
@@ -309,6 +320,7 @@ class FakeKube:
         res, ns, name, _ = self.route(parsed.path)
         if name is not None:
             raise ApiError(405, "MethodNotAllowed", "watch a collection (a name is a fieldSelector)")
+        self._authorize("watch", res, None, ns, None)
         labels, fields = q.get("labelSelector", ""), q.get("fieldSelector", "")
         deadline = time.monotonic() + float(q.get("timeoutSeconds") or 1800)
         with self.lock:
@@ -499,10 +511,38 @@ class FakeKube:
             raise ApiError(404, "NotFound", f"{res.plural} are namespaced")
         return res, ns, name, sub
 
+    def _authorize(self, verb: str, res: Resource, sub: str | None, ns: str, name: str | None) -> None:
+        """403 Forbidden unless a rule of `rbac` allows `verb` on the resource (module docstring)."""
+        if self.rbac is None:
+            return
+        resource = f"{res.plural}/{sub}" if sub else res.plural
+        for rule in self.rbac:
+            if (
+                ({res.group, "*"} & set(rule.get("apiGroups") or ()))
+                and ({resource, "*"} & set(rule.get("resources") or ()))
+                and ({verb, "*"} & set(rule.get("verbs") or ()))
+                and (not rule.get("resourceNames") or name in rule["resourceNames"])
+                and (rule.get("namespace") is None or rule["namespace"] == ns)
+            ):
+                return
+        with self.lock:
+            self.forbidden.append((verb, resource, f"{ns}/{name or ''}"))
+        group = f' in API group "{res.group}"' if res.group else ' in API group ""'
+        where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
+        raise ApiError(
+            403,
+            "Forbidden",
+            f'{resource} "{name or ""}" is forbidden: User "system:serviceaccount:gpu-fleet-system:'
+            f'gpu-fleet-autoscaler" cannot {verb} resource "{resource}"{group}{where}',
+        )
+
     def handle(self, method: str, url: str, body: Any, content_type: str) -> tuple[int, dict[str, Any]]:
         parsed = urlparse(url)
         q = {k: v[0] for k, v in parse_qs(parsed.query).items()}
         res, ns, name, sub = self.route(parsed.path)
+        verb = {"GET": "get" if name else "list", "POST": "create", "PUT": "update", "PATCH": "patch",
+                "DELETE": "delete" if name else "deletecollection"}.get(method, method.lower())  # fmt: skip
+        self._authorize(verb, res, sub, ns, name if not (method == "POST" and name is None) else None)
         if method == "GET" and name is None:
             with self.lock:
                 items = [

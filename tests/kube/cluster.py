@@ -90,6 +90,28 @@ def ready_node(name: str, labels: dict[str, str], gpus: int = 8, zone: str = "dc
     }
 
 
+#: the Lease the deployed Role lets the daemon get and update (the stack's config names it so)
+LEASE = "gpu-fleet-autoscaler"
+
+
+def deployed_rbac(cluster_api: bool, namespace: str = "gpu-fleet-system") -> list[dict[str, Any]]:
+    """The RBAC rules the stack binds the daemon's ServiceAccount to (components/kubernetes/autoscaler.py): its
+    ClusterRole, and its Lease Role's rules limited to the Role's namespace; the fake API server's `rbac`."""
+    from components.kubernetes.autoscaler import AutoscalerDeployment, manifests
+
+    deployment = AutoscalerDeployment(
+        cluster="test", namespace=namespace, image="gpu-fleet@sha256:" + "0" * 64, replicas=2, metrics_port=9464,
+        config="", inventory="", cluster_api_namespace="capi-system" if cluster_api else None,
+    )  # fmt: skip
+    rules: list[dict[str, Any]] = []
+    for obj in manifests(deployment):
+        if obj["kind"] == "ClusterRole":
+            rules += obj["rules"]
+        elif obj["kind"] == "Role":
+            rules += [{**r, "namespace": obj["metadata"]["namespace"]} for r in obj["rules"]]
+    return rules
+
+
 def bound_pod(name: str, namespace: str, node: str, phase: str = "Running", **annotations: str) -> dict[str, Any]:
     """A pod kube-scheduler bound to `node`, in `phase` (a Job's pod stays listed once Succeeded)."""
     md: dict[str, Any] = {"name": name, "namespace": namespace}

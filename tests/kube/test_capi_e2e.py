@@ -17,12 +17,15 @@ from autoscaler.model import Policy
 from fleet.inventory import InventoryPool, KubernetesSection, LeaseConfig
 from tests.fakes.kube_api import FakeKube
 from tests.kube.cluster import (
+    LEASE,
     POOL_LABEL,
     bound_pod,
     create_machine,
+    deployed_rbac,
     machine_deployment,
     pod_template,
     provisioning_request,
+    ready_node,
     reconcile_capi,
 )
 
@@ -51,15 +54,16 @@ class Clock:
 
 @pytest.fixture
 def cluster():
-    fake = FakeKube()
+    fake = FakeKube(rbac=deployed_rbac(cluster_api=True))  # the daemon may do only what the stack lets it
     fake.start()
     fake.create(machine_deployment("neo-h100", NS, "h100"))
     yield fake
     fake.stop()
+    assert not fake.forbidden, f"calls the deployed ServiceAccount may not make: {fake.forbidden}"
 
 
 def daemon(fake: FakeKube, clock: Clock, identity: str = "a", pools: list[InventoryPool] | None = None, **policy):
-    section = KubernetesSection(in_cluster=False, namespace="gpu-fleet-system", lease=LeaseConfig(name="gpu-fleet"))
+    section = KubernetesSection(in_cluster=False, namespace="gpu-fleet-system", lease=LeaseConfig(name=LEASE))
     return build_kube_daemon(
         section,
         pools or [capi_pool()],
@@ -200,6 +204,25 @@ def test_the_fake_refuses_what_the_real_schema_refuses(cluster: FakeKube) -> Non
     assert err.value.status == 422
 
 
+def test_the_fake_refuses_what_the_deployed_rbac_does_not_grant(cluster: FakeKube) -> None:
+    """The daemon's tests run bound to the rules the stack deploys (`deployed_rbac`): a call outside them is 403
+    Forbidden, as the API server's RBAC authorizer answers.  Before the twentieth round the deployed ClusterRole
+    granted neither reading PodTemplates nor patching a request's booking annotation, so the daemon as deployed
+    could serve no request; the fake allowed everything."""
+    from autoscaler.kube.api import KubeError
+
+    api = KubeApi.from_kubeconfig(cluster.kubeconfig())
+    cluster.create(pod_template("train", "team-a", 8))
+    assert api.pod_template("team-a", "train")["metadata"]["name"] == "train"
+    cluster.create(ready_node("n1", {}))
+    for call in (lambda: api.delete_node("n1"), lambda: api.lease("gpu-fleet-system", "another-lease")):
+        with pytest.raises(KubeError) as err:
+            call()
+        assert err.value.status == 403 and err.value.reason == "Forbidden"
+    assert [f[:2] for f in cluster.forbidden] == [("delete", "nodes"), ("get", "leases")]
+    cluster.forbidden.clear()  # refused on purpose here
+
+
 def test_unschedulable_pods_of_an_admitted_workload_get_capacity(cluster: FakeKube) -> None:
     """A workload whose request was Provisioned lost a node: its pods are Unschedulable again and no request
     stands for them; the daemon launches for them (one gang, both pods) and not twice."""
@@ -302,7 +325,7 @@ def test_the_daemon_times_a_workload_from_its_pods_and_the_rule_learns_the_mean_
 
     clock = Clock()
     clock.t = float(int(clock.t))  # the fake stamps whole seconds: the request is not created before the first tick
-    section = KubernetesSection(in_cluster=False, namespace="gpu-fleet-system", lease=LeaseConfig(name="gpu-fleet"))
+    section = KubernetesSection(in_cluster=False, namespace="gpu-fleet-system", lease=LeaseConfig(name=LEASE))
     d = build_kube_daemon(
         section, [capi_pool()], Policy(), api=KubeApi.from_kubeconfig(cluster.kubeconfig()), identity="a",
         clock=clock, settings=SettingsTracker(base=Policy(), boot_s=360.0),

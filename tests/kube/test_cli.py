@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from fleet.cli.main import app
 from tests.fakes.kube_api import FakeKube
-from tests.kube.cluster import machine_deployment, pod_template, provisioning_request
+from tests.kube.cluster import LEASE, deployed_rbac, machine_deployment, pod_template, provisioning_request
 from tests.kube.test_capi_e2e import NS, capi_pool
 
 runner = CliRunner()
@@ -24,7 +24,7 @@ def write_config(tmp_path: Path, fake: FakeKube, **extra: object) -> None:
     cfg = {
         "inventory": "inventory.json",
         "kubernetes": {"in_cluster": False, "kubeconfig": str(tmp_path / "kubeconfig"),
-                       "namespace": "gpu-fleet-system", "lease": {"name": "gpu-fleet"}},
+                       "namespace": "gpu-fleet-system", "lease": {"name": LEASE}},
         "metrics": {"enabled": False},
         **extra,
     }  # fmt: skip
@@ -32,7 +32,7 @@ def write_config(tmp_path: Path, fake: FakeKube, **extra: object) -> None:
 
 
 def test_one_tick_through_the_cli_serves_a_request(tmp_path: Path) -> None:
-    fake = FakeKube()
+    fake = FakeKube(rbac=deployed_rbac(cluster_api=True))
     fake.start()
     try:
         fake.create(machine_deployment("neo-h100", NS, "h100"))
@@ -47,6 +47,7 @@ def test_one_tick_through_the_cli_serves_a_request(tmp_path: Path) -> None:
         assert fake.get("machinedeployments", "neo-h100", NS)["spec"]["replicas"] == 1
     finally:
         fake.stop()
+    assert not fake.forbidden, fake.forbidden
 
 
 def test_a_bad_kubernetes_config_names_the_field(tmp_path: Path) -> None:
@@ -86,7 +87,7 @@ def test_the_daemon_as_run_serves_a_request_between_polls_through_its_watches_an
     import sys
     import time
 
-    fake = FakeKube()
+    fake = FakeKube(rbac=deployed_rbac(cluster_api=True))
     fake.start()
     proc = None
     try:
@@ -105,7 +106,7 @@ def test_the_daemon_as_run_serves_a_request_between_polls_through_its_watches_an
                 assert time.monotonic() < end, what
                 time.sleep(0.1)
 
-        until(lambda: fake.get("leases", "gpu-fleet", "gpu-fleet-system") is not None, "the first tick")
+        until(lambda: fake.get("leases", LEASE, "gpu-fleet-system") is not None, "the first tick")
         until(lambda: all(fake.watches.get(r) for r in ("provisioningrequests", "nodes", "pods")), "the watches")
         pod_lists = fake.lists.get("pods", 0)
         fake.create(pod_template("train", "team-a", 8))
@@ -118,3 +119,4 @@ def test_the_daemon_as_run_serves_a_request_between_polls_through_its_watches_an
         if proc is not None and proc.poll() is None:
             proc.kill()
         fake.stop()
+    assert not fake.forbidden, fake.forbidden

@@ -18,7 +18,7 @@ from fleet.inventory import InventoryPool, KubernetesSection, LeaseConfig, parse
 from tests.fakes.compute_api import FakeCompute
 from tests.fakes.fixtures import fake_compute_factory  # noqa: F401
 from tests.fakes.kube_api import FakeKube
-from tests.kube.cluster import pod_template, provisioning_request, ready_node
+from tests.kube.cluster import LEASE, deployed_rbac, pod_template, provisioning_request, ready_node
 
 ZONES = ["us-central1-a", "us-central1-b"]
 NODEPOOL = "cloud.google.com/gke-nodepool"
@@ -40,7 +40,7 @@ def gke_pool() -> InventoryPool:
 
 @pytest.fixture
 def env(fake_compute_factory: Callable[..., FakeCompute]):  # noqa: F811
-    kube = FakeKube()
+    kube = FakeKube(rbac=deployed_rbac(cluster_api=False))
     kube.start()
 
     def boot(name: str, zone: str) -> None:
@@ -55,13 +55,14 @@ def env(fake_compute_factory: Callable[..., FakeCompute]):  # noqa: F811
     compute.add_inventory([gke_inventory(gke_pool())])
     yield kube, compute
     kube.stop()
+    assert not kube.forbidden, f"calls the deployed ServiceAccount may not make: {kube.forbidden}"
 
 
 def make_daemon(kube: FakeKube, compute: FakeCompute):
     from autoscaler.gce import GceProvider, RetryPolicy
 
     retry = RetryPolicy(initial=0.01, maximum=0.05, deadline=5.0, attempt_timeout=2.0)
-    section = KubernetesSection(in_cluster=False, namespace="gpu-fleet-system", lease=LeaseConfig(name="gpu-fleet"))
+    section = KubernetesSection(in_cluster=False, namespace="gpu-fleet-system", lease=LeaseConfig(name=LEASE))
     return build_kube_daemon(
         section,
         [gke_pool()],

@@ -9,7 +9,7 @@ import pytest
 
 from autoscaler.kube.capi import APPLIED
 from tests.fakes.kube_api import FakeKube
-from tests.kube.cluster import pod_template, provisioning_request, reconcile_capi
+from tests.kube.cluster import LEASE, pod_template, provisioning_request, reconcile_capi
 from tests.kube.test_capi_e2e import NS, Clock, cluster, cond, daemon, replicas  # noqa: F401
 
 
@@ -49,5 +49,5 @@ def test_the_other_replica_takes_over_with_no_double_launch(cluster: FakeKube, w
     b.tick()
     assert cond(cluster, "wl-1", "Provisioned")["status"] == "True"
     assert replicas(cluster) == 3 and len(cluster.list("machines", NS)) == 3
-    lease = cluster.get("leases", "gpu-fleet", "gpu-fleet-system")
+    lease = cluster.get("leases", LEASE, "gpu-fleet-system")
     assert lease["spec"]["holderIdentity"] == "replica-b" and lease["spec"]["leaseTransitions"] == 1

@@ -4,8 +4,10 @@ A Deployment of `replicas` pods (2 by default) running `fleet autoscaler run` on
 digest), one of which acts: leader election through the `coordination.k8s.io/v1` Lease named in the
 config.  The ServiceAccount gets exactly the API access the daemon uses (`rbac_rules`): read Nodes, Pods,
 PodDisruptionBudgets, Kueue Workloads / ClusterQueues / ResourceFlavors, the PodTemplates requests name; book
-ProvisioningRequests (an annotation, patched) and answer them (status); cordon Nodes and evict Pods (the Eviction API honours PDBs); on Cluster API pools scale
-MachineDeployments and mark Machines for deletion; get/update its own Lease only.  On GKE the
+ProvisioningRequests (an annotation, patched) and answer them (status); cordon Nodes and evict Pods (the
+Eviction API honours PDBs); on Cluster API pools scale MachineDeployments and mark Machines for deletion;
+get/update its own Lease only.  The daemon's e2e tests run against a fake API server that enforces exactly
+these rules (tests/kube/cluster.py `deployed_rbac`).  On GKE the
 ServiceAccount maps to a Google service account through Workload Identity (MIG instance calls).
 The config file and the inventory come from a ConfigMap; /metrics and /healthz listen on the pod port
 (probes, a ClusterIP Service for scraping).  Shape of the config: `fleet.inventory.KubernetesSection`,

@@ -132,9 +132,6 @@ class KubeApi:
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace}}
         self._call(self.core.create_namespaced_pod_eviction, pod, namespace, body)
 
-    def delete_node(self, name: str) -> None:
-        self._call(self.core.delete_node, name)
-
     # ---- watches (autoscaler/kube/watch.py) ---------------------------------------------------------
     def _lister(self, resource: str) -> tuple[Any, tuple[str, ...]]:
         if resource == "nodes":

@@ -25,7 +25,6 @@ CONFIG_FILE = f"{CONFIG_DIR}/autoscaler.yaml"
 INVENTORY_FILE = f"{CONFIG_DIR}/inventory.json"
 STATE_DIR = "/var/lib/gpu-fleet"
 WORKLOAD_IDENTITY_ANNOTATION = "iam.gke.io/gcp-service-account"
-READ = ["get", "list", "watch"]
 
 
 @dataclass(frozen=True)
@@ -49,39 +48,28 @@ class AutoscalerDeployment:
 
 
 def rbac_rules(cluster_api: bool) -> list[dict[str, Any]]:
-    """Cluster-wide access, each rule for one thing the daemon does (see the module docstring)."""
+    """Cluster-wide access: exactly the calls `autoscaler.kube.api.KubeApi` makes, each rule for one thing the
+    daemon does (the e2e tests run against a fake API server that enforces these rules, so a call missing here
+    fails them; `tests/components/test_kube_manifests.py` pins the list, so a grant added here is deliberate).
+    Before the twentieth round the role also granted reads of PodDisruptionBudgets (the Eviction API checks them
+    itself), of Kueue's objects and of single Nodes and Pods, events, the MachineDeployment scale subresource and
+    status updates, none of which the daemon uses, and lacked two it needs (PodTemplates, the booking patch)."""
+    watch = ["list", "watch"]  # read through the watches' copy (autoscaler/kube/cache.py), never one by name
+    pr, capi = "autoscaling.x-k8s.io", "cluster.x-k8s.io"
     rules = [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": [*READ, "patch"]},  # inventory; cordon
-        {"apiGroups": [""], "resources": ["pods"], "verbs": READ},  # unschedulable pods; what runs on a node
-        {"apiGroups": [""], "resources": ["podtemplates"], "verbs": ["get"]},  # a request's pods (podSets' templates)
-        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},  # drain, PDBs respected
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},  # explain decisions
-        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": READ},
-        # the booking is an annotation on the request, written (conditionally) before any launch
-        {"apiGroups": ["autoscaling.x-k8s.io"], "resources": ["provisioningrequests"], "verbs": [*READ, "patch"]},
-        {
-            "apiGroups": ["autoscaling.x-k8s.io"],
-            "resources": ["provisioningrequests/status"],
-            "verbs": ["update", "patch"],
-        },
-        {
-            "apiGroups": ["kueue.x-k8s.io"],
-            "resources": ["workloads", "clusterqueues", "resourceflavors"],
-            "verbs": READ,
-        },
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": [*watch, "patch"]},  # inventory; cordon
+        {"apiGroups": [""], "resources": ["pods"], "verbs": watch},  # what runs where; unschedulable pods
+        {"apiGroups": [""], "resources": ["podtemplates"], "verbs": ["get"]},  # what a request's pods ask for
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},  # DaemonSet pods of an empty node
+        # the requests; the booking is an annotation on the request, written (conditionally) before any launch
+        {"apiGroups": [pr], "resources": ["provisioningrequests"], "verbs": [*watch, "patch"]},
+        {"apiGroups": [pr], "resources": ["provisioningrequests/status"], "verbs": ["patch"]},  # the answer
     ]
     if cluster_api:
-        rules.append(
-            {"apiGroups": ["cluster.x-k8s.io"], "resources": ["machinedeployments"], "verbs": [*READ, "patch"]}
-        )
-        rules.append(
-            {
-                "apiGroups": ["cluster.x-k8s.io"],
-                "resources": ["machinedeployments/scale"],
-                "verbs": ["get", "update", "patch"],
-            }
-        )
-        rules.append({"apiGroups": ["cluster.x-k8s.io"], "resources": ["machines"], "verbs": [*READ, "patch"]})
+        rules += [
+            {"apiGroups": [capi], "resources": ["machinedeployments"], "verbs": ["get", "patch"]},  # replicas
+            {"apiGroups": [capi], "resources": ["machines"], "verbs": [*watch, "patch"]},  # the delete mark
+        ]
     return rules
 
 

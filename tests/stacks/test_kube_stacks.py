@@ -270,8 +270,9 @@ def test_autoscaler_deployment_two_replicas_lease_and_least_privilege(kube_examp
     }
     assert all("*" not in v and not {"delete", "deletecollection"} & v for v in verbs.values())
     assert ("", "secrets") not in verbs and ("", "pods/eviction") in verbs
-    assert verbs[("autoscaling.x-k8s.io", "provisioningrequests/status")] == {"update", "patch"}
-    capi = ("cluster.x-k8s.io", "machinedeployments/scale") in verbs
+    assert verbs[("autoscaling.x-k8s.io", "provisioningrequests/status")] == {"patch"}
+    assert verbs[("", "podtemplates")] == {"get"}  # the deployed daemon reads the templates requests name
+    capi = ("cluster.x-k8s.io", "machines") in verbs
     assert capi == (kube_example.stack == "k8s-neocloud-kueue")
     (lease_role,) = of_kind(kube_example, "Role")
     named = [r for r in lease_role["rules"] if "resourceNames" in r]

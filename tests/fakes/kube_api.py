@@ -13,6 +13,7 @@ collection, bookmarks (a server may send none).
 What it refuses, as the real server does (422 Invalid with a Status naming the field):
 - custom resources that do not validate against the real CRD schemas (fleet.schemas: openAPIV3Schema with
   unknown fields refused, the CRDs' CEL rules);
+- a field selector on a field the API does not index for that resource (400 BadRequest);
 - core objects the API's generated models refuse (the `kubernetes` client's models are generated from the
   API server's OpenAPI spec: a required field missing or of the wrong kind is refused), names that are not
   DNS-1123 subdomains, a kind or apiVersion that does not match the URL.
@@ -199,6 +200,25 @@ def _field(obj: dict[str, Any], dotted: str) -> Any:
     return cur
 
 
+#: the field selectors the API server supports beyond metadata.name / metadata.namespace (kubernetes.io/docs,
+#: "Field Selectors", "List of supported fields"); any other field is 400 BadRequest, as the server answers
+SELECTABLE_FIELDS = {
+    "pods": {
+        "spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName", "spec.hostNetwork",
+        "status.phase", "status.podIP", "status.nominatedNodeName",
+    },
+    "nodes": {"spec.unschedulable"},
+}  # fmt: skip
+
+
+def _check_field_selector(plural: str, selector: str) -> None:
+    allowed = {"metadata.name", "metadata.namespace", *SELECTABLE_FIELDS.get(plural, ())}
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        key = term.split("!=" if "!=" in term else "=", 1)[0].strip()
+        if key not in allowed:
+            raise ApiError(400, "BadRequest", f"field label not supported: {key}")
+
+
 def _fields_match(obj: dict[str, Any], selector: str) -> bool:
     for term in filter(None, (t.strip() for t in selector.split(","))):
         neg = "!=" in term
@@ -322,6 +342,7 @@ class FakeKube:
             raise ApiError(405, "MethodNotAllowed", "watch a collection (a name is a fieldSelector)")
         self._authorize("watch", res, None, ns, None)
         labels, fields = q.get("labelSelector", ""), q.get("fieldSelector", "")
+        _check_field_selector(res.plural, fields)
         deadline = time.monotonic() + float(q.get("timeoutSeconds") or 1800)
         with self.lock:
             self.watches[res.plural] = self.watches.get(res.plural, 0) + 1
@@ -544,6 +565,7 @@ class FakeKube:
                 "DELETE": "delete" if name else "deletecollection"}.get(method, method.lower())  # fmt: skip
         self._authorize(verb, res, sub, ns, name if not (method == "POST" and name is None) else None)
         if method == "GET" and name is None:
+            _check_field_selector(res.plural, q.get("fieldSelector", ""))
             with self.lock:
                 items = [
                     copy.deepcopy(o)

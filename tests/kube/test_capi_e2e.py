@@ -224,6 +224,19 @@ def test_the_fake_refuses_what_the_deployed_rbac_does_not_grant(cluster: FakeKub
     cluster.forbidden.clear()  # refused on purpose here
 
 
+def test_the_fake_refuses_a_field_selector_the_api_server_does_not_index(cluster: FakeKube) -> None:
+    """The daemon lists a node's pods by `spec.nodeName`, which the API server indexes; a field it does not (a
+    Pod's `status.hostIP`) is 400 BadRequest there, and here."""
+    from autoscaler.kube.api import KubeError
+
+    api = KubeApi.from_kubeconfig(cluster.kubeconfig())
+    cluster.create(bound_pod("p-0", "team-a", "n1"))
+    assert [p["metadata"]["name"] for p in api.pods_on("n1")] == ["p-0"] and api.pods_on("n2") == []
+    with pytest.raises(KubeError) as err:
+        api._call(api.core.list_pod_for_all_namespaces, field_selector="status.hostIP=10.0.0.1")
+    assert err.value.status == 400 and "field label not supported: status.hostIP" in err.value.message
+
+
 def test_unschedulable_pods_of_an_admitted_workload_get_capacity(cluster: FakeKube) -> None:
     """A workload whose request was Provisioned lost a node: its pods are Unschedulable again and no request
     stands for them; the daemon launches for them (one gang, both pods) and not twice."""

@@ -7,8 +7,9 @@ field selectors), get, create, replace (PUT, resourceVersion preconditions -> 40
 strategic-merge treated as merge, JSON patch), delete, and watch (`?watch=true`: a chunked stream of
 `{"type": ADDED|MODIFIED|DELETED, "object": ...}` lines after the given resourceVersion, for `timeoutSeconds`;
 without a version, or with "0", the objects that exist come first as ADDED; a version older than the last
-`compact()` gets the API's 410 Gone as an ERROR event).  Not served: server-side apply, finalizers, garbage
-collection, bookmarks (a server may send none).
+`compact()` gets the API's 410 Gone as an ERROR event; with `allowWatchBookmarks` a BOOKMARK carrying the last
+version ends each stream, as the server sends one before it closes a watch).  Not served: server-side apply,
+finalizers, garbage collection.
 
 What it refuses, as the real server does (422 Invalid with a Status naming the field):
 - custom resources that do not validate against the real CRD schemas (fleet.schemas: openAPIV3Schema with
@@ -262,6 +263,9 @@ class FakeKube:
     compacted: int = 0
     #: watch streams served (opened), by plural
     watches: dict[str, int] = field(default_factory=dict)
+    #: end each stream with a BOOKMARK when the client allows them (False: a server that sends none, so an idle
+    #: watch's version goes stale and a compaction expires it)
+    bookmarks: bool = True
     #: plurals whose watch streams stall: held open without a byte (no event, no end at timeoutSeconds), as behind
     #: a proxy that stops forwarding, until taken out of the set
     stalled: set[str] = field(default_factory=set)
@@ -384,6 +388,10 @@ class FakeKube:
                         break
                     self._changed.wait(0.1 if stalled else max(0.0, min(0.5, deadline - time.monotonic())))
             if not new:
+                if self.bookmarks and q.get("allowWatchBookmarks") in ("true", "1") and not self._stopping:
+                    # the server's last word before it closes a stream: how far the client has seen
+                    yield {"type": "BOOKMARK", "object": {"kind": res.kind, "apiVersion": res.api_version,
+                                                          "metadata": {"resourceVersion": str(after)}}}  # fmt: skip
                 return
             for rv, kind, plural, ons, obj in new:
                 after = rv

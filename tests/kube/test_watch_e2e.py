@@ -61,7 +61,7 @@ def running(d: KubeDaemon, fake: FakeKube, *, cache: bool = True) -> Iterator[Ku
 
 
 def test_the_watches_wake_on_a_new_request_and_resume_after_the_server_forgot_their_version() -> None:
-    fake = FakeKube()
+    fake = FakeKube(bookmarks=False)  # no bookmark keeps the idle request watch's version fresh: compaction expires it
     fake.start()
     woken: list[str] = []
     copy_at_expiry: list[object] = []
@@ -88,6 +88,33 @@ def test_the_watches_wake_on_a_new_request_and_resume_after_the_server_forgot_th
         wait_for(lambda: fake.watches["provisioningrequests"] > opened)  # listed again and watching from there
         fake.create(provisioning_request("wl-2", "team-a", "train", 1))
         wait_for(lambda: woken.count("request created") == 2)
+    finally:
+        w.stop()
+        fake.stop()
+
+
+def test_bookmarks_keep_an_idle_watch_current_so_a_compaction_does_not_expire_it() -> None:
+    """The daemon asks for bookmarks, and a stream's closing BOOKMARK moves its version on though nothing it watches
+    changed: after etcd compacts, the idle request watch resumes where it was instead of listing again."""
+    fake = FakeKube()
+    fake.start()
+    fake.create(ready_node("n-first", {}))  # the list's version is not "0" (which a watch resumes from anywhere)
+    woken: list[str] = []
+    w = Watches(KubeApi.from_kubeconfig(fake.kubeconfig()), woken.append, resources=("provisioningrequests",),
+                timeout_s=1).start()  # fmt: skip
+    try:
+        wait_for(lambda: fake.watches.get("provisioningrequests"))
+        opened = fake.watches["provisioningrequests"]
+        for i in range(3):
+            fake.create(ready_node(f"n{i}", {}))  # other resources move the store's version on
+        wait_for(lambda: fake.watches["provisioningrequests"] >= opened + 2)  # a stream ended with its bookmark
+        fake.compact()
+        again = fake.watches["provisioningrequests"]
+        wait_for(lambda: fake.watches["provisioningrequests"] >= again + 2)  # resumed, twice, past the compaction
+        assert "provisioningrequests watch expired" not in woken
+        fake.create(pod_template("train", "team-a", 8))
+        fake.create(provisioning_request("wl-1", "team-a", "train", 1))
+        wait_for(lambda: "request created" in woken)
     finally:
         w.stop()
         fake.stop()
@@ -176,8 +203,8 @@ def test_a_watch_that_stalls_without_closing_sends_the_reads_live_within_its_rea
     try:
         wait_for(lambda: api.cache is not None and api.cache.read("nodes") is not None)
         fake.stalled.add("nodes")
-        opened = fake.watches["nodes"]
-        wait_for(lambda: fake.watches["nodes"] > opened)  # the streams from now on stall
+        opened = fake.watches.get("nodes", 0)
+        wait_for(lambda: fake.watches.get("nodes", 0) > opened)  # the streams from now on stall
         fake.create(ready_node("n2", {}))  # its event never comes
         wait_for(lambda: "n2" in {n["metadata"]["name"] for n in api.nodes()}, timeout=10)
     finally:

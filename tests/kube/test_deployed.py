@@ -1,10 +1,12 @@
-"""The Kubernetes daemon as the stack deploys it, run: the Deployment's own arguments, the ConfigMap's files where
-the Deployment mounts them, bound to the ClusterRole and Role the stack creates, against the stack's own
-MachineDeployments in the fake API server.  A Kueue workload's ProvisioningRequest gets a node in one of them.
+"""The Kubernetes daemon as the stacks deploy it, run: the Deployment's own arguments, the ConfigMap's files where
+the Deployment mounts them, bound to the ClusterRole and Role the stack creates, against the stack's own node
+groups: the MachineDeployments of `k8s-neocloud-kueue` in the fake API server, the GKE node pools' MIGs of
+`gke-a3ultra-kueue` in the fake Compute server.  A Kueue workload's ProvisioningRequest gets a node in one of them.
 
-Two things differ from a pod, and only those: the ConfigMap's mount point is a temporary directory (the paths in
-its files are rewritten to it), and the API server is the fake, reached through a kubeconfig instead of the pod's
-service-account token.  `--once` is added so the test ends after one tick."""
+What differs from a pod, and only that: the ConfigMap's mount point is a temporary directory (the paths in its
+files are rewritten to it); the API server is the fake, reached through a kubeconfig instead of the pod's
+service-account token; on GKE the Compute API is the fake, reached anonymously instead of through Workload
+Identity.  `--once` is added so the test ends after one tick."""
 
 from __future__ import annotations
 
@@ -15,11 +17,11 @@ import yaml
 from typer.testing import CliRunner
 
 from fleet.cli.main import app
+from fleet.inventory import parse_inventory
+from tests.fakes.compute_api import FakeCompute
 from tests.fakes.kube_api import FakeKube
 from tests.kube.cluster import pod_template, provisioning_request
 from tests.stacks.test_kube_stacks import of_kind, synthesized
-
-STACK = "k8s-neocloud-kueue"
 
 
 def bound_rules(syn: Any, service_account: str) -> list[dict[str, Any]]:
@@ -36,49 +38,97 @@ def bound_rules(syn: Any, service_account: str) -> list[dict[str, Any]]:
     return rules
 
 
-def test_the_deployed_daemon_serves_a_request_on_the_stack_s_machine_deployments(tmp_path: Path) -> None:
-    syn = synthesized(STACK)
-    (deployment,) = of_kind(syn, "Deployment")
-    (configmap,) = of_kind(syn, "ConfigMap")
-    pod = deployment["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    volume = next(
-        v["name"] for v in pod["volumes"] if (v.get("configMap") or {}).get("name") == configmap["metadata"]["name"]
+class Deployed:
+    """The daemon's Deployment and ConfigMap of a synthesized stack, with the ConfigMap's files written under
+    `tmp_path` (its mount point, the paths in the files rewritten to it)."""
+
+    def __init__(self, stack: str, tmp_path: Path) -> None:
+        self.syn = syn = synthesized(stack)
+        (deployment,) = of_kind(syn, "Deployment")
+        (configmap,) = of_kind(syn, "ConfigMap")
+        self.pod = pod = deployment["spec"]["template"]["spec"]
+        (self.container,) = pod["containers"]
+        volume = next(
+            v["name"] for v in pod["volumes"] if (v.get("configMap") or {}).get("name") == configmap["metadata"]["name"]
+        )
+        self.mount = next(m["mountPath"] for m in self.container["volumeMounts"] if m["name"] == volume)
+        self.etc = tmp_path / "etc-gpu-fleet"
+        self.etc.mkdir()
+        for key, text in configmap["data"].items():
+            (self.etc / key).write_text(text.replace(self.mount, str(self.etc)))
+        self.config = yaml.safe_load((self.etc / "autoscaler.yaml").read_text())
+        self.tmp = tmp_path
+
+    def fake_kube(self) -> FakeKube:
+        """The fake API server, bound to the RBAC the stack gives the Deployment's ServiceAccount, and the config
+        pointed at it."""
+        fake = FakeKube(rbac=bound_rules(self.syn, self.pod["serviceAccountName"]))
+        fake.start()
+        (self.tmp / "kubeconfig").write_text(yaml.safe_dump(fake.kubeconfig()))
+        self.config["kubernetes"].update(in_cluster=False, kubeconfig=str(self.tmp / "kubeconfig"))
+        return fake
+
+    def run_once(self) -> Any:
+        (self.etc / "autoscaler.yaml").write_text(yaml.safe_dump(self.config))
+        args = [a.replace(self.mount, str(self.etc)) for a in self.container["args"]]
+        env = {e["name"]: "gpu-fleet-autoscaler-0" for e in self.container["env"] if e["name"] == "POD_NAME"}
+        return CliRunner().invoke(app, [*args, "--once"], env=env)
+
+    def namespaces(self) -> list[str]:
+        return [n["metadata"]["name"] for n in of_kind(self.syn, "Namespace")]
+
+
+def accepted(fake: FakeKube, name: str, namespace: str) -> bool:
+    pr = fake.get("provisioningrequests", name, namespace)
+    return any(
+        c["type"] == "Accepted" and c["status"] == "True" for c in (pr.get("status") or {}).get("conditions", [])
     )
-    mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == volume)
 
-    etc = tmp_path / "etc-gpu-fleet"  # the ConfigMap, mounted
-    etc.mkdir()
-    for key, text in configmap["data"].items():
-        (etc / key).write_text(text.replace(mount, str(etc)))
 
-    fake = FakeKube(rbac=bound_rules(syn, pod["serviceAccountName"]))
-    fake.start()
+def test_the_deployed_daemon_serves_a_request_on_the_stack_s_machine_deployments(tmp_path: Path) -> None:
+    d = Deployed("k8s-neocloud-kueue", tmp_path)
+    fake = d.fake_kube()
     try:
-        for md in of_kind(syn, "MachineDeployment"):
+        for md in of_kind(d.syn, "MachineDeployment"):
             fake.create(md)
-        (tmp_path / "kubeconfig").write_text(yaml.safe_dump(fake.kubeconfig()))
-        config = yaml.safe_load((etc / "autoscaler.yaml").read_text())
-        config["kubernetes"].update(in_cluster=False, kubeconfig=str(tmp_path / "kubeconfig"))
-        (etc / "autoscaler.yaml").write_text(yaml.safe_dump(config))
-
-        # a workload Kueue admitted in one of the stack's namespaces: its ProvisioningRequest and PodTemplate
-        namespaces = [n["metadata"]["name"] for n in of_kind(syn, "Namespace")]
-        assert "training" in namespaces
+        assert "training" in d.namespaces()  # a workload Kueue admitted there: its request and template
         fake.create(pod_template("train", "training", 8))
         fake.create(provisioning_request("wl-1", "training", "train", 1))
-
-        args = [a.replace(mount, str(etc)) for a in container["args"]]
-        env = {e["name"]: "gpu-fleet-autoscaler-0" for e in container["env"] if e["name"] == "POD_NAME"}
-        res = CliRunner().invoke(app, [*args, "--once"], env=env)
+        res = d.run_once()
         assert res.exit_code == 0, res.output
-        replicas = {
-            md["metadata"]["name"]: int(md["spec"].get("replicas") or 0) for md in fake.list("machinedeployments")
-        }
+        replicas = {m["metadata"]["name"]: int(m["spec"].get("replicas") or 0) for m in fake.list("machinedeployments")}
         assert sum(replicas.values()) == 1, replicas  # one 8-GPU node in one of the stack's pools
-        pr = fake.get("provisioningrequests", "wl-1", "training")
-        assert any(c["type"] == "Accepted" and c["status"] == "True" for c in pr["status"]["conditions"])
-        assert fake.get("leases", config["kubernetes"]["lease"]["name"], config["kubernetes"]["namespace"])
+        assert accepted(fake, "wl-1", "training")
+        lease = d.config["kubernetes"]["lease"]["name"]
+        assert fake.get("leases", lease, d.config["kubernetes"]["namespace"])
     finally:
         fake.stop()
+    assert not fake.forbidden, f"calls the deployed ServiceAccount may not make: {fake.forbidden}"
+
+
+def test_the_deployed_gke_daemon_creates_a_node_in_one_of_the_stack_s_node_pool_migs(tmp_path: Path) -> None:
+    d = Deployed("gke-a3ultra-kueue", tmp_path)
+    pools = parse_inventory(yaml.safe_load((d.etc / "inventory.json").read_text()))
+    compute = FakeCompute(pools[0].project).start()
+    fake = d.fake_kube()
+    try:
+        compute.add_inventory(pools)
+        for p in pools:  # the reservations the stack's pools consume: bought beforehand, not created by the stack
+            if p.reservation:
+                compute.add_reservation(p.zones[0], p.reservation, p.machine_type, count=4)
+        d.config["provider"].update(endpoint=compute.url, anonymous=True)
+        namespace = next(n for n in d.namespaces() if n != "gpu-fleet-system")
+        fake.create(pod_template("train", namespace, 8))
+        fake.create(provisioning_request("wl-1", namespace, "train", 1))
+        res = d.run_once()
+        assert res.exit_code == 0, res.output
+        created = compute.create_counts()
+        assert len(created) == 1 and set(created.values()) == {1}, created  # one named node, created once
+        (mig,) = [m for m in compute.state.migs.values() if m.target_size]  # in a MIG of the stack's node pools
+        assert mig.name in {g for p in pools for g in p.instance_groups.values()}
+        assert mig.reservation  # a workload that does not tolerate spot: the reserved pool, paid for already
+        assert accepted(fake, "wl-1", namespace)
+    finally:
+        fake.stop()
+        compute.stop()
     assert not fake.forbidden, f"calls the deployed ServiceAccount may not make: {fake.forbidden}"

@@ -132,3 +132,34 @@ def test_the_deployed_gke_daemon_creates_a_node_in_one_of_the_stack_s_node_pool_
         fake.stop()
         compute.stop()
     assert not fake.forbidden, f"calls the deployed ServiceAccount may not make: {fake.forbidden}"
+
+
+def test_each_kueue_flavor_of_the_stack_gets_nodes_from_its_own_machine_deployment(tmp_path: Path) -> None:
+    """Kueue puts a flavor's `nodeLabels` (and tolerations) on the pods it admits under that flavor, and so on the
+    PodTemplates of their ProvisioningRequest: the daemon must read the stack's ResourceFlavors and its own
+    inventory's pool labels alike, or a flavor's workloads would get another pool's nodes, or none."""
+    d = Deployed("k8s-neocloud-kueue", tmp_path)
+    fake = d.fake_kube()
+    try:
+        mds = of_kind(d.syn, "MachineDeployment")
+        for md in mds:
+            fake.create(md)
+        flavors = of_kind(d.syn, "ResourceFlavor")
+        assert len(flavors) == len(mds) >= 2
+        for i, flavor in enumerate(flavors):
+            template = pod_template(f"t{i}", "training", 1, selector=dict(flavor["spec"]["nodeLabels"]))
+            template["template"]["spec"]["tolerations"] = flavor["spec"].get("tolerations", [])
+            fake.create(template)
+            fake.create(provisioning_request(f"wl-{i}", "training", f"t{i}", 1))
+        res = d.run_once()
+        assert res.exit_code == 0, res.output
+        for flavor in flavors:
+            (md,) = [
+                m
+                for m in fake.list("machinedeployments")
+                if flavor["spec"]["nodeLabels"].items() <= m["spec"]["template"]["metadata"]["labels"].items()
+            ]
+            assert int(md["spec"].get("replicas") or 0) == 1, (flavor["metadata"]["name"], md["metadata"]["name"])
+    finally:
+        fake.stop()
+    assert not fake.forbidden, fake.forbidden

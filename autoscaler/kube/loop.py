@@ -578,18 +578,18 @@ class KubeDaemon:
                     self.api.cordon(f.name)
                     res.cordoned.append(f.name)
                     continue
-                # the node's pods as the API server has them now (not the tick's read, nor the watches' cache)
-                if not self._evict_daemonsets(f.name, self.api.pods_on(f.name)):
+                if not self._evict_daemonsets(f.name):
                     continue  # work arrived since the read, or a PodDisruptionBudget says wait: next tick
                 self.kp.providers[step.pool].delete(step.pool, [name])
                 res.deleted.append(name)
                 self.idle_since.pop(name, None)
 
-    def _evict_daemonsets(self, node: str, pods: Sequence[Mapping[str, Any]]) -> bool:
+    def _evict_daemonsets(self, node: str) -> bool:
         """Evict the DaemonSet pods of an empty node through the Eviction API; False (nothing evicted) when a pod
-        that holds the node (`holds_node`) is on it, False when a PDB refuses.  A static pod's mirror goes with
-        its node, and a finished pod holds nothing: neither is evicted nor keeps the node."""
-        mine = [p for p in pods if (p.get("spec") or {}).get("nodeName") == node]
+        that holds the node (`holds_node`) is on it, False when a PDB refuses.  The node's pods are listed from the
+        API server now (`pods_on`), not taken from the tick's read nor the watches' cache.  A static pod's mirror
+        goes with its node, and a finished pod holds nothing: neither is evicted nor keeps the node."""
+        mine = self.api.pods_on(node)
         if any(holds_node(p) for p in mine):
             return False  # work arrived since the read: leave the node alone
         for p in mine:

@@ -44,7 +44,7 @@ from typing import Any
 
 from autoscaler.cloud import ProviderError
 from autoscaler.core.settings import ArrivalLog, SeenJob, SettingsTracker
-from autoscaler.kube.wake import MIN_GAP_S, WAKE_LATENCY_S
+from autoscaler.kube.wake import MIN_GAP_S, WAKE_LATENCY_S, next_tick_at
 from autoscaler.model import (
     Command,
     DeleteNodes,
@@ -240,8 +240,8 @@ class GpuFleetKubePolicy:
         return woke
 
     def _wake_for_event(self, at: float) -> None:
-        if self._last_tick is not None:
-            at = max(at, self._last_tick + MIN_GAP_S)
+        """A tick due `at`, no sooner than the loop's gap after the last one (`wake.next_tick_at`, as the daemon)."""
+        at = next_tick_at(at, next_poll=math.inf, last_tick=self._last_tick, woken=True, min_gap_s=MIN_GAP_S)
         if self._woken_at is None or at < self._woken_at:
             self._woken_at = at
 

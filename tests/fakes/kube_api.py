@@ -571,7 +571,7 @@ class FakeKube:
         res, ns, name, sub = self.route(parsed.path)
         verb = {"GET": "get" if name else "list", "POST": "create", "PUT": "update", "PATCH": "patch",
                 "DELETE": "delete" if name else "deletecollection"}.get(method, method.lower())  # fmt: skip
-        self._authorize(verb, res, sub, ns, name if not (method == "POST" and name is None) else None)
+        self._authorize(verb, res, sub, ns, name)
         if method == "GET" and name is None:
             _check_field_selector(res.plural, q.get("fieldSelector", ""))
             with self.lock:

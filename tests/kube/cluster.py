@@ -103,12 +103,21 @@ def deployed_rbac(cluster_api: bool, namespace: str = "gpu-fleet-system") -> lis
         cluster="test", namespace=namespace, image="gpu-fleet@sha256:" + "0" * 64, replicas=2, metrics_port=9464,
         config="", inventory="", cluster_api_namespace="capi-system" if cluster_api else None,
     )  # fmt: skip
+    return bound_rules(manifests(deployment), "gpu-fleet-autoscaler")
+
+
+def bound_rules(objects: list[dict[str, Any]], service_account: str) -> list[dict[str, Any]]:
+    """The RBAC rules `objects` (manifests) bind `service_account` to: the rules of the ClusterRoles its
+    ClusterRoleBindings name, and those of the Roles its RoleBindings name, limited to the Role's namespace (the
+    fake API server's `rbac`)."""
+    roles = {(o["kind"], o["metadata"]["name"]): o for o in objects if o["kind"] in ("ClusterRole", "Role")}
     rules: list[dict[str, Any]] = []
-    for obj in manifests(deployment):
-        if obj["kind"] == "ClusterRole":
-            rules += obj["rules"]
-        elif obj["kind"] == "Role":
-            rules += [{**r, "namespace": obj["metadata"]["namespace"]} for r in obj["rules"]]
+    for binding in (o for o in objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        if not any(s.get("name") == service_account for s in binding["subjects"]):
+            continue
+        role = roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]
+        ns = role["metadata"].get("namespace") if role["kind"] == "Role" else None
+        rules += [{**r, "namespace": ns} if ns else dict(r) for r in role["rules"]]
     return rules
 
 

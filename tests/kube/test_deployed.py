@@ -20,22 +20,8 @@ from fleet.cli.main import app
 from fleet.inventory import parse_inventory
 from tests.fakes.compute_api import FakeCompute
 from tests.fakes.kube_api import FakeKube
-from tests.kube.cluster import pod_template, provisioning_request
-from tests.stacks.test_kube_stacks import of_kind, synthesized
-
-
-def bound_rules(syn: Any, service_account: str) -> list[dict[str, Any]]:
-    """The RBAC rules the synthesized stack binds `service_account` to: its ClusterRoles' rules, and its Roles'
-    limited to their namespace (the fake API server's `rbac`)."""
-    roles = {(r["kind"], r["metadata"]["name"]): r for r in of_kind(syn, "ClusterRole") + of_kind(syn, "Role")}
-    rules: list[dict[str, Any]] = []
-    for binding in of_kind(syn, "ClusterRoleBinding") + of_kind(syn, "RoleBinding"):
-        if not any(s.get("name") == service_account for s in binding["subjects"]):
-            continue
-        role = roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]
-        ns = role["metadata"].get("namespace") if role["kind"] == "Role" else None
-        rules += [{**r, "namespace": ns} if ns else dict(r) for r in role["rules"]]
-    return rules
+from tests.kube.cluster import bound_rules, pod_template, provisioning_request
+from tests.stacks.test_kube_stacks import manifests, of_kind, synthesized
 
 
 class Deployed:
@@ -62,7 +48,7 @@ class Deployed:
     def fake_kube(self) -> FakeKube:
         """The fake API server, bound to the RBAC the stack gives the Deployment's ServiceAccount, and the config
         pointed at it."""
-        fake = FakeKube(rbac=bound_rules(self.syn, self.pod["serviceAccountName"]))
+        fake = FakeKube(rbac=bound_rules(manifests(self.syn), self.pod["serviceAccountName"]))
         fake.start()
         (self.tmp / "kubeconfig").write_text(yaml.safe_dump(fake.kubeconfig()))
         self.config["kubernetes"].update(in_cluster=False, kubeconfig=str(self.tmp / "kubeconfig"))

@@ -19,14 +19,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from fleet.catalog import CapacityType
 from fleet.input import InputError, format_loc, load_json
 from fleet.input.limits import MAX_INVENTORY_BYTES
 from fleet.input.types import STRICT, GceName, MachineType, NodeCount, Region, Reservation, Zone, lax_enum, text
+from fleet.provisioning_class import GPU_FLEET_CLASS, served_elsewhere
 
 PoolName = text(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", "must be a lower-case RFC 1035 name")
+#: what the ProvisioningRequest CRD accepts in `spec.provisioningClassName` (a DNS subdomain, at most 253 chars)
+ProvisioningClass = text(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
+    "must be a ProvisioningRequest class name (a DNS subdomain: a-z, 0-9, '-', '.')",
+    253,
+)
 Project = text(r"([a-z][-a-z0-9.]*:)?[a-z][-a-z0-9]{0,62}", "must be a GCP project id")
 SlurmName = text(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", "must be a Slurm name (letters, digits, '.', '_', '-')")
 ResourceRef = text(r"[A-Za-z0-9._/-]{1,512}", "must be a resource name or path (letters, digits, '.', '_', '/', '-')")
@@ -104,8 +111,17 @@ class KubernetesSection(BaseModel):
     namespace: str  # where the daemon runs and its Lease lives
     lease: LeaseConfig
     identity_env: str = "POD_NAME"  # the Lease holder identity (downward API)
-    provisioning_class: str = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+    #: the ProvisioningRequest class the daemon serves: its own, never one another autoscaler also answers
+    provisioning_class: ProvisioningClass = GPU_FLEET_CLASS
     cluster_api_namespace: str | None = None  # MachineDeployments / Machines (platform kubernetes)
+
+    @field_validator("provisioning_class")
+    @classmethod
+    def _not_served_elsewhere(cls, value: str) -> str:
+        reason = served_elsewhere(value)
+        if reason:
+            raise ValueError(reason)
+        return value
 
 
 def migs_from_urls(urls: list[str]) -> dict[str, str]:

@@ -2,10 +2,14 @@
 
 One MachineDeployment per pool (`cluster.x-k8s.io/v1beta2`), cloning the pool's infrastructure template
 (AWSMachineTemplate, GCPMachineTemplate, Metal3MachineTemplate, a neocloud's ...) and bootstrap template.
-Its size belongs to the autoscaler: `replicas` starts at min_nodes (the stack declares it with
-`ignore_changes` on it), min/max are the annotations the Cluster Autoscaler's clusterapi provider reads (the
-gpu-fleet daemon reads the same), and scale-down goes through the Machine of an idle node marked
-`cluster.x-k8s.io/delete-machine`, so the deletion order is `Oldest` only for machines nobody marked.
+Its size belongs to the gpu-fleet daemon alone: `replicas` starts at min_nodes (the stack declares it with
+`ignore_changes` on it), the pool's max is in the daemon's inventory, and scale-down goes through the Machine of
+an idle node marked `cluster.x-k8s.io/delete-machine`, so the deletion order is `Oldest` only for machines nobody
+marked.  The MachineDeployments do NOT carry the Cluster Autoscaler's node-group annotations
+(`cluster.x-k8s.io/cluster-api-autoscaler-node-group-{min,max}-size`): those are what opt a MachineDeployment into
+a Cluster Autoscaler's clusterapi provider ("Enabling Autoscaling" in its README, reproduced in the Cluster API
+book), and a Cluster Autoscaler already running on the cluster for other node groups would then resize the GPU
+pools too, against the daemon (the daemon warns when it finds them: `autoscaler/kube/capi.py`).
 Nodes get the pool label (CAPI syncs `node.cluster.x-k8s.io/*` labels from Machine to Node) and taints.
 """
 
@@ -17,8 +21,6 @@ from fleet.spec.kube import CAPI_POOL_LABEL, node_labels, node_taints
 from fleet.spec.model import ClusterSpec, NodePoolSpec
 
 API = "cluster.x-k8s.io/v1beta2"
-MIN_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
-MAX_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
 DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"
 CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 REPLICAS_FIELD = "spec.replicas"
@@ -56,7 +58,6 @@ def machine_deployment(cluster: ClusterSpec, pool: NodePoolSpec) -> dict[str, An
             "name": name,
             "namespace": k8s.namespace,
             "labels": {"app.kubernetes.io/managed-by": "gpu-fleet", CLUSTER_NAME_LABEL: k8s.cluster_name},
-            "annotations": {MIN_SIZE: str(pool.min_nodes), MAX_SIZE: str(pool.max_nodes)},
         },
         "spec": {
             "clusterName": k8s.cluster_name,

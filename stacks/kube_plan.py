@@ -12,6 +12,7 @@ import yaml
 from components.kubernetes.autoscaler import APP, INVENTORY_FILE, STATE_DIR
 from fleet.catalog import Catalog
 from fleet.inventory import KubernetesSection, LeaseConfig
+from fleet.provisioning_class import GPU_FLEET_CLASS
 from fleet.spec.derive import pool_zones
 from fleet.spec.kube import (
     GPU_RESOURCE,
@@ -191,6 +192,7 @@ def autoscaler_config(cluster: ClusterSpec) -> str:
     section = KubernetesSection(
         namespace=auto.namespace,
         lease=LeaseConfig(name=APP),
+        provisioning_class=GPU_FLEET_CLASS,  # the class of the stack's ProvisioningRequestConfig
         cluster_api_namespace=cluster.kubernetes.namespace if cluster.kubernetes else None,
     )
     config = {

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from fleet.catalog import Catalog
+from fleet.provisioning_class import GPU_FLEET_CLASS
 from fleet.spec.kube import (
     GKE_TOPOLOGY_LEVELS,
     GPU_RESOURCE,
@@ -34,7 +35,6 @@ from fleet.spec.kube import (
 from fleet.spec.model import ClusterSpec, KueueTeamSpec
 
 API = "kueue.x-k8s.io/v1beta1"
-PROVISIONING_CLASS = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
 PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"
 COVERED = ["cpu", "memory", GPU_RESOURCE]
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-fleet"}
@@ -207,7 +207,7 @@ def provisioning(cluster: ClusterSpec) -> list[dict[str, Any]]:
         "kind": "ProvisioningRequestConfig",
         "metadata": _meta(name),
         "spec": {
-            "provisioningClassName": PROVISIONING_CLASS,
+            "provisioningClassName": GPU_FLEET_CLASS,  # served by the daemon alone (fleet/provisioning_class.py)
             "managedResources": [GPU_RESOURCE],
             "retryStrategy": {"backoffLimitCount": 3, "backoffBaseSeconds": 60, "backoffMaxSeconds": 1800},
         },

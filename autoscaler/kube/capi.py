@@ -18,6 +18,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from loguru import logger
+
 from autoscaler.cloud import (
     CloudNode,
     CloudNodeStatus,
@@ -41,6 +43,12 @@ DEPLOYMENT_LABEL = "cluster.x-k8s.io/deployment-name"
 APPLIED = "autoscaling.gpu-fleet.dev/applied-requests"  # launch request ids already added to spec.replicas
 ACCOUNTED = "autoscaling.gpu-fleet.dev/deleted-machines"  # machines already taken off spec.replicas
 KEEP = 64  # how many ids / names each annotation remembers
+#: the annotations that opt a MachineDeployment into the Cluster Autoscaler's clusterapi provider; the stack does
+#: not set them (stacks/cluster_api.py), and a MachineDeployment that has them is resized by two autoscalers
+CA_NODE_GROUP_SIZE = (
+    "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size",
+    "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size",
+)
 PROVIDER = "capi"
 
 PHASES = {
@@ -73,6 +81,7 @@ class CapiProvider:
         self.pools = {p.name: p for p in pools}
         self.retries = retries
         self._reported: set[str] = set()
+        self._warned: set[str] = set()  # MachineDeployments found opted into the Cluster Autoscaler
 
     def _pool(self, name: str) -> Any:
         try:
@@ -86,11 +95,29 @@ class CapiProvider:
 
     def _md(self, p: Any) -> dict[str, Any]:
         try:
-            return self.api.machine_deployment(p.capi_namespace, p.capi_machine_deployment)
+            md = self.api.machine_deployment(p.capi_namespace, p.capi_machine_deployment)
         except KubeError as exc:
             if exc.status == 404:
                 raise NotFound(f"MachineDeployment {p.capi_namespace}/{p.capi_machine_deployment} not found") from None
             raise TransientError(str(exc)) from None
+        self._warn_if_shared(md)
+        return md
+
+    def _warn_if_shared(self, md: dict[str, Any]) -> None:
+        """Once per MachineDeployment: it carries the Cluster Autoscaler's node-group annotations, so a Cluster
+        Autoscaler with the clusterapi provider resizes it as well (it would scale up on pending pods and delete
+        nodes the daemon booked)."""
+        meta = md.get("metadata") or {}
+        found = sorted(k for k in meta.get("annotations") or {} if k in CA_NODE_GROUP_SIZE)
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        if found and key not in self._warned:
+            self._warned.add(key)
+            logger.warning(
+                "MachineDeployment {} carries {}: a Cluster Autoscaler with the clusterapi provider resizes it too, "
+                "against this daemon; remove the annotations (the stack does not set them)",
+                key,
+                ", ".join(found),
+            )
 
     def _machines(self, p: Any) -> list[dict[str, Any]]:
         try:

@@ -52,7 +52,6 @@ from autoscaler.kube.api import KubeApi, KubeError
 from autoscaler.kube.lease import LeaseElector, micro_time
 from autoscaler.kube.runs import RunWatch
 from autoscaler.kube.source import (
-    ATOMIC_CLASS,
     BOOKING,
     Booking,
     NodeFacts,
@@ -77,6 +76,7 @@ from autoscaler.model import (
     record_failure,
     request_id_for,
 )
+from fleet.provisioning_class import GPU_FLEET_CLASS
 
 #: the planner's reasons that no retry can cure: the request is answered Failed at once
 PERMANENT = {UnservedReason.NO_OFFERING, UnservedReason.NO_POOL, UnservedReason.GANG_TOO_LARGE}
@@ -120,7 +120,7 @@ class KubeDaemon:
         elector: LeaseElector,
         clock: Callable[[], float] = time.time,
         metrics: Any = None,
-        provisioning_class: str = ATOMIC_CLASS,
+        provisioning_class: str = GPU_FLEET_CLASS,
         settings: SettingsTracker | None = None,
     ) -> None:
         """With `settings`, the decision core runs with the settings rule's policy over the requests this

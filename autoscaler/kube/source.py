@@ -25,7 +25,6 @@ from typing import Any
 
 from autoscaler.model import Node, NodeState, Pool, WorkUnit
 
-ATOMIC_CLASS = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
 GPU = "nvidia.com/gpu"
 BOOKING = "autoscaling.gpu-fleet.dev/booking"  # on a ProvisioningRequest: the capacity given to it (JSON)
 GKE_SPOT_TAINT = "cloud.google.com/gke-spot"

@@ -39,7 +39,6 @@ from enum import Enum
 from typing import Any
 
 from autoscaler.kube.source import (
-    ATOMIC_CLASS,
     finished,
     is_daemonset_pod,
     machine_failed,
@@ -47,6 +46,7 @@ from autoscaler.kube.source import (
     pod_gpus,
     unschedulable,
 )
+from fleet.provisioning_class import GPU_FLEET_CLASS
 
 #: the least time between the starts of two ticks when woken (the poll is not held back by it): under constant
 #: churn a woken daemon ticks up to once a second where the poll alone ticked every 10 s.  Its reads come from
@@ -103,7 +103,7 @@ class WakeFilter:
     `wakes` returns why an event wakes it, or None."""
 
     #: the class of the requests the daemon serves (`KubernetesSection.provisioning_class`): others never wake it
-    provisioning_class: str = ATOMIC_CLASS
+    provisioning_class: str = GPU_FLEET_CLASS
     ready: dict[str, bool] = field(default_factory=dict)  # node name -> Ready with GPUs at its last event
     pods: dict[str, PodState] = field(default_factory=dict)  # GPU pod key -> its state at its last event
     #: Machine key -> (had a nodeRef, had failed) at its last event

@@ -22,8 +22,8 @@ from loguru import logger
 
 from autoscaler.kube.api import KubeApi, KubeError
 from autoscaler.kube.cache import WatchCache
-from autoscaler.kube.source import ATOMIC_CLASS
 from autoscaler.kube.wake import WATCHED, WATCHED_CAPI, WakeFilter
+from fleet.provisioning_class import GPU_FLEET_CLASS
 
 #: one watch stream (`timeoutSeconds`); the stream's read timeout is this plus the client's timeout, so a stream
 #: that stalls without closing (a proxy that stops forwarding) fails within that, and the cache's reads go live.
@@ -45,7 +45,7 @@ class Watches:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         retry_s: float = DEFAULT_RETRY_S,
         metrics: Any = None,
-        provisioning_class: str = ATOMIC_CLASS,
+        provisioning_class: str = GPU_FLEET_CLASS,
         cache: WatchCache | None = None,
     ) -> None:
         """`metrics` (`autoscaler.daemon.metrics.Metrics`): `watch_up{resource}` is 1 while a resource's stream is

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import copy
 
+from autoscaler.kube.capi import CA_NODE_GROUP_SIZE
 from components.kubernetes.autoscaler import AutoscalerDeployment, manifests, rbac_rules
 from components.kubernetes.objects import KubeObject, type_token
 from fleet.schemas import validate
 from fleet.spec import load_spec
-from stacks.cluster_api import DELETE_MACHINE, MAX_SIZE, MIN_SIZE, machine_deployment
+from stacks.cluster_api import DELETE_MACHINE, machine_deployment
 from tests.spec.test_kube_rules import CAPI
 
 
@@ -20,11 +21,11 @@ def neo(mutate=None):
     return load_spec(raw).clusters[0]
 
 
-def test_machine_deployment_is_valid_and_carries_min_max_annotations():
+def test_machine_deployment_is_valid_and_not_opted_into_the_cluster_autoscaler():
     c = neo(lambda c: c["pools"][0].update(min_nodes=1, labels={"team": "ml"}))
     md = machine_deployment(c, c.pools[0])
     assert validate(md) == []
-    assert md["metadata"]["annotations"] == {MIN_SIZE: "1", MAX_SIZE: "4"}
+    assert not set(md["metadata"].get("annotations") or {}) & set(CA_NODE_GROUP_SIZE)
     assert md["spec"]["replicas"] == 1
     labels = md["spec"]["template"]["metadata"]["labels"]
     assert labels["node.cluster.x-k8s.io/gpu-fleet-pool"] == "h100" and labels["team"] == "ml"

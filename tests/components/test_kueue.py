@@ -11,9 +11,10 @@ import pytest
 
 from components.kueue.queues import KueueQueues, KueueQueuesArgs
 from fleet.catalog import load_catalog
+from fleet.provisioning_class import GPU_FLEET_CLASS
 from fleet.schemas import SchemaError, all_cel_rules, cel, validate
 from fleet.spec import load_spec
-from stacks.kueue_objects import PROVISIONING_CLASS, namespaces, queue_objects
+from stacks.kueue_objects import namespaces, queue_objects
 from tests.spec.test_kube_rules import CAPI, GKE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,7 +114,7 @@ def test_provisioning_check_uses_the_atomic_scale_up_class():
     objs = queue_objects(cluster(CAPI), load_catalog())
     (prc,) = kinds(objs, "ProvisioningRequestConfig")
     (check,) = kinds(objs, "AdmissionCheck")
-    assert prc["spec"]["provisioningClassName"] == PROVISIONING_CLASS
+    assert prc["spec"]["provisioningClassName"] == GPU_FLEET_CLASS
     assert check["spec"]["controllerName"] == "kueue.x-k8s.io/provisioning-request"
     assert check["spec"]["parameters"]["name"] == prc["metadata"]["name"]
 

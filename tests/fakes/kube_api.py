@@ -275,6 +275,8 @@ class FakeKube:
     listed_objects: dict[str, int] = field(default_factory=dict)
     #: reads of one object (GET by name) served, by plural
     gets: dict[str, int] = field(default_factory=dict)
+    #: every client request served (watches included): (verb, path)
+    served: list[tuple[str, str]] = field(default_factory=list)
     #: RBAC PolicyRules the client is bound to (None: everything is allowed); see the module docstring
     rbac: list[dict[str, Any]] | None = None
     #: requests refused by `rbac`: (verb, resource, namespace/name)
@@ -344,6 +346,7 @@ class FakeKube:
         res, ns, name, _ = self.route(parsed.path)
         if name is not None:
             raise ApiError(405, "MethodNotAllowed", "watch a collection (a name is a fieldSelector)")
+        self.served.append(("watch", parsed.path))
         self._authorize("watch", res, None, ns, None)
         labels, fields = q.get("labelSelector", ""), q.get("fieldSelector", "")
         _check_field_selector(res.plural, fields)
@@ -571,6 +574,7 @@ class FakeKube:
         res, ns, name, sub = self.route(parsed.path)
         verb = {"GET": "get" if name else "list", "POST": "create", "PUT": "update", "PATCH": "patch",
                 "DELETE": "delete" if name else "deletecollection"}.get(method, method.lower())  # fmt: skip
+        self.served.append((verb, parsed.path))
         self._authorize(verb, res, sub, ns, name)
         if method == "GET" and name is None:
             _check_field_selector(res.plural, q.get("fieldSelector", ""))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fleet.provisioning_class import GPU_FLEET_CLASS
 from tests.fakes.kube_api import FakeKube
 
 CAPI = "cluster.x-k8s.io/v1beta2"
@@ -66,9 +67,11 @@ def pod_template(name: str, namespace: str, gpus: int, *, spot: bool = False, se
             "template": {"spec": spec}}  # fmt: skip
 
 
-def provisioning_request(name: str, namespace: str, template: str, count: int, **params: str) -> dict:
+def provisioning_request(
+    name: str, namespace: str, template: str, count: int, *, cls: str = GPU_FLEET_CLASS, **params: str
+) -> dict:
     spec: dict[str, Any] = {
-        "provisioningClassName": "best-effort-atomic-scale-up.autoscaling.x-k8s.io",
+        "provisioningClassName": cls,
         "podSets": [{"podTemplateRef": {"name": template}, "count": count}],
     }
     if params:

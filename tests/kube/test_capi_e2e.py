@@ -449,3 +449,32 @@ def test_a_machine_that_fails_before_any_tick_saw_it_releases_its_request_to_the
     assert replicas(cluster) == 0  # the failed Machine marked and its replica given back (all or nothing)
     booking = json.loads(cluster.get("provisioningrequests", "wl-1", "team-a")["metadata"]["annotations"][BOOKING])
     assert booking["pool"] == "h100b"
+
+
+def test_a_machine_deployment_opted_into_the_cluster_autoscaler_is_named_in_one_warning(cluster: FakeKube) -> None:
+    """The Cluster Autoscaler's clusterapi provider resizes every MachineDeployment carrying its node-group
+    annotations; the stack sets none, so one found on a pool means two autoscalers: the daemon says so, once, and
+    goes on serving (it cannot stop the other one)."""
+    from loguru import logger
+
+    from autoscaler.kube.capi import CA_NODE_GROUP_SIZE
+
+    def opt_in(md: dict) -> None:
+        md["metadata"]["annotations"] = {CA_NODE_GROUP_SIZE[0]: "0", CA_NODE_GROUP_SIZE[1]: "4"}
+
+    cluster.update("machinedeployments", "neo-h100", NS, opt_in)
+    warnings: list[str] = []
+    sink = logger.add(lambda m: warnings.append(str(m)), level="WARNING", format="{message}")
+    try:
+        clock = Clock()
+        d = daemon(cluster, clock)
+        cluster.create(pod_template("train", "team-a", 8))
+        cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
+        for _ in range(3):
+            d.tick()
+            clock.t += 10
+    finally:
+        logger.remove(sink)
+    assert replicas(cluster) == 1  # still served
+    named = [w for w in warnings if f"{NS}/neo-h100" in w]
+    assert len(named) == 1 and "Cluster Autoscaler" in named[0] and CA_NODE_GROUP_SIZE[1] in named[0], warnings

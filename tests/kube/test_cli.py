@@ -57,6 +57,30 @@ def test_a_bad_kubernetes_config_names_the_field(tmp_path: Path) -> None:
     assert "kubernetes.namespace" in res.output and "Traceback" not in res.output
 
 
+def test_a_provisioning_class_the_cluster_autoscaler_serves_is_refused_before_any_call(tmp_path: Path) -> None:
+    """Two autoscalers answering the same requests is refused at start, naming the file and the field: nothing
+    is read or written on the cluster."""
+    fake = FakeKube(rbac=deployed_rbac(cluster_api=True))
+    fake.start()
+    try:
+        fake.create(machine_deployment("neo-h100", NS, "h100"))
+        fake.create(pod_template("train", "team-a", 8))
+        upstream = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+        fake.create(provisioning_request("wl-1", "team-a", "train", 1, cls=upstream))
+        write_config(tmp_path, fake)
+        cfg = yaml.safe_load((tmp_path / "autoscaler.yaml").read_text())
+        cfg["kubernetes"]["provisioning_class"] = upstream
+        (tmp_path / "autoscaler.yaml").write_text(yaml.safe_dump(cfg))
+        res = runner.invoke(app, ["autoscaler", "run", "--config", str(tmp_path / "autoscaler.yaml"), "--once"])
+        assert res.exit_code == 2, res.output
+        assert "autoscaler.yaml" in res.output and "kubernetes.provisioning_class" in res.output
+        assert "Cluster Autoscaler" in res.output and "Traceback" not in res.output
+        assert fake.served == []  # not even a read
+        assert fake.get("machinedeployments", "neo-h100", NS)["spec"].get("replicas", 0) == 0
+    finally:
+        fake.stop()
+
+
 def test_the_config_the_stack_writes_is_the_one_the_daemon_reads(tmp_path: Path) -> None:
     """The in-cluster ConfigMap (stacks/kube_plan.py) parses as the Kubernetes daemon's config."""
     from autoscaler.kube.run import is_kube_config, parse

@@ -16,8 +16,10 @@ from typing import Any
 import yaml
 from typer.testing import CliRunner
 
+from autoscaler.kube.source import BOOKING
 from fleet.cli.main import app
 from fleet.inventory import parse_inventory
+from fleet.provisioning_class import CLUSTER_AUTOSCALER_CLASSES
 from tests.fakes.compute_api import FakeCompute
 from tests.fakes.kube_api import FakeKube
 from tests.kube.cluster import bound_rules, pod_template, provisioning_request
@@ -63,6 +65,12 @@ class Deployed:
     def namespaces(self) -> list[str]:
         return [n["metadata"]["name"] for n in of_kind(self.syn, "Namespace")]
 
+    def request(self, name: str, namespace: str, template: str, count: int) -> dict[str, Any]:
+        """A workload's ProvisioningRequest as Kueue creates it: of the class the stack's ProvisioningRequestConfig
+        names."""
+        (config,) = of_kind(self.syn, "ProvisioningRequestConfig")
+        return provisioning_request(name, namespace, template, count, cls=config["spec"]["provisioningClassName"])
+
 
 def accepted(fake: FakeKube, name: str, namespace: str) -> bool:
     pr = fake.get("provisioningrequests", name, namespace)
@@ -79,7 +87,7 @@ def test_the_deployed_daemon_serves_a_request_on_the_stack_s_machine_deployments
             fake.create(md)
         assert "training" in d.namespaces()  # a workload Kueue admitted there: its request and template
         fake.create(pod_template("train", "training", 8))
-        fake.create(provisioning_request("wl-1", "training", "train", 1))
+        fake.create(d.request("wl-1", "training", "train", 1))
         res = d.run_once()
         assert res.exit_code == 0, res.output
         replicas = {m["metadata"]["name"]: int(m["spec"].get("replicas") or 0) for m in fake.list("machinedeployments")}
@@ -105,7 +113,7 @@ def test_the_deployed_gke_daemon_creates_a_node_in_one_of_the_stack_s_node_pool_
         d.config["provider"].update(endpoint=compute.url, anonymous=True)
         namespace = next(n for n in d.namespaces() if n != "gpu-fleet-system")
         fake.create(pod_template("train", namespace, 8))
-        fake.create(provisioning_request("wl-1", namespace, "train", 1))
+        fake.create(d.request("wl-1", namespace, "train", 1))
         res = d.run_once()
         assert res.exit_code == 0, res.output
         created = compute.create_counts()
@@ -136,7 +144,7 @@ def test_each_kueue_flavor_of_the_stack_gets_nodes_from_its_own_machine_deployme
             template = pod_template(f"t{i}", "training", 1, selector=dict(flavor["spec"]["nodeLabels"]))
             template["template"]["spec"]["tolerations"] = flavor["spec"].get("tolerations", [])
             fake.create(template)
-            fake.create(provisioning_request(f"wl-{i}", "training", f"t{i}", 1))
+            fake.create(d.request(f"wl-{i}", "training", f"t{i}", 1))
         res = d.run_once()
         assert res.exit_code == 0, res.output
         for flavor in flavors:
@@ -149,3 +157,41 @@ def test_each_kueue_flavor_of_the_stack_gets_nodes_from_its_own_machine_deployme
     finally:
         fake.stop()
     assert not fake.forbidden, fake.forbidden
+
+
+def test_the_gke_stack_s_requests_are_of_a_class_gke_s_own_autoscaler_leaves_alone(tmp_path: Path) -> None:
+    """GKE's managed Cluster Autoscaler runs on every GKE cluster and answers best-effort-atomic requests: it marks
+    one Provisioned as soon as its pods fit on nodes already there, nodes the daemon booked for another workload
+    included.  The stack's Kueue admission check and its daemon use the daemon's own class; a request of the
+    Cluster Autoscaler's class (someone's own, outside the stack's queues) is not touched by the daemon."""
+    d = Deployed("gke-a3ultra-kueue", tmp_path)
+    (config,) = of_kind(d.syn, "ProvisioningRequestConfig")
+    ours = config["spec"]["provisioningClassName"]
+    assert ours == d.config["kubernetes"]["provisioning_class"]  # what Kueue creates is what the daemon serves
+    assert ours not in CLUSTER_AUTOSCALER_CLASSES
+    pools = parse_inventory(yaml.safe_load((d.etc / "inventory.json").read_text()))
+    compute = FakeCompute(pools[0].project).start()
+    fake = d.fake_kube()
+    try:
+        compute.add_inventory(pools)
+        for p in pools:
+            if p.reservation:
+                compute.add_reservation(p.zones[0], p.reservation, p.machine_type, count=4)
+        d.config["provider"].update(endpoint=compute.url, anonymous=True)
+        namespace = next(n for n in d.namespaces() if n != "gpu-fleet-system")
+        fake.create(pod_template("train", namespace, 8))
+        for cls in sorted(CLUSTER_AUTOSCALER_CLASSES):
+            fake.create(provisioning_request(cls.split(".")[0], namespace, "train", 1, cls=cls))
+        res = d.run_once()
+        assert res.exit_code == 0, res.output
+        assert compute.create_counts() == {}  # no node for a request another autoscaler answers
+        for pr in fake.list("provisioningrequests"):
+            assert BOOKING not in (pr["metadata"].get("annotations") or {}), pr["metadata"]["name"]
+            assert not (pr.get("status") or {}).get("conditions"), pr["metadata"]["name"]
+        fake.create(d.request("wl-1", namespace, "train", 1))
+        res = d.run_once()
+        assert res.exit_code == 0, res.output
+        assert sum(compute.create_counts().values()) == 1 and accepted(fake, "wl-1", namespace)
+    finally:
+        fake.stop()
+        compute.stop()

@@ -26,7 +26,7 @@ from components.kueue.queues import KueueQueues, KueueQueuesArgs
 from fleet.bootstrap.iam import AUTOSCALER_PERMISSIONS
 from fleet.catalog import Catalog
 from fleet.inventory import migs_from_urls
-from fleet.schemas import check_objects
+from fleet.schemas import check_objects, crd_document
 from fleet.spec.derive import pool_zones
 from fleet.spec.kube import node_taints
 from fleet.spec.model import ClusterSpec, FleetSpec, GkeSpec
@@ -35,6 +35,8 @@ from stacks.cluster_api import REPLICAS_FIELD, machine_deployment
 from stacks.kueue_objects import manager_config, namespaces, queue_objects
 
 SYSTEM_POOL_SELECTOR = {"gpu-fleet/role": "system"}
+#: what Kueue's ProvisioningRequest admission check needs served (fleet/schemas/crds/, from kubernetes/autoscaler)
+PROVISIONING_REQUEST_CRD = "provisioningrequests.autoscaling.x-k8s.io"
 
 
 def build_kueue_clusters(
@@ -197,7 +199,9 @@ def _existing(
     keep = pulumi.ResourceOptions.merge(kopts, pulumi.ResourceOptions(ignore_changes=[REPLICAS_FIELD]))
     declared = Manifests(f"{cluster.name}-capi", mds, opts=kopts, object_opts=keep).objects
     entries = [kube_plan.inventory_entry(spec, cluster, pool, cat) for pool in cluster.pools]
-    queues = _kueue(cluster, cat, kopts, {})
+    # GKE serves the ProvisioningRequest API itself (its own Cluster Autoscaler's); another cluster may not
+    crds = [crd_document(PROVISIONING_REQUEST_CRD)] if cluster.kubernetes.provisioning_request_crd == "install" else []
+    queues = _kueue(cluster, cat, kopts, {}, crds)
     _autoscaler(cluster, entries, kopts, queues, None, {})
     return entries, {
         "platform": "kubernetes",
@@ -212,12 +216,16 @@ def _existing(
 
 
 def _kueue(
-    cluster: ClusterSpec, cat: Catalog, kopts: pulumi.ResourceOptions, node_selector: dict[str, str]
+    cluster: ClusterSpec,
+    cat: Catalog,
+    kopts: pulumi.ResourceOptions,
+    node_selector: dict[str, str],
+    crds: list[dict[str, Any]] | None = None,
 ) -> KueueQueues:
     assert cluster.kueue is not None
     install = KueueInstall(
         f"{cluster.name}-kueue",
-        KueueInstallArgs(cluster.kueue.version, manager_config(cluster), node_selector=node_selector),
+        KueueInstallArgs(cluster.kueue.version, manager_config(cluster), node_selector=node_selector, crds=crds or []),
         opts=kopts,
     )
     args = KueueQueuesArgs(namespaces=namespaces(cluster), objects=queue_objects(cluster, cat))

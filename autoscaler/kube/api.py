@@ -32,6 +32,15 @@ from autoscaler.kube.cache import WatchCache, equality_selector
 PR_GROUP, PR_VERSION, PR_PLURAL = "autoscaling.x-k8s.io", "v1", "provisioningrequests"
 CAPI_GROUP, CAPI_VERSION = "cluster.x-k8s.io", "v1beta2"
 MERGE = "application/merge-patch+json"
+#: the custom APIs the daemon lists, and what serves them: a 404 on their collection means that is missing
+UNSERVED = {
+    PR_PLURAL: (
+        f"{PR_GROUP}/{PR_VERSION} provisioningrequests: the ProvisioningRequest CRD is not installed (the stack "
+        "installs it on `platform: kubernetes` unless clusters[].kubernetes.provisioning_request_crd is `present`; "
+        "GKE serves it itself); Kueue, which looks for it only when it starts, must be restarted once it is there"
+    ),
+    "machines": f"{CAPI_GROUP}/{CAPI_VERSION} machines: Cluster API >= 1.11 is not installed on this cluster",
+}
 
 
 class KubeError(Exception):
@@ -147,7 +156,12 @@ class KubeApi:
     def listing(self, resource: str) -> tuple[list[dict[str, Any]], str]:
         """Every object of `resource` (cluster-wide) and the list's resourceVersion, to watch from."""
         fn, args = self._lister(resource)
-        out = self._call(fn, *args)
+        try:
+            out = self._call(fn, *args)
+        except KubeError as exc:
+            if exc.status == 404 and resource in UNSERVED:
+                raise KubeError(404, "NotFound", f"the cluster does not serve {UNSERVED[resource]}") from None
+            raise
         return out["items"], str((out.get("metadata") or {}).get("resourceVersion") or "")
 
     @staticmethod

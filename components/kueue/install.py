@@ -5,14 +5,23 @@ provider fetches it at `pulumi up`, nothing is fetched at synth or test time.  V
 replicas on the system nodes, and the Configuration given (stacks.kueue_objects.manager_config: fair
 sharing, job frameworks, waitForPodsReady).  The Kueue objects wait for this release (its CRDs and webhook)
 before they are created.
+
+`crds` are CustomResourceDefinitions Kueue needs from elsewhere, declared before the release: the
+ProvisioningRequest API on a cluster that does not serve it.  Kueue's manager looks for that API once, when it
+starts ("Skipping admission check controller setup: Provisioning Requests not supported", Kueue's
+`SetupIndexes`), and without it the ProvisioningRequest admission check never becomes active, and with it every
+ClusterQueue that uses the check.  They are kept on delete: deleting a CRD deletes every object of its kind.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+
+from components.kubernetes.objects import KubeObject
 
 CHART = "oci://registry.k8s.io/kueue/charts/kueue"
 KUEUE_NAMESPACE = "kueue-system"
@@ -24,13 +33,23 @@ class KueueInstallArgs:
     manager_config: str  # controller_manager_config.yaml
     node_selector: dict[str, str] = field(default_factory=dict)
     replicas: int = 2
+    crds: list[dict[str, Any]] = field(default_factory=list)  # declared before the release, kept on delete
 
 
 class KueueInstall(pulumi.ComponentResource):
     release: k8s.helm.v3.Release
+    crds: list[KubeObject]
 
     def __init__(self, name: str, args: KueueInstallArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:kueue:Install", name, None, opts)
+        self.crds = [
+            KubeObject(
+                f"{name}-crd-{crd['metadata']['name']}",
+                crd,
+                pulumi.ResourceOptions(parent=self, retain_on_delete=True, depends_on=self._after(opts)),
+            )
+            for crd in args.crds
+        ]
         controller: dict[str, object] = {"replicas": args.replicas}
         if args.node_selector:
             controller["nodeSelector"] = dict(args.node_selector)
@@ -47,6 +66,13 @@ class KueueInstall(pulumi.ComponentResource):
                 "managerConfig": {"controllerManagerConfigYaml": args.manager_config},
             },
             # the release waits for what the component waits for (e.g. the nodes it is scheduled on)
-            opts=pulumi.ResourceOptions(parent=self, depends_on=opts.depends_on if opts else None),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*self._after(opts), *self.crds]),
         )
-        self.register_outputs({"version": args.version})
+        self.register_outputs({"version": args.version, "crds": [c["metadata"]["name"] for c in args.crds]})
+
+    @staticmethod
+    def _after(opts: pulumi.ResourceOptions | None) -> list[Any]:
+        deps = opts.depends_on if opts else None
+        if deps is None:
+            return []
+        return list(deps) if isinstance(deps, list | tuple) else [deps]

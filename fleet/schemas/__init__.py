@@ -124,6 +124,18 @@ def load_crds(texts: Iterable[str]) -> Registry:
     return out
 
 
+def crd_document(name: str) -> dict[str, Any]:
+    """The shipped CustomResourceDefinition named `name` (`<plural>.<group>`), unchanged from its upstream (SOURCE.md),
+    for a stack that installs it; KeyError when no shipped CRD has that name."""
+    folder = resources.files("fleet.schemas").joinpath("crds")
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".yaml"):
+            for doc in yaml.safe_load_all(entry.read_text()):
+                if doc and doc.get("kind") == "CustomResourceDefinition" and doc["metadata"]["name"] == name:
+                    return doc
+    raise KeyError(f"no shipped CustomResourceDefinition {name!r} in fleet/schemas/crds/")
+
+
 def known(api_version: str, kind: str, registry: Registry | None = None) -> bool:
     return (api_version, kind) in (registry if registry is not None else crds())
 

@@ -218,6 +218,14 @@ class KubernetesSpec(_Spec):
     cluster_name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", description="the CAPI Cluster")
     version: str = Field(pattern=r"^v1\.[0-9]+\.[0-9]+$", description="Kubernetes version of the machines")
     bootstrap_template: TemplateRef | None = Field(None, description="default bootstrap template of every pool")
+    # Kueue's ProvisioningRequest admission check needs the ProvisioningRequest API, and Kueue looks for it once,
+    # when its manager starts: without it every ClusterQueue of the stack stays inactive (docs/kubernetes.md).
+    provisioning_request_crd: Literal["install", "present"] = Field(
+        "install",
+        description="install: the stack declares the ProvisioningRequest CRD (kubernetes/autoscaler, pinned) before "
+        "Kueue; present: the cluster already serves autoscaling.x-k8s.io/v1 ProvisioningRequests (e.g. from a "
+        "Cluster Autoscaler install) and the stack leaves the CRD alone",
+    )
 
 
 class GkeSystemPoolSpec(_Spec):

@@ -44,6 +44,9 @@ class RecordedResource:
     ignore_changes: list[str] = field(default_factory=list)
     protect: bool = False
     delete_before_replace: bool = False
+    retain_on_delete: bool = False
+    #: URNs of the resources this one waits for (`depends_on`, explicit or through a parent's)
+    dependencies: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -53,7 +56,12 @@ class RecordedResource:
             "parent": self.parent,
             "custom": self.custom,
             "inputs": self.inputs,
-            "options": {"ignoreChanges": self.ignore_changes, "protect": self.protect},
+            "options": {
+                "ignoreChanges": self.ignore_changes,
+                "protect": self.protect,
+                "retainOnDelete": self.retain_on_delete,
+                "dependsOn": self.dependencies,
+            },
         }
 
 
@@ -228,6 +236,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 ignore_changes=list(request.ignoreChanges),
                 protect=bool(request.protect),
                 delete_before_replace=bool(request.deleteBeforeReplace),
+                retain_on_delete=bool(request.retainOnDelete),
+                dependencies=list(request.dependencies),
             )
             with self._lock:
                 if any(r.urn == urn for r in self.records):

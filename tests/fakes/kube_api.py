@@ -275,6 +275,8 @@ class FakeKube:
     listed_objects: dict[str, int] = field(default_factory=dict)
     #: reads of one object (GET by name) served, by plural
     gets: dict[str, int] = field(default_factory=dict)
+    #: plurals whose API the server does not serve (their CRD is not installed): 404 on every path, as there
+    unserved: set[str] = field(default_factory=set)
     #: every client request served (watches included): (verb, path)
     served: list[tuple[str, str]] = field(default_factory=list)
     #: RBAC PolicyRules the client is bound to (None: everything is allowed); see the module docstring
@@ -533,7 +535,7 @@ class FakeKube:
         if not rest:
             raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
         res = BY_PATH.get((group, version, rest[0]))
-        if res is None:
+        if res is None or res.plural in self.unserved:
             raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None

@@ -81,6 +81,28 @@ def test_a_provisioning_class_the_cluster_autoscaler_serves_is_refused_before_an
         fake.stop()
 
 
+def test_a_cluster_without_the_provisioning_request_api_is_named_as_such_and_nothing_is_touched(
+    tmp_path: Path,
+) -> None:
+    """A cluster where nothing installed the ProvisioningRequest CRD (an existing cluster with the stack's
+    `provisioning_request_crd: present` but no Cluster Autoscaler): the tick fails saying which API is missing and
+    what serves it, and changes nothing."""
+    fake = FakeKube(rbac=deployed_rbac(cluster_api=True), unserved={"provisioningrequests"})
+    fake.start()
+    try:
+        fake.create(machine_deployment("neo-h100", NS, "h100"))
+        write_config(tmp_path, fake)
+        before = len(fake.writes)
+        res = runner.invoke(app, ["autoscaler", "run", "--config", str(tmp_path / "autoscaler.yaml"), "--once"])
+        assert res.exit_code == 1
+        assert "does not serve autoscaling.x-k8s.io/v1 provisioningrequests" in res.output
+        assert "provisioning_request_crd" in res.output and "Traceback" not in res.output
+        assert fake.get("machinedeployments", "neo-h100", NS)["spec"].get("replicas", 0) == 0
+        assert [w for w in fake.writes[before:] if w[1] != "leases"] == []
+    finally:
+        fake.stop()
+
+
 def test_the_config_the_stack_writes_is_the_one_the_daemon_reads(tmp_path: Path) -> None:
     """The in-cluster ConfigMap (stacks/kube_plan.py) parses as the Kubernetes daemon's config."""
     from autoscaler.kube.run import is_kube_config, parse

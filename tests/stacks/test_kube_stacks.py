@@ -395,3 +395,40 @@ def test_gke_a3_mega_gets_eight_gpudirect_tcpxo_node_networks(tmp_path):
         assert "gpudirectStrategy" not in r.inputs["nodeConfig"]
     assert [p["spec"]["deviceMode"] for p in of_kind(syn, "GKENetworkParamSet")] == ["NetDevice"] * 8
     assert of_kind(syn, "Topology")  # A3 Mega nodes carry the GKE topology labels too
+
+
+PR_CRD = "provisioningrequests.autoscaling.x-k8s.io"
+
+
+def _crds(syn: Synthesis) -> list[Any]:
+    return syn.result.by_type("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition")
+
+
+def test_an_existing_cluster_gets_the_provisioning_request_api_before_kueue_starts(neo):
+    """Kueue's manager looks for the ProvisioningRequest API once, at start, and without it the stack's admission
+    check (and every ClusterQueue using it) never becomes active: the stack declares upstream's CRD, unchanged,
+    before the Kueue release, and keeps it if the stack goes (deleting a CRD deletes every request)."""
+    (crd,) = _crds(neo)
+    upstream = yaml.safe_load(
+        (SHARED_SCHEMAS / "autoscaling" / "autoscaling.x-k8s.io_provisioningrequests.yaml").read_text()
+    )
+    assert crd.inputs == json.loads(json.dumps(upstream)) and crd.inputs["metadata"]["name"] == PR_CRD
+    assert crd.retain_on_delete
+    (release,) = neo.result.by_type("kubernetes:helm.sh/v3:Release")
+    assert crd.urn in release.dependencies
+    # the API the daemon and Kueue use is the one it serves
+    served = [v["name"] for v in crd.inputs["spec"]["versions"] if v["served"]]
+    assert "v1" in served
+
+
+def test_gke_serves_the_provisioning_request_api_itself_so_the_stack_declares_none(gke):
+    assert _crds(gke) == []
+
+
+def test_a_cluster_that_already_serves_the_api_keeps_its_own_crd(tmp_path):
+    def present(config: dict) -> None:
+        config["gpu-fleet:fleet"]["clusters"][0]["kubernetes"]["provisioning_request_crd"] = "present"
+
+    syn = synth_file(_neo_file(tmp_path, present))
+    assert _crds(syn) == []
+    assert syn.result.by_type("kubernetes:helm.sh/v3:Release")

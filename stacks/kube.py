@@ -30,7 +30,7 @@ from fleet.schemas import check_objects, crd_document
 from fleet.spec.derive import pool_zones
 from fleet.spec.kube import node_taints
 from fleet.spec.model import ClusterSpec, FleetSpec, GkeSpec
-from stacks import kube_plan, plan
+from stacks import gke_fabric, kube_plan, plan
 from stacks.cluster_api import REPLICAS_FIELD, machine_deployment
 from stacks.kueue_objects import manager_config, namespaces, queue_objects
 
@@ -108,6 +108,17 @@ def _gke(
     # GPUDirect: the Network / GKENetworkParamSet objects pods name, one per additional node network.
     net_objects = kube_plan.network_objects(networks, fabric)
     net_declared = Manifests(f"{cluster.name}-gpudirect-networks", net_objects, opts=kopts, object_opts=kopts).objects
+    # The NCCL plugin of RDMA nodes, which GKE does not install (stacks/gke_fabric.py).
+    fabric_software = gke_fabric.gib_installer(cluster, cat)
+    if fabric_software:
+        Manifests(f"{cluster.name}-gpudirect-software", fabric_software, opts=kopts, object_opts=kopts)
+    tcpx = gke_fabric.tcpx_pools(cluster, cat)
+    if tcpx:
+        pulumi.log.warn(
+            f"clusters[{cluster.name}]: pools {', '.join(tcpx)} are GPUDirect-TCPX(O) machines; on GKE the stack does "
+            "not install their NCCL plugin, NRI device injector or RxDM sidecar, so multi-node NCCL on them runs over "
+            "the gVNIC (docs/kubernetes.md)"
+        )
 
     pools: dict[str, GkeGpuNodePool] = {}
     for pool in cluster.pools:

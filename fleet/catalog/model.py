@@ -92,6 +92,8 @@ class FabricSoftware:
     nccl_version: str | None = None
     env_script: str | None = None
     lib_dir: str | None = None
+    #: GKE: the image of the DaemonSet that installs the NCCL plugin on the nodes (GKE's COS nodes have no apt)
+    gke_installer_image: str | None = None
 
 
 @dataclass(frozen=True)
@@ -268,6 +270,7 @@ def load_catalog(provider: str = "gcp") -> Catalog:
             nccl_version=f.get("nccl_version"),
             env_script=f.get("env_script"),
             lib_dir=f.get("lib_dir"),
+            gke_installer_image=f.get("gke_installer_image"),
         )
         for kind, f in raw["fabric_software"].items()
     }

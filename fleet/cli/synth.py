@@ -113,6 +113,8 @@ def synth(
         raise typer.Exit(1) from None
     _close_event_loop()
     out = result.to_json()
+    for warning in out["warnings"]:  # as `pulumi up` shows the program's diagnostics
+        typer.echo(f"warning: {warning}", err=True)
     if as_json:
         typer.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
         return

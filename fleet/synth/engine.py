@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -252,6 +253,9 @@ class SynthResult:
     project: str
     resources: list[RecordedResource]
     outputs: dict[str, Any]
+    #: what the program told the engine at warning level or above (`pulumi.log.warn` / `error`): what `pulumi up`
+    #: would print as diagnostics
+    warnings: list[str] = field(default_factory=list)
 
     def by_type(self, type_token: str) -> list[RecordedResource]:
         return [r for r in self.resources if r.type == type_token]
@@ -297,8 +301,11 @@ def run_program(
     )
     mocks = SynthMocks(default_project=default_gcp_project)
     monitor = RecordingMonitor(mocks)
+    diagnostics = _Diagnostics()
     settings.ROOT.set(None)  # a fresh root stack per run, so exports of an earlier run do not leak in
-    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_mocks(
+        mocks, project=project, stack=stack, preview=False, monitor=monitor, logger=diagnostics.logger
+    )
     settings.SETTINGS.rpc_manager.clear()
     settings.SETTINGS.outputs.clear()
     exports: dict[str, Any] = {}
@@ -318,4 +325,21 @@ def run_program(
         )
     # Registration order depends on when each resource's inputs resolved: sort so output is reproducible.
     resources = sorted(monitor.records, key=lambda r: r.urn)
-    return SynthResult(stack=stack, project=project, resources=resources, outputs=exports)
+    return SynthResult(
+        stack=stack, project=project, resources=resources, outputs=exports, warnings=list(diagnostics.messages)
+    )
+
+
+class _Diagnostics(logging.Handler):
+    """The mock engine's log (`pulumi.log.*` under mocks goes to a `logging.Logger`): warnings and errors kept in
+    order, nothing printed (the CLI prints them)."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.messages: list[str] = []
+        self.logger = logging.Logger("fleet.synth.diagnostics", level=logging.WARNING)
+        self.logger.addHandler(self)
+        self.logger.propagate = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())

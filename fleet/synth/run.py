@@ -29,6 +29,7 @@ class Synthesis:
             "resources": [r.to_json() for r in self.result.resources],
             "outputs": self.result.outputs,
             "cost": cost,
+            "warnings": list(self.result.warnings),
         }
 
 

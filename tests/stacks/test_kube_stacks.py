@@ -432,3 +432,67 @@ def test_a_cluster_that_already_serves_the_api_keeps_its_own_crd(tmp_path):
     syn = synth_file(_neo_file(tmp_path, present))
     assert _crds(syn) == []
     assert syn.result.by_type("kubernetes:helm.sh/v3:Release")
+
+
+def _gke_file(tmp_path: Path, mutate) -> Path:
+    doc = yaml.safe_load((REPO / "Pulumi.gke-a3ultra-kueue.yaml").read_text())
+    mutate(doc["config"])
+    path = tmp_path / "Pulumi.gke-test.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_gke_rdma_pools_get_the_nccl_gib_plugin_gke_does_not_install(gke):
+    """A3 Ultra nodes come up with their RDMA NICs but without the NCCL plugin that drives them: the stack runs
+    Google's installer on exactly its RDMA node pools, whatever their taints, from pinned images."""
+    from kubernetes.client import ApiClient
+
+    from fleet.catalog import load_catalog
+
+    (ds,) = of_kind(gke, "DaemonSet")
+    assert ds["metadata"]["namespace"] == "kube-system"  # where a system-node-critical pod is admitted
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["priorityClassName"] == "system-node-critical"
+    (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    (expr,) = term["matchExpressions"]
+    assert expr["key"] == "cloud.google.com/gke-nodepool" and expr["operator"] == "In"
+    assert sorted(expr["values"]) == sorted(r.inputs["name"] for r in gpu_pools(gke))  # both pools are A3 Ultra
+    assert {"operator": "Exists"} in spec["tolerations"]  # no key: every taint of those pools (GPU, spot) tolerated
+    (install,) = spec["initContainers"]
+    assert install["image"] == load_catalog().fabric_software("gib").gke_installer_image
+    assert "container_entry.sh install --install-nccl" in install["args"][0]
+    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
+    mounts = install["volumeMounts"]
+    assert all(m["mountPath"] == "/usr/local" + host[m["name"]] for m in mounts) and len(mounts) == len(host)
+    assert set(host.values()) == {"/home/kubernetes/bin/gib", "/home/kubernetes/bin/nvidia/lib64"}
+    for c in [*spec["initContainers"], *spec["containers"]]:  # pinned: a version tag or a digest, never latest
+        image = c["image"]
+        assert "@sha256:" in image or (":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest")), image
+
+    # the Kubernetes client's own model of the kind reads it back whole
+    model = ApiClient().deserialize(json.dumps(ds), "V1DaemonSet", "application/json")
+    assert model.spec.template.spec.init_containers[0].security_context.privileged is True
+
+
+def test_gke_tcpxo_pools_are_named_in_a_warning_and_get_no_installer(tmp_path):
+    def mega(config: dict) -> None:
+        config["gpu-fleet:fleet"]["clusters"][0]["pools"][1]["machine_type"] = "a3-megagpu-8g"  # the spot pool
+
+    syn = synth_file(_gke_file(tmp_path, mega))
+    (ds,) = of_kind(syn, "DaemonSet")  # the A3 Ultra pool still gets its installer, the A3 Mega one does not
+    values = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert values["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["resv"]
+    (warning,) = syn.result.warnings
+    assert "pools spot are" in warning and "GPUDirect-TCPX(O)" in warning and "gVNIC" in warning
+
+
+def test_the_synth_cli_prints_the_program_s_warnings(tmp_path):
+    def mega(config: dict) -> None:
+        config["gpu-fleet:fleet"]["clusters"][0]["pools"][1]["machine_type"] = "a3-megagpu-8g"
+
+    res = _cli("--config", str(_gke_file(tmp_path, mega)), "--json")
+    assert res.returncode == 0, res.stderr
+    assert "warning: clusters[a3u]: pools spot are GPUDirect-TCPX(O) machines" in res.stderr
+    assert json.loads(res.stdout)["warnings"] == [res.stderr.split("warning: ", 1)[1].strip()]

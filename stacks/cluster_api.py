@@ -47,8 +47,9 @@ def machine_deployment(cluster: ClusterSpec, pool: NodePoolSpec) -> dict[str, An
         "version": k8s.version,
         "bootstrap": {"configRef": _ref(bootstrap)},
         "infrastructureRef": _ref(capi.infrastructure_template),
-        "taints": [{**t, "propagation": "Always"} for t in node_taints(cluster, pool)],
     }
+    if k8s.taint_propagation == "cluster-api":  # else the pool's bootstrap template registers nodes with them
+        template_spec["taints"] = [{**t, "propagation": "Always"} for t in node_taints(cluster, pool)]
     if capi.failure_domain:
         template_spec["failureDomain"] = capi.failure_domain
     return {

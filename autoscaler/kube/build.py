@@ -63,6 +63,7 @@ def kube_pools(
         providers=providers,
         machine_nodes=capi_provider.node_names if capi_provider else None,
         capi_pools=frozenset(p.name for p in capi),
+        taints={p.name: [dict(t) for t in p.node_taints] for p in inventory},
     )
 
 

@@ -65,6 +65,7 @@ from autoscaler.kube.source import (
     request_view,
     unschedulable_units,
 )
+from autoscaler.kube.taints import TaintCheck
 from autoscaler.model import (
     Inventory,
     Placement,
@@ -108,6 +109,7 @@ class KubePools:
     providers: dict[str, Provider]  # pool -> its actuator (GCE for GKE node pools, Cluster API ...)
     machine_nodes: Callable[[str], dict[str, str]] | None = None  # CAPI: machine -> node name, per pool
     capi_pools: frozenset[str] = frozenset()  # pools whose cloud nodes are Machines (names chosen by Cluster API)
+    taints: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # pool -> taints every Node of it carries
 
 
 class KubeDaemon:
@@ -137,6 +139,7 @@ class KubeDaemon:
         self.clock = clock
         self.metrics = metrics
         self.provisioning_class = provisioning_class
+        self.taint_check = TaintCheck(pools.taints)
         self.memory: tuple[UnavailableOffering, ...] = ()
         self.idle_since: dict[str, float] = {}
         self._current: dict[str, dict[str, Any]] = {}  # request key -> the request as last read or written
@@ -214,7 +217,9 @@ class KubeDaemon:
         prs = self._requests()
         templates = self._templates(prs)
         all_pods = self.api.pods()
-        facts = node_facts(self.api.nodes(), all_pods, self.kp.labels)
+        nodes = self.api.nodes()
+        facts = node_facts(nodes, all_pods, self.kp.labels)
+        self.taint_check.check(nodes, facts, now)
         cloud = [c for prov in self._providers() for c in prov.list_nodes([p.name for p in self.kp.pools])]
         facts = self._alias_machines(facts)
         offerings = [o for prov in self._providers() for o in prov.offerings()]

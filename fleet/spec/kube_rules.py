@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from ipaddress import IPv4Network
 
 from fleet.catalog import CapacityType, Catalog
-from fleet.spec.kube import node_shape, pool_price, quota_gpus, team_namespace
+from fleet.spec.kube import node_shape, node_taints, pool_price, quota_gpus, team_namespace
 from fleet.spec.model import ClusterSpec, FleetSpec
 from fleet.spec.rules import RFC1918, Issue, _duplicates, rule
 
@@ -81,6 +81,32 @@ def cluster_api_pools(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
                     yield f"{where}.labels.{key}", "not a Kubernetes label key ([dns-prefix/]name, name <= 63 chars)"
                 elif not K8S_LABEL_VALUE.fullmatch(value):
                     yield f"{where}.labels.{key}", f"{value!r} is not a Kubernetes label value (<= 63 chars)"
+
+
+@rule
+def bootstrap_taints_per_template(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """With `kubernetes.taint_propagation: bootstrap` a node gets the taints its bootstrap template registers it with,
+    so pools whose taints differ (spot and not) need templates of their own."""
+    for path, cluster in _clusters(spec, "kubernetes"):
+        k8s = cluster.kubernetes
+        if k8s is None or k8s.taint_propagation != "bootstrap":
+            continue
+        users: dict[tuple[str, str, str], tuple[int, str, list[dict[str, str]]]] = {}
+        for pi, pool in enumerate(cluster.pools):
+            ref = (pool.cluster_api.bootstrap_template if pool.cluster_api else None) or k8s.bootstrap_template
+            if ref is None:
+                continue  # cluster_api_pools names it
+            key = (ref.api_group, ref.kind, ref.name)
+            taints = node_taints(cluster, pool)
+            if key in users and users[key][2] != taints:
+                first = users[key][1]
+                yield (
+                    f"{path}.pools[{pi}].cluster_api.bootstrap_template",
+                    f"pools {first} and {pool.name} share bootstrap template {ref.kind}/{ref.name} but need different "
+                    "taints (taint_propagation: bootstrap registers a node with its template's): give this pool "
+                    "its own",
+                )
+            users.setdefault(key, (pi, pool.name, taints))
 
 
 @rule

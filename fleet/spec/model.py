@@ -218,6 +218,14 @@ class KubernetesSpec(_Spec):
     cluster_name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", description="the CAPI Cluster")
     version: str = Field(pattern=r"^v1\.[0-9]+\.[0-9]+$", description="Kubernetes version of the machines")
     bootstrap_template: TemplateRef | None = Field(None, description="default bootstrap template of every pool")
+    # How the pools' nodes get their taints (GPU; spot): Cluster API propagates a MachineDeployment's taints only
+    # with its alpha MachineTaintPropagation feature gate on (off by default; without it the webhook refuses them).
+    taint_propagation: Literal["cluster-api", "bootstrap"] = Field(
+        "cluster-api",
+        description="cluster-api: the MachineDeployments carry the pools' taints (Cluster API >= 1.12 with "
+        "--feature-gates=MachineTaintPropagation=true); bootstrap: they carry none and each pool's bootstrap "
+        "template registers its nodes with them (kubeadm: joinConfiguration.nodeRegistration.taints)",
+    )
     # Kueue's ProvisioningRequest admission check needs the ProvisioningRequest API, and Kueue looks for it once,
     # when its manager starts: without it every ClusterQueue of the stack stays inactive (docs/kubernetes.md).
     provisioning_request_crd: Literal["install", "present"] = Field(

@@ -478,3 +478,32 @@ def test_a_machine_deployment_opted_into_the_cluster_autoscaler_is_named_in_one_
     assert replicas(cluster) == 1  # still served
     named = [w for w in warnings if f"{NS}/neo-h100" in w]
     assert len(named) == 1 and "Cluster Autoscaler" in named[0] and CA_NODE_GROUP_SIZE[1] in named[0], warnings
+
+
+def test_a_node_of_a_pool_without_the_pool_s_taints_is_named_once(cluster: FakeKube) -> None:
+    """Taints keep CPU pods off GPU nodes and non-tolerating work off spot ones; on Cluster API they reach a node
+    only through the MachineDeployment (with Cluster API's alpha propagation gate) or the bootstrap template. A
+    Ready node of a pool that lacks them is named, with what it lacks, once; a node that has them is not."""
+    from loguru import logger
+
+    gpu = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    pool = capi_pool().model_copy(update={"node_taints": [gpu]})
+    clock = Clock()  # now; the fake's nodes turned Ready on 2026-12-01 (tests/kube/cluster.py NOW): settled
+    warnings: list[str] = []
+    sink = logger.add(lambda m: warnings.append(str(m)), level="WARNING", format="{message}")
+    try:
+        d = daemon(cluster, clock, pools=[pool])
+        cluster.create(pod_template("train", "team-a", 8))
+        cluster.create(provisioning_request("wl-1", "team-a", "train", 2))
+        d.tick()
+        reconcile_capi(cluster, NS)  # two nodes, registered without taints (no propagation)
+        tainted, bare = sorted(n["metadata"]["name"] for n in cluster.list("nodes"))
+        cluster.update("nodes", tainted, "", lambda n: n["spec"].update(taints=[gpu]))
+        for _ in range(3):
+            clock.t += 10
+            d.tick()
+    finally:
+        logger.remove(sink)
+    named = [w for w in warnings if "lacks the pool's taints" in w]
+    assert len(named) == 1, warnings
+    assert bare in named[0] and "nvidia.com/gpu=present:NoSchedule" in named[0] and tainted not in named[0]

@@ -98,6 +98,13 @@ class Case:
         return f"{self.rule}:{self.path}"
 
 
+def _spot_twin_sharing_the_template(d: dict) -> None:
+    """A spot copy of the h100 pool, both through the cluster's one bootstrap template, taints set by it."""
+    cl(d)["kubernetes"]["taint_propagation"] = "bootstrap"
+    cl(d)["pools"].append({**copy.deepcopy(pool(d, 0)), "name": "spot", "capacity": "spot"})
+    cl(d)["kueue"]["teams"][0]["quotas"]["spot"] = 1.0
+
+
 CASES = [
     Case("platform_settings", "capi", lambda d: cl(d).pop("kubernetes"), "clusters[0].kubernetes",
          "required with platform: kubernetes"),
@@ -118,6 +125,8 @@ CASES = [
          "clusters[0].pools[0].labels.tier", "not a Kubernetes label value"),
     Case("cluster_api_pools", "gke", lambda d: pool(d, 1).update(cluster_api=pool(CAPI, 0)["cluster_api"]),
          "clusters[0].pools[1].cluster_api", "only on platform: kubernetes"),
+    Case("bootstrap_taints_per_template", "capi", lambda d: _spot_twin_sharing_the_template(d),
+         "clusters[0].pools[1].cluster_api.bootstrap_template", "h100 and spot share bootstrap template"),
     Case("kubernetes_storage", "capi", lambda d: cl(d).pop("storage"), "clusters[0].storage.home",
          "GCP storage cannot serve platform: kubernetes"),
     Case("pool_price_known", "capi", lambda d: pool(d, 0).pop("price_per_hour"), "clusters[0].pools[0].price_per_hour",

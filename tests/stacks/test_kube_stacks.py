@@ -496,3 +496,30 @@ def test_the_synth_cli_prints_the_program_s_warnings(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "warning: clusters[a3u]: pools spot are GPUDirect-TCPX(O) machines" in res.stderr
     assert json.loads(res.stdout)["warnings"] == [res.stderr.split("warning: ", 1)[1].strip()]
+
+
+def test_taints_through_the_bootstrap_template_leave_the_machine_deployments_without_any(tmp_path):
+    """Cluster API propagates a MachineDeployment's taints only with its alpha MachineTaintPropagation gate on (its
+    webhook refuses them otherwise); `taint_propagation: bootstrap` leaves them to the pools' bootstrap templates."""
+
+    def bootstrap(config: dict) -> None:
+        config["gpu-fleet:fleet"]["clusters"][0]["kubernetes"]["taint_propagation"] = "bootstrap"
+
+    syn = synth_file(_neo_file(tmp_path, bootstrap))
+    mds = of_kind(syn, "MachineDeployment")
+    assert mds and all("taints" not in md["spec"]["template"]["spec"] for md in mds)
+    inventory = parse_inventory(syn.result.outputs)
+    assert all(p.node_taints for p in inventory)  # the daemon still knows which taints the nodes must carry
+
+
+def test_pools_needing_different_taints_cannot_share_a_bootstrap_template_that_registers_them(tmp_path):
+    def bootstrap_with_spot(config: dict) -> None:
+        cluster = config["gpu-fleet:fleet"]["clusters"][0]
+        cluster["kubernetes"]["taint_propagation"] = "bootstrap"
+        cluster["pools"][1]["capacity"] = "spot"  # l40s: spot-tainted nodes, from the same template as h100
+
+    with pytest.raises(SpecError) as info:
+        synth_file(_neo_file(tmp_path, bootstrap_with_spot))
+    (path, reason) = info.value.errors[0]
+    assert path == "clusters[0].pools[1].cluster_api.bootstrap_template"
+    assert "h100 and l40s share bootstrap template KubeadmConfigTemplate/neo-gpu-workers" in reason

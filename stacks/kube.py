@@ -236,7 +236,13 @@ def _kueue(
     assert cluster.kueue is not None
     install = KueueInstall(
         f"{cluster.name}-kueue",
-        KueueInstallArgs(cluster.kueue.version, manager_config(cluster), node_selector=node_selector, crds=crds or []),
+        KueueInstallArgs(
+            cluster.kueue.version,
+            manager_config(cluster),
+            node_selector=node_selector,
+            crds=crds or [],
+            jobset_version=cluster.kueue.jobset_version,
+        ),
         opts=kopts,
     )
     args = KueueQueuesArgs(namespaces=namespaces(cluster), objects=queue_objects(cluster, cat))

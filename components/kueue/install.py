@@ -6,6 +6,10 @@ replicas on the system nodes, and the Configuration given (stacks.kueue_objects.
 sharing, job frameworks, waitForPodsReady).  The Kueue objects wait for this release (its CRDs and webhook)
 before they are created.
 
+JobSet (`jobset_version`, its official chart oci://registry.k8s.io/jobset/charts/jobset in jobset-system), which
+multi-node training is submitted as, is installed first: Kueue releases of 2024 set a job integration up only if
+its API was there when the manager started (newer ones, 0.14 included, defer it until the API appears).
+
 `crds` are CustomResourceDefinitions Kueue needs from elsewhere, declared before the release: the
 ProvisioningRequest API on a cluster that does not serve it.  Kueue's manager looks for that API once, when it
 starts ("Skipping admission check controller setup: Provisioning Requests not supported", Kueue's
@@ -25,6 +29,8 @@ from components.kubernetes.objects import KubeObject
 
 CHART = "oci://registry.k8s.io/kueue/charts/kueue"
 KUEUE_NAMESPACE = "kueue-system"
+JOBSET_CHART = "oci://registry.k8s.io/jobset/charts/jobset"
+JOBSET_NAMESPACE = "jobset-system"
 
 
 @dataclass(frozen=True)
@@ -34,11 +40,13 @@ class KueueInstallArgs:
     node_selector: dict[str, str] = field(default_factory=dict)
     replicas: int = 2
     crds: list[dict[str, Any]] = field(default_factory=list)  # declared before the release, kept on delete
+    jobset_version: str | None = None  # JobSet's chart, installed before Kueue (None: not installed)
 
 
 class KueueInstall(pulumi.ComponentResource):
     release: k8s.helm.v3.Release
     crds: list[KubeObject]
+    jobset: k8s.helm.v3.Release | None
 
     def __init__(self, name: str, args: KueueInstallArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:kueue:Install", name, None, opts)
@@ -50,6 +58,18 @@ class KueueInstall(pulumi.ComponentResource):
             )
             for crd in args.crds
         ]
+        self.jobset = None
+        if args.jobset_version:
+            self.jobset = k8s.helm.v3.Release(
+                f"{name}-jobset",
+                name="jobset",
+                chart=JOBSET_CHART,
+                version=args.jobset_version,
+                namespace=JOBSET_NAMESPACE,
+                create_namespace=True,
+                atomic=True,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=self._after(opts)),
+            )
         controller: dict[str, object] = {"replicas": args.replicas}
         if args.node_selector:
             controller["nodeSelector"] = dict(args.node_selector)
@@ -66,9 +86,17 @@ class KueueInstall(pulumi.ComponentResource):
                 "managerConfig": {"controllerManagerConfigYaml": args.manager_config},
             },
             # the release waits for what the component waits for (e.g. the nodes it is scheduled on)
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*self._after(opts), *self.crds]),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[*self._after(opts), *self.crds, *([self.jobset] if self.jobset else [])]
+            ),
         )
-        self.register_outputs({"version": args.version, "crds": [c["metadata"]["name"] for c in args.crds]})
+        self.register_outputs(
+            {
+                "version": args.version,
+                "jobset_version": args.jobset_version,
+                "crds": [c["metadata"]["name"] for c in args.crds],
+            }
+        )
 
     @staticmethod
     def _after(opts: pulumi.ResourceOptions | None) -> list[Any]:

@@ -300,6 +300,11 @@ def _default_priorities() -> list[WorkloadPriorityClassSpec]:
 
 class KueueSpec(_Spec):
     version: str = Field("0.14.3", pattern=r"^\d+\.\d+\.\d+$", description="Kueue release (Helm chart version)")
+    # JobSet is what multi-node GPU training on Kubernetes is submitted as: installed before Kueue (older Kueue
+    # releases set an integration up only if its API was there at start); null: the team installs its own
+    jobset_version: str | None = Field(
+        "0.10.0", pattern=r"^\d+\.\d+\.\d+$", description="JobSet release (Helm chart version), or null"
+    )
     teams: list[KueueTeamSpec] = Field(min_length=1)
     priority_classes: list[WorkloadPriorityClassSpec] = Field(default_factory=_default_priorities)
     fair_sharing: bool = True

@@ -62,6 +62,13 @@ def of_kind(syn: Synthesis, kind: str) -> list[dict[str, Any]]:
     return [m for m in manifests(syn) if m["kind"] == kind]
 
 
+def kueue_release(syn: Synthesis) -> Any:
+    (release,) = [
+        r for r in syn.result.by_type("kubernetes:helm.sh/v3:Release") if r.inputs["chart"].endswith("charts/kueue")
+    ]
+    return release
+
+
 def gpu_pools(syn: Synthesis) -> list[Any]:
     return [r for r in syn.result.by_type("gcp:container/nodePool:NodePool") if r.inputs["name"] != "system"]
 
@@ -105,7 +112,7 @@ def test_each_pool_has_a_flavor_and_each_team_a_queue(kube_example):
     (prc,) = of_kind(kube_example, "ProvisioningRequestConfig")
     assert prc["spec"]["provisioningClassName"] == "best-effort-atomic-scale-up.gpu-fleet.dev"
     assert {p["metadata"]["name"] for p in of_kind(kube_example, "WorkloadPriorityClass")} == {"low", "normal", "high"}
-    (release,) = kube_example.result.by_type("kubernetes:helm.sh/v3:Release")
+    release = kueue_release(kube_example)
     assert release.inputs["version"] == "0.14.3" and release.inputs["chart"].startswith("oci://registry.k8s.io/kueue")
     config = yaml.safe_load(release.inputs["values"]["managerConfig"]["controllerManagerConfigYaml"])
     assert config["fairSharing"]["enable"] is True
@@ -414,7 +421,7 @@ def test_an_existing_cluster_gets_the_provisioning_request_api_before_kueue_star
     )
     assert crd.inputs == json.loads(json.dumps(upstream)) and crd.inputs["metadata"]["name"] == PR_CRD
     assert crd.retain_on_delete
-    (release,) = neo.result.by_type("kubernetes:helm.sh/v3:Release")
+    release = kueue_release(neo)
     assert crd.urn in release.dependencies
     # the API the daemon and Kueue use is the one it serves
     served = [v["name"] for v in crd.inputs["spec"]["versions"] if v["served"]]
@@ -523,3 +530,24 @@ def test_pools_needing_different_taints_cannot_share_a_bootstrap_template_that_r
     (path, reason) = info.value.errors[0]
     assert path == "clusters[0].pools[1].cluster_api.bootstrap_template"
     assert "h100 and l40s share bootstrap template KubeadmConfigTemplate/neo-gpu-workers" in reason
+
+
+def test_jobset_is_installed_before_kueue_so_kueue_queues_jobsets(kube_example):
+    """Multi-node training is submitted as JobSets and the Kueue configuration queues them: JobSet's chart, pinned,
+    goes in, before Kueue (older Kueue releases set an integration up only if its API was there at start)."""
+    (jobset,) = [
+        r for r in kube_example.result.by_type("kubernetes:helm.sh/v3:Release") if r.inputs["chart"].endswith("/jobset")
+    ]
+    assert jobset.inputs["chart"] == "oci://registry.k8s.io/jobset/charts/jobset"
+    assert jobset.inputs["version"] == "0.10.0" and jobset.inputs["namespace"] == "jobset-system"
+    assert jobset.urn in kueue_release(kube_example).dependencies
+    assert "jobset.x-k8s.io/jobset" in yaml.safe_dump(kueue_release(kube_example).inputs["values"])
+
+
+def test_a_team_s_own_jobset_leaves_the_stack_installing_none(tmp_path):
+    def own(config: dict) -> None:
+        config["gpu-fleet:fleet"]["clusters"][0]["kueue"]["jobset_version"] = None
+
+    syn = synth_file(_neo_file(tmp_path, own))
+    charts = [r.inputs["chart"] for r in syn.result.by_type("kubernetes:helm.sh/v3:Release")]
+    assert charts == ["oci://registry.k8s.io/kueue/charts/kueue"]

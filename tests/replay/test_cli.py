@@ -90,6 +90,20 @@ def test_without_a_trace_the_shipped_demo_runs() -> None:
     assert out["scenario"]["trace"].endswith("demo.csv") and out["policies"]["gpu-fleet"]["jobs"] == 420
 
 
+def test_waits_by_job_size_add_up_to_the_policy_s_jobs_and_name_who_waited() -> None:
+    """`wait_by_job_gpus` splits a policy's waits by job size: every started job is in exactly one size, the
+    sizes' at-once counts add up to the policy's, and a size whose every job waited shows it."""
+    res = runner.invoke(app, ["simulate", "--trace", str(SMALL_TRACE), "--policy", "gpu-fleet,exact-fit", "--json"])
+    assert res.exit_code == 0, res.output
+    for name, p in json.loads(res.stdout)["policies"].items():
+        sizes = p["wait_by_job_gpus"]
+        assert sum(s["jobs"] for s in sizes.values()) == p["jobs"], name
+        assert sum(s["started_at_once"] for s in sizes.values()) == p["jobs_started_at_once"], name
+        assert all(s["wait_p50_s"] <= s["wait_p95_s"] <= p["wait_max_s"] for s in sizes.values()), name
+    exact = json.loads(res.stdout)["policies"]["exact-fit"]["wait_by_job_gpus"]
+    assert all(s["started_at_once"] == 0 for s in exact.values())  # every job boots its own node
+
+
 def _fake_knob(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Stand-in for gpu-fleet's wait-value knob (a3-onpolicy defines the real one): the value sets the idle
     timeout, so the frontier's points really differ."""

@@ -16,7 +16,7 @@ import pulumi_gcp as gcp
 
 # Predefined role bundling what a GKE node needs (logs, metrics, resource metadata); plus image pulls.
 NODE_ROLES = ("roles/container.defaultNodeServiceAccount", "roles/artifactregistry.reader")
-WEBHOOK_PORTS = ("9443",)  # Kueue's admission webhook
+WEBHOOK_PORTS = ("9443",)  # Kueue's and JobSet's admission webhooks (controller-runtime's default port)
 UPGRADE_EXCLUSION = "gpu-no-minor-or-node-upgrades"
 
 
@@ -181,7 +181,7 @@ class GkeCluster(pulumi.ComponentResource):
             network=args.network,
             direction="INGRESS",
             priority=1000,
-            description="GKE control plane -> admission webhooks on the nodes (Kueue)",
+            description="GKE control plane -> admission webhooks on the nodes (Kueue, JobSet)",
             source_ranges=[args.master_cidr],
             target_service_accounts=[self.node_sa.email],
             allows=[{"protocol": "tcp", "ports": list(WEBHOOK_PORTS)}],

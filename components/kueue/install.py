@@ -60,42 +60,48 @@ class KueueInstall(pulumi.ComponentResource):
         ]
         self.jobset = None
         if args.jobset_version:
-            self.jobset = k8s.helm.v3.Release(
-                f"{name}-jobset",
-                name="jobset",
-                chart=JOBSET_CHART,
-                version=args.jobset_version,
-                namespace=JOBSET_NAMESPACE,
-                create_namespace=True,
-                atomic=True,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=self._after(opts)),
+            self.jobset = self._chart(
+                f"{name}-jobset", "jobset", JOBSET_CHART, args.jobset_version, JOBSET_NAMESPACE, {}, self._after(opts)
             )
         controller: dict[str, object] = {"replicas": args.replicas}
         if args.node_selector:
             controller["nodeSelector"] = dict(args.node_selector)
-        self.release = k8s.helm.v3.Release(
-            name,
-            name="kueue",
-            chart=CHART,
-            version=args.version,
-            namespace=KUEUE_NAMESPACE,
-            create_namespace=True,
-            atomic=True,
-            values={
-                "controllerManager": controller,
-                "managerConfig": {"controllerManagerConfigYaml": args.manager_config},
-            },
-            # the release waits for what the component waits for (e.g. the nodes it is scheduled on)
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[*self._after(opts), *self.crds, *([self.jobset] if self.jobset else [])]
-            ),
-        )
+        values = {
+            "controllerManager": controller,
+            "managerConfig": {"controllerManagerConfigYaml": args.manager_config},
+        }
+        # the release waits for what the component waits for (e.g. the nodes it is scheduled on), the CRDs and JobSet
+        after = [*self._after(opts), *self.crds, *([self.jobset] if self.jobset else [])]
+        self.release = self._chart(name, "kueue", CHART, args.version, KUEUE_NAMESPACE, values, after)
         self.register_outputs(
             {
                 "version": args.version,
                 "jobset_version": args.jobset_version,
                 "crds": [c["metadata"]["name"] for c in args.crds],
             }
+        )
+
+    def _chart(
+        self,
+        name: str,
+        release: str,
+        chart: str,
+        version: str,
+        namespace: str,
+        values: dict[str, Any],
+        after: list[Any],
+    ) -> k8s.helm.v3.Release:
+        """An official chart at a pinned version, atomic (a failed install is rolled back), in its own namespace."""
+        return k8s.helm.v3.Release(
+            name,
+            name=release,
+            chart=chart,
+            version=version,
+            namespace=namespace,
+            create_namespace=True,
+            atomic=True,
+            values=values,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=after),
         )
 
     @staticmethod

@@ -310,12 +310,17 @@ def test_kubeconfigs_stay_secret(kube_example):
     assert providers and all(p.inputs["kubeconfig"] == "[secret]" for p in providers)
 
 
-def _neo_file(tmp_path: Path, mutate) -> Path:
-    doc = yaml.safe_load((REPO / "Pulumi.k8s-neocloud-kueue.yaml").read_text())
+def _stack_file(tmp_path: Path, stack: str, mutate) -> Path:
+    """A copy of a shipped stack file with `mutate` applied to its config."""
+    doc = yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text())
     mutate(doc["config"])
-    path = tmp_path / "Pulumi.neo-test.yaml"
+    path = tmp_path / f"Pulumi.{stack}-test.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
+
+
+def _neo_file(tmp_path: Path, mutate) -> Path:
+    return _stack_file(tmp_path, "k8s-neocloud-kueue", mutate)
 
 
 def test_a_plain_text_kubeconfig_is_refused(tmp_path):
@@ -442,11 +447,7 @@ def test_a_cluster_that_already_serves_the_api_keeps_its_own_crd(tmp_path):
 
 
 def _gke_file(tmp_path: Path, mutate) -> Path:
-    doc = yaml.safe_load((REPO / "Pulumi.gke-a3ultra-kueue.yaml").read_text())
-    mutate(doc["config"])
-    path = tmp_path / "Pulumi.gke-test.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    return _stack_file(tmp_path, "gke-a3ultra-kueue", mutate)
 
 
 def test_gke_rdma_pools_get_the_nccl_gib_plugin_gke_does_not_install(gke):

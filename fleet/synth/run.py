@@ -57,8 +57,11 @@ def synth_file(path: Path, stack: str | None = None) -> Synthesis:
             raise SpecError(exc.errors, source=str(path)) from None
 
     from fleet.synth.engine import run_program
+    from fleet.synth.properties import unknown_properties
     from stacks.program import main
 
     default_project = spec.project if spec else str(config.get("gcp:project", "mock-project"))
     result = run_program(main, stack=stack, config=config, default_gcp_project=default_project)
+    # what the provider's check would refuse at `pulumi up`, said now (tests keep the shipped stacks free of it)
+    result.warnings += unknown_properties(result.resources)
     return Synthesis(stack=stack, result=result, cost=fleet_cost(spec) if spec else None)

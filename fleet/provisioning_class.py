@@ -7,8 +7,9 @@ A ProvisioningRequest (`autoscaling.x-k8s.io/v1`) is answered by whichever autos
 Autoscaler, which runs on every GKE cluster whatever its node pools' autoscaling, serves both plus
 `queued-provisioning.gke.io` (kubernetes/autoscaler issue #9805 shows it answering best-effort-atomic requests
 for a Kueue admission check).  For a request of its class the Cluster Autoscaler writes `Provisioned=True`
-as soon as the request's pods fit on nodes already in the cluster (`CapacityIsFound`), nodes the gpu-fleet
-daemon booked for another request included, and `Provisioned=False` (`CapacityIsNotFound`) otherwise.
+as soon as the request's pods fit on nodes already in the cluster (`CapacityIsFound`), Ready nodes the
+gpu-fleet daemon booked for another request whose pods are not there yet included, and `Provisioned=False`
+(`CapacityIsNotFound`) otherwise.
 
 So the fleet's Kueue admission check and its daemon use a class of their own, under the project's domain
 (the CRD allows any DNS-subdomain name; "potential other classes that are specific to the cloud providers"),

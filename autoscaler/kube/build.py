@@ -20,6 +20,7 @@ from autoscaler.kube.lease import LeaseElector
 from autoscaler.kube.loop import KubeDaemon, KubePools
 from autoscaler.model import Policy, Pool
 from fleet.inventory import InventoryPool, KubernetesSection, migs_from_urls
+from fleet.spec.kube import GPU_TAINT
 
 
 def planner_pool(p: InventoryPool) -> Pool:
@@ -55,7 +56,9 @@ def kube_pools(
             gce_provider = gce(mig)
         for p in mig:
             providers[p.name] = gce_provider
-    spot = [dict(t) for p in inventory for t in p.node_taints if p.capacity_type == "spot"]
+    # what keeps work that does not tolerate preemption off the spot pools: their taints but the GPU one, which every
+    # GPU pool carries and every GPU pod tolerates (Kueue's flavors and GKE's ExtendedResourceToleration add it)
+    spot = [dict(t) for p in inventory if p.capacity_type == "spot" for t in p.node_taints if t != GPU_TAINT]
     return KubePools(
         pools=[planner_pool(p) for p in inventory],
         labels={p.name: dict(p.node_labels) for p in inventory},

@@ -507,3 +507,34 @@ def test_a_node_of_a_pool_without_the_pool_s_taints_is_named_once(cluster: FakeK
     named = [w for w in warnings if "lacks the pool's taints" in w]
     assert len(named) == 1, warnings
     assert bare in named[0] and "nvidia.com/gpu=present:NoSchedule" in named[0] and tainted not in named[0]
+
+
+def test_a_workload_that_tolerates_only_the_gpu_taint_is_not_put_on_spot(cluster: FakeKube) -> None:
+    """Kueue's flavors (and GKE's ExtendedResourceToleration) add the `nvidia.com/gpu` toleration to GPU pods; the
+    spot pool carries that taint too, but only its spot taint says who may run there. A workload tolerating the
+    GPU taint alone gets the on-demand pool, even where spot is cheaper."""
+    gpu = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    spot_taint = {"key": "gpu-fleet/spot", "value": "true", "effect": "NoSchedule"}
+    on_demand = capi_pool().model_copy(update={"node_taints": [gpu]})
+    spot = capi_pool("spot", price=8.0).model_copy(
+        update={"capacity_type": "spot", "node_taints": [gpu, spot_taint], "spot_tolerant": True}
+    )
+    cluster.create(machine_deployment("neo-spot", NS, "spot"))
+    d = daemon(cluster, Clock(), pools=[on_demand, spot])
+    template = pod_template("train", "team-a", 8)
+    template["template"]["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    cluster.create(template)
+    cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
+    assert d.tick().ok
+    assert replicas(cluster) == 1  # neo-h100, on demand
+    assert int(cluster.get("machinedeployments", "neo-spot", NS)["spec"].get("replicas") or 0) == 0
+    tolerant = pod_template("train-spot", "team-a", 8)
+    tolerant["template"]["spec"]["tolerations"] = [
+        {"key": "nvidia.com/gpu", "operator": "Exists"},
+        {"key": "gpu-fleet/spot", "operator": "Exists", "effect": "NoSchedule"},
+    ]
+    cluster.create(tolerant)
+    cluster.create(provisioning_request("wl-2", "team-a", "train-spot", 1))
+    assert d.tick().ok
+    assert int(cluster.get("machinedeployments", "neo-spot", NS)["spec"]["replicas"]) == 1  # the cheaper spot pool
+    assert replicas(cluster) == 1

@@ -94,10 +94,16 @@ Registry = dict[tuple[str, str], CrdVersion]
 
 
 @cache
+def _shipped_texts() -> tuple[str, ...]:
+    """The YAML texts of the CRDs shipped in `fleet/schemas/crds/`, by file name."""
+    folder = resources.files("fleet.schemas").joinpath("crds")
+    return tuple(e.read_text() for e in sorted(folder.iterdir(), key=lambda e: e.name) if e.name.endswith(".yaml"))
+
+
+@cache
 def crds() -> Registry:
     """(apiVersion, kind) -> the served version of each shipped CRD."""
-    folder = resources.files("fleet.schemas").joinpath("crds")
-    return load_crds(e.read_text() for e in sorted(folder.iterdir(), key=lambda e: e.name) if e.name.endswith(".yaml"))
+    return load_crds(_shipped_texts())
 
 
 def load_crds(texts: Iterable[str]) -> Registry:
@@ -127,12 +133,10 @@ def load_crds(texts: Iterable[str]) -> Registry:
 def crd_document(name: str) -> dict[str, Any]:
     """The shipped CustomResourceDefinition named `name` (`<plural>.<group>`), unchanged from its upstream (SOURCE.md),
     for a stack that installs it; KeyError when no shipped CRD has that name."""
-    folder = resources.files("fleet.schemas").joinpath("crds")
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".yaml"):
-            for doc in yaml.safe_load_all(entry.read_text()):
-                if doc and doc.get("kind") == "CustomResourceDefinition" and doc["metadata"]["name"] == name:
-                    return doc
+    for text in _shipped_texts():
+        for doc in yaml.safe_load_all(text):
+            if doc and doc.get("kind") == "CustomResourceDefinition" and doc["metadata"]["name"] == name:
+                return doc
     raise KeyError(f"no shipped CustomResourceDefinition {name!r} in fleet/schemas/crds/")
 
 

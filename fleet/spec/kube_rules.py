@@ -91,22 +91,22 @@ def bootstrap_taints_per_template(spec: FleetSpec, cat: Catalog) -> Iterator[Iss
         k8s = cluster.kubernetes
         if k8s is None or k8s.taint_propagation != "bootstrap":
             continue
-        users: dict[tuple[str, str, str], tuple[int, str, list[dict[str, str]]]] = {}
+        users: dict[tuple[str, str, str], tuple[str, list[dict[str, str]]]] = {}  # template -> first pool, taints
         for pi, pool in enumerate(cluster.pools):
             ref = (pool.cluster_api.bootstrap_template if pool.cluster_api else None) or k8s.bootstrap_template
             if ref is None:
                 continue  # cluster_api_pools names it
             key = (ref.api_group, ref.kind, ref.name)
             taints = node_taints(cluster, pool)
-            if key in users and users[key][2] != taints:
-                first = users[key][1]
+            if key in users and users[key][1] != taints:
+                first = users[key][0]
                 yield (
                     f"{path}.pools[{pi}].cluster_api.bootstrap_template",
                     f"pools {first} and {pool.name} share bootstrap template {ref.kind}/{ref.name} but need different "
                     "taints (taint_propagation: bootstrap registers a node with its template's): give this pool "
                     "its own",
                 )
-            users.setdefault(key, (pi, pool.name, taints))
+            users.setdefault(key, (pool.name, taints))
 
 
 @rule

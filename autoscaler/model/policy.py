@@ -108,9 +108,17 @@ class Policy:
     #: undrains each once it registered, so a pending job takes whichever node of its shape frees or comes up first
     #: (docs/autoscaler.md "Late binding")
     late_bind: bool = True
+    #: small work shares larger nodes (an operator's setting, off by default; docs/planner.md "Shared nodes"): among
+    #: shapes of one machine series at one $/GPU-h, the settings rule keeps the largest warm for the GPU-weighted
+    #: arrivals of them all, the planner packs single-node work onto the free GPUs of any of them (no placement cap,
+    #: no cordon: `defragment` is off) and launches the largest for it, and under strict late binding the stack's
+    #: job_submit.lua lets each job take any of them (`fleet.slurm.job_submit`).  Buys short waits for small jobs at
+    #: a wait value where right-sized warm nodes of each shape would cost more; costs fragmentation at a wait
+    #: value of 0
+    share_nodes: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("keep_reserved_nodes", "defragment", "warm_cap", "preempt_spot", "late_bind"):
+        for name in ("keep_reserved_nodes", "defragment", "warm_cap", "preempt_spot", "late_bind", "share_nodes"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Policy.{name}: must be true or false, got {getattr(self, name)!r}")
         for name in (

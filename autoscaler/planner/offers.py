@@ -123,7 +123,7 @@ class CandidateStream:
     comes in capacity preference, then the smaller shape, then cost order."""
 
     def __init__(self, groups: list[tuple[float, int, list[Candidate]]], keep=None, tolerance: float = 0.0) -> None:
-        # groups: (cost factor, gpus per node, candidates sorted by _order)
+        # groups: (cost factor, shape rank: GPUs per node, or minus them for larger first, candidates sorted by _order)
         def keyed(factor: float, gpus: int, cands: list[Candidate]) -> Iterator[tuple]:
             for i, c in enumerate(cands):
                 if keep is None or keep(c):
@@ -230,19 +230,25 @@ class OfferBook:
             ]
         return {name: (tier, i) for i, (name, g, tier) in enumerate(base) if g >= cls.gpus_per_node}
 
-    def streams(self, cls: UnitClass, class_size: int) -> tuple[CandidateStream, CandidateStream, NoCandidate | None]:
+    def streams(
+        self, cls: UnitClass, class_size: int, *, shared: bool = False
+    ) -> tuple[CandidateStream, CandidateStream, NoCandidate | None]:
         """(reservation candidates, market candidates, why there are none) for one class.
 
         Order: cost per unit served ($/h x nodes for a gang; $/h / min(G // gpus, class size) for
-        single units), then capacity preference, then the smaller shape, then zone and names."""
+        single units), then capacity preference, then the smaller shape, then zone and names.  `shared`
+        (`Policy.share_nodes`): a single unit's node is counted full (G // gpus units, whatever the class size: the
+        next small units take its free GPUs) and the larger shape comes first among equal costs."""
         n, g = cls.nodes, cls.gpus_per_node
         res_groups, market_groups = [], []
         for gpus, (res, market) in self._shapes(cls).items():
             if gpus < g:
                 continue
-            factor = float(n) if n > 1 else 1.0 / max(1, min(gpus // g, class_size))
-            res_groups.append((factor, gpus, res))
-            market_groups.append((factor, gpus, market))
+            served = gpus // g if shared else min(gpus // g, class_size)
+            factor = float(n) if n > 1 else 1.0 / max(1, served)
+            rank = -gpus if shared and n == 1 else gpus
+            res_groups.append((factor, rank, res))
+            market_groups.append((factor, rank, market))
         keep = None
         if n > 1:
 

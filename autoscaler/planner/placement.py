@@ -222,7 +222,7 @@ def class_steps(cls: UnitClass, steps: Mapping[str, int], pools: Mapping[str, Po
 
 
 def class_state(cls: UnitClass, class_size: int, st: PlanState) -> ClassState:
-    reserved, market, none = st.book.streams(cls, class_size)
+    reserved, market, none = st.book.streams(cls, class_size, shared=st.policy.share_nodes)
     order = st.book.existing_pools(cls)
     every = frozenset(order)
     if st.policy.expected_run_s is not None and st.gpu_prices:
@@ -237,6 +237,7 @@ def class_state(cls: UnitClass, class_size: int, st: PlanState) -> ClassState:
                 if worth_reusing(st.gpu_prices.get(p, 0.0), head.hourly_usd / g_new, st.policy)
                 and (
                     cls.nodes > 1
+                    or st.policy.share_nodes  # the operator's choice: small work shares nodes (rule.py)
                     or pack_pays(st.gpu_prices.get(p, 0.0) * pools[p].gpus_per_node, head.hourly_usd, g_new, st.policy)
                 )
             }

@@ -47,6 +47,12 @@ same settings for the same facts.  Its reasoning (docs/planner.md, "Settings fro
   than none.  Raising the budget (at most one boot is ever used) trades wait for the chance of a
   reserved node.
 - **Batching** otherwise 0: boots take minutes, so a launch batch window only adds wait.
+- **Shared nodes** (`Policy.share_nodes`, an operator's setting, off by default).  Small work may take the free GPUs
+  of a larger node of its machine family at the same $/GPU-h, so a warm node of the family's largest shape serves
+  every size: that shape's idle keep and warm cap count the GPU-weighted arrivals of the whole family, in nodes of
+  it (`shared_arrivals`), and the placement cap that keeps small work off large nodes is off (`defragment` False).
+  The ski-rental test is unchanged; only what one warm node can serve grows.  Standby nodes stay sized on each
+  shape's own arrivals.
 """
 
 from __future__ import annotations
@@ -216,9 +222,41 @@ def reservation_hold_s(facts: FleetFacts) -> float:
     return min(cap, math.log(x) / mu) if x > 1.0 else 0.0
 
 
+def family_of(machine_type: str) -> str:
+    """`a3-highgpu-8g` -> `a3-highgpu`: the machine family whose shapes differ in GPUs only (the catalog's
+    `MachineType.family`)."""
+    return machine_type.rsplit("-", 1)[0]
+
+
+def shared_arrivals(shapes: Sequence[ShapeFacts]) -> tuple[ShapeFacts, ...]:
+    """`shapes` as `Policy.share_nodes` sees them: in each machine family, among the shapes at its largest shape's
+    $/GPU-h (`fleet.catalog.price_ties`), that largest shape's arrivals are the GPU-weighted arrivals of them all, in
+    nodes of it (a warm node of it takes any of their jobs), and its measured reuse gaps, which are of its own jobs
+    only, are dropped (the Poisson test decides).  Standby nodes are not sized on these (`policy_for`): a standby
+    node is a whole node a job takes, and a small job taking part of one would have the planner launch another.
+    Other shapes are unchanged."""
+    out = list(shapes)
+    families: dict[str, list[int]] = {}
+    for i, s in enumerate(out):
+        families.setdefault(family_of(s.machine_type), []).append(i)
+    for members in families.values():
+        big = max(members, key=lambda i: (out[i].gpus, -out[i].usd_per_hour))
+        tiers = price_tiers(out[i].usd_per_gpu_hour for i in members)
+        tier = tiers[out[big].usd_per_gpu_hour]
+        pooled = [i for i in members if tiers[out[i].usd_per_gpu_hour] == tier]
+        if len(pooled) < 2:
+            continue
+        gpus = sum(out[i].arrivals_per_hour * out[i].gpus for i in pooled)
+        out[big] = replace(out[big], arrivals_per_hour=gpus / out[big].gpus, reuse_gaps=None)
+    return tuple(out)
+
+
 def policy_for(facts: FleetFacts, base: Policy | None = None) -> Policy:
     """The gpu-fleet settings for `facts`, on top of `base` (limits and other knobs kept)."""
     base = base or Policy()
+    own = facts  # standby nodes are whole nodes a job takes: sized on each shape's own arrivals, shared or not
+    if base.share_nodes:
+        facts = replace(facts, shapes=shared_arrivals(facts.shapes))
     keep = {
         s.machine_type: round(idle_keep_s(s, facts.boot_s, facts.wait_value(s)), 1)
         for s in sorted(facts.shapes, key=lambda s: s.machine_type)
@@ -230,8 +268,8 @@ def policy_for(facts: FleetFacts, base: Policy | None = None) -> Policy:
     }
     standby = {
         s.machine_type: k
-        for s in sorted(facts.shapes, key=lambda s: s.machine_type)
-        if (k := min(base.standby_max_nodes, standby_nodes(s, facts.boot_s, facts.wait_value(s)))) > 0
+        for s in sorted(own.shapes, key=lambda s: s.machine_type)
+        if (k := min(base.standby_max_nodes, standby_nodes(s, own.boot_s, own.wait_value(s)))) > 0
     }
     hold = round(reservation_hold_s(facts), 1)
     return replace(
@@ -243,7 +281,7 @@ def policy_for(facts: FleetFacts, base: Policy | None = None) -> Policy:
         batch_window_s=hold,
         batch_idle_s=hold,
         wait_value_usd_per_gpu_hour=facts.wait_value_usd_per_gpu_hour,
-        defragment=True,
+        defragment=not base.share_nodes,
         expected_run_s=facts.mean_run_s,
         expected_boot_s=facts.boot_s,
     )

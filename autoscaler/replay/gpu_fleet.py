@@ -157,6 +157,7 @@ class GpuFleetPolicy:
         warm_cap: bool = True,
         preempt_spot: bool = True,
         late_bind: bool = True,
+        share_nodes: bool = False,
     ) -> GpuFleetPolicy:
         """The replay's gpu-fleet, configured as the daemon is: `DEFAULT_POLICY` plus the wait value, and the
         settings rule applied by `autoscaler.core.settings.SettingsTracker` to the jobs the simulated Slurm has
@@ -164,7 +165,7 @@ class GpuFleetPolicy:
         10 minutes, exactly as the daemon applies it to what squeue showed it.  Nothing is read from the trace's
         future and no setting is swept.  `jobs` is accepted for the callers' signature and not read.  `warm_cap`:
         `Policy.warm_cap`, an operator's setting the rule keeps; so are `preempt_spot` (`Policy.preempt_spot`) and
-        `late_bind` (`Policy.late_bind`)."""
+        `late_bind` (`Policy.late_bind`) and `share_nodes` (`Policy.share_nodes`)."""
         facts = scenario_facts(scenario, (), wait_value_usd_per_gpu_hour)
         base = replace(
             DEFAULT_POLICY,
@@ -172,6 +173,7 @@ class GpuFleetPolicy:
             warm_cap=warm_cap,
             preempt_spot=preempt_spot,
             late_bind=late_bind,
+            share_nodes=share_nodes,
         )
         tracker = SettingsTracker(base=base, boot_s=scenario.ready_s)
         # Slurm powers an idle node down after SuspendTime whatever the daemon keeps: the stack renders it no
@@ -236,7 +238,13 @@ class GpuFleetPolicy:
         # (fleet/slurm/preempt.py); the daemon holds the overflow for it (`core.held_pools`); under late binding
         # the job_submit.lua gives every GPU job its right-sized machine type as a hard constraint
         late = late_binding(scenario.pools(), self.policy)
-        return replace(self.slurm, preempt_spot=self.policy.preempt_spot, constrain=late, prefer=not late)
+        return replace(
+            self.slurm,
+            preempt_spot=self.policy.preempt_spot,
+            constrain=late,
+            shared=late and self.policy.share_nodes,
+            prefer=not late,
+        )
 
     # ---- the hooks ------------------------------------------------------------------------------------
 
@@ -719,6 +727,7 @@ def policy_settings(
         "warm_cap": p.warm_cap,
         "preempt_spot": p.preempt_spot,
         "late_bind": p.late_bind,
+        "share_nodes": p.share_nodes,
         "standby_by_machine": dict(p.standby_by_machine),
         "defragment": p.defragment,
         "idle_timeout_s": p.idle_timeout_s,

@@ -29,44 +29,57 @@ class PolicyOptions:
     interfaces.md); None: gpu-fleet's documented default.  `warm_cap`: gpu-fleet's `Policy.warm_cap`.
     `preempt_spot`: gpu-fleet's `Policy.preempt_spot` (the simulated Slurm's partition-priority preemption of
     spot-tolerant work off the reservation, and the overflow hold that lets it happen).  `late_bind`: gpu-fleet's
-    `Policy.late_bind` (strict late binding, without a reservation)."""
+    `Policy.late_bind` (strict late binding, without a reservation).  `share_nodes`: gpu-fleet's
+    `Policy.share_nodes` (small work shares larger nodes of its family)."""
 
     ca_expander: str = "random"
     wait_value_usd_per_gpu_hour: float | None = None
     warm_cap: bool = True
     preempt_spot: bool = True
     late_bind: bool = True
+    share_nodes: bool = False
 
 
 @dataclass(frozen=True)
 class FrontierSetting:
-    """One gpu-fleet setting of the cost-vs-wait frontier: a wait value, with or without the warm-node cap.
-    Written `W` or `W:no-warm-cap` (`parse_frontier`)."""
+    """One gpu-fleet setting of the cost-vs-wait frontier: a wait value, with or without the warm-node cap, with or
+    without shared nodes.  Written `W`, `W:no-warm-cap`, `W:shared` or `W:no-warm-cap:shared` (`parse_frontier`)."""
 
     wait_value_usd_per_gpu_hour: float
     warm_cap: bool = True
+    share_nodes: bool = False
 
     @property
     def label(self) -> str:
-        return f"{self.wait_value_usd_per_gpu_hour:g}" + ("" if self.warm_cap else ":no-warm-cap")
+        flags = ("" if self.warm_cap else ":no-warm-cap") + (":shared" if self.share_nodes else "")
+        return f"{self.wait_value_usd_per_gpu_hour:g}{flags}"
+
+
+FRONTIER_FLAGS = ("no-warm-cap", "shared")
 
 
 def parse_frontier(text: str, option: str = "--frontier") -> list[FrontierSetting]:
-    """`2,50,50:no-warm-cap` -> the settings, in order; a ValueError names `option` and the bad item."""
+    """`2,50,50:no-warm-cap,50:shared` -> the settings, in order; a ValueError names `option` and the bad item."""
     out: list[FrontierSetting] = []
     for item in (v.strip() for v in text.split(",")):
         if not item:
             continue
-        value, _, flag = item.partition(":")
-        if flag not in ("", "no-warm-cap"):
-            raise ValueError(f"{option}: {item!r}: unknown setting {flag!r} (known: W, W:no-warm-cap)")
+        value, *flags = item.split(":")
+        for flag in flags:
+            if flag not in FRONTIER_FLAGS:
+                raise ValueError(
+                    f"{option}: {item!r}: unknown setting {flag!r} (known: W, W:no-warm-cap, W:shared, "
+                    "W:no-warm-cap:shared)"
+                )
+            if flags.count(flag) > 1:
+                raise ValueError(f"{option}: {item!r}: setting {flag!r} given twice")
         try:
             w = float(value)
         except ValueError:
             raise ValueError(f"{option}: {item!r} is not a number (USD per GPU-hour)") from None
         if not w >= 0:  # also refuses nan
             raise ValueError(f"{option}: {item!r}: a wait value must be >= 0 USD per GPU-hour")
-        out.append(FrontierSetting(w, warm_cap=not flag))
+        out.append(FrontierSetting(w, warm_cap="no-warm-cap" not in flags, share_nodes="shared" in flags))
     if not out:
         raise ValueError(f"{option}: no wait value given")
     return out
@@ -79,10 +92,11 @@ def gpu_fleet_policy(
     warm_cap: bool = True,
     preempt_spot: bool = True,
     late_bind: bool = True,
+    share_nodes: bool = False,
 ) -> ReplayPolicy:
     """gpu-fleet configured for `scenario` (and the trace's arrival rates, when its settings rule reads
-    them), with the wait-value knob when one is given, `Policy.warm_cap`, `Policy.preempt_spot` and
-    `Policy.late_bind`."""
+    them), with the wait-value knob when one is given, `Policy.warm_cap`, `Policy.preempt_spot`,
+    `Policy.late_bind` and `Policy.share_nodes`."""
     from autoscaler.replay.gpu_fleet import GpuFleetPolicy
 
     params = inspect.signature(GpuFleetPolicy.for_scenario).parameters
@@ -102,6 +116,8 @@ def gpu_fleet_policy(
         kwargs["preempt_spot"] = False
     if not late_bind:
         kwargs["late_bind"] = False
+    if share_nodes:
+        kwargs["share_nodes"] = True
     return GpuFleetPolicy.for_scenario(scenario, **kwargs)
 
 
@@ -120,7 +136,13 @@ def policy_factories(
     opts = options or PolicyOptions()
     return {
         "gpu-fleet": lambda s, jobs: gpu_fleet_policy(
-            s, opts.wait_value_usd_per_gpu_hour, jobs, opts.warm_cap, opts.preempt_spot, opts.late_bind
+            s,
+            opts.wait_value_usd_per_gpu_hour,
+            jobs,
+            opts.warm_cap,
+            opts.preempt_spot,
+            opts.late_bind,
+            opts.share_nodes,
         ),
         "static-peak": lambda s, jobs: StaticPeakPolicy(peak_gpus=peak_concurrent_gpus(jobs)),
         "slurm-power-save": lambda s, jobs: SlurmPowerSavePolicy(),
@@ -277,24 +299,28 @@ def run_frontier(
     """gpu-fleet replayed once per setting (a wait value, or a `FrontierSetting`; same jobs, same cloud, same
     bound; `preempt_spot` and `late_bind` as the main run's): its cost-vs-wait frontier.  Stored in
     `result.frontier` (and the JSON's `frontier`); each point carries its setting (`wait_value_usd_per_gpu_hour`,
-    `warm_cap`, `setting`) and the settings the rule derived."""
+    `warm_cap`, `share_nodes`, `setting`) and the settings the rule derived."""
     points: list[dict[str, Any]] = []
     ctx = result.kueue
     for item in settings:
         setting = item if isinstance(item, FrontierSetting) else FrontierSetting(float(item))
-        value, warm_cap = setting.wait_value_usd_per_gpu_hour, setting.warm_cap
+        value, warm_cap, share = setting.wait_value_usd_per_gpu_hour, setting.warm_cap, setting.share_nodes
         if ctx is not None:
             from autoscaler.replay.gpu_fleet_kube import GpuFleetKubePolicy
+
+            if share:
+                raise ValueError(f"--frontier: {setting.label}: shared nodes are the Slurm daemon's")
 
             kp = GpuFleetKubePolicy.for_scenario(result.scenario, value, result.jobs, warm_cap)
             engine = ctx.engine(kp, result.scenario).run()
         else:
-            policy = gpu_fleet_policy(result.scenario, value, result.jobs, warm_cap, preempt_spot, late_bind)
+            policy = gpu_fleet_policy(result.scenario, value, result.jobs, warm_cap, preempt_spot, late_bind, share)
             engine = replay_engine(result.jobs, result.scenario, policy).run()
         m = policy_metrics(engine, result.bound)
         point = {
             "wait_value_usd_per_gpu_hour": value,
             "warm_cap": warm_cap,
+            "share_nodes": share,
             "setting": setting.label,
             **{k: m[k] for k in FRONTIER_KEYS},
         }

@@ -67,6 +67,7 @@ from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.state import ClusterState, Job, JobState, ReplayError, SimNode
 from autoscaler.replay.trace import TraceJob
 from autoscaler.sim import NodeEventKind, SimClock, SimCloud, SimConfig
+from autoscaler.slurm.constraint import alternatives
 from fleet.catalog import CapacityType, load_catalog
 from fleet.slurm.job_submit import Prefer, constraints, preferences
 from fleet.slurm.weights import pool_weights, ranking_shapes
@@ -104,6 +105,9 @@ class SlurmSettings:
     #: the job_submit.lua of late binding (`Policy.late_bind`): the right-sized machine type as a hard `--constraint`
     #: (no fallback to other shapes), widened per job by the driver (`allow`, `scontrol update jobid=N features=`)
     constrain: bool = False
+    #: that constraint allows every shape of the right-sized one's share group (`Policy.share_nodes`,
+    #: `fleet.slurm.job_submit.share_groups`)
+    shared: bool = False
     #: SuspendExcNodes by capacity type: pools of these types are never suspended (fleet/slurm/conf.py renders
     #: every reservation pool there, plus pool minimums, which the replay's pools do not have)
     suspend_exc: frozenset[CapacityType] = frozenset({CapacityType.RESERVATION})
@@ -206,7 +210,7 @@ class SimSlurm:
         #: spot tolerance -> GPUs per node -> the constraint the constrain-mode lua sets (`job_submit.constraints`,
         #: pinned to spot where it pins: the replay's spot-tolerant jobs stand for a partition of every pool, the
         #: others for one of the pools that are not spot)
-        self.right_sized: dict[bool, dict[int, str]] = {}
+        self.right_sized: dict[bool, dict[int, frozenset[str]]] = {}
         #: job idx -> the alternatives its hard constraint allows (`constrain`), once widened by the driver
         self.constraints: dict[int, frozenset[str]] = {}
         if self.conf.prefer or self.conf.constrain:
@@ -218,8 +222,11 @@ class SimSlurm:
             self.prefer = preferences({"all": shapes}, {"all": reserved}).get("all", {})
             if self.conf.constrain:
                 strict = [s for s in shapes if s.capacity is not CapacityType.SPOT]
-                tables = constraints({"spot": shapes, "strict": strict})
-                self.right_sized = {True: tables.get("spot", {}), False: tables.get("strict", {})}
+                tables = constraints({"spot": shapes, "strict": strict}, shared=self.conf.shared)
+                self.right_sized = {
+                    spot_ok: {g: alternatives(expr) for g, expr in tables.get(part, {}).items()}
+                    for spot_ok, part in ((True, "spot"), (False, "strict"))
+                }
         self.names: dict[str, _Name] = {}  # every name not powered down
         self._free: dict[str, list[int]] = {p.name: [] for p in self.pool_list}  # freed indices (heap)
         self._next: dict[str, int] = {p.name: 0 for p in self.pool_list}
@@ -490,7 +497,8 @@ class SimSlurm:
         return self._pick(job, self.by_weight)
 
     def allowed(self, job: Job) -> frozenset[str] | None:
-        """The alternatives `job`'s hard constraint allows (`SlurmSettings.constrain`: the right-sized machine type,
+        """The alternatives `job`'s hard constraint allows (`SlurmSettings.constrain`: the right-sized machine type, or
+        its share group with `SlurmSettings.shared`,
         pinned to spot for spot-tolerant work, as the job_submit.lua sets it, or what the driver widened it to;
         `autoscaler.core.hold.constraint_allows`); None: no constraint."""
         if not self.conf.constrain:
@@ -499,7 +507,7 @@ class SimSlurm:
         if got is not None:
             return got
         want = self.right_sized.get(job.spot_ok, {}).get(job.gpus_per_node)
-        return frozenset({want}) if want is not None else None
+        return want
 
     @command
     def allow(self, job: Job, terms: frozenset[str]) -> None:

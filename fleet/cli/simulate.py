@@ -78,8 +78,9 @@ def simulate(
         str | None,
         typer.Option(
             "--frontier",
-            help="also replay gpu-fleet at each of these comma-separated --wait-value settings (W, or "
-            "W:no-warm-cap for that wait value without the warm-node cap)",
+            help="also replay gpu-fleet at each of these comma-separated --wait-value settings (W; "
+            "W:no-warm-cap for that wait value without the warm-node cap; W:shared with shared nodes; both flags "
+            "may be given)",
         ),
     ] = None,
     no_warm_cap: bool = typer.Option(
@@ -99,6 +100,13 @@ def simulate(
         "--no-late-bind",
         help="gpu-fleet: no strict late binding (Policy.late_bind false): Slurm binds each job to a powered-down "
         "name at submit (the job_submit.lua's --prefer) instead of the daemon booting held nodes for it",
+    ),
+    share_nodes: bool = typer.Option(
+        False,
+        "--share-nodes",
+        help="gpu-fleet: small work shares larger nodes of its machine family at the same $/GPU-h "
+        "(Policy.share_nodes): the largest shape is kept warm for every size and the job_submit.lua's constraint "
+        "allows the whole family",
     ),
     scheduler: str = typer.Option(
         "slurm", "--scheduler", help="slurm (the simulated slurmctld) or kueue (Kueue's admission gate, Kubernetes)"
@@ -155,18 +163,25 @@ def simulate(
             raise ValueError("--no-preempt-spot: only with --scheduler slurm (it turns off Slurm's preemption)")
         if no_late_bind and scheduler != "slurm":
             raise ValueError("--no-late-bind: only with --scheduler slurm (late binding is the Slurm daemon's)")
+        if share_nodes and scheduler != "slurm":
+            raise ValueError("--share-nodes: only with --scheduler slurm (shared nodes are the Slurm daemon's)")
         names = resolve_policies(policy, scheduler)
         if ca_expander not in EXPANDERS:
             raise ValueError(f"--ca-expander: unknown expander {ca_expander!r} (known: {', '.join(EXPANDERS)})")
         settings = parse_frontier(frontier) if frontier else []
         if no_warm_cap:  # the flag is gpu-fleet's setting: its frontier points go without the cap too
             settings = [replace(st, warm_cap=False) for st in settings]
+        if share_nodes:
+            settings = [replace(st, share_nodes=True) for st in settings]
+        if scheduler != "slurm" and any(st.share_nodes for st in settings):
+            raise ValueError("--frontier: W:shared only with --scheduler slurm (shared nodes are the Slurm daemon's)")
         options = PolicyOptions(
             ca_expander=ca_expander,
             wait_value_usd_per_gpu_hour=wait_value,
             warm_cap=not no_warm_cap,
             preempt_spot=not no_preempt_spot,
             late_bind=not no_late_bind,
+            share_nodes=share_nodes,
         )
         if wait_value is not None and not wait_value >= 0:
             raise ValueError(f"--wait-value: must be >= 0 USD per GPU-hour, got {wait_value:g}")
@@ -302,8 +317,9 @@ def _gpu_fleet_setting(settings: dict[str, Any]) -> str:
         if "late_bind" not in settings
         else ", late binding " + ("on" if settings["late_bind"] else "off (--no-late-bind)")
     )
+    shared = ", shared nodes on (--share-nodes)" if settings.get("share_nodes") else ""
     return (
-        f"gpu-fleet: wait value {value} (--wait-value), warm-node cap {cap}{preempt}{late}; "
+        f"gpu-fleet: wait value {value} (--wait-value), warm-node cap {cap}{preempt}{late}{shared}; "
         f"{settings.get('settings_source', '')}"
     )
 

@@ -20,7 +20,7 @@ from fleet.catalog import CapacityType, Catalog, MachineType, load_catalog
 from fleet.slurm.job_submit import render_job_submit
 from fleet.slurm.node_size import real_memory_mib
 from fleet.slurm.options import merge_options, replace_keys, with_site_config
-from fleet.slurm.policy import late_binding_constrains, late_binding_settings
+from fleet.slurm.policy import late_binding_constrains, late_binding_settings, late_binding_shares_nodes
 from fleet.slurm.preempt import partition_tiers, preemption_settings
 from fleet.slurm.suspend import standby_exclusion, suspend_time
 from fleet.slurm.topology import render_topology
@@ -295,6 +295,7 @@ def render_slurm_conf(
         default,
         reserved,
         constrain=late_binding_constrains(cluster),
+        shared=late_binding_shares_nodes(cluster),
     )
     if job_submit:
         settings["JobSubmitPlugins"] = "lua"  # reads job_submit.lua next to slurm.conf

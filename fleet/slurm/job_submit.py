@@ -40,13 +40,14 @@ several partitions are left alone here too; there are no `reservation|` expressi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from autoscaler.slurm.constraint import RIGHT_SIZED_MARK
 from autoscaler.slurm.wake import submit_wake_path
 from fleet.catalog import CapacityType
-from fleet.slurm.weights import PoolShape, ranked
+from fleet.slurm.weights import PoolShape, ranked, shape_keys
 
 __all__ = [
     "RESERVATION_FEATURE",
@@ -206,16 +207,27 @@ def preferences(
     return out
 
 
-def constraints(partitions: Mapping[str, Sequence[PoolShape]]) -> dict[str, dict[int, str]]:
+def constraints(partitions: Mapping[str, Sequence[PoolShape]], *, shared: bool = False) -> dict[str, dict[int, str]]:
     """Partition -> GPUs per node (1 up to its largest shape's) -> the job's hard constraint under strict late
     binding: the right-sized machine type (the same ranking as `preferences`), pinned to spot where the partition
-    is spot-tolerant (`spot_pinned`).  Partitions without GPU shapes are left out."""
+    is spot-tolerant (`spot_pinned`); `shared` (`Policy.share_nodes`): every shape that fits in the right-sized
+    one's share group (`share_groups`), ORed.  For GPUs alone, what the constrain-mode lua sets.  Partitions without
+    GPU shapes are left out."""
     out: dict[str, dict[int, str]] = {}
     for part, shapes in partitions.items():
         most = max((s.gpus for s in shapes), default=0)
         if most > 0:
             pinned = spot_pinned(shapes)
-            out[part] = {g: constraint_feature(_right_sized(shapes, g), pinned) for g in range(1, most + 1)}
+            groups = share_groups(shapes) if shared else {}
+            table: dict[int, str] = {}
+            for g in range(1, most + 1):
+                best = _right_sized(shapes, g)
+                group = groups.get(best, "")
+                fitting = dict.fromkeys(s.machine_type for s in ranked(shapes) if s.gpus >= g)
+                types = [t for t in fitting if groups[t] == group] if group else [best]
+                terms = [constraint_feature(t, pinned) for t in types]
+                table[g] = terms[0] if len(terms) == 1 else "|".join(f"({t})" if "&" in t else t for t in terms)
+            out[part] = table
     return out
 
 
@@ -251,20 +263,41 @@ def constraint_shapes(partitions: Mapping[str, Sequence[PoolShape]]) -> dict[str
     return out
 
 
-def _lua_shape_rows(tables: Mapping[str, Sequence[PoolShape]], pinned: Mapping[str, frozenset[str]]) -> str:
-    """The Lua table body: one line per partition, ``{ "<constraint>", <GPUs>, <CPUs>, <MiB> }`` per shape, the
-    constraint its machine type, pinned to spot where `pinned[partition]` says (`constraint_feature`; an unknown
-    CPU or memory figure is written as the largest Lua integer: it rules nothing out)."""
+def share_groups(shapes: Sequence[PoolShape]) -> dict[str, str]:
+    """Machine type -> its share group under `Policy.share_nodes`: its machine family and price tier
+    (`weights.shape_keys`; `family/tier`), so that a job may take any shape of its family at the $/GPU-h of its
+    right-sized one; "" for an unpriced shape (it shares with none)."""
+    keys = shape_keys(shapes)
+    return {
+        s.machine_type: "" if math.isinf(keys[s][0]) else f"{s.machine_type.rsplit('-', 1)[0]}/{keys[s][0]}"
+        for s in shapes
+    }
+
+
+def _lua_shape_rows(
+    tables: Mapping[str, Sequence[PoolShape]], pinned: Mapping[str, frozenset[str]], shared: bool
+) -> str:
+    """The Lua table body: one line per partition, ``{ "<constraint>", <GPUs>, <CPUs>, <MiB>, "<group>" }`` per
+    shape, the constraint its machine type, pinned to spot where `pinned[partition]` says (`constraint_feature`; an
+    unknown CPU or memory figure is written as the largest Lua integer: it rules nothing out), the group its share
+    group when `shared` (`share_groups`), else "" (the job gets the first shape that fits)."""
     unknown = 2**53
     rows = []
     for part, shapes in sorted(tables.items()):
+        groups = share_groups(shapes) if shared else {}
         entries = ", ".join(
             f"{{ {_lua_string(constraint_feature(s.machine_type, pinned[part]), expression=True)}, {s.gpus}, "
-            f"{s.cpus or unknown}, {s.memory_mib or unknown} }}"
+            f"{s.cpus or unknown}, {s.memory_mib or unknown}, {_lua_group(groups.get(s.machine_type, ''))} }}"
             for s in shapes
         )
         rows.append(f"  [{_lua_string(part)}] = {{ {entries} }},")
     return "\n".join(rows)
+
+
+def _lua_group(group: str) -> str:
+    if not all(c.isalnum() or c in "-_./" for c in group):
+        raise ValueError(f"not a share group: {group!r}")
+    return f'"{group}"'
 
 
 def _lua_string(s: str, *, expression: bool = False) -> str:
@@ -299,20 +332,35 @@ local function size_per_node(job_desc, gpus, nodes)
   return cpus, mem
 end
 
--- shapes: { constraint, GPUs, CPUs, RealMemory MiB } of the partition, best first (the constraint: the machine
--- type, "&spot" where the partition is spot-tolerant and also has another capacity type of it)
+-- shapes: { constraint, GPUs, CPUs, RealMemory MiB, share group } of the partition, best first (the constraint:
+-- the machine type, "&spot" where the partition is spot-tolerant and also has another capacity type of it); with
+-- shared nodes (policy share_nodes) the job may take every shape that fits in the first fit's share group
 local function choose(job_desc, shapes, most)
   local gpus, nodes = gpus_per_node(job_desc, most)
   if gpus == nil then
     return nil
   end
   local cpus, mem = size_per_node(job_desc, gpus, nodes)
+  local group = nil
+  local chosen = {}
   for _, shape in ipairs(shapes) do
-    if shape[2] >= gpus and shape[3] >= cpus and shape[4] >= mem then
-      return shape[1]
+    if shape[2] >= gpus and shape[3] >= cpus and shape[4] >= mem and (group == nil or shape[5] == group) then
+      group = group or shape[5]
+      table.insert(chosen, shape[1])
+      if group == "" then
+        break
+      end
     end
   end
-  return nil
+  if #chosen < 2 then
+    return chosen[1]
+  end
+  for i, term in ipairs(chosen) do
+    if string.find(term, "&", 1, true) then
+      chosen[i] = "(" .. term .. ")"
+    end
+  end
+  return table.concat(chosen, "|")
 end
 """
 
@@ -364,6 +412,7 @@ def render_job_submit(
     reserved_gpus: Mapping[str, int] | None = None,
     *,
     constrain: bool = False,
+    shared: bool = False,
     wake_path: str = str(submit_wake_path()),
 ) -> str:
     """The job_submit.lua text ("" when there is nothing to set: then no JobSubmitPlugins either).
@@ -372,7 +421,8 @@ def render_job_submit(
     every GPU count of every partition (`constraints`), for strict late binding, which is for clusters without
     reservation pools: a reserved GPU count in `reserved_gpus` is a ValueError.  In constrain mode every submission
     also rewrites `wake_path` (`autoscaler.slurm.wake`: the daemon's watcher ticks on it); a failing write is
-    ignored (`pcall`), so the job is never refused for it."""
+    ignored (`pcall`), so the job is never refused for it.  `shared` (`Policy.share_nodes`, constrain mode): the
+    constraint allows every shape that fits in the first fit's share group (`share_groups`)."""
     if constrain:
         reserved = {part: g for part, g in (reserved_gpus or {}).items() if g}
         if reserved:
@@ -380,7 +430,7 @@ def render_job_submit(
         shapes = constraint_shapes(partitions)
         tables: Mapping[str, object] = shapes
         rows, choose, about, table, field = (
-            _lua_shape_rows(shapes, {part: spot_pinned(partitions[part]) for part in shapes}),
+            _lua_shape_rows(shapes, {part: spot_pinned(partitions[part]) for part in shapes}, shared),
             _CONSTRAIN_CHOOSE,
             _CONSTRAIN_ABOUT,
             "constraint",

@@ -27,6 +27,13 @@ def late_binding_constrains(cluster: ClusterSpec) -> bool:
     return policy is not None and policy.binds_late(p.capacity for p in cluster.pools)
 
 
+def late_binding_shares_nodes(cluster: ClusterSpec) -> bool:
+    """Whether the constrain-mode job_submit.lua lets each job take every shape of its right-sized one's share group
+    (`fleet.slurm.job_submit.share_groups`): strict late binding and the policy's `share_nodes`."""
+    policy = cluster_policy(cluster)
+    return late_binding_constrains(cluster) and policy is not None and policy.share_nodes
+
+
 #: under late binding a held node booted for a pending job starts it only at slurmctld's next scheduling pass after
 #: the daemon undrains it, and 22.05 defers that pass by up to `batch_sched_delay` (3 s by default, slurm.conf(5):
 #: "how long the scheduling of batch jobs can be delayed"), billed idle on a GPU node.  Measured on slurmctld

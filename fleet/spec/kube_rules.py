@@ -320,7 +320,13 @@ def kueue_autoscaler_policy(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
 
     for path, cluster in _kueue(spec):
         try:
-            policy_from_mapping(cluster.kueue.autoscaler.policy)
+            policy = policy_from_mapping(cluster.kueue.autoscaler.policy)
         except PolicyError as exc:
             for name, reason in exc.errors:
                 yield f"{path}.autoscaler.policy.{name}", reason
+            continue
+        if policy.share_nodes:
+            yield (
+                f"{path}.autoscaler.policy.share_nodes",
+                "shared nodes are the Slurm daemon's; the Kubernetes daemon books whole nodes per workload",
+            )

@@ -331,6 +331,69 @@ def test_a_job_asking_more_cpus_than_its_gpus_shape_has_is_accepted_and_runs_on_
     assert not _ok(env, "scontrol-features")
 
 
+@pytest.fixture
+def shared(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    """Late binding with shared nodes (`Policy.share_nodes`) over a 1-GPU and a 2-GPU pool of a3-highgpu (one family,
+    one $/GPU-h), and the lua `fleet render slurm-conf` writes for it: each 1-GPU job may take either shape."""
+    rows = [("h1", CapacityType.ON_DEMAND, "a3-highgpu-1g"), ("h2", CapacityType.ON_DEMAND, "a3-highgpu-2g")]
+    shapes = {s.machine_type: s for s in pool_shapes(rows, load_catalog(), REGION)}
+    pools = [
+        pool(f"h{g}", "on-demand", "gpu", False, max_nodes=2).model_copy(
+            update={"machine_type": f"a3-highgpu-{g}g", "gpus_per_node": g}
+        )
+        for g in (1, 2)
+    ]
+    nodesets = [
+        Nodeset(f"e2e-h{g}", 2, gpus=g, cpus=shapes[m].cpus, features=m, memory_mib=shapes[m].memory_mib)
+        for g in (1, 2)
+        if (m := f"a3-highgpu-{g}g")
+    ]
+
+    def lua(state: Path) -> str:
+        ranked_shapes = ranking_shapes(rows, load_catalog(), REGION)
+        return render_job_submit(
+            {"gpu": ranked_shapes}, "gpu", constrain=True, shared=True, wake_path=str(submit_wake_path(state))
+        )
+
+    with e2e_env(
+        slurm_factory,
+        suspend_time=600,
+        pools=pools,
+        nodesets=nodesets,
+        partitions={"gpu": ["e2e-h1", "e2e-h2"]},
+        job_submit_lua=lua,
+        slurm_lines=late_bind_lines,
+        policy={"idle_timeout_s": 20, "backoff_s": 120, "late_bind": True, "share_nodes": True},
+    ) as e:
+        yield e
+
+
+def test_with_shared_nodes_a_small_job_starts_at_once_on_the_free_gpu_of_a_larger_node(shared: E2E) -> None:
+    """`Policy.share_nodes` on slurmctld: the lua lets a 1-GPU job take a 1- or 2-GPU node; the daemon boots the
+    family's larger shape for the first one (its free GPU is capacity for the next); the second 1-GPU job, submitted
+    while the first runs, starts on that free GPU by Slurm's own scheduling, with no boot and no daemon command."""
+    env = shared
+    env.start_daemon()
+    names = [f"e2e-h{g}-{i}" for g in (1, 2) for i in (0, 1)]
+    wait_for(lambda: all("DRAIN" in env.sinfo()[n]["state_flags"] for n in names), 30, "the pools to be held", env)
+    out = f"{env.root / 'log'}/job-%j.out"
+    first = env.sbatch("-p", "gpu", "--gpus=1", "-o", out, "--wrap", "srun sh -c 'echo $SLURMD_NODENAME; sleep 60'")
+    assert _features(env, first) == "a3-highgpu-1g|a3-highgpu-2g"
+    wait_for(lambda: env.job_state(first) == "RUNNING", 120, "the first job to run on a booted node", env)
+    booted = {n for c in _ok(env, "scontrol-power_up") for n in c["names"]}
+    assert booted == {"e2e-h2-0"}, "\n".join(f"{t.at:.1f} {c}" for t in env.ticks for c in t.commands)
+    commands = len([c for t in env.ticks for c in t.commands])
+    submitted = time.monotonic()
+    second = env.sbatch("-p", "gpu", "--gpus=1", "-o", out, "--wrap", "srun sh -c 'echo $SLURMD_NODENAME'")
+    wait_for(lambda: env.job_state(second) in ("RUNNING", "COMPLETED", "GONE"), 30, "the second job to start", env)
+    started_after = time.monotonic() - submitted
+    wait_for(lambda: env.job_state(second) in ("COMPLETED", "GONE"), 30, "the second job to end", env)
+    assert env.ran_on(second) == env.ran_on(first) == "e2e-h2-0"
+    assert started_after < 10, f"the second job waited {started_after:.1f} s: it should not wait for a boot"
+    later = [c for t in env.ticks for c in t.commands][commands:]
+    assert not [c for c in later if c["command"] in ("scontrol-power_up", "scontrol-undrain", "scontrol-features")]
+
+
 def _spot_pin_lua(state: Path) -> str:
     """The late-binding job_submit.lua `fleet render slurm-conf` writes for an on-demand pool serving `gpu` and
     `spotq` and a spot pool serving `spotq` (a spot-tolerant partition: it has a spot pool)."""

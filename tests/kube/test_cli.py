@@ -81,6 +81,24 @@ def test_a_provisioning_class_the_cluster_autoscaler_serves_is_refused_before_an
         fake.stop()
 
 
+def test_shared_nodes_are_refused_by_the_kubernetes_daemon_before_any_call(tmp_path: Path) -> None:
+    """`policy.share_nodes` is the Slurm daemon's setting; the Kubernetes daemon says so at start, naming the file and
+    the field, and reads nothing."""
+    fake = FakeKube(rbac=deployed_rbac(cluster_api=True))
+    fake.start()
+    try:
+        write_config(tmp_path, fake)
+        cfg = yaml.safe_load((tmp_path / "autoscaler.yaml").read_text())
+        cfg.setdefault("policy", {})["share_nodes"] = True
+        (tmp_path / "autoscaler.yaml").write_text(yaml.safe_dump(cfg))
+        res = runner.invoke(app, ["autoscaler", "run", "--config", str(tmp_path / "autoscaler.yaml"), "--once"])
+        assert res.exit_code == 2, res.output
+        assert "autoscaler.yaml" in res.output and "policy.share_nodes" in res.output
+        assert "Traceback" not in res.output and fake.served == []
+    finally:
+        fake.stop()
+
+
 def test_a_cluster_without_the_provisioning_request_api_is_named_as_such_and_nothing_is_touched(
     tmp_path: Path,
 ) -> None:

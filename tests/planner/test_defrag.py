@@ -190,3 +190,24 @@ def test_a_long_spot_tolerant_gang_launches_spot_rather_than_taking_idle_on_dema
     assert out.assignments["gang"].placement is Placement.NEW and out.scale_ups[0].pool == s8.name
     out = plan([gang], inv, offs, replace(long_run, expected_run_s=100.0), 100.0)
     assert sorted(out.assignments["gang"].nodes) == [f"{p8.name}-0", f"{p8.name}-1"] and out.scale_ups == ()
+
+
+def test_shared_nodes_launch_the_largest_shape_for_small_work_and_fill_its_free_gpus() -> None:
+    """`Policy.share_nodes` (the operator's choice): a lone 1-GPU unit gets the family's 8-GPU node, not a 1-GPU one,
+    and the next small units take its free GPUs, even when that packing would otherwise not pay over a long run;
+    nothing is cordoned.  Without it the same unit is right-sized."""
+    p8, p1 = pool(8), pool(1)
+    offs = family_offerings(caps=(OD,), shapes=(1, 8))
+    shared = Policy(idle_timeout_s=0.0, defragment=False, share_nodes=True, expected_run_s=36000.0)
+    out = plan([WorkUnit("small", 0.0, 1)], Inventory((p8, p1), ()), offs, shared, 100.0)
+    assert [(s.pool, s.count) for s in out.scale_ups] == [("h8-on-demand", 1)]
+    out = plan([WorkUnit("small", 0.0, 1)], Inventory((p8, p1), ()), offs, NO_KEEP, 100.0)
+    assert [(s.pool, s.count) for s in out.scale_ups] == [("h1-on-demand", 1)]
+    # a long run on a busy node: packing does not pay (`pack_pays`), unless the operator shares nodes
+    busy = Inventory((p8, p1), (node(p8, 0, NodeState.BUSY, used=1),))
+    out = plan([WorkUnit("small", 0.0, 1)], busy, offs, shared, 100.0)
+    assert out.assignments["small"].nodes == ("h8-on-demand-0",) and out.commands == ()
+    unshared = replace(shared, share_nodes=False)
+    assert plan([WorkUnit("small", 0.0, 1)], busy, offs, unshared, 100.0).assignments["small"].placement is (
+        Placement.NEW
+    )

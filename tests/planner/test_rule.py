@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -19,6 +20,7 @@ from autoscaler.planner.rule import (
     policy_for,
     reservation_hold_s,
     right_sized,
+    shared_arrivals,
     warm_nodes,
     with_arrivals,
 )
@@ -221,3 +223,33 @@ def test_the_warm_nodes_kept_are_the_lowest_numbered_the_ones_slurm_allocates_fi
     nodes = tuple(node(p1, i, NodeState.READY_IDLE, since=100.0 * i) for i in range(4))
     pol = Policy(idle_timeout_by_machine={machine(1): 720.0}, idle_keep_max_by_machine={machine(1): 2})
     assert idle_over_cap(Inventory((p1,), nodes), pol, 400.0) == {"h1-on-demand-2", "h1-on-demand-3"}
+
+
+def test_shared_nodes_keep_the_family_s_largest_shape_warm_for_every_size() -> None:
+    """`Policy.share_nodes`: the 8-GPU shape's keep and warm cap count the GPU-weighted arrivals of its family at its
+    price (a warm 8-GPU node takes any of their jobs); a shape of another price or family is left alone; standby
+    nodes stay sized on each shape's own arrivals."""
+    shapes = (
+        ShapeFacts("a3-highgpu-1g", 1, 11.0, arrivals_per_hour=80.0),
+        ShapeFacts("a3-highgpu-2g", 2, 22.0, arrivals_per_hour=4.0),
+        ShapeFacts("a3-highgpu-8g", 8, 88.0, arrivals_per_hour=1.0, reuse_gaps=(10.0,)),
+        ShapeFacts("a2-highgpu-8g", 8, 30.0, arrivals_per_hour=2.0),
+        ShapeFacts("g2-standard-96", 8, 200.0, arrivals_per_hour=3.0),
+    )
+    out = {s.machine_type: s for s in shared_arrivals(shapes)}
+    assert out["a3-highgpu-8g"].arrivals_per_hour == pytest.approx((80 + 8 + 8) / 8)
+    assert out["a3-highgpu-8g"].reuse_gaps is None  # measured on its own jobs: the Poisson test decides
+    assert (
+        out["a3-highgpu-1g"] == shapes[0] and out["a2-highgpu-8g"] == shapes[3] and out["g2-standard-96"] == shapes[4]
+    )
+    facts = FleetFacts(boot_s=360.0, shapes=shapes[:3])
+    alone, shared = policy_for(facts), policy_for(facts, Policy(share_nodes=True))
+    assert alone.idle_timeout_by_machine["a3-highgpu-8g"] == 0.0  # one 8-GPU job an hour: not worth a keep
+    assert shared.idle_timeout_by_machine["a3-highgpu-8g"] == 360.0  # twelve nodes' worth an hour: kept
+    assert shared.idle_keep_max_by_machine["a3-highgpu-8g"] == 1
+    assert alone.defragment and not shared.defragment and shared.share_nodes
+    valued = Policy(share_nodes=True, wait_value_usd_per_gpu_hour=50.0)
+    assert (
+        policy_for(facts, valued).standby_by_machine
+        == policy_for(facts, replace(valued, share_nodes=False)).standby_by_machine
+    )

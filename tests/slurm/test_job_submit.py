@@ -115,8 +115,31 @@ def test_a_spot_tolerant_partition_pins_the_constraint_to_spot_where_it_has_anot
     }
     lua = render_job_submit({"spotq": [od1, od8, sp1]}, "spotq", constrain=True)
     unknown = 2**53
-    assert f'["spotq"] = {{ {{ "m-1g&spot", 1, {unknown}, {unknown} }}, {{ "m-8g", 8, ' in lua
+    assert f'["spotq"] = {{ {{ "m-1g&spot", 1, {unknown}, {unknown}, "" }}, {{ "m-8g", 8, ' in lua
     assert "&" not in render_job_submit({"spotq": [od1, od8, sp1]}, "spotq")  # prefer mode: unchanged
+
+
+def test_shared_nodes_let_a_job_take_every_shape_of_its_family_at_its_price() -> None:
+    """`Policy.share_nodes`: the constraint ORs the shapes that fit in the right-sized one's family and price tier
+    (a 1-GPU job may start at once on the free GPUs of a 2- or 8-GPU node of the family), not another family's nor a
+    dearer shape; spot pins are kept, each alternative in parentheses (Slurm's reading of `&` beside `|`)."""
+    shapes = [
+        shape("h8", "m-8g", 8, 10.0),
+        shape("h2", "m-2g", 2, 10.0),
+        shape("h1", "m-1g", 1, 10.0),
+        shape("x8", "x-8g", 8, 10.0),  # another family at the same price
+        shape("d4", "m-4g", 4, 12.0),  # the family, dearer per GPU
+    ]
+    table = constraints({"gpu": shapes}, shared=True)["gpu"]
+    assert table[1] == "m-1g|m-2g|m-8g" and table[2] == "m-2g|m-8g" and table[3] == table[8] == "m-8g"
+    assert constraints({"gpu": shapes})["gpu"][1] == "m-1g"  # not shared: the right-sized shape alone
+    od1, od8 = shape("od1", "m-1g", 1, 10.0), shape("od8", "m-8g", 8, 10.0)
+    sp1, sp8 = (PoolShape(f"sp{g}", CapacityType.SPOT, f"m-{g}g", g, 10.0) for g in (1, 8))
+    assert constraints({"q": [od1, od8, sp1, sp8]}, shared=True)["q"][1] == "(m-1g&spot)|(m-8g&spot)"
+    lua = render_job_submit({"gpu": shapes}, "gpu", constrain=True, shared=True)
+    unknown = 2**53
+    assert f'{{ "m-1g", 1, {unknown}, {unknown}, "m/0" }}' in lua and 'table.concat(chosen, "|")' in lua
+    assert f'{{ "m-1g", 1, {unknown}, {unknown}, "" }}' in render_job_submit({"gpu": shapes}, "gpu", constrain=True)
 
 
 def test_constrain_mode_sets_the_jobs_features_even_without_a_choice() -> None:
@@ -124,7 +147,10 @@ def test_constrain_mode_sets_the_jobs_features_even_without_a_choice() -> None:
     assert render_job_submit(one, "gpu") == ""  # prefer: nothing to choose
     lua = render_job_submit(one, "gpu", constrain=True)
     unknown = 2**53  # a shape without CPU or memory figures rules out no job
-    assert f'["gpu"] = {{ {{ "m-2g", 2, {unknown}, {unknown} }} }},' in lua and 'local default_partition = "gpu"' in lua
+    assert (
+        f'["gpu"] = {{ {{ "m-2g", 2, {unknown}, {unknown}, "" }} }},' in lua
+        and 'local default_partition = "gpu"' in lua
+    )
     assert "local constraint = {" in lua and "local by_gpus = constraint[part]" in lua
     assert "    job_desc.features = chosen" in lua and "job_desc.prefer =" not in lua
     assert "job_desc.prefer ~= nil or job_desc.features ~= nil" in lua  # a user's own constraint wins
@@ -132,7 +158,9 @@ def test_constrain_mode_sets_the_jobs_features_even_without_a_choice() -> None:
     assert "--constraint (job_desc.features)" in lua.splitlines()[1]
     two = {"gpu": [shape("h8", "m-8g", 8, 1.0), shape("h1", "m-1g", 1, 1.0)]}
     lua = render_job_submit(two, None, {"gpu": 0}, constrain=True)  # conf.py passes 0 for no reservation pool
-    assert f'["gpu"] = {{ {{ "m-1g", 1, {unknown}, {unknown} }}, {{ "m-8g", 8, ' in lua and "reservation|" not in lua
+    assert (
+        f'["gpu"] = {{ {{ "m-1g", 1, {unknown}, {unknown}, "" }}, {{ "m-8g", 8, ' in lua and "reservation|" not in lua
+    )
     assert "local default_partition = nil" in lua
     # constrain mode is for clusters without reservation pools: a reserved GPU count is a mistake, said so
     with pytest.raises(ValueError, match=r"^reserved_gpus: \{'gpu': 8\}: constrain mode is for clusters without"):
@@ -174,16 +202,23 @@ def test_the_conf_render_constrains_with_late_binding_and_no_reservation_pool() 
     conf = render_slurm_conf(spec, spec.clusters[0])
     assert "JobSubmitPlugins=lua" in conf.slurm_conf.splitlines()
     # best first, with the CPUs and RealMemory the same render writes on the NodeName lines
-    row = '["dev"] = { { "g2-standard-8", 1, 8, 30105 }, { "g2-standard-48", 4, 48, 185753 } },'
+    row = '["dev"] = { { "g2-standard-8", 1, 8, 30105, "" }, { "g2-standard-48", 4, 48, 185753, "" } },'
     assert row in conf.job_submit_lua and "job_desc.features = chosen" in conf.job_submit_lua
     assert "CPUs=8 " in conf.slurm_conf and "RealMemory=30105 " in conf.slurm_conf
+    # with shared nodes each shape carries its share group: g2-standard-48 costs more per GPU than -8, so no sharing
+    spec = _l4dev({"late_bind": True, "share_nodes": True})
+    shared = render_slurm_conf(spec, spec.clusters[0]).job_submit_lua
+    assert (
+        '{ "g2-standard-8", 1, 8, 30105, "g2-standard/0" }, { "g2-standard-48", 4, 48, 185753, "g2-standard/1" }'
+        in shared
+    )
     # one machine type, no reservation: a lua all the same (prefer mode renders none for it)
     spec = _a3mega({"late_bind": True}, reservation=False)
     conf = render_slurm_conf(spec, spec.clusters[0])
     assert "JobSubmitPlugins=lua" in conf.slurm_conf.splitlines()
-    assert '  ["a3mega"] = { { "a3-megagpu-8g", 8, 208, 1820057 } },' in conf.job_submit_lua.splitlines()
+    assert '  ["a3mega"] = { { "a3-megagpu-8g", 8, 208, 1820057, "" } },' in conf.job_submit_lua.splitlines()
     # the spot-tolerant partition (its spot pool and the on-demand one): pinned to spot (`spot_pinned`)
-    assert '  ["a3mega-spot"] = { { "a3-megagpu-8g&spot", 8, 208, 1820057 } },' in conf.job_submit_lua.splitlines()
+    assert '  ["a3mega-spot"] = { { "a3-megagpu-8g&spot", 8, 208, 1820057, "" } },' in conf.job_submit_lua.splitlines()
     spec = _a3mega({"late_bind": False}, reservation=False)
     assert render_slurm_conf(spec, spec.clusters[0]).job_submit_lua == ""
 

@@ -174,6 +174,9 @@ CASES = [
          "clusters[0].kueue.autoscaler.image", "must be pinned by digest"),
     Case("kueue_autoscaler_policy", "gke", lambda d: cl(d)["kueue"]["autoscaler"].update(policy={"nope": 1}),
          "clusters[0].kueue.autoscaler.policy.nope", ""),
+    Case("kueue_autoscaler_policy", "gke",
+         lambda d: cl(d)["kueue"]["autoscaler"].update(policy={"share_nodes": True}),
+         "clusters[0].kueue.autoscaler.policy.share_nodes", "the Slurm daemon's"),
 ]  # fmt: skip
 
 

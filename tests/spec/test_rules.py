@@ -233,6 +233,9 @@ CASES = [
     Case("autoscaler_policy",
          lambda d: d["clusters"][0]["slurm"].update(autoscaler={"policy": {"spot_queues": ["nope"]}}),
          "clusters[0].slurm.autoscaler.policy.spot_queues", "'nope' is not a partition"),
+    Case("autoscaler_policy",  # the base spec has a reservation pool: no strict late binding
+         lambda d: d["clusters"][0]["slurm"].update(autoscaler={"policy": {"share_nodes": True}}),
+         "clusters[0].slurm.autoscaler.policy.share_nodes", "needs strict late binding"),
 ]  # fmt: skip
 
 

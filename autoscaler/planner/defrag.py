@@ -95,9 +95,14 @@ def placement_caps(steps: Mapping[str, int], pools: Mapping[str, Pool], gpus: in
 
 
 def cordons_apply(pools: Iterable[Pool], policy: Policy) -> bool:
-    """Does `cordon_oversized` cordon anything in a fleet of `pools`: `Policy.defragment` and no reservation pool
-    (module docstring)?"""
-    return policy.defragment and all(p.capacity_type is not CapacityType.RESERVATION for p in pools)
+    """Does `cordon_oversized` cordon anything in a fleet of `pools`: `Policy.defragment`, not `Policy.share_nodes`
+    (the settings rule turns defragment off for it; this also answers for the operator's policy before the rule ran)
+    and no reservation pool (module docstring)?"""
+    return (
+        policy.defragment
+        and not policy.share_nodes
+        and all(p.capacity_type is not CapacityType.RESERVATION for p in pools)
+    )
 
 
 def cordon_oversized(

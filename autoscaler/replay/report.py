@@ -110,6 +110,13 @@ def _figures(result: RunResult) -> list[tuple[str, bytes]]:
     return figs
 
 
+#: gpu-fleet's frontier lines: (warm cap, shared nodes) -> legend suffix and line style
+FRONTIER_FAMILIES = (
+    ((True, False), "", "--o"),
+    ((False, False), ", no warm cap", ":s"),
+    ((True, True), ", shared nodes", "-.^"),
+    ((False, True), ", no warm cap, shared nodes", ":v"),
+)
 POINT_COLORS = ("#c44e52", "#4c72b0", "#dd8452", "#55a868", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
 
 
@@ -121,8 +128,12 @@ def _cost_vs_wait(result: RunResult, plt: Any) -> bytes:
             color = POINT_COLORS[i % len(POINT_COLORS)]
             marker = "o*sDv^P<>X"[i % 10]
             ax.scatter([m[key]], [m["cost_ratio"]], color=color, s=46, marker=marker, zorder=3, label=name, alpha=0.85)
-        for capped, suffix, style in ((True, "", "--o"), (False, ", no warm cap", ":s")):
-            family = [p for p in result.frontier if p.get("warm_cap", True) is capped]
+        for (capped, shared), suffix, style in FRONTIER_FAMILIES:
+            family = [
+                p
+                for p in result.frontier
+                if p.get("warm_cap", True) is capped and p.get("share_nodes", False) is shared
+            ]
             if not family:
                 continue
             pts = sorted(family, key=lambda p: p[key])

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from autoscaler.replay.run import parse_frontier
 from fleet.cli.main import app
 from tests.replay.conftest import SMALL_TRACE
 
@@ -160,6 +161,30 @@ def test_frontier_settings_without_the_warm_cap_reach_the_rule(monkeypatch) -> N
     for bad, msg in (("5:fast", "unknown setting 'fast'"), ("-1", "must be >= 0"), (",", "no wait value given")):
         res = runner.invoke(app, ["simulate", "--trace", str(SMALL_TRACE), "--frontier", bad])
         assert res.exit_code == 2 and "--frontier: " in res.output and msg in res.output, res.output
+
+
+def test_shared_node_settings_reach_the_policy_and_the_simulated_slurm_s_constraint() -> None:
+    """`--frontier W:shared` and `--share-nodes`: the point's policy shares nodes (its rule turns defragment off), the
+    setting is labelled, the table says so; a repeated flag and a Kueue run are refused, naming the option."""
+    args = ["simulate", "--trace", "synth:short", "--policy", "gpu-fleet", "--json"]
+    res = runner.invoke(app, [*args, "--frontier", "11.06,11.06:shared"])
+    assert res.exit_code == 0, res.output
+    points = json.loads(res.stdout)["frontier"]
+    got = [(p["setting"], p["share_nodes"], p["settings"]["share_nodes"], p["settings"]["defragment"]) for p in points]
+    assert got == [("11.06", False, False, True), ("11.06:shared", True, True, False)]
+    both = parse_frontier("2:no-warm-cap:shared")[0]
+    assert (both.warm_cap, both.share_nodes, both.label) == (False, True, "2:no-warm-cap:shared")
+    # the same wait value, shared: more small jobs start at once (the lua's constraint takes the family)
+    assert points[1]["wait_p95_s"] < points[0]["wait_p95_s"]
+    human = runner.invoke(app, ["simulate", "--trace", str(SMALL_TRACE), "--policy", "gpu-fleet", "--share-nodes"])
+    assert human.exit_code == 0 and "shared nodes on (--share-nodes)" in " ".join(human.output.split()), human.output
+    for extra, msg in (
+        (["--frontier", "5:shared:shared"], "--frontier: '5:shared:shared': setting 'shared' given twice"),
+        (["--share-nodes", "--scheduler", "kueue"], "--share-nodes: only with --scheduler slurm"),
+        (["--frontier", "5:shared", "--scheduler", "kueue"], "--frontier: W:shared only with --scheduler slurm"),
+    ):
+        res = runner.invoke(app, ["simulate", "--trace", str(SMALL_TRACE), *extra])
+        assert res.exit_code == 2 and msg in " ".join(res.output.split()), res.output
 
 
 def test_wait_value_is_refused_by_a_gpu_fleet_without_the_knob(monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -3,7 +3,8 @@
 
     .venv/bin/python bench/autoscaler_claims.py                       # everything, 2 worker processes
     .venv/bin/python bench/autoscaler_claims.py --clusters 04 --regimes short --scenarios defaults
-    .venv/bin/python bench/autoscaler_claims.py --frontier 2,50,125,50:no-warm-cap  # + the Pareto check
+    .venv/bin/python bench/autoscaler_claims.py \\
+        --frontier 2,11.06,50,125,200,1000,50:no-warm-cap,11.06:shared,50:shared,125:shared  # + the Pareto check
     .venv/bin/python bench/autoscaler_claims.py --json > claims.json
     .venv/bin/python bench/autoscaler_claims.py --from-json claims.json   # the table again, no replays
     .venv/bin/python bench/autoscaler_claims.py --verify-quiet    # + check every quietly answered poll (slower)
@@ -233,7 +234,8 @@ def main() -> int:
     ap.add_argument(
         "--frontier",
         default="",
-        help="gpu-fleet settings for the Pareto check (cluster04 defaults, short): W or W:no-warm-cap, comma-separated",
+        help="gpu-fleet settings for the Pareto check (cluster04 defaults, short): W, W:no-warm-cap, W:shared, "
+        "comma-separated",
     )
     ap.add_argument(
         "--seeds",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.env import PROJECT, inventory
+from tests.e2e.env import PROJECT, inventory, pool
 from tests.fakes.compute_api import FakeCompute
 
 FLEET = Path(sys.executable).with_name("fleet")
@@ -27,6 +27,19 @@ def test_invalid_config_exits_2_and_names_the_field(tmp_path: Path) -> None:
     cp = run("autoscaler", "run", "--config", str(cfg), "--once")
     assert cp.returncode == 2
     assert "slurm.mode" in cp.stderr and "loop.interval_s" in cp.stderr
+
+
+def test_shared_nodes_without_strict_late_binding_exit_2_before_any_call(tmp_path: Path) -> None:
+    """`policy.share_nodes` with a reservation pool (so no strict late binding): Slurm would bind each job at submit
+    and never to a larger node's free GPUs; the daemon refuses to start, naming the field, and writes no state."""
+    pools = [*inventory(), pool("resv", "reservation", "gpu", False, reservation="r1")]
+    (tmp_path / "inv.json").write_text(json.dumps({"autoscaler_inventory": [p.model_dump(mode="json") for p in pools]}))
+    cfg = {"inventory": "inv.json", "state_path": "state.db", "policy": {"share_nodes": True}}
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(cfg))
+    cp = run("autoscaler", "run", "--config", str(tmp_path / "a.yaml"), "--once")
+    assert cp.returncode == 2, cp.stderr
+    assert "policy.share_nodes" in cp.stderr and "late binding" in cp.stderr and "Traceback" not in cp.stderr
+    assert not list(tmp_path.glob("state.db*"))
 
 
 @pytest.mark.gce

@@ -95,13 +95,16 @@ def epilog_slurmctld_hook(bin_dir: Path, state: Path) -> str:
     return str(path)
 
 
-def late_bind_lua(state: Path, partition: str = "gpu", machine_type: str = "a3-highgpu-8g", *more: str) -> str:
+def late_bind_lua(
+    state: Path, partition: str = "gpu", machine_type: str = "a3-highgpu-8g", *more: str, shared: bool = False
+) -> str:
     """The job_submit.lua `fleet render slurm-conf` writes under late binding for on-demand pools of `machine_type`
     (and `more` machine types) in `partition`: the hard constraint and the submit wake-up file beside the daemon's
-    `state`."""
+    `state` (`shared`: with `Policy.share_nodes`)."""
     pools = [(f"od{i}", CapacityType.ON_DEMAND, m) for i, m in enumerate((machine_type, *more))]
     shapes = pool_shapes(pools, load_catalog(), REGION)
-    return render_job_submit({partition: shapes}, partition, constrain=True, wake_path=str(submit_wake_path(state)))
+    wake = str(submit_wake_path(state))
+    return render_job_submit({partition: shapes}, partition, constrain=True, shared=shared, wake_path=wake)
 
 
 def late_bind_lines(harness: SlurmHarness, state: Path) -> list[str]:

@@ -280,10 +280,11 @@ def test_a_held_boot_that_never_registers_is_held_again_and_the_job_boots_elsewh
     assert holes == [], f"a held name was allocatable: {holes[:3]}"
 
 
-@pytest.fixture
-def sized(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+def _sized_env(
+    slurm_factory: Callable[..., SlurmHarness], policy: dict[str, Any], *, shared: bool = False
+) -> AbstractContextManager[E2E]:
     """Late binding over a 1-GPU and a 2-GPU pool whose nodes have the CPUs and RealMemory the stack renders for
-    a3-highgpu-1g / -2g (26 / 52 CPUs), and the lua rendered for both."""
+    a3-highgpu-1g / -2g (26 / 52 CPUs), and the lua rendered for both (`shared`: with shared nodes)."""
     shapes = {s.machine_type: s for s in pool_shapes(
         [("h1", CapacityType.ON_DEMAND, "a3-highgpu-1g"), ("h2", CapacityType.ON_DEMAND, "a3-highgpu-2g")],
         load_catalog(), REGION)}  # fmt: skip
@@ -298,16 +299,21 @@ def sized(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
         for g in (1, 2)
         if (m := f"a3-highgpu-{g}g")
     ]
-    with e2e_env(
+    return e2e_env(
         slurm_factory,
         suspend_time=600,
         pools=pools,
         nodesets=nodesets,
         partitions={"gpu": ["e2e-h1", "e2e-h2"]},
-        job_submit_lua=lambda state: late_bind_lua(state, "gpu", "a3-highgpu-1g", "a3-highgpu-2g"),
+        job_submit_lua=lambda state: late_bind_lua(state, "gpu", "a3-highgpu-1g", "a3-highgpu-2g", shared=shared),
         slurm_lines=late_bind_lines,
-        policy={"idle_timeout_s": 20, "backoff_s": 120, "late_bind": True},
-    ) as e:
+        policy=policy,
+    )
+
+
+@pytest.fixture
+def sized(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    with _sized_env(slurm_factory, {"idle_timeout_s": 20, "backoff_s": 120, "late_bind": True}) as e:
         yield e
 
 
@@ -333,38 +339,10 @@ def test_a_job_asking_more_cpus_than_its_gpus_shape_has_is_accepted_and_runs_on_
 
 @pytest.fixture
 def shared(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
-    """Late binding with shared nodes (`Policy.share_nodes`) over a 1-GPU and a 2-GPU pool of a3-highgpu (one family,
-    one $/GPU-h), and the lua `fleet render slurm-conf` writes for it: each 1-GPU job may take either shape."""
-    rows = [("h1", CapacityType.ON_DEMAND, "a3-highgpu-1g"), ("h2", CapacityType.ON_DEMAND, "a3-highgpu-2g")]
-    shapes = {s.machine_type: s for s in pool_shapes(rows, load_catalog(), REGION)}
-    pools = [
-        pool(f"h{g}", "on-demand", "gpu", False, max_nodes=2).model_copy(
-            update={"machine_type": f"a3-highgpu-{g}g", "gpus_per_node": g}
-        )
-        for g in (1, 2)
-    ]
-    nodesets = [
-        Nodeset(f"e2e-h{g}", 2, gpus=g, cpus=shapes[m].cpus, features=m, memory_mib=shapes[m].memory_mib)
-        for g in (1, 2)
-        if (m := f"a3-highgpu-{g}g")
-    ]
-
-    def lua(state: Path) -> str:
-        ranked_shapes = ranking_shapes(rows, load_catalog(), REGION)
-        return render_job_submit(
-            {"gpu": ranked_shapes}, "gpu", constrain=True, shared=True, wake_path=str(submit_wake_path(state))
-        )
-
-    with e2e_env(
-        slurm_factory,
-        suspend_time=600,
-        pools=pools,
-        nodesets=nodesets,
-        partitions={"gpu": ["e2e-h1", "e2e-h2"]},
-        job_submit_lua=lua,
-        slurm_lines=late_bind_lines,
-        policy={"idle_timeout_s": 20, "backoff_s": 120, "late_bind": True, "share_nodes": True},
-    ) as e:
+    """The sized pools (one family, one $/GPU-h) with shared nodes (`Policy.share_nodes`) and the lua `fleet render
+    slurm-conf` writes for it: each 1-GPU job may take either shape."""
+    policy = {"idle_timeout_s": 20, "backoff_s": 120, "late_bind": True, "share_nodes": True}
+    with _sized_env(slurm_factory, policy, shared=True) as e:
         yield e
 
 

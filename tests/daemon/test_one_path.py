@@ -206,8 +206,8 @@ def _sinfo(sim: SimSlurm, names_per_pool: int = 6) -> dict[str, SlurmNode]:
             if node.state is NodeState.DELETING:
                 flags.add("POWERING_DOWN")
             out[name] = SlurmNode(
-                name, state, frozenset(flags), node.gpus, used, ("default",), (), reason, 1 if node.jobs else 0,
-                {"last_busy": node.since},
+                name, state, frozenset(flags), node.gpus, used, ("default",), (), reason,
+                alloc_cpus=1 if node.jobs else 0, extra={"last_busy": node.since},
             )  # fmt: skip
     return out
 
@@ -593,4 +593,25 @@ def test_after_aborting_a_surplus_boot_the_daemon_boots_the_next_job_when_the_re
         ("a3-highgpu-1g-on-demand-2",),  # j2's own boot, while -1 powers down
     ]
     assert got["boot"] == driver.boots
+    assert got["launch"] == [(t, o, n) for t, _, _, o, n, out in driver.launch_log if out == "ok"]
+
+
+def test_with_shared_nodes_the_daemon_boots_undrains_and_launches_what_the_replay_did(tmp_path: Path) -> None:
+    """`Policy.share_nodes` under late binding: the lua's constraint takes the family, the plan boots the family's
+    largest shape for small jobs and packs the next ones onto its free GPUs.  Fed the same views, the daemon boots,
+    undrains, widens and launches exactly what the replay's driver did."""
+    sc = Scenario(preemption_rate_per_hour=0.0)
+    shapes = [(0, 900, 1), (5, 600, 1), (20, 1200, 2), (40, 800, 16), (700, 300, 1), (1000, 400, 4), (2000, 500, 1)]
+    trace = [TraceJob(f"j{i}", t, d, g, False) for i, (t, d, g) in enumerate(shapes)]
+    policy = replace(DEFAULT_POLICY, late_bind=True, idle_timeout_s=120.0, share_nodes=True, defragment=False)
+    driver = LateBindFleet(policy)
+    SimSlurm(trace, sc, driver).run()
+    booted = [n for _, names in driver.boots for n in names]
+    assert booted and all("a3-highgpu-8g" in n for n in booted), "small jobs boot the family's largest shape"
+    assert len(booted) < 4, "and the next small jobs take its free GPUs"
+    got = _late_bind_daemon(tmp_path, sc, driver, policy)
+    assert got["boot"] == driver.boots
+    assert got["undrain"] == driver.undrains
+    assert got["release"] == driver.releases
+    assert got["widen"] == driver.widened
     assert got["launch"] == [(t, o, n) for t, _, _, o, n, out in driver.launch_log if out == "ok"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from autoscaler.slurm.constraint import RIGHT_SIZED_MARK
@@ -129,6 +129,7 @@ class SlurmNode:
     partitions: tuple[str, ...]
     features: tuple[str, ...]
     reason: str = ""
+    _: KW_ONLY  # the rest by name: a positional argument once landed in a field added later (`weight`)
     alloc_cpus: int = 0
     weight: int | None = None  # scheduling Weight (slurm.conf, or `scontrol update weight=`); None: not reported
     cpus: int = 0  # CPUs and RealMemory (MiB) as configured (0: not reported)

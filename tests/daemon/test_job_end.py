@@ -130,7 +130,9 @@ def test_slurm_conf_names_the_wrapper_as_epilog_slurmctld() -> None:
 # --- which wake-ups a tick settles (pure) ------------------------------------------------------------------
 def _node(name: str, state: str, *flags: str) -> SlurmNode:
     busy = state in ("mixed", "allocated", "completing")
-    return SlurmNode(name, state, frozenset({"CLOUD", *flags}), 8, 8 if busy else 0, ("gpu",), (), "", int(busy))
+    return SlurmNode(
+        name, state, frozenset({"CLOUD", *flags}), 8, 8 if busy else 0, ("gpu",), (), "", alloc_cpus=int(busy)
+    )
 
 
 def _job(job_id: int, state: str, *nodes: str) -> SlurmJob:

@@ -90,6 +90,7 @@ class SlurmJob:
     priority: int
     time_limit_s: float | None  # None = no limit (INFINITE / partition default unknown)
     submit_time: float
+    _: KW_ONLY  # the rest by name, as `SlurmNode`'s
     nodes: tuple[str, ...] = ()  # allocated nodes (CONFIGURING/RUNNING)
     flags: tuple[str, ...] = ()
     start_time: float | None = None  # when the current run started (RUNNING only: slurmctld resets it once

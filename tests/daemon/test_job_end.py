@@ -136,7 +136,7 @@ def _node(name: str, state: str, *flags: str) -> SlurmNode:
 
 
 def _job(job_id: int, state: str, *nodes: str) -> SlurmJob:
-    return SlurmJob(job_id, "j", state, "None", "gpu", len(nodes), 8, None, (), 0, None, 0.0, tuple(nodes))
+    return SlurmJob(job_id, "j", state, "None", "gpu", len(nodes), 8, None, (), 0, None, 0.0, nodes=tuple(nodes))
 
 
 def test_a_wake_up_stays_open_while_the_ended_job_still_holds_its_nodes() -> None:

@@ -217,13 +217,6 @@ def widened(terms: frozenset[str], machine_types: Iterable[str]) -> frozenset[st
     return frozenset(t.partition("&")[0] for t in terms) | frozenset(machine_types)
 
 
-def constraint_expression(terms: Iterable[str]) -> str:
-    """The `--constraint` expression of `terms` (ORed, a pinned alternative in parentheses when there are several):
-    `a3-highgpu-1g&spot`, `a3-highgpu-1g|a3-highgpu-2g`."""
-    ts = sorted(set(terms))
-    return "|".join(f"({t})" if "&" in t and len(ts) > 1 else t for t in ts)
-
-
 def name_index(name: str) -> int:
     tail = name.rpartition("-")[2]
     return int(tail) if tail.isdigit() else 1 << 30

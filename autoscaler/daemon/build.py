@@ -133,8 +133,7 @@ def build_daemon(cfg: DaemonConfig, *, dry_run: bool = False, provider: Provider
     """Raises ConfigError (bad config / inventory) or StateError (damaged or foreign state store)."""
     inv, pools = load_pools(cfg)
     policy = build_policy(cfg.policy)
-    if policy.share_nodes and not policy.binds_late(p.capacity_type for p in pools):
-        why = "needs strict late binding (late_bind on and no reservation pool), as the stack's spec rule says"
+    if why := policy.share_nodes_refusal(p.capacity_type for p in pools):
         raise ConfigError("config", [("policy.share_nodes", why)])
     store = open_store(cfg, pools, dry_run=dry_run)  # before the provider: a bad store fails fast
     metrics = Metrics()

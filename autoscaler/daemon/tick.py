@@ -54,7 +54,6 @@ from autoscaler.core import (
     RELEASE_GRACE_S,
     LaunchOutcome,
     ResumeLaunch,
-    constraint_expression,
     deletable_after_drain,
     held_launches,
     held_pools,
@@ -91,7 +90,7 @@ from autoscaler.daemon.unservable import UnservableJobs
 from autoscaler.model import NodeState, Plan, Policy, Pool, UnavailableOffering, record_failure
 from autoscaler.planner.standby import standby_count
 from autoscaler.slurm.client import SlurmClient, SlurmUnavailable
-from autoscaler.slurm.constraint import ConstraintUnreadable, alternatives
+from autoscaler.slurm.constraint import ConstraintUnreadable, alternatives, constraint_expression
 from autoscaler.slurm.readers import SlurmJob, SlurmNode, waiting_on_power_up
 from autoscaler.slurm.wake import submit_wake_path
 from fleet.catalog import CapacityType

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from loguru import logger
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from autoscaler.model.policy import SHARE_NODES_ON_KUBERNETES
 from fleet.inventory import KubernetesSection, load_inventory
 
 
@@ -86,12 +87,8 @@ def parse(data: Any, source: str, base: Path) -> KubeDaemonConfig:
     except ValidationError as exc:
         lines = [f"  {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
         raise KubeConfigError(f"{source}: invalid autoscaler config\n" + "\n".join(lines)) from None
-    if cfg.policy.get("share_nodes") is True:
-        # Kueue's nodes are booked per workload (autoscaler/kube/build.py); sharing them is not built or measured
-        raise KubeConfigError(
-            f"{source}: policy.share_nodes: shared nodes are the Slurm daemon's (its job_submit.lua lets a job take "
-            "any shape of its family); the Kubernetes daemon books whole nodes per workload"
-        )
+    if cfg.policy.get("share_nodes") is True:  # sharing Kueue's booked nodes is not built or measured
+        raise KubeConfigError(f"{source}: policy.share_nodes: {SHARE_NODES_ON_KUBERNETES}")
     if not cfg.inventory.is_absolute():
         cfg = cfg.model_copy(update={"inventory": base / cfg.inventory})
     return cfg

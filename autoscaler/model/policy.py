@@ -171,6 +171,17 @@ class Policy:
         (`fleet.slurm.policy.late_binding_constrains`)."""
         return self.late_bind and CapacityType.RESERVATION not in set(capacity_types)
 
+    def share_nodes_refusal(self, capacity_types: Iterable[CapacityType]) -> str | None:
+        """Why `share_nodes` cannot work on a Slurm fleet of pools of `capacity_types` (None: it can, or it is off):
+        without strict late binding (`binds_late`) Slurm binds each job to a right-sized powered-down node at
+        submit and never to a larger node's free GPUs.  The spec rule and the daemon refuse the same."""
+        if not self.share_nodes or self.binds_late(capacity_types):
+            return None
+        return (
+            "needs strict late binding (late_bind on and no reservation pool): otherwise Slurm binds each job to a "
+            "right-sized powered-down node at submit and never to a larger node's free GPUs"
+        )
+
     def idle_timeout_for(self, machine_type: str) -> float:
         """Seconds a ready-idle node of `machine_type` is kept before it is drained."""
         return self.idle_timeout_by_machine.get(machine_type, self.idle_timeout_s)
@@ -225,6 +236,13 @@ class PolicyError(ValueError):
     def __init__(self, errors: list[tuple[str, str]]) -> None:
         self.errors = errors
         super().__init__("; ".join(f"{f}: {r}" for f, r in errors))
+
+
+#: why a Kubernetes (Kueue) fleet's policy may not set `share_nodes`: the Kueue spec rule and the Kubernetes daemon
+SHARE_NODES_ON_KUBERNETES = (
+    "shared nodes are the Slurm daemon's (its job_submit.lua lets a job take any shape of its family); the "
+    "Kubernetes daemon books whole nodes per workload"
+)
 
 
 def policy_from_mapping(raw: Mapping[str, object]) -> Policy:

@@ -65,7 +65,7 @@ from autoscaler.cloud import Offering
 from autoscaler.model import Policy
 from autoscaler.model.policy import DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR
 from autoscaler.planner.reuse import keep_pays
-from fleet.catalog import CapacityType
+from fleet.catalog import CapacityType, machine_family
 from fleet.catalog.price_ties import price_tiers
 
 #: the default hold budget: 0, a job never waits for the reservation beyond its own boot (see the module doc)
@@ -222,12 +222,6 @@ def reservation_hold_s(facts: FleetFacts) -> float:
     return min(cap, math.log(x) / mu) if x > 1.0 else 0.0
 
 
-def family_of(machine_type: str) -> str:
-    """`a3-highgpu-8g` -> `a3-highgpu`: the machine family whose shapes differ in GPUs only (the catalog's
-    `MachineType.family`)."""
-    return machine_type.rsplit("-", 1)[0]
-
-
 def shared_arrivals(shapes: Sequence[ShapeFacts]) -> tuple[ShapeFacts, ...]:
     """`shapes` as `Policy.share_nodes` sees them: in each machine family, among the shapes at its largest shape's
     $/GPU-h (`fleet.catalog.price_ties`), that largest shape's arrivals are the GPU-weighted arrivals of them all, in
@@ -238,7 +232,7 @@ def shared_arrivals(shapes: Sequence[ShapeFacts]) -> tuple[ShapeFacts, ...]:
     out = list(shapes)
     families: dict[str, list[int]] = {}
     for i, s in enumerate(out):
-        families.setdefault(family_of(s.machine_type), []).append(i)
+        families.setdefault(machine_family(s.machine_type), []).append(i)
     for members in families.values():
         big = max(members, key=lambda i: (out[i].gpus, -out[i].usd_per_hour))
         tiers = price_tiers(out[i].usd_per_gpu_hour for i in members)

@@ -306,10 +306,9 @@ def run_frontier(
         setting = item if isinstance(item, FrontierSetting) else FrontierSetting(float(item))
         value, warm_cap, share = setting.wait_value_usd_per_gpu_hour, setting.warm_cap, setting.share_nodes
         if ctx is not None:
-            from autoscaler.replay.gpu_fleet_kube import GpuFleetKubePolicy
-
             if share:
                 raise ValueError(f"--frontier: {setting.label}: shared nodes are the Slurm daemon's")
+            from autoscaler.replay.gpu_fleet_kube import GpuFleetKubePolicy
 
             kp = GpuFleetKubePolicy.for_scenario(result.scenario, value, result.jobs, warm_cap)
             engine = ctx.engine(kp, result.scenario).run()

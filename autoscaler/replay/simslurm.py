@@ -498,9 +498,8 @@ class SimSlurm:
 
     def allowed(self, job: Job) -> frozenset[str] | None:
         """The alternatives `job`'s hard constraint allows (`SlurmSettings.constrain`: the right-sized machine type, or
-        its share group with `SlurmSettings.shared`,
-        pinned to spot for spot-tolerant work, as the job_submit.lua sets it, or what the driver widened it to;
-        `autoscaler.core.hold.constraint_allows`); None: no constraint."""
+        its share group with `SlurmSettings.shared`, pinned to spot for spot-tolerant work, as the job_submit.lua
+        sets it, or what the driver widened it to; `autoscaler.core.hold.constraint_allows`); None: no constraint."""
         if not self.conf.constrain:
             return None
         got = self.constraints.get(job.idx)

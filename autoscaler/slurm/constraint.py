@@ -27,7 +27,7 @@ from collections.abc import Iterable
 
 from fleet.catalog import CapacityType
 
-__all__ = ["RIGHT_SIZED_MARK", "ConstraintUnreadable", "alternatives", "matches"]
+__all__ = ["RIGHT_SIZED_MARK", "ConstraintUnreadable", "alternatives", "constraint_expression", "matches"]
 
 #: the AdminComment the constrain-mode job_submit.lua sets on the jobs whose constraint it set
 RIGHT_SIZED_MARK = "gpu-fleet:right-sized"
@@ -103,6 +103,13 @@ def _group(tokens: list[str], pos: int, have: frozenset[str], expr: str) -> tupl
 
 
 _CAPACITY_FEATURES = frozenset(str(c) for c in CapacityType)
+
+
+def constraint_expression(terms: Iterable[str]) -> str:
+    """The `--constraint` expression of `terms` (ORed, a pinned alternative in parentheses when there are several):
+    `a3-highgpu-1g&spot`, `a3-highgpu-1g|a3-highgpu-2g`; what `alternatives` reads back."""
+    ts = sorted(set(terms))
+    return "|".join(f"({t})" if "&" in t and len(ts) > 1 else t for t in ts)
 
 
 def alternatives(expr: str) -> frozenset[str]:

@@ -18,6 +18,7 @@ from fleet.catalog.model import (
     Price,
     UnknownMachineType,
     load_catalog,
+    machine_family,
 )
 
 __all__ = [
@@ -32,4 +33,5 @@ __all__ = [
     "Price",
     "UnknownMachineType",
     "load_catalog",
+    "machine_family",
 ]

@@ -26,6 +26,11 @@ class CapacityType(enum.StrEnum):
     ON_DEMAND = "on-demand"
 
 
+def machine_family(machine_type: str) -> str:
+    """`a3-highgpu-8g` -> `a3-highgpu`: the family whose machine types differ in size only."""
+    return machine_type.rsplit("-", 1)[0]
+
+
 class UnknownMachineType(KeyError):
     """A machine type the catalog does not know; the message suggests the closest names."""
 
@@ -155,8 +160,8 @@ class MachineType:
 
     @property
     def family(self) -> str:
-        """`a3-highgpu-8g` -> `a3-highgpu`."""
-        return self.name.rsplit("-", 1)[0]
+        """`a3-highgpu-8g` -> `a3-highgpu` (`machine_family`)."""
+        return machine_family(self.name)
 
     @property
     def series(self) -> str:

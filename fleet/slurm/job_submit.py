@@ -44,9 +44,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from autoscaler.slurm.constraint import RIGHT_SIZED_MARK
+from autoscaler.slurm.constraint import RIGHT_SIZED_MARK, constraint_expression
 from autoscaler.slurm.wake import submit_wake_path
-from fleet.catalog import CapacityType
+from fleet.catalog import CapacityType, machine_family
 from fleet.slurm.weights import PoolShape, ranked, shape_keys
 
 __all__ = [
@@ -211,8 +211,8 @@ def constraints(partitions: Mapping[str, Sequence[PoolShape]], *, shared: bool =
     """Partition -> GPUs per node (1 up to its largest shape's) -> the job's hard constraint under strict late
     binding: the right-sized machine type (the same ranking as `preferences`), pinned to spot where the partition
     is spot-tolerant (`spot_pinned`); `shared` (`Policy.share_nodes`): every shape that fits in the right-sized
-    one's share group (`share_groups`), ORed.  For GPUs alone, what the constrain-mode lua sets.  Partitions without
-    GPU shapes are left out."""
+    one's share group (`share_groups`), ORed (`constraint_expression`).  For GPUs alone, the alternatives the
+    constrain-mode lua sets (it writes them best first, this sorted).  Partitions without GPU shapes are left out."""
     out: dict[str, dict[int, str]] = {}
     for part, shapes in partitions.items():
         most = max((s.gpus for s in shapes), default=0)
@@ -225,8 +225,7 @@ def constraints(partitions: Mapping[str, Sequence[PoolShape]], *, shared: bool =
                 group = groups.get(best, "")
                 fitting = dict.fromkeys(s.machine_type for s in ranked(shapes) if s.gpus >= g)
                 types = [t for t in fitting if groups[t] == group] if group else [best]
-                terms = [constraint_feature(t, pinned) for t in types]
-                table[g] = terms[0] if len(terms) == 1 else "|".join(f"({t})" if "&" in t else t for t in terms)
+                table[g] = constraint_expression(constraint_feature(t, pinned) for t in types)
             out[part] = table
     return out
 
@@ -269,7 +268,7 @@ def share_groups(shapes: Sequence[PoolShape]) -> dict[str, str]:
     right-sized one; "" for an unpriced shape (it shares with none)."""
     keys = shape_keys(shapes)
     return {
-        s.machine_type: "" if math.isinf(keys[s][0]) else f"{s.machine_type.rsplit('-', 1)[0]}/{keys[s][0]}"
+        s.machine_type: "" if math.isinf(keys[s][0]) else f"{machine_family(s.machine_type)}/{keys[s][0]}"
         for s in shapes
     }
 

@@ -316,7 +316,7 @@ def kueue_autoscaler_image(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
 @rule
 def kueue_autoscaler_policy(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
     """The in-cluster daemon would refuse a bad policy at start: catch it at synth."""
-    from autoscaler.model.policy import PolicyError, policy_from_mapping  # pure; no daemon imports
+    from autoscaler.model.policy import SHARE_NODES_ON_KUBERNETES, PolicyError, policy_from_mapping  # pure
 
     for path, cluster in _kueue(spec):
         try:
@@ -326,7 +326,4 @@ def kueue_autoscaler_policy(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
                 yield f"{path}.autoscaler.policy.{name}", reason
             continue
         if policy.share_nodes:
-            yield (
-                f"{path}.autoscaler.policy.share_nodes",
-                "shared nodes are the Slurm daemon's; the Kubernetes daemon books whole nodes per workload",
-            )
+            yield f"{path}.autoscaler.policy.share_nodes", SHARE_NODES_ON_KUBERNETES

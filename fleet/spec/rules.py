@@ -694,12 +694,8 @@ def autoscaler_policy(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
             for queue in sorted(getattr(policy, field) or ()):
                 if queue not in partitions:
                     yield f"{where}.{field}", f"{queue!r} is not a partition of this cluster"
-        if policy.share_nodes and not policy.binds_late(p.capacity for p in cluster.pools):
-            yield (
-                f"{where}.share_nodes",
-                "needs strict late binding (late_bind on and no reservation pool): otherwise Slurm binds each job "
-                "to a right-sized powered-down node at submit and never to a larger node's free GPUs",
-            )
+        if why := policy.share_nodes_refusal(p.capacity for p in cluster.pools):
+            yield f"{where}.share_nodes", why
 
 
 from fleet.spec import kube_rules  # noqa: E402, F401  (registers the Kubernetes / Kueue rules after these)

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from autoscaler.core import constraint_expression
 from autoscaler.core.settings import SettingsTracker, settings_policy
 from autoscaler.daemon.config import LoopConfig
 from autoscaler.daemon.lock import LeaderLock
@@ -27,7 +26,7 @@ from autoscaler.replay.simslurm import SimSlurm
 from autoscaler.replay.state import Job, JobState
 from autoscaler.replay.trace import TraceJob
 from autoscaler.sim import StockoutWindow
-from autoscaler.slurm.constraint import RIGHT_SIZED_MARK
+from autoscaler.slurm.constraint import RIGHT_SIZED_MARK, constraint_expression
 from autoscaler.slurm.readers import SlurmJob, SlurmNode
 from fleet.catalog import CapacityType
 from tests.daemon.fakes import FakeCloud, FakeSlurm

@@ -7,10 +7,15 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaler.core import constraint_expression
 from autoscaler.daemon.snapshot import NameIndex, job_pools, pool_nodes
 from autoscaler.model import Pool
-from autoscaler.slurm.constraint import RIGHT_SIZED_MARK, ConstraintUnreadable, alternatives, matches
+from autoscaler.slurm.constraint import (
+    RIGHT_SIZED_MARK,
+    ConstraintUnreadable,
+    alternatives,
+    constraint_expression,
+    matches,
+)
 from autoscaler.slurm.readers import SlurmJob, SlurmNode
 from fleet.catalog import CapacityType
 

@@ -9,8 +9,8 @@ Replays one policy on the simulated Slurm (or the generic engine) and splits its
 - reservation: sunk, identical in policy and bound;
 - overflow billed, by capacity type and shape, split into GPU-hours that ran jobs (`work`), that booted
   (launch request to ready) and that were up with no job on them (`idle`: empty nodes and spare GPUs);
-- the excess as volume + mix + boots and idle + the reservation billed over a longer span (the policy's last job
-  can end after the bound's last demanded second);
+- the excess as volume + mix + boots and idle (the reservation is billed over the bound's span for every policy,
+  `autoscaler/replay/metrics.py`, so it adds nothing to the excess);
 - overflow *work* against the bound's overflow: the bound prices, at every instant, only the demand beyond the
   reserved GPUs, spot-tolerant work at the spot rate.  Work that ran on overflow while reserved GPUs sat idle is
   *fragmentation* (the time integral of min(idle reserved GPUs, GPUs working on overflow)); spot-tolerant work
@@ -194,8 +194,6 @@ def decompose(jobs: list[Any], scenario: Any, policy_name: str) -> dict[str, Any
         "excess_volume_usd": round(at_bound_mix - bound.overflow_usd, 0),  # more overflow work, at the bound's mix
         "excess_mix_usd": round(at_policy_rates - at_bound_mix, 0),  # the same work, at the policy's od/spot mix
         "excess_boot_idle_usd": round(over_usd - at_policy_rates, 0),  # overflow billed beyond its work
-        # the reservation billed over the policy's span (its last job may end later) beyond the bound's span
-        "excess_reservation_span_usd": round(m["cost_usd"] - over_usd - bound.reservation_usd, 0),
         "reserved_work_gpu_h": round(work.get(f"reservation/{scenario.reservation_machine.name}", 0.0), 0)
         if scenario.reservation_machine
         else 0.0,

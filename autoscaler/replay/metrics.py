@@ -1,9 +1,11 @@
 """The numbers of one replayed policy: cost, GPU-hours used and billed, gang waste, waits.
 
 `cost_usd` is the sim cloud's per-second bill (launch request to deletion, at the offering's $/h)
-plus the reservation for the whole span; `gpu_hours_used` is job GPUs x run time (runs lost to
-preemption included, also reported apart); `gpu_hours_billed` is GPUs of billed nodes x billed time
-(the reservation's GPUs for the whole span); `partial_gang_gpu_hours` is GPU-hours of nodes that
+plus the reservation over the run's demand span, the bound's (one figure for every policy of a run: a
+commitment is billed whether used or not, so a policy whose last job ends later pays for that in wait,
+not in reservation dollars); `gpu_hours_used` is job GPUs x run time (runs lost to preemption included,
+also reported apart); `gpu_hours_billed` is GPUs of billed nodes x billed time (the reservation's GPUs
+over the same demand span); `partial_gang_gpu_hours` is GPU-hours of nodes that
 were up and allocated to a gang while the gang's other nodes were not; `wait` is submission to
 first start.
 
@@ -62,11 +64,11 @@ def policy_metrics(engine: ReplayEngine, bound: LowerBound) -> dict[str, Any]:
     cloud = engine.cloud
     by_cap = {str(ct): v for ct, v in cloud.ledger.cost_by_capacity(end).items() if v > 0}
     gpu_h_by_cap = {str(ct): v for ct, v in cloud.ledger.gpu_hours_by_capacity(end).items() if v > 0}
-    res_cost = cloud.reservation_cost(span)
-    res_gpus = sum(r.nodes for r in cloud.config.reservations) * 8
+    res_cost = cloud.reservation_cost(bound.span_s)
+    res_gpus = cloud.reserved_gpus()
     if res_cost > 0 or res_gpus:
         by_cap[str(CapacityType.RESERVATION)] = res_cost
-        gpu_h_by_cap[str(CapacityType.RESERVATION)] = res_gpus * span / 3600.0
+        gpu_h_by_cap[str(CapacityType.RESERVATION)] = res_gpus * bound.span_s / 3600.0
     cost = sum(by_cap.values())
     overflow = cost - res_cost
     waits = np.array([j.first_start - j.submit for j in st.jobs if j.first_start is not None])

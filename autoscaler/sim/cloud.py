@@ -209,6 +209,14 @@ class SimCloud:
         """What the configured reservations cost over a span, used or not."""
         return sum(reservation_cost(r.nodes, r.hourly_usd, span_s) for r in self.config.reservations)
 
+    def reserved_gpus(self) -> int:
+        """GPUs of every configured reservation's nodes."""
+        return sum(
+            (o.reservation_size or 0) * o.gpus_per_node
+            for o in self._offerings.values()
+            if o.key.capacity_type is CapacityType.RESERVATION
+        )
+
     def stocked_out(self, key: OfferingKey, now: float | None = None) -> bool:
         """Whether launches in `key` fail now (scheduled windows, the timeline, or a recent failure)."""
         now = self._clock() if now is None else now

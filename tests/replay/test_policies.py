@@ -60,15 +60,30 @@ def test_static_peak_buys_the_peak_and_waits_for_no_boot(default_run) -> None:
     assert m["cost_ratio"] > 2  # the fleet idles most of the time
 
 
-def test_reservation_is_billed_whole_span_and_kept_warm_by_gpu_fleet(small_trace) -> None:
+def test_reservation_is_billed_over_the_demand_span_for_every_policy_and_kept_warm_by_gpu_fleet(small_trace) -> None:
     res = run_scenario(small_trace, Scenario(reserved_nodes=2), ["gpu-fleet", "karpenter-like"])
+    demand_span_h = res.bound.span_s / 3600.0
     for name, m in res.metrics.items():
-        span_h = m["span_h"]
+        # the commitment is billed whether used or not: one figure in the run, the bound's, even for a policy
+        # whose last job ends later (that shows in its wait, not in reservation dollars)
         assert m["cost_by_capacity_usd"]["reservation"] == pytest.approx(
-            2 * res.scenario.reservation_hourly_usd * span_h, rel=1e-3
+            2 * res.scenario.reservation_hourly_usd * demand_span_h, rel=1e-6
         ), name
+        assert m["cost_by_capacity_usd"]["reservation"] == pytest.approx(res.bound.reservation_usd, rel=1e-6)
+        assert m["gpu_hours_billed_by_capacity"]["reservation"] == pytest.approx(2 * 8 * demand_span_h, abs=0.01)
     # gpu-fleet keeps paid-for reserved nodes up, so work that fits there starts at once
     assert res.metrics["gpu-fleet"]["wait_p50_s"] < res.metrics["karpenter-like"]["wait_p50_s"]
+
+
+def test_a_policy_whose_last_job_ends_after_the_demand_span_pays_the_same_reservation() -> None:
+    # two reserved nodes: j0 and j1 (4 GPUs each) fill node 0, j2 (1 GPU) takes node 1; j3 (8 GPUs) finds no whole
+    # reserved node and waits a boot, so every policy's last job ends after the bound's last demanded second
+    trace = [job(0, 0, 2000, 4), job(1, 10, 20000, 4), job(2, 20, 20000, 1), job(3, 3000, 7200, 8)]
+    res = run_scenario(trace, Scenario(reserved_nodes=2), ["gpu-fleet", "exact-fit"])
+    for name, m in res.metrics.items():
+        assert m["span_h"] > res.bound.span_s / 3600.0 + 0.05, name
+        assert m["cost_by_capacity_usd"]["reservation"] == pytest.approx(res.bound.reservation_usd, abs=0.01), name
+        assert m["overflow_cost_usd"] == pytest.approx(m["cost_usd"] - res.bound.reservation_usd, abs=0.01), name
 
 
 def test_karpenter_like_launches_gang_nodes_independently_and_bills_the_wait(small_trace) -> None:

@@ -15,8 +15,9 @@ scontrol itself.
   in the late-binding flow, where the undrain follows the boot's registration (bench/late_bind_latency.py: 2.2 s
   mean at the default, 1.0 s with it), not here.
 - **release**: the same with a drained *powered-down* node: `state=undrain` -> the job allocated (no longer
-  PENDING), as when the daemon releases held names for a gang.  22.05.8: ~1 s either way (0.9-1.95 s), a step the
-  replay takes as immediate (docs/simulate.md, "Known limits").
+  PENDING), as when the daemon releases held names for a gang.  22.05.8: ~1 s either way (0.9-1.95 s; again on
+  2026-12-05, 6 rounds: 0.88-1.9 s at the default, 0.88-1.0 s with `batch_sched_delay=0`), which the replay models
+  as `SlurmSettings.release_allocation_s` (docs/simulate.md, "Known limits").
 
 Needs root and Slurm (scripts/setup.sh); exits 0 with a note otherwise.
 """

@@ -165,3 +165,38 @@ def test_a_busy_node_drained_keeps_its_job_takes_no_other_and_stays_drained_once
     assert first.end is not None and first.end > d.at
     assert [(s, n) for t, s, n in d.states if d.at <= t < first.end][:1] == [("draining", 1)]  # drained, job on
     assert eng.names[d.cordon].node.jobs_run == 1  # nothing else ever ran there
+
+
+@dataclass
+class Releasing(Recorder):
+    """Holds every pool (the daemon's hold: powered-down names drained) and, at its first tick at or after `at`,
+    undrains the two lowest names of the 8-GPU on-demand pool for the pending gang."""
+
+    at: float = 100.0
+    released_at: float | None = None
+
+    def tick(self, sim: SimSlurm) -> float | None:
+        if not sim.held:
+            sim.hold(frozenset(sim.pools))
+        if self.released_at is None and sim.now >= self.at:
+            pool = sim.pools["a3-highgpu-8g-on-demand"]
+            sim.release(pool.name, sim.held_indices(pool, 2), grace_s=30.0)
+            self.released_at = sim.now
+            return None
+        return self.at
+
+
+def test_released_names_are_allocated_at_slurmctlds_next_scheduling_pass_not_at_the_undrain() -> None:
+    # measured on slurmctld 22.05.8 (bench/probe_drain_transitions.py --what release): the undrain of a drained
+    # powered-down name -> the pending job allocated, about a second later
+    d = Releasing(only=["a3-highgpu-8g"], capacity=CapacityType.ON_DEMAND)
+    eng = SimSlurm([job(0, 0, 600, 16)], Scenario(), d).run()
+    gang = eng.state.jobs[0]
+    assert d.released_at == pytest.approx(100.0)
+    assert len(d.resumes) == 1
+    allocated_at, names, owners = d.resumes[0]
+    assert names == ("a3-highgpu-8g-on-demand-0", "a3-highgpu-8g-on-demand-1")
+    assert set(owners.values()) == {"j0"}
+    lag = SlurmSettings().release_allocation_s + SlurmSettings().resume_batch_s  # allocation, then ResumeProgram
+    assert allocated_at == pytest.approx(d.released_at + lag)
+    assert gang.first_start == pytest.approx(d.released_at + lag + Scenario().boot_seconds)

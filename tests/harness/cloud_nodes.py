@@ -23,9 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness.slurm import SlurmHarness, free_port_range
+from tests.harness.slurm import SlurmHarness, free_port_range, kill_processes
 
 SHIM_SOURCE = Path(__file__).with_name("uptime_shim.c")
+#: environment variable marking a fake VM's slurmd (and the slurmstepds it forks): `<harness root>:<node name>`
+VM_MARKER = "FLEET_FAKE_VM"
 
 
 def cloud_nodes_unavailable_reason() -> str | None:
@@ -118,7 +120,7 @@ class CloudNodes:
                 return
             (self.harness.root / "state" / "d" / name).mkdir(parents=True, exist_ok=True)
             log = (self.harness.root / "log" / f"cloud-{name}.out").open("ab")
-            env = {**self.harness.env, "LD_PRELOAD": str(self.shim)}
+            env = {**self.harness.env, "LD_PRELOAD": str(self.shim), VM_MARKER: self._marker(name)}
             self._procs[name] = subprocess.Popen(
                 ["slurmd", "-D", "-N", name, "-f", str(self.harness.conf_path)],
                 env=env,
@@ -130,8 +132,13 @@ class CloudNodes:
             log.close()
             self.boots.append(name)
 
+    def _marker(self, name: str) -> str:
+        return f"{self.harness.root}:{name}"
+
     def stop(self, name: str, zone: str = "") -> None:
-        """The fake VM `name` was deleted: stop its slurmd."""
+        """The fake VM `name` was deleted: stop its slurmd, then kill what else ran on it, as a deleted VM's
+        processes die with it (slurmd leaves its job steps running when it stops): its slurmstepds, which inherit
+        slurmd's environment, and the job's processes, which carry the node's name and this cluster's conf."""
         with self._lock:
             proc = self._procs.pop(name, None)
             if proc is None:
@@ -144,6 +151,12 @@ class CloudNodes:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=5)
+        marker, conf = self._marker(name), str(self.harness.conf_path)
+        kill_processes(
+            lambda env: (
+                env.get(VM_MARKER) == marker or (env.get("SLURMD_NODENAME") == name and env.get("SLURM_CONF") == conf)
+            )
+        )
 
     def running(self) -> set[str]:
         with self._lock:

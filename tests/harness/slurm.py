@@ -38,6 +38,40 @@ if TYPE_CHECKING:
     from fleet.slurm.conf import SlurmConf
 
 CRED_EXPIRE_S = 30
+
+
+def processes() -> list[tuple[int, str, dict[str, str]]]:
+    """(pid, command line, environment) of every process this host lets us read (root reads them all)."""
+    out: list[tuple[int, str, dict[str, str]]] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            raw = (entry / "environ").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        env = dict(kv.split("=", 1) for kv in raw.decode(errors="replace").split("\0") if "=" in kv)
+        out.append((int(entry.name), cmdline, env))
+    return out
+
+
+def kill_processes(match: Callable[[dict[str, str]], bool], timeout: float = 10.0) -> int:
+    """SIGKILL every process whose environment `match`es (never this one), again until none is left (a job may
+    fork meanwhile) or `timeout`; returns how many were killed."""
+    killed: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = [pid for pid, _, env in processes() if pid != os.getpid() and match(env)]
+        if not pids or time.monotonic() > deadline:
+            return len(killed)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            killed.add(pid)
+        time.sleep(0.05)
+
+
 DAEMONS = ("slurmctld", "munged", "mungekey", "sinfo", "scontrol")
 
 
@@ -303,7 +337,8 @@ class SlurmHarness:
         raise SlurmStartError(f"{name} not ready after {timeout:.0f}s\n{self.logs()}")
 
     def stop(self, remove: bool = True) -> None:
-        """Stop every daemon this harness started (slurmd, slurmctld, munged last), by PID."""
+        """Stop every daemon this harness started (slurmd, slurmctld, munged last), by PID, then kill whatever
+        else runs with its `SLURM_CONF` (job steps the slurmds left behind, their `srun`s)."""
         for name in sorted(self._procs, key=lambda n: n == "munged"):
             proc = self._procs[name]
             if proc.poll() is None:
@@ -314,6 +349,8 @@ class SlurmHarness:
                     proc.kill()
                     proc.wait(timeout=5)
         self._procs.clear()
+        conf = str(self.conf_path)
+        kill_processes(lambda env: env.get("SLURM_CONF") == conf)
         if remove:
             shutil.rmtree(self.root, ignore_errors=True)
 

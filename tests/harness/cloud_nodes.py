@@ -8,7 +8,9 @@ jobs really run on cloud nodes.  What a slurmd on a shared host needs (learned r
   (slurmd drops file-less GPUs and would report the host's real CPUs/memory);
 - an uptime shim (uptime_shim.c, LD_PRELOAD): slurmctld ignores a registration whose boot time predates
   the power-up;
-- open stdin/stdout/stderr and no inherited blocked signals (slurmd must stop on SIGTERM).
+- open stdin/stdout/stderr and no inherited blocked signals (slurmd must stop on SIGTERM);
+- slurmd leaves its job steps running when it stops, so deleting a fake VM also kills its slurmstepds and the
+  job's processes (`stop`), as a deleted VM's die with it.
 """
 
 from __future__ import annotations

@@ -46,7 +46,8 @@ def test_a_deleted_fake_vm_takes_its_running_jobs_processes_with_it(
         wait_for(running, 90, "the job's step running on vm-0")
         cloud.stop("vm-0")  # the VM is deleted
         wait_for(lambda: not running_marker(marker), 10, "the deleted VM's job processes gone")
-        assert not [p for p, _, env in processes() if env.get("SLURMD_NODENAME") == "vm-0"]
+        conf = str(h.conf_path)
+        assert not [p for p, _, e in processes() if e.get("SLURMD_NODENAME") == "vm-0" and e.get("SLURM_CONF") == conf]
     finally:
         cloud.stop_all()
         h.stop()

@@ -88,6 +88,7 @@ def command(fn: Callable) -> Callable:  # type: ignore[type-arg]
     return run
 
 
+#: event kinds; _ELIGIBLE is a bare scheduling pass (a requeue hold ended, released names became allocatable)
 _SUBMIT, _END, _RESUME, _TIMEOUT, _IDLE, _RETURN, _TICK, _ELIGIBLE = range(8)
 
 
@@ -607,8 +608,9 @@ class SimSlurm:
         if count <= 0:
             return []
         if pool.name in self.held:  # drained while powered down, except the ones released recently
-            rel, lag = self.released[pool.name], self.conf.release_allocation_s - 1e-9
-            return sorted(i for i, at in rel.items() if lag <= self.now - at <= self.release_grace_s)[:count]
+            rel, lag, now = self.released[pool.name], self.conf.release_allocation_s, self.now
+            # `at + lag` is the scheduling pass `release` queued, to the bit: allocatable from then until the grace
+            return sorted(i for i, at in rel.items() if at + lag <= now and now - at <= self.release_grace_s)[:count]
         return self.free_indices(pool, count)
 
     def held_indices(self, pool: Pool, count: int) -> list[int]:

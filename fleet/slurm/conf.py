@@ -200,6 +200,7 @@ def render_slurm_conf(
     suspend_exc: list[str] = []
     machines: dict[str, MachineType] = {}
     weights = pool_weights(((p.name, p.capacity, p.machine_type) for p in cluster.pools), cat, spec.region)
+    written: dict[str, int] = {}  # the Weight each pool's NodeName line carries (a site override included)
     standby = standby_exclusion(cluster)
     for pool in cluster.pools:
         machine = machines[pool.name] = cat.machine(pool.machine_type)
@@ -219,6 +220,7 @@ def render_slurm_conf(
             "Weight": str(weights[pool.name]),
         }
         node = replace_keys(node, node_overrides)
+        written[pool.name] = int(node["Weight"]) if str(node.get("Weight", "")).isdigit() else weights[pool.name]
         node_lines.append(
             f"# pool {pool.name}: {pool.machine_type}, {pool.capacity}, {pool.min_nodes}..{pool.max_nodes}"
         )
@@ -318,7 +320,10 @@ def render_slurm_conf(
             "",
         ]
     )
-    topology_conf = render_topology({node_name_prefix(cluster.name, n.pool): n.node_names for n in nodesets}, {})
+    prefixes = {n.pool: node_name_prefix(cluster.name, n.pool) for n in nodesets}
+    topology_conf = render_topology(
+        {prefixes[n.pool]: n.node_names for n in nodesets}, {}, {prefixes[p]: w for p, w in written.items()}
+    )
     return SlurmConf(slurm_conf, gres_conf, nodesets, cgroup_conf, topology_conf, job_submit)
 
 

@@ -1,9 +1,11 @@
 """`job_submit.lua`: give each GPU job the right-sized machine type as a `--prefer`, so Slurm 22.05 right-sizes
 allocations of powered-down CLOUD nodes too.
 
-slurmctld 22.05 ignores node Weight among powered-down nodes (with topology/tree the pool leaf with the fewest
-nodes wins: docs/autoscaler.md "Node weights"), so a 1-GPU job can power up an 8-GPU node.  `--prefer=<feature>`
-(22.05) is honoured there: the job gets nodes with the feature when it can, any node of its partition otherwise.
+slurmctld 22.05 takes a node that needs no power-up before any powered-down node, whatever their Weights, so a
+1-GPU job takes the free GPUs of an idle 8-GPU node before it powers up a 1-GPU one; among powered-down nodes it
+ignores Weight too (the rendered topology.conf orders the pools' trees so that it follows them:
+docs/autoscaler.md "Node weights").  `--prefer=<feature>` (22.05) is honoured in both cases: the job gets nodes
+with the feature when it can, any node of its partition otherwise.
 Every node carries its machine type as a feature (`fleet.slurm.conf`), so the generated `slurm_job_submit` sets
 `prefer` to the right-sized machine type for the job's GPUs per node in its partition: the partition's shape that
 fits and ranks first (`fleet.slurm.weights`: cheapest $/GPU-hour at on-demand list price, then fewer GPUs).  A job

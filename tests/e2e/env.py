@@ -135,7 +135,8 @@ class E2E:
         interval_s: float = 1.0,
     ):
         """`boots(name, zone)`: False makes that VM come up without ever registering (a broken boot).
-        `topology`: topology/tree as `fleet render slurm-conf` renders it (one leaf per nodeset while unplaced);
+        `topology`: topology/tree as `fleet render slurm-conf` renders it (one tree per nodeset, the lowest Weight
+        last: `fleet.slurm.topology`);
         `job_submit_lua`: a job_submit.lua for slurmctld (JobSubmitPlugins=lua), e.g. `fleet.slurm.job_submit`'s, or
         a function of the daemon's state path that renders one (the late-binding lua names its wake-up file);
         `slurm_lines(harness, state)`: extra slurm.conf lines (e.g. EpilogSlurmctld); `interval_s`: the daemon's
@@ -164,7 +165,9 @@ class E2E:
         if topology:
             conf += "TopologyPlugin=topology/tree\nTopologyParam=SwitchAsNodeRank\n"
             topology_conf = render_topology(
-                {ns.prefix: f"{ns.prefix}-[0-{ns.count - 1}]" for ns in self.nodes.nodesets}, {}
+                {ns.prefix: f"{ns.prefix}-[0-{ns.count - 1}]" for ns in self.nodes.nodesets},
+                {},
+                {ns.prefix: ns.weight or 1 for ns in self.nodes.nodesets},  # 0: Slurm's default Weight, 1
             )
         if callable(job_submit_lua):
             job_submit_lua = job_submit_lua(self.state)

@@ -8,10 +8,12 @@ first) and topology/tree as rendered.  What slurmctld does with them, and the si
   the daemon keeps warm serves the next job (no weight change needed);
 - among powered-up nodes the lowest Weight wins: a 1-GPU job takes the idle 1-GPU node, not the idle 8-GPU node of
   the pool listed first.
-Among powered-down nodes 22.05 ignores Weight (with topology/tree the pool leaf with the fewest nodes wins): without
-help the first 1-GPU job, with everything powered down, lands on the 8-GPU pool.  The rendered job_submit.lua
-(`fleet.slurm.job_submit`: `--prefer=<right-sized machine type>`) makes it land on the 1-GPU pool, as the replay
-scores it (docs/autoscaler.md "Node weights").  Under strict late binding (`late_bind`, no reservation pools) the
+Among powered-down nodes 22.05 ignores Weight; with the rendered topology.conf (one tree per pool, no root over
+them, the lowest Weight last: `fleet.slurm.topology`) it powers up the last tree that fits, so the first 1-GPU job,
+with everything powered down, lands on the 1-GPU pool (with one root over both pools it landed on the 8-GPU pool,
+the leaf with the fewest nodes).  An idle 8-GPU node still comes before any powered-down node: the rendered
+job_submit.lua (`fleet.slurm.job_submit`: `--prefer=<right-sized machine type>`) keeps a 1-GPU job off it, as the
+replay scores it (docs/autoscaler.md "Node weights").  Under strict late binding (`late_bind`, no reservation pools) the
 lua sets a hard `--constraint` instead: a job waits for its machine type until the daemon widens it.
 """
 
@@ -103,25 +105,32 @@ def test_a_powered_up_node_and_the_lowest_weight_among_them_get_the_job(env: E2E
     assert WEIGHTS["h1"] < WEIGHTS["h8"]  # rendered: right-sized first though h8 is listed first
     env.start_daemon()
 
-    # everything powered down: 22.05 ignores Weight here (topology/tree: the 2-node leaf is the best fit)
-    assert _run(env) == "e2e-h8-0"
+    # everything powered down: the pool of the lowest Weight, whose tree topology.conf lists last (with one root
+    # over both pools, before the twenty-fourth round, 22.05 took the 2-node 8-GPU leaf: the best fit)
+    assert _run(env) == "e2e-h1-0"
+    assert _run(env, gpus=8) == "e2e-h8-0"  # what only the 8-GPU machine fits
     wait_for(lambda: _up_idle(env, "e2e-h8-0"), 30, "e2e-h8-0 to be idle and kept up", env)
 
-    # the daemon keeps a 1-GPU node warm: e2e-h1-1, above the powered-down e2e-h1-0 in index
-    env.slurm.run("scontrol", "update", "nodename=e2e-h1-1", "state=power_up", check=True)
-    wait_for(lambda: _up_idle(env, "e2e-h1-1"), 90, "e2e-h1-1 to boot and register", env)
+    # e2e-h1-0 busy; the daemon keeps a 1-GPU node warm: e2e-h1-2, above the powered-down e2e-h1-1 in index
+    out = env.root / "log"
+    busy = env.sbatch("-p", "gpu", "-N", "1", "--gres=gpu:1", "-o", f"{out}/job-%j.out", "--wrap",
+                      "srun sh -c 'echo $SLURMD_NODENAME; sleep 600'")  # fmt: skip
+    assert _ran_on(env, busy) == "e2e-h1-0"
+    env.slurm.run("scontrol", "update", "nodename=e2e-h1-2", "state=power_up", check=True)
+    wait_for(lambda: _up_idle(env, "e2e-h1-2"), 90, "e2e-h1-2 to boot and register", env)
 
-    # up nodes first (not e2e-h1-0, powered down with a lower index), the lowest Weight among them (not e2e-h8-0)
-    assert _run(env) == "e2e-h1-1"
-    assert _run(env) == "e2e-h1-1"
+    # up nodes first (not e2e-h1-1, powered down with a lower index), the lowest Weight among them (not e2e-h8-0)
+    assert _run(env) == "e2e-h1-2"
+    assert _run(env) == "e2e-h1-2"
     # the Weight decides between powered-up nodes: below the 1-GPU pool's, the 8-GPU node gets the next job
     env.slurm.run("scontrol", "update", "nodename=e2e-h8-0", f"weight={WEIGHTS['h1'] - 1}", check=True)
     assert _run(env) == "e2e-h8-0"
     env.slurm.run("scontrol", "update", "nodename=e2e-h8-0", f"weight={WEIGHTS['h8']}", check=True)
-    assert _run(env) == "e2e-h1-1"
-    assert {e.name for e in env.fake.events_of("create")} == {"e2e-h8-0", "e2e-h1-1"}  # no boot for any job
+    assert _run(env) == "e2e-h1-2"
+    env.slurm.run("scancel", str(busy), check=True)
+    assert {e.name for e in env.fake.events_of("create")} == {"e2e-h1-0", "e2e-h8-0", "e2e-h1-2"}  # no other boot
     nodes = env.sinfo()
-    assert nodes["e2e-h1-0"]["weight"] == WEIGHTS["h1"] and "POWERED_DOWN" in nodes["e2e-h1-0"]["state_flags"]
+    assert nodes["e2e-h1-1"]["weight"] == WEIGHTS["h1"] and "POWERED_DOWN" in nodes["e2e-h1-1"]["state_flags"]
 
 
 @pytest.fixture
@@ -130,18 +139,20 @@ def env_no_keep(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
 
 
 def test_an_oversized_busy_node_is_cordoned_its_job_runs_on_and_it_is_deleted_once_empty(env_no_keep: E2E) -> None:
-    """Issue 8, item 4 (fragmentation): a 1-GPU job on an 8-GPU node (no job_submit.lua, everything powered down:
-    22.05 picks the 8-GPU leaf) leaves the node oversized, since the 1-GPU shape costs the same per GPU.  With no
+    """Issue 8, item 4 (fragmentation): a 1-GPU job on an 8-GPU node (no job_submit.lua; the 1-GPU pool drained by
+    an admin when it was submitted) leaves the node oversized, since the 1-GPU shape costs the same per GPU.  With no
     idle keep for the shape the daemon cordons it (`scontrol update state=drain`, the "oversized" reason): the job
     runs to its end undisturbed, the next small job does not land on the node's seven free GPUs, and the node is
     deleted once its job ends (`autoscaler.planner.defrag.cordon_oversized`)."""
     env = env_no_keep
+    env.slurm.run("scontrol", "update", "nodename=e2e-h1-[0-2]", "state=drain", "reason=maintenance", check=True)
     env.start_daemon()
     out = env.root / "log"
     first = env.sbatch("-p", "gpu", "-N", "1", "--gres=gpu:1", "-o", f"{out}/job-%j.out", "--wrap",
                        "srun sh -c 'echo $SLURMD_NODENAME; sleep 45; echo done'")  # fmt: skip
     big = _ran_on(env, first)  # running: it printed its node
     assert big.startswith("e2e-h8-")
+    env.slurm.run("scontrol", "update", "nodename=e2e-h1-[0-2]", "state=undrain", check=True)  # maintenance over
 
     def cordoned() -> bool:
         n = env.sinfo()[big]
@@ -159,8 +170,11 @@ def test_the_rendered_job_submit_lua_right_sizes_a_powered_down_allocation(env_l
     env = env_lua
     assert '[1] = "a3-highgpu-1g"' in LUA  # 1 GPU: the 1-GPU machine type is preferred
     env.start_daemon()
-    assert _run(env) == "e2e-h1-0"  # everything powered down: the right-sized pool, not the best-fit 8-GPU leaf
-    assert _run(env, gpus=8).startswith("e2e-h8-")  # what only the 8-GPU machine fits still goes there
+    assert _run(env, gpus=8) == "e2e-h8-0"  # what only the 8-GPU machine fits goes there
+    wait_for(lambda: _up_idle(env, "e2e-h8-0"), 30, "e2e-h8-0 to be idle and kept up", env)
+    # a node that needs no power-up comes first (above): without the lua this job would take the idle 8-GPU node
+    # and pin it; the lua's --prefer powers up the right-sized pool instead
+    assert _run(env) == "e2e-h1-0"
 
 
 CLUA = render_job_submit(  # as fleet.slurm.conf renders it under strict late binding (no reservation pools)

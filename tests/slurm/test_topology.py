@@ -26,20 +26,47 @@ def test_placed_nodes_move_under_their_block_and_the_rest_stay_on_the_pool_leaf(
     pools = {"a3-resv": "a3-resv-[0-3]"}
     placed = {"a3-resv-0": "/c1/b1/h1", "a3-resv-1": "/c1/b1/h2", "a3-resv-2": "/c1/b2/h9"}
     text = render_topology(pools, placed)
-    lines = text.splitlines()[1:]
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
     assert lines == [
-        "SwitchName=b-c1-b1 Nodes=a3-resv-[0-1]",
-        "SwitchName=b-c1-b2 Nodes=a3-resv-2",
-        "SwitchName=c-c1 Switches=b-c1-b1,b-c1-b2",
-        "SwitchName=pool-a3-resv Nodes=a3-resv-3",
-        "SwitchName=root Switches=c-c1,pool-a3-resv",
+        "SwitchName=b-a3-resv-c1-b1 Nodes=a3-resv-[0-1]",
+        "SwitchName=b-a3-resv-c1-b2 Nodes=a3-resv-2",
+        "SwitchName=c-a3-resv-c1 Switches=b-a3-resv-c1-b1,b-a3-resv-c1-b2",
+        "SwitchName=u-a3-resv Nodes=a3-resv-3",
+        "SwitchName=pool-a3-resv Switches=c-a3-resv-c1,u-a3-resv",
     ]
+
+
+def test_every_pool_is_its_own_tree_the_lowest_weight_last() -> None:
+    """No switch joins two pools (slurmctld then never gives one job nodes of both), and the trees run from the
+    highest Weight to the lowest, node-table order reversed within one Weight (slurmctld 22.05 powers up the last
+    tree that fits).  Two pools placed in the same GCE block still get a leaf each."""
+    pools = {"od": "od-[0-1]", "spot": "spot-[0-1]", "resv": "resv-[0-1]", "resv2": "resv2-0"}
+    placed = {"od-0": "/c1/b1/h1", "spot-0": "/c1/b1/h2"}
+    text = render_topology(pools, placed, {"od": 30000, "spot": 10000, "resv": 1000, "resv2": 1000})
+    tops = [line.split()[0].split("=")[1] for line in text.splitlines() if line.startswith("SwitchName=pool-")]
+    assert tops == ["pool-od", "pool-spot", "pool-resv2", "pool-resv"]
+    assert "SwitchName=b-od-c1-b1 Nodes=od-0" in text and "SwitchName=b-spot-c1-b1 Nodes=spot-0" in text
+    children: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        if line.startswith("SwitchName="):
+            name, what = line.split()
+            children[name.split("=")[1]] = set(what.split("=")[1].split(","))
+
+    def nodes(switch: str) -> set[str]:
+        kids = children[switch]
+        return set().union(*(nodes(k) if k in children else set(expand(k)) for k in kids))
+
+    for top in tops:
+        assert {n.rsplit("-", 1)[0] for n in nodes(top)} == {top.removeprefix("pool-")}
+    assert sorted(n for top in tops for n in nodes(top)) == sorted(n for hl in pools.values() for n in expand(hl))
 
 
 def test_from_scontrol_reads_comments(tmp_path) -> None:
     shown = {"nodes": [{"name": "p-0", "comment": "physical_host=/c/b/h"}, {"name": "p-1", "comment": ""}]}
-    pools, placed = from_scontrol(shown)
-    assert pools == {"p": "p-[0-1]"} and placed == {"p-0": "/c/b/h"}
+    pools, placed, weights = from_scontrol(shown)
+    assert pools == {"p": "p-[0-1]"} and placed == {"p-0": "/c/b/h"} and weights == {}
+    shown = {"nodes": [{"name": "p-0", "weight": 1008}, {"name": "p-1", "weight": 1000}, {"name": "q-0", "weight": 9}]}
+    assert from_scontrol(shown)[2] == {"p": 1000, "q": 9}  # a pool's lowest node Weight
 
 
 def test_cli_rewrites_only_on_change_and_reconfigures(tmp_path) -> None:
@@ -53,7 +80,7 @@ def test_cli_rewrites_only_on_change_and_reconfigures(tmp_path) -> None:
         tools += [f"--{name}", str(fake)]
     out = tmp_path / "topology.conf"
     assert main(["--out", str(out), *tools]) == 0
-    assert "SwitchName=b-c-b Nodes=p-0" in out.read_text()
+    assert "SwitchName=b-p-c-b Nodes=p-0" in out.read_text()
     assert main(["--out", str(out), *tools]) == 0
     assert calls.read_text().splitlines() == ["sinfo --json", "scontrol reconfigure", "sinfo --json"]
 
@@ -81,7 +108,10 @@ def test_a_node_that_reports_its_host_moves_in_real_slurmctlds_tree(slurm_factor
         out = harness.root / "etc" / "topology.conf"
         assert main(["--out", str(out), "--sinfo", str(tools / "sinfo"), "--scontrol", str(tools / "scontrol")]) == 0
         shown = harness.run("scontrol", "show", "topology", check=True).stdout
-        assert "SwitchName=b-c1-b7 Level=0 LinkSpeed=1 Nodes=a3mega-resv-3" in shown, shown
-        assert "SwitchName=pool-a3mega-resv Level=0 LinkSpeed=1 Nodes=a3mega-resv-[0-2,4-15]" in shown
+        assert "SwitchName=b-a3mega-resv-c1-b7 Level=0 LinkSpeed=1 Nodes=a3mega-resv-3" in shown, shown
+        assert "SwitchName=u-a3mega-resv Level=0 LinkSpeed=1 Nodes=a3mega-resv-[0-2,4-15]" in shown
+        # the rebuilt file keeps the rendered order: the reservation (Weight 1000) after the spot pool
+        text = out.read_text()
+        assert text.index("SwitchName=pool-a3mega-spot") < text.index("SwitchName=pool-a3mega-resv")
     finally:
         harness.stop()

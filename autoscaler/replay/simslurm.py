@@ -12,10 +12,13 @@ hard way", checked on a real slurmctld in tests/e2e):
      `autoscaler.core.weights`);
   2. then powered-down nodes by Weight tier, in node-table order within a tier.  Weights are the ones
      `fleet render slurm-conf` renders (`fleet.slurm.weights.pool_weights`: capacity tier, then the shape's rank,
-     cheapest $/GPU-hour first, then fewer GPUs) unless the driver gives its own per capacity type.  Real 22.05
-     does NOT do this for powered-down nodes: it ignores their Weight, and with topology/tree (as rendered)
-     takes the pool leaf with the fewest nodes that fits (docs/autoscaler.md "Node weights"), so this step is
-     what the rendered Weights ask for, not what 22.05 does.
+     cheapest $/GPU-hour first, then fewer GPUs) unless the driver gives its own per capacity type.  22.05 itself
+     ignores the Weight of powered-down nodes; it powers up the last pool tree of topology.conf that fits, and the
+     render writes the trees from the highest Weight to the lowest (`fleet.slurm.topology`), so this is what it
+     does with the rendered files (tests/e2e/test_weights.py; before the twenty-fourth round one root joined the
+     pools and 22.05 took the pool leaf with the fewest nodes instead).
+  A multi-node job gets all its nodes from one pool (no switch joins two pools: tests/e2e/test_gang_pools.py):
+  the first pool whose nodes that need no power-up can hold it, else the lowest-Weight pool that can (`_pick_gang`).
   With `SlurmSettings.prefer` (gpu-fleet: the rendered job_submit.lua, `fleet.slurm.job_submit`) a job first gets
   nodes of its right-sized machine type only (in the order above), when they can hold it: `--prefer`, which
   22.05 honours for powered-down nodes too.
@@ -452,8 +455,21 @@ class SimSlurm:
         free = {n: nm.node.free for n, nm in on.items()}
         taken: list[Job] = []
         fits = {n for n, f in free.items() if f >= g}  # only the freed nodes can join it
+
+        def placeable() -> list[str]:
+            """The nodes the job would get now, by Weight and node-table order: for a gang, all in one pool (the
+            first pool to have enough, as `_pick_gang`); [] while it cannot be placed."""
+            order = sorted(fits, key=lambda n: (self._node_weight(on[n]), self._order[on[n].pool.name], on[n].index))
+            by_pool: dict[str, list[str]] = {}
+            for n in order:
+                got = by_pool.setdefault(on[n].pool.name, [])
+                got.append(n)
+                if len(got) == need:
+                    return got
+            return []
+
         for i in victims:
-            if len(fits) >= need:
+            if placeable():
                 break
             v = self.state.jobs[i]
             taken.append(v)
@@ -462,10 +478,10 @@ class SimSlurm:
                     free[n.name] += v.gpus_per_node
                     if free[n.name] >= g:
                         fits.add(n.name)
-        if len(fits) < need:
+        order = placeable()
+        if not order:
             return None
-        order = sorted(fits, key=lambda n: (self._node_weight(on[n]), self._order[on[n].pool.name], on[n].index))
-        chosen = set(order[:need])
+        chosen = set(order)
         requeue = [v for v in taken if any(n.name in chosen for n in v.placed_on)]
         for v in list(reversed(requeue)):  # the last taken first: give back what the job does not need
             back = {n.name: free[n.name] - v.gpus_per_node for n in v.placed_on if n.name in chosen}
@@ -475,7 +491,7 @@ class SimSlurm:
         for v in requeue:
             self.slurm_counters["preempt_requeues"] += 1
             self._requeue(v, now)
-        return [(on[n].pool, on[n]) for n in order[:need]]
+        return [(on[n].pool, on[n]) for n in order]
 
     def victim_order(self, candidates: set[int]) -> list[int]:
         """Preemption candidates (job indices) in the order slurmctld takes them with the rendered
@@ -524,6 +540,8 @@ class SimSlurm:
     def _pick(self, job: Job, pools: list[Pool]) -> list[tuple[Pool, _Name | int]] | None:
         need = job.nodes
         g = job.gpus_per_node
+        if need > 1:
+            return self._pick_gang(job, pools)
         picked: list[tuple[Pool, _Name | int]] = []
         allowed = {p.name for p in pools}
         eligible = self._eligible_pools(job, pools)
@@ -547,6 +565,32 @@ class SimSlurm:
                     picked.append((pool, i))
                 if len(picked) >= need:
                     return picked
+        return None
+
+    def _pick_gang(self, job: Job, pools: list[Pool]) -> list[tuple[Pool, _Name | int]] | None:
+        """A multi-node job's nodes, all from one pool (the rendered topology.conf joins no two pools,
+        `fleet.slurm.topology`): the first pool whose nodes that need no power-up can hold it, taking those nodes
+        by Weight and node-table order as for any job; else the pool of the lowest Weight that can hold it whole
+        (slurmctld powers up the last tree that fits, and the render writes them from the highest Weight down),
+        its nodes that need no power-up first.  None: no single pool can hold it now."""
+        need, g = job.nodes, job.gpus_per_node
+        eligible = self._eligible_pools(job, pools)
+        room = {p.name: [nm for nm in self._room[p.name].values() if nm.node.free >= g] for p in eligible}
+        ranked = sorted(
+            (nm for nms in room.values() for nm in nms),
+            key=lambda nm: (self._node_weight(nm), self._order[nm.pool.name], nm.index),
+        )
+        taken: dict[str, list[_Name]] = {}
+        for nm in ranked:
+            got = taken.setdefault(nm.pool.name, [])
+            got.append(nm)
+            if len(got) == need:
+                return [(nm.pool, x) for x in got]
+        for pool in eligible:
+            up = sorted(room[pool.name], key=lambda nm: (self._node_weight(nm), nm.index))
+            down = self._free_indices(pool, need - len(up))
+            if len(up) + len(down) >= need:
+                return [(pool, nm) for nm in up] + [(pool, i) for i in down]
         return None
 
     def _pick_weighted(self, pools: list[Pool], g: int, need: int) -> list[tuple[Pool, _Name | int]]:
@@ -669,6 +713,12 @@ class SimSlurm:
                 node.since = now
             job.placed_on.append(node)
         job.state = JobState.CONFIGURING
+        if job.is_gang and fresh:
+            # nodes already up wait, allocated and idle, for the gang's boots: partial-gang waste, as
+            # `ClusterState` counts a registered node nominated for a gang (the baselines' engine)
+            for node in job.placed_on:
+                if node.registered and node.held_since is None:
+                    node.held_since = now
         self._queue_resume(fresh, now)
         self._maybe_start(job, now)
 

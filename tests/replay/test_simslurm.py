@@ -200,3 +200,43 @@ def test_released_names_are_allocated_at_slurmctlds_next_scheduling_pass_not_at_
     lag = SlurmSettings().release_allocation_s + SlurmSettings().resume_batch_s  # allocation, then ResumeProgram
     assert allocated_at == pytest.approx(d.released_at + lag)
     assert gang.first_start == pytest.approx(d.released_at + lag + Scenario().boot_seconds)
+
+
+def test_a_gang_gets_every_node_from_one_pool_the_lowest_weight_that_holds_it() -> None:
+    """The rendered topology.conf joins no two pools (`fleet.slurm.topology`; tests/e2e/test_gang_pools.py on
+    slurmctld): a 3-node gang with 2 reserved names free takes 3 on-demand names, not the 2 reserved plus one; the
+    2-node gang after it takes the reservation."""
+    d = Recorder(only=["a3-highgpu-8g"])
+    eng = SimSlurm([job(0, 0, 600, 24), job(1, 0.1, 600, 16)], Scenario(reserved_nodes=2), d).run()
+    owners: dict[str, str | None] = {}
+    for _, _, o in d.resumes:
+        owners.update(o)
+    assert owners == {
+        **{f"a3-highgpu-8g-on-demand-{i}": "j0" for i in range(3)},
+        **{f"a3-highgpu-8g-reserved-{i}": "j1" for i in range(2)},
+    }
+    assert eng.state.partial_gang_gpu_s == 0.0
+
+
+def test_an_up_node_allocated_to_a_gang_that_waits_for_boots_is_partial_gang_waste() -> None:
+    """Slurm allocates a gang an idle node that is up and powered-down names of the same pool at once; the up node
+    then waits, allocated and idle, for the others to boot: that wait is counted, as the baselines' engine counts
+    a registered node nominated for a gang."""
+    placed: list[list[str]] = []
+
+    @dataclass
+    class Watching(Recorder):
+        def resume(self, sim: SimSlurm, names: Sequence[str], jobs: Mapping[str, Job | None]) -> None:
+            placed.extend(sorted(n.name for n in j.placed_on) for j in jobs.values() if j is not None and j.is_gang)
+            super().resume(sim, names, jobs)
+
+    # j0 boots reserved-0 and leaves it up (reserved nodes are never suspended); the gang j1 takes it and boots one
+    eng = SimSlurm(
+        [job(0, 0, 60, 8), job(1, 2000, 600, 16)], Scenario(reserved_nodes=2), Watching(only=["a3-highgpu-8g"])
+    )
+    eng.run()
+    assert placed == [["a3-highgpu-8g-reserved-0", "a3-highgpu-8g-reserved-1"]]  # one name up, one booted
+    gang = eng.state.jobs[1]
+    waited = gang.first_start - 2000.0
+    assert waited > 300  # reserved-1 booted
+    assert eng.state.partial_gang_gpu_s == pytest.approx(8 * waited)

@@ -45,6 +45,12 @@ changed, to size a mechanism before building it (docs/simulate.md, "The reservat
   not contended by work that may not use spot).  Sizes moving spot work back onto idle reserved GPUs (it stops
   running jobs on purpose: not built).
 
+- `gang-fresh`: a gang takes nodes that are already up only when they hold it whole; otherwise every one of its
+  nodes is a powered-down name of the pool (`_pick_gang`), so no up node waits, allocated and idle, for the
+  gang's boots (partial-gang waste).  On real Slurm the daemon would set the pending gang's `ExcNodeList` to the
+  pool's idle up nodes before it releases names, and keep reserved nodes up (not built: docs/simulate.md "A gang
+  stays in one pool").
+
 `--what A+B` applies several what-ifs together (e.g. `pack=a3-highgpu-8g+no-warm-cap`).
 
 `--wait-value W` replays gpu-fleet at that wait value (the knob of the frontier) instead of its default.
@@ -272,6 +278,19 @@ def _patch(what: str) -> None:
 
         gpu_fleet.GpuFleetPolicy.tick = tick_migrate
         return
+    if name == "gang-fresh":
+        orig_gang = S._pick_gang
+
+        def pick_fresh(self: Any, job: Any, pools: Any) -> Any:
+            got = orig_gang(self, job, pools)
+            if not got or all(not isinstance(c, int) for _, c in got) or all(isinstance(c, int) for _, c in got):
+                return got  # all up, all to power up, or no room
+            pool = got[0][0]
+            fresh = self._free_indices(pool, job.nodes)
+            return [(pool, i) for i in fresh] if len(fresh) >= job.nodes else None
+
+        S._pick_gang = pick_fresh
+        return
     if name == "slurm-default-order":
         S.victim_order = lambda self, candidates: sorted(candidates)  # the earliest submitted first
         return
@@ -350,7 +369,7 @@ def main() -> int:
     m = run_scenario(jobs, sc, ["gpu-fleet"], options=options).metrics["gpu-fleet"]
     keys = ("cost_usd", "cost_ratio", "overflow_ratio", "unused_node_gpu_hours", "wait_p50_s", "wait_p95_s")
     keys += ("wait_mean_s", "nodes_launched")
-    keys += ("preempted_jobs", "scheduler_preemptions", "gpu_hours_lost_to_preemption")
+    keys += ("preempted_jobs", "scheduler_preemptions", "gpu_hours_lost_to_preemption", "partial_gang_gpu_hours")
     print(json.dumps({"trace": a.trace, "what": a.what, "wait_value": a.wait_value, **{k: m[k] for k in keys}}))
     return 0
 

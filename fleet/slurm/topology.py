@@ -22,8 +22,8 @@ disconnected trees it takes the *last* tree in the file that can hold the job (m
 root it took the pool leaf with the fewest nodes).  Writing the pools' trees from the highest Weight to the
 lowest (node-table order reversed within one Weight) makes slurmctld power up the cheapest pool that fits, the
 order the rendered Weights ask for and the simulated Slurm replays (`autoscaler.replay.simslurm`).  The timer
-reads each pool's Weight from sinfo (its lowest node Weight: the daemon raises reserved nodes' Weights by their
-free GPUs, never across a capacity tier).
+reads each pool's rendered Weight from the NodeName lines of slurm.conf (not the live one: the daemon raises
+reserved nodes' Weights by their free GPUs, which must not reorder the file), else its lowest node Weight in sinfo.
 
 Within a pool's tree: `pool-<prefix>` > one switch per GCE cluster (`c-<prefix>-<cluster>`) > one leaf per block
 (`b-<prefix>-<cluster>-<block>`) holding the placed nodes, and the nodes not placed yet (powered down, or a
@@ -162,6 +162,21 @@ def from_scontrol(nodes_json: Mapping[str, object]) -> tuple[dict[str, str], dic
     return {prefix: compress(ns) for prefix, ns in names.items()}, placed, weights
 
 
+def rendered_weights(slurm_conf: str) -> dict[str, int]:
+    """Pool node-name prefix -> the Weight its `NodeName=<hostlist> ... Weight=N` line in slurm.conf carries."""
+    out: dict[str, int] = {}
+    for line in slurm_conf.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        names, weight = fields.get("NodeName"), fields.get("Weight")
+        if not names or not weight or not weight.isdigit():
+            continue
+        for name in expand(names):
+            m = re.match(r"^(?P<prefix>.+)-\d+$", name)
+            if m:
+                out[m["prefix"]] = min(int(weight), out.get(m["prefix"], int(weight)))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m fleet.slurm.topology --out /etc/slurm/topology.conf`: rebuild, reconfigure if changed."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -169,12 +184,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sinfo", default="sinfo")
     ap.add_argument("--scontrol", default="scontrol")
     ap.add_argument("--no-reconfigure", action="store_true")
+    ap.add_argument("--slurm-conf", type=Path, default=Path("/etc/slurm/slurm.conf"), help="read pools' Weights here")
     args = ap.parse_args(argv)
     shown = subprocess.run([args.sinfo, "--json"], capture_output=True, text=True, check=False)
     if shown.returncode != 0:
         print(f"gpu-fleet-topology: sinfo --json failed: {shown.stderr.strip()}", file=sys.stderr)
         return 1
-    text = render_topology(*from_scontrol(json.loads(shown.stdout)))
+    pools, placed, weights = from_scontrol(json.loads(shown.stdout))
+    if args.slurm_conf.exists():
+        weights.update(rendered_weights(args.slurm_conf.read_text()))
+    text = render_topology(pools, placed, weights)
     if args.out.exists() and args.out.read_text() == text:
         return 0
     tmp = args.out.with_suffix(".tmp")

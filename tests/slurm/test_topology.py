@@ -7,7 +7,15 @@ import stat
 
 import pytest
 
-from fleet.slurm.topology import compress, expand, from_scontrol, main, parse_physical_host, render_topology
+from fleet.slurm.topology import (
+    compress,
+    expand,
+    from_scontrol,
+    main,
+    parse_physical_host,
+    render_topology,
+    rendered_weights,
+)
 from tests.harness.slurm import binary
 
 
@@ -69,6 +77,19 @@ def test_from_scontrol_reads_comments(tmp_path) -> None:
     assert from_scontrol(shown)[2] == {"p": 1000, "q": 9}  # a pool's lowest node Weight
 
 
+def test_the_rebuild_orders_pools_by_the_weights_slurm_conf_renders_not_the_live_ones() -> None:
+    conf = "NodeName=p-[0-1] CPUs=4 Weight=1000 State=CLOUD\nNodeName=q-[0-3] Weight=30000\nPartitionName=x Nodes=p\n"
+    assert rendered_weights(conf) == {"p": 1000, "q": 30000}
+    # the daemon raised p's live Weights by their free GPUs: the file keeps p (the lower rendered Weight) last
+    live = {
+        "nodes": [{"name": "p-0", "weight": 31000}, {"name": "p-1", "weight": 31000}, {"name": "q-0", "weight": 30000}]
+    }
+    pools, placed, weights = from_scontrol(live)
+    weights.update(rendered_weights(conf))
+    text = render_topology(pools, placed, weights)
+    assert text.index("SwitchName=pool-q") < text.index("SwitchName=pool-p")
+
+
 def test_cli_rewrites_only_on_change_and_reconfigures(tmp_path) -> None:
     calls = tmp_path / "calls"
     nodes = {"nodes": [{"name": "p-0", "comment": "physical_host=/c/b/h"}, {"name": "p-1", "comment": ""}]}
@@ -79,6 +100,7 @@ def test_cli_rewrites_only_on_change_and_reconfigures(tmp_path) -> None:
         fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
         tools += [f"--{name}", str(fake)]
     out = tmp_path / "topology.conf"
+    tools += ["--slurm-conf", str(tmp_path / "absent.conf")]
     assert main(["--out", str(out), *tools]) == 0
     assert "SwitchName=b-p-c-b Nodes=p-0" in out.read_text()
     assert main(["--out", str(out), *tools]) == 0
@@ -106,7 +128,15 @@ def test_a_node_that_reports_its_host_moves_in_real_slurmctlds_tree(slurm_factor
             (tools / name).write_text(f'#!/bin/sh\nSLURM_CONF={harness.conf_path} exec {binary(name)} "$@"\n')
             (tools / name).chmod(0o755)
         out = harness.root / "etc" / "topology.conf"
-        assert main(["--out", str(out), "--sinfo", str(tools / "sinfo"), "--scontrol", str(tools / "scontrol")]) == 0
+        cli = [
+            "--sinfo",
+            str(tools / "sinfo"),
+            "--scontrol",
+            str(tools / "scontrol"),
+            "--slurm-conf",
+            str(harness.conf_path),
+        ]
+        assert main(["--out", str(out), *cli]) == 0
         shown = harness.run("scontrol", "show", "topology", check=True).stdout
         assert "SwitchName=b-a3mega-resv-c1-b7 Level=0 LinkSpeed=1 Nodes=a3mega-resv-3" in shown, shown
         assert "SwitchName=u-a3mega-resv Level=0 LinkSpeed=1 Nodes=a3mega-resv-[0-2,4-15]" in shown

@@ -60,6 +60,7 @@ from autoscaler.core.decide import (
     scale_down_steps,
     serve_resumes,
 )
+from autoscaler.core.gang_exclusion import gang_exclusions
 from autoscaler.core.hold import (
     RELEASE_GRACE_S,
     HeldLaunches,
@@ -85,6 +86,7 @@ __all__ = [
     "SchedulerNode",
     "constraint_allows",
     "deletable_after_drain",
+    "gang_exclusions",
     "held_launches",
     "held_pools",
     "late_binding",

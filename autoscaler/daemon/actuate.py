@@ -175,6 +175,24 @@ class Actuator:
 
         return self._slurm_update(entry, what, reason, update)
 
+    def exclude_job_nodes(self, job_id: int, names: Sequence[str], reason: str) -> bool:
+        """``scontrol update jobid=<id> ExcNodeList=<names>`` (none: cleared): a pending gang kept off nodes that are
+        up while the rest of it boots (`autoscaler.core.gang_exclusion`).  Logged and counted as
+        ``scontrol-excnodes``.  False when Slurm refused or did not answer: the next tick asks again."""
+        entry = {"command": "scontrol-excnodes", "names": list(names), "job_id": job_id, "reason": reason}
+        what = f"jobid={job_id} ExcNodeList={','.join(names) or '(none)'}"
+
+        def update() -> None:
+            try:
+                self.slurm.update_job_excluded_nodes(job_id, names)
+            except SlurmUnavailable as exc:
+                if any(m in str(exc) for m in MOVED_ON):  # it started or left since the tick's read: nothing to do
+                    logger.bind(**entry).info("job {} moved on before its exclusion was set ({})", job_id, exc)
+                    return
+                raise
+
+        return self._slurm_update(entry, what, reason, update)
+
     def _slurm_update(
         self,
         entry: dict[str, Any],

@@ -55,6 +55,7 @@ from autoscaler.core import (
     LaunchOutcome,
     ResumeLaunch,
     deletable_after_drain,
+    gang_exclusions,
     held_launches,
     held_pools,
     late_binding,
@@ -197,6 +198,7 @@ class Daemon:
         self.clock = clock
         self.dry_run = dry_run
         self._released: dict[str, float] = {}  # held names released (undrained) -> when
+        self._excluded: set[str] = set()  # pending gangs ("job/<id>") whose ExcNodeList this daemon set
         # late binding: names booted drained, not undrained yet -> when first seen (rebuilt from sinfo each tick)
         self._held_boots: dict[str, float] = {}
         # held names powered down whose drain must wait for slurmctld's power thread (`_hold`; rebuilt each tick)
@@ -791,6 +793,7 @@ class Daemon:
         for uid, terms in sorted(split.widen.items()):
             expr = constraint_expression(terms)
             act.widen_job(int(uid.partition("/")[2]), expr, "gpu-fleet: the plan falls back to it")
+        self._exclude_up_nodes(held, plan, snodes, sjobs, index, act)
         released: set[str] = set()
         for names in take_names(split.release, cands, outstanding).values():
             if act.scontrol(list(names), "undrain", "gpu-fleet: released from the hold"):
@@ -813,6 +816,38 @@ class Daemon:
         if to_drain:
             act.scontrol(to_drain, "drain", LATE_BIND_REASON if late else HOLD_REASON)
         self._held_power_downs = power_downs | powered_down
+
+    def _exclude_up_nodes(
+        self,
+        held: frozenset[str],
+        plan: Plan,
+        snodes: dict[str, SlurmNode],
+        sjobs: Sequence[SlurmJob],
+        index: NameIndex,
+        act: Actuator,
+    ) -> None:
+        """Before the hold releases names: keep each pending gang off the held pools' nodes that are up or coming up
+        (`ExcNodeList`)
+        unless the plan puts it on ready nodes alone (`autoscaler.core.gang_exclusion`: otherwise Slurm gives a gang
+        those nodes first and they wait for its boots)."""
+        room: dict[str, int] = {}
+        for n in snodes.values():
+            pool = index.pool_of(n.name)
+            # up or coming up (held boots included: undrained once registered); not a name Slurm must power up
+            if pool is not None and pool.name in held and not (n.powered_down or n.powering_down or n.down):
+                room[n.name] = n.gpus
+        pending = {f"job/{j.job_id}": j for j in sjobs if j.pending and j.node_count > 1}
+        self._excluded &= set(pending)
+        excluded = {uid: frozenset(j.excluded_nodes) for uid, j in pending.items()}
+        gangs = {uid: j.gpus_per_node for uid, j in pending.items()}
+        changes = gang_exclusions(plan, room, gangs, excluded, frozenset(self._excluded))
+        for uid, names in sorted(changes.items()):
+            reason = "gpu-fleet: the gang boots whole" if names else "gpu-fleet: the gang goes on up nodes"
+            if act.exclude_job_nodes(pending[uid].job_id, sorted(names), reason):
+                if names:
+                    self._excluded.add(uid)
+                else:
+                    self._excluded.discard(uid)
 
     def _reserved_weights(self, snodes: dict[str, SlurmNode], act: Actuator) -> None:
         """Weights of the reservation pools' registered nodes: rendered Weight + free GPUs (the fullest node that

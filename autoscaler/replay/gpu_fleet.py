@@ -36,6 +36,7 @@ from autoscaler.core import (
     ResumeLaunch,
     ResumeUnit,
     deletable_after_drain,
+    gang_exclusions,
     held_launches,
     held_pools,
     late_binding,
@@ -138,6 +139,7 @@ class GpuFleetPolicy:
     tick_log: list[float] = field(default_factory=list)
     _seen_final: dict[int, SeenJob | None] = field(default_factory=dict)  # job idx -> settled history entry
     _standby_kept: set[str] = field(default_factory=set)  # idle names the last plan kept as standby nodes
+    _excluded: set[str] = field(default_factory=set)  # pending gangs whose ExcNodeList it set (`_exclude_up_nodes`)
     _rendered: dict[str, int] | None = None  # the pools' rendered Weights (`core.weights.rendered_weights`)
     _stepping: frozenset[str] | None = None  # pools with a step-down shape (`_pools_with_step_down`)
     #: the last tick issued nothing: its decision stands while Slurm is unchanged, until this (`_quiet_after`)
@@ -562,6 +564,7 @@ class GpuFleetPolicy:
             for pool_name, n in split.boot.items():
                 if n > booting.get(pool_name, 0):
                     sim.boot_held(pool_name, n - booting.get(pool_name, 0))
+        self._exclude_up_nodes(sim, plan, held, pending)
         want = split.release
         cands: dict[str, list[str]] = {}
         for pool_name, n in want.items():
@@ -570,6 +573,26 @@ class GpuFleetPolicy:
         outstanding = {p: sum(1 for i, at in sim.released[p].items() if sim.now - at <= RELEASE_GRACE_S) for p in held}
         for pool_name, names in take_names(want, cands, outstanding).items():
             sim.release(pool_name, [name_index(n) for n in names], grace_s=RELEASE_GRACE_S)
+
+    def _exclude_up_nodes(self, sim: SimSlurm, plan: Plan, held: frozenset[str], pending: Sequence[Job]) -> None:
+        """The daemon's `_exclude_up_nodes`: each pending gang kept off the held pools' nodes up or coming up
+        unless the plan puts it on ready nodes alone (`core.gang_exclusions`)."""
+        gangs = {f"job/{j.idx + 1}": j for j in pending if j.nodes > 1}
+        self._excluded &= set(gangs)
+        if not gangs:
+            return
+        # up or coming up (held boots included: undrained once registered); not a name Slurm must power up
+        room = {
+            n: nm.node.gpus for n, nm in sim.names.items() if nm.pool.name in held and not (nm.powering_down or nm.down)
+        }
+        excluded = {uid: sim.excluded.get(j.idx, frozenset()) for uid, j in gangs.items()}
+        sizes = {uid: j.gpus_per_node for uid, j in gangs.items()}
+        for uid, names in gang_exclusions(plan, room, sizes, excluded, frozenset(self._excluded)).items():
+            sim.exclude(gangs[uid], names)
+            if names:
+                self._excluded.add(uid)
+            else:
+                self._excluded.discard(uid)
 
     def _planner(self, *args, **kw):  # type: ignore[no-untyped-def]
         from autoscaler.planner import plan

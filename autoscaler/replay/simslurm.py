@@ -223,6 +223,8 @@ class SimSlurm:
         self.right_sized: dict[bool, dict[int, frozenset[str]]] = {}
         #: job idx -> the alternatives its hard constraint allows (`constrain`), once widened by the driver
         self.constraints: dict[int, frozenset[str]] = {}
+        #: job idx -> the names its `ExcNodeList` keeps it off (`exclude`; the driver sets them on pending gangs)
+        self.excluded: dict[int, frozenset[str]] = {}
         if self.conf.prefer or self.conf.constrain:
             rows = ((p.name, p.capacity_type, p.machine_type) for p in self.pool_list)
             reserved = max(
@@ -412,12 +414,12 @@ class SimSlurm:
     def schedule(self, now: float) -> None:
         """Slurm's scheduling pass: allocate every pending job that can be placed now, in queue order."""
         st = self.state
-        failed: set[tuple[int, int, bool, frozenset[str] | None]] = set()
+        failed: set[tuple[int, int, bool, frozenset[str] | None, frozenset[str] | None]] = set()
         for _, idx in list(st._pending):
             job = st.jobs[idx]
             if self._eligible.get(idx, 0.0) > now:
                 continue
-            shape = (job.nodes, job.gpus_per_node, job.spot_ok, self.allowed(job))
+            shape = (job.nodes, job.gpus_per_node, job.spot_ok, self.allowed(job), self.excluded.get(job.idx))
             if shape in failed:
                 continue
             picked = self._select(job, now)
@@ -537,6 +539,18 @@ class SimSlurm:
         self.constraints[job.idx] = terms
         self.state.pending_changed = True
 
+    @command
+    def exclude(self, job: Job, names: frozenset[str]) -> None:
+        """`scontrol update jobid=N ExcNodeList=...`: `job` may not get `names` (empty: any node again).  Only names
+        given back can make the job placeable: then Slurm schedules."""
+        freed = self.excluded.get(job.idx, frozenset()) - names
+        if names:
+            self.excluded[job.idx] = names
+        else:
+            self.excluded.pop(job.idx, None)
+        if freed:
+            self.state.pending_changed = True
+
     def _pick(self, job: Job, pools: list[Pool]) -> list[tuple[Pool, _Name | int]] | None:
         need = job.nodes
         g = job.gpus_per_node
@@ -575,7 +589,11 @@ class SimSlurm:
         its nodes that need no power-up first.  None: no single pool can hold it now."""
         need, g = job.nodes, job.gpus_per_node
         eligible = self._eligible_pools(job, pools)
-        room = {p.name: [nm for nm in self._room[p.name].values() if nm.node.free >= g] for p in eligible}
+        off = self.excluded.get(job.idx, frozenset())  # its ExcNodeList
+        room = {
+            p.name: [nm for nm in self._room[p.name].values() if nm.node.free >= g and nm.node.name not in off]
+            for p in eligible
+        }
         ranked = sorted(
             (nm for nms in room.values() for nm in nms),
             key=lambda nm: (self._node_weight(nm), self._order[nm.pool.name], nm.index),
@@ -588,7 +606,8 @@ class SimSlurm:
                 return [(nm.pool, x) for x in got]
         for pool in eligible:
             up = sorted(room[pool.name], key=lambda nm: (self._node_weight(nm), nm.index))
-            down = self._free_indices(pool, need - len(up))
+            want = need - len(up)
+            down = [i for i in self._free_indices(pool, want + len(off)) if pool.node_name(i) not in off][:want]
             if len(up) + len(down) >= need:
                 return [(pool, nm) for nm in up] + [(pool, i) for i in down]
         return None

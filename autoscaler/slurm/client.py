@@ -3,7 +3,8 @@
 Writes are node updates: a power/drain state (`update_nodes`) or a scheduling Weight (`update_weight`, the best
 fit on the reservation: `autoscaler.core.weights`); and one job update: a pending job's hard constraint
 (`update_job_features`, ``scontrol update jobid=<id> features=a|b``), which strict late binding widens when the
-planner falls back to another machine type (`Policy.late_bind`).
+planner falls back to another machine type (`Policy.late_bind`); and a pending gang's excluded nodes
+(`update_job_excluded_nodes`, ``ExcNodeList``: `autoscaler.core.gang_exclusion`).
 
 Both clients return the typed records of `readers` and raise `SlurmUnavailable` when the controller does not
 answer (timeout, non-zero exit, connection refused), so the daemon can skip scale-down for that tick instead
@@ -30,6 +31,7 @@ MAX_WEIGHT = 0xFFFFFFFD  # Weight is a uint32; 0xFFFFFFFE and 0xFFFFFFFF are Slu
 # a job's hard constraint as the daemon writes it: feature names (what fleet.slurm.conf gives a node: machine GPU,
 # machine type, capacity type) joined by "|" (any one of them); nothing scontrol or a shell could read more into
 _FEATURES_RE = re.compile(r"[A-Za-z0-9_.-]+(?:\|[A-Za-z0-9_.-]+)*")
+_NODE_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 def check_weight(weight: object) -> int:
@@ -45,6 +47,16 @@ def check_features(features: object) -> str:
     if not isinstance(features, str) or not _FEATURES_RE.fullmatch(features):
         raise ValueError(f"features: {features!r} is not feature names ([A-Za-z0-9_.-]) joined by '|'")
     return features
+
+
+def check_node_names(names: object) -> list[str]:
+    """`names` if it is a sequence of node names ([A-Za-z0-9_.-]), else ValueError naming the bad one."""
+    if isinstance(names, str) or not isinstance(names, Sequence):
+        raise ValueError(f"names: {names!r} is not a list of node names")
+    for n in names:
+        if not isinstance(n, str) or not _NODE_NAME_RE.fullmatch(n):
+            raise ValueError(f"names: {n!r} is not a node name ([A-Za-z0-9_.-])")
+    return list(names)
 
 
 def check_job_id(job_id: object) -> int:
@@ -68,6 +80,8 @@ class SlurmClient(Protocol):
     def update_weight(self, names: Sequence[str], weight: int) -> None: ...
 
     def update_job_features(self, job_id: int, features: str) -> None: ...
+
+    def update_job_excluded_nodes(self, job_id: int, names: Sequence[str]) -> None: ...
 
 
 Runner = Callable[..., subprocess.CompletedProcess]
@@ -144,6 +158,14 @@ class CliSlurm:
         check_job_id(job_id)
         check_features(features)
         self._run("scontrol", "update", f"jobid={job_id}", f"features={features}")
+
+    def update_job_excluded_nodes(self, job_id: int, names: Sequence[str]) -> None:
+        """``scontrol update jobid=<id> ExcNodeList=<names>``: the nodes a pending job may not get (none: clear it).
+        slurmctld refuses a job that is no longer pending; that is a `SlurmUnavailable` naming the reason."""
+        check_job_id(job_id)
+        checked = check_node_names(names)
+        hostlist = compress(checked) if checked else ""
+        self._run("scontrol", "update", f"jobid={job_id}", f"ExcNodeList={hostlist}")
 
 
 # openapi versions without a node-update endpoint (it appeared in v0.0.39): updates go through scontrol
@@ -255,3 +277,11 @@ class RestSlurm:
             self.cli.update_job_features(job_id, features)
             return
         self._call("POST", f"job/{job_id}", json={"constraints": features})
+
+    def update_job_excluded_nodes(self, job_id: int, names: Sequence[str]) -> None:
+        """scontrol through `cli` (the job update body of no slurmrestd version was checked for it)."""
+        check_job_id(job_id)
+        check_node_names(names)
+        if self.cli is None:
+            raise SlurmUnavailable(f"slurmrestd {self.api}: job exclusions go through scontrol and no cli is set")
+        self.cli.update_job_excluded_nodes(job_id, names)

@@ -97,6 +97,7 @@ class SlurmJob:
     # powered-up nodes are ready, so a CONFIGURING job's start_time is not its start)
     constraint: str = ""  # the --constraint expression as slurmctld holds it ("" for one built from `features`)
     admin_comment: str = ""
+    excluded_nodes: tuple[str, ...] = ()  # its ExcNodeList (`--exclude`, or the daemon's: `core.gang_exclusion`)
     cpus_per_node: int = 0  # what a node must have for it: CPUs (`job_size_per_node`; 0: not asked)
     memory_per_node_mib: int = 0  # ... and memory (0: the partition's default, which every node has)
 
@@ -230,6 +231,7 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         start_time=_start_time(raw) if str(state) == RUNNING else None,
         constraint=str(raw.get("features") or ""),
         admin_comment=str(raw.get("admin_comment") or ""),
+        excluded_nodes=tuple(expand(str(raw.get("excluded_nodes") or ""))),
         cpus_per_node=cpus_per_node,
         memory_per_node_mib=memory_per_node,
     )

@@ -36,6 +36,7 @@ class FakeSlurm:
     updates: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
     weight_updates: list[tuple[tuple[str, ...], int]] = field(default_factory=list)  # `update_weight` calls
     feature_updates: list[tuple[int, str]] = field(default_factory=list)  # `update_job_features` calls slurmctld took
+    exclusion_updates: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)  # `update_job_excluded_nodes`
 
     def add_cloud_nodes(
         self,
@@ -139,6 +140,19 @@ class FakeSlurm:
             raise SlurmUnavailable(f"scontrol update jobid={job_id} exited 1: Job is no longer pending execution")
         self.feature_updates.append((job_id, features))
         self.jobs_[i] = replace(self.jobs_[i], features=tuple(features.split("|")), constraint=features)
+
+    def update_job_excluded_nodes(self, job_id: int, names: Sequence[str]) -> None:
+        """Like ``scontrol update jobid=<id> ExcNodeList=<names>`` on 22.05: refused for an unknown job or one no longer
+        pending."""
+        if self.down:
+            raise SlurmUnavailable("scontrol: Unable to contact slurm controller")
+        i = next((i for i, j in enumerate(self.jobs_) if j.job_id == job_id), None)
+        if i is None:
+            raise SlurmUnavailable(f"scontrol update jobid={job_id} exited 1: Invalid job id specified")
+        if not self.jobs_[i].pending:
+            raise SlurmUnavailable(f"scontrol update jobid={job_id} exited 1: Job is no longer pending execution")
+        self.exclusion_updates.append((job_id, tuple(names)))
+        self.jobs_[i] = replace(self.jobs_[i], excluded_nodes=tuple(names))
 
 
 def offering(zone: str, ct: CapacityType = CapacityType.SPOT, mt: str = "a3-highgpu-8g") -> OfferingKey:

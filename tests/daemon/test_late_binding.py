@@ -466,3 +466,73 @@ def test_a_spot_pinned_job_gets_a_spot_boot_and_is_widened_off_spot_only_on_a_fa
     assert [(c["job_id"], c["features"]) for c in widened] == [(7, "a3-highgpu-1g")]
     assert slurm.feature_updates[-1] == (7, "a3-highgpu-1g")
     assert [c["names"] for c in _commands(res, "scontrol-power_up")] == [["c1-od1g-0"]]
+
+
+def _gang(job_id: int, nodes: int = 2, gpus: int = 2) -> SlurmJob:
+    return SlurmJob(job_id, f"j{job_id}", "PENDING", "Resources", "gpu", nodes, gpus, None, (f"a3-highgpu-{gpus}g",),
+                    0, None, 1.0, admin_comment=RIGHT_SIZED_MARK)  # fmt: skip
+
+
+def test_a_pending_gang_is_kept_off_up_nodes_until_ready_nodes_alone_hold_it(
+    fleet: Daemon, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
+) -> None:
+    """One 2-GPU node is up and idle (kept warm), a 2-node gang of 2-GPU nodes pends: the plan launches the gang
+    whole, so before its names are released the gang's ExcNodeList gets the up node (Slurm would give it that node
+    first and boot one: the up node would wait for the boot).  Once two ready nodes hold it, the exclusion is
+    cleared and nothing is launched."""
+    fleet.tick()  # the hold
+    key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-2g")
+    cloud.nodes_["c1-od2g-0"] = CloudNode("c1-od2g-0", "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-1")
+    slurm.set("c1-od2g-0", "idle")
+    slurm.jobs_ = [_gang(9)]
+    clock.advance(1)
+    res = fleet.tick()
+    order = [c["command"] for c in res.commands if c["command"] in ("scontrol-excnodes", "scontrol-undrain")]
+    assert order == ["scontrol-excnodes", "scontrol-undrain"]  # excluded before the names are released
+    assert slurm.exclusion_updates == [(9, ("c1-od2g-0",))]
+    assert [c["names"] for c in _commands(res, "scontrol-undrain")] == [["c1-od2g-1", "c1-od2g-2"]]
+
+    # a user's own --exclude is never touched
+    slurm.jobs_.append(replace(_gang(10), excluded_nodes=("c1-od2g-2",)))
+    clock.advance(1)
+    fleet.tick()
+    assert all(job_id != 10 for job_id, _ in slurm.exclusion_updates)
+
+    # both other names came up idle (say the release went to another job that left): ready nodes hold the gang now
+    for i in (1, 2):
+        name = f"c1-od2g-{i}"
+        cloud.nodes_[name] = CloudNode(name, "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, f"i-{i + 1}")
+        slurm.set(name, "idle")
+    slurm.jobs_ = [replace(_gang(9), excluded_nodes=("c1-od2g-0",))]
+    clock.advance(1)
+    res = fleet.tick()
+    assert slurm.exclusion_updates[-1] == (9, ())  # cleared: Slurm may start it on the ready nodes
+    assert _commands(res, "scontrol-undrain") == [] and _commands(res, "launch") == []
+
+
+def test_which_gangs_are_kept_off_which_nodes() -> None:
+    """`core.gang_exclusions`, the rule the daemon and the replay share: every pending gang is excluded from the
+    held pools' nodes that could take one of its members, unless the plan puts it on ready nodes alone; a user's
+    own exclusion is never changed; only changes are returned."""
+    from autoscaler.core import gang_exclusions
+    from autoscaler.model import Assignment, Placement, Plan
+
+    room = {"c1-od2g-0": 2, "c1-od2g-1": 2, "c1-od1g-0": 1}
+    plan = Plan(
+        assignments={
+            "job/9": Assignment("job/9", ("c1-od2g-3", "c1-od2g-4"), 2, Placement.NEW),
+            "job/10": Assignment("job/10", ("c1-od2g-0", "c1-od2g-1"), 2, Placement.READY),
+            "job/11": Assignment("job/11", ("c1-od2g-1", "c1-od2g-5"), 2, Placement.BOOTING),
+        }
+    )
+    gangs = {"job/9": 2, "job/10": 2, "job/11": 2, "job/12": 2, "job/13": 1}
+    two = frozenset({"c1-od2g-0", "c1-od2g-1"})
+    mine = frozenset({"job/10"})
+    got = gang_exclusions(plan, room, gangs, {"job/10": two, "job/12": frozenset({"x-0"})}, mine)
+    assert got == {
+        "job/9": two,  # launched whole: off the up nodes
+        "job/10": frozenset(),  # on ready nodes alone: cleared
+        "job/11": two,  # a ready node with a booting one: would wait, so excluded until both are ready
+        "job/13": frozenset(room),  # unplanned, 1 GPU per node: every node that could take a member
+    }  # job/12: the user's own exclusion, left alone
+    assert gang_exclusions(plan, room, {"job/9": 2}, {"job/9": two}, frozenset({"job/9"})) == {}  # no change

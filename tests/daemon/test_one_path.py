@@ -254,6 +254,7 @@ def _pending(sim: SimSlurm) -> list[SlurmJob]:
             j.submit,
             constraint=constraint_expression(sim.allowed(j) or ()),  # the job_submit.lua's constraint, as widened
             admin_comment=RIGHT_SIZED_MARK if sim.allowed(j) else "",  # the lua's mark on what it constrained
+            excluded_nodes=tuple(sorted(sim.excluded.get(j.idx, ()))),  # the ExcNodeList the driver set
         )
         for j in sim.pending_jobs()
     ]

@@ -136,6 +136,54 @@ def test_a_pending_job_takes_the_node_that_frees_while_its_own_boots(env: E2E) -
 
 
 @pytest.fixture
+def gang_env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    """Late binding over three a3-highgpu-8g names, idle nodes kept 5 minutes."""
+    with e2e_env(
+        slurm_factory,
+        suspend_time=600,
+        pools=[pool("od", "on-demand", "gpu", False, max_nodes=3)],
+        nodesets=[Nodeset("e2e-od", 3, features="a3-highgpu-8g")],
+        partitions={"gpu": ["e2e-od"]},
+        job_submit_lua=late_bind_lua,
+        slurm_lines=late_bind_lines,
+        policy={"idle_timeout_s": 300, "backoff_s": 120, "late_bind": True},
+    ) as e:
+        yield e
+
+
+def _nodes(env: E2E, job: int) -> str:
+    return next((str(j.get("nodes") or "") for j in env.slurm.squeue_json()["jobs"] if j["job_id"] == job), "")
+
+
+def test_a_gang_boots_whole_and_leaves_the_warm_node_alone(gang_env: E2E) -> None:
+    """A node kept warm (idle, up) and a 2-node gang: slurmctld would give the gang that node and one released name,
+    and the warm node would wait, allocated and idle, for the other's boot.  The daemon sets the gang's ExcNodeList
+    to the warm node before it releases two names (`core.gang_exclusions`): the gang runs on the two new nodes
+    (all or nothing), and the warm node is still idle for the next single job."""
+    env = gang_env
+    env.start_daemon()
+    wait_for(lambda: all("DRAIN" in env.sinfo()[f"e2e-od-{i}"]["state_flags"] for i in range(3)), 30, "the hold", env)
+    warm = env.gpu_job(1)
+    wait_for(lambda: warm not in env.squeue_ids(), 90, "a first job to boot e2e-od-0, run and end", env)
+    assert env.ran_on(warm) == "e2e-od-0"
+    wait_for(lambda: env.sinfo()["e2e-od-0"]["state"] == "idle" and not env.sinfo()["e2e-od-0"]["reason"], 30,
+             "e2e-od-0 idle and kept warm", env)  # fmt: skip
+
+    out = env.root / "log"
+    gang = env.sbatch("-p", "gpu", "-N", "2", "--gres=gpu:8", "-o", f"{out}/job-%j.out", "--wrap",
+                      "srun sh -c 'echo $SLURMD_NODENAME; sleep 5'")  # fmt: skip
+    wait_for(lambda: _nodes(env, gang), 60, "the gang allocated", env)
+    assert _nodes(env, gang) == "e2e-od-[1-2]"  # two new nodes, not the warm one
+    excluded = [c for c in _ok(env, "scontrol-excnodes") if c["job_id"] == gang]
+    assert excluded and excluded[0]["names"] == ["e2e-od-0"]
+    wait_for(lambda: gang not in env.squeue_ids(), 90, "the gang to run and end", env)
+    after = env.gpu_job(1)  # the warm node is still there for a single job: no boot
+    wait_for(lambda: after not in env.squeue_ids(), 30, "a single job on the warm node", env)
+    assert env.ran_on(after) in ("e2e-od-0", "e2e-od-1", "e2e-od-2")
+    assert sorted(e.name for e in env.fake.events_of("create")) == ["e2e-od-0", "e2e-od-1", "e2e-od-2"]
+
+
+@pytest.fixture
 def no_keep_env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
     """`env`, with no idle keep (`idle_timeout_s` 0, what the settings rule gives a shape whose idle node is not
     worth keeping) and the second node's boot slower still; a VM deleted before it boots never starts slurmd."""

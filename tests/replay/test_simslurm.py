@@ -240,3 +240,21 @@ def test_an_up_node_allocated_to_a_gang_that_waits_for_boots_is_partial_gang_was
     waited = gang.first_start - 2000.0
     assert waited > 300  # reserved-1 booted
     assert eng.state.partial_gang_gpu_s == pytest.approx(8 * waited)
+
+
+def test_a_gang_never_gets_a_name_its_exclusion_lists() -> None:
+    """`scontrol update jobid=N ExcNodeList=...` (the daemon's, `core.gang_exclusions`): the gang takes powered-down
+    names instead of the up node it may not have, all from the one pool."""
+    d = Recorder(settings=SlurmSettings(suspend_time_s=3600), only=["a3-highgpu-8g"], capacity=CapacityType.ON_DEMAND)
+    sim = SimSlurm([job(0, 0, 60, 8), job(1, 2000, 600, 16)], Scenario(), d)
+    sim.exclude(sim.state.jobs[1], frozenset({"a3-highgpu-8g-on-demand-0"}))
+    sim.run()
+    owners: dict[str, str | None] = {}
+    for _, _, o in d.resumes:
+        owners.update(o)
+    assert owners == {
+        "a3-highgpu-8g-on-demand-0": "j0",
+        "a3-highgpu-8g-on-demand-1": "j1",  # not -0, up and idle since j0 ended
+        "a3-highgpu-8g-on-demand-2": "j1",
+    }
+    assert sim.state.partial_gang_gpu_s == 0.0

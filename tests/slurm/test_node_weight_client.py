@@ -127,6 +127,25 @@ def test_a_constraint_that_is_not_names_joined_by_bars_is_refused_first(bad: obj
     assert rec.argv == []
 
 
+def test_cli_sets_and_clears_a_jobs_excluded_nodes_and_refuses_what_is_not_node_names() -> None:
+    """A pending gang's ExcNodeList (`core.gang_exclusions`): one scontrol call, the names as a hostlist, none to
+    clear it; anything that is not a list of node names is refused before scontrol runs."""
+    rec = Recorder()
+    cli = CliSlurm(runner=rec)
+    cli.update_job_excluded_nodes(42, ["c1-od8g-0", "c1-od8g-1", "c1-od8g-3"])
+    cli.update_job_excluded_nodes(42, [])
+    assert rec.argv == [
+        ["scontrol", "update", "jobid=42", "ExcNodeList=c1-od8g-[0-1,3]"],
+        ["scontrol", "update", "jobid=42", "ExcNodeList="],
+    ]
+    for bad in ("c1-od8g-0", ["a b"], ["a;reboot"], [""], [7], None):
+        with pytest.raises(ValueError, match=r"^names: "):
+            cli.update_job_excluded_nodes(42, bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^job_id: "):
+        cli.update_job_excluded_nodes(0, ["a-0"])
+    assert len(rec.argv) == 2
+
+
 @pytest.mark.parametrize("bad", [0, -3, True, "42", 4.0, None])
 def test_a_job_id_that_is_not_a_positive_int_is_refused_first(bad: object) -> None:
     rec = Recorder()

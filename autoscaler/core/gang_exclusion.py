@@ -1,0 +1,51 @@
+"""Keep a gang off nodes that are up while the rest of it boots: the pending gang's `ExcNodeList`.
+
+slurmctld gives a multi-node job the nodes that need no power-up first and powers up only the rest
+(docs/autoscaler.md "Node weights"), all in one pool (`fleet.slurm.topology`).  In a held pool (late binding, the
+reservation hold) a pending gang can get a node that is up and idle plus names the daemon released: released for
+it (the plan launches a gang whole when the ready nodes cannot hold it, `planner.capacity.gang_fit`), or for
+another job (Slurm hands released names to the first pending job they fit).  The up node then waits for the boots,
+allocated and idle: partial-gang waste.  It costs what booting that node would have (the node is billed either way:
+`bench/reserve_whatif.py --what gang-fresh` removed it all at the same cost), but the gang is no longer all or
+nothing and the node is lost to the single-node jobs it was kept warm for.  So every pending gang carries an
+`ExcNodeList` of the held pools' nodes that are up or coming up and could take one of its members (busy ones
+too, and boots the daemon will undrain: a job can end, or a boot register, in the second between the daemon's read
+and Slurm's pass), except while the plan puts it on ready nodes alone: then it is cleared, and Slurm starts the
+gang on them.
+
+Only exclusions the daemon set are changed: a job whose own `--exclude` the daemon did not write is left alone
+(`ours`).  Pure: the daemon's tick and the replay call it with what Slurm shows them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from autoscaler.model import Placement, Plan
+
+
+def gang_exclusions(
+    plan: Plan,
+    room: Mapping[str, int],
+    gangs: Mapping[str, int],
+    excluded: Mapping[str, frozenset[str]],
+    ours: frozenset[str],
+) -> dict[str, frozenset[str]]:
+    """The `ExcNodeList` changes for pending gangs: unit id -> the names to exclude (empty: clear it).
+
+    `room`: name -> GPUs of the held pools' nodes that are up or coming up (not powered down or powering down), busy
+    or idle; `gangs`: pending gang unit id -> its GPUs per node; `excluded`: unit id -> the exclusion Slurm shows
+    for it; `ours`: the units whose exclusion the daemon set (any other non-empty exclusion is the user's and is
+    never touched).  Returns only units whose exclusion changes."""
+    out: dict[str, frozenset[str]] = {}
+    for uid, gpus in sorted(gangs.items()):
+        have = excluded.get(uid, frozenset())
+        if have and uid not in ours:
+            continue  # the user's own exclusion
+        a = plan.assignments.get(uid)
+        if a is not None and a.placement is Placement.READY:
+            want: frozenset[str] = frozenset()  # on ready nodes alone: Slurm must be free to give it them
+        else:
+            want = frozenset(n for n, free in room.items() if free >= gpus)
+        if want != have:
+            out[uid] = want
+    return out

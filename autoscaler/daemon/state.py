@@ -140,6 +140,16 @@ MIGRATIONS += (
     """,
 )
 
+MIGRATIONS += (
+    """
+    CREATE TABLE gang_exclusions (
+        job_id INTEGER PRIMARY KEY,      -- a pending gang's Slurm job id
+        names TEXT NOT NULL,             -- JSON list: the ExcNodeList the daemon set on it
+        at REAL NOT NULL                 -- when
+    );
+    """,
+)
+
 OPEN_REQUEST_STATES = ("intent", "launched")
 JOB_HISTORY_KEEP_S = 2 * 86_400.0
 JOB_HISTORY_PRUNE_EVERY_S = 3_600.0
@@ -665,6 +675,31 @@ class StateStore:
         self.conn.execute("DELETE FROM job_end_wakes WHERE done_at < ?", (now - keep_s,))
 
     # --- orphans -------------------------------------------------------------------------------------------
+    # --- the ExcNodeList the daemon set on pending gangs (autoscaler.core.gang_exclusion) --------------------------
+    def set_gang_exclusion(self, job_id: int, names: Sequence[str], now: float) -> None:
+        """Record the exclusion the daemon set on `job_id` (none: it cleared it), so that after a restart it still
+        tells its own exclusions from a user's `--exclude`."""
+        if names:
+            self.conn.execute(
+                "INSERT OR REPLACE INTO gang_exclusions(job_id, names, at) VALUES (?, ?, ?)",
+                (job_id, json.dumps(sorted(names)), now),
+            )
+        else:
+            self.conn.execute("DELETE FROM gang_exclusions WHERE job_id = ?", (job_id,))
+
+    def gang_exclusions(self) -> dict[int, frozenset[str]]:
+        return {
+            r["job_id"]: frozenset(json.loads(r["names"]))
+            for r in self.conn.execute("SELECT job_id, names FROM gang_exclusions")
+        }
+
+    def forget_gang_exclusions(self, keep: Iterable[int]) -> None:
+        """Drop the records of jobs no longer pending (started, or gone)."""
+        kept = set(keep)
+        gone = [(j,) for j in self.gang_exclusions() if j not in kept]
+        if gone:
+            self.conn.executemany("DELETE FROM gang_exclusions WHERE job_id = ?", gone)
+
     def orphan_seen(self, name: str, pool: str, now: float) -> float:
         """Record (once) that `name` is unwanted; returns when it was first seen unwanted."""
         self.conn.execute("INSERT OR IGNORE INTO orphans(name, pool, first_seen) VALUES (?, ?, ?)", (name, pool, now))

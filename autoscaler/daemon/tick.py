@@ -198,7 +198,6 @@ class Daemon:
         self.clock = clock
         self.dry_run = dry_run
         self._released: dict[str, float] = {}  # held names released (undrained) -> when
-        self._excluded: set[str] = set()  # pending gangs ("job/<id>") whose ExcNodeList this daemon set
         # late binding: names booted drained, not undrained yet -> when first seen (rebuilt from sinfo each tick)
         self._held_boots: dict[str, float] = {}
         # held names powered down whose drain must wait for slurmctld's power thread (`_hold`; rebuilt each tick)
@@ -837,17 +836,18 @@ class Daemon:
             if pool is not None and pool.name in held and not (n.powered_down or n.powering_down or n.down):
                 room[n.name] = n.gpus
         pending = {f"job/{j.job_id}": j for j in sjobs if j.pending and j.node_count > 1}
-        self._excluded &= set(pending)
         excluded = {uid: frozenset(j.excluded_nodes) for uid, j in pending.items()}
+        if not self.dry_run:
+            self.store.forget_gang_exclusions(j.job_id for j in pending.values())
+        # ours: what the store says this daemon set and Slurm still shows (a user may have changed it since)
+        set_before = {f"job/{job_id}": names for job_id, names in self.store.gang_exclusions().items()}
+        ours = frozenset(uid for uid, names in set_before.items() if excluded.get(uid) == names)
         gangs = {uid: j.gpus_per_node for uid, j in pending.items()}
-        changes = gang_exclusions(plan, room, gangs, excluded, frozenset(self._excluded))
-        for uid, names in sorted(changes.items()):
+        for uid, names in sorted(gang_exclusions(plan, room, gangs, excluded, ours).items()):
             reason = "gpu-fleet: the gang boots whole" if names else "gpu-fleet: the gang goes on up nodes"
-            if act.exclude_job_nodes(pending[uid].job_id, sorted(names), reason):
-                if names:
-                    self._excluded.add(uid)
-                else:
-                    self._excluded.discard(uid)
+            job_id = pending[uid].job_id
+            if act.exclude_job_nodes(job_id, sorted(names), reason) and not self.dry_run:
+                self.store.set_gang_exclusion(job_id, sorted(names), self.clock())
 
     def _reserved_weights(self, snodes: dict[str, SlurmNode], act: Actuator) -> None:
         """Weights of the reservation pools' registered nodes: rendered Weight + free GPUs (the fullest node that

@@ -474,12 +474,12 @@ def _gang(job_id: int, nodes: int = 2, gpus: int = 2) -> SlurmJob:
 
 
 def test_a_pending_gang_is_kept_off_up_nodes_until_ready_nodes_alone_hold_it(
-    fleet: Daemon, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
+    fleet: Daemon, make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
 ) -> None:
     """One 2-GPU node is up and idle (kept warm), a 2-node gang of 2-GPU nodes pends: the plan launches the gang
     whole, so before its names are released the gang's ExcNodeList gets the up node (Slurm would give it that node
     first and boot one: the up node would wait for the boot).  Once two ready nodes hold it, the exclusion is
-    cleared and nothing is launched."""
+    cleared and nothing is launched - also by a restarted daemon, which finds what it set in its state store."""
     fleet.tick()  # the hold
     key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-2g")
     cloud.nodes_["c1-od2g-0"] = CloudNode("c1-od2g-0", "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-1")
@@ -498,7 +498,11 @@ def test_a_pending_gang_is_kept_off_up_nodes_until_ready_nodes_alone_hold_it(
     fleet.tick()
     assert all(job_id != 10 for job_id, _ in slurm.exclusion_updates)
 
-    # both other names came up idle (say the release went to another job that left): ready nodes hold the gang now
+    # the daemon restarts; both other names came up idle (say the release went to another job that left): ready
+    # nodes hold the gang now
+    fleet.lock.release()
+    fleet.store.close()
+    fleet = make_daemon(pools=POOLS, policy=POLICY)
     for i in (1, 2):
         name = f"c1-od2g-{i}"
         cloud.nodes_[name] = CloudNode(name, "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, f"i-{i + 1}")

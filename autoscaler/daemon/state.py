@@ -694,7 +694,8 @@ class StateStore:
         }
 
     def forget_gang_exclusions(self, keep: Iterable[int]) -> None:
-        """Drop the records of jobs no longer pending (started, or gone)."""
+        """Drop the records of jobs not in `keep` (the jobs squeue still lists, in any state: Slurm keeps a job's
+        ExcNodeList when it requeues it)."""
         kept = set(keep)
         gone = [(j,) for j in self.gang_exclusions() if j not in kept]
         if gone:

@@ -837,8 +837,8 @@ class Daemon:
                 room[n.name] = n.gpus
         pending = {f"job/{j.job_id}": j for j in sjobs if j.pending and j.node_count > 1}
         excluded = {uid: frozenset(j.excluded_nodes) for uid, j in pending.items()}
-        if not self.dry_run:
-            self.store.forget_gang_exclusions(j.job_id for j in pending.values())
+        if not self.dry_run:  # forgotten once the job left the queue: Slurm keeps an ExcNodeList across a requeue
+            self.store.forget_gang_exclusions(j.job_id for j in sjobs)
         # ours: what the store says this daemon set and Slurm still shows (a user may have changed it since)
         set_before = {f"job/{job_id}": names for job_id, names in self.store.gang_exclusions().items()}
         ours = frozenset(uid for uid, names in set_before.items() if excluded.get(uid) == names)

@@ -578,7 +578,8 @@ class GpuFleetPolicy:
         """The daemon's `_exclude_up_nodes`: each pending gang kept off the held pools' nodes up or coming up
         unless the plan puts it on ready nodes alone (`core.gang_exclusions`)."""
         gangs = {f"job/{j.idx + 1}": j for j in pending if j.nodes > 1}
-        self._excluded &= set(gangs)
+        # forgotten only once the job is done: Slurm keeps a job's ExcNodeList when it requeues it
+        self._excluded = {u for u in self._excluded if sim.state.jobs[int(u[4:]) - 1].state is not JobState.DONE}
         if not gangs:
             return
         # up or coming up (held boots included: undrained once registered); not a name Slurm must power up

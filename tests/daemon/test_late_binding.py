@@ -540,3 +540,36 @@ def test_which_gangs_are_kept_off_which_nodes() -> None:
         "job/13": frozenset(room),  # unplanned, 1 GPU per node: every node that could take a member
     }  # job/12: the user's own exclusion, left alone
     assert gang_exclusions(plan, room, {"job/9": 2}, {"job/9": two}, frozenset({"job/9"})) == {}  # no change
+
+
+def test_a_requeued_gang_keeps_the_exclusion_the_daemon_set_as_its_own(
+    fleet: Daemon, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
+) -> None:
+    """Slurm keeps a job's ExcNodeList when it requeues it (a spot preemption, ResumeTimeout).  The daemon keeps the
+    record while squeue lists the job, running or not, so the requeued gang's exclusion is still its own and follows
+    the nodes that are up (a user's would be left as it is, and an outdated one would keep the gang off names the
+    daemon releases for it: the replay of a held-out run with spot preemptions never ended)."""
+    fleet.tick()
+    key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-2g")
+    cloud.nodes_["c1-od2g-0"] = CloudNode("c1-od2g-0", "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-1")
+    slurm.set("c1-od2g-0", "idle")
+    slurm.jobs_ = [_gang(9)]
+    clock.advance(1)
+    fleet.tick()
+    assert slurm.exclusion_updates == [(9, ("c1-od2g-0",))]
+    running = replace(slurm.jobs_[0], state="RUNNING", reason="None", nodes=("c1-od2g-1", "c1-od2g-2"))
+    slurm.jobs_ = [running]
+    clock.advance(1)
+    fleet.tick()
+    assert fleet.store.gang_exclusions() == {9: frozenset({"c1-od2g-0"})}  # kept while the job runs
+    cloud.nodes_.pop("c1-od2g-0")
+    slurm.set("c1-od2g-0", "idle", "POWERED_DOWN")  # the warm node went; requeued, the gang keeps its exclusion
+    slurm.jobs_ = [replace(running, state="PENDING", reason="Resources", nodes=())]
+    clock.advance(1)
+    fleet.tick()
+    assert slurm.exclusion_updates[-1] == (9, ())  # still the daemon's: cleared, nothing it excluded is up
+    assert fleet.store.gang_exclusions() == {}
+    slurm.jobs_ = []
+    clock.advance(1)
+    fleet.tick()
+    assert fleet.store.gang_exclusions() == {}

@@ -163,17 +163,8 @@ class Actuator:
         ``scontrol-features``.  False when Slurm refused or did not answer: the next tick's plan asks again."""
         entry = {"command": "scontrol-features", "names": [], "job_id": job_id, "features": features, "reason": reason}
         what = f"jobid={job_id} features={features}"
-
-        def update() -> None:
-            try:
-                self.slurm.update_job_features(job_id, features)
-            except SlurmUnavailable as exc:
-                if any(m in str(exc) for m in MOVED_ON):  # it started or left since the tick's read: nothing to do
-                    logger.bind(**entry).info("job {} moved on before its constraint was widened ({})", job_id, exc)
-                    return
-                raise
-
-        return self._slurm_update(entry, what, reason, update)
+        call = lambda: self.slurm.update_job_features(job_id, features)  # noqa: E731
+        return self._job_update(entry, what, reason, call, "its constraint was widened")
 
     def exclude_job_nodes(self, job_id: int, names: Sequence[str], reason: str) -> bool:
         """``scontrol update jobid=<id> ExcNodeList=<names>`` (none: cleared): a pending gang kept off nodes that are
@@ -181,13 +172,18 @@ class Actuator:
         ``scontrol-excnodes``.  False when Slurm refused or did not answer: the next tick asks again."""
         entry = {"command": "scontrol-excnodes", "names": list(names), "job_id": job_id, "reason": reason}
         what = f"jobid={job_id} ExcNodeList={','.join(names) or '(none)'}"
+        call = lambda: self.slurm.update_job_excluded_nodes(job_id, names)  # noqa: E731
+        return self._job_update(entry, what, reason, call, "its exclusion was set")
+
+    def _job_update(self, entry: dict[str, Any], what: str, reason: str, call: Callable[[], None], done: str) -> bool:
+        """`_slurm_update` of a pending job: one that started or left since the tick's read is no failure."""
 
         def update() -> None:
             try:
-                self.slurm.update_job_excluded_nodes(job_id, names)
+                call()
             except SlurmUnavailable as exc:
                 if any(m in str(exc) for m in MOVED_ON):  # it started or left since the tick's read: nothing to do
-                    logger.bind(**entry).info("job {} moved on before its exclusion was set ({})", job_id, exc)
+                    logger.bind(**entry).info("job {} moved on before {} ({})", entry["job_id"], done, exc)
                     return
                 raise
 

@@ -131,19 +131,20 @@ class FakeSlurm:
         """Like ``scontrol update jobid=<id> features=<expr>`` on 22.05: a pending job's constraint is replaced;
         an unknown job or one no longer pending is refused (the daemon's view may be a tick old)."""
         check_features(features)
-        if self.down:
-            raise SlurmUnavailable("scontrol: Unable to contact slurm controller")
-        i = next((i for i, j in enumerate(self.jobs_) if j.job_id == job_id), None)
-        if i is None:
-            raise SlurmUnavailable(f"scontrol update jobid={job_id} exited 1: Invalid job id specified")
-        if not self.jobs_[i].pending:
-            raise SlurmUnavailable(f"scontrol update jobid={job_id} exited 1: Job is no longer pending execution")
+        i = self._pending_job(job_id)
         self.feature_updates.append((job_id, features))
         self.jobs_[i] = replace(self.jobs_[i], features=tuple(features.split("|")), constraint=features)
 
     def update_job_excluded_nodes(self, job_id: int, names: Sequence[str]) -> None:
         """Like ``scontrol update jobid=<id> ExcNodeList=<names>`` on 22.05: refused for an unknown job or one no longer
         pending."""
+        i = self._pending_job(job_id)
+        self.exclusion_updates.append((job_id, tuple(names)))
+        self.jobs_[i] = replace(self.jobs_[i], excluded_nodes=tuple(names))
+
+    def _pending_job(self, job_id: int) -> int:
+        """The index of pending job `job_id`, as slurmctld 22.05 answers a job update: refused when it is down, for
+        an unknown job, and for one no longer pending (the daemon's view may be a tick old)."""
         if self.down:
             raise SlurmUnavailable("scontrol: Unable to contact slurm controller")
         i = next((i for i, j in enumerate(self.jobs_) if j.job_id == job_id), None)
@@ -151,8 +152,7 @@ class FakeSlurm:
             raise SlurmUnavailable(f"scontrol update jobid={job_id} exited 1: Invalid job id specified")
         if not self.jobs_[i].pending:
             raise SlurmUnavailable(f"scontrol update jobid={job_id} exited 1: Job is no longer pending execution")
-        self.exclusion_updates.append((job_id, tuple(names)))
-        self.jobs_[i] = replace(self.jobs_[i], excluded_nodes=tuple(names))
+        return i
 
 
 def offering(zone: str, ct: CapacityType = CapacityType.SPOT, mt: str = "a3-highgpu-8g") -> OfferingKey:

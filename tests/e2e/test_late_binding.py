@@ -34,14 +34,16 @@ pytestmark = [pytest.mark.slurm, pytest.mark.gce, pytest.mark.slow]
 SLOW_BOOT_S = 25  # the second node's VM registers this long after its create
 
 
-def _late_bind_env(slurm_factory: Callable[..., SlurmHarness], **kwargs: Any) -> AbstractContextManager[E2E]:
-    """`e2e_env` with one on-demand pool of two a3-highgpu-8g nodes (`gpu`) and what the stack renders under late
+def _late_bind_env(
+    slurm_factory: Callable[..., SlurmHarness], nodes: int = 2, **kwargs: Any
+) -> AbstractContextManager[E2E]:
+    """`e2e_env` with one on-demand pool of `nodes` a3-highgpu-8g nodes (`gpu`) and what the stack renders under late
     binding: the constraining lua with its submit wake-up, EpilogSlurmctld and SchedulerParameters."""
     return e2e_env(
         slurm_factory,
         suspend_time=600,
-        pools=[pool("od", "on-demand", "gpu", False, max_nodes=2)],
-        nodesets=[Nodeset("e2e-od", 2, features="a3-highgpu-8g")],
+        pools=[pool("od", "on-demand", "gpu", False, max_nodes=nodes)],
+        nodesets=[Nodeset("e2e-od", nodes, features="a3-highgpu-8g")],
         partitions={"gpu": ["e2e-od"]},
         job_submit_lua=late_bind_lua,
         slurm_lines=late_bind_lines,
@@ -138,16 +140,7 @@ def test_a_pending_job_takes_the_node_that_frees_while_its_own_boots(env: E2E) -
 @pytest.fixture
 def gang_env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
     """Late binding over three a3-highgpu-8g names, idle nodes kept 5 minutes."""
-    with e2e_env(
-        slurm_factory,
-        suspend_time=600,
-        pools=[pool("od", "on-demand", "gpu", False, max_nodes=3)],
-        nodesets=[Nodeset("e2e-od", 3, features="a3-highgpu-8g")],
-        partitions={"gpu": ["e2e-od"]},
-        job_submit_lua=late_bind_lua,
-        slurm_lines=late_bind_lines,
-        policy={"idle_timeout_s": 300, "backoff_s": 120, "late_bind": True},
-    ) as e:
+    with _late_bind_env(slurm_factory, 3, policy={"idle_timeout_s": 300, "backoff_s": 120, "late_bind": True}) as e:
         yield e
 
 

@@ -693,13 +693,15 @@ class StateStore:
             for r in self.conn.execute("SELECT job_id, names FROM gang_exclusions")
         }
 
-    def forget_gang_exclusions(self, keep: Iterable[int]) -> None:
+    def forget_gang_exclusions(self, keep: Iterable[int]) -> dict[int, frozenset[str]]:
         """Drop the records of jobs not in `keep` (the jobs squeue still lists, in any state: Slurm keeps a job's
-        ExcNodeList when it requeues it)."""
+        ExcNodeList when it requeues it); returns the records kept."""
         kept = set(keep)
-        gone = [(j,) for j in self.gang_exclusions() if j not in kept]
+        records = self.gang_exclusions()
+        gone = [(j,) for j in records if j not in kept]
         if gone:
             self.conn.executemany("DELETE FROM gang_exclusions WHERE job_id = ?", gone)
+        return {j: names for j, names in records.items() if j in kept}
 
     def orphan_seen(self, name: str, pool: str, now: float) -> float:
         """Record (once) that `name` is unwanted; returns when it was first seen unwanted."""

@@ -826,22 +826,25 @@ class Daemon:
         act: Actuator,
     ) -> None:
         """Before the hold releases names: keep each pending gang off the held pools' nodes that are up or coming up
-        (`ExcNodeList`)
-        unless the plan puts it on ready nodes alone (`autoscaler.core.gang_exclusion`: otherwise Slurm gives a gang
-        those nodes first and they wait for its boots)."""
+        (`ExcNodeList`) unless the plan puts it on ready nodes alone (`autoscaler.core.gang_exclusion`: otherwise
+        Slurm gives a gang those nodes first and they wait for its boots)."""
+        # records go once the job left the queue: Slurm keeps an ExcNodeList across a requeue
+        if self.dry_run:
+            records = self.store.gang_exclusions()
+        else:
+            records = self.store.forget_gang_exclusions(j.job_id for j in sjobs)
+        pending = {f"job/{j.job_id}": j for j in sjobs if j.pending and j.node_count > 1}
+        if not pending:
+            return
         room: dict[str, int] = {}
         for n in snodes.values():
             pool = index.pool_of(n.name)
             # up or coming up (held boots included: undrained once registered); not a name Slurm must power up
             if pool is not None and pool.name in held and not (n.powered_down or n.powering_down or n.down):
                 room[n.name] = n.gpus
-        pending = {f"job/{j.job_id}": j for j in sjobs if j.pending and j.node_count > 1}
         excluded = {uid: frozenset(j.excluded_nodes) for uid, j in pending.items()}
-        if not self.dry_run:  # forgotten once the job left the queue: Slurm keeps an ExcNodeList across a requeue
-            self.store.forget_gang_exclusions(j.job_id for j in sjobs)
         # ours: what the store says this daemon set and Slurm still shows (a user may have changed it since)
-        set_before = {f"job/{job_id}": names for job_id, names in self.store.gang_exclusions().items()}
-        ours = frozenset(uid for uid, names in set_before.items() if excluded.get(uid) == names)
+        ours = frozenset(uid for job_id, names in records.items() if excluded.get(uid := f"job/{job_id}") == names)
         gangs = {uid: j.gpus_per_node for uid, j in pending.items()}
         for uid, names in sorted(gang_exclusions(plan, room, gangs, excluded, ours).items()):
             reason = "gpu-fleet: the gang boots whole" if names else "gpu-fleet: the gang goes on up nodes"

@@ -139,7 +139,9 @@ class GpuFleetPolicy:
     tick_log: list[float] = field(default_factory=list)
     _seen_final: dict[int, SeenJob | None] = field(default_factory=dict)  # job idx -> settled history entry
     _standby_kept: set[str] = field(default_factory=set)  # idle names the last plan kept as standby nodes
-    _excluded: set[str] = field(default_factory=set)  # pending gangs whose ExcNodeList it set (`_exclude_up_nodes`)
+    _excluded: set[int] = field(
+        default_factory=set
+    )  # job idx of the gangs whose ExcNodeList it set (`_exclude_up_nodes`)
     _rendered: dict[str, int] | None = None  # the pools' rendered Weights (`core.weights.rendered_weights`)
     _stepping: frozenset[str] | None = None  # pools with a step-down shape (`_pools_with_step_down`)
     #: the last tick issued nothing: its decision stands while Slurm is unchanged, until this (`_quiet_after`)
@@ -577,9 +579,9 @@ class GpuFleetPolicy:
     def _exclude_up_nodes(self, sim: SimSlurm, plan: Plan, held: frozenset[str], pending: Sequence[Job]) -> None:
         """The daemon's `_exclude_up_nodes`: each pending gang kept off the held pools' nodes up or coming up
         unless the plan puts it on ready nodes alone (`core.gang_exclusions`)."""
-        gangs = {f"job/{j.idx + 1}": j for j in pending if j.nodes > 1}
         # forgotten only once the job is done: Slurm keeps a job's ExcNodeList when it requeues it
-        self._excluded = {u for u in self._excluded if sim.state.jobs[int(u[4:]) - 1].state is not JobState.DONE}
+        self._excluded = {i for i in self._excluded if sim.state.jobs[i].state is not JobState.DONE}
+        gangs = {f"job/{j.idx + 1}": j for j in pending if j.nodes > 1}
         if not gangs:
             return
         # up or coming up (held boots included: undrained once registered); not a name Slurm must power up
@@ -588,12 +590,14 @@ class GpuFleetPolicy:
         }
         excluded = {uid: sim.excluded.get(j.idx, frozenset()) for uid, j in gangs.items()}
         sizes = {uid: j.gpus_per_node for uid, j in gangs.items()}
-        for uid, names in gang_exclusions(plan, room, sizes, excluded, frozenset(self._excluded)).items():
-            sim.exclude(gangs[uid], names)
+        ours = frozenset(uid for uid, j in gangs.items() if j.idx in self._excluded)
+        for uid, names in gang_exclusions(plan, room, sizes, excluded, ours).items():
+            job = gangs[uid]
+            sim.exclude(job, names)
             if names:
-                self._excluded.add(uid)
+                self._excluded.add(job.idx)
             else:
-                self._excluded.discard(uid)
+                self._excluded.discard(job.idx)
 
     def _planner(self, *args, **kw):  # type: ignore[no-untyped-def]
         from autoscaler.planner import plan

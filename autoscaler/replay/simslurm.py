@@ -60,7 +60,7 @@ import functools
 import heapq
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -459,16 +459,8 @@ class SimSlurm:
         fits = {n for n, f in free.items() if f >= g}  # only the freed nodes can join it
 
         def placeable() -> list[str]:
-            """The nodes the job would get now, by Weight and node-table order: for a gang, all in one pool (the
-            first pool to have enough, as `_pick_gang`); [] while it cannot be placed."""
-            order = sorted(fits, key=lambda n: (self._node_weight(on[n]), self._order[on[n].pool.name], on[n].index))
-            by_pool: dict[str, list[str]] = {}
-            for n in order:
-                got = by_pool.setdefault(on[n].pool.name, [])
-                got.append(n)
-                if len(got) == need:
-                    return got
-            return []
+            """The nodes the job would get now (`_one_pool`); [] while it cannot be placed."""
+            return [nm.node.name for nm in self._one_pool((on[n] for n in fits), need)]
 
         for i in victims:
             if placeable():
@@ -594,16 +586,9 @@ class SimSlurm:
             p.name: [nm for nm in self._room[p.name].values() if nm.node.free >= g and nm.node.name not in off]
             for p in eligible
         }
-        ranked = sorted(
-            (nm for nms in room.values() for nm in nms),
-            key=lambda nm: (self._node_weight(nm), self._order[nm.pool.name], nm.index),
-        )
-        taken: dict[str, list[_Name]] = {}
-        for nm in ranked:
-            got = taken.setdefault(nm.pool.name, [])
-            got.append(nm)
-            if len(got) == need:
-                return [(nm.pool, x) for x in got]
+        up_only = self._one_pool((nm for nms in room.values() for nm in nms), need)
+        if up_only:
+            return [(nm.pool, nm) for nm in up_only]
         for pool in eligible:
             up = sorted(room[pool.name], key=lambda nm: (self._node_weight(nm), nm.index))
             want = need - len(up)
@@ -611,6 +596,18 @@ class SimSlurm:
             if len(up) + len(down) >= need:
                 return [(pool, nm) for nm in up] + [(pool, i) for i in down]
         return None
+
+    def _one_pool(self, nodes: Iterable[_Name], need: int) -> list[_Name]:
+        """`need` of `nodes` (nodes that need no power-up) all from one pool, as slurmctld takes them for a job: by
+        Weight, then node-table order, the first pool to reach `need` (one pool: `fleet.slurm.topology`); [] when no
+        pool has that many."""
+        taken: dict[str, list[_Name]] = {}
+        for nm in sorted(nodes, key=lambda nm: (self._node_weight(nm), self._order[nm.pool.name], nm.index)):
+            got = taken.setdefault(nm.pool.name, [])
+            got.append(nm)
+            if len(got) == need:
+                return got
+        return []
 
     def _pick_weighted(self, pools: list[Pool], g: int, need: int) -> list[tuple[Pool, _Name | int]]:
         """Nodes that need no power-up, with some carrying their own Weight (`set_weights`): the lowest Weight

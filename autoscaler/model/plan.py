@@ -39,6 +39,7 @@ class ScaleUp:
     placement_group: str | None = None
     gang: bool = False
     hourly_usd: float = 0.0  # $/h the new nodes add (0 for reservation capacity)
+    minimum: bool = False  # launched to keep the pool at its floor (`autoscaler.planner.minimum.pool_floor`)
 
     @property
     def count(self) -> int:

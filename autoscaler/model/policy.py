@@ -81,6 +81,11 @@ class Policy:
     flex_start_queues: frozenset[str] = frozenset()
     flex_start_max_wait_s: float = 0.0
     keep_reserved_nodes: bool = True
+    #: launch every slot of a reservation pool up front and keep it (`autoscaler.planner.minimum.pool_floor`), as
+    #: Cluster Toolkit's reservation blueprints run reserved nodes static: the reservation bills either way, and a
+    #: reserved node that is up spares its jobs a boot and a gang the wait of reserved nodes for its other nodes
+    #: (only while `keep_reserved_nodes`)
+    launch_reserved_nodes: bool = True
     wait_value_usd_per_gpu_hour: float | None = DEFAULT_WAIT_VALUE_USD_PER_GPU_HOUR
     idle_timeout_by_machine: Mapping[str, float] = field(default_factory=dict)
     idle_keep_max_by_machine: Mapping[str, int] = field(default_factory=dict)
@@ -118,7 +123,8 @@ class Policy:
     share_nodes: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("keep_reserved_nodes", "defragment", "warm_cap", "preempt_spot", "late_bind", "share_nodes"):
+        flags = ("keep_reserved_nodes", "launch_reserved_nodes", "defragment", "warm_cap", "preempt_spot", "late_bind")
+        for name in (*flags, "share_nodes"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Policy.{name}: must be true or false, got {getattr(self, name)!r}")
         for name in (

@@ -188,6 +188,8 @@ def build_scale_ups(batches: Iterable[Batch], now: float) -> tuple[list[ScaleUp]
         price = "paid-for reservation" if b.hourly_usd == 0 and key.reservation else f"${b.hourly_usd:.2f}/h each"
         if b.gang:
             reason = f"gang {b.units[0]}: {len(names)} nodes all or nothing, {where} ({price})"
+        elif b.minimum and b.pool.reservation is not None and b.pool.min_nodes < b.pool.max_nodes:
+            reason = f"reserved capacity launched up front: {_nodes(len(names))}, {where} ({price})"
         elif b.minimum:
             reason = f"pool minimum ({b.pool.min_nodes} nodes): {_nodes(len(names))}, {where} ({price})"
         else:
@@ -204,6 +206,7 @@ def build_scale_ups(batches: Iterable[Batch], now: float) -> tuple[list[ScaleUp]
                 placement_group=pg,
                 gang=b.gang,
                 hourly_usd=round(b.hourly_usd * len(names), 6),
+                minimum=b.minimum,
             )
         )
     return out, ids

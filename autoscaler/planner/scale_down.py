@@ -3,8 +3,8 @@
 The idle timeout is per machine type (`Policy.idle_timeout_for`: the settings rule keeps shapes whose
 jobs arrive often warm, others not).  Never a node with work on it (or one that this plan just placed
 work on); reservation-backed nodes are kept while `policy.keep_reserved_nodes` (they are paid for
-either way); each pool keeps `min_nodes`.  Nodes stuck requested/booting past `policy.boot_timeout_s`
-are deleted by name.
+either way); each pool keeps its floor (`minimum.pool_floor`).  Nodes stuck requested/booting past
+`policy.boot_timeout_s` are deleted by name.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 
 from autoscaler.model import COMING_STATES, DeleteNodes, Drain, Inventory, Node, NodeState, Policy
+from autoscaler.planner.minimum import pool_floor
 from fleet.catalog import CapacityType
 
 #: the states of a node that stays up unless scaled down (counted against the pool's `min_nodes`)
@@ -92,7 +93,7 @@ def scale_down_idle(
                     idle.append(n)
             elif state is NodeState.DRAINING and not n.has_work:
                 drained.append(n.name)
-        spare = staying - pool.min_nodes
+        spare = staying - pool_floor(pool, policy)
         idle.sort(key=lambda n: (n.since, n.name))  # longest idle first
         victims = sorted(n.name for n in idle[: max(0, spare)])
         if victims:

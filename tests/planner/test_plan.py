@@ -295,6 +295,26 @@ def test_min_nodes_respect_the_limits() -> None:
     assert [s.count for s in out.scale_ups] == [2]
 
 
+def test_every_free_reserved_slot_is_launched_up_front_and_the_reservation_caps_it() -> None:
+    """`Policy.launch_reserved_nodes`: a reservation bills whether its slots run VMs or not, so the plan launches
+    every slot of a reservation pool with no work waiting (Cluster Toolkit's static reserved nodes); the slots the
+    reservation reports free cap it, and a node already up counts."""
+    r = pool(8, CapacityType.RESERVATION, name="res", reservation="r1", zones=(ZONES[0],), max_nodes=4)
+    res_offer = offering(8, CapacityType.RESERVATION, res="r1", available=3)
+    i = inv([r, pool(8)], [node(r, 0, NodeState.READY_IDLE)])
+    out = plan([], i, [res_offer, offering(8)], Policy(), 0)
+    (su,) = out.scale_ups
+    assert su.pool == "res" and su.count == 3 and su.minimum and su.hourly_usd == 0
+    assert su.reason.startswith("reserved capacity launched up front: 3 new nodes")
+    # pending work fills the reserved nodes being launched before anything is bought
+    out = plan([unit("u", 8), unit("v", 8)], i, [res_offer, offering(8)], Policy(), 0)
+    assert [s.pool for s in out.scale_ups] == ["res"]
+    assert {n for a in out.assignments.values() for n in a.nodes} <= {"res-0", *su.names}
+    # off, or with reserved nodes scaled down like any other: launched for work only
+    for pol in (Policy(launch_reserved_nodes=False), Policy(keep_reserved_nodes=False)):
+        assert plan([], i, [res_offer, offering(8)], pol, 0).scale_ups == ()
+
+
 def test_per_pool_gpu_cap_and_fallback_to_another_pool() -> None:
     pools = [pool(8), pool(4)]
     offs = [offering(8), offering(4, price=44.0)]

@@ -166,14 +166,16 @@ def plan_pool_resumes(
     planner: Planner | None = None,
 ) -> tuple[list[ResumeLaunch], tuple[Unserved, ...]]:
     """One `plan()` over the units the scheduler resumed in one pool.  The scheduler bound these names to jobs,
-    so existing nodes may not absorb them: the plan sees the pool without its nodes (the limits still count every
-    live node, through `policy`, see `pool_policy`), and no batch window holds them.  Each ScaleUp is renamed
-    to the resumed names."""
+    so existing nodes may not absorb them: the plan sees the pool without its nodes and without its floor (the limits
+    still count every live node, through `policy`, see `pool_policy`), and no batch window holds them.  Each ScaleUp
+    is renamed to the resumed names."""
     planner = planner or default_planner()
-    pool = inventory.pool(pool_name)
+    # the plan sees the pool empty, so it must not bring it up to its floor too: a floor's launches would take the
+    # headroom (free reserved slots, the pool's max) the resumed names need; the queue-depth plan keeps floors
+    pool = dataclasses.replace(inventory.pool(pool_name), min_nodes=0)
     offs = [o for o in offerings if pool.can_launch(o.key)]
     # the names are bound to jobs already: holding their launch cannot move a job elsewhere, only delay it
-    policy = unbatched(policy)
+    policy = dataclasses.replace(unbatched(policy), launch_reserved_nodes=False)
     p = planner([u.unit for u in units], Inventory((pool,), ()), offs, policy, now, unavailable=tuple(memory))
     by_unit = {u.unit.id: u for u in units}
     out: list[ResumeLaunch] = []

@@ -4,12 +4,13 @@ which names to power up.
 Standby nodes are brought up with `scontrol update nodename=... state=power_up`: slurmctld then calls the
 ResumeProgram with the names, and the daemon launches them as it launches any resumed name (a resume with no job).
 Between the power-up and the instance being listed, a name is POWERING_UP in Slurm with no job and absent from the
-inventory: `standby_in_flight` counts those per machine type, so the next tick does not power up more.  The names
+inventory: `standby_in_flight` counts those per machine type, so the next tick does not power up more.  A pool's
+floor (its `min_nodes`, a reservation's slots) is brought up the same way (`floor_names`).  The names
 powered up are the lowest-numbered powered-down free names of the pool (the ones slurmctld allocates first)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from autoscaler.core import name_index
 from autoscaler.daemon.snapshot import NameIndex
@@ -21,20 +22,38 @@ def _live(inventory: Inventory) -> set[str]:
     return {n.name for n in inventory.nodes if n.state is not NodeState.GONE}
 
 
+def _unlisted_power_ups(
+    pools: Sequence[Pool], inventory: Inventory, snodes: Mapping[str, SlurmNode] | None
+) -> Iterator[tuple[Pool, SlurmNode]]:
+    """The names Slurm is powering up that the inventory does not list yet, with their pool."""
+    if not snodes:
+        return
+    index, live = NameIndex(pools), _live(inventory)
+    for name, n in snodes.items():
+        pool = index.pool_of(name)
+        if pool is not None and name not in live and n.powering_up:
+            yield pool, n
+
+
 def standby_in_flight(
     pools: Sequence[Pool], inventory: Inventory, snodes: Mapping[str, SlurmNode] | None
 ) -> dict[str, int]:
     """Machine type -> names Slurm is powering up with no job that the inventory does not list yet."""
-    if not snodes:
-        return {}
-    index, live = NameIndex(pools), _live(inventory)
     out: dict[str, int] = {}
-    for name, n in snodes.items():
-        pool = index.pool_of(name)
-        if pool is None or name in live or not n.powering_up or n.has_work:
-            continue
-        out[pool.machine_type] = out.get(pool.machine_type, 0) + 1
+    for pool, n in _unlisted_power_ups(pools, inventory, snodes):
+        if not n.has_work:
+            out[pool.machine_type] = out.get(pool.machine_type, 0) + 1
     return out
+
+
+def floor_names(
+    pool: str, count: int, inventory: Inventory, snodes: Mapping[str, SlurmNode] | None, pools: Sequence[Pool]
+) -> list[str]:
+    """The names to power up for a plan's launch to a pool's floor (`ScaleUp.minimum`, `planner.minimum.pool_floor`)
+    of `count` nodes: the plan counts the nodes the inventory lists, so names Slurm is already powering up for the
+    pool (for a job or for an earlier tick's floor) come off first; then `standby_names`."""
+    flying = sum(1 for p, _ in _unlisted_power_ups(pools, inventory, snodes) if p.name == pool)
+    return standby_names(pool, count - flying, inventory, snodes, pools)
 
 
 def standby_names(

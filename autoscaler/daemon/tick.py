@@ -9,7 +9,8 @@ Order within a tick (each step only acts on this tick's fresh reads):
    name is powered down instead and drained again once the power thread has taken it: see `_hold`);
 4. ResumeProgram requests -> one `plan()` per pool over the resumed nodes (offering and zone choice,
    gang atomicity, backoff, limits) -> launches named after the Slurm nodes;
-5. queue depth: one `plan()` over PENDING jobs Slurm could not place + the whole inventory -> pre-warm
+5. queue depth: one `plan()` over PENDING jobs Slurm could not place + the whole inventory -> pools brought up to
+   their floor (`min_nodes`, every reserved slot: `scontrol ... state=power_up`), pre-warm
    (`scontrol ... state=power_up`, only with `loop.prewarm`) and idle scale-down (drain, then power down
    and delete by name, only nodes Slurm reports idle; what this tick drained is re-read and, if empty, deleted
    in the same tick); with a reservation hold, overflow pools' powered-down nodes are kept drained (a held name
@@ -85,7 +86,7 @@ from autoscaler.daemon.snapshot import (
     offering_to_dict,
     unavailable_from_rows,
 )
-from autoscaler.daemon.standby import standby_in_flight, standby_names
+from autoscaler.daemon.standby import floor_names, standby_in_flight, standby_names
 from autoscaler.daemon.state import OPEN_REQUEST_STATES, JobEndRow, PowerRow, RequestRow, StateStore
 from autoscaler.daemon.unservable import UnservableJobs
 from autoscaler.model import NodeState, Plan, Policy, Pool, UnavailableOffering, record_failure
@@ -630,6 +631,13 @@ class Daemon:
         held = held_pools(self.pools, self.policy)
         late = late_binding(self.pools, self.policy)
         for su in plan.scale_ups:
+            if su.minimum and su.pool not in held:
+                # the pool's floor: slurmctld powers the names up and calls the ResumeProgram with them, as for any
+                # resume with no job (held pools boot theirs below, `_hold`)
+                names = floor_names(su.pool, su.count, view.inventory, snodes, self.pools)
+                if names:
+                    act.scontrol(names, "power_up", f"gpu-fleet {su.reason}")
+                continue
             standby = standby_count(su)
             if standby and not late and not (self.loop.prewarm and su.pool not in held):
                 # the policy's standby nodes, powered up ahead of demand whatever loop.prewarm says (with pre-warm

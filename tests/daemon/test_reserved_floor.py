@@ -1,0 +1,95 @@
+"""Reserved capacity launched up front (`Policy.launch_reserved_nodes`), and a pool's floor in general, through the
+daemon's tick against the fake Slurm and cloud: the daemon powers the names up (`scontrol update state=power_up`),
+slurmctld calls the ResumeProgram with them, and the resume path creates exactly those instances; names already
+powering up are not powered up twice, and a floor never takes the room a job's resumed names need."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from autoscaler.cloud import Offering, OfferingKey
+from autoscaler.daemon.tick import Daemon
+from autoscaler.model import Policy, Pool
+from fleet.catalog import CapacityType
+from tests.daemon.conftest import ZONE_A, spot_pool
+from tests.daemon.fakes import FakeCloud, FakeSlurm
+from tests.daemon.test_tick import launches, resume
+
+MT = "a3-highgpu-8g"
+RESV = [f"c1-resv-{i}" for i in range(4)]
+RESV_KEY = OfferingKey("gcp", ZONE_A, MT, CapacityType.RESERVATION, "r1")
+POLICY = Policy(idle_timeout_s=600, backoff_s=300, late_bind=False)
+
+
+def resv_pool(min_nodes: int = 0) -> Pool:
+    return Pool(
+        name="resv",
+        machine_type=MT,
+        gpu_type="nvidia-h100-80gb",
+        gpus_per_node=8,
+        zones=(ZONE_A,),
+        capacity_type=CapacityType.RESERVATION,
+        max_nodes=len(RESV),
+        min_nodes=min_nodes,
+        reservation="r1",
+        node_name_prefix="c1-resv",
+        queues=frozenset({"gpu"}),
+    )
+
+
+@pytest.fixture
+def resv(slurm: FakeSlurm, cloud: FakeCloud) -> FakeSlurm:
+    """Four powered-down reserved names; the reservation has three free slots (one is used outside this cluster)."""
+    cloud.offers.append(Offering(RESV_KEY, 0.0, "nvidia-h100-80gb", 8, available_nodes=3))
+    slurm.add_cloud_nodes(RESV)
+    return slurm
+
+
+def power_ups(res) -> list[tuple[list[str], str]]:  # type: ignore[no-untyped-def]
+    return [(c["names"], c["reason"]) for c in res.commands if c["command"] == "scontrol-power_up"]
+
+
+def test_the_daemon_powers_up_every_free_reserved_slot_once_and_launches_what_slurm_resumes(
+    make_daemon: Callable[..., Daemon], resv: FakeSlurm, cloud: FakeCloud
+) -> None:
+    d = make_daemon(pools=[spot_pool(), resv_pool()], policy=POLICY)
+    res = d.tick()
+    ((names, reason),) = power_ups(res)
+    assert names == RESV[:3]  # the reservation's free slots, lowest names first
+    assert reason.startswith("gpu-fleet reserved capacity launched up front: 3 new nodes")
+    assert launches(res) == [] and not cloud.nodes_  # nothing is created that Slurm did not resume
+    # slurmctld has not called the ResumeProgram yet: the names are POWERING_UP and unlisted, not powered up again
+    assert power_ups(d.tick()) == []
+    # the ResumeProgram's call: the resume path creates exactly those instances, on the reservation
+    resume(d, RESV[:3])
+    for n in RESV[:3]:
+        resv.set(n, "idle", "POWERING_UP", "NOT_RESPONDING")
+    res = d.tick()
+    (launch,) = launches(res)
+    assert launch["names"] == RESV[:3] and launch["offering"] == str(RESV_KEY)
+    assert power_ups(res) == []
+    # the reservation now reports its slots in use (Compute's inUseCount): the floor is met
+    cloud.offers[-1] = Offering(RESV_KEY, 0.0, "nvidia-h100-80gb", 8, available_nodes=0)
+    assert power_ups(d.tick()) == []
+
+
+def test_off_the_reserved_names_wait_for_work(make_daemon: Callable[..., Daemon], resv: FakeSlurm) -> None:
+    from dataclasses import replace
+
+    d = make_daemon(pools=[spot_pool(), resv_pool()], policy=replace(POLICY, launch_reserved_nodes=False))
+    assert power_ups(d.tick()) == []
+
+
+def test_a_floor_never_takes_the_slots_a_jobs_resumed_names_need(
+    make_daemon: Callable[..., Daemon], resv: FakeSlurm, cloud: FakeCloud
+) -> None:
+    """The resume plan sees the pool empty: before, its own floor pass booked the free reserved slots (and a pool's
+    min_nodes its max) ahead of the job's names, and the job's launch was refused as exhausted."""
+    d = make_daemon(pools=[spot_pool(), resv_pool(min_nodes=2)], policy=POLICY)
+    resume(d, RESV[:3], job=7)  # a 3-node gang Slurm bound to three reserved names
+    res = d.tick()
+    (launch,) = launches(res)
+    assert launch["names"] == RESV[:3] and launch["offering"] == str(RESV_KEY)
+    assert sorted(cloud.nodes_) == RESV[:3]

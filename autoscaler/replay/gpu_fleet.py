@@ -54,6 +54,7 @@ from autoscaler.core.stable import stable_until
 from autoscaler.core.weights import ReservedNode, rendered_weights, reservation_weights, weight_changes
 from autoscaler.model import Inventory, Node, NodeState, Plan, Policy, Pool, UnavailableOffering, WorkUnit
 from autoscaler.planner.defrag import cordons_apply, step_down
+from autoscaler.planner.minimum import pool_floor
 from autoscaler.planner.rule import longest_idle_keep_s
 from autoscaler.planner.standby import is_standby_unit, standby_count
 from autoscaler.replay.facts import scenario_facts
@@ -384,11 +385,12 @@ class GpuFleetPolicy:
         # queue depth + scale-down
         pending = [self._unit(j) for j in sim.pending_jobs()]
         cordonable = self._cordonable(sim)
-        nodes = self._scale_down_nodes(sim, now, cordonable, full=bool(pending) or self._limited)
+        below = self._below_floor(sim)
+        nodes = self._scale_down_nodes(sim, now, cordonable, full=bool(pending) or self._limited or below)
         standby = bool(self.policy.standby_by_machine)
         plan = None
         idle = any(nm.launched for nm in sim.idle.values()) or any(nm.launched for nm in sim.draining.values())
-        if pending or standby or idle or cordonable:
+        if pending or standby or idle or cordonable or below:
             plan = queue_depth(
                 pending,
                 Inventory(tuple(self._pools), nodes),
@@ -404,8 +406,10 @@ class GpuFleetPolicy:
             self._standby_kept = {
                 n for uid, a in plan.assignments.items() if is_standby_unit(uid) for n in a.nodes if n in sim.idle
             }
-            for su in plan.scale_ups:  # the daemon's `scontrol update state=power_up` of standby names
-                if (k := standby_count(su)) and not late:  # late binding: booted held (`_release`)
+            for su in plan.scale_ups:  # the daemon's `scontrol update state=power_up` of floor and standby names
+                if su.minimum and su.pool not in held:  # `floor_names`: less what Slurm is powering up unlisted
+                    sim.power_up(su.pool, su.count - self._unlisted_power_ups(sim, su.pool))
+                elif (k := standby_count(su)) and not late:  # late binding: booted held (`_release`)
                     sim.power_up(su.pool, k)
             # what sinfo shows of the nodes the plan would drain or delete (the only ones scale_down_steps reads)
             named = {n for d in plan.drains for n in d.nodes} | {n for dn in plan.deletes for n in dn.names}
@@ -605,6 +609,20 @@ class GpuFleetPolicy:
         self.planner_calls += 1
         return plan(*args, **kw)
 
+    def _below_floor(self, sim: SimSlurm) -> bool:
+        """Whether a pool has fewer names up or coming up than its floor (`pool_floor`): the plan then runs, over
+        the whole inventory, to bring it up."""
+        return any(sim.names_up(p) < f for p in self._pools if (f := pool_floor(p, self.policy)))
+
+    @staticmethod
+    def _unlisted_power_ups(sim: SimSlurm, pool: str) -> int:
+        """Names of `pool` powering up with no instance yet (the plan's inventory lists launched nodes only)."""
+        return sum(
+            1
+            for nm in sim.names.values()
+            if nm.pool.name == pool and not nm.launched and not (nm.down or nm.powering_down)
+        )
+
     @property
     def _limited(self) -> bool:
         p = self.policy
@@ -763,6 +781,7 @@ def policy_settings(
         "batch_idle_s": p.batch_idle_s,
         "backoff_s": p.backoff_s,
         "keep_reserved_nodes": p.keep_reserved_nodes,
+        "launch_reserved_nodes": p.launch_reserved_nodes,
         "tick_interval_s": interval_s,
     }
 

@@ -679,6 +679,10 @@ class SimSlurm:
         skip = set(self.released[pool.name])
         return [i for i in self.free_indices(pool, count + len(skip)) if i not in skip][:count]
 
+    def names_up(self, pool: Pool) -> int:
+        """How many names of `pool` are not powered down (up, powering up or down, DOWN)."""
+        return self._next[pool.name] - len(self._free[pool.name])
+
     def free_indices(self, pool: Pool, count: int) -> list[int]:
         """The lowest powered-down (allocatable unless held) indices of `pool`."""
         heap, nxt = self._free[pool.name], self._next[pool.name]

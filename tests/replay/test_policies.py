@@ -76,9 +76,10 @@ def test_reservation_is_billed_over_the_demand_span_for_every_policy_and_kept_wa
 
 
 def test_a_policy_whose_last_job_ends_after_the_demand_span_pays_the_same_reservation() -> None:
-    # two reserved nodes: j0 and j1 (4 GPUs each) fill node 0, j2 (1 GPU) takes node 1; j3 (8 GPUs) finds no whole
-    # reserved node and waits a boot, so every policy's last job ends after the bound's last demanded second
-    trace = [job(0, 0, 2000, 4), job(1, 10, 20000, 4), job(2, 20, 20000, 1), job(3, 3000, 7200, 8)]
+    # two reserved nodes: j0 and j1 (4 GPUs each) fill node 0, j2 (1 GPU) takes node 1; j3 (8 GPUs), the job that
+    # ends last, finds no whole reserved node and waits a boot, so every policy's last job ends after the bound's
+    # last demanded second
+    trace = [job(0, 0, 2000, 4), job(1, 10, 20000, 4), job(2, 20, 20000, 1), job(3, 3000, 20000, 8)]
     res = run_scenario(trace, Scenario(reserved_nodes=2), ["gpu-fleet", "exact-fit"])
     for name, m in res.metrics.items():
         assert m["span_h"] > res.bound.span_s / 3600.0 + 0.05, name
@@ -154,7 +155,9 @@ def test_with_a_reservation_overflow_is_held_so_jobs_wait_for_paid_for_gpus_then
     assert hold == round(reservation_hold_s(facts), 1) and hold > 0
     eng = replay_engine(trace, sc, pol).run()
     jobs = {j.id: j for j in eng.state.jobs}
-    assert jobs["j0"].first_start == 361  # filling the reservation is never held: ResumeProgram 1 s, boot 360 s
+    # the reserved node is launched up front, one boot before the first submission (the replay starts there), and
+    # registers 1 s after it (the ResumeProgram's second)
+    assert jobs["j0"].first_start == 1
     assert jobs["j1"].first_start == 900 and jobs["j2"].first_start == 2000  # the reserved node stays up
     # released at the daemon's first poll after the hold, ResumeProgram 1 s later, the 360 s boot
     assert 2010 + hold + 361 <= jobs["j3"].first_start <= 2010 + hold + 10 + 361

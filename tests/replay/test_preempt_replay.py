@@ -14,6 +14,9 @@ from fleet.catalog import CapacityType
 from tests.replay.conftest import job
 
 BOOT = 361  # ResumeProgram 1 s after the allocation, then the 360 s boot
+#: the reserved node is launched up front (`Policy.launch_reserved_nodes`) one boot before the first submission, where
+#: the replay starts, and registers 1 s after it (the ResumeProgram's second)
+UP = 1
 SC = Scenario(reserved_nodes=1, spot_fraction=0.5)  # offers spot pools; the trace says which jobs tolerate spot
 
 
@@ -40,12 +43,12 @@ def test_a_job_that_may_not_use_spot_requeues_spot_work_off_the_reservation_inst
     sim = _run(preempt=True)
     jobs = {j.id: j for j in sim.state.jobs}
     assert sim.held == {p.name for p in sim.pool_list if p.capacity_type is CapacityType.ON_DEMAND}
-    assert jobs["j0"].first_start == BOOT
+    assert jobs["j0"].first_start == UP
     assert jobs["j1"].first_start == 1000  # on the reserved node, up already: no wait, no boot
     assert jobs["j0"].preemptions == 1 and sim.slurm_counters["preempt_requeues"] == 1
-    # j0 had run 639 s, short of its first checkpoint (every 1800 s): it starts over on spot once eligible again
+    # j0 had run 999 s, short of its first checkpoint (every 1800 s): it starts over on spot once eligible again
     # (the 120 s requeue hold), so it ends a boot and its full run after that
-    assert jobs["j0"].end == 1000 + 120 + BOOT + (7200 - 1800 * ((1000 - BOOT) // 1800))
+    assert jobs["j0"].end == 1000 + 120 + BOOT + (7200 - 1800 * ((1000 - UP) // 1800))
     by_cap = sim.cloud.ledger.cost_by_capacity(sim.t_end)
     assert by_cap.get(CapacityType.SPOT, 0) > 0
     # j2 found the reservation busy with j1 (nothing spot-tolerant to requeue): released to on-demand at the
@@ -58,7 +61,7 @@ def test_without_it_the_job_overflows_to_on_demand_and_spot_work_keeps_the_reser
     sim = _run(preempt=False)
     jobs = {j.id: j for j in sim.state.jobs}
     assert sim.held == frozenset() and sim.slurm_counters["preempt_requeues"] == 0
-    assert jobs["j0"].preemptions == 0 and jobs["j0"].end == BOOT + 7200
+    assert jobs["j0"].preemptions == 0 and jobs["j0"].end == UP + 7200
     assert jobs["j1"].first_start == 1000 + BOOT  # Slurm powered up an on-demand node at submit
     assert len(_on_demand_launches(sim)) == 2  # one for j1, one for j2
 
@@ -83,7 +86,8 @@ def test_the_latest_started_job_goes_first_even_when_it_was_submitted_first() ->
     trace = [job(i, i, 7200, 2, spot_ok=True) for i in range(4)] + [job(4, 9000, 600, 4)]
     sim = SimSlurm(trace, SC, GpuFleetPolicy(policy=DEFAULT_POLICY)).run(until=2000)
     jobs = sim.state.jobs
-    assert all(j.start == BOOT for j in jobs[:4]) and sim.held  # all four on the reserved node; on-demand held
+    # all four on the reserved node (up from the start); on-demand held
+    assert all(j.start == max(UP, j.submit) for j in jobs[:4]) and sim.held
     jobs[0].start, jobs[1].start = 1950.0, 1900.0
     sim.state.submit(jobs[4])
     sim.schedule(2000)

@@ -27,6 +27,7 @@ READ_ONLY = {
     "driver_idle_wake",
     "driver_poll",
     "free_indices",
+    "names_up",
     "held_boots",
     "held_indices",
     "offerings",

@@ -14,7 +14,11 @@ its partition defaults; ResumeRate/SuspendRate 0 = no rate limit, which is what 
   (slurm-gcp: suspend.py) deletes the instance.  A boot longer than 300 s would never start a job on a stock
   slurm-gcp cluster; the replay then uses the next multiple of 300 s above the scenario's boot (what an operator
   has to set) and says so in `settings`;
-- SuspendTime 300 s idle -> SuspendProgram deletes the VM; SuspendTimeout 300 s before the name is reusable."""
+- SuspendTime 300 s idle -> SuspendProgram deletes the VM; SuspendTimeout 300 s before the name is reusable;
+- a reservation's nodeset is **static**, as Cluster Toolkit's reservation blueprints configure it
+  (examples/machine-learning/a3-megagpu-8g/a3mega-slurm-blueprint.yaml: `node_count_static:
+  $(vars.a3mega_cluster_size)`, `node_count_dynamic_max: 0`): every reserved node is created when the cluster
+  starts and never power-saved (`static_reserved`; False gives stock slurm-gcp's all-dynamic nodesets)."""
 
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ class SlurmPowerSavePolicy:
     suspend_time_s: float = SLURM_GCP_SUSPEND_TIME_S
     resume_timeout_s: float | None = None  # None: slurm-gcp's 300 s, raised past the boot when needed
     down_s: float = 60.0
+    static_reserved: bool = True
     name: str = "slurm-power-save"
     description: str = (
         "Slurm power saving (slurm-gcp defaults) on the simulated Slurm: 8-GPU CLOUD nodes allocated at submit, "
@@ -49,6 +54,7 @@ class SlurmPowerSavePolicy:
     _down: dict[OfferingKey, float] = field(default_factory=dict)
     _timeout: float = SLURM_GCP_RESUME_TIMEOUT_S
     _returns: list[tuple[float, list[str]]] = field(default_factory=list)
+    _started: bool = False
 
     def pools(self, scenario: Scenario) -> list[Pool]:
         m = scenario.reservation_machine
@@ -70,11 +76,17 @@ class SlurmPowerSavePolicy:
             suspend_timeout_s=SLURM_GCP_SUSPEND_TIMEOUT_S,
             weights={CapacityType.RESERVATION: 1, CapacityType.ON_DEMAND: 10},
             prefer=False,  # stock slurm-gcp has no job_submit plugin (and one machine type here)
-            suspend_exc=frozenset(),  # stock slurm-gcp power-saves every dynamic node
+            # static nodes are never power-saved; stock slurm-gcp power-saves every dynamic node
+            suspend_exc=frozenset({CapacityType.RESERVATION}) if self.static_reserved else frozenset(),
         )
 
-    def settings(self) -> dict[str, float]:
-        return {"resume_timeout_s": self._timeout, "suspend_time_s": self.suspend_time_s, "down_s": self.down_s}
+    def settings(self) -> dict[str, float | bool]:
+        return {
+            "resume_timeout_s": self._timeout,
+            "suspend_time_s": self.suspend_time_s,
+            "down_s": self.down_s,
+            "static_reserved": self.static_reserved,
+        }
 
     # ---- slurm-gcp's hooks ------------------------------------------------------------------------------
 
@@ -107,7 +119,7 @@ class SlurmPowerSavePolicy:
 
     def _offering(self, sim: SimSlurm, pool: Pool) -> tuple[OfferingKey, float] | None:
         for o in sorted(sim.offerings(), key=lambda o: o.key.zone):
-            if pool.can_launch(o.key) and self._down.get(o.key, 0.0) <= sim.now:
+            if pool.can_launch(o.key) and self._down.get(o.key, -math.inf) <= sim.now:
                 if o.available_nodes is not None and o.available_nodes < 1:
                     continue
                 return o.key, o.hourly_usd
@@ -136,7 +148,13 @@ class SlurmPowerSavePolicy:
                 sim.wake(sim.now + self.down_s)
 
     def tick(self, sim: SimSlurm) -> float | None:
-        """slurmsync: DOWN nodes back in service once their time is up."""
+        """slurmsync: the static reserved nodes created when the cluster starts; DOWN nodes back in service once
+        their time is up."""
+        if not self._started:
+            self._started = True
+            for pool in self._pools if self.static_reserved else ():
+                if pool.capacity_type is CapacityType.RESERVATION:
+                    sim.power_up(pool.name, pool.max_nodes)
         due = [ns for t, ns in self._returns if t <= sim.now]
         self._returns = [(t, ns) for t, ns in self._returns if t > sim.now]
         for ns in due:

@@ -38,6 +38,7 @@ their pods."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -60,6 +61,7 @@ from autoscaler.model import (
     WorkUnit,
     record_failure,
 )
+from autoscaler.planner.minimum import pool_floor
 from autoscaler.replay.facts import scenario_facts
 from autoscaler.replay.gpu_fleet import DEFAULT_POLICY, INTERVAL_S, policy_settings
 from autoscaler.replay.policy import Decision, ReplayView
@@ -194,7 +196,8 @@ class GpuFleetKubePolicy:
             for j in pending
         ]
         booked = self._booked_gpus(st)
-        if units or not self._shortcut:
+        below = self._below_floor(st.nodes.values())
+        if units or below or not self._shortcut:
             inv = self._inventory(st.nodes.values(), booked, now, full=True)
         elif st.idle or st.draining:  # scale-down alone decides the same over the idle and cordoned nodes
             inv = self._inventory((*st.idle.values(), *st.draining.values()), booked, now, full=False)
@@ -204,7 +207,7 @@ class GpuFleetKubePolicy:
         nominations: dict[str, tuple[str, ...]] = {}
         for u in units:
             self.first_planned.setdefault(u.id, now)
-        if units:
+        if units or below:  # work to place, or a pool to bring to its floor (`pool_floor`: the daemon's plan does)
             from autoscaler.planner import plan
 
             p = plan(units, inv, view.offerings(), self.policy, now, self.unavailable)
@@ -275,8 +278,16 @@ class GpuFleetKubePolicy:
             p.max_nodes is None
             and p.max_gpus is None
             and p.budget_usd_per_hour is None
-            and all(pl.min_nodes == 0 for pl in self._pools)
+            and all(pool_floor(pl, p) == 0 for pl in self._pools)
         )
+
+    def _below_floor(self, nodes: Iterable[SimNode]) -> bool:
+        """Whether a pool has fewer nodes than its floor (`pool_floor`; every node the sim lists counts)."""
+        floors = {pl.name: f for pl in self._pools if (f := pool_floor(pl, self.policy))}
+        if not floors:
+            return False
+        have = Counter(n.pool for n in nodes if n.pool in floors)
+        return any(have[name] < f for name, f in floors.items())
 
     def _provisioned(self, job: Job, names: Sequence[str], st: Any) -> None:
         """Provisioned: Kueue admits the workload and its pods are created, confined to the booked nodes' pool (the

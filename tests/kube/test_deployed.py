@@ -117,10 +117,12 @@ def test_the_deployed_gke_daemon_creates_a_node_in_one_of_the_stack_s_node_pool_
         res = d.run_once()
         assert res.exit_code == 0, res.output
         created = compute.create_counts()
-        assert len(created) == 1 and set(created.values()) == {1}, created  # one named node, created once
+        # every reserved slot is launched up front (Policy.launch_reserved_nodes), each node created once, and the
+        # workload that does not tolerate spot is booked on one of them: nothing else is created for it
+        assert len(created) == 4 and set(created.values()) == {1}, created
         (mig,) = [m for m in compute.state.migs.values() if m.target_size]  # in a MIG of the stack's node pools
         assert mig.name in {g for p in pools for g in p.instance_groups.values()}
-        assert mig.reservation  # a workload that does not tolerate spot: the reserved pool, paid for already
+        assert mig.reservation and mig.target_size == 4  # the reserved pool, paid for already
         assert accepted(fake, "wl-1", namespace)
     finally:
         fake.stop()
@@ -184,14 +186,18 @@ def test_the_gke_stack_s_requests_are_of_a_class_gke_s_own_autoscaler_leaves_alo
             fake.create(provisioning_request(cls.split(".")[0], namespace, "train", 1, cls=cls))
         res = d.run_once()
         assert res.exit_code == 0, res.output
-        assert compute.create_counts() == {}  # no node for a request another autoscaler answers
+        # no node for a request another autoscaler answers: only the reserved slots, launched up front whatever the
+        # queue (Policy.launch_reserved_nodes)
+        reserved = compute.create_counts()
+        assert len(reserved) == 4 and set(reserved.values()) == {1}, reserved
+        assert all(m.reservation for m in compute.state.migs.values() if m.target_size)
         for pr in fake.list("provisioningrequests"):
             assert BOOKING not in (pr["metadata"].get("annotations") or {}), pr["metadata"]["name"]
             assert not (pr.get("status") or {}).get("conditions"), pr["metadata"]["name"]
         fake.create(d.request("wl-1", namespace, "train", 1))
         res = d.run_once()
         assert res.exit_code == 0, res.output
-        assert sum(compute.create_counts().values()) == 1 and accepted(fake, "wl-1", namespace)
+        assert compute.create_counts() == reserved and accepted(fake, "wl-1", namespace)  # booked on a reserved node
     finally:
         fake.stop()
         compute.stop()

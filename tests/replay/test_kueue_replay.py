@@ -288,3 +288,15 @@ def test_a_request_is_served_when_the_daemons_watch_wakes_it_not_at_the_next_pol
     assert eng.counters.nodes_launched == 1
     assert second.first_start - second.submit == pytest.approx(wait_s)
     assert (pol.woken_ticks > 0) is watch
+
+
+def test_the_kubernetes_loop_launches_every_reserved_slot_before_work_as_the_slurm_daemon_does() -> None:
+    """`Policy.launch_reserved_nodes` on Kubernetes: the plan brings the reservation pool to its floor with no request
+    out (the daemon's loop launches a floor's scale-up like any launch for pods), so the first job runs on a reserved
+    node that is up and the overflow job boots on-demand."""
+    jobs = [job(0, 1000, 600, 8), job(1, 1000, 600, 8)]
+    sc = Scenario(trace="test", boot_seconds=BOOT, reserved_nodes=1)
+    eng, pol, _ = replay(jobs, [ClusterQueue("team-1", 16)], dict.fromkeys(("j0", "j1"), "team-1"), sc=sc)
+    starts = sorted(j.first_start - j.submit for j in eng.state.jobs)
+    assert starts[0] <= pol.interval_s and starts[1] >= BOOT  # one on the reserved node up front, one booted
+    assert eng.counters.nodes_launched == 2

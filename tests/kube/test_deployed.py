@@ -124,6 +124,7 @@ def test_the_deployed_gke_daemon_creates_a_node_in_one_of_the_stack_s_node_pool_
         assert mig.name in {g for p in pools for g in p.instance_groups.values()}
         assert mig.reservation and mig.target_size == 4  # the reserved pool, paid for already
         assert accepted(fake, "wl-1", namespace)
+        assert d.run_once().exit_code == 0 and compute.create_counts() == created  # the floor is met: nothing twice
     finally:
         fake.stop()
         compute.stop()

@@ -228,7 +228,8 @@ def render_slurm_conf(
         node_lines.append(f"NodeSet={pool.name} Nodes={hostlist}")
         gres_lines.append(f"NodeName={hostlist} Name=gpu File={_gpu_files(machine.gpu_count)}")
         # never power-saved: a pool's minimum, and reservation nodes (paid for whether up or not; the autoscaler
-        # keeps them, Policy.keep_reserved_nodes): once up they stay up and serve jobs without a boot
+        # launches them up front and keeps them, Policy.launch_reserved_nodes / keep_reserved_nodes): once up they
+        # stay up and serve jobs without a boot
         keep = pool.max_nodes if pool.capacity is CapacityType.RESERVATION else pool.min_nodes
         if pool.capacity is CapacityType.ON_DEMAND and standby:
             # the daemon's standby nodes idle past SuspendTime by design: Slurm keeps that many usable idle nodes

@@ -6,37 +6,19 @@ powering up are not powered up twice, and a floor never takes the room a job's r
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
-from autoscaler.cloud import Offering, OfferingKey
+from autoscaler.cloud import Offering
 from autoscaler.daemon.tick import Daemon
-from autoscaler.model import Policy, Pool
-from fleet.catalog import CapacityType
-from tests.daemon.conftest import ZONE_A, spot_pool
+from autoscaler.model import Policy
+from tests.daemon.conftest import spot_pool
 from tests.daemon.fakes import FakeCloud, FakeSlurm
+from tests.daemon.test_reserved_weights import RESV, RESV_KEY, resv_pool
 from tests.daemon.test_tick import launches, resume
 
-MT = "a3-highgpu-8g"
-RESV = [f"c1-resv-{i}" for i in range(4)]
-RESV_KEY = OfferingKey("gcp", ZONE_A, MT, CapacityType.RESERVATION, "r1")
 POLICY = Policy(idle_timeout_s=600, backoff_s=300, late_bind=False)
-
-
-def resv_pool(min_nodes: int = 0) -> Pool:
-    return Pool(
-        name="resv",
-        machine_type=MT,
-        gpu_type="nvidia-h100-80gb",
-        gpus_per_node=8,
-        zones=(ZONE_A,),
-        capacity_type=CapacityType.RESERVATION,
-        max_nodes=len(RESV),
-        min_nodes=min_nodes,
-        reservation="r1",
-        node_name_prefix="c1-resv",
-        queues=frozenset({"gpu"}),
-    )
 
 
 @pytest.fixture
@@ -76,8 +58,6 @@ def test_the_daemon_powers_up_every_free_reserved_slot_once_and_launches_what_sl
 
 
 def test_off_the_reserved_names_wait_for_work(make_daemon: Callable[..., Daemon], resv: FakeSlurm) -> None:
-    from dataclasses import replace
-
     d = make_daemon(pools=[spot_pool(), resv_pool()], policy=replace(POLICY, launch_reserved_nodes=False))
     assert power_ups(d.tick()) == []
 
@@ -87,7 +67,7 @@ def test_a_floor_never_takes_the_slots_a_jobs_resumed_names_need(
 ) -> None:
     """The resume plan sees the pool empty: before, its own floor pass booked the free reserved slots (and a pool's
     min_nodes its max) ahead of the job's names, and the job's launch was refused as exhausted."""
-    d = make_daemon(pools=[spot_pool(), resv_pool(min_nodes=2)], policy=POLICY)
+    d = make_daemon(pools=[spot_pool(), replace(resv_pool(), min_nodes=2)], policy=POLICY)
     resume(d, RESV[:3], job=7)  # a 3-node gang Slurm bound to three reserved names
     res = d.tick()
     (launch,) = launches(res)

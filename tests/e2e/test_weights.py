@@ -312,14 +312,15 @@ def test_the_daemon_keeps_the_reservation_best_fit(env_resv3: E2E) -> None:
     env.slurm.run("scancel", str(a), check=True)
     wait_for(lambda: env.sinfo()["e2e-resv-0"]["state"] == "idle", 60, "e2e-resv-0 to be idle (A cancelled)", env)
 
-    # the daemon's tick: e2e-resv-0 empty (8 free), e2e-resv-1 half used (4 free); the powered-down -2 untouched
+    # the daemon's tick: e2e-resv-0 empty (8 free), e2e-resv-1 half used (4 free); -2 is up and empty too (every
+    # reserved slot is launched up front, Policy.launch_reserved_nodes)
     def best_fit() -> bool:
         w = _weights(env)
         return w["e2e-resv-0"] == base + 8 and w["e2e-resv-1"] == base + 4
 
     wait_for(best_fit, 30, "the daemon to set e2e-resv-1's Weight below e2e-resv-0's", env)
     w = _weights(env)
-    assert w["e2e-resv-2"] == base and w["e2e-h1-0"] == w["e2e-h1-1"] == RWEIGHTS["h1"]
+    assert w["e2e-resv-2"] == base + 8 and w["e2e-h1-0"] == w["e2e-h1-1"] == RWEIGHTS["h1"]
 
     c = _long_job(env, 1)
     assert _running_on(env, c) == "e2e-resv-1"  # the fuller node; e2e-resv-0 stays whole
@@ -341,8 +342,8 @@ def test_the_daemon_keeps_the_reservation_best_fit(env_resv3: E2E) -> None:
 
     # the control: with the rendered Weights (daemon stopped) the next 1-GPU job takes the empty e2e-resv-0
     env.stop_daemon()
-    env.slurm.run("scontrol", "update", "nodename=e2e-resv-[0-1]", f"weight={base}", check=True)
+    env.slurm.run("scontrol", "update", "nodename=e2e-resv-[0-2]", f"weight={base}", check=True)
     d = _long_job(env, 1)
     assert _running_on(env, d) == "e2e-resv-0"
-    assert {e.name for e in env.fake.events_of("create")} == {"e2e-resv-0", "e2e-resv-1"}  # nothing else booted
+    assert {e.name for e in env.fake.events_of("create")} == {"e2e-resv-0", "e2e-resv-1", "e2e-resv-2"}  # no more
     env.slurm.run("scancel", str(b), str(c), str(d), check=True)

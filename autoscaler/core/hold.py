@@ -159,12 +159,12 @@ class HeldLaunches:
 
     `release`: pool -> names to undrain while powered down, so that Slurm allocates them to the pending jobs and
     resumes them (gangs, and every launch of the reservation hold). `boot`: pool -> names to power up *drained*
-    under late binding (`scontrol update state=power_up` on a drained node: ResumeProgram runs, the node registers
-    IDLE+DRAIN with no job), undrained once registered (the daemon's `_undrain_held_boots`,
-    `SimSlurm.undrain_held`), so that the pending job takes whichever node of its shape is free first. `widen`: unit
-    id -> the alternatives its hard constraint must allow (`constraint_allows`), for units the plan serves with a
-    pool their constraint does not allow (a stockout fallback, or spot-tolerant work the plan puts on another
-    capacity type), as `widened` makes them."""
+    under late binding, and a pool's floor under any hold (`scontrol update state=power_up` on a drained node:
+    ResumeProgram runs, the node registers IDLE+DRAIN with no job), undrained once registered (the daemon's
+    `_undrain_held_boots`, `SimSlurm.undrain_held`), so that the pending job takes whichever node of its shape is
+    free first. `widen`: unit id -> the alternatives its hard constraint must allow (`constraint_allows`), for
+    units the plan serves with a pool their constraint does not allow (a stockout fallback, or spot-tolerant work
+    the plan puts on another capacity type), as `widened` makes them."""
 
     release: Mapping[str, int]
     boot: Mapping[str, int]
@@ -188,7 +188,9 @@ def held_launches(
     for su in plan.scale_ups:
         if su.pool not in held:
             continue
-        side = boot if late and not su.gang else release  # standby nodes too: booted, or released, held
+        # standby nodes too: booted, or released, held; a floor's launch (`ScaleUp.minimum`) has no job to take a
+        # released name, so it is booted under any hold (released, it would be held again after the grace)
+        side = boot if (late and not su.gang) or su.minimum else release
         side[su.pool] = side.get(su.pool, 0) + su.count
     # every node the plan puts a constrained unit on, new or existing (a node booting for another job, an idle
     # one): the unit's constraint must allow its pool, or Slurm never starts the job there

@@ -257,7 +257,7 @@ class Daemon:
     def _tick(self, now: float, res: TickResult, act: Actuator) -> None:
         ended = self.store.open_job_ends() if res.leader else []  # before Slurm: see autoscaler.daemon.job_end
         snodes, sjobs = self._read_slurm()
-        if res.leader and snodes is not None and late_binding(self.pools, self.policy):
+        if res.leader and snodes is not None and held_pools(self.pools, self.policy):
             snodes = self._undrain_held_boots(snodes, act)
         res.slurm_ok = snodes is not None
         self.metrics.slurm_up.set(1 if res.slurm_ok else 0)
@@ -678,16 +678,16 @@ class Daemon:
             self._hold(plan, held, snodes, sjobs or (), live, powered_down, now, act)
 
     def _undrain_held_boots(self, snodes: dict[str, SlurmNode], act: Actuator) -> dict[str, SlurmNode]:
-        """Late binding: nodes booted drained (`_hold`) that registered - up, idle, drained for the hold, no work -
-        are undrained, so a pending job of their shape takes them (or the next arrival).  The rest of the tick sees
-        them undrained."""
+        """Nodes booted drained (`_hold`: late binding's boots, and a held pool's floor under any hold) that
+        registered - up, idle, drained for the hold, no work - are undrained, so a pending job of their shape takes
+        them (or the next arrival).  The rest of the tick sees them undrained."""
         index = NameIndex(self.pools)
         ready = [
             n.name
             for n in snodes.values()
             if index.pool_of(n.name) is not None and held_drain(n) and registered_idle(n)
         ]
-        if not ready or not act.scontrol(sorted(ready), "undrain", "gpu-fleet: booted held, registered (late binding)"):
+        if not ready or not act.scontrol(sorted(ready), "undrain", "gpu-fleet: booted held, registered"):
             return snodes
         for n in ready:
             self._held_boots.pop(n, None)

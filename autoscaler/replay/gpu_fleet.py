@@ -357,7 +357,7 @@ class GpuFleetPolicy:
         if held != sim.held:
             sim.hold(held)
         late = late_binding(self._pools, self.policy)
-        if late:  # the daemon's first act on its read: held boots that registered take work from now on
+        if held:  # the daemon's first act on its read: held boots that registered take work from now on
             booted = [nm.node.name for nm in sim.held_boots() if nm.launched and nm.node.registered and not nm.down]
             if booted:
                 sim.undrain_held(booted)

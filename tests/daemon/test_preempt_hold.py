@@ -196,3 +196,27 @@ def test_preemption_places_the_units_slurm_can_preempt_for_and_no_more() -> None
     assert places(unit("q", 8, queue="flexq")) == set()  # the reservation does not serve its partition
     assert places(unit("c", 8, pools=frozenset({"od"}))) == set()  # its own constraint excludes the reservation
     assert places(unit("t", 8, gpu_types=frozenset({"nvidia-b200"}))) == set()
+
+
+def test_a_held_pools_floor_is_booted_drained_and_undrained_once_registered(
+    make_daemon: Callable[..., Daemon], fleet: FakeSlurm, cloud: FakeCloud
+) -> None:
+    """A floor (`min_nodes`) in a pool the hold keeps drained has no job to take a released name: released, the name
+    would sit undrained and powered down until the grace ran out and it was held again, every 30 s.  It is booted
+    drained instead (`scontrol update state=power_up`) and undrained once it registered, as late binding's boots."""
+    pools = [*POOLS[:2], replace(POOLS[2], min_nodes=1)]
+    d = make_daemon(pools=pools, policy=Policy(idle_timeout_s=600, backoff_s=300))
+    _held(fleet)
+    d.tick()
+    assert _undrained(fleet) == []
+    assert [(names, state) for names, state in fleet.updates if state == "power_up"] == [(("c1-od-0",), "power_up")]
+    assert "POWERING_UP" in fleet.nodes_["c1-od-0"].flags and fleet.nodes_["c1-od-0"].drain  # drained while it boots
+    # the ResumeProgram's launch (the resume path), then it registers idle and drained (slurmctld cleared the
+    # reason at the boot): the next tick undrains it
+    od_key = offering(ZONE_A, CapacityType.ON_DEMAND)
+    cloud.nodes_["c1-od-0"] = CloudNode("c1-od-0", "od", od_key, CloudNodeStatus.RUNNING, 0.0, "o-0")
+    fleet.set("c1-od-0", "idle", "DRAIN")
+    fleet.updates.clear()
+    d.tick()
+    assert _undrained(fleet) == ["c1-od-0"]
+    assert [names for names, state in fleet.updates if state == "power_up"] == []  # the floor is met, once

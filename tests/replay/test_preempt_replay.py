@@ -93,3 +93,21 @@ def test_the_latest_started_job_goes_first_even_when_it_was_submitted_first() ->
     sim.schedule(2000)
     assert [j.preemptions for j in jobs[:4]] == [1, 1, 0, 0]
     assert jobs[4].placed_on and jobs[4].placed_on[0].capacity_type is CapacityType.RESERVATION
+
+
+def test_a_held_pools_floor_is_booted_drained_then_undrained_not_released() -> None:
+    """A floor (`min_nodes`) in the on-demand pool the preemption hold keeps drained: the driver boots it drained and
+    undrains it once registered, as the daemon does (tests/daemon/test_preempt_hold.py); released instead, no job
+    would take it and it would be held again."""
+
+    class WithFloor(GpuFleetPolicy):
+        def pools(self, scenario: Scenario) -> list:  # type: ignore[type-arg]
+            out = [replace(p, min_nodes=1) if p.name == "a3-highgpu-8g-on-demand" else p for p in scenario.pools()]
+            self._pools = out
+            return out
+
+    sim = SimSlurm([job(0, 5000, 600, 8)], SC, WithFloor(policy=DEFAULT_POLICY)).run(until=5030)  # starts at 4640
+    assert "a3-highgpu-8g-on-demand" in sim.held
+    (od,) = [nm for nm in sim.names.values() if nm.pool.name == "a3-highgpu-8g-on-demand"]
+    assert od.launched and od.node.registered and od.node.name in sim.idle  # up, idle, allocatable
+    assert not sim.held_boots()  # undrained once registered

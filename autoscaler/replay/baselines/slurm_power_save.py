@@ -48,7 +48,7 @@ class SlurmPowerSavePolicy:
     name: str = "slurm-power-save"
     description: str = (
         "Slurm power saving (slurm-gcp defaults) on the simulated Slurm: 8-GPU CLOUD nodes allocated at submit, "
-        "ResumeTimeout 300 s, SuspendTime 300 s, on-demand"
+        "ResumeTimeout 300 s, SuspendTime 300 s, on-demand; a reservation's nodeset static (Cluster Toolkit)"
     )
     _pools: list[Pool] = field(default_factory=list)
     _down: dict[OfferingKey, float] = field(default_factory=dict)

@@ -674,7 +674,6 @@ class StateStore:
         self.conn.executemany("UPDATE job_end_wakes SET done_at = ? WHERE id = ?", [(now, i) for i in ids])
         self.conn.execute("DELETE FROM job_end_wakes WHERE done_at < ?", (now - keep_s,))
 
-    # --- orphans -------------------------------------------------------------------------------------------
     # --- the ExcNodeList the daemon set on pending gangs (autoscaler.core.gang_exclusion) --------------------------
     def set_gang_exclusion(self, job_id: int, names: Sequence[str], now: float) -> None:
         """Record the exclusion the daemon set on `job_id` (none: it cleared it), so that after a restart it still
@@ -703,6 +702,7 @@ class StateStore:
             self.conn.executemany("DELETE FROM gang_exclusions WHERE job_id = ?", gone)
         return {j: names for j, names in records.items() if j in kept}
 
+    # --- orphans -------------------------------------------------------------------------------------------
     def orphan_seen(self, name: str, pool: str, now: float) -> float:
         """Record (once) that `name` is unwanted; returns when it was first seen unwanted."""
         self.conn.execute("INSERT OR IGNORE INTO orphans(name, pool, first_seen) VALUES (?, ?, ?)", (name, pool, now))

@@ -140,9 +140,8 @@ class GpuFleetPolicy:
     tick_log: list[float] = field(default_factory=list)
     _seen_final: dict[int, SeenJob | None] = field(default_factory=dict)  # job idx -> settled history entry
     _standby_kept: set[str] = field(default_factory=set)  # idle names the last plan kept as standby nodes
-    _excluded: set[int] = field(
-        default_factory=set
-    )  # job idx of the gangs whose ExcNodeList it set (`_exclude_up_nodes`)
+    #: job idx of the gangs whose ExcNodeList it set (`_exclude_up_nodes`)
+    _excluded: set[int] = field(default_factory=set)
     _rendered: dict[str, int] | None = None  # the pools' rendered Weights (`core.weights.rendered_weights`)
     _stepping: frozenset[str] | None = None  # pools with a step-down shape (`_pools_with_step_down`)
     #: the last tick issued nothing: its decision stands while Slurm is unchanged, until this (`_quiet_after`)

@@ -65,6 +65,7 @@ def kube_pools(
         spot_taints=spot,
         providers=providers,
         machine_nodes=capi_provider.node_names if capi_provider else None,
+        unseen_replicas=capi_provider.unseen_replicas if capi_provider else None,
         capi_pools=frozenset(p.name for p in capi),
         taints={p.name: [dict(t) for t in p.node_taints] for p in inventory},
     )

@@ -156,6 +156,23 @@ class CapiProvider:
             if ((m.get("status") or {}).get("nodeRef") or {}).get("name")
         }
 
+    def unseen_replicas(self, pool: str) -> tuple[int, OfferingKey]:
+        """How many replicas of the pool's MachineDeployment no Machine stands for yet, and the pool's offering.
+        Those are a raised `spec.replicas` that the MachineSet controller has not turned into Machines (a launch of
+        the last seconds, or a Machine someone deleted being replaced).  A Machine counts until it is deleting or
+        this daemon has taken it off the replicas (`ACCOUNTED`); during a rollout's surge there are more Machines
+        than replicas, and nothing is unseen."""
+        p = self._pool(pool)
+        md = self._md(p)
+        replicas = int((md.get("spec") or {}).get("replicas") or 0)
+        accounted = set(_list(md, ACCOUNTED))
+        counted = sum(
+            1
+            for m in self._machines(p)
+            if not m["metadata"].get("deletionTimestamp") and m["metadata"]["name"] not in accounted
+        )
+        return max(0, replicas - counted), self.key(p)
+
     def launch(self, request: LaunchRequest) -> LaunchResult:
         p = self._pool(request.pool)
         if request.offering != self.key(p):

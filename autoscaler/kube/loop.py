@@ -40,6 +40,7 @@ from autoscaler.cloud import (
     CloudNodeStatus,
     FailureKind,
     LaunchRequest,
+    OfferingKey,
     Provider,
     ProviderError,
     shared_reads,
@@ -74,6 +75,7 @@ from autoscaler.model import (
     ScaleUp,
     UnavailableOffering,
     UnservedReason,
+    free_names,
     record_failure,
     request_id_for,
 )
@@ -108,6 +110,8 @@ class KubePools:
     spot_taints: list[dict[str, str]]
     providers: dict[str, Provider]  # pool -> its actuator (GCE for GKE node pools, Cluster API ...)
     machine_nodes: Callable[[str], dict[str, str]] | None = None  # CAPI: machine -> node name, per pool
+    #: CAPI: per pool, the replicas no Machine stands for yet and the pool's offering
+    unseen_replicas: Callable[[str], tuple[int, OfferingKey]] | None = None
     capi_pools: frozenset[str] = frozenset()  # pools whose cloud nodes are Machines (names chosen by Cluster API)
     taints: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # pool -> taints every Node of it carries
 
@@ -254,7 +258,10 @@ class KubeDaemon:
         booked = self._booked(views, now)
         gone = set(res.deleted) | set(failed_names)  # deleted or failed this tick: no capacity to place on
         cloud = [c for c in cloud if c.name not in gone]
-        cloud += in_flight(views, {c.name for c in cloud} | gone)
+        booked_coming = in_flight(views, {c.name for c in cloud} | gone)
+        cloud += booked_coming
+        unbooked = self._unbooked_coming(cloud, booked_coming, now)
+        cloud += unbooked
         inv = Inventory(
             tuple(self.kp.pools), tuple(inventory_nodes(self.kp.pools, cloud, facts, booked, self.idle_since))
         )
@@ -281,9 +288,12 @@ class KubeDaemon:
         p = queue_depth(units, inv, offerings, self.policy, now, self.memory)
         self.memory = p.unavailable
         by_key = {v.key: v for v in pending}
+        placeholders = {c.name for c in unbooked}
         for uid, a in p.assignments.items():
-            if uid in by_key:
+            if uid in by_key and placeholders.isdisjoint(a.nodes):
                 self._book(by_key[uid], a, p, {n.name: n.pool for n in inv.nodes}, facts, now, res)
+            elif uid in by_key:  # onto replicas whose Machines are not listed yet: booked on them once they are
+                logger.bind(request=uid).debug("{}: waits for the Machines on their way", uid)
         for su in p.scale_ups:  # launches for unschedulable pods: no booking, the request id makes it idempotent
             pods_share = pods_launch(su, p.assignments, by_key, now)
             if pods_share is not None:
@@ -365,6 +375,29 @@ class KubeDaemon:
             names = tuple(renamed.get((b.pool, n), n) for n in b.names)
             if names != b.names:
                 self._write_booking(v, dataclasses.replace(b, names=names))
+
+    def _unbooked_coming(self, cloud: Sequence[CloudNode], booked: Sequence[CloudNode], now: float) -> list[CloudNode]:
+        """Cluster API replicas on their way that no booking names: a launch for unschedulable pods or for a pool's
+        floor raises `spec.replicas`, and until the MachineSet controller creates the Machines `list_nodes` shows
+        nothing for them.  Counted as booting nodes under free slot names (capacity on its way, as an in-flight
+        NodeClaim), so the next tick neither launches them again nor lets the pool's max be overrun; before the
+        twenty-sixth round a tick in that gap launched the same capacity again.  A request the planner puts on one
+        is booked next tick, on the Machine that came (`_tick`)."""
+        unseen = self.kp.unseen_replicas
+        if unseen is None:
+            return []
+        by_pool = {p.name: p for p in self.kp.pools}
+        used = {c.name for c in cloud}
+        out: list[CloudNode] = []
+        for pool in sorted(self.kp.capi_pools):
+            count, key = unseen(pool)
+            extra = count - sum(1 for c in booked if c.pool == pool)
+            if extra <= 0 or pool not in by_pool:
+                continue
+            for name in free_names(by_pool[pool], used, extra):
+                used.add(name)
+                out.append(CloudNode(name, pool, key, CloudNodeStatus.PROVISIONING, now, None))
+        return out
 
     def _alias_machines(self, facts: dict[str, NodeFacts]) -> dict[str, NodeFacts]:
         """Cluster API pools: the cloud nodes are Machines; give each the facts of the Node it registered as."""

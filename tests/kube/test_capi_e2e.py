@@ -250,11 +250,73 @@ def test_unschedulable_pods_of_an_admitted_workload_get_capacity(cluster: FakeKu
             "status": {"phase": "Pending", "conditions": [
                 {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
         })  # fmt: skip
+    clock = d.clock
     r = d.tick()
     assert r.ok, r.error
     assert replicas(cluster) == 2
+    clock.t += 10  # a later tick (the launch's request id is new), before the MachineSet controller acted
     d.tick()
-    assert replicas(cluster) == 2  # the Machines on their way hold the pods' place
+    assert replicas(cluster) == 2  # the replicas on their way hold the pods' place
+    reconcile_capi(cluster, NS)
+    clock.t += 10
+    d.tick()
+    assert replicas(cluster) == 2  # and so do their Machines
+
+
+def test_replicas_no_machine_stands_for_are_counted_as_on_their_way(cluster: FakeKube) -> None:
+    """What the daemon counts as in flight beyond its bookings: raised replicas without Machines, a Machine someone
+    deleted (the controller replaces it), never a Machine the daemon took off the replicas, never below zero."""
+    d, (m0, m1) = served(cluster, Clock(), 2)
+    capi = d.kp.providers["h100"]
+    assert capi.unseen_replicas("h100")[0] == 0
+    cluster.update("machines", m0, NS, lambda m: m["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z"))
+    assert capi.unseen_replicas("h100")[0] == 1  # its replacement is on its way
+    capi.delete("h100", [m1])  # marked and taken off the replicas, still listed until the controller acts
+    assert replicas(cluster) == 1 and len(cluster.list("machines", NS)) == 2
+    assert capi.unseen_replicas("h100")[0] == 1  # still only m0's replacement
+    reconcile_capi(cluster, NS)
+    create_machine(cluster, cluster.get("machinedeployments", "neo-h100", NS), "surge-0")  # a rollout's surge
+    assert capi.unseen_replicas("h100") == (0, capi.key(capi.pools["h100"]))
+
+
+def test_a_pool_floor_is_launched_once_while_its_machines_are_not_listed_yet(cluster: FakeKube) -> None:
+    """`min_nodes: 1`: the first tick raises replicas to 1; the ticks before the MachineSet controller creates
+    the Machine see the replica on its way and launch nothing more (they raised it to 2, 3, ... before)."""
+    clock = Clock()
+    d = daemon(cluster, clock, pools=[capi_pool().model_copy(update={"min_nodes": 1})])
+    assert d.tick().ok
+    assert replicas(cluster) == 1
+    for _ in range(3):
+        clock.t += 10
+        assert d.tick().ok
+    assert replicas(cluster) == 1
+    reconcile_capi(cluster, NS)
+    clock.t += 10
+    d.tick()
+    assert replicas(cluster) == 1 and len(cluster.list("machines", NS)) == 1
+
+
+def test_a_request_planned_onto_a_replica_on_its_way_is_booked_on_its_machine_once_it_appears(
+    cluster: FakeKube,
+) -> None:
+    """The floor's replica is on its way, no Machine yet: a 1-node request is planned onto it, not launched for
+    and not booked on a name no Machine will have; once the Machine is listed, the request is booked on it."""
+    clock = Clock()
+    d = daemon(cluster, clock, pools=[capi_pool().model_copy(update={"min_nodes": 1})])
+    d.tick()
+    cluster.create(pod_template("train", "team-a", 8))
+    cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
+    clock.t += 10
+    d.tick()
+    assert replicas(cluster) == 1
+    assert BOOKING not in (cluster.get("provisioningrequests", "wl-1", "team-a")["metadata"].get("annotations") or {})
+    reconcile_capi(cluster, NS)
+    clock.t += 10
+    d.tick()
+    (machine,) = [m["metadata"]["name"] for m in cluster.list("machines", NS)]
+    booking = json.loads(cluster.get("provisioningrequests", "wl-1", "team-a")["metadata"]["annotations"][BOOKING])
+    assert booking["names"] == [machine] and replicas(cluster) == 1
+    assert cond(cluster, "wl-1", "Provisioned")["status"] == "True"
 
 
 def _unschedulable_pod(name: str, workload: str, selector: dict[str, str]) -> dict:

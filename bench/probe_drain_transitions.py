@@ -34,11 +34,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fleet.slurm.policy import LATE_BIND_SCHEDULER_OPTIONS
+from fleet.slurm.policy import HOLD_SCHEDULER_OPTIONS
 from tests.e2e.env import E2E, pool, standalone_e2e, standalone_unavailable_reason
 from tests.harness.cloud_nodes import Nodeset
 
-SETTINGS = ("", LATE_BIND_SCHEDULER_OPTIONS)  # Slurm's default SchedulerParameters, then the late-binding render
+SETTINGS = ("", HOLD_SCHEDULER_OPTIONS)  # Slurm's default SchedulerParameters, then the late-binding render
 
 
 @contextmanager

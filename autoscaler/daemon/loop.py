@@ -1,13 +1,13 @@
 """The run loop: an apscheduler interval job (the poll; never two ticks at once, missed runs coalesced), a 1 s watcher
-that starts an extra tick when Slurm's hooks queued power-save requests or a job ended (EpilogSlurmctld's wake-up
-rows: ticks follow at most once a second until a tick sees the job's nodes freed and settles the row, so a node
-still COMPLETING gets another look a second later) or, under late binding, when a job was submitted (the
-job_submit.lua rewrote `autoscaler.slurm.wake`'s file) or a node booted drained has registered, and, under any
+that starts an extra tick when Slurm's hooks queued power-save requests or a job ended (EpilogSlurmctld's wake-up rows:
+ticks follow at most once a second until a tick sees the job's nodes freed and settles the row, so a node still
+COMPLETING gets another look a second later) or, while it holds pools, when a job was submitted (the job_submit.lua
+rewrote `autoscaler.slurm.wake`'s file), or under late binding when a node booted drained has registered, and, under any
 hold, when slurmctld's power thread took a held name's power-down (one sinfo read a second while such a boot or
-power-down is out: the tick undrains the boot, drains the powered-down name again), and clean shutdown on
-SIGTERM/SIGINT (the tick in progress finishes, the state is saved, exit 0). A tick that finds the state file
-damaged (sqlite3 "DatabaseError: file is not a database / database disk image is malformed") stops the loop with
-exit 2: the unit's RestartPreventExitStatus=2 keeps systemd from restarting into the same failure.
+power-down is out: the tick undrains the boot, drains the powered-down name again), and clean shutdown on SIGTERM/SIGINT
+(the tick in progress finishes, the state is saved, exit 0). A tick that finds the state file damaged (sqlite3
+"DatabaseError: file is not a database / database disk image is malformed") stops the loop with exit 2: the unit's
+RestartPreventExitStatus=2 keeps systemd from restarting into the same failure.
 
 A woken tick is a one-shot job beside the poll, not a reschedule of it: the poll keeps its phase (ticks at
 start + k * interval_s), as the replay's gpu-fleet driver models it (its fixed 10 s grid plus the hook-woken
@@ -94,7 +94,7 @@ class RunLoop:
             except sqlite3.Error:
                 continue
         if self._submitted():
-            n += 1  # late binding: a job was submitted (the job_submit.lua rewrote the wake-up file)
+            n += 1  # a pool is held and a job was submitted (the job_submit.lua rewrote the wake-up file)
         if not n and getattr(self.daemon, "awaiting_hold_change", False) and self.daemon.hold_change_due():
             n = 1  # a held boot registered (the tick undrains it) or a held power-down was taken (it drains it)
         if n and time.monotonic() - self._last_tick >= MIN_GAP_S:

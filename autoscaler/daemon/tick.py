@@ -696,9 +696,11 @@ class Daemon:
 
     @property
     def submit_wake(self) -> Path | None:
-        """Under late binding: the file the rendered job_submit.lua rewrites at every submission (the run loop
-        ticks when it changes, `autoscaler.slurm.wake`); None otherwise."""
-        return submit_wake_path(self.store.path) if late_binding(self.pools, self.policy) else None
+        """While the daemon holds pools (late binding, the reservation or preemption hold): the file the rendered
+        job_submit.lua rewrites at every submission (the run loop ticks when it changes, `autoscaler.slurm.wake`), so a
+        held pool's job is served within a second, not at the next poll; None otherwise (a powered-down name Slurm
+        may allocate calls the ResumeProgram, which wakes the daemon)."""
+        return submit_wake_path(self.store.path) if held_pools(self.pools, self.policy) else None
 
     @property
     def awaiting_hold_change(self) -> bool:

@@ -177,6 +177,15 @@ class Policy:
         (`fleet.slurm.policy.late_binding_constrains`)."""
         return self.late_bind and CapacityType.RESERVATION not in set(capacity_types)
 
+    def may_hold(self, capacity_types: Iterable[CapacityType]) -> bool:
+        """Whether the daemon may keep pools of a fleet whose pools have `capacity_types` unavailable to Slurm
+        (`autoscaler.core.hold.held_pools`): every pool under strict late binding (`binds_late`); with a reservation
+        pool, the other pools under the reservation hold or the preemption hold, which the settings rule can turn on
+        and off while the daemon runs.  The one rule behind the stack's submit wake-up and `batch_sched_delay=0`
+        (`fleet.slurm.policy.may_hold_pools`) and the replay's model of them."""
+        kinds = set(capacity_types)
+        return self.binds_late(kinds) or (CapacityType.RESERVATION in kinds and len(kinds) > 1)
+
     def share_nodes_refusal(self, capacity_types: Iterable[CapacityType]) -> str | None:
         """Why `share_nodes` cannot work on a Slurm fleet of pools of `capacity_types` (None: it can, or it is off):
         without strict late binding (`binds_late`) Slurm binds each job to a right-sized powered-down node at

@@ -84,7 +84,7 @@ JOB_END_LATENCY_S = 0.7
 #: 22.05.8 with the rendered `SchedulerParameters=batch_sched_delay=0` (`bench/late_bind_latency.py`, 12 boots): mean
 #: 0.99 s, max 1.07 s (at Slurm's default batch_sched_delay, 3 s: mean 2.17 s, max 3.06 s; fleet/slurm/policy.py)
 HELD_BOOT_LATENCY_S = 1.0
-#: a submission -> the daemon's tick, under late binding: the rendered job_submit.lua touches the wake-up file,
+#: a submission -> the daemon's tick, while it holds pools: the rendered job_submit.lua touches the wake-up file,
 #: which the run loop's 1 s watcher checks (`autoscaler/daemon/loop.py`).  The watcher's whole period is assumed; the
 #: same bench measured submit -> power_up at mean 0.52 s, max 0.67 s, so waits are overstated by about half a
 #: second (not the bill: it starts at the create, `SlurmSettings.resume_batch_s` later; submit -> create measured
@@ -248,6 +248,8 @@ class GpuFleetPolicy:
             constrain=late,
             shared=late and self.policy.share_nodes,
             prefer=not late,
+            # the lua's submit wake-up, wherever the daemon may hold pools (fleet.slurm.policy.submit_wakes_daemon)
+            submit_wake=self.policy.may_hold(p.capacity_type for p in scenario.pools()),
         )
 
     # ---- the hooks ------------------------------------------------------------------------------------
@@ -289,9 +291,10 @@ class GpuFleetPolicy:
                 sim.return_to_service([n])
 
     def job_submitted(self, sim: SimSlurm, job: Job) -> None:
-        """Under late binding the job_submit.lua touches the daemon's wake-up file: a tick follows within a second
-        (no powered-down name is allocatable, so no ResumeProgram call would start one)."""
-        if sim.held and sim.conf.constrain:
+        """Wherever the daemon may hold pools the job_submit.lua touches its wake-up file, which it watches while it
+        holds some: a tick follows within a second (a held pool's powered-down names are not allocatable, so no
+        ResumeProgram call would start one)."""
+        if sim.held and sim.conf.submit_wake:
             sim.wake(sim.now + SUBMIT_WAKE_LATENCY_S)
 
     def held_registered(self, sim: SimSlurm, node: SimNode) -> None:

@@ -115,6 +115,9 @@ class SlurmSettings:
     #: the job_submit.lua of late binding (`Policy.late_bind`): the right-sized machine type as a hard `--constraint`
     #: (no fallback to other shapes), widened per job by the driver (`allow`, `scontrol update jobid=N features=`)
     constrain: bool = False
+    #: the job_submit.lua rewrites the daemon's wake-up file at every submission (where the daemon may hold pools:
+    #: `fleet.slurm.policy.submit_wakes_daemon`); the driver's `job_submitted` hears of it
+    submit_wake: bool = False
     #: that constraint allows every shape of the right-sized one's share group (`Policy.share_nodes`,
     #: `fleet.slurm.job_submit.share_groups`)
     shared: bool = False

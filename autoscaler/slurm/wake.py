@@ -1,10 +1,13 @@
-"""The submit wake-up file of strict late binding: where the rendered job_submit.lua writes, where the daemon looks.
+"""The submit wake-up file of held pools: where the rendered job_submit.lua writes, where the daemon looks.
 
-Under late binding no powered-down name is allocatable, so a submission makes slurmctld call no ResumeProgram and
-the daemon would hear of the job only at its next poll.  The job_submit.lua the stack renders then rewrites this
-file at every submission (`fleet.slurm.job_submit`, constrain mode) and the run loop's 1 s watcher starts a tick
-when its modification time changes (`autoscaler.daemon.loop`).  It lives beside the state store, in the directory
-the Slurm hooks already write to as SlurmUser (deploy/systemd: StateDirectory=gpu-fleet)."""
+A held pool's powered-down names are not allocatable (strict late binding holds every pool; the reservation and
+preemption holds the overflow: `autoscaler.core.hold`), so a submission for one makes slurmctld call no ResumeProgram
+and the daemon would hear of the job only at its next poll. Wherever the daemon may hold pools
+(`fleet.slurm.policy.submit_wakes_daemon`) the job_submit.lua the stack renders rewrites this file at every submission
+(`fleet.slurm.job_submit`), and while the daemon holds a pool its run loop's 1 s watcher starts a tick when the file's
+modification time changes (`autoscaler.daemon.loop`; before the twenty-sixth round only under late binding, so a job for
+the held overflow waited up to a poll, 10 s, for its release). It lives beside the state store, in the directory the
+Slurm hooks already write to as SlurmUser (deploy/systemd: StateDirectory=gpu-fleet)."""
 
 from __future__ import annotations
 

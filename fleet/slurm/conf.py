@@ -20,7 +20,7 @@ from fleet.catalog import CapacityType, Catalog, MachineType, load_catalog
 from fleet.slurm.job_submit import render_job_submit
 from fleet.slurm.node_size import real_memory_mib
 from fleet.slurm.options import merge_options, replace_keys, with_site_config
-from fleet.slurm.policy import late_binding_constrains, late_binding_settings, late_binding_shares_nodes
+from fleet.slurm.policy import hold_settings, late_binding_constrains, late_binding_shares_nodes, submit_wakes_daemon
 from fleet.slurm.preempt import partition_tiers, preemption_settings
 from fleet.slurm.suspend import standby_exclusion, suspend_time
 from fleet.slurm.topology import render_topology
@@ -152,8 +152,9 @@ def _global_settings(
         settings["SuspendExcNodes"] = ",".join(suspend_exc)
     # spot-tolerant work yields reserved nodes to jobs that may not use spot (fleet/slurm/preempt.py)
     settings |= preemption_settings(cluster)
-    # a held node booted for a job starts it at the scheduler's next pass after its undrain (fleet/slurm/policy.py)
-    for key, options in late_binding_settings(cluster).items():
+    # a held node (booted, or released powered down) starts its job at the scheduler's next pass after its undrain
+    # (fleet/slurm/policy.py)
+    for key, options in hold_settings(cluster).items():
         settings[key] = merge_options(settings[key], options) if key in settings else options
     return settings
 
@@ -299,6 +300,7 @@ def render_slurm_conf(
         reserved,
         constrain=late_binding_constrains(cluster),
         shared=late_binding_shares_nodes(cluster),
+        wake=submit_wakes_daemon(cluster),
     )
     if job_submit:
         settings["JobSubmitPlugins"] = "lua"  # reads job_submit.lua next to slurm.conf

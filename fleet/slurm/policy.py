@@ -1,6 +1,6 @@
 """A Slurm cluster's autoscaler policy as the daemon will read it, for the parts of the render that follow it
-(SuspendTime, SuspendExcNodes counts, preemption, and under strict late binding the job_submit.lua's hard
-constraint and the scheduler's `batch_sched_delay`)."""
+(SuspendTime, SuspendExcNodes counts, preemption, under strict late binding the job_submit.lua's hard
+constraint, and where the daemon may hold pools the lua's submit wake-up and the scheduler's `batch_sched_delay`)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,20 @@ def late_binding_constrains(cluster: ClusterSpec) -> bool:
     return policy is not None and policy.binds_late(p.capacity for p in cluster.pools)
 
 
+def may_hold_pools(cluster: ClusterSpec) -> bool:
+    """Whether the daemon may keep pools of the cluster unavailable to Slurm (`Policy.may_hold`: every pool under
+    strict late binding; with a reservation pool, the others under the reservation or preemption hold)."""
+    policy = cluster_policy(cluster)
+    return policy is not None and policy.may_hold(p.capacity for p in cluster.pools)
+
+
+def submit_wakes_daemon(cluster: ClusterSpec) -> bool:
+    """Whether the cluster's job_submit.lua rewrites the daemon's wake-up file at every submission
+    (`autoscaler.slurm.wake`): whenever the daemon may hold pools (`may_hold_pools`), so that a job for a held pool
+    is served within a second and not at the next poll (the daemon watches the file only while it holds a pool)."""
+    return may_hold_pools(cluster)
+
+
 def late_binding_shares_nodes(cluster: ClusterSpec) -> bool:
     """Whether the constrain-mode job_submit.lua lets each job take every shape of its right-sized one's share group
     (`fleet.slurm.job_submit.share_groups`): strict late binding and the policy's `share_nodes`."""
@@ -34,18 +48,20 @@ def late_binding_shares_nodes(cluster: ClusterSpec) -> bool:
     return late_binding_constrains(cluster) and policy is not None and policy.share_nodes
 
 
-#: under late binding a held node booted for a pending job starts it only at slurmctld's next scheduling pass after
+#: a held node booted for a pending job (late binding) starts it only at slurmctld's next scheduling pass after
 #: the daemon undrains it, and 22.05 defers that pass by up to `batch_sched_delay` (3 s by default, slurm.conf(5):
 #: "how long the scheduling of batch jobs can be delayed"), billed idle on a GPU node.  Measured on slurmctld
 #: 22.05.8 in the late-binding flow (bench/late_bind_latency.py): a held boot's registration -> its job RUNNING,
 #: 2.17 s and 2.23 s mean (12 and 8 boots, max 3.06 s) at the default, 0.99 s mean (max 1.07 s) with 0.  An
 #: undrain of a node registered long before shows ~1.9 s either way (bench/probe_drain_transitions.py --what
-#: undrain): the deferral comes with the boot's registration, not with every undrain.
+#: undrain): the deferral comes with the boot's registration, not with every undrain.  A held powered-down name the
+#: daemon releases (the reservation hold, the preemption hold) is allocated to its job 0.88-1.0 s after the undrain
+#: with 0, 0.88-1.9 s at the default (`--what release`, 6 rounds each), so any cluster that may hold pools gets it.
 #: The default exists for sites submitting hundreds of jobs a second; a site that does can set it back through
 #: `slurm.extra_config` (its SchedulerParameters options win, fleet/slurm/options.py).
-LATE_BIND_SCHEDULER_OPTIONS = "batch_sched_delay=0"
+HOLD_SCHEDULER_OPTIONS = "batch_sched_delay=0"
 
 
-def late_binding_settings(cluster: ClusterSpec) -> dict[str, str]:
-    """The slurm.conf options strict late binding adds (none when `late_binding_constrains` is False)."""
-    return {"SchedulerParameters": LATE_BIND_SCHEDULER_OPTIONS} if late_binding_constrains(cluster) else {}
+def hold_settings(cluster: ClusterSpec) -> dict[str, str]:
+    """The slurm.conf options a cluster whose pools the daemon may hold adds (none when `may_hold_pools` is False)."""
+    return {"SchedulerParameters": HOLD_SCHEDULER_OPTIONS} if may_hold_pools(cluster) else {}

@@ -15,6 +15,7 @@ from autoscaler.core.hold import PREEMPT_GRACE_S
 from autoscaler.daemon.tick import HOLD_REASON, Daemon
 from autoscaler.model import Policy, Pool
 from autoscaler.slurm.readers import SlurmJob
+from autoscaler.slurm.wake import submit_wake_path
 from fleet.catalog import CapacityType
 from tests.daemon.conftest import ZONE_A, Clock, spot_pool
 from tests.daemon.fakes import FakeCloud, FakeSlurm, offering
@@ -90,6 +91,8 @@ def test_the_overflow_is_held_and_released_only_after_slurm_tried_the_job(
 ) -> None:
     d = make_daemon(pools=POOLS, policy=Policy(idle_timeout_s=600, backoff_s=300))
     assert d.policy.batch_window_s == 0 and d.policy.preempt_spot
+    # the run loop watches the rendered lua's submit wake-up while a pool is held, as under late binding
+    assert d.submit_wake == submit_wake_path(d.store.path)
     d.tick()
     drained = [names for names, state, *rest in fleet.updates if state == "drain"]
     assert sorted(n for names in drained for n in names) == OD  # the on-demand pool only: spot is not held
@@ -156,6 +159,7 @@ def test_without_preempt_spot_nothing_is_held(make_daemon: Callable[..., Daemon]
     d = make_daemon(pools=POOLS, policy=Policy(idle_timeout_s=600, backoff_s=300, preempt_spot=False))
     d.tick()
     assert [u for u in fleet.updates if u[1] == "drain"] == []
+    assert d.submit_wake is None  # nothing held: a submission that needs a node calls the ResumeProgram
 
 
 def test_only_overflow_that_shares_a_non_spot_partition_with_the_reservation_is_held() -> None:

@@ -32,7 +32,7 @@ from autoscaler.slurm.wake import submit_wake_path
 from fleet.catalog import CapacityType, load_catalog
 from fleet.inventory import InventoryPool
 from fleet.slurm.job_submit import render_job_submit
-from fleet.slurm.policy import LATE_BIND_SCHEDULER_OPTIONS
+from fleet.slurm.policy import HOLD_SCHEDULER_OPTIONS
 from fleet.slurm.topology import render_topology
 from fleet.slurm.weights import pool_shapes
 from tests.fakes.compute_api import FakeCompute
@@ -112,7 +112,7 @@ def late_bind_lines(harness: SlurmHarness, state: Path) -> list[str]:
     job-end wake-up) and the late-binding SchedulerParameters (`fleet.slurm.policy`)."""
     return [
         f"EpilogSlurmctld={epilog_slurmctld_hook(harness.root / 'bin', state)}",
-        f"SchedulerParameters={LATE_BIND_SCHEDULER_OPTIONS}",
+        f"SchedulerParameters={HOLD_SCHEDULER_OPTIONS}",
     ]
 
 

@@ -11,16 +11,22 @@ One reserved 8-GPU node (`e2e-resv-0`, Weight 1), one spot node (`e2e-spot-0`) a
   off the reserved node and runs the on-demand job there: no on-demand instance is created;
 - a second on-demand-only job has nothing left to preempt and stays PENDING: the daemon's queue-depth plan
   releases (undrains) `e2e-od-0`, Slurm allocates it to the job, and the daemon creates exactly that instance.
+  The daemon polls every 30 s here: it releases within seconds because the job_submit.lua the stack renders for a
+  cluster whose pools it may hold wakes it at the submission (`fleet.slurm.policy.submit_wakes_daemon`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from autoscaler.slurm.wake import submit_wake_path
+from fleet.slurm.job_submit import render_job_submit
+from fleet.slurm.policy import HOLD_SCHEDULER_OPTIONS
 from tests.e2e.env import E2E, ZONES, e2e_env, pool, wait_for
 from tests.harness.cloud_nodes import Nodeset
 from tests.harness.slurm import SlurmHarness
@@ -28,8 +34,21 @@ from tests.harness.slurm import SlurmHarness
 pytestmark = [pytest.mark.slurm, pytest.mark.gce, pytest.mark.slow]
 
 
+POLL_S = 30.0
+
+
 def _preemption(harness: SlurmHarness, state: Path) -> list[str]:
-    return ["PreemptType=preempt/partition_prio", "PreemptMode=REQUEUE", "SchedulerParameters=preempt_youngest_first"]
+    """The preemption keys and the held pools' SchedulerParameters as `fleet render slurm-conf` renders them."""
+    return [
+        "PreemptType=preempt/partition_prio",
+        "PreemptMode=REQUEUE",
+        f"SchedulerParameters=preempt_youngest_first,{HOLD_SCHEDULER_OPTIONS}",
+    ]
+
+
+def _wake_lua(state: Path) -> str:
+    """The job_submit.lua of a cluster with nothing to prefer whose daemon may hold pools: the submit wake-up."""
+    return render_job_submit({}, None, wake=True, wake_path=str(submit_wake_path(state)))
 
 
 @pytest.fixture
@@ -56,6 +75,8 @@ def env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
         policy={"idle_timeout_s": 3600, "backoff_s": 120},  # no batch_window_s: preempt_spot (default on) holds
         reservations={"e2e-resv": (ZONES[0], 1)},
         slurm_lines=_preemption,
+        job_submit_lua=_wake_lua,
+        interval_s=POLL_S,
     ) as e:
         yield e
 
@@ -114,9 +135,12 @@ def test_an_on_demand_job_preempts_spot_work_off_the_reservation_before_on_deman
 
     # 4. a second on-demand-only job: nothing to preempt (the reservation runs on-demand work), so the daemon
     # releases the held on-demand node at its next tick and Slurm gives it to the job
+    submitted = time.time()
     second = _job(env, "odq")
     wait_for(lambda: _state(env, second) == ("RUNNING", "e2e-od-0"), 120, "the second job on e2e-od-0", env)
     assert [n for n in _commands(env, "scontrol-undrain") if "e2e-od-0" in n] == [["e2e-od-0"]]
+    release = next(t for t in env.ticks for c in t.commands if c["command"] == "scontrol-undrain")
+    assert release.at - submitted < 5, f"released {release.at - submitted:.1f} s after the submission, not woken by it"
     assert [n for n in _created(env) if n.startswith("e2e-od-")] == ["e2e-od-0"]
     assert env.fake.duplicates() == {}
     assert _state(env, first) == ("RUNNING", "e2e-resv-0")  # the reservation keeps its on-demand job

@@ -111,3 +111,15 @@ def test_a_held_pools_floor_is_booted_drained_then_undrained_not_released() -> N
     (od,) = [nm for nm in sim.names.values() if nm.pool.name == "a3-highgpu-8g-on-demand"]
     assert od.launched and od.node.registered and od.node.name in sim.idle  # up, idle, allocatable
     assert not sim.held_boots()  # undrained once registered
+
+
+def test_a_submission_wakes_the_holding_daemon_so_a_job_preemption_cannot_place_is_released_at_once() -> None:
+    """Under the preemption hold the rendered job_submit.lua wakes the daemon at every submission, as under late
+    binding (fleet.slurm.policy.submit_wakes_daemon; tests/e2e/test_preempt.py on slurmctld): j2, submitted between
+    two polls with nothing to preempt, is released a second later (the wake-up), allocated a second after that
+    (slurmctld's pass after the undrain) and resumed in the ResumeProgram's second, not at the next 10 s poll."""
+    trace = [job(0, 0, 7200, 8, spot_ok=True), job(1, 1000, 600, 8), job(2, 1203, 600, 8)]
+    sim = SimSlurm(trace, SC, GpuFleetPolicy(policy=DEFAULT_POLICY)).run()
+    assert sim.conf.submit_wake
+    jobs = {j.id: j for j in sim.state.jobs}
+    assert jobs["j2"].first_start == 1203 + 1 + 1 + BOOT  # before: 1210 + 1 + BOOT, at the poll

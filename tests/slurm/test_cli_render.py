@@ -31,7 +31,8 @@ def test_a_cluster_with_a_choice_of_machine_types_gets_its_job_submit_lua(tmp_pa
     assert "job_submit.lua" in result.output
     one = tmp_path / "a3mega"
     assert runner.invoke(app, ["render", "slurm-conf", "--stack", "gcp-a3mega-slurm", "--out", str(one)]).exit_code == 0
-    assert not (one / "job_submit.lua").exists()
+    wake_only = (one / "job_submit.lua").read_text()  # one machine type: nothing to prefer, but its spot pool may be
+    assert "pcall(wake_daemon)" in wake_only and "job_desc.prefer" not in wake_only  # held: submissions wake the daemon
 
 
 def test_invalid_spec_exits_2_with_the_field_path_and_writes_nothing(tmp_path: Path) -> None:

@@ -272,7 +272,8 @@ def test_spot_tolerant_partitions_yield_the_shared_reservation_by_partition_prio
     conf = render(a3mega_data).slurm_conf
     s = settings(conf)
     assert (s["PreemptType"], s["PreemptMode"]) == ("preempt/partition_prio", "REQUEUE")
-    assert s["SchedulerParameters"] == "preempt_youngest_first"  # the job that started last has the least to lose
+    # the job that started last has the least to lose; the held on-demand overflow's names are allocated at once
+    assert s["SchedulerParameters"] == "preempt_youngest_first,batch_sched_delay=0"
     tiers = {p["PartitionName"]: int(p["PriorityTier"]) for p in map(fields, lines_starting(conf, "PartitionName="))}
     assert tiers["a3mega-spot"] < tiers["a3mega"]  # a3mega-spot is spot_tolerant, both list the resv pool
 
@@ -296,13 +297,18 @@ def test_a_site_scheduler_parameters_keep_their_options_and_the_preemption_order
     site = copy.deepcopy(a3mega_data)
     site["clusters"][0]["slurm"]["extra_config"] = {"SchedulerParameters": "bf_continue,bf_window=2880"}
     assert (
-        settings(render(site).slurm_conf)["SchedulerParameters"] == "preempt_youngest_first,bf_continue,bf_window=2880"
+        settings(render(site).slurm_conf)["SchedulerParameters"]
+        == "preempt_youngest_first,batch_sched_delay=0,bf_continue,bf_window=2880"
     )
     site["clusters"][0]["slurm"]["extra_config"] = {"SchedulerParameters": "bf_continue,PREEMPT_youngest_first"}
-    assert settings(render(site).slurm_conf)["SchedulerParameters"] == "PREEMPT_youngest_first,bf_continue"
+    assert (
+        settings(render(site).slurm_conf)["SchedulerParameters"]
+        == "PREEMPT_youngest_first,batch_sched_delay=0,bf_continue"
+    )
     site["clusters"][0]["slurm"]["autoscaler"]["policy"]["preempt_spot"] = False
     site["clusters"][0]["slurm"]["extra_config"] = {"SchedulerParameters": "bf_continue"}
-    assert settings(render(site).slurm_conf)["SchedulerParameters"] == "bf_continue"  # no preemption: the site's own
+    # no preemption: the site's own, and the reservation hold's (the settings rule may hold the spot pool)
+    assert settings(render(site).slurm_conf)["SchedulerParameters"] == "batch_sched_delay=0,bf_continue"
 
 
 def test_a_site_option_list_adds_to_the_options_the_cluster_needs(a3mega_data: dict[str, Any]) -> None:
@@ -327,7 +333,7 @@ def test_a_site_option_list_adds_to_the_options_the_cluster_needs(a3mega_data: d
     assert "slurmctldparameters" not in s  # one spelling of the key in the file
     assert s["GresTypes"] == "gpu,shard"
     assert s["PrivateData"] == "cloud,jobs,usage"
-    assert s["SchedulerParameters"] == "preempt_youngest_first,bf_window=2880"
+    assert s["SchedulerParameters"] == "preempt_youngest_first,batch_sched_delay=0,bf_window=2880"
     assert s["SelectTypeParameters"] == "CR_CPU_Memory"
     assert s["SlurmdParameters"] == "config_overrides"  # not rendered: added as given
     # the reservation pool stays out of power saving (slurmctld would suspend it and the daemon delete it)

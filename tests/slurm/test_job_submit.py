@@ -56,7 +56,7 @@ def test_no_lua_without_a_choice_and_names_are_checked() -> None:
 
 
 def test_the_rendered_cluster_names_the_plugin_only_with_a_lua() -> None:
-    one_type = load_stack_file(ROOT / "Pulumi.gcp-a3mega-slurm.yaml")
+    one_type = _a3mega({"late_bind": False}, reservation=False)  # nothing to prefer, no pool the daemon may hold
     conf = render_slurm_conf(one_type, one_type.clusters[0])
     assert conf.job_submit_lua == "" and "JobSubmitPlugins" not in conf.slurm_conf
     two_types = _l4dev({"late_bind": False})  # g2-standard-8 and -48 in `dev`
@@ -167,7 +167,7 @@ def test_constrain_mode_sets_the_jobs_features_even_without_a_choice() -> None:
         render_job_submit(two, "gpu", {"gpu": 8}, constrain=True)
     with pytest.raises(ValueError, match="not a Slurm partition or feature name"):
         render_job_submit({"gpu": [shape("h8", "m 8g", 8, 1.0)]}, "gpu", constrain=True)
-    assert render_job_submit({}, "gpu", constrain=True) == ""
+    assert render_job_submit({}, "gpu", constrain=True, wake=False) == ""
 
 
 def _l4dev(policy: dict[str, object]) -> FleetSpec:
@@ -225,12 +225,32 @@ def test_the_conf_render_constrains_with_late_binding_and_no_reservation_pool() 
 
 def test_the_conf_render_prefers_with_a_reservation_pool_or_without_late_binding() -> None:
     with_resv = _a3mega({"late_bind": True})  # late binding is for clusters without reservations: no constraint
-    conf = render_slurm_conf(with_resv, with_resv.clusters[0])
-    assert conf.job_submit_lua == "" and "JobSubmitPlugins" not in conf.slurm_conf
+    lua = render_slurm_conf(with_resv, with_resv.clusters[0]).job_submit_lua
+    assert "job_desc.features =" not in lua and "job_desc.prefer =" not in lua  # one machine type: nothing to set
     spec = _l4dev({"late_bind": False})
     lua = render_slurm_conf(spec, spec.clusters[0]).job_submit_lua
     assert '["dev"] = { [1] = "g2-standard-8" },' in lua and "job_desc.prefer = chosen" in lua
     assert "job_desc.features =" not in lua
+
+
+def test_a_cluster_whose_daemon_may_hold_pools_wakes_it_at_every_submission() -> None:
+    """With a reservation and another pool the daemon may hold the other (the reservation or preemption hold), so
+    the lua rewrites the wake-up file at every submission even where it has nothing to prefer (gcp-a3mega-slurm:
+    one machine type); without a pool it may hold, no wake-up (and no lua with nothing to set)."""
+    from autoscaler.slurm.wake import submit_wake_path
+
+    stack = load_stack_file(ROOT / "Pulumi.gcp-a3mega-slurm.yaml")
+    conf = render_slurm_conf(stack, stack.clusters[0])
+    lua = conf.job_submit_lua
+    assert "JobSubmitPlugins=lua" in conf.slurm_conf.splitlines()
+    assert f'local wake_path = "{submit_wake_path()}"' in lua and "  pcall(wake_daemon)\n  return slurm.SUCCESS" in lua
+    prefer = render_job_submit({"gpu": [shape("h8", "m-8g", 8, 1.0), shape("h1", "m-1g", 1, 1.0)]}, "gpu", wake=True)
+    assert "pcall(wake_daemon)" in prefer and "job_desc.prefer = chosen" in prefer
+    data = read_stack_config(ROOT / "Pulumi.gcp-a3mega-slurm.yaml")
+    spot = data["clusters"][0]["pools"][1]
+    spot.update(capacity="reservation", reservation="a3mega-resv-2", zones=["us-east4-b"])  # every pool reserved
+    only_resv = load_spec(data)
+    assert "wake" not in render_slurm_conf(only_resv, only_resv.clusters[0]).job_submit_lua
 
 
 def test_the_lua_wakes_the_daemon_the_stacks_deploy() -> None:
@@ -262,7 +282,9 @@ def test_late_binding_renders_no_batch_scheduling_delay_and_a_site_may_set_it_ba
     defers by batch_sched_delay (3 s by default) unless it is 0 (fleet/slurm/policy.py, measured)."""
     assert _scheduler_parameters(_l4dev({"late_bind": True})) == "batch_sched_delay=0"
     assert _scheduler_parameters(_l4dev({"late_bind": False})) is None
-    assert "batch_sched_delay" not in (_scheduler_parameters(_a3mega({"late_bind": True})) or "")  # reservation
+    # a reservation and spot: no late binding, but the daemon may hold the spot pool and release its names
+    assert _scheduler_parameters(_a3mega({"late_bind": True})) == "preempt_youngest_first,batch_sched_delay=0"
+    assert _scheduler_parameters(_a3mega({"late_bind": False, "preempt_spot": False}, reservation=False)) is None
     spec = _l4dev({"late_bind": True})
     spec.clusters[0].slurm.extra_config["SchedulerParameters"] = "batch_sched_delay=3,bf_window=2880"
     assert _scheduler_parameters(spec) == "batch_sched_delay=3,bf_window=2880"

@@ -166,7 +166,11 @@ def test_a_site_option_list_is_merged_and_slurmctld_reads_both(slurm_factory) ->
     }, conf["SlurmctldParameters"]
     assert set(conf["GresTypes"].split(",")) == {"gpu", "shard"}
     assert {"cloud", "jobs"} <= set(conf["PrivateData"].split(",")), conf["PrivateData"]
-    assert set(conf["SchedulerParameters"].split(",")) == {"preempt_youngest_first", "bf_window=2880"}
+    assert set(conf["SchedulerParameters"].split(",")) == {
+        "preempt_youngest_first",
+        "batch_sched_delay=0",
+        "bf_window=2880",
+    }
     assert set(excluded) == {f"a3mega-resv-{i}" for i in range(16)} | {"a3mega-spot-0", "a3mega-spot-2"}
 
 

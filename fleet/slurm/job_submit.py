@@ -387,8 +387,8 @@ end
 """
 
 _WAKE_DEF = """
--- held pools (late binding, the reservation hold): their powered-down nodes are not allocatable, so no
--- ResumeProgram tells the autoscaler of a new job; this file does (its 1 s watcher ticks when it changes:
+-- held pools (late binding, the reservation or preemption hold): their powered-down nodes are not allocatable,
+-- so no ResumeProgram tells the autoscaler of a new job; this file does (its 1 s watcher ticks when it changes:
 -- autoscaler/slurm/wake.py)
 local wake_path = {path}
 local function wake_daemon()

@@ -87,6 +87,9 @@ PERMANENT = {UnservedReason.NO_OFFERING, UnservedReason.NO_POOL, UnservedReason.
 BOOKING_TTL_S = 600.0
 #: a best-effort-atomic request without `ValidUntilSeconds` is retried this long before Failed
 DEFAULT_VALID_S = 3600.0
+#: Cluster API replicas without a Machine this long get a warning: the MachineSet controller creates a Machine
+#: seconds after a replicas change, and two minutes outlast its ordinary requeues
+UNSEEN_REPLICAS_WARN_S = 120.0
 
 
 @dataclass
@@ -146,6 +149,7 @@ class KubeDaemon:
         self.taint_check = TaintCheck(pools.taints)
         self.memory: tuple[UnavailableOffering, ...] = ()
         self.idle_since: dict[str, float] = {}
+        self._unseen_since: dict[str, tuple[float, bool]] = {}  # CAPI pool -> (replicas without Machines since, warned)
         self._current: dict[str, dict[str, Any]] = {}  # request key -> the request as last read or written
         self._known_templates: dict[tuple[str, str], dict[str, Any]] = {}  # the requests' PodTemplates (`_templates`)
 
@@ -391,6 +395,7 @@ class KubeDaemon:
         out: list[CloudNode] = []
         for pool in sorted(self.kp.capi_pools):
             count, key = unseen(pool)
+            self._watch_unseen(pool, count, now)
             extra = count - sum(1 for c in booked if c.pool == pool)
             if extra <= 0 or pool not in by_pool:
                 continue
@@ -398,6 +403,29 @@ class KubeDaemon:
                 used.add(name)
                 out.append(CloudNode(name, pool, key, CloudNodeStatus.PROVISIONING, now, None))
         return out
+
+    def _watch_unseen(self, pool: str, count: int, now: float) -> None:
+        """One warning per spell when a pool's MachineDeployment has had replicas without Machines for longer than
+        `UNSEEN_REPLICAS_WARN_S`: the MachineSet controller is not creating them (a paused MachineDeployment, a
+        missing infrastructure template, a controller that is down).  They stay counted as on their way, so the
+        daemon does not raise the replicas further; what the operator needs is the reason, which Cluster API shows
+        on the MachineDeployment and its MachineSet."""
+        if count <= 0:
+            self._unseen_since.pop(pool, None)
+            return
+        since, warned = self._unseen_since.get(pool, (now, False))
+        if not warned and now - since > UNSEEN_REPLICAS_WARN_S:
+            warned = True
+            logger.bind(pool=pool, replicas=count).warning(
+                "pool {}: {} replica(s) of its MachineDeployment have had no Machine for {:.0f} s; the MachineSet "
+                "controller is not creating them (paused? infrastructure template? controller down?): see "
+                "`kubectl describe machinedeployment` and its MachineSet; they are counted as on their way, "
+                "so nothing more is launched in the pool meanwhile",
+                pool,
+                count,
+                now - since,
+            )
+        self._unseen_since[pool] = (since, warned)
 
     def _alias_machines(self, facts: dict[str, NodeFacts]) -> dict[str, NodeFacts]:
         """Cluster API pools: the cloud nodes are Machines; give each the facts of the Node it registered as."""

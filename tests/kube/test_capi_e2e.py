@@ -8,6 +8,7 @@ import json
 import time
 
 import pytest
+from loguru import logger
 
 from autoscaler.kube.api import KubeApi
 from autoscaler.kube.build import build_kube_daemon
@@ -294,6 +295,27 @@ def test_a_pool_floor_is_launched_once_while_its_machines_are_not_listed_yet(clu
     clock.t += 10
     d.tick()
     assert replicas(cluster) == 1 and len(cluster.list("machines", NS)) == 1
+
+
+def test_replicas_that_never_get_machines_are_named_in_one_warning_and_not_launched_again(cluster: FakeKube) -> None:
+    """A MachineSet controller that creates nothing (paused, broken template): the floor's replica stays on its way,
+    nothing more is launched, and after two minutes one warning names the pool."""
+    clock = Clock()
+    d = daemon(cluster, clock, pools=[capi_pool().model_copy(update={"min_nodes": 1})])
+    warnings: list[str] = []
+    sink = logger.add(lambda m: warnings.append(str(m)), level="WARNING", format="{message}")
+    try:
+        for _ in range(30):  # five minutes of 10 s ticks
+            assert d.tick().ok
+            clock.t += 10
+        assert replicas(cluster) == 1
+        assert len([w for w in warnings if "have had no Machine" in w]) == 1, warnings
+        assert "pool h100: 1 replica(s)" in warnings[-1]
+        reconcile_capi(cluster, NS)  # the controller recovers: the spell ends
+        d.tick()
+        assert replicas(cluster) == 1
+    finally:
+        logger.remove(sink)
 
 
 def test_a_request_planned_onto_a_replica_on_its_way_is_booked_on_its_machine_once_it_appears(

@@ -420,7 +420,7 @@ class KubeDaemon:
                 "pool {}: {} replica(s) of its MachineDeployment have had no Machine for {:.0f} s; the MachineSet "
                 "controller is not creating them (paused? infrastructure template? controller down?): see "
                 "`kubectl describe machinedeployment` and its MachineSet; they are counted as on their way, "
-                "so nothing more is launched in the pool meanwhile",
+                "not launched again",
                 pool,
                 count,
                 now - since,

@@ -299,6 +299,22 @@ def test_fleet_render_writes_the_files_the_stack_delivers(a3mega, tmp_path):
     assert (tmp_path / "gres.conf").read_text() == md["gres-conf"]
     assert (tmp_path / "cgroup.conf").read_text() == md["cgroup-conf"]
     assert (tmp_path / "topology.conf").read_text() == md["topology-conf"]
+    assert (tmp_path / "job_submit.lua").read_text() == md["job-submit-lua"]  # the submit wake-up (held pools)
+
+
+def test_a_controller_whose_slurm_conf_names_the_lua_plugin_gets_the_lua(example):
+    """slurmctld refuses to start with `JobSubmitPlugins=lua` and no /etc/slurm/job_submit.lua: the controller's
+    metadata carries the file exactly when its slurm.conf names the plugin, in every example stack."""
+    for ctl in [
+        r
+        for r in example.to_json()["resources"]
+        if r["type"].endswith("instance:Instance") and r["name"].endswith("controller")
+    ]:
+        md = ctl["inputs"]["metadata"]
+        names_plugin = "JobSubmitPlugins=lua" in md["slurm-conf"].splitlines()
+        assert names_plugin == ("job-submit-lua" in md), ctl["name"]
+        if names_plugin:
+            assert "function slurm_job_submit" in md["job-submit-lua"]
 
 
 def test_two_clusters_share_the_system_vpc_and_keep_names_apart():

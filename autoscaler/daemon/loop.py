@@ -3,8 +3,9 @@ that starts an extra tick when Slurm's hooks queued power-save requests or a job
 ticks follow at most once a second until a tick sees the job's nodes freed and settles the row, so a node still
 COMPLETING gets another look a second later) or, while it holds pools, when a job was submitted (the job_submit.lua
 rewrote `autoscaler.slurm.wake`'s file), or under late binding when a node booted drained has registered, and, under any
-hold, when slurmctld's power thread took a held name's power-down (one sinfo read a second while such a boot or
-power-down is out: the tick undrains the boot, drains the powered-down name again), and clean shutdown on SIGTERM/SIGINT
+hold, when slurmctld's power thread took a held name's power-down or tried a job the last tick found untried (one
+sinfo or squeue read a second while such a boot, power-down or job is out: the tick undrains the boot, drains the
+powered-down name again, plans the job), and clean shutdown on SIGTERM/SIGINT
 (the tick in progress finishes, the state is saved, exit 0). A tick that finds the state file damaged (sqlite3
 "DatabaseError: file is not a database / database disk image is malformed") stops the loop with exit 2: the unit's
 RestartPreventExitStatus=2 keeps systemd from restarting into the same failure.

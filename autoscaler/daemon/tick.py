@@ -203,6 +203,9 @@ class Daemon:
         self._held_boots: dict[str, float] = {}
         # held names powered down whose drain must wait for slurmctld's power thread (`_hold`; rebuilt each tick)
         self._held_power_downs: set[str] = set()
+        # under a hold: pending jobs the last tick could not plan because slurmctld had not tried them yet (reason
+        # None); the run loop ticks again once it has (`hold_change_due`), not at the next poll (rebuilt each tick)
+        self._untried: frozenset[int] = frozenset()
         self._reserved = [p for p in self.pools if p.capacity_type is CapacityType.RESERVATION]
         # the Weights `fleet render slurm-conf` gives each pool's nodes: the base of the reserved nodes' best fit
         self._base_weights = rendered_weights(self.pools) if self._reserved else {}
@@ -306,6 +309,8 @@ class Daemon:
         prices = {o.key: o.hourly_usd for o in offerings}
         view = build_view(self.pools, cloud, snodes, sjobs, requests, power, now, prices=prices)
         res.pending_units = len(view.pending)
+        held = held_pools(self.pools, self.policy)
+        self._untried = frozenset(int(u.id.split("/", 1)[1]) for u in view.pending if held and not u.evaluated)
         self.unservable.update(view.pending, self.pools, self.metrics)  # logged once per job, gauge per tick
         res.resume_units = sum(len(v) for v in view.resume.values())
 
@@ -704,26 +709,33 @@ class Daemon:
 
     @property
     def awaiting_hold_change(self) -> bool:
-        """The hold has a name in transition (the run loop then watches sinfo each second): a node booted drained
-        not undrained yet (late binding), or a held name powered down and not drained again yet."""
-        return bool(self._held_boots or self._held_power_downs)
+        """The hold has something in transition (the run loop then looks each second): a node booted drained not
+        undrained yet (late binding), a held name powered down and not drained again yet, or a pending job
+        slurmctld had not tried when the last tick read the queue."""
+        return bool(self._held_boots or self._held_power_downs or self._untried)
 
     def hold_change_due(self) -> bool:
-        """A tick has hold work now: a node booted drained registered (the tick undrains it), or slurmctld's power
-        thread took a held name's power-down (the tick drains it again before it completes).  One sinfo read; a
-        Slurm that does not answer counts as no."""
+        """A tick has hold work now: a node booted drained registered (the tick undrains it), slurmctld's power
+        thread took a held name's power-down (the tick drains it again before it completes), or slurmctld has tried
+        a job the last tick had to leave (its first pass may have started it; if not, the tick releases for it).
+        The submit wake-up's tick can come before that pass: without this look the job waited for the next poll.
+        One sinfo or squeue read each; a Slurm that does not answer counts as no."""
         names = set(self._held_boots) | self._held_power_downs
-        if not names:
-            return False
         try:
-            nodes = [n for n in self.slurm.nodes() if n.name in names]
+            if names:
+                nodes = [n for n in self.slurm.nodes() if n.name in names]
+                if any(
+                    (n.name in self._held_boots and registered_idle(n))
+                    or (n.name in self._held_power_downs and not n.drain and (power_down_taken(n) or n.powered_down))
+                    for n in nodes
+                ):
+                    return True
+            if self._untried:
+                still = {j.job_id for j in self.slurm.jobs() if j.pending and j.reason == "None"}
+                return not self._untried <= still
         except SlurmUnavailable:
             return False
-        return any(
-            (n.name in self._held_boots and registered_idle(n))
-            or (n.name in self._held_power_downs and not n.drain and (power_down_taken(n) or n.powered_down))
-            for n in nodes
-        )
+        return False
 
     def _hold(
         self,

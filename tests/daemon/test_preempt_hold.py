@@ -107,6 +107,25 @@ def test_the_overflow_is_held_and_released_only_after_slurm_tried_the_job(
     assert _undrained(fleet) == ["c1-od-0"]
 
 
+def test_a_job_slurm_has_not_tried_yet_is_looked_at_again_once_it_has_not_at_the_next_poll(
+    make_daemon: Callable[..., Daemon], fleet: FakeSlurm
+) -> None:
+    """The submit wake-up's tick can read the queue before slurmctld's first pass over the job (reason None, measured
+    on slurmctld 22.05: tests/e2e/test_preempt.py): the tick leaves it, and the run loop's 1 s look
+    (`awaiting_hold_change`, `hold_change_due`) starts the next tick as soon as squeue shows it tried."""
+    d = make_daemon(pools=POOLS, policy=Policy(idle_timeout_s=600, backoff_s=300))
+    _held(fleet)
+    now = d.clock()
+    fleet.jobs_ = [*ON_DEMAND_WORK, _job(7, "None", now)]
+    d.tick()
+    assert _undrained(fleet) == [] and d.awaiting_hold_change
+    assert not d.hold_change_due()  # still untried: nothing to do yet
+    fleet.jobs_ = [*ON_DEMAND_WORK, _job(7, "Resources", now)]
+    assert d.hold_change_due()  # tried and still pending: tick now
+    d.tick()
+    assert _undrained(fleet) == ["c1-od-0"] and not d.awaiting_hold_change
+
+
 def test_no_release_for_a_job_slurm_places_by_preempting_spot_work(
     make_daemon: Callable[..., Daemon], fleet: FakeSlurm, clock: Clock
 ) -> None:
@@ -160,6 +179,9 @@ def test_without_preempt_spot_nothing_is_held(make_daemon: Callable[..., Daemon]
     d.tick()
     assert [u for u in fleet.updates if u[1] == "drain"] == []
     assert d.submit_wake is None  # nothing held: a submission that needs a node calls the ResumeProgram
+    fleet.jobs_ = [*ON_DEMAND_WORK, _job(7, "None", d.clock())]
+    d.tick()
+    assert not d.awaiting_hold_change  # nothing held: an untried job needs no second look
 
 
 def test_only_overflow_that_shares_a_non_spot_partition_with_the_reservation_is_held() -> None:

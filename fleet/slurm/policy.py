@@ -56,7 +56,7 @@ def late_binding_shares_nodes(cluster: ClusterSpec) -> bool:
 #: undrain of a node registered long before shows ~1.9 s either way (bench/probe_drain_transitions.py --what
 #: undrain): the deferral comes with the boot's registration, not with every undrain.  A held powered-down name the
 #: daemon releases (the reservation hold, the preemption hold) is allocated to its job 0.88-1.0 s after the undrain
-#: with 0, 0.88-1.9 s at the default (`--what release`, 6 rounds each), so any cluster that may hold pools gets it.
+#: with 0 (`--what release`, 6 rounds), 0.88-1.9 s at the default, so any cluster that may hold pools gets it.
 #: The default exists for sites submitting hundreds of jobs a second; a site that does can set it back through
 #: `slurm.extra_config` (its SchedulerParameters options win, fleet/slurm/options.py).
 HOLD_SCHEDULER_OPTIONS = "batch_sched_delay=0"

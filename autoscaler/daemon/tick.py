@@ -205,7 +205,7 @@ class Daemon:
         self._held_power_downs: set[str] = set()
         # under a hold: pending jobs the last tick could not plan because slurmctld had not tried them yet (reason
         # None); the run loop ticks again once it has (`hold_change_due`), not at the next poll (rebuilt each tick)
-        self._untried: frozenset[int] = frozenset()
+        self._untried: frozenset[str] = frozenset()  # their unit ids (`job/<id>`, as the snapshot names them)
         self._reserved = [p for p in self.pools if p.capacity_type is CapacityType.RESERVATION]
         # the Weights `fleet render slurm-conf` gives each pool's nodes: the base of the reserved nodes' best fit
         self._base_weights = rendered_weights(self.pools) if self._reserved else {}
@@ -310,7 +310,7 @@ class Daemon:
         view = build_view(self.pools, cloud, snodes, sjobs, requests, power, now, prices=prices)
         res.pending_units = len(view.pending)
         held = held_pools(self.pools, self.policy)
-        self._untried = frozenset(int(u.id.split("/", 1)[1]) for u in view.pending if held and not u.evaluated)
+        self._untried = frozenset(u.id for u in view.pending if held and not u.evaluated)
         self.unservable.update(view.pending, self.pools, self.metrics)  # logged once per job, gauge per tick
         res.resume_units = sum(len(v) for v in view.resume.values())
 
@@ -731,7 +731,7 @@ class Daemon:
                 ):
                     return True
             if self._untried:
-                still = {j.job_id for j in self.slurm.jobs() if j.pending and j.reason == "None"}
+                still = {f"job/{j.job_id}" for j in self.slurm.jobs() if j.pending and j.reason == "None"}
                 return not self._untried <= still
         except SlurmUnavailable:
             return False

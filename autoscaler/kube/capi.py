@@ -15,7 +15,8 @@ the nodes are the Machines that appear (`list_nodes`).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from loguru import logger
@@ -82,6 +83,7 @@ class CapiProvider:
         self.retries = retries
         self._reported: set[str] = set()
         self._warned: set[str] = set()  # MachineDeployments found opted into the Cluster Autoscaler
+        self._shared: dict[str, dict[str, Any]] | None = None  # pool -> its MachineDeployment, inside shared_reads
 
     def _pool(self, name: str) -> Any:
         try:
@@ -102,6 +104,29 @@ class CapiProvider:
             raise TransientError(str(exc)) from None
         self._warn_if_shared(md)
         return md
+
+    @contextmanager
+    def shared_reads(self) -> Iterator[None]:
+        """Inside (one daemon tick: `autoscaler.cloud.shared_reads`), the read-only uses of a pool's MachineDeployment
+        (`offerings`, `unseen_replicas`) share one GET, dropped by this provider's own writes to it; the writes
+        (`launch`, `delete`) always read it afresh, for their conditional patch.  Outside, every read is a GET."""
+        self._shared = {}
+        try:
+            yield
+        finally:
+            self._shared = None
+
+    def _md_read(self, p: Any) -> dict[str, Any]:
+        """The pool's MachineDeployment for reading only: shared within a tick (`shared_reads`)."""
+        if self._shared is None:
+            return self._md(p)
+        if p.name not in self._shared:
+            self._shared[p.name] = self._md(p)
+        return self._shared[p.name]
+
+    def _wrote(self, p: Any) -> None:
+        if self._shared is not None:
+            self._shared.pop(p.name, None)
 
     def _warn_if_shared(self, md: dict[str, Any]) -> None:
         """Once per MachineDeployment: it carries the Cluster Autoscaler's node-group annotations, so a Cluster
@@ -163,7 +188,7 @@ class CapiProvider:
         this daemon has taken it off the replicas (`ACCOUNTED`); during a rollout's surge there are more Machines
         than replicas, and nothing is unseen."""
         p = self._pool(pool)
-        md = self._md(p)
+        md = self._md_read(p)
         replicas = int((md.get("spec") or {}).get("replicas") or 0)
         accounted = set(_list(md, ACCOUNTED))
         counted = sum(
@@ -198,6 +223,7 @@ class CapiProvider:
             }
             try:
                 self.api.patch_machine_deployment(p.capi_namespace, p.capi_machine_deployment, body)
+                self._wrote(p)
                 return LaunchResult(request.request_id, request.names)
             except KubeError as exc:
                 if exc.status != 409:
@@ -239,6 +265,7 @@ class CapiProvider:
             }
             try:
                 self.api.patch_machine_deployment(p.capi_namespace, p.capi_machine_deployment, body)
+                self._wrote(p)
                 return
             except KubeError as exc:
                 if exc.status != 409:
@@ -263,7 +290,7 @@ class CapiProvider:
     def offerings(self) -> list[Offering]:
         out = []
         for p in self.pools.values():
-            md = self._md(p)
+            md = self._md_read(p)
             replicas = int((md.get("spec") or {}).get("replicas") or 0)
             if p.price_per_hour is None:
                 continue  # unpriced: the spec rules refuse this; never offered rather than offered free

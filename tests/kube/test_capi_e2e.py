@@ -10,6 +10,7 @@ import time
 import pytest
 from loguru import logger
 
+from autoscaler.cloud import LaunchRequest, shared_reads
 from autoscaler.kube.api import KubeApi
 from autoscaler.kube.build import build_kube_daemon
 from autoscaler.kube.loop import KubeDaemon
@@ -278,6 +279,23 @@ def test_replicas_no_machine_stands_for_are_counted_as_on_their_way(cluster: Fak
     reconcile_capi(cluster, NS)
     create_machine(cluster, cluster.get("machinedeployments", "neo-h100", NS), "surge-0")  # a rollout's surge
     assert capi.unseen_replicas("h100") == (0, capi.key(capi.pools["h100"]))
+
+
+def test_a_tick_reads_each_machine_deployment_once_and_afresh_for_its_own_writes(cluster: FakeKube) -> None:
+    """The offerings and the replicas on their way read the MachineDeployment once per tick (`shared_reads`); a
+    launch reads it afresh for its conditional patch, and a read after that write sees the new replicas."""
+    clock = Clock()
+    d, _ = served(cluster, clock, 2)
+    before = cluster.gets.get("machinedeployments", 0)
+    clock.t += 10
+    assert d.tick().ok
+    assert cluster.gets.get("machinedeployments", 0) == before + 1  # a quiet tick: one GET, not one per reader
+    capi = d.kp.providers["h100"]
+    with shared_reads([capi]):
+        assert capi.unseen_replicas("h100")[0] == 0
+        capi.launch(LaunchRequest("rq-1", "h100", capi.key(capi.pools["h100"]), ("h100-2",)))
+        assert capi.unseen_replicas("h100")[0] == 1  # its own write dropped the shared copy
+    assert replicas(cluster) == 3
 
 
 def test_a_pool_floor_is_launched_once_while_its_machines_are_not_listed_yet(cluster: FakeKube) -> None:

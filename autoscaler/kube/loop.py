@@ -267,7 +267,7 @@ class KubeDaemon:
         unbooked = self._unbooked_coming(cloud, booked_coming, now)
         cloud += unbooked
         inv = Inventory(
-            tuple(self.kp.pools), tuple(inventory_nodes(self.kp.pools, cloud, facts, booked, self.idle_since))
+            tuple(self.kp.pools), tuple(inventory_nodes(self.kp.pools, cloud, facts, booked, self.idle_since, now))
         )
 
         # 4. requests to serve

@@ -428,11 +428,18 @@ def inventory_nodes(
     facts: Mapping[str, NodeFacts],
     booked: Mapping[str, Mapping[str, int]],  # node name -> {request key booked on it: its GPUs per pod}
     idle_since: Mapping[str, float],
+    now: float,
 ) -> list[Node]:
     """The planner's nodes: every live cloud node, in the state the Kubernetes side shows.  A node counts the GPUs
     its bookings hold (each booked request's GPUs per pod, until that request's pods are on it) and those its
     other pods ask for, so a 1-GPU request booked onto an 8-GPU node leaves 7 GPUs for the next request, booting
-    or Ready (before the eighteenth round a booking held the whole node)."""
+    or Ready (before the eighteenth round a booking held the whole node).
+
+    An idle node is idle since the first tick that saw it idle (`idle_since`, kept by the loop), and since `now`
+    when no tick has yet: its idle timeout starts then, as in the replay.  Until the twenty-seventh round a node no
+    tick had seen idle counted as idle since it became Ready, so a node that had run work for longer than its
+    shape's idle timeout was cordoned at the first tick after its pods finished: the warm keeping the settings rule
+    and the wait value ask for never happened for it (found by tests/kube/test_one_path.py)."""
     by_pool = {p.name: p for p in pools}
     out: list[Node] = []
     for c in cloud:
@@ -455,9 +462,7 @@ def inventory_nodes(
             state, units = NodeState.BUSY, held
         else:
             state, used, units = NodeState.READY_IDLE, 0, ()
-        since = (
-            idle_since.get(c.name, f.since if f else c.created_at) if state is NodeState.READY_IDLE else c.created_at
-        )
+        since = idle_since.get(c.name, now) if state is NodeState.READY_IDLE else c.created_at
         out.append(
             Node(
                 name=c.name,

@@ -58,11 +58,13 @@ from autoscaler.kube.source import (
     NodeFacts,
     RequestView,
     condition,
+    consumed_request,
     finished,
     holds_node,
     inventory_nodes,
     is_daemonset_pod,
     node_facts,
+    request_pods,
     request_view,
     unschedulable_units,
 )
@@ -87,6 +89,9 @@ PERMANENT = {UnservedReason.NO_OFFERING, UnservedReason.NO_POOL, UnservedReason.
 BOOKING_TTL_S = 600.0
 #: a best-effort-atomic request without `ValidUntilSeconds` is retried this long before Failed
 DEFAULT_VALID_S = 3600.0
+#: a node created this long after a request was Provisioned is a later node of the same name, not one it was
+#: Provisioned on (the API server stamps creation, this daemon the condition: their clocks may differ)
+CLOCK_SLACK_S = 60.0
 #: Cluster API replicas without a Machine this long get a warning: the MachineSet controller creates a Machine
 #: seconds after a replicas change, and two minutes outlast its ordinary requeues
 UNSEEN_REPLICAS_WARN_S = 120.0
@@ -152,6 +157,9 @@ class KubeDaemon:
         self._unseen_since: dict[str, tuple[float, bool]] = {}  # CAPI pool -> (replicas without Machines since, warned)
         self._current: dict[str, dict[str, Any]] = {}  # request key -> the request as last read or written
         self._known_templates: dict[tuple[str, str], dict[str, Any]] = {}  # the requests' PodTemplates (`_templates`)
+        self._launching: set[str] = set()  # new node names a request's launch covers, this tick (`_book`)
+        #: requests whose pods all arrived on nodes once: their bookings are consumed (`_see_arrivals`)
+        self._arrived: set[str] = set()
 
     # ---- reads -----------------------------------------------------------------------------------------
     def _providers(self) -> list[Provider]:
@@ -224,7 +232,7 @@ class KubeDaemon:
     def _tick(self, now: float, res: KubeTickResult) -> None:
         prs = self._requests()
         templates = self._templates(prs)
-        all_pods = self.api.pods()
+        all_pods = self._see_arrivals(self.api.pods())
         nodes = self.api.nodes()
         facts = node_facts(nodes, all_pods, self.kp.labels)
         self.taint_check.check(nodes, facts, now)
@@ -259,7 +267,7 @@ class KubeDaemon:
             self._check_booking(v, live, facts, now, res, coming)
         views = self._views(templates)  # as this tick's writes left them (released bookings, new conditions)
         self._learn(views, offerings, now, all_pods)
-        booked = self._booked(views, now)
+        booked = self._booked(views, now, {c.name: c.created_at for c in cloud})
         gone = set(res.deleted) | set(failed_names)  # deleted or failed this tick: no capacity to place on
         cloud = [c for c in cloud if c.name not in gone]
         booked_coming = in_flight(views, {c.name for c in cloud} | gone)
@@ -293,6 +301,7 @@ class KubeDaemon:
         self.memory = p.unavailable
         by_key = {v.key: v for v in pending}
         placeholders = {c.name for c in unbooked}
+        self._launching = set()
         for uid, a in p.assignments.items():
             if uid in by_key and placeholders.isdisjoint(a.nodes):
                 self._book(by_key[uid], a, p, {n.name: n.pool for n in inv.nodes}, facts, now, res)
@@ -442,17 +451,49 @@ class KubeDaemon:
         """Every request as this tick read it and then wrote it (`_current`): no second list call."""
         return [request_view(pr, templates, self.kp.spot_taints, self.kp.labels) for pr in self._current.values()]
 
-    def _booked(self, views: Sequence[RequestView], now: float) -> dict[str, dict[str, int]]:
+    def _see_arrivals(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Remember the requests whose pods have all been bound to nodes (as many as the request asks for, at one
+        read): the booking has done its work, as Cluster Autoscaler's booking ends when the pods arrive.  From then
+        on it holds nothing (`_booked`), also after those pods are gone (a reclaimed node: the workload's new pods
+        are served as unschedulable pods, on capacity of their own), as the replay drops a booking once its job
+        runs.  Leader memory: a new leader lets such a booking hold until the booking TTL.  Returns `pods`."""
+        bound: dict[str, int] = {}
+        for p in pods:
+            key = consumed_request(p)
+            if key is not None and (p.get("spec") or {}).get("nodeName"):
+                bound[key] = bound.get(key, 0) + 1
+        wanted = {key: request_pods(pr) for key, pr in self._current.items()}
+        self._arrived = {k for k in self._arrived if k in wanted}
+        self._arrived |= {k for k, n in bound.items() if k in wanted and n >= wanted[k] > 0}
+        return pods
+
+    def _booked(
+        self, views: Sequence[RequestView], now: float, created: Mapping[str, float]
+    ) -> dict[str, dict[str, int]]:
         """node name -> {request key: the GPUs each of its pods asks for}, for bookings still holding their nodes
-        (not past the booking TTL).  Several requests may be booked onto one node's GPUs."""
+        (not past the booking TTL).  Several requests may be booked onto one node's GPUs.  `created`: when each
+        live cloud node was created.
+
+        A Provisioned request holds only the nodes it was Provisioned on: a node of the same name created after
+        that (its node was reclaimed and a new launch took the free name) is not its.  `CLOCK_SLACK_S` absorbs the
+        skew between the API server's clock (creation) and this daemon's (the condition): a node the request was
+        Provisioned on was Ready by then, so created well before.  Until the twenty-seventh
+        round the booking held the new node for up to the booking TTL, so after a spot node under a gang was
+        reclaimed, the gang's replacement launch saw one of its own new nodes taken and launched a whole gang
+        again (found by tests/kube/test_one_path.py)."""
         out: dict[str, dict[str, int]] = {}
         for v in views:
             b = v.booking
             if b is None or v.failed:
                 continue
-            if v.provisioned_at is not None and now - v.provisioned_at > BOOKING_TTL_S:
+            at = v.provisioned_at
+            if at is not None and now - at > BOOKING_TTL_S:
                 continue  # BookingExpired: the capacity is no longer held for this request
+            if at is not None and v.key in self._arrived:
+                continue  # its pods arrived: the booking is consumed
             for n in b.names:
+                if at is not None and created.get(n, at) > at + CLOCK_SLACK_S:
+                    continue
                 out.setdefault(n, {})[v.key] = max(1, v.gpus_per_pod)
         return out
 
@@ -503,10 +544,20 @@ class KubeDaemon:
                 # the capacity is there now: Provisioned in this tick, not at the next one (Kueue admits at once)
                 self._condition(v, "Provisioned", "True", "Provisioned", _ready_message(names), now, res)
             return
+        shared = [n for n in names if n in self._launching]
+        if shared and len(shared) == len(names):
+            # on new nodes the launch of another request of this plan covers (small work packed onto one new node):
+            # booked onto them as onto booting nodes, not launched a second time under another request id
+            self._write_booking(v, Booking(f"existing-{v.key}", su.pool, {}, names, len(names), now))
+            return
+        if shared:  # partly on another request's new nodes: planned again next tick, onto them as booting nodes
+            logger.bind(request=v.key).debug("{}: shares new node(s) {} with another launch", v.key, shared)
+            return
         rid = request_id_for(su.pool, su.offering, names, v.created)
         booking = Booking(rid, su.pool, offering_to_dict(su.offering), names, len(names), now)
         if not self._write_booking(v, booking):
             return  # another replica booked it first: it launches
+        self._launching.update(names)
         self._launch(v, booking, su.placement_group, now, res)
 
     def _write_booking(self, v: RequestView, booking: Booking) -> bool:

@@ -4,6 +4,7 @@ idle -> the marked Machine goes, never a busy one.  The real `kubernetes` client
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 
@@ -639,4 +640,35 @@ def test_a_workload_that_tolerates_only_the_gpu_taint_is_not_put_on_spot(cluster
     cluster.create(provisioning_request("wl-2", "team-a", "train-spot", 1))
     assert d.tick().ok
     assert int(cluster.get("machinedeployments", "neo-spot", NS)["spec"]["replicas"]) == 1  # the cheaper spot pool
+    assert replicas(cluster) == 1
+
+
+@pytest.mark.parametrize("apart_s", [0, 1])
+def test_two_small_requests_packed_onto_one_new_node_raise_the_replicas_once(cluster: FakeKube, apart_s: int) -> None:
+    """Two 1-GPU workloads admitted together on an 8-GPU pool: the plan packs both onto one new node, so one replica
+    is launched and both requests are booked on its Machine and Provisioned when it is Ready.  Until the
+    twenty-seventh round each request launched the node under a booking of its own: requests created in the same
+    second got one request id, so one replica, whose Machine went to the first booking only (the second request
+    was launched again at every tick and never Provisioned); a second apart, two replicas for one planned node.
+    tests/kube/test_one_path.py found it."""
+    clock = Clock()
+    d = daemon(cluster, clock)
+    cluster.create(pod_template("small", "team-a", 1))
+    cluster.create(provisioning_request("wl-1", "team-a", "small", 1))
+    cluster.create(provisioning_request("wl-2", "team-a", "small", 1))
+    with cluster.lock:
+        md = cluster.objects[("provisioningrequests", "team-a", "wl-2")]["metadata"]
+        first = cluster.objects[("provisioningrequests", "team-a", "wl-1")]["metadata"]["creationTimestamp"]
+        t = datetime.datetime.fromisoformat(first.replace("Z", "+00:00")) + datetime.timedelta(seconds=apart_s)
+        md["creationTimestamp"] = t.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert d.tick().ok
+    assert replicas(cluster) == 1
+    clock.t += 10
+    reconcile_capi(cluster, NS)
+    assert d.tick().ok
+    [machine] = [m["metadata"]["name"] for m in cluster.list("machines", NS)]
+    for wl in ("wl-1", "wl-2"):
+        assert (cond(cluster, wl, "Provisioned") or {}).get("status") == "True", wl
+        booked = json.loads(cluster.get("provisioningrequests", wl, "team-a")["metadata"]["annotations"][BOOKING])
+        assert booked["names"] == [machine], booked
     assert replicas(cluster) == 1

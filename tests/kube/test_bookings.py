@@ -1,0 +1,71 @@
+"""What a ProvisioningRequest's booking holds once the request is Provisioned: the nodes it was Provisioned on,
+until its pods arrive (or the booking TTL passes), and never a later node that took the same name."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from autoscaler.kube.loop import KubeDaemon, KubePools
+from autoscaler.kube.source import BOOKING, CONSUMES, Booking, request_view
+from autoscaler.model import Policy, Pool
+from fleet.catalog import CapacityType
+from tests.kube.cluster import bound_pod, pod_template, provisioning_request
+
+T = dt.datetime(2026, 12, 1, 10, 0, tzinfo=dt.UTC).timestamp()
+POOL = Pool(
+    name="h100", machine_type="a3-highgpu-8g", gpu_type="nvidia-h100-80gb", gpus_per_node=8,
+    zones=("us-central1-a",), capacity_type=CapacityType.SPOT, max_nodes=8,
+)  # fmt: skip
+NAMES = ("h100-0", "h100-1")
+
+
+def _iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _provisioned_gang() -> dict:
+    """A 2-pod gang's request, booked on two launched nodes and Provisioned at T."""
+    pr = provisioning_request("wl-1", "team-a", "train", 2)
+    pr["metadata"]["creationTimestamp"] = _iso(T - 400)
+    booking = Booking("su-1", "h100", {"zone": "us-central1-a"}, NAMES, 2, T - 400)
+    pr["metadata"]["annotations"] = {BOOKING: booking.to_json()}
+    pr["status"] = {"conditions": [{"type": "Provisioned", "status": "True", "lastTransitionTime": _iso(T)}]}
+    return pr
+
+
+def _daemon(pr: dict) -> KubeDaemon:
+    kp = KubePools(pools=[POOL], labels={"h100": {}}, spot_taints=[], providers={})
+    d = KubeDaemon(api=None, pools=kp, policy=Policy(), elector=None)  # type: ignore[arg-type]
+    d._current = {"pr/team-a/wl-1": pr}
+    return d
+
+
+def _views(pr: dict) -> list:
+    return [request_view(pr, {("team-a", "train"): pod_template("train", "team-a", 8)}, [], {"h100": {}})]
+
+
+def test_a_provisioned_booking_holds_its_nodes_until_the_pods_arrive() -> None:
+    pr = _provisioned_gang()
+    d = _daemon(pr)
+    held = d._booked(_views(pr), T + 60, {n: T - 30 for n in NAMES})
+    assert set(held) == set(NAMES)
+
+
+def test_a_node_created_after_the_request_was_provisioned_is_not_held_by_it() -> None:
+    """h100-1 was reclaimed under the running gang and a new launch took its free name: the old booking holds the
+    node it was Provisioned on, not the new one (a new leader has no memory of the pods that arrived)."""
+    pr = _provisioned_gang()
+    d = _daemon(pr)
+    held = d._booked(_views(pr), T + 300, {"h100-0": T - 30, "h100-1": T + 250})
+    assert set(held) == {"h100-0"}
+
+
+def test_once_all_its_pods_were_bound_the_booking_holds_nothing_even_after_they_are_gone() -> None:
+    pr = _provisioned_gang()
+    d = _daemon(pr)
+    pods = [bound_pod(f"train-{i}", "team-a", n, **{CONSUMES: "wl-1"}) for i, n in enumerate(NAMES)]
+    d._see_arrivals(pods[:1])
+    assert set(d._booked(_views(pr), T + 60, {n: T - 30 for n in NAMES})) == set(NAMES)  # one pod of two: held
+    d._see_arrivals(pods)
+    d._see_arrivals([])  # the node under them was reclaimed: the pods are gone, the workload's new ones pend
+    assert d._booked(_views(pr), T + 120, {n: T - 30 for n in NAMES}) == {}

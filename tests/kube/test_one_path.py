@@ -386,6 +386,15 @@ def test_the_kubernetes_daemon_decides_what_the_replay_decided_tick_by_tick(fake
     reclaimed = any(j.attempt > 0 for t in log for j in t.jobs)
     assert reclaimed is (case.scenario.get("preemption_rate_per_hour", 0) > 0), "pods pending again after a reclaim"
 
+    diffs = daemon_differences(fake, driver, sc, case)
+    assert not diffs, "\n".join(f"t={t:.0f}: (replay, daemon) {d}" for t, d in diffs[:8])
+
+
+def daemon_differences(
+    fake: FakeKube, driver: RecordingKubeFleet, sc: Scenario, case: Case
+) -> list[tuple[float, dict[str, Any]]]:
+    """Run `KubeDaemon.tick` at each of the replay's ticks over the world it saw; (time, {what: (replay, daemon)})
+    for every tick whose decisions differ."""
     pools = driver._pools
     cloud = RecordingCloud(offers=[])
     cloud.attempts = []
@@ -409,7 +418,7 @@ def test_the_kubernetes_daemon_decides_what_the_replay_decided_tick_by_tick(fake
     )
     world = World(fake, cloud, {p.name: p.gpus_per_node for p in pools})
     diffs = []
-    for tick in log:
+    for tick in driver.log:
         clock[0] = T0 + tick.at
         world.play(tick)
         cloud.attempts = []
@@ -441,7 +450,7 @@ def test_the_kubernetes_daemon_decides_what_the_replay_decided_tick_by_tick(fake
         }
         if got != want:
             diffs.append((tick.at, {k: (want[k], got[k]) for k in want if want[k] != got[k]}))
-    assert not diffs, "\n".join(f"t={t:.0f}: (replay, daemon) {d}" for t, d in diffs[:8])
+    return diffs
 
 
 def _per_node(launches: list[tuple[str, Any, tuple[str, ...]]]) -> list[tuple[str, str, str]]:

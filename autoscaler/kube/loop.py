@@ -158,6 +158,7 @@ class KubeDaemon:
         self._current: dict[str, dict[str, Any]] = {}  # request key -> the request as last read or written
         self._known_templates: dict[tuple[str, str], dict[str, Any]] = {}  # the requests' PodTemplates (`_templates`)
         self._launching: set[str] = set()  # new node names a request's launch covers, this tick (`_book`)
+        self._live_before: set[str] = set()  # the cloud nodes the last tick listed (`_check_booking`)
         #: requests whose pods all arrived on nodes once: their bookings are consumed (`_see_arrivals`)
         self._arrived: set[str] = set()
 
@@ -265,6 +266,7 @@ class KubeDaemon:
                 self._release(v, v.booking, why, now, res)
                 continue
             self._check_booking(v, live, facts, now, res, coming)
+        self._live_before = set(live)
         views = self._views(templates)  # as this tick's writes left them (released bookings, new conditions)
         self._learn(views, offerings, now, all_pods)
         booked = self._booked(views, now, {c.name: c.created_at for c in cloud})
@@ -550,10 +552,14 @@ class KubeDaemon:
             # booked onto them as onto booting nodes, not launched a second time under another request id
             self._write_booking(v, Booking(f"existing-{v.key}", su.pool, {}, names, len(names), now))
             return
-        if shared:  # partly on another request's new nodes: planned again next tick, onto them as booting nodes
+        if shared:  # partly on another's new nodes: not planned today (a gang takes whole nodes, a one-pod request
+            # one); should the planner ever do it, the request waits a tick and is planned onto them as booting nodes
             logger.bind(request=v.key).debug("{}: shares new node(s) {} with another launch", v.key, shared)
             return
-        rid = request_id_for(su.pool, su.offering, names, v.created)
+        # the booking's time, not the request's creation: a request planned again onto the same free slot name (its
+        # booked room taken, a launch released) is a new launch, which a Cluster API pool would otherwise take for
+        # the applied one; a replica taking over reads the id from the booking, never recomputes it
+        rid = request_id_for(su.pool, su.offering, names, now)
         booking = Booking(rid, su.pool, offering_to_dict(su.offering), names, len(names), now)
         if not self._write_booking(v, booking):
             return  # another replica booked it first: it launches
@@ -630,8 +636,18 @@ class KubeDaemon:
             ready = all(n in facts and facts[n].ready for n in b.names)
         else:
             missing = [n for n in b.names if n not in live]
+            # (a Cluster API pool's MachineSet replaces a vanished Machine itself, and `_bind_machines` moves the
+            # booking onto the replacement)
+            gone = [n for n in missing if n in self._live_before] if b.pool not in self.kp.capi_pools else []
+            if gone and not v.provisioned:
+                # listed at the last tick, gone before Ready (a spot VM reclaimed while it booted): all or nothing,
+                # the rest deleted and the request served again now, as the replay does.  Before the twenty-seventh
+                # round the launch was repeated under its request id, which Compute Engine de-duplicates: the
+                # request waited for the VM to come back or for its ValidUntilSeconds (tests/kube/test_one_path.py)
+                self._release(v, b, f"booked node(s) gone before they were ready: {', '.join(gone)}", now, res)
+                return
             if missing and not v.provisioned:
-                # a launch the next leader must finish, or one the cloud gave up on
+                # a launch the next leader must finish (its nodes were never listed), or one not listed yet
                 self._launch(v, b, None, now, res)
                 return
             ready = all(n in facts and facts[n].ready for n in b.names)
@@ -642,8 +658,23 @@ class KubeDaemon:
             # one whose pods kube-scheduler put on other nodes.  Nothing pins the pods to the booked nodes, so the
             # pods the Job controller recreates are served as unschedulable pods (step 6), as the replay does.
             return
-        if ready and not v.provisioned:
-            self._condition(v, "Provisioned", "True", "Provisioned", _ready_message(b.names), now, res)
+        if not ready:
+            return
+        need = max(1, v.gpus_per_pod)
+        taken = [n for n in b.names if room_for(facts[n], v.key) < need]
+        if taken:
+            # Ready, but other pods took the room first (kube-scheduler placed pending pods there: nothing pins a
+            # booked node to its request): not Provisioned on it; the booking goes and the request is planned
+            # again in this tick, as the replay does.  Before the twenty-seventh round it was answered Provisioned
+            # and its pods could not be scheduled (tests/kube/test_one_path.py).
+            self._current[v.key] = self.api.patch_provisioning_request(
+                v.namespace, v.name, {"metadata": {"annotations": {BOOKING: None}}}
+            )
+            logger.bind(request=v.key, nodes=taken).info(
+                "{}: other pods took the room booked on {}; planned again", v.key, ", ".join(taken)
+            )
+            return
+        self._condition(v, "Provisioned", "True", "Provisioned", _ready_message(b.names), now, res)
 
     def _unserved(self, v: RequestView, reason: UnservedReason, detail: str, now: float, res: KubeTickResult) -> None:
         valid = v.valid_until_s if v.valid_until_s is not None else DEFAULT_VALID_S
@@ -722,6 +753,11 @@ class KubeDaemon:
                 if exc.status != 404:
                     raise
         return True
+
+
+def room_for(f: NodeFacts, key: str) -> int:
+    """GPUs of node `f` that the pods of other requests (and of none) leave for request `key`'s pods."""
+    return f.gpus - sum(g for k, g in f.gpus_by_request.items() if k != key)
 
 
 def _ready_message(names: Sequence[str]) -> str:

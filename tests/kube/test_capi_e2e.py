@@ -672,3 +672,32 @@ def test_two_small_requests_packed_onto_one_new_node_raise_the_replicas_once(clu
         booked = json.loads(cluster.get("provisioningrequests", wl, "team-a")["metadata"]["annotations"][BOOKING])
         assert booked["names"] == [machine], booked
     assert replicas(cluster) == 1
+
+
+def test_a_booked_node_whose_room_other_pods_took_is_not_provisioned_and_the_request_is_planned_again(
+    cluster: FakeKube,
+) -> None:
+    """Nothing pins a booked node to its request: kube-scheduler may bind other pending pods there (a reclaimed
+    workload's new pods) as soon as it is Ready.  Then it is not answered Provisioned on it (its pods could not be
+    scheduled): the booking goes and the request gets capacity again, in the same tick, as the replay does.
+    Before the twenty-seventh round it was answered Provisioned (tests/kube/test_one_path.py found it)."""
+    clock = Clock()
+    d = daemon(cluster, clock)
+    cluster.create(pod_template("train", "team-a", 8))
+    cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
+    assert d.tick().ok
+    reconcile_capi(cluster, NS)
+    [machine] = [m["metadata"]["name"] for m in cluster.list("machines", NS)]
+    other = bound_pod("other-0", "team-b", machine)
+    other["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
+    cluster.create(other)  # bound before the daemon's next tick
+    clock.t += 10
+    assert d.tick().ok
+    assert (cond(cluster, "wl-1", "Provisioned") or {}).get("status") != "True"
+    assert replicas(cluster) == 2  # planned again: a node of its own
+    booked = json.loads(cluster.get("provisioningrequests", "wl-1", "team-a")["metadata"]["annotations"][BOOKING])
+    assert machine not in booked["names"]
+    reconcile_capi(cluster, NS)
+    clock.t += 10
+    assert d.tick().ok
+    assert cond(cluster, "wl-1", "Provisioned")["status"] == "True"

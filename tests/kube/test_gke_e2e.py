@@ -104,3 +104,42 @@ def test_stockout_in_one_zone_falls_back_to_the_other_and_the_request_is_provisi
     created = compute.create_counts()
     assert sum(created.values()) >= 2
     assert all(c == 1 for name, c in created.items() if name in {n["metadata"]["name"] for n in nodes})
+
+
+def test_a_vm_reclaimed_while_it_boots_is_released_and_the_request_served_again(
+    fake_compute_factory: Callable[..., FakeCompute],  # noqa: F811
+) -> None:
+    """A booked VM is preempted before it is Ready (GCE: TERMINATED, the MIG member RECREATING, which waits for the
+    same capacity to come back): the booking is released, the preempted VM deleted, and the request served again
+    at once on a new VM, as the replay serves a booked node that vanished.  Before the twenty-seventh round the
+    launch was repeated under its request id, so the request waited for the MIG's recreation or for its
+    ValidUntilSeconds (tests/kube/test_one_path.py found it)."""
+    kube = FakeKube(rbac=deployed_rbac(cluster_api=False))
+    kube.start()
+    try:
+        compute = fake_compute_factory(
+            "test-project",
+            boot_delay=3600.0,  # nothing boots in this test: the reclaim comes first
+            on_delete=lambda name, zone: None,
+        )
+        from autoscaler.kube.build import gke_inventory
+
+        compute.add_inventory([gke_inventory(gke_pool())])
+        kube.create(pod_template("train", "team-a", 8))
+        kube.create(provisioning_request("wl-1", "team-a", "train", 1))
+        d = make_daemon(kube, compute)
+        assert d.tick().ok
+        first = [e.name for e in compute.events_of("create")]
+        assert len(first) == 1
+        assert d.tick().ok  # listed, booting
+        compute.preempt(next(z for z in ZONES if compute.events_of("create")[0].zone == z), first[0])
+        r = d.tick()
+        assert r.ok, r.error
+        prov = condition(kube.get("provisioningrequests", "wl-1", "team-a"), "Provisioned")
+        assert prov is not None and prov["status"] == "False" and "gone before they were ready" in prov["message"]
+        assert first[0] in r.deleted
+        assert len(r.launched) == 1, r.launched  # served again in the same tick
+        assert len(compute.events_of("create")) == 2  # a new VM (the reclaimed one's name was free again)
+    finally:
+        kube.stop()
+    assert not kube.forbidden

@@ -197,14 +197,16 @@ CASES = [
 ]
 
 
-def _replay(case: Case) -> tuple[RecordingKubeFleet, Scenario]:
+def replay(case: Case, jobs: list[TraceJob] | None = None, quota_gpus: int = 40) -> tuple[RecordingKubeFleet, Scenario]:
+    """The replay's Kubernetes driver over `jobs` (default: this module's small trace) behind one team's quota,
+    recording each tick's world and decisions."""
     sc = Scenario(**{"trace": "test", "spot_fraction": 0.5, "preemption_rate_per_hour": 0.0, **case.scenario})
     out = StockoutWindow(
         zone=OUT_ZONE, start=OUT_FROM, end=OUT_TO, machine_type=case.out_type, capacity_type=CapacityType.ON_DEMAND
     )
     cfg = sc.sim_config().model_copy(update={"stockout_windows": (out,)})
-    jobs = _trace()
-    gate = KueueGate([ClusterQueue("team-a", 40)], {j.id: "team-a" for j in jobs}, admission_check=True)
+    jobs = jobs if jobs is not None else _trace()
+    gate = KueueGate([ClusterQueue("team-a", quota_gpus)], {j.id: "team-a" for j in jobs}, admission_check=True)
     base = GpuFleetKubePolicy.for_scenario(sc, case.wait_value)
     driver = RecordingKubeFleet(policy=base.policy, tracker=base.tracker)
     driver.gate = gate
@@ -373,7 +375,7 @@ class RecordingCloud(FakeCloud):
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_the_kubernetes_daemon_decides_what_the_replay_decided_tick_by_tick(fake: FakeKube, case: Case) -> None:
-    driver, sc = _replay(case)
+    driver, sc = replay(case)
     log = driver.log
     launches = [la for t in log for la in t.launches]
     assert any(len(names) > 1 for *_, names in launches), "the scenario must exercise a gang"

@@ -77,6 +77,7 @@ from autoscaler.model import (
     ScaleUp,
     UnavailableOffering,
     UnservedReason,
+    WorkUnit,
     free_names,
     record_failure,
     request_id_for,
@@ -159,6 +160,7 @@ class KubeDaemon:
         self._known_templates: dict[tuple[str, str], dict[str, Any]] = {}  # the requests' PodTemplates (`_templates`)
         self._launching: set[str] = set()  # new node names a request's launch covers, this tick (`_book`)
         self._live_before: set[str] = set()  # the cloud nodes the last tick listed (`_check_booking`)
+        self._first_seen: dict[str, float] = {}  # unit id -> the tick that first planned it (`_not_after_first_seen`)
         #: requests whose pods all arrived on nodes once: their bookings are consumed (`_see_arrivals`)
         self._arrived: set[str] = set()
 
@@ -297,7 +299,7 @@ class KubeDaemon:
             for u in unschedulable_units(all_pods, (), self.kp.spot_taints, self.kp.labels)
             if not any(n.startswith(u.id.rsplit("/", 1)[1] + "-") for n in names)
         ]
-        units += orphans
+        units = self._not_after_first_seen([*units, *orphans], now)
         # the decision core the Slurm daemon and the replay call: one plan over the work nothing holds yet
         p = queue_depth(units, inv, offerings, self.policy, now, self.memory)
         self.memory = p.unavailable
@@ -452,6 +454,16 @@ class KubeDaemon:
     def _views(self, templates: Mapping[tuple[str, str], Mapping[str, Any] | None]) -> list[RequestView]:
         """Every request as this tick read it and then wrote it (`_current`): no second list call."""
         return [request_view(pr, templates, self.kp.spot_taints, self.kp.labels) for pr in self._current.values()]
+
+    def _not_after_first_seen(self, units: Sequence[WorkUnit], now: float) -> list[WorkUnit]:
+        """Each unit as submitted no later than this leader first saw it.  A request's (or pod's) creation time is
+        the API server's clock, which may run ahead of this daemon's; the planner's batch hold counts a creation
+        after `now` as younger than any batch idle time, so the skew was added to the hold (the reservation
+        hold's batch window), and a unit stamped far ahead was held for good.  Clamping to `now` would not do:
+        every tick would see the unit as new."""
+        seen = {u.id: self._first_seen.get(u.id, now) for u in units}
+        self._first_seen = seen
+        return [u if u.submit_time <= seen[u.id] else replace(u, submit_time=seen[u.id]) for u in units]
 
     def _see_arrivals(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Remember the requests whose pods have all been bound to nodes (as many as the request asks for, at one

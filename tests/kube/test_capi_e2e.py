@@ -701,3 +701,22 @@ def test_a_booked_node_whose_room_other_pods_took_is_not_provisioned_and_the_req
     clock.t += 10
     assert d.tick().ok
     assert cond(cluster, "wl-1", "Provisioned")["status"] == "True"
+
+
+def test_a_request_stamped_ahead_of_the_daemon_s_clock_is_held_only_for_the_batch_window(cluster: FakeKube) -> None:
+    """The API server stamps a request's creation with its own clock, which may run ahead of the daemon's.  With a
+    batch window (the reservation hold's), the planner holds launches while the newest unit is younger than the
+    batch idle time; a creation after the daemon's `now` counted as younger than any, so the skew was added to the
+    hold, and a request stamped a day ahead was never launched.  It is planned from when the daemon first saw it."""
+    clock = Clock()
+    d = daemon(cluster, clock, batch_window_s=30.0, batch_idle_s=5.0)
+    cluster.create(pod_template("train", "team-a", 8))
+    cluster.create(provisioning_request("wl-1", "team-a", "train", 1))
+    ahead = datetime.datetime.fromtimestamp(clock.t + 86400, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    with cluster.lock:
+        cluster.objects[("provisioningrequests", "team-a", "wl-1")]["metadata"]["creationTimestamp"] = ahead
+    assert d.tick().ok
+    assert replicas(cluster) == 0  # the batch idle time has not passed since the daemon first saw it
+    clock.t += 10
+    assert d.tick().ok
+    assert replicas(cluster) == 1

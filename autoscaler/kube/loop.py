@@ -64,7 +64,6 @@ from autoscaler.kube.source import (
     inventory_nodes,
     is_daemonset_pod,
     node_facts,
-    request_pods,
     request_view,
     unschedulable_units,
 )
@@ -235,7 +234,7 @@ class KubeDaemon:
     def _tick(self, now: float, res: KubeTickResult) -> None:
         prs = self._requests()
         templates = self._templates(prs)
-        all_pods = self._see_arrivals(self.api.pods())
+        all_pods = self.api.pods()
         nodes = self.api.nodes()
         facts = node_facts(nodes, all_pods, self.kp.labels)
         self.taint_check.check(nodes, facts, now)
@@ -271,6 +270,7 @@ class KubeDaemon:
         self._live_before = set(live)
         views = self._views(templates)  # as this tick's writes left them (released bookings, new conditions)
         self._learn(views, offerings, now, all_pods)
+        self._see_arrivals(views, all_pods)
         booked = self._booked(views, now, {c.name: c.created_at for c in cloud})
         gone = set(res.deleted) | set(failed_names)  # deleted or failed this tick: no capacity to place on
         cloud = [c for c in cloud if c.name not in gone]
@@ -465,21 +465,20 @@ class KubeDaemon:
         self._first_seen = seen
         return [u if u.submit_time <= seen[u.id] else replace(u, submit_time=seen[u.id]) for u in units]
 
-    def _see_arrivals(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _see_arrivals(self, views: Sequence[RequestView], pods: Sequence[Mapping[str, Any]]) -> None:
         """Remember the requests whose pods have all been bound to nodes (as many as the request asks for, at one
         read): the booking has done its work, as Cluster Autoscaler's booking ends when the pods arrive.  From then
         on it holds nothing (`_booked`), also after those pods are gone (a reclaimed node: the workload's new pods
         are served as unschedulable pods, on capacity of their own), as the replay drops a booking once its job
-        runs.  Leader memory: a new leader lets such a booking hold until the booking TTL.  Returns `pods`."""
+        runs.  Leader memory: a new leader lets such a booking hold until the booking TTL."""
         bound: dict[str, int] = {}
         for p in pods:
             key = consumed_request(p)
             if key is not None and (p.get("spec") or {}).get("nodeName"):
                 bound[key] = bound.get(key, 0) + 1
-        wanted = {key: request_pods(pr) for key, pr in self._current.items()}
+        wanted = {v.key: v.pods for v in views}
         self._arrived = {k for k in self._arrived if k in wanted}
         self._arrived |= {k for k, n in bound.items() if k in wanted and n >= wanted[k] > 0}
-        return pods
 
     def _booked(
         self, views: Sequence[RequestView], now: float, created: Mapping[str, float]
@@ -624,10 +623,14 @@ class KubeDaemon:
             if mine:
                 provider.delete(b.pool, mine)
                 res.deleted += mine
+        self._drop_booking(v)
+        self._condition(v, "Provisioned", "False", "CapacityIsNotFound", why, now, res)
+
+    def _drop_booking(self, v: RequestView) -> None:
+        """Take the booking off the request: it is planned again."""
         self._current[v.key] = self.api.patch_provisioning_request(
             v.namespace, v.name, {"metadata": {"annotations": {BOOKING: None}}}
         )
-        self._condition(v, "Provisioned", "False", "CapacityIsNotFound", why, now, res)
 
     def _check_booking(
         self,
@@ -679,9 +682,7 @@ class KubeDaemon:
             # booked node to its request): not Provisioned on it; the booking goes and the request is planned
             # again in this tick, as the replay does.  Before the twenty-seventh round it was answered Provisioned
             # and its pods could not be scheduled (tests/kube/test_one_path.py).
-            self._current[v.key] = self.api.patch_provisioning_request(
-                v.namespace, v.name, {"metadata": {"annotations": {BOOKING: None}}}
-            )
+            self._drop_booking(v)
             logger.bind(request=v.key, nodes=taken).info(
                 "{}: other pods took the room booked on {}; planned again", v.key, ", ".join(taken)
             )

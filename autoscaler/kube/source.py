@@ -213,11 +213,6 @@ def _expression(e: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     return False
 
 
-def request_pods(pr: Mapping[str, Any]) -> int:
-    """How many pods a ProvisioningRequest asks capacity for (its pod sets' counts)."""
-    return sum(int(ps.get("count") or 0) for ps in (pr.get("spec") or {}).get("podSets") or [])
-
-
 def request_view(
     pr: Mapping[str, Any],
     templates: Mapping[tuple[str, str], Mapping[str, Any] | None],

@@ -33,11 +33,9 @@ def _provisioned_gang() -> dict:
     return pr
 
 
-def _daemon(pr: dict) -> KubeDaemon:
+def _daemon() -> KubeDaemon:
     kp = KubePools(pools=[POOL], labels={"h100": {}}, spot_taints=[], providers={})
-    d = KubeDaemon(api=None, pools=kp, policy=Policy(), elector=None)  # type: ignore[arg-type]
-    d._current = {"pr/team-a/wl-1": pr}
-    return d
+    return KubeDaemon(api=None, pools=kp, policy=Policy(), elector=None)  # type: ignore[arg-type]
 
 
 def _views(pr: dict) -> list:
@@ -46,7 +44,7 @@ def _views(pr: dict) -> list:
 
 def test_a_provisioned_booking_holds_its_nodes_until_the_pods_arrive() -> None:
     pr = _provisioned_gang()
-    d = _daemon(pr)
+    d = _daemon()
     held = d._booked(_views(pr), T + 60, {n: T - 30 for n in NAMES})
     assert set(held) == set(NAMES)
 
@@ -55,17 +53,17 @@ def test_a_node_created_after_the_request_was_provisioned_is_not_held_by_it() ->
     """h100-1 was reclaimed under the running gang and a new launch took its free name: the old booking holds the
     node it was Provisioned on, not the new one (a new leader has no memory of the pods that arrived)."""
     pr = _provisioned_gang()
-    d = _daemon(pr)
+    d = _daemon()
     held = d._booked(_views(pr), T + 300, {"h100-0": T - 30, "h100-1": T + 250})
     assert set(held) == {"h100-0"}
 
 
 def test_once_all_its_pods_were_bound_the_booking_holds_nothing_even_after_they_are_gone() -> None:
     pr = _provisioned_gang()
-    d = _daemon(pr)
+    d = _daemon()
     pods = [bound_pod(f"train-{i}", "team-a", n, **{CONSUMES: "wl-1"}) for i, n in enumerate(NAMES)]
-    d._see_arrivals(pods[:1])
+    d._see_arrivals(_views(pr), pods[:1])
     assert set(d._booked(_views(pr), T + 60, {n: T - 30 for n in NAMES})) == set(NAMES)  # one pod of two: held
-    d._see_arrivals(pods)
-    d._see_arrivals([])  # the node under them was reclaimed: the pods are gone, the workload's new ones pend
+    d._see_arrivals(_views(pr), pods)
+    d._see_arrivals(_views(pr), [])  # the node under them was reclaimed: the pods gone, the workload's new ones pend
     assert d._booked(_views(pr), T + 120, {n: T - 30 for n in NAMES}) == {}

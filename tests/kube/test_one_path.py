@@ -95,17 +95,17 @@ class Tick:
     deleted: list[str] = field(default_factory=list)
 
 
+@dataclass
 class RecordingKubeFleet(GpuFleetKubePolicy):
     """The replay's Kubernetes driver, recording the world each tick saw and what it decided."""
 
-    log: list[Tick]
+    log: list[Tick] = field(default_factory=list)
+    _answered: list[str] = field(default_factory=list)
 
     def decide(self, view, now, reasons):  # type: ignore[no-untyped-def]
-        if not hasattr(self, "log"):
-            self.log = []
         before = self.ticks
         seen = self._world(view, now)
-        self._answered: list[str] = []
+        self._answered = []
         d = super().decide(view, now, reasons)
         if self.ticks == before:
             return d
@@ -217,8 +217,8 @@ def replay(case: Case, jobs: list[TraceJob] | None = None, quota_gpus: int = 40)
 class World:
     """The rest of the cluster around the daemon, set to what the replay saw at each tick."""
 
-    def __init__(self, fake: FakeKube, cloud: FakeCloud, gpus: dict[str, int]) -> None:
-        self.fake, self.cloud, self.gpus = fake, cloud, gpus
+    def __init__(self, fake: FakeKube, cloud: FakeCloud) -> None:
+        self.fake, self.cloud = fake, cloud
         self.requests: set[str] = set()
         self.pods: dict[str, str] = {}  # pod name -> phase written
         self.ran_on: dict[str, tuple[str, ...]] = {}  # job id -> the nodes its pods were bound to
@@ -418,7 +418,7 @@ def daemon_differences(
         clock=lambda: clock[0],
         settings=SettingsTracker(base=driver.tracker.base, boot_s=sc.ready_s),
     )
-    world = World(fake, cloud, {p.name: p.gpus_per_node for p in pools})
+    world = World(fake, cloud)
     diffs = []
     for tick in driver.log:
         clock[0] = T0 + tick.at

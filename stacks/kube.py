@@ -28,7 +28,7 @@ from fleet.catalog import Catalog
 from fleet.inventory import migs_from_urls
 from fleet.schemas import check_objects, crd_document
 from fleet.spec.derive import pool_zones
-from fleet.spec.kube import node_taints
+from fleet.spec.kube import gke_set_labels, node_taints
 from fleet.spec.model import ClusterSpec, FleetSpec, GkeSpec
 from stacks import gke_fabric, kube_plan, plan
 from stacks.cluster_api import REPLICAS_FIELD, machine_deployment
@@ -147,7 +147,8 @@ def _gke(
                 boot_disk_type=plan.boot_disk_type(machine),
                 networks=node_nets,
                 gpudirect_strategy="RDMA" if machine.nics.fabric == "rdma" else None,
-                labels={**pool.labels, "gpu-fleet/pool": pool.name},
+                # GKE sets its node-pool label itself; the shared-flavor label is ours to set
+                labels={**pool.labels, "gpu-fleet/pool": pool.name, **gke_set_labels(cluster, pool)},
                 resource_labels=plan.resource_labels(spec, cluster, pool.labels),
                 taints=[t for t in node_taints(cluster, pool) if t["key"] != "nvidia.com/gpu"],  # GKE adds that one
             ),

@@ -23,10 +23,13 @@ from fleet.spec.kube import (
     GPU_TAINT,
     cluster_queue_name,
     flavor_name,
+    flavor_node_labels,
+    flavor_pools,
+    kueue_quantity,
     local_queue_name,
-    node_labels,
     node_shape,
-    nominal_quota,
+    pool_label,
+    quota_amounts,
     spot,
     spot_taint,
     team_namespace,
@@ -65,28 +68,32 @@ def admission_check_name(cluster: ClusterSpec) -> str:
 
 
 def resource_flavors(cluster: ClusterSpec, catalog: Catalog) -> list[dict[str, Any]]:
+    """One ResourceFlavor per pool, or per `kueue.flavors` entry over its pools (which share one GPU model:
+    the rules check it).  A shared flavor carries the spot taint only when every pool of it is spot, and a
+    topology only when every pool is topology-aware."""
     out = []
-    for pool in cluster.pools:
+    for key, pools in flavor_pools(cluster).items():
+        first = pools[0]
         spec: dict[str, Any] = {
-            "nodeLabels": node_labels(cluster, pool),
+            "nodeLabels": flavor_node_labels(cluster, first),
             # Only workloads tolerating preemption may take a spot flavor: Kueue matches pod tolerations
             # against nodeTaints.  Admitted pods get the GPU toleration added.
             "tolerations": [{**GPU_TAINT, "operator": "Equal"}],
         }
-        if spot(pool):
+        if all(spot(p) for p in pools):
             spec["nodeTaints"] = [spot_taint(cluster)]
-        if topology_aware(cluster, pool, catalog):
+        if all(topology_aware(cluster, p, catalog) for p in pools):
             spec["topologyName"] = topology_name(cluster)
-        labels = {
-            "gpu-fleet/cluster": cluster.name,
-            "gpu-fleet/pool": pool.name,
-            "gpu-fleet/capacity": str(pool.capacity),
-        }
+        if len(pools) == 1:
+            labels = {"gpu-fleet/cluster": cluster.name, "gpu-fleet/pool": first.name,
+                      "gpu-fleet/capacity": str(first.capacity)}  # fmt: skip
+        else:
+            labels = {"gpu-fleet/cluster": cluster.name, "gpu-fleet/flavor": key}
         out.append(
             {
                 "apiVersion": API,
                 "kind": "ResourceFlavor",
-                "metadata": _meta(flavor_name(cluster, pool), **labels),
+                "metadata": _meta(flavor_name(cluster, first), **labels),
                 "spec": spec,
             }
         )
@@ -111,20 +118,27 @@ def _limit(quantity: str, fraction: float, rounding: Any) -> str:
 def _cluster_queue(cluster: ClusterSpec, team: KueueTeamSpec, catalog: Catalog) -> dict[str, Any]:
     assert cluster.kueue is not None
     pools = {p.name: p for p in cluster.pools}
-    flavors = []
+    # flavor -> resource -> nominal, summed over the team's pools of the flavor, in the order of team.quotas
+    nominals: dict[str, dict[str, int]] = {}
     for pool_name in team.quotas:
         pool = pools[pool_name]
         shape = node_shape(pool, catalog)
         assert shape is not None  # the spec rules guarantee a known node shape
+        into = nominals.setdefault(flavor_name(cluster, pool), {})
+        for name, amount in quota_amounts(team, pool, shape).items():
+            into[name] = into.get(name, 0) + amount
+    flavors = []
+    for fname, quantities in nominals.items():
         resources = []
-        for name, nominal in nominal_quota(team, pool, shape).items():
+        for name, amount in quantities.items():
+            nominal = kueue_quantity(name, amount)
             res: dict[str, Any] = {"name": name, "nominalQuota": nominal}
             if team.borrowing_limit is not None:
                 res["borrowingLimit"] = _limit(nominal, team.borrowing_limit, math.ceil)
             if team.lending_limit is not None:
                 res["lendingLimit"] = _limit(nominal, team.lending_limit, math.floor)
             resources.append(res)
-        flavors.append({"name": flavor_name(cluster, pool), "resources": resources})
+        flavors.append({"name": fname, "resources": resources})
     spec: dict[str, Any] = {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team_namespace(team)}},
         "queueingStrategy": "BestEffortFIFO",
@@ -210,6 +224,12 @@ def provisioning(cluster: ClusterSpec) -> list[dict[str, Any]]:
             "provisioningClassName": GPU_FLEET_CLASS,  # served by the daemon alone (fleet/provisioning_class.py)
             "managedResources": [GPU_RESOURCE],
             "retryStrategy": {"backoffLimitCount": 3, "backoffBaseSeconds": 60, "backoffMaxSeconds": 1800},
+            # The daemon answers Provisioned with the booked pool's node labels as provisioningClassDetails;
+            # Kueue (0.12+) adds this one to the admitted pods' node selector, so kube-scheduler binds them in
+            # the pool the capacity was booked in, even under a flavor that spans several (`kueue.flavors`).
+            "podSetUpdates": {
+                "nodeSelector": [{"key": pool_label(cluster), "valueFromProvisioningClassDetail": pool_label(cluster)}]
+            },
         },
     }
     check = {

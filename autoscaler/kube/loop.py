@@ -4,7 +4,8 @@ Order within a tick (each step acts only on this tick's fresh reads):
 1. leader election (a Lease): a replica that does not lead reads and exports metrics only;
 2. reads: ProvisioningRequests of the atomic class and their PodTemplates, Nodes, Pods, each pool's cloud
    nodes (GCE instances of GKE node pools, Machines of Cluster API pools), offerings, async launch failures;
-3. requests already booked: Provisioned once every booked node is Ready with its GPUs (a booked node that
+3. requests already booked: Provisioned once every booked node is Ready with its GPUs, the booked pool's node
+   labels as the answer's details (Kueue pins the admitted pods to that pool by them; a booked node that
    vanishes after that is not the request's any more: never CapacityRevoked, see `_check_booking`); a failed
    launch -> its nodes deleted (all or nothing) and the request served again on another offering (the backoff
    memory remembers the failure);
@@ -511,8 +512,24 @@ class KubeDaemon:
         return out
 
     # ---- requests ---------------------------------------------------------------------------------------
+    def _provisioned(self, v: RequestView, pool: str, names: Sequence[str], now: float, res: KubeTickResult) -> None:
+        """Provisioned=True, with the booked pool's node labels as `provisioningClassDetails`: the stack's
+        ProvisioningRequestConfig has Kueue copy the pool label into the admitted pods' node selector
+        (`podSetUpdates`), so the pods run in the pool the capacity was booked in, as the replay's do."""
+        details = dict(self.kp.labels.get(pool) or {})
+        self._condition(v, "Provisioned", "True", "Provisioned", _ready_message(names), now, res, details=details)
+
     def _condition(
-        self, v: RequestView, kind: str, status: str, reason: str, message: str, now: float, res: KubeTickResult
+        self,
+        v: RequestView,
+        kind: str,
+        status: str,
+        reason: str,
+        message: str,
+        now: float,
+        res: KubeTickResult,
+        *,
+        details: Mapping[str, str] | None = None,
     ) -> None:
         pr = self._current.get(v.key) or {}
         conds = [c for c in ((pr.get("status") or {}).get("conditions") or []) if c.get("type") != kind]
@@ -530,9 +547,10 @@ class KubeDaemon:
                 "observedGeneration": v.generation,
             }
         )
-        self._current[v.key] = self.api.patch_provisioning_request_status(
-            v.namespace, v.name, {"status": {"conditions": conds}}
-        )
+        status_patch: dict[str, Any] = {"conditions": conds}
+        if details:
+            status_patch["provisioningClassDetails"] = dict(details)
+        self._current[v.key] = self.api.patch_provisioning_request_status(v.namespace, v.name, {"status": status_patch})
         res.answered[v.key] = f"{kind}={status} ({reason})"
         logger.bind(request=v.key, condition=kind, status=status, reason=reason).info(
             "{}: {}={} {}: {}", v.key, kind, status, reason, message
@@ -555,7 +573,7 @@ class KubeDaemon:
             booked = self._write_booking(v, Booking(f"existing-{v.key}", pool, {}, names, len(names), now))
             if booked and all(n in facts and facts[n].ready and not facts[n].cordoned for n in names):
                 # the capacity is there now: Provisioned in this tick, not at the next one (Kueue admits at once)
-                self._condition(v, "Provisioned", "True", "Provisioned", _ready_message(names), now, res)
+                self._provisioned(v, pool, names, now, res)
             return
         shared = [n for n in names if n in self._launching]
         if shared and len(shared) == len(names):
@@ -687,7 +705,7 @@ class KubeDaemon:
                 "{}: other pods took the room booked on {}; planned again", v.key, ", ".join(taken)
             )
             return
-        self._condition(v, "Provisioned", "True", "Provisioned", _ready_message(b.names), now, res)
+        self._provisioned(v, b.pool, b.names, now, res)
 
     def _unserved(self, v: RequestView, reason: UnservedReason, detail: str, now: float, res: KubeTickResult) -> None:
         valid = v.valid_until_s if v.valid_until_s is not None else DEFAULT_VALID_S

@@ -53,9 +53,29 @@ def team_namespace(team: KueueTeamSpec) -> str:
     return team.namespace or team.name
 
 
+def shared_flavor(cluster: ClusterSpec, pool_name: str) -> str | None:
+    """The `kueue.flavors` entry naming the pool, if any (the rules allow one at most)."""
+    if cluster.kueue is None:
+        return None
+    return next((name for name, pools in cluster.kueue.flavors.items() if pool_name in pools), None)
+
+
+def flavor_key(cluster: ClusterSpec, pool_name: str) -> str:
+    """What a pool's ResourceFlavor is named after: its shared flavor, else the pool itself."""
+    return shared_flavor(cluster, pool_name) or pool_name
+
+
 def flavor_name(cluster: ClusterSpec, pool: NodePoolSpec) -> str:
     """The ResourceFlavor of a pool (cluster-scoped, so prefixed by the cluster)."""
-    return f"{cluster.name}-{pool.name}"
+    return f"{cluster.name}-{flavor_key(cluster, pool.name)}"
+
+
+def flavor_pools(cluster: ClusterSpec) -> dict[str, list[NodePoolSpec]]:
+    """Flavor key -> its pools, in the order of the cluster's pools (first pool first)."""
+    out: dict[str, list[NodePoolSpec]] = {}
+    for pool in cluster.pools:
+        out.setdefault(flavor_key(cluster, pool.name), []).append(pool)
+    return out
 
 
 def cluster_queue_name(cluster: ClusterSpec, team: KueueTeamSpec) -> str:
@@ -72,13 +92,18 @@ def quota_gpus(team: KueueTeamSpec, pool: NodePoolSpec, shape: NodeShape) -> int
     return math.floor(share * pool.max_nodes * shape.gpus + 1e-9)
 
 
-def nominal_quota(team: KueueTeamSpec, pool: NodePoolSpec, shape: NodeShape) -> dict[str, str]:
-    """Kueue quantities (cpu, memory, nvidia.com/gpu) in proportion to the GPUs of the quota."""
+def quota_amounts(team: KueueTeamSpec, pool: NodePoolSpec, shape: NodeShape) -> dict[str, int]:
+    """The team's nominal cpu, memory (GiB) and GPUs on a pool, cpu and memory in proportion to its GPUs."""
     gpus = quota_gpus(team, pool, shape)
     nodes = gpus / shape.gpus
     cpu = math.floor(nodes * shape.vcpus * ALLOCATABLE_CPU_FRACTION)
     mem = math.floor(nodes * shape.memory_gib * ALLOCATABLE_MEMORY_FRACTION)
-    return {"cpu": str(cpu), "memory": f"{mem}Gi", GPU_RESOURCE: str(gpus)}
+    return {"cpu": cpu, "memory": mem, GPU_RESOURCE: gpus}
+
+
+def kueue_quantity(resource: str, amount: int) -> str:
+    """A Kueue quantity string of a `quota_amounts` value (memory in Gi)."""
+    return f"{amount}Gi" if resource == "memory" else str(amount)
 
 
 def spot(pool: NodePoolSpec) -> bool:
@@ -92,6 +117,9 @@ GKE_SPOT_LABEL = "cloud.google.com/gke-spot"
 # Cluster API copies Machine labels of this domain to the Node (CAPI >= 1.4 label sync).
 CAPI_POOL_LABEL = "node.cluster.x-k8s.io/gpu-fleet-pool"
 CAPI_SPOT_TAINT = "gpu-fleet/spot"
+# The shared Kueue flavor of a node's pool (`kueue.flavors`); on Cluster API in the synced domain as well.
+GKE_FLAVOR_LABEL = "gpu-fleet/kueue-flavor"
+CAPI_FLAVOR_LABEL = "node.cluster.x-k8s.io/gpu-fleet-kueue-flavor"
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}  # GKE adds it to GPU nodes
 # Topology-aware scheduling levels GKE labels GPU nodes with (A3 Mega, A3 Ultra, A4 with dense placement).
 GKE_TOPOLOGY_LEVELS = ("cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock",
@@ -99,11 +127,37 @@ GKE_TOPOLOGY_LEVELS = ("cloud.google.com/gce-topology-block", "cloud.google.com/
 TOPOLOGY_FABRICS = ("gpudirect-tcpxo", "rdma")
 
 
+def flavor_label(cluster: ClusterSpec) -> str:
+    """The node label a shared flavor selects its pools' nodes by."""
+    return GKE_FLAVOR_LABEL if cluster.platform == "gke" else CAPI_FLAVOR_LABEL
+
+
+def pool_label(cluster: ClusterSpec) -> str:
+    """The node label naming a node's pool (GKE sets its own; Cluster API syncs ours from the Machine)."""
+    return GKE_NODEPOOL_LABEL if cluster.platform == "gke" else CAPI_POOL_LABEL
+
+
 def node_labels(cluster: ClusterSpec, pool: NodePoolSpec) -> dict[str, str]:
-    """Labels every node of the pool carries, which its ResourceFlavor selects on."""
-    if cluster.platform == "gke":
-        return {GKE_NODEPOOL_LABEL: pool.name}
-    return {CAPI_POOL_LABEL: pool.name}
+    """Labels every node of the pool carries: the pool's, and its shared flavor's (`flavor_node_labels`)."""
+    labels = {pool_label(cluster): pool.name}
+    shared = shared_flavor(cluster, pool.name)
+    if shared is not None:
+        labels[flavor_label(cluster)] = shared
+    return labels
+
+
+def gke_set_labels(cluster: ClusterSpec, pool: NodePoolSpec) -> dict[str, str]:
+    """The `node_labels` a GKE node pool's config must set (GKE sets its node-pool label itself)."""
+    return {k: v for k, v in node_labels(cluster, pool).items() if k != GKE_NODEPOOL_LABEL}
+
+
+def flavor_node_labels(cluster: ClusterSpec, pool: NodePoolSpec) -> dict[str, str]:
+    """The nodeLabels of the pool's ResourceFlavor: Kueue copies them into the pods' (and the
+    ProvisioningRequest's) node selector, so they name the pools the autoscaler may serve the workload from."""
+    shared = shared_flavor(cluster, pool.name)
+    if shared is not None:
+        return {flavor_label(cluster): shared}
+    return node_labels(cluster, pool)
 
 
 def spot_taint(cluster: ClusterSpec) -> dict[str, str]:

@@ -23,6 +23,7 @@ K8S_LABEL_KEY = re.compile(_DNS_PREFIX + r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za
 K8S_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 # A GPU-hour below 5 cents or above $100 is a unit mistake ($/month, $/GPU vs $/node), not a price.
 GPU_HOUR_USD = (0.05, 100.0)
+K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def _clusters(spec: FleetSpec, platform: str | None = None) -> Iterator[tuple[str, ClusterSpec]]:
@@ -273,6 +274,46 @@ def kueue_quota_shares(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
                         where,
                         f"the teams' shares of pool {name!r} add up to {total[name]:g} (> 1): nominal quotas "
                         "would promise more GPUs than the pool has at max_nodes (use borrowing instead)",
+                    )
+
+
+@rule
+def kueue_shared_flavors(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """A `kueue.flavors` entry spans existing pools of one GPU model (its quota counts GPUs as one kind), each
+    pool in one flavor at most, under a name no other flavor has; a team quotas all
+    of a shared flavor's pools or none (the flavor's node selector lets its workloads run on any of them)."""
+    for path, cluster in _kueue(spec):
+        pools = {p.name: p for p in cluster.pools}
+        seen: dict[str, str] = {}
+        for fname, members in cluster.kueue.flavors.items():
+            where = f"{path}.flavors.{fname}"
+            if not K8S_NAME.fullmatch(fname):
+                yield where, f"flavor name {fname!r} must be a DNS-1123 label"
+            if fname in pools and fname not in members:
+                yield where, f"names pool {fname!r}'s own flavor ({cluster.name}-{fname}): pick another name"
+            if not members:
+                yield where, "lists no pool"
+            for j, name in enumerate(members):
+                if name not in pools:
+                    yield f"{where}[{j}]", f"no pool {name!r} in this cluster (pools: {', '.join(pools)})"
+                elif name in seen:
+                    yield f"{where}[{j}]", f"pool {name!r} is already in flavor {seen[name]!r}"
+                else:
+                    seen[name] = fname
+            known = [pools[n] for n in dict.fromkeys(members) if n in pools]
+            models = {p.name: shape.gpu_type for p in known if (shape := node_shape(p, cat)) is not None}
+            if len(set(models.values())) > 1:
+                listed = ", ".join(f"{n} ({m})" for n, m in models.items())
+                yield where, f"pools of different GPU models ({listed}): one nvidia.com/gpu quota would count both"
+        for i, team in enumerate(cluster.kueue.teams):
+            for fname, members in cluster.kueue.flavors.items():
+                listed = [n for n in members if n in team.quotas]
+                if listed and len(listed) < len(members):
+                    missing = ", ".join(n for n in members if n not in team.quotas)
+                    yield (
+                        f"{path}.teams[{i}].quotas",
+                        f"quotas part of flavor {fname!r} (not {missing}): its workloads may run on every pool of "
+                        "the flavor, so give the team a share of each or of none",
                     )
 
 

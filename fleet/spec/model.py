@@ -306,6 +306,11 @@ class KueueSpec(_Spec):
         "0.10.0", pattern=r"^\d+\.\d+\.\d+$", description="JobSet release (Helm chart version), or null"
     )
     teams: list[KueueTeamSpec] = Field(min_length=1)
+    # Pools of one GPU model behind one ResourceFlavor: Kueue admits on the flavor's quota and the autoscaler
+    # picks the pool (shape, capacity type) per request; a pool named in no flavor gets a flavor of its own.
+    flavors: dict[str, list[str]] = Field(
+        default_factory=dict, description="flavor name -> the pools it spans (one ResourceFlavor, one quota)"
+    )
     priority_classes: list[WorkloadPriorityClassSpec] = Field(default_factory=_default_priorities)
     fair_sharing: bool = True
     provisioning: bool = Field(True, description="admission check: Kueue asks the autoscaler before admitting")

@@ -159,7 +159,9 @@ def reconcile_capi(fake: FakeKube, namespace: str) -> None:
             mname = f"{name}-m{fake.version}-{i}"
             i += 1
             create_machine(fake, md, mname)
-            fake.create(ready_node(mname, {POOL_LABEL: labels[POOL_LABEL]}))
+            # Cluster API copies a Machine's labels of the node.cluster.x-k8s.io domain to its Node
+            synced = {k: v for k, v in labels.items() if k.split("/")[0] == "node.cluster.x-k8s.io"}
+            fake.create(ready_node(mname, {POOL_LABEL: labels[POOL_LABEL], **synced}))
             fake.update("machines", mname, namespace, lambda m, n=mname: _running(m, n))
             mine.append(fake.get("machines", mname, namespace))
 

@@ -20,18 +20,20 @@ from autoscaler.kube.source import BOOKING
 from fleet.cli.main import app
 from fleet.inventory import parse_inventory
 from fleet.provisioning_class import CLUSTER_AUTOSCALER_CLASSES
+from fleet.synth.run import synth_file
 from tests.fakes.compute_api import FakeCompute
 from tests.fakes.kube_api import FakeKube
-from tests.kube.cluster import bound_rules, pod_template, provisioning_request
-from tests.stacks.test_kube_stacks import manifests, of_kind, synthesized
+from tests.kube.cluster import bound_rules, pod_template, provisioning_request, reconcile_capi
+from tests.stacks.test_kube_stacks import manifests, neo_file, neo_with_a_shared_h100_flavor, of_kind, synthesized
 
 
 class Deployed:
     """The daemon's Deployment and ConfigMap of a synthesized stack, with the ConfigMap's files written under
     `tmp_path` (its mount point, the paths in the files rewritten to it)."""
 
-    def __init__(self, stack: str, tmp_path: Path) -> None:
-        self.syn = syn = synthesized(stack)
+    def __init__(self, stack: str | Path, tmp_path: Path) -> None:
+        """`stack`: a shipped stack's name, or a stack file."""
+        self.syn = syn = synthesized(stack) if isinstance(stack, str) else synth_file(stack)
         (deployment,) = of_kind(syn, "Deployment")
         (configmap,) = of_kind(syn, "ConfigMap")
         self.pod = pod = deployment["spec"]["template"]["spec"]
@@ -77,6 +79,31 @@ def accepted(fake: FakeKube, name: str, namespace: str) -> bool:
     return any(
         c["type"] == "Accepted" and c["status"] == "True" for c in (pr.get("status") or {}).get("conditions", [])
     )
+
+
+def admitted_pod_selector(
+    flavor_labels: dict[str, str], config: dict[str, Any], details: dict[str, str]
+) -> dict[str, str]:
+    """The node selector Kueue gives an admitted workload's pods: its flavor's nodeLabels, plus the
+    ProvisioningRequestConfig's `podSetUpdates.nodeSelector` entries whose `valueFromProvisioningClassDetail` the
+    Provisioned request's `provisioningClassDetails` holds (Kueue's provisioning controller skips a missing one)."""
+    out = dict(flavor_labels)
+    for update in (config["spec"].get("podSetUpdates") or {}).get("nodeSelector", []):
+        if update["valueFromProvisioningClassDetail"] in details:
+            out[update["key"]] = details[update["valueFromProvisioningClassDetail"]]
+    return out
+
+
+def provisioned_details(d: Deployed, fake: FakeKube, name: str, namespace: str) -> dict[str, str]:
+    """Bring the MachineDeployments' Machines and Nodes up (`reconcile_capi`), tick once more, and return the
+    request's `provisioningClassDetails`, which must be Provisioned by then."""
+    for ns in {md["metadata"]["namespace"] for md in fake.list("machinedeployments")}:
+        reconcile_capi(fake, ns)
+    res = d.run_once()
+    assert res.exit_code == 0, res.output
+    status = fake.get("provisioningrequests", name, namespace).get("status") or {}
+    assert any(c["type"] == "Provisioned" and c["status"] == "True" for c in status.get("conditions", [])), status
+    return dict(status.get("provisioningClassDetails") or {})
 
 
 def test_the_deployed_daemon_serves_a_request_on_the_stack_s_machine_deployments(tmp_path: Path) -> None:
@@ -157,6 +184,45 @@ def test_each_kueue_flavor_of_the_stack_gets_nodes_from_its_own_machine_deployme
                 if flavor["spec"]["nodeLabels"].items() <= m["spec"]["template"]["metadata"]["labels"].items()
             ]
             assert int(md["spec"].get("replicas") or 0) == 1, (flavor["metadata"]["name"], md["metadata"]["name"])
+    finally:
+        fake.stop()
+    assert not fake.forbidden, fake.forbidden
+
+
+def test_a_shared_flavor_s_workloads_get_nodes_of_the_pool_that_fits_them(tmp_path: Path) -> None:
+    """`kueue.flavors`: Kueue admits both workloads under the one H100 flavor and gives their pods (and their
+    requests' templates) its node selector; the daemon picks the pool per request within the flavor: a 1 x H100
+    node for the 1-GPU pod, an 8 x H100 node for the 8-GPU pod, nothing from the L40S pool."""
+    d = Deployed(neo_file(tmp_path, neo_with_a_shared_h100_flavor), tmp_path)
+    fake = d.fake_kube()
+    try:
+        for md in of_kind(d.syn, "MachineDeployment"):
+            fake.create(md)
+        (flavor,) = [f for f in of_kind(d.syn, "ResourceFlavor") if f["metadata"]["name"] == "neo-h100"]
+        selector = dict(flavor["spec"]["nodeLabels"])
+        for name, gpus in (("small", 1), ("big", 8)):
+            fake.create(pod_template(name, "training", gpus, selector=selector))
+            fake.create(d.request(f"wl-{name}", "training", name, 1))
+        res = d.run_once()
+        assert res.exit_code == 0, res.output
+        replicas = {
+            m["spec"]["template"]["metadata"]["labels"]["node.cluster.x-k8s.io/gpu-fleet-pool"]: int(
+                m["spec"].get("replicas") or 0
+            )
+            for m in fake.list("machinedeployments")
+        }
+        assert replicas == {"h100": 1, "h100-1x": 1, "l40s": 0}, replicas
+        assert accepted(fake, "wl-small", "training") and accepted(fake, "wl-big", "training")
+        (config,) = of_kind(d.syn, "ProvisioningRequestConfig")
+        mds = {
+            md["metadata"]["name"]: md["spec"]["template"]["metadata"]["labels"]
+            for md in fake.list("machinedeployments")
+        }
+        for name, pool in (("small", "h100-1x"), ("big", "h100")):
+            booked = provisioned_details(d, fake, f"wl-{name}", "training")
+            pods = admitted_pod_selector(selector, config, booked)
+            (md,) = [md for md, labels in mds.items() if pods.items() <= labels.items()]
+            assert mds[md]["node.cluster.x-k8s.io/gpu-fleet-pool"] == pool, (name, pods)
     finally:
         fake.stop()
     assert not fake.forbidden, fake.forbidden

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from fleet.spec import SpecError, load_spec
-from fleet.spec.kube import node_shape, nominal_quota
+from fleet.spec.kube import node_shape, quota_amounts
 from fleet.spec.rules import RULES
 
 Spec = dict[str, Any]
@@ -105,6 +105,17 @@ def _spot_twin_sharing_the_template(d: dict) -> None:
     cl(d)["kueue"]["teams"][0]["quotas"]["spot"] = 1.0
 
 
+def _l40s_beside_h100(d: dict, *, shared: bool) -> None:
+    """A 4 x L40S pool next to the 8 x H100 one, quota'd by the one team; in one shared flavor if `shared`."""
+    l40s = copy.deepcopy(pool(d, 0))
+    l40s.update(name="l40s", machine_type="gpu-l40s-4x", price_per_hour=5.16)
+    l40s["cluster_api"].update(gpu_type="nvidia-l40s", gpus_per_node=4, vcpus=64, memory_gib=512)
+    cl(d)["pools"].append(l40s)
+    team(d, 0)["quotas"]["l40s"] = 1.0
+    if shared:
+        cl(d)["kueue"]["flavors"] = {"gpu": ["h100", "l40s"]}
+
+
 CASES = [
     Case("platform_settings", "capi", lambda d: cl(d).pop("kubernetes"), "clusters[0].kubernetes",
          "required with platform: kubernetes"),
@@ -163,6 +174,21 @@ CASES = [
          "clusters[0].kueue.teams[1].quotas.resv", "must be in (0, 1]"),
     Case("kueue_quota_shares", "gke", lambda d: team(d, 1)["quotas"].update(resv=0.01),
          "clusters[0].kueue.teams[1].quotas.resv", "rounds down to 0 GPUs"),
+    Case("kueue_shared_flavors", "gke", lambda d: cl(d)["kueue"].update(flavors={"H200": ["resv", "spot"]}),
+         "clusters[0].kueue.flavors.H200", "must be a DNS-1123 label"),
+    Case("kueue_shared_flavors", "gke", lambda d: cl(d)["kueue"].update(flavors={"spot": ["resv"]}),
+         "clusters[0].kueue.flavors.spot", "names pool 'spot''s own flavor (a3u-spot)"),
+    Case("kueue_shared_flavors", "gke", lambda d: cl(d)["kueue"].update(flavors={"h200": []}),
+         "clusters[0].kueue.flavors.h200", "lists no pool"),
+    Case("kueue_shared_flavors", "gke", lambda d: cl(d)["kueue"].update(flavors={"h200": ["resv", "l4"]}),
+         "clusters[0].kueue.flavors.h200[1]", "no pool 'l4' in this cluster (pools: resv, spot)"),
+    Case("kueue_shared_flavors", "gke", lambda d: cl(d)["kueue"].update(flavors={"a": ["resv"], "b": ["spot", "resv"]}),
+         "clusters[0].kueue.flavors.b[1]", "pool 'resv' is already in flavor 'a'"),
+    Case("kueue_shared_flavors", "capi", lambda d: _l40s_beside_h100(d, shared=True), "clusters[0].kueue.flavors.gpu",
+         "pools of different GPU models (h100 (nvidia-h100-80gb), l40s (nvidia-l40s))"),
+    Case("kueue_shared_flavors", "gke",
+         lambda d: (cl(d)["kueue"].update(flavors={"h200": ["resv", "spot"]}), team(d, 1)["quotas"].pop("spot")),
+         "clusters[0].kueue.teams[1].quotas", "quotas part of flavor 'h200' (not spot)"),
     Case("kueue_pools_queued", "gke", lambda d: [team(d, i)["quotas"].pop("spot") for i in (0, 1)],
          "clusters[0].pools[1].name", "pool 'spot' is in no team's kueue quotas"),
     Case("kueue_cohort_limits", "gke", lambda d: team(d, 0).pop("cohort"),
@@ -227,6 +253,6 @@ def test_nominal_quota_is_the_share_of_the_pool_at_max_size() -> None:
     resv = spec.clusters[0].pools[0]
     shape = node_shape(resv, load_catalog())
     assert shape is not None and shape.gpus == 8
-    quota = nominal_quota(spec.clusters[0].kueue.teams[0], resv, shape)
-    assert quota["nvidia.com/gpu"] == "16"  # 0.5 x 4 nodes x 8 GPUs
-    assert quota["cpu"] == str(int(2 * shape.vcpus * 0.9))
+    quota = quota_amounts(spec.clusters[0].kueue.teams[0], resv, shape)
+    assert quota["nvidia.com/gpu"] == 16  # 0.5 x 4 nodes x 8 GPUs
+    assert quota["cpu"] == int(2 * shape.vcpus * 0.9)

@@ -96,7 +96,8 @@ def test_each_pool_has_a_flavor_and_each_team_a_queue(kube_example):
     flavors = {f["metadata"]["name"]: f for f in of_kind(kube_example, "ResourceFlavor")}
     assert set(flavors) == {p["kueue_flavor"] for p in pools}
     for pool in pools:
-        assert flavors[pool["kueue_flavor"]]["spec"]["nodeLabels"] == pool["node_labels"]
+        # Kueue puts the flavor's nodeLabels on its pods: each pool's nodes carry them
+        assert flavors[pool["kueue_flavor"]]["spec"]["nodeLabels"].items() <= pool["node_labels"].items()
     cqs = of_kind(kube_example, "ClusterQueue")
     lqs = of_kind(kube_example, "LocalQueue")
     assert len(cqs) == len(lqs) == 2
@@ -111,6 +112,10 @@ def test_each_pool_has_a_flavor_and_each_team_a_queue(kube_example):
         assert spec["admissionChecksStrategy"]["admissionChecks"][0]["name"].endswith("-provisioning")
     (prc,) = of_kind(kube_example, "ProvisioningRequestConfig")
     assert prc["spec"]["provisioningClassName"] == "best-effort-atomic-scale-up.gpu-fleet.dev"
+    # the pods Kueue admits get the label naming the pool the daemon booked (its provisioningClassDetails)
+    (update,) = prc["spec"]["podSetUpdates"]["nodeSelector"]
+    assert update["key"] == update["valueFromProvisioningClassDetail"]
+    assert all(pool["node_labels"][update["key"]] == pool["name"] for pool in pools)
     assert {p["metadata"]["name"] for p in of_kind(kube_example, "WorkloadPriorityClass")} == {"low", "normal", "high"}
     release = kueue_release(kube_example)
     assert release.inputs["version"] == "0.14.3" and release.inputs["chart"].startswith("oci://registry.k8s.io/kueue")
@@ -319,19 +324,19 @@ def _stack_file(tmp_path: Path, stack: str, mutate) -> Path:
     return path
 
 
-def _neo_file(tmp_path: Path, mutate) -> Path:
+def neo_file(tmp_path: Path, mutate) -> Path:
     return _stack_file(tmp_path, "k8s-neocloud-kueue", mutate)
 
 
 def test_a_plain_text_kubeconfig_is_refused(tmp_path):
-    path = _neo_file(tmp_path, lambda c: c.update({"gpu-fleet:kubeconfig": "apiVersion: v1\nkind: Config\n"}))
+    path = neo_file(tmp_path, lambda c: c.update({"gpu-fleet:kubeconfig": "apiVersion: v1\nkind: Config\n"}))
     with pytest.raises(SpecError) as info:
         synth_file(path)
     assert info.value.errors[0][0] == "gpu-fleet:kubeconfig" and "must be a Pulumi secret" in info.value.errors[0][1]
 
 
 def test_a_missing_kubeconfig_is_refused(tmp_path):
-    path = _neo_file(tmp_path, lambda c: c.pop("gpu-fleet:kubeconfig"))
+    path = neo_file(tmp_path, lambda c: c.pop("gpu-fleet:kubeconfig"))
     with pytest.raises(SpecError) as info:
         synth_file(path)
     assert "pulumi config set --secret gpu-fleet:kubeconfig" in info.value.errors[0][1]
@@ -345,7 +350,7 @@ def test_cli_bad_quota_exits_2_with_the_field_path(tmp_path):
     def overbook(c: dict[str, Any]) -> None:
         c["gpu-fleet:fleet"]["clusters"][0]["kueue"]["teams"][1]["quotas"]["h100"] = 0.5
 
-    proc = _cli("--config", str(_neo_file(tmp_path, overbook)), "--json")
+    proc = _cli("--config", str(neo_file(tmp_path, overbook)), "--json")
     assert proc.returncode == 2, proc.stderr
     assert "clusters[0].kueue.teams[1].quotas.h100" in proc.stderr and "Traceback" not in proc.stderr
     assert proc.stdout == ""
@@ -441,7 +446,7 @@ def test_a_cluster_that_already_serves_the_api_keeps_its_own_crd(tmp_path):
     def present(config: dict) -> None:
         config["gpu-fleet:fleet"]["clusters"][0]["kubernetes"]["provisioning_request_crd"] = "present"
 
-    syn = synth_file(_neo_file(tmp_path, present))
+    syn = synth_file(neo_file(tmp_path, present))
     assert _crds(syn) == []
     assert syn.result.by_type("kubernetes:helm.sh/v3:Release")
 
@@ -513,7 +518,7 @@ def test_taints_through_the_bootstrap_template_leave_the_machine_deployments_wit
     def bootstrap(config: dict) -> None:
         config["gpu-fleet:fleet"]["clusters"][0]["kubernetes"]["taint_propagation"] = "bootstrap"
 
-    syn = synth_file(_neo_file(tmp_path, bootstrap))
+    syn = synth_file(neo_file(tmp_path, bootstrap))
     mds = of_kind(syn, "MachineDeployment")
     assert mds and all("taints" not in md["spec"]["template"]["spec"] for md in mds)
     inventory = parse_inventory(syn.result.outputs)
@@ -527,7 +532,7 @@ def test_pools_needing_different_taints_cannot_share_a_bootstrap_template_that_r
         cluster["pools"][1]["capacity"] = "spot"  # l40s: spot-tainted nodes, from the same template as h100
 
     with pytest.raises(SpecError) as info:
-        synth_file(_neo_file(tmp_path, bootstrap_with_spot))
+        synth_file(neo_file(tmp_path, bootstrap_with_spot))
     (path, reason) = info.value.errors[0]
     assert path == "clusters[0].pools[1].cluster_api.bootstrap_template"
     assert "h100 and l40s share bootstrap template KubeadmConfigTemplate/neo-gpu-workers" in reason
@@ -549,6 +554,74 @@ def test_a_team_s_own_jobset_leaves_the_stack_installing_none(tmp_path):
     def own(config: dict) -> None:
         config["gpu-fleet:fleet"]["clusters"][0]["kueue"]["jobset_version"] = None
 
-    syn = synth_file(_neo_file(tmp_path, own))
+    syn = synth_file(neo_file(tmp_path, own))
     charts = [r.inputs["chart"] for r in syn.result.by_type("kubernetes:helm.sh/v3:Release")]
     assert charts == ["oci://registry.k8s.io/kueue/charts/kueue"]
+
+
+def _shared(cluster: dict[str, Any], flavor: str, pools: list[str]) -> None:
+    cluster["kueue"]["flavors"] = {flavor: pools}
+
+
+def test_a_shared_flavor_spans_its_pools_on_gke(tmp_path, upstream):
+    """`kueue.flavors`: one ResourceFlavor over both pools, selected by a label the node pools set, the teams'
+    quotas summed onto it, and the daemon's inventory naming that label among each pool's node labels, so a
+    request Kueue admits under the flavor may be served from either pool."""
+    path = _gke_file(tmp_path, lambda c: _shared(c["gpu-fleet:fleet"]["clusters"][0], "h200", ["resv", "spot"]))
+    syn = synth_file(path)
+    objs = manifests(syn, "kueue.x-k8s.io")
+    problems = {f"{o['kind']}/{o['metadata']['name']}": validate(o, upstream) for o in objs}
+    assert not {k: v for k, v in problems.items() if v}, problems
+    (flavor,) = of_kind(syn, "ResourceFlavor")
+    assert flavor["metadata"]["name"] == "a3u-h200"
+    assert flavor["spec"]["nodeLabels"] == {"gpu-fleet/kueue-flavor": "h200"}
+    assert "nodeTaints" not in flavor["spec"]  # on-demand and spot together: the pods' tolerations decide
+    assert flavor["spec"]["topologyName"]  # both pools are A3 Ultra: topology-aware
+    cqs = {cq["metadata"]["name"]: cq["spec"]["resourceGroups"][0]["flavors"] for cq in of_kind(syn, "ClusterQueue")}
+    base = {
+        cq["metadata"]["name"]: cq["spec"]["resourceGroups"][0]["flavors"]
+        for cq in of_kind(synthesized("gke-a3ultra-kueue"), "ClusterQueue")
+    }
+    for name, flavors in cqs.items():
+        (only,) = flavors
+        got = {r["name"]: r for r in only["resources"]}["nvidia.com/gpu"]
+        per_pool = [{r["name"]: r for r in f["resources"]}["nvidia.com/gpu"] for f in base[name]]
+        assert int(got["nominalQuota"]) == sum(int(g["nominalQuota"]) for g in per_pool)
+    for pool in gpu_pools(syn):
+        assert pool.inputs["nodeConfig"]["labels"]["gpu-fleet/kueue-flavor"] == "h200"
+    for entry in syn.result.outputs["autoscaler_inventory"]:
+        assert entry["kueue_flavor"] == "a3u-h200"
+        assert flavor["spec"]["nodeLabels"].items() <= entry["node_labels"].items()
+
+
+def neo_with_a_shared_h100_flavor(config: dict[str, Any]) -> None:
+    """k8s-neocloud-kueue plus a 1 x H100 pool, in one shared flavor `h100` with the 8 x H100 pool."""
+    cluster = config["gpu-fleet:fleet"]["clusters"][0]
+    (h100,) = [p for p in cluster["pools"] if p["name"] == "h100"]
+    small = copy.deepcopy(h100)
+    small.update(name="h100-1x", machine_type="gpu-h100-sxm-1x", price_per_hour=2.99, max_nodes=8)
+    small["cluster_api"].update(gpus_per_node=1, vcpus=16, memory_gib=192)
+    cluster["pools"].append(small)
+    for team in cluster["kueue"]["teams"]:
+        team["quotas"]["h100-1x"] = 0.5
+    _shared(cluster, "h100", ["h100", "h100-1x"])
+
+
+def test_a_shared_flavor_labels_the_cluster_api_nodes_in_the_synced_domain(tmp_path, upstream):
+    """On Cluster API the flavor label must reach the Node: only `node.cluster.x-k8s.io/` labels of a Machine are
+    copied to its Node, so that is where it goes."""
+
+    syn = synth_file(neo_file(tmp_path, neo_with_a_shared_h100_flavor))
+    objs = manifests(syn, "kueue.x-k8s.io") + manifests(syn, "cluster.x-k8s.io")
+    problems = {f"{o['kind']}/{o['metadata']['name']}": validate(o, upstream) for o in objs}
+    assert not {k: v for k, v in problems.items() if v}, problems
+    flavors = {f["metadata"]["name"]: f["spec"]["nodeLabels"] for f in of_kind(syn, "ResourceFlavor")}
+    assert flavors == {
+        "neo-h100": {"node.cluster.x-k8s.io/gpu-fleet-kueue-flavor": "h100"},
+        "neo-l40s": {"node.cluster.x-k8s.io/gpu-fleet-pool": "l40s"},
+    }
+    labels = {
+        md["metadata"]["name"]: md["spec"]["template"]["metadata"]["labels"] for md in of_kind(syn, "MachineDeployment")
+    }
+    shared = [name for name, lab in labels.items() if lab.get("node.cluster.x-k8s.io/gpu-fleet-kueue-flavor") == "h100"]
+    assert len(shared) == 2 and len(labels) == 3

@@ -33,6 +33,8 @@ class ClusterQueue:
     borrowing_limit: int | None = None  # GPUs it may borrow at most (None: any the cohort lends)
     lending_limit: int | None = None  # GPUs of its nominal it lends at most (None: all of the unused)
     strategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
+    #: the ResourceFlavors its quota was summed from (a stack's output); empty: one quota over every pool
+    flavors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

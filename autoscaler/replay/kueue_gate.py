@@ -284,7 +284,8 @@ def queues_from_output(data: Any, source: str) -> list[ClusterQueue]:
         cohort = row.get("cohort")
         if cohort is not None and not isinstance(cohort, str):
             raise KueueSetupError(f"{where}.cohort: expected a string or null")
-        out.append(ClusterQueue(name, nominal, cohort, None if borrow_none else borrow, None if lend_none else lend))
+        borrowing, lending = None if borrow_none else borrow, None if lend_none else lend
+        out.append(ClusterQueue(name, nominal, cohort, borrowing, lending, flavors=tuple(flavors)))
     names = [q.name for q in out]
     if len(set(names)) != len(names):
         raise KueueSetupError(f"{source}: kueue_queues: duplicate ClusterQueue names {sorted(names)}")

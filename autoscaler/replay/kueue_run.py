@@ -63,6 +63,19 @@ class KueueContext:
             policy.gate = gate  # gpu-fleet serves the ProvisioningRequests of the admission check
         return ReplayEngine(self.jobs, scenario, policy, admission=gate)
 
+    def flavor_model(self) -> str:
+        """What the replay's one GPU quota per team stands for in a deployed stack (docs/kubernetes.md)."""
+        several = sorted(q.name for q in self.queues if len(q.flavors) > 1)
+        if not several:
+            return (
+                "one per team over every pool, the autoscaler picking the pool per workload: "
+                "a stack deploys it as one kueue.flavors entry over the pools"
+            )
+        return (
+            f"{', '.join(several)}: several flavors summed into one quota; Kueue's flavor assignment, which "
+            "confines a workload to the first flavor with quota left, is not modelled"
+        )
+
     def as_json(self) -> dict[str, Any]:
         raw = {j.id: j.submit for j in self.jobs}
         floor = np.array([j.submit - raw[j.id] for j in self.admitted])
@@ -85,6 +98,7 @@ class KueueContext:
                 for q in self.queues
             ],
             "admission": "gang (whole workload), BestEffortFIFO, re-evaluated as workloads end; no preemption",
+            "flavors": self.flavor_model(),
             "bound": "clairvoyant bound over the admitted demand (instant capacity behind the same quotas)",
             "raw_lower_bound_usd": round(self.raw_bound.usd, 2),
             "raw_peak_demand_gpus": peak_concurrent_gpus(self.jobs),

@@ -348,6 +348,7 @@ def _print_table(result: object, report: Path | None) -> None:
             f"${kq['raw_lower_bound_usd']:,.0f}); quota wait with instant capacity p95 "
             f"{kq['quota_wait_floor_p95_s']:,.0f} s"
         )
+        console.print(f"kueue flavors: {kq['flavors']}")
     bound = result.bound
     reserved = bound.reservation_usd > 0
     columns: list[tuple[str, Any]] = [

@@ -14,8 +14,10 @@ and the cloud listing the replay's nodes.  Every tick's decisions must be the sa
 
 Open loop: each tick starts from the replay's world, so a difference shows at the tick it happens instead of
 compounding.  Not compared: when the daemon wakes (the ticks are the replay's; `autoscaler/kube/wake.py` and
-tests/kube/test_wake.py).  Not modelled on either side: Kueue's flavor assignment (the replay lets the planner
-choose the pool, docs/simulate.md), so the request's PodTemplate selects no pool here."""
+tests/kube/test_wake.py).  The layout played is one Kueue flavor over every pool (`kueue.flavors`, the one the
+replay scores, docs/simulate.md): a request's PodTemplate selects no pool, and the pods run in the pool booked for
+them (the pool label Kueue adds from the Provisioned request's details, `podSetUpdates`).  Kueue's assignment among
+several flavors is modelled on neither side."""
 
 from __future__ import annotations
 

@@ -136,7 +136,8 @@ def test_queues_from_a_stack_output_sum_each_team_over_its_flavors() -> None:
     }
     out = {"outputs": {"clusters": {"a3u": {"kueue_queues": [row, {**row, "cluster_queue": "a3u-product"}]}}}}
     qs = queues_from_output(out, "f.json")
-    assert qs[0] == ClusterQueue("a3u-research", 96, "a3u", borrowing_limit=48, lending_limit=None)
+    flavors = ("a3u-reserved", "a3u-spot")
+    assert qs[0] == ClusterQueue("a3u-research", 96, "a3u", borrowing_limit=48, lending_limit=None, flavors=flavors)
     with pytest.raises(KueueSetupError, match=r"f.json: kueue_queues\[0\].flavors.a3u-spot.nominal_gpus"):
         bad = {**row, "flavors": {"a3u-spot": {"nominal_gpus": -1}}}
         queues_from_output([bad], "f.json")
@@ -204,6 +205,13 @@ def test_cli_kueue_replays_the_cluster_queues_of_a_stack_output(tmp_path) -> Non
         ("c-b", 16, 8),
     ]
     assert kq["admitted_peak_demand_gpus"] <= 32
+    assert kq["flavors"].startswith("one per team over every pool")  # one flavor each: what the replay models
+    rows[0]["flavors"] = {"resv": flavor, "spot": flavor}
+    path.write_text(json.dumps({"outputs": {"clusters": {"c": {"kueue_queues": rows}}}}), encoding="utf-8")
+    res = runner.invoke(app, [*args, "--kueue-queues", str(path)])
+    assert res.exit_code == 0, res.output
+    flavors = json.loads(res.stdout)["scenario"]["kueue"]["flavors"]
+    assert flavors.startswith("c-a: several flavors summed into one quota") and "not modelled" in flavors
     res = runner.invoke(app, [*args, "--kueue-queues", str(path), "--kueue-teams", "3"])
     assert res.exit_code == 2 and "--kueue-teams: not with --kueue-queues" in res.output
 

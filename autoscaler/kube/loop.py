@@ -720,7 +720,13 @@ class KubeDaemon:
                 f"the largest pool that can run its pods holds {max(fits)} nodes" if fits else "no pool fits a pod"
             )
             self._condition(
-                v, "Failed", "True", "CapacityIsNotFound", f"{v.pods} pods x {v.gpus_per_pod} GPUs: {biggest}", now, res
+                v,
+                "Failed",
+                "True",
+                "CapacityIsNotFound",
+                f"{v.pods} pods x {v.gpus_per_pod} GPUs: {biggest}{self._outside_selector(v)}",
+                now,
+                res,
             )
         elif reason in PERMANENT:
             self._condition(v, "Failed", "True", "CapacityIsNotFound", f"{reason}: {detail}", now, res)
@@ -728,6 +734,29 @@ class KubeDaemon:
             self._condition(v, "Failed", "True", "Expired", f"not provisioned within {valid:.0f} s: {detail}", now, res)
         else:
             self._condition(v, "Provisioned", "False", "CapacityIsNotFound", f"{reason}: {detail}", now, res)
+
+    def _outside_selector(self, v: RequestView) -> str:
+        """Why a request whose pods' node selector (its Kueue flavor's) allows no pool that fits could still be
+        served: Kueue assigns a flavor by quota, never by whether a pod fits its nodes."""
+        if v.pools is None:
+            return ""
+        allowed = [p for p in self.kp.pools if p.name in v.pools]
+        would = [
+            p.name
+            for p in self.kp.pools
+            if p.name not in v.pools and p.gpus_per_node >= v.gpus_per_pod
+            and (v.spot_ok or str(p.capacity_type) != "spot") and v.pods <= p.max_nodes
+        ]  # fmt: skip
+        if not would:
+            return ""
+        shapes = ", ".join(f"{p.name} ({p.gpus_per_node} GPUs/node)" for p in allowed) or "none"
+        same_model = {p.gpu_type for p in allowed} & {p.gpu_type for p in self.kp.pools if p.name in would}
+        return (
+            f" among the pools its node selector allows: {shapes}; {', '.join(would)} would hold it. Kueue assigns "
+            "a flavor by quota, not by whether a pod fits its nodes: select a pool that fits in the pods' "
+            "nodeSelector, and Kueue assigns that pool's flavor"
+            + ("; or put the pools of one GPU model in one kueue.flavors entry" if same_model else "")
+        )
 
     def _fail_offering(self, key: Any, kind: FailureKind, now: float, message: str) -> None:
         self.memory = record_failure(self.memory, key, kind, now, self.policy, message)

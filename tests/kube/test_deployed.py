@@ -228,6 +228,34 @@ def test_a_shared_flavor_s_workloads_get_nodes_of_the_pool_that_fits_them(tmp_pa
     assert not fake.forbidden, fake.forbidden
 
 
+def test_a_pod_kueue_put_on_a_flavor_too_small_fails_naming_the_pool_that_would_hold_it(tmp_path: Path) -> None:
+    """Team `inference` of k8s-neocloud-kueue lists the 4 x L40S flavor before the 8 x H100 one, and Kueue assigns
+    flavors by quota, not by fit: an 8-GPU pod with no node selector of its own is admitted under the L40S flavor
+    and its request names the L40S pool only.  Nothing can serve it; the answer says why and what to change."""
+    d = Deployed("k8s-neocloud-kueue", tmp_path)
+    fake = d.fake_kube()
+    try:
+        for md in of_kind(d.syn, "MachineDeployment"):
+            fake.create(md)
+        (cq,) = [q for q in of_kind(d.syn, "ClusterQueue") if q["metadata"]["name"] == "neo-inference"]
+        first = cq["spec"]["resourceGroups"][0]["flavors"][0]["name"]
+        (flavor,) = [f for f in of_kind(d.syn, "ResourceFlavor") if f["metadata"]["name"] == first]
+        assert flavor["metadata"]["labels"]["gpu-fleet/pool"] == "l40s"
+        fake.create(pod_template("big", "inference", 8, selector=dict(flavor["spec"]["nodeLabels"])))
+        fake.create(d.request("wl-big", "inference", "big", 1))
+        res = d.run_once()
+        assert res.exit_code == 0, res.output
+        status = fake.get("provisioningrequests", "wl-big", "inference").get("status") or {}
+        (failed,) = [c for c in status.get("conditions", []) if c["type"] == "Failed"]
+        assert failed["status"] == "True", status
+        assert "l40s (4 GPUs/node); h100 would hold it" in failed["message"], failed["message"]
+        assert "nodeSelector" in failed["message"] and "kueue.flavors" not in failed["message"]  # two GPU models
+        assert all(int(m["spec"].get("replicas") or 0) == 0 for m in fake.list("machinedeployments"))
+    finally:
+        fake.stop()
+    assert not fake.forbidden, fake.forbidden
+
+
 def test_the_gke_stack_s_requests_are_of_a_class_gke_s_own_autoscaler_leaves_alone(tmp_path: Path) -> None:
     """GKE's managed Cluster Autoscaler runs on every GKE cluster and answers best-effort-atomic requests: it marks
     one Provisioned as soon as its pods fit on nodes already there, nodes the daemon booked for another workload

@@ -83,9 +83,12 @@ from autoscaler.model import (
     request_id_for,
 )
 from fleet.provisioning_class import GPU_FLEET_CLASS
+from fleet.spec.kube import CAPI_FLAVOR_LABEL, GKE_FLAVOR_LABEL
 
 #: the planner's reasons that no retry can cure: the request is answered Failed at once
 PERMANENT = {UnservedReason.NO_OFFERING, UnservedReason.NO_POOL, UnservedReason.GANG_TOO_LARGE}
+#: the node labels a cluster with shared Kueue flavors steers pods by (`fleet.spec.kube.flavor_node_labels`)
+FLAVOR_LABELS = (GKE_FLAVOR_LABEL, CAPI_FLAVOR_LABEL)
 #: how long booked capacity is kept for a Provisioned request whose pods have not arrived (CA: 10 min)
 BOOKING_TTL_S = 600.0
 #: a best-effort-atomic request without `ValidUntilSeconds` is retried this long before Failed
@@ -751,10 +754,13 @@ class KubeDaemon:
             return ""
         shapes = ", ".join(f"{p.name} ({p.gpus_per_node} GPUs/node)" for p in allowed) or "none"
         same_model = {p.gpu_type for p in allowed} & {p.gpu_type for p in self.kp.pools if p.name in would}
+        labels = self.kp.labels.get(would[0]) or {}
+        steer = {k: v for k, v in labels.items() if k in FLAVOR_LABELS} or labels  # what its flavor selects on
+        selector = ", ".join(f"{k}: {v}" for k, v in steer.items())
         return (
             f" among the pools its node selector allows: {shapes}; {', '.join(would)} would hold it. Kueue assigns "
-            "a flavor by quota, not by whether a pod fits its nodes: select a pool that fits in the pods' "
-            "nodeSelector, and Kueue assigns that pool's flavor"
+            "a flavor by quota, not by whether a pod fits its nodes: give such pods the node selector of a flavor "
+            f"that fits ({selector}) and Kueue assigns that flavor"
             + ("; or put the pools of one GPU model in one kueue.flavors entry" if same_model else "")
         )
 

@@ -137,12 +137,16 @@ def pool_label(cluster: ClusterSpec) -> str:
     return GKE_NODEPOOL_LABEL if cluster.platform == "gke" else CAPI_POOL_LABEL
 
 
+def uses_shared_flavors(cluster: ClusterSpec) -> bool:
+    return cluster.kueue is not None and bool(cluster.kueue.flavors)
+
+
 def node_labels(cluster: ClusterSpec, pool: NodePoolSpec) -> dict[str, str]:
-    """Labels every node of the pool carries: the pool's, and its shared flavor's (`flavor_node_labels`)."""
+    """Labels every node of the pool carries: the pool's, and in a cluster with shared flavors its flavor's
+    (`flavor_node_labels`)."""
     labels = {pool_label(cluster): pool.name}
-    shared = shared_flavor(cluster, pool.name)
-    if shared is not None:
-        labels[flavor_label(cluster)] = shared
+    if uses_shared_flavors(cluster):
+        labels[flavor_label(cluster)] = flavor_key(cluster, pool.name)
     return labels
 
 
@@ -153,11 +157,14 @@ def gke_set_labels(cluster: ClusterSpec, pool: NodePoolSpec) -> dict[str, str]:
 
 def flavor_node_labels(cluster: ClusterSpec, pool: NodePoolSpec) -> dict[str, str]:
     """The nodeLabels of the pool's ResourceFlavor: Kueue copies them into the pods' (and the
-    ProvisioningRequest's) node selector, so they name the pools the autoscaler may serve the workload from."""
-    shared = shared_flavor(cluster, pool.name)
-    if shared is not None:
-        return {flavor_label(cluster): shared}
-    return node_labels(cluster, pool)
+    ProvisioningRequest's) node selector, so they name the pools the autoscaler may serve the workload from.
+
+    The pool label, or in a cluster with shared flavors the flavor label for every flavor: Kueue matches a pod's
+    node selector against a flavor only on the label keys its queue's flavors use, so one key for all of them
+    lets a pod steer by it (a pool label would match no shared flavor, which has none)."""
+    if uses_shared_flavors(cluster):
+        return {flavor_label(cluster): flavor_key(cluster, pool.name)}
+    return {pool_label(cluster): pool.name}
 
 
 def spot_taint(cluster: ClusterSpec) -> dict[str, str]:

@@ -249,7 +249,8 @@ def test_a_pod_kueue_put_on_a_flavor_too_small_fails_naming_the_pool_that_would_
         (failed,) = [c for c in status.get("conditions", []) if c["type"] == "Failed"]
         assert failed["status"] == "True", status
         assert "l40s (4 GPUs/node); h100 would hold it" in failed["message"], failed["message"]
-        assert "nodeSelector" in failed["message"] and "kueue.flavors" not in failed["message"]  # two GPU models
+        assert "(node.cluster.x-k8s.io/gpu-fleet-pool: h100) and Kueue assigns that flavor" in failed["message"]
+        assert "kueue.flavors" not in failed["message"]  # two GPU models: no shared flavor to suggest
         assert all(int(m["spec"].get("replicas") or 0) == 0 for m in fake.list("machinedeployments"))
     finally:
         fake.stop()

@@ -609,19 +609,18 @@ def neo_with_a_shared_h100_flavor(config: dict[str, Any]) -> None:
 
 def test_a_shared_flavor_labels_the_cluster_api_nodes_in_the_synced_domain(tmp_path, upstream):
     """On Cluster API the flavor label must reach the Node: only `node.cluster.x-k8s.io/` labels of a Machine are
-    copied to its Node, so that is where it goes."""
-
+    copied to its Node, so that is where it goes.  With a shared flavor in the cluster every flavor selects by
+    that one label (the L40S pool's own flavor too): Kueue matches a pod's node selector against a flavor only
+    on the keys its queue's flavors use, and a shared flavor has no pool label to match a pool selector on."""
     syn = synth_file(neo_file(tmp_path, neo_with_a_shared_h100_flavor))
     objs = manifests(syn, "kueue.x-k8s.io") + manifests(syn, "cluster.x-k8s.io")
     problems = {f"{o['kind']}/{o['metadata']['name']}": validate(o, upstream) for o in objs}
     assert not {k: v for k, v in problems.items() if v}, problems
     flavors = {f["metadata"]["name"]: f["spec"]["nodeLabels"] for f in of_kind(syn, "ResourceFlavor")}
-    assert flavors == {
-        "neo-h100": {"node.cluster.x-k8s.io/gpu-fleet-kueue-flavor": "h100"},
-        "neo-l40s": {"node.cluster.x-k8s.io/gpu-fleet-pool": "l40s"},
-    }
+    key = "node.cluster.x-k8s.io/gpu-fleet-kueue-flavor"
+    assert flavors == {"neo-h100": {key: "h100"}, "neo-l40s": {key: "l40s"}}
     labels = {
         md["metadata"]["name"]: md["spec"]["template"]["metadata"]["labels"] for md in of_kind(syn, "MachineDeployment")
     }
-    shared = [name for name, lab in labels.items() if lab.get("node.cluster.x-k8s.io/gpu-fleet-kueue-flavor") == "h100"]
-    assert len(shared) == 2 and len(labels) == 3
+    by_pool = {lab["node.cluster.x-k8s.io/gpu-fleet-pool"]: lab[key] for lab in labels.values()}
+    assert by_pool == {"h100": "h100", "h100-1x": "h100", "l40s": "l40s"}

@@ -43,12 +43,16 @@ from autoscaler.replay.state import JobState
 from autoscaler.replay.trace import TraceJob
 from autoscaler.sim import StockoutWindow
 from fleet.catalog import CapacityType
+from fleet.spec.kube import GKE_FLAVOR_LABEL
 from tests.daemon.fakes import FakeCloud
 from tests.fakes.kube_api import FakeKube
 from tests.kube.cluster import LEASE, deployed_rbac, pod_template, provisioning_request
 
 NS = "team-a"
 POOL_LABEL = "gpu-fleet.dev/pool"
+# One Kueue flavor over every pool (`kueue.flavors`): its node label is on every node and in every request's
+# PodTemplate, as Kueue copies the flavor's nodeLabels there
+FLAVOR = {GKE_FLAVOR_LABEL: "gpus"}
 SPOT_TAINT = {"key": "gpu-fleet/spot", "value": "true", "effect": "NoSchedule"}
 T0 = dt.datetime(2026, 12, 1, 10, 0, tzinfo=dt.UTC).timestamp()  # replay time 0 on the daemon's clock
 OUT_ZONE = "us-central1-a"
@@ -92,7 +96,7 @@ class Tick:
     jobs: list[SeenJob]  # every workload with quota reserved whose request Kueue has not deleted, or whose pods stay
     offerings: list[Any]
     launches: list[tuple[str, Any, tuple[str, ...]]] = field(default_factory=list)  # (pool, offering key, names)
-    provisioned: list[str] = field(default_factory=list)
+    provisioned: list[tuple[str, str]] = field(default_factory=list)  # (workload, the pool its pods are pinned to)
     cordoned: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
 
@@ -102,7 +106,7 @@ class RecordingKubeFleet(GpuFleetKubePolicy):
     """The replay's Kubernetes driver, recording the world each tick saw and what it decided."""
 
     log: list[Tick] = field(default_factory=list)
-    _answered: list[str] = field(default_factory=list)
+    _answered: list[tuple[str, str]] = field(default_factory=list)
 
     def decide(self, view, now, reasons):  # type: ignore[no-untyped-def]
         before = self.ticks
@@ -123,8 +127,8 @@ class RecordingKubeFleet(GpuFleetKubePolicy):
         return d
 
     def _provisioned(self, job, names, st) -> None:  # type: ignore[no-untyped-def]
-        self._answered.append(job.id)
         super()._provisioned(job, names, st)
+        self._answered.append((job.id, job.pool))
 
     def _world(self, view, now: float) -> Tick:  # type: ignore[no-untyped-def]
         st, gate = view.state, self.gate
@@ -237,7 +241,7 @@ class World:
         live = {j.id: j for j in tick.jobs if j.state is not JobState.DONE}
         for jid in sorted(set(live) - self.requests):
             j = live[jid]
-            self.fake.create(pod_template(f"{jid}-tmpl", NS, j.gpus_per_pod, spot=j.spot_ok))
+            self.fake.create(pod_template(f"{jid}-tmpl", NS, j.gpus_per_pod, spot=j.spot_ok, selector=dict(FLAVOR)))
             self.fake.create(provisioning_request(_pr(jid), NS, f"{jid}-tmpl", j.pods))
             self._created_at(("provisioningrequests", NS, _pr(jid)), j.admitted_at)  # when Kueue reserved quota
             self.requests.add(jid)
@@ -315,7 +319,8 @@ def _node(n: SeenNode) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": n.name, "labels": {POOL_LABEL: n.pool, "topology.kubernetes.io/zone": n.offering.zone}},
+        "metadata": {"name": n.name,
+                     "labels": {POOL_LABEL: n.pool, **FLAVOR, "topology.kubernetes.io/zone": n.offering.zone}},
         "spec": {"unschedulable": True, "taints": [SPOT_TAINT]} if n.cordoned and spot
         else {"unschedulable": True} if n.cordoned
         else {"taints": [SPOT_TAINT]} if spot
@@ -329,7 +334,8 @@ def _node(n: SeenNode) -> dict[str, Any]:
 
 def _pod(name: str, j: SeenJob, node: str | None) -> dict[str, Any]:
     spec: dict[str, Any] = {
-        "nodeSelector": {POOL_LABEL: j.pool} if j.pool else {},
+        # the flavor's labels, and the booked pool's label Kueue adds from the Provisioned request's details
+        "nodeSelector": {**FLAVOR, POOL_LABEL: j.pool} if j.pool else dict(FLAVOR),
         "containers": [
             {"name": "train", "image": "trainer@sha256:" + "a" * 64,
              "resources": {"limits": {"nvidia.com/gpu": str(j.gpus_per_pod)}}}
@@ -406,7 +412,7 @@ def daemon_differences(
     api = KubeApi.from_kubeconfig(fake.kubeconfig())
     kp = KubePools(
         pools=pools,
-        labels={p.name: {POOL_LABEL: p.name} for p in pools},
+        labels={p.name: {POOL_LABEL: p.name, **FLAVOR} for p in pools},
         spot_taints=[SPOT_TAINT],
         providers=dict.fromkeys((p.name for p in pools), cloud),
         taints={p.name: [SPOT_TAINT] if p.capacity_type is CapacityType.SPOT else [] for p in pools},
@@ -439,7 +445,7 @@ def daemon_differences(
         got = {
             "launches": sorted(_per_node(cloud.attempts)),
             "provisioned": sorted(
-                k.rsplit("/", 1)[1].removesuffix("-prov-1")
+                (k.rsplit("/", 1)[1].removesuffix("-prov-1"), _pinned_pool(fake, k))
                 for k, v in res.answered.items()
                 if v.startswith("Provisioned=True")
             ),
@@ -455,6 +461,14 @@ def daemon_differences(
         if got != want:
             diffs.append((tick.at, {k: (want[k], got[k]) for k in want if want[k] != got[k]}))
     return diffs
+
+
+def _pinned_pool(fake: FakeKube, key: str) -> str:
+    """The pool Kueue pins a Provisioned request's pods to: the pool label among its `provisioningClassDetails`
+    (the stack's ProvisioningRequestConfig `podSetUpdates`, tests/kube/test_deployed.py)."""
+    _, namespace, name = key.split("/", 2)  # `autoscaler.kube.source.pr_key`: pr/<namespace>/<name>
+    details = (fake.get("provisioningrequests", name, namespace).get("status") or {}).get("provisioningClassDetails")
+    return str((details or {}).get(POOL_LABEL))
 
 
 def _per_node(launches: list[tuple[str, Any, tuple[str, ...]]]) -> list[tuple[str, str, str]]:

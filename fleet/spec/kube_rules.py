@@ -280,11 +280,18 @@ def kueue_quota_shares(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
 @rule
 def kueue_shared_flavors(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
     """A `kueue.flavors` entry spans existing pools of one GPU model (its quota counts GPUs as one kind), each
-    pool in one flavor at most, under a name no other flavor has; a team quotas all
-    of a shared flavor's pools or none (the flavor's node selector lets its workloads run on any of them)."""
+    pool in one flavor at most, under a name no other flavor has; a team quotas all of a shared flavor's pools
+    or none (the flavor's node selector lets its workloads run on any of them); the admission check is on (its
+    Provisioned answer is what keeps the pods in the pool booked for them)."""
     for path, cluster in _kueue(spec):
         pools = {p.name: p for p in cluster.pools}
         seen: dict[str, str] = {}
+        if cluster.kueue.flavors and not cluster.kueue.provisioning:
+            yield (
+                f"{path}.flavors",
+                "needs provisioning: true: only the admission check's answer pins a workload's pods to the pool "
+                "the autoscaler chose; without it kube-scheduler may put a 1-GPU pod on an idle 8-GPU node",
+            )
         for fname, members in cluster.kueue.flavors.items():
             where = f"{path}.flavors.{fname}"
             if not K8S_NAME.fullmatch(fname):

@@ -755,8 +755,8 @@ class KubeDaemon:
         shapes = ", ".join(f"{p.name} ({p.gpus_per_node} GPUs/node)" for p in allowed) or "none"
         same_model = {p.gpu_type for p in allowed} & {p.gpu_type for p in self.kp.pools if p.name in would}
         labels = self.kp.labels.get(would[0]) or {}
-        steer = {k: v for k, v in labels.items() if k in FLAVOR_LABELS} or labels  # what its flavor selects on
-        selector = ", ".join(f"{k}: {v}" for k, v in steer.items())
+        steer = {k: val for k, val in labels.items() if k in FLAVOR_LABELS} or labels  # what its flavor selects on
+        selector = ", ".join(f"{k}: {val}" for k, val in steer.items())
         return (
             f" among the pools its node selector allows: {shapes}; {', '.join(would)} would hold it. Kueue assigns "
             "a flavor by quota, not by whether a pod fits its nodes: give such pods the node selector of a flavor "

@@ -54,6 +54,7 @@ from autoscaler.kube.api import KubeApi, KubeError
 from autoscaler.kube.lease import LeaseElector, micro_time
 from autoscaler.kube.runs import RunWatch
 from autoscaler.kube.source import (
+    ARRIVED,
     BOOKING,
     Booking,
     NodeFacts,
@@ -274,7 +275,7 @@ class KubeDaemon:
         self._live_before = set(live)
         views = self._views(templates)  # as this tick's writes left them (released bookings, new conditions)
         self._learn(views, offerings, now, all_pods)
-        self._see_arrivals(views, all_pods)
+        self._see_arrivals(views, all_pods, now)
         booked = self._booked(views, now, {c.name: c.created_at for c in cloud})
         gone = set(res.deleted) | set(failed_names)  # deleted or failed this tick: no capacity to place on
         cloud = [c for c in cloud if c.name not in gone]
@@ -469,12 +470,14 @@ class KubeDaemon:
         self._first_seen = seen
         return [u if u.submit_time <= seen[u.id] else replace(u, submit_time=seen[u.id]) for u in units]
 
-    def _see_arrivals(self, views: Sequence[RequestView], pods: Sequence[Mapping[str, Any]]) -> None:
-        """Remember the requests whose pods have all been bound to nodes (as many as the request asks for, at one
+    def _see_arrivals(self, views: Sequence[RequestView], pods: Sequence[Mapping[str, Any]], now: float) -> None:
+        """Mark the requests whose pods have all been bound to nodes (as many as the request asks for, at one
         read): the booking has done its work, as Cluster Autoscaler's booking ends when the pods arrive.  From then
         on it holds nothing (`_booked`), also after those pods are gone (a reclaimed node: the workload's new pods
         are served as unschedulable pods, on capacity of their own), as the replay drops a booking once its job
-        runs.  Leader memory: a new leader lets such a booking hold until the booking TTL."""
+        runs.  The mark is the request's ARRIVED annotation, so a new leader knows it too (before the
+        twenty-eighth round it was this leader's memory, and a new one let such a booking hold until the booking
+        TTL); `_arrived` keeps it for this tick's views, read before the write."""
         bound: dict[str, int] = {}
         for p in pods:
             key = consumed_request(p)
@@ -482,7 +485,17 @@ class KubeDaemon:
                 bound[key] = bound.get(key, 0) + 1
         wanted = {v.key: v.pods for v in views}
         self._arrived = {k for k in self._arrived if k in wanted}
-        self._arrived |= {k for k, n in bound.items() if k in wanted and n >= wanted[k] > 0}
+        for v in views:
+            if v.arrived or v.key in self._arrived or not v.provisioned or not 0 < wanted[v.key] <= bound.get(v.key, 0):
+                continue
+            self._arrived.add(v.key)
+            try:
+                self._current[v.key] = self.api.patch_provisioning_request(
+                    v.namespace, v.name, {"metadata": {"annotations": {ARRIVED: micro_time(now)[:19] + "Z"}}}
+                )
+            except KubeError as exc:
+                if exc.status != 404:  # gone: nothing to mark
+                    raise
 
     def _booked(
         self, views: Sequence[RequestView], now: float, created: Mapping[str, float]
@@ -506,7 +519,7 @@ class KubeDaemon:
             at = v.provisioned_at
             if at is not None and now - at > BOOKING_TTL_S:
                 continue  # BookingExpired: the capacity is no longer held for this request
-            if at is not None and v.key in self._arrived:
+            if at is not None and (v.arrived or v.key in self._arrived):
                 continue  # its pods arrived: the booking is consumed
             for n in b.names:
                 if at is not None and created.get(n, at) > at + CLOCK_SLACK_S:

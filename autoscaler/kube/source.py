@@ -27,6 +27,8 @@ from autoscaler.model import Node, NodeState, Pool, WorkUnit
 
 GPU = "nvidia.com/gpu"
 BOOKING = "autoscaling.gpu-fleet.dev/booking"  # on a ProvisioningRequest: the capacity given to it (JSON)
+#: on a Provisioned request: when the daemon saw all its pods bound (its booking is consumed, for every leader)
+ARRIVED = "autoscaling.gpu-fleet.dev/pods-arrived"
 GKE_SPOT_TAINT = "cloud.google.com/gke-spot"
 NODE_POOL_LABEL = "autoscaling.gpu-fleet.dev/pool"  # every managed Node carries its inventory pool's name
 #: the pod annotation naming the ProvisioningRequest a workload's pods consume (Kueue's admission check writes it
@@ -116,6 +118,7 @@ class RequestView:
     failed: bool
     problem: str | None = None  # why it cannot be served as written (bad template ...): answered Failed
     provisioned_at: float | None = None  # lastTransitionTime of Provisioned=True
+    arrived: bool = False  # its pods were all bound once (ARRIVED): the booking holds nothing any more
 
     def unit(self) -> WorkUnit:
         return WorkUnit(
@@ -264,6 +267,7 @@ def request_view(
         provisioned_at=ts((condition(pr, "Provisioned") or {}).get("lastTransitionTime"))
         if is_true(pr, "Provisioned")
         else None,
+        arrived=bool((md.get("annotations") or {}).get(ARRIVED)),
     )
 
 

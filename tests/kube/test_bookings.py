@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 from autoscaler.kube.loop import KubeDaemon, KubePools
-from autoscaler.kube.source import BOOKING, CONSUMES, Booking, request_view
+from autoscaler.kube.source import ARRIVED, BOOKING, CONSUMES, Booking, request_view
 from autoscaler.model import Policy, Pool
 from fleet.catalog import CapacityType
 from tests.kube.cluster import bound_pod, pod_template, provisioning_request
@@ -33,9 +33,26 @@ def _provisioned_gang() -> dict:
     return pr
 
 
-def _daemon() -> KubeDaemon:
+class Requests:
+    """The ProvisioningRequests the daemon patches (metadata annotations merged as a merge patch does)."""
+
+    def __init__(self, pr: dict) -> None:
+        self.pr = pr
+
+    def patch_provisioning_request(self, namespace: str, name: str, body: dict) -> dict:
+        annotations = self.pr["metadata"].setdefault("annotations", {})
+        for k, v in body["metadata"].get("annotations", {}).items():
+            if v is None:
+                annotations.pop(k, None)
+            else:
+                annotations[k] = v
+        return self.pr
+
+
+def _daemon(pr: dict | None = None) -> KubeDaemon:
     kp = KubePools(pools=[POOL], labels={"h100": {}}, spot_taints=[], providers={})
-    return KubeDaemon(api=None, pools=kp, policy=Policy(), elector=None)  # type: ignore[arg-type]
+    api = Requests(pr) if pr is not None else None
+    return KubeDaemon(api=api, pools=kp, policy=Policy(), elector=None)  # type: ignore[arg-type]
 
 
 def _views(pr: dict) -> list:
@@ -60,10 +77,24 @@ def test_a_node_created_after_the_request_was_provisioned_is_not_held_by_it() ->
 
 def test_once_all_its_pods_were_bound_the_booking_holds_nothing_even_after_they_are_gone() -> None:
     pr = _provisioned_gang()
-    d = _daemon()
+    d = _daemon(pr)
     pods = [bound_pod(f"train-{i}", "team-a", n, **{CONSUMES: "wl-1"}) for i, n in enumerate(NAMES)]
-    d._see_arrivals(_views(pr), pods[:1])
+    d._see_arrivals(_views(pr), pods[:1], T + 30)
     assert set(d._booked(_views(pr), T + 60, {n: T - 30 for n in NAMES})) == set(NAMES)  # one pod of two: held
-    d._see_arrivals(_views(pr), pods)
-    d._see_arrivals(_views(pr), [])  # the node under them was reclaimed: the pods gone, the workload's new ones pend
+    assert ARRIVED not in pr["metadata"]["annotations"]
+    d._see_arrivals(_views(pr), pods, T + 60)
+    d._see_arrivals(_views(pr), [], T + 90)  # the node under them was reclaimed: the pods gone, new ones pend
     assert d._booked(_views(pr), T + 120, {n: T - 30 for n in NAMES}) == {}
+
+
+def test_a_new_leader_knows_the_pods_arrived_from_the_request_itself() -> None:
+    """The mark is on the request, not in the leader's memory: after a failover the consumed booking still holds
+    nothing, though the pods that consumed it are gone (before the twenty-eighth round it held until the TTL)."""
+    pr = _provisioned_gang()
+    pods = [bound_pod(f"train-{i}", "team-a", n, **{CONSUMES: "wl-1"}) for i, n in enumerate(NAMES)]
+    _daemon(pr)._see_arrivals(_views(pr), pods, T + 60)
+    assert pr["metadata"]["annotations"][ARRIVED] == _iso(T + 60)
+    successor = _daemon(pr)
+    successor._see_arrivals(_views(pr), [], T + 90)  # its first tick: the pods are gone (their node reclaimed)
+    assert successor._booked(_views(pr), T + 120, {n: T - 30 for n in NAMES}) == {}
+    assert set(_daemon()._booked(_views(_provisioned_gang()), T + 120, {n: T - 30 for n in NAMES})) == set(NAMES)

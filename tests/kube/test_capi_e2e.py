@@ -15,7 +15,7 @@ from autoscaler.cloud import LaunchRequest, shared_reads
 from autoscaler.kube.api import KubeApi
 from autoscaler.kube.build import build_kube_daemon
 from autoscaler.kube.loop import KubeDaemon
-from autoscaler.kube.source import BOOKING, condition
+from autoscaler.kube.source import ARRIVED, BOOKING, CONSUMES, condition
 from autoscaler.model import Policy
 from fleet.inventory import InventoryPool, KubernetesSection, LeaseConfig
 from tests.fakes.kube_api import FakeKube
@@ -432,6 +432,21 @@ def _one_workload_provisioned(cluster: FakeKube, d, clock: Clock) -> str:  # typ
     assert cond(cluster, "wl-1", "Provisioned")["status"] == "True"
     (machine,) = [m["metadata"]["name"] for m in cluster.list("machines", NS)]
     return machine
+
+
+def test_the_pods_arriving_are_marked_on_the_request_for_any_leader(cluster: FakeKube) -> None:
+    """Once a Provisioned request's pods are all bound, the leader marks the request (its booking is consumed),
+    through the deployed RBAC: a later leader reads that, not the first one's memory."""
+    clock = Clock()
+    d = daemon(cluster, clock)
+    node = _one_workload_provisioned(cluster, d, clock)
+    pr = cluster.get("provisioningrequests", "wl-1", "team-a")
+    assert ARRIVED not in (pr["metadata"].get("annotations") or {})
+    cluster.create(bound_pod("wl-1-0", "team-a", node, **{CONSUMES: "wl-1"}))
+    clock.t += 10
+    d.tick()
+    annotations = cluster.get("provisioningrequests", "wl-1", "team-a")["metadata"]["annotations"]
+    assert annotations[ARRIVED] and annotations[BOOKING]  # marked; the booking stays for the record
 
 
 def test_the_daemon_times_a_workload_from_its_pods_and_the_rule_learns_the_mean_run(cluster: FakeKube) -> None:

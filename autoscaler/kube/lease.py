@@ -26,6 +26,10 @@ def parse_time(s: str | None) -> float:
     return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
 
 
+#: the Lease annotations that carry the leader's state to the next leader (`autoscaler.kube.leader_state`)
+STATE_PREFIX = "autoscaling.gpu-fleet.dev/"
+
+
 class LeaseElector:
     def __init__(
         self, api: KubeApi, namespace: str, name: str, identity: str, duration_s: float, clock: Callable[[], float]
@@ -34,11 +38,15 @@ class LeaseElector:
         self.duration_s = duration_s
         self.clock = clock
         self.leader = False
+        #: annotations (keys under STATE_PREFIX) written with every renewal: read back by whoever takes over
+        self.state: dict[str, str] = {}
 
     def _body(self, now: float, acquired: float, transitions: int, rv: str | None) -> dict:
         md: dict = {"name": self.name, "namespace": self.namespace}
         if rv:
             md["resourceVersion"] = rv
+        if self.state:
+            md["annotations"] = dict(self.state)
         return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -67,6 +75,9 @@ class LeaseElector:
             if holder and holder != self.identity and renewed + duration > now:
                 return self._set(False, f"held by {holder}")
             mine = holder == self.identity
+            if not self.leader:  # becoming the leader (or again, after a restart): the last leader's state
+                annotations = (lease.get("metadata") or {}).get("annotations") or {}
+                self.state = {k: v for k, v in annotations.items() if k.startswith(STATE_PREFIX)}
             acquired = parse_time(spec.get("acquireTime")) if mine else now
             transitions = int(spec.get("leaseTransitions") or 0) + (0 if mine else 1)
             self.api.replace_lease(

@@ -8,7 +8,7 @@ Order within a tick (each step acts only on this tick's fresh reads):
    labels as the answer's details (Kueue pins the admitted pods to that pool by them; a booked node that
    vanishes after that is not the request's any more: never CapacityRevoked, see `_check_booking`); a failed
    launch -> its nodes deleted (all or nothing) and the request served again on another offering (the backoff
-   memory remembers the failure);
+   memory remembers the failure, and the Lease hands it on to the next leader: `autoscaler.kube.leader_state`);
 4. requests not booked yet -> one work unit each (a gang: all its pods) -> the pure planner
    (`autoscaler.planner.plan`: reservations first, spot only for tolerant pods, one zone, backoff, limits) ->
    the booking written on the request (the intent, before any cloud call) -> the launch, idempotent by the
@@ -51,6 +51,7 @@ from autoscaler.core.settings import ArrivalLog, SeenJob, SettingsTracker, shown
 from autoscaler.daemon.settings_log import log_settings
 from autoscaler.daemon.snapshot import offering_from_dict, offering_to_dict
 from autoscaler.kube.api import KubeApi, KubeError
+from autoscaler.kube.leader_state import BACKOFF, memory_from_json, memory_to_json
 from autoscaler.kube.lease import LeaseElector, micro_time
 from autoscaler.kube.runs import RunWatch
 from autoscaler.kube.source import (
@@ -157,7 +158,8 @@ class KubeDaemon:
         self.metrics = metrics
         self.provisioning_class = provisioning_class
         self.taint_check = TaintCheck(pools.taints)
-        self.memory: tuple[UnavailableOffering, ...] = ()
+        self.memory: tuple[UnavailableOffering, ...] = ()  # handed on through the Lease (`_hand_on`)
+        self._led = False  # whether the last tick led: a new leader reads the memory the last one left
         self.idle_since: dict[str, float] = {}
         self._unseen_since: dict[str, tuple[float, bool]] = {}  # CAPI pool -> (replicas without Machines since, warned)
         self._current: dict[str, dict[str, Any]] = {}  # request key -> the request as last read or written
@@ -218,9 +220,13 @@ class KubeDaemon:
         t0 = time.perf_counter()
         try:
             res.leader = self.elector.try_acquire()
+            if res.leader and not self._led:  # taken over (or restarted): the memory the last leader left
+                self.memory = memory_from_json(self.elector.state.get(BACKOFF), now)
+            self._led = res.leader
             if res.leader:
                 with shared_reads(self._providers()):
                     self._tick(now, res)
+                self._hand_on(now)
             res.ok = True
         except (KubeError, ProviderError, OSError) as exc:  # the API server or the cloud: retried next tick
             res.error = f"{type(exc).__name__}: {exc}"
@@ -235,6 +241,15 @@ class KubeDaemon:
             m.commands.labels(command="launch", outcome="ok").inc(len(res.launched))
             m.commands.labels(command="delete", outcome="ok").inc(len(res.deleted))
         return res
+
+    def _hand_on(self, now: float) -> None:
+        """Write the backoff memory on the Lease when it changed, so the next leader starts from it (one Lease
+        write per change, with a renewal)."""
+        text = memory_to_json(self.memory, now)
+        if text == self.elector.state.get(BACKOFF, "[]"):
+            return
+        self.elector.state[BACKOFF] = text
+        self.elector.try_acquire()
 
     def _tick(self, now: float, res: KubeTickResult) -> None:
         prs = self._requests()

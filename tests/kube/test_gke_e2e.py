@@ -5,6 +5,7 @@ whole in one zone."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
@@ -12,6 +13,7 @@ import pytest
 
 from autoscaler.kube.api import KubeApi
 from autoscaler.kube.build import build_kube_daemon
+from autoscaler.kube.leader_state import BACKOFF
 from autoscaler.kube.source import condition
 from autoscaler.model import Policy
 from fleet.inventory import InventoryPool, KubernetesSection, LeaseConfig, parse_inventory
@@ -58,7 +60,7 @@ def env(fake_compute_factory: Callable[..., FakeCompute]):  # noqa: F811
     assert not kube.forbidden, f"calls the deployed ServiceAccount may not make: {kube.forbidden}"
 
 
-def make_daemon(kube: FakeKube, compute: FakeCompute):
+def make_daemon(kube: FakeKube, compute: FakeCompute, identity: str = "a", clock: Callable[[], float] = time.time):
     from autoscaler.gce import GceProvider, RetryPolicy
 
     retry = RetryPolicy(initial=0.01, maximum=0.05, deadline=5.0, attempt_timeout=2.0)
@@ -69,7 +71,8 @@ def make_daemon(kube: FakeKube, compute: FakeCompute):
         Policy(idle_timeout_s=600.0),
         api=KubeApi.from_kubeconfig(kube.kubeconfig()),
         gce=lambda pools: GceProvider(pools, endpoint=compute.url, credentials="anonymous", retry=retry),
-        identity="a",
+        identity=identity,
+        clock=clock,
     )
 
 
@@ -143,3 +146,34 @@ def test_a_vm_reclaimed_while_it_boots_is_released_and_the_request_served_again(
     finally:
         kube.stop()
     assert not kube.forbidden
+
+
+def test_the_next_leader_starts_from_the_stockouts_the_last_one_met(env) -> None:
+    """Replica a meets the stockout in us-central1-a and falls back; replica b takes the Lease over and serves the
+    next request: it reads a's backoff memory from the Lease and goes straight to us-central1-b, where a replica
+    starting from nothing would try the stocked-out zone first (before the twenty-eighth round the memory lived in
+    the leader's process)."""
+    kube, compute = env
+    compute.stockout("us-central1-a", "a3-ultragpu-8g")
+    clock = [1_800_000_000.0]
+    a, b = (make_daemon(kube, compute, identity=i, clock=lambda: clock[0]) for i in ("a", "b"))
+    kube.create(pod_template("train", "team-a", 8))
+    kube.create(provisioning_request("wl-1", "team-a", "train", 1))
+    for _ in range(4):
+        assert a.tick().ok
+        clock[0] += 5
+        time.sleep(0.3)
+    tried = lambda: [e for e in compute.events if e.kind.startswith("create") and e.zone == "us-central1-a"]  # noqa: E731
+    in_a = tried()
+    assert any(e.kind == "create-failed" for e in in_a), "replica a met the stockout"
+    lease = kube.get("leases", LEASE, "gpu-fleet-system")
+    memory = json.loads(lease["metadata"]["annotations"][BACKOFF])
+    assert [m["offering"]["zone"] for m in memory] == ["us-central1-a"]
+
+    clock[0] += 20  # a stops renewing; its 15 s lease expires
+    kube.create(provisioning_request("wl-2", "team-a", "train", 1))
+    r = b.tick()
+    assert r.ok and r.leader, r.error
+    assert b.memory and b.memory[0].key.zone == "us-central1-a"
+    assert tried() == in_a  # not tried again
+    assert len([e for e in compute.events_of("create") if e.zone == "us-central1-b"]) == 2  # wl-1's, wl-2's

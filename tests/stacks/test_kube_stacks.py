@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from autoscaler.replay.kueue_gate import queues_from_output
 from fleet.inventory import KubernetesSection, parse_inventory
 from fleet.schemas import load_crds, validate
 from fleet.spec.load import SpecError
@@ -592,6 +593,10 @@ def test_a_shared_flavor_spans_its_pools_on_gke(tmp_path, upstream):
     for entry in syn.result.outputs["autoscaler_inventory"]:
         assert entry["kueue_flavor"] == "a3u-h200"
         assert flavor["spec"]["nodeLabels"].items() <= entry["node_labels"].items()
+    # what `fleet simulate --kueue-queues` reads: one flavor per team, the layout the replay scores
+    queues = queues_from_output({"outputs": syn.result.outputs}, "synth.json")
+    assert [q.flavors for q in queues] == [("a3u-h200",), ("a3u-h200",)]
+    assert all(q.nominal_gpus == 64 + 32 for q in queues)  # half of 16 and of 8 nodes x 8 GPUs, summed
 
 
 def neo_with_a_shared_h100_flavor(config: dict[str, Any]) -> None:

@@ -304,7 +304,8 @@ def kueue_shared_flavors(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
                 if name not in pools:
                     yield f"{where}[{j}]", f"no pool {name!r} in this cluster (pools: {', '.join(pools)})"
                 elif name in seen:
-                    yield f"{where}[{j}]", f"pool {name!r} is already in flavor {seen[name]!r}"
+                    again = "listed twice" if seen[name] == fname else f"already in flavor {seen[name]!r}"
+                    yield f"{where}[{j}]", f"pool {name!r} is {again}"
                 else:
                     seen[name] = fname
             known = [pools[n] for n in dict.fromkeys(members) if n in pools]

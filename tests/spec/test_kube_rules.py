@@ -184,6 +184,8 @@ CASES = [
          "clusters[0].kueue.flavors.h200[1]", "no pool 'l4' in this cluster (pools: resv, spot)"),
     Case("kueue_shared_flavors", "gke", lambda d: cl(d)["kueue"].update(flavors={"a": ["resv"], "b": ["spot", "resv"]}),
          "clusters[0].kueue.flavors.b[1]", "pool 'resv' is already in flavor 'a'"),
+    Case("kueue_shared_flavors", "gke", lambda d: cl(d)["kueue"].update(flavors={"h200": ["resv", "spot", "resv"]}),
+         "clusters[0].kueue.flavors.h200[2]", "pool 'resv' is listed twice"),
     Case("kueue_shared_flavors", "capi", lambda d: _l40s_beside_h100(d, shared=True), "clusters[0].kueue.flavors.gpu",
          "pools of different GPU models (h100 (nvidia-h100-80gb), l40s (nvidia-l40s))"),
     Case("kueue_shared_flavors", "gke",

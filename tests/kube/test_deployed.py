@@ -23,8 +23,15 @@ from fleet.provisioning_class import CLUSTER_AUTOSCALER_CLASSES
 from fleet.synth.run import synth_file
 from tests.fakes.compute_api import FakeCompute
 from tests.fakes.kube_api import FakeKube
-from tests.kube.cluster import bound_rules, pod_template, provisioning_request, reconcile_capi
-from tests.stacks.test_kube_stacks import manifests, neo_file, neo_with_a_shared_h100_flavor, of_kind, synthesized
+from tests.kube.cluster import bound_rules, pod_template, provisioning_request, ready_node, reconcile_capi
+from tests.stacks.test_kube_stacks import (
+    gke_file,
+    manifests,
+    neo_file,
+    neo_with_a_shared_h100_flavor,
+    of_kind,
+    synthesized,
+)
 
 
 class Deployed:
@@ -225,6 +232,51 @@ def test_a_shared_flavor_s_workloads_get_nodes_of_the_pool_that_fits_them(tmp_pa
             assert mds[md]["node.cluster.x-k8s.io/gpu-fleet-pool"] == pool, (name, pods)
     finally:
         fake.stop()
+    assert not fake.forbidden, fake.forbidden
+
+
+def test_on_gke_the_pods_of_a_shared_flavor_are_pinned_to_the_node_pool_booked_for_them(tmp_path: Path) -> None:
+    """`gke-a3ultra-kueue` with its reservation and spot node pools in one flavor: the workload is booked on a
+    reserved node (paid for already), the nodes register with the labels the stack gives the node pools, and the
+    request is answered Provisioned with details from which the stack's `podSetUpdates` pin the pods to the
+    reserved node pool: the node selector Kueue gives them selects that pool's nodes and no spot node."""
+
+    def shared(config: dict[str, Any]) -> None:
+        config["gpu-fleet:fleet"]["clusters"][0]["kueue"]["flavors"] = {"h200": ["resv", "spot"]}
+
+    d = Deployed(gke_file(tmp_path, shared), tmp_path)
+    pools = parse_inventory(yaml.safe_load((d.etc / "inventory.json").read_text()))
+    fake = d.fake_kube()
+
+    def kubelet(name: str, zone: str) -> None:  # a node registers with its node pool's labels
+        (pool,) = [p for p in pools if name.startswith(p.node_name_prefix + "-")]
+        fake.create(ready_node(name, dict(pool.node_labels), zone=zone))
+
+    compute = FakeCompute(pools[0].project, on_boot=kubelet).start()
+    try:
+        compute.add_inventory(pools)
+        for p in pools:
+            if p.reservation:
+                compute.add_reservation(p.zones[0], p.reservation, p.machine_type, count=4)
+        d.config["provider"].update(endpoint=compute.url, anonymous=True)
+        namespace = next(n for n in d.namespaces() if n != "gpu-fleet-system")
+        (flavor,) = of_kind(d.syn, "ResourceFlavor")
+        selector = dict(flavor["spec"]["nodeLabels"])
+        fake.create(pod_template("train", namespace, 8, spot=True, selector=selector))
+        fake.create(d.request("wl-1", namespace, "train", 1))
+        for _ in range(3):
+            res = d.run_once()
+            assert res.exit_code == 0, res.output
+        status = fake.get("provisioningrequests", "wl-1", namespace).get("status") or {}
+        assert any(c["type"] == "Provisioned" and c["status"] == "True" for c in status["conditions"]), status
+        (config,) = of_kind(d.syn, "ProvisioningRequestConfig")
+        pods = admitted_pod_selector(selector, config, status["provisioningClassDetails"])
+        assert pods == {"gpu-fleet/kueue-flavor": "h200", "cloud.google.com/gke-nodepool": "resv"}
+        fits = {n["metadata"]["name"] for n in fake.list("nodes") if pods.items() <= n["metadata"]["labels"].items()}
+        assert fits and all(n.startswith("gke-a3u-resv-") for n in fits), fits
+    finally:
+        fake.stop()
+        compute.stop()
     assert not fake.forbidden, fake.forbidden
 
 

@@ -452,7 +452,7 @@ def test_a_cluster_that_already_serves_the_api_keeps_its_own_crd(tmp_path):
     assert syn.result.by_type("kubernetes:helm.sh/v3:Release")
 
 
-def _gke_file(tmp_path: Path, mutate) -> Path:
+def gke_file(tmp_path: Path, mutate) -> Path:
     return _stack_file(tmp_path, "gke-a3ultra-kueue", mutate)
 
 
@@ -492,7 +492,7 @@ def test_gke_tcpxo_pools_are_named_in_a_warning_and_get_no_installer(tmp_path):
     def mega(config: dict) -> None:
         config["gpu-fleet:fleet"]["clusters"][0]["pools"][1]["machine_type"] = "a3-megagpu-8g"  # the spot pool
 
-    syn = synth_file(_gke_file(tmp_path, mega))
+    syn = synth_file(gke_file(tmp_path, mega))
     (ds,) = of_kind(syn, "DaemonSet")  # the A3 Ultra pool still gets its installer, the A3 Mega one does not
     values = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
@@ -506,7 +506,7 @@ def test_the_synth_cli_prints_the_program_s_warnings(tmp_path):
     def mega(config: dict) -> None:
         config["gpu-fleet:fleet"]["clusters"][0]["pools"][1]["machine_type"] = "a3-megagpu-8g"
 
-    res = _cli("--config", str(_gke_file(tmp_path, mega)), "--json")
+    res = _cli("--config", str(gke_file(tmp_path, mega)), "--json")
     assert res.returncode == 0, res.stderr
     assert "warning: clusters[a3u]: pools spot are GPUDirect-TCPX(O) machines" in res.stderr
     assert json.loads(res.stdout)["warnings"] == [res.stderr.split("warning: ", 1)[1].strip()]
@@ -568,7 +568,7 @@ def test_a_shared_flavor_spans_its_pools_on_gke(tmp_path, upstream):
     """`kueue.flavors`: one ResourceFlavor over both pools, selected by a label the node pools set, the teams'
     quotas summed onto it, and the daemon's inventory naming that label among each pool's node labels, so a
     request Kueue admits under the flavor may be served from either pool."""
-    path = _gke_file(tmp_path, lambda c: _shared(c["gpu-fleet:fleet"]["clusters"][0], "h200", ["resv", "spot"]))
+    path = gke_file(tmp_path, lambda c: _shared(c["gpu-fleet:fleet"]["clusters"][0], "h200", ["resv", "spot"]))
     syn = synth_file(path)
     objs = manifests(syn, "kueue.x-k8s.io")
     problems = {f"{o['kind']}/{o['metadata']['name']}": validate(o, upstream) for o in objs}

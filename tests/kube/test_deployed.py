@@ -65,6 +65,22 @@ class Deployed:
         self.config["kubernetes"].update(in_cluster=False, kubeconfig=str(self.tmp / "kubeconfig"))
         return fake
 
+    def pools(self) -> list[Any]:
+        """The inventory the ConfigMap gives the daemon."""
+        return parse_inventory(yaml.safe_load((self.etc / "inventory.json").read_text()))
+
+    def fake_compute(self, on_boot: Any = None) -> FakeCompute:
+        """The fake Compute server holding the stack's node pools' MIGs and the reservations its pools consume
+        (bought beforehand, not created by the stack), the config pointed at it."""
+        pools = self.pools()
+        compute = FakeCompute(pools[0].project, on_boot=on_boot).start()
+        compute.add_inventory(pools)
+        for p in pools:
+            if p.reservation:
+                compute.add_reservation(p.zones[0], p.reservation, p.machine_type, count=4)
+        self.config["provider"].update(endpoint=compute.url, anonymous=True)
+        return compute
+
     def run_once(self) -> Any:
         (self.etc / "autoscaler.yaml").write_text(yaml.safe_dump(self.config))
         args = [a.replace(self.mount, str(self.etc)) for a in self.container["args"]]
@@ -136,15 +152,10 @@ def test_the_deployed_daemon_serves_a_request_on_the_stack_s_machine_deployments
 
 def test_the_deployed_gke_daemon_creates_a_node_in_one_of_the_stack_s_node_pool_migs(tmp_path: Path) -> None:
     d = Deployed("gke-a3ultra-kueue", tmp_path)
-    pools = parse_inventory(yaml.safe_load((d.etc / "inventory.json").read_text()))
-    compute = FakeCompute(pools[0].project).start()
+    pools = d.pools()
+    compute = d.fake_compute()
     fake = d.fake_kube()
     try:
-        compute.add_inventory(pools)
-        for p in pools:  # the reservations the stack's pools consume: bought beforehand, not created by the stack
-            if p.reservation:
-                compute.add_reservation(p.zones[0], p.reservation, p.machine_type, count=4)
-        d.config["provider"].update(endpoint=compute.url, anonymous=True)
         namespace = next(n for n in d.namespaces() if n != "gpu-fleet-system")
         fake.create(pod_template("train", namespace, 8))
         fake.create(d.request("wl-1", namespace, "train", 1))
@@ -245,20 +256,15 @@ def test_on_gke_the_pods_of_a_shared_flavor_are_pinned_to_the_node_pool_booked_f
         config["gpu-fleet:fleet"]["clusters"][0]["kueue"]["flavors"] = {"h200": ["resv", "spot"]}
 
     d = Deployed(gke_file(tmp_path, shared), tmp_path)
-    pools = parse_inventory(yaml.safe_load((d.etc / "inventory.json").read_text()))
+    pools = d.pools()
     fake = d.fake_kube()
 
     def kubelet(name: str, zone: str) -> None:  # a node registers with its node pool's labels
         (pool,) = [p for p in pools if name.startswith(p.node_name_prefix + "-")]
         fake.create(ready_node(name, dict(pool.node_labels), zone=zone))
 
-    compute = FakeCompute(pools[0].project, on_boot=kubelet).start()
+    compute = d.fake_compute(on_boot=kubelet)
     try:
-        compute.add_inventory(pools)
-        for p in pools:
-            if p.reservation:
-                compute.add_reservation(p.zones[0], p.reservation, p.machine_type, count=4)
-        d.config["provider"].update(endpoint=compute.url, anonymous=True)
         namespace = next(n for n in d.namespaces() if n != "gpu-fleet-system")
         (flavor,) = of_kind(d.syn, "ResourceFlavor")
         selector = dict(flavor["spec"]["nodeLabels"])
@@ -319,15 +325,9 @@ def test_the_gke_stack_s_requests_are_of_a_class_gke_s_own_autoscaler_leaves_alo
     ours = config["spec"]["provisioningClassName"]
     assert ours == d.config["kubernetes"]["provisioning_class"]  # what Kueue creates is what the daemon serves
     assert ours not in CLUSTER_AUTOSCALER_CLASSES
-    pools = parse_inventory(yaml.safe_load((d.etc / "inventory.json").read_text()))
-    compute = FakeCompute(pools[0].project).start()
+    compute = d.fake_compute()
     fake = d.fake_kube()
     try:
-        compute.add_inventory(pools)
-        for p in pools:
-            if p.reservation:
-                compute.add_reservation(p.zones[0], p.reservation, p.machine_type, count=4)
-        d.config["provider"].update(endpoint=compute.url, anonymous=True)
         namespace = next(n for n in d.namespaces() if n != "gpu-fleet-system")
         fake.create(pod_template("train", namespace, 8))
         for cls in sorted(CLUSTER_AUTOSCALER_CLASSES):

@@ -167,8 +167,6 @@ class KubeDaemon:
         self._launching: set[str] = set()  # new node names a request's launch covers, this tick (`_book`)
         self._live_before: set[str] = set()  # the cloud nodes the last tick listed (`_check_booking`)
         self._first_seen: dict[str, float] = {}  # unit id -> the tick that first planned it (`_not_after_first_seen`)
-        #: requests whose pods all arrived on nodes once: their bookings are consumed (`_see_arrivals`)
-        self._arrived: set[str] = set()
 
     # ---- reads -----------------------------------------------------------------------------------------
     def _providers(self) -> list[Provider]:
@@ -290,8 +288,8 @@ class KubeDaemon:
         self._live_before = set(live)
         views = self._views(templates)  # as this tick's writes left them (released bookings, new conditions)
         self._learn(views, offerings, now, all_pods)
-        self._see_arrivals(views, all_pods, now)
-        booked = self._booked(views, now, {c.name: c.created_at for c in cloud})
+        arrived = self._see_arrivals(views, all_pods, now)
+        booked = self._booked(views, now, {c.name: c.created_at for c in cloud}, arrived)
         gone = set(res.deleted) | set(failed_names)  # deleted or failed this tick: no capacity to place on
         cloud = [c for c in cloud if c.name not in gone]
         booked_coming = in_flight(views, {c.name for c in cloud} | gone)
@@ -485,25 +483,25 @@ class KubeDaemon:
         self._first_seen = seen
         return [u if u.submit_time <= seen[u.id] else replace(u, submit_time=seen[u.id]) for u in units]
 
-    def _see_arrivals(self, views: Sequence[RequestView], pods: Sequence[Mapping[str, Any]], now: float) -> None:
+    def _see_arrivals(self, views: Sequence[RequestView], pods: Sequence[Mapping[str, Any]], now: float) -> set[str]:
         """Mark the requests whose pods have all been bound to nodes (as many as the request asks for, at one
         read): the booking has done its work, as Cluster Autoscaler's booking ends when the pods arrive.  From then
         on it holds nothing (`_booked`), also after those pods are gone (a reclaimed node: the workload's new pods
         are served as unschedulable pods, on capacity of their own), as the replay drops a booking once its job
         runs.  The mark is the request's ARRIVED annotation, so a new leader knows it too (before the
         twenty-eighth round it was this leader's memory, and a new one let such a booking hold until the booking
-        TTL); `_arrived` keeps it for this tick's views, read before the write."""
+        TTL).  Returns the requests marked now: `views` were read before the mark (the next tick reads it, the
+        watches' copy reading this process's own writes)."""
         bound: dict[str, int] = {}
         for p in pods:
             key = consumed_request(p)
             if key is not None and (p.get("spec") or {}).get("nodeName"):
                 bound[key] = bound.get(key, 0) + 1
-        wanted = {v.key: v.pods for v in views}
-        self._arrived = {k for k in self._arrived if k in wanted}
+        marked: set[str] = set()
         for v in views:
-            if v.arrived or v.key in self._arrived or not v.provisioned or not 0 < wanted[v.key] <= bound.get(v.key, 0):
+            if v.arrived or not v.provisioned or not 0 < v.pods <= bound.get(v.key, 0):
                 continue
-            self._arrived.add(v.key)
+            marked.add(v.key)
             try:
                 self._current[v.key] = self.api.patch_provisioning_request(
                     v.namespace, v.name, {"metadata": {"annotations": {ARRIVED: micro_time(now)[:19] + "Z"}}}
@@ -511,13 +509,15 @@ class KubeDaemon:
             except KubeError as exc:
                 if exc.status != 404:  # gone: nothing to mark
                     raise
+        return marked
 
     def _booked(
-        self, views: Sequence[RequestView], now: float, created: Mapping[str, float]
+        self, views: Sequence[RequestView], now: float, created: Mapping[str, float], arrived: Set[str] = frozenset()
     ) -> dict[str, dict[str, int]]:
         """node name -> {request key: the GPUs each of its pods asks for}, for bookings still holding their nodes
-        (not past the booking TTL).  Several requests may be booked onto one node's GPUs.  `created`: when each
-        live cloud node was created.
+        (not past the booking TTL, pods not arrived: the request's mark, or `arrived` for those `_see_arrivals`
+        marked after `views` were read).  Several requests may be booked onto one node's GPUs.  `created`: when
+        each live cloud node was created.
 
         A Provisioned request holds only the nodes it was Provisioned on: a node of the same name created after
         that (its node was reclaimed and a new launch took the free name) is not its.  `CLOCK_SLACK_S` absorbs the
@@ -534,7 +534,7 @@ class KubeDaemon:
             at = v.provisioned_at
             if at is not None and now - at > BOOKING_TTL_S:
                 continue  # BookingExpired: the capacity is no longer held for this request
-            if at is not None and (v.arrived or v.key in self._arrived):
+            if at is not None and (v.arrived or v.key in arrived):
                 continue  # its pods arrived: the booking is consumed
             for n in b.names:
                 if at is not None and created.get(n, at) > at + CLOCK_SLACK_S:
@@ -740,12 +740,7 @@ class KubeDaemon:
 
     def _unserved(self, v: RequestView, reason: UnservedReason, detail: str, now: float, res: KubeTickResult) -> None:
         valid = v.valid_until_s if v.valid_until_s is not None else DEFAULT_VALID_S
-        fits = [
-            p.max_nodes
-            for p in self.kp.pools
-            if p.gpus_per_node >= v.gpus_per_pod and (v.pools is None or p.name in v.pools)
-            and (v.spot_ok or str(p.capacity_type) != "spot")
-        ]  # fmt: skip
+        fits = [p.max_nodes for p in self.kp.pools if _holds_a_pod(p, v) and (v.pools is None or p.name in v.pools)]
         if not fits or v.pods > max(fits):
             biggest = (
                 f"the largest pool that can run its pods holds {max(fits)} nodes" if fits else "no pool fits a pod"
@@ -773,11 +768,8 @@ class KubeDaemon:
             return ""
         allowed = [p for p in self.kp.pools if p.name in v.pools]
         would = [
-            p.name
-            for p in self.kp.pools
-            if p.name not in v.pools and p.gpus_per_node >= v.gpus_per_pod
-            and (v.spot_ok or str(p.capacity_type) != "spot") and v.pods <= p.max_nodes
-        ]  # fmt: skip
+            p.name for p in self.kp.pools if p.name not in v.pools and _holds_a_pod(p, v) and v.pods <= p.max_nodes
+        ]
         if not would:
             return ""
         shapes = ", ".join(f"{p.name} ({p.gpus_per_node} GPUs/node)" for p in allowed) or "none"
@@ -847,6 +839,11 @@ class KubeDaemon:
                 if exc.status != 404:
                     raise
         return True
+
+
+def _holds_a_pod(p: Pool, v: RequestView) -> bool:
+    """Whether a node of pool `p` can run one of `v`'s pods: GPUs enough, and spot only for pods tolerating it."""
+    return p.gpus_per_node >= v.gpus_per_pod and (v.spot_ok or str(p.capacity_type) != "spot")
 
 
 def room_for(f: NodeFacts, key: str) -> int:

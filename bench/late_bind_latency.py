@@ -1,7 +1,8 @@
 """How long strict late binding's two reactions take on a real slurmctld: submission -> instance created, and a
-drained boot registering -> its job running.
+drained boot registering -> its job running; with `--bind`, the same two on the path every Slurm-bound policy
+takes (jobs allocated powered-down names at submit, ResumeProgram, the job CONFIGURING until its node registers).
 
-    .venv/bin/python bench/late_bind_latency.py [--rounds 2] [--spacing 3] [--json]
+    .venv/bin/python bench/late_bind_latency.py [--rounds 2] [--spacing 3] [--bind] [--json]
 
 The e2e setup of tests/e2e (real slurmctld 22.05, one real slurmd per "instance" of the fake Compute API, the
 daemon in this process) with `policy.late_bind: true`, the job_submit.lua `fleet render slurm-conf` writes under
@@ -18,6 +19,14 @@ every 0.1 s.  Per job:
   job RUNNING (the replay's `HELD_BOOT_LATENCY_S`: the watcher's undrain tick, then slurmctld schedules the job).
 
 And the run's boots: names powered up and instances created against jobs (each job needs exactly one).
+
+`--bind` runs the same rounds with `policy.late_bind: false` and what the stack renders then (no job_submit.lua
+constraint, no hold, Slurm's default `batch_sched_delay`; EpilogSlurmctld kept): slurmctld allocates a powered-down
+name at submission and calls ResumeProgram, the daemon creates the instance, and the job is CONFIGURING until the
+node registers.  Its figures are what the simulated Slurm assumes for every policy bound at submit
+(slurm-power-save, gpu-fleet with a reservation): submit -> create `SlurmSettings.resume_batch_s` plus the daemon's
+reaction to the hook (the replay's gpu-fleet: none), registered -> running none (the job starts as its last node
+registers).
 
 The sampler's 0.1 s period bounds each figure's resolution.  Needs root and Slurm (scripts/setup.sh); exits 0 with
 a note otherwise.
@@ -46,6 +55,7 @@ from tests.e2e.env import (
     wait_for,
 )
 from tests.harness.cloud_nodes import Nodeset
+from tests.harness.slurm import SlurmHarness
 
 POLL_S = 120
 NODES = 4
@@ -56,6 +66,12 @@ MODEL = {  # what the replay assumes (autoscaler/replay/gpu_fleet.py, autoscaler
     "submit_to_power_up_s": "SUBMIT_WAKE_LATENCY_S",
     "submit_to_create_s": "SUBMIT_WAKE_LATENCY_S + SlurmSettings.resume_batch_s",
     "registered_to_running_s": "HELD_BOOT_LATENCY_S",
+    "registered_to_step_s": "HELD_BOOT_LATENCY_S",
+}
+BOUND_MODEL = {  # the same, for a job bound at submit (`--bind`)
+    "submit_to_create_s": "SlurmSettings.resume_batch_s (the daemon's hook watcher: 0)",
+    "registered_to_running_s": "0 (the job starts as its last node registers)",
+    "registered_to_step_s": "0 (the job starts as its last node registers)",
 }
 
 
@@ -90,21 +106,34 @@ class Sampler(threading.Thread):
                     self.running.setdefault(int(j["job_id"]), now)
 
 
-def run_round(env: E2E, sampler: Sampler, spacing_s: float = SPACING_S) -> list[dict[str, Any]]:
+def _timed_job(env: E2E, seconds: int) -> int:
+    """`E2E.gpu_job` whose step also prints the time it started (this machine's clock, as the sampler's)."""
+    echo = f"srun sh -c 'echo $SLURMD_NODENAME; date +%s.%N; sleep {seconds}'"
+    out = f"{env.root / 'log'}/job-%j.out"
+    return env.sbatch("-p", "gpu", "-N", "1", "--gres=gpu:8", "-o", out, "--wrap", echo)
+
+
+def _step_started(env: E2E, job: int) -> float | None:
+    lines = (env.root / "log" / f"job-{job}.out").read_text().split()
+    return float(lines[1]) if len(lines) > 1 else None
+
+
+def run_round(env: E2E, sampler: Sampler, spacing_s: float = SPACING_S, bind: bool = False) -> list[dict[str, Any]]:
     submitted: dict[int, float] = {}
     for _ in range(NODES):
-        job = env.gpu_job(JOB_S)
+        job = _timed_job(env, JOB_S)
         submitted[job] = time.time()
         time.sleep(spacing_s)
     wait_for(lambda: not env.squeue_ids() & set(submitted), 240, "the round's jobs to finish", env)
+    settled = {"POWERED_DOWN"} if bind else {"POWERED_DOWN", "DRAIN"}
     wait_for(
         lambda: all(
-            {"POWERED_DOWN", "DRAIN"} <= set(n["state_flags"])
+            settled <= set(n["state_flags"]) and not {"POWERING_DOWN"} & set(n["state_flags"])
             for name, n in env.sinfo().items()
             if name.startswith("e2e-od-")
         ),
         120,
-        "the nodes to be powered down and held again",
+        "the nodes to be powered down" + ("" if bind else " and held again"),
         env,
     )
     out = []
@@ -122,6 +151,7 @@ def run_round(env: E2E, sampler: Sampler, spacing_s: float = SPACING_S) -> list[
         create = min((e.at for e in env.fake.events_of("create") if e.name == name and e.at >= t0 - 1), default=None)
         registered = sampler.registered.get(name)
         running = sampler.running.get(job)
+        step = _step_started(env, job)
         out.append(
             {
                 "job": job,
@@ -130,6 +160,9 @@ def run_round(env: E2E, sampler: Sampler, spacing_s: float = SPACING_S) -> list[
                 "submit_to_power_up_s": _d(t0, power_up),
                 "submit_to_create_s": _d(t0, create),
                 "registered_to_running_s": _d(registered, running) if create is not None else None,
+                "registered_to_step_s": _d(registered, step) if create is not None else None,
+                "submitted_at": round(t0, 3),
+                "running_at": None if running is None else round(running, 3),
             }
         )
         sampler.registered.pop(name, None)
@@ -140,9 +173,17 @@ def _d(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else round(b - a, 3)
 
 
-def measure(rounds: int, spacing_s: float = SPACING_S) -> tuple[list[dict[str, Any]], dict[str, int]]:
+def _bound_lines(harness: SlurmHarness, state: Path) -> list[str]:
+    """What the stack renders without late binding (and no reservation): EpilogSlurmctld, no SchedulerParameters."""
+    return [line for line in late_bind_lines(harness, state) if line.startswith("EpilogSlurmctld=")]
+
+
+def measure(
+    rounds: int, spacing_s: float = SPACING_S, bind: bool = False
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The per-job samples, and the run's boots: names powered up (one per `scontrol update state=power_up` name),
-    instances created, jobs (a name powered up twice, or more creates than jobs, is a boot the jobs did not need)."""
+    instances created, jobs (a name powered up twice, or more creates than jobs, is a boot the jobs did not need).
+    `bind`: late binding off (jobs bound at submit)."""
     samples: list[dict[str, Any]] = []
     boots: dict[str, int] = {}
     with standalone_e2e(
@@ -150,23 +191,24 @@ def measure(rounds: int, spacing_s: float = SPACING_S) -> tuple[list[dict[str, A
         pools=[pool("od", "on-demand", "gpu", False, max_nodes=NODES)],
         nodesets=[Nodeset("e2e-od", NODES, features="a3-highgpu-8g")],
         partitions={"gpu": ["e2e-od"]},
-        policy={"idle_timeout_s": 0, "backoff_s": 120, "late_bind": True},
-        job_submit_lua=late_bind_lua,
-        slurm_lines=late_bind_lines,
+        policy={"idle_timeout_s": 0, "backoff_s": 120, "late_bind": not bind},
+        job_submit_lua=None if bind else late_bind_lua,
+        slurm_lines=_bound_lines if bind else late_bind_lines,
         interval_s=POLL_S,
     ) as env:
         sampler = Sampler(env)
         try:
             env.start_daemon()
-            wait_for(
-                lambda: all("DRAIN" in n["state_flags"] for n in env.sinfo().values()),
-                60,
-                "the pool to be held (its powered-down names drained)",
-                env,
-            )
+            if not bind:
+                wait_for(
+                    lambda: all("DRAIN" in n["state_flags"] for n in env.sinfo().values()),
+                    60,
+                    "the pool to be held (its powered-down names drained)",
+                    env,
+                )
             sampler.start()
             for _ in range(rounds):
-                samples += run_round(env, sampler, spacing_s)
+                samples += run_round(env, sampler, spacing_s, bind)
             boots = {
                 "power_up_names": sum(
                     len(c["names"]) for t in env.ticks for c in t.commands if c["command"] == "scontrol-power_up"
@@ -179,9 +221,9 @@ def measure(rounds: int, spacing_s: float = SPACING_S) -> tuple[list[dict[str, A
     return samples, boots
 
 
-def summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
+def summary(samples: list[dict[str, Any]], bind: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key, model in MODEL.items():
+    for key, model in (BOUND_MODEL if bind else MODEL).items():
         xs = [s[key] for s in samples if s.get(key) is not None]
         out[key] = {
             "n": len(xs),
@@ -198,13 +240,14 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--spacing", type=float, default=SPACING_S, help="seconds between a round's submissions")
+    ap.add_argument("--bind", action="store_true", help="late binding off: jobs bound to powered-down names at submit")
     a = ap.parse_args()
     reason = standalone_unavailable_reason()
     if reason:
         print(f"skip: {reason}")
         return 0
-    samples, boots = measure(a.rounds, a.spacing)
-    report = {"summary": summary(samples), "boots": boots, "samples": samples}
+    samples, boots = measure(a.rounds, a.spacing, a.bind)
+    report = {"late_bind": not a.bind, "summary": summary(samples, a.bind), "boots": boots, "samples": samples}
     if a.json:
         print(json.dumps(report, indent=2))
     else:

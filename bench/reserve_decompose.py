@@ -34,13 +34,13 @@ sys.path.insert(0, str(ROOT))
 
 def _instrument(engine: Any) -> list[tuple[float, float, int, str, str, bool]]:
     """Record each run attempt of each job: (start, end, GPUs, capacity type, machine type, spot_ok).  Wraps the
-    simulated Slurm's start and release (bench-only instrumentation)."""
+    simulated Slurm's launch and release (bench-only instrumentation)."""
     runs: list[tuple[float, float, int, str, str, bool]] = []
     overflow_starts = engine.overflow_starts = []
     open_: dict[int, tuple[float, list[tuple[str, str, int]]]] = {}
-    start0, release0 = engine._maybe_start, engine._release_job
+    start0, release0 = engine._launch, engine._release_job
 
-    def start(job: Any, now: float) -> None:
+    def start(job: Any, now: float) -> bool:
         if job.state.value == "configuring" and all(n.registered for n in job.placed_on):
             over = [n for n in job.placed_on if str(n.capacity_type) != "reservation"]
             if over:
@@ -56,12 +56,13 @@ def _instrument(engine: Any) -> list[tuple[float, float, int, str, str, bool]]:
                 overflow_starts.append(
                     (job.gpus_per_node, job.nodes, free_total, free_max, now - job.submit, job.trace.duration)
                 )
-        start0(job, now)
+        started = start0(job, now)
         if job.state.value == "running" and job.idx not in open_:
             open_[job.idx] = (
                 now,
                 [(str(n.capacity_type), n.offering.machine_type, job.gpus_per_node) for n in job.placed_on],
             )
+        return started
 
     def release(job: Any, now: float) -> None:
         got = open_.pop(job.idx, None)
@@ -71,7 +72,7 @@ def _instrument(engine: Any) -> list[tuple[float, float, int, str, str, bool]]:
                 runs.append((t0, now, g, ct, m, job.spot_ok))
         release0(job, now)
 
-    engine._maybe_start = start
+    engine._launch = start
     engine._release_job = release
     return runs
 
@@ -109,7 +110,7 @@ def decompose(jobs: list[Any], scenario: Any, policy_name: str) -> dict[str, Any
     bound = lower_bound(marked, scenario)
     policy = policy_factories()[policy_name](scenario, marked)
     engine = replay_engine(marked, scenario, policy)
-    runs = _instrument(engine) if hasattr(engine, "_maybe_start") else []
+    runs = _instrument(engine) if hasattr(engine, "_launch") else []
     engine.run()
     m = policy_metrics(engine, bound)
     end = engine.t_end if engine.t_end is not None else engine.now

@@ -105,8 +105,9 @@ def test_slurm_power_save_packs_small_jobs_onto_one_eight_gpu_node_and_suspends_
     eng = replay_engine(jobs, Scenario(), SlurmPowerSavePolicy()).run()
     assert eng.counters.nodes_launched == 1
     assert eng.cloud.ledger.closed_count == 1
-    # billed from launch to deletion: boot 360 s + 600 s of work (the replay ends with the last job)
-    assert eng.cloud.ledger.gpu_hours_by_capacity(eng.t_end)[CapacityType.ON_DEMAND] == pytest.approx(8 * 960 / 3600)
+    # billed from launch (1 s: ResumeProgram) to deletion: boot 360 s, slurmctld's launch pass at 390 s, 600 s of
+    # work (the replay ends with the last job)
+    assert eng.cloud.ledger.gpu_hours_by_capacity(eng.t_end)[CapacityType.ON_DEMAND] == pytest.approx(8 * 989 / 3600)
 
 
 def test_policy_names_resolve_and_unknown_ones_are_named() -> None:
@@ -156,11 +157,14 @@ def test_with_a_reservation_overflow_is_held_so_jobs_wait_for_paid_for_gpus_then
     eng = replay_engine(trace, sc, pol).run()
     jobs = {j.id: j for j in eng.state.jobs}
     # the reserved node is launched up front, one boot before the first submission (the replay starts there), and
-    # registers 1 s after it (the ResumeProgram's second)
-    assert jobs["j0"].first_start == 1
+    # registers 1 s after it (the ResumeProgram's second); j0, allocated it while it boots, starts at slurmctld's
+    # next launch pass
+    assert jobs["j0"].first_start == 30
     assert jobs["j1"].first_start == 900 and jobs["j2"].first_start == 2000  # the reserved node stays up
-    # released at the daemon's first poll after the hold, ResumeProgram 1 s later, the 360 s boot
-    assert 2010 + hold + 361 <= jobs["j3"].first_start <= 2010 + hold + 10 + 361
+    # released at the daemon's first poll after the hold, ResumeProgram 1 s later, the 360 s boot, then slurmctld's
+    # next 30 s launch pass
+    assert 2010 + hold + 361 <= jobs["j3"].first_start <= 2010 + hold + 10 + 361 + 30
+    assert jobs["j3"].first_start % 30 == 0
     assert eng.counters.nodes_launched == 2
     assert eng.cloud.ledger.cost_by_capacity(eng.t_end)[CapacityType.ON_DEMAND] > 0
     # a wait worth more than the saving: no hold, Slurm powers up on-demand at submit (without standby nodes,
@@ -169,7 +173,7 @@ def test_with_a_reservation_overflow_is_held_so_jobs_wait_for_paid_for_gpus_then
     assert eager.policy.batch_window_s == 0 and eager.policy.standby_by_machine
     no_standby = replace(eager, policy=replace(eager.policy, standby_by_machine={}))
     eng = replay_engine(trace, sc, no_standby).run()
-    assert {j.id: j for j in eng.state.jobs}["j3"].first_start == 2010 + 361
+    assert {j.id: j for j in eng.state.jobs}["j3"].first_start == 2400  # registered at 2010 + 361, the next pass
     eng = replay_engine(trace, sc, eager).run()
     assert {j.id: j for j in eng.state.jobs}["j3"].first_start == 2010
 

@@ -5,6 +5,7 @@ of an on-demand node being bought; a job preemption cannot place gets on-demand 
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from autoscaler.replay.gpu_fleet import DEFAULT_POLICY, GpuFleetPolicy
@@ -17,6 +18,14 @@ BOOT = 361  # ResumeProgram 1 s after the allocation, then the 360 s boot
 #: the reserved node is launched up front (`Policy.launch_reserved_nodes`) one boot before the first submission, where
 #: the replay starts, and registers 1 s after it (the ResumeProgram's second)
 UP = 1
+
+
+def launch_pass(registered: float) -> float:
+    """When a job allocated a booting node starts: slurmctld's next 30 s launch pass after the node registered
+    (`SlurmSettings.launch_pass_s`); a job allocated a node already up starts at once."""
+    return 30 * math.ceil(registered / 30)
+
+
 SC = Scenario(reserved_nodes=1, spot_fraction=0.5)  # offers spot pools; the trace says which jobs tolerate spot
 
 
@@ -43,17 +52,17 @@ def test_a_job_that_may_not_use_spot_requeues_spot_work_off_the_reservation_inst
     sim = _run(preempt=True)
     jobs = {j.id: j for j in sim.state.jobs}
     assert sim.held == {p.name for p in sim.pool_list if p.capacity_type is CapacityType.ON_DEMAND}
-    assert jobs["j0"].first_start == UP
+    assert jobs["j0"].first_start == launch_pass(UP)  # allocated the reserved node while it booted
     assert jobs["j1"].first_start == 1000  # on the reserved node, up already: no wait, no boot
     assert jobs["j0"].preemptions == 1 and sim.slurm_counters["preempt_requeues"] == 1
-    # j0 had run 999 s, short of its first checkpoint (every 1800 s): it starts over on spot once eligible again
-    # (the 120 s requeue hold), so it ends a boot and its full run after that
-    assert jobs["j0"].end == 1000 + 120 + BOOT + (7200 - 1800 * ((1000 - UP) // 1800))
+    # j0 had run 970 s, short of its first checkpoint (every 1800 s): it starts over on spot once eligible again
+    # (the 120 s requeue hold), so it ends a boot, a launch pass and its full run after that
+    assert jobs["j0"].end == launch_pass(1000 + 120 + BOOT) + 7200
     by_cap = sim.cloud.ledger.cost_by_capacity(sim.t_end)
     assert by_cap.get(CapacityType.SPOT, 0) > 0
     # j2 found the reservation busy with j1 (nothing spot-tolerant to requeue): released to on-demand at the
     # daemon's next 10 s poll, then booted
-    assert 1200 + BOOT <= jobs["j2"].first_start <= 1200 + 10 + BOOT
+    assert 1200 + BOOT <= jobs["j2"].first_start <= launch_pass(1200 + 10 + BOOT)
     assert len(_on_demand_launches(sim)) == 1  # j2's node only: none was bought for j1
 
 
@@ -61,16 +70,16 @@ def test_without_it_the_job_overflows_to_on_demand_and_spot_work_keeps_the_reser
     sim = _run(preempt=False)
     jobs = {j.id: j for j in sim.state.jobs}
     assert sim.held == frozenset() and sim.slurm_counters["preempt_requeues"] == 0
-    assert jobs["j0"].preemptions == 0 and jobs["j0"].end == UP + 7200
-    assert jobs["j1"].first_start == 1000 + BOOT  # Slurm powered up an on-demand node at submit
+    assert jobs["j0"].preemptions == 0 and jobs["j0"].end == launch_pass(UP) + 7200
+    assert jobs["j1"].first_start == launch_pass(1000 + BOOT)  # Slurm powered up an on-demand node at submit
     assert len(_on_demand_launches(sim)) == 2  # one for j1, one for j2
 
 
 def test_preemption_frees_only_what_the_job_needs_latest_started_first() -> None:
     """Four 2-GPU spot-tolerant jobs share the reserved node; a 4-GPU job that may not use spot requeues two of them,
-    not all four: the latest started (`preempt_youngest_first`), here all started together, so the
-    latest submitted."""
-    trace = [job(i, i, 7200, 2, spot_ok=True) for i in range(4)] + [job(4, 2000, 600, 4)]
+    not all four: the latest started (`preempt_youngest_first`), here all started together (submitted at once, the
+    reserved node up), so the latest submitted."""
+    trace = [job(i, UP + 1, 7200, 2, spot_ok=True) for i in range(4)] + [job(4, 2000, 600, 4)]
     sim = SimSlurm(trace, SC, GpuFleetPolicy(policy=DEFAULT_POLICY)).run()
     jobs = {j.id: j for j in sim.state.jobs}
     assert sim.slurm_counters["preempt_requeues"] == 2
@@ -86,8 +95,8 @@ def test_the_latest_started_job_goes_first_even_when_it_was_submitted_first() ->
     trace = [job(i, i, 7200, 2, spot_ok=True) for i in range(4)] + [job(4, 9000, 600, 4)]
     sim = SimSlurm(trace, SC, GpuFleetPolicy(policy=DEFAULT_POLICY)).run(until=2000)
     jobs = sim.state.jobs
-    # all four on the reserved node (up from the start); on-demand held
-    assert all(j.start == max(UP, j.submit) for j in jobs[:4]) and sim.held
+    # all four on the reserved node (j0 allocated it while it booted, the others once it was up); on-demand held
+    assert [j.start for j in jobs[:4]] == [launch_pass(UP), 1, 2, 3] and sim.held
     jobs[0].start, jobs[1].start = 1950.0, 1900.0
     sim.state.submit(jobs[4])
     sim.schedule(2000)
@@ -122,4 +131,5 @@ def test_a_submission_wakes_the_holding_daemon_so_a_job_preemption_cannot_place_
     sim = SimSlurm(trace, SC, GpuFleetPolicy(policy=DEFAULT_POLICY)).run()
     assert sim.conf.submit_wake
     jobs = {j.id: j for j in sim.state.jobs}
-    assert jobs["j2"].first_start == 1203 + 1 + 1 + BOOT  # before: 1210 + 1 + BOOT, at the poll
+    # released 1 s after its submission, allocated 1 s later, booted; then slurmctld's next launch pass
+    assert jobs["j2"].first_start == launch_pass(1203 + 1 + 1 + BOOT)  # before the wake-up: 1210 + 1 + BOOT

@@ -25,6 +25,8 @@ from tests.replay.conftest import job
 SC = Scenario(reserved_nodes=2)
 TRACE = [job(0, 0, 100, 8), job(1, 600, 600, 16)]  # 16 GPUs: a gang of two 8-GPU nodes, within SuspendTime
 UP = 1  # launched one boot before the first submission (the replay starts there), registered 1 s after it
+#: j0, allocated the reserved node while it boots, starts at slurmctld's next launch pass after it registered
+FIRST = 30
 
 
 def _run(driver: object) -> SimSlurm:
@@ -49,7 +51,7 @@ def _reserved_up(sim: SimSlurm) -> list[str]:
 def test_every_reserved_node_is_up_before_work_so_a_gang_starts_whole_at_once(up_front, down_front) -> None:  # type: ignore[no-untyped-def]
     sim = _run(up_front)
     j0, j1 = sim.state.jobs
-    assert j0.first_start == UP and j1.first_start == 600  # no boot for either
+    assert j0.first_start == FIRST and j1.first_start == 600  # no boot for either (j1's nodes are up)
     assert sim.state.partial_gang_gpu_s == 0
     assert all(j.state is JobState.DONE for j in sim.state.jobs)
     assert _reserved_up(sim) == ["a3-highgpu-8g-reserved-0", "a3-highgpu-8g-reserved-1"]  # never power-saved
@@ -58,5 +60,5 @@ def test_every_reserved_node_is_up_before_work_so_a_gang_starts_whole_at_once(up
     # reserved names powered up only as jobs take them: the gang's second node boots while the first waits
     late = _run(down_front)
     j0, j1 = late.state.jobs
-    assert j0.first_start == 361 and j1.first_start == 600 + 361
-    assert late.state.partial_gang_gpu_s == 8 * 361
+    assert j0.first_start == 390 and j1.first_start == 990  # each registered 361 s after its job, the next pass
+    assert late.state.partial_gang_gpu_s == 8 * 361  # the up node waited for the other's boot

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -78,7 +79,22 @@ def test_jobs_get_cloud_nodes_at_submit_by_weight_then_node_order_and_one_batche
 def test_small_jobs_pack_onto_a_node_that_is_still_powering_up() -> None:
     eng = SimSlurm([job(i, t, 600, 1) for i, t in enumerate((0, 0.2, 5))], Scenario(), SlurmPowerSavePolicy()).run()
     assert eng.counters.nodes_launched == 1 and eng.slurm_counters["resume_calls"] == 1
-    assert [j.first_start for j in eng.state.jobs] == pytest.approx([361, 361, 361])  # they all waited for it
+    # they all waited for it, then for slurmctld's launch pass after it registered at 361 s
+    assert [j.first_start for j in eng.state.jobs] == pytest.approx([390, 390, 390])
+
+
+def test_a_job_bound_to_a_booting_node_starts_at_slurmctlds_next_launch_pass_not_at_the_registration() -> None:
+    """slurmctld defers the batch launch of a job whose node is powered down and retries it in its background loop:
+    on 22.05.8 every such job started on one 30 s grid, 0.5-28.6 s after its node registered
+    (`bench/late_bind_latency.py --bind`).  A job allocated a node that is already up starts at once."""
+    d = Recorder(only=["a3-highgpu-8g"])
+    eng = SimSlurm([job(0, 0, 600, 1), job(1, 370, 600, 1), job(2, 400, 600, 1)], Scenario(), d).run()
+    j0, j1, j2 = eng.state.jobs
+    assert eng.counters.nodes_launched == 1  # ResumeProgram at 1 s, registered at 361 s
+    assert j0.first_start == 390  # the pass after the registration
+    assert j1.first_start == 370 and j2.first_start == 400  # the node was up when they were allocated it: at once
+    no_pass = Recorder(settings=SlurmSettings(launch_pass_s=0), only=["a3-highgpu-8g"])
+    assert SimSlurm([job(0, 0, 600, 1)], Scenario(), no_pass).run().state.jobs[0].first_start == 361
 
 
 def test_a_job_is_configuring_until_its_nodes_register() -> None:
@@ -103,8 +119,9 @@ def test_resume_timeout_downs_the_node_requeues_the_job_and_calls_resume_fail() 
         "power_ups": 0,
         "preempt_requeues": 0,
     }
-    # requeued at 600 s, eligible again after Slurm's requeue hold (120 s), resumed 1 s later, booted in 360 s
-    assert eng.state.jobs[0].first_start == pytest.approx(600 + 120 + 1 + 360)
+    # requeued at 600 s, eligible again after Slurm's requeue hold (120 s), resumed 1 s later, booted in 360 s, then
+    # launched at the next 30 s pass
+    assert eng.state.jobs[0].first_start == pytest.approx(1110)
 
 
 def test_slurm_power_save_with_a_boot_longer_than_resume_timeout_loses_the_job_to_down_nodes() -> None:
@@ -118,7 +135,8 @@ def test_slurm_power_save_with_a_boot_longer_than_resume_timeout_loses_the_job_t
 def test_idle_nodes_are_suspended_after_suspend_time_and_the_name_comes_back_after_suspend_timeout() -> None:
     d = Recorder(only=["a3-highgpu-8g"])
     eng = SimSlurm([job(0, 0, 600, 8), job(1, 2000, 100, 8)], Scenario(), d).run()
-    assert d.suspends == [(961.0 + 300, ("a3-highgpu-8g-on-demand-0",))]  # up at 361, idle at 961, SuspendTime 300
+    # up at 361, the job launched at the 390 s pass, idle at 990, SuspendTime 300
+    assert d.suspends == [(990.0 + 300, ("a3-highgpu-8g-on-demand-0",))]
     assert [names for _, names, _ in d.resumes] == [("a3-highgpu-8g-on-demand-0",)] * 2  # the name is reused
     assert eng.counters.nodes_launched == 2
 
@@ -199,7 +217,8 @@ def test_released_names_are_allocated_at_slurmctlds_next_scheduling_pass_not_at_
     assert set(owners.values()) == {"j0"}
     lag = SlurmSettings().release_allocation_s + SlurmSettings().resume_batch_s  # allocation, then ResumeProgram
     assert allocated_at == pytest.approx(d.released_at + lag)
-    assert gang.first_start == pytest.approx(d.released_at + lag + Scenario().boot_seconds)
+    registered = d.released_at + lag + Scenario().boot_seconds
+    assert gang.first_start == pytest.approx(30 * math.ceil(registered / 30))  # slurmctld's next launch pass
 
 
 def test_a_gang_gets_every_node_from_one_pool_the_lowest_weight_that_holds_it() -> None:
@@ -237,9 +256,10 @@ def test_an_up_node_allocated_to_a_gang_that_waits_for_boots_is_partial_gang_was
     eng.run()
     assert placed == [["a3-highgpu-8g-reserved-0", "a3-highgpu-8g-reserved-1"]]  # one name up, one booted
     gang = eng.state.jobs[1]
-    waited = gang.first_start - 2000.0
-    assert waited > 300  # reserved-1 booted
-    assert eng.state.partial_gang_gpu_s == pytest.approx(8 * waited)
+    registered = 2000.0 + SlurmSettings().resume_batch_s + Scenario().boot_seconds  # reserved-1 booted
+    assert gang.first_start == pytest.approx(2370.0)  # slurmctld's launch pass after the registration
+    # the up node waited for the boot; the launch pass after it is every booted job's wait, not the gang's
+    assert eng.state.partial_gang_gpu_s == pytest.approx(8 * (registered - 2000.0))
 
 
 def test_a_gang_never_gets_a_name_its_exclusion_lists() -> None:

@@ -17,7 +17,7 @@ What it refuses, as the real server does (422 Invalid with a Status naming the f
 - a field selector on a field the API does not index for that resource (400 BadRequest);
 - core objects the API's generated models refuse (the `kubernetes` client's models are generated from the
   API server's OpenAPI spec: a required field missing or of the wrong kind is refused), names that are not
-  DNS-1123 subdomains, a kind or apiVersion that does not match the URL.
+  DNS-1123 subdomains, a kind or apiVersion that does not match the URL, annotations larger than 256 KiB in all.
 
 Eviction honours PodDisruptionBudgets (minAvailable / maxUnavailable over the pods their selector matches):
 an eviction that would break one is 429 TooManyRequests, as the Eviction API answers.
@@ -100,6 +100,8 @@ class ApiError(Exception):
 
 
 _DESERIALIZER = k8s.ApiClient()
+#: apimachinery's TotalAnnotationSizeLimitB: an object's annotations, keys and values, at most 256 KiB
+ANNOTATIONS_MAX_BYTES = 256 * 1024
 
 
 def validate(res: Resource, obj: dict[str, Any]) -> list[tuple[str, str]]:
@@ -114,6 +116,10 @@ def validate(res: Resource, obj: dict[str, Any]) -> list[tuple[str, str]]:
     name = (obj.get("metadata") or {}).get("name")
     if not isinstance(name, str) or len(name) > 253 or not NAME.fullmatch(name):
         problems.append(("metadata.name", f"{name!r} is not a DNS-1123 subdomain"))
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    size = sum(len(k) + len(v) for k, v in annotations.items() if isinstance(k, str) and isinstance(v, str))
+    if size > ANNOTATIONS_MAX_BYTES:  # apimachinery's ValidateAnnotations: keys and values together
+        problems.append(("metadata.annotations", f"Too long: must have at most {ANNOTATIONS_MAX_BYTES} bytes"))
     if problems:
         return problems
     if res.model is None:

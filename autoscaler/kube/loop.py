@@ -1,7 +1,9 @@
 """One tick of the autoscaler on Kubernetes: serve Kueue's ProvisioningRequests, scale idle nodes down.
 
 Order within a tick (each step acts only on this tick's fresh reads):
-1. leader election (a Lease): a replica that does not lead reads and exports metrics only;
+1. leader election (a Lease): a replica that does not lead reads and exports metrics only; one that takes the
+   Lease over starts from what the last leader wrote on it (backoff memory, settings history:
+   `autoscaler.kube.leader_state`);
 2. reads: ProvisioningRequests of the atomic class and their PodTemplates, Nodes, Pods, each pool's cloud
    nodes (GCE instances of GKE node pools, Machines of Cluster API pools), offerings, async launch failures;
 3. requests already booked: Provisioned once every booked node is Ready with its GPUs, the booked pool's node
@@ -51,7 +53,14 @@ from autoscaler.core.settings import ArrivalLog, SeenJob, SettingsTracker, shown
 from autoscaler.daemon.settings_log import log_settings
 from autoscaler.daemon.snapshot import offering_from_dict, offering_to_dict
 from autoscaler.kube.api import KubeApi, KubeError
-from autoscaler.kube.leader_state import BACKOFF, memory_from_json, memory_to_json
+from autoscaler.kube.leader_state import (
+    BACKOFF,
+    HISTORY,
+    history_from_text,
+    history_to_text,
+    memory_from_json,
+    memory_to_json,
+)
 from autoscaler.kube.lease import LeaseElector, micro_time
 from autoscaler.kube.runs import RunWatch
 from autoscaler.kube.source import (
@@ -159,6 +168,7 @@ class KubeDaemon:
         self.provisioning_class = provisioning_class
         self.taint_check = TaintCheck(pools.taints)
         self.memory: tuple[UnavailableOffering, ...] = ()  # handed on through the Lease (`_hand_on`)
+        self._history_at: float | None = None  # the settings grid point whose history is on the Lease
         self._led = False  # whether the last tick led: a new leader reads the memory the last one left
         self.idle_since: dict[str, float] = {}
         self._unseen_since: dict[str, tuple[float, bool]] = {}  # CAPI pool -> (replicas without Machines since, warned)
@@ -218,8 +228,8 @@ class KubeDaemon:
         t0 = time.perf_counter()
         try:
             res.leader = self.elector.try_acquire()
-            if res.leader and not self._led:  # taken over (or restarted): the memory the last leader left
-                self.memory = memory_from_json(self.elector.state.get(BACKOFF), now)
+            if res.leader and not self._led:  # taken over (or restarted): what the last leader left
+                self._take_over(now)
             self._led = res.leader
             if res.leader:
                 with shared_reads(self._providers()):
@@ -240,14 +250,41 @@ class KubeDaemon:
             m.commands.labels(command="delete", outcome="ok").inc(len(res.deleted))
         return res
 
-    def _hand_on(self, now: float) -> None:
-        """Write the backoff memory on the Lease when it changed, so the next leader starts from it (one Lease
-        write per change, with a renewal)."""
-        text = memory_to_json(self.memory, now)
-        if text == self.elector.state.get(BACKOFF, "[]"):
+    def _take_over(self, now: float) -> None:
+        """Start from what the last leader handed on through the Lease (`autoscaler.kube.leader_state`): its backoff
+        memory, and the history its settings rule ran over (when observation began, the arrivals and their runs),
+        so a failover neither retries stocked-out offerings nor forgets the work that kept nodes warm.  Without a
+        handed-on history this replica keeps what it learned itself (nothing, unless it led before)."""
+        self.memory = memory_from_json(self.elector.state.get(BACKOFF), now)
+        if self.settings is None:
             return
-        self.elector.state[BACKOFF] = text
-        self.elector.try_acquire()
+        since, entries = history_from_text(self.elector.state.get(HISTORY))
+        if since is not None:
+            self._since, self._arrivals.entries = since, entries
+            self.settings.computed_at = None  # the rule runs again over this history at the next tick
+            logger.bind(arrivals=len(entries), since=since).info(
+                "took the lease over: settings history of {} arrivals since {:.0f} from the last leader",
+                len(entries),
+                since,
+            )
+
+    def _hand_on(self, now: float) -> None:
+        """Write on the Lease what the next leader starts from, with a renewal, when it changed: the backoff memory
+        at every change, the settings history at every refresh of the settings grid (`SettingsTracker.refresh_s`:
+        the rule reads the history only there, so a new leader misses at most one refresh's arrivals, which it
+        then sees itself while the requests are still out)."""
+        changed = False
+        text = memory_to_json(self.memory, now)
+        if text != self.elector.state.get(BACKOFF, "[]"):
+            self.elector.state[BACKOFF] = text
+            changed = True
+        at = self.settings.computed_at if self.settings is not None else None
+        if at is not None and at != self._history_at and self._since is not None:
+            self.elector.state[HISTORY] = history_to_text(self._since, self._arrivals.entries, set(self._current))
+            self._history_at = at
+            changed = True
+        if changed:
+            self.elector.try_acquire()
 
     def _tick(self, now: float, res: KubeTickResult) -> None:
         prs = self._requests()
@@ -350,8 +387,8 @@ class KubeDaemon:
         """The settings rule over the work this leader has seen: each ProvisioningRequest is one workload arriving
         at its creation (its pods, GPUs per pod), and its run is timed from the pods that consume it
         (`autoscaler.kube.runs`: earliest start to latest finish, once they succeeded), so the rule has the mean
-        run as on Slurm.  The history lives in the leader's memory: a new leader starts learning afresh (the
-        cheap side: nothing kept warm until it has seen work)."""
+        run as on Slurm.  The leader hands the history on through the Lease at each refresh of the settings grid
+        (`_hand_on`); a new leader starts from it (`_take_over`)."""
         if self.settings is None:
             return
         if self._since is None:

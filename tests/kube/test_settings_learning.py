@@ -29,10 +29,23 @@ def _view(i: int, created: float):  # type: ignore[no-untyped-def]
     return request_view(pr, {("team-a", "tmpl"): pod_template("tmpl", "team-a", 8)}, [], {"h200": {}})
 
 
-def _daemon() -> KubeDaemon:
+class _Lease:
+    """The elector as `KubeDaemon` uses it to hand state on: the Lease's gpu-fleet annotations (`state`), written
+    with a renewal (`try_acquire`)."""
+
+    def __init__(self, state: dict[str, str] | None = None) -> None:
+        self.state = state if state is not None else {}
+        self.renewals = 0
+
+    def try_acquire(self) -> bool:
+        self.renewals += 1
+        return True
+
+
+def _daemon(lease: _Lease | None = None) -> KubeDaemon:
     kp = KubePools(pools=[POOL], labels={"h200": {}}, spot_taints=[], providers={})
     return KubeDaemon(
-        api=None, pools=kp, policy=Policy(), elector=None,  # type: ignore[arg-type]
+        api=None, pools=kp, policy=Policy(), elector=lease,  # type: ignore[arg-type]
         settings=SettingsTracker(base=Policy(), boot_s=360.0),
     )  # fmt: skip
 
@@ -53,6 +66,78 @@ def test_a_new_leader_starts_from_nothing_the_cheap_side() -> None:
     d = _daemon()
     d._learn([_view(1, T0)], OFFERS, T0 + 5.0, [])
     assert d.policy.idle_timeout_for(MT) == 0.0
+
+
+def test_the_next_leader_starts_from_the_history_the_last_one_handed_on_through_the_lease() -> None:
+    """Replica a serves two hours of work (a request every 2 minutes, 20-minute runs) and hands its history on at
+    each refresh of the settings grid; replica b takes the Lease over and runs with a's settings at once (the idle
+    keep its arrivals earn, the mean run), where a replica starting from nothing keeps nothing warm (before the
+    twenty-ninth round the history lived in the leader's process)."""
+    from autoscaler.kube.leader_state import HISTORY
+
+    lease = _Lease()
+    a = _daemon(lease)
+    views = []
+    for k in range(0, 7200 // 10):
+        now = T0 + 10.0 * k
+        if k % 12 == 0:
+            views.append(_view(k, now))
+        pods = [_pod(v.name, 0, v.created + 360, v.created + 1560) for v in views if v.created + 1560 <= now]
+        a._current = {v.key: {} for v in views[-3:]}  # what the tick listed
+        a._learn(list(views[-3:]), OFFERS, now, pods)
+        renewals = lease.renewals
+        a._hand_on(now)
+        if lease.renewals > renewals:
+            written = set(a._arrivals.entries)  # the arrivals on the Lease
+    assert a.policy.idle_timeout_for(MT) == 360.0 and a.policy.expected_run_s == 1200.0
+    assert HISTORY in lease.state and 0 < lease.renewals <= 7200 // 600 + 1  # one write per refresh, not per tick
+    renewals = lease.renewals
+    a._hand_on(T0 + 7195.0)  # same grid point: nothing new to write
+    assert lease.renewals == renewals
+
+    b = _daemon(_Lease(dict(lease.state)))
+    b._take_over(T0 + 7210.0)
+    b._learn(list(views[-3:]), OFFERS, T0 + 7210.0, [])
+    assert b.policy.idle_timeout_for(MT) == 360.0 and b.policy.expected_run_s == 1200.0
+    # every arrival on the Lease, and the requests still listed, each once (a request arriving between a's last
+    # write and the take-over that is no longer listed is the one thing b misses)
+    assert len(b._arrivals.entries) == len(written | {v.key for v in views[-3:]})
+
+    fresh = _daemon(_Lease())
+    fresh._take_over(T0 + 7210.0)
+    fresh._learn(list(views[-3:]), OFFERS, T0 + 7210.0, [])
+    assert fresh.policy.idle_timeout_for(MT) == 0.0 and fresh.policy.expected_run_s is None
+
+
+def test_the_handed_on_history_keeps_to_its_budget_and_a_bad_one_is_learned_afresh() -> None:
+    """The API server refuses an object whose annotations exceed 256 KiB: past its budget the history keeps the
+    latest arrivals (about 8 bytes each), and text that is not a history reads as none (logged)."""
+    import random
+
+    from autoscaler.core.settings import SeenJob
+    from autoscaler.kube.leader_state import HISTORY_MAX_BYTES, history_from_text, history_to_text
+
+    rng = random.Random(1)
+    t, entries = T0, {}
+    for i in range(30_000):  # three weeks of a busy cluster
+        t += rng.expovariate(1 / 60.0)
+        run = round(rng.expovariate(1 / 1800.0))
+        entries[f"pr/team-{i % 7}/wl-{rng.getrandbits(40):x}-prov-1"] = (
+            t + 1.4, SeenJob(float(round(t)), rng.choice((1, 2, 4)), 8, float(round(t) + 360 + run), float(run)),
+        )  # fmt: skip
+    listed = set(list(entries)[-20:])
+    text = history_to_text(T0, entries, listed)
+    assert len(text) <= HISTORY_MAX_BYTES
+    since, back = history_from_text(text)
+    assert since == T0 and 10_000 < len(back) < len(entries)
+    latest = sorted(entries.values(), key=lambda e: e[1].submit)[-len(back) :]  # the latest, to the second
+    key = lambda e: (e[1].submit, e[1].nodes, e[1].run_s or 0.0, e[0])  # noqa: E731
+    assert sorted(((round(f), j) for f, j in back.values()), key=key) == sorted(
+        ((round(f), j) for f, j in latest), key=key
+    )
+    assert listed <= set(back)  # the requests still out keep their keys: seen again, not counted twice
+    for bad in ("not base64 !", "eyJ2IjogMX0=", ""):
+        assert history_from_text(bad) == (None, {})
 
 
 def _iso(t: float) -> str:

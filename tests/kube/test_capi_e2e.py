@@ -488,6 +488,35 @@ def test_the_daemon_times_a_workload_from_its_pods_and_the_rule_learns_the_mean_
     assert d.policy.expected_run_s == 900.0
 
 
+def test_the_settings_history_rides_on_the_lease_to_the_next_leader(cluster: FakeKube) -> None:
+    """With the settings rule on, the leader writes its history on its Lease (through the deployed RBAC and the
+    API server's annotation size rule) at each refresh of the settings grid; replica b, taking the Lease over,
+    starts from it: the same arrival and the same start of observation, where it would have started from nothing."""
+    from autoscaler.core.settings import SettingsTracker
+    from autoscaler.kube.leader_state import HISTORY, history_from_text
+
+    clock = Clock()
+    clock.t = float(int(clock.t))
+    section = KubernetesSection(in_cluster=False, namespace="gpu-fleet-system", lease=LeaseConfig(name=LEASE))
+    a, b = (
+        build_kube_daemon(
+            section, [capi_pool()], Policy(), api=KubeApi.from_kubeconfig(cluster.kubeconfig()), identity=i,
+            clock=clock, settings=SettingsTracker(base=Policy(), boot_s=360.0),
+        )
+        for i in ("a", "b")
+    )  # fmt: skip
+    _one_workload_provisioned(cluster, a, clock)
+    annotations = cluster.get("leases", LEASE, "gpu-fleet-system")["metadata"]["annotations"]
+    since, entries = history_from_text(annotations[HISTORY])
+    assert since == a._since and list(entries) == ["pr/team-a/wl-1"]
+
+    clock.t += 30  # a stops renewing; its 15 s lease expires
+    r = b.tick()
+    assert r.ok and r.leader, r.error
+    assert b._since == a._since and set(b._arrivals.entries) == {"pr/team-a/wl-1"}
+    assert b._arrivals.entries["pr/team-a/wl-1"][1] == a._arrivals.entries["pr/team-a/wl-1"][1]
+
+
 def test_small_requests_share_a_booting_node_and_a_whole_node_request_gets_its_own(cluster: FakeKube) -> None:
     """A booking holds the GPUs its request asks for, not the whole node: a 1-GPU request booked onto a booting
     8-GPU node leaves 7 GPUs for the next 1-GPU request (one Machine for both, both Provisioned when it is Ready),

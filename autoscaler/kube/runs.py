@@ -22,8 +22,9 @@ looks like this; a Job's finished pods stay listed until the Job goes, `ttlSecon
 completed workload is seen unless its TTL is shorter than the poll).  Its start is forgotten; the next pods of
 the request start it afresh.
 
-The watch lives in the leading replica's memory, as the arrivals do (`KubeDaemon._learn`): a new leader times
-the workloads it sees start.
+The watch lives in the leading replica's memory and needs no hand-on: a run is timed from the pods' own
+`startTime` and `finishedAt`, which a new leader reads as well (the runs already reported ride on the Lease with
+the arrivals, `autoscaler.kube.leader_state`, and a second report of one is ignored: `ArrivalLog.ended`).
 """
 
 from __future__ import annotations

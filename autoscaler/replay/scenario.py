@@ -38,6 +38,9 @@ class Scenario(BaseModel):
     preemption_rate_per_hour: float = Field(0.01, ge=0.0)
     # spot-tolerant work checkpoints: a preempted job loses only the run time since its last checkpoint
     checkpoint_interval_s: float = Field(1800.0, ge=0.0)  # 0: a preempted job restarts from scratch
+    # slurmctld's periodic pass that launches a job bound to a booting node (`SlurmSettings.launch_pass_s`; 30 s
+    # measured on 22.05.8; 0: at its node's registration)
+    slurm_launch_pass_s: float = Field(30.0, ge=0.0)
     seed: int = 0
 
     @model_validator(mode="after")

@@ -63,7 +63,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from autoscaler.cloud import InsufficientCapacity, OfferingKey, ProviderError, QuotaExceeded
@@ -116,7 +116,8 @@ class SlurmSettings:
     #: down and retries deferred launches in its background loop.  Measured on slurmctld 22.05.8
     #: (`bench/late_bind_latency.py --bind`, 40 boots over three runs): every job of a run started on one 30 s
     #: grid, registration -> the job's first step 0.5-28.6 s, mean 14.8 s; a job allocated nodes already up starts
-    #: at once.  The grid's phase is the replay's start.  0: at the registration (before the twenty-ninth round)
+    #: at once.  The grid's phase is the replay's start.  0: at the registration (before the twenty-ninth round).
+    #: The simulated Slurm takes it from `Scenario.slurm_launch_pass_s` (`fleet simulate --slurm-launch-pass`)
     launch_pass_s: float = 30.0
     #: node Weight per capacity type; None: per pool, as `fleet render slurm-conf` renders them (`pool_weights`)
     weights: Mapping[CapacityType, int] | None = None
@@ -208,7 +209,8 @@ class SimSlurm:
         self.scenario = scenario
         self.policy = driver
         self.driver = driver
-        self.conf = driver.slurm_settings(scenario)
+        # slurmctld's own behaviour, the same whatever the policy renders: the scenario's
+        self.conf = replace(driver.slurm_settings(scenario), launch_pass_s=scenario.slurm_launch_pass_s)
         self.clock = SimClock(min(j.submit for j in jobs) - scenario.ready_s)
         self.cloud = SimCloud(sim_config or scenario.sim_config(), self.clock)
         self.state = ClusterState(

@@ -31,6 +31,7 @@ FLAG_OF = {
     "preemption_rate_per_hour": "--preemption-rate",
     "checkpoint_interval_s": "--checkpoint-interval",
     "reservation_rate": "--reservation-rate",
+    "slurm_launch_pass_s": "--slurm-launch-pass",
     "seed": "--seed",
     "trace": "--trace",
 }
@@ -66,6 +67,11 @@ def simulate(
         1800.0, "--checkpoint-interval", help="seconds between checkpoints of spot-tolerant jobs (0: restart)"
     ),
     reservation_rate: str = typer.Option("commit-1y", "--reservation-rate", help="commit-1y or on-demand"),
+    slurm_launch_pass: float = typer.Option(
+        30.0,
+        "--slurm-launch-pass",
+        help="seconds between slurmctld's passes that launch a job bound to a booting node (22.05.8: 30; 0: at once)",
+    ),
     seed: int = typer.Option(0, "--seed", help="seed of every random choice (spot-tolerant jobs, stockouts, ...)"),
     ca_expander: str = typer.Option(
         "random", "--ca-expander", help="ca-like's expander: random (CA's default), least-waste, price or priority"
@@ -201,6 +207,7 @@ def simulate(
             stockout_mode=stockout_mode,  # type: ignore[arg-type]
             preemption_rate_per_hour=preemption_rate,
             checkpoint_interval_s=checkpoint_interval,
+            slurm_launch_pass_s=slurm_launch_pass,
             seed=seed,
         )
         if wait_value is not None or settings:

@@ -108,12 +108,24 @@ def test_hostlist_refused_and_nothing_queued(tmp_path: Path, name: str, hostlist
 
 
 @pytest.mark.parametrize(
-    ("flag", "value"), [("--boot-seconds", "inf"), ("--stockout-rate", "nan"), ("--checkpoint-interval", "-inf")]
+    ("flag", "value"),
+    [
+        ("--boot-seconds", "inf"),
+        ("--stockout-rate", "nan"),
+        ("--checkpoint-interval", "-inf"),
+        ("--slurm-launch-pass", "inf"),
+    ],
 )
 def test_simulate_refuses_non_finite_flags(flag: str, value: str) -> None:
     out = fleet("simulate", flag, value, "--policy", "gpu-fleet")
     assert out.code == 2 and "Traceback" not in out.stderr
     assert f"{flag}: Input should be a finite number" in out.stderr, out.stderr
+
+
+def test_simulate_refuses_a_negative_launch_pass() -> None:
+    out = fleet("simulate", "--slurm-launch-pass", "-1", "--policy", "gpu-fleet")
+    assert out.code == 2 and "Traceback" not in out.stderr
+    assert "--slurm-launch-pass: Input should be greater than or equal to 0" in out.stderr, out.stderr
 
 
 def test_an_unknown_log_level_is_refused_before_anything_runs(tmp_path: Path) -> None:

@@ -93,8 +93,9 @@ def test_a_job_bound_to_a_booting_node_starts_at_slurmctlds_next_launch_pass_not
     assert eng.counters.nodes_launched == 1  # ResumeProgram at 1 s, registered at 361 s
     assert j0.first_start == 390  # the pass after the registration
     assert j1.first_start == 370 and j2.first_start == 400  # the node was up when they were allocated it: at once
-    no_pass = Recorder(settings=SlurmSettings(launch_pass_s=0), only=["a3-highgpu-8g"])
-    assert SimSlurm([job(0, 0, 600, 1)], Scenario(), no_pass).run().state.jobs[0].first_start == 361
+    # `fleet simulate --slurm-launch-pass 0`: at the registration, as the replay modelled it before
+    no_pass = SimSlurm([job(0, 0, 600, 1)], Scenario(slurm_launch_pass_s=0), Recorder(only=["a3-highgpu-8g"]))
+    assert no_pass.run().state.jobs[0].first_start == 361
 
 
 def test_a_job_is_configuring_until_its_nodes_register() -> None:

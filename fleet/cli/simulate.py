@@ -171,6 +171,8 @@ def simulate(
             raise ValueError("--no-late-bind: only with --scheduler slurm (late binding is the Slurm daemon's)")
         if share_nodes and scheduler != "slurm":
             raise ValueError("--share-nodes: only with --scheduler slurm (shared nodes are the Slurm daemon's)")
+        if slurm_launch_pass != 30.0 and scheduler != "slurm":
+            raise ValueError("--slurm-launch-pass: only with --scheduler slurm (it is slurmctld's)")
         names = resolve_policies(policy, scheduler)
         if ca_expander not in EXPANDERS:
             raise ValueError(f"--ca-expander: unknown expander {ca_expander!r} (known: {', '.join(EXPANDERS)})")

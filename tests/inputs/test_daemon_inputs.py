@@ -122,10 +122,12 @@ def test_simulate_refuses_non_finite_flags(flag: str, value: str) -> None:
     assert f"{flag}: Input should be a finite number" in out.stderr, out.stderr
 
 
-def test_simulate_refuses_a_negative_launch_pass() -> None:
+def test_simulate_refuses_a_negative_launch_pass_and_one_for_kueue() -> None:
     out = fleet("simulate", "--slurm-launch-pass", "-1", "--policy", "gpu-fleet")
     assert out.code == 2 and "Traceback" not in out.stderr
     assert "--slurm-launch-pass: Input should be greater than or equal to 0" in out.stderr, out.stderr
+    out = fleet("simulate", "--slurm-launch-pass", "10", "--scheduler", "kueue", "--policy", "gpu-fleet")
+    assert out.code == 2 and "--slurm-launch-pass: only with --scheduler slurm" in out.stderr, out.stderr
 
 
 def test_an_unknown_log_level_is_refused_before_anything_runs(tmp_path: Path) -> None:

@@ -227,6 +227,20 @@ def test_the_fake_refuses_what_the_deployed_rbac_does_not_grant(cluster: FakeKub
     cluster.forbidden.clear()  # refused on purpose here
 
 
+def test_the_fake_refuses_annotations_past_the_api_servers_256_kib(cluster: FakeKube) -> None:
+    """The settings history rides on the Lease as an annotation (`autoscaler.kube.leader_state`), kept under half of
+    what the API server takes for all of an object's annotations; past 256 KiB the write is 422, here as there."""
+    from autoscaler.kube.api import KubeError
+
+    api = KubeApi.from_kubeconfig(cluster.kubeconfig())
+    cluster.create(provisioning_request("big", "team-a", "t", 1))
+    patch = {"metadata": {"annotations": {"example.com/blob": "x" * (256 * 1024)}}}
+    with pytest.raises(KubeError) as err:
+        api.patch_provisioning_request("team-a", "big", patch)
+    assert err.value.status == 422 and "metadata.annotations" in err.value.message
+    api.patch_provisioning_request("team-a", "big", {"metadata": {"annotations": {"example.com/blob": "x" * 1024}}})
+
+
 def test_the_fake_refuses_a_field_selector_the_api_server_does_not_index(cluster: FakeKube) -> None:
     """The daemon lists a node's pods by `spec.nodeName`, which the API server indexes; a field it does not (a
     Pod's `status.hostIP`) is 400 BadRequest there, and here."""

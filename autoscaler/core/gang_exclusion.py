@@ -14,7 +14,11 @@ and Slurm's pass), except while the plan puts it on ready nodes alone: then it i
 gang on them.
 
 Only exclusions the daemon set are changed: a job whose own `--exclude` the daemon did not write is left alone
-(`ours`).  Pure: the daemon's tick and the replay call it with what Slurm shows them."""
+(`ours`).  Nor is the exclusion of a gang Slurm has not tried yet (`untried`: pending with no reason, which the
+core does not plan in held pools): the held pools' powered-down names are drained, so Slurm's first pass can give
+it only nodes that are up, all it needs or none, and excluding them before that pass kept a gang that warm nodes
+alone could hold off them until they were scaled down (tests/e2e/test_late_binding.py, twenty-ninth round).  Pure:
+the daemon's tick and the replay call it with what Slurm shows them."""
 
 from __future__ import annotations
 
@@ -29,18 +33,22 @@ def gang_exclusions(
     gangs: Mapping[str, int],
     excluded: Mapping[str, frozenset[str]],
     ours: frozenset[str],
+    untried: frozenset[str] = frozenset(),
 ) -> dict[str, frozenset[str]]:
     """The `ExcNodeList` changes for pending gangs: unit id -> the names to exclude (empty: clear it).
 
     `room`: name -> GPUs of the held pools' nodes that are up or coming up (not powered down or powering down), busy
     or idle; `gangs`: pending gang unit id -> its GPUs per node; `excluded`: unit id -> the exclusion Slurm shows
     for it; `ours`: the units whose exclusion the daemon set (any other non-empty exclusion is the user's and is
-    never touched).  Returns only units whose exclusion changes."""
+    never touched); `untried`: the units Slurm has not tried yet (left as they are).  Returns only units whose
+    exclusion changes."""
     out: dict[str, frozenset[str]] = {}
     for uid, gpus in sorted(gangs.items()):
         have = excluded.get(uid, frozenset())
         if have and uid not in ours:
             continue  # the user's own exclusion
+        if uid in untried:
+            continue  # Slurm's first pass first: it can only start the gang whole on nodes that are up
         a = plan.assignments.get(uid)
         if a is not None and a.placement is Placement.READY:
             want: frozenset[str] = frozenset()  # on ready nodes alone: Slurm must be free to give it them

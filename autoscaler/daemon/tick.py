@@ -868,7 +868,8 @@ class Daemon:
         # ours: what the store says this daemon set and Slurm still shows (a user may have changed it since)
         ours = frozenset(uid for job_id, names in records.items() if excluded.get(uid := f"job/{job_id}") == names)
         gangs = {uid: j.gpus_per_node for uid, j in pending.items()}
-        for uid, names in sorted(gang_exclusions(plan, room, gangs, excluded, ours).items()):
+        untried = frozenset(uid for uid, j in pending.items() if j.reason == "None")  # as `WorkUnit.evaluated`
+        for uid, names in sorted(gang_exclusions(plan, room, gangs, excluded, ours, untried).items()):
             reason = "gpu-fleet: the gang boots whole" if names else "gpu-fleet: the gang goes on up nodes"
             job_id = pending[uid].job_id
             if act.exclude_job_nodes(job_id, sorted(names), reason) and not self.dry_run:

@@ -540,6 +540,30 @@ def test_which_gangs_are_kept_off_which_nodes() -> None:
         "job/13": frozenset(room),  # unplanned, 1 GPU per node: every node that could take a member
     }  # job/12: the user's own exclusion, left alone
     assert gang_exclusions(plan, room, {"job/9": 2}, {"job/9": two}, frozenset({"job/9"})) == {}  # no change
+    # a gang Slurm has not tried yet (no pending reason: the core does not plan it) is left to Slurm's first pass,
+    # which can start it only whole, on nodes that are up (the held powered-down names are drained)
+    assert gang_exclusions(Plan(), room, {"job/14": 2}, {}, frozenset(), frozenset({"job/14"})) == {}
+    assert gang_exclusions(Plan(), room, {"job/14": 2}, {}, frozenset()) == {"job/14": two}  # tried: kept off
+
+
+def test_a_gang_slurm_has_not_tried_is_not_kept_off_the_up_nodes_before_its_first_pass(
+    fleet: Daemon, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
+) -> None:
+    """The submit wake-up's tick can come before slurmctld's first pass over a new gang; two idle nodes could hold
+    it whole.  The daemon sets no ExcNodeList then (it did, and with the gang unplanned until tried the exclusion
+    kept it off the warm nodes until they were scaled down: tests/e2e/test_late_binding.py shows the gang starting on
+    them at once on slurmctld)."""
+    fleet.tick()
+    key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-2g")
+    for i in (0, 1):
+        name = f"c1-od2g-{i}"
+        cloud.nodes_[name] = CloudNode(name, "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, f"i-{i}")
+        slurm.set(name, "idle")
+    slurm.jobs_ = [replace(_gang(9), reason="None")]  # submitted, not tried yet
+    clock.advance(1)
+    res = fleet.tick()
+    assert slurm.exclusion_updates == [] and _commands(res, "scontrol-excnodes") == []
+    assert _commands(res, "scontrol-undrain") == [] and _commands(res, "launch") == []
 
 
 def test_a_requeued_gang_keeps_the_exclusion_the_daemon_set_as_its_own(

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from autoscaler.daemon.tick import LATE_BIND_REASON
+from autoscaler.slurm.hostlist import expand
 from autoscaler.slurm.wake import submit_wake_path
 from fleet.catalog import CapacityType, load_catalog
 from fleet.slurm.job_submit import render_job_submit
@@ -174,6 +175,28 @@ def test_a_gang_boots_whole_and_leaves_the_warm_node_alone(gang_env: E2E) -> Non
     wait_for(lambda: after not in env.squeue_ids(), 30, "a single job on the warm node", env)
     assert env.ran_on(after) in ("e2e-od-0", "e2e-od-1", "e2e-od-2")
     assert sorted(e.name for e in env.fake.events_of("create")) == ["e2e-od-0", "e2e-od-1", "e2e-od-2"]
+
+
+def test_a_gang_that_warm_nodes_alone_hold_starts_on_them_at_once(gang_env: E2E) -> None:
+    """Two nodes kept warm (idle, up) and a 2-node gang: the plan puts the gang on those ready nodes alone, so its
+    exclusion stays clear (or is cleared) and slurmctld starts it on them at once; nothing is booted for it."""
+    env = gang_env
+    env.start_daemon()
+    wait_for(lambda: all("DRAIN" in env.sinfo()[f"e2e-od-{i}"]["state_flags"] for i in range(3)), 30, "the hold", env)
+    first = [env.gpu_job(8) for _ in range(2)]  # two single jobs at once: two boots
+    wait_for(lambda: not env.squeue_ids() & set(first), 90, "two single jobs to boot two nodes, run and end", env)
+    warm = sorted(env.ran_on(j) for j in first)
+    wait_for(lambda: all(env.sinfo()[n]["state"] == "idle" and not env.sinfo()[n]["reason"] for n in warm), 30,
+             "both nodes idle and kept warm", env)  # fmt: skip
+    creates = len(env.fake.events_of("create"))
+
+    out = env.root / "log"
+    gang = env.sbatch("-p", "gpu", "-N", "2", "--gres=gpu:8", "-o", f"{out}/job-%j.out", "--wrap",
+                      "srun sh -c 'echo $SLURMD_NODENAME; sleep 5'")  # fmt: skip
+    wait_for(lambda: _nodes(env, gang), 30, "the gang allocated", env)
+    assert sorted(expand(_nodes(env, gang))) == warm
+    wait_for(lambda: gang not in env.squeue_ids(), 60, "the gang to run and end", env)
+    assert len(env.fake.events_of("create")) == creates  # no boot for it
 
 
 @pytest.fixture

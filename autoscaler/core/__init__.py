@@ -30,8 +30,8 @@ memory for the next pool) without doing any I/O itself.
 
 The reservation hold (`hold.py`): with a reservation and a hold, overflow pools are kept unavailable to the
 scheduler (Slurm: powered-down names drained) and released by the queue-depth plan once waiting is no longer
-cheaper (`held_pools`, `held_launches`, `take_names`); under late binding every pool is held and single-node
-launches boot held names drained instead (`late_binding`), and a held boot no pending job needs any more is
+cheaper (`held_pools`, `held_launches`, `take_names`); under late binding every pool is held and launches boot
+held names drained instead (`late_binding`), and a held boot no pending job needs any more is
 aborted when its shape has no idle keep (`surplus_held_boots`).
 
 `stable.py`: until when the core's answer stands if only the clock moves (`stable_until`: the clock thresholds it

@@ -17,7 +17,8 @@ Only exclusions the daemon set are changed: a job whose own `--exclude` the daem
 (`ours`).  Nor is the exclusion of a gang Slurm has not tried yet (`untried`: pending with no reason, which the
 core does not plan in held pools): the held pools' powered-down names are drained, so Slurm's first pass can give
 it only nodes that are up, all it needs or none, and excluding them before that pass kept a gang that warm nodes
-alone could hold off them until they were scaled down (tests/e2e/test_late_binding.py, twenty-ninth round).  Pure:
+alone could hold off them until they were scaled down, and a gang whose booted nodes had registered was excluded
+and cleared again tick after tick (tests/e2e/test_late_binding.py, test_end_to_end.py; twenty-ninth round).  Pure:
 the daemon's tick and the replay call it with what Slurm shows them."""
 
 from __future__ import annotations

@@ -158,13 +158,17 @@ class HeldLaunches:
     """What the queue-depth plan launches in held pools, split by how the names reach the scheduler.
 
     `release`: pool -> names to undrain while powered down, so that Slurm allocates them to the pending jobs and
-    resumes them (gangs, and every launch of the reservation hold). `boot`: pool -> names to power up *drained*
-    under late binding, and a pool's floor under any hold (`scontrol update state=power_up` on a drained node:
-    ResumeProgram runs, the node registers IDLE+DRAIN with no job), undrained once registered (the daemon's
-    `_undrain_held_boots`, `SimSlurm.undrain_held`), so that the pending job takes whichever node of its shape is
-    free first. `widen`: unit id -> the alternatives its hard constraint must allow (`constraint_allows`), for
-    units the plan serves with a pool their constraint does not allow (a stockout fallback, or spot-tolerant work
-    the plan puts on another capacity type), as `widened` makes them."""
+    resumes them (every launch of the reservation and preemption holds). `boot`: pool -> names to power up
+    *drained* under late binding, a gang's included, and a pool's floor under any hold (`scontrol update
+    state=power_up` on drained nodes: ResumeProgram runs with the names of one tick's boots together, which the
+    resume path launches as one unit, all or nothing in one zone; the nodes register IDLE+DRAIN with no job),
+    undrained once registered (the daemon's `_undrain_held_boots`, `SimSlurm.undrain_held`), so that the pending
+    job takes whichever node of its shape is free first.  A gang was released until the twenty-ninth round: Slurm
+    then binds it to the booting names and launches it only at its next periodic pass after they registered (every
+    30 s on 22.05.8, `bench/late_bind_latency.py --bind`), where a job given nodes that are up starts at once.
+    `widen`: unit id -> the alternatives its hard constraint must allow (`constraint_allows`), for units the plan
+    serves with a pool their constraint does not allow (a stockout fallback, or spot-tolerant work the plan puts on
+    another capacity type), as `widened` makes them."""
 
     release: Mapping[str, int]
     boot: Mapping[str, int]
@@ -190,7 +194,7 @@ def held_launches(
             continue
         # standby nodes too: booted, or released, held; a floor's launch (`ScaleUp.minimum`) has no job to take a
         # released name, so it is booted under any hold (released, it would be held again after the grace)
-        side = boot if (late and not su.gang) or su.minimum else release
+        side = boot if late or su.minimum else release
         side[su.pool] = side.get(su.pool, 0) + su.count
     # every node the plan puts a constrained unit on, new or existing (a node booting for another job, an idle
     # one): the unit's constraint must allow its pool, or Slurm never starts the job there

@@ -750,8 +750,8 @@ class Daemon:
     ) -> None:
         """The hold (`autoscaler.core.hold`): keep held pools' powered-down names drained; widen the constraint of
         pending jobs the plan serves with another machine type; release (undrain) as many names as the plan
-        launches for gangs (for every launch, without late binding) in each pool; under late binding, boot as many
-        drained names as it launches for single nodes, less those booted that have no instance yet (`live`: the
+        launches in each pool without late binding; under late binding, boot as many drained names as it launches
+        (a gang's together), less those booted that have no instance yet (`live`: the
         names the tick's inventory lists, with their state).  Under late binding, held boots whose instance is up
         and booting that the plan no longer needs are aborted (`core.surplus_held_boots`: `scontrol update
         state=power_down_force`, which slurmctld 22.05 takes within a second on a POWERING_UP+DRAIN node with no

@@ -487,18 +487,24 @@ def test_a_pending_gang_is_kept_off_up_nodes_until_ready_nodes_alone_hold_it(
     slurm.jobs_ = [_gang(9)]
     clock.advance(1)
     res = fleet.tick()
-    order = [c["command"] for c in res.commands if c["command"] in ("scontrol-excnodes", "scontrol-undrain")]
-    assert order == ["scontrol-excnodes", "scontrol-undrain"]  # excluded before the names are released
+    order = [c["command"] for c in res.commands if c["command"] in ("scontrol-excnodes", "scontrol-power_up")]
+    assert order == ["scontrol-excnodes", "scontrol-power_up"]  # excluded before its names boot
     assert slurm.exclusion_updates == [(9, ("c1-od2g-0",))]
-    assert [c["names"] for c in _commands(res, "scontrol-undrain")] == [["c1-od2g-1", "c1-od2g-2"]]
+    # booted drained, together (one ResumeProgram call: one launch, all or nothing), since the twenty-ninth round;
+    # released, Slurm would bind the gang to them and launch it only at its next periodic pass after they register
+    assert [c["names"] for c in _commands(res, "scontrol-power_up")] == [["c1-od2g-1", "c1-od2g-2"]]
+    assert _commands(res, "scontrol-undrain") == []
 
-    # a user's own --exclude is never touched
+    # a user's own --exclude is never touched; the gang's own boots are excluded while they come up (registered and
+    # undrained, they are ready nodes that hold it alone)
     slurm.jobs_.append(replace(_gang(10), excluded_nodes=("c1-od2g-2",)))
     clock.advance(1)
     fleet.tick()
     assert all(job_id != 10 for job_id, _ in slurm.exclusion_updates)
+    mine = ("c1-od2g-0", "c1-od2g-1", "c1-od2g-2")
+    assert slurm.exclusion_updates[-1] == (9, mine)
 
-    # the daemon restarts; both other names came up idle (say the release went to another job that left): ready
+    # the daemon restarts; both other names came up idle (say their boots went to another job that left): ready
     # nodes hold the gang now
     fleet.lock.release()
     fleet.store.close()
@@ -507,7 +513,7 @@ def test_a_pending_gang_is_kept_off_up_nodes_until_ready_nodes_alone_hold_it(
         name = f"c1-od2g-{i}"
         cloud.nodes_[name] = CloudNode(name, "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, f"i-{i + 1}")
         slurm.set(name, "idle")
-    slurm.jobs_ = [replace(_gang(9), excluded_nodes=("c1-od2g-0",))]
+    slurm.jobs_ = [replace(_gang(9), excluded_nodes=mine)]
     clock.advance(1)
     res = fleet.tick()
     assert slurm.exclusion_updates[-1] == (9, ())  # cleared: Slurm may start it on the ready nodes
@@ -572,7 +578,7 @@ def test_a_requeued_gang_keeps_the_exclusion_the_daemon_set_as_its_own(
     """Slurm keeps a job's ExcNodeList when it requeues it (a spot preemption, ResumeTimeout).  The daemon keeps the
     record while squeue lists the job, running or not, so the requeued gang's exclusion is still its own and follows
     the nodes that are up (a user's would be left as it is, and an outdated one would keep the gang off names the
-    daemon releases for it: the replay of a held-out run with spot preemptions never ended)."""
+    daemon boots or releases for it: the replay of a held-out run with spot preemptions never ended)."""
     fleet.tick()
     key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-2g")
     cloud.nodes_["c1-od2g-0"] = CloudNode("c1-od2g-0", "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-1")
@@ -591,8 +597,9 @@ def test_a_requeued_gang_keeps_the_exclusion_the_daemon_set_as_its_own(
     slurm.jobs_ = [replace(running, state="PENDING", reason="Resources", nodes=())]
     clock.advance(1)
     fleet.tick()
-    assert slurm.exclusion_updates[-1] == (9, ())  # still the daemon's: cleared, nothing it excluded is up
-    assert fleet.store.gang_exclusions() == {}
+    # still the daemon's: it follows what is up or coming up, the names booted for the gang (the warm node went)
+    assert slurm.exclusion_updates[-1] == (9, ("c1-od2g-1", "c1-od2g-2"))
+    assert fleet.store.gang_exclusions() == {9: frozenset({"c1-od2g-1", "c1-od2g-2"})}
     slurm.jobs_ = []
     clock.advance(1)
     fleet.tick()

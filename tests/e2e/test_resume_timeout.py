@@ -5,6 +5,7 @@ instances in us-central1-b and runs."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -48,8 +49,9 @@ def test_resume_timeout_backs_off_the_offering_and_the_job_runs_elsewhere(env: E
     assert stuck <= deleted_a
     backoffs = daemon.store.unavailable(daemon.clock())
     assert any(":us-central1-a:" in u.key and "resume timeout" in u.message for u in backoffs)
-    # a name is created again only after its earlier instance was deleted: never two instances at once
+    # a name is created again only after its earlier instance was deleted: never two instances at once (the requeued
+    # gang may get these names again or, booted while they power down, others)
     for name in stuck:
         kinds = [e.kind for e in env.fake.events if e.name == name and e.kind in ("create", "delete")]
-        assert kinds[:3] == ["create", "delete", "create"], (name, kinds)
+        assert kinds[:2] == ["create", "delete"] and all(a != b for a, b in itertools.pairwise(kinds)), (name, kinds)
     wait_for(lambda: not env.fake.instance_names(), 90, "idle instances to be deleted", env)

@@ -307,7 +307,7 @@ def build_view(
                 pools=allowed,
                 time_limit_s=j.time_limit_s,
                 # reason None: slurmctld has not tried it yet (its first pass may start it, preempting included)
-                evaluated=j.reason != "None",
+                evaluated=j.tried,
             )
         )
     return view

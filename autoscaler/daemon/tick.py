@@ -731,7 +731,7 @@ class Daemon:
                 ):
                     return True
             if self._untried:
-                still = {f"job/{j.job_id}" for j in self.slurm.jobs() if j.pending and j.reason == "None"}
+                still = {f"job/{j.job_id}" for j in self.slurm.jobs() if j.pending and not j.tried}
                 return not self._untried <= still
         except SlurmUnavailable:
             return False
@@ -868,7 +868,7 @@ class Daemon:
         # ours: what the store says this daemon set and Slurm still shows (a user may have changed it since)
         ours = frozenset(uid for job_id, names in records.items() if excluded.get(uid := f"job/{job_id}") == names)
         gangs = {uid: j.gpus_per_node for uid, j in pending.items()}
-        untried = frozenset(uid for uid, j in pending.items() if j.reason == "None")  # as `WorkUnit.evaluated`
+        untried = frozenset(uid for uid, j in pending.items() if not j.tried)
         for uid, names in sorted(gang_exclusions(plan, room, gangs, excluded, ours, untried).items()):
             reason = "gpu-fleet: the gang boots whole" if names else "gpu-fleet: the gang goes on up nodes"
             job_id = pending[uid].job_id

@@ -106,6 +106,12 @@ class SlurmJob:
         return self.state == PENDING
 
     @property
+    def tried(self) -> bool:
+        """slurmctld has tried to place it at least once: a pending job has a reason other than "None" after its
+        first scheduling pass (`WorkUnit.evaluated`)."""
+        return self.reason != "None"
+
+    @property
     def constraint_expression(self) -> str:
         """The job's constraint: as slurmctld holds it, or its features ANDed where only those are known."""
         return self.constraint or "&".join(self.features)

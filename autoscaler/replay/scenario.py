@@ -16,6 +16,9 @@ from autoscaler.sim import BootProfile, SimConfig, SimReservation
 from fleet.catalog import DEFAULT_READY_S, CapacityType, MachineType, load_catalog
 
 RESERVATION_NAME = "replay-reservation"
+#: slurmctld's periodic pass that launches a job bound to a booting node, seconds (measured on 22.05.8:
+#: `bench/late_bind_latency.py --bind`; `SlurmSettings.launch_pass_s`)
+DEFAULT_SLURM_LAUNCH_PASS_S = 30.0
 
 
 class Scenario(BaseModel):
@@ -38,9 +41,8 @@ class Scenario(BaseModel):
     preemption_rate_per_hour: float = Field(0.01, ge=0.0)
     # spot-tolerant work checkpoints: a preempted job loses only the run time since its last checkpoint
     checkpoint_interval_s: float = Field(1800.0, ge=0.0)  # 0: a preempted job restarts from scratch
-    # slurmctld's periodic pass that launches a job bound to a booting node (`SlurmSettings.launch_pass_s`; 30 s
-    # measured on 22.05.8; 0: at its node's registration)
-    slurm_launch_pass_s: float = Field(30.0, ge=0.0)
+    # slurmctld's periodic pass that launches a job bound to a booting node (0: at its node's registration)
+    slurm_launch_pass_s: float = Field(DEFAULT_SLURM_LAUNCH_PASS_S, ge=0.0)
     seed: int = 0
 
     @model_validator(mode="after")

@@ -70,7 +70,7 @@ from autoscaler.cloud import InsufficientCapacity, OfferingKey, ProviderError, Q
 from autoscaler.core.hold import constraint_allows
 from autoscaler.model import NodeState, Pool, ScaleUp
 from autoscaler.replay.engine import EngineCounters, Timeline, next_event_at
-from autoscaler.replay.scenario import Scenario
+from autoscaler.replay.scenario import DEFAULT_SLURM_LAUNCH_PASS_S, Scenario
 from autoscaler.replay.state import ClusterState, Job, JobState, ReplayError, SimNode
 from autoscaler.replay.trace import TraceJob
 from autoscaler.sim import NodeEventKind, SimClock, SimCloud, SimConfig
@@ -114,11 +114,11 @@ class SlurmSettings:
     #: a job allocated nodes that had to boot (CONFIGURING) is launched at slurmctld's next periodic pass after its
     #: last node registered, not at the registration: slurmctld defers the batch launch while a node is powered
     #: down and retries deferred launches in its background loop.  Measured on slurmctld 22.05.8
-    #: (`bench/late_bind_latency.py --bind`, 40 boots over three runs): every job of a run started on one 30 s
-    #: grid, registration -> the job's first step 0.5-28.6 s, mean 14.8 s; a job allocated nodes already up starts
+    #: (`bench/late_bind_latency.py --bind`, 36 boots over three runs): every job of a run started on one 30 s
+    #: grid, registration -> RUNNING 0.47-28.6 s, run means 13.8-15.0 s; a job allocated nodes already up starts
     #: at once.  The grid's phase is the replay's start.  0: at the registration (before the twenty-ninth round).
     #: The simulated Slurm takes it from `Scenario.slurm_launch_pass_s` (`fleet simulate --slurm-launch-pass`)
-    launch_pass_s: float = 30.0
+    launch_pass_s: float = DEFAULT_SLURM_LAUNCH_PASS_S
     #: node Weight per capacity type; None: per pool, as `fleet render slurm-conf` renders them (`pool_weights`)
     weights: Mapping[CapacityType, int] | None = None
     #: the rendered job_submit.lua's `--prefer=<right-sized machine type>` (`fleet.slurm.job_submit.preferences`)

@@ -67,11 +67,14 @@ def simulate(
         1800.0, "--checkpoint-interval", help="seconds between checkpoints of spot-tolerant jobs (0: restart)"
     ),
     reservation_rate: str = typer.Option("commit-1y", "--reservation-rate", help="commit-1y or on-demand"),
-    slurm_launch_pass: float = typer.Option(
-        30.0,
-        "--slurm-launch-pass",
-        help="seconds between slurmctld's passes that launch a job bound to a booting node (22.05.8: 30; 0: at once)",
-    ),
+    slurm_launch_pass: Annotated[
+        float | None,
+        typer.Option(
+            "--slurm-launch-pass",
+            help="seconds between slurmctld's passes that launch a job bound to a booting node (default: 30, as "
+            "measured on 22.05.8; 0: at once)",
+        ),
+    ] = None,
     seed: int = typer.Option(0, "--seed", help="seed of every random choice (spot-tolerant jobs, stockouts, ...)"),
     ca_expander: str = typer.Option(
         "random", "--ca-expander", help="ca-like's expander: random (CA's default), least-waste, price or priority"
@@ -171,7 +174,7 @@ def simulate(
             raise ValueError("--no-late-bind: only with --scheduler slurm (late binding is the Slurm daemon's)")
         if share_nodes and scheduler != "slurm":
             raise ValueError("--share-nodes: only with --scheduler slurm (shared nodes are the Slurm daemon's)")
-        if slurm_launch_pass != 30.0 and scheduler != "slurm":
+        if slurm_launch_pass is not None and scheduler != "slurm":
             raise ValueError("--slurm-launch-pass: only with --scheduler slurm (it is slurmctld's)")
         names = resolve_policies(policy, scheduler)
         if ca_expander not in EXPANDERS:
@@ -209,8 +212,8 @@ def simulate(
             stockout_mode=stockout_mode,  # type: ignore[arg-type]
             preemption_rate_per_hour=preemption_rate,
             checkpoint_interval_s=checkpoint_interval,
-            slurm_launch_pass_s=slurm_launch_pass,
             seed=seed,
+            **({} if slurm_launch_pass is None else {"slurm_launch_pass_s": slurm_launch_pass}),
         )
         if wait_value is not None or settings:
             probe = wait_value if wait_value is not None else settings[0].wait_value_usd_per_gpu_hour

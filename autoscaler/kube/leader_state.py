@@ -22,7 +22,7 @@ import base64
 import binascii
 import json
 import zlib
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 
 from loguru import logger
 
@@ -82,13 +82,13 @@ def _encode(since: float, rows: list[list[object]]) -> str:
     return base64.b64encode(zlib.compress(raw.encode(), 9)).decode()
 
 
-def _rows(entries: Mapping[str, tuple[float, SeenJob]], listed: Set[str] | None) -> list[list[object]]:
-    """One row per arrival, by submission, times to the second and relative (they compress to a few bytes): the
-    key (None for a request no longer listed: it cannot be seen again), first seen and end after the submission,
-    the submission after the previous row's, pods, GPUs per pod, run."""
+def _rows(items: Sequence[tuple[str, tuple[float, SeenJob]]], listed: Set[str] | None) -> list[list[object]]:
+    """One row per arrival (`items` by submission), times to the second and relative (they compress to a few
+    bytes): the key (None for a request no longer listed: it cannot be seen again), the submission after the previous
+    row's, first seen after the submission, pods, GPUs per pod, end after the submission, run."""
     rows: list[list[object]] = []
     last = 0
-    for key, (first, j) in sorted(entries.items(), key=lambda kv: (kv[1][1].submit, kv[0])):
+    for key, (first, j) in items:
         submit = round(j.submit)
         rows.append([
             key if listed is None or key in listed else None,
@@ -109,17 +109,16 @@ def history_to_text(
     """The settings history as the `HISTORY` annotation's value, to the second: at most `max_bytes`, the oldest
     arrivals (by submission) left out until it fits.  `listed`: the request keys still listed (the others' keys are
     left out; None keeps every key)."""
-    rows = _rows(entries, listed)
-    text = _encode(since, rows)
-    kept = len(rows)
+    items = sorted(entries.items(), key=lambda kv: (kv[1][1].submit, kv[0]))
+    text = _encode(since, _rows(items, listed))
+    kept = len(items)
     while len(text) > max_bytes and kept:
         kept = kept * max_bytes * 9 // (len(text) * 10)  # compressed size is about proportional to the rows kept
-        tail = _rows(dict(sorted(entries.items(), key=lambda kv: (kv[1][1].submit, kv[0]))[len(rows) - kept :]), listed)
-        text = _encode(since, tail)
-    if kept < len(rows):
-        logger.bind(annotation=HISTORY, arrivals=len(rows), kept=kept, max_bytes=max_bytes).warning(
+        text = _encode(since, _rows(items[len(items) - kept :], listed))
+    if kept < len(items):
+        logger.bind(annotation=HISTORY, arrivals=len(items), kept=kept, max_bytes=max_bytes).warning(
             "settings history: {} arrivals do not fit the Lease annotation's {} bytes; handing on the latest {}",
-            len(rows),
+            len(items),
             max_bytes,
             kept,
         )

@@ -258,15 +258,22 @@ class E2E:
     def sbatch(self, *args: str) -> int:
         return int(self.slurm.run("sbatch", "--parsable", *args, check=True).stdout.strip().split(";")[0])
 
-    def gpu_job(self, seconds: int, partition: str = "gpu") -> int:
-        """A one-node, 8-GPU batch job that prints the node it runs on, then sleeps `seconds` (`ran_on`)."""
-        echo = f"srun sh -c 'echo $SLURMD_NODENAME; sleep {seconds}'"
+    def gpu_job(self, seconds: int, partition: str = "gpu", *, stamp: bool = False) -> int:
+        """A one-node, 8-GPU batch job that prints the node it runs on (`ran_on`), with `stamp` the time its step
+        started on this machine's clock (`step_started`), then sleeps `seconds`."""
+        date = " date +%s.%N;" if stamp else ""
+        echo = f"srun sh -c 'echo $SLURMD_NODENAME;{date} sleep {seconds}'"
         out = f"{self.root / 'log'}/job-%j.out"
         return self.sbatch("-p", partition, "-N", "1", "--gres=gpu:8", "-o", out, "--wrap", echo)
 
     def ran_on(self, job: int) -> str:
         """The node a `gpu_job` ran on."""
         return (self.root / "log" / f"job-{job}.out").read_text().split()[0]
+
+    def step_started(self, job: int) -> float | None:
+        """When the step of a `gpu_job(..., stamp=True)` started (None: not yet)."""
+        words = (self.root / "log" / f"job-{job}.out").read_text().split()
+        return float(words[1]) if len(words) > 1 else None
 
     def job_state(self, job: int) -> str:
         """The job's state as squeue shows it; GONE once it left the queue."""

@@ -60,7 +60,7 @@ from autoscaler.core.decide import (
     scale_down_steps,
     serve_resumes,
 )
-from autoscaler.core.gang_exclusion import gang_exclusions
+from autoscaler.core.gang_exclusion import UpNode, gang_exclusions, gate_exclusion
 from autoscaler.core.hold import (
     RELEASE_GRACE_S,
     HeldLaunches,
@@ -84,9 +84,11 @@ __all__ = [
     "ResumeUnit",
     "ScaleDownStep",
     "SchedulerNode",
+    "UpNode",
     "constraint_allows",
     "deletable_after_drain",
     "gang_exclusions",
+    "gate_exclusion",
     "held_launches",
     "held_pools",
     "late_binding",

@@ -18,12 +18,20 @@ Only exclusions the daemon set are changed: a job whose own `--exclude` the daem
 core does not plan in held pools): the held pools' powered-down names are drained, so Slurm's first pass can give
 it only nodes that are up, all it needs or none, and excluding them before that pass kept a gang that warm nodes
 alone could hold off them until they were scaled down, and a gang whose booted nodes had registered was excluded
-and cleared again tick after tick (tests/e2e/test_late_binding.py, test_end_to_end.py; twenty-ninth round).  Pure:
-the daemon's tick and the replay call it with what Slurm shows them."""
+and cleared again tick after tick (tests/e2e/test_late_binding.py, test_end_to_end.py; twenty-ninth round).
+
+In a pool the daemon does not hold, a gang's first try at submission would already give it the nodes that are up
+and powered-down names for the rest.  There the stack's job_submit.lua gates it (`autoscaler.slurm.gang_gate`) and
+the daemon releases it with `gate_exclusion`: none when nodes ready now, in one of its pools, hold it whole (Slurm
+starts it on them) or when no pool has the powered-down names to boot it whole, else every node of its pools that
+is up or coming up and could take a member, so it boots whole.  Pure: the daemon's tick and the replay call both
+with what Slurm shows them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from autoscaler.model import Placement, Plan
 
@@ -58,3 +66,39 @@ def gang_exclusions(
         if want != have:
             out[uid] = want
     return out
+
+
+@dataclass(frozen=True)
+class UpNode:
+    """A node that is up or coming up (not powered down, powering down or down), as the gang gate reads it."""
+
+    name: str
+    pool: str
+    gpus: int
+    free_gpus: int  # GPUs no job holds
+    ready: bool  # registered and taking work now (not booting, not drained)
+    reserved: bool = False  # of a reservation pool: paid for whether it waits or not, never excluded
+
+
+def gate_exclusion(
+    nodes: int,
+    gpus_per_node: int,
+    pools: frozenset[str] | None,
+    up: Iterable[UpNode],
+    bootable: Mapping[str, int],
+) -> frozenset[str]:
+    """The `ExcNodeList` a gated gang of `nodes` x `gpus_per_node` is released with (empty: none).  None when nodes
+    ready now with the room, in one of `pools` (None: any; a gang stays in one pool, `fleet.slurm.topology`), hold it
+    whole, nor when no such pool has `nodes` names powered down to boot (`bootable`: pool -> names powered down and
+    not down; then what Slurm can give it is all there is).  Else the nodes of `pools` that are up or coming up and
+    could take a member (busy ones too: a job can end in the second before Slurm's pass), so that Slurm gives it
+    powered-down names only and it boots whole; reserved nodes excepted (`UpNode.reserved`): a reserved node
+    waiting for the others' boot bills nothing more, and excluding it would push the gang off the reservation
+    onto paid capacity (the reservation floor launches reserved names up front, so they seldom wait)."""
+    mine = [n for n in up if pools is None or n.pool in pools]
+    ready = Counter(n.pool for n in mine if n.ready and n.free_gpus >= gpus_per_node)
+    if any(count >= nodes for count in ready.values()):
+        return frozenset()
+    if not any(count >= nodes for pool, count in bootable.items() if pools is None or pool in pools):
+        return frozenset()
+    return frozenset(n.name for n in mine if n.gpus >= gpus_per_node and not n.reserved)

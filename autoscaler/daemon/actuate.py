@@ -175,6 +175,16 @@ class Actuator:
         call = lambda: self.slurm.update_job_excluded_nodes(job_id, names)  # noqa: E731
         return self._job_update(entry, what, reason, call, "its exclusion was set")
 
+    def open_gang_gate(self, job_id: int, excluded: Sequence[str], reason: str) -> bool:
+        """``scontrol update jobid=<id> [ExcNodeList=<names>] StartTime=now``: a gang the job_submit.lua gated is
+        released, kept off `excluded` where it must boot whole (`autoscaler.slurm.gang_gate`).  Logged and counted
+        as ``scontrol-gang-gate``.  False when Slurm refused or did not answer: the next tick asks again (the gate
+        opens by itself `GANG_GATE_S` after the submission)."""
+        entry = {"command": "scontrol-gang-gate", "names": list(excluded), "job_id": job_id, "reason": reason}
+        what = f"jobid={job_id} StartTime=now ExcNodeList={','.join(excluded) or '(as it is)'}"
+        call = lambda: self.slurm.start_job_now(job_id, excluded)  # noqa: E731
+        return self._job_update(entry, what, reason, call, "its gate was opened")
+
     def _job_update(self, entry: dict[str, Any], what: str, reason: str, call: Callable[[], None], done: str) -> bool:
         """`_slurm_update` of a pending job: one that started or left since the tick's read is no failure."""
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from autoscaler.cloud import CloudNode, CloudNodeStatus, OfferingKey
 from autoscaler.core.decide import ResumeUnit, resume_unit
+from autoscaler.core.gang_exclusion import UpNode
 from autoscaler.core.hold import ReservedRoom
 from autoscaler.daemon.state import PowerRow, RequestRow, UnavailableRow
 from autoscaler.model import Inventory, Node, NodeState, Pool, UnavailableOffering, WorkUnit
@@ -150,6 +151,59 @@ def job_pools(job: SlurmJob, fit: Sequence[Pool], nodes: Mapping[str, PoolNodes]
     return None if len(ok) == len(facts) else ok
 
 
+def job_fit(
+    job: SlurmJob, pools: Sequence[Pool], facts: Mapping[str, PoolNodes]
+) -> tuple[frozenset[str] | None, list[Pool]]:
+    """The pools that serve one of `job`'s partitions with its GPUs per node and whose nodes it can run on
+    (`job_pools`): (their names, or None when no node rule narrowed them; the pools)."""
+    parts = job.partition.split(",")
+    fit = [p for p in pools if any(p.serves(q) for q in parts) and p.gpus_per_node >= job.gpus_per_node]
+    allowed = job_pools(job, fit, facts)
+    return allowed, fit if allowed is None else [p for p in fit if p.name in allowed]
+
+
+@dataclass(frozen=True)
+class GatedGang:
+    """A gang the job_submit.lua gated (`SlurmJob.gated`) and the pools it may run on."""
+
+    job: SlurmJob
+    pools: frozenset[str]
+
+
+def gated_gangs(
+    pools: Sequence[Pool], slurm_nodes: Mapping[str, SlurmNode], slurm_jobs: Sequence[SlurmJob]
+) -> tuple[list[GatedGang], list[UpNode], dict[str, int]]:
+    """The gated gangs (with a GPU count some pool serves); every managed node that is up or coming up (not
+    powered down, powering down or down: `UpNode.ready` when registered, idle or mixed, and not drained); and per
+    pool its names powered down and not down (drained ones too: the hold boots those), for
+    `autoscaler.core.gang_exclusion.gate_exclusion`."""
+    gated = [j for j in slurm_jobs if j.gated and j.gpus_per_node >= 1]
+    if not gated:
+        return [], [], {}
+    index = NameIndex(pools)
+    facts = pool_nodes(pools, slurm_nodes, index)
+    gangs = []
+    for j in gated:
+        _, fit = job_fit(j, pools, facts)
+        if fit:
+            gangs.append(GatedGang(j, frozenset(p.name for p in fit)))
+    up = []
+    bootable = dict.fromkeys((p.name for p in pools), 0)
+    for n in slurm_nodes.values():
+        pool = index.pool_of(n.name)
+        if pool is None or n.down:
+            continue
+        if n.powered_down and not n.powering_up:
+            bootable[pool.name] += 1
+        if n.powered_down or n.powering_down:
+            continue
+        ready = n.state in ("idle", "mixed") and not (n.powering_up or n.drain or n.not_responding)
+        reserved = pool.capacity_type is CapacityType.RESERVATION
+        gpus, free = n.gpus or pool.gpus_per_node, max(n.gpus - n.gpus_used, 0)
+        up.append(UpNode(n.name, pool.name, gpus, free, ready, reserved))
+    return gangs, up, bootable
+
+
 def work_pools(
     pools: Sequence[Pool], facts: Mapping[str, PoolNodes], slurm_jobs: Sequence[SlurmJob]
 ) -> dict[str, frozenset[str]]:
@@ -160,9 +214,7 @@ def work_pools(
     for j in slurm_jobs:
         if j.state not in HOLDING_STATES or not j.nodes:
             continue
-        parts = j.partition.split(",")
-        fit = [p for p in pools if any(p.serves(q) for q in parts) and p.gpus_per_node >= j.gpus_per_node]
-        allowed = job_pools(j, fit, facts)
+        allowed, _ = job_fit(j, pools, facts)
         if allowed is None:
             continue
         for n in j.nodes:
@@ -288,10 +340,7 @@ def build_view(
         if not j.pending or j.reason not in CAPACITY_REASONS or j.gpus_per_node < 1:
             continue
         parts = j.partition.split(",")
-        fit = [p for p in pools if any(p.serves(q) for q in parts) and p.gpus_per_node >= j.gpus_per_node]
-        allowed = job_pools(j, fit, facts)
-        if allowed is not None:
-            fit = [p for p in fit if p.name in allowed]
+        allowed, fit = job_fit(j, pools, facts)
         if not fit:
             continue
         view.pending.append(

@@ -57,6 +57,7 @@ from autoscaler.core import (
     ResumeLaunch,
     deletable_after_drain,
     gang_exclusions,
+    gate_exclusion,
     held_launches,
     held_pools,
     late_binding,
@@ -82,6 +83,7 @@ from autoscaler.daemon.snapshot import (
     NameIndex,
     View,
     build_view,
+    gated_gangs,
     offering_from_dict,
     offering_to_dict,
     unavailable_from_rows,
@@ -311,6 +313,10 @@ class Daemon:
         res.pending_units = len(view.pending)
         held = held_pools(self.pools, self.policy)
         self._untried = frozenset(u.id for u in view.pending if held and not u.evaluated)
+        if res.leader and snodes is not None and sjobs is not None:
+            opened = self._open_gang_gates(snodes, sjobs, act)
+            if held:  # slurmctld tries them in a second: the hold's watcher looks each second for that
+                self._untried |= opened
         self.unservable.update(view.pending, self.pools, self.metrics)  # logged once per job, gauge per tick
         res.resume_units = sum(len(v) for v in view.resume.values())
 
@@ -701,11 +707,13 @@ class Daemon:
 
     @property
     def submit_wake(self) -> Path | None:
-        """While the daemon holds pools (late binding, the reservation or preemption hold): the file the rendered
-        job_submit.lua rewrites at every submission (the run loop ticks when it changes, `autoscaler.slurm.wake`), so a
-        held pool's job is served within a second, not at the next poll; None otherwise (a powered-down name Slurm
-        may allocate calls the ResumeProgram, which wakes the daemon)."""
-        return submit_wake_path(self.store.path) if held_pools(self.pools, self.policy) else None
+        """While the daemon holds pools (late binding, the reservation or preemption hold) or gates gangs
+        (`Policy.gates_gangs`): the file the rendered job_submit.lua rewrites at every submission (the run loop ticks
+        when it changes, `autoscaler.slurm.wake`), so a held pool's job is served, and a gated gang released, within
+        a second, not at the next poll; None otherwise (a powered-down name Slurm may allocate calls the
+        ResumeProgram, which wakes the daemon)."""
+        gates = self.policy.gates_gangs(p.capacity_type for p in self.pools)
+        return submit_wake_path(self.store.path) if gates or held_pools(self.pools, self.policy) else None
 
     @property
     def awaiting_hold_change(self) -> bool:
@@ -874,6 +882,30 @@ class Daemon:
             job_id = pending[uid].job_id
             if act.exclude_job_nodes(job_id, sorted(names), reason) and not self.dry_run:
                 self.store.set_gang_exclusion(job_id, sorted(names), self.clock())
+
+    def _open_gang_gates(
+        self, snodes: dict[str, SlurmNode], sjobs: Sequence[SlurmJob], act: Actuator
+    ) -> frozenset[str]:
+        """Release the gangs the job_submit.lua gated (`autoscaler.slurm.gang_gate`), each with an `ExcNodeList` of
+        the nodes that are up or coming up unless nodes ready now hold it whole (`core.gate_exclusion`); a gang with
+        an exclusion of the user's own keeps it.  Returns the unit ids released."""
+        gangs, up, bootable = gated_gangs(self.pools, snodes, sjobs)
+        opened: set[str] = set()
+        for g in gangs:
+            j = g.job
+            names = (
+                () if j.excluded_nodes else sorted(gate_exclusion(j.node_count, j.gpus_per_node, g.pools, up, bootable))
+            )
+            reason = (
+                "gpu-fleet: the gang boots whole (gate opened)"
+                if names
+                else "gpu-fleet: gate opened, nothing to keep it off"
+            )
+            if act.open_gang_gate(j.job_id, names, reason):
+                opened.add(f"job/{j.job_id}")
+                if names and not self.dry_run:
+                    self.store.set_gang_exclusion(j.job_id, names, self.clock())
+        return frozenset(opened)
 
     def _reserved_weights(self, snodes: dict[str, SlurmNode], act: Actuator) -> None:
         """Weights of the reservation pools' registered nodes: rendered Weight + free GPUs (the fullest node that

@@ -121,10 +121,17 @@ class Policy:
     #: a wait value where right-sized warm nodes of each shape would cost more; costs fragmentation at a wait
     #: value of 0
     share_nodes: bool = False
+    #: gangs wait for the daemon before slurmctld first tries them, wherever a pool may not be held (no strict late
+    #: binding: `gates_gangs`): the stack's job_submit.lua gives a multi-node job a BeginTime `GANG_GATE_S` ahead
+    #: (fail-open) and the daemon's next tick releases it at once, with an `ExcNodeList` of the nodes that are up
+    #: unless nodes ready now hold it whole (`autoscaler.core.gang_exclusion.gate_exclusion`): slurmctld would
+    #: otherwise give it the nodes that are up plus powered-down names, and the up nodes would wait, allocated and
+    #: idle, for the others' boot (docs/autoscaler.md "The gang gate")
+    gang_gate: bool = True
 
     def __post_init__(self) -> None:
         flags = ("keep_reserved_nodes", "launch_reserved_nodes", "defragment", "warm_cap", "preempt_spot", "late_bind")
-        for name in (*flags, "share_nodes"):
+        for name in (*flags, "share_nodes", "gang_gate"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Policy.{name}: must be true or false, got {getattr(self, name)!r}")
         for name in (
@@ -185,6 +192,18 @@ class Policy:
         (`fleet.slurm.policy.may_hold_pools`) and the replay's model of them."""
         kinds = set(capacity_types)
         return self.binds_late(kinds) or (CapacityType.RESERVATION in kinds and len(kinds) > 1)
+
+    def gates_gangs(self, capacity_types: Iterable[CapacityType]) -> bool:
+        """Whether gangs wait for the daemon before slurmctld first tries them (`gang_gate`) on a fleet whose pools
+        have `capacity_types`: wherever strict late binding is off (`binds_late`), since only then may a pool be
+        unheld, its powered-down names allocatable at submission; not on a fleet of reservation pools whose nodes
+        are all launched up front (`launch_reserved_nodes`: no name waits powered down).  The one rule behind the
+        stack's job_submit.lua gate, the daemon's release and the replay's model of them."""
+        kinds = set(capacity_types)
+        if not self.gang_gate or self.binds_late(kinds):
+            return False
+        up_front = self.keep_reserved_nodes and self.launch_reserved_nodes
+        return bool(kinds - {CapacityType.RESERVATION}) or not up_front
 
     def share_nodes_refusal(self, capacity_types: Iterable[CapacityType]) -> str | None:
         """Why `share_nodes` cannot work on a Slurm fleet of pools of `capacity_types` (None: it can, or it is off):

@@ -35,8 +35,10 @@ from autoscaler.core import (
     ReservedRoom,
     ResumeLaunch,
     ResumeUnit,
+    UpNode,
     deletable_after_drain,
     gang_exclusions,
+    gate_exclusion,
     held_launches,
     held_pools,
     late_binding,
@@ -62,6 +64,7 @@ from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.simslurm import SimSlurm, SlurmSettings
 from autoscaler.replay.state import Job, JobState, ReplayError, SimNode
 from autoscaler.replay.trace import TraceJob
+from autoscaler.slurm.gang_gate import GANG_GATE_S
 from fleet.catalog import CapacityType
 from fleet.slurm.suspend import standby_exclusion_count
 
@@ -245,14 +248,18 @@ class GpuFleetPolicy:
         # (fleet/slurm/preempt.py); the daemon holds the overflow for it (`core.held_pools`); under late binding
         # the job_submit.lua gives every GPU job its right-sized machine type as a hard constraint
         late = late_binding(scenario.pools(), self.policy)
+        kinds = [p.capacity_type for p in scenario.pools()]
+        gates = self.policy.gates_gangs(kinds)
         return replace(
             self.slurm,
             preempt_spot=self.policy.preempt_spot,
             constrain=late,
             shared=late and self.policy.share_nodes,
             prefer=not late,
-            # the lua's submit wake-up, wherever the daemon may hold pools (fleet.slurm.policy.submit_wakes_daemon)
-            submit_wake=self.policy.may_hold(p.capacity_type for p in scenario.pools()),
+            # the lua's submit wake-up, wherever the daemon may hold pools or gates gangs
+            # (fleet.slurm.policy.submit_wakes_daemon), and its gang gate (fleet.slurm.policy.gates_gangs)
+            submit_wake=self.policy.may_hold(kinds) or gates,
+            gang_gate_s=GANG_GATE_S if gates else 0.0,
         )
 
     # ---- the hooks ------------------------------------------------------------------------------------
@@ -294,10 +301,10 @@ class GpuFleetPolicy:
                 sim.return_to_service([n])
 
     def job_submitted(self, sim: SimSlurm, job: Job) -> None:
-        """Wherever the daemon may hold pools the job_submit.lua touches its wake-up file, which it watches while it
-        holds some: a tick follows within a second (a held pool's powered-down names are not allocatable, so no
-        ResumeProgram call would start one)."""
-        if sim.held and sim.conf.submit_wake:
+        """Wherever the daemon may hold pools or gates gangs the job_submit.lua touches its wake-up file, which it
+        watches while it holds some or gates gangs: a tick follows within a second (a held pool's powered-down names
+        are not allocatable, so no ResumeProgram call would start one; a gated gang waits for that tick)."""
+        if sim.conf.submit_wake and (sim.held or sim.conf.gang_gate_s > 0):
             sim.wake(sim.now + SUBMIT_WAKE_LATENCY_S)
 
     def held_registered(self, sim: SimSlurm, node: SimNode) -> None:
@@ -366,6 +373,7 @@ class GpuFleetPolicy:
             booted = [nm.node.name for nm in sim.held_boots() if nm.launched and nm.node.registered and not nm.down]
             if booted:
                 sim.undrain_held(booted)
+        self._open_gates(sim, held)
         offerings = sim.offerings()
         resume = self.resume_units(sim)
         refused = False
@@ -584,6 +592,36 @@ class GpuFleetPolicy:
         outstanding = {p: sum(1 for i, at in sim.released[p].items() if sim.now - at <= RELEASE_GRACE_S) for p in held}
         for pool_name, names in take_names(want, cands, outstanding).items():
             sim.release(pool_name, [name_index(n) for n in names], grace_s=RELEASE_GRACE_S)
+
+    def _open_gates(self, sim: SimSlurm, held: frozenset[str]) -> None:
+        """The daemon's `_open_gang_gates`: each gang the lua gated is released, kept off the nodes up or coming up
+        unless nodes ready now hold it whole (`core.gate_exclusion`).  Under a hold the daemon's watcher looks again
+        once slurmctld has tried it (`Daemon.hold_change_due`), a second after its pass."""
+        gated = sim.gated_jobs()
+        if not gated:
+            return
+        up = [
+            UpNode(
+                name,
+                nm.pool.name,
+                nm.node.gpus,
+                nm.node.free,
+                nm.node.registered and not nm.held_boot and nm.node.state in (NodeState.READY_IDLE, NodeState.BUSY),
+                nm.pool.capacity_type is CapacityType.RESERVATION,
+            )
+            for name, nm in sim.names.items()
+            if not (nm.powering_down or nm.down)
+        ]
+        bootable = {p.name: p.max_nodes for p in self._pools}
+        for nm in sim.names.values():  # the names that are not powered down
+            bootable[nm.pool.name] -= 1
+        for job in gated:
+            names = gate_exclusion(job.nodes, job.gpus_per_node, sim.job_pools(job), up, bootable)
+            sim.open_gate(job, names)
+            if names:
+                self._excluded.add(job.idx)
+        if held:
+            sim.wake(sim.now + sim.conf.release_allocation_s + SUBMIT_WAKE_LATENCY_S)
 
     def _exclude_up_nodes(self, sim: SimSlurm, plan: Plan, held: frozenset[str], pending: Sequence[Job]) -> None:
         """The daemon's `_exclude_up_nodes`: each pending gang kept off the held pools' nodes up or coming up

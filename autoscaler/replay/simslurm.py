@@ -142,6 +142,11 @@ class SlurmSettings:
     #: partitions at a lower PriorityTier, as `fleet render slurm-conf` renders with `Policy.preempt_spot`): a job
     #: that may not use spot and cannot start otherwise requeues running spot-tolerant jobs off reserved nodes
     preempt_spot: bool = False
+    #: the job_submit.lua's gang gate (`Policy.gates_gangs`, `autoscaler.slurm.gang_gate`): a multi-node job waits
+    #: behind a BeginTime this far ahead of its submission until the driver releases it (`open_gate`: eligible
+    #: `release_allocation_s` later, slurmctld 22.05.8 allocated one 1.2 s after `StartTime=now`,
+    #: bench/probe_gang_gate.py); 0: no gate
+    gang_gate_s: float = 0.0
 
 
 class SlurmDriver(Protocol):
@@ -265,7 +270,8 @@ class SimSlurm:
         self._heap: list[tuple[float, int, int, object]] = []
         self._seq = 0
         self._tick_at = math.inf
-        self._eligible: dict[int, float] = {}  # requeued job idx -> BeginTime
+        self._eligible: dict[int, float] = {}  # requeued or gated job idx -> BeginTime
+        self.gated: set[int] = set()  # gangs behind the lua's gate (`SlurmSettings.gang_gate_s`) not released yet
         #: held pools (the reservation hold, `autoscaler.core.hold`): their powered-down names are drained, only
         #: `released` ones (index -> when) are allocatable
         self.held: frozenset[str] = frozenset()
@@ -378,6 +384,8 @@ class SimSlurm:
             while nxt < n and jobs[nxt].submit <= t:
                 self.version += 1
                 self.state.submit(jobs[nxt])
+                if self.conf.gang_gate_s > 0 and jobs[nxt].nodes > 1:
+                    self._gate(jobs[nxt], t)
                 if submitted is not None:
                     submitted(self, jobs[nxt])
                 nxt += 1
@@ -510,6 +518,10 @@ class SimSlurm:
         """Preemption candidates (job indices) in the order slurmctld takes them with the rendered
         `SchedulerParameters=preempt_youngest_first`: the latest started first, ties the latest submitted."""
         return sorted(candidates, key=lambda i: (-(self.state.jobs[i].start or 0.0), -i))
+
+    def job_pools(self, job: Job) -> frozenset[str]:
+        """The pools whose nodes `job` may get (its GPUs per node; spot ones only for spot-tolerant work)."""
+        return frozenset(p.name for p in self._eligible_pools(job, self.by_weight))
 
     def _eligible_pools(self, job: Job, tier: list[Pool]) -> list[Pool]:
         return [
@@ -1132,6 +1144,33 @@ class SimSlurm:
                 del rel[i]
         for i in indices:
             rel[i] = self.now
+        self._push(self.now + self.conf.release_allocation_s, _ELIGIBLE, None)
+
+    def _gate(self, job: Job, now: float) -> None:
+        """The job_submit.lua gates a gang: BeginTime `gang_gate_s` ahead (Slurm tries it then if nobody released
+        it first: the gate fails open)."""
+        self.gated.add(job.idx)
+        self._eligible[job.idx] = now + self.conf.gang_gate_s
+        self._push(now + self.conf.gang_gate_s, _ELIGIBLE, None)
+
+    def gated_jobs(self) -> list[Job]:
+        """The gated gangs still pending behind their gate (none once released or eligible)."""
+        out = []
+        for idx in sorted(self.gated):
+            job = self.state.jobs[idx]
+            if job.state is JobState.PENDING and self._eligible.get(idx, 0.0) > self.now:
+                out.append(job)
+        self.gated.intersection_update(j.idx for j in out)
+        return out
+
+    @command
+    def open_gate(self, job: Job, names: frozenset[str]) -> None:
+        """`scontrol update jobid=N [ExcNodeList=...] StartTime=now`: a gated gang is kept off `names` (none: its
+        exclusion as it is) and Slurm tries it at its next pass, `release_allocation_s` later."""
+        self.gated.discard(job.idx)
+        if names:
+            self.excluded[job.idx] = names
+        self._eligible[job.idx] = self.now + self.conf.release_allocation_s
         self._push(self.now + self.conf.release_allocation_s, _ELIGIBLE, None)
 
     def pending_jobs(self) -> list[Job]:

@@ -4,7 +4,8 @@ Writes are node updates: a power/drain state (`update_nodes`) or a scheduling We
 fit on the reservation: `autoscaler.core.weights`); and one job update: a pending job's hard constraint
 (`update_job_features`, ``scontrol update jobid=<id> features=a|b``), which strict late binding widens when the
 planner falls back to another machine type (`Policy.late_bind`); and a pending gang's excluded nodes
-(`update_job_excluded_nodes`, ``ExcNodeList``: `autoscaler.core.gang_exclusion`).
+(`update_job_excluded_nodes`, ``ExcNodeList``: `autoscaler.core.gang_exclusion`) and release a gated gang
+(`start_job_now`, ``StartTime=now``: `autoscaler.slurm.gang_gate`).
 
 Both clients return the typed records of `readers` and raise `SlurmUnavailable` when the controller does not
 answer (timeout, non-zero exit, connection refused), so the daemon can skip scale-down for that tick instead
@@ -82,6 +83,8 @@ class SlurmClient(Protocol):
     def update_job_features(self, job_id: int, features: str) -> None: ...
 
     def update_job_excluded_nodes(self, job_id: int, names: Sequence[str]) -> None: ...
+
+    def start_job_now(self, job_id: int, excluded: Sequence[str] = ()) -> None: ...
 
 
 Runner = Callable[..., subprocess.CompletedProcess]
@@ -166,6 +169,16 @@ class CliSlurm:
         checked = check_node_names(names)
         hostlist = compress(checked) if checked else ""
         self._run("scontrol", "update", f"jobid={job_id}", f"ExcNodeList={hostlist}")
+
+    def start_job_now(self, job_id: int, excluded: Sequence[str] = ()) -> None:
+        """``scontrol update jobid=<id> [ExcNodeList=<names>] StartTime=now``: release a pending job held by a
+        BeginTime (the gang gate: `autoscaler.slurm.gang_gate`), kept off `excluded` (none: its exclusion is left as
+        it is), in one update, so slurmctld's first try already sees the exclusion.  slurmctld refuses a job that is
+        no longer pending; that is a `SlurmUnavailable` naming the reason."""
+        check_job_id(job_id)
+        checked = check_node_names(excluded)
+        exclusion = [f"ExcNodeList={compress(checked)}"] if checked else []
+        self._run("scontrol", "update", f"jobid={job_id}", *exclusion, "StartTime=now")
 
 
 # openapi versions without a node-update endpoint (it appeared in v0.0.39): updates go through scontrol
@@ -285,3 +298,11 @@ class RestSlurm:
         if self.cli is None:
             raise SlurmUnavailable(f"slurmrestd {self.api}: job exclusions go through scontrol and no cli is set")
         self.cli.update_job_excluded_nodes(job_id, names)
+
+    def start_job_now(self, job_id: int, excluded: Sequence[str] = ()) -> None:
+        """scontrol through `cli` (the job update body of no slurmrestd version was checked for it)."""
+        check_job_id(job_id)
+        check_node_names(excluded)
+        if self.cli is None:
+            raise SlurmUnavailable(f"slurmrestd {self.api}: job releases go through scontrol and no cli is set")
+        self.cli.start_job_now(job_id, excluded)

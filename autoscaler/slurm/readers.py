@@ -14,6 +14,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from autoscaler.slurm.constraint import RIGHT_SIZED_MARK
+from autoscaler.slurm.gang_gate import is_gated
 from autoscaler.slurm.hostlist import expand
 
 PENDING = "PENDING"
@@ -100,6 +101,7 @@ class SlurmJob:
     excluded_nodes: tuple[str, ...] = ()  # its ExcNodeList (`--exclude`, or the daemon's: `core.gang_exclusion`)
     cpus_per_node: int = 0  # what a node must have for it: CPUs (`job_size_per_node`; 0: not asked)
     memory_per_node_mib: int = 0  # ... and memory (0: the partition's default, which every node has)
+    eligible_time: float | None = None  # when a pending job may start (its BeginTime; None: not reported)
 
     @property
     def pending(self) -> bool:
@@ -108,8 +110,15 @@ class SlurmJob:
     @property
     def tried(self) -> bool:
         """slurmctld has tried to place it at least once: a pending job has a reason other than "None" after its
-        first scheduling pass (`WorkUnit.evaluated`)."""
-        return self.reason != "None"
+        first scheduling pass (`WorkUnit.evaluated`), except a gang the job_submit.lua gated (`gated`): its
+        BeginTime is the lua's, and slurmctld tries it only once the daemon released it."""
+        return self.reason != "None" and not self.gated
+
+    @property
+    def gated(self) -> bool:
+        """A gang the stack's job_submit.lua held back for the daemon, not released yet (`autoscaler.slurm.gang_gate`):
+        the daemon releases it, with an `ExcNodeList` where it must boot whole."""
+        return self.pending and is_gated(self.reason, self.admin_comment, self.submit_time, self.eligible_time)
 
     @property
     def constraint_expression(self) -> str:
@@ -240,6 +249,7 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         excluded_nodes=tuple(expand(str(raw.get("excluded_nodes") or ""))),
         cpus_per_node=cpus_per_node,
         memory_per_node_mib=memory_per_node,
+        eligible_time=_number(raw.get("eligible_time")),
     )
 
 

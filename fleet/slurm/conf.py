@@ -20,7 +20,13 @@ from fleet.catalog import CapacityType, Catalog, MachineType, load_catalog
 from fleet.slurm.job_submit import render_job_submit
 from fleet.slurm.node_size import real_memory_mib
 from fleet.slurm.options import merge_options, replace_keys, with_site_config
-from fleet.slurm.policy import hold_settings, late_binding_constrains, late_binding_shares_nodes, submit_wakes_daemon
+from fleet.slurm.policy import (
+    gates_gangs,
+    hold_settings,
+    late_binding_constrains,
+    late_binding_shares_nodes,
+    submit_wakes_daemon,
+)
 from fleet.slurm.preempt import partition_tiers, preemption_settings
 from fleet.slurm.suspend import standby_exclusion, suspend_time
 from fleet.slurm.topology import render_topology
@@ -301,6 +307,7 @@ def render_slurm_conf(
         constrain=late_binding_constrains(cluster),
         shared=late_binding_shares_nodes(cluster),
         wake=submit_wakes_daemon(cluster),
+        gate_gangs=gates_gangs(cluster),
     )
     if job_submit:
         settings["JobSubmitPlugins"] = "lua"  # reads job_submit.lua next to slurm.conf

@@ -37,6 +37,7 @@ class FakeSlurm:
     weight_updates: list[tuple[tuple[str, ...], int]] = field(default_factory=list)  # `update_weight` calls
     feature_updates: list[tuple[int, str]] = field(default_factory=list)  # `update_job_features` calls slurmctld took
     exclusion_updates: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)  # `update_job_excluded_nodes`
+    gate_releases: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)  # `start_job_now` calls
 
     def add_cloud_nodes(
         self,
@@ -141,6 +142,16 @@ class FakeSlurm:
         i = self._pending_job(job_id)
         self.exclusion_updates.append((job_id, tuple(names)))
         self.jobs_[i] = replace(self.jobs_[i], excluded_nodes=tuple(names))
+
+    def start_job_now(self, job_id: int, excluded: Sequence[str] = ()) -> None:
+        """Like ``scontrol update jobid=<id> [ExcNodeList=<names>] StartTime=now`` on 22.05: the job is eligible at
+        once (untried until slurmctld's pass: reason None), kept off `excluded` if any; refused as any job update."""
+        i = self._pending_job(job_id)
+        self.gate_releases.append((job_id, tuple(excluded)))
+        j = self.jobs_[i]
+        self.jobs_[i] = replace(
+            j, reason="None", eligible_time=None, excluded_nodes=tuple(excluded) if excluded else j.excluded_nodes
+        )
 
     def _pending_job(self, job_id: int) -> int:
         """The index of pending job `job_id`, as slurmctld 22.05 answers a job update: refused when it is down, for

@@ -175,7 +175,9 @@ def test_no_release_while_a_reserved_node_is_completing_a_job(
 
 
 def test_without_preempt_spot_nothing_is_held(make_daemon: Callable[..., Daemon], fleet: FakeSlurm) -> None:
-    d = make_daemon(pools=POOLS, policy=Policy(idle_timeout_s=600, backoff_s=300, preempt_spot=False))
+    # (no gang gate either: the gate alone has the daemon watch the submit wake-up, `test_gang_gate.py`)
+    policy = Policy(idle_timeout_s=600, backoff_s=300, preempt_spot=False, gang_gate=False)
+    d = make_daemon(pools=POOLS, policy=policy)
     d.tick()
     assert [u for u in fleet.updates if u[1] == "drain"] == []
     assert d.submit_wake is None  # nothing held: a submission that needs a node calls the ResumeProgram

@@ -27,6 +27,8 @@ READ_ONLY = {
     "driver_idle_wake",
     "driver_poll",
     "free_indices",
+    "gated_jobs",
+    "job_pools",
     "names_up",
     "held_boots",
     "held_indices",

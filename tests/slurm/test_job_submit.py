@@ -56,9 +56,15 @@ def test_no_lua_without_a_choice_and_names_are_checked() -> None:
 
 
 def test_the_rendered_cluster_names_the_plugin_only_with_a_lua() -> None:
-    one_type = _a3mega({"late_bind": False}, reservation=False)  # nothing to prefer, no pool the daemon may hold
+    # nothing to prefer, no pool the daemon may hold, no gang gate
+    one_type = _a3mega({"late_bind": False, "gang_gate": False}, reservation=False)
     conf = render_slurm_conf(one_type, one_type.clusters[0])
     assert conf.job_submit_lua == "" and "JobSubmitPlugins" not in conf.slurm_conf
+    # the same with the gang gate (on by default wherever late binding is off): the wake-up and the gate alone
+    gated = _a3mega({"late_bind": False}, reservation=False)
+    conf = render_slurm_conf(gated, gated.clusters[0])
+    assert "JobSubmitPlugins=lua" in conf.slurm_conf.splitlines()
+    assert "  pcall(wake_daemon)\n  pcall(gate_gang, job_desc)\n  return slurm.SUCCESS" in conf.job_submit_lua
     two_types = _l4dev({"late_bind": False})  # g2-standard-8 and -48 in `dev`
     conf = render_slurm_conf(two_types, two_types.clusters[0])
     assert "JobSubmitPlugins=lua" in conf.slurm_conf.splitlines()
@@ -219,8 +225,9 @@ def test_the_conf_render_constrains_with_late_binding_and_no_reservation_pool() 
     assert '  ["a3mega"] = { { "a3-megagpu-8g", 8, 208, 1820057, "" } },' in conf.job_submit_lua.splitlines()
     # the spot-tolerant partition (its spot pool and the on-demand one): pinned to spot (`spot_pinned`)
     assert '  ["a3mega-spot"] = { { "a3-megagpu-8g&spot", 8, 208, 1820057, "" } },' in conf.job_submit_lua.splitlines()
-    spec = _a3mega({"late_bind": False}, reservation=False)
+    spec = _a3mega({"late_bind": False, "gang_gate": False}, reservation=False)
     assert render_slurm_conf(spec, spec.clusters[0]).job_submit_lua == ""
+    assert "gate_gang" not in conf.job_submit_lua  # strict late binding holds every pool: no gang gate
 
 
 def test_the_conf_render_prefers_with_a_reservation_pool_or_without_late_binding() -> None:
@@ -243,7 +250,9 @@ def test_a_cluster_whose_daemon_may_hold_pools_wakes_it_at_every_submission() ->
     conf = render_slurm_conf(stack, stack.clusters[0])
     lua = conf.job_submit_lua
     assert "JobSubmitPlugins=lua" in conf.slurm_conf.splitlines()
-    assert f'local wake_path = "{submit_wake_path()}"' in lua and "  pcall(wake_daemon)\n  return slurm.SUCCESS" in lua
+    assert f'local wake_path = "{submit_wake_path()}"' in lua
+    # and the gang gate: with a reservation strict late binding is off, so the spot pool is not always held
+    assert "  pcall(wake_daemon)\n  pcall(gate_gang, job_desc)\n  return slurm.SUCCESS" in lua
     prefer = render_job_submit({"gpu": [shape("h8", "m-8g", 8, 1.0), shape("h1", "m-1g", 1, 1.0)]}, "gpu", wake=True)
     assert "pcall(wake_daemon)" in prefer and "job_desc.prefer = chosen" in prefer
     data = read_stack_config(ROOT / "Pulumi.gcp-a3mega-slurm.yaml")
@@ -281,10 +290,13 @@ def test_late_binding_renders_no_batch_scheduling_delay_and_a_site_may_set_it_ba
     """A held node booted for a job starts it at slurmctld's next scheduling pass after the undrain, which 22.05
     defers by batch_sched_delay (3 s by default) unless it is 0 (fleet/slurm/policy.py, measured)."""
     assert _scheduler_parameters(_l4dev({"late_bind": True})) == "batch_sched_delay=0"
-    assert _scheduler_parameters(_l4dev({"late_bind": False})) is None
+    # no late binding: the daemon releases gated gangs (the gang gate), which Slurm then allocates at its next pass
+    assert _scheduler_parameters(_l4dev({"late_bind": False})) == "batch_sched_delay=0"
+    assert _scheduler_parameters(_l4dev({"late_bind": False, "gang_gate": False})) is None
     # a reservation and spot: no late binding, but the daemon may hold the spot pool and release its names
     assert _scheduler_parameters(_a3mega({"late_bind": True})) == "preempt_youngest_first,batch_sched_delay=0"
-    assert _scheduler_parameters(_a3mega({"late_bind": False, "preempt_spot": False}, reservation=False)) is None
+    nothing = _a3mega({"late_bind": False, "preempt_spot": False, "gang_gate": False}, reservation=False)
+    assert _scheduler_parameters(nothing) is None
     spec = _l4dev({"late_bind": True})
     spec.clusters[0].slurm.extra_config["SchedulerParameters"] = "batch_sched_delay=3,bf_window=2880"
     assert _scheduler_parameters(spec) == "batch_sched_delay=3,bf_window=2880"

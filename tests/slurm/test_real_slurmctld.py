@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from autoscaler.slurm.client import CliSlurm
 from fleet.catalog import load_catalog
 from fleet.slurm import render_slurm_conf
 from fleet.spec import FleetSpec, load_spec, load_stack_file, read_stack_config
@@ -106,6 +107,14 @@ def test_jobs_power_up_the_right_nodes(slurm_factory) -> None:
         too_big = harness.run(*sbatch, "-p", "a3mega", "-N", "17", "-J", "big")
         for job in (any_capacity, spot_only, too_big):
             assert job.returncode == 0, job.stderr
+        # the rendered job_submit.lua gates every gang (autoscaler/slurm/gang_gate.py); released as the daemon does
+        client = CliSlurm(env={"SLURM_CONF": str(harness.conf_path)})
+        gated = [j for j in client.jobs() if j.gated]
+        # (not the 17-node job: a partition of 16 nodes can never hold it, and slurmctld shows that reason instead)
+        assert sorted(j.name for j in gated) == ["any", "spot"]
+        assert all(j.eligible_time and 29 <= j.eligible_time - j.submit_time <= 31 for j in gated)
+        for j in gated:
+            client.start_job_now(j.job_id)
 
         def resumed() -> str:
             return " ".join(line.split(" ", 2)[2] for line in harness.power_calls() if " resume " in line)

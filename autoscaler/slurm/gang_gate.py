@@ -1,0 +1,44 @@
+"""The gang gate on Slurm: what the stack's job_submit.lua writes on a gang and how the daemon recognises it.
+
+slurmctld tries a job at submission.  A gang (a multi-node job) in a pool the daemon does not hold (no strict late
+binding: a reservation fleet's overflow, or `late_bind` off) then gets the nodes that need no power-up first and
+powered-down names for the rest, all in one pool; the nodes that were up wait, allocated and idle, for the others'
+boot (partial-gang waste), and they are lost to the single-node work they were kept warm for.  Nothing the daemon
+does after the allocation undoes it: a CONFIGURING job cannot be given an `ExcNodeList`, and requeueing one breaks
+its GPU steps on 22.05 (bench/probe_requeue_configuring.py).  So the daemon must see the gang first.
+
+Where `Policy.gates_gangs` (`fleet.slurm.policy.gates_gangs`), the rendered job_submit.lua (`fleet.slurm.job_submit`)
+gives each multi-node job that names no BeginTime and carries no AdminComment a BeginTime `GANG_GATE_S` ahead and
+the AdminComment `GANG_GATE_MARK`, and touches the daemon's wake-up file as for every submission.  The daemon's
+tick then releases it at once (`scontrol update jobid=N StartTime=now`, with an `ExcNodeList` of the nodes that are
+up unless nodes ready now hold it whole: `autoscaler.core.gang_exclusion.gate_exclusion`), in one command, so
+slurmctld's first try already keeps it off them: it boots whole, on powered-down names.  The gate fails open: a
+daemon that is down leaves the gang to slurmctld `GANG_GATE_S` after its submission, as without the gate.
+
+Measured on slurmctld 22.05.8 (bench/probe_gang_gate.py): the lua's BeginTime shows as reason `BeginTime`; the update
+is taken at once and the gang is allocated 1.2 s later; without the exclusion it gets the up node plus a
+powered-down one, with it two powered-down names.  A user's own `--begin` (or `--begin=now`) and an AdminComment
+(users cannot set one; the constrain-mode lua's `RIGHT_SIZED_MARK` is never on a gated fleet) leave the job
+ungated, and a requeued gang's BeginTime (slurmctld's requeue hold) is never taken for the gate: its eligible time
+is past `submit + GANG_GATE_S` (`is_gated`)."""
+
+from __future__ import annotations
+
+__all__ = ["GANG_GATE_MARK", "GANG_GATE_S", "is_gated"]
+
+#: the AdminComment the job_submit.lua sets on a gang it gated
+GANG_GATE_MARK = "gpu-fleet:gang-gated"
+#: how far ahead of its submission the lua sets a gated gang's BeginTime: how long a gang waits for a daemon
+#: that is down before slurmctld tries it anyway (the daemon's submit wake-up releases it within a second or two)
+GANG_GATE_S = 30
+
+
+def is_gated(reason: str, admin_comment: str, submit_time: float, eligible_time: float | None) -> bool:
+    """Whether a pending job is a gang the lua gated and nobody released yet: reason BeginTime, the mark, and a
+    BeginTime no later than the lua's (a requeue hold comes later; one second of slack for rounding)."""
+    return (
+        reason == "BeginTime"
+        and admin_comment == GANG_GATE_MARK
+        and eligible_time is not None
+        and eligible_time <= submit_time + GANG_GATE_S + 1
+    )

@@ -41,15 +41,23 @@ class Probe:
     @classmethod
     @contextmanager
     def start(
-        cls, nodesets: Sequence[Nodeset], partitions: Mapping[str, Sequence[str]], extra_conf: str = ""
+        cls,
+        nodesets: Sequence[Nodeset],
+        partitions: Mapping[str, Sequence[str]],
+        extra_conf: str = "",
+        job_submit_lua: Callable[[SlurmHarness], str] | None = None,
     ) -> Iterator[Probe]:
         """slurmctld with `nodesets` and `partitions` (name, with any extra PartitionName attributes -> node
-        prefixes), SuspendTime 600 s and ResumeTimeout 300 s, `extra_conf` lines appended; stopped on exit."""
+        prefixes), SuspendTime 600 s and ResumeTimeout 300 s, `extra_conf` lines appended, and the job_submit.lua
+        `job_submit_lua(harness)` gives (JobSubmitPlugins=lua); stopped on exit."""
         h = SlurmHarness()
         cloud = CloudNodes(h, list(nodesets))
         cloud.prepare()
         conf = cloud_slurm_conf(h, cloud, dict(partitions), suspend_time=600, resume_timeout=300) + extra_conf
-        h.start(conf, cloud.gres_conf())
+        lua = job_submit_lua(h) if job_submit_lua is not None else None
+        if lua:
+            conf += "JobSubmitPlugins=lua\n"
+        h.start(conf, cloud.gres_conf(), job_submit_lua=lua)
         try:
             yield cls(h, cloud)
         finally:

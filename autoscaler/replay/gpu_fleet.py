@@ -168,6 +168,7 @@ class GpuFleetPolicy:
         preempt_spot: bool = True,
         late_bind: bool = True,
         share_nodes: bool = False,
+        gang_gate: bool = True,
     ) -> GpuFleetPolicy:
         """The replay's gpu-fleet, configured as the daemon is: `DEFAULT_POLICY` plus the wait value, and the
         settings rule applied by `autoscaler.core.settings.SettingsTracker` to the jobs the simulated Slurm has
@@ -175,7 +176,7 @@ class GpuFleetPolicy:
         10 minutes, exactly as the daemon applies it to what squeue showed it.  Nothing is read from the trace's
         future and no setting is swept.  `jobs` is accepted for the callers' signature and not read.  `warm_cap`:
         `Policy.warm_cap`, an operator's setting the rule keeps; so are `preempt_spot` (`Policy.preempt_spot`) and
-        `late_bind` (`Policy.late_bind`) and `share_nodes` (`Policy.share_nodes`)."""
+        `late_bind` (`Policy.late_bind`), `share_nodes` (`Policy.share_nodes`) and `gang_gate` (`Policy.gang_gate`)."""
         facts = scenario_facts(scenario, (), wait_value_usd_per_gpu_hour)
         base = replace(
             DEFAULT_POLICY,
@@ -184,6 +185,7 @@ class GpuFleetPolicy:
             preempt_spot=preempt_spot,
             late_bind=late_bind,
             share_nodes=share_nodes,
+            gang_gate=gang_gate,
         )
         tracker = SettingsTracker(base=base, boot_s=scenario.ready_s)
         # Slurm powers an idle node down after SuspendTime whatever the daemon keeps: the stack renders it no
@@ -817,6 +819,7 @@ def policy_settings(
         "preempt_spot": p.preempt_spot,
         "late_bind": p.late_bind,
         "share_nodes": p.share_nodes,
+        "gang_gate": p.gang_gate,
         "standby_by_machine": dict(p.standby_by_machine),
         "defragment": p.defragment,
         "idle_timeout_s": p.idle_timeout_s,

@@ -30,7 +30,8 @@ class PolicyOptions:
     `preempt_spot`: gpu-fleet's `Policy.preempt_spot` (the simulated Slurm's partition-priority preemption of
     spot-tolerant work off the reservation, and the overflow hold that lets it happen).  `late_bind`: gpu-fleet's
     `Policy.late_bind` (strict late binding, without a reservation).  `share_nodes`: gpu-fleet's
-    `Policy.share_nodes` (small work shares larger nodes of its family)."""
+    `Policy.share_nodes` (small work shares larger nodes of its family).  `gang_gate`: gpu-fleet's
+    `Policy.gang_gate` (gangs wait for the daemon before slurmctld first tries them, where a pool is unheld)."""
 
     ca_expander: str = "random"
     wait_value_usd_per_gpu_hour: float | None = None
@@ -38,6 +39,7 @@ class PolicyOptions:
     preempt_spot: bool = True
     late_bind: bool = True
     share_nodes: bool = False
+    gang_gate: bool = True
 
 
 @dataclass(frozen=True)
@@ -93,10 +95,11 @@ def gpu_fleet_policy(
     preempt_spot: bool = True,
     late_bind: bool = True,
     share_nodes: bool = False,
+    gang_gate: bool = True,
 ) -> ReplayPolicy:
     """gpu-fleet configured for `scenario` (and the trace's arrival rates, when its settings rule reads
     them), with the wait-value knob when one is given, `Policy.warm_cap`, `Policy.preempt_spot`,
-    `Policy.late_bind` and `Policy.share_nodes`."""
+    `Policy.late_bind`, `Policy.share_nodes` and `Policy.gang_gate`."""
     from autoscaler.replay.gpu_fleet import GpuFleetPolicy
 
     params = inspect.signature(GpuFleetPolicy.for_scenario).parameters
@@ -118,6 +121,8 @@ def gpu_fleet_policy(
         kwargs["late_bind"] = False
     if share_nodes:
         kwargs["share_nodes"] = True
+    if not gang_gate:
+        kwargs["gang_gate"] = False
     return GpuFleetPolicy.for_scenario(scenario, **kwargs)
 
 
@@ -143,6 +148,7 @@ def policy_factories(
             opts.preempt_spot,
             opts.late_bind,
             opts.share_nodes,
+            opts.gang_gate,
         ),
         "static-peak": lambda s, jobs: StaticPeakPolicy(peak_gpus=peak_concurrent_gpus(jobs)),
         "slurm-power-save": lambda s, jobs: SlurmPowerSavePolicy(),
@@ -295,9 +301,10 @@ def run_frontier(
     progress: Callable[[str, dict[str, Any]], None] | None = None,
     preempt_spot: bool = True,
     late_bind: bool = True,
+    gang_gate: bool = True,
 ) -> list[dict[str, Any]]:
     """gpu-fleet replayed once per setting (a wait value, or a `FrontierSetting`; same jobs, same cloud, same
-    bound; `preempt_spot` and `late_bind` as the main run's): its cost-vs-wait frontier.  Stored in
+    bound; `preempt_spot`, `late_bind` and `gang_gate` as the main run's): its cost-vs-wait frontier.  Stored in
     `result.frontier` (and the JSON's `frontier`); each point carries its setting (`wait_value_usd_per_gpu_hour`,
     `warm_cap`, `share_nodes`, `setting`) and the settings the rule derived."""
     points: list[dict[str, Any]] = []
@@ -313,7 +320,9 @@ def run_frontier(
             kp = GpuFleetKubePolicy.for_scenario(result.scenario, value, result.jobs, warm_cap)
             engine = ctx.engine(kp, result.scenario).run()
         else:
-            policy = gpu_fleet_policy(result.scenario, value, result.jobs, warm_cap, preempt_spot, late_bind, share)
+            policy = gpu_fleet_policy(
+                result.scenario, value, result.jobs, warm_cap, preempt_spot, late_bind, share, gang_gate
+            )
             engine = replay_engine(result.jobs, result.scenario, policy).run()
         m = policy_metrics(engine, result.bound)
         point = {

@@ -110,6 +110,12 @@ def simulate(
         help="gpu-fleet: no strict late binding (Policy.late_bind false): Slurm binds each job to a powered-down "
         "name at submit (the job_submit.lua's --prefer) instead of the daemon booting held nodes for it",
     ),
+    no_gang_gate: bool = typer.Option(
+        False,
+        "--no-gang-gate",
+        help="gpu-fleet: no gang gate (Policy.gang_gate false): slurmctld tries a gang at submission, and in a pool "
+        "the daemon does not hold it gets the nodes that are up plus powered-down names",
+    ),
     share_nodes: bool = typer.Option(
         False,
         "--share-nodes",
@@ -172,6 +178,8 @@ def simulate(
             raise ValueError("--no-preempt-spot: only with --scheduler slurm (it turns off Slurm's preemption)")
         if no_late_bind and scheduler != "slurm":
             raise ValueError("--no-late-bind: only with --scheduler slurm (late binding is the Slurm daemon's)")
+        if no_gang_gate and scheduler != "slurm":
+            raise ValueError("--no-gang-gate: only with --scheduler slurm (the gate is the Slurm daemon's)")
         if share_nodes and scheduler != "slurm":
             raise ValueError("--share-nodes: only with --scheduler slurm (shared nodes are the Slurm daemon's)")
         if slurm_launch_pass is not None and scheduler != "slurm":
@@ -193,6 +201,7 @@ def simulate(
             preempt_spot=not no_preempt_spot,
             late_bind=not no_late_bind,
             share_nodes=share_nodes,
+            gang_gate=not no_gang_gate,
         )
         if wait_value is not None and not wait_value >= 0:
             raise ValueError(f"--wait-value: must be >= 0 USD per GPU-hour, got {wait_value:g}")
@@ -240,7 +249,12 @@ def simulate(
         result = run_scenario(jobs, scenario, names, progress=progress, options=options, kueue=kueue)
         if settings:
             run_frontier(
-                result, settings, progress=progress, preempt_spot=not no_preempt_spot, late_bind=not no_late_bind
+                result,
+                settings,
+                progress=progress,
+                preempt_spot=not no_preempt_spot,
+                late_bind=not no_late_bind,
+                gang_gate=not no_gang_gate,
             )
     except ReplayError as exc:
         typer.echo(f"error: replay failed: {exc}", err=True)
@@ -330,6 +344,7 @@ def _gpu_fleet_setting(settings: dict[str, Any]) -> str:
         else ", late binding " + ("on" if settings["late_bind"] else "off (--no-late-bind)")
     )
     shared = ", shared nodes on (--share-nodes)" if settings.get("share_nodes") else ""
+    shared += ", no gang gate (--no-gang-gate)" if settings.get("gang_gate") is False else ""
     return (
         f"gpu-fleet: wait value {value} (--wait-value), warm-node cap {cap}{preempt}{late}{shared}; "
         f"{settings.get('settings_source', '')}"

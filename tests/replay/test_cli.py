@@ -237,3 +237,18 @@ def test_no_preempt_spot_leaves_spot_work_on_the_reservation_and_reaches_the_fro
     assert human.exit_code == 0 and "spot work off (--no-preempt-spot)" in " ".join(human.output.split())
     refused = runner.invoke(app, ["simulate", "--scheduler", "kueue", "--no-preempt-spot"])
     assert refused.exit_code == 2 and "--no-preempt-spot: only with --scheduler slurm" in refused.output
+
+
+def test_no_gang_gate_lets_slurmctld_pin_a_warm_node_to_a_gang_and_reaches_the_frontier() -> None:
+    # bursty gangs beside 4 reserved nodes: the on-demand overflow is not held (no spot pool, no hold budget)
+    args = ["simulate", "--trace", "synth:bursty-gangs", "--policy", "gpu-fleet", "--json", "--reserved-nodes", "4"]
+    args += ["--reservation-rate", "on-demand", "--frontier", "0"]
+    on = json.loads(runner.invoke(app, args).stdout)
+    off = json.loads(runner.invoke(app, [*args, "--no-gang-gate"]).stdout)
+    assert on["policies"]["gpu-fleet"]["settings"]["gang_gate"] is True
+    assert off["policies"]["gpu-fleet"]["settings"]["gang_gate"] is False
+    assert [p["settings"]["gang_gate"] for p in off["frontier"]] == [False]
+    assert on["policies"]["gpu-fleet"]["partial_gang_gpu_hours"] == 0
+    assert off["policies"]["gpu-fleet"]["partial_gang_gpu_hours"] > 1
+    refused = runner.invoke(app, ["simulate", "--scheduler", "kueue", "--no-gang-gate"])
+    assert refused.exit_code == 2 and "--no-gang-gate: only with --scheduler slurm" in refused.output

@@ -10,10 +10,11 @@ does (`CliSlurm.jobs`, `SlurmJob.gated`), releases it as the daemon does (`CliSl
 excluded: `scontrol update jobid=N ExcNodeList=pa-0 StartTime=now`) and times the allocation; without it, slurmctld
 allocates the gang at submission.  The ResumeProgram only logs, so the names it allocates stay POWERING_UP.
 
-Measured on this machine (Slurm 22.05.8, 3 rounds): the gang shows reason BeginTime, the mark as its AdminComment
-and an eligible time 30 s after its submission; after the release it is allocated pa-[1-2] (two powered-down names,
-pa-0 left idle) 1.03-1.06 s later.  Without the gate it is allocated pa-[0-1] at submission: the up node plus one
-that must boot, which would wait, allocated and idle, for the other's boot."""
+Measured on this machine (Slurm 22.05.8, 3 rounds, squeue polled every 50 ms): the gang shows reason BeginTime, the
+mark as its AdminComment and an eligible time 30.0 s after its submission; after the release it is allocated pa-[1-2]
+(two powered-down names, pa-0 left idle) 0.19-0.24 s later (mean 0.21 s; the replay's
+`SlurmSettings.gate_allocation_s`).  Without the gate (`--no-gate`, 1 round) it is allocated pa-[0-1] at
+submission: the up node plus one that must boot, which would wait, allocated and idle, for the other's boot."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from autoscaler.slurm.hostlist import expand
 from fleet.catalog import CapacityType
 from fleet.slurm.job_submit import render_job_submit
 from fleet.slurm.weights import PoolShape
+from tests.harness.slurm import poll_until
 
 
 def _lua(gate: bool):  # type: ignore[no-untyped-def]
@@ -54,7 +56,7 @@ def one_round(gate: bool) -> dict[str, object]:
         t0 = time.monotonic()
         if job.gated:
             client.start_job_now(gang, ["pa-0"])
-        until(lambda: p.jobs().get(gang, {}).get("nodes"), 60)
+        poll_until(lambda: p.jobs().get(gang, {}).get("nodes"), 60, interval=0.05)  # squeue every 50 ms
         out["allocated_after_release_s"] = round(time.monotonic() - t0, 2) if job.gated else None
         out["nodes"] = sorted(expand(str(p.jobs()[gang]["nodes"])))
         out["pa-0"] = sorted(next(n for n in p.h.sinfo_json()["nodes"] if n["name"] == "pa-0").get("state_flags") or [])

@@ -623,7 +623,7 @@ class GpuFleetPolicy:
             if names:
                 self._excluded.add(job.idx)
         if held:
-            sim.wake(sim.now + sim.conf.release_allocation_s + SUBMIT_WAKE_LATENCY_S)
+            sim.wake(sim.now + sim.conf.gate_allocation_s + SUBMIT_WAKE_LATENCY_S)
 
     def _exclude_up_nodes(self, sim: SimSlurm, plan: Plan, held: frozenset[str], pending: Sequence[Job]) -> None:
         """The daemon's `_exclude_up_nodes`: each pending gang kept off the held pools' nodes up or coming up

@@ -143,10 +143,11 @@ class SlurmSettings:
     #: that may not use spot and cannot start otherwise requeues running spot-tolerant jobs off reserved nodes
     preempt_spot: bool = False
     #: the job_submit.lua's gang gate (`Policy.gates_gangs`, `autoscaler.slurm.gang_gate`): a multi-node job waits
-    #: behind a BeginTime this far ahead of its submission until the driver releases it (`open_gate`: eligible
-    #: `release_allocation_s` later, slurmctld 22.05.8 allocated one 1.2 s after `StartTime=now`,
-    #: bench/probe_gang_gate.py); 0: no gate
+    #: behind a BeginTime this far ahead of its submission until the driver releases it (`open_gate`); 0: no gate
     gang_gate_s: float = 0.0
+    #: a released gang -> allocated: slurmctld 22.05.8 allocated it 0.19-0.24 s after `scontrol update jobid=N
+    #: ExcNodeList=... StartTime=now` (`bench/probe_gang_gate.py`, 3 rounds, squeue polled every 50 ms)
+    gate_allocation_s: float = 0.2
 
 
 class SlurmDriver(Protocol):
@@ -1166,12 +1167,12 @@ class SimSlurm:
     @command
     def open_gate(self, job: Job, names: frozenset[str]) -> None:
         """`scontrol update jobid=N [ExcNodeList=...] StartTime=now`: a gated gang is kept off `names` (none: its
-        exclusion as it is) and Slurm tries it at its next pass, `release_allocation_s` later."""
+        exclusion as it is) and Slurm tries it `gate_allocation_s` later."""
         self.gated.discard(job.idx)
         if names:
             self.excluded[job.idx] = names
-        self._eligible[job.idx] = self.now + self.conf.release_allocation_s
-        self._push(self.now + self.conf.release_allocation_s, _ELIGIBLE, None)
+        self._eligible[job.idx] = self.now + self.conf.gate_allocation_s
+        self._push(self.now + self.conf.gate_allocation_s, _ELIGIBLE, None)
 
     def pending_jobs(self) -> list[Job]:
         return [j for j in self.state.pending() if self._eligible.get(j.idx, 0.0) <= self.now]

@@ -15,12 +15,12 @@ up unless nodes ready now hold it whole: `autoscaler.core.gang_exclusion.gate_ex
 slurmctld's first try already keeps it off them: it boots whole, on powered-down names.  The gate fails open: a
 daemon that is down leaves the gang to slurmctld `GANG_GATE_S` after its submission, as without the gate.
 
-Measured on slurmctld 22.05.8 (bench/probe_gang_gate.py): the lua's BeginTime shows as reason `BeginTime`; the update
-is taken at once and the gang is allocated 1.2 s later; without the exclusion it gets the up node plus a
-powered-down one, with it two powered-down names.  A user's own `--begin` (or `--begin=now`) and an AdminComment
-(users cannot set one; the constrain-mode lua's `RIGHT_SIZED_MARK` is never on a gated fleet) leave the job
-ungated, and a requeued gang's BeginTime (slurmctld's requeue hold) is never taken for the gate: its eligible time
-is past `submit + GANG_GATE_S` (`is_gated`)."""
+Measured on slurmctld 22.05.8 (bench/probe_gang_gate.py): the lua's BeginTime shows as reason `BeginTime`; the
+update is taken at once and the gang is allocated 0.19-0.24 s later; without the gate it gets the up node plus a
+powered-down one at submission, with it two powered-down names.  A user's own `--begin` (or `--begin=now`) and an
+AdminComment (users cannot set one; the constrain-mode lua's `RIGHT_SIZED_MARK` is never on a gated fleet) leave
+the job ungated, and a requeued gang's BeginTime (slurmctld's requeue hold) is never taken for the gate: its
+eligible time is past `submit + GANG_GATE_S` (`is_gated`)."""
 
 from __future__ import annotations
 

@@ -30,11 +30,11 @@ def test_a_gang_released_through_the_gate_boots_whole_and_leaves_the_warm_node_f
     assert sim.conf.gang_gate_s > 0 and sim.conf.submit_wake
     assert sim.state.partial_gang_gpu_s == 0
     assert all(j.state is JobState.DONE for j in sim.state.jobs)
-    # the gang's two nodes launched together, 2 s after its submission (the submit wake-up's tick released it,
-    # slurmctld allocated it a second later), neither of them j1's warm node
+    # the gang's two nodes launched together, 1.2 s after its submission (the submit wake-up's tick released it at
+    # 601, slurmctld allocated it 0.2 s later), neither of them j1's warm node
     assert [(t, names) for t, _, pool, _, names, _ in sim.driver.launch_log if "on-demand" in pool] == [
         (1.0, ("a3-highgpu-8g-on-demand-0",)),
-        (602.0, ("a3-highgpu-8g-on-demand-1", "a3-highgpu-8g-on-demand-2")),
+        (601.2, ("a3-highgpu-8g-on-demand-1", "a3-highgpu-8g-on-demand-2")),
     ]
 
     old = _run(gate=False)  # slurmctld gave the gang the warm node and a boot: the warm node waited for it

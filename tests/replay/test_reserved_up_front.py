@@ -52,9 +52,10 @@ def test_every_reserved_node_is_up_before_work_so_a_gang_starts_whole_at_once(up
     sim = _run(up_front)
     j0, j1 = sim.state.jobs
     # no boot for either (j1's nodes are up); under gpu-fleet j1, a gang, waits for the lua's gate (the on-demand
-    # overflow pool beside the reservation is not held): released at the 600 s poll, tried a second later
-    # (autoscaler/slurm/gang_gate.py)
-    assert j0.first_start == FIRST and j1.first_start == 600 + (1 if isinstance(up_front, GpuFleetPolicy) else 0)
+    # overflow pool beside the reservation is not held): released at the 600 s poll, tried 0.2 s later
+    # (autoscaler/slurm/gang_gate.py, `SlurmSettings.gate_allocation_s`)
+    gate = up_front.slurm_settings(SC).gate_allocation_s if isinstance(up_front, GpuFleetPolicy) else 0
+    assert j0.first_start == FIRST and j1.first_start == 600 + gate
     assert sim.state.partial_gang_gpu_s == 0
     assert all(j.state is JobState.DONE for j in sim.state.jobs)
     assert _reserved_up(sim) == ["a3-highgpu-8g-reserved-0", "a3-highgpu-8g-reserved-1"]  # never power-saved

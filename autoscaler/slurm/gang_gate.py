@@ -19,8 +19,8 @@ Measured on slurmctld 22.05.8 (bench/probe_gang_gate.py): the lua's BeginTime sh
 update is taken at once and the gang is allocated 0.19-0.24 s later; without the gate it gets the up node plus a
 powered-down one at submission, with it two powered-down names.  A user's own `--begin` (or `--begin=now`) and an
 AdminComment (users cannot set one; the constrain-mode lua's `RIGHT_SIZED_MARK` is never on a gated fleet) leave
-the job ungated, and a requeued gang's BeginTime (slurmctld's requeue hold) is never taken for the gate: its
-eligible time is past `submit + GANG_GATE_S` (`is_gated`)."""
+the job ungated, and neither a released gang nor a requeued one's BeginTime (slurmctld's requeue hold) is taken
+for the gate: a release moves the BeginTime to its own time, the hold puts it long after (`is_gated`)."""
 
 from __future__ import annotations
 
@@ -34,11 +34,14 @@ GANG_GATE_S = 30
 
 
 def is_gated(reason: str, admin_comment: str, submit_time: float, eligible_time: float | None) -> bool:
-    """Whether a pending job is a gang the lua gated and nobody released yet: reason BeginTime, the mark, and a
-    BeginTime no later than the lua's (a requeue hold comes later; one second of slack for rounding)."""
+    """Whether a pending job is a gang the lua gated and nobody released yet: the mark, and the lua's BeginTime,
+    `GANG_GATE_S` after its submission (one second of slack: the lua and slurmctld read the clock apart).  A release
+    moves the BeginTime to the release's time, a requeue hold to long after; the reason is `BeginTime` once
+    slurmctld's first pass has seen the job and "None" before it (a submit wake-up's tick can read it then:
+    measured on slurmctld 22.05.8, tests/slurm_source/test_slurmrestd.py)."""
     return (
-        reason == "BeginTime"
+        reason in ("BeginTime", "None")
         and admin_comment == GANG_GATE_MARK
         and eligible_time is not None
-        and eligible_time <= submit_time + GANG_GATE_S + 1
+        and abs(eligible_time - submit_time - GANG_GATE_S) <= 1
     )

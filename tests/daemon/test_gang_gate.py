@@ -156,7 +156,10 @@ def test_squeue_shows_the_gate_as_slurmctld_22_05_prints_it() -> None:
     assert job.gated and not job.tried and job.eligible_time == 1030.0
     assert not parse_job({**raw, "eligible_time": 1200}).gated  # a requeue hold
     assert not parse_job({**raw, "admin_comment": ""}).gated  # the user's --begin
-    assert parse_job({**raw, "state_reason": "None", "eligible_time": 1000}).tried is False  # released, untried
+    # before slurmctld's first pass over it the reason is "None" (the submit wake-up's tick can read it then)
+    assert parse_job({**raw, "state_reason": "None"}).gated
+    released = parse_job({**raw, "state_reason": "None", "eligible_time": 1002})  # StartTime=now, 2 s in
+    assert not released.gated and not released.tried
 
 
 def test_the_lua_gates_only_with_the_wake_up() -> None:

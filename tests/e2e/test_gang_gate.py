@@ -91,7 +91,8 @@ def test_a_gang_boots_whole_instead_of_pinning_a_warm_node(env: E2E) -> None:
     job = _job(env, gang)
     if job["job_state"] == "PENDING" and job.get("state_reason") == "BeginTime":  # the gate, unless already opened
         assert job.get("admin_comment") == GANG_GATE_MARK
-    wait_for(lambda: _job(env, gang).get("nodes"), 15, "the gang released and allocated (not the 30 s gate)", env)
+    # within 5 s with a 10 s poll: the submit wake-up's tick released it (not the poll, nor the gate's 30 s)
+    wait_for(lambda: _job(env, gang).get("nodes"), 5, "the gang released and allocated", env)
     nodes = sorted(expand(_job(env, gang)["nodes"]))
     assert warm not in nodes and len(nodes) == 2  # two names booted for it, the warm node not among them
     (opened,) = _gate_commands(env, gang)
@@ -111,7 +112,7 @@ def test_a_gang_that_warm_nodes_hold_is_released_onto_them(env: E2E) -> None:
     warm = _warm(env, 2)
     creates = len(env.fake.events_of("create"))
     gang = _gang(env)
-    wait_for(lambda: _job(env, gang).get("nodes"), 15, "the gang released onto the warm nodes", env)
+    wait_for(lambda: _job(env, gang).get("nodes"), 5, "the gang released onto the warm nodes", env)
     assert sorted(expand(_job(env, gang)["nodes"])) == warm
     (opened,) = _gate_commands(env, gang)
     assert opened["names"] == []

@@ -54,3 +54,24 @@ def test_rest_client_updates_nodes(restd) -> None:
     assert n.drain and n.reason == "gpu-fleet test"
     rest.update_nodes(["r1-od-1"], "undrain")
     assert not {x.name: x for x in cli.nodes()}["r1-od-1"].drain
+
+
+def test_rest_client_reads_a_gated_gang_and_releases_it_through_scontrol(restd) -> None:
+    """A gang as the stack's job_submit.lua gates it (a BeginTime 30 s ahead and the AdminComment mark, set here by
+    `--begin` and `scontrol update`, as this harness has no lua): slurmrestd shows it gated as squeue does, and the
+    release (`StartTime=now`, no openapi body checked for it) goes through scontrol."""
+    from autoscaler.slurm.gang_gate import GANG_GATE_MARK
+
+    h, url, token = restd
+    jid = int(h.run("sbatch", "--parsable", "-p", "gpu", "-N", "2", "--gres=gpu:8", "--begin=now+30",
+                    "--wrap", "true").stdout)  # fmt: skip
+    h.run("scontrol", "update", f"jobid={jid}", f"AdminComment={GANG_GATE_MARK}", check=True)
+    cli = CliSlurm(env={"SLURM_CONF": str(h.conf_path)})
+    rest = RestSlurm(url, token=token, user="root", cli=cli)
+    (job,) = [j for j in rest.jobs() if j.job_id == jid]
+    (seen,) = [j for j in cli.jobs() if j.job_id == jid]
+    assert job.gated and seen.gated and job.eligible_time == seen.eligible_time
+    rest.start_job_now(jid, ["r1-od-0"])
+    (after,) = [j for j in cli.jobs() if j.job_id == jid]
+    assert not after.gated and after.excluded_nodes == ("r1-od-0",)
+    subprocess.run(["scancel", str(jid)], env=h.env, check=False)

@@ -188,8 +188,8 @@ class Policy:
         """Whether the daemon may keep pools of a fleet whose pools have `capacity_types` unavailable to Slurm
         (`autoscaler.core.hold.held_pools`): every pool under strict late binding (`binds_late`); with a reservation
         pool, the other pools under the reservation hold or the preemption hold, which the settings rule can turn on
-        and off while the daemon runs.  The one rule behind the stack's submit wake-up and `batch_sched_delay=0`
-        (`fleet.slurm.policy.may_hold_pools`) and the replay's model of them."""
+        and off while the daemon runs.  With `gates_gangs`, the rule for what the daemon releases to slurmctld
+        (`releases_jobs`)."""
         kinds = set(capacity_types)
         return self.binds_late(kinds) or (CapacityType.RESERVATION in kinds and len(kinds) > 1)
 
@@ -204,6 +204,15 @@ class Policy:
             return False
         up_front = self.keep_reserved_nodes and self.launch_reserved_nodes
         return bool(kinds - {CapacityType.RESERVATION}) or not up_front
+
+    def releases_jobs(self, capacity_types: Iterable[CapacityType]) -> bool:
+        """Whether the daemon may release jobs to slurmctld on a fleet whose pools have `capacity_types`: names of
+        pools it holds (`may_hold`) or gangs it gated (`gates_gangs`).  Then the stack's job_submit.lua wakes it at
+        every submission and slurm.conf has `batch_sched_delay=0`, so a release is served within a second and
+        allocated at slurmctld's next pass (`fleet.slurm.policy.submit_wakes_daemon`, `hold_settings`); the one rule
+        behind both and the replay's model of them."""
+        kinds = list(capacity_types)
+        return self.may_hold(kinds) or self.gates_gangs(kinds)
 
     def share_nodes_refusal(self, capacity_types: Iterable[CapacityType]) -> str | None:
         """Why `share_nodes` cannot work on a Slurm fleet of pools of `capacity_types` (None: it can, or it is off):

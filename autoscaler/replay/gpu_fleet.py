@@ -251,7 +251,6 @@ class GpuFleetPolicy:
         # the job_submit.lua gives every GPU job its right-sized machine type as a hard constraint
         late = late_binding(scenario.pools(), self.policy)
         kinds = [p.capacity_type for p in scenario.pools()]
-        gates = self.policy.gates_gangs(kinds)
         return replace(
             self.slurm,
             preempt_spot=self.policy.preempt_spot,
@@ -260,8 +259,8 @@ class GpuFleetPolicy:
             prefer=not late,
             # the lua's submit wake-up, wherever the daemon may hold pools or gates gangs
             # (fleet.slurm.policy.submit_wakes_daemon), and its gang gate (fleet.slurm.policy.gates_gangs)
-            submit_wake=self.policy.may_hold(kinds) or gates,
-            gang_gate_s=GANG_GATE_S if gates else 0.0,
+            submit_wake=self.policy.releases_jobs(kinds),
+            gang_gate_s=GANG_GATE_S if self.policy.gates_gangs(kinds) else 0.0,
         )
 
     # ---- the hooks ------------------------------------------------------------------------------------
@@ -614,9 +613,7 @@ class GpuFleetPolicy:
             for name, nm in sim.names.items()
             if not (nm.powering_down or nm.down)
         ]
-        bootable = {p.name: p.max_nodes for p in self._pools}
-        for nm in sim.names.values():  # the names that are not powered down
-            bootable[nm.pool.name] -= 1
+        bootable = {p.name: p.max_nodes - sim.names_up(p) for p in self._pools}  # names powered down
         for job in gated:
             names = gate_exclusion(job.nodes, job.gpus_per_node, sim.job_pools(job), up, bootable)
             sim.open_gate(job, names)

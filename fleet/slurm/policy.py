@@ -27,13 +27,6 @@ def late_binding_constrains(cluster: ClusterSpec) -> bool:
     return policy is not None and policy.binds_late(p.capacity for p in cluster.pools)
 
 
-def may_hold_pools(cluster: ClusterSpec) -> bool:
-    """Whether the daemon may keep pools of the cluster unavailable to Slurm (`Policy.may_hold`: every pool under
-    strict late binding; with a reservation pool, the others under the reservation or preemption hold)."""
-    policy = cluster_policy(cluster)
-    return policy is not None and policy.may_hold(p.capacity for p in cluster.pools)
-
-
 def gates_gangs(cluster: ClusterSpec) -> bool:
     """Whether the cluster's job_submit.lua holds each gang back for the daemon before slurmctld first tries it
     (`Policy.gates_gangs`, `autoscaler.slurm.gang_gate`): wherever strict late binding is off."""
@@ -43,10 +36,12 @@ def gates_gangs(cluster: ClusterSpec) -> bool:
 
 def submit_wakes_daemon(cluster: ClusterSpec) -> bool:
     """Whether the cluster's job_submit.lua rewrites the daemon's wake-up file at every submission
-    (`autoscaler.slurm.wake`): whenever the daemon may hold pools (`may_hold_pools`), so that a job for a held pool
+    (`autoscaler.slurm.wake`): whenever the daemon may hold pools (`Policy.may_hold`), so that a job for a held pool
     is served within a second and not at the next poll, or gates gangs (`gates_gangs`), so that a gated gang is
-    released within a second (the daemon watches the file only while it holds a pool or gates gangs)."""
-    return may_hold_pools(cluster) or gates_gangs(cluster)
+    released within a second (`Policy.releases_jobs`; the daemon watches the file only while it holds a pool or
+    gates gangs)."""
+    policy = cluster_policy(cluster)
+    return policy is not None and policy.releases_jobs(p.capacity for p in cluster.pools)
 
 
 def late_binding_shares_nodes(cluster: ClusterSpec) -> bool:
@@ -71,6 +66,7 @@ HOLD_SCHEDULER_OPTIONS = "batch_sched_delay=0"
 
 
 def hold_settings(cluster: ClusterSpec) -> dict[str, str]:
-    """The slurm.conf options a cluster whose pools the daemon may hold, or whose gangs it gates, adds (none when
-    neither `may_hold_pools` nor `gates_gangs`): a job released by the daemon is allocated at slurmctld's next pass."""
-    return {"SchedulerParameters": HOLD_SCHEDULER_OPTIONS} if may_hold_pools(cluster) or gates_gangs(cluster) else {}
+    """The slurm.conf options a cluster whose daemon may release jobs to slurmctld (held pools' names, gated gangs:
+    `Policy.releases_jobs`) adds, none otherwise: a job released by the daemon is allocated at slurmctld's next
+    pass."""
+    return {"SchedulerParameters": HOLD_SCHEDULER_OPTIONS} if submit_wakes_daemon(cluster) else {}

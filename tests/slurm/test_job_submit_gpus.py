@@ -153,3 +153,27 @@ def test_the_constraint_is_a_machine_type_whose_nodes_have_the_cpus_and_memory_t
     )
     assert (raw["features"], fits) == (machine, machine), (raw, job)
     assert job.right_sized_by_lua
+
+
+@pytest.fixture(scope="module", params=["prefer", "nothing-to-prefer"])
+def gated(request: pytest.FixtureRequest, slurm_factory: Callable[..., SlurmHarness]) -> Iterator[SlurmHarness]:
+    """The gang gate's lua (a reservation fleet's, or `late_bind: false`), in both of its templates: with the
+    partition's `--prefer` table, and the wake-up alone where no machine type is preferred (one shape of the
+    same largest node)."""
+    shapes = SHAPES if request.param == "prefer" else {"gpu": [s for s in SHAPES["gpu"] if s.gpus == 8]}
+    lua = render_job_submit(shapes, "gpu", wake=True, gate_gangs=True, wake_path="/tmp/gpu-fleet-test-wake")
+    assert ("local prefer = {" in lua) == (request.param == "prefer")
+    yield from _cluster(slurm_factory, lua)
+
+
+@pytest.mark.parametrize(("args", "gpus"), SUBMISSIONS, ids=_argv)
+def test_the_gang_gate_holds_exactly_the_jobs_the_daemon_reads_as_gangs(
+    gated: SlurmHarness, args: Sequence[str], gpus: int
+) -> None:
+    """A job slurmctld spreads over several nodes is a gang however it asks for them (`-N 2`, or `--gpus=16` with
+    no node count, which slurmctld makes 2 nodes of 8); an ungated one would get the up nodes and wait on them for
+    the rest's boot.  The lua gates a job exactly when the daemon reads more than one node in squeue, so the daemon
+    releases every gang it gated and no single-node job waits for the gate."""
+    job = parse_job(_pending(gated, *args))
+    assert job.gpus_per_node == gpus
+    assert job.gated == (job.node_count > 1), job

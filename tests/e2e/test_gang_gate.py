@@ -57,9 +57,13 @@ def _job(env: E2E, job: int) -> dict:
     return next(j for j in env.slurm.squeue_json()["jobs"] if j["job_id"] == job)
 
 
-def _gang(env: E2E) -> int:
+#: the ways a user asks for a 2-node gang of 8-GPU nodes: a node count, or GPUs alone (slurmctld makes it 2 nodes)
+GANG_FORMS = {"nodes": ("-N", "2", "--gres=gpu:8"), "gpus": ("--gpus=16",)}
+
+
+def _gang(env: E2E, form: str = "nodes") -> int:
     out = env.root / "log"
-    return env.sbatch("-p", "gpu", "-N", "2", "--gres=gpu:8", "-o", f"{out}/job-%j.out", "--wrap",
+    return env.sbatch("-p", "gpu", *GANG_FORMS[form], "-o", f"{out}/job-%j.out", "--wrap",
                       "srun sh -c 'echo $SLURMD_NODENAME; sleep 5'")  # fmt: skip
 
 
@@ -81,13 +85,14 @@ def _warm(env: E2E, count: int) -> list[str]:
     return warm
 
 
-def test_a_gang_boots_whole_instead_of_pinning_a_warm_node(env: E2E) -> None:
-    """A warm node and a 2-node gang: the lua gates the gang, the daemon releases it within seconds with the warm
-    node excluded, and slurmctld gives it two powered-down names, booted together; the warm node stays idle for the
-    next single job, which starts on it with no boot."""
+@pytest.mark.parametrize("form", sorted(GANG_FORMS))
+def test_a_gang_boots_whole_instead_of_pinning_a_warm_node(env: E2E, form: str) -> None:
+    """A warm node and a 2-node gang, asked for by node count or by GPUs alone: the lua gates the gang, the daemon
+    releases it within seconds with the warm node excluded, and slurmctld gives it two powered-down names, booted
+    together; the warm node stays idle for the next single job, which starts on it with no boot."""
     env.start_daemon()
     (warm,) = _warm(env, 1)
-    gang = _gang(env)
+    gang = _gang(env, form)
     job = _job(env, gang)
     if job["job_state"] == "PENDING" and job.get("state_reason") == "BeginTime":  # the gate, unless already opened
         assert job.get("admin_comment") == GANG_GATE_MARK

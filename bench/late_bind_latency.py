@@ -26,7 +26,10 @@ name at submission and calls ResumeProgram, the daemon creates the instance, and
 node registers.  Its figures are what the simulated Slurm assumes for every policy bound at submit
 (slurm-power-save, gpu-fleet with a reservation): submit -> create `SlurmSettings.resume_batch_s` plus the daemon's
 reaction to the hook (the replay's gpu-fleet: none), registered -> running up to `SlurmSettings.launch_pass_s`
-(slurmctld's next periodic pass; this bench's measurement, docs/simulate.md twenty-ninth round).
+(slurmctld's next periodic pass; this bench's measurement, docs/simulate.md twenty-ninth round).  Submit -> create
+is split in three there: submit -> resume (slurmctld calls ResumeProgram and the hook has queued the name in the
+daemon's store: what every bound policy pays, slurm-gcp's resume.py included), resume -> tick (the daemon's watcher
+picks the row up: gpu-fleet's own) and tick -> create (the tick's insert call).
 
 The sampler's 0.1 s period bounds each figure's resolution.  Needs root and Slurm (scripts/setup.sh); exits 0 with
 a note otherwise.
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import statistics
 import sys
 import threading
@@ -70,6 +74,10 @@ MODEL = {  # what the replay assumes (autoscaler/replay/gpu_fleet.py, autoscaler
 }
 BOUND_MODEL = {  # the same, for a job bound at submit (`--bind`)
     "submit_to_create_s": "SlurmSettings.resume_batch_s (the daemon's hook watcher: 0)",
+    "submit_to_allocated_s": "0 (slurmctld allocates powered-down names at submission)",
+    "submit_to_resume_s": "SlurmSettings.resume_batch_s (slurmctld calls ResumeProgram, for every bound policy)",
+    "resume_to_tick_s": "0 (the daemon's 1 s power_queue watcher; slurm-gcp's resume.py creates in the hook)",
+    "tick_to_create_s": "0 (the tick's instances.insert)",
     "registered_to_running_s": "up to SlurmSettings.launch_pass_s (slurmctld's next periodic pass)",
     "registered_to_step_s": "up to SlurmSettings.launch_pass_s (slurmctld's next periodic pass)",
 }
@@ -83,6 +91,7 @@ class Sampler(threading.Thread):
         self.env = env
         self.registered: dict[str, float] = {}
         self.running: dict[int, float] = {}
+        self.allocated: dict[int, float] = {}
         self._down: set[str] = set()
         self.stop_event = threading.Event()
 
@@ -102,6 +111,8 @@ class Sampler(threading.Thread):
                     self._down.discard(name)
                     self.registered[name] = now
             for j in jobs:
+                if j.get("nodes"):
+                    self.allocated.setdefault(int(j["job_id"]), now)
                 if j["job_state"] == "RUNNING":
                     self.running.setdefault(int(j["job_id"]), now)
 
@@ -140,6 +151,7 @@ def run_round(env: E2E, sampler: Sampler, spacing_s: float = SPACING_S, bind: bo
         registered = sampler.registered.get(name)
         running = sampler.running.get(job)
         step = env.step_started(job)
+        queued, consumed = _resume_row(env.state, name, t0) if bind else (None, None)
         out.append(
             {
                 "job": job,
@@ -147,6 +159,10 @@ def run_round(env: E2E, sampler: Sampler, spacing_s: float = SPACING_S, bind: bo
                 "booted_for_it": create is not None,
                 "submit_to_power_up_s": _d(t0, power_up),
                 "submit_to_create_s": _d(t0, create),
+                "submit_to_allocated_s": _d(t0, sampler.allocated.get(job)),
+                "submit_to_resume_s": _d(t0, queued),
+                "resume_to_tick_s": _d(queued, consumed),
+                "tick_to_create_s": _d(consumed, create),
                 "registered_to_running_s": _d(registered, running) if create is not None else None,
                 "registered_to_step_s": _d(registered, step) if create is not None else None,
                 "submitted_at": round(t0, 3),
@@ -155,6 +171,18 @@ def run_round(env: E2E, sampler: Sampler, spacing_s: float = SPACING_S, bind: bo
         )
         sampler.registered.pop(name, None)
     return out
+
+
+def _resume_row(state: Path, name: str, since: float) -> tuple[float | None, float | None]:
+    """When the ResumeProgram hook queued `name` (the first `power_queue` row at or after `since`, less a second of
+    clock slack) and when the daemon's tick consumed that row: the hook writes `at` once slurmctld has called it
+    (after the ~50 ms Python start, autoscaler/slurm/hook.py), the daemon `done_at` in the tick that acts on it."""
+    with sqlite3.connect(f"file:{state}?mode=ro", uri=True) as conn:
+        row = conn.execute(
+            "SELECT at, done_at FROM power_queue WHERE action = 'resume' AND name = ? AND at >= ? ORDER BY at LIMIT 1",
+            (name, since - 1),
+        ).fetchone()
+    return (None, None) if row is None else (row[0], row[1])
 
 
 def _d(a: float | None, b: float | None) -> float | None:

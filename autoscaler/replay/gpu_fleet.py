@@ -96,6 +96,16 @@ HELD_BOOT_LATENCY_S = 1.0
 #: tick, and the daemon ticks again once squeue shows the job tried (`Daemon.hold_change_due`): submit -> release
 #: measured 0.89-1.41 s, mean 1.15 s (6 runs), so there the model is up to 0.41 s early
 SUBMIT_WAKE_LATENCY_S = 1.0
+#: slurmctld allocated a powered-down name to a job (bound at submit, or a released gang) -> the daemon creates the
+#: instance, beyond `SlurmSettings.resume_batch_s` (slurmctld calls ResumeProgram ~1 s after the allocation, paid by
+#: every bound policy): the hook queues the name and the run loop's 1 s watcher reads the power_queue rows
+#: (`autoscaler/daemon/loop.py`).  Measured on slurmctld 22.05.8 (`bench/late_bind_latency.py --bind`, two runs of 12
+#: boots): allocation -> hook 0.92-1.02 s, hook -> tick 0.32-0.39 s and 0.40-0.45 s (the watcher's phase against
+#: slurmctld's power thread: one per run, so at most its 1 s period), tick -> instances.insert 0.03 s.  A name the
+#: daemon powered up itself (late binding's held boots, standby and floor names) has none: `scontrol update
+#: state=power_up` -> create measured 1.04 s against the modelled `resume_batch_s` (`bench/late_bind_latency.py`).
+#: slurm-gcp's resume.py creates in the hook: slurm-power-save has none either
+BOUND_RESUME_LATENCY_S = 0.4
 
 
 @dataclass(frozen=True)
@@ -137,6 +147,8 @@ class GpuFleetPolicy:
     planner_calls: int = 0
     ticks: int = 0
     _open: dict[str, tuple[Job | None, float]] = field(default_factory=dict)  # the power queue: name -> (job, at)
+    #: names the daemon powered up itself (`scontrol update state=power_up`) whose ResumeProgram call is still to come
+    _powered: set[str] = field(default_factory=set)
     _pools: list[Pool] = field(default_factory=list)
     _t0: float | None = None
     _nodes: dict[str, tuple[SimNode, int, Node]] = field(default_factory=dict)
@@ -268,7 +280,9 @@ class GpuFleetPolicy:
     def resume(self, sim: SimSlurm, names: Sequence[str], jobs: Mapping[str, Job | None]) -> None:
         for n in names:
             self._open[n] = (jobs.get(n), sim.now)
-        sim.wake(sim.now)  # the daemon's hook watcher starts a tick at once
+        bound = any(n not in self._powered for n in names)  # names slurmctld allocated, not the daemon's power-ups
+        self._powered.difference_update(names)
+        sim.wake(sim.now + (BOUND_RESUME_LATENCY_S if bound else 0.0))  # the daemon's hook watcher starts a tick
 
     def suspend(self, sim: SimSlurm, names: Sequence[str]) -> None:
         for n in names:
@@ -422,9 +436,9 @@ class GpuFleetPolicy:
             }
             for su in plan.scale_ups:  # the daemon's `scontrol update state=power_up` of floor and standby names
                 if su.minimum and su.pool not in held:  # `floor_names`: less what Slurm is powering up unlisted
-                    sim.power_up(su.pool, su.count - self._unlisted_power_ups(sim, su.pool))
+                    self._powered.update(sim.power_up(su.pool, su.count - self._unlisted_power_ups(sim, su.pool)))
                 elif (k := standby_count(su)) and not late:  # late binding: booted held (`_release`)
-                    sim.power_up(su.pool, k)
+                    self._powered.update(sim.power_up(su.pool, k))
             # what sinfo shows of the nodes the plan would drain or delete (the only ones scale_down_steps reads)
             named = {n for d in plan.drains for n in d.nodes} | {n for dn in plan.deletes for n in dn.names}
             facts = {n.name: self._facts(sim, n.name) for n in nodes if n.name in named}
@@ -583,7 +597,7 @@ class GpuFleetPolicy:
                     booting[nm.pool.name] = booting.get(nm.pool.name, 0) + 1
             for pool_name, n in split.boot.items():
                 if n > booting.get(pool_name, 0):
-                    sim.boot_held(pool_name, n - booting.get(pool_name, 0))
+                    self._powered.update(sim.boot_held(pool_name, n - booting.get(pool_name, 0)))
         self._exclude_up_nodes(sim, plan, held, pending)
         want = split.release
         cands: dict[str, list[str]] = {}

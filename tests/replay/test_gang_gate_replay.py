@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autoscaler.replay.gpu_fleet import DEFAULT_POLICY, GpuFleetPolicy
+import pytest
+
+from autoscaler.replay.gpu_fleet import BOUND_RESUME_LATENCY_S, DEFAULT_POLICY, GpuFleetPolicy
 from autoscaler.replay.scenario import Scenario
 from autoscaler.replay.simslurm import SimSlurm
 from autoscaler.replay.state import JobState
@@ -30,11 +32,12 @@ def test_a_gang_released_through_the_gate_boots_whole_and_leaves_the_warm_node_f
     assert sim.conf.gang_gate_s > 0 and sim.conf.submit_wake
     assert sim.state.partial_gang_gpu_s == 0
     assert all(j.state is JobState.DONE for j in sim.state.jobs)
-    # the gang's two nodes launched together, 1.2 s after its submission (the submit wake-up's tick released it at
-    # 601, slurmctld allocated it 0.2 s later), neither of them j1's warm node
+    # the gang's two nodes launched together, neither of them j1's warm node: the 600 s poll released it, slurmctld
+    # allocated it 0.2 s later, called ResumeProgram 1 s after that, and the daemon's hook watcher created them
+    created = BOUND_RESUME_LATENCY_S
     assert [(t, names) for t, _, pool, _, names, _ in sim.driver.launch_log if "on-demand" in pool] == [
-        (1.0, ("a3-highgpu-8g-on-demand-0",)),
-        (601.2, ("a3-highgpu-8g-on-demand-1", "a3-highgpu-8g-on-demand-2")),
+        (1.0 + created, ("a3-highgpu-8g-on-demand-0",)),
+        (601.2 + created, ("a3-highgpu-8g-on-demand-1", "a3-highgpu-8g-on-demand-2")),
     ]
 
     old = _run(gate=False)  # slurmctld gave the gang the warm node and a boot: the warm node waited for it
@@ -42,5 +45,6 @@ def test_a_gang_released_through_the_gate_boots_whole_and_leaves_the_warm_node_f
     assert [names for _, _, pool, _, names, _ in old.driver.launch_log if "on-demand" in pool][1:] == [
         ("a3-highgpu-8g-on-demand-1",)
     ]
-    assert old.state.partial_gang_gpu_s == 8 * 361  # the warm node, from the allocation to the boot's registration
+    # the warm node, from the allocation to the boot's registration
+    assert old.state.partial_gang_gpu_s == pytest.approx(8 * (361 + created))
     assert old.state.jobs[2].first_start == sim.state.jobs[2].first_start  # both wait for the boot and the pass

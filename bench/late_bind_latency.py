@@ -22,14 +22,14 @@ And the run's boots: names powered up and instances created against jobs (each j
 
 `--bind` runs the same rounds with `policy.late_bind: false` and what the stack renders then (no job_submit.lua
 constraint, no hold, Slurm's default `batch_sched_delay`; EpilogSlurmctld kept): slurmctld allocates a powered-down
-name at submission and calls ResumeProgram, the daemon creates the instance, and the job is CONFIGURING until the
-node registers.  Its figures are what the simulated Slurm assumes for every policy bound at submit
-(slurm-power-save, gpu-fleet with a reservation): submit -> create `SlurmSettings.resume_batch_s` plus the daemon's
-reaction to the hook (the replay's gpu-fleet: none), registered -> running up to `SlurmSettings.launch_pass_s`
-(slurmctld's next periodic pass; this bench's measurement, docs/simulate.md twenty-ninth round).  Submit -> create
-is split in three there: submit -> resume (slurmctld calls ResumeProgram and the hook has queued the name in the
-daemon's store: what every bound policy pays, slurm-gcp's resume.py included), resume -> tick (the daemon's watcher
-picks the row up: gpu-fleet's own) and tick -> create (the tick's insert call).
+name at submission and calls ResumeProgram, the daemon creates the instance, and the job is CONFIGURING until the node
+registers.  Its figures are what the simulated Slurm assumes for every policy bound at submit (slurm-power-save,
+gpu-fleet with a reservation): submit -> create `SlurmSettings.resume_batch_s` plus the daemon's reaction to the hook
+(the replay's gpu-fleet: `BOUND_RESUME_LATENCY_S`; slurm-power-save: none), registered -> running up to
+`SlurmSettings.launch_pass_s` (slurmctld's next periodic pass; this bench's measurement, docs/simulate.md twenty-ninth
+round).  Submit -> create is split in three there: submit -> resume (slurmctld calls ResumeProgram and the hook has
+queued the name in the daemon's store: what every bound policy pays, slurm-gcp's resume.py included), resume -> tick
+(the daemon's watcher picks the row up: gpu-fleet's own) and tick -> create (the tick's insert call).
 
 The sampler's 0.1 s period bounds each figure's resolution.  Needs root and Slurm (scripts/setup.sh); exits 0 with
 a note otherwise.
@@ -73,11 +73,11 @@ MODEL = {  # what the replay assumes (autoscaler/replay/gpu_fleet.py, autoscaler
     "registered_to_step_s": "HELD_BOOT_LATENCY_S",
 }
 BOUND_MODEL = {  # the same, for a job bound at submit (`--bind`)
-    "submit_to_create_s": "SlurmSettings.resume_batch_s (the daemon's hook watcher: 0)",
+    "submit_to_create_s": "SlurmSettings.resume_batch_s + BOUND_RESUME_LATENCY_S (gpu-fleet's hook watcher)",
     "submit_to_allocated_s": "0 (slurmctld allocates powered-down names at submission)",
     "submit_to_resume_s": "SlurmSettings.resume_batch_s (slurmctld calls ResumeProgram, for every bound policy)",
-    "resume_to_tick_s": "0 (the daemon's 1 s power_queue watcher; slurm-gcp's resume.py creates in the hook)",
-    "tick_to_create_s": "0 (the tick's instances.insert)",
+    "resume_to_tick_s": "BOUND_RESUME_LATENCY_S with the next (the 1 s power_queue watcher; slurm-gcp: none)",
+    "tick_to_create_s": "BOUND_RESUME_LATENCY_S with the previous (the tick's instances.insert)",
     "registered_to_running_s": "up to SlurmSettings.launch_pass_s (slurmctld's next periodic pass)",
     "registered_to_step_s": "up to SlurmSettings.launch_pass_s (slurmctld's next periodic pass)",
 }

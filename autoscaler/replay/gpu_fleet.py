@@ -100,7 +100,7 @@ SUBMIT_WAKE_LATENCY_S = 1.0
 #: instance, beyond `SlurmSettings.resume_batch_s` (slurmctld calls ResumeProgram ~1 s after the allocation, paid by
 #: every bound policy): the hook queues the name and the run loop's 1 s watcher reads the power_queue rows
 #: (`autoscaler/daemon/loop.py`).  Measured on slurmctld 22.05.8 (`bench/late_bind_latency.py --bind`, two runs of 12
-#: boots): allocation -> hook 0.92-1.02 s, hook -> tick 0.32-0.39 s and 0.40-0.45 s (the watcher's phase against
+#: boots): allocation -> hook 0.79-0.99 s, hook -> tick 0.32-0.39 s and 0.40-0.45 s (the watcher's phase against
 #: slurmctld's power thread: one per run, so at most its 1 s period), tick -> instances.insert 0.03 s.  A name the
 #: daemon powered up itself (late binding's held boots, standby and floor names) has none: `scontrol update
 #: state=power_up` -> create measured 1.04 s against the modelled `resume_batch_s` (`bench/late_bind_latency.py`).

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from autoscaler.model import Plan, Policy, Pool, WorkUnit
+from autoscaler.model import Node, NodeState, Plan, Policy, Pool, WorkUnit
 from autoscaler.planner.offers import UnitClass
 from fleet.catalog import CapacityType
 
@@ -123,7 +123,23 @@ def preemption_places(
     return frozenset(placed)
 
 
-def surplus_held_boots(boots: Mapping[str, str], plan: Plan | None, policy: Policy) -> tuple[str, ...]:
+def kept_idle(nodes: Iterable[Node], plan: Plan | None) -> dict[str, int]:
+    """Machine type -> the ready, idle nodes the plan keeps up (it places no pending unit on them and neither drains
+    nor deletes them): the warm nodes the next arrivals of the shape take first."""
+    used: set[str] = set()
+    if plan is not None:
+        used = {n for a in plan.assignments.values() for n in a.nodes}
+        used |= {n for d in plan.drains for n in d.nodes} | {n for dn in plan.deletes for n in dn.names}
+    out: dict[str, int] = {}
+    for n in nodes:
+        if n.state is NodeState.READY_IDLE and not n.has_work and n.name not in used:
+            out[n.offering.machine_type] = out.get(n.offering.machine_type, 0) + 1
+    return out
+
+
+def surplus_held_boots(
+    boots: Mapping[str, str], plan: Plan | None, policy: Policy, kept: Mapping[str, int] | None = None
+) -> tuple[str, ...]:
     """Late binding: the held boots to abort now.  `boots`: name -> machine type of the names booted drained
     (`HeldLaunches.boot`) whose instance exists and has not registered, with no job.  A held boot is surplus when
     no pending unit is planned onto it (`plan`'s assignments; None: nothing was planned, nothing is pending) -
@@ -132,9 +148,29 @@ def surplus_held_boots(boots: Mapping[str, str], plan: Plan | None, policy: Poli
     not assigned): once registered it would be scaled down at once, so the rest of its boot is
     billed for nothing.  The settings rule gives a shape no idle keep when an idle node is not worth keeping for
     the next arrival (`autoscaler/planner/rule.py`); a node still booting is worth less.  Sized before it was
-    built (docs/simulate.md, "Surplus held boots")."""
+    built (docs/simulate.md, "Surplus held boots").  With `kept` (machine type -> the ready idle nodes the plan
+    keeps warm, `kept_idle`), a surplus boot of a shape kept warm under a warm-node cap (`idle_keep_max_by_machine`,
+    no standby nodes) is also aborted when the cap has no room left for it: the ready nodes come first (they serve
+    the next arrival now), then the boots by name (the lowest first, as Slurm allocates); at registration such a
+    boot would be scaled down as over the cap (`planner.scale_down.idle_over_cap`), its whole boot billed for
+    nothing (docs/simulate.md, "Surplus boots beyond the warm-node cap")."""
     assigned = {n for a in plan.assignments.values() for n in a.nodes} if plan is not None else set()
-    return tuple(sorted(n for n, mt in boots.items() if n not in assigned and not policy.keeps_warm(mt)))
+    out = [n for n, mt in boots.items() if n not in assigned and not policy.keeps_warm(mt)]
+    if kept is not None:
+        caps = policy.idle_keep_max_by_machine
+        room = {mt: max(0, cap - kept.get(mt, 0)) for mt, cap in caps.items() if not policy.standby_by_machine.get(mt)}
+        for n in sorted((n for n in boots if n not in assigned and boots[n] in room), key=_name_order):
+            if room[boots[n]] > 0:
+                room[boots[n]] -= 1
+            else:
+                out.append(n)
+    return tuple(sorted(out))
+
+
+def _name_order(name: str) -> tuple[str, int, str]:
+    """Nodeset, then index: Slurm allocates the lowest-numbered free name first (`planner.scale_down.idle_over_cap`)."""
+    prefix, _, tail = name.rpartition("-")
+    return (prefix, int(tail) if tail.isdigit() else 1 << 30, name)
 
 
 def take_names(

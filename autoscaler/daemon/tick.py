@@ -60,6 +60,7 @@ from autoscaler.core import (
     gate_exclusion,
     held_launches,
     held_pools,
+    kept_idle,
     late_binding,
     name_index,
     queue_depth,
@@ -686,7 +687,8 @@ class Daemon:
             snodes = fresh
         if held and snodes is not None:
             live = {n.name: n.state for n in view.inventory.nodes}
-            self._hold(plan, held, snodes, sjobs or (), live, powered_down, now, act)
+            kept = kept_idle(view.inventory.nodes, plan)
+            self._hold(plan, held, snodes, sjobs or (), live, powered_down, now, act, kept)
 
     def _undrain_held_boots(self, snodes: dict[str, SlurmNode], act: Actuator) -> dict[str, SlurmNode]:
         """Nodes booted drained (`_hold`: late binding's boots, and a held pool's floor under any hold) that
@@ -755,6 +757,7 @@ class Daemon:
         powered_down: set[str],
         now: float,
         act: Actuator,
+        kept: Mapping[str, int] | None = None,
     ) -> None:
         """The hold (`autoscaler.core.hold`): keep held pools' powered-down names drained; widen the constraint of
         pending jobs the plan serves with another machine type; release (undrain) as many names as the plan
@@ -834,10 +837,12 @@ class Daemon:
                 self._held_boots.update(dict.fromkeys(names, now))
         surplus: dict[str, list[str]] = defaultdict(list)
         machine = {n: p.machine_type for n, p in boots.items()}
-        for name in surplus_held_boots(machine, plan, self.policy) if late else ():
+        for name in surplus_held_boots(machine, plan, self.policy, kept) if late else ():
             surplus[boots[name].name].append(name)
         for pool_name, names in surplus.items():
-            reason = "held boot no longer needed (no idle keep)"
+            warm = self.policy.keeps_warm(boots[names[0]].machine_type)
+            why = "the warm-node cap is full" if warm else "no idle keep"
+            reason = f"held boot no longer needed ({why})"
             aborted = self._power_down_and_delete(pool_name, names, reason, snodes, act, state="power_down_force")
             for name in aborted:  # drained again once the power thread has taken it
                 self._held_boots.pop(name, None)

@@ -41,6 +41,7 @@ from autoscaler.core import (
     gate_exclusion,
     held_launches,
     held_pools,
+    kept_idle,
     late_binding,
     name_index,
     queue_depth,
@@ -457,7 +458,7 @@ class GpuFleetPolicy:
             if held:
                 self._release(sim, plan, held)
         if late:
-            self._abort_surplus_boots(sim, plan)
+            self._abort_surplus_boots(sim, plan, nodes)
         self._reweigh(sim)
         return self._wake(sim, now, refused), pending, nodes
 
@@ -508,7 +509,7 @@ class GpuFleetPolicy:
         self.quiet_ticks += 1
         return wake
 
-    def _abort_surplus_boots(self, sim: SimSlurm, plan: Plan | None) -> None:
+    def _abort_surplus_boots(self, sim: SimSlurm, plan: Plan | None, nodes: Sequence[Node]) -> None:
         """The daemon's abort of surplus held boots (`core.surplus_held_boots`): held boots with an instance, not
         registered, no job, that the plan puts no pending job on, in a shape with no idle keep, are deleted (the
         daemon's `scontrol update state=power_down_force` and delete by name)."""
@@ -518,7 +519,8 @@ class GpuFleetPolicy:
             if nm.launched and not nm.down and not nm.node.registered and not nm.node.jobs
         }
         if boots:
-            for name in surplus_held_boots({n: p.machine_type for n, p in boots.items()}, plan, self.policy):
+            kept = kept_idle(nodes, plan)
+            for name in surplus_held_boots({n: p.machine_type for n, p in boots.items()}, plan, self.policy, kept):
                 sim.delete(boots[name].name, [name])
 
     def _reweigh(self, sim: SimSlurm) -> None:

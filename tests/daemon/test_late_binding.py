@@ -399,6 +399,40 @@ def test_a_held_boot_no_job_needs_any_more_is_aborted_when_its_shape_has_no_idle
     assert not fleet.awaiting_hold_change
 
 
+#: an idle keep for the 1-GPU shape and a warm-node cap of one idle node (what the settings rule gives a busy shape)
+CAPPED = replace(POLICY, idle_keep_max_by_machine={"a3-highgpu-1g": 1})
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["cap-full", "cap-free"])
+def test_a_held_boot_no_job_needs_is_aborted_when_the_warm_node_cap_is_full(
+    make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud, clock: Clock, warm: bool
+) -> None:
+    """The shape has an idle keep, but the warm-node cap (`Policy.idle_keep_max_by_machine`) is one idle node: with
+    one ready idle node of the shape already kept warm, job 7's boot, surplus once the job left, would register as a
+    second idle node and be scaled down as over the cap, so it is aborted now; with the cap free it goes on (the
+    next arrival's warm node)."""
+    slurm.nodes_.clear()
+    for p in POOLS:
+        slurm.add_cloud_nodes([p.node_name(i) for i in range(p.max_nodes)], gpus=p.gpus_per_node)
+    cloud.offers = _offers()
+    fleet = make_daemon(pools=POOLS, policy=CAPPED)
+    _boot_for_a_job(fleet, slurm, clock)
+    if warm:  # another job's node, up and idle since it ended
+        key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-1g")
+        cloud.nodes_["c1-od1g-2"] = CloudNode("c1-od1g-2", "od-1g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-9")
+        slurm.set("c1-od1g-2", "idle")
+    slurm.jobs_ = []
+    clock.advance(1)
+    res = fleet.tick()
+    aborted = _commands(res, "scontrol-power_down_force")
+    if not warm:
+        assert aborted == [] and cloud.deleted == [] and slurm.nodes_["c1-od1g-0"].powering_up
+        return
+    assert [c["names"] for c in aborted] == [["c1-od1g-0"]] and cloud.deleted == ["c1-od1g-0"]
+    assert "warm-node cap is full" in aborted[0]["reason"]
+    assert "c1-od1g-2" in [n.name for n in cloud.list_nodes()]  # the ready node stays warm
+
+
 def test_which_held_boots_are_surplus() -> None:
     """`core.surplus_held_boots`, the rule the daemon and the replay share: a held boot is aborted only when no
     pending unit is planned onto it and its shape has neither an idle keep nor standby nodes."""
@@ -411,9 +445,36 @@ def test_which_held_boots_are_surplus() -> None:
     assert surplus_held_boots(boots, None, NO_KEEP) == tuple(sorted(boots))  # nothing pending, nothing planned
     assert surplus_held_boots(boots, None, POLICY) == ()  # an idle keep: the next arrival's node
     keep_2g = replace(NO_KEEP, idle_timeout_by_machine={"a3-highgpu-2g": 300.0})
+    caps = {"a3-highgpu-1g": 1}
     assert surplus_held_boots(boots, planned, keep_2g) == ("c1-od1g-0",)
     standby_1g = replace(NO_KEEP, standby_by_machine={"a3-highgpu-1g": 1})
     assert surplus_held_boots(boots, None, standby_1g) == ("c1-od2g-0",)
+    # a warm-node cap: ready idle nodes kept warm come first, then the lowest-numbered boots up to the cap
+    capped = replace(keep_2g, idle_timeout_s=300.0, idle_keep_max_by_machine=caps)
+    assert surplus_held_boots(boots, None, capped, {}) == ("c1-od1g-1",)  # room for one 1g boot: the lower name
+    assert surplus_held_boots(boots, None, capped, {"a3-highgpu-1g": 1}) == ("c1-od1g-0", "c1-od1g-1")
+    assert surplus_held_boots(boots, planned, capped, {"a3-highgpu-1g": 1}) == ("c1-od1g-0",)  # job 7's stays
+    assert surplus_held_boots(boots, None, capped) == ()  # idle nodes not counted (None): the cap is not applied
+
+
+def test_kept_idle_counts_the_ready_idle_nodes_the_plan_keeps() -> None:
+    """`core.kept_idle`: ready idle nodes with no work, less those the plan places work on, drains or deletes."""
+    from autoscaler.core import kept_idle
+    from autoscaler.model import Assignment, DeleteNodes, Node, NodeState, Placement, Plan
+
+    def node(name: str, state: NodeState = NodeState.READY_IDLE, used: int = 0) -> Node:
+        mt = "a3-highgpu-1g" if "1g" in name else "a3-highgpu-2g"
+        gpus = 1 if "1g" in name else 2
+        return Node(name, "od", offering(ZONE_A, CapacityType.ON_DEMAND, mt), state, gpus, gpus_used=used)
+
+    nodes = [node("c1-od1g-0"), node("c1-od1g-1"), node("c1-od1g-2"), node("c1-od2g-0"),
+             node("c1-od1g-3", NodeState.BOOTING), node("c1-od2g-1", NodeState.BUSY, 2)]  # fmt: skip
+    assert kept_idle(nodes, None) == {"a3-highgpu-1g": 3, "a3-highgpu-2g": 1}
+    plan = Plan(
+        assignments={"job/7": Assignment("job/7", ("c1-od1g-0",), 1, Placement.READY)},
+        commands=(DeleteNodes("od", ("c1-od1g-2",), "over the cap"),),
+    )
+    assert kept_idle(nodes, plan) == {"a3-highgpu-1g": 1, "a3-highgpu-2g": 1}
 
 
 SPOT_POOLS = [

@@ -358,6 +358,19 @@ def test_a_held_boot_that_never_registers_is_held_again_through_a_power_down(
 NO_KEEP = replace(POLICY, idle_timeout_s=0)
 
 
+def _booting_for_job_7(
+    make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud, clock: Clock, policy: Policy
+) -> Daemon:
+    """Every pool's names in Slurm, a daemon with `policy`, and job 7's held boot under way (`_boot_for_a_job`)."""
+    slurm.nodes_.clear()
+    for p in POOLS:
+        slurm.add_cloud_nodes([p.node_name(i) for i in range(p.max_nodes)], gpus=p.gpus_per_node)
+    cloud.offers = _offers()
+    fleet = make_daemon(pools=POOLS, policy=policy)
+    _boot_for_a_job(fleet, slurm, clock)
+    return fleet
+
+
 @pytest.mark.parametrize("policy", [NO_KEEP, POLICY], ids=["no-idle-keep", "idle-keep-600s"])
 def test_a_held_boot_no_job_needs_any_more_is_aborted_when_its_shape_has_no_idle_keep(
     make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud, clock: Clock, policy: Policy
@@ -367,12 +380,7 @@ def test_a_held_boot_no_job_needs_any_more_is_aborted_when_its_shape_has_no_idle
     registers, so the tick aborts the boot now (`scontrol update state=power_down_force`, which slurmctld 22.05
     takes on a POWERING_UP+DRAIN node: bench/probe_abort_held_boot.py) and deletes the instance, then drains the
     name again once the power thread has taken it.  With an idle keep the boot goes on (the next arrival's)."""
-    slurm.nodes_.clear()
-    for p in POOLS:
-        slurm.add_cloud_nodes([p.node_name(i) for i in range(p.max_nodes)], gpus=p.gpus_per_node)
-    cloud.offers = _offers()
-    fleet = make_daemon(pools=POOLS, policy=policy)
-    _boot_for_a_job(fleet, slurm, clock)
+    fleet = _booting_for_job_7(make_daemon, slurm, cloud, clock, policy)
     assert [n.name for n in cloud.list_nodes()] == ["c1-od1g-0"]
     clock.advance(1)
     res = fleet.tick()  # job 7 still pending: its boot is planned for it, nothing is aborted
@@ -411,12 +419,7 @@ def test_a_held_boot_no_job_needs_is_aborted_when_the_warm_node_cap_is_full(
     one ready idle node of the shape already kept warm, job 7's boot, surplus once the job left, would register as a
     second idle node and be scaled down as over the cap, so it is aborted now; with the cap free it goes on (the
     next arrival's warm node)."""
-    slurm.nodes_.clear()
-    for p in POOLS:
-        slurm.add_cloud_nodes([p.node_name(i) for i in range(p.max_nodes)], gpus=p.gpus_per_node)
-    cloud.offers = _offers()
-    fleet = make_daemon(pools=POOLS, policy=CAPPED)
-    _boot_for_a_job(fleet, slurm, clock)
+    fleet = _booting_for_job_7(make_daemon, slurm, cloud, clock, CAPPED)
     if warm:  # another job's node, up and idle since it ended
         key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-1g")
         cloud.nodes_["c1-od1g-2"] = CloudNode("c1-od1g-2", "od-1g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-9")

@@ -158,7 +158,11 @@ def surplus_held_boots(
     out = [n for n, mt in boots.items() if n not in assigned and not policy.keeps_warm(mt)]
     if kept is not None:
         caps = policy.idle_keep_max_by_machine
-        room = {mt: max(0, cap - kept.get(mt, 0)) for mt, cap in caps.items() if not policy.standby_by_machine.get(mt)}
+        room = {
+            mt: max(0, cap - kept.get(mt, 0))
+            for mt, cap in caps.items()
+            if policy.keeps_warm(mt) and not policy.standby_by_machine.get(mt)
+        }
         for n in sorted((n for n in boots if n not in assigned and boots[n] in room), key=_name_order):
             if room[boots[n]] > 0:
                 room[boots[n]] -= 1

@@ -458,6 +458,8 @@ def test_which_held_boots_are_surplus() -> None:
     assert surplus_held_boots(boots, None, capped, {"a3-highgpu-1g": 1}) == ("c1-od1g-0", "c1-od1g-1")
     assert surplus_held_boots(boots, planned, capped, {"a3-highgpu-1g": 1}) == ("c1-od1g-0",)  # job 7's stays
     assert surplus_held_boots(boots, None, capped) == ()  # idle nodes not counted (None): the cap is not applied
+    # a cap on a shape with no idle keep changes nothing: its surplus boots go anyway, each named once
+    assert surplus_held_boots(boots, None, replace(NO_KEEP, idle_keep_max_by_machine=caps), {}) == tuple(sorted(boots))
 
 
 def test_kept_idle_counts_the_ready_idle_nodes_the_plan_keeps() -> None:

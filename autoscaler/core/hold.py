@@ -123,17 +123,21 @@ def preemption_places(
     return frozenset(placed)
 
 
-def kept_idle(nodes: Iterable[Node], plan: Plan | None) -> dict[str, int]:
+def kept_idle(nodes: Iterable[Node], plan: Plan | None, policy: Policy) -> dict[str, int]:
     """Machine type -> the ready, idle nodes the plan keeps up (it places no pending unit on them and neither drains
-    nor deletes them): the warm nodes the next arrivals of the shape take first."""
+    nor deletes them): the warm nodes the next arrivals of the shape take first.  Reserved nodes the policy keeps
+    anyway are left out, as the warm-node cap leaves them out (`planner.scale_down.idle_over_cap`)."""
     used: set[str] = set()
     if plan is not None:
         used = {n for a in plan.assignments.values() for n in a.nodes}
         used |= {n for d in plan.drains for n in d.nodes} | {n for dn in plan.deletes for n in dn.names}
     out: dict[str, int] = {}
     for n in nodes:
-        if n.state is NodeState.READY_IDLE and not n.has_work and n.name not in used:
-            out[n.offering.machine_type] = out.get(n.offering.machine_type, 0) + 1
+        if n.state is not NodeState.READY_IDLE or n.has_work or n.name in used:
+            continue
+        if policy.keep_reserved_nodes and n.offering.capacity_type is CapacityType.RESERVATION:
+            continue
+        out[n.offering.machine_type] = out.get(n.offering.machine_type, 0) + 1
     return out
 
 

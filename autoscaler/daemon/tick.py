@@ -687,7 +687,7 @@ class Daemon:
             snodes = fresh
         if held and snodes is not None:
             live = {n.name: n.state for n in view.inventory.nodes}
-            kept = kept_idle(view.inventory.nodes, plan)
+            kept = kept_idle(view.inventory.nodes, plan, self.policy)
             self._hold(plan, held, snodes, sjobs or (), live, powered_down, now, act, kept)
 
     def _undrain_held_boots(self, snodes: dict[str, SlurmNode], act: Actuator) -> dict[str, SlurmNode]:

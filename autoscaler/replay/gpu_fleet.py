@@ -519,7 +519,7 @@ class GpuFleetPolicy:
             if nm.launched and not nm.down and not nm.node.registered and not nm.node.jobs
         }
         if boots:
-            kept = kept_idle(nodes, plan)
+            kept = kept_idle(nodes, plan, self.policy)
             for name in surplus_held_boots({n: p.machine_type for n, p in boots.items()}, plan, self.policy, kept):
                 sim.delete(boots[name].name, [name])
 

@@ -474,12 +474,15 @@ def test_kept_idle_counts_the_ready_idle_nodes_the_plan_keeps() -> None:
 
     nodes = [node("c1-od1g-0"), node("c1-od1g-1"), node("c1-od1g-2"), node("c1-od2g-0"),
              node("c1-od1g-3", NodeState.BOOTING), node("c1-od2g-1", NodeState.BUSY, 2)]  # fmt: skip
-    assert kept_idle(nodes, None) == {"a3-highgpu-1g": 3, "a3-highgpu-2g": 1}
+    assert kept_idle(nodes, None, POLICY) == {"a3-highgpu-1g": 3, "a3-highgpu-2g": 1}
     plan = Plan(
         assignments={"job/7": Assignment("job/7", ("c1-od1g-0",), 1, Placement.READY)},
         commands=(DeleteNodes("od", ("c1-od1g-2",), "over the cap"),),
     )
-    assert kept_idle(nodes, plan) == {"a3-highgpu-1g": 1, "a3-highgpu-2g": 1}
+    assert kept_idle(nodes, plan, POLICY) == {"a3-highgpu-1g": 1, "a3-highgpu-2g": 1}
+    key = offering(ZONE_A, CapacityType.RESERVATION, "a3-highgpu-1g")
+    reserved = Node("c1-res-0", "res", key, NodeState.READY_IDLE, 1)
+    assert kept_idle([reserved], None, POLICY) == {}  # kept anyway (`keep_reserved_nodes`), as the cap leaves it out
 
 
 SPOT_POOLS = [

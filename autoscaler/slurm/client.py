@@ -285,9 +285,7 @@ class RestSlurm:
         check_job_id(job_id)
         check_features(features)
         if self.api not in _REST_JOB_UPDATE:
-            if self.cli is None:
-                raise SlurmUnavailable(f"slurmrestd {self.api}: job updates go through scontrol and no cli is set")
-            self.cli.update_job_features(job_id, features)
+            self._scontrol("job updates").update_job_features(job_id, features)
             return
         self._call("POST", f"job/{job_id}", json={"constraints": features})
 
@@ -295,14 +293,16 @@ class RestSlurm:
         """scontrol through `cli` (the job update body of no slurmrestd version was checked for it)."""
         check_job_id(job_id)
         check_node_names(names)
-        if self.cli is None:
-            raise SlurmUnavailable(f"slurmrestd {self.api}: job exclusions go through scontrol and no cli is set")
-        self.cli.update_job_excluded_nodes(job_id, names)
+        self._scontrol("job exclusions").update_job_excluded_nodes(job_id, names)
 
     def start_job_now(self, job_id: int, excluded: Sequence[str] = ()) -> None:
         """scontrol through `cli` (the job update body of no slurmrestd version was checked for it)."""
         check_job_id(job_id)
         check_node_names(excluded)
+        self._scontrol("job releases").start_job_now(job_id, excluded)
+
+    def _scontrol(self, what: str) -> CliSlurm:
+        """`cli`, for the updates (`what`) that go through scontrol; SlurmUnavailable naming them without one."""
         if self.cli is None:
-            raise SlurmUnavailable(f"slurmrestd {self.api}: job releases go through scontrol and no cli is set")
-        self.cli.start_job_now(job_id, excluded)
+            raise SlurmUnavailable(f"slurmrestd {self.api}: {what} go through scontrol and no cli is set")
+        return self.cli

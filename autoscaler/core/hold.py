@@ -26,8 +26,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from autoscaler.model import Node, NodeState, Plan, Policy, Pool, WorkUnit
+from autoscaler.model import Node, Plan, Policy, Pool, WorkUnit
 from autoscaler.planner.offers import UnitClass
+from autoscaler.planner.scale_down import warm_candidate
 from fleet.catalog import CapacityType
 
 #: a released name nobody took is held again after this long (Slurm allocates within a scheduling pass)
@@ -124,20 +125,17 @@ def preemption_places(
 
 
 def kept_idle(nodes: Iterable[Node], plan: Plan | None, policy: Policy) -> dict[str, int]:
-    """Machine type -> the ready, idle nodes the plan keeps up (it places no pending unit on them and neither drains
-    nor deletes them): the warm nodes the next arrivals of the shape take first.  Reserved nodes the policy keeps
-    anyway are left out, as the warm-node cap leaves them out (`planner.scale_down.idle_over_cap`)."""
+    """Machine type -> the nodes the warm-node cap counts (`planner.scale_down.warm_candidate`: ready, idle, no
+    work, reserved ones the policy keeps anyway excepted) that the plan keeps up (it places no pending unit on them
+    and neither drains nor deletes them): the warm nodes the next arrivals of the shape take first."""
     used: set[str] = set()
     if plan is not None:
         used = {n for a in plan.assignments.values() for n in a.nodes}
         used |= {n for d in plan.drains for n in d.nodes} | {n for dn in plan.deletes for n in dn.names}
     out: dict[str, int] = {}
     for n in nodes:
-        if n.state is not NodeState.READY_IDLE or n.has_work or n.name in used:
-            continue
-        if policy.keep_reserved_nodes and n.offering.capacity_type is CapacityType.RESERVATION:
-            continue
-        out[n.offering.machine_type] = out.get(n.offering.machine_type, 0) + 1
+        if n.name not in used and warm_candidate(n, policy):
+            out[n.offering.machine_type] = out.get(n.offering.machine_type, 0) + 1
     return out
 
 
@@ -167,7 +165,8 @@ def surplus_held_boots(
             for mt, cap in caps.items()
             if policy.keeps_warm(mt) and not policy.standby_by_machine.get(mt)
         }
-        for n in sorted((n for n in boots if n not in assigned and boots[n] in room), key=_name_order):
+        lowest_first = sorted((n for n in boots if n not in assigned and boots[n] in room), key=_name_order)
+        for n in lowest_first:
             if room[boots[n]] > 0:
                 room[boots[n]] -= 1
             else:
@@ -176,9 +175,9 @@ def surplus_held_boots(
 
 
 def _name_order(name: str) -> tuple[str, int, str]:
-    """Nodeset, then index: Slurm allocates the lowest-numbered free name first (`planner.scale_down.idle_over_cap`)."""
-    prefix, _, tail = name.rpartition("-")
-    return (prefix, int(tail) if tail.isdigit() else 1 << 30, name)
+    """Nodeset, then index (`name_index`): Slurm allocates the lowest-numbered free name first
+    (`planner.scale_down.idle_over_cap`)."""
+    return (name.rpartition("-")[0], name_index(name), name)
 
 
 def take_names(

@@ -38,6 +38,14 @@ def _index(name: str) -> int:
     return int(tail) if tail.isdigit() else 1 << 30
 
 
+def warm_candidate(node: Node, policy: Policy) -> bool:
+    """A node the warm-node cap counts: ready, idle and with no work, reserved nodes the policy keeps anyway
+    (`Policy.keep_reserved_nodes`) excepted."""
+    if node.state is not NodeState.READY_IDLE or node.has_work:
+        return False
+    return not (policy.keep_reserved_nodes and node.offering.capacity_type is CapacityType.RESERVATION)
+
+
 def idle_over_cap(inventory: Inventory, policy: Policy, now: float, in_use: Collection[str] = ()) -> set[str]:
     """Idle nodes beyond `Policy.idle_keep_max_by_machine` for their machine type go now.  The ones kept warm
     are those the scheduler allocates first: Slurm takes the lowest-numbered free name of a nodeset (powered
@@ -48,11 +56,8 @@ def idle_over_cap(inventory: Inventory, policy: Policy, now: float, in_use: Coll
         return set()
     by_machine: dict[str, list[Node]] = {}
     for n in inventory.nodes:
-        if n.state is NodeState.READY_IDLE and not n.has_work and n.name not in in_use:
-            if policy.keep_reserved_nodes and n.offering.capacity_type is CapacityType.RESERVATION:
-                continue
-            if n.offering.machine_type in caps:
-                by_machine.setdefault(n.offering.machine_type, []).append(n)
+        if n.name not in in_use and warm_candidate(n, policy) and n.offering.machine_type in caps:
+            by_machine.setdefault(n.offering.machine_type, []).append(n)
     out: set[str] = set()
     for m, nodes in by_machine.items():
         nodes.sort(key=lambda n: (_index(n.name), -n.since, n.name))

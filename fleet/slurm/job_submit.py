@@ -150,11 +150,7 @@ local default_partition = {default}
 local {table} = {{
 {rows}
 }}
--- GPUs of each partition's largest node
-local most_gpus = {{
-{most_rows}
-}}
-{wake_def}{gpus_def}{gate_def}{choose_def}
+{most_def}{wake_def}{gpus_def}{gate_def}{choose_def}
 function slurm_job_submit(job_desc, part_list, submit_uid)
 {wake_call}{gate_call}  if job_desc.prefer ~= nil or job_desc.features ~= nil then
     return slurm.SUCCESS
@@ -391,13 +387,12 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 end
 """
 
-#: what the gang gate reads a job's nodes with where no machine type is preferred (the full template has it)
-_GATE_PRELUDE = """local default_partition = {default}
--- GPUs of each partition's largest node
+#: the partitions' largest nodes, which the lua reads a job's nodes by (`_GPUS_DEF`)
+_MOST_DEF = """-- GPUs of each partition's largest node
 local most_gpus = {{
 {most_rows}
 }}
-{gpus_def}"""
+"""
 
 _WAKE_DEF = """
 -- held pools (late binding, the reservation or preemption hold): their powered-down nodes are not allocatable,
@@ -468,9 +463,8 @@ def _lua_rows(tables: Mapping[str, Mapping[int, str]]) -> str:
 def _lua_most_rows(partitions: Mapping[str, Sequence[PoolShape]], parts: Iterable[str]) -> str:
     """The Lua table body: one line per partition of `parts` with GPU nodes, ``["<partition>"] = <GPUs of its
     largest node>``."""
-    most = {part: max(s.gpus for s in partitions[part]) for part in parts if partitions[part]}
-    most = {part: gpus for part, gpus in most.items() if gpus > 0}
-    return "\n".join(f"  [{_lua_string(part)}] = {gpus}," for part, gpus in sorted(most.items()))
+    most = {part: max((s.gpus for s in partitions[part]), default=0) for part in parts}
+    return "\n".join(f"  [{_lua_string(part)}] = {gpus}," for part, gpus in sorted(most.items()) if gpus > 0)
 
 
 def render_job_submit(
@@ -525,14 +519,11 @@ def render_job_submit(
         gate_call = "  pcall(gate_gang, job_desc)\n"
     default_lua = _lua_string(default) if default else "nil"
     # the gate counts a gang's nodes in every partition with GPUs; the prefer output stays as clusters run it
-    most_parts = partitions if gate_gangs else tables
+    most_def = _MOST_DEF.format(most_rows=_lua_most_rows(partitions, partitions if gate_gangs else tables))
     if not tables:
         if not wakes:
             return ""
-        gate_prelude = ""
-        if gate_gangs:
-            most_rows = _lua_most_rows(partitions, most_parts)
-            gate_prelude = _GATE_PRELUDE.format(default=default_lua, most_rows=most_rows, gpus_def=_GPUS_DEF)
+        gate_prelude = f"local default_partition = {default_lua}\n{most_def}{_GPUS_DEF}" if gate_gangs else ""
         return _WAKE_ONLY.format(
             wake_def=wake_def, gate_prelude=gate_prelude, wake_call=wake_call, gate_def=gate_def, gate_call=gate_call
         )
@@ -543,7 +534,7 @@ def render_job_submit(
         default=default_lua,
         table=table,
         rows=rows,
-        most_rows=_lua_most_rows(partitions, most_parts),
+        most_def=most_def,
         gpus_def=_GPUS_DEF,
         choose_def=choose,
         field=field,

@@ -20,6 +20,7 @@ from autoscaler.daemon.metrics import Metrics
 from autoscaler.daemon.snapshot import offering_to_dict
 from autoscaler.daemon.state import StateStore
 from autoscaler.slurm.client import SlurmClient, SlurmUnavailable
+from autoscaler.slurm.gang_gate import lease_mark
 from autoscaler.slurm.readers import SlurmNode
 
 
@@ -184,6 +185,28 @@ class Actuator:
         what = f"jobid={job_id} StartTime=now ExcNodeList={','.join(excluded) or '(as it is)'}"
         call = lambda: self.slurm.start_job_now(job_id, excluded)  # noqa: E731
         return self._job_update(entry, what, reason, call, "its gate was opened")
+
+    def lease_gang_gates(self, job_ids: Sequence[int], until: int, reason: str) -> bool:
+        """``scontrol update jobid=<ids> StartTime=<until> AdminComment=<lease mark>``: gangs slurmctld cannot try
+        yet (a dependency, a hold) kept behind the gate until `until` (`autoscaler.slurm.gang_gate`), in one call.
+        Logged and counted as ``scontrol-gang-lease``.  A gang that started or left since the tick's read is no
+        failure (slurmctld updates the others); False when Slurm refused or did not answer: the next tick asks again,
+        the lease having half its length left."""
+        ids = sorted(job_ids)
+        entry = {"command": "scontrol-gang-lease", "names": [], "job_ids": ids, "until": until, "reason": reason}
+        what = f"jobid={','.join(map(str, ids))} StartTime={until} AdminComment={lease_mark(until)}"
+
+        def update() -> None:
+            try:
+                self.slurm.defer_jobs(ids, until, lease_mark(until))
+            except SlurmUnavailable as exc:
+                refusals = [line for line in str(exc).split(": ", 1)[-1].splitlines() if line.strip()]
+                if refusals and all(any(m in line for m in MOVED_ON) for line in refusals):
+                    logger.bind(**entry).info("gang lease: {} (slurmctld leased the others)", exc)
+                    return
+                raise
+
+        return self._slurm_update(entry, what, reason, update)
 
     def _job_update(self, entry: dict[str, Any], what: str, reason: str, call: Callable[[], None], done: str) -> bool:
         """`_slurm_update` of a pending job: one that started or left since the tick's read is no failure."""

@@ -337,7 +337,7 @@ def build_view(
 
     # Queue depth: PENDING jobs that more capacity could serve, in partitions some pool serves.
     for j in slurm_jobs or ():
-        if not j.pending or j.reason not in CAPACITY_REASONS or j.gpus_per_node < 1:
+        if not j.pending or j.reason not in CAPACITY_REASONS or j.blocked or j.gpus_per_node < 1:
             continue
         parts = j.partition.split(",")
         allowed, fit = job_fit(j, pools, facts)

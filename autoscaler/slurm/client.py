@@ -19,6 +19,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -67,6 +68,14 @@ def check_job_id(job_id: object) -> int:
     return job_id
 
 
+def check_admin_comment(text: object) -> str:
+    """`text` if it can be an AdminComment in one scontrol argument (printable, no space, quote or ``=``), else
+    ValueError naming it."""
+    if not isinstance(text, str) or not text or not text.isprintable() or any(c in text for c in " \t'\"="):
+        raise ValueError(f"admin_comment: {text!r} is not one printable word without quotes or '='")
+    return text
+
+
 class SlurmUnavailable(RuntimeError):
     """slurmctld did not answer (or answered with an error)."""
 
@@ -85,6 +94,8 @@ class SlurmClient(Protocol):
     def update_job_excluded_nodes(self, job_id: int, names: Sequence[str]) -> None: ...
 
     def start_job_now(self, job_id: int, excluded: Sequence[str] = ()) -> None: ...
+
+    def defer_jobs(self, job_ids: Sequence[int], until: int, admin_comment: str) -> None: ...
 
 
 Runner = Callable[..., subprocess.CompletedProcess]
@@ -179,6 +190,21 @@ class CliSlurm:
         checked = check_node_names(excluded)
         exclusion = [f"ExcNodeList={compress(checked)}"] if checked else []
         self._run("scontrol", "update", f"jobid={job_id}", *exclusion, "StartTime=now")
+
+    def defer_jobs(self, job_ids: Sequence[int], until: int, admin_comment: str) -> None:
+        """``scontrol update jobid=<id,id,...> StartTime=<until> AdminComment=<comment>``: pending jobs' BeginTime
+        moved to `until` (epoch seconds, written in this host's local time, as scontrol reads it) and their
+        AdminComment set, in one call (the gang gate's lease: `autoscaler.slurm.gang_gate`).  slurmctld updates the
+        jobs it can and names each it refused (a job that started or left) on stderr: a `SlurmUnavailable`."""
+        ids = [check_job_id(j) for j in job_ids]
+        if not ids:
+            return
+        if isinstance(until, bool) or not isinstance(until, int) or until <= 0:
+            raise ValueError(f"until: {until!r} is not a positive epoch second")
+        check_admin_comment(admin_comment)
+        begin = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(until))
+        self._run("scontrol", "update", f"jobid={','.join(map(str, ids))}", f"StartTime={begin}",
+                  f"AdminComment={admin_comment}")  # fmt: skip
 
 
 # openapi versions without a node-update endpoint (it appeared in v0.0.39): updates go through scontrol
@@ -300,6 +326,13 @@ class RestSlurm:
         check_job_id(job_id)
         check_node_names(excluded)
         self._scontrol("job releases").start_job_now(job_id, excluded)
+
+    def defer_jobs(self, job_ids: Sequence[int], until: int, admin_comment: str) -> None:
+        """scontrol through `cli` (a list of jobs in one update; no slurmrestd version takes one)."""
+        for j in job_ids:
+            check_job_id(j)
+        check_admin_comment(admin_comment)
+        self._scontrol("job deferrals").defer_jobs(job_ids, until, admin_comment)
 
     def _scontrol(self, what: str) -> CliSlurm:
         """`cli`, for the updates (`what`) that go through scontrol; SlurmUnavailable naming them without one."""

@@ -21,11 +21,34 @@ update is taken at once and the gang is allocated 0.19-0.24 s later; without the
 powered-down one at submission, with it two powered-down names.  A user's own `--begin` (or `--begin=now`) and an
 AdminComment (users cannot set one; the constrain-mode lua's `RIGHT_SIZED_MARK` is never on a gated fleet) leave
 the job ungated, and neither a released gang nor a requeued one's BeginTime (slurmctld's requeue hold) is taken
-for the gate: a release moves the BeginTime to its own time, the hold puts it long after (`is_gated`)."""
+for the gate: a release moves the BeginTime to its own time, the hold puts it long after (`is_gated`).
+
+A gang slurmctld cannot try yet for a reason of its own (a dependency not yet met, a user's or an admin's hold:
+`BLOCKED_REASONS`, and `SlurmJob.blocked`) would outlive the lua's 30 s: once the dependency is met or the hold
+released, slurmctld would try it at once and give it the warm nodes plus powered-down names.  So the daemon keeps
+such a gang behind the gate with a *lease*: while it is blocked, each tick that finds its BeginTime within half a
+lease of lapsing moves it `lease_s` ahead and writes that time into the AdminComment (`lease_mark`: the mark, ``@``
+and the epoch), all the tick's gangs in one ``scontrol update jobid=<list>``.  Once unblocked, the gang shows
+reason `BeginTime` behind its lease and the daemon releases it like a fresh one.  The lease fails open as the gate
+does: a daemon that stops renewing it leaves the gang to slurmctld within `lease_s`.  Measured on slurmctld 22.05.8
+(bench/probe_gang_lease.py): a dependent gang shows reason `Dependency` and ``dependency`` ``afterok:N(unfulfilled)``
+from its submission; a lease update leaves the dependency and sets the reason to None until slurmctld's next pass
+(so the dependency, not the reason, says it is blocked); once the dependency is met the ``dependency`` is empty and
+the reason `BeginTime`.  A held gang shows `JobHeldUser` (priority 0) before and after a lease."""
 
 from __future__ import annotations
 
-__all__ = ["GANG_GATE_MARK", "GANG_GATE_S", "GATED_REASONS", "is_gated"]
+__all__ = [
+    "BLOCKED_REASONS",
+    "GANG_GATE_MARK",
+    "GANG_GATE_S",
+    "GATED_REASONS",
+    "gate_time",
+    "is_gated",
+    "lease_due",
+    "lease_mark",
+    "lease_s",
+]
 
 #: the AdminComment the job_submit.lua sets on a gang it gated
 GANG_GATE_MARK = "gpu-fleet:gang-gated"
@@ -39,14 +62,45 @@ GANG_GATE_S = 30
 GATED_REASONS = frozenset({"BeginTime", "None", "ReqNodeNotAvail"})
 
 
+#: the reasons slurmctld gives a pending job it cannot try whatever the nodes: a hold (priority 0).  A dependency
+#: not yet met is read from the job's ``dependency`` (its reason is None for a moment after any update)
+BLOCKED_REASONS = frozenset({"Dependency", "JobHeldUser", "JobHeldAdmin"})
+
+
+def lease_mark(until: int) -> str:
+    """The AdminComment of a gang the daemon keeps behind the gate until `until` (epoch seconds, its BeginTime)."""
+    return f"{GANG_GATE_MARK}@{until}"
+
+
+def gate_time(admin_comment: str, submit_time: float) -> float | None:
+    """When the gate a gang carries lapses: `GANG_GATE_S` after its submission for the lua's mark, the epoch of a
+    lease (`lease_mark`); None for a job the gate never marked."""
+    if admin_comment == GANG_GATE_MARK:
+        return submit_time + GANG_GATE_S
+    head, at, epoch = admin_comment.partition("@")
+    if head == GANG_GATE_MARK and at and epoch.isdigit():
+        return float(epoch)
+    return None
+
+
 def is_gated(reason: str, admin_comment: str, submit_time: float, eligible_time: float | None) -> bool:
-    """Whether a pending job is a gang the lua gated and nobody released yet: the mark, and the lua's BeginTime,
-    `GANG_GATE_S` after its submission (one second of slack: the lua and slurmctld read the clock apart).  A release
-    moves the BeginTime to the release's time, a requeue hold to long after; the reason is one of
-    `GATED_REASONS`."""
-    return (
-        reason in GATED_REASONS
-        and admin_comment == GANG_GATE_MARK
-        and eligible_time is not None
-        and abs(eligible_time - submit_time - GANG_GATE_S) <= 1
-    )
+    """Whether a pending job is a gang the lua gated (or the daemon leased) and nobody released yet: the mark, and
+    the BeginTime its gate set (`gate_time`; one second of slack: the lua and slurmctld read the clock apart).  A
+    release moves the BeginTime to the release's time, a requeue hold to long after; the reason is one of
+    `GATED_REASONS`.  A gang still blocked (`SlurmJob.blocked`) is not gated yet: it is leased."""
+    at = gate_time(admin_comment, submit_time)
+    return reason in GATED_REASONS and at is not None and eligible_time is not None and abs(eligible_time - at) <= 1
+
+
+def lease_s(interval_s: float) -> float:
+    """How far ahead a lease puts a blocked gang's BeginTime: the lua's `GANG_GATE_S`, or three polls where the
+    daemon polls slower than every 10 s, so a lease renewed at half its length never lapses between two ticks."""
+    return max(float(GANG_GATE_S), 3.0 * interval_s)
+
+
+def lease_due(admin_comment: str, submit_time: float, eligible_time: float | None, now: float, length_s: float) -> bool:
+    """Whether a blocked gang's gate must be renewed this tick: it carries the gate's mark (the lua gated it) and its
+    BeginTime lapses within half a lease (`length_s`), or has lapsed (a daemon that was down)."""
+    if gate_time(admin_comment, submit_time) is None:
+        return False
+    return eligible_time is None or eligible_time - now < length_s / 2

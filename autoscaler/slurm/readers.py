@@ -14,7 +14,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from autoscaler.slurm.constraint import RIGHT_SIZED_MARK
-from autoscaler.slurm.gang_gate import is_gated
+from autoscaler.slurm.gang_gate import BLOCKED_REASONS, is_gated
 from autoscaler.slurm.hostlist import expand
 
 PENDING = "PENDING"
@@ -102,6 +102,7 @@ class SlurmJob:
     cpus_per_node: int = 0  # what a node must have for it: CPUs (`job_size_per_node`; 0: not asked)
     memory_per_node_mib: int = 0  # ... and memory (0: the partition's default, which every node has)
     eligible_time: float | None = None  # when a pending job may start (its BeginTime; None: not reported)
+    dependency: str = ""  # as squeue shows it: "afterok:12(unfulfilled)" while it waits, "" once met or for none
 
     @property
     def pending(self) -> bool:
@@ -115,10 +116,21 @@ class SlurmJob:
         return self.reason != "None" and not self.gated
 
     @property
+    def blocked(self) -> bool:
+        """Pending for a reason no capacity ends: a dependency not met yet (read from ``dependency``: the reason is
+        None for a moment after any update of the job) or a hold (`gang_gate.BLOCKED_REASONS`)."""
+        return self.pending and ("(unfulfilled)" in self.dependency or self.reason in BLOCKED_REASONS)
+
+    @property
     def gated(self) -> bool:
-        """A gang the stack's job_submit.lua held back for the daemon, not released yet (`autoscaler.slurm.gang_gate`):
-        the daemon releases it, with an `ExcNodeList` where it must boot whole."""
-        return self.pending and is_gated(self.reason, self.admin_comment, self.submit_time, self.eligible_time)
+        """A gang the stack's job_submit.lua held back for the daemon (or the daemon's lease kept back while it was
+        blocked), not released yet (`autoscaler.slurm.gang_gate`): the daemon releases it, with an `ExcNodeList`
+        where it must boot whole."""
+        return (
+            self.pending
+            and not self.blocked
+            and is_gated(self.reason, self.admin_comment, self.submit_time, self.eligible_time)
+        )
 
     @property
     def constraint_expression(self) -> str:
@@ -250,6 +262,7 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         cpus_per_node=cpus_per_node,
         memory_per_node_mib=memory_per_node,
         eligible_time=_number(raw.get("eligible_time")),
+        dependency=str(raw.get("dependency") or ""),
     )
 
 

@@ -38,6 +38,7 @@ class FakeSlurm:
     feature_updates: list[tuple[int, str]] = field(default_factory=list)  # `update_job_features` calls slurmctld took
     exclusion_updates: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)  # `update_job_excluded_nodes`
     gate_releases: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)  # `start_job_now` calls
+    deferrals: list[tuple[tuple[int, ...], int, str]] = field(default_factory=list)  # `defer_jobs` calls
 
     def add_cloud_nodes(
         self,
@@ -152,6 +153,27 @@ class FakeSlurm:
         self.jobs_[i] = replace(
             j, reason="None", eligible_time=None, excluded_nodes=tuple(excluded) if excluded else j.excluded_nodes
         )
+
+    def defer_jobs(self, job_ids: Sequence[int], until: int, admin_comment: str) -> None:
+        """Like ``scontrol update jobid=<list> StartTime=<until> AdminComment=<comment>`` on 22.05: each pending job
+        listed gets the BeginTime and comment and its reason is None until slurmctld's pass (a held job keeps
+        JobHeld*); a job no longer pending or unknown is named on stderr, the others updated all the same."""
+        if self.down:
+            raise SlurmUnavailable("scontrol: Unable to contact slurm controller")
+        self.deferrals.append((tuple(job_ids), until, admin_comment))
+        refused = []
+        for job_id in job_ids:
+            i = next((i for i, j in enumerate(self.jobs_) if j.job_id == job_id), None)
+            if i is None or not self.jobs_[i].pending:
+                what = "Invalid job id specified" if i is None else "Job is no longer pending execution"
+                refused.append(f"{what} for job {job_id}")
+                continue
+            j = self.jobs_[i]
+            reason = j.reason if j.reason.startswith("JobHeld") else "None"
+            self.jobs_[i] = replace(j, reason=reason, eligible_time=float(until), admin_comment=admin_comment)
+        if refused:
+            ids = ",".join(map(str, job_ids))
+            raise SlurmUnavailable(f"scontrol update jobid={ids} exited 1: " + "\n".join(refused))
 
     def _pending_job(self, job_id: int) -> int:
         """The index of pending job `job_id`, as slurmctld 22.05 answers a job update: refused when it is down, for

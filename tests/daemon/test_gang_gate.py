@@ -4,6 +4,7 @@ that are up unless nodes ready now hold it whole.  The real slurmctld in tests/e
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -13,7 +14,8 @@ from autoscaler.cloud import CloudNode, CloudNodeStatus, Offering
 from autoscaler.core import UpNode, gate_exclusion
 from autoscaler.daemon.tick import Daemon
 from autoscaler.model import Policy, Pool
-from autoscaler.slurm.gang_gate import GANG_GATE_MARK, GANG_GATE_S
+from autoscaler.slurm.client import SlurmUnavailable
+from autoscaler.slurm.gang_gate import GANG_GATE_MARK, GANG_GATE_S, gate_time, lease_due, lease_mark, lease_s
 from autoscaler.slurm.readers import SlurmJob, parse_job
 from fleet.catalog import CapacityType
 from fleet.slurm.job_submit import render_job_submit
@@ -59,6 +61,20 @@ def _up(slurm: FakeSlurm, cloud: FakeCloud, clock: Clock, *names: str, busy: tup
 
 def _gate_commands(res) -> list[dict]:  # type: ignore[no-untyped-def]
     return [c for c in res.commands if c["command"] == "scontrol-gang-gate" and c["outcome"] == "ok"]
+
+
+def _leases(res) -> list[dict]:  # type: ignore[no-untyped-def]
+    return [c for c in res.commands if c["command"] == "scontrol-gang-lease"]
+
+
+def _blocked(job_id: int, submit: float, how: str = "dependency", **kw: object) -> SlurmJob:
+    """A gang the lua gated that slurmctld cannot try yet: a dependency not met (reason Dependency, as squeue shows
+    it from the submission) or the user's hold (`sbatch -H`: JobHeldUser, priority 0)."""
+    if how == "dependency":
+        fields = {"reason": "Dependency", "dependency": "afterok:8(unfulfilled)"}
+    else:
+        fields = {"reason": "JobHeldUser", "priority": 0}
+    return replace(_gated(job_id, submit), **{**fields, **kw})  # type: ignore[arg-type]
 
 
 def test_a_gated_gang_is_released_at_once_off_the_warm_node_and_boots_whole(
@@ -172,3 +188,134 @@ def test_the_lua_gates_only_with_the_wake_up() -> None:
     assert "gate_gang" not in render_job_submit({"gpu": shapes}, "gpu", wake=True)
     with pytest.raises(ValueError, match="gate_gangs: the gang gate needs the submit wake-up"):
         render_job_submit({"gpu": shapes}, "gpu", gate_gangs=True)
+
+
+@pytest.mark.parametrize("how", ["dependency", "hold"])
+def test_a_blocked_gang_stays_behind_the_gate_until_it_can_run(
+    fleet: Daemon, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock, how: str
+) -> None:
+    """A gang the lua gated that waits on a dependency or a hold would outlive the lua's 30 s and then be tried by
+    slurmctld at once, onto the warm node plus a powered-down name.  The daemon keeps it behind the gate with a
+    lease renewed at half its length (one call, nothing planned or booted for it meanwhile), and once it can run it
+    shows reason BeginTime behind the lease and is released like a fresh gang: off the warm node, booting whole."""
+    _up(slurm, cloud, clock, "c1-od-0")
+    length = lease_s(fleet.loop.interval_s)
+    slurm.jobs_ = [_blocked(9, clock() - 20, how)]  # the lua's BeginTime lapses in 10 s: less than half a lease
+    res = fleet.tick()
+    until = math.ceil(clock() + length)
+    assert slurm.deferrals == [((9,), until, lease_mark(until))]
+    assert [c["outcome"] for c in _leases(res)] == ["ok"] and res.pending_units == 0
+    assert slurm.jobs_[0].eligible_time == until and not slurm.jobs_[0].gated  # still blocked: no release
+    clock.advance(length / 2 - 1)  # half a lease and a second left: nothing to renew
+    fleet.tick()
+    assert len(slurm.deferrals) == 1 and slurm.gate_releases == [] and not cloud.creates
+    clock.advance(2)
+    fleet.tick()
+    assert len(slurm.deferrals) == 2 and slurm.gate_releases == []
+    # the dependency is met (or the user releases the hold): slurmctld shows BeginTime behind the lease
+    slurm.jobs_[0] = replace(slurm.jobs_[0], reason="BeginTime", dependency="", priority=1)
+    assert slurm.jobs_[0].gated
+    res = fleet.tick()
+    assert slurm.gate_releases == [(9, ("c1-od-0",))] and [c["names"] for c in _gate_commands(res)] == [["c1-od-0"]]
+    assert len(slurm.deferrals) == 2  # released, not leased again
+
+
+def test_what_the_lease_leaves_alone(fleet: Daemon, slurm: FakeSlurm, clock: Clock) -> None:
+    """A blocked job the lua did not gate (a single job, a gang with the user's own --begin), a lease with more than
+    half its length left, and a gang that can run (the gate's business, not the lease's)."""
+    now = clock()
+    slurm.jobs_ = [
+        _blocked(1, now - 20, nodes=1, admin_comment=""),  # a single job: the lua marks gangs only
+        _blocked(2, now - 20, admin_comment=""),  # the user's --begin
+        _blocked(3, now - 20, admin_comment=lease_mark(int(now) + 20), eligible_time=float(int(now) + 20)),
+        _gated(4, now - 1),
+    ]
+    fleet.tick()
+    assert slurm.deferrals == [] and [j for j, _ in slurm.gate_releases] == [4]
+
+
+def test_a_lease_for_a_gang_that_moved_on_is_no_failure_and_one_slurm_refused_is_asked_again(
+    fleet: Daemon, slurm: FakeSlurm, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = clock()
+    slurm.jobs_ = [_blocked(1, now - 20), _blocked(2, now - 20, "hold")]
+    defer = slurm.defer_jobs
+
+    def refused(*args: object) -> None:
+        raise SlurmUnavailable("scontrol update exited 1: Access/permission denied")
+
+    monkeypatch.setattr(slurm, "defer_jobs", refused)
+    assert [c["outcome"] for c in _leases(fleet.tick())] == ["failed"]
+    monkeypatch.setattr(slurm, "defer_jobs", defer)
+    read = list(slurm.jobs_)
+    slurm.jobs_ = [slurm.jobs_[1]]  # job 1 is cancelled between the tick's squeue and its lease
+    monkeypatch.setattr(slurm, "jobs", lambda: read)
+    assert [c["outcome"] for c in _leases(fleet.tick())] == ["ok"]  # slurmctld leased job 2 and named job 1
+    assert slurm.deferrals[-1][0] == (1, 2) and slurm.jobs_[0].admin_comment == slurm.deferrals[-1][2]
+
+
+def test_squeue_shows_a_blocked_gang_and_its_lease_as_slurmctld_22_05_prints_them() -> None:
+    """bench/probe_gang_lease.py: a dependent gang shows its dependency ``afterok:N(unfulfilled)`` and reason
+    Dependency; right after a lease update the reason is None (the dependency still says it is blocked); once met
+    the dependency is empty and the reason BeginTime."""
+    raw = {
+        "job_id": 7, "job_state": "PENDING", "state_reason": "Dependency", "node_count": 2, "submit_time": 1000,
+        "eligible_time": 1030, "admin_comment": GANG_GATE_MARK, "tres_per_node": "gres:gpu:8", "partition": "gpu",
+        "dependency": "afterok:6(unfulfilled)", "priority": 4294901757,
+    }  # fmt: skip
+    job = parse_job(raw)
+    assert job.blocked and not job.gated and job.dependency == "afterok:6(unfulfilled)"
+    leased = {**raw, "state_reason": "None", "eligible_time": 1100, "admin_comment": lease_mark(1100)}
+    assert parse_job(leased).blocked and not parse_job(leased).gated  # blocked still: not released
+    met = parse_job({**leased, "state_reason": "BeginTime", "dependency": ""})
+    assert met.gated and not met.blocked
+    assert not parse_job({**leased, "state_reason": "BeginTime", "dependency": "", "eligible_time": 1160}).gated
+    held = parse_job({**raw, "state_reason": "JobHeldUser", "dependency": "", "priority": 0})
+    assert held.blocked and not held.gated
+    # a dependency that can never be met is not waited on with a lease (slurmctld shows DependencyNeverSatisfied)
+    assert not parse_job({**raw, "state_reason": "DependencyNeverSatisfied", "dependency": "afterok:6(failed)"}).blocked
+
+
+def test_the_lease_rule() -> None:
+    assert gate_time(GANG_GATE_MARK, 1000.0) == 1000.0 + GANG_GATE_S
+    assert gate_time(lease_mark(1234), 1000.0) == 1234.0
+    for other in ("", "gpu-fleet:right-sized", f"{GANG_GATE_MARK}@", f"{GANG_GATE_MARK}@soon"):
+        assert gate_time(other, 1000.0) is None
+    assert lease_s(10.0) == GANG_GATE_S and lease_s(20.0) == 60.0  # three polls where the daemon polls slowly
+    assert lease_due(GANG_GATE_MARK, 1000.0, 1030.0, 1016.0, 30.0)  # 14 s left: under half a lease
+    assert not lease_due(GANG_GATE_MARK, 1000.0, 1030.0, 1014.0, 30.0)
+    assert lease_due(GANG_GATE_MARK, 1000.0, 1030.0, 1100.0, 30.0)  # lapsed (a daemon that was down)
+    assert not lease_due("", 1000.0, 1030.0, 1100.0, 30.0)  # not gated by the lua
+
+
+def test_one_lease_command_for_every_gang_due() -> None:
+    """`CliSlurm.defer_jobs`: one ``scontrol update`` for a list of jobs, the BeginTime in this host's local time (as
+    scontrol reads it); what slurmctld could not take is refused before any call."""
+    import subprocess
+    import time
+
+    from autoscaler.slurm.client import CliSlurm
+
+    calls: list[list[str]] = []
+
+    def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess:
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    cli = CliSlurm(runner=run)
+    cli.defer_jobs([12, 7], 1_796_533_874, lease_mark(1_796_533_874))
+    cli.defer_jobs([], 1_796_533_874, lease_mark(1_796_533_874))  # nothing due: no call
+    begin = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(1_796_533_874))
+    assert calls == [
+        ["scontrol", "update", "jobid=12,7", f"StartTime={begin}", f"AdminComment={GANG_GATE_MARK}@1796533874"]
+    ]
+    for args, field in [
+        (([0], 1, "x"), "job_id"),
+        (([1], 0, "x"), "until"),
+        (([1], 1.5, "x"), "until"),
+        (([1], 1, "two words"), "admin_comment"),
+        (([1], 1, "a=b"), "admin_comment"),
+    ]:
+        with pytest.raises(ValueError, match=field):
+            cli.defer_jobs(*args)  # type: ignore[arg-type]
+    assert len(calls) == 1

@@ -10,12 +10,13 @@ idle, for the other's boot (bench/probe_gang_gate.py --no-gate, and the replay's
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from autoscaler.slurm.gang_gate import GANG_GATE_MARK
+from autoscaler.slurm.gang_gate import GANG_GATE_MARK, GANG_GATE_S
 from autoscaler.slurm.hostlist import expand
 from autoscaler.slurm.wake import submit_wake_path
 from fleet.catalog import CapacityType, load_catalog
@@ -123,3 +124,43 @@ def test_a_gang_that_warm_nodes_hold_is_released_onto_them(env: E2E) -> None:
     assert opened["names"] == []
     wait_for(lambda: gang not in env.squeue_ids(), 60, "the gang to run and end", env)
     assert len(env.fake.events_of("create")) == creates
+
+
+def _lease_commands(env: E2E, job: int) -> list[dict]:
+    return [
+        c
+        for t in env.ticks
+        for c in t.commands
+        if c["command"] == "scontrol-gang-lease" and job in c["job_ids"] and c["outcome"] == "ok"
+    ]
+
+
+@pytest.mark.parametrize("how", ["dependency", "hold"])
+def test_a_gang_blocked_past_the_gate_still_boots_whole(env: E2E, how: str) -> None:
+    """A gang that cannot run for longer than the lua's 30 s (a dependency on a 40 s job, or the user's hold
+    released after 35 s): without the daemon's lease slurmctld tries it the moment it can run, with the gate long
+    lapsed, and gives it the warm node plus a powered-down name.  With it the gang is still behind the gate then; the
+    daemon releases it off the warm node and it boots whole."""
+    env.start_daemon()
+    (warm,) = _warm(env, 1)
+    out = env.root / "log"
+    if how == "dependency":
+        first = env.gpu_job(40)  # takes the warm node at once
+        gang = env.sbatch("-p", "gpu", "-N", "2", "--gres=gpu:8", f"--dependency=afterok:{first}", "-o",
+                          f"{out}/job-%j.out", "--wrap", "srun sh -c 'echo $SLURMD_NODENAME; sleep 5'")  # fmt: skip
+        assert _job(env, gang)["state_reason"] == "Dependency"
+        wait_for(lambda: first not in env.squeue_ids(), 120, "the job the gang depends on to end", env)
+        assert env.ran_on(first) == warm
+    else:
+        gang = env.sbatch("-p", "gpu", "-N", "2", "--gres=gpu:8", "-H", "-o", f"{out}/job-%j.out", "--wrap",
+                          "srun sh -c 'echo $SLURMD_NODENAME; sleep 5'")  # fmt: skip
+        wait_for(lambda: time.time() > _job(env, gang)["submit_time"] + GANG_GATE_S + 5, 60, "the gate's 30 s", env)
+        assert _job(env, gang)["state_reason"] == "JobHeldUser"
+        env.slurm.run("scontrol", "release", str(gang), check=True)
+    assert _lease_commands(env, gang)  # kept behind the gate past the lua's 30 s
+    wait_for(lambda: _job(env, gang).get("nodes"), 15, "the gang released by the daemon's next poll", env)
+    nodes = sorted(expand(_job(env, gang)["nodes"]))
+    assert warm not in nodes and len(nodes) == 2
+    (opened,) = _gate_commands(env, gang)
+    assert opened["names"] == [warm]
+    wait_for(lambda: gang not in env.squeue_ids(), 120, "the gang to boot, run and end", env)

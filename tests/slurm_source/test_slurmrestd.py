@@ -4,11 +4,12 @@ the CLI; node updates (drain / undrain) go through scontrol, as 22.05's openapi 
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from autoscaler.slurm.client import CliSlurm, RestSlurm
+from autoscaler.slurm.client import CliSlurm, RestSlurm, SlurmUnavailable
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_slurm_conf
 from tests.harness.slurm import SlurmHarness
 from tests.harness.slurmrestd import jwt_key_line, require_slurmrestd, start_slurmrestd
@@ -75,3 +76,26 @@ def test_rest_client_reads_a_gated_gang_and_releases_it_through_scontrol(restd) 
     (after,) = [j for j in cli.jobs() if j.job_id == jid]
     assert not after.gated and after.excluded_nodes == ("r1-od-0",)
     subprocess.run(["scancel", str(jid)], env=h.env, check=False)
+
+
+def test_rest_client_reads_a_blocked_gang_and_leases_it_through_scontrol(restd) -> None:
+    """A gang behind the gate that depends on a job not yet ended: slurmrestd shows its dependency as squeue does
+    (`SlurmJob.blocked`), and the lease (`defer_jobs`: one scontrol update for a list of jobs) goes through scontrol;
+    a job id that left since is named by slurmctld and the others leased all the same."""
+    from autoscaler.slurm.gang_gate import GANG_GATE_MARK, lease_mark
+
+    h, url, token = restd
+    first = int(h.run("sbatch", "--parsable", "-p", "gpu", "-N", "1", "--gres=gpu:8", "-H", "--wrap", "true").stdout)
+    jid = int(h.run("sbatch", "--parsable", "-p", "gpu", "-N", "2", "--gres=gpu:8", "--begin=now+30",
+                    f"--dependency=afterok:{first}", "--wrap", "true").stdout)  # fmt: skip
+    h.run("scontrol", "update", f"jobid={jid}", f"AdminComment={GANG_GATE_MARK}", check=True)
+    cli = CliSlurm(env={"SLURM_CONF": str(h.conf_path)})
+    rest = RestSlurm(url, token=token, user="root", cli=cli)
+    (job,) = [j for j in rest.jobs() if j.job_id == jid]
+    assert job.blocked and not job.gated and job.dependency == f"afterok:{first}(unfulfilled)"
+    until = int(time.time()) + 45
+    with pytest.raises(SlurmUnavailable, match="Invalid job id specified"):
+        rest.defer_jobs([jid, 999_999], until, lease_mark(until))
+    (after,) = [j for j in cli.jobs() if j.job_id == jid]
+    assert after.blocked and after.eligible_time == until and after.admin_comment == lease_mark(until)
+    subprocess.run(["scancel", str(jid), str(first)], env=h.env, check=False)

@@ -28,6 +28,7 @@ from autoscaler.core.hold import ReservedRoom
 from autoscaler.daemon.state import PowerRow, RequestRow, UnavailableRow
 from autoscaler.model import Inventory, Node, NodeState, Pool, UnavailableOffering, WorkUnit
 from autoscaler.slurm.constraint import ConstraintUnreadable, matches
+from autoscaler.slurm.gang_gate import lease_due
 from autoscaler.slurm.readers import CAPACITY_REASONS, SlurmJob, SlurmNode
 from fleet.catalog import CapacityType
 
@@ -202,6 +203,25 @@ def gated_gangs(
         gpus, free = n.gpus or pool.gpus_per_node, max(n.gpus - n.gpus_used, 0)
         up.append(UpNode(n.name, pool.name, gpus, free, ready, reserved))
     return gangs, up, bootable
+
+
+def gangs_to_lease(
+    pools: Sequence[Pool],
+    slurm_nodes: Mapping[str, SlurmNode],
+    slurm_jobs: Sequence[SlurmJob],
+    now: float,
+    length_s: float,
+) -> list[int]:
+    """The job ids of the gangs the lua gated that cannot run yet (`SlurmJob.blocked`) and whose gate lapses within
+    half a lease (`gang_gate.lease_due`), among those some managed pool serves (another daemon's gangs are its
+    own to lease)."""
+    due = [
+        j for j in slurm_jobs if j.blocked and lease_due(j.admin_comment, j.submit_time, j.eligible_time, now, length_s)
+    ]
+    if not due:
+        return []
+    facts = pool_nodes(pools, slurm_nodes, NameIndex(pools))
+    return [j.job_id for j in due if j.gpus_per_node >= 1 and job_fit(j, pools, facts)[1]]
 
 
 def work_pools(

@@ -85,6 +85,7 @@ from autoscaler.daemon.snapshot import (
     NameIndex,
     View,
     build_view,
+    gangs_to_lease,
     gated_gangs,
     offering_from_dict,
     offering_to_dict,
@@ -97,7 +98,7 @@ from autoscaler.model import NodeState, Plan, Policy, Pool, UnavailableOffering,
 from autoscaler.planner.standby import standby_count
 from autoscaler.slurm.client import SlurmClient, SlurmUnavailable
 from autoscaler.slurm.constraint import ConstraintUnreadable, alternatives, constraint_expression
-from autoscaler.slurm.gang_gate import lease_due, lease_s
+from autoscaler.slurm.gang_gate import lease_s
 from autoscaler.slurm.readers import SlurmJob, SlurmNode, waiting_on_power_up
 from autoscaler.slurm.wake import submit_wake_path
 from fleet.catalog import CapacityType
@@ -318,7 +319,7 @@ class Daemon:
         self._untried = frozenset(u.id for u in view.pending if held and not u.evaluated)
         if res.leader and snodes is not None and sjobs is not None:
             opened = self._open_gang_gates(snodes, sjobs, act)
-            self._lease_gang_gates(sjobs, now, act)
+            self._lease_gang_gates(snodes, sjobs, now, act)
             if held:  # slurmctld tries them in a second: the hold's watcher looks each second for that
                 self._untried |= opened
         self.unservable.update(view.pending, self.pools, self.metrics)  # logged once per job, gauge per tick
@@ -915,16 +916,14 @@ class Daemon:
                     self.store.set_gang_exclusion(j.job_id, names, self.clock())
         return frozenset(opened)
 
-    def _lease_gang_gates(self, sjobs: Sequence[SlurmJob], now: float, act: Actuator) -> None:
+    def _lease_gang_gates(
+        self, snodes: dict[str, SlurmNode], sjobs: Sequence[SlurmJob], now: float, act: Actuator
+    ) -> None:
         """Keep gangs the lua gated behind the gate while slurmctld cannot try them (a dependency, a hold), so that
         once they can run they come to `_open_gang_gates` first (`autoscaler.slurm.gang_gate`): each whose BeginTime
         lapses within half a lease is leased `gang_gate.lease_s` ahead, all of them in one ``scontrol update``."""
         length = lease_s(self.loop.interval_s)
-        due = [
-            j.job_id
-            for j in sjobs
-            if j.blocked and lease_due(j.admin_comment, j.submit_time, j.eligible_time, now, length)
-        ]
+        due = gangs_to_lease(self.pools, snodes, sjobs, now, length)
         if due:
             reason = "gpu-fleet: the gang stays behind the gate until it can run"
             act.lease_gang_gates(due, math.ceil(now + length), reason)

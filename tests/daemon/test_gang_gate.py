@@ -222,13 +222,15 @@ def test_a_blocked_gang_stays_behind_the_gate_until_it_can_run(
 
 def test_what_the_lease_leaves_alone(fleet: Daemon, slurm: FakeSlurm, clock: Clock) -> None:
     """A blocked job the lua did not gate (a single job, a gang with the user's own --begin), a lease with more than
-    half its length left, and a gang that can run (the gate's business, not the lease's)."""
+    half its length left, a gang that can run (the gate's business, not the lease's) and one no managed pool
+    serves."""
     now = clock()
     slurm.jobs_ = [
         _blocked(1, now - 20, nodes=1, admin_comment=""),  # a single job: the lua marks gangs only
         _blocked(2, now - 20, admin_comment=""),  # the user's --begin
         _blocked(3, now - 20, admin_comment=lease_mark(int(now) + 20), eligible_time=float(int(now) + 20)),
         _gated(4, now - 1),
+        _blocked(5, now - 20, partition="cpu"),  # a partition no managed pool serves: another daemon's
     ]
     fleet.tick()
     assert slurm.deferrals == [] and [j for j, _ in slurm.gate_releases] == [4]

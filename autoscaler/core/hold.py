@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from autoscaler.model import Node, Plan, Policy, Pool, WorkUnit
 from autoscaler.planner.offers import UnitClass
-from autoscaler.planner.scale_down import warm_candidate
+from autoscaler.planner.scale_down import name_index, warm_candidate
 from fleet.catalog import CapacityType
 
 #: a released name nobody took is held again after this long (Slurm allocates within a scheduling pass)
@@ -264,8 +264,3 @@ def widened(terms: frozenset[str], machine_types: Iterable[str]) -> frozenset[st
     """`terms` widened by `machine_types` (a fallback the plan chose): every alternative loses its capacity pin, so
     the job may take any capacity type of the machine types it allows (the plan decided it is worth it)."""
     return frozenset(t.partition("&")[0] for t in terms) | frozenset(machine_types)
-
-
-def name_index(name: str) -> int:
-    tail = name.rpartition("-")[2]
-    return int(tail) if tail.isdigit() else 1 << 30

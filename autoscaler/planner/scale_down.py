@@ -32,8 +32,9 @@ def idle_timeout_text(policy: Policy, nodes: Iterable[Node]) -> str:
     return "/".join(f"{v:g}s" for v in vals) or f"{policy.idle_timeout_s:g}s"
 
 
-def _index(name: str) -> int:
-    """The number of a `prefix-i` node name (a large number when there is none)."""
+def name_index(name: str) -> int:
+    """The number of a `prefix-i` node name (a large number when there is none): Slurm hands out the lowest free
+    name of a nodeset first, so the order of reuse is this number's."""
     tail = name.rpartition("-")[2]
     return int(tail) if tail.isdigit() else 1 << 30
 
@@ -60,7 +61,7 @@ def idle_over_cap(inventory: Inventory, policy: Policy, now: float, in_use: Coll
             by_machine.setdefault(n.offering.machine_type, []).append(n)
     out: set[str] = set()
     for m, nodes in by_machine.items():
-        nodes.sort(key=lambda n: (_index(n.name), -n.since, n.name))
+        nodes.sort(key=lambda n: (name_index(n.name), -n.since, n.name))
         out.update(n.name for n in nodes[caps[m] :])
     return out
 

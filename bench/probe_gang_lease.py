@@ -18,7 +18,11 @@ Measured on this machine (Slurm 22.05.8, one round):
   right after it L's reason is None (its dependency still unfulfilled: `blocked`), H's still `JobHeldUser`.
 - once A ended: L shows reason `BeginTime`, an empty ``dependency`` and its lease, and reads as `gated` (the daemon
   releases it off pa-0); U, whose lua BeginTime had lapsed, is allocated pa-0 plus a powered-down name at once: the
-  up node waits, allocated and idle, for the other's boot."""
+  up node waits, allocated and idle, for the other's boot.
+- U requeued (`scontrol requeue`, as ResumeTimeout or a preemption would), read once PENDING: the lua's mark kept,
+  reason None, ``restart_cnt`` 1, a new submission stamp and a BeginTime 30-31 s after it (the harness's
+  ``cred_expire=30``), the gate's own delay.  Read as gated before this round's `restarts` rule (checked by
+  patching it out: gated True), not since (`gang_gate.gate_time`: the lua's gate is a first run's only)."""
 
 from __future__ import annotations
 
@@ -87,6 +91,17 @@ def probe() -> dict[str, object]:
         until(lambda: a not in p.jobs() or p.jobs()[a]["job_state"] == "COMPLETED", 120)
         until(lambda: p.jobs()[ids["U"]].get("nodes"), 30)
         out["once_a_ended"] = _read(client, p, ids)
+        p.h.run("scontrol", "requeue", str(ids["U"]), check=True)  # as ResumeTimeout or a preemption would
+        until(lambda: next(j for j in client.jobs() if j.job_id == ids["U"]).pending, 30)
+        (u,) = [j for j in client.jobs() if j.job_id == ids["U"]]
+        out["U_requeued"] = {
+            "state": u.state,
+            "reason": u.reason,
+            "admin_comment": u.admin_comment,
+            "eligible_after_submit_s": None if u.eligible_time is None else u.eligible_time - u.submit_time,
+            "restarts": u.restarts,
+            "gated": u.gated,
+        }
         return out
 
 

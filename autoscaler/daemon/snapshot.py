@@ -215,9 +215,7 @@ def gangs_to_lease(
     """The job ids of the gangs the lua gated that cannot run yet (`SlurmJob.blocked`) and whose gate lapses within
     half a lease (`gang_gate.lease_due`), among those some managed pool serves (another daemon's gangs are its
     own to lease)."""
-    due = [
-        j for j in slurm_jobs if j.blocked and lease_due(j.admin_comment, j.submit_time, j.eligible_time, now, length_s)
-    ]
+    due = [j for j in slurm_jobs if j.blocked and lease_due(j.admin_comment, j.eligible_time, now, length_s)]
     if not due:
         return []
     facts = pool_nodes(pools, slurm_nodes, NameIndex(pools))

@@ -21,7 +21,9 @@ update is taken at once and the gang is allocated 0.19-0.24 s later; without the
 powered-down one at submission, with it two powered-down names.  A user's own `--begin` (or `--begin=now`) and an
 AdminComment (users cannot set one; the constrain-mode lua's `RIGHT_SIZED_MARK` is never on a gated fleet) leave
 the job ungated, and neither a released gang nor a requeued one's BeginTime (slurmctld's requeue hold) is taken
-for the gate: a release moves the BeginTime to its own time, the hold puts it long after (`is_gated`).
+for the gate: a release moves the BeginTime to its own time, and a requeued job (squeue's ``restart_cnt``) is never
+the lua's (`is_gated`: its hold is cred_expire after a new submission stamp, which a cluster with
+``cred_expire=30``, as the test harness, would otherwise read as the gate's 30 s).
 
 A gang slurmctld cannot try yet for a reason of its own (a dependency not yet met, a user's or an admin's hold:
 `BLOCKED_REASONS`, and `SlurmJob.blocked`) would outlive the lua's 30 s: once the dependency is met or the hold
@@ -45,6 +47,7 @@ __all__ = [
     "GATED_REASONS",
     "gate_time",
     "is_gated",
+    "is_marked",
     "lease_due",
     "lease_mark",
     "lease_s",
@@ -72,23 +75,33 @@ def lease_mark(until: int) -> str:
     return f"{GANG_GATE_MARK}@{until}"
 
 
-def gate_time(admin_comment: str, submit_time: float) -> float | None:
-    """When the gate a gang carries lapses: `GANG_GATE_S` after its submission for the lua's mark, the epoch of a
-    lease (`lease_mark`); None for a job the gate never marked."""
-    if admin_comment == GANG_GATE_MARK:
-        return submit_time + GANG_GATE_S
+def is_marked(admin_comment: str) -> bool:
+    """The AdminComment is the gate's: the lua's mark, or a lease's (`lease_mark`)."""
     head, at, epoch = admin_comment.partition("@")
-    if head == GANG_GATE_MARK and at and epoch.isdigit():
-        return float(epoch)
-    return None
+    return head == GANG_GATE_MARK and (not at or epoch.isdigit())
 
 
-def is_gated(reason: str, admin_comment: str, submit_time: float, eligible_time: float | None) -> bool:
+def gate_time(admin_comment: str, submit_time: float, restarts: int = 0) -> float | None:
+    """When the gate a gang carries lapses: `GANG_GATE_S` after its submission for the lua's mark (the lua runs at
+    the submission only, so not once slurmctld requeued the job: `restarts`, squeue's ``restart_cnt``), the epoch
+    of a lease (`lease_mark`); None for a job the gate never marked."""
+    if not is_marked(admin_comment):
+        return None
+    if admin_comment == GANG_GATE_MARK:
+        return submit_time + GANG_GATE_S if restarts == 0 else None
+    return float(admin_comment.partition("@")[2])
+
+
+def is_gated(
+    reason: str, admin_comment: str, submit_time: float, eligible_time: float | None, restarts: int = 0
+) -> bool:
     """Whether a pending job is a gang the lua gated (or the daemon leased) and nobody released yet: the mark, and
     the BeginTime its gate set (`gate_time`; one second of slack: the lua and slurmctld read the clock apart).  A
-    release moves the BeginTime to the release's time, a requeue hold to long after; the reason is one of
-    `GATED_REASONS`.  A gang still blocked (`SlurmJob.blocked`) is not gated yet: it is leased."""
-    at = gate_time(admin_comment, submit_time)
+    release moves the BeginTime to the release's time.  A requeue stamps a new submission and holds the job
+    cred_expire after it (120 s by default; 30 s, the gate's own, with the test harness's ``cred_expire=30``), so a
+    requeued job (`restarts`) is never taken for the lua's gate.  The reason is one of `GATED_REASONS`.  A gang still
+    blocked (`SlurmJob.blocked`) is not gated yet: it is leased."""
+    at = gate_time(admin_comment, submit_time, restarts)
     return reason in GATED_REASONS and at is not None and eligible_time is not None and abs(eligible_time - at) <= 1
 
 
@@ -98,9 +111,7 @@ def lease_s(interval_s: float) -> float:
     return max(float(GANG_GATE_S), 3.0 * interval_s)
 
 
-def lease_due(admin_comment: str, submit_time: float, eligible_time: float | None, now: float, length_s: float) -> bool:
-    """Whether a blocked gang's gate must be renewed this tick: it carries the gate's mark (the lua gated it) and its
+def lease_due(admin_comment: str, eligible_time: float | None, now: float, length_s: float) -> bool:
+    """Whether a blocked gang's gate must be renewed this tick: it carries the gate's mark (`is_marked`) and its
     BeginTime lapses within half a lease (`length_s`), or has lapsed (a daemon that was down)."""
-    if gate_time(admin_comment, submit_time) is None:
-        return False
-    return eligible_time is None or eligible_time - now < length_s / 2
+    return is_marked(admin_comment) and (eligible_time is None or eligible_time - now < length_s / 2)

@@ -103,6 +103,7 @@ class SlurmJob:
     memory_per_node_mib: int = 0  # ... and memory (0: the partition's default, which every node has)
     eligible_time: float | None = None  # when a pending job may start (its BeginTime; None: not reported)
     dependency: str = ""  # as squeue shows it: "afterok:12(unfulfilled)" while it waits, "" once met or for none
+    restarts: int = 0  # squeue's restart_cnt: how often slurmctld requeued it
 
     @property
     def pending(self) -> bool:
@@ -129,7 +130,7 @@ class SlurmJob:
         return (
             self.pending
             and not self.blocked
-            and is_gated(self.reason, self.admin_comment, self.submit_time, self.eligible_time)
+            and is_gated(self.reason, self.admin_comment, self.submit_time, self.eligible_time, self.restarts)
         )
 
     @property
@@ -263,6 +264,7 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         memory_per_node_mib=memory_per_node,
         eligible_time=_number(raw.get("eligible_time")),
         dependency=str(raw.get("dependency") or ""),
+        restarts=int(_number(raw.get("restart_cnt")) or 0),
     )
 
 

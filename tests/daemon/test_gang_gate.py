@@ -171,6 +171,9 @@ def test_squeue_shows_the_gate_as_slurmctld_22_05_prints_it() -> None:
     job = parse_job(raw)
     assert job.gated and not job.tried and job.eligible_time == 1030.0
     assert not parse_job({**raw, "eligible_time": 1200}).gated  # a requeue hold
+    # a requeue stamps a new submission and holds the job cred_expire after it: 30 s, the gate's own, with the test
+    # harness's cred_expire=30 (bench/probe_gang_lease.py); the lua ran at the first submission only
+    assert not parse_job({**raw, "submit_time": 1500, "eligible_time": 1530, "restart_cnt": 1}).gated
     assert not parse_job({**raw, "admin_comment": ""}).gated  # the user's --begin
     # before slurmctld's first pass over it the reason is "None" (the submit wake-up's tick can read it then)
     assert parse_job({**raw, "state_reason": "None"}).gated
@@ -284,10 +287,12 @@ def test_the_lease_rule() -> None:
     for other in ("", "gpu-fleet:right-sized", f"{GANG_GATE_MARK}@", f"{GANG_GATE_MARK}@soon"):
         assert gate_time(other, 1000.0) is None
     assert lease_s(10.0) == GANG_GATE_S and lease_s(20.0) == 60.0  # three polls where the daemon polls slowly
-    assert lease_due(GANG_GATE_MARK, 1000.0, 1030.0, 1016.0, 30.0)  # 14 s left: under half a lease
-    assert not lease_due(GANG_GATE_MARK, 1000.0, 1030.0, 1014.0, 30.0)
-    assert lease_due(GANG_GATE_MARK, 1000.0, 1030.0, 1100.0, 30.0)  # lapsed (a daemon that was down)
-    assert not lease_due("", 1000.0, 1030.0, 1100.0, 30.0)  # not gated by the lua
+    assert gate_time(GANG_GATE_MARK, 1000.0, restarts=1) is None  # requeued: the lua's gate was the first run's
+    assert lease_due(GANG_GATE_MARK, 1030.0, 1016.0, 30.0)  # 14 s left: under half a lease
+    assert not lease_due(GANG_GATE_MARK, 1030.0, 1014.0, 30.0)
+    assert lease_due(GANG_GATE_MARK, 1030.0, 1100.0, 30.0)  # lapsed (a daemon that was down)
+    assert lease_due(lease_mark(1030), 1030.0, 1016.0, 30.0)  # a lease is renewed as the lua's gate is
+    assert not lease_due("", 1030.0, 1100.0, 30.0)  # not gated by the lua
 
 
 def test_one_lease_command_for_every_gang_due() -> None:

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from autoscaler.slurm.client import CliSlurm
+from autoscaler.slurm.gang_gate import GANG_GATE_MARK
+from autoscaler.slurm.readers import SlurmJob
 from fleet.catalog import load_catalog
 from fleet.slurm import render_slurm_conf
 from fleet.spec import FleetSpec, load_spec, load_stack_file, read_stack_config
@@ -128,6 +130,18 @@ def test_jobs_power_up_the_right_nodes(slurm_factory) -> None:
         assert len(nodes["any"]) == 2 and all(n.startswith("a3mega-resv-") for n in nodes["any"])
         assert len(nodes["spot"]) == 3 and all(n.startswith("a3mega-spot-") for n in nodes["spot"])
         assert jobs["big"]["job_state"] == "PENDING" and not jobs["big"]["nodes"]
+        # requeued (as ResumeTimeout or a preemption does), a gang keeps the mark and slurmctld counts the restart:
+        # the lua ran once, so whatever BeginTime the requeue sets (cred_expire after a new submission stamp, 30 s
+        # in this harness, the gate's own: bench/probe_gang_lease.py) is no gate (`gang_gate.gate_time`)
+        harness.run("scontrol", "requeue", str(jobs["any"]["job_id"]), check=True)
+
+        def requeued() -> SlurmJob | None:
+            j = next(j for j in client.jobs() if j.name == "any")
+            return j if j.pending and j.restarts else None
+
+        assert poll_until(requeued, 15.0), harness.logs()
+        again = requeued()
+        assert again is not None and again.admin_comment == GANG_GATE_MARK and not again.gated
     finally:
         harness.stop()
 

@@ -6,6 +6,8 @@ One in-process daemon over: canned `squeue --json` / `sinfo --json` in Slurm 22.
 tick through the real CLI client, so JSON decoding counts), an in-memory cloud (tests/daemon/fakes.py) holding
 the live nodes, a file-backed SQLite state store with 64 queued resume requests, and the real planner.
 Pending jobs: 1-8 GPUs on one node or 2-8-node gangs of 8 GPUs, across a spot and an on-demand partition.
+`--blocked N` adds N gangs the job_submit.lua gated that wait on a dependency, their gate lapsing: every tick
+leases them all (one `scontrol update` for the list; the canned squeue never shows the lease, so each tick does).
 Prints the median / max tick seconds and the process RSS (current and peak).  `--with-gce-imports` also loads
 what the real daemon process holds: the GCE actuator's Compute clients (`ComputeApi`, only the five services it
 calls: autoscaler/gce/compute_lite.py), apscheduler and the CLI; `--compute-full` imports all of
@@ -34,6 +36,7 @@ from autoscaler.daemon.state import StateStore
 from autoscaler.daemon.tick import Daemon
 from autoscaler.model import Policy, Pool
 from autoscaler.slurm.client import CliSlurm
+from autoscaler.slurm.gang_gate import GANG_GATE_MARK
 from fleet.catalog import CapacityType
 from tests.daemon.fakes import FakeCloud, offering
 
@@ -50,8 +53,16 @@ def pools(n: int) -> list[Pool]:
     ]  # fmt: skip
 
 
-def squeue(jobs: int, rng: random.Random, t0: float) -> dict:
-    out = []
+def squeue(jobs: int, rng: random.Random, t0: float, blocked: int = 0) -> dict:
+    out = [
+        {
+            "job_id": 100_000 + i, "name": f"dep{i}", "job_state": "PENDING", "state_reason": "Dependency",
+            "dependency": f"afterok:{1000 + i}(unfulfilled)", "admin_comment": GANG_GATE_MARK,
+            "partition": "gpu", "node_count": 2, "tres_per_node": "gres:gpu:8", "priority": 1,
+            "submit_time": int(t0) - 25, "eligible_time": int(t0) + 5, "features": "", "nodes": "", "flags": [],
+        }
+        for i in range(blocked)
+    ]  # fmt: skip
     for i in range(jobs):
         gang = rng.random() < 0.15
         nodes, gpus = (rng.randint(2, 8), 8) if gang else (1, rng.choice([1, 2, 4, 8]))
@@ -110,6 +121,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=1024, help="CLOUD nodes per pool (two pools)")
     ap.add_argument("--busy", type=int, default=128, help="nodes per pool up and running a job")
     ap.add_argument("--ticks", type=int, default=10)
+    ap.add_argument("--blocked", type=int, default=0, help="gated gangs waiting on a dependency (leased each tick)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     ap.add_argument(
@@ -135,7 +147,11 @@ def main() -> None:
     setup_logging(level="ERROR")
     rng = random.Random(a.seed)
     t0 = time.time()
-    canned = {"squeue": json.dumps(squeue(a.jobs, rng, t0)), "sinfo": json.dumps(sinfo(a.nodes, a.busy))}
+    canned = {
+        "squeue": json.dumps(squeue(a.jobs, rng, t0, a.blocked)),
+        "sinfo": json.dumps(sinfo(a.nodes, a.busy)),
+        "scontrol": "",
+    }
 
     def runner(argv: list[str], **_: object) -> subprocess.CompletedProcess:
         return subprocess.CompletedProcess(argv, 0, canned[Path(argv[0]).name], "")
@@ -165,7 +181,7 @@ def main() -> None:
             policy=Policy(idle_timeout_s=600),
             loop=LoopConfig(),
         )
-        times = []
+        times, leased = [], []
         for k in range(a.ticks):
             # 64 resume requests arrive before every tick (Slurm allocated powered-down nodes)
             first = a.busy + (k * 64) % max(64, a.nodes - a.busy - 64)
@@ -174,6 +190,7 @@ def main() -> None:
             res = d.tick()
             assert res.ok, res.error
             times.append(res.duration_s)
+            leased.append(sum(len(c["job_ids"]) for c in res.commands if c["command"] == "scontrol-gang-lease"))
         cur, peak = rss_mib()
         out = {
             "jobs": a.jobs,
@@ -185,6 +202,8 @@ def main() -> None:
             if compute_api
             else [],
             "pending_units_seen": res.pending_units,
+            "blocked_gangs": a.blocked,
+            "leased_per_tick_median": statistics.median(leased),
             "cloud_nodes": len(cloud.nodes_),
             "ticks": a.ticks,
             "tick_seconds_median": round(statistics.median(times), 4),

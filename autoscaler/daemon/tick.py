@@ -872,7 +872,10 @@ class Daemon:
             records = self.store.gang_exclusions()
         else:
             records = self.store.forget_gang_exclusions(j.job_id for j in sjobs)
-        pending = {f"job/{j.job_id}": j for j in sjobs if j.pending and j.node_count > 1}
+        # not a gang that cannot run yet (a dependency, a hold): no plan places it, so it would be kept off every up
+        # node, its ExcNodeList rewritten whenever that set changes (one scontrol call per such gang); once it can
+        # run it is one more pending gang, as at its submission
+        pending = {f"job/{j.job_id}": j for j in sjobs if j.pending and not j.blocked and j.node_count > 1}
         if not pending:
             return
         room: dict[str, int] = {}

@@ -589,6 +589,27 @@ def test_a_pending_gang_is_kept_off_up_nodes_until_ready_nodes_alone_hold_it(
     assert _commands(res, "scontrol-undrain") == [] and _commands(res, "launch") == []
 
 
+def test_a_gang_that_cannot_run_yet_is_not_kept_off_the_up_nodes_until_it_can(
+    fleet: Daemon, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
+) -> None:
+    """A gang waiting on a dependency is no unit of the plan, so the hold would keep it off every up node and rewrite
+    its ExcNodeList whenever that set changes: one scontrol call per such gang, for a job that cannot run.  It is
+    left alone until its dependency is met, then kept off the up node like any pending gang."""
+    fleet.tick()  # the hold
+    key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-2g")
+    cloud.nodes_["c1-od2g-0"] = CloudNode("c1-od2g-0", "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-1")
+    slurm.set("c1-od2g-0", "idle")
+    slurm.jobs_ = [replace(_gang(9), reason="Dependency", dependency="afterok:8(unfulfilled)")]
+    for _ in range(2):
+        clock.advance(1)
+        res = fleet.tick()
+        assert slurm.exclusion_updates == [] and _commands(res, "scontrol-power_up") == []
+    slurm.jobs_ = [replace(slurm.jobs_[0], reason="Resources", dependency="")]  # afterok:8 met
+    clock.advance(1)
+    fleet.tick()
+    assert slurm.exclusion_updates == [(9, ("c1-od2g-0",))]
+
+
 def test_which_gangs_are_kept_off_which_nodes() -> None:
     """`core.gang_exclusions`, the rule the daemon and the replay share: every pending gang is excluded from the
     held pools' nodes that could take one of its members, unless the plan puts it on ready nodes alone; a user's

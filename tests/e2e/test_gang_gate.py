@@ -151,6 +151,8 @@ def test_a_gang_blocked_past_the_gate_still_boots_whole(env: E2E, how: str) -> N
         assert _job(env, gang)["state_reason"] == "Dependency"
         wait_for(lambda: first not in env.squeue_ids(), 120, "the job the gang depends on to end", env)
         assert env.ran_on(first) == warm
+        # slurmctld marks the dependency met at a later pass (14 s after the job left squeue in one run here)
+        wait_for(lambda: not _job(env, gang).get("dependency"), 60, "slurmctld to see the dependency met", env)
     else:
         gang = env.sbatch("-p", "gpu", "-N", "2", "--gres=gpu:8", "-H", "-o", f"{out}/job-%j.out", "--wrap",
                           "srun sh -c 'echo $SLURMD_NODENAME; sleep 5'")  # fmt: skip

@@ -65,8 +65,9 @@ GANG_GATE_S = 30
 GATED_REASONS = frozenset({"BeginTime", "None", "ReqNodeNotAvail"})
 
 
-#: the reasons slurmctld gives a pending job it cannot try whatever the nodes: a hold (priority 0).  A dependency
-#: not yet met is read from the job's ``dependency`` (its reason is None for a moment after any update)
+#: the reasons slurmctld gives a pending job it cannot try whatever the nodes: a dependency not yet met, a hold
+#: (priority 0).  A dependency is also read from the job's ``dependency``: its reason is None for a moment after any
+#: update of the job
 BLOCKED_REASONS = frozenset({"Dependency", "JobHeldUser", "JobHeldAdmin"})
 
 

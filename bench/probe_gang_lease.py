@@ -22,7 +22,9 @@ Measured on this machine (Slurm 22.05.8, one round):
 - U requeued (`scontrol requeue`, as ResumeTimeout or a preemption would), read once PENDING: the lua's mark kept,
   reason None, ``restart_cnt`` 1, a new submission stamp and a BeginTime 30-31 s after it (the harness's
   ``cred_expire=30``), the gate's own delay.  Read as gated before this round's `restarts` rule (checked by
-  patching it out: gated True), not since (`gang_gate.gate_time`: the lua's gate is a first run's only)."""
+  patching it out: gated True), not since (`gang_gate.gate_time`: the lua's gate is a first run's only).  Then held
+  (`scontrol hold`: reason `JobHeldAdmin`, blocked), leased as the daemon does and released: reason `BeginTime`
+  behind the lease, read as gated, as any blocked gang."""
 
 from __future__ import annotations
 
@@ -102,6 +104,16 @@ def probe() -> dict[str, object]:
             "restarts": u.restarts,
             "gated": u.gated,
         }
+        # then held, leased as the daemon does, and released: gated by its lease, as any blocked gang
+        p.h.run("scontrol", "hold", str(ids["U"]), check=True)
+        (u,) = [j for j in client.jobs() if j.job_id == ids["U"]]
+        held = {"reason": u.reason, "blocked": u.blocked}
+        until_s = int(time.time()) + LEASE_S
+        client.defer_jobs([ids["U"]], until_s, lease_mark(until_s))
+        p.h.run("scontrol", "release", str(ids["U"]), check=True)
+        until(lambda: next(j for j in client.jobs() if j.job_id == ids["U"]).reason != "None", 10)
+        (u,) = [j for j in client.jobs() if j.job_id == ids["U"]]
+        out["U_requeued_held_leased_released"] = {"held": held, "reason": u.reason, "gated": u.gated}
         return out
 
 

@@ -35,7 +35,7 @@ import math
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,7 +94,7 @@ from autoscaler.daemon.snapshot import (
 from autoscaler.daemon.standby import floor_names, standby_in_flight, standby_names
 from autoscaler.daemon.state import OPEN_REQUEST_STATES, JobEndRow, PowerRow, RequestRow, StateStore
 from autoscaler.daemon.unservable import UnservableJobs
-from autoscaler.model import NodeState, Plan, Policy, Pool, UnavailableOffering, record_failure
+from autoscaler.model import Node, NodeState, Plan, Policy, Pool, UnavailableOffering, record_failure
 from autoscaler.planner.standby import standby_count
 from autoscaler.slurm.client import SlurmClient, SlurmUnavailable
 from autoscaler.slurm.constraint import ConstraintUnreadable, alternatives, constraint_expression
@@ -690,9 +690,7 @@ class Daemon:
                     powered_down |= self._power_down_and_delete(pool, ok, "drained and empty", fresh, act)
             snodes = fresh
         if held and snodes is not None:
-            live = {n.name: n.state for n in view.inventory.nodes}
-            kept = kept_idle(view.inventory.nodes, plan, self.policy)
-            self._hold(plan, held, snodes, sjobs or (), live, powered_down, now, act, kept)
+            self._hold(plan, held, snodes, sjobs or (), view.inventory.nodes, powered_down, now, act)
 
     def _undrain_held_boots(self, snodes: dict[str, SlurmNode], act: Actuator) -> dict[str, SlurmNode]:
         """Nodes booted drained (`_hold`: late binding's boots, and a held pool's floor under any hold) that
@@ -757,17 +755,16 @@ class Daemon:
         held: frozenset[str],
         snodes: dict[str, SlurmNode],
         sjobs: Sequence[SlurmJob],
-        live: Mapping[str, NodeState],
+        nodes: Sequence[Node],
         powered_down: set[str],
         now: float,
         act: Actuator,
-        kept: Mapping[str, int] | None = None,
     ) -> None:
         """The hold (`autoscaler.core.hold`): keep held pools' powered-down names drained; widen the constraint of
         pending jobs the plan serves with another machine type; release (undrain) as many names as the plan
         launches in each pool without late binding; under late binding, boot as many drained names as it launches
-        (a gang's together), less those booted that have no instance yet (`live`: the
-        names the tick's inventory lists, with their state).  Under late binding, held boots whose instance is up
+        (a gang's together), less those booted that have no instance yet (`nodes`: the
+        tick's inventory).  Under late binding, held boots whose instance is up
         and booting that the plan no longer needs are aborted (`core.surplus_held_boots`: `scontrol update
         state=power_down_force`, which slurmctld 22.05 takes within a second on a POWERING_UP+DRAIN node with no
         job, bench/probe_abort_held_boot.py, then the delete by name).  `powered_down`: held names this tick
@@ -775,6 +772,7 @@ class Daemon:
         power-down."""
         index = NameIndex(self.pools)
         late = late_binding(self.pools, self.policy)
+        live = {n.name: n.state for n in nodes}
         cands: dict[str, list[str]] = defaultdict(list)
         outstanding: dict[str, int] = defaultdict(int)  # released, not allocated yet
         booting: dict[str, int] = defaultdict(int)  # booted drained, no instance yet
@@ -841,6 +839,7 @@ class Daemon:
                 self._held_boots.update(dict.fromkeys(names, now))
         surplus: dict[str, list[str]] = defaultdict(list)
         machine = {n: p.machine_type for n, p in boots.items()}
+        kept = kept_idle(nodes, plan, self.policy) if late and machine else None
         for name in surplus_held_boots(machine, plan, self.policy, kept) if late else ():
             surplus[boots[name].name].append(name)
         for pool_name, names in surplus.items():

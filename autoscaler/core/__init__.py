@@ -70,11 +70,11 @@ from autoscaler.core.hold import (
     held_pools,
     kept_idle,
     late_binding,
-    name_index,
     surplus_held_boots,
     take_names,
     widened,
 )
+from autoscaler.planner.scale_down import name_index, name_order
 
 __all__ = [
     "RELEASE_GRACE_S",
@@ -95,6 +95,7 @@ __all__ = [
     "kept_idle",
     "late_binding",
     "name_index",
+    "name_order",
     "plan_pool_resumes",
     "pool_policy",
     "queue_depth",

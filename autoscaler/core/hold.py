@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from autoscaler.model import Node, Plan, Policy, Pool, WorkUnit
 from autoscaler.planner.offers import UnitClass
-from autoscaler.planner.scale_down import name_index, warm_candidate
+from autoscaler.planner.scale_down import name_order, warm_candidate
 from fleet.catalog import CapacityType
 
 #: a released name nobody took is held again after this long (Slurm allocates within a scheduling pass)
@@ -165,19 +165,13 @@ def surplus_held_boots(
             for mt, cap in caps.items()
             if policy.keeps_warm(mt) and not policy.standby_by_machine.get(mt)
         }
-        lowest_first = sorted((n for n in boots if n not in assigned and boots[n] in room), key=_name_order)
+        lowest_first = sorted((n for n in boots if n not in assigned and boots[n] in room), key=name_order)
         for n in lowest_first:
             if room[boots[n]] > 0:
                 room[boots[n]] -= 1
             else:
                 out.append(n)
     return tuple(sorted(out))
-
-
-def _name_order(name: str) -> tuple[str, int, str]:
-    """Nodeset, then index (`name_index`): Slurm allocates the lowest-numbered free name first
-    (`planner.scale_down.idle_over_cap`)."""
-    return (name.rpartition("-")[0], name_index(name), name)
 
 
 def take_names(

@@ -63,7 +63,7 @@ from autoscaler.core import (
     held_pools,
     kept_idle,
     late_binding,
-    name_index,
+    name_order,
     queue_depth,
     resume_failed,
     scale_down_steps,
@@ -779,7 +779,7 @@ class Daemon:
         boots: dict[str, Pool] = {}  # booted drained, instance booting, no job -> its pool
         to_drain: list[str] = []
         power_downs: set[str] = set()
-        for n in sorted(snodes.values(), key=lambda x: (x.name.rpartition("-")[0], name_index(x.name))):
+        for n in sorted(snodes.values(), key=lambda x: name_order(x.name)):
             pool = index.pool_of(n.name)
             if pool is None or pool.name not in held:
                 continue

@@ -39,6 +39,11 @@ def name_index(name: str) -> int:
     return int(tail) if tail.isdigit() else 1 << 30
 
 
+def name_order(name: str) -> tuple[str, int, str]:
+    """Nodeset, then index (`name_index`), then the name: the order Slurm hands out free names in."""
+    return (name.rpartition("-")[0], name_index(name), name)
+
+
 def warm_candidate(node: Node, policy: Policy) -> bool:
     """A node the warm-node cap counts: ready, idle and with no work, reserved nodes the policy keeps anyway
     (`Policy.keep_reserved_nodes`) excepted."""

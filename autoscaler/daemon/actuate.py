@@ -200,8 +200,7 @@ class Actuator:
             try:
                 self.slurm.defer_jobs(ids, until, lease_mark(until))
             except SlurmUnavailable as exc:
-                refusals = [line for line in str(exc).split(": ", 1)[-1].splitlines() if line.strip()]
-                if refusals and all(any(m in line for m in MOVED_ON) for line in refusals):
+                if moved_on(exc):
                     logger.bind(**entry).info("gang lease: {} (slurmctld leased the others)", exc)
                     return
                 raise
@@ -215,7 +214,7 @@ class Actuator:
             try:
                 call()
             except SlurmUnavailable as exc:
-                if any(m in str(exc) for m in MOVED_ON):  # it started or left since the tick's read: nothing to do
+                if moved_on(exc):  # it started or left since the tick's read: nothing to do
                     logger.bind(**entry).info("job {} moved on before {} ({})", entry["job_id"], done, exc)
                     return
                 raise
@@ -256,6 +255,18 @@ class Actuator:
 #: slurmctld's refusals of a job update that mean the job is no longer waiting (22.05 messages, measured on
 #: tests/slurm/test_job_features.py): not failures of the daemon
 MOVED_ON = ("Job is no longer pending execution", "Invalid job id specified")
+#: how slurmctld 22.05 reports a task range of a job array it did update, beside the ranges it refused (an update of
+#: an array's record with tasks running: ``1_0-1: Job is no longer pending execution`` then ``1_2-9: No error``)
+UPDATED = "No error"
+
+
+def moved_on(error: SlurmUnavailable) -> bool:
+    """slurmctld refused a job update only for jobs (or array tasks) that started or left since the tick's read:
+    every line of its answer is such a refusal or a range of tasks it updated, at least one a refusal.  A refusal
+    for any other reason, beside those or alone, is a failure."""
+    lines = [line.strip() for line in str(error).split(": ", 1)[-1].splitlines() if line.strip()]
+    refusals = [line for line in lines if not line.endswith(UPDATED)]
+    return bool(refusals) and all(any(m in line for m in MOVED_ON) for line in refusals)
 
 
 def deletable(name: str, slurm_nodes: Mapping[str, SlurmNode] | None) -> bool:

@@ -93,6 +93,7 @@ class View:
     index: NameIndex
     resume: dict[str, list[ResumeUnit]] = field(default_factory=dict)  # pool -> units
     pending: list[WorkUnit] = field(default_factory=list)
+    pending_jobs: dict[str, SlurmJob] = field(default_factory=dict)  # pending unit id -> the squeue record it is of
     slurm_ok: bool = True
     unknown_power_rows: list[PowerRow] = field(default_factory=list)  # names of no managed pool
     preemption_room: tuple[ReservedRoom, ...] = ()  # reserved nodes' room for jobs that may not use spot
@@ -271,6 +272,13 @@ def preemption_room(
     return tuple(out)
 
 
+def array_unit_cap(job: SlurmJob, fit: Sequence[Pool]) -> int:
+    """The most work units a pending array's record becomes: as many of its tasks as the pools it fits could run at
+    once (an array may hold a million tasks; the plan could serve no more than these)."""
+    per_pool = (p.max_nodes * max(1, p.gpus_per_node // max(1, job.gpus_per_node)) for p in fit)
+    return max(1, sum(per_pool) // max(1, job.node_count))
+
+
 def build_view(
     pools: Sequence[Pool],
     cloud_nodes: Sequence[CloudNode],
@@ -353,7 +361,8 @@ def build_view(
         )
         view.resume.setdefault(pool_name, []).append(ru)
 
-    # Queue depth: PENDING jobs that more capacity could serve, in partitions some pool serves.
+    # Queue depth: PENDING jobs that more capacity could serve, in partitions some pool serves; a pending array's
+    # record is one unit per task slurmctld may start now (`SlurmJob.unit_ids`)
     for j in slurm_jobs or ():
         if not j.pending or j.reason not in CAPACITY_REASONS or j.blocked or j.gpus_per_node < 1:
             continue
@@ -361,20 +370,22 @@ def build_view(
         allowed, fit = job_fit(j, pools, facts)
         if not fit:
             continue
-        view.pending.append(
-            WorkUnit(
-                id=f"job/{j.job_id}",
-                submit_time=j.submit_time or now,
-                gpus_per_node=j.gpus_per_node,
-                nodes=j.node_count,
-                gpu_types=frozenset({j.gpu_type}) if j.gpu_type and j.gpu_type.startswith("nvidia-") else None,
-                spot_ok=any(p.spot_tolerant for p in fit),
-                priority=min(j.priority, 2**31 - 1),
-                queue=parts[0],
-                pools=allowed,
-                time_limit_s=j.time_limit_s,
-                # reason None: slurmctld has not tried it yet (its first pass may start it, preempting included)
-                evaluated=j.tried,
+        for uid in j.unit_ids(limit=array_unit_cap(j, fit)):
+            view.pending_jobs[uid] = j
+            view.pending.append(
+                WorkUnit(
+                    id=uid,
+                    submit_time=j.submit_time or now,
+                    gpus_per_node=j.gpus_per_node,
+                    nodes=j.node_count,
+                    gpu_types=frozenset({j.gpu_type}) if j.gpu_type and j.gpu_type.startswith("nvidia-") else None,
+                    spot_ok=any(p.spot_tolerant for p in fit),
+                    priority=min(j.priority, 2**31 - 1),
+                    queue=parts[0],
+                    pools=allowed,
+                    time_limit_s=j.time_limit_s,
+                    # reason None: slurmctld has not tried it yet (its first pass may start it, preempting included)
+                    evaluated=j.tried,
+                )
             )
-        )
     return view

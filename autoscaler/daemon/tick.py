@@ -94,7 +94,7 @@ from autoscaler.daemon.snapshot import (
 from autoscaler.daemon.standby import floor_names, standby_in_flight, standby_names
 from autoscaler.daemon.state import OPEN_REQUEST_STATES, JobEndRow, PowerRow, RequestRow, StateStore
 from autoscaler.daemon.unservable import UnservableJobs
-from autoscaler.model import Node, NodeState, Plan, Policy, Pool, UnavailableOffering, record_failure
+from autoscaler.model import NodeState, Plan, Policy, Pool, UnavailableOffering, record_failure
 from autoscaler.planner.standby import standby_count
 from autoscaler.slurm.client import SlurmClient, SlurmUnavailable
 from autoscaler.slurm.constraint import ConstraintUnreadable, alternatives, constraint_expression
@@ -690,7 +690,7 @@ class Daemon:
                     powered_down |= self._power_down_and_delete(pool, ok, "drained and empty", fresh, act)
             snodes = fresh
         if held and snodes is not None:
-            self._hold(plan, held, snodes, sjobs or (), view.inventory.nodes, powered_down, now, act)
+            self._hold(plan, held, snodes, sjobs or (), view, powered_down, now, act)
 
     def _undrain_held_boots(self, snodes: dict[str, SlurmNode], act: Actuator) -> dict[str, SlurmNode]:
         """Nodes booted drained (`_hold`: late binding's boots, and a held pool's floor under any hold) that
@@ -743,7 +743,8 @@ class Daemon:
                 ):
                     return True
             if self._untried:
-                still = {f"job/{j.job_id}" for j in self.slurm.jobs() if j.pending and not j.tried}
+                cap = len(self._untried)  # a record's untried units are its lowest tasks, as `unit_ids` lists them
+                still = {u for j in self.slurm.jobs() if j.pending and not j.tried for u in j.unit_ids(limit=cap)}
                 return not self._untried <= still
         except SlurmUnavailable:
             return False
@@ -755,15 +756,15 @@ class Daemon:
         held: frozenset[str],
         snodes: dict[str, SlurmNode],
         sjobs: Sequence[SlurmJob],
-        nodes: Sequence[Node],
+        view: View,
         powered_down: set[str],
         now: float,
         act: Actuator,
     ) -> None:
         """The hold (`autoscaler.core.hold`): keep held pools' powered-down names drained; widen the constraint of
-        pending jobs the plan serves with another machine type; release (undrain) as many names as the plan
-        launches in each pool without late binding; under late binding, boot as many drained names as it launches
-        (a gang's together), less those booted that have no instance yet (`nodes`: the
+        pending jobs the plan serves with another machine type (`view.pending_jobs`: the record of each unit); release
+        (undrain) as many names as the plan launches in each pool without late binding; under late binding, boot as
+        many drained names as it launches (a gang's together), less those booted that have no instance yet (the
         tick's inventory).  Under late binding, held boots whose instance is up
         and booting that the plan no longer needs are aborted (`core.surplus_held_boots`: `scontrol update
         state=power_down_force`, which slurmctld 22.05 takes within a second on a POWERING_UP+DRAIN node with no
@@ -772,6 +773,7 @@ class Daemon:
         power-down."""
         index = NameIndex(self.pools)
         late = late_binding(self.pools, self.policy)
+        nodes, units = view.inventory.nodes, view.pending_jobs
         live = {n.name: n.state for n in nodes}
         cands: dict[str, list[str]] = defaultdict(list)
         outstanding: dict[str, int] = defaultdict(int)  # released, not allocated yet
@@ -822,11 +824,14 @@ class Daemon:
             cands.clear()
         # only the constraints the stack's job_submit.lua set (right-sizing) are widened; a user's own constraint
         # already limits the plan to the pools it matches (`snapshot.job_pools`)
-        constraints = {f"job/{j.job_id}": right_sizing(j) for j in sjobs if j.pending and j.right_sized_by_lua}
+        constraints = {uid: right_sizing(j) for uid, j in units.items() if j.right_sized_by_lua}
         split = held_launches(plan, held, self.pools, self.policy, constraints)
-        for uid, terms in sorted(split.widen.items()):
-            expr = constraint_expression(terms)
-            act.widen_job(int(uid.partition("/")[2]), expr, "gpu-fleet: the plan falls back to it")
+        widen: dict[int, frozenset[str]] = {}  # job id -> terms: a pending array's tasks share one constraint
+        for uid, terms in split.widen.items():
+            job_id = units[uid].job_id
+            widen[job_id] = widen.get(job_id, frozenset()) | terms
+        for job_id, terms in sorted(widen.items()):
+            act.widen_job(job_id, constraint_expression(terms), "gpu-fleet: the plan falls back to it")
         self._exclude_up_nodes(held, plan, snodes, sjobs, index, act)
         released: set[str] = set()
         for names in take_names(split.release, cands, outstanding).values():
@@ -874,9 +879,15 @@ class Daemon:
         # not a gang that cannot run yet (a dependency, a hold): no plan places it, so it would be kept off every up
         # node, its ExcNodeList rewritten whenever that set changes (one scontrol call per such gang); once it can
         # run it is one more pending gang, as at its submission
-        pending = {f"job/{j.job_id}": j for j in sjobs if j.pending and not j.blocked and j.node_count > 1}
+        # a pending array's record has one ExcNodeList for all its tasks: the one its next task needs (its first unit)
+        pending = {
+            ids[0]: j
+            for j in sjobs
+            if j.pending and not j.blocked and j.node_count > 1 and (ids := j.unit_ids(limit=1))
+        }
         if not pending:
             return
+        unit_of = {j.job_id: uid for uid, j in pending.items()}
         room: dict[str, int] = {}
         for n in snodes.values():
             pool = index.pool_of(n.name)
@@ -885,7 +896,9 @@ class Daemon:
                 room[n.name] = n.gpus
         excluded = {uid: frozenset(j.excluded_nodes) for uid, j in pending.items()}
         # ours: what the store says this daemon set and Slurm still shows (a user may have changed it since)
-        ours = frozenset(uid for job_id, names in records.items() if excluded.get(uid := f"job/{job_id}") == names)
+        ours = frozenset(
+            uid for job_id, names in records.items() if (uid := unit_of.get(job_id)) and excluded.get(uid) == names
+        )
         gangs = {uid: j.gpus_per_node for uid, j in pending.items()}
         untried = frozenset(uid for uid, j in pending.items() if not j.tried)
         for uid, names in sorted(gang_exclusions(plan, room, gangs, excluded, ours, untried).items()):
@@ -913,7 +926,7 @@ class Daemon:
                 else "gpu-fleet: gate opened, nothing to keep it off"
             )
             if act.open_gang_gate(j.job_id, names, reason):
-                opened.add(f"job/{j.job_id}")
+                opened.update(j.unit_ids(limit=1))
                 if names and not self.dry_run:
                     self.store.set_gang_exclusion(j.job_id, names, self.clock())
         return frozenset(opened)

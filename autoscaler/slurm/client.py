@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from autoscaler.slurm.hostlist import compress
+from autoscaler.slurm.job_array import FULL_TASK_LIST_ENV
 from autoscaler.slurm.readers import SlurmJob, SlurmNode, parse_sinfo, parse_squeue
 
 # scontrol node states the daemon sets (``scontrol update nodename=... state=...``)
@@ -102,7 +103,8 @@ Runner = Callable[..., subprocess.CompletedProcess]
 
 
 class CliSlurm:
-    """The Slurm CLI on this host.  `env` adds e.g. SLURM_CONF for a test cluster."""
+    """The Slurm CLI on this host.  `env` adds e.g. SLURM_CONF for a test cluster.  squeue runs with
+    ``SLURM_BITSTR_LEN=0``, so that it lists a pending job array's tasks whole (`autoscaler.slurm.job_array`)."""
 
     def __init__(
         self,
@@ -115,7 +117,7 @@ class CliSlurm:
     ) -> None:
         self.bin_dir = bin_dir
         self.timeout_s = timeout_s
-        self.env = dict(os.environ, **(env or {}))
+        self.env = dict(os.environ, **FULL_TASK_LIST_ENV, **(env or {}))
         if conf is not None:
             self.env["SLURM_CONF"] = str(conf)
         self.runner = runner

@@ -7,8 +7,10 @@ and passes the parsed JSON in.  `squeue --json` ignores ``-p``/``-t`` in 22.05, 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
@@ -16,11 +18,14 @@ from typing import Any
 from autoscaler.slurm.constraint import RIGHT_SIZED_MARK
 from autoscaler.slurm.gang_gate import BLOCKED_REASONS, is_gated
 from autoscaler.slurm.hostlist import expand
+from autoscaler.slurm.job_array import NO_TASKS, ArrayTasks, parse_array_tasks
 
 PENDING = "PENDING"
 CONFIGURING = "CONFIGURING"
 RUNNING = "RUNNING"
 ACTIVE_JOB_STATES = frozenset({PENDING, CONFIGURING, RUNNING, "COMPLETING", "SUSPENDED", "REQUEUED"})
+#: states in which an array's task counts against the array's throttle (``%N``): started and not ended
+ARRAY_TASK_RUNNING_STATES = frozenset({CONFIGURING, RUNNING, "COMPLETING", "SUSPENDED"})
 
 # Pending reasons that mean "more (or other) capacity would let it run" vs. reasons capacity cannot fix.
 CAPACITY_REASONS = frozenset(
@@ -104,6 +109,10 @@ class SlurmJob:
     eligible_time: float | None = None  # when a pending job may start (its BeginTime; None: not reported)
     dependency: str = ""  # as squeue shows it: "afterok:12(unfulfilled)" while it waits, "" once met or for none
     restarts: int = 0  # squeue's restart_cnt: how often slurmctld requeued it
+    array_job_id: int = 0  # the job array it belongs to (0: none)
+    array_task_id: int | None = None  # its task in that array; None for a record holding several pending tasks
+    array_tasks: ArrayTasks = NO_TASKS  # the pending tasks this record holds (`autoscaler.slurm.job_array`)
+    array_running: int = 0  # the array's tasks holding nodes (`parse_squeue`), against its throttle
 
     @property
     def pending(self) -> bool:
@@ -132,6 +141,21 @@ class SlurmJob:
             and not self.blocked
             and is_gated(self.reason, self.admin_comment, self.submit_time, self.eligible_time, self.restarts)
         )
+
+    @property
+    def tasks(self) -> int:
+        """How many jobs of this shape the record is: 1, or for a pending array's record the tasks slurmctld may
+        start now (its throttle less the array's running tasks), which may be 0."""
+        return self.array_tasks.startable(self.array_running) if self.array_tasks.ranges else 1
+
+    def unit_ids(self, limit: int | None = None) -> tuple[str, ...]:
+        """The work unit ids it stands for (at most `limit`): ``job/<id>``, or one ``job/<array id>_<task>`` per task
+        of a pending array's record slurmctld may start now, lowest task first (squeue -r's names: the first is the
+        task slurmctld tries next)."""
+        if not self.array_tasks.ranges:
+            return (f"job/{self.job_id}",)
+        n = self.tasks if limit is None else min(self.tasks, limit)
+        return tuple(f"job/{self.array_job_id}_{t}" for t in self.array_tasks.ids(n))
 
     @property
     def constraint_expression(self) -> str:
@@ -265,7 +289,20 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         eligible_time=_number(raw.get("eligible_time")),
         dependency=str(raw.get("dependency") or ""),
         restarts=int(_number(raw.get("restart_cnt")) or 0),
+        array_job_id=int(_number(raw.get("array_job_id")) or 0),
+        array_task_id=None if (task := _number(raw.get("array_task_id"))) is None else int(task),
+        array_tasks=_array_tasks(raw) if str(state) == PENDING else NO_TASKS,
     )
+
+
+def _array_tasks(raw: Mapping[str, Any]) -> ArrayTasks:
+    """The pending tasks a record holds, its throttle read from ``array_max_tasks`` (also there when squeue cut the
+    task list, and with it the ``%N``)."""
+    tasks = parse_array_tasks(raw.get("array_task_string"))
+    throttle = int(_number(raw.get("array_max_tasks")) or 0)
+    if tasks.ranges and throttle and throttle != tasks.throttle:
+        tasks = dataclasses.replace(tasks, throttle=throttle)
+    return tasks
 
 
 def job_size_per_node(raw: Mapping[str, Any], node_count: int, gpus_per_node: int) -> tuple[int, int]:
@@ -319,6 +356,10 @@ def parse_squeue(
     want_p = set(partitions) if partitions is not None else None
     want_s = {s.upper() for s in states} if states is not None else None
     jobs = [parse_job(j) for j in data["jobs"]]
+    running = Counter(j.array_job_id for j in jobs if j.array_job_id and j.state in ARRAY_TASK_RUNNING_STATES)
+    jobs = [
+        dataclasses.replace(j, array_running=running[j.array_job_id]) if j.array_tasks.throttle else j for j in jobs
+    ]
     return [
         j
         for j in jobs

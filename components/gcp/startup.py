@@ -161,6 +161,9 @@ else
   newest=$(ls "$dir"/openapi_v0_0_*.so | sort -V | tail -n 1)
   plugin=$(echo "$newest" | sed 's#.*/openapi_\(v[0-9_]*\)\.so$#openapi/\1#; s#_#.#g')
 fi
+# a pending job array's task list whole (libslurm cuts it at 64 characters by default): the autoscaler plans one
+# node per task it reads (autoscaler/slurm/job_array.py)
+export SLURM_BITSTR_LEN=0
 exec /usr/sbin/slurmrestd -a rest_auth/jwt -s "$plugin" "$@"
 """
 

@@ -509,3 +509,22 @@ def test_spot_tolerant_work_does_not_take_the_on_demand_node_booted_for_other_wo
     wait_for(lambda: tolerant not in env.squeue_ids(), 120, "the spot-tolerant job to run and finish", env)
     assert env.ran_on(tolerant) == "e2e-sp-0"
     assert sorted(e.name for e in env.fake.events_of("create")) == ["e2e-od-0", "e2e-sp-0"]  # no second boot
+
+
+def test_a_job_arrays_tasks_boot_together(gang_env: E2E) -> None:
+    """``sbatch --array=0-2``: slurmctld keeps the three pending tasks in one record, which squeue lists once.  The
+    daemon reads it as three jobs (`autoscaler.slurm.job_array`) and boots three drained names in one call; read as
+    one job, it booted one name, and the next only once a task had taken it (three boots 4 s apart here, a boot
+    each on a cloud)."""
+    env = gang_env
+    env.start_daemon()
+    wait_for(lambda: all("DRAIN" in env.sinfo()[f"e2e-od-{i}"]["state_flags"] for i in range(3)), 30, "the hold", env)
+    out = env.root / "log"
+    array = env.sbatch("-p", "gpu", "-N1", "--gres=gpu:8", "--array=0-2", "-o", f"{out}/job-%A_%a.out", "--wrap",
+                       "sleep 5")  # fmt: skip
+    wait_for(lambda: _ok(env, "scontrol-power_up"), 10, "the daemon to boot for the array", env)
+    assert [c["names"] for c in _ok(env, "scontrol-power_up")] == [["e2e-od-0", "e2e-od-1", "e2e-od-2"]]
+    wait_for(lambda: array not in env.squeue_ids() and not env.squeue_ids(), 90, "every task to run and end", env)
+    assert sorted(e.name for e in env.fake.events_of("create")) == ["e2e-od-0", "e2e-od-1", "e2e-od-2"]
+    ran = {(out / f"job-{array}_{t}.out").exists() for t in range(3)}
+    assert ran == {True} and len(_ok(env, "scontrol-power_up")) == 1

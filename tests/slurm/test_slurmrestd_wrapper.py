@@ -1,5 +1,6 @@
 """The controller's slurmrestd wrapper (components/gcp/startup.py) starts a real slurmrestd as a non-root user
-with JWT auth and only the Slurm OpenAPI plugin (22.05's default set includes slurmdbd plugins, fatal here)."""
+with JWT auth and only the Slurm OpenAPI plugin (22.05's default set includes slurmdbd plugins, fatal here), and
+lists a pending job array's tasks whole."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import urllib.request
 
 import pytest
 
+from autoscaler.slurm.client import RestSlurm
 from components.gcp.startup import _RESTD_WRAPPER
 from fleet.slurm.conf import render_slurm_conf, slurmrestd_auth
 from fleet.spec import load_stack_file
@@ -47,6 +49,15 @@ def test_wrapper_serves_the_rest_api_with_jwt_as_nobody(slurm_factory, tmp_path)
                 time.sleep(0.2)
         assert body is not None, proc.communicate(timeout=5)[0].decode() if proc.poll() is not None else "no answer"
         assert body["pings"][0]["ping"] == "UP"
+
+        # a pending array of 300 irregular task ids: the wrapper's slurmrestd lists every task (at libslurm's default
+        # it cut the list at 64 characters), so the autoscaler plans a node for each (`SlurmJob.unit_ids`)
+        tasks = sorted(set(range(0, 1000, 7)) | set(range(1, 1000, 13)))
+        array = harness.run("sbatch", "--parsable", "-H", "--gres=gpu:1", f"--array={','.join(map(str, tasks))}",
+                            "--wrap", "true", check=True).stdout.strip()  # fmt: skip
+        rest = RestSlurm(f"http://127.0.0.1:{port}", token=token, user="root")
+        (job,) = [j for j in rest.jobs() if j.job_id == int(array)]
+        assert job.array_tasks.whole and job.unit_ids() == tuple(f"job/{array}_{t}" for t in tasks)
     finally:
         proc.terminate()
         proc.wait(timeout=10)

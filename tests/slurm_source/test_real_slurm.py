@@ -116,3 +116,24 @@ def test_cli_client_raises_slurm_unavailable_when_the_controller_is_gone(tmp_pat
     conf.write_text("ClusterName=x\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort=1\nAuthType=auth/none\n")
     with pytest.raises(SlurmUnavailable):
         CliSlurm(conf=conf, timeout_s=5).nodes()
+
+
+def test_a_pending_job_array_is_read_as_its_tasks(cluster) -> None:
+    """slurmctld keeps a job array's pending tasks in one record, listed once by squeue: the client reads every task
+    of an irregular 300-task array (squeue cuts the list at 64 characters unless SLURM_BITSTR_LEN=0, which the
+    client sets), and a throttled array (``%2``) as the tasks it may start."""
+    h, _ = cluster
+    client = CliSlurm(env={"SLURM_CONF": str(h.conf_path)})
+    tasks = sorted(set(range(0, 1000, 7)) | set(range(1, 1000, 13)))
+    spec = ",".join(map(str, tasks))
+    held = int(h.run("sbatch", "--parsable", "-p", "gpu", "-H", "--gres=gpu:8", f"--array={spec}", "--wrap", "true",
+                     check=True).stdout)  # fmt: skip
+    throttled = int(h.run("sbatch", "--parsable", "-p", "gpu", "-H", "--gres=gpu:8", "--array=0-9%2", "--wrap",
+                          "true", check=True).stdout)  # fmt: skip
+    jobs = {j.job_id: j for j in client.jobs()}
+    a, t = jobs[held], jobs[throttled]
+    assert a.array_tasks.whole and a.tasks == len(tasks) == 209
+    assert a.unit_ids() == tuple(f"job/{held}_{i}" for i in tasks)
+    assert t.array_tasks.throttle == 2 and t.array_tasks.count == 10 and t.tasks == 2
+    assert t.unit_ids() == (f"job/{throttled}_0", f"job/{throttled}_1")
+    h.run("scancel", str(held), str(throttled), check=True)

@@ -8,6 +8,8 @@ the live nodes, a file-backed SQLite state store with 64 queued resume requests,
 Pending jobs: 1-8 GPUs on one node or 2-8-node gangs of 8 GPUs, across a spot and an on-demand partition.
 `--blocked N` adds N gangs the job_submit.lua gated that wait on a dependency, their gate lapsing: every tick
 leases them all (one `scontrol update` for the list; the canned squeue never shows the lease, so each tick does).
+`--array-tasks N` adds one pending job array of N 1-GPU tasks in one record (`autoscaler.slurm.job_array`): as many
+work units as the pools could run at once (8,192 one-GPU tasks on 1,024 8-GPU nodes).
 Prints the median / max tick seconds and the process RSS (current and peak).  `--with-gce-imports` also loads
 what the real daemon process holds: the GCE actuator's Compute clients (`ComputeApi`, only the five services it
 calls: autoscaler/gce/compute_lite.py), apscheduler and the CLI; `--compute-full` imports all of
@@ -53,7 +55,7 @@ def pools(n: int) -> list[Pool]:
     ]  # fmt: skip
 
 
-def squeue(jobs: int, rng: random.Random, t0: float, blocked: int = 0) -> dict:
+def squeue(jobs: int, rng: random.Random, t0: float, blocked: int = 0, array_tasks: int = 0) -> dict:
     out = [
         {
             "job_id": 100_000 + i, "name": f"dep{i}", "job_state": "PENDING", "state_reason": "Dependency",
@@ -83,6 +85,15 @@ def squeue(jobs: int, rng: random.Random, t0: float, blocked: int = 0) -> dict:
                 "flags": [],
             }
         )
+    if array_tasks:  # one pending array's record, as slurmctld lists it: every task in `array_task_string`
+        out.append(
+            {
+                "job_id": 900_000, "array_job_id": 900_000, "array_task_id": None, "name": "sweep",
+                "array_task_string": f"0-{array_tasks - 1}", "array_max_tasks": 0, "job_state": "PENDING",
+                "state_reason": "Resources", "partition": "gpu", "node_count": 1, "tres_per_node": "gres:gpu:1",
+                "priority": 1, "submit_time": int(t0) - 60, "features": "", "nodes": "", "flags": [],
+            }
+        )  # fmt: skip
     return {"meta": {"Slurm": {"release": "22.05.8"}}, "errors": [], "jobs": out}
 
 
@@ -122,6 +133,7 @@ def main() -> None:
     ap.add_argument("--busy", type=int, default=128, help="nodes per pool up and running a job")
     ap.add_argument("--ticks", type=int, default=10)
     ap.add_argument("--blocked", type=int, default=0, help="gated gangs waiting on a dependency (leased each tick)")
+    ap.add_argument("--array-tasks", type=int, default=0, help="tasks of one pending job array of 1-GPU tasks")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     ap.add_argument(
@@ -148,7 +160,7 @@ def main() -> None:
     rng = random.Random(a.seed)
     t0 = time.time()
     canned = {
-        "squeue": json.dumps(squeue(a.jobs, rng, t0, a.blocked)),
+        "squeue": json.dumps(squeue(a.jobs, rng, t0, a.blocked, a.array_tasks)),
         "sinfo": json.dumps(sinfo(a.nodes, a.busy)),
         "scontrol": "",
     }
@@ -203,6 +215,7 @@ def main() -> None:
             else [],
             "pending_units_seen": res.pending_units,
             "blocked_gangs": a.blocked,
+            "array_tasks": a.array_tasks,
             "leased_per_tick_median": statistics.median(leased),
             "cloud_nodes": len(cloud.nodes_),
             "ticks": a.ticks,

@@ -87,6 +87,7 @@ from autoscaler.daemon.snapshot import (
     build_view,
     gangs_to_lease,
     gated_gangs,
+    names_required,
     offering_from_dict,
     offering_to_dict,
     unavailable_from_rows,
@@ -822,6 +823,13 @@ class Daemon:
             # Slurm frees nodes at once, so the replay never meets this
             logger.bind(names=completing).debug("hold: reserved node(s) {} completing, no release", completing)
             cands.clear()
+        # a pending job that names its nodes (`-w`) gets the held powered-down ones it names, released as slurmctld
+        # would have allocated them at its submission without the hold; the plan has no unit for it
+        required = names_required(sjobs)
+        pinned = sorted(n for names in cands.values() for n in names if n in required)
+        if pinned and act.scontrol(pinned, "undrain", "gpu-fleet: released for a job that names it"):
+            self._released.update(dict.fromkeys(pinned, now))
+        cands = defaultdict(list, {p: [n for n in names if n not in required] for p, names in cands.items()})
         # only the constraints the stack's job_submit.lua set (right-sizing) are widened; a user's own constraint
         # already limits the plan to the pools it matches (`snapshot.job_pools`)
         constraints = {uid: right_sizing(j) for uid, j in units.items() if j.right_sized_by_lua}
@@ -883,7 +891,12 @@ class Daemon:
         pending = {
             ids[0]: j
             for j in sjobs
-            if j.pending and not j.blocked and j.node_count > 1 and (ids := j.unit_ids(limit=1))
+            # not a gang that names its nodes (`-w`): an exclusion of one of them would keep it off it for good
+            if j.pending
+            and not j.blocked
+            and j.node_count > 1
+            and not j.required_nodes
+            and (ids := j.unit_ids(limit=1))
         }
         if not pending:
             return
@@ -918,7 +931,9 @@ class Daemon:
         for g in gangs:
             j = g.job
             names = (
-                () if j.excluded_nodes else sorted(gate_exclusion(j.node_count, j.gpus_per_node, g.pools, up, bootable))
+                ()
+                if j.excluded_nodes or j.required_nodes
+                else sorted(gate_exclusion(j.node_count, j.gpus_per_node, g.pools, up, bootable))
             )
             reason = (
                 "gpu-fleet: the gang boots whole (gate opened)"

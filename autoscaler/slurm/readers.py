@@ -104,6 +104,7 @@ class SlurmJob:
     constraint: str = ""  # the --constraint expression as slurmctld holds it ("" for one built from `features`)
     admin_comment: str = ""
     excluded_nodes: tuple[str, ...] = ()  # its ExcNodeList (`--exclude`, or the daemon's: `core.gang_exclusion`)
+    required_nodes: tuple[str, ...] = ()  # its ReqNodeList (`--nodelist`/`-w`): it runs on these names or not at all
     cpus_per_node: int = 0  # what a node must have for it: CPUs (`job_size_per_node`; 0: not asked)
     memory_per_node_mib: int = 0  # ... and memory (0: the partition's default, which every node has)
     eligible_time: float | None = None  # when a pending job may start (its BeginTime; None: not reported)
@@ -284,6 +285,7 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         constraint=str(raw.get("features") or ""),
         admin_comment=str(raw.get("admin_comment") or ""),
         excluded_nodes=tuple(expand(str(raw.get("excluded_nodes") or ""))),
+        required_nodes=tuple(expand(str(raw.get("required_nodes") or ""))),
         cpus_per_node=cpus_per_node,
         memory_per_node_mib=memory_per_node,
         eligible_time=_number(raw.get("eligible_time")),

@@ -37,7 +37,8 @@ widens a pending job's constraint (`autoscaler.slurm.client`'s `update_job_featu
 (`a3-highgpu-1g&spot`, `spot_pinned`): the daemon boots each job a node of the capacity type the plan chose, and an
 unpinned spot-tolerant job would take the on-demand node booted for work that may not use spot.  The daemon widens
 the pin too when the plan serves the job with another capacity type.  Jobs that name features or
-several partitions are left alone here too; there are no `reservation|` expressions.
+several partitions are left alone here too, and so are jobs that name their nodes (``-w``: a constraint of another
+machine type than the named nodes' would keep them pending for good); there are no `reservation|` expressions.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ local {table} = {{
 }}
 {most_def}{wake_def}{gpus_def}{gate_def}{choose_def}
 function slurm_job_submit(job_desc, part_list, submit_uid)
-{wake_call}{gate_call}  if job_desc.prefer ~= nil or job_desc.features ~= nil then
+{wake_call}{gate_call}  if job_desc.prefer ~= nil or job_desc.features ~= nil{named} then
     return slurm.SUCCESS
   end
   local part = job_desc.partition or default_partition
@@ -436,7 +437,8 @@ local function gate_gang(job_desc)
     return
   end
   if (job_desc.begin_time ~= nil and job_desc.begin_time ~= 0)
-    or (job_desc.admin_comment ~= nil and job_desc.admin_comment ~= "") then
+    or (job_desc.admin_comment ~= nil and job_desc.admin_comment ~= "")
+    or (job_desc.req_nodes ~= nil and job_desc.req_nodes ~= "") then -- a gang that names its nodes gets those
     return
   end
   job_desc.begin_time = os.time() + gang_gate_s
@@ -543,4 +545,7 @@ def render_job_submit(
         gate_def=gate_def,
         gate_call=gate_call,
         mark=mark,
+        # a job that names its nodes (-w) runs on them or not at all: a constraint of another machine type would
+        # keep it pending for good; the prefer output stays as clusters run it (a --prefer never blocks a job)
+        named=" or job_desc.req_nodes ~= nil" if constrain else "",
     )

@@ -19,16 +19,12 @@ from autoscaler.slurm.readers import SlurmJob
 from fleet.catalog import CapacityType
 from tests.daemon.conftest import ZONE_A, Clock
 from tests.daemon.fakes import FakeCloud, FakeSlurm, offering
-from tests.daemon.test_late_binding import POLICY, POOLS, _commands, _gang, _job, _offers
+from tests.daemon.test_late_binding import POOLS, _commands, _gang, _job, held_daemon
 
 
 @pytest.fixture
 def fleet(make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud) -> Daemon:
-    slurm.nodes_.clear()
-    for p in POOLS:
-        slurm.add_cloud_nodes([p.node_name(i) for i in range(p.max_nodes)], gpus=p.gpus_per_node)
-    cloud.offers = _offers()
-    return make_daemon(pools=POOLS, policy=POLICY)
+    return held_daemon(make_daemon, slurm, cloud)
 
 
 def _array(job: SlurmJob, *tasks: range, throttle: int = 0, running: int = 0) -> SlurmJob:
@@ -86,12 +82,7 @@ def test_a_gang_arrays_exclusion_is_its_next_tasks(
 ) -> None:
     """An array of three 2-node gangs and one 2-GPU node up and idle (seven 2-GPU names): the record is kept off the
     up node once (its ExcNodeList is every task's), and each task's gang boots whole."""
-    pools = [POOLS[0], replace(POOLS[1], max_nodes=7)]
-    slurm.nodes_.clear()
-    for p in pools:
-        slurm.add_cloud_nodes([p.node_name(i) for i in range(p.max_nodes)], gpus=p.gpus_per_node)
-    cloud.offers = _offers()
-    fleet = make_daemon(pools=pools, policy=POLICY)
+    fleet = held_daemon(make_daemon, slurm, cloud, [POOLS[0], replace(POOLS[1], max_nodes=7)])
     fleet.tick()
     key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-2g")
     cloud.nodes_["c1-od2g-0"] = CloudNode("c1-od2g-0", "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-1")

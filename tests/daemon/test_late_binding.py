@@ -72,13 +72,20 @@ def _boot_for_a_job(fleet: Daemon, slurm: FakeSlurm, clock: Clock) -> None:
     fleet.tick()
 
 
-@pytest.fixture
-def fleet(make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud) -> Daemon:
+def held_daemon(
+    make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud, pools: list[Pool] = POOLS
+) -> Daemon:
+    """A late-binding daemon over `pools`, every name of theirs powered down in Slurm, every offering in stock."""
     slurm.nodes_.clear()
-    for p in POOLS:
+    for p in pools:
         slurm.add_cloud_nodes([p.node_name(i) for i in range(p.max_nodes)], gpus=p.gpus_per_node)
     cloud.offers = _offers()
-    return make_daemon(pools=POOLS, policy=POLICY)
+    return make_daemon(pools=pools, policy=POLICY)
+
+
+@pytest.fixture
+def fleet(make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud) -> Daemon:
+    return held_daemon(make_daemon, slurm, cloud)
 
 
 def _commands(res, name: str) -> list[dict]:  # type: ignore[no-untyped-def]

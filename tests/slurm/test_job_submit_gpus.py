@@ -177,3 +177,12 @@ def test_the_gang_gate_holds_exactly_the_jobs_the_daemon_reads_as_gangs(
     job = parse_job(_pending(gated, *args))
     assert job.gpus_per_node == gpus
     assert job.gated == (job.node_count > 1), job
+
+
+def test_a_job_that_names_its_nodes_is_left_alone(constrain: SlurmHarness, gated: SlurmHarness) -> None:
+    """``-w g8-0 --gpus=1``: the right-sized constraint (a3-highgpu-1g) would keep it off the node it names for good;
+    the lua leaves it as submitted, and a gang that names its nodes is not gated (it gets those or none)."""
+    own = _pending(constrain, "--gpus=1", "-w", "g8-0")
+    assert own["features"] == "" and own["required_nodes"] == "g8-0" and not parse_job(own).right_sized_by_lua
+    gang = parse_job(_pending(gated, "-N", "2", "--gres=gpu:8", "-w", "g8-[0-1]"))
+    assert gang.required_nodes == ("g8-0", "g8-1") and not gang.gated

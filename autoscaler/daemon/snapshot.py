@@ -280,10 +280,10 @@ def preemption_room(
     return tuple(out)
 
 
-def array_unit_cap(job: SlurmJob, fit: Sequence[Pool]) -> int:
-    """The most work units a pending array's record becomes: as many of its tasks as the pools it fits could run at
-    once (an array may hold a million tasks; the plan could serve no more than these)."""
-    per_pool = (p.max_nodes * max(1, p.gpus_per_node // max(1, job.gpus_per_node)) for p in fit)
+def array_unit_cap(job: SlurmJob, fit: Sequence[Pool], gpus_per_node: int) -> int:
+    """The most work units a pending array's record becomes: as many of its tasks (of `gpus_per_node` each) as the
+    pools it fits could run at once (an array may hold a million tasks; the plan could serve no more than these)."""
+    per_pool = (p.max_nodes * max(1, p.gpus_per_node // max(1, gpus_per_node)) for p in fit)
     return max(1, sum(per_pool) // max(1, job.node_count))
 
 
@@ -319,8 +319,10 @@ def build_view(
         used = 0
         if st is NodeState.BUSY or (st in (NodeState.BOOTING, NodeState.DRAINING) and s is not None):
             used = min(pool.gpus_per_node, s.gpus_used if s is not None else 0)
-            if st is NodeState.BUSY and used == 0:
-                used = pool.gpus_per_node  # CPU-only allocation still blocks the node: treat it as full
+            if (st is NodeState.BUSY and used == 0) or (s is not None and s.state == "allocated"):
+                # a CPU-only allocation, or Slurm's ALLOCATED: no CPU left, or a job that takes its node whole
+                # (`--exclusive`, an EXCLUSIVE partition) with GPUs to spare that no other job may use: full
+                used = pool.gpus_per_node
         nodes.append(
             Node(
                 name=name,
@@ -380,13 +382,18 @@ def build_view(
         allowed, fit = job_fit(j, pools, facts)
         if not fit:
             continue
-        for uid in j.unit_ids(limit=array_unit_cap(j, fit)):
+        gpus = j.gpus_per_node
+        if j.exclusive:  # it takes a node whole: the smallest shape that fits it, all of its GPUs
+            gpus = min(p.gpus_per_node for p in fit)
+            fit = [p for p in fit if p.gpus_per_node == gpus]
+            allowed = frozenset(p.name for p in fit)
+        for uid in j.unit_ids(limit=array_unit_cap(j, fit, gpus)):
             view.pending_jobs[uid] = j
             view.pending.append(
                 WorkUnit(
                     id=uid,
                     submit_time=j.submit_time or now,
-                    gpus_per_node=j.gpus_per_node,
+                    gpus_per_node=gpus,
                     nodes=j.node_count,
                     gpu_types=frozenset({j.gpu_type}) if j.gpu_type and j.gpu_type.startswith("nvidia-") else None,
                     spot_ok=any(p.spot_tolerant for p in fit),

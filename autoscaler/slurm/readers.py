@@ -105,6 +105,8 @@ class SlurmJob:
     admin_comment: str = ""
     excluded_nodes: tuple[str, ...] = ()  # its ExcNodeList (`--exclude`, or the daemon's: `core.gang_exclusion`)
     required_nodes: tuple[str, ...] = ()  # its ReqNodeList (`--nodelist`/`-w`): it runs on these names or not at all
+    exclusive: bool = False  # it shares its nodes with no other job (`--exclusive`, or an OverSubscribe=EXCLUSIVE
+    # partition: slurmctld shows both as squeue's ``shared`` "none")
     cpus_per_node: int = 0  # what a node must have for it: CPUs (`job_size_per_node`; 0: not asked)
     memory_per_node_mib: int = 0  # ... and memory (0: the partition's default, which every node has)
     eligible_time: float | None = None  # when a pending job may start (its BeginTime; None: not reported)
@@ -286,6 +288,7 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         admin_comment=str(raw.get("admin_comment") or ""),
         excluded_nodes=tuple(expand(str(raw.get("excluded_nodes") or ""))),
         required_nodes=tuple(expand(str(raw.get("required_nodes") or ""))),
+        exclusive=_shares_with_none(raw.get("shared")),
         cpus_per_node=cpus_per_node,
         memory_per_node_mib=memory_per_node,
         eligible_time=_number(raw.get("eligible_time")),
@@ -295,6 +298,14 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         array_task_id=None if (task := _number(raw.get("array_task_id"))) is None else int(task),
         array_tasks=_array_tasks(raw) if str(state) == PENDING else NO_TASKS,
     )
+
+
+def _shares_with_none(shared: Any) -> bool:
+    """squeue's ``shared`` of a job: "none" (22.05; a list of it later) when it takes its nodes whole, measured on
+    22.05.8 for ``--exclusive`` and for any job of an OverSubscribe=EXCLUSIVE partition; None by default, "user" for
+    ``--exclusive=user`` (other jobs of the same user may share)."""
+    values = shared if isinstance(shared, list) else [shared]
+    return any(str(v).lower() == "none" for v in values if v is not None)
 
 
 def _array_tasks(raw: Mapping[str, Any]) -> ArrayTasks:

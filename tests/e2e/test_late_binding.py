@@ -546,3 +546,37 @@ def test_a_job_that_names_its_node_gets_that_node(gang_env: E2E) -> None:
     released = [c for c in _ok(env, "scontrol-undrain") if c["reason"] == "gpu-fleet: released for a job that names it"]
     assert [c["names"] for c in released] == [["e2e-od-2"]]
     assert _ok(env, "scontrol-power_up") == [] and [e.name for e in env.fake.events_of("create")] == ["e2e-od-2"]
+
+
+@pytest.fixture
+def exclusive_env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    """Late binding over three a3-highgpu-8g names in an OverSubscribe=EXCLUSIVE partition, as the stack renders a
+    partition of whole-node fabric machines (`fleet.slurm.conf.whole_node`: A3/A4 8-GPU)."""
+    with e2e_env(
+        slurm_factory,
+        suspend_time=600,
+        pools=[pool("od", "on-demand", "gpu", False, max_nodes=3)],
+        nodesets=[Nodeset("e2e-od", 3, features="a3-highgpu-8g")],
+        partitions={"gpu OverSubscribe=EXCLUSIVE": ["e2e-od"]},
+        job_submit_lua=late_bind_lua,
+        slurm_lines=late_bind_lines,
+        policy={"idle_timeout_s": 300, "backoff_s": 120, "late_bind": True},
+    ) as e:
+        yield e
+
+
+def test_small_jobs_of_an_exclusive_partition_each_boot_a_node(exclusive_env: E2E) -> None:
+    """Three 1-GPU jobs in an EXCLUSIVE partition: each takes a node whole (squeue's ``shared`` "none").  Read as 1
+    GPU each, the plan packed the three onto one 8-GPU node, and the held pool booted a node each time a job had
+    taken the last one, 4 s apart here, a boot each on a cloud; read as whole nodes, three names boot at once."""
+    env = exclusive_env
+    env.start_daemon()
+    wait_for(lambda: all("DRAIN" in env.sinfo()[f"e2e-od-{i}"]["state_flags"] for i in range(3)), 30, "the hold", env)
+    out = env.root / "log"
+    echo = "srun sh -c 'echo $SLURMD_NODENAME; sleep 10'"
+    jobs = [env.sbatch("-p", "gpu", "-N1", "--gres=gpu:1", "-o", f"{out}/job-%j.out", "--wrap", echo) for _ in range(3)]
+    wait_for(lambda: _ok(env, "scontrol-power_up"), 10, "the daemon to boot for the jobs", env)
+    assert [c["names"] for c in _ok(env, "scontrol-power_up")] == [["e2e-od-0", "e2e-od-1", "e2e-od-2"]]
+    wait_for(lambda: not env.squeue_ids() & set(jobs), 90, "the three jobs to run and end", env)
+    assert sorted(env.ran_on(j) for j in jobs) == ["e2e-od-0", "e2e-od-1", "e2e-od-2"]
+    assert len(_ok(env, "scontrol-power_up")) == 1

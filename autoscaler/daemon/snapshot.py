@@ -223,14 +223,6 @@ def gangs_to_lease(
     return [j.job_id for j in due if j.gpus_per_node >= 1 and job_fit(j, pools, facts)[1]]
 
 
-def names_required(slurm_jobs: Sequence[SlurmJob]) -> frozenset[str]:
-    """The node names pending jobs require (`--nodelist`/`-w`, `SlurmJob.required_nodes`), of jobs slurmctld has
-    tried (its first pass may start them) and that can run (no dependency or hold): a held pool's powered-down names
-    among them are released for them, as slurmctld would have allocated them at submission without the hold."""
-    return frozenset(n for j in slurm_jobs if j.pending and j.required_nodes and j.tried and not j.blocked
-                     for n in j.required_nodes)  # fmt: skip
-
-
 def work_pools(
     pools: Sequence[Pool], facts: Mapping[str, PoolNodes], slurm_jobs: Sequence[SlurmJob]
 ) -> dict[str, frozenset[str]]:
@@ -376,8 +368,8 @@ def build_view(
     for j in slurm_jobs or ():
         if not j.pending or j.reason not in CAPACITY_REASONS or j.blocked or j.gpus_per_node < 1:
             continue
-        if j.required_nodes:  # it runs on the names it gives or not at all: no node the plan picks would serve it
-            continue  # (the hold releases those names when held: `names_required`)
+        if j.nodes_fixed:  # it runs on the names it gives, or its reservation's: no node the plan picks serves it
+            continue  # (the hold releases those names when held: `autoscaler.daemon.named_nodes`)
         parts = j.partition.split(",")
         allowed, fit = job_fit(j, pools, facts)
         if not fit:

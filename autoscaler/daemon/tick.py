@@ -79,6 +79,7 @@ from autoscaler.daemon.actuate import Actuator
 from autoscaler.daemon.config import LoopConfig
 from autoscaler.daemon.lock import LeaderLock
 from autoscaler.daemon.metrics import Metrics
+from autoscaler.daemon.named_nodes import fixed_node_releases
 from autoscaler.daemon.reconcile import Reconciliation, reconcile
 from autoscaler.daemon.settings_log import log_settings
 from autoscaler.daemon.snapshot import (
@@ -87,7 +88,6 @@ from autoscaler.daemon.snapshot import (
     build_view,
     gangs_to_lease,
     gated_gangs,
-    names_required,
     offering_from_dict,
     offering_to_dict,
     unavailable_from_rows,
@@ -110,6 +110,8 @@ HOLD_REASON = "gpu-fleet: held while reserved capacity may free up (reservation 
 LATE_BIND_REASON = "gpu-fleet: held for late binding (booted drained, undrained once registered)"
 #: the reason the boot of a held name gives `scontrol update state=power_up`: slurmctld 22.05 may show it on the
 #: node until it registers (measured: tests/e2e/test_late_binding.py, the sized pools), so it marks a held boot too
+#: the reason of an undrain of held names a pending job's nodes are fixed to (`autoscaler.daemon.named_nodes`)
+FIXED_NODES_RELEASE_REASON = "gpu-fleet: released for a job whose nodes are fixed"
 LATE_BIND_BOOT_REASON = "gpu-fleet: late binding boot (drained until it registers)"
 HELD_REASONS = frozenset({HOLD_REASON, LATE_BIND_REASON, LATE_BIND_BOOT_REASON})
 
@@ -262,6 +264,14 @@ class Daemon:
         except SlurmUnavailable as exc:
             logger.bind(error=str(exc)).warning("Slurm not answering: no scale-down this tick ({})", exc)
             return None, None
+        if any(j.pending and j.reservation for j in jobs):  # the nodes each may run on (`daemon.named_nodes`)
+            try:
+                reservations = self.slurm.reservations()
+            except SlurmUnavailable as exc:  # nothing released for them this tick; no unit is planned for them
+                logger.bind(error=str(exc)).warning("Slurm reservations not read: {}", exc)
+                reservations = {}
+            jobs = [dataclasses.replace(j, reservation_nodes=reservations.get(j.reservation, ())) if j.reservation
+                    else j for j in jobs]  # fmt: skip
         return nodes, jobs
 
     def _tick(self, now: float, res: TickResult, act: Actuator) -> None:
@@ -778,6 +788,7 @@ class Daemon:
         live = {n.name: n.state for n in nodes}
         cands: dict[str, list[str]] = defaultdict(list)
         outstanding: dict[str, int] = defaultdict(int)  # released, not allocated yet
+        outstanding_names: set[str] = set()
         booting: dict[str, int] = defaultdict(int)  # booted drained, no instance yet
         boots: dict[str, Pool] = {}  # booted drained, instance booting, no job -> its pool
         to_drain: list[str] = []
@@ -810,6 +821,7 @@ class Daemon:
                 to_drain.append(n.name)
             else:
                 outstanding[pool.name] += 1
+                outstanding_names.add(n.name)
         completing = [
             n.name
             for n in snodes.values()
@@ -823,13 +835,13 @@ class Daemon:
             # Slurm frees nodes at once, so the replay never meets this
             logger.bind(names=completing).debug("hold: reserved node(s) {} completing, no release", completing)
             cands.clear()
-        # a pending job that names its nodes (`-w`) gets the held powered-down ones it names, released as slurmctld
-        # would have allocated them at its submission without the hold; the plan has no unit for it
-        required = names_required(sjobs)
-        pinned = sorted(n for names in cands.values() for n in names if n in required)
-        if pinned and act.scontrol(pinned, "undrain", "gpu-fleet: released for a job that names it"):
+        # a pending job whose nodes are fixed (`-w`, `--reservation`) gets held powered-down ones of them, released
+        # as slurmctld would have allocated them at its submission without the hold; the plan has no unit for it
+        ordered = sorted((n for names in cands.values() for n in names), key=name_order)
+        pinned = fixed_node_releases(sjobs, ordered, outstanding_names)
+        if pinned and act.scontrol(pinned, "undrain", FIXED_NODES_RELEASE_REASON):
             self._released.update(dict.fromkeys(pinned, now))
-        cands = defaultdict(list, {p: [n for n in names if n not in required] for p, names in cands.items()})
+        cands = defaultdict(list, {p: [n for n in names if n not in pinned] for p, names in cands.items()})
         # only the constraints the stack's job_submit.lua set (right-sizing) are widened; a user's own constraint
         # already limits the plan to the pools it matches (`snapshot.job_pools`)
         constraints = {uid: right_sizing(j) for uid, j in units.items() if j.right_sized_by_lua}
@@ -891,12 +903,8 @@ class Daemon:
         pending = {
             ids[0]: j
             for j in sjobs
-            # not a gang that names its nodes (`-w`): an exclusion of one of them would keep it off it for good
-            if j.pending
-            and not j.blocked
-            and j.node_count > 1
-            and not j.required_nodes
-            and (ids := j.unit_ids(limit=1))
+            # not a gang whose nodes are fixed (`-w`, `--reservation`): excluding one of them could keep it off for good
+            if j.pending and not j.blocked and j.node_count > 1 and not j.nodes_fixed and (ids := j.unit_ids(limit=1))
         }
         if not pending:
             return
@@ -932,7 +940,7 @@ class Daemon:
             j = g.job
             names = (
                 ()
-                if j.excluded_nodes or j.required_nodes
+                if j.excluded_nodes or j.nodes_fixed
                 else sorted(gate_exclusion(j.node_count, j.gpus_per_node, g.pools, up, bootable))
             )
             reason = (

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from autoscaler.slurm.hostlist import compress
 from autoscaler.slurm.job_array import FULL_TASK_LIST_ENV
 from autoscaler.slurm.readers import SlurmJob, SlurmNode, parse_sinfo, parse_squeue
+from autoscaler.slurm.reservations import parse_rest_reservations, parse_scontrol_reservations
 
 # scontrol node states the daemon sets (``scontrol update nodename=... state=...``)
 NODE_UPDATE_STATES = frozenset({"drain", "resume", "power_down", "power_down_force", "power_up", "undrain"})
@@ -98,6 +99,8 @@ class SlurmClient(Protocol):
 
     def defer_jobs(self, job_ids: Sequence[int], until: int, admin_comment: str) -> None: ...
 
+    def reservations(self) -> dict[str, tuple[str, ...]]: ...
+
 
 Runner = Callable[..., subprocess.CompletedProcess]
 
@@ -148,6 +151,10 @@ class CliSlurm:
 
     def nodes(self) -> list[SlurmNode]:
         return parse_sinfo(self._json("sinfo", "--json"))
+
+    def reservations(self) -> dict[str, tuple[str, ...]]:
+        """Active advanced reservation name -> its nodes (``scontrol show reservation -o``: 22.05 has no JSON)."""
+        return parse_scontrol_reservations(self._run("scontrol", "show", "reservation", "-o"))
 
     def update_nodes(self, names: Sequence[str], state: str, reason: str | None = None) -> None:
         if state not in NODE_UPDATE_STATES:
@@ -280,6 +287,10 @@ class RestSlurm:
 
     def nodes(self) -> list[SlurmNode]:
         return parse_sinfo(self._call("GET", "nodes"))
+
+    def reservations(self) -> dict[str, tuple[str, ...]]:
+        """Active advanced reservation name -> its nodes (``GET reservations``)."""
+        return parse_rest_reservations(self._call("GET", "reservations"), time.time())
 
     def update_nodes(self, names: Sequence[str], state: str, reason: str | None = None) -> None:
         if state not in NODE_UPDATE_STATES:

@@ -105,6 +105,8 @@ class SlurmJob:
     admin_comment: str = ""
     excluded_nodes: tuple[str, ...] = ()  # its ExcNodeList (`--exclude`, or the daemon's: `core.gang_exclusion`)
     required_nodes: tuple[str, ...] = ()  # its ReqNodeList (`--nodelist`/`-w`): it runs on these names or not at all
+    reservation: str = ""  # the advanced reservation it was submitted to (`--reservation`): it runs on its nodes
+    reservation_nodes: tuple[str, ...] = ()  # ... which are these (the daemon's read, `autoscaler.slurm.reservations`)
     exclusive: bool = False  # it shares its nodes with no other job (`--exclusive`, or an OverSubscribe=EXCLUSIVE
     # partition: slurmctld shows both as squeue's ``shared`` "none")
     cpus_per_node: int = 0  # what a node must have for it: CPUs (`job_size_per_node`; 0: not asked)
@@ -159,6 +161,12 @@ class SlurmJob:
             return (f"job/{self.job_id}",)
         n = self.tasks if limit is None else min(self.tasks, limit)
         return tuple(f"job/{self.array_job_id}_{t}" for t in self.array_tasks.ids(n))
+
+    @property
+    def nodes_fixed(self) -> bool:
+        """It runs only on nodes it names (`required_nodes`) or on its reservation's: no node the plan picks in a
+        pool serves it (`autoscaler.daemon.named_nodes`)."""
+        return bool(self.required_nodes or self.reservation)
 
     @property
     def constraint_expression(self) -> str:
@@ -289,6 +297,7 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         excluded_nodes=tuple(expand(str(raw.get("excluded_nodes") or ""))),
         required_nodes=tuple(expand(str(raw.get("required_nodes") or ""))),
         exclusive=_shares_with_none(raw.get("shared")),
+        reservation=str(raw.get("resv_name") or ""),
         cpus_per_node=cpus_per_node,
         memory_per_node_mib=memory_per_node,
         eligible_time=_number(raw.get("eligible_time")),

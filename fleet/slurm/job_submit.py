@@ -37,8 +37,9 @@ widens a pending job's constraint (`autoscaler.slurm.client`'s `update_job_featu
 (`a3-highgpu-1g&spot`, `spot_pinned`): the daemon boots each job a node of the capacity type the plan chose, and an
 unpinned spot-tolerant job would take the on-demand node booted for work that may not use spot.  The daemon widens
 the pin too when the plan serves the job with another capacity type.  Jobs that name features or
-several partitions are left alone here too, and so are jobs that name their nodes (``-w``: a constraint of another
-machine type than the named nodes' would keep them pending for good); there are no `reservation|` expressions.
+several partitions are left alone here too, and so are jobs whose nodes are fixed (``-w``, ``--reservation``: a
+constraint of another machine type than those nodes' would keep them pending for good); there are no `reservation|`
+expressions.
 """
 
 from __future__ import annotations
@@ -438,7 +439,8 @@ local function gate_gang(job_desc)
   end
   if (job_desc.begin_time ~= nil and job_desc.begin_time ~= 0)
     or (job_desc.admin_comment ~= nil and job_desc.admin_comment ~= "")
-    or (job_desc.req_nodes ~= nil and job_desc.req_nodes ~= "") then -- a gang that names its nodes gets those
+    or (job_desc.req_nodes ~= nil and job_desc.req_nodes ~= "")
+    or (job_desc.reservation ~= nil and job_desc.reservation ~= "") then -- its nodes are fixed: it gets those
     return
   end
   job_desc.begin_time = os.time() + gang_gate_s
@@ -545,7 +547,7 @@ def render_job_submit(
         gate_def=gate_def,
         gate_call=gate_call,
         mark=mark,
-        # a job that names its nodes (-w) runs on them or not at all: a constraint of another machine type would
-        # keep it pending for good; the prefer output stays as clusters run it (a --prefer never blocks a job)
-        named=" or job_desc.req_nodes ~= nil" if constrain else "",
+        # a job whose nodes are fixed (-w, --reservation) runs on them or not at all: a constraint of another machine
+        # type would keep it pending for good; the prefer output stays as clusters run it (a --prefer never blocks)
+        named=" or job_desc.req_nodes ~= nil or job_desc.reservation ~= nil" if constrain else "",
     )

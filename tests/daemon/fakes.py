@@ -39,6 +39,8 @@ class FakeSlurm:
     exclusion_updates: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)  # `update_job_excluded_nodes`
     gate_releases: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)  # `start_job_now` calls
     deferrals: list[tuple[tuple[int, ...], int, str]] = field(default_factory=list)  # `defer_jobs` calls
+    reservations_: dict[str, tuple[str, ...]] = field(default_factory=dict)  # active advanced reservations' nodes
+    reservation_reads: int = 0
 
     def add_cloud_nodes(
         self,
@@ -77,6 +79,12 @@ class FakeSlurm:
         if self.down:
             raise SlurmUnavailable("slurm_load_jobs error: Unable to contact slurm controller")
         return list(self.jobs_)
+
+    def reservations(self) -> dict[str, tuple[str, ...]]:
+        if self.down:
+            raise SlurmUnavailable("slurm_load_reservations: Unable to contact slurm controller")
+        self.reservation_reads += 1
+        return dict(self.reservations_)
 
     def update_nodes(self, names: Sequence[str], state: str, reason: str | None = None) -> None:
         if self.down:

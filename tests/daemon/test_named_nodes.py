@@ -14,13 +14,13 @@ from dataclasses import replace
 import pytest
 
 from autoscaler.cloud import CloudNode, CloudNodeStatus
-from autoscaler.daemon.tick import Daemon
+from autoscaler.daemon.tick import FIXED_NODES_RELEASE_REASON, Daemon
 from fleet.catalog import CapacityType
 from tests.daemon.conftest import ZONE_A, Clock
 from tests.daemon.fakes import FakeCloud, FakeSlurm, offering
 from tests.daemon.test_late_binding import _commands, _gang, _job, held_daemon
 
-RELEASED = "gpu-fleet: released for a job that names it"
+RELEASED = FIXED_NODES_RELEASE_REASON
 
 
 @pytest.fixture
@@ -77,3 +77,35 @@ def test_a_gang_that_names_an_up_node_is_not_kept_off_it(
     assert slurm.exclusion_updates == []
     assert [c["names"] for c in _commands(res, "scontrol-undrain") if c["reason"] == RELEASED] == [["c1-od2g-1"]]
     assert _commands(res, "scontrol-power_up") == []
+
+
+def test_a_job_of_a_reservation_gets_as_many_of_its_held_names_as_it_needs(
+    fleet: Daemon, slurm: FakeSlurm, clock: Clock
+) -> None:
+    """``--reservation=team`` over c1-od1g-[1-2], a 1-node job: one of the reservation's names is released (not the
+    pool's lowest, c1-od1g-0, which the job may not use), once; the reservation is read only while such a job pends."""
+    fleet.tick()
+    assert slurm.reservation_reads == 0
+    slurm.reservations_ = {"team": ("c1-od1g-1", "c1-od1g-2")}
+    slurm.jobs_ = [replace(_job(7), reason="Resources", reservation="team")]
+    clock.advance(1)
+    res = fleet.tick()
+    assert [(c["names"], c["reason"]) for c in _commands(res, "scontrol-undrain")] == [(["c1-od1g-1"], RELEASED)]
+    assert _commands(res, "scontrol-power_up") == [] and res.pending_units == 0
+    clock.advance(1)  # slurmctld has not allocated it yet: released already, not released twice
+    assert _commands(fleet.tick(), "scontrol-undrain") == [] and slurm.reservation_reads == 2
+
+
+def test_which_held_names_are_released_for_jobs_whose_nodes_are_fixed() -> None:
+    from autoscaler.daemon.named_nodes import fixed_node_releases
+
+    held = ["a-0", "a-1", "a-2", "a-3", "b-0"]
+    named = replace(_job(1), required_nodes=("a-3", "b-0", "x-9"))
+    team = replace(_job(2), reservation="team", reservation_nodes=("a-1", "a-2", "a-3"), node_count=2)
+    untried = replace(_job(3, reason="None"), required_nodes=("a-0",))
+    blocked = replace(_job(4, reason="Dependency"), dependency="afterok:1(unfulfilled)", required_nodes=("a-0",))
+    unknown = replace(_job(5), reservation="gone")  # a reservation the read did not find: nothing to release
+    assert fixed_node_releases([named, team, untried, blocked, unknown], held) == ["a-1", "a-2", "a-3", "b-0"]
+    # a-1 released already, not allocated yet (undrained: no candidate any more): one more for the 2-node job
+    assert fixed_node_releases([team], [n for n in held if n != "a-1"], outstanding=["a-1"]) == ["a-2"]
+    assert fixed_node_releases([team], ["a-0", "a-2", "b-0"], outstanding=["a-1", "a-3"]) == []

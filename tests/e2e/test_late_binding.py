@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.daemon.tick import LATE_BIND_REASON
+from autoscaler.daemon.tick import FIXED_NODES_RELEASE_REASON, LATE_BIND_REASON
 from autoscaler.slurm.hostlist import expand
 from autoscaler.slurm.wake import submit_wake_path
 from fleet.catalog import CapacityType, load_catalog
@@ -530,22 +530,26 @@ def test_a_job_arrays_tasks_boot_together(gang_env: E2E) -> None:
     assert ran == {True} and len(_ok(env, "scontrol-power_up")) == 1
 
 
-def test_a_job_that_names_its_node_gets_that_node(gang_env: E2E) -> None:
-    """``sbatch -w e2e-od-2``: the job runs on e2e-od-2 or not at all.  The plan had a unit for it and booted the
-    lowest held name, e2e-od-0, which it cannot use: it stayed pending (ReqNodeNotAvail) for good.  Now the daemon
-    plans no node for it and releases the held name it names, as slurmctld would have allocated it at submission
-    without the hold; nothing else boots."""
+@pytest.mark.parametrize(("fixed", "node"), [(["-w", "e2e-od-2"], "e2e-od-2"), (["--reservation=team"], "e2e-od-1")])
+def test_a_job_whose_nodes_are_fixed_gets_one_of_them(gang_env: E2E, fixed: list[str], node: str) -> None:
+    """``sbatch -w e2e-od-2``, or ``--reservation=team`` of a reservation over e2e-od-[1-2]: the job runs there or
+    not at all.  The plan had a unit for it and booted the lowest held name, e2e-od-0, which it cannot use: it
+    stayed pending (ReqNodeNotAvail, Resources) for good.  Now the daemon plans no node for it and releases a held
+    name it may use, as slurmctld would have allocated it at submission without the hold; nothing else boots."""
     env = gang_env
+    if "--reservation=team" in fixed:
+        env.slurm.run("scontrol", "create", "reservation", "reservationname=team", "nodes=e2e-od-[1-2]",
+                      "users=root", "starttime=now", "duration=10", check=True)  # fmt: skip
     env.start_daemon()
     wait_for(lambda: all("DRAIN" in env.sinfo()[f"e2e-od-{i}"]["state_flags"] for i in range(3)), 30, "the hold", env)
     out = env.root / "log"
-    job = env.sbatch("-p", "gpu", "-N1", "--gres=gpu:8", "-w", "e2e-od-2", "-o", f"{out}/job-%j.out", "--wrap",
+    job = env.sbatch("-p", "gpu", "-N1", "--gres=gpu:8", *fixed, "-o", f"{out}/job-%j.out", "--wrap",
                      "srun sh -c 'echo $SLURMD_NODENAME; sleep 2'")  # fmt: skip
-    wait_for(lambda: job not in env.squeue_ids(), 60, "the job to run on the node it names and end", env)
-    assert env.ran_on(job) == "e2e-od-2"
-    released = [c for c in _ok(env, "scontrol-undrain") if c["reason"] == "gpu-fleet: released for a job that names it"]
-    assert [c["names"] for c in released] == [["e2e-od-2"]]
-    assert _ok(env, "scontrol-power_up") == [] and [e.name for e in env.fake.events_of("create")] == ["e2e-od-2"]
+    wait_for(lambda: job not in env.squeue_ids(), 60, "the job to run on a node it may use and end", env)
+    assert env.ran_on(job) == node
+    released = [c for c in _ok(env, "scontrol-undrain") if c["reason"] == FIXED_NODES_RELEASE_REASON]
+    assert [c["names"] for c in released] == [[node]]
+    assert _ok(env, "scontrol-power_up") == [] and [e.name for e in env.fake.events_of("create")] == [node]
 
 
 @pytest.fixture

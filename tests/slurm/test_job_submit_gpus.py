@@ -179,10 +179,23 @@ def test_the_gang_gate_holds_exactly_the_jobs_the_daemon_reads_as_gangs(
     assert job.gated == (job.node_count > 1), job
 
 
-def test_a_job_that_names_its_nodes_is_left_alone(constrain: SlurmHarness, gated: SlurmHarness) -> None:
-    """``-w g8-0 --gpus=1``: the right-sized constraint (a3-highgpu-1g) would keep it off the node it names for good;
-    the lua leaves it as submitted, and a gang that names its nodes is not gated (it gets those or none)."""
+def test_a_job_whose_nodes_are_fixed_is_left_alone(constrain: SlurmHarness, gated: SlurmHarness) -> None:
+    """``-w g8-0 --gpus=1``, and ``--reservation`` of a reservation over the 8-GPU nodes: the right-sized constraint
+    (a3-highgpu-1g) would keep them off their nodes for good (slurmctld refused the submission); the lua leaves them
+    as submitted, and a gang whose nodes are fixed is not gated (it gets those or none)."""
     own = _pending(constrain, "--gpus=1", "-w", "g8-0")
     assert own["features"] == "" and own["required_nodes"] == "g8-0" and not parse_job(own).right_sized_by_lua
-    gang = parse_job(_pending(gated, "-N", "2", "--gres=gpu:8", "-w", "g8-[0-1]"))
-    assert gang.required_nodes == ("g8-0", "g8-1") and not gang.gated
+    for h in (constrain, gated):
+        h.run("scontrol", "create", "reservation", "reservationname=team", "nodes=g8-[0-1]", "users=root",
+              "starttime=now", "duration=10", check=True)  # fmt: skip
+    try:
+        team = parse_job(_pending(constrain, "--gpus=1", "--reservation=team"))
+        assert team.features == () and team.reservation == "team" and not team.right_sized_by_lua
+        gangs = [parse_job(_pending(gated, "-N", "2", "--gres=gpu:8", *fixed))
+                 for fixed in (["-w", "g8-[0-1]"], ["--reservation=team"])]  # fmt: skip
+        assert [(g.required_nodes, g.reservation, g.gated) for g in gangs] == [
+            (("g8-0", "g8-1"), "", False), ((), "team", False)
+        ]  # fmt: skip
+    finally:
+        for h in (constrain, gated):
+            h.run("scontrol", "delete", "reservationname=team")

@@ -137,3 +137,25 @@ def test_a_pending_job_array_is_read_as_its_tasks(cluster) -> None:
     assert t.array_tasks.throttle == 2 and t.array_tasks.count == 10 and t.tasks == 2
     assert t.unit_ids() == (f"job/{throttled}_0", f"job/{throttled}_1")
     h.run("scancel", str(held), str(throttled), check=True)
+
+
+def test_an_advanced_reservation_and_its_jobs_are_read(cluster) -> None:
+    """``scontrol show reservation -o`` (22.05 has no JSON) read as reservation -> nodes, only active ones; a job
+    submitted to one shows it (`SlurmJob.reservation`)."""
+    h, _ = cluster
+    client = CliSlurm(env={"SLURM_CONF": str(h.conf_path)})
+    assert client.reservations() == {}  # "No reservations in the system"
+    h.run("scontrol", "create", "reservation", "reservationname=team", "nodes=t1-od-[2-3]", "users=root",
+          "starttime=now", "duration=10", check=True)  # fmt: skip
+    h.run("scontrol", "create", "reservation", "reservationname=later", "nodes=t1-od-1", "users=root",
+          "starttime=now+3600", "duration=10", check=True)  # fmt: skip
+    try:
+        assert client.reservations() == {"team": ("t1-od-2", "t1-od-3")}
+        job = int(h.run("sbatch", "--parsable", "-p", "gpu", "-H", "--reservation=team", "--gres=gpu:8", "--wrap",
+                        "true", check=True).stdout)  # fmt: skip
+        (seen,) = [j for j in client.jobs() if j.job_id == job]
+        assert seen.reservation == "team" and seen.nodes_fixed
+        h.run("scancel", str(job), check=True)
+    finally:
+        h.run("scontrol", "delete", "reservationname=team")
+        h.run("scontrol", "delete", "reservationname=later")

@@ -99,3 +99,18 @@ def test_rest_client_reads_a_blocked_gang_and_leases_it_through_scontrol(restd) 
     (after,) = [j for j in cli.jobs() if j.job_id == jid]
     assert after.blocked and after.eligible_time == until and after.admin_comment == lease_mark(until)
     subprocess.run(["scancel", str(jid), str(first)], env=h.env, check=False)
+
+
+def test_rest_client_reads_the_active_reservations_as_scontrol_does(restd) -> None:
+    h, url, token = restd
+    cli = CliSlurm(env={"SLURM_CONF": str(h.conf_path)})
+    rest = RestSlurm(url, token=token, user="root", cli=cli)
+    h.run("scontrol", "create", "reservation", "reservationname=team", "nodes=r1-od-[0-1]", "users=root",
+          "starttime=now", "duration=10", check=True)  # fmt: skip
+    h.run("scontrol", "create", "reservation", "reservationname=later", "nodes=r1-od-1", "users=root",
+          "starttime=now+3600", "duration=10", check=True)  # fmt: skip
+    try:
+        assert rest.reservations() == cli.reservations() == {"team": ("r1-od-0", "r1-od-1")}
+    finally:
+        h.run("scontrol", "delete", "reservationname=team")
+        h.run("scontrol", "delete", "reservationname=later")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -247,6 +247,7 @@ def queue_depth(
     *,
     standby_in_flight: Mapping[str, int] | None = None,
     preemption_room: Sequence[ReservedRoom] = (),
+    unusable: Collection[str] = (),
 ) -> Plan:
     """One `plan()` over the work the scheduler could not place plus the whole inventory: unserved reasons,
     pre-warm and standby scale-ups, and the idle scale-down (drains, deletes).  `standby_in_flight`: standby
@@ -256,7 +257,8 @@ def queue_depth(
     `batch_window_s` are planned, without a batch window (the others wait on: a reserved node may still free up
     for them, or Slurm may preempt spot-tolerant work for them).  With `Policy.preempt_spot`, jobs Slurm is
     placing on reserved nodes by preemption (`preemption_room`: the reserved nodes' room for such jobs,
-    `autoscaler.core.hold.preemption_places`) are not planned either."""
+    `autoscaler.core.hold.preemption_places`) are not planned either.  `unusable`: node names none of `pending` may
+    run on (Slurm advanced reservations: `autoscaler.daemon.named_nodes`), no capacity for them."""
     planner = planner or default_planner()
     from autoscaler.core.hold import held_pools, preemption_places
 
@@ -269,7 +271,9 @@ def queue_depth(
             pending = [u for u in pending if u.id not in by_preemption]
         policy = unbatched(policy)
     # None: this caller brings no standby nodes up (the Kubernetes paths), so the planner plans none
-    extra = {"standby_in_flight": dict(standby_in_flight)} if standby_in_flight is not None else {}
+    extra: dict[str, Any] = {"standby_in_flight": dict(standby_in_flight)} if standby_in_flight is not None else {}
+    if unusable:  # only then: a planner of the replay's never meets one
+        extra["unusable"] = frozenset(unusable)
     return planner(list(pending), inventory, list(offerings), policy, now, unavailable=tuple(memory), **extra)
 
 

@@ -97,6 +97,7 @@ class View:
     slurm_ok: bool = True
     unknown_power_rows: list[PowerRow] = field(default_factory=list)  # names of no managed pool
     preemption_room: tuple[ReservedRoom, ...] = ()  # reserved nodes' room for jobs that may not use spot
+    reserved: frozenset[str] = frozenset()  # names in an active advanced reservation: no capacity for the plan's units
 
 
 def _since(cloud: CloudNode | None, slurm: SlurmNode | None, state: NodeState, now: float) -> float:
@@ -289,6 +290,7 @@ def build_view(
     now: float,
     *,
     prices: Mapping[OfferingKey, float] | None = None,
+    reserved: frozenset[str] = frozenset(),
 ) -> View:
     index = NameIndex(pools)
     by_name = {p.name: p for p in pools}
@@ -329,7 +331,13 @@ def build_view(
             )
         )
     room = preemption_room(pools, snodes, slurm_jobs, index) if slurm_jobs is not None else ()
-    view = View(Inventory(tuple(pools), tuple(nodes)), index, slurm_ok=slurm_nodes is not None, preemption_room=room)
+    view = View(
+        Inventory(tuple(pools), tuple(nodes)),
+        index,
+        slurm_ok=slurm_nodes is not None,
+        preemption_room=room,
+        reserved=reserved,
+    )
 
     # Slurm's resume requests -> one unit per (pool, job); nodes with no job id form one unit per pool.
     # A name that is live (requested .. draining) needs nothing; one still being deleted waits for the delete.

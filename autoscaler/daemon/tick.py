@@ -257,26 +257,30 @@ class Daemon:
             self.metrics.tick_seconds.observe(res.duration_s)
         return res
 
-    def _read_slurm(self) -> tuple[dict[str, SlurmNode] | None, list[SlurmJob] | None]:
+    def _read_slurm(self) -> tuple[dict[str, SlurmNode] | None, list[SlurmJob] | None, frozenset[str]]:
+        """sinfo and squeue; and while the daemon holds pools, or a pending job names one, the active advanced
+        reservations (`autoscaler.daemon.named_nodes`): each such job's nodes, and every reserved name, which no
+        other job may use.  Returns (nodes, jobs, reserved names); (None, None, ...) when Slurm did not answer."""
         try:
             nodes = {n.name: n for n in self.slurm.nodes()}
             jobs = self.slurm.jobs()
         except SlurmUnavailable as exc:
             logger.bind(error=str(exc)).warning("Slurm not answering: no scale-down this tick ({})", exc)
-            return None, None
-        if any(j.pending and j.reservation for j in jobs):  # the nodes each may run on (`daemon.named_nodes`)
-            try:
-                reservations = self.slurm.reservations()
-            except SlurmUnavailable as exc:  # nothing released for them this tick; no unit is planned for them
-                logger.bind(error=str(exc)).warning("Slurm reservations not read: {}", exc)
-                reservations = {}
-            jobs = [dataclasses.replace(j, reservation_nodes=reservations.get(j.reservation, ())) if j.reservation
-                    else j for j in jobs]  # fmt: skip
-        return nodes, jobs
+            return None, None, frozenset()
+        if not (held_pools(self.pools, self.policy) or any(j.pending and j.reservation for j in jobs)):
+            return nodes, jobs, frozenset()
+        try:
+            reservations = self.slurm.reservations()
+        except SlurmUnavailable as exc:  # this tick releases nothing for reservation jobs and plans no unit for them
+            logger.bind(error=str(exc)).warning("Slurm reservations not read: {}", exc)
+            reservations = {}
+        jobs = [dataclasses.replace(j, reservation_nodes=reservations.get(j.reservation, ())) if j.reservation
+                else j for j in jobs]  # fmt: skip
+        return nodes, jobs, frozenset(n for names in reservations.values() for n in names)
 
     def _tick(self, now: float, res: TickResult, act: Actuator) -> None:
         ended = self.store.open_job_ends() if res.leader else []  # before Slurm: see autoscaler.daemon.job_end
-        snodes, sjobs = self._read_slurm()
+        snodes, sjobs, reserved = self._read_slurm()
         if res.leader and snodes is not None and held_pools(self.pools, self.policy):
             snodes = self._undrain_held_boots(snodes, act)
         res.slurm_ok = snodes is not None
@@ -324,7 +328,7 @@ class Daemon:
             requests = self.store.requests(OPEN_REQUEST_STATES) if actuate else requests
 
         prices = {o.key: o.hourly_usd for o in offerings}
-        view = build_view(self.pools, cloud, snodes, sjobs, requests, power, now, prices=prices)
+        view = build_view(self.pools, cloud, snodes, sjobs, requests, power, now, prices=prices, reserved=reserved)
         res.pending_units = len(view.pending)
         held = held_pools(self.pools, self.policy)
         self._untried = frozenset(u.id for u in view.pending if held and not u.evaluated)
@@ -362,6 +366,7 @@ class Daemon:
             self.planner,
             standby_in_flight=in_flight,
             preemption_room=view.preemption_room,
+            unusable=view.reserved,
         )
         res.unserved.extend(
             {"unit": u.unit, "reason": str(u.reason), "detail": u.detail}
@@ -841,7 +846,10 @@ class Daemon:
         pinned = fixed_node_releases(sjobs, ordered, outstanding_names)
         if pinned and act.scontrol(pinned, "undrain", FIXED_NODES_RELEASE_REASON):
             self._released.update(dict.fromkeys(pinned, now))
-        cands = defaultdict(list, {p: [n for n in names if n not in pinned] for p, names in cands.items()})
+        # names in an advanced reservation are its jobs' alone: never booted or released for the plan's units
+        cands = defaultdict(
+            list, {p: [n for n in names if n not in pinned and n not in view.reserved] for p, names in cands.items()}
+        )
         # only the constraints the stack's job_submit.lua set (right-sizing) are widened; a user's own constraint
         # already limits the plan to the pools it matches (`snapshot.job_pools`)
         constraints = {uid: right_sizing(j) for uid, j in units.items() if j.right_sized_by_lua}

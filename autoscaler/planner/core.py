@@ -78,6 +78,7 @@ def plan(
     unavailable: Iterable[UnavailableOffering] = (),
     hints: Mapping[str, Assignment | Sequence[str]] | None = None,
     standby_in_flight: Mapping[str, int] | None = None,
+    unusable: Iterable[str] = (),
 ) -> Plan:
     """Decide what to launch, where each pending unit runs, what to drain and delete, and why
     anything is left unserved.  `unavailable` is the caller's backoff memory; the plan returns the
@@ -86,7 +87,9 @@ def plan(
     re-planning while nodes boot does not reshuffle them and launch again.  `standby_in_flight`: standby
     nodes of each machine type on their way that `inventory` does not list yet (`standby.standby_units`); None
     (the default): the caller does not bring standby nodes up (the Kubernetes paths, for now), so none are
-    planned whatever `policy.standby_by_machine` says."""
+    planned whatever `policy.standby_by_machine` says.  `unusable`: existing nodes none of `demand` may run on (a
+    Slurm advanced reservation none of it is in): no capacity for it, left to the idle scale-down like any node
+    without work."""
     demand = real_demand(demand)
     standby = standby_units(policy, inventory, now, standby_in_flight) if standby_in_flight is not None else []
     units = priority_order(demand) + standby
@@ -110,7 +113,7 @@ def plan(
         policy=policy,
         inventory=inventory,
         headroom=compute_headroom(inventory, offerings, policy),
-        index=CapacityIndex.from_inventory(inventory, exclude=[*timed_out, *cordoned_names(cordons)]),
+        index=CapacityIndex.from_inventory(inventory, exclude=[*timed_out, *cordoned_names(cordons), *unusable]),
         book=offer_book(offerings, active, inventory.pools),
         names=NameAllocator(inventory),
         hints={uid: _hint_nodes(a) for uid, a in (hints or {}).items()},

@@ -18,7 +18,7 @@ from autoscaler.daemon.tick import FIXED_NODES_RELEASE_REASON, Daemon
 from fleet.catalog import CapacityType
 from tests.daemon.conftest import ZONE_A, Clock
 from tests.daemon.fakes import FakeCloud, FakeSlurm, offering
-from tests.daemon.test_late_binding import _commands, _gang, _job, held_daemon
+from tests.daemon.test_late_binding import POLICY, POOLS, _commands, _gang, _job, held_daemon
 
 RELEASED = FIXED_NODES_RELEASE_REASON
 
@@ -83,9 +83,8 @@ def test_a_job_of_a_reservation_gets_as_many_of_its_held_names_as_it_needs(
     fleet: Daemon, slurm: FakeSlurm, clock: Clock
 ) -> None:
     """``--reservation=team`` over c1-od1g-[1-2], a 1-node job: one of the reservation's names is released (not the
-    pool's lowest, c1-od1g-0, which the job may not use), once; the reservation is read only while such a job pends."""
+    pool's lowest, c1-od1g-0, which the job may not use), once."""
     fleet.tick()
-    assert slurm.reservation_reads == 0
     slurm.reservations_ = {"team": ("c1-od1g-1", "c1-od1g-2")}
     slurm.jobs_ = [replace(_job(7), reason="Resources", reservation="team")]
     clock.advance(1)
@@ -93,7 +92,7 @@ def test_a_job_of_a_reservation_gets_as_many_of_its_held_names_as_it_needs(
     assert [(c["names"], c["reason"]) for c in _commands(res, "scontrol-undrain")] == [(["c1-od1g-1"], RELEASED)]
     assert _commands(res, "scontrol-power_up") == [] and res.pending_units == 0
     clock.advance(1)  # slurmctld has not allocated it yet: released already, not released twice
-    assert _commands(fleet.tick(), "scontrol-undrain") == [] and slurm.reservation_reads == 2
+    assert _commands(fleet.tick(), "scontrol-undrain") == []
 
 
 def test_which_held_names_are_released_for_jobs_whose_nodes_are_fixed() -> None:
@@ -109,3 +108,36 @@ def test_which_held_names_are_released_for_jobs_whose_nodes_are_fixed() -> None:
     # a-1 released already, not allocated yet (undrained: no candidate any more): one more for the 2-node job
     assert fixed_node_releases([team], [n for n in held if n != "a-1"], outstanding=["a-1"]) == ["a-2"]
     assert fixed_node_releases([team], ["a-0", "a-2", "b-0"], outstanding=["a-1", "a-3"]) == []
+
+
+def test_names_in_a_reservation_are_no_capacity_for_other_jobs(
+    fleet: Daemon, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
+) -> None:
+    """A reservation over c1-od1g-[0-1], c1-od1g-0 up and idle in it, and a job of no reservation: slurmctld would
+    never start it there, so the plan does not count on c1-od1g-0, and the boot is c1-od1g-2 (the pool's lowest
+    held name outside the reservation, not c1-od1g-1)."""
+    slurm.reservations_ = {"team": ("c1-od1g-0", "c1-od1g-1")}
+    fleet.tick()
+    key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-1g")
+    cloud.nodes_["c1-od1g-0"] = CloudNode("c1-od1g-0", "od-1g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-1")
+    slurm.set("c1-od1g-0", "idle")
+    slurm.jobs_ = [_job(7)]
+    clock.advance(1)
+    res = fleet.tick()
+    assert [c["names"] for c in _commands(res, "scontrol-power_up")] == [["c1-od1g-2"]]
+    slurm.reservations_ = {}  # the reservation ended: the idle node is the job's capacity again, nothing more boots
+    clock.advance(1)
+    assert _commands(fleet.tick(), "scontrol-power_up") == []
+
+
+def test_reservations_are_read_only_under_a_hold_or_for_a_job_that_names_one(
+    make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
+) -> None:
+    slurm.add_cloud_nodes(["c1-od1g-0"], gpus=1)
+    unheld = make_daemon(pools=[replace(POOLS[0], max_nodes=1)], policy=replace(POLICY, late_bind=False))
+    unheld.tick()
+    assert slurm.reservation_reads == 0  # Slurm allocates every name itself: the reservations are its business
+    slurm.jobs_ = [replace(_job(7), reservation="team")]
+    clock.advance(1)
+    unheld.tick()
+    assert slurm.reservation_reads == 1

@@ -552,6 +552,21 @@ def test_a_job_whose_nodes_are_fixed_gets_one_of_them(gang_env: E2E, fixed: list
     assert _ok(env, "scontrol-power_up") == [] and [e.name for e in env.fake.events_of("create")] == [node]
 
 
+def test_a_job_outside_a_reservation_boots_a_name_outside_it(gang_env: E2E) -> None:
+    """A reservation over e2e-od-0 (a team's, or maintenance), and a job of no reservation: slurmctld never starts
+    it on e2e-od-0, so the daemon boots e2e-od-1 for it.  Before, it booted the lowest held name, e2e-od-0, and the
+    job stayed pending (Resources) while that node idled."""
+    env = gang_env
+    env.slurm.run("scontrol", "create", "reservation", "reservationname=team", "nodes=e2e-od-0", "users=root",
+                  "starttime=now", "duration=10", check=True)  # fmt: skip
+    env.start_daemon()
+    wait_for(lambda: all("DRAIN" in env.sinfo()[f"e2e-od-{i}"]["state_flags"] for i in range(3)), 30, "the hold", env)
+    job = env.gpu_job(2)
+    wait_for(lambda: job not in env.squeue_ids(), 60, "the job to run outside the reservation and end", env)
+    assert env.ran_on(job) == "e2e-od-1"
+    assert [c["names"] for c in _ok(env, "scontrol-power_up")] == [["e2e-od-1"]]
+
+
 @pytest.fixture
 def exclusive_env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
     """Late binding over three a3-highgpu-8g names in an OverSubscribe=EXCLUSIVE partition, as the stack renders a

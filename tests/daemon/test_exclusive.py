@@ -10,13 +10,11 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaler.cloud import CloudNode, CloudNodeStatus
 from autoscaler.daemon.tick import Daemon
 from autoscaler.slurm.readers import SlurmJob, parse_job
-from fleet.catalog import CapacityType
-from tests.daemon.conftest import ZONE_A, Clock
-from tests.daemon.fakes import FakeCloud, FakeSlurm, offering
-from tests.daemon.test_late_binding import POOLS, _commands, _job, held_daemon
+from tests.daemon.conftest import Clock
+from tests.daemon.fakes import FakeCloud, FakeSlurm
+from tests.daemon.test_late_binding import POOLS, _commands, _job, held_daemon, node_up
 
 
 @pytest.fixture
@@ -57,9 +55,7 @@ def test_a_node_slurm_shows_allocated_takes_no_other_job(
     """c1-od2g-0 runs a 1-GPU job, one GPU of two in use.  ALLOCATED (the job took it whole, or every CPU): a pending
     1-GPU job cannot go there, so a node boots for it; MIXED: it takes the free GPU."""
     fleet.tick()
-    key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-2g")
-    cloud.nodes_["c1-od2g-0"] = CloudNode("c1-od2g-0", "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-1")
-    slurm.set("c1-od2g-0", state, gpus_used=1)
+    node_up(cloud, slurm, clock, 2, 0, state, gpus_used=1)
     slurm.jobs_ = [_small(8, exclusive=False)]
     clock.advance(1)
     assert [c["names"] for c in _commands(fleet.tick(), "scontrol-power_up")] == boots

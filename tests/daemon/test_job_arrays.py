@@ -12,14 +12,12 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaler.cloud import CloudNode, CloudNodeStatus
 from autoscaler.daemon.tick import Daemon
 from autoscaler.slurm.job_array import ArrayTasks
 from autoscaler.slurm.readers import SlurmJob
-from fleet.catalog import CapacityType
-from tests.daemon.conftest import ZONE_A, Clock
-from tests.daemon.fakes import FakeCloud, FakeSlurm, offering
-from tests.daemon.test_late_binding import POOLS, _commands, _gang, _job, held_daemon
+from tests.daemon.conftest import Clock
+from tests.daemon.fakes import FakeCloud, FakeSlurm
+from tests.daemon.test_late_binding import POOLS, _commands, _gang, _job, held_daemon, node_up
 
 
 @pytest.fixture
@@ -84,9 +82,7 @@ def test_a_gang_arrays_exclusion_is_its_next_tasks(
     up node once (its ExcNodeList is every task's), and each task's gang boots whole."""
     fleet = held_daemon(make_daemon, slurm, cloud, [POOLS[0], replace(POOLS[1], max_nodes=7)])
     fleet.tick()
-    key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-2g")
-    cloud.nodes_["c1-od2g-0"] = CloudNode("c1-od2g-0", "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-1")
-    slurm.set("c1-od2g-0", "idle")
+    node_up(cloud, slurm, clock, 2, 0, "idle")
     slurm.jobs_ = [_array(_gang(9), range(0, 3))]
     clock.advance(1)
     res = fleet.tick()

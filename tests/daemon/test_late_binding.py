@@ -83,6 +83,17 @@ def held_daemon(
     return make_daemon(pools=pools, policy=POLICY)
 
 
+def node_up(
+    cloud: FakeCloud, slurm: FakeSlurm, clock: Clock, gpus: int, index: int, state: str = "idle", **kw: int
+) -> None:
+    """Name `index` of the `gpus`-GPU pool up a minute: its instance RUNNING, Slurm showing it `state`."""
+    pool = next(p for p in POOLS if p.gpus_per_node == gpus)
+    name = pool.node_name(index)
+    key = offering(ZONE_A, CapacityType.ON_DEMAND, pool.machine_type)
+    cloud.nodes_[name] = CloudNode(name, pool.name, key, CloudNodeStatus.RUNNING, clock() - 60, f"i-{name}")
+    slurm.set(name, state, **kw)
+
+
 @pytest.fixture
 def fleet(make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud) -> Daemon:
     return held_daemon(make_daemon, slurm, cloud)

@@ -13,12 +13,10 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaler.cloud import CloudNode, CloudNodeStatus
 from autoscaler.daemon.tick import FIXED_NODES_RELEASE_REASON, Daemon
-from fleet.catalog import CapacityType
-from tests.daemon.conftest import ZONE_A, Clock
-from tests.daemon.fakes import FakeCloud, FakeSlurm, offering
-from tests.daemon.test_late_binding import POLICY, POOLS, _commands, _gang, _job, held_daemon
+from tests.daemon.conftest import Clock
+from tests.daemon.fakes import FakeCloud, FakeSlurm
+from tests.daemon.test_late_binding import POLICY, POOLS, _commands, _gang, _job, held_daemon, node_up
 
 RELEASED = FIXED_NODES_RELEASE_REASON
 
@@ -29,9 +27,7 @@ def fleet(make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud
 
 
 def test_the_held_name_a_job_names_is_released_and_nothing_is_booted(
-    fleet: Daemon,
-    slurm: FakeSlurm,
-    clock: Clock,
+    fleet: Daemon, slurm: FakeSlurm, clock: Clock
 ) -> None:
     fleet.tick()  # the hold
     slurm.jobs_ = [replace(_job(7), reason="None", required_nodes=("c1-od1g-2",))]
@@ -46,15 +42,10 @@ def test_the_held_name_a_job_names_is_released_and_nothing_is_booted(
 
 
 def test_a_job_that_names_a_busy_node_waits_for_it_and_boots_nothing(
-    fleet: Daemon,
-    slurm: FakeSlurm,
-    cloud: FakeCloud,
-    clock: Clock,
+    fleet: Daemon, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
 ) -> None:
     fleet.tick()
-    key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-1g")
-    cloud.nodes_["c1-od1g-0"] = CloudNode("c1-od1g-0", "od-1g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-1")
-    slurm.set("c1-od1g-0", "allocated")
+    node_up(cloud, slurm, clock, 1, 0, "allocated")
     slurm.jobs_ = [replace(_job(7), required_nodes=("c1-od1g-0",))]
     clock.advance(1)
     res = fleet.tick()
@@ -62,15 +53,10 @@ def test_a_job_that_names_a_busy_node_waits_for_it_and_boots_nothing(
 
 
 def test_a_gang_that_names_an_up_node_is_not_kept_off_it(
-    fleet: Daemon,
-    slurm: FakeSlurm,
-    cloud: FakeCloud,
-    clock: Clock,
+    fleet: Daemon, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
 ) -> None:
     fleet.tick()
-    key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-2g")
-    cloud.nodes_["c1-od2g-0"] = CloudNode("c1-od2g-0", "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-1")
-    slurm.set("c1-od2g-0", "idle")
+    node_up(cloud, slurm, clock, 2, 0, "idle")
     slurm.jobs_ = [replace(_gang(9), required_nodes=("c1-od2g-0", "c1-od2g-1"))]
     clock.advance(1)
     res = fleet.tick()
@@ -118,9 +104,7 @@ def test_names_in_a_reservation_are_no_capacity_for_other_jobs(
     held name outside the reservation, not c1-od1g-1)."""
     slurm.reservations_ = {"team": ("c1-od1g-0", "c1-od1g-1")}
     fleet.tick()
-    key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-1g")
-    cloud.nodes_["c1-od1g-0"] = CloudNode("c1-od1g-0", "od-1g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-1")
-    slurm.set("c1-od1g-0", "idle")
+    node_up(cloud, slurm, clock, 1, 0, "idle")
     slurm.jobs_ = [_job(7)]
     clock.advance(1)
     res = fleet.tick()

@@ -36,16 +36,17 @@ SLOW_BOOT_S = 25  # the second node's VM registers this long after its create
 
 
 def _late_bind_env(
-    slurm_factory: Callable[..., SlurmHarness], nodes: int = 2, **kwargs: Any
+    slurm_factory: Callable[..., SlurmHarness], nodes: int = 2, *, partition: str = "gpu", **kwargs: Any
 ) -> AbstractContextManager[E2E]:
-    """`e2e_env` with one on-demand pool of `nodes` a3-highgpu-8g nodes (`gpu`) and what the stack renders under late
-    binding: the constraining lua with its submit wake-up, EpilogSlurmctld and SchedulerParameters."""
+    """`e2e_env` with one on-demand pool of `nodes` a3-highgpu-8g nodes (`gpu`; `partition`: its PartitionName
+    line's words) and what the stack renders under late binding: the constraining lua with its submit wake-up,
+    EpilogSlurmctld and SchedulerParameters."""
     return e2e_env(
         slurm_factory,
         suspend_time=600,
         pools=[pool("od", "on-demand", "gpu", False, max_nodes=nodes)],
         nodesets=[Nodeset("e2e-od", nodes, features="a3-highgpu-8g")],
-        partitions={"gpu": ["e2e-od"]},
+        partitions={partition: ["e2e-od"]},
         job_submit_lua=late_bind_lua,
         slurm_lines=late_bind_lines,
         **kwargs,
@@ -571,16 +572,8 @@ def test_a_job_outside_a_reservation_boots_a_name_outside_it(gang_env: E2E) -> N
 def exclusive_env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
     """Late binding over three a3-highgpu-8g names in an OverSubscribe=EXCLUSIVE partition, as the stack renders a
     partition of whole-node fabric machines (`fleet.slurm.conf.whole_node`: A3/A4 8-GPU)."""
-    with e2e_env(
-        slurm_factory,
-        suspend_time=600,
-        pools=[pool("od", "on-demand", "gpu", False, max_nodes=3)],
-        nodesets=[Nodeset("e2e-od", 3, features="a3-highgpu-8g")],
-        partitions={"gpu OverSubscribe=EXCLUSIVE": ["e2e-od"]},
-        job_submit_lua=late_bind_lua,
-        slurm_lines=late_bind_lines,
-        policy={"idle_timeout_s": 300, "backoff_s": 120, "late_bind": True},
-    ) as e:
+    policy = {"idle_timeout_s": 300, "backoff_s": 120, "late_bind": True}
+    with _late_bind_env(slurm_factory, 3, partition="gpu OverSubscribe=EXCLUSIVE", policy=policy) as e:
         yield e
 
 

@@ -110,9 +110,9 @@ HOLD_REASON = "gpu-fleet: held while reserved capacity may free up (reservation 
 LATE_BIND_REASON = "gpu-fleet: held for late binding (booted drained, undrained once registered)"
 #: the reason the boot of a held name gives `scontrol update state=power_up`: slurmctld 22.05 may show it on the
 #: node until it registers (measured: tests/e2e/test_late_binding.py, the sized pools), so it marks a held boot too
+LATE_BIND_BOOT_REASON = "gpu-fleet: late binding boot (drained until it registers)"
 #: the reason of an undrain of held names a pending job's nodes are fixed to (`autoscaler.daemon.named_nodes`)
 FIXED_NODES_RELEASE_REASON = "gpu-fleet: released for a job whose nodes are fixed"
-LATE_BIND_BOOT_REASON = "gpu-fleet: late binding boot (drained until it registers)"
 HELD_REASONS = frozenset({HOLD_REASON, LATE_BIND_REASON, LATE_BIND_BOOT_REASON})
 
 

@@ -387,7 +387,7 @@ def build_view(
             gpus = min(p.gpus_per_node for p in fit)
             fit = [p for p in fit if p.gpus_per_node == gpus]
             allowed = frozenset(p.name for p in fit)
-        for uid in j.unit_ids(limit=array_unit_cap(j, fit, gpus)):
+        for uid in j.unit_ids(limit=array_unit_cap(j, fit, gpus) if j.array_tasks.ranges else None):
             view.pending_jobs[uid] = j
             view.pending.append(
                 WorkUnit(

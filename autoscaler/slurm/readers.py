@@ -295,7 +295,7 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         constraint=str(raw.get("features") or ""),
         admin_comment=str(raw.get("admin_comment") or ""),
         excluded_nodes=tuple(expand(str(raw.get("excluded_nodes") or ""))),
-        required_nodes=tuple(expand(str(raw.get("required_nodes") or ""))),
+        required_nodes=tuple(expand(str(required))) if (required := raw.get("required_nodes")) else (),
         exclusive=_shares_with_none(raw.get("shared")),
         reservation=str(raw.get("resv_name") or ""),
         cpus_per_node=cpus_per_node,

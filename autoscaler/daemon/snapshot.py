@@ -273,6 +273,12 @@ def preemption_room(
     return tuple(out)
 
 
+def users_exclusion(job: SlurmJob, own: Mapping[int, frozenset[str]]) -> frozenset[str]:
+    """The nodes a job's own ``--exclude`` keeps it off: its ExcNodeList unless it is the one this daemon set."""
+    excluded = frozenset(job.excluded_nodes)
+    return excluded if excluded and own.get(job.job_id) != excluded else frozenset()
+
+
 def array_unit_cap(job: SlurmJob, fit: Sequence[Pool], gpus_per_node: int) -> int:
     """The most work units a pending array's record becomes: as many of its tasks (of `gpus_per_node` each) as the
     pools it fits could run at once (an array may hold a million tasks; the plan could serve no more than these)."""
@@ -291,7 +297,12 @@ def build_view(
     *,
     prices: Mapping[OfferingKey, float] | None = None,
     reserved: frozenset[str] = frozenset(),
+    own_exclusions: Mapping[int, frozenset[str]] | None = None,
 ) -> View:
+    """The tick's view (see the module docstring).  `reserved`: names in an active advanced reservation;
+    `own_exclusions`: job id -> the ExcNodeList this daemon set on it (`core.gang_exclusion`), which is no node the
+    job may not run on (it is cleared when ready nodes alone hold the gang); any other exclusion a pending job shows
+    is its own ``--exclude``, names its units avoid (`WorkUnit.avoid`)."""
     index = NameIndex(pools)
     by_name = {p.name: p for p in pools}
     cloud_by_name = {c.name: c for c in cloud_nodes if c.status is not CloudNodeStatus.GONE}
@@ -403,6 +414,7 @@ def build_view(
                     time_limit_s=j.time_limit_s,
                     # reason None: slurmctld has not tried it yet (its first pass may start it, preempting included)
                     evaluated=j.tried,
+                    avoid=users_exclusion(j, own_exclusions or {}),
                 )
             )
     return view

@@ -328,7 +328,10 @@ class Daemon:
             requests = self.store.requests(OPEN_REQUEST_STATES) if actuate else requests
 
         prices = {o.key: o.hourly_usd for o in offerings}
-        view = build_view(self.pools, cloud, snodes, sjobs, requests, power, now, prices=prices, reserved=reserved)
+        own = self.store.gang_exclusions() if any(j.excluded_nodes for j in sjobs or ()) else {}
+        view = build_view(
+            self.pools, cloud, snodes, sjobs, requests, power, now, prices=prices, reserved=reserved, own_exclusions=own
+        )
         res.pending_units = len(view.pending)
         held = held_pools(self.pools, self.policy)
         self._untried = frozenset(u.id for u in view.pending if held and not u.evaluated)
@@ -846,9 +849,15 @@ class Daemon:
         pinned = fixed_node_releases(sjobs, ordered, outstanding_names)
         if pinned and act.scontrol(pinned, "undrain", FIXED_NODES_RELEASE_REASON):
             self._released.update(dict.fromkeys(pinned, now))
-        # names in an advanced reservation are its jobs' alone: never booted or released for the plan's units
+        # names in an advanced reservation are its jobs' alone: never booted or released for the plan's units; names
+        # a pending unit avoids (its own --exclude) go last, so that the names it gets are ones it may use
+        avoided = frozenset().union(*(u.avoid for u in view.pending))
         cands = defaultdict(
-            list, {p: [n for n in names if n not in pinned and n not in view.reserved] for p, names in cands.items()}
+            list,
+            {
+                p: sorted((n for n in names if n not in pinned and n not in view.reserved), key=lambda n: n in avoided)
+                for p, names in cands.items()
+            },
         )
         # only the constraints the stack's job_submit.lua set (right-sizing) are widened; a user's own constraint
         # already limits the plan to the pools it matches (`snapshot.job_pools`)

@@ -22,6 +22,8 @@ class WorkUnit:
     - `priority`: higher is served first; ties go to the older `submit_time`, then `id`.
     - `queue`: the Slurm partition / Kueue queue it was submitted to.
     - `time_limit_s`: requested run time where known (informative; not used for placement yet).
+    - `avoid`: node names it may not run on (a Slurm job's own ``--exclude``): the planner neither counts on them
+      nor gives a launch for it one of those names.
     - `evaluated`: the scheduler has tried to place it at least once.  False for a Slurm job whose pending reason
       is still `None` (slurmctld's first scheduling pass for it has not run): it may yet start on nodes Slurm
       finds by itself, preemption included, so a hold releases nothing for it (`autoscaler.core.hold`).
@@ -39,6 +41,7 @@ class WorkUnit:
     queue: str = "default"
     time_limit_s: float | None = None
     evaluated: bool = True
+    avoid: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -55,6 +58,8 @@ class WorkUnit:
             object.__setattr__(self, "machine_types", frozenset(self.machine_types))
         if self.pools is not None and not isinstance(self.pools, frozenset):
             object.__setattr__(self, "pools", frozenset(self.pools))
+        if not isinstance(self.avoid, frozenset):
+            object.__setattr__(self, "avoid", frozenset(self.avoid))
 
     @property
     def is_gang(self) -> bool:

@@ -80,6 +80,18 @@ class CapacityIndex:
             else:
                 del self._any[p]  # only pools with free capacity stay, so scans stay short
 
+    def hide(self, names: Iterable[str]) -> list[Slot]:
+        """Take the slots of `names` out of the index (a unit that may not run on them is placed meanwhile); give
+        them back with `restore`, unchanged."""
+        hidden = [s for n in names if (s := self._by_name.get(n)) is not None]
+        for s in hidden:
+            self._remove(s)
+        return hidden
+
+    def restore(self, slots: Iterable[Slot]) -> None:
+        for s in slots:
+            self._put(s)
+
     def take(self, slot: Slot, gpus: int) -> None:
         """Use `gpus` of the slot's free GPUs."""
         if not 0 < gpus <= slot.free:

@@ -61,7 +61,7 @@ def class_key(u: WorkUnit, policy: Policy, now: float) -> tuple:
     """The fields of `UnitClass.of(u, policy, now)` as a plain tuple (cheap to hash)."""
     spot = policy.spot_ok(u)
     flex = bool(policy.flex_start_queues) and policy.flex_start_allowed(u.queue, now - u.submit_time)
-    return (u.gpus_per_node, u.nodes, u.gpu_types, u.machine_types, spot, flex, u.queue, u.pools)
+    return (u.gpus_per_node, u.nodes, u.gpu_types, u.machine_types, spot, flex, u.queue, u.pools, u.avoid)
 
 
 def priority_order(demand: Iterable[WorkUnit]) -> list[WorkUnit]:

@@ -41,6 +41,7 @@ class UnitClass:
     flex: bool  # may wait for flex-start
     queue: str
     pools: frozenset[str] | None = None  # the pools its nodes may come from (None: any serving its queue)
+    avoid: frozenset[str] = frozenset()  # node names it may not run on (`WorkUnit.avoid`)
 
     @classmethod
     def of(cls, unit: WorkUnit, policy: Policy, now: float) -> UnitClass:
@@ -53,6 +54,7 @@ class UnitClass:
             policy.flex_start_allowed(unit.queue, now - unit.submit_time),
             unit.queue,
             unit.pools,
+            unit.avoid,
         )
 
     def accepts(self, gpu_type: str, machine_type: str, gpus: int) -> bool:

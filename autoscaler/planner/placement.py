@@ -30,20 +30,26 @@ class NameAllocator:
         self._used: dict[str, set[str]] = {}
         self._cursor: dict[str, int] = {}
 
-    def take(self, pool: Pool, count: int) -> list[str] | None:
+    def take(self, pool: Pool, count: int, avoid: frozenset[str] = frozenset()) -> list[str] | None:
+        """`count` free names, none of `avoid` (those stay free for other units)."""
         used = self._used.get(pool.name)
         if used is None:
             used = self._used[pool.name] = self._inv.used_names(pool.name)
         i = self._cursor.get(pool.name, 0)
         out: list[str] = []
+        skipped = False
         while len(out) < count and i < pool.max_nodes:
             name = pool.node_name(i)
             i += 1
             if name not in used:
-                out.append(name)
+                if name in avoid:
+                    skipped = True
+                else:
+                    out.append(name)
         if len(out) < count:
             return None  # leave the cursor: a smaller ask may still fit
-        self._cursor[pool.name] = i
+        if not skipped:  # names skipped for this unit stay below the cursor for the next
+            self._cursor[pool.name] = i
         used.update(out)
         return out
 
@@ -128,7 +134,10 @@ def place_on_hint(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
     slots = [st.index.get(n) for n in names]
     # a hinted name may have been reused by a node this plan launches (the old launch never happened)
     pools = cs.hint_pools or cs.pool_order
-    if any(s is None or s.rank == NEW or s.free < unit.gpus_per_node or s.pool not in pools for s in slots):
+    if any(
+        s is None or s.rank == NEW or s.free < unit.gpus_per_node or s.pool not in pools or s.name in unit.avoid
+        for s in slots
+    ):
         return False
     ok = [s for s in slots if s is not None]
     if len({(s.pool, s.zone) for s in ok}) != 1 or len(set(names)) != len(names):
@@ -145,11 +154,15 @@ def place_on_existing(unit: WorkUnit, cs: ClassState, st: PlanState) -> bool:
         return True
     if cs.miss or not cs.pools:
         return False
-    if unit.nodes == 1:
-        slot = st.index.best_fit(cs.pool_order, unit.gpus_per_node, cs.caps)
-        slots = [slot] if slot else None
-    else:
-        slots = st.index.gang_fit(cs.pool_order, unit.gpus_per_node, unit.nodes)
+    hidden = st.index.hide(unit.avoid) if unit.avoid else []  # nodes it may not run on: out of the search
+    try:
+        if unit.nodes == 1:
+            slot = st.index.best_fit(cs.pool_order, unit.gpus_per_node, cs.caps)
+            slots = [slot] if slot else None
+        else:
+            slots = st.index.gang_fit(cs.pool_order, unit.gpus_per_node, unit.nodes)
+    finally:
+        st.index.restore(hidden)
     if not slots:
         cs.miss = True
         return False
@@ -162,7 +175,7 @@ def _launch(unit: WorkUnit, cs: ClassState, st: PlanState, cands: CandidateStrea
     while (c := cands.peek()) is not None:
         o, pool = c.offering, c.pool
         why = st.headroom.blocker(pool.name, o.key, n, o.gpus_per_node, c.hourly_usd * n)
-        names = None if why else st.names.take(pool, n)
+        names = None if why else st.names.take(pool, n, unit.avoid)
         if why is None and names is None:
             why = UnservedReason.NAMES_EXHAUSTED
         if why is not None:

@@ -125,3 +125,27 @@ def test_reservations_are_read_only_under_a_hold_or_for_a_job_that_names_one(
     clock.advance(1)
     unheld.tick()
     assert slurm.reservation_reads == 1
+
+
+def test_a_jobs_own_exclude_is_avoided(fleet: Daemon, slurm: FakeSlurm, clock: Clock) -> None:
+    """``--exclude=c1-od1g-0``: the plan boots the next held name for the job, not the pool's lowest, which it could
+    never use."""
+    fleet.tick()
+    slurm.jobs_ = [replace(_job(7), excluded_nodes=("c1-od1g-0",))]
+    clock.advance(1)
+    assert [c["names"] for c in _commands(fleet.tick(), "scontrol-power_up")] == [["c1-od1g-1"]]
+
+
+@pytest.mark.parametrize(("own", "boots"), [(False, [["c1-od1g-0"]]), (True, [])])
+def test_an_idle_node_a_job_excludes_is_no_capacity_for_it_unless_the_daemon_set_it(
+    fleet: Daemon, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock, own: bool, boots: list[list[str]]
+) -> None:
+    """c1-od1g-2 up and idle, a job whose ExcNodeList names it: its own ``--exclude`` (a node boots for it), or one
+    this daemon set, recorded in its store (a gang's: `core.gang_exclusion`), which the plan may overrule."""
+    fleet.tick()
+    node_up(cloud, slurm, clock, 1, 2, "idle")
+    if own:
+        fleet.store.set_gang_exclusion(8, ["c1-od1g-2"], clock())
+    slurm.jobs_ = [replace(_job(8), excluded_nodes=("c1-od1g-2",))]
+    clock.advance(1)
+    assert [c["names"] for c in _commands(fleet.tick(), "scontrol-power_up")] == boots

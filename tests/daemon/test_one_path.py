@@ -260,6 +260,14 @@ def _pending(sim: SimSlurm) -> list[SlurmJob]:
     ]
 
 
+def _own_exclusions(store: StateStore, jobs: list[SlurmJob], at: float) -> None:
+    """The driver's ExcNodeLists in the daemon's store: its twin set them, so they are the daemon's own, not a
+    user's ``--exclude`` (which the plan would keep the job off: `WorkUnit.avoid`)."""
+    for j in jobs:
+        if j.excluded_nodes:
+            store.set_gang_exclusion(j.job_id, j.excluded_nodes, at)
+
+
 def _daemon_follows(tmp_path: Path, sc: Scenario, trace: list[TraceJob], policy) -> SnapshotFleet:  # type: ignore[no-untyped-def]
     """Replay `trace` on the simulated Slurm with `policy` fixed, then feed the daemon the same views and
     ResumeProgram calls at the same times: it must release the same held names and launch the same instances."""
@@ -281,6 +289,7 @@ def _daemon_follows(tmp_path: Path, sc: Scenario, trace: list[TraceJob], policy)
             slurm.nodes_, jobs, offers = dict(driver.views[t][0]), driver.views[t][1], driver.views[t][2]
             slurm.jobs_ = jobs
             cloud.offers = offers
+            _own_exclusions(store, jobs, t)
             _queue_resumes(store, resumes, t)
             res = daemon.tick()
             assert res.ok, res.error
@@ -518,6 +527,7 @@ def _late_bind_daemon(tmp_path: Path, sc: Scenario, driver: LateBindFleet, polic
                 if (o.key.zone, o.key.machine_type, o.key.capacity_type) == (w.zone, w.machine_type, w.capacity_type)
                 and w.start <= t < w.end
             }
+            _own_exclusions(store, slurm.jobs_, t)
             _queue_resumes(store, resumes, t)
             res = daemon.tick()
             assert res.ok, res.error

@@ -553,6 +553,20 @@ def test_a_job_whose_nodes_are_fixed_gets_one_of_them(gang_env: E2E, fixed: list
     assert _ok(env, "scontrol-power_up") == [] and [e.name for e in env.fake.events_of("create")] == [node]
 
 
+def test_a_job_that_excludes_a_node_gets_another_booted(gang_env: E2E) -> None:
+    """``sbatch -x e2e-od-0``: the daemon boots e2e-od-1 for it.  Before, it booted the lowest held name, e2e-od-0,
+    which the job may not use, and the job stayed pending (the plan counted the idle node as its capacity)."""
+    env = gang_env
+    env.start_daemon()
+    wait_for(lambda: all("DRAIN" in env.sinfo()[f"e2e-od-{i}"]["state_flags"] for i in range(3)), 30, "the hold", env)
+    out = env.root / "log"
+    job = env.sbatch("-p", "gpu", "-N1", "--gres=gpu:8", "-x", "e2e-od-0", "-o", f"{out}/job-%j.out", "--wrap",
+                     "srun sh -c 'echo $SLURMD_NODENAME; sleep 2'")  # fmt: skip
+    wait_for(lambda: job not in env.squeue_ids(), 60, "the job to run on a node it does not exclude and end", env)
+    assert env.ran_on(job) == "e2e-od-1"
+    assert [c["names"] for c in _ok(env, "scontrol-power_up")] == [["e2e-od-1"]]
+
+
 def test_a_job_outside_a_reservation_boots_a_name_outside_it(gang_env: E2E) -> None:
     """A reservation over e2e-od-0 (a team's, or maintenance), and a job of no reservation: slurmctld never starts
     it on e2e-od-0, so the daemon boots e2e-od-1 for it.  Before, it booted the lowest held name, e2e-od-0, and the

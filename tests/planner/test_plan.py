@@ -321,3 +321,17 @@ def test_per_pool_gpu_cap_and_fallback_to_another_pool() -> None:
     out = plan([unit("a", 4), unit("b", 4)], inv(pools), offs, Policy(pool_max_gpus={"h4-on-demand": 4}), 0)
     assert {s.pool: s.count for s in out.scale_ups} == {"h4-on-demand": 1, "h8-on-demand": 1}
     assert out.unserved == ()
+
+
+def test_a_unit_never_counts_on_nor_gets_a_node_it_avoids() -> None:
+    """`WorkUnit.avoid` (a Slurm job's own --exclude): the idle node it avoids is no capacity for it, and the node
+    launched for it is not that name; another unit still takes the avoided node, and a gang avoids it too."""
+    p = pool(8)
+    idle = node(p, 0)
+    out = plan([unit("u", 8, avoid={idle.name})], inv([p], [idle]), [offering(8)], Policy(), 10)
+    (su,) = out.scale_ups
+    assert su.names == (p.node_name(1),) and out.assignments["u"].nodes == (p.node_name(1),)
+    both = plan([unit("u", 8, avoid={idle.name}), unit("v", 8)], inv([p], [idle]), [offering(8)], Policy(), 10)
+    assert both.assignments["v"].nodes == (idle.name,) and both.assignments["u"].nodes == (p.node_name(1),)
+    gang = plan([unit("g", 8, nodes=2, avoid={p.node_name(1)})], inv([p], [idle]), [offering(8)], Policy(), 10)
+    assert p.node_name(1) not in gang.assignments["g"].nodes and len(set(gang.assignments["g"].nodes)) == 2

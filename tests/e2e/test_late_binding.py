@@ -546,7 +546,7 @@ def test_a_job_whose_nodes_are_fixed_gets_one_of_them(gang_env: E2E, fixed: list
     out = env.root / "log"
     job = env.sbatch("-p", "gpu", "-N1", "--gres=gpu:8", *fixed, "-o", f"{out}/job-%j.out", "--wrap",
                      "srun sh -c 'echo $SLURMD_NODENAME; sleep 2'")  # fmt: skip
-    wait_for(lambda: job not in env.squeue_ids(), 60, "the job to run on a node it may use and end", env)
+    wait_for(lambda: job not in env.squeue_ids(), 90, "the job to run on a node it may use and end", env)
     assert env.ran_on(job) == node
     released = [c for c in _ok(env, "scontrol-undrain") if c["reason"] == FIXED_NODES_RELEASE_REASON]
     assert [c["names"] for c in released] == [[node]]

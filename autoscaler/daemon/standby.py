@@ -10,7 +10,7 @@ powered up are the lowest-numbered powered-down free names of the pool (the ones
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from autoscaler.core import name_index
 from autoscaler.daemon.snapshot import NameIndex
@@ -47,20 +47,31 @@ def standby_in_flight(
 
 
 def floor_names(
-    pool: str, count: int, inventory: Inventory, snodes: Mapping[str, SlurmNode] | None, pools: Sequence[Pool]
+    pool: str,
+    count: int,
+    inventory: Inventory,
+    snodes: Mapping[str, SlurmNode] | None,
+    pools: Sequence[Pool],
+    reserved: Collection[str] = (),
 ) -> list[str]:
     """The names to power up for a plan's launch to a pool's floor (`ScaleUp.minimum`, `planner.minimum.pool_floor`)
     of `count` nodes: the plan counts the nodes the inventory lists, so names Slurm is already powering up for the
     pool (for a job or for an earlier tick's floor) come off first; then `standby_names`."""
     flying = sum(1 for p, _ in _unlisted_power_ups(pools, inventory, snodes) if p.name == pool)
-    return standby_names(pool, count - flying, inventory, snodes, pools)
+    return standby_names(pool, count - flying, inventory, snodes, pools, reserved)
 
 
 def standby_names(
-    pool: str, count: int, inventory: Inventory, snodes: Mapping[str, SlurmNode] | None, pools: Sequence[Pool]
+    pool: str,
+    count: int,
+    inventory: Inventory,
+    snodes: Mapping[str, SlurmNode] | None,
+    pools: Sequence[Pool],
+    reserved: Collection[str] = (),
 ) -> list[str]:
     """Up to `count` names of `pool` to power up: powered down, not powering up or down, no job, not drained or
-    down, not live; lowest index first.  None when Slurm did not answer (nothing is powered up blind)."""
+    down, not live, in no Slurm advanced reservation (`reserved`: only its jobs could use the node); lowest index
+    first.  None when Slurm did not answer (nothing is powered up blind)."""
     if not snodes or count <= 0:
         return []
     index, live = NameIndex(pools), _live(inventory)
@@ -70,6 +81,7 @@ def standby_names(
         if (p := index.pool_of(name)) is not None
         and p.name == pool
         and name not in live
+        and name not in reserved
         and n.powered_down
         and not (n.powering_up or n.powering_down or n.has_work or n.drain or n.state == "down")
     ]

@@ -257,17 +257,32 @@ class Daemon:
             self.metrics.tick_seconds.observe(res.duration_s)
         return res
 
+    @property
+    def _powers_up_by_name(self) -> bool:
+        """The daemon picks names to power up itself, where a name in a Slurm reservation would serve no other job:
+        a held pool's boots and releases, a pool's floor (`min_nodes`, a reservation pool's slots), standby nodes."""
+        p = self.policy
+        return bool(
+            held_pools(self.pools, p)
+            or p.standby_by_machine
+            or any(
+                pool.min_nodes or (p.launch_reserved_nodes and pool.capacity_type is CapacityType.RESERVATION)
+                for pool in self.pools
+            )
+        )
+
     def _read_slurm(self) -> tuple[dict[str, SlurmNode] | None, list[SlurmJob] | None, frozenset[str]]:
-        """sinfo and squeue; and while the daemon holds pools, or a pending job names one, the active advanced
-        reservations (`autoscaler.daemon.named_nodes`): each such job's nodes, and every reserved name, which no
-        other job may use.  Returns (nodes, jobs, reserved names); (None, None, ...) when Slurm did not answer."""
+        """sinfo and squeue; and where the daemon picks names to power up (`_powers_up_by_name`) or a pending job
+        names one, the active advanced reservations (`autoscaler.daemon.named_nodes`): each such job's nodes, and
+        every reserved name, which no other job may use.  Returns (nodes, jobs, reserved names); (None, None, ...)
+        when Slurm did not answer."""
         try:
             nodes = {n.name: n for n in self.slurm.nodes()}
             jobs = self.slurm.jobs()
         except SlurmUnavailable as exc:
             logger.bind(error=str(exc)).warning("Slurm not answering: no scale-down this tick ({})", exc)
             return None, None, frozenset()
-        if not (held_pools(self.pools, self.policy) or any(j.pending and j.reservation for j in jobs)):
+        if not (self._powers_up_by_name or any(j.pending and j.reservation for j in jobs)):
             return nodes, jobs, frozenset()
         try:
             reservations = self.slurm.reservations()
@@ -669,7 +684,7 @@ class Daemon:
             if su.minimum and su.pool not in held:
                 # the pool's floor: slurmctld powers the names up and calls the ResumeProgram with them, as for any
                 # resume with no job (held pools boot theirs below, `_hold`)
-                names = floor_names(su.pool, su.count, view.inventory, snodes, self.pools)
+                names = floor_names(su.pool, su.count, view.inventory, snodes, self.pools, view.reserved)
                 if names:
                     act.scontrol(names, "power_up", f"gpu-fleet {su.reason}")
                 continue
@@ -677,7 +692,7 @@ class Daemon:
             if standby and not late and not (self.loop.prewarm and su.pool not in held):
                 # the policy's standby nodes, powered up ahead of demand whatever loop.prewarm says (with pre-warm
                 # on, the pre-warm below powers up the whole scale-up, standby names included)
-                names = standby_names(su.pool, standby, view.inventory, snodes, self.pools)
+                names = standby_names(su.pool, standby, view.inventory, snodes, self.pools, view.reserved)
                 if names:
                     act.scontrol(names, "power_up", f"gpu-fleet standby: {su.reason}")
             if su.pool in held or standby == len(su.units):

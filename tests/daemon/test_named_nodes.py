@@ -114,13 +114,14 @@ def test_names_in_a_reservation_are_no_capacity_for_other_jobs(
     assert _commands(fleet.tick(), "scontrol-power_up") == []
 
 
-def test_reservations_are_read_only_under_a_hold_or_for_a_job_that_names_one(
+def test_reservations_are_read_only_where_the_daemon_picks_names_or_for_a_job_that_names_one(
     make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
 ) -> None:
     slurm.add_cloud_nodes(["c1-od1g-0"], gpus=1)
     unheld = make_daemon(pools=[replace(POOLS[0], max_nodes=1)], policy=replace(POLICY, late_bind=False))
     unheld.tick()
-    assert slurm.reservation_reads == 0  # Slurm allocates every name itself: the reservations are its business
+    # no hold, floor or standby: Slurm allocates every name itself, and the reservations are its business
+    assert slurm.reservation_reads == 0
     slurm.jobs_ = [replace(_job(7), reservation="team")]
     clock.advance(1)
     unheld.tick()

@@ -73,3 +73,15 @@ def test_a_floor_never_takes_the_slots_a_jobs_resumed_names_need(
     (launch,) = launches(res)
     assert launch["names"] == RESV[:3] and launch["offering"] == str(RESV_KEY)
     assert sorted(cloud.nodes_) == RESV[:3]
+
+
+def test_a_floor_skips_names_in_a_slurm_reservation(
+    make_daemon: Callable[..., Daemon], resv: FakeSlurm, cloud: FakeCloud
+) -> None:
+    """A Slurm advanced reservation over the first reserved name (a team's, or maintenance): only its jobs could run
+    there, so the floor powers up the next free names instead; Slurm's reservations are read for it, the pools
+    being unheld."""
+    resv.reservations_ = {"team": (RESV[0],)}
+    d = make_daemon(pools=[spot_pool(), resv_pool()], policy=POLICY)
+    ((names, _),) = power_ups(d.tick())
+    assert names == RESV[1:4] and resv.reservation_reads == 1

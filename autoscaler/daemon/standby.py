@@ -5,7 +5,7 @@ Standby nodes are brought up with `scontrol update nodename=... state=power_up`:
 ResumeProgram with the names, and the daemon launches them as it launches any resumed name (a resume with no job).
 Between the power-up and the instance being listed, a name is POWERING_UP in Slurm with no job and absent from the
 inventory: `standby_in_flight` counts those per machine type, so the next tick does not power up more.  A pool's
-floor (its `min_nodes`, a reservation's slots) is brought up the same way (`floor_names`).  The names
+floor (its `min_nodes`, a reservation's slots) is brought up the same way (`floor_count`).  The names
 powered up are the lowest-numbered powered-down free names of the pool (the ones slurmctld allocates first)."""
 
 from __future__ import annotations
@@ -46,19 +46,14 @@ def standby_in_flight(
     return out
 
 
-def floor_names(
-    pool: str,
-    count: int,
-    inventory: Inventory,
-    snodes: Mapping[str, SlurmNode] | None,
-    pools: Sequence[Pool],
-    reserved: Collection[str] = (),
-) -> list[str]:
-    """The names to power up for a plan's launch to a pool's floor (`ScaleUp.minimum`, `planner.minimum.pool_floor`)
-    of `count` nodes: the plan counts the nodes the inventory lists, so names Slurm is already powering up for the
-    pool (for a job or for an earlier tick's floor) come off first; then `standby_names`."""
-    flying = sum(1 for p, _ in _unlisted_power_ups(pools, inventory, snodes) if p.name == pool)
-    return standby_names(pool, count - flying, inventory, snodes, pools, reserved)
+def floor_count(
+    pool: str, count: int, inventory: Inventory, snodes: Mapping[str, SlurmNode] | None, pools: Sequence[Pool]
+) -> int:
+    """How many names to power up for a plan's launch to a pool's floor (`ScaleUp.minimum`,
+    `planner.minimum.pool_floor`) of `count` nodes: the plan counts the nodes the inventory lists, so names Slurm is
+    already powering up for the pool (for a job or for an earlier tick's floor) come off; `standby_names` picks
+    them."""
+    return count - sum(1 for p, _ in _unlisted_power_ups(pools, inventory, snodes) if p.name == pool)
 
 
 def standby_names(

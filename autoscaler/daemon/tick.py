@@ -92,7 +92,7 @@ from autoscaler.daemon.snapshot import (
     offering_to_dict,
     unavailable_from_rows,
 )
-from autoscaler.daemon.standby import floor_names, standby_in_flight, standby_names
+from autoscaler.daemon.standby import floor_count, standby_in_flight, standby_names
 from autoscaler.daemon.state import OPEN_REQUEST_STATES, JobEndRow, PowerRow, RequestRow, StateStore
 from autoscaler.daemon.unservable import UnservableJobs
 from autoscaler.model import NodeState, Plan, Policy, Pool, UnavailableOffering, record_failure
@@ -684,7 +684,8 @@ class Daemon:
             if su.minimum and su.pool not in held:
                 # the pool's floor: slurmctld powers the names up and calls the ResumeProgram with them, as for any
                 # resume with no job (held pools boot theirs below, `_hold`)
-                names = floor_names(su.pool, su.count, view.inventory, snodes, self.pools, view.reserved)
+                count = floor_count(su.pool, su.count, view.inventory, snodes, self.pools)
+                names = standby_names(su.pool, count, view.inventory, snodes, self.pools, view.reserved)
                 if names:
                     act.scontrol(names, "power_up", f"gpu-fleet {su.reason}")
                 continue

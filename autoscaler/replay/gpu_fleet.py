@@ -436,7 +436,7 @@ class GpuFleetPolicy:
                 n for uid, a in plan.assignments.items() if is_standby_unit(uid) for n in a.nodes if n in sim.idle
             }
             for su in plan.scale_ups:  # the daemon's `scontrol update state=power_up` of floor and standby names
-                if su.minimum and su.pool not in held:  # `floor_names`: less what Slurm is powering up unlisted
+                if su.minimum and su.pool not in held:  # `floor_count`: less what Slurm is powering up unlisted
                     self._powered.update(sim.power_up(su.pool, su.count - self._unlisted_power_ups(sim, su.pool)))
                 elif (k := standby_count(su)) and not late:  # late binding: booted held (`_release`)
                     self._powered.update(sim.power_up(su.pool, k))

@@ -37,7 +37,7 @@ def start_slurmrestd(h: SlurmHarness) -> str:
         "slurmrestd",
         ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "slurmrestd", "-s", "openapi/v0.0.38",
          "-a", "rest_auth/jwt", f"127.0.0.1:{port}"],
-        env={**h.env, "SLURM_JWT": "daemon"},
+        env={**h.env, "SLURM_JWT": "daemon", "SLURM_BITSTR_LEN": "0"},  # as the stack's wrapper exports it
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
 

@@ -398,23 +398,22 @@ def build_view(
             gpus = min(p.gpus_per_node for p in fit)
             fit = [p for p in fit if p.gpus_per_node == gpus]
             allowed = frozenset(p.name for p in fit)
+        unit = WorkUnit(  # the record's first unit; a pending array's tasks differ in their ids alone
+            id=f"job/{j.job_id}",
+            submit_time=j.submit_time or now,
+            gpus_per_node=gpus,
+            nodes=j.node_count,
+            gpu_types=frozenset({j.gpu_type}) if j.gpu_type and j.gpu_type.startswith("nvidia-") else None,
+            spot_ok=any(p.spot_tolerant for p in fit),
+            priority=min(j.priority, 2**31 - 1),
+            queue=parts[0],
+            pools=allowed,
+            time_limit_s=j.time_limit_s,
+            # reason None: slurmctld has not tried it yet (its first pass may start it, preempting included)
+            evaluated=j.tried,
+            avoid=users_exclusion(j, own_exclusions or {}),
+        )
         for uid in j.unit_ids(limit=array_unit_cap(j, fit, gpus) if j.array_tasks.ranges else None):
             view.pending_jobs[uid] = j
-            view.pending.append(
-                WorkUnit(
-                    id=uid,
-                    submit_time=j.submit_time or now,
-                    gpus_per_node=gpus,
-                    nodes=j.node_count,
-                    gpu_types=frozenset({j.gpu_type}) if j.gpu_type and j.gpu_type.startswith("nvidia-") else None,
-                    spot_ok=any(p.spot_tolerant for p in fit),
-                    priority=min(j.priority, 2**31 - 1),
-                    queue=parts[0],
-                    pools=allowed,
-                    time_limit_s=j.time_limit_s,
-                    # reason None: slurmctld has not tried it yet (its first pass may start it, preempting included)
-                    evaluated=j.tried,
-                    avoid=users_exclusion(j, own_exclusions or {}),
-                )
-            )
+            view.pending.append(unit if uid == unit.id else dataclasses.replace(unit, id=uid))
     return view

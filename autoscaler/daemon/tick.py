@@ -91,6 +91,7 @@ from autoscaler.daemon.snapshot import (
     offering_from_dict,
     offering_to_dict,
     unavailable_from_rows,
+    users_exclusion,
 )
 from autoscaler.daemon.standby import floor_count, standby_in_flight, standby_names
 from autoscaler.daemon.state import OPEN_REQUEST_STATES, JobEndRow, PowerRow, RequestRow, StateStore
@@ -941,7 +942,6 @@ class Daemon:
         }
         if not pending:
             return
-        unit_of = {j.job_id: uid for uid, j in pending.items()}
         room: dict[str, int] = {}
         for n in snodes.values():
             pool = index.pool_of(n.name)
@@ -950,9 +950,7 @@ class Daemon:
                 room[n.name] = n.gpus
         excluded = {uid: frozenset(j.excluded_nodes) for uid, j in pending.items()}
         # ours: what the store says this daemon set and Slurm still shows (a user may have changed it since)
-        ours = frozenset(
-            uid for job_id, names in records.items() if (uid := unit_of.get(job_id)) and excluded.get(uid) == names
-        )
+        ours = frozenset(uid for uid, j in pending.items() if j.excluded_nodes and not users_exclusion(j, records))
         gangs = {uid: j.gpus_per_node for uid, j in pending.items()}
         untried = frozenset(uid for uid, j in pending.items() if not j.tried)
         for uid, names in sorted(gang_exclusions(plan, room, gangs, excluded, ours, untried).items()):

@@ -104,6 +104,7 @@ def preemption_places(
     (the roomiest first).  slurmctld does this by itself; a release for such a unit would hand it (or the next job)
     an overflow node instead of the reservation."""
     left = {r.node: r.gpus for r in room}
+    size = {p.name: p.gpus_per_node for p in pools}
     placed: set[str] = set()
     for u in sorted(pending, key=lambda u: (-u.priority, u.submit_time, u.id)):
         if u.spot_ok or now - u.submit_time >= PREEMPT_GRACE_S:
@@ -112,14 +113,13 @@ def preemption_places(
         usable = {
             p.name for p in pools if cls.may_use_pool(p) and cls.accepts(p.gpu_type, p.machine_type, p.gpus_per_node)
         }
-        nodes = sorted(
-            (r.node for r in room if left[r.node] >= u.gpus_per_node and r.pool in usable),
-            key=lambda n: (-left[n], n),
-        )[: u.nodes]
+        # a unit that takes its nodes whole (`WorkUnit.whole_node`) needs every GPU of the node
+        need = {r.node: size[r.pool] if u.whole_node else u.gpus_per_node for r in room if r.pool in usable}
+        nodes = sorted((n for n, g in need.items() if left[n] >= g), key=lambda n: (-left[n], n))[: u.nodes]
         if len(nodes) < u.nodes:
             continue
         for n in nodes:
-            left[n] -= u.gpus_per_node
+            left[n] -= need[n]
         placed.add(u.id)
     return frozenset(placed)
 

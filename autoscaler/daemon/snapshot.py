@@ -279,10 +279,12 @@ def users_exclusion(job: SlurmJob, own: Mapping[int, frozenset[str]]) -> frozens
     return excluded if excluded and own.get(job.job_id) != excluded else frozenset()
 
 
-def array_unit_cap(job: SlurmJob, fit: Sequence[Pool], gpus_per_node: int) -> int:
-    """The most work units a pending array's record becomes: as many of its tasks (of `gpus_per_node` each) as the
-    pools it fits could run at once (an array may hold a million tasks; the plan could serve no more than these)."""
-    per_pool = (p.max_nodes * max(1, p.gpus_per_node // max(1, gpus_per_node)) for p in fit)
+def array_unit_cap(job: SlurmJob, fit: Sequence[Pool]) -> int:
+    """The most work units a pending array's record becomes: as many of its tasks as the pools it fits could run at
+    once, each task a node to itself if it takes its nodes whole (an array may hold a million tasks; the plan could
+    serve no more than these)."""
+    gpus = max(1, job.gpus_per_node)
+    per_pool = (p.max_nodes * (1 if job.exclusive else max(1, p.gpus_per_node // gpus)) for p in fit)
     return max(1, sum(per_pool) // max(1, job.node_count))
 
 
@@ -393,15 +395,12 @@ def build_view(
         allowed, fit = job_fit(j, pools, facts)
         if not fit:
             continue
-        gpus = j.gpus_per_node
-        if j.exclusive:  # it takes a node whole: the smallest shape that fits it, all of its GPUs
-            gpus = min(p.gpus_per_node for p in fit)
-            fit = [p for p in fit if p.gpus_per_node == gpus]
-            allowed = frozenset(p.name for p in fit)
+        if j.exclusive:  # it takes a node whole, of any shape that fits it: the planner picks which
+            allowed = frozenset(p.name for p in fit)  # (`autoscaler.planner.whole_node`)
         unit = WorkUnit(  # the record's first unit; a pending array's tasks differ in their ids alone
             id=f"job/{j.job_id}",
             submit_time=j.submit_time or now,
-            gpus_per_node=gpus,
+            gpus_per_node=j.gpus_per_node,
             nodes=j.node_count,
             gpu_types=frozenset({j.gpu_type}) if j.gpu_type and j.gpu_type.startswith("nvidia-") else None,
             spot_ok=any(p.spot_tolerant for p in fit),
@@ -412,8 +411,9 @@ def build_view(
             # reason None: slurmctld has not tried it yet (its first pass may start it, preempting included)
             evaluated=j.tried,
             avoid=users_exclusion(j, own_exclusions or {}),
+            whole_node=j.exclusive,
         )
-        for uid in j.unit_ids(limit=array_unit_cap(j, fit, gpus) if j.array_tasks.ranges else None):
+        for uid in j.unit_ids(limit=array_unit_cap(j, fit) if j.array_tasks.ranges else None):
             view.pending_jobs[uid] = j
             view.pending.append(unit if uid == unit.id else dataclasses.replace(unit, id=uid))
     return view

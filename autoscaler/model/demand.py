@@ -24,6 +24,11 @@ class WorkUnit:
     - `time_limit_s`: requested run time where known (informative; not used for placement yet).
     - `avoid`: node names it may not run on (a Slurm job's own ``--exclude``): the planner neither counts on them
       nor gives a launch for it one of those names.
+    - `whole_node`: it shares no node with other work (a Slurm job with ``--exclusive`` or in an
+      OverSubscribe=EXCLUSIVE partition), so it takes every GPU of the node it gets.  `gpus_per_node` is what it asks
+      and `pools` every pool it may run on, of any shape that holds it: the planner picks the shape
+      (`autoscaler.planner.whole_node`: reservation capacity first, then the smallest shape it can have now, a larger
+      one when the smaller is stocked out) and plans it as a unit of that shape's GPUs.
     - `evaluated`: the scheduler has tried to place it at least once.  False for a Slurm job whose pending reason
       is still `None` (slurmctld's first scheduling pass for it has not run): it may yet start on nodes Slurm
       finds by itself, preemption included, so a hold releases nothing for it (`autoscaler.core.hold`).
@@ -42,6 +47,7 @@ class WorkUnit:
     time_limit_s: float | None = None
     evaluated: bool = True
     avoid: frozenset[str] = frozenset()
+    whole_node: bool = False
 
     def __post_init__(self) -> None:
         if not self.id:

@@ -45,6 +45,7 @@ from autoscaler.planner.placement import (
 )
 from autoscaler.planner.scale_down import boot_timeouts, scale_down_idle
 from autoscaler.planner.standby import is_standby_unit, real_demand, standby_units
+from autoscaler.planner.whole_node import take_whole
 
 
 def batch_hold(demand: Sequence[WorkUnit], policy: Policy, now: float) -> bool:
@@ -122,6 +123,8 @@ def plan(
     )
     held = batch_hold(demand, policy, now)
     keep_min_nodes(st)
+    if any(u.whole_node for u in units):  # the shape each takes whole, now that reservations and backoffs are known
+        units = [take_whole(u, st) for u in units]
 
     keys = [class_key(u, policy, now) for u in units]
     sizes = Counter(keys)

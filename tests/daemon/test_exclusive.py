@@ -66,3 +66,30 @@ def test_squeue_shared_none_is_a_job_that_takes_its_nodes_whole(shared: object, 
     """22.05.8 shows ``shared`` "none" for ``--exclusive`` and for every job of an EXCLUSIVE partition, "user" for
     ``--exclusive=user``, None otherwise (bench probe in this round's note)."""
     assert parse_job({"job_id": 1, "job_state": "PENDING", "shared": shared}).exclusive is exclusive
+
+
+@pytest.mark.parametrize("marked", [True, False])
+def test_an_exclusive_job_falls_back_to_a_larger_shape_taken_whole_when_its_own_stocks_out(
+    make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud, clock: Clock, marked: bool
+) -> None:
+    """A 1-GPU `--exclusive` job whose 1-GPU shape stocks out everywhere: once the launch failed, the daemon boots a
+    2-GPU name for it (the job takes that node whole) and widens the lua's constraint, as for a job that shares its
+    node (tests/daemon/test_late_binding.py).  Before the thirty-fourth round the job was planned on the smallest
+    shape alone and waited for the stockout to end."""
+    fleet = held_daemon(make_daemon, slurm, cloud)
+    cloud.stocked_out = {o.key for o in cloud.offers if o.key.machine_type == "a3-highgpu-1g"}
+    fleet.tick()
+    job = _job(7) if marked else replace(_job(7, features=()), admin_comment="")
+    slurm.jobs_ = [replace(job, exclusive=True)]
+    clock.advance(1)
+    first = fleet.tick()
+    assert [c["names"] for c in _commands(first, "scontrol-power_up")] == [["c1-od1g-0"]]  # right-sized first
+    fleet.store.enqueue_power("resume", ["c1-od1g-0"], clock(), {})  # the launch is refused: backed off
+    commands = []
+    for _ in range(3):
+        clock.advance(1)
+        commands += fleet.tick().commands
+    boots = [n for c in commands if c["command"] == "scontrol-power_up" and c["outcome"] == "ok" for n in c["names"]]
+    assert boots == ["c1-od2g-0"]  # one 2-GPU node, whole: nothing else is planned on its spare GPU
+    widened = [(c["job_id"], c["features"]) for c in commands if c["command"] == "scontrol-features"]
+    assert widened == ([(7, "a3-highgpu-1g|a3-highgpu-2g")] if marked else [])

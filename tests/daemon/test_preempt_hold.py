@@ -224,6 +224,9 @@ def test_preemption_places_the_units_slurm_can_preempt_for_and_no_more() -> None
     assert places(unit("q", 8, queue="flexq")) == set()  # the reservation does not serve its partition
     assert places(unit("c", 8, pools=frozenset({"od"}))) == set()  # its own constraint excludes the reservation
     assert places(unit("t", 8, gpu_types=frozenset({"nvidia-b200"}))) == set()
+    # one that takes its node whole (`--exclusive`) needs a node all of whose 8 GPUs Slurm can free
+    assert places(unit("x", 1, whole_node=True), unit("y", 1, whole_node=True)) == {"x"}
+    assert places(unit("x", 1, whole_node=True, submit_time=now - 9), unit("b", 4)) == {"x", "b"}
 
 
 def test_a_held_pools_floor_is_booted_drained_and_undrained_once_registered(

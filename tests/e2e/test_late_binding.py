@@ -26,7 +26,7 @@ from autoscaler.slurm.wake import submit_wake_path
 from fleet.catalog import CapacityType, load_catalog
 from fleet.slurm.job_submit import render_job_submit
 from fleet.slurm.weights import pool_shapes, ranking_shapes
-from tests.e2e.env import E2E, REGION, e2e_env, late_bind_lines, late_bind_lua, pool, wait_for
+from tests.e2e.env import E2E, REGION, ZONES, e2e_env, late_bind_lines, late_bind_lua, pool, wait_for
 from tests.harness.cloud_nodes import Nodeset
 from tests.harness.slurm import SlurmHarness
 
@@ -406,6 +406,30 @@ def test_a_job_asking_more_cpus_than_its_gpus_shape_has_is_accepted_and_runs_on_
     booted = {n for c in _ok(env, "scontrol-power_up") for n in c["names"]}
     assert booted == {"e2e-h2-0"}, "\n".join(f"{t.at:.1f} {c}" for t in env.ticks for c in t.commands)
     assert not _ok(env, "scontrol-features")
+
+
+def test_an_exclusive_job_whose_shape_is_stocked_out_runs_on_a_larger_node_it_takes_whole(sized: E2E) -> None:
+    """A 1-GPU `--exclusive` job while a3-highgpu-1g is stocked out in both zones: the lua right-sizes it to the
+    1-GPU machine type, the daemon's 1-GPU launches fail, and once both zones are backed off it boots a 2-GPU name,
+    widens the job's constraint to it, and the job runs there (squeue's ``shared`` "none": no other job may use the
+    spare GPU).  Before the thirty-fourth round the daemon planned such a job on the smallest shape alone and it
+    pended until the stockout ended."""
+    env = sized
+    for zone in ZONES:
+        env.fake.stockout(zone, "a3-highgpu-1g")
+    env.start_daemon()
+    names = [f"e2e-h{g}-{i}" for g in (1, 2) for i in (0, 1)]
+    wait_for(lambda: all("DRAIN" in env.sinfo()[n]["state_flags"] for n in names), 30, "the pools to be held", env)
+    out = f"{env.root / 'log'}/job-%j.out"
+    job = env.sbatch("-p", "gpu", "--gpus=1", "--exclusive", "-o", out, "--wrap", "srun sh -c 'echo $SLURMD_NODENAME'")
+    assert _features(env, job) == "a3-highgpu-1g"
+    wait_for(lambda: env.job_state(job) in ("COMPLETED", "GONE"), 180, "the exclusive job to run and end", env)
+    assert env.ran_on(job).startswith("e2e-h2-")
+    booted = [n for c in _ok(env, "scontrol-power_up") for n in c["names"]]
+    assert booted[-1].startswith("e2e-h2-") and all(n.startswith("e2e-h1-") for n in booted[:-1]), booted
+    assert [(c["job_id"], c["features"]) for c in _ok(env, "scontrol-features")] == [
+        (job, "a3-highgpu-1g|a3-highgpu-2g")
+    ]
 
 
 @pytest.fixture

@@ -86,6 +86,8 @@ def gate_exclusion(
     pools: frozenset[str] | None,
     up: Iterable[UpNode],
     bootable: Mapping[str, int],
+    *,
+    whole: bool = False,
 ) -> frozenset[str]:
     """The `ExcNodeList` a gated gang of `nodes` x `gpus_per_node` is released with (empty: none).  None when nodes
     ready now with the room, in one of `pools` (None: any; a gang stays in one pool, `fleet.slurm.topology`), hold it
@@ -94,9 +96,12 @@ def gate_exclusion(
     could take a member (busy ones too: a job can end in the second before Slurm's pass), so that Slurm gives it
     powered-down names only and it boots whole; reserved nodes excepted (`UpNode.reserved`): a reserved node
     waiting for the others' boot bills nothing more, and excluding it would push the gang off the reservation
-    onto paid capacity (the reservation floor launches reserved names up front, so they seldom wait)."""
+    onto paid capacity (the reservation floor launches reserved names up front, so they seldom wait).  `whole`: the
+    gang takes its nodes whole (`--exclusive`): a ready node holds a member only with every GPU free."""
     mine = [n for n in up if pools is None or n.pool in pools]
-    ready = Counter(n.pool for n in mine if n.ready and n.free_gpus >= gpus_per_node)
+    ready = Counter(
+        n.pool for n in mine if n.ready and n.free_gpus >= gpus_per_node and (not whole or n.free_gpus >= n.gpus)
+    )
     if any(count >= nodes for count in ready.values()):
         return frozenset()
     if not any(count >= nodes for pool, count in bootable.items() if pools is None or pool in pools):

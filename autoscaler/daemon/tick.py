@@ -972,7 +972,7 @@ class Daemon:
             names = (
                 ()
                 if j.excluded_nodes or j.nodes_fixed
-                else sorted(gate_exclusion(j.node_count, j.gpus_per_node, g.pools, up, bootable))
+                else sorted(gate_exclusion(j.node_count, j.gpus_per_node, g.pools, up, bootable, whole=j.exclusive))
             )
             reason = (
                 "gpu-fleet: the gang boots whole (gate opened)"

@@ -161,6 +161,10 @@ def test_which_nodes_a_gated_gang_is_kept_off() -> None:
     assert gate_exclusion(2, 8, None, [reserved, idle[0]], {"a": 2}) == {"a-0"}
     # a node too small for a member is no candidate
     assert gate_exclusion(2, 8, None, [UpNode("s-0", "s", 4, 4, True)], bootable) == frozenset()
+    # a gang that takes its nodes whole (`--exclusive`): a ready node with a GPU in use holds no member of it
+    partly = [UpNode("a-0", "a", 8, 7, True), UpNode("a-1", "a", 8, 8, True)]
+    assert gate_exclusion(2, 1, None, partly, bootable) == frozenset()
+    assert gate_exclusion(2, 1, None, partly, bootable, whole=True) == {"a-0", "a-1"}
 
 
 def test_squeue_shows_the_gate_as_slurmctld_22_05_prints_it() -> None:

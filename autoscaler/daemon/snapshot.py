@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.cloud import CloudNode, CloudNodeStatus, OfferingKey
@@ -273,10 +273,11 @@ def preemption_room(
     return tuple(out)
 
 
-def users_exclusion(job: SlurmJob, own: Mapping[int, frozenset[str]]) -> frozenset[str]:
-    """The nodes a job's own ``--exclude`` keeps it off: its ExcNodeList unless it is the one this daemon set."""
+def users_exclusion(job: SlurmJob, own: Mapping[int, Collection[frozenset[str]]]) -> frozenset[str]:
+    """The nodes a job's own ``--exclude`` keeps it off: its ExcNodeList unless it is one this daemon set or was
+    setting (`StateStore.own_exclusions`)."""
     excluded = frozenset(job.excluded_nodes)
-    return excluded if excluded and own.get(job.job_id) != excluded else frozenset()
+    return excluded if excluded and excluded not in own.get(job.job_id, ()) else frozenset()
 
 
 def array_unit_cap(job: SlurmJob, fit: Sequence[Pool]) -> int:
@@ -299,10 +300,11 @@ def build_view(
     *,
     prices: Mapping[OfferingKey, float] | None = None,
     reserved: frozenset[str] = frozenset(),
-    own_exclusions: Mapping[int, frozenset[str]] | None = None,
+    own_exclusions: Mapping[int, Collection[frozenset[str]]] | None = None,
 ) -> View:
     """The tick's view (see the module docstring).  `reserved`: names in an active advanced reservation;
-    `own_exclusions`: job id -> the ExcNodeList this daemon set on it (`core.gang_exclusion`), which is no node the
+    `own_exclusions`: job id -> the ExcNodeLists this daemon set (or was setting) on it (`core.gang_exclusion`,
+    `StateStore.own_exclusions`), which are no node the
     job may not run on (it is cleared when ready nodes alone hold the gang); any other exclusion a pending job shows
     is its own ``--exclude``, names its units avoid (`WorkUnit.avoid`)."""
     index = NameIndex(pools)

@@ -150,6 +150,11 @@ MIGRATIONS += (
     """,
 )
 
+# gang_exclusions.intent: JSON list, the ExcNodeList the daemon is about to set (`intend_gang_exclusion`).  No SQL
+# comment on the line: SQLite appends an added column's text to the table's CREATE statement, where a trailing
+# comment would swallow the closing parenthesis.
+MIGRATIONS += ("ALTER TABLE gang_exclusions ADD COLUMN intent TEXT",)
+
 OPEN_REQUEST_STATES = ("intent", "launched")
 JOB_HISTORY_KEEP_S = 2 * 86_400.0
 JOB_HISTORY_PRUNE_EVERY_S = 3_600.0
@@ -675,32 +680,51 @@ class StateStore:
         self.conn.execute("DELETE FROM job_end_wakes WHERE done_at < ?", (now - keep_s,))
 
     # --- the ExcNodeList the daemon set on pending gangs (autoscaler.core.gang_exclusion) --------------------------
+    def intend_gang_exclusion(self, job_id: int, names: Sequence[str], now: float) -> None:
+        """Record, before the ``scontrol update``, the exclusion the daemon is about to set on `job_id` (write-ahead):
+        a daemon that stops between Slurm's answer and `set_gang_exclusion` still reads that ExcNodeList as its own
+        after the restart, not as a user's `--exclude` it may never change."""
+        self.conn.execute(
+            "INSERT INTO gang_exclusions(job_id, names, at, intent) VALUES (?, '[]', ?, ?)"
+            " ON CONFLICT(job_id) DO UPDATE SET intent = excluded.intent",
+            (job_id, now, json.dumps(sorted(names))),
+        )
+
     def set_gang_exclusion(self, job_id: int, names: Sequence[str], now: float) -> None:
-        """Record the exclusion the daemon set on `job_id` (none: it cleared it), so that after a restart it still
-        tells its own exclusions from a user's `--exclude`."""
+        """Record the exclusion the daemon set on `job_id` once Slurm took it (none: it cleared it), so that after a
+        restart it still tells its own exclusions from a user's `--exclude`."""
         if names:
             self.conn.execute(
-                "INSERT OR REPLACE INTO gang_exclusions(job_id, names, at) VALUES (?, ?, ?)",
+                "INSERT OR REPLACE INTO gang_exclusions(job_id, names, at, intent) VALUES (?, ?, ?, NULL)",
                 (job_id, json.dumps(sorted(names)), now),
             )
         else:
             self.conn.execute("DELETE FROM gang_exclusions WHERE job_id = ?", (job_id,))
 
     def gang_exclusions(self) -> dict[int, frozenset[str]]:
-        return {
-            r["job_id"]: frozenset(json.loads(r["names"]))
-            for r in self.conn.execute("SELECT job_id, names FROM gang_exclusions")
-        }
+        """Job id -> the exclusion the daemon set on it (Slurm took it)."""
+        rows = self.conn.execute("SELECT job_id, names FROM gang_exclusions")
+        return {r["job_id"]: frozenset(names) for r in rows if (names := json.loads(r["names"]))}
 
-    def forget_gang_exclusions(self, keep: Iterable[int]) -> dict[int, frozenset[str]]:
+    def own_exclusions(self) -> dict[int, frozenset[frozenset[str]]]:
+        """Job id -> every ExcNodeList that is the daemon's on it: the one Slurm took and the one it was about to set
+        (`intend_gang_exclusion`; a Slurm that shows either shows the daemon's, `snapshot.users_exclusion`)."""
+        out: dict[int, frozenset[frozenset[str]]] = {}
+        for r in self.conn.execute("SELECT job_id, names, intent FROM gang_exclusions"):
+            sets = {frozenset(json.loads(r["names"])), frozenset(json.loads(r["intent"] or "[]"))} - {frozenset()}
+            if sets:
+                out[r["job_id"]] = frozenset(sets)
+        return out
+
+    def forget_gang_exclusions(self, keep: Iterable[int]) -> dict[int, frozenset[frozenset[str]]]:
         """Drop the records of jobs not in `keep` (the jobs squeue still lists, in any state: Slurm keeps a job's
-        ExcNodeList when it requeues it); returns the records kept."""
+        ExcNodeList when it requeues it); returns the kept jobs' `own_exclusions`."""
         kept = set(keep)
-        records = self.gang_exclusions()
-        gone = [(j,) for j in records if j not in kept]
+        records = self.own_exclusions()
+        gone = [(j,) for (j,) in self.conn.execute("SELECT job_id FROM gang_exclusions") if j not in kept]
         if gone:
             self.conn.executemany("DELETE FROM gang_exclusions WHERE job_id = ?", gone)
-        return {j: names for j, names in records.items() if j in kept}
+        return {j: sets for j, sets in records.items() if j in kept}
 
     # --- orphans -------------------------------------------------------------------------------------------
     def orphan_seen(self, name: str, pool: str, now: float) -> float:

@@ -344,7 +344,7 @@ class Daemon:
             requests = self.store.requests(OPEN_REQUEST_STATES) if actuate else requests
 
         prices = {o.key: o.hourly_usd for o in offerings}
-        own = self.store.gang_exclusions() if any(j.excluded_nodes for j in sjobs or ()) else {}
+        own = self.store.own_exclusions() if any(j.excluded_nodes for j in sjobs or ()) else {}
         view = build_view(
             self.pools, cloud, snodes, sjobs, requests, power, now, prices=prices, reserved=reserved, own_exclusions=own
         )
@@ -927,7 +927,7 @@ class Daemon:
         Slurm gives a gang those nodes first and they wait for its boots)."""
         # records go once the job left the queue: Slurm keeps an ExcNodeList across a requeue
         if self.dry_run:
-            records = self.store.gang_exclusions()
+            records = self.store.own_exclusions()
         else:
             records = self.store.forget_gang_exclusions(j.job_id for j in sjobs)
         # not a gang that cannot run yet (a dependency, a hold): no plan places it, so it would be kept off every up
@@ -956,6 +956,8 @@ class Daemon:
         for uid, names in sorted(gang_exclusions(plan, room, gangs, excluded, ours, untried).items()):
             reason = "gpu-fleet: the gang boots whole" if names else "gpu-fleet: the gang goes on up nodes"
             job_id = pending[uid].job_id
+            if names and not self.dry_run:  # write-ahead: a stop after Slurm took it still reads it as ours
+                self.store.intend_gang_exclusion(job_id, sorted(names), self.clock())
             if act.exclude_job_nodes(job_id, sorted(names), reason) and not self.dry_run:
                 self.store.set_gang_exclusion(job_id, sorted(names), self.clock())
 
@@ -979,6 +981,8 @@ class Daemon:
                 if names
                 else "gpu-fleet: gate opened, nothing to keep it off"
             )
+            if names and not self.dry_run:  # write-ahead, as `_exclude_up_nodes`
+                self.store.intend_gang_exclusion(j.job_id, names, self.clock())
             if act.open_gang_gate(j.job_id, names, reason):
                 opened.update(j.unit_ids(limit=1))
                 if names and not self.dry_run:

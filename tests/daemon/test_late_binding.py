@@ -7,7 +7,7 @@ checked in test_one_path.py; the real slurmctld in tests/e2e/test_late_binding.p
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import pytest
@@ -712,3 +712,41 @@ def test_a_requeued_gang_keeps_the_exclusion_the_daemon_set_as_its_own(
     clock.advance(1)
     fleet.tick()
     assert fleet.store.gang_exclusions() == {}
+
+
+class _Stopped(BaseException):
+    """The daemon's process ending (a kill, a crash) in the middle of a tick."""
+
+
+def test_a_daemon_stopped_between_slurms_answer_and_its_record_still_owns_the_exclusion(
+    fleet: Daemon, make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
+) -> None:
+    """The daemon records an ExcNodeList it is about to set before the ``scontrol update`` (write-ahead).  Stopped
+    after Slurm took the exclusion and before the record of it, the restarted daemon read it as the user's
+    `--exclude` (thirty-third round's known limit): never changed again, and the gang kept off those nodes for
+    good.  Now the restarted daemon still follows the nodes that are up with it."""
+    fleet.tick()
+    key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-2g")
+    cloud.nodes_["c1-od2g-0"] = CloudNode("c1-od2g-0", "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-0")
+    slurm.set("c1-od2g-0", "idle")
+    slurm.jobs_ = [_gang(9)]
+    update = slurm.update_job_excluded_nodes
+
+    def update_then_stop(job_id: int, names: Sequence[str]) -> None:
+        update(job_id, names)  # slurmctld took it ...
+        raise _Stopped  # ... and the daemon is gone before it wrote anything more
+
+    slurm.update_job_excluded_nodes = update_then_stop  # type: ignore[method-assign]
+    clock.advance(1)
+    with pytest.raises(_Stopped):
+        fleet.tick()
+    assert slurm.jobs_[0].excluded_nodes == ("c1-od2g-0",)
+    slurm.update_job_excluded_nodes = update  # type: ignore[method-assign]
+    fleet.lock.release()
+    restarted = make_daemon(pools=POOLS, policy=POLICY)
+    cloud.nodes_["c1-od2g-1"] = CloudNode("c1-od2g-1", "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-1")
+    slurm.set("c1-od2g-1", "idle")  # a second warm node: the two hold the gang whole, so Slurm must be free to use them
+    clock.advance(1)
+    restarted.tick()
+    assert slurm.jobs_[0].excluded_nodes == ()  # cleared: the daemon's own exclusion, not a user's
+    assert restarted.store.gang_exclusions() == {}

@@ -18,6 +18,7 @@ from autoscaler.kube.api import KubeApi
 from autoscaler.kube.capi import CapiProvider
 from autoscaler.kube.lease import LeaseElector
 from autoscaler.kube.loop import KubeDaemon, KubePools
+from autoscaler.kube.pod_fit import estimated_room
 from autoscaler.model import Policy, Pool
 from fleet.inventory import InventoryPool, KubernetesSection, migs_from_urls
 from fleet.spec.kube import GPU_TAINT
@@ -68,6 +69,7 @@ def kube_pools(
         unseen_replicas=capi_provider.unseen_replicas if capi_provider else None,
         capi_pools=frozenset(p.name for p in capi),
         taints={p.name: [dict(t) for t in p.node_taints] for p in inventory},
+        rooms={p.name: estimated_room(p.vcpus, p.memory_gib, gke=p.platform == "gke") for p in inventory},
     )
 
 

@@ -62,6 +62,7 @@ from autoscaler.kube.leader_state import (
     memory_to_json,
 )
 from autoscaler.kube.lease import LeaseElector, micro_time
+from autoscaler.kube.pod_fit import NodeRoom
 from autoscaler.kube.runs import RunWatch
 from autoscaler.kube.source import (
     ARRIVED,
@@ -76,6 +77,7 @@ from autoscaler.kube.source import (
     inventory_nodes,
     is_daemonset_pod,
     node_facts,
+    pool_rooms,
     request_view,
     unschedulable_units,
 )
@@ -137,6 +139,8 @@ class KubePools:
     unseen_replicas: Callable[[str], tuple[int, OfferingKey]] | None = None
     capi_pools: frozenset[str] = frozenset()  # pools whose cloud nodes are Machines (names chosen by Cluster API)
     taints: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # pool -> taints every Node of it carries
+    #: pool -> what a node of it offers a pod before one is Ready (`autoscaler.kube.pod_fit.estimated_room`)
+    rooms: dict[str, NodeRoom] = field(default_factory=dict)
 
 
 class KubeDaemon:
@@ -173,6 +177,7 @@ class KubeDaemon:
         self.idle_since: dict[str, float] = {}
         self._unseen_since: dict[str, tuple[float, bool]] = {}  # CAPI pool -> (replicas without Machines since, warned)
         self._current: dict[str, dict[str, Any]] = {}  # request key -> the request as last read or written
+        self._rooms: dict[str, NodeRoom] = dict(pools.rooms)  # pool -> what a node offers a pod (`pool_rooms`)
         self._known_templates: dict[tuple[str, str], dict[str, Any]] = {}  # the requests' PodTemplates (`_templates`)
         self._launching: set[str] = set()  # new node names a request's launch covers, this tick (`_book`)
         self._live_before: set[str] = set()  # the cloud nodes the last tick listed (`_check_booking`)
@@ -292,6 +297,7 @@ class KubeDaemon:
         all_pods = self.api.pods()
         nodes = self.api.nodes()
         facts = node_facts(nodes, all_pods, self.kp.labels)
+        self._rooms = pool_rooms(self.kp.rooms, nodes, all_pods, self.kp.labels)
         self.taint_check.check(nodes, facts, now)
         cloud = [c for prov in self._providers() for c in prov.list_nodes([p.name for p in self.kp.pools])]
         facts = self._alias_machines(facts)
@@ -344,14 +350,15 @@ class KubeDaemon:
                 self._condition(v, "Accepted", "True", "Accepted", "gpu-fleet serves this request", now, res)
             if v.problem is not None:
                 self._condition(v, "Failed", "True", "InvalidRequest", v.problem, now, res)
-        units = [v.unit() for v in pending if v.problem is None]
+        # a node whose free CPUs or memory cannot hold one of a request's pods is no capacity for it (its GPUs may be)
+        units = [v.unit(_short_of(v, facts)) for v in pending if v.problem is None]
         # unschedulable pods of admitted workloads no request stands for: capacity, launched by the planner
         # (no request to book it on: the pods take what comes up, as with the Cluster Autoscaler)
         # Kueue names a workload's request <workload>-<check>-<attempt>: a live request stands for its workload
         names = [v.name for v in views if not v.failed and not v.provisioned]
         orphans = [
             u
-            for u in unschedulable_units(all_pods, (), self.kp.spot_taints, self.kp.labels)
+            for u in unschedulable_units(all_pods, (), self.kp.spot_taints, self.kp.labels, self._rooms)
             if not any(n.startswith(u.id.rsplit("/", 1)[1] + "-") for n in names)
         ]
         units = self._not_after_first_seen([*units, *orphans], now)
@@ -508,7 +515,10 @@ class KubeDaemon:
 
     def _views(self, templates: Mapping[tuple[str, str], Mapping[str, Any] | None]) -> list[RequestView]:
         """Every request as this tick read it and then wrote it (`_current`): no second list call."""
-        return [request_view(pr, templates, self.kp.spot_taints, self.kp.labels) for pr in self._current.values()]
+        return [
+            request_view(pr, templates, self.kp.spot_taints, self.kp.labels, self._rooms)
+            for pr in self._current.values()
+        ]
 
     def _not_after_first_seen(self, units: Sequence[WorkUnit], now: float) -> list[WorkUnit]:
         """Each unit as submitted no later than this leader first saw it.  A request's (or pod's) creation time is
@@ -782,6 +792,8 @@ class KubeDaemon:
             biggest = (
                 f"the largest pool that can run its pods holds {max(fits)} nodes" if fits else "no pool fits a pod"
             )
+            if v.unfit:
+                biggest += f" (a pod asks {v.needs}; {v.unfit})"
             self._condition(
                 v,
                 "Failed",
@@ -879,8 +891,17 @@ class KubeDaemon:
 
 
 def _holds_a_pod(p: Pool, v: RequestView) -> bool:
-    """Whether a node of pool `p` can run one of `v`'s pods: GPUs enough, and spot only for pods tolerating it."""
-    return p.gpus_per_node >= v.gpus_per_pod and (v.spot_ok or str(p.capacity_type) != "spot")
+    """Whether a node of pool `p` can run one of `v`'s pods: GPUs enough, CPUs and memory enough (`fit_pools`), and
+    spot only for pods tolerating it."""
+    fits = v.fit_pools is None or p.name in v.fit_pools
+    return fits and p.gpus_per_node >= v.gpus_per_pod and (v.spot_ok or str(p.capacity_type) != "spot")
+
+
+def _short_of(v: RequestView, facts: Mapping[str, NodeFacts]) -> frozenset[str]:
+    """The nodes whose free CPUs or memory cannot hold one of `v`'s pods."""
+    if not (v.needs.cpu_milli or v.needs.memory_bytes):
+        return frozenset()
+    return frozenset(name for name, f in facts.items() if not f.holds(v.needs))
 
 
 def room_for(f: NodeFacts, key: str) -> int:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from autoscaler.kube.pod_fit import NO_NEEDS, NodeRoom, PodNeeds, allocatable, largest, observed_room, pod_needs
 from autoscaler.model import Node, NodeState, Pool, WorkUnit
 
 GPU = "nvidia.com/gpu"
@@ -119,16 +120,36 @@ class RequestView:
     problem: str | None = None  # why it cannot be served as written (bad template ...): answered Failed
     provisioned_at: float | None = None  # lastTransitionTime of Provisioned=True
     arrived: bool = False  # its pods were all bound once (ARRIVED): the booking holds nothing any more
+    needs: PodNeeds = NO_NEEDS  # the CPUs and memory its largest pod asks (`autoscaler.kube.pod_fit`)
+    fit_pools: frozenset[str] | None = None  # the pools whose nodes hold those (None: every pool, or not known)
+    unfit: str = ""  # why the other pools' nodes do not ("h1: 30 CPUs (a node offers 25.7)"; "" when none)
 
-    def unit(self) -> WorkUnit:
+    def unit(self, avoid: frozenset[str] = frozenset()) -> WorkUnit:
+        """Its work unit; `avoid`: nodes whose free CPUs or memory cannot hold one of its pods."""
         return WorkUnit(
             id=self.key,
             submit_time=self.created,
             gpus_per_node=max(1, self.gpus_per_pod),
             nodes=max(1, self.pods),
-            pools=self.pools,
+            pools=both(self.pools, self.fit_pools),
             spot_ok=self.spot_ok,
+            avoid=avoid,
         )
+
+
+def both(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
+    """The pools two restrictions both allow (None: no restriction)."""
+    return b if a is None else a if b is None else a & b
+
+
+def fitting_pools(needs: PodNeeds, rooms: Mapping[str, NodeRoom] | None) -> tuple[frozenset[str] | None, str]:
+    """(The pools whose nodes hold a pod of `needs`, None when all do; why the others do not.)"""
+    if not rooms:
+        return None, ""
+    short = {p: r.shortfall(needs) for p, r in rooms.items() if not r.holds(needs)}
+    if not short:
+        return None, ""
+    return frozenset(p for p in rooms if p not in short), "; ".join(f"{p}: {why}" for p, why in sorted(short.items()))
 
 
 def _quantity(v: Any) -> int:
@@ -221,7 +242,9 @@ def request_view(
     templates: Mapping[tuple[str, str], Mapping[str, Any] | None],
     spot_taints: Sequence[Mapping[str, str]],
     pool_labels: Mapping[str, Mapping[str, str]],
+    rooms: Mapping[str, NodeRoom] | None = None,
 ) -> RequestView:
+    """`rooms`: pool -> what a node of it offers a pod (`pool_rooms`); None: GPUs alone decide."""
     md = pr["metadata"]
     ns = md.get("namespace", "default")
     spec = pr.get("spec") or {}
@@ -230,6 +253,7 @@ def request_view(
     spot = True
     pools: frozenset[str] | None = None
     problem = None
+    needs: list[PodNeeds] = []
     for ps in spec.get("podSets") or []:
         ref = (ps.get("podTemplateRef") or {}).get("name", "")
         tmpl = templates.get((ns, ref))
@@ -239,6 +263,7 @@ def request_view(
         pspec = ((tmpl.get("template") or {}).get("spec")) or {}
         pods += int(ps.get("count") or 0)
         g = pod_gpus(pspec)
+        needs.append(pod_needs(pspec))
         if g == 0:
             problem = problem or f"PodTemplate {ns}/{ref} asks for no {GPU}: no GPU pool is needed"
         gpus = max(gpus, g)
@@ -248,6 +273,8 @@ def request_view(
             pools = allowed if pools is None else pools & allowed
     params = spec.get("parameters") or {}
     valid = params.get("ValidUntilSeconds")
+    need = largest(needs)
+    fit, unfit = fitting_pools(need, rooms)
     return RequestView(
         key=pr_key(pr),
         namespace=ns,
@@ -268,6 +295,9 @@ def request_view(
         if is_true(pr, "Provisioned")
         else None,
         arrived=bool((md.get("annotations") or {}).get(ARRIVED)),
+        needs=need,
+        fit_pools=fit,
+        unfit=unfit,
     )
 
 
@@ -355,6 +385,14 @@ class NodeFacts:
     #: the GPUs its busy pods ask for, by the request they consume ("" for pods of none): `inventory_nodes` adds a
     #: booking's GPUs only until its pods are there
     gpus_by_request: dict[str, int] = field(default_factory=dict)
+    #: allocatable CPU millicores and memory bytes less what every pod on it that has not finished asks (None: the
+    #: Node reports no allocatable figure for it)
+    cpu_free_milli: int | None = None
+    memory_free_bytes: int | None = None
+
+    def holds(self, needs: PodNeeds) -> bool:
+        """Its free CPUs and memory hold a pod that asks `needs` (`autoscaler.kube.pod_fit`)."""
+        return NodeRoom(self.cpu_free_milli, self.memory_free_bytes, self.name).holds(needs)
 
     # the decision core's `SchedulerNode` (autoscaler.core.scale_down_steps): what scale-down may act on
     @property
@@ -373,7 +411,13 @@ class NodeFacts:
 def node_facts(
     nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], pool_labels: Mapping[str, Mapping[str, str]]
 ) -> dict[str, NodeFacts]:
+    pods = list(pods)
     busy = workload_pods(pods)
+    asks: dict[str, list[PodNeeds]] = {}  # node -> what each pod on it that has not finished asks
+    for p in pods:
+        node = (p.get("spec") or {}).get("nodeName")
+        if node and not finished(p):
+            asks.setdefault(node, []).append(pod_needs(p.get("spec") or {}))
     out: dict[str, NodeFacts] = {}
     for n in nodes:
         pool = node_pool(n, pool_labels)
@@ -381,6 +425,7 @@ def node_facts(
             continue
         md = n["metadata"]
         labels = md.get("labels") or {}
+        cpu, mem = allocatable(n)
         ready_since = max(
             (
                 ts(c.get("lastTransitionTime"))
@@ -402,7 +447,33 @@ def node_facts(
             labels=dict(labels),
             work_pools=_work_pools(busy.get(md["name"], []), pool_labels),
             gpus_by_request=_gpus_by_request(busy.get(md["name"], [])),
+            cpu_free_milli=None if cpu is None else cpu - sum(a.cpu_milli for a in asks.get(md["name"], ())),
+            memory_free_bytes=None if mem is None else mem - sum(a.memory_bytes for a in asks.get(md["name"], ())),
         )
+    return out
+
+
+def pool_rooms(
+    estimates: Mapping[str, NodeRoom],
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    pool_labels: Mapping[str, Mapping[str, str]],
+) -> dict[str, NodeRoom]:
+    """Pool -> what a node of it offers a new pod: its first Ready Node's allocatable less the DaemonSet and
+    static pods on it (`pod_fit.observed_room`), else `estimates` (the machine less the kubelet's reservations)."""
+    fixed: dict[str, list[Mapping[str, Any]]] = {}
+    for p in pods:
+        node = (p.get("spec") or {}).get("nodeName")
+        if node and (is_daemonset_pod(p) or is_mirror_pod(p)) and not finished(p):
+            fixed.setdefault(node, []).append(p)
+    out = dict(estimates)
+    seen: set[str] = set()
+    for n in sorted(nodes, key=lambda n: (n.get("metadata") or {}).get("name", "")):
+        pool = node_pool(n, pool_labels)
+        if pool is None or pool in seen or not node_ready(n) or allocatable(n) == (None, None):
+            continue
+        seen.add(pool)
+        out[pool] = observed_room(n, fixed.get(n["metadata"]["name"], ()))
     return out
 
 
@@ -502,11 +573,13 @@ def unschedulable_units(
     served: Iterable[str],
     spot_taints: Sequence[Mapping[str, str]],
     pool_labels: Mapping[str, Mapping[str, str]] | None = None,
+    rooms: Mapping[str, NodeRoom] | None = None,
 ) -> list[WorkUnit]:
     """Unschedulable GPU pods of admitted workloads that no ProvisioningRequest covers (a node of the workload
     died, a pod was evicted after its request was Provisioned): one gang unit per workload, its pods together.
     `served`: the workloads whose pending requests already stand for them.  `pool_labels`: pool -> its nodes'
-    labels; a unit whose pods select nodes (nodeSelector) goes only to the pools every pod's selector allows."""
+    labels; a unit whose pods select nodes (nodeSelector) goes only to the pools every pod's selector allows, and
+    (`rooms`: `pool_rooms`) whose nodes hold its pods' CPUs and memory."""
     served = set(served)
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for p in pods:
@@ -527,6 +600,8 @@ def unschedulable_units(
             allowed = pools_for(m.get("spec") or {}, pool_labels or {})
             if allowed is not None:
                 pools = allowed if pools is None else pools & allowed
+        fit, _ = fitting_pools(largest(pod_needs(m.get("spec") or {}) for m in members), rooms)
+        pools = both(pools, fit)
         out.append(
             WorkUnit(
                 id=f"pods/{ns}/{wl}",

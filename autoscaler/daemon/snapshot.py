@@ -203,6 +203,8 @@ def gated_gangs(
         ready = n.state in ("idle", "mixed") and not (n.powering_up or n.drain or n.not_responding)
         reserved = pool.capacity_type is CapacityType.RESERVATION
         gpus, free = n.gpus or pool.gpus_per_node, max(n.gpus - n.gpus_used, 0)
+        if n.real_memory_mib and n.alloc_memory_mib >= n.real_memory_mib:
+            free = 0  # its memory is all held (`--mem=0`): no job starts there, whatever GPUs are free
         up.append(UpNode(n.name, pool.name, gpus, free, ready, reserved))
     return gangs, up, bootable
 
@@ -388,6 +390,8 @@ def build_view(
 
     # Queue depth: PENDING jobs that more capacity could serve, in partitions some pool serves; a pending array's
     # record is one unit per task slurmctld may start now (`SlurmJob.unit_ids`)
+    # nodes with GPUs free and some CPUs or memory held: no place for a job their free CPUs or memory cannot hold
+    partly = [n for n in snodes.values() if n.gpus > n.gpus_used and (n.alloc_cpus or n.alloc_memory_mib)]
     for j in slurm_jobs or ():
         if not j.pending or j.reason not in CAPACITY_REASONS or j.blocked or j.gpus_per_node < 1:
             continue
@@ -412,7 +416,7 @@ def build_view(
             time_limit_s=j.time_limit_s,
             # reason None: slurmctld has not tried it yet (its first pass may start it, preempting included)
             evaluated=j.tried,
-            avoid=users_exclusion(j, own_exclusions or {}),
+            avoid=users_exclusion(j, own_exclusions or {}) | {n.name for n in partly if n.lacks_room_for(j)},
             whole_node=j.exclusive,
         )
         for uid in j.unit_ids(limit=array_unit_cap(j, fit) if j.array_tasks.ranges else None):

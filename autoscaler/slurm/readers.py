@@ -199,11 +199,21 @@ class SlurmNode:
     weight: int | None = None  # scheduling Weight (slurm.conf, or `scontrol update weight=`); None: not reported
     cpus: int = 0  # CPUs and RealMemory (MiB) as configured (0: not reported)
     real_memory_mib: int = 0
+    alloc_memory_mib: int = 0  # memory the jobs on it hold (SelectTypeParameters CR_*_Memory, as the stack renders)
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def cloud(self) -> bool:
         return "CLOUD" in self.flags
+
+    def lacks_room_for(self, job: SlurmJob) -> bool:
+        """Jobs on it hold so many of its CPUs or so much of its memory that `job` cannot start here, whatever GPUs
+        are free (a job with ``--mem=0`` holds all the memory of a node it takes one GPU of)."""
+        if not (self.alloc_cpus or self.alloc_memory_mib):
+            return False
+        cpus = bool(self.cpus) and self.cpus - self.alloc_cpus < max(1, job.cpus_per_node)
+        memory = bool(self.real_memory_mib) and self.real_memory_mib - self.alloc_memory_mib < job.memory_per_node_mib
+        return cpus or memory
 
     @property
     def powered_down(self) -> bool:
@@ -414,6 +424,7 @@ def parse_node(raw: Mapping[str, Any]) -> SlurmNode:
         weight=_weight(raw.get("weight")),
         cpus=int(_number(raw.get("cpus")) or 0),
         real_memory_mib=int(_number(raw.get("real_memory")) or 0),
+        alloc_memory_mib=int(_number(raw.get("alloc_memory")) or 0),
         extra={k: raw[k] for k in ("boot_time", "last_busy", "slurmd_start_time") if k in raw},
     )
 

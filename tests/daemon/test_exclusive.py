@@ -93,3 +93,26 @@ def test_an_exclusive_job_falls_back_to_a_larger_shape_taken_whole_when_its_own_
     assert boots == ["c1-od2g-0"]  # one 2-GPU node, whole: nothing else is planned on its spare GPU
     widened = [(c["job_id"], c["features"]) for c in commands if c["command"] == "scontrol-features"]
     assert widened == ([(7, "a3-highgpu-1g|a3-highgpu-2g")] if marked else [])
+
+
+@pytest.mark.parametrize(
+    ("held", "boots"),
+    [
+        ({"alloc_cpus": 2}, [["c1-od2g-1"]]),  # every CPU taken: the free GPU cannot start a job
+        ({"alloc_cpus": 1, "alloc_memory_mib": 1000}, [["c1-od2g-1"]]),  # `--mem=0`: all its memory
+        ({"alloc_cpus": 1, "alloc_memory_mib": 500}, []),  # room left: the job goes there
+    ],
+)
+def test_a_node_whose_cpus_or_memory_are_taken_is_no_place_for_a_job_whatever_gpus_are_free(
+    fleet: Daemon, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock, held: dict, boots: list[list[str]]
+) -> None:
+    """c1-od2g-0 (2 CPUs, 1000 MiB) runs a 1-GPU job; one GPU is free.  slurmctld (CR_Core_Memory, as the stack
+    renders it) starts no job there once that job holds every CPU or all the memory (`--mem=0`): measured on
+    22.05.8, a 1-GPU job with the partition's DefMemPerGPU went to another node.  Planned by its free GPU, the
+    pending job waited under the hold for the running one to end; now a name boots for it."""
+    fleet.tick()
+    node_up(cloud, slurm, clock, 2, 0, "mixed", gpus_used=1)
+    slurm.nodes_["c1-od2g-0"] = replace(slurm.nodes_["c1-od2g-0"], cpus=2, real_memory_mib=1000, **held)
+    slurm.jobs_ = [replace(_small(8, exclusive=False), memory_per_node_mib=500)]
+    clock.advance(1)
+    assert [c["names"] for c in _commands(fleet.tick(), "scontrol-power_up")] == boots

@@ -330,3 +330,19 @@ def test_one_lease_command_for_every_gang_due() -> None:
         with pytest.raises(ValueError, match=field):
             cli.defer_jobs(*args)  # type: ignore[arg-type]
     assert len(calls) == 1
+
+
+def test_a_node_whose_memory_is_all_held_is_no_ready_room_for_a_gang() -> None:
+    """A MIXED node with free GPUs whose memory a ``--mem=0`` job holds: slurmctld starts no member there, so the gate
+    does not count it as ready room (it would release the gang with no exclusion, to wait on boots)."""
+    from autoscaler.daemon.snapshot import gated_gangs
+    from autoscaler.slurm.readers import SlurmNode
+
+    def node(name: str, **kw: int) -> SlurmNode:
+        return SlurmNode(name, "mixed", frozenset({"CLOUD"}), 8, 1, ("gpu",), (), cpus=208, real_memory_mib=1000,
+                         alloc_cpus=1, **kw)  # fmt: skip
+
+    nodes = {"c1-od-0": node("c1-od-0", alloc_memory_mib=1000), "c1-od-1": node("c1-od-1", alloc_memory_mib=100)}
+    gangs, up, _ = gated_gangs([POOL], nodes, [_gated(9, 1000.0)])
+    assert len(gangs) == 1
+    assert {u.name: u.free_gpus for u in up} == {"c1-od-0": 0, "c1-od-1": 7}

@@ -48,7 +48,7 @@ def _late_bind_env(
         nodesets=[Nodeset("e2e-od", nodes, features="a3-highgpu-8g")],
         partitions={partition: ["e2e-od"]},
         job_submit_lua=late_bind_lua,
-        slurm_lines=late_bind_lines,
+        slurm_lines=kwargs.pop("slurm_lines", late_bind_lines),
         **kwargs,
     )
 
@@ -604,6 +604,37 @@ def test_a_job_outside_a_reservation_boots_a_name_outside_it(gang_env: E2E) -> N
     wait_for(lambda: job not in env.squeue_ids(), 60, "the job to run outside the reservation and end", env)
     assert env.ran_on(job) == "e2e-od-1"
     assert [c["names"] for c in _ok(env, "scontrol-power_up")] == [["e2e-od-1"]]
+
+
+@pytest.fixture
+def memory_env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+    """Late binding over two a3-highgpu-8g names with memory a consumable resource and a per-GPU default, as the
+    stack renders them (`SelectTypeParameters=CR_Core_Memory`, the partition's DefMemPerGPU: `fleet.slurm.conf`)."""
+    policy = {"idle_timeout_s": 300, "backoff_s": 120, "late_bind": True}
+
+    def lines(harness: SlurmHarness, state: Path) -> list[str]:
+        return [*late_bind_lines(harness, state), "SelectTypeParameters=CR_Core_Memory"]  # the last one counts
+
+    with _late_bind_env(slurm_factory, 2, partition="gpu DefMemPerGPU=100", policy=policy, slurm_lines=lines) as e:
+        yield e
+
+
+def test_a_job_that_cannot_share_a_nodes_memory_gets_a_node_booted(memory_env: E2E) -> None:
+    """A 1-GPU job with ``--mem=0`` holds all the memory of the node it runs on; seven GPUs are free there, but
+    slurmctld starts no other job on it.  The daemon boots the second name for the next 1-GPU job at once (read by
+    its free GPUs, the node was room for it: the job pended under the hold until the first one ended)."""
+    env = memory_env
+    env.start_daemon()
+    wait_for(lambda: all("DRAIN" in env.sinfo()[f"e2e-od-{i}"]["state_flags"] for i in range(2)), 30, "the hold", env)
+    out = f"{env.root / 'log'}/job-%j.out"
+    echo = "srun sh -c 'echo $SLURMD_NODENAME; sleep {}'"
+    whole = env.sbatch("-p", "gpu", "-N1", "--gres=gpu:1", "--mem=0", "-o", out, "--wrap", echo.format(300))
+    wait_for(lambda: env.job_state(whole) == "RUNNING", 60, "the --mem=0 job to run", env)
+    assert env.sinfo()[env.ran_on(whole)]["alloc_memory"] == env.sinfo()[env.ran_on(whole)]["real_memory"]
+    small = env.sbatch("-p", "gpu", "-N1", "--gres=gpu:1", "-o", out, "--wrap", echo.format(1))
+    wait_for(lambda: env.job_state(small) in ("COMPLETED", "GONE"), 60, "the second job to run on a booted node", env)
+    assert env.ran_on(small) != env.ran_on(whole)
+    assert env.job_state(whole) == "RUNNING"
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ planner alone knows: paid-for reservation capacity (a whole reserved node costs 
 offerings are backed off (a stocked-out smaller shape is no reason to leave the job waiting when a larger one can
 be had).  The rule, in the planner's own order of capacity:
 
-1. reservation capacity: the smallest shape with a reserved node free whole, or reserved capacity to launch;
-2. otherwise the smallest shape with a node free whole, or an offering not backed off (right-sized first; a
-   larger node only when the smaller cannot be had now);
+1. reservation capacity: the smallest shape with a reserved node free whole, or free reserved slots to launch;
+2. otherwise the smallest shape with a node free whole, or an offering not backed off whose launch every limit
+   allows (right-sized first; a larger node only when the smaller cannot be had now);
 3. otherwise the smallest shape: the unit is left unserved with the smallest shape's reason (stocked out, no
    pool), as before.
 
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from autoscaler.model import Pool, WorkUnit
 from autoscaler.planner.capacity import BOOTING, READY
-from autoscaler.planner.offers import UnitClass
+from autoscaler.planner.offers import CandidateStream, UnitClass
 from autoscaler.planner.placement import PlanState
 from fleet.catalog import CapacityType
 
@@ -57,12 +57,22 @@ def take_whole(unit: WorkUnit, st: PlanState) -> WorkUnit:
         usable = st.book.existing_pools(cls)  # the pools its nodes may come from (spot only if it may use spot)
         free = [p for p in usable if _free_whole(st, p, gpus, unit)]
         res_stream, market, _ = st.book.streams(cls, 1)
-        if res_stream.peek() is not None or any(by_name[p].capacity_type is CapacityType.RESERVATION for p in free):
+        to_reserve = _launchable(st, res_stream, unit.nodes)
+        if to_reserve or any(by_name[p].capacity_type is CapacityType.RESERVATION for p in free):
             reserved.append(gpus)
-        if free or market.peek() is not None or res_stream.peek() is not None:
+        if free or to_reserve or _launchable(st, market, unit.nodes):
             available.append(gpus)
     gpus = min(reserved or available or shapes)
     return dataclasses.replace(unit, gpus_per_node=gpus, pools=shapes[gpus])
+
+
+def _launchable(st: PlanState, candidates: CandidateStream, nodes: int) -> bool:
+    """Some candidate can launch `nodes` nodes now: not backed off (the stream has none that are) and within every
+    limit (`Headroom.blocker`: the pool's and the fleet's, a reservation's free slots, the budget)."""
+    return any(
+        st.headroom.blocker(c.pool.name, c.key, nodes, c.offering.gpus_per_node, c.hourly_usd * nodes) is None
+        for c in candidates.remaining()
+    )
 
 
 def _free_whole(st: PlanState, pool: str, gpus: int, unit: WorkUnit) -> bool:

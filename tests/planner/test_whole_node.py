@@ -55,3 +55,17 @@ def test_a_partly_used_node_is_no_place_for_it_and_an_idle_larger_one_is_not_bou
     nodes = [node(two, 0, NodeState.BUSY, used=1), node(eight, 0)]
     out = plan([unit("a", 1, whole_node=True)], inv(POOLS, nodes), OFFERS, Policy(), 10)
     assert [(s.pool, s.count) for s in out.scale_ups] == [("h1-on-demand", 1)]
+
+
+def test_a_full_reservation_or_a_pool_at_its_limit_is_no_reason_to_take_a_larger_node() -> None:
+    """A reservation with no free slot is no reservation capacity (an 8-GPU on-demand node would be bought whole for
+    one GPU); a shape whose pool is at its limit is passed over like a stocked-out one."""
+    res = pool(8, RES, name="res", reservation="r1", max_nodes=2)
+    offers = [*OFFERS, offering(8, RES, res="r1", available=0)]
+    out = plan([unit("a", 1, whole_node=True)], inv([*POOLS, res], [node(res, 0, NodeState.BUSY, used=8)]), offers,
+               Policy(), 10)  # fmt: skip
+    assert [(s.pool, s.count) for s in out.scale_ups] == [("h1-on-demand", 1)]
+    full = [pool(1, max_nodes=1), pool(2), pool(8)]
+    out = plan([unit("a", 1, whole_node=True)], inv(full, [node(full[0], 0, NodeState.BUSY, used=1)]), OFFERS,
+               Policy(), 10)  # fmt: skip
+    assert [(s.pool, s.count) for s in out.scale_ups] == [("h2-on-demand", 1)]

@@ -416,7 +416,7 @@ def build_view(
             time_limit_s=j.time_limit_s,
             # reason None: slurmctld has not tried it yet (its first pass may start it, preempting included)
             evaluated=j.tried,
-            avoid=users_exclusion(j, own_exclusions or {}) | {n.name for n in partly if n.lacks_room_for(j)},
+            avoid=users_exclusion(j, own_exclusions or {}).union(n.name for n in partly if n.lacks_room_for(j)),
             whole_node=j.exclusive,
         )
         for uid in j.unit_ids(limit=array_unit_cap(j, fit) if j.array_tasks.ranges else None):

@@ -62,7 +62,7 @@ from autoscaler.kube.leader_state import (
     memory_to_json,
 )
 from autoscaler.kube.lease import LeaseElector, micro_time
-from autoscaler.kube.pod_fit import NodeRoom
+from autoscaler.kube.pod_fit import NodeRoom, RoomLedger
 from autoscaler.kube.runs import RunWatch
 from autoscaler.kube.source import (
     ARRIVED,
@@ -77,6 +77,7 @@ from autoscaler.kube.source import (
     inventory_nodes,
     is_daemonset_pod,
     node_facts,
+    node_rooms,
     pool_rooms,
     request_view,
     unschedulable_units,
@@ -351,7 +352,8 @@ class KubeDaemon:
             if v.problem is not None:
                 self._condition(v, "Failed", "True", "InvalidRequest", v.problem, now, res)
         # a node whose free CPUs or memory cannot hold one of a request's pods is no capacity for it (its GPUs may be)
-        units = [v.unit(_short_of(v, facts)) for v in pending if v.problem is None]
+        rooms = node_rooms(inv.nodes, facts, self._rooms, booked, {v.key: v.needs for v in views})
+        units = [v.unit(_short_of(v, rooms)) for v in pending if v.problem is None]
         # unschedulable pods of admitted workloads no request stands for: capacity, launched by the planner
         # (no request to book it on: the pods take what comes up, as with the Cluster Autoscaler)
         # Kueue names a workload's request <workload>-<check>-<attempt>: a live request stands for its workload
@@ -368,9 +370,17 @@ class KubeDaemon:
         by_key = {v.key: v for v in pending}
         placeholders = {c.name for c in unbooked}
         self._launching = set()
+        ledger = RoomLedger(rooms)  # the planner packs by GPUs: each booking must also find the CPUs and memory
+        new_pool = {n: su.pool for su in p.scale_ups for n in su.names}
         for uid, a in p.assignments.items():
             if uid in by_key and placeholders.isdisjoint(a.nodes):
-                self._book(by_key[uid], a, p, {n.name: n.pool for n in inv.nodes}, facts, now, res)
+                v = by_key[uid]
+                pool = next((new_pool[n] for n in a.nodes if n in new_pool), None)
+                if not ledger.take(a.nodes, v.needs, self._rooms.get(pool) if pool else None):
+                    # another request of this plan took the room first: planned again next tick, off these nodes
+                    logger.bind(request=uid).debug("{}: no CPU or memory room left on {}", uid, list(a.nodes))
+                    continue
+                self._book(v, a, p, {n.name: n.pool for n in inv.nodes}, facts, now, res)
             elif uid in by_key:  # onto replicas whose Machines are not listed yet: booked on them once they are
                 logger.bind(request=uid).debug("{}: waits for the Machines on their way", uid)
         for su in p.scale_ups:  # launches for unschedulable pods: no booking, the request id makes it idempotent
@@ -897,11 +907,11 @@ def _holds_a_pod(p: Pool, v: RequestView) -> bool:
     return fits and p.gpus_per_node >= v.gpus_per_pod and (v.spot_ok or str(p.capacity_type) != "spot")
 
 
-def _short_of(v: RequestView, facts: Mapping[str, NodeFacts]) -> frozenset[str]:
-    """The nodes whose free CPUs or memory cannot hold one of `v`'s pods."""
+def _short_of(v: RequestView, rooms: Mapping[str, NodeRoom]) -> frozenset[str]:
+    """The nodes whose room (`source.node_rooms`) cannot hold one of `v`'s pods."""
     if not (v.needs.cpu_milli or v.needs.memory_bytes):
         return frozenset()
-    return frozenset(name for name, f in facts.items() if not f.holds(v.needs))
+    return frozenset(name for name, r in rooms.items() if not r.holds(v.needs))
 
 
 def room_for(f: NodeFacts, key: str) -> int:

@@ -18,9 +18,11 @@ is the same defect the Slurm path fixed in its tenth round (the job_submit.lua a
   GCE provider estimates template nodes the same way), the kubelet's default memory eviction threshold (100 MiB)
   alone for Cluster API pools, where kubeadm reserves nothing by default.  The estimate counts no DaemonSet pods:
   the first Ready node of the pool corrects it.
-- **Free room on a node** (`NodeFacts.cpu_free_milli` / `memory_free_bytes`): allocatable less every pod on it that
-  has not finished: a pod whose CPUs or memory a node can no longer hold is not planned onto its free GPUs
-  (`WorkUnit.avoid`).
+- **Free room on a node** (`source.node_rooms`): a Ready node's allocatable less every pod on it that has not
+  finished (`NodeFacts.cpu_free_milli` / `memory_free_bytes`), a booting node's pool's room, each less what the
+  requests booked on it ask whose pods are not there yet: a pod whose CPUs or memory a node can no longer hold is
+  not planned onto its free GPUs (`WorkUnit.avoid`), and of the requests one plan puts onto a node's free GPUs,
+  those its room cannot hold too are left for the next tick (`RoomLedger`).
 """
 
 from __future__ import annotations
@@ -114,6 +116,12 @@ class NodeRoom:
             self.memory_bytes is None or needs.memory_bytes <= self.memory_bytes
         )
 
+    def less(self, needs: PodNeeds) -> NodeRoom:
+        """The room left once a pod asking `needs` is on the node."""
+        cpu = None if self.cpu_milli is None else self.cpu_milli - needs.cpu_milli
+        memory = None if self.memory_bytes is None else self.memory_bytes - needs.memory_bytes
+        return NodeRoom(cpu, memory, self.source)
+
     def shortfall(self, needs: PodNeeds) -> str:
         """What the node lacks for `needs`, as a reader wants it said ("" when it holds them)."""
         out = []
@@ -174,3 +182,23 @@ def observed_room(node: Mapping[str, Any], fixed_pods: Iterable[Mapping[str, Any
         None if memory is None else memory - sum(n.memory_bytes for n in needs),
         f"node {name}: allocatable less its DaemonSet and static pods",
     )
+
+
+class RoomLedger:
+    """The room of each node as one tick's bookings take it: a request is booked onto nodes only while each still
+    holds one of its pods (the planner packs by GPUs alone)."""
+
+    def __init__(self, rooms: Mapping[str, NodeRoom]) -> None:
+        self.rooms = dict(rooms)
+
+    def take(self, names: Iterable[str], needs: PodNeeds, new_room: NodeRoom | None = None) -> bool:
+        """Book one pod of `needs` on each of `names` if every one holds it (a node not known yet, one this plan
+        launches, starts at `new_room`: its pool's); False, and nothing taken, if one does not."""
+        names = list(names)
+        have = {n: self.rooms.get(n, new_room) for n in names}
+        if any(r is not None and not r.holds(needs) for r in have.values()):
+            return False
+        for n, r in have.items():
+            if r is not None:
+                self.rooms[n] = r.less(needs)
+        return True

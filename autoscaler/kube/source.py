@@ -390,10 +390,6 @@ class NodeFacts:
     cpu_free_milli: int | None = None
     memory_free_bytes: int | None = None
 
-    def holds(self, needs: PodNeeds) -> bool:
-        """Its free CPUs and memory hold a pod that asks `needs` (`autoscaler.kube.pod_fit`)."""
-        return NodeRoom(self.cpu_free_milli, self.memory_free_bytes, self.name).holds(needs)
-
     # the decision core's `SchedulerNode` (autoscaler.core.scale_down_steps): what scale-down may act on
     @property
     def idle(self) -> bool:
@@ -551,6 +547,32 @@ def inventory_nodes(
                 work_pools=f.work_pools if f is not None and state is NodeState.BUSY else None,
             )
         )
+    return out
+
+
+def node_rooms(
+    nodes: Iterable[Node],
+    facts: Mapping[str, NodeFacts],
+    pool_rooms: Mapping[str, NodeRoom],
+    booked: Mapping[str, Mapping[str, int]],
+    needs: Mapping[str, PodNeeds],
+) -> dict[str, NodeRoom]:
+    """Node name -> what it offers one more pod (`autoscaler.kube.pod_fit`): a Ready node's free CPUs and memory, a
+    booting node its pool's room, each less what the requests booked on it ask (`needs`: request key -> one pod's)
+    whose pods are not on it yet."""
+    out: dict[str, NodeRoom] = {}
+    for n in nodes:
+        if n.state is NodeState.DELETING:
+            continue
+        f = facts.get(n.name)
+        ready = f is not None and f.ready
+        room = NodeRoom(f.cpu_free_milli, f.memory_free_bytes, n.name) if f is not None and ready else None
+        room = room or pool_rooms.get(n.pool) or NodeRoom(None, None, n.name)
+        on_node = f.gpus_by_request if f is not None and ready else {}
+        for key in booked.get(n.name) or {}:
+            if key not in on_node and key in needs:
+                room = room.less(needs[key])
+        out[n.name] = room
     return out
 
 

@@ -183,3 +183,30 @@ def test_a_pod_no_pools_node_holds_is_answered_failed_with_what_it_asks(env) -> 
     assert failed is not None and failed["status"] == "True" and failed["reason"] == "CapacityIsNotFound"
     assert "500 CPUs" in failed["message"] and "h2: 500 CPUs (a node offers 51.8)" in failed["message"], failed
     assert compute.events_of("create") == []
+
+
+@pytest.mark.gce
+def test_two_requests_one_plan_puts_on_a_nodes_free_gpus_are_booked_there_only_if_its_cpus_hold_both(env) -> None:  # type: ignore[no-untyped-def]
+    """An idle 2-GPU node (51.8 CPUs) and two 1-GPU requests asking 30 CPUs each, in one tick: the planner packs
+    both onto its two GPUs; one is booked there and the other is planned again and gets a node of its own (before,
+    both were booked there and the second pod could never be scheduled)."""
+    kube, compute = env
+    d = _daemon(kube, compute)
+    kube.create(_template("first", "1", "h2"))
+    kube.create(provisioning_request("wl-0", "team-a", "first", 1))
+    assert (condition(_provisioned(kube, d, "wl-0"), "Provisioned") or {}).get("status") == "True"
+    (warm,) = [e.name for e in compute.events_of("create")]
+    kube.create({"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": "wl-0-pod", "namespace": "team-a", "annotations": {CONSUMES: "wl-0"}},
+                 "spec": {"nodeName": warm, "containers": [_c({"cpu": "1"}, {"nvidia.com/gpu": "1"})]},
+                 "status": {"phase": "Succeeded"}})  # fmt: skip
+    assert d.tick().ok  # its pods arrived and finished: the node is idle, both GPUs free
+    kube.create(_template("wide", "30", "h2"))
+    for name in ("wl-1", "wl-2"):
+        kube.create(provisioning_request(name, "team-a", "wide", 1))
+    for name in ("wl-1", "wl-2"):
+        assert (condition(_provisioned(kube, d, name), "Provisioned") or {}).get("status") == "True"
+    on = {n: json.loads(kube.get("provisioningrequests", n, "team-a")["metadata"]["annotations"][BOOKING])["names"]
+          for n in ("wl-1", "wl-2")}  # fmt: skip
+    assert sorted(len(set(names) & {warm}) for names in on.values()) == [0, 1], on
+    assert len(compute.events_of("create")) == 2

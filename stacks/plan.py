@@ -206,12 +206,13 @@ def inventory_entry(
 
 def pool_image(pool: NodePoolSpec, machine: MachineType) -> tuple[str, bool]:
     """(boot image, Secure Boot) of a pool: the user's baked image, else the catalog's GPU image for the machine
-    family; Secure Boot on unless the pool turns it off or the catalog's image driver is unsigned."""
+    family; Secure Boot as the pool sets it, else the catalog's for the family (off where a module the node loads
+    is built on it, A3 Mega's TCPXO helper, baked image or not)."""
     default = machine.software
     image = pool.image or (default.image if default else "")
     if not image:
         raise SpecError([("pools[].image", f"{machine.name}: the catalog names no GPU image; set pools[].image")])
-    signed = default.secure_boot if (default and not pool.image) else True
+    signed = default.secure_boot if default else True
     return image, signed if pool.secure_boot is None else pool.secure_boot
 
 

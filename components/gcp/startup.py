@@ -122,6 +122,17 @@ md() {{
 }}
 attr() {{ md "instance/attributes/$1"; }}
 apt_install() {{ apt-get install -y -q --no-install-recommends "$@"; }}
+# load_module NAME: modprobe a module that does not come with the kernel; one a Secure Boot kernel refuses (not
+# signed by a key this VM trusts) stops the boot saying so, not only that modprobe failed
+load_module() {{
+  modprobe "$1" && return 0
+  local sb=/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c
+  if [ "$(od -An -t u1 -j 4 -N 1 "$sb" 2>/dev/null | tr -d ' ')" = 1 ]; then
+    die "kernel module $1 refused: Secure Boot is on and $1 is not signed by a key this VM trusts;" \
+      "boot this pool without it (pools[].secure_boot: false, docs/stacks.md) or from an image whose $1 is signed"
+  fi
+  die "kernel module $1 did not load (modprobe $1)"
+}}
 # secret NAME: the latest version of a Secret Manager secret, fetched by root with this VM's token (the
 # token goes to curl on stdin, never on a command line other users could read).
 secret() {{
@@ -295,7 +306,7 @@ def _mount_lines(cfg: SlurmHostConfig) -> list[str]:
             " > /etc/apt/sources.list.d/lustre-client.list",
             '  apt-get update -q && apt_install "lustre-client-modules-$(uname -r)" lustre-client-utils',
             "fi",
-            "modprobe lustre",
+            "load_module lustre",
             f"install -d {mount}",
             f"grep -q ' {cfg.scratch_mount} lustre ' /etc/fstab"
             f" || echo {src} {mount} lustre defaults,_netdev 0 0 >> /etc/fstab",
@@ -398,7 +409,7 @@ def _tcpxo_lines(fab: FabricSoftware) -> list[str]:
         *_ar_repo(fab.apt_repo, "gpudirect-tcpxo"),
         f"  apt_install dkms {' '.join(fab.packages)}",
         "fi",
-        f"modprobe {fab.kernel_module}",
+        f"load_module {fab.kernel_module}",
         _file("/etc/udev/rules.d/00-a3-megagpu.rules", udev),
         "udevadm control --reload-rules",
         f"udevadm trigger --action=add --subsystem-match=pci --attr-match=vendor={vendor} --attr-match=device={device}",
@@ -477,6 +488,9 @@ docker container list --filter "name=receive-datapath-manager-" --quiet | xargs 
     return [_file(PROLOG, prolog, mode="0755"), _file(EPILOG, epilog, mode="0755")]
 
 
+PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/persistence_mode.conf"
+
+
 def _compute_lines(cfg: SlurmHostConfig) -> list[str]:
     fab = cfg.fabric
     lines = _local_ssd_lines(cfg)
@@ -484,6 +498,12 @@ def _compute_lines(cfg: SlurmHostConfig) -> list[str]:
         "# --- 5b. NVIDIA driver: from the image (accelerator image or a baked one) ---",
         "command -v nvidia-smi >/dev/null"
         ' || die "no NVIDIA driver on this image: boot the catalog\'s accelerator image or a baked one"',
+        # Ubuntu's unit runs the daemon with --no-persistence-mode: the GPUs would drop their state between jobs
+        # (the Toolkit's blueprints override it the same way: nvidia-persistenced.service.d/persistence_mode.conf)
+        f"install -d -m 0755 {PERSISTENCED_DROPIN.rsplit('/', 1)[0]}",
+        "printf '[Service]\\nExecStart=\\nExecStart=%s --user nvidia-persistenced --verbose\\n'"
+        f' "$(command -v nvidia-persistenced)" > {PERSISTENCED_DROPIN}',
+        "systemctl daemon-reload",
         "systemctl enable --now nvidia-persistenced",
         "install -d -m 0755 /etc/gpu-fleet",
         f"echo {fab.kind if fab else 'none'} > /etc/gpu-fleet/fabric",
@@ -498,6 +518,9 @@ After=nvidia-persistenced.service gpu-fleet-metadata-guard.service
 [Service]
 ExecStartPre={WAIT_DEVICES}
 TimeoutStartSec=900
+# jobs keep slurmd's locked-memory limit (slurm.conf PropagateResourceLimitsExcept=MEMLOCK): RDMA registers
+# its buffers against it
+LimitMEMLOCK=infinity
 """
     lines += [
         *_prolog_scripts(fab),

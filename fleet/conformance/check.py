@@ -93,9 +93,15 @@ def _check_images(templates: list[JSON], ref: Reference) -> list[str]:
             out.append(f"{name}: image family {m['family']!r} is not an accelerator family with an NVIDIA driver "
                        f"({want['family_pattern']}; {ref.source('a3mega')})")  # fmt: skip
         secure = tpl["inputs"].get("shieldedInstanceConfig", {}).get("enableSecureBoot")
-        if not baked and secure is not want["secure_boot"]:
-            out.append(f"{name}: Secure Boot {secure}, the accelerator image's driver is signed: expected on "
-                       f"({ref.source('accelerator_images')})")  # fmt: skip
+        machine = ref.raw["machines"].get(tpl["inputs"].get("machineType"), {})
+        expected = machine.get("secure_boot", want["secure_boot"])
+        if not baked and secure is not expected:
+            why = (
+                f"the accelerator image's driver is signed: expected on ({ref.source('accelerator_images')})"
+                if expected
+                else f"its fabric loads a module built on the node: expected off ({ref.source(machine['source'])})"
+            )
+            out.append(f"{name}: Secure Boot {secure}, {why}")
     return out
 
 

@@ -129,6 +129,9 @@ def _global_settings(
         "JobCompLoc": JOBCOMP_LOG,
         "JobAcctGatherFrequency": "30",
         "MpiDefault": "none",
+        # a job keeps the node's locked-memory limit, not the submitting shell's (8 MiB on a stock login VM): NCCL
+        # over RDMA registers its buffers against it (Slurm FAQ "memlock"; the Toolkit's images set it unlimited)
+        "PropagateResourceLimitsExcept": "MEMLOCK",
         "SwitchType": "switch/none",
         "SchedulerType": "sched/backfill",
         "SelectType": "select/cons_tres",

@@ -59,7 +59,9 @@ class NodePoolSpec(_Spec):
         "machine family (a baked image: docs/stacks.md 'Baking an image')",
     )
     secure_boot: bool | None = Field(
-        None, description="Shielded VM Secure Boot; default: on (the accelerator image's driver is signed)"
+        None,
+        description="Shielded VM Secure Boot; default: the catalog's (on: the accelerator image's driver is signed; "
+        "off for A3 Mega, whose TCPXO kernel module is built on the node)",
     )
     labels: dict[str, str] = Field(default_factory=dict)  # syntax: rules.labels_valid
     # Kubernetes platforms (docs/kubernetes.md): a $/h price for machines the catalog lacks, and the

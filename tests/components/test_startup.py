@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from components.gcp.startup import (
+    _PRELUDE,
     AUTOSCALER_LOCK,
     GUARD,
     JWT_KEY_PATH,
@@ -107,7 +108,7 @@ def test_the_controller_is_pinned_in_etc_hosts_from_slurm_conf() -> None:
 def test_mounts_are_checked_and_lustre_gets_its_client() -> None:
     text = ALL["a3-ultragpu-8g"]
     assert 'mountpoint -q /home || die "Filestore 10.0.0.2:/home is not mounted on /home"' in text
-    assert pos(text, "command -v mount.lustre") < pos(text, "modprobe lustre") < pos(text, "mount -t lustre")
+    assert pos(text, "command -v mount.lustre") < pos(text, "load_module lustre") < pos(text, "mount -t lustre")
     assert 'apt_install "lustre-client-modules-$(uname -r)" lustre-client-utils' in text
     assert 'mountpoint -q /scratch || die "Lustre 10.1.0.5@tcp:/a3ultra is not mounted on /scratch"' in text
 
@@ -141,7 +142,7 @@ def test_tcpxo_steps_on_a3_mega() -> None:
         "modinfo import-helper",
         "gpudirect-tcpxo-apt",
         "apt_install dkms dmabuf-import-helper",
-        "modprobe import-helper",
+        "load_module import-helper",
         'ATTR{vendor}=="0x1ae0", ATTR{device}=="0x0084"',
         "udevadm control --reload-rules",
         "udevadm trigger --action=add --subsystem-match=pci --attr-match=vendor=0x1ae0 --attr-match=device=0x0084",
@@ -204,3 +205,45 @@ def test_the_autoscaler_is_installed_at_a_pinned_commit_with_hash_checked_depend
     for bad in ("main", "v1.2.0", "a" * 39, f"-x@{SHA}", f"{SHA}\n"):
         with pytest.raises(ValueError, match="pinned"):
             autoscaler_install("https://example.com/f.git", bad)
+
+
+@pytest.mark.parametrize(
+    ("modprobe", "secure_boot", "rc", "says"),
+    [
+        (0, "1", 0, ""),
+        (1, "1", 1, "kernel module import-helper refused: Secure Boot is on"),
+        (1, "0", 1, "kernel module import-helper did not load"),
+    ],
+)
+def test_a_module_a_secure_boot_kernel_refuses_stops_the_boot_saying_why(
+    tmp_path, modprobe: int, secure_boot: str, rc: int, says: str
+) -> None:
+    """The script's own `load_module`, run by bash with `modprobe` and the EFI variable read (`od`) stubbed: a
+    module a Secure Boot kernel refuses is a FATAL line naming the module and the setting that avoids it."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for name, body in (("modprobe", f"exit {modprobe}"), ("od", f"echo '  {secure_boot}'")):
+        (bin_ / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_ / name).chmod(0o755)
+    run = subprocess.run(
+        ["bash", "-c", _PRELUDE + "\nload_module import-helper\necho loaded\n"],
+        env={"PATH": f"{bin_}:/usr/bin:/bin"}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert run.returncode == rc, run.stderr
+    assert says in run.stderr and ("loaded" in run.stdout) is (rc == 0)
+    if secure_boot == "1" and rc:
+        assert "pools[].secure_boot: false" in run.stderr
+
+
+def test_gpu_nodes_keep_their_gpus_in_persistence_mode_and_slurmd_an_unlimited_memlock() -> None:
+    """Ubuntu's nvidia-persistenced unit passes --no-persistence-mode; the drop-in (as the Toolkit's blueprints
+    write it) starts the daemon without it, before the unit is started.  slurmd runs with LimitMEMLOCK=infinity,
+    which jobs keep (PropagateResourceLimitsExcept=MEMLOCK: tests/slurm/test_conf.py)."""
+    for name in ("a3-megagpu-8g", "a3-ultragpu-8g", "g2-standard-8"):
+        text = ALL[name]
+        dropin = "/etc/systemd/system/nvidia-persistenced.service.d/persistence_mode.conf"
+        reload = text.index("systemctl daemon-reload", pos(text, dropin))
+        assert reload < pos(text, "enable --now nvidia-persistenced"), name
+        assert "--user nvidia-persistenced --verbose" in text and "--no-persistence-mode" not in text
+        slurmd = text.split("slurmd.service.d/gpu-fleet.conf <<'GPU_FLEET_EOF'\n")[1].split("GPU_FLEET_EOF")[0]
+        assert "LimitMEMLOCK=infinity" in slurmd, name

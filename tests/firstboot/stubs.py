@@ -81,7 +81,9 @@ for i in 0 1 2 3 4 5 6 7; do printf '    mlx5_%s              0c42a10300a1b2c%s\
 
 _UNITS = {
     "nvidia-persistenced.service": "[Unit]\nDescription=NVIDIA Persistence Daemon (first-boot stub)\n"
-    "[Service]\nType=simple\nExecStart=/usr/local/bin/nvidia-persistenced\n",
+    # as Ubuntu's package ships it: the daemon without persistence mode (the script's drop-in turns it on)
+    "[Service]\nType=simple\nExecStart=/usr/local/bin/nvidia-persistenced --user nvidia-persistenced"
+    " --no-persistence-mode --verbose\n",
     "docker.service": "[Unit]\nDescription=Docker (first-boot stub)\n[Service]\nType=simple\n"
     "ExecStart=/usr/local/bin/dockerd\n",
 }

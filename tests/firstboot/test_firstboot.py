@@ -176,6 +176,15 @@ def test_a_two_node_job_runs_with_the_tcpxo_prolog(cluster):
         assert any(e.startswith("docker run --detach") and f" {tcpxo.rxdm_image} " in e for e in events)
 
 
+def test_a_job_keeps_the_nodes_locked_memory_limit_not_the_submitting_shells(cluster):
+    """Submitted from a shell whose locked-memory limit is 64 KiB, a job gets the node's (slurm.conf
+    PropagateResourceLimitsExcept=MEMLOCK): Slurm's default would hand it the 64 KiB, which RDMA outgrows."""
+    ctl = _controller(cluster)
+    job = ctl.run(["bash", "-c", "ulimit -l 64 && srun -N1 -p mega --time=1 bash -c 'ulimit -l'"], timeout=120)
+    assert job.returncode == 0, f"{job.stdout}{job.stderr}"
+    assert job.stdout.strip() not in ("", "64"), job.stdout
+
+
 def test_gpu_steps_run_in_order_and_slurmd_waits_for_the_devices(cluster):
     tcpxo = load_catalog("gcp").fabric_software("tcpxo")
     vendor, device = tcpxo.aperture_pci
@@ -195,6 +204,10 @@ def test_gpu_steps_run_in_order_and_slurmd_waits_for_the_devices(cluster):
         ctk = _first(events, r"^nvidia-ctk runtime configure --runtime=docker")
         assert _first(events, rf"^modinfo {tcpxo.kernel_module}$") < helper < trigger < aperture < slurmd
         assert _first(events, r"^nvidia-persistenced") < driver and ctk < slurmd
+        # the driver's daemon runs in persistence mode (Ubuntu's unit turns it off; the script's drop-in on)
+        assert [e for _, e in events if e.startswith("nvidia-persistenced")] == [
+            "nvidia-persistenced --user nvidia-persistenced --verbose"
+        ], events
         assert vm.run(["test", "-c", "/dev/nvidia7"]).returncode == 0
         rules = vm.read("/etc/udev/rules.d/00-a3-megagpu.rules")
         assert f'ATTR{{vendor}}=="{vendor}"' in rules and f'ATTR{{device}}=="{device}"' in rules

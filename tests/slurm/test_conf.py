@@ -364,3 +364,10 @@ def test_merge_options(rendered: str, site: str, merged: str) -> None:
     from fleet.slurm.options import merge_options
 
     assert merge_options(rendered, site) == merged
+
+
+def test_jobs_keep_the_nodes_locked_memory_limit_not_the_submitting_shells(a3mega_data: dict[str, Any]) -> None:
+    """NCCL over RDMA registers its buffers against the locked-memory limit; Slurm's default propagates the
+    submitting shell's (8 MiB on a stock login VM) into every job (Slurm FAQ "memlock"), so the rendered conf keeps
+    MEMLOCK out of it, and slurmd runs with it unlimited (tests/components/test_startup.py)."""
+    assert settings(render(a3mega_data).slurm_conf)["PropagateResourceLimitsExcept"] == "MEMLOCK"

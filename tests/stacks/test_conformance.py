@@ -58,6 +58,11 @@ def _secure_boot_off(d):
         t["inputs"]["shieldedInstanceConfig"]["enableSecureBoot"] = False
 
 
+def _secure_boot_on(d):
+    for t in _of(d, "InstanceTemplate"):
+        t["inputs"]["shieldedInstanceConfig"]["enableSecureBoot"] = True
+
+
 def _own_placement(d):
     for t in _of(d, "InstanceTemplate"):
         t["inputs"]["resourcePolicies"] = "projects/p/regions/r/resourcePolicies/x"
@@ -86,6 +91,7 @@ FINDINGS = [
     ("gcp-a3ultra-slurm", _roce_rule_on_the_subnets, "GCP accepts only"),
     ("gcp-a3mega-slurm", _image_without_driver, "NVIDIA driver"),
     ("gcp-l4-dev", _secure_boot_off, "Secure Boot"),
+    ("gcp-a3mega-slurm", _secure_boot_on, "built on the node"),
     ("gcp-a3mega-slurm", _own_placement, "own placement policy"),
     ("gcp-a3mega-slurm", _conf(lambda c: re.sub(r"SlurmctldHost=(\S+)\(\S+\)", r"SlurmctldHost=\1", c)), "no address"),
     ("gcp-a3mega-slurm", _conf(lambda c: c.replace(" CoresPerSocket=52", "")), "CoresPerSocket"),

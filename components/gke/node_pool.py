@@ -125,8 +125,10 @@ class GkeGpuNodePool(pulumi.ComponentResource):
             initial_node_count=0,
             node_config=node_config,
             # Auto-upgrade stays on (release channels require it); the cluster's maintenance exclusion
-            # holds node upgrades.  Upgrades replace one node at a time, never asking for surge GPUs.
-            management={"auto_repair": True, "auto_upgrade": True},
+            # holds node upgrades.  Upgrades replace one node at a time, never asking for surge GPUs.  Flex-start
+            # nodes are not auto-repaired: flex-start depends on it being off (Cluster Toolkit's GKE flex-start
+            # examples, gke-consumption-options/dws-flex-start: "auto_repair: false").
+            management={"auto_repair": args.capacity is not CapacityType.FLEX_START, "auto_upgrade": True},
             upgrade_settings={"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1},
             **extra,
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=list(COUNT_FIELDS)),

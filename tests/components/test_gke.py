@@ -34,6 +34,8 @@ def test_every_capacity_type_leaves_the_size_to_the_autoscaler(declare, capacity
     assert cfg.get("flexStart", False) is (capacity is CapacityType.FLEX_START)
     if capacity is CapacityType.FLEX_START:
         assert cfg["maxRunDuration"] == "604800s"
+    # flex-start depends on auto-repair being off (Cluster Toolkit's GKE flex-start examples)
+    assert np.inputs["management"] == {"autoRepair": capacity is not CapacityType.FLEX_START, "autoUpgrade": True}
     assert np.inputs["upgradeSettings"] == {"strategy": "SURGE", "maxSurge": 0, "maxUnavailable": 1}
 
 

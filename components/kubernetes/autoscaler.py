@@ -119,9 +119,12 @@ def manifests(a: AutoscalerDeployment) -> list[dict[str, Any]]:
         "securityContext": {"runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532, "seccompProfile": {"type": "RuntimeDefault"}},  # noqa: E501
         "containers": [container],
         "volumes": [{"name": "config", "configMap": {"name": APP}}, {"name": "state", "emptyDir": {}}],
-        # One replica per node, so a node loss never takes both.
-        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": selector}, "topologyKey": "kubernetes.io/hostname"}]}},
+        # Replicas on different nodes where there are several, so a node loss never takes both; preferred, not
+        # required: on a one-node system pool (the GKE default in one zone) a required rule left the second
+        # replica Pending for good.
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": selector},
+                                                "topologyKey": "kubernetes.io/hostname"}}]}},
         "priorityClassName": "system-cluster-critical",
     }  # fmt: skip
     if a.node_selector:

@@ -105,6 +105,12 @@ def test_autoscaler_manifests_workload_identity_and_node_selector():
     pod = objs["Deployment"]["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"gpu-fleet/role": "system"} and pod["serviceAccountName"] == "gpu-fleet-autoscaler"
     assert objs["PodDisruptionBudget"]["spec"]["minAvailable"] == 1
+    # replicas spread over nodes where there are several, and all run on a one-node system pool (GKE's default in
+    # one zone: a required anti-affinity left the second Pending for good)
+    anti = pod["affinity"]["podAntiAffinity"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in anti
+    [term] = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     assert objs["ConfigMap"]["data"] == {"autoscaler.yaml": "x: 1\n", "inventory.json": "[]"}
     plain = {m["kind"]: m for m in manifests(_deployment())}
     assert "annotations" not in plain["ServiceAccount"]["metadata"]

@@ -38,6 +38,10 @@ class Settings:
     max_gpus: int = 1024
     stack_max_gpus: Mapping[str, int] = field(default_factory=dict)
     dev_stack_pattern: str = r"(^|-)dev($|-)"
+    #: machine types that boot without Secure Boot (vTPM and integrity monitoring still required): their fabric
+    #: loads a kernel module built on the node, which a Secure Boot kernel refuses (A3 Mega's TCPXO helper; the
+    #: catalog's `gpu_software` families with `secure_boot: false`, kept equal by tests/policy/test_rules.py)
+    secure_boot_exempt: frozenset[str] = frozenset({"a3-megagpu-8g"})
 
     def gpu_cap(self, stack: str) -> int:
         return int(self.stack_max_gpus.get(stack, self.max_gpus))
@@ -173,7 +177,9 @@ def shielded_vm(kind: str, props: Mapping[str, Any], settings: Settings) -> list
     else:
         return []
     cfg = cfg if isinstance(cfg, Mapping) else {}
-    need = ("enableSecureBoot", "enableIntegrityMonitoring") + (("enableVtpm",) if kind in VM_KINDS else ())
+    machine = str(props.get("machineType") or "").rsplit("/", 1)[-1] if kind in VM_KINDS else ""
+    boot = () if machine in settings.secure_boot_exempt else ("enableSecureBoot",)
+    need = (*boot, "enableIntegrityMonitoring") + (("enableVtpm",) if kind in VM_KINDS else ())
     off = [k for k in need if cfg.get(k) is not True]
     return [f"{where}: {', '.join(off)} must be true (Shielded VM)"] if off else []
 

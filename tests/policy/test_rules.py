@@ -102,6 +102,22 @@ def test_shielded_vm_is_required_on_vms_templates_and_gke_node_pools() -> None:
     assert names([res(np, {"nodeConfig": {"resourceLabels": LABELS}})]) == [("shielded-vm", MANDATORY)]
 
 
+def test_secure_boot_is_waived_only_where_the_catalog_boots_without_it_and_vtpm_and_integrity_stay_required() -> None:
+    """A3 Mega's TCPXO module is built on the node, which a Secure Boot kernel refuses: the catalog boots that family
+    without Secure Boot, and the policy waives exactly the machine types the catalog does."""
+    from fleet.catalog import load_catalog
+
+    assert {
+        m.name for m in load_catalog().machines() if not m.software.secure_boot
+    } == DEFAULT_SETTINGS.secure_boot_exempt
+    off = {**SHIELDED, "enableSecureBoot": False}
+    mega = {"machineType": "a3-megagpu-8g", "shieldedInstanceConfig": off}
+    assert names([template(**mega)]) == []
+    (v,) = check_all([template(**{**mega, "shieldedInstanceConfig": {**off, "enableVtpm": False}})])
+    assert "enableVtpm must be true" in v.message and "enableSecureBoot" not in v.message
+    assert names([template(machineType="a3-ultragpu-8g", shieldedInstanceConfig=off)]) == [("shielded-vm", MANDATORY)]
+
+
 def test_required_labels_on_every_billable_resource() -> None:
     for kind in ("gcp:filestore/instance:Instance", "gcp:secretmanager/secret:Secret", "gcp:storage/bucket:Bucket"):
         (v,) = [x for x in check_all([res(kind, {"labels": {"team": "ml", "cost-center": " "}})])

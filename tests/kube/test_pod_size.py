@@ -150,6 +150,20 @@ def test_a_one_gpu_pod_asking_more_cpus_than_the_one_gpu_machine_has_gets_a_two_
     assert [e.name.rsplit("-", 1)[0] for e in compute.events_of("create")] == ["gke-gke1-h2"]
 
 
+def _warm_node(kube: FakeKube, compute: FakeCompute, d: Any, *, cpu: str, phase: str) -> str:
+    """A 2-GPU node the daemon launched for request wl-0 (1 GPU, pinned to h2), with wl-0's pod on it asking `cpu`
+    CPUs, in `phase`; its name."""
+    kube.create(_template("first", "1", "h2"))
+    kube.create(provisioning_request("wl-0", "team-a", "first", 1))
+    assert (condition(_provisioned(kube, d, "wl-0"), "Provisioned") or {}).get("status") == "True"
+    (warm,) = [e.name for e in compute.events_of("create")]
+    kube.create({"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": "wl-0-pod", "namespace": "team-a", "annotations": {CONSUMES: "wl-0"}},
+                 "spec": {"nodeName": warm, "containers": [_c({"cpu": cpu}, {"nvidia.com/gpu": "1"})]},
+                 "status": {"phase": phase}})  # fmt: skip
+    return warm
+
+
 @pytest.mark.gce
 def test_a_node_whose_free_cpus_cannot_hold_the_pod_is_not_booked_for_it(env) -> None:  # type: ignore[no-untyped-def]
     """A 2-GPU node runs a 1-GPU pod that asks 40 of its 51.8 CPUs: its other GPU is no place for a pod asking 30
@@ -157,14 +171,7 @@ def test_a_node_whose_free_cpus_cannot_hold_the_pod_is_not_booked_for_it(env) ->
     could never be scheduled)."""
     kube, compute = env
     d = _daemon(kube, compute)
-    kube.create(_template("first", "1", "h2"))  # its pod, as scheduled, asks 40 CPUs (below)
-    kube.create(provisioning_request("wl-0", "team-a", "first", 1))
-    assert (condition(_provisioned(kube, d, "wl-0"), "Provisioned") or {}).get("status") == "True"
-    (warm,) = [e.name for e in compute.events_of("create")]
-    kube.create({"apiVersion": "v1", "kind": "Pod",
-                 "metadata": {"name": "wl-0-pod", "namespace": "team-a", "annotations": {CONSUMES: "wl-0"}},
-                 "spec": {"nodeName": warm, "containers": [_c({"cpu": "40"}, {"nvidia.com/gpu": "1"})]},
-                 "status": {"phase": "Running"}})  # fmt: skip
+    warm = _warm_node(kube, compute, d, cpu="40", phase="Running")
     kube.create(_template("wide", "30", "h2"))
     kube.create(provisioning_request("wl-1", "team-a", "wide", 1))
     pr = _provisioned(kube, d, "wl-1")
@@ -192,14 +199,7 @@ def test_two_requests_one_plan_puts_on_a_nodes_free_gpus_are_booked_there_only_i
     both were booked there and the second pod could never be scheduled)."""
     kube, compute = env
     d = _daemon(kube, compute)
-    kube.create(_template("first", "1", "h2"))
-    kube.create(provisioning_request("wl-0", "team-a", "first", 1))
-    assert (condition(_provisioned(kube, d, "wl-0"), "Provisioned") or {}).get("status") == "True"
-    (warm,) = [e.name for e in compute.events_of("create")]
-    kube.create({"apiVersion": "v1", "kind": "Pod",
-                 "metadata": {"name": "wl-0-pod", "namespace": "team-a", "annotations": {CONSUMES: "wl-0"}},
-                 "spec": {"nodeName": warm, "containers": [_c({"cpu": "1"}, {"nvidia.com/gpu": "1"})]},
-                 "status": {"phase": "Succeeded"}})  # fmt: skip
+    warm = _warm_node(kube, compute, d, cpu="1", phase="Succeeded")
     assert d.tick().ok  # its pods arrived and finished: the node is idle, both GPUs free
     kube.create(_template("wide", "30", "h2"))
     for name in ("wl-1", "wl-2"):

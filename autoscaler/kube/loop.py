@@ -298,7 +298,7 @@ class KubeDaemon:
         all_pods = self.api.pods()
         nodes = self.api.nodes()
         facts = node_facts(nodes, all_pods, self.kp.labels)
-        self._rooms = pool_rooms(self.kp.rooms, nodes, all_pods, self.kp.labels)
+        self._rooms = pool_rooms(self.kp.rooms, facts)
         self.taint_check.check(nodes, facts, now)
         cloud = [c for prov in self._providers() for c in prov.list_nodes([p.name for p in self.kp.pools])]
         facts = self._alias_machines(facts)

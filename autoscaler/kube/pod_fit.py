@@ -19,7 +19,7 @@ is the same defect the Slurm path fixed in its tenth round (the job_submit.lua a
   alone for Cluster API pools, where kubeadm reserves nothing by default.  The estimate counts no DaemonSet pods:
   the first Ready node of the pool corrects it.
 - **Free room on a node** (`source.node_rooms`): a Ready node's allocatable less every pod on it that has not
-  finished (`NodeFacts.cpu_free_milli` / `memory_free_bytes`), a booting node's pool's room, each less what the
+  finished (`NodeFacts.free`), a booting node's pool's room, each less what the
   requests booked on it ask whose pods are not there yet: a pod whose CPUs or memory a node can no longer hold is
   not planned onto its free GPUs (`WorkUnit.avoid`), and of the requests one plan puts onto a node's free GPUs,
   those its room cannot hold too are left for the next tick (`RoomLedger`).
@@ -171,16 +171,16 @@ def allocatable(node: Mapping[str, Any]) -> tuple[int | None, int | None]:
     return cpu, memory
 
 
-def observed_room(node: Mapping[str, Any], fixed_pods: Iterable[Mapping[str, Any]]) -> NodeRoom:
-    """What a Ready node of the pool offers a new pod: its allocatable less `fixed_pods` (the DaemonSet and static
-    pods on it, which every node of the pool runs)."""
+def room_after(node: Mapping[str, Any], pods: Iterable[PodNeeds], source: str) -> NodeRoom | None:
+    """A Node's allocatable less what `pods` ask (None: it reports no allocatable CPUs or memory)."""
     cpu, memory = allocatable(node)
-    needs = [pod_needs(p.get("spec") or {}) for p in fixed_pods]
-    name = (node.get("metadata") or {}).get("name", "?")
+    if cpu is None and memory is None:
+        return None
+    pods = list(pods)
     return NodeRoom(
-        None if cpu is None else cpu - sum(n.cpu_milli for n in needs),
-        None if memory is None else memory - sum(n.memory_bytes for n in needs),
-        f"node {name}: allocatable less its DaemonSet and static pods",
+        None if cpu is None else cpu - sum(n.cpu_milli for n in pods),
+        None if memory is None else memory - sum(n.memory_bytes for n in pods),
+        source,
     )
 
 

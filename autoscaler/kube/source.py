@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from autoscaler.kube.pod_fit import NO_NEEDS, NodeRoom, PodNeeds, allocatable, largest, observed_room, pod_needs
+from autoscaler.kube.pod_fit import NO_NEEDS, NodeRoom, PodNeeds, largest, pod_needs, room_after
 from autoscaler.model import Node, NodeState, Pool, WorkUnit
 
 GPU = "nvidia.com/gpu"
@@ -385,10 +385,11 @@ class NodeFacts:
     #: the GPUs its busy pods ask for, by the request they consume ("" for pods of none): `inventory_nodes` adds a
     #: booking's GPUs only until its pods are there
     gpus_by_request: dict[str, int] = field(default_factory=dict)
-    #: allocatable CPU millicores and memory bytes less what every pod on it that has not finished asks (None: the
-    #: Node reports no allocatable figure for it)
-    cpu_free_milli: int | None = None
-    memory_free_bytes: int | None = None
+    #: its allocatable CPUs and memory less what every pod on it that has not finished asks (None: the Node reports
+    #: no allocatable figure), and less its DaemonSet and static pods alone: what a node of its pool offers a new pod
+    #: (`pool_rooms`; `autoscaler.kube.pod_fit`)
+    free: NodeRoom | None = None
+    empty: NodeRoom | None = None
 
     # the decision core's `SchedulerNode` (autoscaler.core.scale_down_steps): what scale-down may act on
     @property
@@ -410,10 +411,14 @@ def node_facts(
     pods = list(pods)
     busy = workload_pods(pods)
     asks: dict[str, list[PodNeeds]] = {}  # node -> what each pod on it that has not finished asks
+    fixed: dict[str, list[PodNeeds]] = {}  # ... of those, its DaemonSet and static pods
     for p in pods:
         node = (p.get("spec") or {}).get("nodeName")
         if node and not finished(p):
-            asks.setdefault(node, []).append(pod_needs(p.get("spec") or {}))
+            need = pod_needs(p.get("spec") or {})
+            asks.setdefault(node, []).append(need)
+            if is_daemonset_pod(p) or is_mirror_pod(p):
+                fixed.setdefault(node, []).append(need)
     out: dict[str, NodeFacts] = {}
     for n in nodes:
         pool = node_pool(n, pool_labels)
@@ -421,7 +426,6 @@ def node_facts(
             continue
         md = n["metadata"]
         labels = md.get("labels") or {}
-        cpu, mem = allocatable(n)
         ready_since = max(
             (
                 ts(c.get("lastTransitionTime"))
@@ -443,33 +447,21 @@ def node_facts(
             labels=dict(labels),
             work_pools=_work_pools(busy.get(md["name"], []), pool_labels),
             gpus_by_request=_gpus_by_request(busy.get(md["name"], [])),
-            cpu_free_milli=None if cpu is None else cpu - sum(a.cpu_milli for a in asks.get(md["name"], ())),
-            memory_free_bytes=None if mem is None else mem - sum(a.memory_bytes for a in asks.get(md["name"], ())),
+            free=room_after(n, asks.get(md["name"], ()), md["name"]),
+            empty=room_after(n, fixed.get(md["name"], ()), f"node {md['name']}: allocatable less its DaemonSet pods"),
         )
     return out
 
 
-def pool_rooms(
-    estimates: Mapping[str, NodeRoom],
-    nodes: Iterable[Mapping[str, Any]],
-    pods: Iterable[Mapping[str, Any]],
-    pool_labels: Mapping[str, Mapping[str, str]],
-) -> dict[str, NodeRoom]:
-    """Pool -> what a node of it offers a new pod: its first Ready Node's allocatable less the DaemonSet and
-    static pods on it (`pod_fit.observed_room`), else `estimates` (the machine less the kubelet's reservations)."""
-    fixed: dict[str, list[Mapping[str, Any]]] = {}
-    for p in pods:
-        node = (p.get("spec") or {}).get("nodeName")
-        if node and (is_daemonset_pod(p) or is_mirror_pod(p)) and not finished(p):
-            fixed.setdefault(node, []).append(p)
+def pool_rooms(estimates: Mapping[str, NodeRoom], facts: Mapping[str, NodeFacts]) -> dict[str, NodeRoom]:
+    """Pool -> what a node of it offers a new pod: its first Ready Node's allocatable less the DaemonSet and static
+    pods on it (`NodeFacts.empty`), else `estimates` (the machine less the kubelet's reservations)."""
     out = dict(estimates)
     seen: set[str] = set()
-    for n in sorted(nodes, key=lambda n: (n.get("metadata") or {}).get("name", "")):
-        pool = node_pool(n, pool_labels)
-        if pool is None or pool in seen or not node_ready(n) or allocatable(n) == (None, None):
-            continue
-        seen.add(pool)
-        out[pool] = observed_room(n, fixed.get(n["metadata"]["name"], ()))
+    for f in sorted(facts.values(), key=lambda f: f.name):
+        if f.ready and f.empty is not None and f.pool not in seen:
+            seen.add(f.pool)
+            out[f.pool] = f.empty
     return out
 
 
@@ -565,10 +557,11 @@ def node_rooms(
         if n.state is NodeState.DELETING:
             continue
         f = facts.get(n.name)
-        ready = f is not None and f.ready
-        room = NodeRoom(f.cpu_free_milli, f.memory_free_bytes, n.name) if f is not None and ready else None
-        room = room or pool_rooms.get(n.pool) or NodeRoom(None, None, n.name)
-        on_node = f.gpus_by_request if f is not None and ready else {}
+        unknown = NodeRoom(None, None, n.name)
+        if f is not None and f.ready:
+            room, on_node = f.free or unknown, f.gpus_by_request
+        else:
+            room, on_node = pool_rooms.get(n.pool) or unknown, {}
         for key in booked.get(n.name) or {}:
             if key not in on_node and key in needs:
                 room = room.less(needs[key])

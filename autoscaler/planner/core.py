@@ -124,7 +124,7 @@ def plan(
     held = batch_hold(demand, policy, now)
     keep_min_nodes(st)
     if any(u.whole_node for u in units):  # the shape each takes whole, now that reservations and backoffs are known
-        units = [take_whole(u, st) for u in units]
+        units = take_whole(units, st)
 
     keys = [class_key(u, policy, now) for u in units]
     sizes = Counter(keys)

@@ -41,13 +41,28 @@ def whole_node_shapes(unit: WorkUnit, pools: Sequence[Pool]) -> dict[int, frozen
     return {g: frozenset(out[g]) for g in sorted(out)}
 
 
-def take_whole(unit: WorkUnit, st: PlanState) -> WorkUnit:
-    """`unit` as a unit of the shape it takes whole (module docstring); other units are returned as they are."""
-    if not unit.whole_node:
-        return unit
+def take_whole(units: Sequence[WorkUnit], st: PlanState) -> list[WorkUnit]:
+    """`units`, each that takes its nodes whole as a unit of the shape it takes (module docstring), the others as
+    they are.  The shape is decided once per class of identical units (a pending array's tasks are one class), before
+    any is placed."""
+    shapes: dict[UnitClass, tuple[int, frozenset[str] | None]] = {}
+    out = []
+    for u in units:
+        if u.whole_node:
+            cls = UnitClass.of(u, st.policy, st.now)
+            if cls not in shapes:
+                shapes[cls] = _shape(u, st)
+            gpus, pools = shapes[cls]
+            u = dataclasses.replace(u, gpus_per_node=gpus, pools=pools)
+        out.append(u)
+    return out
+
+
+def _shape(unit: WorkUnit, st: PlanState) -> tuple[int, frozenset[str] | None]:
+    """(GPUs per node, pools) of the shape `unit` takes whole."""
     shapes = whole_node_shapes(unit, st.inventory.pools)
     if not shapes:
-        return unit  # no pool fits it: explained unserved like any unit
+        return unit.gpus_per_node, unit.pools  # no pool fits it: explained unserved like any unit
     by_name = st.inventory.pool_by_name
     reserved: list[int] = []
     available: list[int] = []
@@ -63,7 +78,7 @@ def take_whole(unit: WorkUnit, st: PlanState) -> WorkUnit:
         if free or to_reserve or _launchable(st, market, unit.nodes):
             available.append(gpus)
     gpus = min(reserved or available or shapes)
-    return dataclasses.replace(unit, gpus_per_node=gpus, pools=shapes[gpus])
+    return gpus, shapes[gpus]
 
 
 def _launchable(st: PlanState, candidates: CandidateStream, nodes: int) -> bool:

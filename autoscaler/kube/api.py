@@ -9,7 +9,7 @@ eviction a PodDisruptionBudget forbids, ...).
 Connections use TCP keepalive at client-go's timings (`Configuration.keep_alive`): a watch through a proxy or
 load balancer that drops idle connections is probed rather than dropped silently.
 
-With `cache` set (a `WatchCache`, which the daemon's watches fill), the reads of Nodes, Pods,
+With `cache` set (a `WatchCache`, which the daemon's watches fill), the reads of Nodes, Pods, DaemonSets,
 ProvisioningRequests and Machines answer from it whenever it may (`autoscaler/kube/cache.py`), and this
 client's writes to those resources are recorded there, so a read never misses one of them.  `listing`, and a
 read with a field selector (`pods_on`), always ask the API server.
@@ -72,6 +72,7 @@ class KubeApi:
         self.custom = k8s.CustomObjectsApi(api_client)
         self.coordination = k8s.CoordinationV1Api(api_client)
         self.policy = k8s.PolicyV1Api(api_client)
+        self.apps = k8s.AppsV1Api(api_client)
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: dict[str, Any] | str, *, timeout_s: float = 10.0) -> KubeApi:
@@ -123,6 +124,10 @@ class KubeApi:
     def pods(self) -> list[dict[str, Any]]:
         return self._read("pods")
 
+    def daemonsets(self) -> list[dict[str, Any]]:
+        """Every DaemonSet: what a pool's nodes run besides work (`autoscaler/kube/daemonsets.py`)."""
+        return self._read("daemonsets")
+
     def pods_on(self, node: str) -> list[dict[str, Any]]:
         """The pods bound to `node`, from the API server (never the cache): what a node's deletion is checked
         against."""
@@ -147,6 +152,8 @@ class KubeApi:
             return self.core.list_node, ()
         if resource == "pods":
             return self.core.list_pod_for_all_namespaces, ()
+        if resource == "daemonsets":
+            return self.apps.list_daemon_set_for_all_namespaces, ()
         if resource == PR_PLURAL:
             return self.custom.list_cluster_custom_object, (PR_GROUP, PR_VERSION, PR_PLURAL)
         if resource == "machines":

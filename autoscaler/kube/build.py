@@ -16,6 +16,7 @@ from autoscaler.cloud import Provider
 from autoscaler.core.settings import SettingsTracker
 from autoscaler.kube.api import KubeApi
 from autoscaler.kube.capi import CapiProvider
+from autoscaler.kube.daemonsets import known_labels
 from autoscaler.kube.lease import LeaseElector
 from autoscaler.kube.loop import KubeDaemon, KubePools
 from autoscaler.kube.pod_fit import estimated_room
@@ -70,6 +71,7 @@ def kube_pools(
         capi_pools=frozenset(p.name for p in capi),
         taints={p.name: [dict(t) for t in p.node_taints] for p in inventory},
         rooms={p.name: estimated_room(p.vcpus, p.memory_gib, gke=p.platform == "gke") for p in inventory},
+        known_labels={p.name: known_labels(p) for p in inventory},
     )
 
 

@@ -53,6 +53,7 @@ from autoscaler.core.settings import ArrivalLog, SeenJob, SettingsTracker, shown
 from autoscaler.daemon.settings_log import log_settings
 from autoscaler.daemon.snapshot import offering_from_dict, offering_to_dict
 from autoscaler.kube.api import KubeApi, KubeError
+from autoscaler.kube.daemonsets import estimates_less, overhead
 from autoscaler.kube.leader_state import (
     BACKOFF,
     HISTORY,
@@ -142,6 +143,9 @@ class KubePools:
     taints: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # pool -> taints every Node of it carries
     #: pool -> what a node of it offers a pod before one is Ready (`autoscaler.kube.pod_fit.estimated_room`)
     rooms: dict[str, NodeRoom] = field(default_factory=dict)
+    #: pool -> the labels its nodes are known to carry before one is Ready, which DaemonSets select by
+    #: (`autoscaler.kube.daemonsets.known_labels`)
+    known_labels: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class KubeDaemon:
@@ -179,6 +183,7 @@ class KubeDaemon:
         self._unseen_since: dict[str, tuple[float, bool]] = {}  # CAPI pool -> (replicas without Machines since, warned)
         self._current: dict[str, dict[str, Any]] = {}  # request key -> the request as last read or written
         self._rooms: dict[str, NodeRoom] = dict(pools.rooms)  # pool -> what a node offers a pod (`pool_rooms`)
+        self._daemonsets_refused = False  # the last DaemonSet list was refused (`_estimated_rooms`)
         self._known_templates: dict[tuple[str, str], dict[str, Any]] = {}  # the requests' PodTemplates (`_templates`)
         self._launching: set[str] = set()  # new node names a request's launch covers, this tick (`_book`)
         self._live_before: set[str] = set()  # the cloud nodes the last tick listed (`_check_booking`)
@@ -191,6 +196,27 @@ class KubeDaemon:
             if all(p is not q for q in seen):
                 seen.append(p)
         return seen
+
+    def _estimated_rooms(self) -> dict[str, NodeRoom]:
+        """What a node of each pool offers pods before one is Ready: the machine's estimate less the DaemonSet pods
+        that will run on it (`autoscaler/kube/daemonsets.py`).  A refused DaemonSet list (a ClusterRole from before
+        the daemon read them) leaves the machine's estimate, said once."""
+        try:
+            daemonsets = self.api.daemonsets()
+        except KubeError as exc:
+            if exc.status != 403:
+                raise
+            if not self._daemonsets_refused:
+                logger.warning(
+                    "cannot list DaemonSets ({}): a pool's first node is estimated without the DaemonSet pods it "
+                    "will run; redeploy the stack's ClusterRole (apps daemonsets: list, watch)",
+                    exc,
+                )
+            self._daemonsets_refused = True
+            return dict(self.kp.rooms)
+        self._daemonsets_refused = False
+        labels = self.kp.known_labels or self.kp.labels
+        return estimates_less(self.kp.rooms, overhead(daemonsets, labels, self.kp.taints))
 
     def _requests(self) -> list[dict[str, Any]]:
         prs = [
@@ -298,7 +324,7 @@ class KubeDaemon:
         all_pods = self.api.pods()
         nodes = self.api.nodes()
         facts = node_facts(nodes, all_pods, self.kp.labels)
-        self._rooms = pool_rooms(self.kp.rooms, facts)
+        self._rooms = pool_rooms(self._estimated_rooms(), facts)
         self.taint_check.check(nodes, facts, now)
         cloud = [c for prov in self._providers() for c in prov.list_nodes([p.name for p in self.kp.pools])]
         facts = self._alias_machines(facts)

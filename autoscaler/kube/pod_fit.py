@@ -16,8 +16,9 @@ is the same defect the Slurm path fixed in its tenth round (the job_submit.lua a
   vCPUs and memory (the inventory's `vcpus` / `memory_gib`) less the kubelet reservations: GKE's documented ones
   for a GKE node pool (docs: "Plan GKE Standard node sizes", node allocatable resources; the Cluster Autoscaler's
   GCE provider estimates template nodes the same way), the kubelet's default memory eviction threshold (100 MiB)
-  alone for Cluster API pools, where kubeadm reserves nothing by default.  The estimate counts no DaemonSet pods:
-  the first Ready node of the pool corrects it.
+  alone for Cluster API pools, where kubeadm reserves nothing by default; the daemon then takes off the requests
+  of the DaemonSet pods that will run there (`autoscaler/kube/daemonsets.py`).  The first Ready node of the pool
+  replaces the estimate.
 - **Free room on a node** (`source.node_rooms`): a Ready node's allocatable less every pod on it that has not
   finished (`NodeFacts.free`), a booting node's pool's room, each less what the
   requests booked on it ask whose pods are not there yet: a pod whose CPUs or memory a node can no longer hold is

@@ -2,8 +2,9 @@
 
 The daemon reads everything each tick (`autoscaler/kube/loop.py`: from the watches' cache, or by listing) and
 polls every `loop.interval_s` (10 s).  Between polls it watches three resources (`autoscaler/kube/watch.py`, the
-API's `?watch=true` streams) and ticks at once on an event that changes what a tick decides, as Cluster
-Autoscaler and Karpenter react to informer events rather than to their resync period:
+API's `?watch=true` streams; a fourth, DaemonSets, only keeps the cache current) and ticks at once on an event
+that changes what a tick decides, as Cluster Autoscaler and Karpenter react to informer events rather than to
+their resync period:
 
 - a ProvisioningRequest of the class it serves ADDED (Kueue reserved quota for a workload: serve it) or DELETED
   (the capacity booked for it is free for the next one);
@@ -63,7 +64,8 @@ MIN_GAP_S = 1.0
 WAKE_LATENCY_S = 1.0
 
 PROVISIONING_REQUESTS, NODES, PODS, MACHINES = "provisioningrequests", "nodes", "pods", "machines"
-WATCHED = (PROVISIONING_REQUESTS, NODES, PODS)
+DAEMONSETS = "daemonsets"  # watched for the cache alone: what they take of a new node (no change wakes the loop)
+WATCHED = (PROVISIONING_REQUESTS, NODES, PODS, DAEMONSETS)
 #: watched too when the daemon manages Cluster API pools: a Machine's `status.nodeRef` is set only after its Node
 #: registered, so the tick the Node's Ready woke may not see which Machine it is yet
 WATCHED_CAPI = (*WATCHED, MACHINES)

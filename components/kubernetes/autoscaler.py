@@ -3,7 +3,7 @@
 A Deployment of `replicas` pods (2 by default) running `fleet autoscaler run` on pinned code (an image by
 digest), one of which acts: leader election through the `coordination.k8s.io/v1` Lease named in the
 config.  The ServiceAccount gets exactly the API access the daemon uses (`rbac_rules`): read Nodes, Pods,
-PodDisruptionBudgets, Kueue Workloads / ClusterQueues / ResourceFlavors, the PodTemplates requests name; book
+DaemonSets and the PodTemplates requests name; book
 ProvisioningRequests (an annotation, patched) and answer them (status); cordon Nodes and evict Pods (the
 Eviction API honours PDBs); on Cluster API pools scale MachineDeployments and mark Machines for deletion;
 get/update its own Lease only.  The daemon's e2e tests run against a fake API server that enforces exactly
@@ -61,6 +61,7 @@ def rbac_rules(cluster_api: bool) -> list[dict[str, Any]]:
         {"apiGroups": [""], "resources": ["pods"], "verbs": watch},  # what runs where; unschedulable pods
         {"apiGroups": [""], "resources": ["podtemplates"], "verbs": ["get"]},  # what a request's pods ask for
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},  # DaemonSet pods of an empty node
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": watch},  # what they take of a new node
         # the requests; the booking is an annotation on the request, written (conditionally) before any launch
         {"apiGroups": [pr], "resources": ["provisioningrequests"], "verbs": [*watch, "patch"]},
         {"apiGroups": [pr], "resources": ["provisioningrequests/status"], "verbs": ["patch"]},  # the answer

@@ -71,6 +71,7 @@ def test_autoscaler_rbac_grants_exactly_the_calls_the_daemon_makes():
         ("", "pods"): ["list", "watch"],  # the watch; a node's pods before it is deleted (fieldSelector)
         ("", "podtemplates"): ["get"],  # the templates requests name
         ("", "pods/eviction"): ["create"],  # DaemonSet pods of an empty node
+        ("apps", "daemonsets"): ["list", "watch"],  # what they take of a pool's first node
         ("autoscaling.x-k8s.io", "provisioningrequests"): ["list", "patch", "watch"],  # the booking annotation
         ("autoscaling.x-k8s.io", "provisioningrequests/status"): ["patch"],  # Accepted / Provisioned / Failed
         ("cluster.x-k8s.io", "machinedeployments"): ["get", "patch"],  # replicas and the launch records
@@ -84,7 +85,7 @@ def test_autoscaler_rbac_lets_the_daemon_list_and_watch_every_resource_it_watche
     from autoscaler.kube.api import CAPI_GROUP, PR_GROUP
     from autoscaler.kube.wake import WATCHED, WATCHED_CAPI
 
-    group = {"provisioningrequests": PR_GROUP, "nodes": "", "pods": "", "machines": CAPI_GROUP}
+    group = {"provisioningrequests": PR_GROUP, "nodes": "", "pods": "", "machines": CAPI_GROUP, "daemonsets": "apps"}
     for cluster_api in (False, True):
         for resource in WATCHED_CAPI if cluster_api else WATCHED:
             verbs = {

@@ -70,6 +70,7 @@ RESOURCES = [
     Resource("", "v1", "nodes", "Node", False, "V1Node", ("status",)),
     Resource("", "v1", "pods", "Pod", True, "V1Pod", ("status", "eviction")),
     Resource("", "v1", "podtemplates", "PodTemplate", True, "V1PodTemplate"),
+    Resource("apps", "v1", "daemonsets", "DaemonSet", True, "V1DaemonSet"),
     Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, "V1PodDisruptionBudget"),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True, "V1Lease"),
     Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests", "ProvisioningRequest", True, None, ("status",)),

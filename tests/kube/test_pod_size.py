@@ -14,6 +14,7 @@ import pytest
 
 from autoscaler.kube.api import KubeApi
 from autoscaler.kube.build import build_kube_daemon, gke_inventory
+from autoscaler.kube.daemonsets import known_labels, overhead
 from autoscaler.kube.pod_fit import GIB, MIB, PodNeeds, estimated_room, gke_allocatable, pod_needs
 from autoscaler.kube.source import BOOKING, CONSUMES, condition
 from autoscaler.model import Policy
@@ -210,3 +211,74 @@ def test_two_requests_one_plan_puts_on_a_nodes_free_gpus_are_booked_there_only_i
           for n in ("wl-1", "wl-2")}  # fmt: skip
     assert sorted(len(set(names) & {warm}) for names in on.values()) == [0, 1], on
     assert len(compute.events_of("create")) == 2
+
+
+def _daemonset(name: str, cpu: str, memory: str = "0", **spec: Any) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": "kube-system"},
+        "spec": {"selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [_c({"cpu": cpu, "memory": memory})], **spec}}},
+    }  # fmt: skip
+
+
+EVERYWHERE = {"tolerations": [{"operator": "Exists"}]}
+
+
+def _not_in_pool(pool: str) -> dict[str, Any]:
+    term = {"matchExpressions": [{"key": NODEPOOL, "operator": "NotIn", "values": [pool]}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
+def test_the_daemonsets_a_pools_nodes_will_run_are_those_whose_selector_and_tolerations_let_them() -> None:
+    """A DaemonSet counts on a pool when its selector matches what the pool's nodes are known to carry (the pool's
+    labels, the OS, and on GKE the accelerator, machine type and spot labels GKE sets) and it tolerates the pool's
+    NoSchedule / NoExecute taints; a selector on a label not known to be there is not counted."""
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    spot = _pool(1, capacity_type="spot", node_taints=[gpu_taint])
+    labels = {"h1": known_labels(spot), "h2": known_labels(_pool(2))}
+    taints = {"h1": [gpu_taint], "h2": []}
+    gpu_only = {"nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}, **EVERYWHERE}
+    daemonsets = [
+        _daemonset("logging", "100m", "200Mi", **EVERYWHERE),  # every node
+        _daemonset("linux-only", "50m", nodeSelector={"kubernetes.io/os": "linux"}),  # untolerated taint on h1
+        _daemonset("gpu-driver", "150m", **gpu_only),
+        _daemonset("spot-agent", "1", nodeSelector={"cloud.google.com/gke-spot": "true"}, **EVERYWHERE),
+        _daemonset("other-pool", "4", nodeSelector={NODEPOOL: "system"}, **EVERYWHERE),
+        _daemonset("rack-agent", "2", nodeSelector={"example.com/rack": "r1"}, **EVERYWHERE),  # unknown label
+        _daemonset("not-h2", "300m", affinity=_not_in_pool("h2"), **EVERYWHERE),
+    ]
+    got = overhead(daemonsets, labels, taints)
+    assert got["h1"] == (PodNeeds(100 + 150 + 1000 + 300, 200 * MIB), 4)
+    assert got["h2"] == (PodNeeds(100 + 50 + 150, 200 * MIB), 3)
+
+
+@pytest.mark.gce
+def test_a_pools_first_node_is_sized_less_the_daemonset_pods_it_will_run(env) -> None:  # type: ignore[no-untyped-def]
+    """No node of either pool is Ready.  a3-highgpu-1g offers 25.865 CPUs after GKE's reservations, and every node
+    runs a DaemonSet pod asking 1 CPU: a 1-GPU pod asking 25 CPUs fits no such node, and gets a 2-GPU one (before, a
+    1-GPU node was launched where the pod could never be scheduled).  A DaemonSet selecting another pool's nodes
+    takes nothing."""
+    kube, compute = env
+    kube.create(_daemonset("node-agent", "1", "200Mi", **EVERYWHERE))
+    kube.create(_daemonset("system-only", "8", nodeSelector={NODEPOOL: "system"}, **EVERYWHERE))
+    kube.create(_template("snug", "25"))
+    kube.create(provisioning_request("wl-1", "team-a", "snug", 1))
+    pr = _provisioned(kube, _daemon(kube, compute), "wl-1")
+    assert (condition(pr, "Provisioned") or {}).get("status") == "True", pr.get("status")
+    assert [e.name.rsplit("-", 1)[0] for e in compute.events_of("create")] == ["gke-gke1-h2"]
+
+
+@pytest.mark.gce
+def test_a_pod_a_pools_first_node_holds_beside_its_daemonset_pods_gets_that_pool(env) -> None:  # type: ignore[no-untyped-def]
+    """The same pools and DaemonSets, a pod asking 24 CPUs: 25.865 less 1 holds it, and the 1-GPU node is launched
+    (the DaemonSets do not push work onto larger machines than it needs)."""
+    kube, compute = env
+    kube.create(_daemonset("node-agent", "1", "200Mi", **EVERYWHERE))
+    kube.create(_daemonset("system-only", "8", nodeSelector={NODEPOOL: "system"}, **EVERYWHERE))
+    kube.create(_template("snug", "24"))
+    kube.create(provisioning_request("wl-1", "team-a", "snug", 1))
+    pr = _provisioned(kube, _daemon(kube, compute), "wl-1")
+    assert (condition(pr, "Provisioned") or {}).get("status") == "True", pr.get("status")
+    assert [e.name.rsplit("-", 1)[0] for e in compute.events_of("create")] == ["gke-gke1-h1"]

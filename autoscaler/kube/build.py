@@ -16,7 +16,6 @@ from autoscaler.cloud import Provider
 from autoscaler.core.settings import SettingsTracker
 from autoscaler.kube.api import KubeApi
 from autoscaler.kube.capi import CapiProvider
-from autoscaler.kube.daemonsets import known_labels
 from autoscaler.kube.lease import LeaseElector
 from autoscaler.kube.loop import KubeDaemon, KubePools
 from autoscaler.kube.pod_fit import estimated_room
@@ -31,6 +30,29 @@ def planner_pool(p: InventoryPool) -> Pool:
         p = p.model_copy(update={"zones": [p.failure_domain or "default"]})
         return replace(Pool.from_inventory(p), provider="capi")
     return Pool.from_inventory(p)
+
+
+#: what GKE's GPU machines are (the catalog has no Arm GPU machine)
+GKE_ARCH = "amd64"
+
+
+def known_labels(pool: InventoryPool) -> dict[str, str]:
+    """The labels every node of `pool` carries, as far as the daemon can know before one is Ready: what pods' and
+    DaemonSets' node selectors are matched against.  The pool's own `node_labels`, `kubernetes.io/os` (every GPU
+    node is Linux; the kubelet sets it) and, on GKE, the labels GKE puts on every node of a GPU node pool:
+    `cloud.google.com/gke-accelerator`, `cloud.google.com/gke-spot` on spot pools, `node.kubernetes.io/instance-type`
+    and `kubernetes.io/arch` (amd64: the catalog has no Arm GPU machine).  A selector on any other label (a zone, a
+    topology block, a team's own) matches no pool until the stack sets it as one of the pool's labels.  Before
+    the thirty-fifth round only the pool's own labels were: a pod selecting `kubernetes.io/os: linux` or the GPU
+    model GKE's docs have GPU pods select was answered Failed, no pool matching its node selector."""
+    labels = {"kubernetes.io/os": "linux", **pool.node_labels}
+    if pool.platform == "gke":
+        labels.setdefault("kubernetes.io/arch", GKE_ARCH)
+        labels.setdefault("node.kubernetes.io/instance-type", pool.machine_type)
+        labels.setdefault("cloud.google.com/gke-accelerator", pool.gpu_type)
+        if pool.capacity_type == "spot":
+            labels.setdefault("cloud.google.com/gke-spot", "true")
+    return labels
 
 
 def gke_inventory(p: InventoryPool) -> InventoryPool:

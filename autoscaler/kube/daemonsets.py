@@ -11,10 +11,8 @@ Autoscaler adds a node group's DaemonSet pods to its template node.
 A DaemonSet counts on a pool when its pod template would schedule on the pool's nodes:
 
 - its `nodeSelector` and required node affinity match the labels the pool's nodes are known to carry
-  (`known_labels`): the pool's own `node_labels`, `kubernetes.io/os` (every GPU node is Linux) and, on GKE, the
-  labels GKE documents on every node of a GPU node pool (`cloud.google.com/gke-accelerator`, `cloud.google.com/
-  gke-spot`, `node.kubernetes.io/instance-type`, `kubernetes.io/arch`, amd64 for every catalog machine).  A
-  selector on any other label is not known to match, and is not counted;
+  (`autoscaler.kube.build.known_labels`, which workload pods' selectors are matched against too).  A selector on
+  any other label is not known to match, and is not counted;
 - it tolerates every `NoSchedule` and `NoExecute` taint of the pool (the DaemonSet controller's own tolerations,
   for `node.kubernetes.io/*` conditions, concern no pool taint).
 
@@ -29,23 +27,8 @@ from typing import Any
 
 from autoscaler.kube.pod_fit import NO_NEEDS, NodeRoom, PodNeeds, pod_needs
 from autoscaler.kube.source import pools_for, tolerates
-from fleet.inventory import InventoryPool
 
-#: what GKE's GPU machines are (the catalog has no Arm GPU machine)
-GKE_ARCH = "amd64"
 SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
-
-
-def known_labels(pool: InventoryPool) -> dict[str, str]:
-    """The labels every node of `pool` carries, as far as the daemon can know before one is Ready."""
-    labels = {"kubernetes.io/os": "linux", **pool.node_labels}
-    if pool.platform == "gke":
-        labels.setdefault("kubernetes.io/arch", GKE_ARCH)
-        labels.setdefault("node.kubernetes.io/instance-type", pool.machine_type)
-        labels.setdefault("cloud.google.com/gke-accelerator", pool.gpu_type)
-        if pool.capacity_type == "spot":
-            labels.setdefault("cloud.google.com/gke-spot", "true")
-    return labels
 
 
 def _template_spec(ds: Mapping[str, Any]) -> Mapping[str, Any]:

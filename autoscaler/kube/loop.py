@@ -184,6 +184,9 @@ class KubeDaemon:
         self._current: dict[str, dict[str, Any]] = {}  # request key -> the request as last read or written
         self._rooms: dict[str, NodeRoom] = dict(pools.rooms)  # pool -> what a node offers a pod (`pool_rooms`)
         self._daemonsets_refused = False  # the last DaemonSet list was refused (`_estimated_rooms`)
+        #: pool -> what node selectors (pods', DaemonSets') are matched against: the labels its nodes are known to
+        #: carry, well-known ones included (a pod selecting `kubernetes.io/os: linux` was Failed: no pool matched)
+        self._selector_labels = pools.known_labels or pools.labels
         self._known_templates: dict[tuple[str, str], dict[str, Any]] = {}  # the requests' PodTemplates (`_templates`)
         self._launching: set[str] = set()  # new node names a request's launch covers, this tick (`_book`)
         self._live_before: set[str] = set()  # the cloud nodes the last tick listed (`_check_booking`)
@@ -215,8 +218,7 @@ class KubeDaemon:
             self._daemonsets_refused = True
             return dict(self.kp.rooms)
         self._daemonsets_refused = False
-        labels = self.kp.known_labels or self.kp.labels
-        return estimates_less(self.kp.rooms, overhead(daemonsets, labels, self.kp.taints))
+        return estimates_less(self.kp.rooms, overhead(daemonsets, self._selector_labels, self.kp.taints))
 
     def _requests(self) -> list[dict[str, Any]]:
         prs = [
@@ -323,7 +325,7 @@ class KubeDaemon:
         templates = self._templates(prs)
         all_pods = self.api.pods()
         nodes = self.api.nodes()
-        facts = node_facts(nodes, all_pods, self.kp.labels)
+        facts = node_facts(nodes, all_pods, self.kp.labels, self._selector_labels)
         self._rooms = pool_rooms(self._estimated_rooms(), facts)
         self.taint_check.check(nodes, facts, now)
         cloud = [c for prov in self._providers() for c in prov.list_nodes([p.name for p in self.kp.pools])]
@@ -386,7 +388,7 @@ class KubeDaemon:
         names = [v.name for v in views if not v.failed and not v.provisioned]
         orphans = [
             u
-            for u in unschedulable_units(all_pods, (), self.kp.spot_taints, self.kp.labels, self._rooms)
+            for u in unschedulable_units(all_pods, (), self.kp.spot_taints, self._selector_labels, self._rooms)
             if not any(n.startswith(u.id.rsplit("/", 1)[1] + "-") for n in names)
         ]
         units = self._not_after_first_seen([*units, *orphans], now)
@@ -552,7 +554,7 @@ class KubeDaemon:
     def _views(self, templates: Mapping[tuple[str, str], Mapping[str, Any] | None]) -> list[RequestView]:
         """Every request as this tick read it and then wrote it (`_current`): no second list call."""
         return [
-            request_view(pr, templates, self.kp.spot_taints, self.kp.labels, self._rooms)
+            request_view(pr, templates, self.kp.spot_taints, self._selector_labels, self._rooms)
             for pr in self._current.values()
         ]
 

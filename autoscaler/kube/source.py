@@ -406,8 +406,13 @@ class NodeFacts:
 
 
 def node_facts(
-    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], pool_labels: Mapping[str, Mapping[str, str]]
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    pool_labels: Mapping[str, Mapping[str, str]],
+    selector_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, NodeFacts]:
+    """The managed nodes' facts.  `pool_labels` tell which pool a node is of; `selector_labels` (default the same)
+    what the pods' node selectors are matched against (`daemonsets.known_labels`: the pool's and the well-known)."""
     pods = list(pods)
     busy = workload_pods(pods)
     asks: dict[str, list[PodNeeds]] = {}  # node -> what each pod on it that has not finished asks
@@ -445,7 +450,7 @@ def node_facts(
             zone=labels.get("topology.kubernetes.io/zone"),
             since=ready_since,
             labels=dict(labels),
-            work_pools=_work_pools(busy.get(md["name"], []), pool_labels),
+            work_pools=_work_pools(busy.get(md["name"], []), selector_labels or pool_labels),
             gpus_by_request=_gpus_by_request(busy.get(md["name"], [])),
             free=room_after(n, asks.get(md["name"], ()), md["name"]),
             empty=room_after(n, fixed.get(md["name"], ()), f"node {md['name']}: allocatable less its DaemonSet pods"),

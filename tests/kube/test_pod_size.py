@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from autoscaler.kube.api import KubeApi
-from autoscaler.kube.build import build_kube_daemon, gke_inventory
-from autoscaler.kube.daemonsets import known_labels, overhead
+from autoscaler.kube.build import build_kube_daemon, gke_inventory, known_labels
+from autoscaler.kube.daemonsets import overhead
 from autoscaler.kube.pod_fit import GIB, MIB, PodNeeds, estimated_room, gke_allocatable, pod_needs
 from autoscaler.kube.source import BOOKING, CONSUMES, condition
 from autoscaler.model import Policy
@@ -282,3 +282,19 @@ def test_a_pod_a_pools_first_node_holds_beside_its_daemonset_pods_gets_that_pool
     pr = _provisioned(kube, _daemon(kube, compute), "wl-1")
     assert (condition(pr, "Provisioned") or {}).get("status") == "True", pr.get("status")
     assert [e.name.rsplit("-", 1)[0] for e in compute.events_of("create")] == ["gke-gke1-h1"]
+
+
+@pytest.mark.gce
+def test_a_pod_selecting_labels_gke_puts_on_every_gpu_node_is_served(env) -> None:  # type: ignore[no-untyped-def]
+    """`kubernetes.io/os: linux` (the kubelet's, in most Helm charts) and the GPU model (`cloud.google.com/
+    gke-accelerator`, which GKE's docs have GPU pods select) are on every node of a GKE GPU pool: a pod selecting
+    them is served, by the pool of that model.  Before, only the pool's own labels were matched, and the request
+    was answered Failed: no pool matched its node selector."""
+    kube, compute = env
+    selector = {"kubernetes.io/os": "linux", "cloud.google.com/gke-accelerator": "nvidia-h100-80gb",
+                "node.kubernetes.io/instance-type": "a3-highgpu-2g"}  # fmt: skip
+    kube.create(pod_template("gpu", "team-a", 1, selector=selector))
+    kube.create(provisioning_request("wl-1", "team-a", "gpu", 1))
+    pr = _provisioned(kube, _daemon(kube, compute), "wl-1")
+    assert (condition(pr, "Provisioned") or {}).get("status") == "True", pr.get("status")
+    assert [e.name.rsplit("-", 1)[0] for e in compute.events_of("create")] == ["gke-gke1-h2"]

@@ -140,6 +140,13 @@ APIS: tuple[Permission, ...] = (
     Permission("storage.googleapis.com", "GCS: Pulumi state and checkpoint buckets"),
     Permission("secretmanager.googleapis.com", "Slurm JWT / munge keys as secrets"),
     Permission("iam.googleapis.com", "service accounts and the custom role"),
+    # google-auth's impersonated_credentials: "Enable the IAMCredentials API on the source project"; without it
+    # the Slurm daemon's first Compute call fails with 403 SERVICE_DISABLED and no node is ever created
+    Permission(
+        "iamcredentials.googleapis.com",
+        "short-lived tokens: the Slurm autoscaler impersonates its <cluster>-autoscaler account, and GKE's "
+        "Workload Identity mints the GKE autoscaler's",
+    ),
     Permission("cloudresourcemanager.googleapis.com", "project IAM bindings"),
     Permission("logging.googleapis.com", "node and controller logs"),
     Permission("monitoring.googleapis.com", "GPU and autoscaler metrics"),

@@ -88,6 +88,15 @@ def test_apis_enabled_and_left_on_at_destroy(result: SynthResult) -> None:
     assert all(s.inputs["disableOnDestroy"] is False for s in services.values())
 
 
+def test_the_api_the_autoscalers_tokens_come_from_is_enabled(result: SynthResult) -> None:
+    """The Slurm daemon calls Compute as its `<cluster>-autoscaler` account through impersonation (the stack's
+    generated config sets `provider.impersonate_service_account`), and the GKE daemon through Workload Identity:
+    both mint tokens with the IAM Service Account Credentials API.  Before, the bootstrap did not enable it and the
+    daemon's first Compute call was refused (403 SERVICE_DISABLED)."""
+    services = {s.inputs["service"] for s in result.by_type("gcp:projects/service:Service")}
+    assert "iamcredentials.googleapis.com" in services
+
+
 def test_outputs_and_component_convention(result: SynthResult) -> None:
     (comp,) = result.by_type("gpufleet:gcp:ProjectBootstrap")
     children = result.children_of(comp.urn)

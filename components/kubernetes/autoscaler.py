@@ -74,6 +74,11 @@ def rbac_rules(cluster_api: bool) -> list[dict[str, Any]]:
     return rules
 
 
+#: the replicas' priority class: kube-scheduler preempts ordinary pods for them, and a node-pressure eviction takes
+#: them last (Cluster Autoscaler and Karpenter run at it too)
+CRITICAL = "system-cluster-critical"
+
+
 def _meta(name: str, namespace: str | None, **extra: Any) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "name": name,
@@ -126,12 +131,19 @@ def manifests(a: AutoscalerDeployment) -> list[dict[str, Any]]:
         "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
             {"weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": selector},
                                                 "topologyKey": "kubernetes.io/hostname"}}]}},
-        "priorityClassName": "system-cluster-critical",
+        "priorityClassName": CRITICAL,
     }  # fmt: skip
     if a.node_selector:
         pod_spec["nodeSelector"] = dict(a.node_selector)
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(ns, None)},
+        # GKE admits pods of the system-* priority classes only in a namespace whose ResourceQuota names the class
+        # (kube-system's gcp-critical-pods); without this one the ReplicaSet could create no pod ("insufficient
+        # quota to match these scopes").  Kubernetes docs: "Limit Priority Class consumption by default".
+        {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": _meta(f"{APP}-critical-pods", ns),
+         "spec": {"hard": {"pods": str(2 * a.replicas)},  # the replicas, and as many terminating during a rollout
+                  "scopeSelector": {"matchExpressions": [
+                      {"scopeName": "PriorityClass", "operator": "In", "values": [CRITICAL]}]}}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": sa_meta},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": _meta(f"{APP}-{a.cluster}", None),  # noqa: E501
          "rules": rbac_rules(a.cluster_api_namespace is not None)},

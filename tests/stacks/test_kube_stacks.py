@@ -629,3 +629,29 @@ def test_a_shared_flavor_labels_the_cluster_api_nodes_in_the_synced_domain(tmp_p
     }
     by_pool = {lab["node.cluster.x-k8s.io/gpu-fleet-pool"]: lab[key] for lab in labels.values()}
     assert by_pool == {"h100": "h100", "h100-1x": "h100", "l40s": "l40s"}
+
+
+SYSTEM_PRIORITY_CLASSES = ("system-cluster-critical", "system-node-critical")
+
+
+def test_every_pod_of_a_system_priority_class_is_admitted_where_it_runs(kube_example):
+    """GKE admits pods of the system-* priority classes only in kube-system or a namespace whose ResourceQuota
+    scopes that class (Kubernetes docs, "Limit Priority Class consumption by default"; GKE's gcp-critical-pods
+    quota in kube-system): otherwise the ReplicaSet or DaemonSet creates no pod ("insufficient quota to match
+    these scopes").  The autoscaler's Deployment ran at system-cluster-critical in its own namespace without one,
+    so on GKE its pods were never created."""
+    objects = manifests(kube_example)
+    allowed: dict[str, set[str]] = {"kube-system": set(SYSTEM_PRIORITY_CLASSES)}
+    for quota in (o for o in objects if o["kind"] == "ResourceQuota"):
+        for e in quota["spec"]["scopeSelector"]["matchExpressions"]:
+            if e["scopeName"] == "PriorityClass" and e["operator"] == "In":
+                allowed.setdefault(quota["metadata"]["namespace"], set()).update(e["values"])
+    checked = 0
+    for o in objects:
+        spec = ((o.get("spec") or {}).get("template") or {}).get("spec") or {}
+        cls = spec.get("priorityClassName")
+        if cls in SYSTEM_PRIORITY_CLASSES:
+            checked += 1
+            ns = o["metadata"]["namespace"]
+            assert cls in allowed.get(ns, set()), f"{o['kind']} {ns}/{o['metadata']['name']} runs at {cls}"
+    assert checked >= 1  # the autoscaler's Deployment at least

@@ -35,7 +35,7 @@ JOBSET_NAMESPACE = "jobset-system"
 
 @dataclass(frozen=True)
 class KueueInstallArgs:
-    version: str  # chart version == Kueue release, e.g. 0.14.3
+    version: str  # chart version == Kueue release, e.g. 0.14.8
     manager_config: str  # controller_manager_config.yaml
     node_selector: dict[str, str] = field(default_factory=dict)
     replicas: int = 2

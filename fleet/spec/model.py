@@ -301,7 +301,7 @@ def _default_priorities() -> list[WorkloadPriorityClassSpec]:
 
 
 class KueueSpec(_Spec):
-    version: str = Field("0.14.3", pattern=r"^\d+\.\d+\.\d+$", description="Kueue release (Helm chart version)")
+    version: str = Field("0.14.8", pattern=r"^\d+\.\d+\.\d+$", description="Kueue release (Helm chart version)")
     # JobSet is what multi-node GPU training on Kubernetes is submitted as: installed before Kueue (older Kueue
     # releases set an integration up only if its API was there at start); null: the team installs its own
     jobset_version: str | None = Field(

@@ -119,7 +119,7 @@ def test_each_pool_has_a_flavor_and_each_team_a_queue(kube_example):
     assert all(pool["node_labels"][update["key"]] == pool["name"] for pool in pools)
     assert {p["metadata"]["name"] for p in of_kind(kube_example, "WorkloadPriorityClass")} == {"low", "normal", "high"}
     release = kueue_release(kube_example)
-    assert release.inputs["version"] == "0.14.3" and release.inputs["chart"].startswith("oci://registry.k8s.io/kueue")
+    assert release.inputs["version"] == "0.14.8" and release.inputs["chart"].startswith("oci://registry.k8s.io/kueue")
     config = yaml.safe_load(release.inputs["values"]["managerConfig"]["controllerManagerConfigYaml"])
     assert config["fairSharing"]["enable"] is True
 

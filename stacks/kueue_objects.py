@@ -144,11 +144,7 @@ def _cluster_queue(cluster: ClusterSpec, team: KueueTeamSpec, catalog: Catalog) 
         "queueingStrategy": "BestEffortFIFO",
         "resourceGroups": [{"coveredResources": list(COVERED), "flavors": flavors}],
         # Reclaim lent quota from any borrower in the cohort; inside the queue, higher priority preempts lower.
-        "preemption": {
-            "reclaimWithinCohort": "Any",
-            "withinClusterQueue": "LowerPriority",
-            "borrowWithinCohort": {"policy": "LowerPriority"},
-        },
+        "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
         # Try the next flavor (e.g. spot after reservation) before borrowing or preempting.
         "flavorFungibility": {"whenCanBorrow": "TryNextFlavor", "whenCanPreempt": "TryNextFlavor"},
     }
@@ -156,6 +152,11 @@ def _cluster_queue(cluster: ClusterSpec, team: KueueTeamSpec, catalog: Catalog) 
         spec["cohort"] = team.cohort
     if cluster.kueue.fair_sharing:
         spec["fairSharing"] = {"weight": f"{team.fair_share_weight:g}"}
+    else:
+        # Borrowing by preempting lower-priority borrowers: classical preemption only.  Under fair sharing Kueue
+        # ignores it ("May only be configured with Classical Preemption, and __not__ with Fair Sharing", the
+        # ClusterQueue API): fair sharing's own strategies decide, and setting it there only misled the reader.
+        spec["preemption"]["borrowWithinCohort"] = {"policy": "LowerPriority"}
     if cluster.kueue.provisioning:
         spec["admissionChecksStrategy"] = {
             "admissionChecks": [{"name": admission_check_name(cluster), "onFlavors": [f["name"] for f in flavors]}]

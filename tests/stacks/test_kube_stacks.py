@@ -109,6 +109,8 @@ def test_each_pool_has_a_flavor_and_each_team_a_queue(kube_example):
         assert spec["preemption"]["reclaimWithinCohort"] == "Any"
         assert spec["preemption"]["withinClusterQueue"] == "LowerPriority"
         assert "weight" in spec["fairSharing"]
+        # classical preemption only: Kueue ignores it under fair sharing (the ClusterQueue API)
+        assert "borrowWithinCohort" not in spec["preemption"]
         assert spec["cohort"] == cohort["metadata"]["name"]
         assert spec["admissionChecksStrategy"]["admissionChecks"][0]["name"].endswith("-provisioning")
     (prc,) = of_kind(kube_example, "ProvisioningRequestConfig")
@@ -655,3 +657,16 @@ def test_every_pod_of_a_system_priority_class_is_admitted_where_it_runs(kube_exa
             ns = o["metadata"]["namespace"]
             assert cls in allowed.get(ns, set()), f"{o['kind']} {ns}/{o['metadata']['name']} runs at {cls}"
     assert checked >= 1  # the autoscaler's Deployment at least
+
+
+def test_without_fair_sharing_borrowers_of_lower_priority_are_preempted_classically(tmp_path):
+    """`kueue.fair_sharing: false`: classical preemption, where `borrowWithinCohort` is what lets a queue borrow by
+    preempting lower-priority borrowers; with fair sharing (the examples) the stack leaves it out."""
+
+    def classical(config: dict) -> None:
+        config["gpu-fleet:fleet"]["clusters"][0]["kueue"]["fair_sharing"] = False
+
+    syn = synth_file(neo_file(tmp_path, classical))
+    for cq in of_kind(syn, "ClusterQueue"):
+        assert cq["spec"]["preemption"]["borrowWithinCohort"] == {"policy": "LowerPriority"}
+        assert "fairSharing" not in cq["spec"]

@@ -148,7 +148,7 @@ def _gke(
                 networks=node_nets,
                 gpudirect_strategy="RDMA" if machine.nics.fabric == "rdma" else None,
                 # GKE sets its node-pool label itself; the shared-flavor label is ours to set
-                labels={**pool.labels, "gpu-fleet/pool": pool.name, **gke_set_labels(cluster, pool)},
+                labels=gke_set_labels(cluster, pool),
                 resource_labels=plan.resource_labels(spec, cluster, pool.labels),
                 taints=[t for t in node_taints(cluster, pool) if t["key"] != "nvidia.com/gpu"],  # GKE adds that one
             ),

@@ -16,10 +16,10 @@ from fleet.provisioning_class import GPU_FLEET_CLASS
 from fleet.spec.derive import pool_zones
 from fleet.spec.kube import (
     GPU_RESOURCE,
+    carried_labels,
     cluster_queue_name,
     flavor_name,
     local_queue_name,
-    node_labels,
     node_shape,
     node_taints,
     pool_price,
@@ -115,7 +115,7 @@ def inventory_entry(spec: FleetSpec, cluster: ClusterSpec, pool: NodePoolSpec, c
         "scheduler": "kueue",
         "platform": cluster.platform,
         "kueue_flavor": flavor_name(cluster, pool),
-        "node_labels": node_labels(cluster, pool),
+        "node_labels": carried_labels(cluster, pool),
         "node_taints": node_taints(cluster, pool),
         "price_per_hour": price,
         "price_source": source,

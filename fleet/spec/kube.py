@@ -8,6 +8,8 @@ its $/h, the Kueue names, and each team's nominal quota, derived from the pools'
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fleet.catalog import CapacityType, Catalog
@@ -151,8 +153,38 @@ def node_labels(cluster: ClusterSpec, pool: NodePoolSpec) -> dict[str, str]:
 
 
 def gke_set_labels(cluster: ClusterSpec, pool: NodePoolSpec) -> dict[str, str]:
-    """The `node_labels` a GKE node pool's config must set (GKE sets its node-pool label itself)."""
-    return {k: v for k, v in node_labels(cluster, pool).items() if k != GKE_NODEPOOL_LABEL}
+    """The labels a GKE node pool's config sets on its nodes: the pool's own `labels`, `gpu-fleet/pool` and
+    `node_labels` but the node-pool label, which GKE sets itself."""
+    labels = {**pool.labels, "gpu-fleet/pool": pool.name, **node_labels(cluster, pool)}
+    return {k: v for k, v in labels.items() if k != GKE_NODEPOOL_LABEL}
+
+
+#: the label domains Cluster API copies from a Machine to its Node (`util/labels.GetManagedLabels`): keys prefixed
+#: node-role.kubernetes.io, and the node-restriction.kubernetes.io and node.cluster.x-k8s.io domains with their
+#: subdomains; any other Machine label stays on the Machine unless the core manager's
+#: --additional-sync-machine-labels matches it
+CAPI_SYNCED_PREFIX = "node-role.kubernetes.io"
+CAPI_SYNCED_DOMAINS = ("node-restriction.kubernetes.io", "node.cluster.x-k8s.io")
+
+
+def capi_synced(key: str, additional: Iterable[str] = ()) -> bool:
+    """Whether Cluster API copies a Machine label with this key to the Node (`additional`: the regexes of the
+    management cluster's --additional-sync-machine-labels, searched for in the key as Go's MatchString does)."""
+    domain = key.split("/", 1)[0] if "/" in key else ""
+    if domain == CAPI_SYNCED_PREFIX or any(domain == d or domain.endswith("." + d) for d in CAPI_SYNCED_DOMAINS):
+        return True
+    return any(re.search(pattern, key) for pattern in additional)
+
+
+def carried_labels(cluster: ClusterSpec, pool: NodePoolSpec) -> dict[str, str]:
+    """Every label a node of the pool carries that gpu-fleet sets: what pods' node selectors can name.  On GKE the
+    node pool's labels (`gke_set_labels`) and GKE's node-pool label; on Cluster API `node_labels` and those of the
+    pool's own `labels` that Cluster API copies to the Node (`capi_synced`)."""
+    if cluster.platform == "gke":
+        return {**gke_set_labels(cluster, pool), **node_labels(cluster, pool)}
+    extra = cluster.kubernetes.additional_sync_machine_labels if cluster.kubernetes is not None else []
+    synced = {k: v for k, v in pool.labels.items() if capi_synced(k, extra)}
+    return {**synced, **node_labels(cluster, pool)}
 
 
 def flavor_node_labels(cluster: ClusterSpec, pool: NodePoolSpec) -> dict[str, str]:

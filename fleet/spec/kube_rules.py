@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from ipaddress import IPv4Network
 
 from fleet.catalog import CapacityType, Catalog
-from fleet.spec.kube import node_shape, node_taints, pool_price, quota_gpus, team_namespace
+from fleet.spec.kube import capi_synced, node_shape, node_taints, pool_price, quota_gpus, team_namespace
 from fleet.spec.model import ClusterSpec, FleetSpec
 from fleet.spec.rules import RFC1918, Issue, _duplicates, rule
 
@@ -77,11 +77,22 @@ def cluster_api_pools(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
                     f"{where}.cluster_api.bootstrap_template",
                     "required (or set kubernetes.bootstrap_template for every pool)",
                 )
+            synced_too = cluster.kubernetes.additional_sync_machine_labels if cluster.kubernetes else []
             for key, value in pool.labels.items():
                 if not K8S_LABEL_KEY.fullmatch(key) or len(key) > 317:
                     yield f"{where}.labels.{key}", "not a Kubernetes label key ([dns-prefix/]name, name <= 63 chars)"
                 elif not K8S_LABEL_VALUE.fullmatch(value):
                     yield f"{where}.labels.{key}", f"{value!r} is not a Kubernetes label value (<= 63 chars)"
+                elif not capi_synced(key, synced_too):
+                    yield (
+                        f"{where}.labels.{key}",
+                        "Cluster API copies a Machine's labels to its Node only in the node-role.kubernetes.io, "
+                        "node-restriction.kubernetes.io and node.cluster.x-k8s.io domains: this one would stay on "
+                        "the Machines and a pod selecting it would never be scheduled; name it e.g. "
+                        f"node.cluster.x-k8s.io/{key.rsplit('/', 1)[-1]}, or list a regex matching it in "
+                        "kubernetes.additional_sync_machine_labels if the management cluster's "
+                        "--additional-sync-machine-labels does",
+                    )
 
 
 @rule

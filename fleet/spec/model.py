@@ -228,6 +228,14 @@ class KubernetesSpec(_Spec):
         "--feature-gates=MachineTaintPropagation=true); bootstrap: they carry none and each pool's bootstrap "
         "template registers its nodes with them (kubeadm: joinConfiguration.nodeRegistration.taints)",
     )
+    # Cluster API copies a Machine's labels to its Node only in its managed domains (fleet.spec.kube.capi_synced),
+    # and those the core manager's --additional-sync-machine-labels regexes match: the same regexes here.
+    additional_sync_machine_labels: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="the management cluster's --additional-sync-machine-labels regexes: pool labels they match "
+        "reach the Nodes (besides node-role.kubernetes.io, node-restriction.kubernetes.io, node.cluster.x-k8s.io)",
+    )
     # Kueue's ProvisioningRequest admission check needs the ProvisioningRequest API, and Kueue looks for it once,
     # when its manager starts: without it every ClusterQueue of the stack stays inactive (docs/kubernetes.md).
     provisioning_request_crd: Literal["install", "present"] = Field(

@@ -22,13 +22,13 @@ def neo(mutate=None):
 
 
 def test_machine_deployment_is_valid_and_not_opted_into_the_cluster_autoscaler():
-    c = neo(lambda c: c["pools"][0].update(min_nodes=1, labels={"team": "ml"}))
+    c = neo(lambda c: c["pools"][0].update(min_nodes=1, labels={"node.cluster.x-k8s.io/team": "ml"}))
     md = machine_deployment(c, c.pools[0])
     assert validate(md) == []
     assert not set(md["metadata"].get("annotations") or {}) & set(CA_NODE_GROUP_SIZE)
     assert md["spec"]["replicas"] == 1
     labels = md["spec"]["template"]["metadata"]["labels"]
-    assert labels["node.cluster.x-k8s.io/gpu-fleet-pool"] == "h100" and labels["team"] == "ml"
+    assert labels["node.cluster.x-k8s.io/gpu-fleet-pool"] == "h100" and labels["node.cluster.x-k8s.io/team"] == "ml"
     assert md["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert DELETE_MACHINE == "cluster.x-k8s.io/delete-machine"
 

@@ -134,6 +134,10 @@ CASES = [
          "clusters[0].pools[0].cluster_api.bootstrap_template", "required"),
     Case("cluster_api_pools", "capi", lambda d: pool(d, 0).update(labels={"tier": "a b"}),
          "clusters[0].pools[0].labels.tier", "not a Kubernetes label value"),
+    Case("cluster_api_pools", "capi", lambda d: pool(d, 0).update(labels={"gpu-class": "inference"}),
+         "clusters[0].pools[0].labels.gpu-class", "would stay on the Machines"),
+    Case("cluster_api_pools", "capi", lambda d: pool(d, 0).update(labels={"example.com/rack": "r1"}),
+         "clusters[0].pools[0].labels.example.com/rack", "node.cluster.x-k8s.io/rack"),
     Case("cluster_api_pools", "gke", lambda d: pool(d, 1).update(cluster_api=pool(CAPI, 0)["cluster_api"]),
          "clusters[0].pools[1].cluster_api", "only on platform: kubernetes"),
     Case("bootstrap_taints_per_template", "capi", lambda d: _spot_twin_sharing_the_template(d),
@@ -261,3 +265,24 @@ def test_nominal_quota_is_the_share_of_the_pool_at_max_size() -> None:
     quota = quota_amounts(spec.clusters[0].kueue.teams[0], resv, shape)
     assert quota["nvidia.com/gpu"] == 16  # 0.5 x 4 nodes x 8 GPUs
     assert quota["cpu"] == int(2 * shape.vcpus * 0.9)
+
+
+@pytest.mark.parametrize(
+    ("labels", "sync"),
+    [
+        ({"node.cluster.x-k8s.io/gpu-class": "inference"}, []),
+        ({"team.node.cluster.x-k8s.io/name": "ml"}, []),  # a subdomain
+        ({"node-role.kubernetes.io/gpu": ""}, []),
+        ({"node-restriction.kubernetes.io/tier": "a"}, []),
+        ({"example.com/rack": "r1"}, [r"^example\.com/"]),  # the management cluster syncs it too
+    ],
+)
+def test_pool_labels_cluster_api_copies_to_the_nodes_are_accepted(labels: dict, sync: list) -> None:
+    """Cluster API copies a Machine's labels to its Node in its managed domains (util/labels GetManagedLabels) and
+    those the core manager's --additional-sync-machine-labels match, which `additional_sync_machine_labels`
+    repeats; other labels would stay on the Machines, where no pod selector reaches them."""
+    raw = copy.deepcopy(CAPI)
+    pool(raw, 0)["labels"] = labels
+    cl(raw)["kubernetes"]["additional_sync_machine_labels"] = sync
+    spec = load_spec(raw)
+    assert spec.clusters[0].pools[0].labels == labels

@@ -670,3 +670,26 @@ def test_without_fair_sharing_borrowers_of_lower_priority_are_preempted_classica
     for cq in of_kind(syn, "ClusterQueue"):
         assert cq["spec"]["preemption"]["borrowWithinCohort"] == {"policy": "LowerPriority"}
         assert "fairSharing" not in cq["spec"]
+
+
+def test_the_inventory_names_every_label_the_stack_puts_on_a_pools_nodes(kube_example):
+    """The daemon matches a pod's node selector against a pool's `node_labels` (the inventory): each label the stack
+    puts on the pool's nodes is there, so a pod selecting one is served by that pool and not answered Failed.  GKE:
+    the node pool's labels and its node-pool label; Cluster API: the MachineDeployment's labels that Cluster API
+    copies to the Node (the neocloud example's `node.cluster.x-k8s.io/gpu-class`)."""
+    from fleet.spec.kube import capi_synced
+
+    inventory = {p["name"]: p["node_labels"] for p in kube_example.result.outputs["autoscaler_inventory"]}
+    checked = set()
+    for np in (r.inputs for r in kube_example.result.by_type("gcp:container/nodePool:NodePool")):
+        if np["name"] in inventory:  # not the system pool
+            assert inventory[np["name"]] == {**np["nodeConfig"]["labels"], "cloud.google.com/gke-nodepool": np["name"]}
+            checked.add(np["name"])
+    for md in of_kind(kube_example, "MachineDeployment"):
+        labels = md["spec"]["template"]["metadata"]["labels"]
+        pool = labels["node.cluster.x-k8s.io/gpu-fleet-pool"]
+        assert inventory[pool] == {k: v for k, v in labels.items() if capi_synced(k)}
+        checked.add(pool)
+    assert checked == set(inventory)
+    if "l40s" in inventory:
+        assert inventory["l40s"]["node.cluster.x-k8s.io/gpu-class"] == "inference"

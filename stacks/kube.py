@@ -1,5 +1,6 @@
 """Declare the `scheduler: kueue` clusters of a fleet: GKE (cluster, node pools, GPUDirect networks) or an existing
-cluster (Cluster API MachineDeployments), then on both Kueue (pinned install + queues) and the autoscaler Deployment.
+cluster (Cluster API MachineDeployments, NVIDIA's GPU Operator), then on both Kueue (pinned install + queues) and the
+autoscaler Deployment.
 
 Called by `stacks.fleet.build_fleet` with the network fabric (None when no cluster is on GCP).  Every manifest is
 validated against the shipped CRDs before it is declared; mapping decisions are in `stacks.kube_plan` (pure).
@@ -20,6 +21,7 @@ from components.gke.autoscaler_identity import AutoscalerIdentity, AutoscalerIde
 from components.gke.cluster import GkeCluster, GkeClusterArgs
 from components.gke.node_pool import GkeGpuNodePool, GkeGpuNodePoolArgs, NodeNetwork
 from components.kubernetes.autoscaler import AutoscalerDeployment, manifests
+from components.kubernetes.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.kubernetes.objects import Connection, Manifests
 from components.kueue.install import KueueInstall, KueueInstallArgs
 from components.kueue.queues import KueueQueues, KueueQueuesArgs
@@ -28,8 +30,8 @@ from fleet.catalog import Catalog
 from fleet.inventory import migs_from_urls
 from fleet.schemas import check_objects, crd_document
 from fleet.spec.derive import pool_zones
-from fleet.spec.kube import gke_set_labels, node_taints
-from fleet.spec.model import ClusterSpec, FleetSpec, GkeSpec
+from fleet.spec.kube import gke_set_labels, node_taints, pool_tolerations
+from fleet.spec.model import ClusterSpec, FleetSpec, GkeSpec, GpuOperatorSpec
 from stacks import gke_fabric, kube_plan, plan
 from stacks.cluster_api import REPLICAS_FIELD, machine_deployment
 from stacks.kueue_objects import manager_config, namespaces, queue_objects
@@ -211,6 +213,10 @@ def _existing(
     keep = pulumi.ResourceOptions.merge(kopts, pulumi.ResourceOptions(ignore_changes=[REPLICAS_FIELD]))
     declared = Manifests(f"{cluster.name}-capi", mds, opts=kopts, object_opts=keep).objects
     entries = [kube_plan.inventory_entry(spec, cluster, pool, cat) for pool in cluster.pools]
+    # The driver, container toolkit and device plugin of the GPU nodes (GKE installs its own); nothing waits for it
+    operator = cluster.kubernetes.gpu_operator
+    if operator is not None:
+        _gpu_operator(cluster, operator, kopts)
     # GKE serves the ProvisioningRequest API itself (its own Cluster Autoscaler's); another cluster may not
     crds = [crd_document(PROVISIONING_REQUEST_CRD)] if cluster.kubernetes.provisioning_request_crd == "install" else []
     queues = _kueue(cluster, cat, kopts, {}, crds)
@@ -219,9 +225,22 @@ def _existing(
         "platform": "kubernetes",
         "capi_cluster": cluster.kubernetes.cluster_name,
         "machine_deployments": sorted(f"{ns}/{name}" for _, ns, name in declared),
+        "gpu_operator": operator.version if operator else None,
         "local_queues": kube_plan.local_queues(cluster),
         "kueue_queues": _queues_output(cluster, cat),
     }
+
+
+def _gpu_operator(cluster: ClusterSpec, spec: GpuOperatorSpec, kopts: pulumi.ResourceOptions) -> GpuOperator:
+    """NVIDIA's GPU Operator on the cluster's GPU nodes, tolerating every taint the stack gives them."""
+    args = GpuOperatorArgs(
+        version=spec.version,
+        tolerations=pool_tolerations(cluster),
+        driver=spec.driver,
+        toolkit=spec.toolkit,
+        nfd=spec.nfd,
+    )
+    return GpuOperator(f"{cluster.name}-gpu-operator", args, opts=kopts)
 
 
 # ---------------------------------------------------------------- both platforms

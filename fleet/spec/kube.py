@@ -209,6 +209,12 @@ def node_taints(cluster: ClusterSpec, pool: NodePoolSpec) -> list[dict[str, str]
     return [dict(GPU_TAINT)] + ([spot_taint(cluster)] if spot(pool) else [])
 
 
+def pool_tolerations(cluster: ClusterSpec) -> list[dict[str, str]]:
+    """Tolerations of every taint the stack gives a pool's nodes (the GPU taint; the spot taint, whether or not a pool
+    is spot yet): what a DaemonSet that must run on every GPU node of the cluster carries (the GPU Operator's)."""
+    return [{"key": t["key"], "operator": "Exists", "effect": t["effect"]} for t in (GPU_TAINT, spot_taint(cluster))]
+
+
 def topology_aware(cluster: ClusterSpec, pool: NodePoolSpec, catalog: Catalog) -> bool:
     """GKE labels the block / sub-block of nodes of GPUDirect machine types: TAS can place gangs tightly."""
     if cluster.platform != "gke" or pool.machine_type not in catalog:

@@ -16,7 +16,9 @@ from fleet.spec.model import ClusterSpec, FleetSpec
 from fleet.spec.rules import RFC1918, Issue, _duplicates, rule
 
 # Namespaces a team must not own: Kubernetes' own and the ones the stack installs into.
-RESERVED_NAMESPACES = {"kube-system", "kube-public", "kube-node-lease", "default", "kueue-system", "gke-managed-system"}
+RESERVED_NAMESPACES = {
+    "kube-system", "kube-public", "kube-node-lease", "default", "kueue-system", "gke-managed-system", "gpu-operator",
+}  # fmt: skip
 IMAGE_DIGEST = re.compile(r"^[a-z0-9][-a-z0-9._/:]*@sha256:[0-9a-f]{64}$")
 _DNS_PREFIX = r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
 K8S_LABEL_KEY = re.compile(_DNS_PREFIX + r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")

@@ -7,6 +7,7 @@ look across fields (zones offering a type, overlapping CIDRs, capacity combinati
 
 from __future__ import annotations
 
+import re
 from ipaddress import IPv4Network
 from typing import Literal
 
@@ -207,6 +208,34 @@ class ClusterApiPoolSpec(_Spec):
     failure_domain: str | None = Field(None, description="the Cluster API failure domain (zone) of the pool")
 
 
+# NVIDIA publishes the GPU Operator chart as v<YY.MM.PP> (calendar versions: `helm install ... --version=v26.7.0`).
+GPU_OPERATOR_CHART_VERSION = re.compile(r"v\d+\.\d+\.\d+")
+
+
+class GpuOperatorSpec(_Spec):
+    """NVIDIA's GPU Operator on an existing cluster (components/kubernetes/gpu_operator.py): the driver, container
+    toolkit and device plugin that make a GPU node show `nvidia.com/gpu`.  The defaults give working GPUs on a
+    plain node image; on an image that already has the driver the driver container stands down by itself."""
+
+    version: str = Field("v26.7.0", description="GPU Operator release = its Helm chart version, v<YY.MM.PP>")
+    driver: bool = Field(True, description="deploy the driver container; false: the nodes' image has the driver")
+    toolkit: bool = Field(
+        True, description="deploy the NVIDIA Container Toolkit; false: the image has it, containerd set up for it"
+    )
+    nfd: bool = Field(
+        True, description="deploy the Node Feature Discovery the chart bundles; false: the cluster already runs NFD"
+    )
+
+    @field_validator("version")
+    @classmethod
+    def _chart_version(cls, version: str) -> str:
+        if not GPU_OPERATOR_CHART_VERSION.fullmatch(version):
+            raise ValueError(
+                f"not a GPU Operator chart version: NVIDIA publishes v<YY.MM.PP> (e.g. v26.7.0), got {version!r}"
+            )
+        return version
+
+
 class KubernetesSpec(_Spec):
     """An existing cluster (any provider) reached through a kubeconfig held as a Pulumi secret.
 
@@ -243,6 +272,13 @@ class KubernetesSpec(_Spec):
         description="install: the stack declares the ProvisioningRequest CRD (kubernetes/autoscaler, pinned) before "
         "Kueue; present: the cluster already serves autoscaling.x-k8s.io/v1 ProvisioningRequests (e.g. from a "
         "Cluster Autoscaler install) and the stack leaves the CRD alone",
+    )
+    # Nothing else puts the NVIDIA driver, container toolkit and device plugin on a new node of such a cluster, and
+    # a node without the device plugin never shows nvidia.com/gpu: the daemon never counts it (docs/kubernetes.md).
+    gpu_operator: GpuOperatorSpec | None = Field(
+        default_factory=GpuOperatorSpec,
+        description="NVIDIA's GPU Operator, installed from its chart; null: the nodes already run the NVIDIA stack "
+        "(the team's own image or operator) and advertise nvidia.com/gpu",
     )
 
 

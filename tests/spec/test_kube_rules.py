@@ -255,6 +255,34 @@ def test_schema_refuses_unknown_platform_and_fields() -> None:
     assert "clusters[0].platform" in paths and "clusters[0].kueue.teams[0].quota" in paths
 
 
+def test_gpu_operator_defaults_give_a_plain_node_image_working_gpus() -> None:
+    op = load_spec(_base("capi")).clusters[0].kubernetes.gpu_operator
+    assert op is not None and (op.version, op.driver, op.toolkit, op.nfd) == ("v26.7.0", True, True, True)
+    spec = _base("capi")
+    cl(spec)["kubernetes"]["gpu_operator"] = None  # the team's own image or operator
+    assert load_spec(spec).clusters[0].kubernetes.gpu_operator is None
+
+
+@pytest.mark.parametrize("version", ["26.7.0", "v26.7", "latest", "v26.7.0-rc1", "v26.7.0\n"])
+def test_gpu_operator_version_must_be_a_chart_version_nvidia_publishes(version: str) -> None:
+    spec = _base("capi")
+    cl(spec)["kubernetes"]["gpu_operator"] = {"version": version}
+    with pytest.raises(SpecError) as info:
+        load_spec(spec)
+    ((path, reason),) = info.value.errors
+    assert path == "clusters[0].kubernetes.gpu_operator.version"
+    assert reason == f"not a GPU Operator chart version: NVIDIA publishes v<YY.MM.PP> (e.g. v26.7.0), got {version!r}"
+
+
+def test_gpu_operator_is_an_existing_cluster_s_setting_only() -> None:
+    """GKE installs the driver and runs its own device plugin: there is no place for the operator in a GKE spec."""
+    spec = _base("gke")
+    cl(spec)["gke"]["gpu_operator"] = {"version": "v26.7.0"}
+    with pytest.raises(SpecError) as info:
+        load_spec(spec)
+    assert ("clusters[0].gke.gpu_operator", "unknown field (check the spelling; see docs/spec.md)") in info.value.errors
+
+
 def test_nominal_quota_is_the_share_of_the_pool_at_max_size() -> None:
     spec = load_spec(_base("gke"))
     from fleet.catalog import load_catalog

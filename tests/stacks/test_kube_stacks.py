@@ -559,7 +559,7 @@ def test_a_team_s_own_jobset_leaves_the_stack_installing_none(tmp_path):
 
     syn = synth_file(neo_file(tmp_path, own))
     charts = [r.inputs["chart"] for r in syn.result.by_type("kubernetes:helm.sh/v3:Release")]
-    assert charts == ["oci://registry.k8s.io/kueue/charts/kueue"]
+    assert "oci://registry.k8s.io/kueue/charts/kueue" in charts and not [c for c in charts if "jobset" in c]
 
 
 def _shared(cluster: dict[str, Any], flavor: str, pools: list[str]) -> None:
@@ -693,3 +693,95 @@ def test_the_inventory_names_every_label_the_stack_puts_on_a_pools_nodes(kube_ex
     assert checked == set(inventory)
     if "l40s" in inventory:
         assert inventory["l40s"]["node.cluster.x-k8s.io/gpu-class"] == "inference"
+
+
+# ---------------------------------------------------------------- NVIDIA's GPU Operator on an existing cluster
+
+NGC = "https://helm.ngc.nvidia.com/nvidia"
+
+
+def gpu_operator_releases(syn: Synthesis) -> list[Any]:
+    return [r for r in syn.result.by_type("kubernetes:helm.sh/v3:Release") if r.inputs["chart"] == "gpu-operator"]
+
+
+def set_gpu_operator(value: Any):
+    def mutate(config: dict) -> None:
+        config["gpu-fleet:fleet"]["clusters"][0]["kubernetes"]["gpu_operator"] = value
+
+    return mutate
+
+
+def tolerates(tolerations: list[dict[str, str]], taint: dict[str, str]) -> bool:
+    """Kubernetes' rule: a toleration matches a taint by key (empty key + Exists: any), effect (empty: any) and
+    value (Exists: any)."""
+    for t in tolerations:
+        key_ok = t.get("key", "") == taint["key"] or (not t.get("key") and t.get("operator") == "Exists")
+        effect_ok = not t.get("effect") or t["effect"] == taint["effect"]
+        value_ok = t.get("operator") == "Exists" or t.get("value", "") == taint.get("value", "")
+        if key_ok and effect_ok and value_ok:
+            return True
+    return False
+
+
+def test_an_existing_cluster_gets_nvidia_s_gpu_operator_at_its_pinned_version(neo):
+    """Nothing else puts the driver, container toolkit and device plugin on a new node of an existing cluster, and
+    without the device plugin no node shows nvidia.com/gpu, the daemon counts none and Kueue admits nothing: the
+    stack installs NVIDIA's official chart, pinned, with every operand, in a namespace Pod Security lets run them."""
+    (release,) = gpu_operator_releases(neo)
+    assert release.inputs["repositoryOpts"] == {"repo": NGC}
+    assert release.inputs["version"] == "v26.7.0" and release.inputs["namespace"] == "gpu-operator"
+    values = release.inputs["values"]
+    assert values["driver"] == {"enabled": True} and values["toolkit"] == {"enabled": True}
+    assert values["nfd"] == {"enabled": True}  # labels NVIDIA nodes pci-10de, which the operands are deployed by
+    (ns,) = [
+        r for r in neo.result.by_type("kubernetes:core/v1:Namespace") if r.inputs["metadata"]["name"] == "gpu-operator"
+    ]
+    assert ns.inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert ns.urn in release.dependencies
+    assert release.urn not in kueue_release(neo).dependencies  # Kueue and the daemon do not wait for it
+    assert neo.result.outputs["clusters"]["neo"]["gpu_operator"] == "v26.7.0"
+
+
+def test_the_gpu_operator_runs_on_every_pool_s_nodes_spot_ones_included(tmp_path):
+    """The chart's operands and its NFD worker tolerate nvidia.com/gpu only: a spot pool's nodes, also tainted
+    gpu-fleet/spot, would get no device plugin and never show a GPU.  Every taint the inventory says a pool's nodes
+    carry is tolerated by both, with either way of tainting them."""
+    for propagation in ("cluster-api", "bootstrap"):
+
+        def spot_l40s(config: dict, propagation: str = propagation) -> None:
+            cluster = config["gpu-fleet:fleet"]["clusters"][0]
+            cluster["pools"][1]["capacity"] = "spot"
+            cluster["kubernetes"]["taint_propagation"] = propagation
+            spot_template = {"api_group": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfigTemplate", "name": "spot"}
+            cluster["pools"][1]["cluster_api"]["bootstrap_template"] = spot_template  # taints differ from h100's
+
+        syn = synth_file(neo_file(tmp_path, spot_l40s))
+        (release,) = gpu_operator_releases(syn)
+        operands = release.inputs["values"]["daemonsets"]["tolerations"]
+        nfd_worker = release.inputs["values"]["node-feature-discovery"]["worker"]["tolerations"]
+        taints = [t for pool in parse_inventory(syn.to_json()) for t in pool.node_taints]
+        assert {t["key"] for t in taints} == {"nvidia.com/gpu", "gpu-fleet/spot"}
+        for taint in taints:
+            assert tolerates(operands, taint) and tolerates(nfd_worker, taint), (propagation, taint)
+
+
+def test_nodes_whose_image_has_the_driver_can_keep_it(tmp_path):
+    syn = synth_file(neo_file(tmp_path, set_gpu_operator({"driver": False})))
+    (release,) = gpu_operator_releases(syn)
+    values = release.inputs["values"]
+    assert values["driver"] == {"enabled": False}
+    assert values["toolkit"] == {"enabled": True} and release.inputs["version"] == "v26.7.0"
+
+
+def test_a_cluster_with_its_own_nvidia_stack_gets_no_gpu_operator(tmp_path):
+    syn = synth_file(neo_file(tmp_path, set_gpu_operator(None)))
+    assert gpu_operator_releases(syn) == []
+    assert not [r for r in syn.result.resources if "gpu-operator" in r.name]
+    assert syn.result.outputs["clusters"]["neo"]["gpu_operator"] is None
+    assert kueue_release(syn)  # the rest of the stack is unchanged
+
+
+def test_gke_installs_no_gpu_operator(gke):
+    """GKE installs the driver (gpu_driver_installation_config) and runs its own device plugin."""
+    assert gpu_operator_releases(gke) == []
+    assert not [r for r in gke.result.resources if "gpu-operator" in r.name]

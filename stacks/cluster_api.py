@@ -10,7 +10,8 @@ marked.  The MachineDeployments do NOT carry the Cluster Autoscaler's node-group
 a Cluster Autoscaler's clusterapi provider ("Enabling Autoscaling" in its README, reproduced in the Cluster API
 book), and a Cluster Autoscaler already running on the cluster for other node groups would then resize the GPU
 pools too, against the daemon (the daemon warns when it finds them: `autoscaler/kube/capi.py`).
-Nodes get the pool label (CAPI syncs `node.cluster.x-k8s.io/*` labels from Machine to Node) and taints.
+Nodes get the pool label (CAPI syncs `node.cluster.x-k8s.io/*` labels from Machine to Node) and taints.  A template
+change rolls out one machine at a time, the old one removed before its replacement is created.
 """
 
 from __future__ import annotations
@@ -70,5 +71,9 @@ def machine_deployment(cluster: ClusterSpec, pool: NodePoolSpec) -> dict[str, An
             },
             # Machines marked with the delete-machine annotation go first (the autoscaler's named scale-down).
             "deletion": {"order": "Oldest"},
+            # A template change replaces one machine at a time and never asks for an extra one, as the GKE pools
+            # upgrade (components/gke/node_pool.py): Cluster API's default (maxSurge 1, maxUnavailable 0) first
+            # creates a machine above the pool's size, which bare metal with every host in use cannot give: stalled.
+            "rollout": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}},
         },
     }

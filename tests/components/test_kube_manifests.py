@@ -33,6 +33,19 @@ def test_machine_deployment_is_valid_and_not_opted_into_the_cluster_autoscaler()
     assert DELETE_MACHINE == "cluster.x-k8s.io/delete-machine"
 
 
+def test_a_template_change_replaces_machines_without_asking_for_an_extra_one():
+    """Cluster API's default rollout (maxSurge 1, maxUnavailable 0) needs one GPU machine more than the pool has,
+    which bare metal with every host in use cannot give: the rollout stalls.  One old machine goes first instead, as
+    the GKE pools upgrade (surge 0, unavailable 1); the field path is the served v1beta2 schema's."""
+    c = neo(lambda c: c["pools"][0].update(min_nodes=2))
+    md = machine_deployment(c, c.pools[0])
+    assert md["spec"]["rollout"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    }
+    assert validate(md) == []
+
+
 def test_pool_bootstrap_template_overrides_the_clusters():
     ref = {"api_group": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfigTemplate", "name": "gpu-special"}
     c = neo(lambda c: c["pools"][0]["cluster_api"].update(bootstrap_template=ref, failure_domain="dc-2"))

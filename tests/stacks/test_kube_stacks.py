@@ -244,6 +244,7 @@ def test_cluster_api_pools_are_machine_deployments_sized_by_the_daemon_alone(neo
         assert tmpl["infrastructureRef"]["kind"] == "Metal3MachineTemplate"
         assert tmpl["bootstrap"]["configRef"]["kind"] == "KubeadmConfigTemplate"
         assert gpu_taint in tmpl["taints"]
+        assert md["spec"]["rollout"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
     assert not [r for r in neo.result.resources if r.type.startswith("gcp:")]  # nothing on GCP
 
 

@@ -18,7 +18,6 @@ from components.gcp.node_pool import GpuNodePool, GpuNodePoolArgs, NicArgs, serv
 from components.gcp.slurm_cluster import SlurmCluster, SlurmClusterArgs, autoscaler_account_email
 from components.gcp.startup import JWT_KEY_PATH, SlurmHostConfig, startup_script
 from components.gcp.storage import BucketArgs, FilestoreArgs, LustreArgs, SharedStorage, SharedStorageArgs
-from fleet.bootstrap.iam import AutoscalerScope
 from fleet.catalog import Catalog, load_catalog
 from fleet.slurm.conf import node_name_prefix, render_slurm_conf, slurmrestd_auth
 from fleet.spec.derive import controller_address, on_gcp, pool_zones
@@ -120,7 +119,6 @@ def build_fleet(
                 controller_ip=controller_address(spec, cluster.name),
                 image=cat.host_image,
                 node_name_prefixes=[node_name_prefix(cluster.name, p.name) for p in cluster.pools],
-                autoscaler_scope=AutoscalerScope.from_inventory(spec.project, spec.region, entries),
                 controller_machine_type=slurm.controller_machine_type,
                 login_machine_type=slurm.login_machine_type,
                 login_nodes=slurm.login_nodes,

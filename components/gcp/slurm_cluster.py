@@ -12,8 +12,9 @@ Service accounts, one per role:
   `iam.serviceAccountTokenCreator` on the cluster's autoscaler account only.  No Compute role.
 - autoscaler (`<cluster>-autoscaler`, no VM runs as it): the project's custom role
   `gpuFleetAutoscaler` (defined once by the project-bootstrap stack: exactly the permissions of the
-  GCE actuator's calls, fleet/bootstrap/iam.py), bound with an IAM condition naming exactly this
-  cluster's MIGs, the zones' operations, its reservations and its region (`autoscaler_condition`).
+  GCE actuator's calls, fleet/bootstrap/iam.py), bound on the project without a condition: IAM evaluates no
+  `resource.name` of MIGs, operations, reservations or regions, so the condition this binding carried until the
+  thirty-fifth round granted nothing (fleet/bootstrap/iam.py).
   The daemon on the controller impersonates it (`provider.impersonate_service_account`), so the
   controller's own token, which the VM's other processes use (startup script, agents), carries no
   Compute right, every Compute call is audited as the autoscaler's, and the grant can move to another
@@ -34,7 +35,7 @@ import pulumi_random as random
 from components.gcp import metadata as md
 from components.gcp.node_pool import service_account_id
 from components.gcp.startup import SlurmHostConfig, startup_script
-from fleet.bootstrap.iam import AUTOSCALER_ROLE_ID, AutoscalerScope, autoscaler_condition
+from fleet.bootstrap.iam import AUTOSCALER_ROLE_ID
 
 BASE_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
 VM_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)  # narrowed by IAM, see the module docstring
@@ -51,7 +52,6 @@ class SlurmClusterArgs:
     controller_ip: the controller's static internal address in the subnetwork (reserved here; the
       rendered slurm.conf names it in SlurmctldHost).
     node_name_prefixes: one per pool (`<cluster>-<pool>`).
-    autoscaler_scope: the MIGs, zones, reservations and region of the pools (the autoscaler's condition).
     autoscaler_role_id: the project's custom role for the autoscaler (made by the project-bootstrap stack).
     home: Filestore "IP:/share" mounted on /home; scratch: Lustre mount source, scratch_mount: where.
     controller_metadata: extra metadata on the controller only (e.g. the autoscaler inventory).
@@ -69,7 +69,6 @@ class SlurmClusterArgs:
     slurm_conf: pulumi.Input[str]
     gres_conf: pulumi.Input[str]
     node_name_prefixes: list[str]
-    autoscaler_scope: AutoscalerScope
     cgroup_conf: pulumi.Input[str] | None = None
     topology_conf: pulumi.Input[str] | None = None
     controller_ip: str | None = None
@@ -202,7 +201,7 @@ class SlurmCluster(pulumi.ComponentResource):
     def _autoscaler_identity(
         self, name: str, args: SlurmClusterArgs, ctl_member: pulumi.Input[str], child: pulumi.ResourceOptions
     ) -> None:
-        """The autoscaler's own account, its conditioned role binding, and the controller's right to
+        """The autoscaler's own account, its role binding, and the controller's right to
         impersonate it (a binding on that one account, not on the project)."""
         self.autoscaler_sa = self._account(name, args, "autoscaler", "autoscaler (impersonated by the daemon)", child)
         member = self.autoscaler_sa.email.apply(lambda e: f"serviceAccount:{e}")
@@ -211,11 +210,6 @@ class SlurmCluster(pulumi.ComponentResource):
             project=args.project,
             role=f"projects/{args.project}/roles/{args.autoscaler_role_id}",
             member=member,
-            condition={
-                "title": f"{args.name}-autoscaler-pools-only",
-                "description": "gpu-fleet autoscaler: this cluster's MIGs, zones' operations, reservations, region",
-                "expression": autoscaler_condition(args.autoscaler_scope),
-            },
             opts=child,
         )
         gcp.serviceaccount.IAMMember(

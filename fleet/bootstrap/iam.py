@@ -2,19 +2,28 @@
 
 One definition used by the project-bootstrap component (components/gcp/project_bootstrap.py, which
 defines the custom role once per project), the Slurm cluster component (components/gcp/slurm_cluster.py,
-which binds it to the cluster's own autoscaler service account with an IAM condition naming exactly the
-resources that cluster's pools use: `autoscaler_condition`), their tests and docs/bootstrap.md.
+which binds it to the cluster's own autoscaler service account), their tests and docs/bootstrap.md.
 
 The autoscaler's custom role holds exactly the permissions of the Compute API calls its GCE actuator
 makes (autoscaler/gce/client.py); `API_CALLS` maps each call to its permission (per the Compute API
 reference, "IAM Permissions" of each method), so a test can check both ways: every call is covered and
-the role holds nothing no call needs.  Each permission also says which resources it is checked on
-(`on`), which is what the binding's condition lists.
+the role holds nothing no call needs.  Each permission also says which resources it is checked on (`on`).
+
+**The binding carries no IAM condition.**  Until the thirty-fifth round it did: `resource.name` clauses naming
+the cluster's MIGs, its zones' operations, its reservations and its region.  Google's "Resource attributes for
+IAM Conditions" lists the resource types whose `resource.name` IAM evaluates ("Other services and resource types
+do not recognize resource attributes"): instance group managers, zone operations, reservations and regions are not
+among them, and "if part of a condition uses an attribute that isn't available for a resource, then that part of
+the condition is never interpreted as granting access".  Every clause was such a part, so the binding granted
+nothing: the daemon's first `listManagedInstances` would have been refused.  Scoping the role to one cluster's
+MIGs is not something IAM can enforce for these types; what limits the account is the role (five read/resize
+permissions: no instance, disk, template or service-account right) and the project, so a team that needs one
+cluster's autoscaler kept from another's MIGs gives each cluster its own project.  `CONDITION_TYPES` is the
+documented list, and a test refuses any generated condition on a `resource.name` of another type.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 AUTOSCALER_ROLE_ID = "gpuFleetAutoscaler"
@@ -24,7 +33,7 @@ AUTOSCALER_ROLE_ID = "gpuFleetAutoscaler"
 class Permission:
     name: str
     reason: str
-    on: str = ""  # the resources the permission is checked on (the condition's resource.name paths)
+    on: str = ""  # the resources the permission is checked on
 
 
 # Compute API calls of the GCE actuator (client attribute, method) -> the permission it needs.
@@ -74,54 +83,20 @@ AUTOSCALER_PERMISSIONS: tuple[Permission, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class AutoscalerScope:
-    """The resources one cluster's autoscaler may touch: from its autoscaler inventory entries."""
-
-    project: str
-    region: str
-    migs: tuple[tuple[str, str], ...]  # (zone, MIG name)
-    reservations: tuple[tuple[str, str], ...] = ()  # (zone, reservation name)
-
-    @classmethod
-    def from_inventory(cls, project: str, region: str, entries: Iterable[Mapping]) -> AutoscalerScope:
-        migs, reservations = [], []
-        for e in entries:
-            groups = e.get("instance_groups") or {}
-            migs += [(z, groups[z]) for z in sorted(groups)]
-            if e.get("reservation"):
-                reservations += [(z, str(e["reservation"])) for z in e.get("zones") or ()]
-        return cls(project, region, tuple(dict.fromkeys(migs)), tuple(dict.fromkeys(reservations)))
-
-    @property
-    def zones(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(z for z, _ in self.migs))
-
-    def paths(self) -> dict[str, list[str]]:
-        """resource.name values (or prefixes ending in '/') the binding admits, by kind."""
-        p = f"projects/{self.project}"
-        return {
-            "instanceGroupManagers": [f"{p}/zones/{z}/instanceGroupManagers/{m}" for z, m in self.migs],
-            "operations": [f"{p}/zones/{z}/operations/" for z in self.zones],
-            "reservations": [f"{p}/zones/{z}/reservations/{r}" for z, r in self.reservations],
-            "regions": [f"{p}/regions/{self.region}"],
-        }
-
-
-def autoscaler_condition(scope: AutoscalerScope) -> str:
-    """CEL for the autoscaler role's binding: exactly the MIGs (and their sub-resources), the zones'
-    operations, the reservations and the region of this cluster's pools.  Every clause names a full
-    resource path, so nothing else in the project matches (another MIG, the controller, a template)."""
-    if not scope.migs:
-        raise ValueError("autoscaler_condition: the cluster has no MIG to manage")
-    paths = scope.paths()
-    clauses = [f'resource.name == "{m}" || resource.name.startsWith("{m}/")' for m in paths["instanceGroupManagers"]]
-    clauses += [f'resource.name.startsWith("{o}")' for o in paths["operations"]]
-    clauses += [f'resource.name == "{r}"' for r in paths["reservations"] + paths["regions"]]
-    expr = " || ".join(clauses)
-    if len(expr) > 12_800:  # IAM's limit on a condition expression
-        raise ValueError(f"autoscaler_condition: {len(expr)} characters, over IAM's 12,800 (too many MIGs)")
-    return expr
+#: Compute Engine resource types whose `resource.name` IAM Conditions evaluate (Google, "Resource attributes for
+#: IAM Conditions", resource type values); a condition on the name of any other is never interpreted as granting
+COMPUTE_CONDITION_TYPES = frozenset({
+    "BackendService", "Disk", "Firewall", "ForwardingRule", "GlobalForwardingRule", "Image", "Instance",
+    "InstanceTemplate", "Snapshot", "TargetHttpProxy", "TargetHttpsProxy", "TargetSslProxy", "TargetTcpProxy",
+})  # fmt: skip
+#: the resource type each of the autoscaler's permissions is checked on: none is one IAM evaluates a name of
+PERMISSION_TYPES = {
+    "compute.instanceGroupManagers.get": "InstanceGroupManager",
+    "compute.instanceGroupManagers.update": "InstanceGroupManager",
+    "compute.zoneOperations.get": "ZoneOperation",
+    "compute.reservations.get": "Reservation",
+    "compute.regions.get": "Region",
+}
 
 
 # Project roles of the nodes' service account (predefined, narrow; no basic roles).

@@ -16,7 +16,7 @@ from fleet.catalog import load_catalog
 from fleet.inventory import parse_inventory
 from fleet.spec.load import SpecError
 from fleet.synth.run import synth_file
-from tests.stacks.conftest import REPO
+from tests.stacks.conftest import EXAMPLES, REPO, synthesized
 
 FLEET = Path(sys.executable).with_name("fleet")
 COMPUTE = "https://www.googleapis.com/compute/v1"
@@ -417,3 +417,21 @@ def test_issue_9_must_show_on_every_example(example):
         assert fw["inputs"]["network"].rsplit("/", 1)[-1] not in roce
     (addr,) = [r for r in out["resources"] if r["type"] == "gcp:compute/address:Address"]
     assert addr["inputs"]["addressType"] == "INTERNAL" and addr["inputs"]["address"] in conf
+
+
+ALL_STACKS = (*EXAMPLES, "gke-a3ultra-kueue", "k8s-neocloud-kueue", "gcp-project-bootstrap")
+
+
+@pytest.mark.parametrize("stack", ALL_STACKS)
+def test_no_iam_binding_hangs_on_a_resource_name_iam_does_not_evaluate(stack):
+    """A condition part on `resource.name` of a resource type IAM gives no name to "is never interpreted as
+    granting access" (Google, "IAM Conditions attribute reference"), and the stacks bind roles whose permissions
+    are all checked on such types (MIGs, operations, reservations, regions: `fleet.bootstrap.iam.PERMISSION_TYPES`).
+    The autoscaler's binding named its cluster's MIGs until the thirty-fifth round and so granted nothing.  A
+    binding that ever needs a name condition must name only `COMPUTE_CONDITION_TYPES`, and this test with it."""
+    conditioned = [
+        r.name
+        for r in synthesized(stack).result.resources
+        if "resource.name" in str((r.inputs.get("condition") or {}).get("expression", ""))
+    ]
+    assert conditioned == []

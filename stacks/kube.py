@@ -30,7 +30,7 @@ from fleet.catalog import Catalog
 from fleet.inventory import migs_from_urls
 from fleet.schemas import check_objects, crd_document
 from fleet.spec.derive import pool_zones
-from fleet.spec.kube import gke_set_labels, node_taints, pool_tolerations
+from fleet.spec.kube import gke_local_ssds, gke_set_labels, node_taints, pool_tolerations
 from fleet.spec.model import ClusterSpec, FleetSpec, GkeSpec, GpuOperatorSpec
 from stacks import gke_fabric, kube_plan, plan
 from stacks.cluster_api import REPLICAS_FIELD, machine_deployment
@@ -149,6 +149,7 @@ def _gke(
                 boot_disk_type=plan.boot_disk_type(machine),
                 networks=node_nets,
                 gpudirect_strategy="RDMA" if machine.nics.fabric == "rdma" else None,
+                local_ssd_count=gke_local_ssds(pool, cat),
                 # GKE sets its node-pool label itself; the shared-flavor label is ours to set
                 labels=gke_set_labels(cluster, pool),
                 resource_labels=plan.resource_labels(spec, cluster, pool.labels),

@@ -15,10 +15,12 @@ from fleet.inventory import KubernetesSection, LeaseConfig
 from fleet.provisioning_class import GPU_FLEET_CLASS
 from fleet.spec.derive import pool_zones
 from fleet.spec.kube import (
+    GKE_LOCAL_SSD_LABEL,
     GPU_RESOURCE,
     carried_labels,
     cluster_queue_name,
     flavor_name,
+    gke_local_ssds,
     local_queue_name,
     node_shape,
     node_taints,
@@ -115,7 +117,8 @@ def inventory_entry(spec: FleetSpec, cluster: ClusterSpec, pool: NodePoolSpec, c
         "scheduler": "kueue",
         "platform": cluster.platform,
         "kueue_flavor": flavor_name(cluster, pool),
-        "node_labels": carried_labels(cluster, pool),
+        "node_labels": carried_labels(cluster, pool)
+        | ({GKE_LOCAL_SSD_LABEL: "true"} if gke and gke_local_ssds(pool, cat) else {}),
         "node_taints": node_taints(cluster, pool),
         "price_per_hour": price,
         "price_source": source,

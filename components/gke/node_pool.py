@@ -6,6 +6,11 @@ the autoscaler inventory), and `pulumi up` never resizes it back.  The GPU drive
 (`gpu_driver_installation_config`).  Capacity: a specific reservation, spot (tainted so only pods that
 tolerate preemption land there), flex-start (DWS: no reservation, at most 7 days), or on-demand.
 GPUDirect NICs are additional node networks on the fabric VPCs (the cluster needs multi-networking).
+A machine type that comes with local SSDs (A3 Ultra, A4: 32 x 375 GiB) has them as the node's ephemeral storage
+(`ephemeral_storage_local_ssd_config`: images, emptyDirs and container writable layers on the NVMe RAID, labelled
+`cloud.google.com/gke-ephemeral-storage-local-ssd=true`), as Cluster Toolkit's gke-node-pool does for
+a3-ultragpu-8g (disk_definitions.tf); without it they sat on the boot disk, where large training images and
+scratch data bring DiskPressure evictions.
 
 Flex-start and GKE's queued provisioning: GKE ties queued provisioning to its own cluster autoscaler
 (the pool must autoscale), which would fight the daemon; so flex-start pools set `flex_start` on the
@@ -59,6 +64,7 @@ class GkeGpuNodePoolArgs:
     resource_labels: dict[str, str] = field(default_factory=dict)
     taints: list[dict[str, str]] = field(default_factory=list)
     gpudirect_strategy: str | None = None  # "RDMA" on A3 Ultra / A4 (GPUDirect-RDMA over the RoCE node networks)
+    local_ssd_count: int = 0  # the machine type's local SSDs, as ephemeral storage (module docstring)
 
 
 def reservation_affinity(capacity: CapacityType, reservation: str | None) -> dict[str, object]:
@@ -100,6 +106,8 @@ class GkeGpuNodePool(pulumi.ComponentResource):
         }
         if args.gpudirect_strategy:
             node_config["gpudirect_strategy"] = args.gpudirect_strategy
+        if args.local_ssd_count:
+            node_config["ephemeral_storage_local_ssd_config"] = {"local_ssd_count": args.local_ssd_count}
         if args.capacity is CapacityType.SPOT:
             node_config["spot"] = True
         if args.capacity is CapacityType.FLEX_START:

@@ -159,6 +159,16 @@ def gke_set_labels(cluster: ClusterSpec, pool: NodePoolSpec) -> dict[str, str]:
     return {k: v for k, v in labels.items() if k != GKE_NODEPOOL_LABEL}
 
 
+#: GKE labels a node whose local SSDs are its ephemeral storage so (components/gke/node_pool.py)
+GKE_LOCAL_SSD_LABEL = "cloud.google.com/gke-ephemeral-storage-local-ssd"
+LOCAL_SSD_GIB = 375  # one GCE local NVMe SSD
+
+
+def gke_local_ssds(pool: NodePoolSpec, cat: Catalog) -> int:
+    """How many local SSDs a GKE node of the pool has as ephemeral storage: all its machine type comes with."""
+    return cat.machine(pool.machine_type).local_ssd_gib // LOCAL_SSD_GIB
+
+
 #: the label domains Cluster API copies from a Machine to its Node (`util/labels.GetManagedLabels`): keys prefixed
 #: node-role.kubernetes.io, and the node-restriction.kubernetes.io and node.cluster.x-k8s.io domains with their
 #: subdomains; any other Machine label stays on the Machine unless the core manager's

@@ -684,7 +684,10 @@ def test_the_inventory_names_every_label_the_stack_puts_on_a_pools_nodes(kube_ex
     checked = set()
     for np in (r.inputs for r in kube_example.result.by_type("gcp:container/nodePool:NodePool")):
         if np["name"] in inventory:  # not the system pool
-            assert inventory[np["name"]] == {**np["nodeConfig"]["labels"], "cloud.google.com/gke-nodepool": np["name"]}
+            gke_sets = {"cloud.google.com/gke-nodepool": np["name"]}
+            if np["nodeConfig"].get("ephemeralStorageLocalSsdConfig"):
+                gke_sets["cloud.google.com/gke-ephemeral-storage-local-ssd"] = "true"
+            assert inventory[np["name"]] == {**np["nodeConfig"]["labels"], **gke_sets}
             checked.add(np["name"])
     for md in of_kind(kube_example, "MachineDeployment"):
         labels = md["spec"]["template"]["metadata"]["labels"]
@@ -786,3 +789,17 @@ def test_gke_installs_no_gpu_operator(gke):
     """GKE installs the driver (gpu_driver_installation_config) and runs its own device plugin."""
     assert gpu_operator_releases(gke) == []
     assert not [r for r in gke.result.resources if "gpu-operator" in r.name]
+
+
+def test_gke_nodes_keep_images_and_scratch_on_the_machines_local_ssds(gke):
+    """A3 Ultra comes with 32 local SSDs (12,000 GiB): GKE makes them the node's ephemeral storage, as Cluster
+    Toolkit's gke-node-pool does for a3-ultragpu-8g (disk_definitions.tf, local_ssd_count_ephemeral_storage 32);
+    before, images and emptyDirs sat on the boot disk.  A pod selecting the label GKE then sets is served."""
+    inventory = {p["name"]: p for p in gke.result.outputs["autoscaler_inventory"]}
+    for np in (r.inputs for r in gke.result.by_type("gcp:container/nodePool:NodePool")):
+        if np["name"] not in inventory:
+            assert "ephemeralStorageLocalSsdConfig" not in np["nodeConfig"]  # the system pool's machine has none
+            continue
+        assert np["nodeConfig"]["machineType"] == "a3-ultragpu-8g"
+        assert np["nodeConfig"]["ephemeralStorageLocalSsdConfig"] == {"localSsdCount": 32}
+        assert inventory[np["name"]]["node_labels"]["cloud.google.com/gke-ephemeral-storage-local-ssd"] == "true"

@@ -99,6 +99,9 @@ class KubeApi:
     timeout_s: float = 10.0
     #: the watches' copy of the cluster, read instead of listing when it may be (None: every read lists)
     cache: WatchCache | None = None
+    #: the namespace of the Cluster API pools' MachineDeployments: Machines are listed and watched there only
+    #: (None: cluster-wide)
+    capi_namespace: str | None = None
 
     def _read(self, resource: str) -> list[dict[str, Any]]:
         items = self.cache.read(resource) if self.cache is not None else None
@@ -156,7 +159,14 @@ class KubeApi:
             return self.apps.list_daemon_set_for_all_namespaces, ()
         if resource == PR_PLURAL:
             return self.custom.list_cluster_custom_object, (PR_GROUP, PR_VERSION, PR_PLURAL)
-        if resource == "machines":
+        if resource == "machines":  # in the pools' namespace, all the deployed Role lets the daemon read
+            if self.capi_namespace is not None:
+                return self.custom.list_namespaced_custom_object, (
+                    CAPI_GROUP,
+                    CAPI_VERSION,
+                    self.capi_namespace,
+                    "machines",
+                )
             return self.custom.list_cluster_custom_object, (CAPI_GROUP, CAPI_VERSION, "machines")
         raise ValueError(f"no watch of {resource!r}")
 

@@ -69,6 +69,9 @@ def kube_pools(
     mig = [gke_inventory(p) for p in inventory if p.pool_kind == "gce-mig"]
     providers: dict[str, Provider] = {}
     capi_provider = CapiProvider(api, capi) if capi else None
+    namespaces = {p.capi_namespace for p in capi}
+    if len(namespaces) == 1:  # the stack's: one per cluster, where its Role lets the daemon read Machines
+        api.capi_namespace = namespaces.pop()
     for p in capi:
         providers[p.name] = capi_provider  # type: ignore[assignment]
     if mig:

@@ -3,9 +3,9 @@
 A Deployment of `replicas` pods (2 by default) running `fleet autoscaler run` on pinned code (an image by
 digest), one of which acts: leader election through the `coordination.k8s.io/v1` Lease named in the
 config.  The ServiceAccount gets exactly the API access the daemon uses (`rbac_rules`): read Nodes, Pods,
-DaemonSets and the PodTemplates requests name; book
-ProvisioningRequests (an annotation, patched) and answer them (status); cordon Nodes and evict Pods (the
-Eviction API honours PDBs); on Cluster API pools scale MachineDeployments and mark Machines for deletion;
+DaemonSets and the PodTemplates requests name; book ProvisioningRequests (an annotation, patched) and answer
+them (status); cordon Nodes and evict Pods (the Eviction API honours PDBs); on Cluster API pools scale
+MachineDeployments and mark Machines for deletion, in their namespace only (`capi_rbac_rules`, a Role);
 get/update its own Lease only.  The daemon's e2e tests run against a fake API server that enforces exactly
 these rules (tests/kube/cluster.py `deployed_rbac`).  On GKE the
 ServiceAccount maps to a Google service account through Workload Identity (MIG instance calls).
@@ -25,6 +25,9 @@ CONFIG_FILE = f"{CONFIG_DIR}/autoscaler.yaml"
 INVENTORY_FILE = f"{CONFIG_DIR}/inventory.json"
 STATE_DIR = "/var/lib/gpu-fleet"
 WORKLOAD_IDENTITY_ANNOTATION = "iam.gke.io/gcp-service-account"
+
+
+WATCH = ["list", "watch"]  # read through the watches' copy (autoscaler/kube/cache.py), never one by name
 
 
 @dataclass(frozen=True)
@@ -47,31 +50,38 @@ class AutoscalerDeployment:
         return APP
 
 
-def rbac_rules(cluster_api: bool) -> list[dict[str, Any]]:
-    """Cluster-wide access: exactly the calls `autoscaler.kube.api.KubeApi` makes, each rule for one thing the
-    daemon does (the e2e tests run against a fake API server that enforces these rules, so a call missing here
-    fails them; `tests/components/test_kube_manifests.py` pins the list, so a grant added here is deliberate).
-    Before the twentieth round the role also granted reads of PodDisruptionBudgets (the Eviction API checks them
-    itself), of Kueue's objects and of single Nodes and Pods, events, the MachineDeployment scale subresource and
-    status updates, none of which the daemon uses, and lacked two it needs (PodTemplates, the booking patch)."""
-    watch = ["list", "watch"]  # read through the watches' copy (autoscaler/kube/cache.py), never one by name
-    pr, capi = "autoscaling.x-k8s.io", "cluster.x-k8s.io"
-    rules = [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": [*watch, "patch"]},  # inventory; cordon
-        {"apiGroups": [""], "resources": ["pods"], "verbs": watch},  # what runs where; unschedulable pods
+def rbac_rules() -> list[dict[str, Any]]:
+    """Cluster-wide access: exactly the calls `autoscaler.kube.api.KubeApi` makes on cluster-wide objects, each rule
+    for one thing the daemon does (the e2e tests run against a fake API server that enforces these rules, so a call
+    missing here fails them; `tests/components/test_kube_manifests.py` pins the list, so a grant added here is
+    deliberate).  Before the twentieth round the role also granted reads of PodDisruptionBudgets (the Eviction API
+    checks them itself), of Kueue's objects and of single Nodes and Pods, events, the MachineDeployment scale
+    subresource and status updates, none of which the daemon uses, and lacked two it needs (PodTemplates, the
+    booking patch)."""
+    pr = "autoscaling.x-k8s.io"
+    return [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": [*WATCH, "patch"]},  # inventory; cordon
+        {"apiGroups": [""], "resources": ["pods"], "verbs": WATCH},  # what runs where; unschedulable pods
         {"apiGroups": [""], "resources": ["podtemplates"], "verbs": ["get"]},  # what a request's pods ask for
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},  # DaemonSet pods of an empty node
-        {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": watch},  # what they take of a new node
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": WATCH},  # what they take of a new node
         # the requests; the booking is an annotation on the request, written (conditionally) before any launch
-        {"apiGroups": [pr], "resources": ["provisioningrequests"], "verbs": [*watch, "patch"]},
+        {"apiGroups": [pr], "resources": ["provisioningrequests"], "verbs": [*WATCH, "patch"]},
         {"apiGroups": [pr], "resources": ["provisioningrequests/status"], "verbs": ["patch"]},  # the answer
     ]
-    if cluster_api:
-        rules += [
-            {"apiGroups": [capi], "resources": ["machinedeployments"], "verbs": ["get", "patch"]},  # replicas
-            {"apiGroups": [capi], "resources": ["machines"], "verbs": [*watch, "patch"]},  # the delete mark
-        ]
-    return rules
+
+
+def capi_rbac_rules() -> list[dict[str, Any]]:
+    """Cluster API access, granted by a Role in the namespace of the cluster's MachineDeployments only: the daemon
+    scales its own pools' MachineDeployments and marks their Machines, and reads Machines there alone (its watch is
+    namespaced, `KubeApi.capi_namespace`).  Until the thirty-fifth round a ClusterRole granted these in every
+    namespace: a compromised daemon could have re-pointed another cluster's MachineDeployments (an audit found
+    it)."""
+    capi = "cluster.x-k8s.io"
+    return [
+        {"apiGroups": [capi], "resources": ["machinedeployments"], "verbs": ["get", "patch"]},  # replicas
+        {"apiGroups": [capi], "resources": ["machines"], "verbs": [*WATCH, "patch"]},  # the delete mark
+    ]
 
 
 #: the replicas' priority class: kube-scheduler preempts ordinary pods for them, and a node-pressure eviction takes
@@ -88,6 +98,20 @@ def _meta(name: str, namespace: str | None, **extra: Any) -> dict[str, Any]:
         meta["namespace"] = namespace
     meta.update(extra)
     return meta
+
+
+def _capi_role(a: AutoscalerDeployment) -> list[dict[str, Any]]:
+    """The Role and RoleBinding of `capi_rbac_rules` in the Cluster API namespace (none without Cluster API pools)."""
+    if a.cluster_api_namespace is None:
+        return []
+    name, ns = f"{APP}-capi", a.cluster_api_namespace
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(name, ns),
+         "rules": capi_rbac_rules()},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta(name, ns),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": APP, "namespace": a.namespace}]},
+    ]  # fmt: skip
 
 
 def manifests(a: AutoscalerDeployment) -> list[dict[str, Any]]:
@@ -146,7 +170,7 @@ def manifests(a: AutoscalerDeployment) -> list[dict[str, Any]]:
                       {"scopeName": "PriorityClass", "operator": "In", "values": [CRITICAL]}]}}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": sa_meta},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": _meta(f"{APP}-{a.cluster}", None),  # noqa: E501
-         "rules": rbac_rules(a.cluster_api_namespace is not None)},
+         "rules": rbac_rules()},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": _meta(f"{APP}-{a.cluster}", None),  # noqa: E501
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"{APP}-{a.cluster}"},
          "subjects": [{"kind": "ServiceAccount", "name": APP, "namespace": ns}]},
@@ -158,6 +182,7 @@ def manifests(a: AutoscalerDeployment) -> list[dict[str, Any]]:
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta(f"{APP}-lease", ns),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{APP}-lease"},
          "subjects": [{"kind": "ServiceAccount", "name": APP, "namespace": ns}]},
+        *_capi_role(a),
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(APP, ns),
          "data": {"autoscaler.yaml": a.config, "inventory.json": a.inventory}},
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(APP, ns),

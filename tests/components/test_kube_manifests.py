@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 
 from autoscaler.kube.capi import CA_NODE_GROUP_SIZE
-from components.kubernetes.autoscaler import AutoscalerDeployment, manifests, rbac_rules
+from components.kubernetes.autoscaler import AutoscalerDeployment, capi_rbac_rules, manifests, rbac_rules
 from components.kubernetes.objects import KubeObject, type_token
 from fleet.schemas import validate
 from fleet.spec import load_spec
@@ -66,19 +66,28 @@ def _deployment(**kw) -> AutoscalerDeployment:
     return AutoscalerDeployment(**base)
 
 
-def test_autoscaler_rbac_grants_cluster_api_only_for_cluster_api_pools():
-    gke = {r for rule in rbac_rules(False) for r in rule["resources"]}
-    capi = {r for rule in rbac_rules(True) for r in rule["resources"]}
-    assert capi - gke == {"machinedeployments", "machines"}
-    assert "secrets" not in capi and "configmaps" not in capi
+def test_cluster_api_access_is_a_role_in_the_pools_namespace_only():
+    """The daemon scales MachineDeployments and marks Machines in its cluster's Cluster API namespace alone: a Role
+    there, bound to its ServiceAccount; the ClusterRole grants nothing of Cluster API (until the thirty-fifth round
+    it granted patch on every namespace's MachineDeployments and Machines)."""
+    assert not {g for rule in rbac_rules() for g in rule["apiGroups"]} & {"cluster.x-k8s.io"}
+    assert "secrets" not in str(rbac_rules()) and "configmaps" not in str(rbac_rules())
+    objs = manifests(_deployment(cluster_api_namespace="capi-neo"))
+    (role,) = [o for o in objs if o["kind"] == "Role" and o["rules"] == capi_rbac_rules()]
+    assert role["metadata"]["namespace"] == "capi-neo"
+    (binding,) = [o for o in objs if o["kind"] == "RoleBinding" and o["roleRef"]["name"] == role["metadata"]["name"]]
+    assert binding["metadata"]["namespace"] == "capi-neo"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpu-fleet-autoscaler", "namespace": "gpu-fleet-system"}
+    ]
+    assert not [o for o in manifests(_deployment()) if o["kind"] == "Role" and o["rules"] == capi_rbac_rules()]
 
 
 def test_autoscaler_rbac_grants_exactly_the_calls_the_daemon_makes():
     """Least privilege, pinned: each (group, resource) and its verbs, for the calls `KubeApi` makes.  The e2e tests
     (against a fake API server enforcing these rules) fail on a grant missing here; this fails on one added."""
-    grants = {
-        (g, r): sorted(rule["verbs"]) for rule in rbac_rules(True) for g in rule["apiGroups"] for r in rule["resources"]
-    }
+    rules = [*rbac_rules(), *capi_rbac_rules()]
+    grants = {(g, r): sorted(rule["verbs"]) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
     assert grants == {
         ("", "nodes"): ["list", "patch", "watch"],  # the watch and its list; cordon / uncordon
         ("", "pods"): ["list", "watch"],  # the watch; a node's pods before it is deleted (fieldSelector)
@@ -100,10 +109,11 @@ def test_autoscaler_rbac_lets_the_daemon_list_and_watch_every_resource_it_watche
 
     group = {"provisioningrequests": PR_GROUP, "nodes": "", "pods": "", "machines": CAPI_GROUP, "daemonsets": "apps"}
     for cluster_api in (False, True):
+        rules = [*rbac_rules(), *(capi_rbac_rules() if cluster_api else [])]
         for resource in WATCHED_CAPI if cluster_api else WATCHED:
             verbs = {
                 v
-                for rule in rbac_rules(cluster_api)
+                for rule in rules
                 if resource in rule["resources"] and group[resource] in rule["apiGroups"]
                 for v in rule["verbs"]
             }

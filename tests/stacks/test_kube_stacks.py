@@ -289,9 +289,13 @@ def test_autoscaler_deployment_two_replicas_lease_and_least_privilege(kube_examp
     assert ("", "secrets") not in verbs and ("", "pods/eviction") in verbs
     assert verbs[("autoscaling.x-k8s.io", "provisioningrequests/status")] == {"patch"}
     assert verbs[("", "podtemplates")] == {"get"}  # the deployed daemon reads the templates requests name
-    capi = ("cluster.x-k8s.io", "machines") in verbs
-    assert capi == (kube_example.stack == "k8s-neocloud-kueue")
-    (lease_role,) = of_kind(kube_example, "Role")
+    assert ("cluster.x-k8s.io", "machines") not in verbs  # Cluster API: a Role in the pools' namespace only
+    roles = {r["metadata"]["name"]: r for r in of_kind(kube_example, "Role")}
+    capi = roles.get("gpu-fleet-autoscaler-capi")
+    assert (capi is not None) == (kube_example.stack == "k8s-neocloud-kueue")
+    if capi is not None:
+        assert capi["metadata"]["namespace"] == "capi-neo"
+    lease_role = roles["gpu-fleet-autoscaler-lease"]
     named = [r for r in lease_role["rules"] if "resourceNames" in r]
     assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"],
                       "resourceNames": ["gpu-fleet-autoscaler"]}]  # fmt: skip

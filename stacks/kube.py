@@ -173,7 +173,6 @@ def _gke(
             account_id=service_account_id(cluster.name, "autoscaler"),
             permissions=[p.name for p in AUTOSCALER_PERMISSIONS],
             kubernetes_member=kube_plan.workload_identity_member(spec, cluster),
-            node_service_account=gc.node_sa.name,
         ),
     )
     gsa = identity.account

@@ -1,9 +1,13 @@
 """The Google identity of the in-cluster autoscaler on GKE (Workload Identity).
 
 A Google service account that only the daemon's Kubernetes service account may act as
-(`roles/iam.workloadIdentityUser` for `<project>.svc.id.goog[<namespace>/<ksa>]`), a custom role holding
-exactly the permissions of the GCE actuator's calls on the node pools' MIGs, and `iam.serviceAccountUser`
-on the node service account (instances created in a node pool's MIG run as it).
+(`roles/iam.workloadIdentityUser` for `<project>.svc.id.goog[<namespace>/<ksa>]`) and a custom role holding
+exactly the permissions of the GCE actuator's calls on the node pools' MIGs, bound on the project: IAM evaluates
+no `resource.name` of MIGs, so no condition could scope it (fleet/bootstrap/iam.py).  No
+`iam.serviceAccountUser` on the node service account: `createInstances` checks only
+`compute.instanceGroupManagers.update` on the MIG, whose service agent creates the VMs from the template (the
+Compute API reference; the Slurm clusters' autoscaler has never held it).  Until the thirty-fifth round it was
+granted, letting the daemon's identity act as the nodes' account.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ class AutoscalerIdentityArgs:
     account_id: str
     permissions: list[str]
     kubernetes_member: str  # serviceAccount:<project>.svc.id.goog[<namespace>/<name>]
-    node_service_account: pulumi.Input[str]  # its resource name (projects/.../serviceAccounts/...)
 
 
 class AutoscalerIdentity(pulumi.ComponentResource):
@@ -52,13 +55,6 @@ class AutoscalerIdentity(pulumi.ComponentResource):
             service_account_id=self.account.name,
             role="roles/iam.workloadIdentityUser",
             member=args.kubernetes_member,
-            opts=child,
-        )
-        gcp.serviceaccount.IAMMember(
-            f"{name}-nodesa",
-            service_account_id=args.node_service_account,
-            role="roles/iam.serviceAccountUser",
-            member=member,
             opts=child,
         )
         self.register_outputs({"email": self.account.email})

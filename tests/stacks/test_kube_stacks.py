@@ -311,6 +311,11 @@ def test_gke_daemon_uses_workload_identity_bound_to_its_service_account(gke):
         if r.inputs["role"] == "roles/iam.workloadIdentityUser"
     ]
     assert members == ["serviceAccount:my-gpu-project.svc.id.goog[gpu-fleet-system/gpu-fleet-autoscaler]"]
+    # no right to act as the nodes' account: the MIG's service agent creates the VMs (createInstances checks
+    # compute.instanceGroupManagers.update on the MIG alone)
+    acts_as = [r.inputs["member"] for r in gke.result.by_type("gcp:serviceaccount/iAMMember:IAMMember")
+               if r.inputs["role"] == "roles/iam.serviceAccountUser"]  # fmt: skip
+    assert f"serviceAccount:{gsa}" not in acts_as
     (role,) = gke.result.by_type("gcp:projects/iAMCustomRole:IAMCustomRole")
     assert "compute.instanceGroupManagers.update" in role.inputs["permissions"]
     assert not any(p.startswith(("container.", "iam.")) for p in role.inputs["permissions"])

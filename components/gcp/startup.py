@@ -55,6 +55,13 @@ GOOGLE_APT_KEY = "https://packages.cloud.google.com/apt/doc/apt-key.gpg"
 # connect-from-compute-engine ("Install the Lustre client"), read 2026-12.
 LUSTRE_REPO = "deb https://us-apt.pkg.dev/projects/lustre-client-binaries lustre-client-ubuntu-{codename} main"
 LUSTRE_KEY = "https://us-apt.pkg.dev/doc/repo-signing-key.gpg"
+# How long apt waits for another apt (unattended-upgrades runs at first boot) to let go of its locks; the Toolkit's
+# scripts give apt-get `-o DPkg::Lock::Timeout=600`.
+APT_LOCK_WAIT_S = 600
+# What apt and dpkg print when a lock is held (the lists and archives locks apt does not wait for, dpkg's own)
+APT_LOCK_ERRORS = (
+    "could not get lock|unable to lock|unable to acquire the dpkg frontend lock|frontend lock (was|is) locked"
+)
 # 40-hex commit, or `<tag>@<40-hex commit>` (the tag is fetched, then checked against the commit)
 PINNED_REF = re.compile(r"^(?:(?P<tag>[A-Za-z0-9][A-Za-z0-9._/-]*)@)?(?P<sha>[0-9a-f]{40})$")
 
@@ -121,7 +128,25 @@ md() {{
   curl -sSf --retry 5 --retry-connrefused -H 'Metadata-Flavor: Google' "${md.METADATA_ENV}/computeMetadata/v1/$1"
 }}
 attr() {{ md "instance/attributes/$1"; }}
-apt_install() {{ apt-get install -y -q --no-install-recommends "$@"; }}
+# apt_get ARGS: apt-get that waits for the locks another apt holds (unattended-upgrades at first boot): the dpkg
+# lock through apt's own DPkg::Lock::Timeout (as the Toolkit's scripts), the lists and archives locks, which apt
+# does not wait for, by running it again while it says a lock is held (bounded: then the boot fails)
+apt_get() {{ apt_locked apt-get -o DPkg::Lock::Timeout={APT_LOCK_WAIT_S} "$@"; }}
+apt_locked() {{
+  local err rc deadline=$((SECONDS + {APT_LOCK_WAIT_S}))
+  err=$(mktemp)
+  while :; do
+    rc=0; "$@" 2> "$err" || rc=$?
+    cat "$err" >&2
+    if [ "$rc" -eq 0 ]; then rm -f "$err"; return 0; fi
+    if ! grep -qiE '{APT_LOCK_ERRORS}' "$err" || [ "$SECONDS" -ge "$deadline" ]; then
+      rm -f "$err"; return "$rc"
+    fi
+    log "another apt holds a lock; again in 10 s: $*"; sleep 10
+  done
+}}
+apt_update() {{ apt_get update -q; }}
+apt_install() {{ apt_get install -y -q --no-install-recommends "$@"; }}
 # load_module NAME: modprobe a module that does not come with the kernel; one a Secure Boot kernel refuses (not
 # signed by a key this VM trusts) stops the boot saying so, not only that modprobe failed
 load_module() {{
@@ -227,7 +252,7 @@ WantedBy=sysinit.target
 """
     return [
         "# --- 1. metadata guard: first, before any key is fetched ---",
-        "command -v iptables >/dev/null || { apt-get update -q && apt_install iptables; }",
+        "command -v iptables >/dev/null || { apt_update && apt_install iptables; }",
         _file(GUARD, guard_script(exempt), mode="0755"),
         _file("/etc/systemd/system/gpu-fleet-metadata-guard.service", unit),
         f"{GUARD}",
@@ -304,7 +329,7 @@ def _mount_lines(cfg: SlurmHostConfig) -> list[str]:
             f"  curl -sSf {LUSTRE_KEY} | gpg --dearmor --yes -o /usr/share/keyrings/lustre-client.gpg",
             f'  echo "{repo.replace("deb ", "deb [signed-by=/usr/share/keyrings/lustre-client.gpg] ", 1)}"'
             " > /etc/apt/sources.list.d/lustre-client.list",
-            '  apt-get update -q && apt_install "lustre-client-modules-$(uname -r)" lustre-client-utils',
+            '  apt_update && apt_install "lustre-client-modules-$(uname -r)" lustre-client-utils',
             "fi",
             "load_module lustre",
             f"install -d {mount}",
@@ -382,10 +407,10 @@ def _ar_repo(repo: str, name: str) -> list[str]:
         f"    curl -sSf {GOOGLE_APT_KEY} | gpg --dearmor --yes -o /usr/share/keyrings/cloud.google.gpg",
         f'    echo "{AR_TRANSPORT_REPO.replace("deb ", "deb [signed-by=/usr/share/keyrings/cloud.google.gpg] ", 1)}"'
         " > /etc/apt/sources.list.d/artifact-registry.list",
-        "    apt-get update -q && apt_install apt-transport-artifact-registry",
+        "    apt_update && apt_install apt-transport-artifact-registry",
         "  fi",
         f"  echo {shlex.quote(repo)} > /etc/apt/sources.list.d/{name}.list",
-        "  apt-get update -q",
+        "  apt_update",
     ]
 
 
@@ -415,7 +440,7 @@ def _tcpxo_lines(fab: FabricSoftware) -> list[str]:
         f"udevadm trigger --action=add --subsystem-match=pci --attr-match=vendor={vendor} --attr-match=device={device}",
         "command -v docker >/dev/null || apt_install docker.io",
         "if ! command -v nvidia-ctk >/dev/null; then",
-        "  add-nvidia-repositories -y && apt-get update -q && apt_install nvidia-container-toolkit",
+        "  add-nvidia-repositories -y && apt_update && apt_install nvidia-container-toolkit",
         "fi",
         "nvidia-ctk runtime configure --runtime=docker",
         "systemctl restart docker",
@@ -443,7 +468,7 @@ def _gib_lines(fab: FabricSoftware) -> list[str]:
         'if [ "${have#v}" != "${want#v}" ]; then',
         *_ar_repo(fab.apt_repo, "gpudirect-gib"),
         f"  apt_install --allow-change-held-packages {shlex.quote(pkg)}",
-        f"  apt-mark hold {fab.nccl_package}",
+        f"  apt_locked apt-mark hold {fab.nccl_package}",
         "fi",
         _file("/etc/profile.d/nccl-gib.sh", env),
     ]
@@ -576,7 +601,7 @@ def startup_script(cfg: SlurmHostConfig) -> str:
         lines += _guard_lines(cfg.guard_exempt)
     lines += [
         "# --- 2. packages ---",
-        f"apt-get update -q && apt_install {_PACKAGES[cfg.role]}",
+        f"apt_update && apt_install {_PACKAGES[cfg.role]}",
         *([GUARD] if cfg.metadata_guard and cfg.guard_exempt else []),  # now SlurmUser exists: exempt it
         *_config_lines(cfg),
         *_mount_lines(cfg),

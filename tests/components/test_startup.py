@@ -13,6 +13,7 @@ import pytest
 
 from components.gcp.startup import (
     _PRELUDE,
+    APT_LOCK_WAIT_S,
     AUTOSCALER_LOCK,
     GUARD,
     JWT_KEY_PATH,
@@ -247,3 +248,54 @@ def test_gpu_nodes_keep_their_gpus_in_persistence_mode_and_slurmd_an_unlimited_m
         assert "--user nvidia-persistenced --verbose" in text and "--no-persistence-mode" not in text
         slurmd = text.split("slurmd.service.d/gpu-fleet.conf <<'GPU_FLEET_EOF'\n")[1].split("GPU_FLEET_EOF")[0]
         assert "LimitMEMLOCK=infinity" in slurmd, name
+
+
+def _stub_bin(tmp_path, **scripts: str):
+    """Executable stubs (`apt_get=` is apt-get) in tmp_path/bin, for the script's functions run by bash."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    for name, body in scripts.items():
+        (bin_ / name.replace("_", "-")).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_ / name.replace("_", "-")).chmod(0o755)
+    return bin_
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_every_apt_call_waits_for_the_locks_of_another_apt(name: str) -> None:
+    """unattended-upgrades may hold apt's locks at first boot: no script runs apt-get or apt-mark but through the
+    prelude's wrappers, which wait for them."""
+    body = ALL[name][len(_PRELUDE) :]
+    assert not re.search(r"(?<![\w-])apt-get\b", body), [ln for ln in body.splitlines() if "apt-get" in ln]
+    assert all(ln.split("apt-mark")[0].endswith("apt_locked ") for ln in body.splitlines() if "apt-mark" in ln)
+    assert f"apt-get -o DPkg::Lock::Timeout={APT_LOCK_WAIT_S} " in _PRELUDE
+
+
+@pytest.mark.parametrize(
+    ("held", "error", "rc", "calls"),
+    [
+        (2, "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 1234 (apt-get)", 0, 3),
+        (1, "E: Could not get lock /var/cache/apt/archives/lock. It is held by process 99 (unattended-upgr)", 0, 2),
+        (9, "E: Unable to locate package nope", 100, 1),
+    ],
+)
+def test_apt_waits_while_another_apt_holds_a_lock_and_fails_at_once_on_anything_else(
+    tmp_path, held: int, error: str, rc: int, calls: int
+) -> None:
+    """The script's own apt_install, run by bash against an apt-get stub that finds a lock held `held` times: apt
+    does not wait for its lists and archives locks itself, so the wrapper runs it again; any other error stops."""
+    log = tmp_path / "apt.log"
+    bin_ = _stub_bin(
+        tmp_path,
+        apt_get=f'echo "$*" >> {log}; [ "$(wc -l < {log})" -gt {held} ] && exit 0; echo {error!r} >&2; exit 100',
+        sleep="exit 0",
+    )
+    run = subprocess.run(
+        ["bash", "-c", _PRELUDE + "\napt_install slurmd\necho installed\n"],
+        env={"PATH": f"{bin_}:/usr/bin:/bin"}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert (run.returncode, "installed" in run.stdout) == (rc, rc == 0), run.stderr
+    assert (
+        log.read_text().splitlines()
+        == [f"-o DPkg::Lock::Timeout={APT_LOCK_WAIT_S} install -y -q --no-install-recommends slurmd"] * calls
+    )
+    assert error in run.stderr  # apt's own message still reaches the serial console

@@ -10,7 +10,8 @@ on the accelerator image (Ubuntu 24.04) and on Debian 12 alike.  In order:
 3. the munge key (and, on the controller only, the slurmrestd JWT key) fetched by root from Secret
    Manager into root-only files; `/etc/slurm/*` from metadata; the controller pinned in /etc/hosts
    from `SlurmctldHost=name(ip)`;
-4. mounts that fail the boot loudly: Filestore /home, Managed Lustre /scratch (client installed);
+4. mounts that fail the boot loudly: Filestore /home, Managed Lustre /scratch (client installed for the running
+   kernel, which is then held); on the controller and login VMs a missing /scratch is a warning only;
 5. GPU nodes: local SSDs (RAID0, /mnt/localssd), the NVIDIA driver check, the fabric set-up of the
    machine type (TCPXO: dmabuf import helper, aperture-device udev rule, docker + RxDM prolog; gIB:
    ibverbs-utils, the NCCL gIB plugin and its environment), then slurmd, which waits for the GPUs (and
@@ -149,14 +150,16 @@ apt_update() {{ apt_get update -q; }}
 apt_install() {{ apt_get install -y -q --no-install-recommends "$@"; }}
 # load_module NAME: modprobe a module that does not come with the kernel; one a Secure Boot kernel refuses (not
 # signed by a key this VM trusts) stops the boot saying so, not only that modprobe failed
-load_module() {{
-  modprobe "$1" && return 0
+load_module() {{ modprobe "$1" || die "$(module_refused "$1")"; }}
+# module_refused NAME: why modprobe NAME failed, naming Secure Boot when that is why
+module_refused() {{
   local sb=/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c
   if [ "$(od -An -t u1 -j 4 -N 1 "$sb" 2>/dev/null | tr -d ' ')" = 1 ]; then
-    die "kernel module $1 refused: Secure Boot is on and $1 is not signed by a key this VM trusts;" \
+    echo "kernel module $1 refused: Secure Boot is on and $1 is not signed by a key this VM trusts;" \
       "boot this pool without it (pools[].secure_boot: false, docs/stacks.md) or from an image whose $1 is signed"
+  else
+    echo "kernel module $1 did not load (modprobe $1)"
   fi
-  die "kernel module $1 did not load (modprobe $1)"
 }}
 # secret NAME: the latest version of a Secret Manager secret, fetched by root with this VM's token (the
 # token goes to curl on stdin, never on a command line other users could read).
@@ -311,7 +314,7 @@ def _config_lines(cfg: SlurmHostConfig) -> list[str]:
 
 
 def _mount_lines(cfg: SlurmHostConfig) -> list[str]:
-    lines = ["# --- 4. shared storage: a missing mount fails the boot ---"]
+    lines = ["# --- 4. shared storage: a missing mount fails the boot (a missing Lustre only a GPU node's) ---"]
     if cfg.home:
         home = shlex.quote(cfg.home)
         lines += [
@@ -322,23 +325,65 @@ def _mount_lines(cfg: SlurmHostConfig) -> list[str]:
             f'mountpoint -q /home || die "Filestore {cfg.home} is not mounted on /home"',
         ]
     if cfg.scratch:
-        mount, src = shlex.quote(cfg.scratch_mount), shlex.quote(cfg.scratch)
-        repo = LUSTRE_REPO.replace("{codename}", '$(. /etc/os-release; echo "$VERSION_CODENAME")')
-        lines += [
-            "if ! command -v mount.lustre >/dev/null; then  # Managed Lustre client for the running kernel",
-            f"  curl -sSf {LUSTRE_KEY} | gpg --dearmor --yes -o /usr/share/keyrings/lustre-client.gpg",
-            f'  echo "{repo.replace("deb ", "deb [signed-by=/usr/share/keyrings/lustre-client.gpg] ", 1)}"'
-            " > /etc/apt/sources.list.d/lustre-client.list",
-            '  apt_update && apt_install "lustre-client-modules-$(uname -r)" lustre-client-utils',
-            "fi",
-            "load_module lustre",
-            f"install -d {mount}",
-            f"grep -q ' {cfg.scratch_mount} lustre ' /etc/fstab"
-            f" || echo {src} {mount} lustre defaults,_netdev 0 0 >> /etc/fstab",
-            f"mountpoint -q {mount} || mount -t lustre {src} {mount}",
-            f'mountpoint -q {mount} || die "Lustre {cfg.scratch} is not mounted on {cfg.scratch_mount}"',
-        ]
+        lines += _scratch_lines(cfg)
     return lines
+
+
+KERNEL_PACKAGES = ("linux-image-*", "linux-headers-*", "linux-modules-*", "linux-gcp*", "linux-cloud-*")
+SCRATCH_MOTD = "/run/motd.d/gpu-fleet-scratch"
+
+
+def _scratch_lines(cfg: SlurmHostConfig) -> list[str]:
+    """Managed Lustre on /scratch.  The client's kernel modules are Google's build for one kernel release: installed
+    when the running kernel has none (`modinfo -k`, not the kernel-independent `mount.lustre`), then the kernel
+    packages are held, so unattended-upgrades does not boot a kernel Google may have no modules for (slurm-gcp
+    holds its kernel package too).  A GPU node without /scratch stops its boot; the controller and login VMs, whose
+    Slurm needs no /scratch, say so loudly (serial console, login banner) and go on."""
+    mount, src = shlex.quote(cfg.scratch_mount), shlex.quote(cfg.scratch)
+    repo = LUSTRE_REPO.replace("{codename}", '$(. /etc/os-release; echo "$VERSION_CODENAME")')
+    listed = repo.replace("deb ", "deb [signed-by=/usr/share/keyrings/lustre-client.gpg] ", 1)
+    patterns = " ".join(f"'{p}'" for p in KERNEL_PACKAGES)
+    lines = [
+        "# lustre_client: the Managed Lustre client modules of the running kernel, and that kernel held",
+        "lustre_client() {",
+        '  if ! modinfo -k "$(uname -r)" lustre >/dev/null 2>&1; then',
+        f"    curl -sSf {LUSTRE_KEY} | gpg --dearmor --yes -o /usr/share/keyrings/lustre-client.gpg || return 1",
+        f'    echo "{listed}" > /etc/apt/sources.list.d/lustre-client.list || return 1',
+        '    apt_update && apt_install "lustre-client-modules-$(uname -r)" lustre-client-utils || return 1',
+        "  fi",
+        "  local held",
+        f"  held=$({{ dpkg-query -W -f='${{db:Status-Abbrev}} ${{Package}}\\n' {patterns} 2>/dev/null || :; }}"
+        " | awk '$1 == \"ii\" { print $2 }')",
+        '  [ -z "$held" ] || apt_locked apt-mark hold $held >/dev/null || return 1',
+        '  modprobe lustre || { log "$(module_refused lustre)"; return 1; }',
+        "}",
+        "mount_scratch() {",
+        "  lustre_client || return 1",
+        f"  install -d {mount} || return 1",
+        f"  grep -q ' {cfg.scratch_mount} lustre ' /etc/fstab"
+        f" || echo {src} {mount} lustre defaults,_netdev 0 0 >> /etc/fstab || return 1",
+        f"  mountpoint -q {mount} || mount -t lustre {src} {mount} || return 1",
+        f"  mountpoint -q {mount}",
+        "}",
+    ]
+    return [*lines, *_scratch_call(cfg)]
+
+
+def _scratch_call(cfg: SlurmHostConfig) -> list[str]:
+    missing = f"Lustre {cfg.scratch} is not mounted on {cfg.scratch_mount}"
+    if cfg.role == "compute":
+        return [f'mount_scratch || die "{missing}"']
+    # the controller's and login VMs' Slurm needs no /scratch: a dead control plane would be worse than none
+    return [
+        "if mount_scratch; then",
+        f"  rm -f {SCRATCH_MOTD}",
+        "else",
+        f'  log "WARNING: {missing}: this {cfg.role} VM goes on without it;'
+        ' fix it, then sudo google_metadata_script_runner startup"',
+        f"  install -d {SCRATCH_MOTD.rsplit('/', 1)[0]}",
+        f"  echo 'gpu-fleet: WARNING: {missing} on this VM (see the serial console)' > {SCRATCH_MOTD}",
+        "fi",
+    ]
 
 
 def _local_ssd_lines(cfg: SlurmHostConfig) -> list[str]:

@@ -18,8 +18,11 @@ from components.gcp.startup import (
     GUARD,
     JWT_KEY_PATH,
     MUNGE_KEY_PATH,
+    SCRATCH_MOTD,
     WAIT_DEVICES,
     SlurmHostConfig,
+    _scratch_call,
+    _scratch_lines,
     autoscaler_install,
     guard_script,
     startup_script,
@@ -109,9 +112,9 @@ def test_the_controller_is_pinned_in_etc_hosts_from_slurm_conf() -> None:
 def test_mounts_are_checked_and_lustre_gets_its_client() -> None:
     text = ALL["a3-ultragpu-8g"]
     assert 'mountpoint -q /home || die "Filestore 10.0.0.2:/home is not mounted on /home"' in text
-    assert pos(text, "command -v mount.lustre") < pos(text, "load_module lustre") < pos(text, "mount -t lustre")
+    assert pos(text, 'modinfo -k "$(uname -r)" lustre') < pos(text, "modprobe lustre") < pos(text, "mount -t lustre")
     assert 'apt_install "lustre-client-modules-$(uname -r)" lustre-client-utils' in text
-    assert 'mountpoint -q /scratch || die "Lustre 10.1.0.5@tcp:/a3ultra is not mounted on /scratch"' in text
+    assert 'mount_scratch || die "Lustre 10.1.0.5@tcp:/a3ultra is not mounted on /scratch"' in text
 
 
 def test_local_ssds_are_raid0_and_mounted() -> None:
@@ -299,3 +302,78 @@ def test_apt_waits_while_another_apt_holds_a_lock_and_fails_at_once_on_anything_
         == [f"-o DPkg::Lock::Timeout={APT_LOCK_WAIT_S} install -y -q --no-install-recommends slurmd"] * calls
     )
     assert error in run.stderr  # apt's own message still reaches the serial console
+
+
+LUSTRE = "10.1.0.5@tcp:/a3ultra"
+
+
+def _run_scratch(tmp_path, role: str, stubs: dict[str, str], then: str, call: bool) -> subprocess.CompletedProcess[str]:
+    """The script's own /scratch step of `role` (its functions, and with `call` the step itself), run by bash with
+    every command that would touch this machine stubbed (mount too) and the files it writes (apt source, keyring,
+    fstab, motd, the mount point) under tmp_path."""
+    cfg = SlurmHostConfig(role=role, munge_secret="m", scratch=LUSTRE, scratch_mount=f"{tmp_path}/scratch")
+    text = "\n".join(_scratch_lines(cfg) if call else _scratch_lines(cfg)[: -len(_scratch_call(cfg))])
+    for path in ("/etc/apt/sources.list.d/", "/usr/share/keyrings/", "/etc/fstab", SCRATCH_MOTD.rsplit("/", 1)[0]):
+        text = text.replace(path, f"{tmp_path}{path}")
+    (tmp_path / "etc/apt/sources.list.d").mkdir(parents=True)
+    (tmp_path / "usr/share/keyrings").mkdir(parents=True)
+    (tmp_path / "etc/fstab").write_text("")
+    safe = {"uname": "echo 6.8.0-1019-gcp", "sleep": "exit 0", "mount": "exit 32", "mountpoint": "exit 1"}
+    bin_ = _stub_bin(tmp_path, **{**safe, **stubs})
+    return subprocess.run(
+        ["bash", "-c", f"{_PRELUDE}\n{text}\n{then}\n"],
+        env={"PATH": f"{bin_}:/usr/bin:/bin"}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+def test_the_lustre_client_is_checked_for_the_running_kernel_and_the_kernel_is_then_held(tmp_path) -> None:
+    """After unattended-upgrades boots a new kernel, `mount.lustre` (kernel-independent) is still there but no
+    module is: the client is installed again for the running kernel, and the kernel packages are held so that the
+    next kernel is not booted before Google publishes modules for it."""
+    log = tmp_path / "calls.log"
+    rec = f'echo "$(basename "$0") $*" >> {log}'
+    installed = (
+        "printf 'ii  linux-image-gcp\\nii  linux-image-6.8.0-1019-gcp\\nun  linux-image-6.8.0-9-gcp\\n"
+        "ii  linux-headers-gcp\\n'"
+    )
+    run = _run_scratch(
+        tmp_path,
+        "compute",
+        {
+            "mount.lustre": "exit 0",  # the utilities of an earlier kernel's install
+            "modinfo": f"{rec}; exit 1",
+            "curl": "exit 0",
+            "gpg": "exit 0",
+            "apt_get": f"{rec}; exit 0",
+            "apt_mark": f"{rec}; exit 0",
+            "dpkg_query": f"{rec}; {installed}",
+            "modprobe": f"{rec}; exit 0",
+        },
+        "lustre_client && echo client-ready",
+        call=False,
+    )
+    assert "client-ready" in run.stdout, run.stderr
+    calls = log.read_text().splitlines()
+    assert calls[0] == "modinfo -k 6.8.0-1019-gcp lustre"
+    assert (
+        "apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends lustre-client-modules-6.8.0-1019-gcp"
+        " lustre-client-utils"
+    ) in calls
+    held = [c for c in calls if c.startswith("apt-mark")]
+    assert held == ["apt-mark hold linux-image-gcp linux-image-6.8.0-1019-gcp linux-headers-gcp"]
+    assert calls.index(held[0]) < calls.index("modprobe lustre")
+    assert "lustre-client-ubuntu-" in (tmp_path / "etc/apt/sources.list.d/lustre-client.list").read_text()
+
+
+@pytest.mark.parametrize(("role", "rc"), [("compute", 1), ("controller", 0), ("login", 0)])
+def test_a_missing_scratch_stops_a_gpu_node_but_not_the_controller_or_a_login_vm(tmp_path, role: str, rc: int) -> None:
+    """slurmctld needs no /scratch: the controller (and a login VM) boot on without it, loudly; a GPU node, whose
+    jobs expect it, stops before slurmd."""
+    run = _run_scratch(tmp_path, role, {"modinfo": "exit 1", "curl": "exit 22"}, "echo boot-goes-on", call=True)
+    assert (run.returncode, "boot-goes-on" in run.stdout) == (rc, rc == 0), run.stderr
+    if rc:
+        assert f"gpu-fleet: FATAL: Lustre {LUSTRE} is not mounted on {tmp_path}/scratch" in run.stderr
+    else:
+        assert f"gpu-fleet: WARNING: Lustre {LUSTRE} is not mounted on {tmp_path}/scratch" in run.stderr
+        motd = (tmp_path / SCRATCH_MOTD.lstrip("/")).read_text()
+        assert "scratch" in motd and "WARNING" in motd  # what a user logging in sees

@@ -21,7 +21,8 @@ Proven here, with the real Debian binaries (bash, curl, python3, iptables, munge
 - a non-root user gets no token from the metadata server (the request never reaches it), cannot read
   the munge key on a node or the login VM, or the JWT key on the controller; root still gets a token;
   on the login VM that user can still use Slurm (sinfo through munge);
-- a declared Lustre /scratch that cannot be mounted stops the boot with a FATAL message, before slurmd.
+- a declared Lustre /scratch that cannot be mounted stops a GPU node's boot with a FATAL message, before slurmd;
+  the controller runs slurmctld without it and says so (serial console, login banner).
 
 Not proven: anything needing GPUs, GPU NICs or the GCE hypervisor (driver, NCCL, TCPXO/RDMA data
 paths are stubs: tests/firstboot/stubs.py), real GCE metadata/IAM/OAuth, Ubuntu accelerator images
@@ -263,7 +264,8 @@ def test_a_non_root_user_on_a_node_gets_no_token_and_cannot_read_the_munge_key(c
 
 @pytest.fixture(scope="module")
 def mount_boot(root_image, tmp_path_factory):
-    """One A3 Mega node of the stack with a Managed Lustre /scratch, booted where that Lustre does not exist."""
+    """The controller and one A3 Mega node of the stack with a Managed Lustre /scratch, booted where that Lustre does
+    not exist."""
     from tests.firstboot.cloud import FirstBootCloud
     from tests.firstboot.stubs import gpu_stubs, stub_units
 
@@ -272,7 +274,7 @@ def mount_boot(root_image, tmp_path_factory):
     with FirstBootCloud(decl, root_image, work, stubs=gpu_stubs(), units=stub_units(), prefix="fbm") as cloud:
         booted = Booted(cloud, decl)
         node = decl.nodes(CLUSTER, "mega")[0].name
-        boot(cloud, booted, [node])
+        boot(cloud, booted, [decl.controller(CLUSTER).name, node])
         yield booted, node
 
 
@@ -285,3 +287,16 @@ def test_a_missing_mount_fails_the_boot_loudly(mount_boot):
     vm = booted.vm(node)
     assert vm.run(["mountpoint", "-q", "/scratch"]).returncode != 0
     assert vm.run(["pgrep", "-x", "slurmd"]).returncode != 0, "slurmd started without /scratch"
+
+
+def test_the_controller_runs_slurmctld_without_scratch_and_says_so(mount_boot):
+    """slurmctld needs no /scratch: a Lustre the controller cannot mount is a warning on the serial console and in
+    the login banner, not a dead control plane."""
+    booted, _ = mount_boot
+    ctl = _controller(booted)
+    scratch = booted.declared.outputs["clusters"][CLUSTER]["scratch"]
+    result = booted.results[ctl.name]
+    assert f"gpu-fleet: WARNING: Lustre {scratch} is not mounted on /scratch" in result.stderr, result.stderr
+    ping = ctl.run(["scontrol", "ping"])
+    assert "is UP" in ping.stdout, f"{ping.stdout}{ping.stderr}\n{booted.explain(ctl.name)}"
+    assert "WARNING" in ctl.read("/run/motd.d/gpu-fleet-scratch")

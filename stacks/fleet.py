@@ -137,6 +137,7 @@ def build_fleet(
                 autoscaler_source=slurm.autoscaler.source,
                 autoscaler_ref=slurm.autoscaler.ref,
                 labels=plan.resource_labels(spec),
+                boot_after=[fabric.nat],  # apt-get on first boot goes out through it
             ),
         )
         for pool in cluster.pools:

@@ -57,6 +57,8 @@ class SlurmClusterArgs:
     controller_metadata: extra metadata on the controller only (e.g. the autoscaler inventory).
     autoscaler_source, autoscaler_ref: git URL and pinned ref (40-hex commit or tag@commit) of
       gpu-fleet for the controller's autoscaler (installed at /opt/gpu-fleet; None: the image carries it).
+    boot_after: resources declared outside the cluster that the VMs' first boot needs, created before the VMs
+      (the Cloud NAT of their subnet: the startup script's apt-get has no other way out).
     image: the controller/login boot image: the same Ubuntu release as the GPU image, so slurmctld is
       never older than slurmd.
     """
@@ -85,6 +87,7 @@ class SlurmClusterArgs:
     autoscaler_source: str | None = None
     autoscaler_ref: str | None = None
     autoscaler_role_id: str = AUTOSCALER_ROLE_ID
+    boot_after: list[pulumi.Resource] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.node_name_prefixes:
@@ -115,8 +118,8 @@ class SlurmCluster(pulumi.ComponentResource):
         # Keys: random bytes, secret from creation on, stored in Secret Manager.
         munge_key = random.RandomBytes(f"{name}-munge-key", length=1024, opts=child)
         jwt_key = random.RandomBytes(f"{name}-jwt-key", length=32, opts=child)
-        self.munge_secret = self._secret(name, args, "munge-key", munge_key, child)
-        self.jwt_secret = self._secret(name, args, "jwt-key", jwt_key, child)
+        self.munge_secret, munge_version = self._secret(name, args, "munge-key", munge_key, child)
+        self.jwt_secret, jwt_version = self._secret(name, args, "jwt-key", jwt_key, child)
 
         self.controller_sa = self._account(name, args, "ctl", "Slurm controller", child)
         ctl_member = self.controller_sa.email.apply(lambda e: f"serviceAccount:{e}")
@@ -126,8 +129,10 @@ class SlurmCluster(pulumi.ComponentResource):
                 f"{name}-ctl-{role.split('/')[-1]}", project=args.project, role=role, member=ctl_member, opts=child
             )
         self._autoscaler_identity(name, args, ctl_member, child)
-        for secret, label in ((self.munge_secret, "munge"), (self.jwt_secret, "jwt")):
+        ctl_reads = [
             self._accessor(f"{name}-ctl-{label}", args, secret, ctl_member, child)
+            for secret, label in ((self.munge_secret, "munge"), (self.jwt_secret, "jwt"))
+        ]
 
         login_sa = self._account(name, args, "login", "Slurm login nodes", child)
         login_member = login_sa.email.apply(lambda e: f"serviceAccount:{e}")
@@ -135,7 +140,7 @@ class SlurmCluster(pulumi.ComponentResource):
             gcp.projects.IAMMember(
                 f"{name}-login-{role.split('/')[-1]}", project=args.project, role=role, member=login_member, opts=child
             )
-        self._accessor(f"{name}-login-munge", args, self.munge_secret, login_member, child)
+        login_reads = [self._accessor(f"{name}-login-munge", args, self.munge_secret, login_member, child)]
 
         def script(role: str) -> pulumi.Output[str]:
             return pulumi.Output.all(
@@ -168,6 +173,9 @@ class SlurmCluster(pulumi.ComponentResource):
             description=f"static address of {self.controller_name} (slurm.conf SlurmctldHost)",
             opts=child,
         )
+        # The first boot runs once (until a reboot) under set -e: the VMs wait for the NAT their apt-get goes out
+        # through, the key versions they fetch and their accounts' accessor bindings (the script still retries a
+        # 403/404 while a binding propagates).
         self.controller = self._vm(
             f"{name}-controller",
             self.controller_name,
@@ -175,15 +183,17 @@ class SlurmCluster(pulumi.ComponentResource):
             self.controller_sa,
             script("controller"),
             args,
-            child,
+            pulumi.ResourceOptions(parent=self, depends_on=[*args.boot_after, munge_version, jwt_version, *ctl_reads]),
             extra_metadata=args.controller_metadata,
             network_ip=self.controller_address.address,
         )
         self.login_names = [f"{args.name}-login-{i}" for i in range(args.login_nodes)]
-        # after the address is reserved, so no login VM takes it first
-        after_ip = pulumi.ResourceOptions(parent=self, depends_on=[self.controller_address])
+        # and after the address is reserved, so no login VM takes it first
+        login_opts = pulumi.ResourceOptions(
+            parent=self, depends_on=[self.controller_address, *args.boot_after, munge_version, *login_reads]
+        )
         self.logins = [
-            self._vm(f"{name}-login-{i}", vm, args.login_machine_type, login_sa, script("login"), args, after_ip)
+            self._vm(f"{name}-login-{i}", vm, args.login_machine_type, login_sa, script("login"), args, login_opts)
             for i, vm in enumerate(self.login_names)
         ]
         self.register_outputs(
@@ -222,7 +232,7 @@ class SlurmCluster(pulumi.ComponentResource):
 
     def _secret(
         self, name: str, args: SlurmClusterArgs, what: str, key: random.RandomBytes, child: pulumi.ResourceOptions
-    ) -> gcp.secretmanager.Secret:
+    ) -> tuple[gcp.secretmanager.Secret, gcp.secretmanager.SecretVersion]:
         secret = gcp.secretmanager.Secret(
             f"{name}-{what}",
             secret_id=f"{args.name}-slurm-{what}",
@@ -231,13 +241,13 @@ class SlurmCluster(pulumi.ComponentResource):
             labels=args.labels,
             opts=child,
         )
-        gcp.secretmanager.SecretVersion(
+        version = gcp.secretmanager.SecretVersion(
             f"{name}-{what}-v",
             secret=secret.id,
             secret_data=pulumi.Output.secret(key.base64),
             opts=child,
         )
-        return secret
+        return secret, version
 
     def _account(
         self, name: str, args: SlurmClusterArgs, role: str, what: str, child: pulumi.ResourceOptions
@@ -257,8 +267,8 @@ class SlurmCluster(pulumi.ComponentResource):
         secret: gcp.secretmanager.Secret,
         member: pulumi.Input[str],
         child: pulumi.ResourceOptions,
-    ) -> None:
-        gcp.secretmanager.SecretIamMember(
+    ) -> gcp.secretmanager.SecretIamMember:
+        return gcp.secretmanager.SecretIamMember(
             resource_name,
             project=args.project,
             secret_id=secret.secret_id,

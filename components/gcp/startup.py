@@ -59,6 +59,8 @@ LUSTRE_KEY = "https://us-apt.pkg.dev/doc/repo-signing-key.gpg"
 # How long apt waits for another apt (unattended-upgrades runs at first boot) to let go of its locks; the Toolkit's
 # scripts give apt-get `-o DPkg::Lock::Timeout=600`.
 APT_LOCK_WAIT_S = 600
+# How long a VM asks Secret Manager again while it answers 403/404: IAM bindings take minutes to propagate
+SECRET_WAIT_S = 600
 # What apt and dpkg print when a lock is held (the lists and archives locks apt does not wait for, dpkg's own)
 APT_LOCK_ERRORS = (
     "could not get lock|unable to lock|unable to acquire the dpkg frontend lock|frontend lock (was|is) locked"
@@ -162,16 +164,32 @@ module_refused() {{
   fi
 }}
 # secret NAME: the latest version of a Secret Manager secret, fetched by root with this VM's token (the
-# token goes to curl on stdin, never on a command line other users could read).
+# token goes to curl on stdin, never on a command line other users could read).  A 403 or 404 is asked again
+# every 10 s for up to {SECRET_WAIT_S} s (curl --retry retries neither): the VM may boot before its account's
+# accessor binding has propagated (IAM takes minutes) or before the version exists.
 secret() {{
-  local token project
-  token=$(md instance/service-accounts/default/token \\
-    | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
-  project=$(md project/project-id)
-  printf 'header = "Authorization: Bearer %s"\\n' "$token" \\
-    | curl -sSf --retry 5 -K - "${md.SECRETMANAGER_ENV}/v1/projects/$project/secrets/$1/versions/latest:access" \\
-    | python3 -c 'import base64,json,sys; sys.stdout.buffer.write(base64.b64decode(json.load(sys.stdin)["payload"]
+  local token project resp code deadline=$((SECONDS + ${{GPU_FLEET_SECRET_WAIT_S:-{SECRET_WAIT_S}}}))
+  project=$(md project/project-id) || return 1
+  while :; do
+    token=$(md instance/service-accounts/default/token \\
+      | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])') || return 1
+    resp=$(printf 'header = "Authorization: Bearer %s"\\n' "$token" \\
+      | curl -sS --retry 5 -w '\\n%{{http_code}}' -K - \\
+        "${md.SECRETMANAGER_ENV}/v1/projects/$project/secrets/$1/versions/latest:access") || :
+    code=${{resp##*$'\\n'}}; resp=${{resp%$'\\n'*}}
+    if [ "$code" = 200 ]; then
+      printf '%s' "$resp" \\
+        | python3 -c 'import base64,json,sys; sys.stdout.buffer.write(base64.b64decode(json.load(sys.stdin)["payload"]
 ["data"]))'
+      return
+    fi
+    if [ "$code" != 403 ] && [ "$code" != 404 ] || [ "$SECONDS" -ge "$deadline" ]; then
+      log "secret $1: Secret Manager answered ${{code:-nothing}}:" "$(printf '%s' "$resp" | tr -s '\\n ' ' ')"
+      return 1
+    fi
+    log "secret $1: Secret Manager answered $code (the accessor binding or the version not there yet?); again in 10 s"
+    sleep 10
+  done
 }}
 # put_key SECRET PATH OWNER: a root-only key file (0400, OWNER) from a secret holding base64 bytes
 put_key() {{

@@ -135,3 +135,28 @@ def test_controller_sits_on_a_reserved_internal_address(declare):
     }
     assert "put_key" in vms["a3mega-login-0"]["metadataStartupScript"]
     assert "jwt" not in vms["a3mega-login-0"]["metadataStartupScript"].replace("slurm-wlm-jwt-plugin", "")
+
+
+def test_vms_boot_after_the_nat_their_key_versions_and_their_accessor_bindings(declare):
+    """The first boot runs once under set -e: apt-get needs the NAT, put_key a key version its account may read.
+    None of these flows into the VMs' inputs, so only an explicit dependency makes GCE create the VMs after them."""
+    import pulumi_gcp as gcp
+
+    def program():
+        nat = gcp.compute.RouterNat(
+            "nat", router="r", region="us-east4", nat_ip_allocate_option="AUTO_ONLY",
+            source_subnetwork_ip_ranges_to_nat="ALL_SUBNETWORKS_ALL_IP_RANGES",
+        )  # fmt: skip
+        SlurmCluster("slurm", args(boot_after=[nat]))
+
+    d = declare(program)
+    urn = {r.name: r.urn for r in d.resources}
+    vms = {r.inputs["name"]: r for r in d.of_type("compute/instance:Instance")}
+    versions = {r.name: r.urn for r in d.of_type("secretmanager/secretVersion:SecretVersion")}
+    assert set(versions) == {"slurm-munge-key-v", "slurm-jwt-key-v"}
+    ctl = set(vms["a3mega-controller"].dependencies)
+    assert {urn["nat"], *versions.values(), urn["slurm-ctl-munge"], urn["slurm-ctl-jwt"]} <= ctl
+    for login in ("a3mega-login-0", "a3mega-login-1"):
+        deps = set(vms[login].dependencies)
+        assert {urn["nat"], versions["slurm-munge-key-v"], urn["slurm-login-munge"]} <= deps, login
+        assert urn["slurm-controller-ip"] in deps  # and after the controller's address is reserved

@@ -7,6 +7,7 @@ Manager; these tests pin the order and the arguments of what they run.)
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 
 import pytest
@@ -19,6 +20,7 @@ from components.gcp.startup import (
     JWT_KEY_PATH,
     MUNGE_KEY_PATH,
     SCRATCH_MOTD,
+    SECRET_WAIT_S,
     WAIT_DEVICES,
     SlurmHostConfig,
     _scratch_call,
@@ -28,6 +30,8 @@ from components.gcp.startup import (
     startup_script,
 )
 from fleet.catalog import load_catalog
+from tests.fakes.metadata import FakeMetadata, VmMetadata
+from tests.fakes.metadata_secrets import FakeSecretManager
 
 SHA = "8c0eeb8229cfef2fdf8412660f68b6092404c7c7"
 CAT = load_catalog()
@@ -377,3 +381,73 @@ def test_a_missing_scratch_stops_a_gpu_node_but_not_the_controller_or_a_login_vm
         assert f"gpu-fleet: WARNING: Lustre {LUSTRE} is not mounted on {tmp_path}/scratch" in run.stderr
         motd = (tmp_path / SCRATCH_MOTD.lstrip("/")).read_text()
         assert "scratch" in motd and "WARNING" in motd  # what a user logging in sees
+
+
+CTL_SA = "c-ctl@p.iam.gserviceaccount.com"
+
+
+@pytest.fixture
+def google(tmp_path):
+    """The fake metadata server (this machine is the VM) and Secret Manager, over HTTP on 127.0.0.1, and a run of the
+    script's own `secret` against them (sleep stubbed: its waits take no time)."""
+    md = FakeMetadata("p", "42")
+    md.add_instance(VmMetadata("c-controller", "us-east4-a", "127.0.0.1", CTL_SA))
+    sm = FakeSecretManager(md, "p", "42")
+    servers = [md.serve(("127.0.0.1", 0)), sm.serve_http(socket.create_server(("127.0.0.1", 0)))]
+    bin_ = _stub_bin(tmp_path, sleep="exit 0")
+
+    def run(name: str, wait_s: int = SECRET_WAIT_S) -> subprocess.CompletedProcess[bytes]:
+        env = {
+            "PATH": f"{bin_}:/usr/bin:/bin",
+            "GPU_FLEET_METADATA": f"http://127.0.0.1:{servers[0].server_address[1]}",
+            "GPU_FLEET_SECRETMANAGER": f"http://127.0.0.1:{servers[1].server_address[1]}",
+            "GPU_FLEET_SECRET_WAIT_S": str(wait_s),
+        }
+        return subprocess.run(["bash", "-c", f"{_PRELUDE}\nsecret {name}\n"], env=env, capture_output=True, check=False)
+
+    yield sm, run
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _after(sm: FakeSecretManager, answers: int, then) -> None:
+    """Call `then` once Secret Manager has answered `answers` requests (a binding or a version arriving late)."""
+    answer = sm.answer
+
+    def counted(path, headers):
+        if len(sm.accesses) == answers:
+            then()
+        return answer(path, headers)
+
+    sm.answer = counted
+
+
+def test_a_secret_is_asked_again_while_the_accessor_binding_propagates(google) -> None:
+    """The VM may boot before IAM lets its account read the key (403 for minutes): the script asks again."""
+    sm, run = google
+    secret = sm.add_secret("c-slurm-munge-key", b"a2V5", accessors=set())
+    _after(sm, 2, lambda: secret.accessors.add(f"serviceAccount:{CTL_SA}"))
+    got = run("c-slurm-munge-key")
+    assert (got.returncode, got.stdout) == (0, b"a2V5"), got.stderr.decode()
+    assert [a.status for a in sm.accesses] == [403, 403, 200]
+    assert b"answered 403" in got.stderr
+
+
+def test_a_secret_is_asked_again_until_its_version_exists(google) -> None:
+    sm, run = google
+    secret = sm.add_secret("c-slurm-munge-key", b"a2V5", accessors={f"serviceAccount:{CTL_SA}"})
+    secret.versions.clear()
+    _after(sm, 1, lambda: secret.versions.append(b"a2V5"))
+    got = run("c-slurm-munge-key")
+    assert (got.returncode, got.stdout) == (0, b"a2V5"), got.stderr.decode()
+    assert [a.status for a in sm.accesses] == [404, 200]
+
+
+def test_a_secret_still_refused_at_the_deadline_fails_saying_what_secret_manager_answered(google) -> None:
+    sm, run = google
+    sm.add_secret("c-slurm-munge-key", b"a2V5", accessors=set())
+    got = run("c-slurm-munge-key", wait_s=0)
+    assert got.returncode != 0 and got.stdout == b""
+    err = got.stderr.decode()
+    assert "secret c-slurm-munge-key: Secret Manager answered 403:" in err and "PERMISSION_DENIED" in err, err

@@ -7,7 +7,7 @@
 `GET /v1/projects/{project}/secrets/{secret}/versions/{version}:access` with `Authorization: Bearer T`
 answers as the real API does: 401 UNAUTHENTICATED without a token the metadata server issued, 403
 PERMISSION_DENIED when the token's service account is not an accessor of the secret (the real API
-says the same for a secret that does not exist), and otherwise
+says the same for a secret that does not exist), 404 NOT_FOUND for a secret with no version yet, and otherwise
 `{"name": ..., "payload": {"data": base64(data), "dataCrc32c": "..."}}`.
 `accessors` are IAM members, as the stack's `SecretIamMember` resources grant them.
 Every access is recorded (`accesses`: who, which secret, the status).
@@ -93,6 +93,9 @@ class FakeSecretManager:
             msg = f"Permission 'secretmanager.versions.access' denied for resource '{resource}' (or it may not exist)."
             return 403, _error(403, "PERMISSION_DENIED", msg), who, secret_id
         version = m["version"]
+        if not secret.versions:  # declared, but no version added yet
+            msg = f"Secret [projects/{self.project_number}/secrets/{secret_id}] not found or has no versions."
+            return 404, _error(404, "NOT_FOUND", msg), who, secret_id
         if version == "latest":
             index = len(secret.versions)
         elif version.isdigit() and 1 <= int(version) <= len(secret.versions):
@@ -109,6 +112,11 @@ class FakeSecretManager:
     def serve_socket(self, sock: socket.socket, context: ssl.SSLContext):
         sock.listen(64)
         return _serve(context.wrap_socket(sock, server_side=True), _handler(self))
+
+    def serve_http(self, sock: socket.socket):
+        """Plain HTTP on `sock`: for running the scripts' own functions on this machine (GPU_FLEET_SECRETMANAGER)."""
+        sock.listen(64)
+        return _serve(sock, _handler(self))
 
 
 def _error(code: int, status: str, message: str) -> dict[str, Any]:

@@ -435,3 +435,11 @@ def test_no_iam_binding_hangs_on_a_resource_name_iam_does_not_evaluate(stack):
         if "resource.name" in str((r.inputs.get("condition") or {}).get("expression", ""))
     ]
     assert conditioned == []
+
+
+def test_slurm_vms_boot_after_the_fleet_nat(example):
+    """apt-get on first boot goes out through the NAT: no controller or login VM is created before it."""
+    result = example.result
+    (nat,) = result.by_type("gcp:compute/routerNat:RouterNat")
+    vms = result.by_type("gcp:compute/instance:Instance")
+    assert vms and all(nat.urn in vm.dependencies for vm in vms), [vm.name for vm in vms]

@@ -4,8 +4,18 @@ Keys are generated with pulumi-random, kept as Pulumi secrets and stored as Secr
 versions; each VM reads them with its own service account.  `slurm.conf` / `gres.conf` (rendered
 by `fleet.slurm.conf` in `stacks/`, one CLOUD nodeset per pool) reach the VMs as metadata and are
 written by the startup script (components/gcp/startup.py); every key is listed in
-components/gcp/metadata.py.  The controller sits on a reserved static internal address
-(`gcp.compute.Address`, INTERNAL) that slurm.conf names in `SlurmctldHost=name(ip)`.
+components/gcp/metadata.py.  The script itself is the `startup-script` metadata key, not
+`metadata_startup_script`, which would replace the VM on every change of it: a changed script (a new
+autoscaler ref, a new slurm.conf) updates the metadata in place, and runs at the next boot or when
+`sudo google_metadata_script_runner startup` runs it (docs/stacks.md "Changing a running cluster").
+
+The controller's Slurm state (StateSaveLocation: the queue, the job-ID counter) and the autoscaler's
+store live on a separate persistent disk, `<cluster>-controller-state` (pd-ssd, or Hyperdisk Balanced
+where the machine series takes no Persistent Disk; 50 GB as the Toolkit's `controller_state_disk`),
+attached without auto-delete and protected (`protect`): a re-created controller mounts it again.
+
+The controller sits on a reserved static internal address (`gcp.compute.Address`, INTERNAL) that
+slurm.conf names in `SlurmctldHost=name(ip)`.
 
 Service accounts, one per role:
 - controller (the VM's runtime account): log/metric writer, accessor on the two keys, and
@@ -33,8 +43,9 @@ import pulumi_gcp as gcp
 import pulumi_random as random
 
 from components.gcp import metadata as md
+from components.gcp.disks import boot_disk_type, state_disk_type
 from components.gcp.node_pool import service_account_id
-from components.gcp.startup import SlurmHostConfig, startup_script
+from components.gcp.startup import STATE_DISK_DEVICE, SlurmHostConfig, startup_script
 from fleet.bootstrap.iam import AUTOSCALER_ROLE_ID
 
 BASE_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
@@ -57,6 +68,8 @@ class SlurmClusterArgs:
     controller_metadata: extra metadata on the controller only (e.g. the autoscaler inventory).
     autoscaler_source, autoscaler_ref: git URL and pinned ref (40-hex commit or tag@commit) of
       gpu-fleet for the controller's autoscaler (installed at /opt/gpu-fleet; None: the image carries it).
+    state_disk_gb: size of the controller's state disk (StateSaveLocation, the autoscaler's store).
+    protect_state: Pulumi `protect` on the state disk (no `pulumi up` or `destroy` deletes or replaces it).
     boot_after: resources declared outside the cluster that the VMs' first boot needs, created before the VMs
       (the Cloud NAT of their subnet: the startup script's apt-get has no other way out).
     image: the controller/login boot image: the same Ubuntu release as the GPU image, so slurmctld is
@@ -84,6 +97,8 @@ class SlurmClusterArgs:
     scratch_mount: str = "/scratch"
     controller_metadata: dict[str, pulumi.Input[str]] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    state_disk_gb: int = 50
+    protect_state: bool = True
     autoscaler_source: str | None = None
     autoscaler_ref: str | None = None
     autoscaler_role_id: str = AUTOSCALER_ROLE_ID
@@ -156,6 +171,7 @@ class SlurmCluster(pulumi.ComponentResource):
                         scratch_mount=args.scratch_mount,
                         autoscaler_source=args.autoscaler_source,
                         autoscaler_ref=args.autoscaler_ref,
+                        state_disk=STATE_DISK_DEVICE if role == "controller" else None,
                     )
                 )
             )
@@ -176,6 +192,17 @@ class SlurmCluster(pulumi.ComponentResource):
         # The first boot runs once (until a reboot) under set -e: the VMs wait for the NAT their apt-get goes out
         # through, the key versions they fetch and their accounts' accessor bindings (the script still retries a
         # 403/404 while a binding propagates).
+        self.state_disk = gcp.compute.Disk(
+            f"{name}-controller-state",
+            name=f"{args.name}-controller-state",
+            project=args.project,
+            zone=args.zone,
+            type=state_disk_type(args.controller_machine_type),
+            size=args.state_disk_gb,
+            labels={**args.labels, "gpu-fleet-cluster": args.name},
+            description=f"Slurm StateSaveLocation and autoscaler state of {self.controller_name}",
+            opts=pulumi.ResourceOptions(parent=self, protect=args.protect_state),
+        )
         self.controller = self._vm(
             f"{name}-controller",
             self.controller_name,
@@ -186,6 +213,8 @@ class SlurmCluster(pulumi.ComponentResource):
             pulumi.ResourceOptions(parent=self, depends_on=[*args.boot_after, munge_version, jwt_version, *ctl_reads]),
             extra_metadata=args.controller_metadata,
             network_ip=self.controller_address.address,
+            # attached, not auto-deleted: it outlives the VM (GCE deletes only disks marked auto-delete)
+            attached_disks=[{"source": self.state_disk.self_link, "device_name": STATE_DISK_DEVICE}],
         )
         self.login_names = [f"{args.name}-login-{i}" for i in range(args.login_nodes)]
         # and after the address is reserved, so no login VM takes it first
@@ -200,6 +229,7 @@ class SlurmCluster(pulumi.ComponentResource):
             {
                 "controller": self.controller.name,
                 "controller_ip": self.controller_address.address,
+                "controller_state_disk": self.state_disk.name,
                 "logins": [vm.name for vm in self.logins],
                 "munge_secret": self.munge_secret.id,
                 "jwt_secret": self.jwt_secret.id,
@@ -288,6 +318,7 @@ class SlurmCluster(pulumi.ComponentResource):
         child: pulumi.ResourceOptions,
         extra_metadata: dict[str, pulumi.Input[str]] | None = None,
         network_ip: pulumi.Input[str] | None = None,
+        attached_disks: list[dict[str, pulumi.Input[str]]] | None = None,
     ) -> gcp.compute.Instance:
         nic: dict[str, object] = {"network": args.network, "subnetwork": args.subnetwork, "nic_type": "GVNIC"}
         if network_ip is not None:
@@ -300,8 +331,13 @@ class SlurmCluster(pulumi.ComponentResource):
             machine_type=machine_type,
             boot_disk={
                 "auto_delete": True,
-                "initialize_params": {"image": args.image, "size": args.boot_disk_gb, "type": "pd-balanced"},
+                "initialize_params": {
+                    "image": args.image,
+                    "size": args.boot_disk_gb,
+                    "type": boot_disk_type(machine_type),
+                },
             },
+            attached_disks=attached_disks or [],
             network_interfaces=[nic],
             shielded_instance_config={
                 "enable_secure_boot": True,
@@ -313,8 +349,9 @@ class SlurmCluster(pulumi.ComponentResource):
                 **md.OS_LOGIN,
                 **md.slurm_metadata(args.slurm_conf, args.gres_conf, args.cgroup_conf, args.topology_conf),
                 **(extra_metadata or {}),
+                # the metadata key, updated in place: `metadata_startup_script` would replace the VM on each change
+                md.STARTUP_SCRIPT: script,
             },
-            metadata_startup_script=script,
             labels={**args.labels, "gpu-fleet-cluster": args.name},
             allow_stopping_for_update=True,
             opts=child,

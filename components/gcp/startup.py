@@ -42,6 +42,12 @@ JWT_KEY_PATH = "/var/spool/slurmctld/jwt_hs256.key"  # slurm.conf AuthAltParamet
 MUNGE_KEY_PATH = "/etc/munge/munge.key"
 AUTOSCALER_HOME = "/opt/gpu-fleet"  # the repo + .venv; slurm.conf's Resume/SuspendProgram live in deploy/slurm/
 AUTOSCALER_STATE_DIR = "/var/lib/gpu-fleet"  # written by the daemon and by the hooks slurmctld runs
+SLURMCTLD_STATE_DIR = "/var/spool/slurmctld"  # == slurm.conf StateSaveLocation (fleet.slurm.conf)
+# The controller's state disk (its own persistent disk, not the boot disk): mounted here by its device name, with
+# StateSaveLocation and the autoscaler's state directory bind-mounted from it, so both outlive the controller VM.
+STATE_DISK_DEVICE = "gpu-fleet-state"  # /dev/disk/by-id/google-<this>
+STATE_DISK_MOUNT = "/var/lib/gpu-fleet-state"
+STATE_BINDS = {"slurmctld": (SLURMCTLD_STATE_DIR, "0700"), "gpu-fleet": (AUTOSCALER_STATE_DIR, "0750")}
 AUTOSCALER_LOCK = "deploy/controller-requirements.txt"  # hash-pinned dependencies, in the repo at the commit
 GUARD = "/usr/local/sbin/gpu-fleet-metadata-guard"
 WAIT_DEVICES = "/usr/local/sbin/gpu-fleet-wait-devices"
@@ -85,6 +91,8 @@ class SlurmHostConfig:
     gpu_count: GPUs slurmd waits for (compute).
     fabric: the machine type's fabric software (TCPXO or gIB), None for none.
     local_ssd_gib: local SSD capacity the machine type comes with (RAID0 on /mnt/localssd).
+    state_disk: on the controller, the device name of its state disk (formatted when blank, mounted on
+      /var/lib/gpu-fleet-state, StateSaveLocation and /var/lib/gpu-fleet bind-mounted from it); None: none.
     metadata_guard: block the metadata server for non-root processes (every role; on the controller
       SlurmUser too may reach it: the autoscaler daemon runs as that user and calls the Compute API).
     """
@@ -101,12 +109,15 @@ class SlurmHostConfig:
     fabric: FabricSoftware | None = None
     local_ssd_gib: int = 0
     metadata_guard: bool = True
+    state_disk: str | None = None
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"role: expected controller, login or compute, got {self.role!r}")
         if self.jwt_secret and self.role != "controller":
             raise ValueError(f"jwt_secret: only the controller holds the JWT key, not a {self.role} VM")
+        if self.state_disk and self.role != "controller":
+            raise ValueError(f"state_disk: only the controller has a state disk, not a {self.role} VM")
         if self.autoscaler_source and not PINNED_REF.fullmatch(self.autoscaler_ref or ""):
             raise ValueError(
                 f"autoscaler_ref: {self.autoscaler_ref!r} is not pinned: give a 40-hex commit or <tag>@<40-hex commit>"
@@ -300,12 +311,49 @@ def _file(path: str, text: str, mode: str = "0644") -> str:
     )
 
 
+def _state_disk_lines(device: str) -> list[str]:
+    """The controller's state disk, before anything writes StateSaveLocation or the autoscaler's store: waited
+    for by its device name, formatted only when blank (its first MiB all zeros, as a new disk reads: a disk with
+    anything on it is never formatted), mounted, and the two state directories bind-mounted from it (fstab,
+    `nofail`: a VM whose disk is missing still boots for repair, but slurmctld and the daemon require the mounts,
+    so neither starts on an empty directory)."""
+    dev, mnt = f"/dev/disk/by-id/google-{device}", STATE_DISK_MOUNT
+    targets = " ".join(target for target, _ in STATE_BINDS.values())
+    requires = f"[Unit]\nRequiresMountsFor={targets}\n"
+    lines = [
+        "# --- 2b. the controller's state disk: StateSaveLocation and the autoscaler's store outlive this VM ---",
+        f"for _ in $(seq 60); do [ -b {dev} ] && break; sleep 2; done",
+        f'[ -b {dev} ] || die "state disk {dev} is not attached"',
+        f"if ! mountpoint -q {mnt}; then",
+        f"  if [ \"$(head -c 1048576 {dev} | tr -d '\\0' | wc -c)\" = 0 ]; then",
+        f'    log "state disk {dev} is blank: formatting it"',
+        f"    mkfs.ext4 -q -L {device[:16]} {dev}",
+        "  fi",
+        f"  grep -q ' {mnt} ext4 ' /etc/fstab || echo '{dev} {mnt} ext4 defaults,nofail 0 2' >> /etc/fstab",
+        f"  install -d {mnt}",
+        f'  mount {mnt} || die "state disk {dev}: cannot mount it on {mnt} (not formatted by gpu-fleet?)"',
+        "fi",
+    ]
+    for sub, (target, mode) in STATE_BINDS.items():
+        src = f"{mnt}/{sub}"
+        lines += [
+            f"install -d -o slurm -g slurm -m {mode} {src}",
+            f"grep -q ' {target} none bind' /etc/fstab"
+            f" || echo '{src} {target} none bind,nofail,x-systemd.requires-mounts-for={mnt} 0 0' >> /etc/fstab",
+            f"install -d {target}",
+            f"mountpoint -q {target} || mount {target}",
+        ]
+    for unit in ("slurmctld", "gpu-fleet-autoscaler"):
+        lines.append(_file(f"/etc/systemd/system/{unit}.service.d/gpu-fleet-state.conf", requires))
+    return [*lines, "systemctl daemon-reload"]
+
+
 def _config_lines(cfg: SlurmHostConfig) -> list[str]:
     lines = ["# --- 3. keys (root only) and config ---", "install -d -o munge -g munge -m 0700 /etc/munge"]
     lines.append(f"put_key {shlex.quote(cfg.munge_secret)} {MUNGE_KEY_PATH} munge")
     if cfg.role == "controller" and cfg.jwt_secret:
         lines += [
-            "install -d -o slurm -g slurm -m 0700 /var/spool/slurmctld",
+            f"install -d -o slurm -g slurm -m 0700 {SLURMCTLD_STATE_DIR}",
             f"put_key {shlex.quote(cfg.jwt_secret)} {JWT_KEY_PATH} slurm",
         ]
     lines += ["systemctl enable munge", "systemctl restart munge", "install -d -m 0755 /etc/slurm /var/log/slurm"]
@@ -666,6 +714,7 @@ def startup_script(cfg: SlurmHostConfig) -> str:
         "# --- 2. packages ---",
         f"apt_update && apt_install {_PACKAGES[cfg.role]}",
         *([GUARD] if cfg.metadata_guard and cfg.guard_exempt else []),  # now SlurmUser exists: exempt it
+        *(_state_disk_lines(cfg.state_disk) if cfg.state_disk else []),
         *_config_lines(cfg),
         *_mount_lines(cfg),
     ]

@@ -71,6 +71,7 @@ def check_stack(doc: JSON, ref: Reference | None = None) -> list[str]:
     errors += _check_images(templates, ref)
     errors += _check_roce(doc, nets, ref)
     errors += _check_reservations(templates)
+    errors += _check_controller(doc, ref)
     for tpl in templates:
         machine = tpl["inputs"]["machineType"]
         facts = ref.raw["machines"].get(machine)
@@ -118,6 +119,38 @@ def _check_roce(doc: JSON, nets: dict[str, JSON], ref: Reference) -> list[str]:
         if src and sorted(src) != sorted(rules["allowed_policy_sources"]):
             out.append(f"{rule['name']}: RDMA_ROCE_POLICY rule with srcIpRanges {src}: GCP accepts only "
                        f"{rules['allowed_policy_sources']} or secure tags ({ref.source(rules['source'])})")  # fmt: skip
+    return out
+
+
+def _check_controller(doc: JSON, ref: Reference) -> list[str]:
+    """Slurm VMs carry their script as metadata; each controller keeps its state on its own, non-auto-deleted
+    disk in its zone."""
+    facts = ref.raw["controller"]
+    src = ref.source(facts["source"])
+    want = facts["state_disk"]
+    disks = {r["inputs"]["name"]: r for r in _of(doc, "compute/disk:Disk")}
+    out = []
+    for vm in _of(doc, "compute/instance:Instance"):
+        inputs, name = vm["inputs"], vm["name"]
+        if "slurm-conf" not in inputs.get("metadata", {}):
+            continue
+        if facts["startup_script_in_metadata"] and "metadataStartupScript" in inputs:
+            out.append(f"{name}: startup script in metadata_startup_script, which replaces the VM on every change "
+                       f"(metadata startup-script: {src})")  # fmt: skip
+        if not str(inputs.get("name", "")).endswith("-controller"):
+            continue
+        attached = [a for a in inputs.get("attachedDisks", []) if _net_name(str(a.get("source", ""))) in disks]
+        if not attached:
+            out.append(f"{name}: no state disk: the Slurm state is on the boot disk ({src})")
+        for a in attached:
+            disk = disks[_net_name(a["source"])]["inputs"]
+            if a.get("autoDelete", want["auto_delete"]) is not want["auto_delete"]:
+                out.append(f"{name}: state disk {disk['name']} is deleted with the VM ({src})")
+            if disk.get("zone") != inputs.get("zone"):
+                out.append(f"{name}: state disk {disk['name']} in {disk.get('zone')}, the VM in {inputs.get('zone')}")
+            if disk.get("type") not in want["types"] or int(disk.get("size", 0)) < want["size_gb"]:
+                out.append(f"{name}: state disk {disk['name']} {disk.get('type')} {disk.get('size')} GB, reference "
+                           f"{want['types'][0]} >= {want['size_gb']} GB ({src})")  # fmt: skip
     return out
 
 

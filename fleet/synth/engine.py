@@ -107,6 +107,7 @@ _COMPUTE_COLLECTIONS = {
     "RegionNetworkFirewallPolicy": "firewallPolicies",
     "Address": "addresses",
     "GlobalAddress": "addresses",
+    "Disk": "disks",
 }
 
 

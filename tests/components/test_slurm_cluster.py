@@ -7,7 +7,7 @@ import json
 import pytest
 
 from components.gcp.slurm_cluster import SlurmCluster, SlurmClusterArgs
-from components.gcp.startup import SlurmHostConfig, startup_script
+from components.gcp.startup import STATE_DISK_DEVICE, SlurmHostConfig, startup_script
 from fleet.bootstrap.iam import COMPUTE_CONDITION_TYPES, PERMISSION_TYPES, autoscaler_permission_names
 
 CONF = "ClusterName=a3mega\nNodeSet=resv Nodes=a3mega-resv-[0-15]\n"
@@ -40,9 +40,9 @@ def test_controller_and_logins_are_private_shielded_os_login_vms(declare):
         assert vm["shieldedInstanceConfig"]["enableSecureBoot"] is True
         assert vm["metadata"]["enable-oslogin"] == "TRUE"
         assert vm["metadata"]["slurm-conf"] == CONF and vm["metadata"]["gres-conf"] == GRES
-        assert "10.0.15.2:/home /home nfs" in vm["metadataStartupScript"]
+        assert "10.0.15.2:/home /home nfs" in vm["metadata"]["startup-script"]
     assert vms["a3mega-controller"]["machineType"] == "n2-standard-8"
-    assert "slurmctld" in vms["a3mega-controller"]["metadataStartupScript"]
+    assert "slurmctld" in vms["a3mega-controller"]["metadata"]["startup-script"]
 
 
 def test_keys_are_random_secrets_in_secret_manager(declare):
@@ -57,7 +57,7 @@ def test_keys_are_random_secrets_in_secret_manager(declare):
     dumped = json.dumps([r.inputs for r in d.resources])
     assert "[secret]" in dumped
     for vm in d.of_type("compute/instance:Instance"):
-        assert "munge.key" in vm.inputs["metadataStartupScript"]  # fetched at boot, by the VM's SA
+        assert "munge.key" in vm.inputs["metadata"]["startup-script"]  # fetched at boot, by the VM's SA
 
 
 CTL = "serviceAccount:a3mega-ctl@my-proj.iam.gserviceaccount.com"
@@ -133,8 +133,8 @@ def test_controller_sits_on_a_reserved_internal_address(declare):
     assert {vm["bootDisk"]["initializeParams"]["image"] for vm in vms.values()} == {
         "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"
     }
-    assert "put_key" in vms["a3mega-login-0"]["metadataStartupScript"]
-    assert "jwt" not in vms["a3mega-login-0"]["metadataStartupScript"].replace("slurm-wlm-jwt-plugin", "")
+    assert "put_key" in vms["a3mega-login-0"]["metadata"]["startup-script"]
+    assert "jwt" not in vms["a3mega-login-0"]["metadata"]["startup-script"].replace("slurm-wlm-jwt-plugin", "")
 
 
 def test_vms_boot_after_the_nat_their_key_versions_and_their_accessor_bindings(declare):
@@ -160,3 +160,35 @@ def test_vms_boot_after_the_nat_their_key_versions_and_their_accessor_bindings(d
         deps = set(vms[login].dependencies)
         assert {urn["nat"], versions["slurm-munge-key-v"], urn["slurm-login-munge"]} <= deps, login
         assert urn["slurm-controller-ip"] in deps  # and after the controller's address is reserved
+
+
+@pytest.mark.parametrize(
+    ("machine_type", "disk_type", "boot_type"),
+    [("n2-standard-8", "pd-ssd", "pd-balanced"), ("c4-standard-8", "hyperdisk-balanced", "hyperdisk-balanced")],
+)
+def test_the_controller_keeps_its_state_on_its_own_protected_disk(declare, machine_type, disk_type, boot_type):
+    """StateSaveLocation and the autoscaler's store outlive the controller VM: a disk of its own (as the Toolkit's
+    controller_state_disk), in its zone, of a type its machine series attaches, attached by a device name the
+    script mounts, never deleted with the VM, and protected against `pulumi up` / `destroy`."""
+    d = declare(lambda: SlurmCluster("slurm", args(controller_machine_type=machine_type)))
+    disk = d.one("compute/disk:Disk")
+    assert (disk.inputs["zone"], disk.inputs["type"], disk.inputs["size"]) == ("us-east4-a", disk_type, 50)
+    assert disk.protect and disk.inputs["labels"]["gpu-fleet-cluster"] == "a3mega"
+    vms = {r.inputs["name"]: r.inputs for r in d.of_type("compute/instance:Instance")}
+    ctl = vms["a3mega-controller"]
+    (attached,) = ctl["attachedDisks"]
+    assert attached["source"].endswith(f"/zones/us-east4-a/disks/{disk.inputs['name']}")
+    assert attached["deviceName"] == STATE_DISK_DEVICE and attached.get("autoDelete", False) is False
+    assert f"/dev/disk/by-id/google-{STATE_DISK_DEVICE}" in ctl["metadata"]["startup-script"]
+    assert not vms["a3mega-login-0"].get("attachedDisks")  # the logins keep no state
+    assert ctl["bootDisk"]["initializeParams"]["type"] == boot_type
+
+
+def test_a_changed_script_updates_the_metadata_of_the_running_vms(declare):
+    """The script travels as the `startup-script` metadata key, which GCE updates in place; pulumi-gcp's
+    `metadata_startup_script` replaces the VM on every change (a new autoscaler ref replaced the controller, and
+    its boot disk with it)."""
+    d = declare(lambda: SlurmCluster("slurm", args()))
+    for vm in d.of_type("compute/instance:Instance"):
+        assert "metadataStartupScript" not in vm.inputs, vm.name
+        assert vm.inputs["metadata"]["startup-script"].startswith("#!/bin/bash\n"), vm.name

@@ -16,11 +16,13 @@ from components.gcp.startup import (
     _PRELUDE,
     APT_LOCK_WAIT_S,
     AUTOSCALER_LOCK,
+    AUTOSCALER_STATE_DIR,
     GUARD,
     JWT_KEY_PATH,
     MUNGE_KEY_PATH,
     SCRATCH_MOTD,
     SECRET_WAIT_S,
+    SLURMCTLD_STATE_DIR,
     WAIT_DEVICES,
     SlurmHostConfig,
     _scratch_call,
@@ -451,3 +453,22 @@ def test_a_secret_still_refused_at_the_deadline_fails_saying_what_secret_manager
     assert got.returncode != 0 and got.stdout == b""
     err = got.stderr.decode()
     assert "secret c-slurm-munge-key: Secret Manager answered 403:" in err and "PERMISSION_DENIED" in err, err
+
+
+def test_the_controller_mounts_its_state_disk_before_anything_writes_its_state() -> None:
+    """The state disk is mounted (and StateSaveLocation and /var/lib/gpu-fleet bound from it) after the packages
+    (SlurmUser owns the directories) and before the JWT key, slurmctld and the daemon write there; it is formatted
+    only when blank, and slurmctld and the daemon never start without the mounts."""
+    text = script("controller", state_disk="gpu-fleet-state")
+    dev = "/dev/disk/by-id/google-gpu-fleet-state"
+    mount = pos(text, f"mountpoint -q {SLURMCTLD_STATE_DIR} || mount {SLURMCTLD_STATE_DIR}")
+    assert pos(text, "# --- 2. packages") < pos(text, f"[ -b {dev} ]") < mount
+    assert mount < pos(text, "put_key c-slurm-jwt-key") < pos(text, "systemctl restart slurmctld")
+    assert pos(text, f"mountpoint -q {AUTOSCALER_STATE_DIR} || mount") < pos(text, "fleet autoscaler init")
+    blank = f"if [ \"$(head -c 1048576 {dev} | tr -d '\\0' | wc -c)\" = 0 ]; then"
+    assert pos(text, blank) < pos(text, f"mkfs.ext4 -q -L gpu-fleet-state {dev}")
+    assert text.count("mkfs.ext4") == 1
+    assert f"RequiresMountsFor={SLURMCTLD_STATE_DIR} {AUTOSCALER_STATE_DIR}" in text
+    assert "google-gpu-fleet-state" not in script("login") and "mkfs" not in script("login")
+    with pytest.raises(ValueError, match="state_disk"):
+        SlurmHostConfig(role="login", munge_secret="m", state_disk="gpu-fleet-state")

@@ -3,6 +3,7 @@
     with FirstBootCloud(declared, root, workdir, stubs) as cloud:
         ctl = cloud.create("fb-controller")          # boot the VM, nothing run yet
         cloud.startup("fb-controller")               # its startup script, as the guest agent runs it
+        cloud.recreate("fb-controller")              # the VM replaced: a new boot disk, its persistent disks kept
 
 What it does as GCE would:
 - each VM gets the metadata, service account and zone the stack declares, the reserved address when
@@ -12,7 +13,10 @@ What it does as GCE would:
 - Secret Manager (`secretmanager.googleapis.com`, HTTPS) holds one fresh random value per declared
   secret and lets only the declared accessors read it, with tokens from the metadata server;
 - VMs reach each other on the subnet; no DNS entry for any VM is provided (the config must carry the
-  controller's address), and nothing routes off this machine.
+  controller's address), and nothing routes off this machine;
+- a persistent disk the stack attaches (`attachedDisks`) is a file of its own (64 MiB, whatever its declared
+  size) that outlives the VM, attached as /dev/disk/by-id/google-<device name>; a re-created VM gets a new
+  boot disk (a fresh overlay) and the same persistent disks.
 
 What it does not: images (all VMs boot the same baked Debian root), GPUs, extra NICs, real IAM/OAuth,
 zonal DNS, systemd (see shim/systemctl).
@@ -36,7 +40,7 @@ from tests.fakes.metadata_secrets import HOST as SECRET_MANAGER_HOST
 from tests.fakes.metadata_secrets import FakeSecretManager, make_tls
 from tests.firstboot.declared import Declared
 from tests.firstboot.netns import METADATA_IP, Fabric, sweep, sweep_stale
-from tests.firstboot.vm import Vm, detach_stale_disks
+from tests.firstboot.vm import PD_PREFIX, Vm, detach_stale_disks
 
 
 def physical_host(zone: str, index: int) -> str:
@@ -123,7 +127,20 @@ class FirstBootCloud:
             VmMetadata(name, decl.zone, str(address), decl.service_account, attributes, decl.machine_type)
         )
         netns = self.fabric.attach(name, address)
-        vm = Vm(name, self.root, self.workdir / name, netns)
+        return self._boot(name, netns, self.workdir / name)
+
+    def recreate(self, name: str) -> Vm:
+        """Delete the VM `name` and create it again from its declaration, as a replaced instance is: the same
+        name, address and metadata, a new boot disk, the same persistent disks."""
+        old = self.vms.pop(name)
+        old.kill()
+        generation = sum(1 for p in self.workdir.glob(f"{name}.*")) + 2
+        return self._boot(name, old.netns, self.workdir / f"{name}.{generation}")
+
+    def _boot(self, name: str, netns: str, workdir: Path) -> Vm:
+        decl = self.declared.vms[name]
+        machine = load_catalog("gcp").machine(decl.machine_type) if decl.pool else None
+        vm = Vm(name, self.root, workdir, netns)
         if vm.workdir.exists():
             shutil.rmtree(vm.workdir)
         vm.prepare(
@@ -131,5 +148,16 @@ class FirstBootCloud:
         )
         self.vms[name] = vm
         vm.attach_disk((machine.local_ssd_gib // LOCAL_SSD_GIB) if machine else 0)
+        for device, disk in decl.disks.items():
+            vm.attach_persistent(device, self.persistent_disk(disk))
         vm.boot()
         return vm
+
+    def persistent_disk(self, disk: str, size_mib: int = 64) -> Path:
+        """The file behind the persistent disk `disk`: blank (all zeros, as a new GCE disk reads) when first made."""
+        image = self.workdir / "disks" / f"{PD_PREFIX}{os.getpid()}-{disk}.img"
+        if not image.exists():
+            image.parent.mkdir(parents=True, exist_ok=True)
+            with open(image, "wb") as f:
+                f.truncate(size_mib << 20)
+        return image

@@ -2,9 +2,9 @@
 
 From `fleet synth` (in-process, `fleet.synth.run.synth_file`): every `gcp:compute/instance:Instance`
 (controller, login) and every `gcp:compute/instanceTemplate:InstanceTemplate` (a pool's nodes) with its
-metadata — `metadataStartupScript` becomes the `startup-script` key, as GCE does — its service account
-and zone; the system subnet's CIDR; Secret Manager secrets and the IAM members granted
-`secretAccessor` on each.  Node names come from the stack's `clusters.*.nodesets` output.
+metadata (the script is its `startup-script` key), its service account, zone and attached persistent
+disks (`gcp:compute/disk:Disk`, by device name); the system subnet's CIDR; Secret Manager secrets and the
+IAM members granted `secretAccessor` on each.  Node names come from the stack's `clusters.*.nodesets` output.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 INSTANCE = "gcp:compute/instance:Instance"
+DISK = "gcp:compute/disk:Disk"
 TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
 SUBNET = "gcp:compute/subnetwork:Subnetwork"
 SECRET = "gcp:secretmanager/secret:Secret"
@@ -33,6 +34,7 @@ class DeclaredVm:
     machine_type: str
     network_ip: str | None = None  # a reserved address, when the stack gives one
     pool: str | None = None  # None for the controller / login VMs
+    disks: dict[str, str] = field(default_factory=dict)  # device name -> name of the attached persistent disk
 
 
 @dataclass
@@ -74,9 +76,14 @@ def declared(synthesis: Any) -> Declared:
         raise ValueError(f"expected one system subnet (privateIpGoogleAccess), found {len(systems)}")
     project = systems[0].inputs["project"]
     vms: dict[str, DeclaredVm] = {}
+    disks = {r.inputs["name"] for r in res if r.type == DISK}
     for r in res:
         if r.type == INSTANCE:
             nics = r.inputs.get("networkInterfaces") or [{}]
+            attached = {a["deviceName"]: str(a["source"]).rsplit("/", 1)[-1] for a in r.inputs.get("attachedDisks", [])}
+            unknown = set(attached.values()) - disks
+            if unknown:
+                raise ValueError(f"{r.inputs['name']}: attached disks {sorted(unknown)} are not declared")
             vms[r.inputs["name"]] = DeclaredVm(
                 name=r.inputs["name"],
                 zone=r.inputs["zone"],
@@ -84,6 +91,7 @@ def declared(synthesis: Any) -> Declared:
                 metadata=_metadata(r.inputs),
                 machine_type=r.inputs["machineType"],
                 network_ip=nics[0].get("networkIp"),
+                disks=attached,
             )
     templates = {r.inputs["labels"]["gpu-fleet-pool"]: r for r in res if r.type == TEMPLATE}
     migs = [r for r in res if r.type == "gcp:compute/instanceGroupManager:InstanceGroupManager"]

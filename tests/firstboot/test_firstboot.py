@@ -23,6 +23,8 @@ Proven here, with the real Debian binaries (bash, curl, python3, iptables, munge
   on the login VM that user can still use Slurm (sinfo through munge);
 - a declared Lustre /scratch that cannot be mounted stops a GPU node's boot with a FATAL message, before slurmd;
   the controller runs slurmctld without it and says so (serial console, login banner).
+- the controller's queue, job-ID counter and autoscaler store are on its state disk (formatted once, when
+  blank): they survive a re-run of the script and a new controller VM (a new boot disk, the same disk attached).
 
 Not proven: anything needing GPUs, GPU NICs or the GCE hypervisor (driver, NCCL, TCPXO/RDMA data
 paths are stubs: tests/firstboot/stubs.py), real GCE metadata/IAM/OAuth, Ubuntu accelerator images
@@ -40,7 +42,7 @@ import pytest
 
 from components.gcp.startup import JWT_KEY_PATH
 from fleet.catalog import load_catalog
-from tests.firstboot.conftest import CLUSTER, MOUNT_STACK, Booted, boot, synthesized
+from tests.firstboot.conftest import CLUSTER, MOUNT_STACK, STACK, Booted, boot, synthesized
 from tests.firstboot.stubs import LOG as STUB_LOG
 
 pytestmark = pytest.mark.slow
@@ -300,3 +302,52 @@ def test_the_controller_runs_slurmctld_without_scratch_and_says_so(mount_boot):
     ping = ctl.run(["scontrol", "ping"])
     assert "is UP" in ping.stdout, f"{ping.stdout}{ping.stderr}\n{booted.explain(ctl.name)}"
     assert "WARNING" in ctl.read("/run/motd.d/gpu-fleet-scratch")
+
+
+@pytest.fixture(scope="module")
+def state_boot(root_image, tmp_path_factory):
+    """The test stack's controller alone, on a cloud of its own: its state disk starts blank."""
+    from tests.firstboot.cloud import FirstBootCloud
+    from tests.firstboot.stubs import gpu_stubs, stub_units
+
+    decl = synthesized(STACK)
+    work = tmp_path_factory.mktemp("state")
+    with FirstBootCloud(decl, root_image, work, stubs=gpu_stubs(), units=stub_units(), prefix="fbs") as cloud:
+        booted = Booted(cloud, decl)
+        boot(cloud, booted, [decl.controller(CLUSTER).name])
+        yield booted
+
+
+def _held_job(ctl) -> int:
+    out = ctl.run(["sbatch", "--hold", "-p", "mega", "-D", "/tmp", "-o", "/dev/null", "--wrap", "true"], check=True)
+    return int(out.stdout.split()[-1])
+
+
+def test_the_controller_s_queue_and_the_autoscaler_s_store_survive_a_new_controller(state_boot):
+    """What `pulumi up` does when it replaces the controller (a new boot disk): the queue, the job-ID counter and the
+    autoscaler's store are on the state disk, which the new VM mounts again instead of starting empty.  Re-running
+    the script on a live controller (how a changed script is applied) keeps them too, and formats nothing."""
+    booted = state_boot
+    name = booted.declared.controller(CLUSTER).name
+    ctl = booted.vm(name)
+    first = booted.results[name]
+    assert "is blank: formatting it" in first.stderr, booted.explain(name)
+    assert ctl.run(["findmnt", "-n", "-o", "SOURCE", "/var/spool/slurmctld"]).returncode == 0
+    job = _held_job(ctl)
+    ctl.run(["bash", "-c", "mkdir -p /var/lib/gpu-fleet && echo daemon-state > /var/lib/gpu-fleet/marker"], check=True)
+
+    again = ctl.startup()  # the script re-run on the running VM: idempotent
+    assert again.returncode == first.returncode and "formatting" not in again.stderr, again.stderr
+    assert "is UP" in ctl.run(["scontrol", "ping"]).stdout, booted.explain(name)
+
+    ctl.run(["systemctl", "stop", "slurmctld"], check=True)  # GCE shuts the old VM down before deleting it
+    new = booted.cloud.recreate(name)
+    assert not new.path("/var/lib/gpu-fleet/marker").exists()  # a new boot disk: nothing mounted yet
+    result = new.startup()
+    assert "formatting" not in result.stderr, result.stderr
+    ping = new.run(["scontrol", "ping"])
+    assert "is UP" in ping.stdout, f"{ping.stdout}{ping.stderr}\n{booted.explain(name)}"
+    queued = new.run(["squeue", "-h", "-j", str(job), "-o", "%i %T"])
+    assert queued.stdout.split() == [str(job), "PENDING"], f"{queued.stdout}{queued.stderr}\n{booted.explain(name)}"
+    assert _held_job(new) > job  # the job-ID counter goes on
+    assert new.read("/var/lib/gpu-fleet/marker") == "daemon-state\n"

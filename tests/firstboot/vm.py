@@ -66,6 +66,7 @@ exec chroot $R /bin/bash -c 'trap "exit 0" TERM; echo up > /run/fb-booted; while
 
 PR_SET_PDEATHSIG = 1
 DISK_PREFIX = "fb-localssd-"  # + the pytest PID: detach_stale_disks() frees those of runs that were killed
+PD_PREFIX = "fb-pd-"  # persistent disks: fb-pd-<pytest PID>-<disk name>.img
 
 
 def detach_stale_disks() -> None:
@@ -73,8 +74,8 @@ def detach_stale_disks() -> None:
     out = subprocess.run(["losetup", "-n", "-O", "NAME,BACK-FILE", "-l"], capture_output=True, text=True, timeout=30)
     for line in out.stdout.splitlines():
         parts = line.split(None, 1)
-        m = re.search(rf"/{DISK_PREFIX}(\d+)\.img", parts[1]) if len(parts) == 2 else None
-        if m and not Path(f"/proc/{m.group(1)}").exists():
+        m = re.search(rf"/(?:{DISK_PREFIX}(\d+)\.img|{PD_PREFIX}(\d+)-)", parts[1]) if len(parts) == 2 else None
+        if m and not Path(f"/proc/{m.group(1) or m.group(2)}").exists():
             subprocess.run(["losetup", "-d", parts[0]], capture_output=True, timeout=30)
 
 
@@ -104,6 +105,7 @@ class Vm:
         self.pid1: int | None = None  # host PID of the VM's PID 1
         self.loop: str | None = None  # host loop device behind the emulated local SSDs
         self.local_ssds = 0
+        self.persistent: dict[str, str] = {}  # device name -> host loop device of an attached persistent disk
 
     # --- the image ---
 
@@ -154,6 +156,14 @@ class Vm:
         self.loop = proc.stdout.strip()
         self.local_ssds = local_ssds
 
+    def attach_persistent(self, device_name: str, image: Path) -> None:
+        """Attach a persistent disk (`image`, a file that outlives the VM) as /dev/disk/by-id/google-<device_name>,
+        as GCE names an attached disk by its device name."""
+        proc = subprocess.run(["losetup", "-f", "--show", str(image)], capture_output=True, text=True, timeout=30)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{self.name}: losetup {image}: {proc.stderr.strip()}")
+        self.persistent[device_name] = proc.stdout.strip()
+
     # --- lifecycle ---
 
     def boot(self, timeout: float = 20) -> None:
@@ -188,14 +198,21 @@ class Vm:
         raise RuntimeError(f"{self.name}: not up after {timeout}s: {self.init_log()}")
 
     def _disk_lines(self) -> str:
-        if not self.loop:
-            return ""
-        rdev = os.stat(self.loop).st_rdev
-        links = " ".join(f"google-local-nvme-ssd-{i}" for i in range(self.local_ssds))
-        return (
-            f"mknod -m 0660 $R/dev/fb-localssd b {os.major(rdev)} {os.minor(rdev)}\n"
-            f"mkdir -p $R/dev/disk/by-id; for l in {links}; do ln -s ../../fb-localssd $R/dev/disk/by-id/$l; done"
-        )
+        lines = []
+        if self.loop:
+            rdev = os.stat(self.loop).st_rdev
+            links = " ".join(f"google-local-nvme-ssd-{i}" for i in range(self.local_ssds))
+            lines += [
+                f"mknod -m 0660 $R/dev/fb-localssd b {os.major(rdev)} {os.minor(rdev)}",
+                f"mkdir -p $R/dev/disk/by-id; for l in {links}; do ln -s ../../fb-localssd $R/dev/disk/by-id/$l; done",
+            ]
+        for i, (device, loop) in enumerate(sorted(self.persistent.items())):
+            rdev = os.stat(loop).st_rdev
+            lines += [
+                f"mknod -m 0660 $R/dev/fb-pd{i} b {os.major(rdev)} {os.minor(rdev)}",
+                f"mkdir -p $R/dev/disk/by-id; ln -s ../../fb-pd{i} $R/dev/disk/by-id/google-{device}",
+            ]
+        return "\n".join(lines)
 
     def init_log(self) -> str:
         try:
@@ -218,6 +235,9 @@ class Vm:
         if self.loop:
             subprocess.run(["losetup", "-d", self.loop], capture_output=True, timeout=30)
             self.loop = None
+        for loop in self.persistent.values():
+            subprocess.run(["losetup", "-d", loop], capture_output=True, timeout=30)
+        self.persistent.clear()
 
     # --- inside the VM ---
 

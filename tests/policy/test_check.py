@@ -84,7 +84,8 @@ def test_a_stack_file_without_labels_fails(tmp_path: Path) -> None:
     cp = fleet("policy", "check", "--config", str(path))
     assert cp.returncode == 1
     failing = [x for x in cp.stdout.splitlines() if x.startswith("MANDATORY required-labels")]
-    assert len(failing) == 8 and any("l4dev-l4x1-template" in x for x in failing)
+    # two templates, the controller and login VMs, the state disk, Filestore, bucket, secrets
+    assert len(failing) == 9 and any("l4dev-slurm-controller-state" in x for x in failing)
 
 
 @pytest.mark.parametrize(

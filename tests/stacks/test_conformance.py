@@ -20,7 +20,8 @@ def test_every_reference_fact_names_its_source() -> None:
     for group in ("machines", "fabric_software"):
         for name, facts in ref[group].items():
             assert facts["source"] in ref["sources"], (group, name)
-    assert ref["roce_firewall"]["source"] in ref["sources"] and ref["slurm_conf"]["source"] in ref["sources"]
+    for group in ("roce_firewall", "slurm_conf", "controller"):
+        assert ref[group]["source"] in ref["sources"], group
 
 
 def _mutated(stack: str, change) -> list[str]:
@@ -86,6 +87,16 @@ def _gpu_mtu(d):
             n["inputs"]["mtu"] = 1460
 
 
+def _controller_state_on_the_boot_disk(d):
+    for vm in _of(d, "compute/instance:Instance"):
+        vm["inputs"].pop("attachedDisks", None)
+
+
+def _script_forcing_replacement(d):
+    for vm in _of(d, "compute/instance:Instance"):
+        vm["inputs"]["metadataStartupScript"] = vm["inputs"]["metadata"].pop("startup-script")
+
+
 FINDINGS = [
     # the findings of issue 9, re-introduced one at a time: each must be caught
     ("gcp-a3ultra-slurm", _roce_rule_on_the_subnets, "GCP accepts only"),
@@ -101,6 +112,9 @@ FINDINGS = [
     ("gcp-a3mega-slurm", _script("tcpgpudmarxd-dev:v1.0.16", "tcpgpudmarxd-dev:latest"), "v1.0.16"),
     ("gcp-a3ultra-slurm", _script("ibverbs-utils", ""), "ibverbs-utils"),
     ("gcp-a3mega-slurm", _conf(lambda c: c.replace("BatchStartTimeout=600\n", "")), "BatchStartTimeout"),
+    # found by the audit against the Toolkit's controller module
+    ("gcp-a3ultra-slurm", _controller_state_on_the_boot_disk, "no state disk"),
+    ("gcp-l4-dev", _script_forcing_replacement, "replaces the VM"),
 ]
 
 

@@ -269,7 +269,7 @@ def test_controller_installs_the_autoscaler_that_slurm_calls(a3mega):
     cfg = parse_config(yaml.safe_load(md["gpu-fleet-autoscaler-config"]))
     assert str(cfg.inventory) == "/etc/gpu-fleet/inventory.json" and cfg.provider.kind == "gce"
     assert build_policy(cfg.policy).spot_queues == frozenset({"a3mega-spot"})
-    script = ctl["inputs"]["metadataStartupScript"]
+    script = ctl["inputs"]["metadata"]["startup-script"]
     sha = "8c0eeb8229cfef2fdf8412660f68b6092404c7c7"  # the example's pinned commit
     assert "git clone --quiet --no-checkout -- https://github.com/your-org/gpu-fleet.git /opt/gpu-fleet" in script
     assert f"fetch --quiet --depth 1 origin -- {sha}" in script and f"checkout --quiet --force --detach {sha}" in script

@@ -20,7 +20,7 @@ from components.gcp.startup import JWT_KEY_PATH, SlurmHostConfig, startup_script
 from components.gcp.storage import BucketArgs, FilestoreArgs, LustreArgs, SharedStorage, SharedStorageArgs
 from fleet.catalog import Catalog, load_catalog
 from fleet.slurm.conf import node_name_prefix, render_slurm_conf, slurmrestd_auth
-from fleet.spec.derive import controller_address, on_gcp, pool_zones
+from fleet.spec.derive import cluster_zone, controller_address, on_gcp, pool_zones
 from fleet.spec.load import SpecError
 from fleet.spec.model import ClusterSpec, FleetSpec
 from stacks import plan
@@ -51,8 +51,20 @@ def _storage(spec: FleetSpec, cluster: ClusterSpec, zone: str, fabric: NetworkFa
             if st.scratch
             else None,
             labels=plan.resource_labels(spec, cluster),
+            protect=cluster.deletion_protection,
         ),
     )
+
+
+def unpinned_zone_warning(spec: FleetSpec, cluster: ClusterSpec, zone: str) -> None:
+    """A cluster without `zone` puts its controller and zonal storage where its first pool starts: say so, since
+    a reorder of pools (or a catalog change) moves them, which protected storage then refuses at `pulumi up`."""
+    if cluster.zone is None:
+        ci = next(i for i, c in enumerate(spec.clusters) if c is cluster)
+        pulumi.log.warn(
+            f"clusters[{ci}] ({cluster.name}): zone is not set, so its controller, login VMs and zonal storage go to "
+            f"{zone}, derived from its pools; reordering them would move those: pin it with `zone: {zone}`"
+        )
 
 
 def build_fleet(
@@ -96,8 +108,8 @@ def build_fleet(
     clusters: dict[str, Any] = {}
     for cluster in slurm_clusters:
         conf = confs[cluster.name]
-        first_pool_zones = pool_zones(spec, cluster.pools[0], cat)
-        zone = first_pool_zones[0] if first_pool_zones else spec.zones[0]
+        zone = cluster_zone(spec, cluster, cat)
+        unpinned_zone_warning(spec, cluster, zone)
         storage = _storage(spec, cluster, zone, fabric)
         home = storage.home_ip.apply(lambda ip, s=storage.home_share: f"{ip}:/{s}") if storage.home_ip else None
         scratch = storage.lustre.mount_point if storage.lustre else None
@@ -138,6 +150,7 @@ def build_fleet(
                 autoscaler_ref=slurm.autoscaler.ref,
                 labels=plan.resource_labels(spec),
                 boot_after=[fabric.nat],  # apt-get on first boot goes out through it
+                protect_state=cluster.deletion_protection,
             ),
         )
         for pool in cluster.pools:
@@ -198,6 +211,7 @@ def build_fleet(
             )
             inventory.append(plan.inventory_entry(spec, cluster, pool, cat, node_pool.template.name))
         clusters[cluster.name] = {
+            "zone": zone,
             "controller": control.controller.name,
             "controller_ip": control.controller_address.address,
             "logins": [vm.name for vm in control.logins],

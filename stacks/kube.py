@@ -29,7 +29,7 @@ from fleet.bootstrap.iam import AUTOSCALER_PERMISSIONS
 from fleet.catalog import Catalog
 from fleet.inventory import migs_from_urls
 from fleet.schemas import check_objects, crd_document
-from fleet.spec.derive import pool_zones
+from fleet.spec.derive import cluster_zone, pool_zones
 from fleet.spec.kube import gke_local_ssds, gke_set_labels, node_taints, pool_tolerations
 from fleet.spec.model import ClusterSpec, FleetSpec, GkeSpec, GpuOperatorSpec
 from stacks import gke_fabric, kube_plan, plan
@@ -75,7 +75,7 @@ def _gke(
     fabric: NetworkFabric,
     fabrics: Mapping[tuple[str, str], plan.FabricPlan],
 ) -> tuple[list[dict[str, Any]], dict[str, Any], Any]:
-    from stacks.fleet import _storage  # the same Filestore / GCS / Lustre as a Slurm cluster
+    from stacks.fleet import _storage, unpinned_zone_warning  # the same Filestore / GCS / Lustre as a Slurm cluster
 
     gke = cluster.gke or GkeSpec()
     zones = kube_plan.cluster_zones(spec, cluster, cat)
@@ -103,7 +103,10 @@ def _gke(
             labels=plan.resource_labels(spec, cluster),
         ),
     )
-    storage = _storage(spec, cluster, zones[0], fabric)
+    zone = cluster_zone(spec, cluster, cat)  # zones[0] unless pinned
+    if cluster.storage.home or cluster.storage.scratch:
+        unpinned_zone_warning(spec, cluster, zone)
+    storage = _storage(spec, cluster, zone, fabric)
     provider = Connection(f"{cluster.name}-k8s", gc.kubeconfig, opts=pulumi.ResourceOptions(parent=gc)).provider
     kopts = pulumi.ResourceOptions(provider=provider, depends_on=[gc.system_pool])
 

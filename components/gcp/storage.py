@@ -6,6 +6,10 @@ to allUsers.  Filestore and Lustre attach to the system VPC by private service a
 so they have no public endpoint.  Managed Lustre needs private services access on that VPC: a
 reserved peering range (`VPC_PEERING` global address) and a Service Networking connection, declared
 here only when scratch is asked for.
+
+With `protect` (the default) Filestore and Lustre are Pulumi-`protect`ed and Filestore has its own deletion
+protection on: their `location` cannot change in place, so a zone that moves (pools reordered, a catalog
+change) would replace /home with an empty share; protected, `pulumi up` stops at the replacement instead.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ class SharedStorageArgs:
     name: prefix of the physical names (the cluster name).
     home, checkpoints, scratch: each optional (None: not created).
     labels: on every resource that takes labels.
+    protect: Pulumi `protect` on Filestore and Lustre, and Filestore's deletion protection.
     """
 
     project: str
@@ -64,6 +69,7 @@ class SharedStorageArgs:
     checkpoints: BucketArgs | None = None
     scratch: LustreArgs | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    protect: bool = True
 
 
 class SharedStorage(pulumi.ComponentResource):
@@ -93,7 +99,11 @@ class SharedStorage(pulumi.ComponentResource):
                 file_shares={"name": args.home.share_name, "capacity_gb": args.home.capacity_gb},
                 networks=[{"network": args.network, "modes": ["MODE_IPV4"], "connect_mode": "DIRECT_PEERING"}],
                 labels=args.labels,
-                opts=child,
+                deletion_protection_enabled=args.protect,
+                deletion_protection_reason=f"/home of {args.name} (gpu-fleet clusters[].deletion_protection)"
+                if args.protect
+                else None,
+                opts=pulumi.ResourceOptions(parent=self, protect=args.protect),
             )
             self.home_ip = self.filestore.networks.apply(lambda nets: nets[0].ip_addresses[0])
         if args.checkpoints:
@@ -139,7 +149,7 @@ class SharedStorage(pulumi.ComponentResource):
                 capacity_gib=str(args.scratch.capacity_gib),
                 per_unit_storage_throughput=str(args.scratch.per_unit_storage_throughput),
                 labels=args.labels,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[psa]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[psa], protect=args.protect),
             )
         self.register_outputs(
             {

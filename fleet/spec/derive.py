@@ -1,6 +1,6 @@
 """Values derived from a fleet spec that the rules, the Slurm renderer and the components must agree on.
 
-One definition each: the zones a pool really uses, node names, the default partition, the
+One definition each: the zones a pool really uses, a cluster's own zone, node names, the default partition, the
 checkpoint bucket name, and how GPU fabric subnets are carved out of `network.gpu_cidr`.
 """
 
@@ -42,6 +42,23 @@ def pool_zones(spec: FleetSpec, pool: NodePoolSpec, catalog: Catalog) -> tuple[s
         return ()
     machine = catalog.machine(pool.machine_type)
     return tuple(z for z in spec.zones if machine.offered_in(z))
+
+
+def default_cluster_zone(spec: FleetSpec, cluster: ClusterSpec, catalog: Catalog) -> str:
+    """Where a cluster without `zone` puts its control plane and zonal storage: the first zone of its first pool
+    (gke: the first fleet zone any pool uses), else the first fleet zone.  It moves when the pools are reordered
+    or the catalog changes where a type is offered."""
+    if cluster.platform == "gke":
+        used = {z for p in cluster.pools for z in pool_zones(spec, p, catalog)}
+        return next((z for z in spec.zones if z in used), spec.zones[0])
+    first = pool_zones(spec, cluster.pools[0], catalog)
+    return first[0] if first else spec.zones[0]
+
+
+def cluster_zone(spec: FleetSpec, cluster: ClusterSpec, catalog: Catalog) -> str:
+    """The zone of a cluster's controller and login VMs and of its zonal storage (Filestore BASIC/ZONAL, Managed
+    Lustre, the controller's state disk, all immutable in place): its `zone`, else `default_cluster_zone`."""
+    return cluster.zone or default_cluster_zone(spec, cluster, catalog)
 
 
 def controller_address(spec: FleetSpec, cluster_name: str) -> str:

@@ -368,6 +368,17 @@ class ClusterSpec(_Spec):
     scheduler: Literal["slurm", "kueue"] = "slurm"
     platform: Platform = Field("gce", description="gce (Slurm on VMs), gke, or kubernetes (an existing cluster)")
     pools: list[NodePoolSpec] = Field(min_length=1, max_length=64)
+    zone: Zone | None = Field(
+        None,
+        description="zone of the controller and login VMs and of the zonal storage (Filestore BASIC/ZONAL, Lustre, "
+        "the controller's state disk); default: the first zone of the first pool (gke: the first fleet zone a pool "
+        "uses), which moves when pools are reordered (fleet.spec.derive.cluster_zone)",
+    )
+    deletion_protection: bool = Field(
+        True,
+        description="Pulumi protect on /home (Filestore), /scratch (Lustre) and the controller's state disk, and "
+        "Filestore's own deletion protection: no pulumi up or destroy deletes or replaces them",
+    )
     storage: StorageSpec = Field(default_factory=StorageSpec)
     slurm: SlurmSpec | None = None
     gke: GkeSpec | None = None  # platform: gke (defaults apply when omitted)

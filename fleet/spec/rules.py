@@ -184,6 +184,19 @@ def pool_zones_in_fleet(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
 
 
 @rule
+def cluster_zone_in_fleet(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """A cluster's own zone (controller, login VMs, zonal storage) is a fleet zone; a cluster with nothing of its
+    own on GCP (platform: kubernetes) has none."""
+    for ci, cluster in enumerate(spec.clusters):
+        if cluster.zone is None:
+            continue
+        if cluster.platform == "kubernetes":
+            yield f"clusters[{ci}].zone", "a platform: kubernetes cluster has no controller or storage on GCP: omit it"
+        elif cluster.zone not in spec.zones:
+            yield f"clusters[{ci}].zone", f"zone {cluster.zone!r} is not one of the fleet zones {spec.zones}"
+
+
+@rule
 def machine_offered_in_zones(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
     for path, _, pool in _pools(spec):
         if pool.machine_type not in cat:

@@ -61,3 +61,27 @@ def test_no_peering_without_lustre(declare):
     )
     assert d.of_type("GlobalAddress") == [] and d.of_type("Connection") == []
     assert len(d.of_type("filestore/instance:Instance")) == 1
+
+
+def test_home_and_scratch_are_protected_unless_the_spec_says_otherwise(declare):
+    """Filestore's and Lustre's location is immutable: a moved zone would replace /home with an empty share.
+    Protected (Pulumi `protect`, and Filestore's own deletion protection), `pulumi up` stops at it instead."""
+
+    def storage(protect: bool):
+        return lambda: SharedStorage(
+            "st",
+            SharedStorageArgs(
+                project="my-proj", zone="us-east4-a", network=NET, name="c", scratch=LustreArgs(), protect=protect
+            ),
+        )
+
+    d = declare(storage(True))
+    fs, lustre = d.one("filestore/instance:Instance"), d.one("lustre/instance:Instance")
+    assert fs.protect and lustre.protect
+    assert (
+        fs.inputs["deletionProtectionEnabled"] is True
+        and "deletion_protection" in fs.inputs["deletionProtectionReason"]
+    )
+    d = declare(storage(False))
+    fs, lustre = d.one("filestore/instance:Instance"), d.one("lustre/instance:Instance")
+    assert not fs.protect and not lustre.protect and fs.inputs["deletionProtectionEnabled"] is False

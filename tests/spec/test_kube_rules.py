@@ -117,6 +117,8 @@ def _l40s_beside_h100(d: dict, *, shared: bool) -> None:
 
 
 CASES = [
+    Case("cluster_zone_in_fleet", "capi", lambda d: cl(d).update(zone="us-central1-a"), "clusters[0].zone",
+         "no controller or storage on GCP"),
     Case("platform_settings", "capi", lambda d: cl(d).pop("kubernetes"), "clusters[0].kubernetes",
          "required with platform: kubernetes"),
     Case("platform_settings", "gke", lambda d: cl(d).update(kubernetes=copy.deepcopy(cl(CAPI)["kubernetes"])),

@@ -201,6 +201,8 @@ CASES = [
          "clusters[0].slurm.partitions[1].max_time", "7-00:01:00 is longer"),
     Case("pool_zones_in_fleet", lambda d: pool(d, 1).update(zones=["us-east4-b", "us-east4-b"]),
          "clusters[0].pools[1].zones[1]", "duplicate zone"),
+    Case("cluster_zone_in_fleet", lambda d: d["clusters"][0].update(zone="us-east4-c"), "clusters[0].zone",
+         "not one of the fleet zones"),
     Case("slurm_extra_config", lambda d: d["clusters"][0]["slurm"].update(extra_config={"PartitionName": "x"}),
          "clusters[0].slurm.extra_config.PartitionName", "partitions come from slurm.partitions"),
     Case("slurm_extra_config",

@@ -443,3 +443,49 @@ def test_slurm_vms_boot_after_the_fleet_nat(example):
     (nat,) = result.by_type("gcp:compute/routerNat:RouterNat")
     vms = result.by_type("gcp:compute/instance:Instance")
     assert vms and all(nat.urn in vm.dependencies for vm in vms), [vm.name for vm in vms]
+
+
+def _zonal_state(result) -> dict[str, tuple[str, bool]]:
+    """Where each stateful or zonal resource of the control plane is, and whether it is protected."""
+    kinds = ("filestore/instance:Instance", "compute/disk:Disk", "compute/instance:Instance")
+    return {
+        r.name: (r.inputs.get("location") or r.inputs.get("zone"), r.protect)
+        for r in result.resources
+        if r.type.endswith(kinds)
+    }
+
+
+def test_reordering_pools_moves_neither_home_nor_the_controller():
+    """A platform team lists another pool first: with the cluster's zone pinned (as every shipped example does)
+    /home, the controller, its state disk and the login VMs stay where they are."""
+    from fleet.synth.engine import run_program
+    from stacks.program import main
+
+    fleet = yaml.safe_load((REPO / "Pulumi.gcp-a3mega-slurm.yaml").read_text())["config"]["gpu-fleet:fleet"]
+    assert fleet["clusters"][0]["zone"] == "us-east4-a"
+    before = run_program(main, stack="a", config={"gpu-fleet:fleet": fleet})
+    fleet["clusters"][0]["pools"].reverse()  # spot (us-east4-b, -c) first
+    after = run_program(main, stack="a", config={"gpu-fleet:fleet": fleet})
+    assert _zonal_state(after) == _zonal_state(before)
+    assert {zone for zone, _ in _zonal_state(after).values()} == {"us-east4-a"}
+    assert after.outputs["clusters"]["a3mega"]["zone"] == "us-east4-a" and not after.warnings
+
+    # unpinned, the reorder would move them: the stack says so, and the stateful ones are protected, so
+    # `pulumi up` stops at their replacement instead of creating an empty /home
+    del fleet["clusters"][0]["zone"]
+    moved = run_program(main, stack="a", config={"gpu-fleet:fleet": fleet})
+    state = _zonal_state(moved)
+    assert state["a3mega-storage-home"] == ("us-east4-b", True)
+    assert state["a3mega-slurm-controller-state"] == ("us-east4-b", True)
+    (warning,) = moved.warnings
+    assert "clusters[0] (a3mega): zone is not set" in warning and "zone: us-east4-b" in warning
+
+
+def test_a_disposable_stack_can_turn_the_protection_off():
+    from fleet.synth.engine import run_program
+    from stacks.program import main
+
+    fleet = yaml.safe_load((REPO / "Pulumi.gcp-l4-dev.yaml").read_text())["config"]["gpu-fleet:fleet"]
+    fleet["clusters"][0]["deletion_protection"] = False
+    result = run_program(main, stack="d", config={"gpu-fleet:fleet": fleet})
+    assert not any(protect for _, protect in _zonal_state(result).values())

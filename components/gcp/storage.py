@@ -5,7 +5,10 @@ soft-delete window; access is granted per service account (see GpuNodePool.bucke
 to allUsers.  Filestore and Lustre attach to the system VPC by private service access / peering,
 so they have no public endpoint.  Managed Lustre needs private services access on that VPC: a
 reserved peering range (`VPC_PEERING` global address) and a Service Networking connection, declared
-here only when scratch is asked for.
+here only when scratch is asked for, with the one firewall rule Lustre needs: the system VPC allows only
+its own subnet and denies the rest (components/gcp/network.py), and Lustre's servers, in that peering
+range, connect back to their clients over LNet on TCP 988 (as the Toolkit's examples/gke-managed-lustre.yaml
+"Firewall to allow Managed Lustre connection").
 
 With `protect` (the default) Filestore and Lustre are Pulumi-`protect`ed and Filestore has its own deletion
 protection on: their `location` cannot change in place, so a zone that moves (pools reordered, a catalog
@@ -49,6 +52,9 @@ class LustreArgs:
     psa_prefix_length: int = 20  # size of the private-services range GCP picks for the peering
 
 
+LNET_PORT = "988"  # Lustre's LNet over TCP: clients and servers both listen and connect on it
+
+
 @dataclass(frozen=True)
 class SharedStorageArgs:
     """Inputs of SharedStorage.
@@ -78,6 +84,7 @@ class SharedStorage(pulumi.ComponentResource):
     filestore: gcp.filestore.Instance | None
     bucket: gcp.storage.Bucket | None
     lustre: gcp.lustre.Instance | None
+    lustre_firewall: gcp.compute.Firewall | None
     home_ip: pulumi.Output[str] | None
     home_share: str | None
 
@@ -85,7 +92,7 @@ class SharedStorage(pulumi.ComponentResource):
         super().__init__("gpufleet:gcp:SharedStorage", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         region = args.zone.rsplit("-", 1)[0]
-        self.filestore = self.bucket = self.lustre = None
+        self.filestore = self.bucket = self.lustre = self.lustre_firewall = None
         self.home_ip = None
         self.home_share = args.home.share_name if args.home else None
         if args.home:
@@ -130,6 +137,19 @@ class SharedStorage(pulumi.ComponentResource):
                 address_type="INTERNAL",
                 prefix_length=args.scratch.psa_prefix_length,
                 description="private services access for Managed Lustre",
+                opts=child,
+            )
+            self.lustre_firewall = gcp.compute.Firewall(
+                f"{name}-allow-lustre",
+                name=f"{args.name}-allow-lustre",
+                project=args.project,
+                network=args.network,
+                direction="INGRESS",
+                priority=1000,
+                description="Managed Lustre servers (the private services access range) to their clients: LNet on "
+                "TCP 988; the VPC denies everything else",
+                source_ranges=[psa_range.address.apply(lambda a, n=args.scratch.psa_prefix_length: f"{a}/{n}")],
+                allows=[{"protocol": "tcp", "ports": [LNET_PORT]}],
                 opts=child,
             )
             psa = gcp.servicenetworking.Connection(

@@ -72,6 +72,7 @@ def check_stack(doc: JSON, ref: Reference | None = None) -> list[str]:
     errors += _check_roce(doc, nets, ref)
     errors += _check_reservations(templates)
     errors += _check_controller(doc, ref)
+    errors += _check_lustre_firewall(doc, ref)
     for tpl in templates:
         machine = tpl["inputs"]["machineType"]
         facts = ref.raw["machines"].get(machine)
@@ -152,6 +153,33 @@ def _check_controller(doc: JSON, ref: Reference) -> list[str]:
                 out.append(f"{name}: state disk {disk['name']} {disk.get('type')} {disk.get('size')} GB, reference "
                            f"{want['types'][0]} >= {want['size_gb']} GB ({src})")  # fmt: skip
     return out
+
+
+def _check_lustre_firewall(doc: JSON, ref: Reference) -> list[str]:
+    """A stack with Managed Lustre lets the private services access range in on LNet's port."""
+    if not _of(doc, "lustre/instance:Instance"):
+        return []
+    facts = ref.raw["lustre_firewall"]
+    prefixes = {
+        f"/{r['inputs'].get('prefixLength')}"
+        for r in _of(doc, "compute/globalAddress:GlobalAddress")
+        if r["inputs"].get("purpose") == "VPC_PEERING"
+    }
+    for fw in _of(doc, "compute/firewall:Firewall"):
+        inputs = fw["inputs"]
+        sources = inputs.get("sourceRanges") or []
+        allows = [a for a in inputs.get("allows", []) if a.get("protocol") == facts["protocol"]]
+        if (
+            inputs.get("direction", "INGRESS") == "INGRESS"
+            and sources
+            and all(any(s.endswith(p) for p in prefixes) for s in sources)
+            and any(set(facts["ports"]) <= set(a.get("ports", [])) for a in allows)
+        ):
+            return []
+    return [
+        f"Managed Lustre: no firewall rule lets the private services access range in on {facts['protocol']} "
+        f"{', '.join(facts['ports'])} ({ref.source(facts['source'])})"
+    ]
 
 
 def _check_reservations(templates: list[JSON]) -> list[str]:

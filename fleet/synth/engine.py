@@ -157,6 +157,8 @@ class SynthMocks(pulumi_mocks.Mocks):
                 state["selfLinkUnique"] = f"{state['selfLink']}?uniqueId=1234567890"
             if kind.endswith("InstanceGroupManager"):
                 state["instanceGroup"] = state["selfLink"].replace("instanceGroupManagers", "instanceGroups")
+            if kind == "GlobalAddress" and inputs.get("purpose") == "VPC_PEERING":
+                state.setdefault("address", "10.99.0.0")  # the range Service Networking would pick
             if kind == "Instance":
                 nics = [dict(n) for n in inputs.get("networkInterfaces", [])]
                 for i, nic in enumerate(nics):

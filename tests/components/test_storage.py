@@ -60,7 +60,27 @@ def test_no_peering_without_lustre(declare):
         lambda: SharedStorage("st", SharedStorageArgs(project="my-proj", zone="us-east4-a", network=NET, name="c"))
     )
     assert d.of_type("GlobalAddress") == [] and d.of_type("Connection") == []
+    assert d.of_type("compute/firewall:Firewall") == []  # no Lustre, no hole in the firewall
     assert len(d.of_type("filestore/instance:Instance")) == 1
+
+
+def test_lustre_servers_may_reach_their_clients_through_the_closed_firewall(declare):
+    """The system VPC denies every ingress its own subnet does not send; Lustre's servers sit in the private
+    services access range and connect back to their clients over LNet on TCP 988: one rule allows exactly that,
+    saying why, and only on a stack with Lustre."""
+    d = declare(
+        lambda: SharedStorage(
+            "st",
+            SharedStorageArgs(project="my-proj", zone="us-central1-b", network=NET, name="u", scratch=LustreArgs()),
+        )
+    )
+    psa = d.one("compute/globalAddress:GlobalAddress").inputs
+    rule = d.one("compute/firewall:Firewall").inputs
+    assert (rule["network"], rule["direction"], rule["priority"]) == (NET, "INGRESS", 1000)
+    assert rule["allows"] == [{"protocol": "tcp", "ports": ["988"]}] and "denies" not in rule
+    (source,) = rule["sourceRanges"]
+    assert source.endswith(f"/{psa['prefixLength']}") and source != "0.0.0.0/0"
+    assert "Lustre" in rule["description"] and "988" in rule["description"]
 
 
 def test_home_and_scratch_are_protected_unless_the_spec_says_otherwise(declare):

@@ -20,7 +20,7 @@ def test_every_reference_fact_names_its_source() -> None:
     for group in ("machines", "fabric_software"):
         for name, facts in ref[group].items():
             assert facts["source"] in ref["sources"], (group, name)
-    for group in ("roce_firewall", "slurm_conf", "controller"):
+    for group in ("roce_firewall", "slurm_conf", "controller", "lustre_firewall"):
         assert ref[group]["source"] in ref["sources"], group
 
 
@@ -92,6 +92,10 @@ def _controller_state_on_the_boot_disk(d):
         vm["inputs"].pop("attachedDisks", None)
 
 
+def _no_lustre_firewall(d):
+    d["resources"] = [r for r in d["resources"] if not r["name"].endswith("-allow-lustre")]
+
+
 def _script_forcing_replacement(d):
     for vm in _of(d, "compute/instance:Instance"):
         vm["inputs"]["metadataStartupScript"] = vm["inputs"]["metadata"].pop("startup-script")
@@ -115,6 +119,7 @@ FINDINGS = [
     # found by the audit against the Toolkit's controller module
     ("gcp-a3ultra-slurm", _controller_state_on_the_boot_disk, "no state disk"),
     ("gcp-l4-dev", _script_forcing_replacement, "replaces the VM"),
+    ("gcp-a3ultra-slurm", _no_lustre_firewall, "Managed Lustre: no firewall rule"),
 ]
 
 

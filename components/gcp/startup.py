@@ -746,6 +746,13 @@ ExecStart={RESTD} 127.0.0.1:6820
     return "\n".join(lines) + "\n"
 
 
+#: `scontrol reconfigure`, retried while slurmctld (just restarted) does not answer yet
+_RECONFIGURE = [
+    "for _ in $(seq 30); do scontrol reconfigure && break; sleep 2; done",
+    'scontrol ping >/dev/null || die "slurmctld does not answer: power saving may be off (scontrol reconfigure)"',
+]
+
+
 def autoscaler_install(source: str | None, ref: str | None) -> list[str]:
     """Install and start the gpu-fleet autoscaler on the controller, at a pinned commit.
 
@@ -764,6 +771,8 @@ def autoscaler_install(source: str | None, ref: str | None) -> list[str]:
         want = f"refs/tags/{tag}" if tag else sha
         lines += [
             f'if [ "$(git -C {home} rev-parse -q --verify HEAD 2>/dev/null || true)" != {sha} ]; then',
+            # a re-run with a new ref: the daemon (enabled, started at boot) stops before its code changes under it
+            "  systemctl stop gpu-fleet-autoscaler 2>/dev/null || true",
             f"  [ -d {home}/.git ] || git clone --quiet --no-checkout -- {shlex.quote(source)} {home}",
             f"  git -C {home} fetch --quiet --depth 1 origin -- {shlex.quote(want)}",
             f'  [ "$(git -C {home} rev-parse FETCH_HEAD^{{commit}})" = {sha} ]'
@@ -786,6 +795,12 @@ def autoscaler_install(source: str | None, ref: str | None) -> list[str]:
         # the state store with its pools, created by SlurmUser before the daemon starts, so that Slurm's
         # power-save hooks can queue requests at once (the hooks never create a store themselves)
         f"runuser -u slurm -- {home}/.venv/bin/fleet autoscaler init --config /etc/gpu-fleet/autoscaler.yaml",
+        # slurmctld checks ResumeProgram / SuspendProgram when it starts and on a reconfigure only: started above,
+        # before this checkout existed, it logged "power_save module disabled, invalid SuspendProgram" and never
+        # called the hooks (a job's CLOUD nodes sat powered down until ResumeTimeout; measured on slurmctld
+        # 22.05.8: bench/probe_power_save_hooks.py; `scontrol reconfigure` turns it on).  Until the thirty-fifth
+        # round nothing did.
+        *_RECONFIGURE,
         f"install -m 0644 {home}/deploy/systemd/gpu-fleet-autoscaler.service /etc/systemd/system/",
         "systemctl daemon-reload",
         "systemctl enable gpu-fleet-autoscaler",

@@ -472,3 +472,23 @@ def test_the_controller_mounts_its_state_disk_before_anything_writes_its_state()
     assert "google-gpu-fleet-state" not in script("login") and "mkfs" not in script("login")
     with pytest.raises(ValueError, match="state_disk"):
         SlurmHostConfig(role="login", munge_secret="m", state_disk="gpu-fleet-state")
+
+
+def test_slurmctld_rereads_the_power_save_hooks_once_they_are_installed() -> None:
+    """slurmctld checks ResumeProgram / SuspendProgram when it starts and on a reconfigure: the controller restarts it
+    before the gpu-fleet checkout that carries them, so power saving stayed off ("power_save module disabled",
+    bench/probe_power_save_hooks.py on slurmctld 22.05.8) until a reboot.  The script reconfigures after the hooks
+    and the store exist, before the daemon starts; a re-run with a new ref stops the daemon before its checkout."""
+    script = startup_script(
+        SlurmHostConfig(role="controller", munge_secret="k", jwt_secret="j", autoscaler_source="https://x/f.git",
+                        autoscaler_ref=SHA)
+    ).splitlines()  # fmt: skip
+
+    def at(fragment: str) -> int:
+        (index,) = [i for i, line in enumerate(script) if fragment in line]
+        return index
+
+    reconfigure = at("scontrol reconfigure && break")
+    assert at("systemctl restart slurmctld") < at("fleet autoscaler init") < reconfigure
+    assert reconfigure < at("systemctl restart gpu-fleet-autoscaler")
+    assert at("systemctl stop gpu-fleet-autoscaler") < at("checkout --quiet --force --detach")

@@ -1,4 +1,5 @@
-"""Talking to Slurm: the CLI (`squeue --json`, `sinfo --json`, `scontrol update`) or slurmrestd with a JWT.
+"""Talking to Slurm: the CLI (`squeue --json`, the per-node JSON of `fleet.slurm.nodes_json`, `scontrol update`) or
+slurmrestd with a JWT.
 
 Writes are node updates: a power/drain state (`update_nodes`) or a scheduling Weight (`update_weight`, the best
 fit on the reservation: `autoscaler.core.weights`); and one job update: a pending job's hard constraint
@@ -28,6 +29,7 @@ from autoscaler.slurm.hostlist import compress
 from autoscaler.slurm.job_array import FULL_TASK_LIST_ENV
 from autoscaler.slurm.readers import SlurmJob, SlurmNode, parse_sinfo, parse_squeue
 from autoscaler.slurm.reservations import parse_rest_reservations, parse_scontrol_reservations
+from fleet.slurm.nodes_json import NodeSource
 
 # scontrol node states the daemon sets (``scontrol update nodename=... state=...``)
 NODE_UPDATE_STATES = frozenset({"drain", "resume", "power_down", "power_down_force", "power_up", "undrain"})
@@ -124,6 +126,7 @@ class CliSlurm:
         if conf is not None:
             self.env["SLURM_CONF"] = str(conf)
         self.runner = runner
+        self._node_source = NodeSource()  # which command prints one JSON object per node (this Slurm's release)
 
     def _run(self, *args: str) -> str:
         exe = str(self.bin_dir / args[0]) if self.bin_dir else args[0]
@@ -150,7 +153,12 @@ class CliSlurm:
         return parse_squeue(self._json("squeue", "--json"))
 
     def nodes(self) -> list[SlurmNode]:
-        return parse_sinfo(self._json("sinfo", "--json"))
+        """Every node, one JSON object each: `sinfo --json` on 22.05, `scontrol show nodes --json` from 23.02 on
+        (`fleet.slurm.nodes_json`; the first grouped answer switches the source for good)."""
+        try:
+            return parse_sinfo(self._node_source.read(lambda argv: self._run(*argv)))
+        except json.JSONDecodeError as exc:
+            raise SlurmUnavailable(f"{self._node_source.command[0]} printed no JSON: {exc}") from exc
 
     def reservations(self) -> dict[str, tuple[str, ...]]:
         """Active advanced reservation name -> its nodes (``scontrol show reservation -o``: 22.05 has no JSON)."""

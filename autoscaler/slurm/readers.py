@@ -75,10 +75,14 @@ def parse_gpu_tres(tres: str | None) -> tuple[int, str | None]:
     return 0, None
 
 
-def _features(expr: str | None) -> tuple[str, ...]:
-    """A job's --constraint (``a3&h100``, ``a3|a4``, ``[a3*2]``) or a node's feature list, as plain names."""
+def _features(expr: str | list[str] | None) -> tuple[str, ...]:
+    """A job's --constraint (``a3&h100``, ``a3|a4``, ``[a3*2]``) or a node's feature list, as plain names.  Slurm
+    22.05 prints a node's features as one string (``h100,a3-megagpu-8g``), 23.02 and later as a list (the stacks'
+    nodes on slurmctld 23.11.4, tests/slurm_compat: a list here broke every tick until the thirty-fifth round)."""
     if not expr:
         return ()
+    if isinstance(expr, list):
+        expr = ",".join(str(e) for e in expr)
     return tuple(f for f in re.split(r"[&|,\[\]*()\s]+", expr) if f and not f.isdigit())
 
 
@@ -264,14 +268,31 @@ class SlurmNode:
         return self.state == "down" or "FAIL" in self.flags
 
 
+#: the state flags Slurm's `job_state_string()` names instead of the base state, first first (22.05's
+#: src/common/slurm_protocol_defs.c): what 22.05's squeue prints as `job_state`
+JOB_STATE_FLAGS_SHOWN = (
+    "COMPLETING", "STAGE_OUT", "CONFIGURING", "RESIZING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "SPECIAL_EXIT",
+    "STOPPED", "REVOKED", "RESV_DEL_HOLD", "SIGNALING",
+)  # fmt: skip
+
+
+def job_state(value: Any) -> str:
+    """A job's state as 22.05 names it.  22.05 prints one string, a flag such as CONFIGURING before the base state;
+    23.02 and later print the base state and its flags, ``["RUNNING", "CONFIGURING", "POWER_UP_NODE"]`` for a job
+    whose nodes are powering up (captured from slurmctld 23.11.4, tests/data/slurm-23.11), which reads as
+    CONFIGURING here, as on 22.05, not RUNNING."""
+    if not isinstance(value, list):
+        return str(value or "")
+    names = [str(v).upper() for v in value]
+    return next((f for f in JOB_STATE_FLAGS_SHOWN if f in names[1:]), names[0] if names else "")
+
+
 def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
     try:
         job_id = int(raw["job_id"])
     except (KeyError, TypeError, ValueError) as exc:
         raise SlurmFormatError(f"squeue job without a valid 'job_id': {raw!r:.200}") from exc
-    state = raw.get("job_state", "")
-    if isinstance(state, list):  # >= 23.02
-        state = state[0] if state else ""
+    state = job_state(raw.get("job_state", ""))
     node_count = int(_number(raw.get("node_count")) or 1)
     gpus, gtype = parse_gpu_tres(raw.get("tres_per_node"))
     if not gpus:
@@ -436,9 +457,12 @@ def _weight(value: Any) -> int | None:
 
 
 def parse_sinfo(data: Mapping[str, Any], *, cloud_only: bool = False) -> list[SlurmNode]:
-    """Nodes of `sinfo --json` / `scontrol show nodes --json` / slurmrestd /nodes."""
+    """Nodes of a per-node document: `sinfo --json` on 22.05, `scontrol show nodes --json` on 23.02 and later (whose
+    `sinfo --json` lists groups of nodes, `{"sinfo": [...]}`: `fleet.slurm.nodes_json`), slurmrestd /nodes."""
     if "nodes" not in data:
-        raise SlurmFormatError("sinfo JSON has no 'nodes' list")
+        grouped = " (Slurm >= 23.02's sinfo --json groups nodes: read scontrol show nodes --json)"
+        grouped = grouped if "sinfo" in data else ""
+        raise SlurmFormatError(f"node JSON has no 'nodes' list{grouped}")
     nodes = [parse_node(n) for n in data["nodes"]]
     return [n for n in nodes if n.cloud] if cloud_only else nodes
 

@@ -35,13 +35,14 @@ functions plus a small CLI.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+
+from fleet.slurm.nodes_json import NodeSource, per_node
 
 COMMENT_KEY = "physical_host="
 _SAFE = re.compile(r"[^A-Za-z0-9_-]+")
@@ -149,7 +150,8 @@ def pool_prefix(name: str) -> str | None:
 
 
 def from_scontrol(nodes_json: Mapping[str, object]) -> tuple[dict[str, str], dict[str, str], dict[str, int]]:
-    """(pools, placed, weights) from `sinfo --json`: pools by node-name prefix (in the order sinfo lists them),
+    """(pools, placed, weights) from the per-node JSON (`fleet.slurm.nodes_json`): pools by node-name prefix (in the
+    order Slurm lists them),
     placed from the node comments, each pool's Weight as its lowest node Weight."""
     names: dict[str, list[str]] = defaultdict(list)
     placed: dict[str, str] = {}
@@ -191,11 +193,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-reconfigure", action="store_true")
     ap.add_argument("--slurm-conf", type=Path, default=Path("/etc/slurm/slurm.conf"), help="read pools' Weights here")
     args = ap.parse_args(argv)
-    shown = subprocess.run([args.sinfo, "--json"], capture_output=True, text=True, check=False)
-    if shown.returncode != 0:
-        print(f"gpu-fleet-topology: sinfo --json failed: {shown.stderr.strip()}", file=sys.stderr)
+    commands = {"sinfo": args.sinfo, "scontrol": args.scontrol}
+
+    def run(argv: Sequence[str]) -> str:
+        shown = subprocess.run([commands[argv[0]], *argv[1:]], capture_output=True, text=True, check=False)
+        if shown.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed: {shown.stderr.strip()}")
+        return shown.stdout
+
+    try:  # one object per node whatever the release (sinfo --json groups them from 23.02 on)
+        nodes = NodeSource().read(run)
+    except (RuntimeError, ValueError) as exc:
+        print(f"gpu-fleet-topology: {exc}", file=sys.stderr)
         return 1
-    pools, placed, weights = from_scontrol(json.loads(shown.stdout))
+    if not per_node(nodes):  # never write a topology of no switch from a document this reader does not know
+        print("gpu-fleet-topology: the node JSON lists no nodes one by one; topology.conf left as is", file=sys.stderr)
+        return 1
+    pools, placed, weights = from_scontrol(nodes)
     if args.slurm_conf.exists():
         weights.update(rendered_weights(args.slurm_conf.read_text()))
     text = render_topology(pools, placed, weights)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +146,21 @@ def test_a_node_that_reports_its_host_moves_in_real_slurmctlds_tree(slurm_factor
         assert text.index("SwitchName=pool-a3mega-spot") < text.index("SwitchName=pool-a3mega-resv")
     finally:
         harness.stop()
+
+
+def test_cli_reads_slurm_23_nodes_one_by_one_and_never_writes_an_empty_tree(tmp_path) -> None:
+    """Slurm >= 23.02: `sinfo --json` groups nodes (`{"sinfo": [...]}`); the timer reads `scontrol show nodes --json`
+    (tests/data/slurm-23.11).  Before, it read no node there and wrote a topology.conf with no switch."""
+    data = Path(__file__).parent.parent / "data" / "slurm-23.11"
+    calls = tmp_path / "calls"
+    tools = []
+    scontrol = f'if [ "$1" = show ]; then cat {data / "scontrol-nodes.json"}; fi'
+    for name, body in (("sinfo", f"cat {data / 'sinfo.json'}"), ("scontrol", scontrol)):
+        fake = tmp_path / name
+        fake.write_text(f'#!/bin/sh\necho "{name} $*" >> {calls}\n{body}\n')
+        fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+        tools += [f"--{name}", str(fake)]
+    out = tmp_path / "topology.conf"
+    assert main(["--out", str(out), *tools, "--slurm-conf", str(tmp_path / "absent.conf")]) == 0
+    assert "Nodes=gpu-a3-[0-3]" in out.read_text()
+    assert calls.read_text().splitlines() == ["sinfo --json", "scontrol show nodes --json", "scontrol reconfigure"]

@@ -142,3 +142,83 @@ def test_jobs_waiting_on_powering_up_cloud_nodes() -> None:
     waiting = waiting_on_power_up(jobs, nodes)
     assert [j.job_id for j in waiting] == list(range(8, 16))  # the 8 CONFIGURING jobs, not the PENDING one
     assert sum(j.gpus for j in waiting) == 128
+
+
+DATA_2311 = Path(__file__).parent.parent / "data" / "slurm-23.11"
+
+
+def load_2311(name: str) -> dict:
+    return json.loads((DATA_2311 / name).read_text())
+
+
+def test_slurm_23_11_nodes_read_as_on_22_05() -> None:
+    """Ubuntu 24.04, the stacks' image, ships Slurm 23.11 (tests/data/slurm-23.11/SOURCE): its per-node document
+    (`scontrol show nodes --json`) gives each node's base state, flags, GPUs and GPUs in use."""
+    nodes = {n.name: n for n in parse_sinfo(load_2311("scontrol-nodes.json"))}
+    assert sorted(nodes) == ["gpu-a3-0", "gpu-a3-1", "gpu-a3-2", "gpu-a3-3"]
+    assert all(n.cloud and n.gpus == 8 and n.partitions == ("gpu",) for n in nodes.values())
+    assert (nodes["gpu-a3-0"].state, nodes["gpu-a3-0"].gpus_used, nodes["gpu-a3-0"].powering_up) == ("mixed", 2, False)
+    assert nodes["gpu-a3-1"].powering_up and nodes["gpu-a3-2"].powering_up and nodes["gpu-a3-1"].gpus_used == 8
+    assert nodes["gpu-a3-3"].powered_down and nodes["gpu-a3-3"].state == "idle" and nodes["gpu-a3-3"].gpus_used == 0
+
+
+def test_slurm_23_11_grouped_sinfo_is_refused_naming_the_per_node_command() -> None:
+    with pytest.raises(SlurmFormatError, match="scontrol show nodes --json"):
+        parse_sinfo(load_2311("sinfo.json"))
+
+
+def test_slurm_23_11_jobs_read_as_on_22_05() -> None:
+    """23.02+ prints a job's state as a list; a job on powering-up nodes is ["RUNNING", "CONFIGURING",
+    "POWER_UP_NODE"], which 22.05 printed as CONFIGURING, and reads so."""
+    jobs = {j.job_id: j for j in parse_squeue(load_2311("squeue.json"))}
+    assert (jobs[1].state, jobs[1].nodes, jobs[1].gpus_per_node) == ("RUNNING", ("gpu-a3-0",), 2)
+    assert (jobs[2].state, jobs[2].nodes, jobs[2].gpus_per_node, jobs[2].node_count) == (
+        "CONFIGURING", ("gpu-a3-1", "gpu-a3-2"), 8, 2,
+    )  # fmt: skip
+    assert (jobs[3].state, jobs[3].reason, jobs[3].pending, jobs[3].node_count) == ("PENDING", "Resources", True, 4)
+    nodes = {n.name: n for n in parse_sinfo(load_2311("scontrol-nodes.json"))}
+    assert [j.job_id for j in waiting_on_power_up(jobs.values(), nodes)] == [2]
+
+
+@pytest.mark.parametrize(
+    ("printed", "state"),
+    [
+        ("CONFIGURING", "CONFIGURING"),
+        (["PENDING"], "PENDING"),
+        (["RUNNING", "CONFIGURING", "POWER_UP_NODE"], "CONFIGURING"),
+        (["RUNNING", "COMPLETING"], "COMPLETING"),
+        (["PENDING", "REQUEUED"], "REQUEUED"),
+        (["RUNNING", "POWER_UP_NODE"], "RUNNING"),
+        ([], ""),
+    ],
+)
+def test_a_job_state_list_names_the_flag_22_05_named(printed, state) -> None:
+    """22.05's job_state_string(): COMPLETING, STAGE_OUT, CONFIGURING, ... before the base state."""
+    assert parse_job({"job_id": 1, "job_state": printed}).state == state
+
+
+def test_the_cli_reads_nodes_from_the_command_this_slurm_prints_them_one_by_one() -> None:
+    """`CliSlurm.nodes()` on 23.11: `sinfo --json` answers grouped, so it asks `scontrol show nodes --json`, and from
+    then on that alone (one call a tick); on 22.05 `sinfo --json` lists the nodes and is kept."""
+    import subprocess
+
+    from autoscaler.slurm.client import CliSlurm
+
+    def fake(outputs: dict[str, str], calls: list[str]):
+        def run(argv, **_):
+            key = " ".join(argv)
+            calls.append(key)
+            return subprocess.CompletedProcess(argv, 0, outputs[key], "")
+
+        return run
+
+    calls: list[str] = []
+    newer = {"sinfo --json": (DATA_2311 / "sinfo.json").read_text(),
+             "scontrol show nodes --json": (DATA_2311 / "scontrol-nodes.json").read_text()}  # fmt: skip
+    cli = CliSlurm(runner=fake(newer, calls))
+    assert len(cli.nodes()) == 4 and len(cli.nodes()) == 4
+    assert calls == ["sinfo --json", "scontrol show nodes --json", "scontrol show nodes --json"]
+    calls.clear()
+    older = CliSlurm(runner=fake({"sinfo --json": (DATA / "sinfo-full.json").read_text()}, calls))
+    assert len(older.nodes()) == len(older.nodes()) == 17  # the 16 CLOUD nodes and the host's own
+    assert calls == ["sinfo --json", "sinfo --json"]

@@ -1,14 +1,17 @@
 """Probe: slurmctld started before its ResumeProgram / SuspendProgram exist runs no power saving until a reconfigure.
 
-The controller's startup script restarts slurmctld, then checks out gpu-fleet, whose deploy/slurm/*.sh are the
-power-save hooks.  slurmctld validates the programs when it starts (absolute, executable, not group/world
-writable) and on `scontrol reconfigure` only.  Measured on slurmctld 22.05.8 (thirty-fifth round):
+Until the thirty-fifth round the controller's startup script restarted slurmctld, then checked out gpu-fleet, whose
+deploy/slurm/*.sh were the power-save hooks.  slurmctld validates the programs when it starts (absolute,
+executable, not group/world writable) and on `scontrol reconfigure` only.  Measured on slurmctld 22.05.8
+(thirty-fifth round):
 
 - started with the hooks missing, it logs "power_save module disabled, invalid SuspendProgram ..." and a job on a
   CLOUD node calls no ResumeProgram, even once the programs exist;
 - after `scontrol reconfigure` the next job's node is resumed through the program.
 
-So the script reconfigures once the hooks are installed (components/gcp/startup.py `autoscaler_install`).
+Slurm 23.11 goes further: it does not start at all over a missing EpilogSlurmctld ("fatal: failed to initialize
+prep plugin", tests/slurm_compat).  So the controller's script writes the hooks (deploy/slurm's wrappers) to the
+paths slurm.conf names before slurmctld first starts (components/gcp/startup.py `hook_lines`).
 Run: `python bench/probe_power_save_hooks.py` (needs the harness's Slurm; prints what it saw)."""
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from slurm_probe import Nodeset, Probe, slurm_unavailable_reason, until  # noqa: E402
+from slurm_probe import Nodeset, Probe, slurm_unavailable_reason, until
 
 
 def main() -> int:

@@ -19,7 +19,7 @@ from components.gcp.slurm_cluster import SlurmCluster, SlurmClusterArgs, autosca
 from components.gcp.startup import JWT_KEY_PATH, SlurmHostConfig, startup_script
 from components.gcp.storage import BucketArgs, FilestoreArgs, LustreArgs, SharedStorage, SharedStorageArgs
 from fleet.catalog import Catalog, load_catalog
-from fleet.slurm.conf import node_name_prefix, render_slurm_conf, slurmrestd_auth
+from fleet.slurm.conf import HOOKS, node_name_prefix, render_slurm_conf, slurmrestd_auth
 from fleet.spec.derive import cluster_zone, controller_address, on_gcp, pool_zones
 from fleet.spec.load import SpecError
 from fleet.spec.model import ClusterSpec, FleetSpec
@@ -147,6 +147,7 @@ def build_fleet(
                     **({md.JOB_SUBMIT_LUA: conf.job_submit_lua} if conf.job_submit_lua else {}),
                 },
                 autoscaler_source=slurm.autoscaler.source,
+                slurm_hooks=dict(HOOKS),
                 autoscaler_ref=slurm.autoscaler.ref,
                 labels=plan.resource_labels(spec),
                 boot_after=[fabric.nat],  # apt-get on first boot goes out through it

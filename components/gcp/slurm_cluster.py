@@ -100,6 +100,8 @@ class SlurmClusterArgs:
     state_disk_gb: int = 50
     protect_state: bool = True
     autoscaler_source: str | None = None
+    #: deploy/slurm's hooks by name -> the paths the rendered slurm.conf names (written before slurmctld starts)
+    slurm_hooks: dict[str, str] = field(default_factory=dict)
     autoscaler_ref: str | None = None
     autoscaler_role_id: str = AUTOSCALER_ROLE_ID
     boot_after: list[pulumi.Resource] = field(default_factory=list)
@@ -172,6 +174,7 @@ class SlurmCluster(pulumi.ComponentResource):
                         autoscaler_source=args.autoscaler_source,
                         autoscaler_ref=args.autoscaler_ref,
                         state_disk=STATE_DISK_DEVICE if role == "controller" else None,
+                        slurm_hooks=args.slurm_hooks if role == "controller" else {},
                     )
                 )
             )

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from components.gcp import metadata as md
 from fleet.catalog import FabricSoftware
@@ -110,6 +112,9 @@ class SlurmHostConfig:
     local_ssd_gib: int = 0
     metadata_guard: bool = True
     state_disk: str | None = None
+    #: on the controller, where slurm.conf names each of deploy/slurm's hooks (name -> absolute path: the stack's
+    #: `fleet.slurm.conf.HOOKS`); written before slurmctld first starts (`hook_lines`)
+    slurm_hooks: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -293,11 +298,16 @@ WantedBy=sysinit.target
     ]
 
 
+# libpmix2 (PMIx, Ubuntu 24.04's libpmix2t64 provides it): Slurm's mpi/pmix plugins load it at every start, and
+# slurmctld 23.11 passes the errno that failed load leaves (ENOENT) to its association manager as the accounting
+# database's state ("Association database appears down"): with no slurmdbd it then holds every job PENDING with
+# Reason=InvalidAccount.  Measured on Ubuntu 24.04's slurmctld 23.11.4 (tests/slurm_compat); srun --mpi=pmix needs
+# it too, as the Toolkit's Slurm images carry it.
 _PACKAGES = {
-    "controller": "slurmctld slurm-client slurmrestd slurm-wlm-jwt-plugin munge nfs-common curl python3 "
+    "controller": "slurmctld slurm-client slurmrestd slurm-wlm-jwt-plugin libpmix2 munge nfs-common curl python3 "
     "ca-certificates",
-    "login": "slurm-client slurm-wlm-jwt-plugin munge nfs-common curl python3 ca-certificates",
-    "compute": "slurmd slurm-client slurm-wlm-jwt-plugin munge nfs-common curl python3 ca-certificates mdadm",
+    "login": "slurm-client slurm-wlm-jwt-plugin libpmix2 munge nfs-common curl python3 ca-certificates",
+    "compute": "slurmd slurm-client slurm-wlm-jwt-plugin libpmix2 munge nfs-common curl python3 ca-certificates mdadm",
 }
 
 
@@ -348,6 +358,18 @@ def _state_disk_lines(device: str) -> list[str]:
     return [*lines, "systemctl daemon-reload"]
 
 
+#: deploy/slurm/, the hooks' wrappers (they exec the checkout's venv python: `hook_lines`)
+HOOK_SOURCES = Path(__file__).resolve().parents[2] / "deploy" / "slurm"
+
+
+def hook_lines(hooks: Mapping[str, str]) -> list[str]:
+    """The controller's Slurm hooks (`hooks`: name -> the path slurm.conf names), written before slurmctld first
+    starts: slurmctld checks them when it starts, and 23.11 does not start over a missing EpilogSlurmctld.  Each is
+    deploy/slurm's wrapper of that name, which runs the pinned checkout's `autoscaler.slurm.hook` (installed later
+    in the same boot: until then a hook call fails, and no job runs yet)."""
+    return [_file(path, (HOOK_SOURCES / f"{name}.sh").read_text(), mode="0755") for name, path in hooks.items()]
+
+
 def _config_lines(cfg: SlurmHostConfig) -> list[str]:
     lines = ["# --- 3. keys (root only) and config ---", "install -d -o munge -g munge -m 0700 /etc/munge"]
     lines.append(f"put_key {shlex.quote(cfg.munge_secret)} {MUNGE_KEY_PATH} munge")
@@ -376,6 +398,8 @@ def _config_lines(cfg: SlurmHostConfig) -> list[str]:
         "sed -i '/# gpu-fleet controller$/d' /etc/hosts",
         'echo "$ctl # gpu-fleet controller" >> /etc/hosts',
     ]
+    if cfg.role == "controller":
+        lines += hook_lines(cfg.slurm_hooks)
     return lines
 
 
@@ -746,20 +770,14 @@ ExecStart={RESTD} 127.0.0.1:6820
     return "\n".join(lines) + "\n"
 
 
-#: `scontrol reconfigure`, retried while slurmctld (just restarted) does not answer yet
-_RECONFIGURE = [
-    "for _ in $(seq 30); do scontrol reconfigure && break; sleep 2; done",
-    'scontrol ping >/dev/null || die "slurmctld does not answer: power saving may be off (scontrol reconfigure)"',
-]
-
-
 def autoscaler_install(source: str | None, ref: str | None) -> list[str]:
     """Install and start the gpu-fleet autoscaler on the controller, at a pinned commit.
 
     The commit is fetched by its hash (or the tag, then checked against the hash), checked out
     detached and verified; dependencies come from the repository's hash-pinned lock
     (`pip install --require-hashes`), gpu-fleet itself from that checkout without an index.
-    slurm.conf's ResumeProgram/SuspendProgram are /opt/gpu-fleet/deploy/slurm/*.sh; they and the
+    slurm.conf's ResumeProgram/SuspendProgram are deploy/slurm's wrappers (`hook_lines`, written before slurmctld
+    starts), which run this checkout's hook; they and the
     daemon share the SQLite state in /var/lib/gpu-fleet, so that directory belongs to SlurmUser."""
     home, state = AUTOSCALER_HOME, AUTOSCALER_STATE_DIR
     lines = ["apt_install git python3-venv"]
@@ -795,12 +813,6 @@ def autoscaler_install(source: str | None, ref: str | None) -> list[str]:
         # the state store with its pools, created by SlurmUser before the daemon starts, so that Slurm's
         # power-save hooks can queue requests at once (the hooks never create a store themselves)
         f"runuser -u slurm -- {home}/.venv/bin/fleet autoscaler init --config /etc/gpu-fleet/autoscaler.yaml",
-        # slurmctld checks ResumeProgram / SuspendProgram when it starts and on a reconfigure only: started above,
-        # before this checkout existed, it logged "power_save module disabled, invalid SuspendProgram" and never
-        # called the hooks (a job's CLOUD nodes sat powered down until ResumeTimeout; measured on slurmctld
-        # 22.05.8: bench/probe_power_save_hooks.py; `scontrol reconfigure` turns it on).  Until the thirty-fifth
-        # round nothing did.
-        *_RECONFIGURE,
         f"install -m 0644 {home}/deploy/systemd/gpu-fleet-autoscaler.service /etc/systemd/system/",
         "systemctl daemon-reload",
         "systemctl enable gpu-fleet-autoscaler",

@@ -1,5 +1,5 @@
 #!/bin/sh
-# slurm.conf: EpilogSlurmctld=/opt/gpu-fleet/deploy/slurm/epilog_slurmctld.sh
+# slurm.conf: EpilogSlurmctld=/usr/local/libexec/gpu-fleet/epilog_slurmctld.sh (written there by the controller's startup script)
 # slurmctld runs this as SlurmUser on the controller when a job ends (SLURM_JOB_ID, SLURM_JOB_NODELIST set, no
 # search path). It records a wake-up in the autoscaler's state store so the daemon scales the freed nodes down
 # within a second or two instead of at its next poll, then exits. A failure is only logged by slurmctld (the job

@@ -44,11 +44,14 @@ JOBCOMP_LOG = "/var/log/slurm/jobcomp.log"
 
 # Keys of NodeName= lines that `overrides` may set (everything else is a global key).
 NODE_KEYS = ("NodeAddr", "NodeHostname", "Port")
-# The autoscaler's power-saving hooks (and its job-end wake-up, EpilogSlurmctld) as deploy/slurm/ ships them
-# (installed under /opt/gpu-fleet).
-HOOKS = {
-    name: f"/opt/gpu-fleet/deploy/slurm/{name}.sh" for name in ("resume", "suspend", "resume_fail", "epilog_slurmctld")
-}
+# The autoscaler's power-saving hooks (and its job-end wake-up, EpilogSlurmctld): deploy/slurm/'s wrappers, which the
+# controller's startup script writes here before slurmctld first starts (components/gcp/startup.py `hook_lines`).
+# slurmctld validates them when it starts: 23.11 refuses to start at all over a missing EpilogSlurmctld ("fatal:
+# failed to initialize prep plugin"), and any release runs no power saving over a missing ResumeProgram.  Until the
+# thirty-fifth round they were the gpu-fleet checkout's own files, installed after slurmctld had started.
+HOOK_DIR = "/usr/local/libexec/gpu-fleet"
+HOOK_NAMES = ("resume", "suspend", "resume_fail", "epilog_slurmctld")
+HOOKS = {name: f"{HOOK_DIR}/{name}.sh" for name in HOOK_NAMES}
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -474,21 +475,26 @@ def test_the_controller_mounts_its_state_disk_before_anything_writes_its_state()
         SlurmHostConfig(role="login", munge_secret="m", state_disk="gpu-fleet-state")
 
 
-def test_slurmctld_rereads_the_power_save_hooks_once_they_are_installed() -> None:
-    """slurmctld checks ResumeProgram / SuspendProgram when it starts and on a reconfigure: the controller restarts it
-    before the gpu-fleet checkout that carries them, so power saving stayed off ("power_save module disabled",
-    bench/probe_power_save_hooks.py on slurmctld 22.05.8) until a reboot.  The script reconfigures after the hooks
-    and the store exist, before the daemon starts; a re-run with a new ref stops the daemon before its checkout."""
+def test_the_controller_writes_slurms_hooks_before_slurmctld_first_starts() -> None:
+    """slurmctld checks ResumeProgram, SuspendProgram, ResumeFailProgram and EpilogSlurmctld when it starts: with the
+    programs missing 22.05 runs no power saving until a reconfigure (bench/probe_power_save_hooks.py) and 23.11 does
+    not start at all ("fatal: failed to initialize prep plugin", tests/slurm_compat).  They were the gpu-fleet
+    checkout's files, installed after slurmctld had started; the script now writes deploy/slurm's wrappers to the
+    paths slurm.conf names before it starts slurmctld.  A re-run with a new ref stops the daemon before its
+    checkout changes."""
+    from fleet.slurm.conf import HOOKS
+
     script = startup_script(
         SlurmHostConfig(role="controller", munge_secret="k", jwt_secret="j", autoscaler_source="https://x/f.git",
-                        autoscaler_ref=SHA)
-    ).splitlines()  # fmt: skip
+                        autoscaler_ref=SHA, slurm_hooks=HOOKS)
+    )  # fmt: skip
+    lines = script.splitlines()
 
     def at(fragment: str) -> int:
-        (index,) = [i for i, line in enumerate(script) if fragment in line]
-        return index
+        return next(i for i, line in enumerate(lines) if fragment in line)
 
-    reconfigure = at("scontrol reconfigure && break")
-    assert at("systemctl restart slurmctld") < at("fleet autoscaler init") < reconfigure
-    assert reconfigure < at("systemctl restart gpu-fleet-autoscaler")
+    root = Path(__file__).resolve().parents[2]
+    for name, path in HOOKS.items():
+        assert at(path) < at("systemctl restart slurmctld"), path
+        assert (root / "deploy" / "slurm" / f"{name}.sh").read_text() in script
     assert at("systemctl stop gpu-fleet-autoscaler") < at("checkout --quiet --force --detach")

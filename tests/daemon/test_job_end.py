@@ -124,7 +124,7 @@ def test_the_shipped_wrapper_reads_slurmctlds_environment(tmp_path: Path) -> Non
 def test_slurm_conf_names_the_wrapper_as_epilog_slurmctld() -> None:
     from fleet.slurm.conf import HOOKS
 
-    assert HOOKS["epilog_slurmctld"] == "/opt/gpu-fleet/deploy/slurm/epilog_slurmctld.sh" and WRAPPER.is_file()
+    assert HOOKS["epilog_slurmctld"] == "/usr/local/libexec/gpu-fleet/epilog_slurmctld.sh" and WRAPPER.is_file()
 
 
 # --- which wake-ups a tick settles (pure) ------------------------------------------------------------------

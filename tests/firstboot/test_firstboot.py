@@ -28,9 +28,10 @@ Proven here, with the real Debian binaries (bash, curl, python3, iptables, munge
 
 Not proven: anything needing GPUs, GPU NICs or the GCE hypervisor (driver, NCCL, TCPXO/RDMA data
 paths are stubs: tests/firstboot/stubs.py), real GCE metadata/IAM/OAuth, Ubuntu accelerator images
-(the root is Debian 12), systemd itself (shim/systemctl), NFS /home, power saving through the
-autoscaler (the image carries no /opt/gpu-fleet, so slurmctld runs with power saving disabled and
-nodes join as they boot), the gIB node's boot (its plugin repository is unreachable: xfail below).
+(the root is Debian 12 with Slurm 22.05; Ubuntu 24.04's Slurm 23.11 runs in tests/slurm_compat, not these
+scripts), systemd itself (shim/systemctl), NFS /home, power saving through the autoscaler (the image carries
+no /opt/gpu-fleet: the hooks slurm.conf names are in place, so slurmctld runs power saving, but each call would
+fail; nodes join as they boot), the gIB node's boot (its plugin repository is unreachable: xfail below).
 """
 
 from __future__ import annotations
@@ -112,6 +113,27 @@ def test_controller_runs_slurmctld_with_the_rendered_config_and_the_keys_from_se
     sa = cluster.declared.controller(CLUSTER).service_account
     got = {(a.secret_id, a.status) for a in cluster.cloud.secret_manager.accesses if a.service_account == sa}
     assert {(s, 200) for s in cluster.cloud.secret_values} <= got
+
+
+def test_slurms_hooks_are_in_place_before_slurmctld_starts(cluster):
+    """slurm.conf's ResumeProgram, SuspendProgram, ResumeFailProgram and EpilogSlurmctld exist on the controller,
+    executable and as deploy/slurm ships them, written before slurmctld started: slurmctld validated them at start
+    and runs power saving (22.05 here logs no "power_save module disabled"; 23.11 would not start over a missing
+    EpilogSlurmctld).  They were the gpu-fleet checkout's files, installed after slurmctld, which this image
+    does not even carry."""
+    from pathlib import Path
+
+    from fleet.slurm.conf import HOOKS
+
+    ctl = _controller(cluster)
+    conf = ctl.read("/etc/slurm/slurm.conf")
+    shipped = Path(__file__).resolve().parents[2] / "deploy" / "slurm"
+    for name, path in HOOKS.items():
+        assert f"={path}\n" in conf, path
+        assert ctl.read(path) == (shipped / f"{name}.sh").read_text()
+        assert ctl.run(["test", "-x", path]).returncode == 0, path
+    log = ctl.read("/var/log/slurm/slurmctld.log")
+    assert "power_save module disabled" not in log, log[-2000:]
 
 
 @pytest.mark.xfail(

@@ -101,9 +101,9 @@ def test_cloud_and_power_save_settings(a3mega_data: dict[str, Any]) -> None:
     # the controller's reserved address travels with its name: nodes never need DNS to find it
     assert s["SlurmctldHost"] == "a3mega-controller(10.0.15.253)" and s["ClusterName"] == "a3mega"
     assert s["SuspendTime"] == "600" and s["ResumeTimeout"] == "1800"
-    # the autoscaler's hook wrappers as shipped in deploy/slurm/
+    # the autoscaler's hook wrappers (deploy/slurm/), where the controller's script writes them before slurmctld starts
     for key, name in (("ResumeProgram", "resume"), ("SuspendProgram", "suspend"), ("ResumeFailProgram", "resume_fail")):
-        assert s[key] == f"/opt/gpu-fleet/deploy/slurm/{name}.sh"
+        assert s[key] == f"/usr/local/libexec/gpu-fleet/{name}.sh"
         assert (ROOT / "deploy" / "slurm" / f"{name}.sh").is_file()
     assert s["PrivateData"] == "cloud" and s["SelectType"] == "select/cons_tres" and s["GresTypes"] == "gpu"
     params = s["SlurmctldParameters"].split(",")

@@ -1,0 +1,48 @@
+"""The noble root with Ubuntu's Slurm 23.11 (tests/slurm_compat/noble.py), once per session, and a harness
+factory that starts noble's programs through the wrappers."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.slurm import SlurmHarness
+from tests.slurm_compat.noble import NobleUnavailable, noble_root, unavailable_reason, wrappers
+
+
+@pytest.fixture(scope="session")
+def noble(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The baked noble root (skips, saying why, where it cannot be built)."""
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    log = tmp_path_factory.mktemp("noble") / "build.log"
+    try:
+        return noble_root(log)
+    except NobleUnavailable as exc:
+        pytest.skip(f"Ubuntu's Slurm could not be set up ({log}): {exc}")
+
+
+@pytest.fixture(scope="session")
+def noble_bin(noble: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return wrappers(noble, tmp_path_factory.mktemp("noble-bin"))
+
+
+@pytest.fixture
+def noble_slurm(noble_bin: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., SlurmHarness]]:
+    """`noble_slurm(**SlurmHarness kwargs)` -> a harness whose programs are noble's (stopped after the test)."""
+    monkeypatch.setenv("PATH", f"{noble_bin}:{os.environ['PATH']}")
+    made: list[SlurmHarness] = []
+
+    def make(**kwargs: Any) -> SlurmHarness:
+        harness = SlurmHarness(**kwargs)
+        made.append(harness)
+        return harness
+
+    yield make
+    for harness in made:
+        harness.stop()

@@ -1,0 +1,122 @@
+"""Slurm as the stacks' image runs it: Ubuntu 24.04's own packages (Slurm 23.11), in an Ubuntu noble root.
+
+The first-boot and e2e suites run Debian 12's Slurm 22.05, the one this machine installs.  The controller and GPU
+images the stacks boot are Ubuntu 24.04, whose Slurm is 23.11.4: it prints other JSON (`fleet.slurm.nodes_json`),
+drops plugins 22.05 had, and its slurmctld held every job InvalidAccount on a root without PMIx
+(`components.gcp.startup` package lists).  None of that shows on 22.05.
+
+`noble_root()` debootstraps noble (minbase) from the Ubuntu archive and installs the Slurm packages the generated
+scripts name (the controller's and the GPU nodes' lists, read at run time), baked once under
+$FLEET_FIRSTBOOT_CACHE like the first-boot root.  `wrappers(root, dir)` writes one script per Slurm and munge
+program that runs the noble binary in that root: in a private mount namespace (`unshare -m`) with this machine's
+/tmp, /dev, /sys and a /proc bound in, so the test harness's files under /tmp are where the binaries look, the
+network is this machine's, and no mount outlives the process (the root can be deleted safely at any time).  Put
+the directory first on PATH and `tests.harness.slurm` starts noble's slurmctld, slurmd and munged, and runs its
+clients, unchanged.  Needs root, debootstrap, unshare and the Ubuntu archive (a skip says which is missing)."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import urllib.request
+from pathlib import Path
+
+from components.gcp import startup
+from tests.firstboot.rootfs import cache_dir
+
+SUITE = "noble"
+MIRROR = "http://archive.ubuntu.com/ubuntu"
+#: Ubuntu releases debootstrap by the script of its oldest supported one
+SCRIPT = "/usr/share/debootstrap/scripts/gutsy"
+PROGRAMS = ("slurmctld", "slurmd", "slurmstepd", "sbatch", "srun", "squeue", "sinfo", "scontrol", "scancel",
+            "munged", "mungekey", "munge", "unmunge")  # fmt: skip
+#: what the Slurm daemons need besides the packages the scripts name
+EXTRA = ("ca-certificates",)
+
+
+class NobleUnavailable(RuntimeError):
+    """Why Ubuntu's Slurm cannot run here (the tests skip with it)."""
+
+
+def slurm_packages() -> list[str]:
+    """The Slurm, munge and PMIx packages the controller's and the GPU nodes' scripts install."""
+    names = {p for role in ("controller", "compute") for p in startup._PACKAGES[role].split()}
+    return sorted(p for p in names if p.startswith(("slurm", "munge", "libpmix")))
+
+
+def unavailable_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "Ubuntu's Slurm runs in a chroot: needs root"
+    for tool in ("debootstrap", "unshare", "chroot"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (scripts/setup.sh installs debootstrap)"
+    if not Path(SCRIPT).exists():
+        return f"debootstrap has no {SCRIPT}"
+    try:
+        urllib.request.urlopen(f"{MIRROR}/dists/{SUITE}/Release", timeout=10).close()
+    except OSError as exc:
+        return f"the Ubuntu archive ({MIRROR}) is not reachable from here: {exc}"
+    return None
+
+
+def _run(cmd: list[str], log: Path, timeout: float) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})  # fmt: skip
+    with log.open("a") as out:
+        out.write(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}\n")
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+        raise NobleUnavailable(f"{' '.join(cmd[:3])} ... failed ({proc.returncode}):\n{tail}")
+
+
+def noble_root(log: Path) -> Path:
+    """The baked noble root with Ubuntu's Slurm (built once, cached by package list)."""
+    packages = slurm_packages()
+    key = hashlib.sha256(f"{MIRROR}\n{SUITE}\n{' '.join(packages)}\nv1".encode()).hexdigest()[:16]
+    root = cache_dir() / f"{SUITE}-slurm-{key}"
+    marker = root / ".baked"
+    if marker.exists():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.exists():
+            if root.exists():
+                shutil.rmtree(root)  # an interrupted build (no mount ever lives in it: see the module docstring)
+            _run(["debootstrap", "--variant=minbase", f"--include={','.join(EXTRA)}", SUITE, str(root), MIRROR, SCRIPT],
+                 log, 900)  # fmt: skip
+            (root / "etc/apt/sources.list").write_text(f"deb {MIRROR} {SUITE} main universe\n")
+            policy = root / "usr/sbin/policy-rc.d"  # no package starts a service in the root
+            policy.write_text("#!/bin/sh\nexit 101\n")
+            policy.chmod(0o755)
+            _run(["chroot", str(root), "apt-get", "update", "-q"], log, 300)
+            _run(
+                ["chroot", str(root), "apt-get", "install", "-y", "-q", "--no-install-recommends", *packages], log, 600
+            )
+            for deb in (root / "var/cache/apt/archives").glob("*.deb"):
+                deb.unlink()
+            marker.write_text(f"suite={SUITE}\npackages={' '.join(packages)}\n")
+    return root
+
+
+def wrappers(root: Path, directory: Path) -> Path:
+    """One script per program in `directory`, each running noble's binary in `root` (module docstring)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    mounts = ('mount --bind /tmp "$R/tmp" && mount --rbind /dev "$R/dev" && mount --rbind /sys "$R/sys"'
+              ' && mount -t proc proc "$R/proc" && mount --bind /etc/hosts "$R/etc/hosts"')  # fmt: skip
+    (root / "etc/hosts").touch()  # the bind's target: this machine's names (the harness's SlurmctldHost)
+    for name in PROGRAMS:
+        found = [p for p in (f"usr/sbin/{name}", f"usr/bin/{name}") if (root / p).exists()]
+        if not found:
+            raise NobleUnavailable(f"{name} is not in the noble root ({root})")
+        script = directory / name
+        script.write_text(
+            "#!/bin/sh\n"
+            f'exec unshare -m --propagation private sh -c \'{mounts} && exec chroot "$R" "$@"\' '
+            f'sh /{found[0]} "$@"\n'.replace("$R", str(root))
+        )
+        script.chmod(0o755)
+    return directory

@@ -24,6 +24,7 @@ import ctypes
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -80,6 +81,13 @@ def binary(name: str) -> str:
     if found := shutil.which(name):
         return found
     return next((str(Path(d, name)) for d in ("/usr/sbin", "/usr/bin") if Path(d, name).exists()), name)
+
+
+def slurm_release(slurmd: str | None = None) -> tuple[int, int]:
+    """(major, minor) of the Slurm the harness would start (`slurmd -V`: "slurm 22.05.8", "slurm-wlm 23.11.4")."""
+    out = subprocess.run([slurmd or binary("slurmd"), "-V"], capture_output=True, text=True, check=False).stdout
+    found = re.search(r"(\d+)\.(\d+)\.\d+", out)
+    return (int(found[1]), int(found[2])) if found else (0, 0)
 
 
 def slurm_unavailable_reason() -> str | None:
@@ -225,7 +233,8 @@ class SlurmHarness:
         if not cgroup:  # no systemd / cgroups on this host
             keys |= {
                 "ProctrackType": "proctrack/linuxproc",
-                "TaskPlugin": "task/none",
+                # 23.02 dropped the task/none plugin (slurmd does not start naming it): task/affinity needs no cgroup
+                "TaskPlugin": "task/none" if slurm_release() < (23, 2) else "task/affinity",
                 "JobAcctGatherType": "jobacct_gather/none",
             }
         return keys

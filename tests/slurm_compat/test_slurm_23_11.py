@@ -17,16 +17,13 @@ from tests.harness.slurm import poll_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-#: the harness's own plugins where 23.11 has none of 22.05's "none" ones: slurmd refuses task/none
-PLUGINS_23 = "TaskPlugin=task/affinity\n"
-
 
 @pytest.fixture
 def cluster(noble_slurm):
     h = noble_slurm()
     cloud = CloudNodes(h, [Nodeset("gpu-a3", 4, gpus=8)])
     cloud.prepare()
-    conf = cloud_slurm_conf(h, cloud, {"gpu": ["gpu-a3"]}, suspend_time=600, resume_timeout=300) + PLUGINS_23
+    conf = cloud_slurm_conf(h, cloud, {"gpu": ["gpu-a3"]}, suspend_time=600, resume_timeout=300)
     h.start(conf, cloud.gres_conf())
     return h, cloud
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 from hypothesis import settings
 
 from tests.harness.requirements import missing
-from tests.harness.slurm import SlurmHarness, slurm_unavailable_reason
+from tests.harness.slurm import SlurmHarness, harnesses, slurm_unavailable_reason
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("dev")
@@ -71,13 +70,5 @@ def slurm_factory() -> Iterator[Callable[..., SlurmHarness]]:
     reason = slurm_unavailable_reason()
     if reason:
         missing(reason)
-    made: list[SlurmHarness] = []
-
-    def make(**kwargs: Any) -> SlurmHarness:
-        harness = SlurmHarness(**kwargs)
-        made.append(harness)
-        return harness
-
-    yield make
-    for harness in made:
-        harness.stop()
+    with harnesses() as make:
+        yield make

@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 SUITE = "bookworm"
@@ -80,7 +81,12 @@ def baked_root(script_packages: list[str], log: Path | None = None) -> Path:
     mirror = debian_mirror()
     packages = package_set(script_packages)
     key = hashlib.sha256(f"{mirror}\n{SUITE}\n{' '.join(packages)}\nv1".encode()).hexdigest()[:16]
-    root = cache_dir() / f"{SUITE}-{key}"
+    return baked_once(cache_dir() / f"{SUITE}-{key}", lambda root: _bake(root, mirror, packages, log))
+
+
+def baked_once(root: Path, bake: Callable[[Path], None]) -> Path:
+    """`root`, built by `bake(root)` unless its `.baked` marker says a build completed (which `bake` writes last);
+    one build at a time across test runs (a lock file beside it), an interrupted build removed first."""
     marker = root / ".baked"
     if marker.exists():
         return root
@@ -88,14 +94,14 @@ def baked_root(script_packages: list[str], log: Path | None = None) -> Path:
     with open(root.parent / f".{root.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another test run may be baking the same root
         if not marker.exists():
-            _bake(root, mirror, packages, log)
+            if root.exists():
+                shutil.rmtree(root)  # an interrupted build
+            bake(root)
     return root
 
 
 def _bake(root: Path, mirror: str, packages: list[str], log: Path | None) -> None:
     marker = root / ".baked"
-    if root.exists():
-        shutil.rmtree(root)  # an interrupted build
     root.parent.mkdir(parents=True, exist_ok=True)
     cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", SUITE, str(root), mirror]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)

@@ -31,7 +31,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -404,3 +404,20 @@ class SlurmHarness:
     def power_calls(self) -> list[str]:
         """Lines the default Resume/Suspend hooks logged: `<time> resume <hostlist>`."""
         return self.power_log.read_text().splitlines() if self.power_log.exists() else []
+
+
+@contextlib.contextmanager
+def harnesses() -> Iterator[Callable[..., SlurmHarness]]:
+    """`make(**SlurmHarness kwargs)` -> a new, not yet started harness; every one made is stopped on exit."""
+    made: list[SlurmHarness] = []
+
+    def make(**kwargs: Any) -> SlurmHarness:
+        harness = SlurmHarness(**kwargs)
+        made.append(harness)
+        return harness
+
+    try:
+        yield make
+    finally:
+        for harness in made:
+            harness.stop()

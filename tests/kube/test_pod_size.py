@@ -255,33 +255,21 @@ def test_the_daemonsets_a_pools_nodes_will_run_are_those_whose_selector_and_tole
 
 
 @pytest.mark.gce
-def test_a_pools_first_node_is_sized_less_the_daemonset_pods_it_will_run(env) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("cpus", "pool"), [("25", "h2"), ("24", "h1")])
+def test_a_pools_first_node_is_sized_less_the_daemonset_pods_it_will_run(env, cpus: str, pool: str) -> None:  # type: ignore[no-untyped-def]
     """No node of either pool is Ready.  a3-highgpu-1g offers 25.865 CPUs after GKE's reservations, and every node
-    runs a DaemonSet pod asking 1 CPU: a 1-GPU pod asking 25 CPUs fits no such node, and gets a 2-GPU one (before, a
-    1-GPU node was launched where the pod could never be scheduled).  A DaemonSet selecting another pool's nodes
+    runs a DaemonSet pod asking 1 CPU: a 1-GPU pod asking 25 CPUs fits no such node and gets a 2-GPU one (before, a
+    1-GPU node was launched where the pod could never be scheduled), while one asking 24 still gets the 1-GPU node
+    (the DaemonSets push no work onto larger machines than it needs).  A DaemonSet selecting another pool's nodes
     takes nothing."""
     kube, compute = env
     kube.create(_daemonset("node-agent", "1", "200Mi", **EVERYWHERE))
     kube.create(_daemonset("system-only", "8", nodeSelector={NODEPOOL: "system"}, **EVERYWHERE))
-    kube.create(_template("snug", "25"))
+    kube.create(_template("snug", cpus))
     kube.create(provisioning_request("wl-1", "team-a", "snug", 1))
     pr = _provisioned(kube, _daemon(kube, compute), "wl-1")
     assert (condition(pr, "Provisioned") or {}).get("status") == "True", pr.get("status")
-    assert [e.name.rsplit("-", 1)[0] for e in compute.events_of("create")] == ["gke-gke1-h2"]
-
-
-@pytest.mark.gce
-def test_a_pod_a_pools_first_node_holds_beside_its_daemonset_pods_gets_that_pool(env) -> None:  # type: ignore[no-untyped-def]
-    """The same pools and DaemonSets, a pod asking 24 CPUs: 25.865 less 1 holds it, and the 1-GPU node is launched
-    (the DaemonSets do not push work onto larger machines than it needs)."""
-    kube, compute = env
-    kube.create(_daemonset("node-agent", "1", "200Mi", **EVERYWHERE))
-    kube.create(_daemonset("system-only", "8", nodeSelector={NODEPOOL: "system"}, **EVERYWHERE))
-    kube.create(_template("snug", "24"))
-    kube.create(provisioning_request("wl-1", "team-a", "snug", 1))
-    pr = _provisioned(kube, _daemon(kube, compute), "wl-1")
-    assert (condition(pr, "Provisioned") or {}).get("status") == "True", pr.get("status")
-    assert [e.name.rsplit("-", 1)[0] for e in compute.events_of("create")] == ["gke-gke1-h1"]
+    assert [e.name.rsplit("-", 1)[0] for e in compute.events_of("create")] == [f"gke-gke1-{pool}"]
 
 
 @pytest.mark.gce

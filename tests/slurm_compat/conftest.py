@@ -6,11 +6,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.harness.slurm import SlurmHarness
+from tests.harness.slurm import SlurmHarness, harnesses
 from tests.slurm_compat.noble import NobleUnavailable, noble_root, unavailable_reason, wrappers
 
 
@@ -36,13 +35,5 @@ def noble_bin(noble: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def noble_slurm(noble_bin: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., SlurmHarness]]:
     """`noble_slurm(**SlurmHarness kwargs)` -> a harness whose programs are noble's (stopped after the test)."""
     monkeypatch.setenv("PATH", f"{noble_bin}:{os.environ['PATH']}")
-    made: list[SlurmHarness] = []
-
-    def make(**kwargs: Any) -> SlurmHarness:
-        harness = SlurmHarness(**kwargs)
-        made.append(harness)
-        return harness
-
-    yield make
-    for harness in made:
-        harness.stop()
+    with harnesses() as make:
+        yield make

@@ -16,7 +16,6 @@ clients, unchanged.  Needs root, debootstrap, unshare and the Ubuntu archive (a 
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
@@ -25,7 +24,7 @@ import urllib.request
 from pathlib import Path
 
 from components.gcp import startup
-from tests.firstboot.rootfs import cache_dir
+from tests.firstboot.rootfs import baked_once, cache_dir
 
 SUITE = "noble"
 MIRROR = "http://archive.ubuntu.com/ubuntu"
@@ -76,30 +75,22 @@ def noble_root(log: Path) -> Path:
     """The baked noble root with Ubuntu's Slurm (built once, cached by package list)."""
     packages = slurm_packages()
     key = hashlib.sha256(f"{MIRROR}\n{SUITE}\n{' '.join(packages)}\nv1".encode()).hexdigest()[:16]
-    root = cache_dir() / f"{SUITE}-slurm-{key}"
-    marker = root / ".baked"
-    if marker.exists():
-        return root
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.parent / f".{root.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not marker.exists():
-            if root.exists():
-                shutil.rmtree(root)  # an interrupted build (no mount ever lives in it: see the module docstring)
-            _run(["debootstrap", "--variant=minbase", f"--include={','.join(EXTRA)}", SUITE, str(root), MIRROR, SCRIPT],
-                 log, 900)  # fmt: skip
-            (root / "etc/apt/sources.list").write_text(f"deb {MIRROR} {SUITE} main universe\n")
-            policy = root / "usr/sbin/policy-rc.d"  # no package starts a service in the root
-            policy.write_text("#!/bin/sh\nexit 101\n")
-            policy.chmod(0o755)
-            _run(["chroot", str(root), "apt-get", "update", "-q"], log, 300)
-            _run(
-                ["chroot", str(root), "apt-get", "install", "-y", "-q", "--no-install-recommends", *packages], log, 600
-            )
-            for deb in (root / "var/cache/apt/archives").glob("*.deb"):
-                deb.unlink()
-            marker.write_text(f"suite={SUITE}\npackages={' '.join(packages)}\n")
-    return root
+    return baked_once(cache_dir() / f"{SUITE}-slurm-{key}", lambda root: _bake(root, packages, log))
+
+
+def _bake(root: Path, packages: list[str], log: Path) -> None:
+    """debootstrap noble, then Ubuntu's Slurm packages (no mount ever lives in the root: the module docstring)."""
+    _run(["debootstrap", "--variant=minbase", f"--include={','.join(EXTRA)}", SUITE, str(root), MIRROR, SCRIPT],
+         log, 900)  # fmt: skip
+    (root / "etc/apt/sources.list").write_text(f"deb {MIRROR} {SUITE} main universe\n")
+    policy = root / "usr/sbin/policy-rc.d"  # no package starts a service in the root
+    policy.write_text("#!/bin/sh\nexit 101\n")
+    policy.chmod(0o755)
+    _run(["chroot", str(root), "apt-get", "update", "-q"], log, 300)
+    _run(["chroot", str(root), "apt-get", "install", "-y", "-q", "--no-install-recommends", *packages], log, 600)
+    for deb in (root / "var/cache/apt/archives").glob("*.deb"):
+        deb.unlink()
+    (root / ".baked").write_text(f"suite={SUITE}\npackages={' '.join(packages)}\n")
 
 
 def wrappers(root: Path, directory: Path) -> Path:

@@ -38,7 +38,10 @@ def _storage(spec: FleetSpec, cluster: ClusterSpec, zone: str, fabric: NetworkFa
             name=cluster.name,
             home=FilestoreArgs(st.home.tier, st.home.capacity_gb, st.home.share_name) if st.home else None,
             checkpoints=BucketArgs(
-                bucket, plan.bucket_location(spec, cluster) or spec.region, st.checkpoints.soft_delete_days
+                bucket,
+                plan.bucket_location(spec, cluster) or spec.region,
+                st.checkpoints.soft_delete_days,
+                st.checkpoints.keep_noncurrent_versions,
             )
             if st.checkpoints and bucket
             else None,

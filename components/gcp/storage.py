@@ -1,7 +1,8 @@
 """SharedStorage: Filestore for /home, a GCS bucket for checkpoints, optional Managed Lustre for scratch.
 
-The bucket has uniform bucket-level access, versioning, enforced public access prevention and a
-soft-delete window; access is granted per service account (see GpuNodePool.bucket_names), never
+The bucket has uniform bucket-level access, versioning (the newest `keep_noncurrent_versions` overwritten
+versions of an object kept), enforced public access prevention and a soft-delete window; access is granted
+per service account (see GpuNodePool.bucket_names), never
 to allUsers.  Filestore and Lustre attach to the system VPC by private service access / peering,
 so they have no public endpoint.  Managed Lustre needs private services access on that VPC: a
 reserved peering range (`VPC_PEERING` global address) and a Service Networking connection, declared
@@ -34,11 +35,14 @@ class FilestoreArgs:
 
 @dataclass(frozen=True)
 class BucketArgs:
-    """name: globally unique; location: region or multi-region; soft_delete_days: 0 disables soft delete."""
+    """name: globally unique; location: region or multi-region; soft_delete_days: 0 disables soft delete;
+    keep_noncurrent_versions: how many overwritten or deleted versions of an object are kept (older ones are
+    deleted by a lifecycle rule)."""
 
     name: str
     location: str
     soft_delete_days: int = 7
+    keep_noncurrent_versions: int = 1
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,17 @@ class SharedStorage(pulumi.ComponentResource):
                 uniform_bucket_level_access=True,
                 public_access_prevention="enforced",
                 versioning={"enabled": True},
+                # versioning keeps an overwritten checkpoint (a job that rewrote it by mistake can go back); with no
+                # rule every version of every checkpoint was kept and billed for good (found by an audit)
+                lifecycle_rules=[
+                    {
+                        "action": {"type": "Delete"},
+                        "condition": {
+                            "num_newer_versions": args.checkpoints.keep_noncurrent_versions,
+                            "with_state": "ARCHIVED",
+                        },
+                    }
+                ],
                 soft_delete_policy={"retention_duration_seconds": args.checkpoints.soft_delete_days * 86400},
                 force_destroy=False,
                 labels=args.labels,

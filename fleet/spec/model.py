@@ -98,6 +98,9 @@ class BucketSpec(_Spec):
     name: str | None = Field(None, description="globally unique bucket name; default: <project>-<cluster>-checkpoints")
     location: GcsLocation | None = Field(None, description="default: the fleet's region")
     soft_delete_days: int = Field(7, ge=0, le=90, description="0 disables soft delete; else 7..90 (GCS limits)")
+    keep_noncurrent_versions: int = Field(
+        1, ge=1, le=100, description="overwritten versions of an object kept (older ones deleted by a lifecycle rule)"
+    )
 
     @field_validator("soft_delete_days")
     @classmethod

@@ -28,6 +28,10 @@ def test_filestore_and_bucket(declare):
     bucket = d.one("storage/bucket:Bucket").inputs
     assert bucket["uniformBucketLevelAccess"] is True
     assert bucket["versioning"] == {"enabled": True}
+    # overwritten checkpoints: the newest noncurrent version kept, older ones deleted (were kept for good)
+    (rule,) = bucket["lifecycleRules"]
+    assert rule["action"] == {"type": "Delete"}
+    assert rule["condition"] == {"numNewerVersions": 1, "withState": "ARCHIVED"}
     assert bucket["publicAccessPrevention"] == "enforced"
     assert bucket["softDeletePolicy"] == {"retentionDurationSeconds": 7 * 86400}
     assert d.of_type("lustre/instance:Instance") == []

@@ -38,7 +38,7 @@ from fleet.slurm.weights import pool_shapes
 from tests.fakes.compute_api import FakeCompute
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_nodes_unavailable_reason, cloud_slurm_conf
 from tests.harness.requirements import missing
-from tests.harness.slurm import SlurmHarness, slurm_unavailable_reason
+from tests.harness.slurm import SlurmHarness, harnesses, slurm_unavailable_reason
 
 PROJECT = "e2e-project"
 REGION = "us-central1"
@@ -326,22 +326,12 @@ def standalone_unavailable_reason() -> str | None:
 def standalone_e2e(**kwargs: Any) -> Iterator[E2E]:
     """An `E2E(**kwargs)` outside pytest (the benches and probes): its own harness factory; closed afterwards, and
     every harness it made stopped (the tests' `slurm_factory` fixture does that for `e2e_env`)."""
-    made: list[SlurmHarness] = []
-
-    def make(**kw: Any) -> SlurmHarness:
-        h = SlurmHarness(**kw)
-        made.append(h)
-        return h
-
-    try:
+    with harnesses() as make:
         env = E2E(make, **kwargs)
         try:
             yield env
         finally:
             env.close()
-    finally:
-        for h in made:
-            h.stop()
 
 
 def wait_for(pred: Callable[[], Any], timeout: float, what: str, env: E2E | None = None) -> Any:

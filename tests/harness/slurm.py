@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import random
@@ -85,7 +86,13 @@ def binary(name: str) -> str:
 
 def slurm_release(slurmd: str | None = None) -> tuple[int, int]:
     """(major, minor) of the Slurm the harness would start (`slurmd -V`: "slurm 22.05.8", "slurm-wlm 23.11.4")."""
-    out = subprocess.run([slurmd or binary("slurmd"), "-V"], capture_output=True, text=True, check=False).stdout
+    return _release_of(slurmd or binary("slurmd"))
+
+
+@functools.cache
+def _release_of(slurmd: str) -> tuple[int, int]:
+    """`slurmd -V` once per program path (every harness start asks: `overrides`)."""
+    out = subprocess.run([slurmd, "-V"], capture_output=True, text=True, check=False).stdout
     found = re.search(r"(\d+)\.(\d+)\.\d+", out)
     return (int(found[1]), int(found[2])) if found else (0, 0)
 

@@ -446,7 +446,9 @@ def parse_node(raw: Mapping[str, Any]) -> SlurmNode:
         cpus=int(_number(raw.get("cpus")) or 0),
         real_memory_mib=int(_number(raw.get("real_memory")) or 0),
         alloc_memory_mib=int(_number(raw.get("alloc_memory")) or 0),
-        extra={k: raw[k] for k in ("boot_time", "last_busy", "slurmd_start_time") if k in raw},
+        # epoch seconds; >= 23.02 wraps them like every number (read raw, the idle clock of a 23.11 node fell back
+        # to its VM's creation and a node up longer than the idle timeout was scaled down the moment it went idle)
+        extra={k: t for k in ("boot_time", "last_busy", "slurmd_start_time") if (t := _number(raw.get(k))) is not None},
     )
 
 

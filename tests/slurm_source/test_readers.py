@@ -162,6 +162,16 @@ def test_slurm_23_11_nodes_read_as_on_22_05() -> None:
     assert nodes["gpu-a3-3"].powered_down and nodes["gpu-a3-3"].state == "idle" and nodes["gpu-a3-3"].gpus_used == 0
 
 
+def test_slurm_23_11_node_times_are_numbers() -> None:
+    """23.02+ wraps `last_busy` like every number: the daemon's idle clock starts at it (`snapshot._since`), so it
+    must read as the epoch second 22.05 printed, not be dropped (the clock then ran from the VM's creation)."""
+    raw = load_2311("scontrol-nodes.json")["nodes"][0]
+    node = parse_sinfo({"nodes": [raw]})[0]
+    assert node.extra["last_busy"] == raw["last_busy"]["number"] == node.extra["boot_time"]
+    unset = {**raw, "last_busy": {"set": False, "infinite": False, "number": 0}}
+    assert "last_busy" not in parse_sinfo({"nodes": [unset]})[0].extra
+
+
 def test_slurm_23_11_grouped_sinfo_is_refused_naming_the_per_node_command() -> None:
     with pytest.raises(SlurmFormatError, match="scontrol show nodes --json"):
         parse_sinfo(load_2311("sinfo.json"))

@@ -38,7 +38,7 @@ from fleet.slurm.weights import pool_shapes
 from tests.fakes.compute_api import FakeCompute
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_nodes_unavailable_reason, cloud_slurm_conf
 from tests.harness.requirements import missing
-from tests.harness.slurm import SlurmHarness, harnesses, slurm_unavailable_reason
+from tests.harness.slurm import SlurmHarness, harnesses, host_script, slurm_unavailable_reason
 
 PROJECT = "e2e-project"
 REGION = "us-central1"
@@ -78,21 +78,15 @@ def pool(
 
 
 def _hook(bin_dir: Path, action: str, state: Path) -> str:
-    path = bin_dir / f"fleet-{action}.sh"
-    path.write_text(f'#!/bin/sh\nexec {sys.executable} -m autoscaler.slurm.hook {action} "$1" --state {state}\n')
-    path.chmod(0o755)
-    return str(path)
+    body = f'exec {sys.executable} -m autoscaler.slurm.hook {action} "$1" --state {state}'
+    return host_script(bin_dir / f"fleet-{action}.sh", body)
 
 
 def epilog_slurmctld_hook(bin_dir: Path, state: Path) -> str:
     """The shipped deploy/slurm/epilog_slurmctld.sh, pointed at this venv's Python and this test's store (what
     the controller's install puts at /opt/gpu-fleet): slurmctld sets SLURM_JOB_ID / SLURM_JOB_NODELIST."""
-    path = bin_dir / "fleet-epilog-slurmctld.sh"
-    path.write_text(
-        f"#!/bin/sh\nGPU_FLEET_PYTHON={sys.executable} GPU_FLEET_AUTOSCALER_STATE={state} exec {DEPLOY_EPILOG}\n"
-    )
-    path.chmod(0o755)
-    return str(path)
+    body = f"GPU_FLEET_PYTHON={sys.executable} GPU_FLEET_AUTOSCALER_STATE={state} exec {DEPLOY_EPILOG}"
+    return host_script(bin_dir / "fleet-epilog-slurmctld.sh", body)
 
 
 def late_bind_lua(

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from fleet.slurm.conf import SlurmConf
 
 CRED_EXPIRE_S = 30
+#: where a Slurm run in another root (tests/slurm_compat/noble.py) sees this machine's root: `host_script`s run there
+HOST_ROOT = "/run/gpu-fleet-host"
 
 
 def processes() -> list[tuple[int, str, dict[str, str]]]:
@@ -82,6 +84,16 @@ def binary(name: str) -> str:
     if found := shutil.which(name):
         return found
     return next((str(Path(d, name)) for d in ("/usr/sbin", "/usr/bin") if Path(d, name).exists()), name)
+
+
+def host_script(path: Path, body: str) -> str:
+    """Write an executable sh script that slurmctld runs (ResumeProgram, EpilogSlurmctld, ...) and that runs
+    `body` on this machine: where slurmctld runs in another root (Ubuntu's Slurm in a chroot, which binds this
+    machine's root at HOST_ROOT) the script re-runs itself there, so this venv's Python and its libraries are
+    the ones it finds.  Returns the path as a string (for slurm.conf)."""
+    path.write_text(f'#!/bin/sh\n[ -d {HOST_ROOT}/proc/self ] && exec chroot {HOST_ROOT} "$0" "$@"\n{body}\n')
+    path.chmod(0o755)
+    return str(path)
 
 
 def slurm_release(slurmd: str | None = None) -> tuple[int, int]:
@@ -400,10 +412,17 @@ class SlurmHarness:
         return proc
 
     def sinfo_json(self) -> dict[str, Any]:
-        return json.loads(self.run("sinfo", "--json", check=True).stdout)
+        """Every node, as 22.05's `sinfo --json` shows it whatever the release (`as_2205`): on 23.02 and later the
+        per-node document is `scontrol show nodes --json` (`fleet.slurm.nodes_json`, the daemon's reader)."""
+        from fleet.slurm.nodes_json import NodeSource
+
+        document = NodeSource().read(lambda argv: self.run(*argv, check=True).stdout)
+        return {**document, "nodes": [as_2205(n, "node") for n in document["nodes"]]}
 
     def squeue_json(self) -> dict[str, Any]:
-        return json.loads(self.run("squeue", "--json", check=True).stdout)
+        """Every job, as 22.05's `squeue --json` shows it whatever the release (`as_2205`)."""
+        document = json.loads(self.run("squeue", "--json", check=True).stdout)
+        return {**document, "jobs": [as_2205(j, "job") for j in document["jobs"]]}
 
     def _node_state(self, node: str) -> str:
         return self.run("sinfo", "-h", "-n", node, "-o", "%t").stdout.strip()
@@ -411,6 +430,30 @@ class SlurmHarness:
     def power_calls(self) -> list[str]:
         """Lines the default Resume/Suspend hooks logged: `<time> resume <hostlist>`."""
         return self.power_log.read_text().splitlines() if self.power_log.exists() else []
+
+
+def as_2205(item: dict[str, Any], kind: str) -> dict[str, Any]:
+    """A node or job of Slurm's JSON with the fields the tests read as 22.05 prints them, whatever the release
+    (the daemon reads both shapes in `autoscaler.slurm.readers`; the tests assert one).  From 23.02 on numbers
+    come wrapped (``{"set": true, "infinite": false, "number": 5}``), a node's `state` is a list (base state, then
+    its flags: 22.05's lower-case `state` and upper-case `state_flags`), and a job's `job_state` is a list (read as
+    22.05 named it: `readers.job_state`)."""
+    from autoscaler.slurm.readers import job_state
+
+    out = {k: _unwrapped(v) for k, v in item.items()}
+    if kind == "node" and isinstance(out.get("state"), list):
+        base, *flags = [str(s) for s in out["state"]] or ["unknown"]
+        out["state"], out["state_flags"] = base.lower(), flags
+    if kind == "job" and isinstance(out.get("job_state"), list):
+        out["job_state"] = job_state(out["job_state"])
+    return out
+
+
+def _unwrapped(value: Any) -> Any:
+    """23.02+'s ``{"set", "infinite", "number"}`` as 22.05's plain number (None when not set); anything else as is."""
+    if isinstance(value, dict) and {"set", "number"} <= value.keys():
+        return value["number"] if value["set"] and not value.get("infinite") else None
+    return value
 
 
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from components.gcp import startup
 from tests.firstboot.rootfs import baked_once, cache_dir
+from tests.harness.slurm import HOST_ROOT
 
 SUITE = "noble"
 MIRROR = "http://archive.ubuntu.com/ubuntu"
@@ -97,7 +98,9 @@ def wrappers(root: Path, directory: Path) -> Path:
     """One script per program in `directory`, each running noble's binary in `root` (module docstring)."""
     directory.mkdir(parents=True, exist_ok=True)
     mounts = ('mount --bind /tmp "$R/tmp" && mount --rbind /dev "$R/dev" && mount --rbind /sys "$R/sys"'
-              ' && mount -t proc proc "$R/proc" && mount --bind /etc/hosts "$R/etc/hosts"')  # fmt: skip
+              ' && mount -t proc proc "$R/proc" && mount --bind /etc/hosts "$R/etc/hosts"'
+              f' && mount --rbind / "$R{HOST_ROOT}"')  # fmt: skip
+    (root / HOST_ROOT.lstrip("/")).mkdir(parents=True, exist_ok=True)  # `host_script`s run there
     (root / "etc/hosts").touch()  # the bind's target: this machine's names (the harness's SlurmctldHost)
     for name in PROGRAMS:
         found = [p for p in (f"usr/sbin/{name}", f"usr/bin/{name}") if (root / p).exists()]
@@ -105,7 +108,8 @@ def wrappers(root: Path, directory: Path) -> Path:
             raise NobleUnavailable(f"{name} is not in the noble root ({root})")
         script = directory / name
         script.write_text(
-            "#!/bin/sh\n"
+            "#!/bin/sh\n"  # already in the root (a job's srun, a hook's scontrol): the program itself
+            f'[ -d {HOST_ROOT}/proc/self ] && exec /{found[0]} "$@"\n'
             f'exec unshare -m --propagation private sh -c \'{mounts} && exec chroot "$R" "$@"\' '
             f'sh /{found[0]} "$@"\n'.replace("$R", str(root))
         )

@@ -37,3 +37,10 @@ def noble_slurm(noble_bin: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ca
     monkeypatch.setenv("PATH", f"{noble_bin}:{os.environ['PATH']}")
     with harnesses() as make:
         yield make
+
+
+@pytest.fixture
+def slurm_factory(noble_slurm: Callable[..., SlurmHarness]) -> Callable[..., SlurmHarness]:
+    """The suite's `slurm_factory` here is noble's: the e2e tests this directory re-runs (`test_daemon_*.py`) start
+    Ubuntu's Slurm 23.11 with no change of their own."""
+    return noble_slurm

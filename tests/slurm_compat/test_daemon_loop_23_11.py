@@ -1,0 +1,15 @@
+"""The daemon's end-to-end loop on Slurm 23.11, as the stacks' Ubuntu 24.04 image ships it: the e2e test of
+tests/e2e/test_end_to_end.py, unchanged, on noble's slurmctld and slurmd (this directory's `slurm_factory`).
+
+A 2-node gang and two 1-node jobs get instances from the fake Compute API, run, and their idle nodes are suspended
+and deleted by name; the daemon reads 23.11's JSON (`fleet.slurm.nodes_json`, `autoscaler.slurm.readers`) and
+slurmctld runs its hooks.  Until the thirty-sixth round no daemon test ran on 23.11."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.conftest import env  # noqa: F401  (the fixture, on noble's slurm_factory)
+from tests.e2e.test_end_to_end import test_jobs_get_instances_run_and_idle_nodes_are_deleted  # noqa: F401
+
+pytestmark = [pytest.mark.slurm, pytest.mark.gce, pytest.mark.slow]

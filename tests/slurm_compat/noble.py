@@ -20,6 +20,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -115,3 +116,26 @@ def wrappers(root: Path, directory: Path) -> Path:
         )
         script.chmod(0o755)
     return directory
+
+
+def main(argv: list[str]) -> int:
+    """`python -m tests.slurm_compat.noble DIR`: bake the root (if not cached), write the wrappers into DIR and print
+    the PATH that runs any Slurm test on 23.11, e.g. ``PATH=DIR:$PATH pytest -n 2 tests/e2e``."""
+    if len(argv) != 1:
+        print("usage: python -m tests.slurm_compat.noble DIR", file=sys.stderr)
+        return 2
+    if reason := unavailable_reason():
+        print(f"Ubuntu's Slurm cannot run here: {reason}", file=sys.stderr)
+        return 1
+    log = Path(argv[0]).resolve().with_suffix(".build.log")
+    try:
+        directory = wrappers(noble_root(log), Path(argv[0]).resolve())
+    except NobleUnavailable as exc:
+        print(f"Ubuntu's Slurm could not be set up ({log}): {exc}", file=sys.stderr)
+        return 1
+    print(f"PATH={directory}:$PATH")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

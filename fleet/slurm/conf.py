@@ -93,6 +93,21 @@ def _line(head: tuple[str, str], items: Mapping[str, str | int]) -> str:
     return " ".join([f"{head[0]}={head[1]}", *(f"{k}={v}" for k, v in items.items())])
 
 
+def release_settings(release: str) -> dict[str, str]:
+    """What 22.05 needs set that 23.11, the images' Slurm, does by default: a CLOUD node's address is the one it
+    registers from (`cloud_reg_addrs`: no DNS for nodes), powered-down nodes show in sinfo (`PrivateData=cloud`),
+    no address cache (`NoAddrCache`).  23.11 has no address cache and logs "is defunct, please remove it" for the
+    other two at every start of every daemon and client (src/common/read_config.c; NEWS 23.02.0rc1 and 23.11.0rc1),
+    so they are rendered for 22.05 only."""
+    if release == "22.05":
+        return {
+            "SlurmctldParameters": "cloud_reg_addrs,enable_configless,idle_on_node_suspend",
+            "PrivateData": "cloud",
+            "CommunicationParameters": "NoAddrCache",
+        }
+    return {}
+
+
 def _global_settings(
     spec: FleetSpec,
     cluster: ClusterSpec,
@@ -143,10 +158,8 @@ def _global_settings(
         "ReturnToService": "2",
         "MailProg": "/bin/true",
         # --- cloud nodes, power saving (the autoscaler daemon's hooks) ---
-        # cloud_reg_addrs: a node's address is the one it registers from (no DNS for nodes either)
-        "SlurmctldParameters": "cloud_reg_addrs,enable_configless,idle_on_node_suspend",
-        "PrivateData": "cloud",
-        "CommunicationParameters": "NoAddrCache",
+        "SlurmctldParameters": "enable_configless,idle_on_node_suspend",
+        **release_settings(slurm.release),
         "TreeWidth": "65533",
         "ResumeProgram": resume_program,
         "SuspendProgram": suspend_program,

@@ -2,9 +2,10 @@
 
 Several slurm.conf keys take a comma-separated list of independent options (slurm.conf(5)): SlurmctldParameters,
 SchedulerParameters, PrivateData, GresTypes, ...  The stack renders some of these options because the cluster does
-not work without them: `SlurmctldParameters=cloud_reg_addrs,enable_configless,idle_on_node_suspend` (a CLOUD node
-registers from its own address, fetches slurm.conf from the controller, and is powered down idle),
-`GresTypes=gpu` (no GPU is schedulable without it), `PrivateData=cloud`, `CommunicationParameters=NoAddrCache`,
+not work without them: `SlurmctldParameters=enable_configless,idle_on_node_suspend` (a CLOUD node fetches
+slurm.conf from the controller and is powered down idle; for Slurm 22.05 also `cloud_reg_addrs`, `PrivateData=cloud`
+and `CommunicationParameters=NoAddrCache`: `fleet.slurm.conf.release_settings`), `GresTypes=gpu` (no GPU is
+schedulable without it),
 `JobSubmitPlugins=lua` (the right-sizing `--prefer`, or under late binding the hard `--constraint`),
 `SchedulerParameters=preempt_youngest_first` with preemption (`batch_sched_delay=0` under late binding),
 `SuspendExcNodes=<reservation pools>` (reserved nodes are never powered down, so never deleted).

@@ -155,6 +155,10 @@ class AutoscalerSpec(_Spec):
     metrics_port: int = Field(9464, ge=1024, le=65535, description="/metrics and /healthz on 127.0.0.1")
 
 
+#: the Slurm releases the rendered slurm.conf is run against (22.05: Debian 12; 23.11: Ubuntu 24.04)
+SlurmRelease = Literal["22.05", "23.11"]
+
+
 class SlurmSpec(_Spec):
     controller_machine_type: MachineType = "n2-standard-8"
     login_machine_type: MachineType = "n2-standard-4"
@@ -168,6 +172,11 @@ class SlurmSpec(_Spec):
         "longest idle keep + one daemon tick (fleet.slurm.suspend)",
     )
     resume_timeout: int = Field(1800, ge=300, le=86_400, description="seconds a CLOUD node may take to register")
+    release: SlurmRelease = Field(
+        "23.11",
+        description="the Slurm release the images install (Ubuntu 24.04, the stacks' images: 23.11; Debian 12: "
+        "22.05): slurm.conf gets the keys that release needs and none it calls defunct (fleet.slurm.conf)",
+    )
     extra_config: dict[str, str] = Field(  # syntax: rules.slurm_extra_config
         default_factory=dict,
         description="site slurm.conf keys (e.g. PriorityType) added to / replacing the generated ones",

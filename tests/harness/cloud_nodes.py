@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness.slurm import SlurmHarness, free_port_range, kill_processes
+from tests.harness.slurm import SlurmHarness, free_port_range, kill_processes, slurm_release
 
 SHIM_SOURCE = Path(__file__).with_name("uptime_shim.c")
 #: environment variable marking a fake VM's slurmd (and the slurmstepds it forks): `<harness root>:<node name>`
@@ -199,8 +199,8 @@ def cloud_slurm_conf(
         "ResumeRate": "0",
         "SuspendRate": "0",
         "SlurmctldParameters": "idle_on_node_suspend",
-        "CommunicationParameters": "NoAddrCache",
-        "PrivateData": "cloud",
+        # what 23.11 does by default and calls defunct (fleet.slurm.conf.release_settings)
+        **({"CommunicationParameters": "NoAddrCache", "PrivateData": "cloud"} if slurm_release() < (23, 11) else {}),
         "SlurmctldTimeout": "30",
         "SlurmdTimeout": "30",
         "InactiveLimit": "0",

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fleet.slurm.conf import SlurmConf
+    from fleet.spec import FleetSpec
 
 CRED_EXPIRE_S = 30
 #: where a Slurm run in another root (tests/slurm_compat/noble.py) sees this machine's root: `host_script`s run there
@@ -99,6 +100,17 @@ def host_script(path: Path, body: str) -> str:
 def slurm_release(slurmd: str | None = None) -> tuple[int, int]:
     """(major, minor) of the Slurm the harness would start (`slurmd -V`: "slurm 22.05.8", "slurm-wlm 23.11.4")."""
     return _release_of(slurmd or binary("slurmd"))
+
+
+def for_this_slurm(spec: FleetSpec) -> FleetSpec:
+    """`spec` with every Slurm cluster's `slurm.release` that of the Slurm the harness starts (22.05 here, 23.11 in
+    tests/slurm_compat): a stack rendered for a release runs on that release (`fleet.slurm.conf.release_settings`)."""
+    release = "22.05" if slurm_release() < (23, 11) else "23.11"
+    clusters = [
+        c.model_copy(update={"slurm": c.slurm.model_copy(update={"release": release})}) if c.slurm else c
+        for c in spec.clusters
+    ]
+    return spec.model_copy(update={"clusters": clusters})
 
 
 @functools.cache
@@ -243,6 +255,8 @@ class SlurmHarness:
             "SlurmdPidFile": str(r / "run" / "slurmd-%n.pid"),
             "SlurmctldLogFile": str(r / "log" / "slurmctld.log"),
             "SlurmdLogFile": str(r / "log" / "slurmd-%n.log"),
+            # the stacks' JobCompType=jobcomp/filetxt would write this machine's /var/log/slurm/jobcomp.log
+            "JobCompLoc": str(r / "log" / "jobcomp.log"),
             "ResumeProgram": self.resume_program,
             "SuspendProgram": self.suspend_program,
             "ResumeFailProgram": self.resume_fail_program,

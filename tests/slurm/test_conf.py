@@ -105,9 +105,9 @@ def test_cloud_and_power_save_settings(a3mega_data: dict[str, Any]) -> None:
     for key, name in (("ResumeProgram", "resume"), ("SuspendProgram", "suspend"), ("ResumeFailProgram", "resume_fail")):
         assert s[key] == f"/usr/local/libexec/gpu-fleet/{name}.sh"
         assert (ROOT / "deploy" / "slurm" / f"{name}.sh").is_file()
-    assert s["PrivateData"] == "cloud" and s["SelectType"] == "select/cons_tres" and s["GresTypes"] == "gpu"
+    assert s["SelectType"] == "select/cons_tres" and s["GresTypes"] == "gpu"
     params = s["SlurmctldParameters"].split(",")
-    assert "cloud_reg_addrs" in params and "cloud_dns" not in params  # zonal DNS would hide the nodes
+    assert {"enable_configless", "idle_on_node_suspend"} <= set(params) and "cloud_dns" not in params  # zonal DNS
     assert s["TopologyPlugin"] == "topology/tree"
     assert s["JobCompType"] == "jobcomp/filetxt" and s["AccountingStorageType"] == "accounting_storage/none"
     assert (s["Prolog"], s["Epilog"]) == ("/etc/slurm/gpu-fleet-prolog.sh", "/etc/slurm/gpu-fleet-epilog.sh")
@@ -311,6 +311,27 @@ def test_a_site_scheduler_parameters_keep_their_options_and_the_preemption_order
     assert settings(render(site).slurm_conf)["SchedulerParameters"] == "batch_sched_delay=0,bf_continue"
 
 
+@pytest.mark.parametrize(
+    ("release", "defunct_or_needed"),
+    [
+        ("23.11", {}),  # 23.11 does all three by default and logs the first two as defunct at every start
+        ("22.05", {"cloud_reg_addrs": True, "PrivateData": "cloud", "CommunicationParameters": "NoAddrCache"}),
+    ],
+)
+def test_the_keys_follow_the_images_slurm_release(
+    a3mega_data: dict[str, Any], release: str, defunct_or_needed: dict[str, Any]
+) -> None:
+    """`slurm.release` (default 23.11, Ubuntu 24.04's): what 22.05 needs for CLOUD nodes (a node's address is the
+    one it registers from, powered-down nodes in sinfo, no address cache) is rendered for 22.05 only."""
+    data = copy.deepcopy(a3mega_data)
+    data["clusters"][0]["slurm"]["release"] = release
+    s = settings(render(data).slurm_conf)
+    assert ("cloud_reg_addrs" in s["SlurmctldParameters"].split(",")) == bool(defunct_or_needed)
+    assert {k: s[k] for k in ("PrivateData", "CommunicationParameters") if k in s} == {
+        k: v for k, v in defunct_or_needed.items() if k != "cloud_reg_addrs"
+    }
+
+
 def test_a_site_option_list_adds_to_the_options_the_cluster_needs(a3mega_data: dict[str, Any]) -> None:
     """A site's SlurmctldParameters, GresTypes, PrivateData, JobSubmitPlugins... are added to the rendered options
     (a CLOUD node that lost cloud_reg_addrs / enable_configless cannot register or fetch its slurm.conf; without
@@ -328,11 +349,11 @@ def test_a_site_option_list_adds_to_the_options_the_cluster_needs(a3mega_data: d
         "SuspendExcNodes": "a3mega-spot-[0,2]",
     }
     s = settings(render(site).slurm_conf)
-    assert rendered["SlurmctldParameters"] == "cloud_reg_addrs,enable_configless,idle_on_node_suspend"
-    assert s["SlurmctldParameters"] == "cloud_reg_addrs,enable_configless,idle_on_node_suspend,reboot_from_controller"
+    assert rendered["SlurmctldParameters"] == "enable_configless,idle_on_node_suspend"
+    assert s["SlurmctldParameters"] == "enable_configless,idle_on_node_suspend,reboot_from_controller"
     assert "slurmctldparameters" not in s  # one spelling of the key in the file
     assert s["GresTypes"] == "gpu,shard"
-    assert s["PrivateData"] == "cloud,jobs,usage"
+    assert s["PrivateData"] == "jobs,usage"
     assert s["SchedulerParameters"] == "preempt_youngest_first,batch_sched_delay=0,bf_window=2880"
     assert s["SelectTypeParameters"] == "CR_CPU_Memory"
     assert s["SlurmdParameters"] == "config_overrides"  # not rendered: added as given

@@ -21,7 +21,7 @@ from fleet.slurm import render_slurm_conf
 from fleet.slurm.weights import pool_weights
 from fleet.spec import load_stack_file
 from fleet.spec.derive import node_name_prefix
-from tests.harness.slurm import SlurmHarness
+from tests.harness.slurm import SlurmHarness, for_this_slurm
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "slurm"
@@ -210,7 +210,7 @@ def test_rest_names_slurmrestds_error_for_a_refused_update() -> None:
 @pytest.fixture
 def l4dev(slurm_factory) -> Iterator[tuple[SlurmHarness, list[str], int]]:  # type: ignore[no-untyped-def]
     """gcp-l4-dev's rendered slurm.conf on a real slurmctld: its first pool's node names and rendered Weight."""
-    spec = load_stack_file(ROOT / "Pulumi.gcp-l4-dev.yaml")
+    spec = for_this_slurm(load_stack_file(ROOT / "Pulumi.gcp-l4-dev.yaml"))
     c = spec.clusters[0]
     harness = slurm_factory()
     harness.start_rendered(render_slurm_conf(spec, c, overrides=harness.overrides()))

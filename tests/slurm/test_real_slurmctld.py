@@ -15,7 +15,7 @@ from fleet.catalog import load_catalog
 from fleet.slurm import render_slurm_conf
 from fleet.spec import FleetSpec, load_spec, load_stack_file, read_stack_config
 from fleet.spec.derive import default_partition, node_name_prefix
-from tests.harness.slurm import SlurmHarness, SlurmStartError, poll_until
+from tests.harness.slurm import SlurmHarness, SlurmStartError, for_this_slurm, poll_until
 
 pytestmark = pytest.mark.slurm
 
@@ -25,7 +25,7 @@ EXAMPLES = ["gcp-a3mega-slurm", "gcp-a3ultra-slurm", "gcp-l4-dev"]
 
 @pytest.fixture(scope="module", params=EXAMPLES)
 def cluster(request: pytest.FixtureRequest, slurm_factory) -> Iterator[tuple[FleetSpec, SlurmHarness]]:
-    spec = load_stack_file(ROOT / f"Pulumi.{request.param}.yaml")
+    spec = for_this_slurm(load_stack_file(ROOT / f"Pulumi.{request.param}.yaml"))
     harness = slurm_factory()
     # only host keys are replaced: the generated cgroup plugins, cloud and power-save settings stay as shipped
     conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides(cgroup=True))
@@ -98,7 +98,7 @@ def test_jobs_power_up_the_right_nodes(slurm_factory) -> None:
     slurmctld hands the chosen nodes to the ResumeProgram hook.  (With every node powered down 22.05 ignores
     Weight: the reservation's 16-node pool leaf is topology/tree's best fit over the 32-node spot leaf;
     docs/autoscaler.md "Node weights".)"""
-    spec = load_stack_file(ROOT / "Pulumi.gcp-a3mega-slurm.yaml")
+    spec = for_this_slurm(load_stack_file(ROOT / "Pulumi.gcp-a3mega-slurm.yaml"))
     harness = slurm_factory()
     conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
     harness.start_rendered(conf)
@@ -148,7 +148,7 @@ def test_jobs_power_up_the_right_nodes(slurm_factory) -> None:
 
 def _suspend_exc_nodes(slurm_factory, data: dict) -> str:  # type: ignore[no-untyped-def]
     """SuspendExcNodes as a real slurmctld reads back the slurm.conf rendered from the stack config `data`."""
-    spec = load_spec(data)
+    spec = for_this_slurm(load_spec(data))
     harness = slurm_factory()
     conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
     harness.start_rendered(conf)
@@ -172,7 +172,7 @@ def test_a_site_option_list_is_merged_and_slurmctld_reads_both(slurm_factory) ->
         "SchedulerParameters": "bf_window=2880",
         "SuspendExcNodes": "a3mega-spot-[0,2]",
     }
-    spec = load_spec(data)
+    spec = for_this_slurm(load_spec(data))
     harness = slurm_factory()
     harness.start_rendered(render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides()))
     try:
@@ -215,7 +215,7 @@ def test_standby_pools_render_a_counted_suspend_exclusion_slurmctld_accepts(slur
 
 def test_harness_reports_a_config_slurm_rejects(slurm_factory) -> None:
     harness = slurm_factory()
-    spec = load_stack_file(ROOT / "Pulumi.gcp-l4-dev.yaml")
+    spec = for_this_slurm(load_stack_file(ROOT / "Pulumi.gcp-l4-dev.yaml"))
     conf = render_slurm_conf(spec, spec.clusters[0], overrides={**harness.overrides(), "SelectType": "select/bogus"})
     with pytest.raises(SlurmStartError, match="slurmctld"):
         harness.start_rendered(conf, timeout=10)
@@ -223,7 +223,7 @@ def test_harness_reports_a_config_slurm_rejects(slurm_factory) -> None:
 
 
 def test_harness_local_slurmd_runs_a_job(slurm_factory) -> None:
-    spec = load_stack_file(ROOT / "Pulumi.gcp-l4-dev.yaml")
+    spec = for_this_slurm(load_stack_file(ROOT / "Pulumi.gcp-l4-dev.yaml"))
     harness = slurm_factory()
     conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
     # topology/tree schedules only nodes in the tree: the harness's own node gets a leaf of its own

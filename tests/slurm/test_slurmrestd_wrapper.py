@@ -16,14 +16,14 @@ from autoscaler.slurm.client import RestSlurm
 from components.gcp.startup import _RESTD_WRAPPER
 from fleet.slurm.conf import render_slurm_conf, slurmrestd_auth
 from fleet.spec import load_stack_file
-from tests.harness.slurm import free_port
+from tests.harness.slurm import for_this_slurm, free_port
 from tests.stacks.conftest import REPO
 
 pytestmark = pytest.mark.slurm
 
 
 def test_wrapper_serves_the_rest_api_with_jwt_as_nobody(slurm_factory, tmp_path) -> None:
-    spec = load_stack_file(REPO / "Pulumi.gcp-l4-dev.yaml")
+    spec = for_this_slurm(load_stack_file(REPO / "Pulumi.gcp-l4-dev.yaml"))
     harness = slurm_factory()
     key = harness.root / "state" / "ctld" / "jwt_hs256.key"
     key.write_bytes(os.urandom(32))

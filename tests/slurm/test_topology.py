@@ -17,7 +17,7 @@ from fleet.slurm.topology import (
     render_topology,
     rendered_weights,
 )
-from tests.harness.slurm import binary
+from tests.harness.slurm import binary, for_this_slurm
 
 
 def test_hostlists_round_trip() -> None:
@@ -117,7 +117,7 @@ def test_a_node_that_reports_its_host_moves_in_real_slurmctlds_tree(slurm_factor
     from fleet.slurm.conf import render_slurm_conf
     from fleet.spec import load_stack_file
 
-    spec = load_stack_file(Path(__file__).resolve().parents[2] / "Pulumi.gcp-a3mega-slurm.yaml")
+    spec = for_this_slurm(load_stack_file(Path(__file__).resolve().parents[2] / "Pulumi.gcp-a3mega-slurm.yaml"))
     harness = slurm_factory()
     conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides())
     harness.start_rendered(conf)

@@ -8,13 +8,14 @@ import pytest
 
 from fleet.slurm.conf import render_slurm_conf, slurmrestd_auth
 from fleet.spec.load import load_stack_file
+from tests.harness.slurm import for_this_slurm
 from tests.stacks.conftest import REPO
 
 pytestmark = pytest.mark.slurm
 
 
 def test_stack_slurm_conf_with_jwt_auth_starts_and_issues_tokens(slurm_factory):
-    spec = load_stack_file(REPO / "Pulumi.gcp-a3mega-slurm.yaml")
+    spec = for_this_slurm(load_stack_file(REPO / "Pulumi.gcp-a3mega-slurm.yaml"))
     harness = slurm_factory()
     key = harness.root / "state" / "ctld" / "jwt_hs256.key"
     key.write_bytes(os.urandom(32))  # SlurmCluster stores 32 random bytes; the VM writes them here

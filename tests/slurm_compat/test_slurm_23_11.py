@@ -7,6 +7,7 @@ a down accounting database)."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import pytest
@@ -107,7 +108,9 @@ def test_each_stacks_slurm_conf_runs_on_slurm_23_11(noble, noble_slurm, stack: s
     partition = default_partition(cluster.slurm)
     job = int(h.run("sbatch", "-p", partition.name, "-N1", "--wrap", "true", check=True).stdout.split()[-1])
     assert poll_until(lambda: _jobs(h)[job][0] == "CONFIGURING", 30), (_jobs(h), h.logs())
-    assert "fatal" not in h.logs(200).lower()
+    logs = h.logs(200).lower()
+    assert "fatal" not in logs
+    assert "defunct" not in logs, logs  # 23.11 logs a key it dropped at every start of every daemon and client
 
 
 def test_23_11_exclusive_jobs_arrays_and_memory_read_as_on_22_05(cluster) -> None:
@@ -122,3 +125,29 @@ def test_23_11_exclusive_jobs_arrays_and_memory_read_as_on_22_05(cluster) -> Non
     assert pending and all(j.gpus_per_node == 1 for j in pending)
     record = next(j for j in pending if j.pending and j.array_task_id is None)  # the record holding the rest
     assert record.array_tasks.throttle == 2, record.array_tasks
+
+
+#: what the scripts install from the repositories they add themselves (Google's Artifact Registry and Lustre
+#: repositories, NVIDIA's), not from Ubuntu's archive (apt-transport-artifact-registry is in both)
+THIRD_PARTY = {"dmabuf-import-helper", "nvidia-container-toolkit", "lustre-client-utils"}
+
+
+def test_every_ubuntu_package_the_scripts_install_is_in_noble(noble) -> None:
+    """Every package an `apt_install` of the generated scripts names (each role, each fabric) resolves in Ubuntu
+    24.04's archive (main and universe, as the images have them): a Debian-only or mistyped name would stop a first
+    boot at `apt-get install`.  A virtual package (libpmix2, provided by libpmix2t64) resolves as apt resolves it."""
+    import re
+
+    from tests.components.test_startup import ALL
+
+    wanted = {
+        word
+        for text in ALL.values()
+        for args in re.findall(r"apt_install ([^;|&\n}]*)", text)
+        for word in args.split()
+        if re.fullmatch(r"[a-z0-9][a-z0-9.+-]+", word)
+    }
+    assert {"slurmctld", "slurmd", "libpmix2", "python3-venv"} <= wanted  # the extraction sees the scripts' lists
+    simulate = ["chroot", str(noble), "apt-get", "install", "-s", "-q", "--no-install-recommends"]
+    missing = {p for p in sorted(wanted) if subprocess.run([*simulate, p], capture_output=True).returncode != 0}
+    assert missing == THIRD_PARTY & wanted, f"not in Ubuntu noble: {sorted(missing - THIRD_PARTY)}"

@@ -116,13 +116,16 @@ def test_a_job_end_deletes_the_freed_node_within_seconds_never_a_completing_or_r
     assert single in env.ticks[i].job_ends  # the tick that deleted it settled the job's wake-up
     assert at < poll0 + POLL_S  # no regular poll had run: the wake-up did it
     hook_at, epilog_end = rows[single]["at"], _epilog_end(env, single)
-    looked = [t for t in env.ticks if hook_at <= t.at < epilog_end]
+    # ticks that ran and finished while the node's Epilog ran (one that starts a moment before it ends may read the
+    # node after it: its start says nothing)
+    looked = [t for t in env.ticks if hook_at <= t.at and t.at + t.duration_s < epilog_end]
     assert looked and not any(c["command"] == "delete" for t in looked for c in t.commands)  # COMPLETING: kept
     deleted = [e for e in env.fake.events_of("delete-requested") if e.name == "e2e-od-0"]
     assert len(deleted) == 1 and deleted[0].at > epilog_end
 
     # the reused node: the first job's end did not delete it (the second job took it), the second's did
     [(i, at)] = _deletes(env, "e2e-one-0")
-    assert second in env.ticks[i].job_ends and at > _epilog_end(env, second) and at < poll0 + POLL_S
+    [reused] = [e for e in env.fake.events_of("delete-requested") if e.name == "e2e-one-0"]
+    assert second in env.ticks[i].job_ends and reused.at > _epilog_end(env, second) and at < poll0 + POLL_S
     assert [e.name for e in env.fake.events_of("create") if e.name == "e2e-one-0"] == ["e2e-one-0"]
     assert env.fake.duplicates() == {}

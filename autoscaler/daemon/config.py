@@ -116,6 +116,9 @@ class LoopConfig(_Strict):
     orphan_grace_s: Annotated[float, Field(ge=0, le=86_400 * 7)] = 600.0  # unwanted instance deleted after this
     resume_fail_backoff_s: Annotated[float, Field(ge=0, le=86_400 * 7)] = 1800.0  # ResumeTimeout: avoid offering
     launch_timeout_s: Seconds = 900.0  # an intent with no instance after this long is given up
+    # a name Slurm powers up with no resume row, intent or instance this long: its hook call was lost, resume it
+    # (autoscaler.daemon.lost_resumes)
+    lost_resume_grace_s: Annotated[float, Field(ge=1, le=86_400)] = 60.0
     prewarm: bool = False  # launch for PENDING jobs Slurm could not place (needs free CLOUD node names)
 
 

@@ -78,6 +78,7 @@ from autoscaler.daemon import job_end
 from autoscaler.daemon.actuate import Actuator
 from autoscaler.daemon.config import LoopConfig
 from autoscaler.daemon.lock import LeaderLock
+from autoscaler.daemon.lost_resumes import LostResumes, bound_jobs
 from autoscaler.daemon.metrics import Metrics
 from autoscaler.daemon.named_nodes import fixed_node_releases
 from autoscaler.daemon.reconcile import Reconciliation, reconcile
@@ -101,6 +102,7 @@ from autoscaler.planner.standby import standby_count
 from autoscaler.slurm.client import SlurmClient, SlurmUnavailable
 from autoscaler.slurm.constraint import ConstraintUnreadable, alternatives, constraint_expression
 from autoscaler.slurm.gang_gate import lease_s
+from autoscaler.slurm.hostlist import compress
 from autoscaler.slurm.readers import SlurmJob, SlurmNode, waiting_on_power_up
 from autoscaler.slurm.wake import submit_wake_path
 from fleet.catalog import CapacityType
@@ -220,6 +222,7 @@ class Daemon:
         # the Weights `fleet render slurm-conf` gives each pool's nodes: the base of the reserved nodes' best fit
         self._base_weights = rendered_weights(self.pools) if self._reserved else {}
         self.unservable = UnservableJobs()
+        self.lost_resumes = LostResumes(loop.lost_resume_grace_s)
 
     # --- the tick ------------------------------------------------------------------------------------------
     def tick(self) -> TickResult:
@@ -342,6 +345,8 @@ class Daemon:
             memory, timed_out = self._power_down_requests(power, cloud, snodes, requests, now, act, memory, actuate)
             power = self.store.open_power() if actuate else power
             requests = self.store.requests(OPEN_REQUEST_STATES) if actuate else requests
+            if snodes is not None and self._resume_lost_calls(snodes, sjobs, power, requests, cloud, now, actuate):
+                power = self.store.open_power()
 
         prices = {o.key: o.hourly_usd for o in offerings}
         own = self.store.own_exclusions() if any(j.excluded_nodes for j in sjobs or ()) else {}
@@ -540,6 +545,34 @@ class Daemon:
                 self.store.clear_orphans(deleted)
                 self.metrics.orphans_deleted.inc(len(deleted))
         return memory
+
+    def _resume_lost_calls(
+        self,
+        snodes: dict[str, SlurmNode],
+        sjobs: Sequence[SlurmJob] | None,
+        power: Sequence[PowerRow],
+        requests: Sequence[RequestRow],
+        cloud: Sequence[CloudNode],
+        now: float,
+        actuate: bool,
+    ) -> bool:
+        """Queue the resume of names Slurm powers up whose hook call never arrived (`lost_resumes`); True when
+        rows were queued."""
+        explained = {r.name for r in power if r.action == "resume"} | {n for r in requests for n in r.names}
+        explained |= {c.name for c in cloud if c.status is not CloudNodeStatus.GONE}
+        lost = self.lost_resumes.due(self.pools, snodes, explained, now)
+        if not lost or not actuate:
+            return False
+        jobs = bound_jobs(lost, sjobs or ())
+        logger.bind(names=lost).warning(
+            "Slurm has powered up {} for {:g}s with no resume call (a failed ResumeProgram: see the hook log): "
+            "resuming them",
+            compress(lost),
+            self.loop.lost_resume_grace_s,
+        )
+        self.metrics.power_requests.labels(action="resume_lost").inc(len(lost))
+        self.store.enqueue_power("resume", lost, now, jobs)
+        return True
 
     def _power_down_requests(
         self,

@@ -15,8 +15,10 @@ poll then frees the nodes instead).
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 from autoscaler.daemon.state import StateError
@@ -24,33 +26,55 @@ from autoscaler.slurm.handoff import HandOff, default_state_path, hand_off, hand
 from autoscaler.slurm.hostlist import HostlistError
 
 
-def run(action: str, hostlist: str, state: Path | None, *, job_id: int | None = None) -> int:
+def run(action: str, hostlist: str, state: Path | None, *, job_id: int | None = None, log: Path | None = None) -> int:
+    """Queue the call for the daemon; what it says goes to stderr and, with `log`, to that file too (`report`)."""
     action = action.replace("-", "_")
     path = state or default_state_path()
+
+    def say(message: str) -> None:
+        report(message, log, f"{action} {hostlist}")
+
     try:
         if action == "job_end":
             res: HandOff = hand_off_job_end(hostlist, path, job_id=job_id)
         else:
             res = hand_off(action, hostlist, path, jobs=resume_jobs() if action == "resume" else None)
     except (HostlistError, ValueError) as exc:
-        print(f"HOSTLIST: {exc}", file=sys.stderr)
+        say(f"HOSTLIST: {exc}")
         return 2
     except StateError as exc:
-        print(f"--state: {exc}", file=sys.stderr)
+        say(f"--state: {exc}")
         return 1
     except (OSError, sqlite3.Error) as exc:
-        print(f"--state: cannot write the daemon's state store: {exc}", file=sys.stderr)
+        say(f"--state: cannot write the daemon's state store: {exc}")
         return 1
     if action == "job_end":
         if res.queued:
             job = f"job {job_id}" if job_id is not None else "a job"
-            print(f"job_end: {job} freed {res.queued} managed node(s): autoscaler woken", file=sys.stderr)
+            say(f"job_end: {job} freed {res.queued} managed node(s): autoscaler woken")
         return 0
     if res.refused:
-        print(res.refused_summary(action), file=sys.stderr)
+        say(res.refused_summary(action))
     if res.queued or not res.refused:
-        print(f"{action}: queued {res.queued} node(s) for the autoscaler", file=sys.stderr)
+        say(f"{action}: queued {res.queued} node(s) for the autoscaler")
     return 0 if res.queued else 2
+
+
+def report(message: str, log: Path | None, call: str = "") -> None:
+    """One line to stderr and, with `log`, appended there with the time, this process's id and the `call` it is about
+    (the log interleaves every call's lines): slurmctld keeps
+    none of a power program's output (23.11 logs it only under DebugFlags=Script) nor an EpilogSlurmctld's, so the
+    wrappers (deploy/slurm) name the hook log.  A log that cannot be written is skipped: a hook never fails over
+    its log."""
+    print(message, file=sys.stderr)
+    if log is None:
+        return
+    stamp = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    try:
+        with log.open("a") as out:
+            out.write(f"{stamp} [{os.getpid()}] {message}" + (f" ({call})\n" if call else "\n"))
+    except OSError:
+        pass
 
 
 def _job_id(text: str) -> int:
@@ -65,10 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("hostlist")
     ap.add_argument("--state", type=Path, default=None, help="the daemon's state store")
     ap.add_argument("--job-id", type=_job_id, default=None, help="job-end: the job that ended (SLURM_JOB_ID)")
+    ap.add_argument("--log", type=Path, default=None, help="also append what the hook says here, with the time")
     a = ap.parse_args(argv)
     if a.job_id is not None and a.action != "job-end":
         ap.error("--job-id: only with job-end")
-    return run(a.action, a.hostlist, a.state, job_id=a.job_id)
+    return run(a.action, a.hostlist, a.state, job_id=a.job_id, log=a.log)
 
 
 if __name__ == "__main__":

@@ -367,7 +367,24 @@ def hook_lines(hooks: Mapping[str, str]) -> list[str]:
     starts: slurmctld checks them when it starts, and 23.11 does not start over a missing EpilogSlurmctld.  Each is
     deploy/slurm's wrapper of that name, which runs the pinned checkout's `autoscaler.slurm.hook` (installed later
     in the same boot: until then a hook call fails, and no job runs yet)."""
-    return [_file(path, (HOOK_SOURCES / f"{name}.sh").read_text(), mode="0755") for name, path in hooks.items()]
+    lines = [_file(path, (HOOK_SOURCES / f"{name}.sh").read_text(), mode="0755") for name, path in hooks.items()]
+    return [*lines, _file("/etc/logrotate.d/gpu-fleet-hooks", HOOK_LOGROTATE)] if lines else []
+
+
+#: the hooks append what they say to HOOK_LOG (slurmctld keeps none of it); weekly, four weeks kept, like the Slurm
+#: packages' own logs.  `su slurm slurm`: the directory is the Slurm user's (logrotate refuses it otherwise).
+HOOK_LOG = "/var/log/slurm/gpu-fleet-hooks.log"
+HOOK_LOGROTATE = f"""{HOOK_LOG} {{
+    su slurm slurm
+    weekly
+    rotate 4
+    compress
+    delaycompress
+    missingok
+    notifempty
+    create 0640 slurm slurm
+}}
+"""
 
 
 def _config_lines(cfg: SlurmHostConfig) -> list[str]:

@@ -6,7 +6,8 @@
 # and its nodes are unaffected); the daemon's poll then frees the nodes. A job that never got nodes: nothing to do.
 [ -n "${SLURM_JOB_NODELIST:-}" ] || exit 0
 set -- "${GPU_FLEET_PYTHON:-/opt/gpu-fleet/.venv/bin/python}" -m autoscaler.slurm.hook job-end "$SLURM_JOB_NODELIST" \
-  --state "${GPU_FLEET_AUTOSCALER_STATE:-/var/lib/gpu-fleet/autoscaler.db}"
+  --state "${GPU_FLEET_AUTOSCALER_STATE:-/var/lib/gpu-fleet/autoscaler.db}" \
+  --log "${GPU_FLEET_HOOK_LOG:-/var/log/slurm/gpu-fleet-hooks.log}"
 [ -z "${SLURM_JOB_ID:-}" ] || set -- "$@" --job-id "$SLURM_JOB_ID"
 # bounded: slurmctld waits for EpilogSlurmctld indefinitely by default (PrologEpilogTimeout) and keeps the job
 # COMPLETING until it returns

@@ -30,6 +30,9 @@ LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL
 _STATE_HELP = "state store of the daemon (default: $GPU_FLEET_AUTOSCALER_STATE or /var/lib/gpu-fleet/autoscaler.db)"
 StatePath = Annotated[Path | None, typer.Option("--state", help=_STATE_HELP)]
 Hostlist = Annotated[str, typer.Argument(help="Slurm hostlist, e.g. a3-spot-[0-3]")]
+HookLog = Annotated[
+    Path | None, typer.Option("--log", help="also append what the hook says here, with the time (the hook log)")
+]
 
 
 def _fail(msg: str, code: int = 2) -> None:
@@ -228,10 +231,10 @@ def status(
     typer.echo(json.dumps(out, indent=2, default=str))
 
 
-def _hook(action: str, hostlist: str, state: Path | None, job_id: int | None = None) -> None:
+def _hook(action: str, hostlist: str, state: Path | None, log: Path | None, job_id: int | None = None) -> None:
     from autoscaler.slurm.hook import run as run_hook
 
-    code = run_hook(action, hostlist, state, job_id=job_id)
+    code = run_hook(action, hostlist, state, job_id=job_id, log=log)
     if code:
         raise typer.Exit(code)
 
@@ -240,37 +243,41 @@ def _hook(action: str, hostlist: str, state: Path | None, job_id: int | None = N
 def resume(
     hostlist: Hostlist,
     state: StatePath = None,
+    log: HookLog = None,
 ) -> None:
     """ResumeProgram: ask the daemon to create these nodes (reads SLURM_RESUME_FILE for the job map)."""
-    _hook("resume", hostlist, state)
+    _hook("resume", hostlist, state, log)
 
 
 @slurm_app.command("suspend")
 def suspend(
     hostlist: Hostlist,
     state: StatePath = None,
+    log: HookLog = None,
 ) -> None:
     """SuspendProgram: ask the daemon to delete these nodes' instances."""
-    _hook("suspend", hostlist, state)
+    _hook("suspend", hostlist, state, log)
 
 
 @slurm_app.command("resume-fail")
 def resume_fail(
     hostlist: Hostlist,
     state: StatePath = None,
+    log: HookLog = None,
 ) -> None:
     """ResumeFailProgram: these nodes missed ResumeTimeout; back off their offering, put them back in service."""
-    _hook("resume_fail", hostlist, state)
+    _hook("resume_fail", hostlist, state, log)
 
 
 @slurm_app.command("job-end")
 def job_end(
     hostlist: Hostlist,
     state: StatePath = None,
+    log: HookLog = None,
     job_id: Annotated[int | None, typer.Option("--job-id", min=1, help="the job that ended (SLURM_JOB_ID)")] = None,
 ) -> None:
     """EpilogSlurmctld: a job ended on these nodes; wake the daemon so it scales the freed ones down at once."""
-    _hook("job_end", hostlist, state, job_id)
+    _hook("job_end", hostlist, state, log, job_id)
 
 
 def register(app: typer.Typer) -> None:

@@ -482,6 +482,7 @@ def test_the_controller_writes_slurms_hooks_before_slurmctld_first_starts() -> N
     checkout's files, installed after slurmctld had started; the script now writes deploy/slurm's wrappers to the
     paths slurm.conf names before it starts slurmctld.  A re-run with a new ref stops the daemon before its
     checkout changes."""
+    from components.gcp.startup import HOOK_LOG
     from fleet.slurm.conf import HOOKS
 
     script = startup_script(
@@ -497,4 +498,6 @@ def test_the_controller_writes_slurms_hooks_before_slurmctld_first_starts() -> N
     for name, path in HOOKS.items():
         assert at(path) < at("systemctl restart slurmctld"), path
         assert (root / "deploy" / "slurm" / f"{name}.sh").read_text() in script
+        assert f"GPU_FLEET_HOOK_LOG:-{HOOK_LOG}" in (root / "deploy" / "slurm" / f"{name}.sh").read_text()
+    assert at("/etc/logrotate.d/gpu-fleet-hooks") > 0 and f"{HOOK_LOG} {{" in script  # the hooks' log is rotated
     assert at("systemctl stop gpu-fleet-autoscaler") < at("checkout --quiet --force --detach")

@@ -106,7 +106,11 @@ def test_the_shipped_wrapper_reads_slurmctlds_environment(tmp_path: Path) -> Non
     """deploy/slurm/epilog_slurmctld.sh as slurmctld runs it: no arguments, SLURM_JOB_ID / SLURM_JOB_NODELIST."""
     state = tmp_path / "s.db"
     daemon_store(state, "c1-spot")
-    env = {"GPU_FLEET_PYTHON": sys.executable, "GPU_FLEET_AUTOSCALER_STATE": str(state)}  # no PATH, like slurmctld
+    env = {
+        "GPU_FLEET_PYTHON": sys.executable,
+        "GPU_FLEET_AUTOSCALER_STATE": str(state),
+        "GPU_FLEET_HOOK_LOG": str(tmp_path / "hooks.log"),
+    }  # fmt: skip  (no PATH, like slurmctld)
     cp = subprocess.run(
         [str(WRAPPER)],
         env={**env, "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "c1-spot-[0,3]"},
@@ -119,6 +123,11 @@ def test_the_shipped_wrapper_reads_slurmctlds_environment(tmp_path: Path) -> Non
     cp = subprocess.run([str(WRAPPER)], env={**env, "SLURM_JOB_ID": "78"}, capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0 and cp.stderr == ""
     assert rows(state) == [(77, ("c1-spot-0", "c1-spot-3"))]
+    assert (
+        (tmp_path / "hooks.log")
+        .read_text()
+        .endswith("job_end: job 77 freed 2 managed node(s): autoscaler woken (job_end c1-spot-[0,3])\n")
+    )
 
 
 def test_slurm_conf_names_the_wrapper_as_epilog_slurmctld() -> None:

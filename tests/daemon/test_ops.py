@@ -184,7 +184,9 @@ def test_deploy_wrappers_are_the_paths_the_slurm_conf_renderer_uses(tmp_path: Pa
 
     state = tmp_path / "s.db"
     daemon_store(state, "a")
-    env = {"PATH": "/usr/bin:/bin", "GPU_FLEET_PYTHON": sys.executable, "GPU_FLEET_AUTOSCALER_STATE": str(state)}
+    log = tmp_path / "hooks.log"
+    env = {"PATH": "/usr/bin:/bin", "GPU_FLEET_PYTHON": sys.executable, "GPU_FLEET_AUTOSCALER_STATE": str(state),
+           "GPU_FLEET_HOOK_LOG": str(log)}  # fmt: skip
     for action, arg in (("resume", "a-[0-1]"), ("suspend", "a-0"), ("resume_fail", "a-1")):
         assert HOOKS[action].endswith(f"/{action}.sh")  # deploy/slurm's wrapper, written there by the controller
         script = ROOT / "deploy" / "slurm" / f"{action}.sh"
@@ -196,6 +198,31 @@ def test_deploy_wrappers_are_the_paths_the_slurm_conf_renderer_uses(tmp_path: Pa
         ("suspend", "a-0"),
         ("resume_fail", "a-1"),
     ]
+    # slurmctld keeps none of what a power program says: the wrappers append it to the hook log, with the time
+    said = log.read_text().splitlines()
+    assert [line.split(" ", 2)[2] for line in said] == [
+        "resume: queued 2 node(s) for the autoscaler (resume a-[0-1])",
+        "suspend: queued 1 node(s) for the autoscaler (suspend a-0)",
+        "resume_fail: queued 1 node(s) for the autoscaler (resume_fail a-1)",
+    ]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \[\d+\] .+", line) for line in said), said
+
+
+def test_a_hook_says_why_it_failed_in_the_log_and_never_fails_over_the_log(tmp_path: Path) -> None:
+    """A refused call is what an operator looks for (slurmctld logs only an exit status): it is in the log; a log
+    that cannot be written (here a directory) changes nothing of the call."""
+    state = tmp_path / "s.db"
+    daemon_store(state, "a")
+    log = tmp_path / "hooks.log"
+    hook = [sys.executable, "-m", "autoscaler.slurm.hook"]
+    cp = subprocess.run([*hook, "resume", "a-[0", "--state", str(state), "--log", str(log)], capture_output=True,
+                        text=True, timeout=30)  # fmt: skip
+    assert cp.returncode == 2 and "HOSTLIST" in cp.stderr
+    assert "HOSTLIST: " in log.read_text() and log.read_text().endswith(" (resume a-[0)\n")
+    cp = subprocess.run([*hook, "resume", "a-0", "--state", str(state), "--log", str(tmp_path)], capture_output=True,
+                        text=True, timeout=30)  # fmt: skip
+    assert cp.returncode == 0 and "queued 1 node(s)" in cp.stderr
+    assert [(r.action, r.name) for r in StateStore(state).open_power()] == [("resume", "a-0")]
 
 
 def test_a_store_damaged_while_running_stops_the_loop_with_exit_2(tmp_path: Path) -> None:

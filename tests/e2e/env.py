@@ -77,15 +77,25 @@ def pool(
     )
 
 
-def _hook(bin_dir: Path, action: str, state: Path) -> str:
-    body = f'exec {sys.executable} -m autoscaler.slurm.hook {action} "$1" --state {state}'
+def _hook(bin_dir: Path, action: str, state: Path, *, fail_first: int = 0) -> str:
+    """The hook slurmctld runs for `action`; `fail_first`: its first calls exit 1 queuing nothing (a lost call)."""
+    log = state.parent / "log" / "hooks.log"
+    body = f'exec {sys.executable} -m autoscaler.slurm.hook {action} "$1" --state {state} --log {log}'
+    if fail_first:
+        calls = bin_dir / f"fleet-{action}.calls"
+        lost = f'{{ echo "$(date -u +%FT%TZ) {action} $1: lost (test)" >> {log}; exit 1; }}'
+        count = f"n=$(cat {calls} 2>/dev/null || echo 0); echo $((n + 1)) > {calls}"
+        body = f'{count}\n[ "$n" -ge {fail_first} ] || {lost}\n{body}'
+
     return host_script(bin_dir / f"fleet-{action}.sh", body)
 
 
 def epilog_slurmctld_hook(bin_dir: Path, state: Path) -> str:
     """The shipped deploy/slurm/epilog_slurmctld.sh, pointed at this venv's Python and this test's store (what
     the controller's install puts at /opt/gpu-fleet): slurmctld sets SLURM_JOB_ID / SLURM_JOB_NODELIST."""
-    body = f"GPU_FLEET_PYTHON={sys.executable} GPU_FLEET_AUTOSCALER_STATE={state} exec {DEPLOY_EPILOG}"
+    log = state.parent / "log" / "hooks.log"
+    env = f"GPU_FLEET_PYTHON={sys.executable} GPU_FLEET_AUTOSCALER_STATE={state} GPU_FLEET_HOOK_LOG={log}"
+    body = f"{env} exec {DEPLOY_EPILOG}"
     return host_script(bin_dir / "fleet-epilog-slurmctld.sh", body)
 
 
@@ -127,6 +137,8 @@ class E2E:
         job_submit_lua: str | Callable[[Path], str] | None = None,
         slurm_lines: Callable[[SlurmHarness, Path], list[str]] | None = None,
         interval_s: float = 1.0,
+        loop: dict[str, Any] | None = None,
+        resume_failures: int = 0,
     ):
         """`boots(name, zone)`: False makes that VM come up without ever registering (a broken boot).
         `topology`: topology/tree as `fleet render slurm-conf` renders it (one tree per nodeset, the lowest Weight
@@ -134,7 +146,8 @@ class E2E:
         `job_submit_lua`: a job_submit.lua for slurmctld (JobSubmitPlugins=lua), e.g. `fleet.slurm.job_submit`'s, or
         a function of the daemon's state path that renders one (the late-binding lua names its wake-up file);
         `slurm_lines(harness, state)`: extra slurm.conf lines (e.g. EpilogSlurmctld); `interval_s`: the daemon's
-        poll (`loop.interval_s`)."""
+        poll (`loop.interval_s`); `loop`: more of the daemon's `loop` settings; `resume_failures`: the first calls of
+        ResumeProgram fail before queuing anything (a lost hook call)."""
         probe = make_harness()
         self.root = probe.root
         self.state = self.root / "autoscaler.db"
@@ -142,7 +155,7 @@ class E2E:
         b = self.root / "bin"
         self.slurm = make_harness(
             root=self.root,
-            resume_program=_hook(b, "resume", self.state),
+            resume_program=_hook(b, "resume", self.state, fail_first=resume_failures),
             suspend_program=_hook(b, "suspend", self.state),
             resume_fail_program=_hook(b, "resume-fail", self.state),
         )
@@ -194,7 +207,7 @@ class E2E:
                 "options": {"retry": {"initial": 0.1, "maximum": 0.5, "deadline": 20, "attempt_timeout": 2}},
             },
             "metrics": {"port": 0},
-            "loop": {"interval_s": interval_s, "orphan_grace_s": 5},
+            "loop": {"interval_s": interval_s, "orphan_grace_s": 5, **(loop or {})},
         }
         self.config_path = self.root / "autoscaler.yaml"
         self.config_path.write_text(yaml.safe_dump(self.config))

@@ -62,17 +62,18 @@ def run(action: str, hostlist: str, state: Path | None, *, job_id: int | None = 
 
 def report(message: str, log: Path | None, call: str = "") -> None:
     """One line to stderr and, with `log`, appended there with the time, this process's id and the `call` it is about
-    (the log interleaves every call's lines): slurmctld keeps
-    none of a power program's output (23.11 logs it only under DebugFlags=Script) nor an EpilogSlurmctld's, so the
-    wrappers (deploy/slurm) name the hook log.  A log that cannot be written is skipped: a hook never fails over
-    its log."""
+    (the log interleaves every call's lines; a character that is not printable, such as a newline in a hostlist,
+    is written as "?", so one record stays one line).  slurmctld keeps none of a power program's output (23.11
+    logs it only under DebugFlags=Script) nor an EpilogSlurmctld's, so the wrappers (deploy/slurm) name the hook
+    log.  A log that cannot be written is skipped: a hook never fails over its log."""
     print(message, file=sys.stderr)
     if log is None:
         return
     stamp = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    line = f"{stamp} [{os.getpid()}] {message}" + (f" ({call})" if call else "")
     try:
         with log.open("a") as out:
-            out.write(f"{stamp} [{os.getpid()}] {message}" + (f" ({call})\n" if call else "\n"))
+            out.write("".join(c if c.isprintable() else "?" for c in line) + "\n")
     except OSError:
         pass
 

@@ -219,6 +219,9 @@ def test_a_hook_says_why_it_failed_in_the_log_and_never_fails_over_the_log(tmp_p
                         text=True, timeout=30)  # fmt: skip
     assert cp.returncode == 2 and "HOSTLIST" in cp.stderr
     assert "HOSTLIST: " in log.read_text() and log.read_text().endswith(" (resume a-[0)\n")
+    cp = subprocess.run([*hook, "resume", "a-0\nforged line", "--state", str(state), "--log", str(log)],
+                        capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert cp.returncode == 2 and len(log.read_text().splitlines()) == 2  # a newline in the call stays in its line
     cp = subprocess.run([*hook, "resume", "a-0", "--state", str(state), "--log", str(tmp_path)], capture_output=True,
                         text=True, timeout=30)  # fmt: skip
     assert cp.returncode == 0 and "queued 1 node(s)" in cp.stderr

@@ -282,6 +282,17 @@ def users_exclusion(job: SlurmJob, own: Mapping[int, Collection[frozenset[str]]]
     return excluded if excluded and excluded not in own.get(job.job_id, ()) else frozenset()
 
 
+def held_by_own_exclusion(job: SlurmJob, own: Mapping[int, Collection[frozenset[str]]]) -> bool:
+    """A gang this daemon's ExcNodeList left no node to (`core.gang_exclusion`: every node of its partition up or
+    booting for it): if slurmctld's scheduler tries it in that window it finds "Requested node configuration is not
+    available" and holds it, Reason=BadConstraints and priority 0 (job_scheduler.c, 22.05 and 23.11; seen on 23.11
+    in tests/e2e/test_late_binding.py).  It is still the daemon's to place: the next change of its exclusion lifts
+    the hold (slurmctld resets a BadConstraints job's priority on any update of it, job_mgr.c `_update_job`).
+    Read as a capacity reason it was dropped from the plan, so its exclusion never changed and it stayed held."""
+    excluded = frozenset(job.excluded_nodes)
+    return job.reason == "BadConstraints" and bool(excluded) and excluded in own.get(job.job_id, ())
+
+
 def array_unit_cap(job: SlurmJob, fit: Sequence[Pool]) -> int:
     """The most work units a pending array's record becomes: as many of its tasks as the pools it fits could run at
     once, each task a node to itself if it takes its nodes whole (an array may hold a million tasks; the plan could
@@ -393,7 +404,8 @@ def build_view(
     # nodes with GPUs free and some CPUs or memory held: no place for a job their free CPUs or memory cannot hold
     partly = [n for n in snodes.values() if n.gpus > n.gpus_used and (n.alloc_cpus or n.alloc_memory_mib)]
     for j in slurm_jobs or ():
-        if not j.pending or j.reason not in CAPACITY_REASONS or j.blocked or j.gpus_per_node < 1:
+        capacity = j.reason in CAPACITY_REASONS or held_by_own_exclusion(j, own_exclusions or {})
+        if not j.pending or not capacity or j.blocked or j.gpus_per_node < 1:
             continue
         if j.nodes_fixed:  # it runs on the names it gives, or its reservation's: no node the plan picks serves it
             continue  # (the hold releases those names when held: `autoscaler.daemon.named_nodes`)

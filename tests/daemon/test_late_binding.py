@@ -714,6 +714,40 @@ def test_a_requeued_gang_keeps_the_exclusion_the_daemon_set_as_its_own(
     assert fleet.store.gang_exclusions() == {}
 
 
+def test_a_gang_slurm_held_for_the_daemons_own_exclusion_is_still_placed_and_its_exclusion_cleared(
+    fleet: Daemon, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
+) -> None:
+    """The gang's exclusion covers every node of its partition while they boot for it; a scheduler pass of slurmctld
+    in that window holds the job (Reason=BadConstraints, priority 0: "Requested node configuration is not
+    available").  The daemon still places it: once ready nodes hold it, the exclusion is cleared, which lifts the
+    hold (slurmctld re-evaluates a BadConstraints job on any update).  Before, the job read as one capacity could
+    not serve, its exclusion never changed and it stayed held (seen on slurmctld 23.11 under load).  A user's own
+    exclusion that left the job BadConstraints is still not the daemon's."""
+    fleet.tick()
+    key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-2g")
+    cloud.nodes_["c1-od2g-0"] = CloudNode("c1-od2g-0", "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-1")
+    slurm.set("c1-od2g-0", "idle")
+    slurm.jobs_ = [_gang(9)]
+    clock.advance(1)
+    fleet.tick()
+    clock.advance(1)
+    fleet.tick()
+    mine = ("c1-od2g-0", "c1-od2g-1", "c1-od2g-2")
+    assert slurm.exclusion_updates[-1] == (9, mine)
+    for i in (1, 2):  # the gang's boots registered and were undrained; slurmctld's pass came first
+        name = f"c1-od2g-{i}"
+        cloud.nodes_[name] = CloudNode(name, "od-2g", key, CloudNodeStatus.RUNNING, clock() - 5, f"i-{i + 1}")
+        slurm.set(name, "idle")
+    held = replace(_gang(9), reason="BadConstraints", priority=0, excluded_nodes=mine)
+    users = replace(_gang(10), reason="BadConstraints", priority=0, excluded_nodes=("c1-od2g-0",))
+    slurm.jobs_ = [held, users]
+    clock.advance(1)
+    res = fleet.tick()
+    assert slurm.exclusion_updates[-1] == (9, ())  # cleared: the update lifts the hold, ready nodes take it
+    assert all(job_id != 10 for job_id, _ in slurm.exclusion_updates)  # the user's, never touched
+    assert _commands(res, "launch") == []
+
+
 class _Stopped(BaseException):
     """The daemon's process ending (a kill, a crash) in the middle of a tick."""
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from autoscaler.daemon.state import StateStore
 from autoscaler.daemon.tick import FIXED_NODES_RELEASE_REASON, LATE_BIND_REASON
 from autoscaler.slurm.hostlist import expand
 from autoscaler.slurm.wake import submit_wake_path
@@ -204,6 +205,43 @@ def test_a_gang_that_warm_nodes_alone_hold_starts_on_them_at_once(gang_env: E2E)
     assert sorted(expand(_nodes(env, gang))) == warm
     wait_for(lambda: gang not in env.squeue_ids(), 60, "the gang to run and end", env)
     assert len(env.fake.events_of("create")) == creates  # no boot for it
+
+
+def test_a_gang_slurm_held_for_the_daemons_own_exclusion_runs_once_the_daemon_changes_it(gang_env: E2E) -> None:
+    """The window the daemon cannot close: its exclusion covers every node of the gang's partition (up or booting
+    for it) and slurmctld's scheduler tries the gang before the daemon clears it.  slurmctld then holds the gang,
+    Reason=BadConstraints with priority 0 ("Requested node configuration is not available"; seen once on 23.11
+    under load).  Made here on purpose, the daemon stopped: two warm nodes, a gang whose ExcNodeList is all three
+    names and which the daemon's store records as the daemon's.  The restarted daemon still plans the held gang, on
+    the warm nodes: it clears the exclusion, which makes slurmctld lift the hold, and the gang runs there."""
+    env = gang_env
+    env.start_daemon()
+    wait_for(lambda: all("DRAIN" in env.sinfo()[f"e2e-od-{i}"]["state_flags"] for i in range(3)), 30, "the hold", env)
+    first = [env.gpu_job(8) for _ in range(2)]  # two single jobs at once: two boots
+    wait_for(lambda: not env.squeue_ids() & set(first), 90, "two single jobs to boot two nodes, run and end", env)
+    warm = sorted(env.ran_on(j) for j in first)
+    wait_for(lambda: all(env.sinfo()[n]["state"] == "idle" and not env.sinfo()[n]["reason"] for n in warm), 30,
+             "both nodes idle and kept warm", env)  # fmt: skip
+    env.stop_daemon()
+
+    out, every = env.root / "log", ["e2e-od-0", "e2e-od-1", "e2e-od-2"]
+    gang = env.sbatch("-p", "gpu", "-N", "2", "--gres=gpu:8", "-o", f"{out}/job-%j.out", "--hold", "--wrap",
+                      "srun sh -c 'echo $SLURMD_NODENAME; sleep 5'")  # fmt: skip
+    env.slurm.run("scontrol", "update", f"jobid={gang}", f"ExcNodeList={','.join(every)}", check=True)
+    store = StateStore(env.state)
+    store.set_gang_exclusion(gang, every, time.time())  # what the daemon records when it sets one
+    store.close()
+    env.slurm.run("scontrol", "release", str(gang), check=True)
+
+    def reason() -> str:
+        return env.slurm.run("squeue", "-h", "-j", str(gang), "-o", "%r %Q").stdout.strip()
+
+    wait_for(lambda: reason() == "BadConstraints 0", 90, "slurmctld to hold the gang (BadConstraints)", env)
+    env.start_daemon()
+    wait_for(lambda: gang not in env.squeue_ids(), 60, "the held gang to run and end", env)
+    assert sorted((out / f"job-{gang}.out").read_text().split()) == warm  # on the warm nodes
+    cleared = [c for c in _ok(env, "scontrol-excnodes") if c["job_id"] == gang]
+    assert cleared and cleared[-1]["names"] == []
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaler.cloud import CloudNode, CloudNodeStatus, Offering
+from autoscaler.cloud import CloudNode, CloudNodeStatus, Offering, OfferingKey
 from autoscaler.daemon.tick import LATE_BIND_BOOT_REASON, LATE_BIND_REASON, Daemon
 from autoscaler.model import Policy, Pool
 from autoscaler.slurm.constraint import RIGHT_SIZED_MARK
@@ -560,6 +560,19 @@ def _gang(job_id: int, nodes: int = 2, gpus: int = 2) -> SlurmJob:
                     0, None, 1.0, admin_comment=RIGHT_SIZED_MARK)  # fmt: skip
 
 
+def _gang_next_to_a_warm_node(fleet: Daemon, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock) -> OfferingKey:
+    """The hold, one 2-GPU node up and idle, and 2-node gang 9 of 2-GPU nodes pending, one tick later: the gang is
+    kept off the warm node and its names boot.  Returns the nodes' offering."""
+    fleet.tick()
+    key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-2g")
+    cloud.nodes_["c1-od2g-0"] = CloudNode("c1-od2g-0", "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-1")
+    slurm.set("c1-od2g-0", "idle")
+    slurm.jobs_ = [_gang(9)]
+    clock.advance(1)
+    fleet.tick()
+    return key
+
+
 def test_a_pending_gang_is_kept_off_up_nodes_until_ready_nodes_alone_hold_it(
     fleet: Daemon, make_daemon: Callable[..., Daemon], slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
 ) -> None:
@@ -687,13 +700,7 @@ def test_a_requeued_gang_keeps_the_exclusion_the_daemon_set_as_its_own(
     record while squeue lists the job, running or not, so the requeued gang's exclusion is still its own and follows
     the nodes that are up (a user's would be left as it is, and an outdated one would keep the gang off names the
     daemon boots or releases for it: the replay of a held-out run with spot preemptions never ended)."""
-    fleet.tick()
-    key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-2g")
-    cloud.nodes_["c1-od2g-0"] = CloudNode("c1-od2g-0", "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-1")
-    slurm.set("c1-od2g-0", "idle")
-    slurm.jobs_ = [_gang(9)]
-    clock.advance(1)
-    fleet.tick()
+    _gang_next_to_a_warm_node(fleet, slurm, cloud, clock)
     assert slurm.exclusion_updates == [(9, ("c1-od2g-0",))]
     running = replace(slurm.jobs_[0], state="RUNNING", reason="None", nodes=("c1-od2g-1", "c1-od2g-2"))
     slurm.jobs_ = [running]
@@ -723,13 +730,7 @@ def test_a_gang_slurm_held_for_the_daemons_own_exclusion_is_still_placed_and_its
     hold (slurmctld re-evaluates a BadConstraints job on any update).  Before, the job read as one capacity could
     not serve, its exclusion never changed and it stayed held (seen on slurmctld 23.11 under load).  A user's own
     exclusion that left the job BadConstraints is still not the daemon's."""
-    fleet.tick()
-    key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-2g")
-    cloud.nodes_["c1-od2g-0"] = CloudNode("c1-od2g-0", "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, "i-1")
-    slurm.set("c1-od2g-0", "idle")
-    slurm.jobs_ = [_gang(9)]
-    clock.advance(1)
-    fleet.tick()
+    key = _gang_next_to_a_warm_node(fleet, slurm, cloud, clock)
     clock.advance(1)
     fleet.tick()
     mine = ("c1-od2g-0", "c1-od2g-1", "c1-od2g-2")

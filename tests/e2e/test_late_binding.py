@@ -185,10 +185,9 @@ def test_a_gang_boots_whole_and_starts_only_on_nodes_that_are_up(gang_env: E2E) 
     assert sorted(e.name for e in env.fake.events_of("create")) == ["e2e-od-0", "e2e-od-1", "e2e-od-2"]
 
 
-def test_a_gang_that_warm_nodes_alone_hold_starts_on_them_at_once(gang_env: E2E) -> None:
-    """Two nodes kept warm (idle, up) and a 2-node gang: the plan puts the gang on those ready nodes alone, so its
-    exclusion stays clear (or is cleared) and slurmctld starts it on them at once; nothing is booted for it."""
-    env = gang_env
+def _two_warm_nodes(env: E2E) -> list[str]:
+    """Start the daemon; two single jobs at once boot two nodes, run and end; the nodes are kept warm (idle, up,
+    undrained).  Returns their names."""
     env.start_daemon()
     wait_for(lambda: all("DRAIN" in env.sinfo()[f"e2e-od-{i}"]["state_flags"] for i in range(3)), 30, "the hold", env)
     first = [env.gpu_job(8) for _ in range(2)]  # two single jobs at once: two boots
@@ -196,6 +195,14 @@ def test_a_gang_that_warm_nodes_alone_hold_starts_on_them_at_once(gang_env: E2E)
     warm = sorted(env.ran_on(j) for j in first)
     wait_for(lambda: all(env.sinfo()[n]["state"] == "idle" and not env.sinfo()[n]["reason"] for n in warm), 30,
              "both nodes idle and kept warm", env)  # fmt: skip
+    return warm
+
+
+def test_a_gang_that_warm_nodes_alone_hold_starts_on_them_at_once(gang_env: E2E) -> None:
+    """Two nodes kept warm (idle, up) and a 2-node gang: the plan puts the gang on those ready nodes alone, so its
+    exclusion stays clear (or is cleared) and slurmctld starts it on them at once; nothing is booted for it."""
+    env = gang_env
+    warm = _two_warm_nodes(env)
     creates = len(env.fake.events_of("create"))
 
     out = env.root / "log"
@@ -215,13 +222,7 @@ def test_a_gang_slurm_held_for_the_daemons_own_exclusion_runs_once_the_daemon_ch
     names and which the daemon's store records as the daemon's.  The restarted daemon still plans the held gang, on
     the warm nodes: it clears the exclusion, which makes slurmctld lift the hold, and the gang runs there."""
     env = gang_env
-    env.start_daemon()
-    wait_for(lambda: all("DRAIN" in env.sinfo()[f"e2e-od-{i}"]["state_flags"] for i in range(3)), 30, "the hold", env)
-    first = [env.gpu_job(8) for _ in range(2)]  # two single jobs at once: two boots
-    wait_for(lambda: not env.squeue_ids() & set(first), 90, "two single jobs to boot two nodes, run and end", env)
-    warm = sorted(env.ran_on(j) for j in first)
-    wait_for(lambda: all(env.sinfo()[n]["state"] == "idle" and not env.sinfo()[n]["reason"] for n in warm), 30,
-             "both nodes idle and kept warm", env)  # fmt: skip
+    warm = _two_warm_nodes(env)
     env.stop_daemon()
 
     out, every = env.root / "log", ["e2e-od-0", "e2e-od-1", "e2e-od-2"]

@@ -8,8 +8,8 @@ the thirty-fifth round the autoscaler and the topology timer read `sinfo --json`
 ("no 'nodes' list") and the timer wrote a topology.conf with no switch (found by an audit; captured from
 slurmctld 23.11.4 in tests/data/slurm-23.11).
 
-`read_nodes(run)` asks `sinfo --json` first and, when it answers grouped, `scontrol show nodes --json`; a caller
-that keeps the `NodeSource` asks the right one directly from then on."""
+`NodeSource.read(run)` asks `sinfo --json` first and, when it answers grouped, `scontrol show nodes --json`; a
+caller that keeps the `NodeSource` asks the right one directly from then on."""
 
 from __future__ import annotations
 

@@ -77,9 +77,14 @@ def pool(
     )
 
 
+def hook_log(state: Path) -> Path:
+    """The hook log of the test whose daemon keeps `state` (with the harness's other logs, kept after a failure)."""
+    return state.parent / "log" / "hooks.log"
+
+
 def _hook(bin_dir: Path, action: str, state: Path, *, fail_first: int = 0) -> str:
     """The hook slurmctld runs for `action`; `fail_first`: its first calls exit 1 queuing nothing (a lost call)."""
-    log = state.parent / "log" / "hooks.log"
+    log = hook_log(state)
     body = f'exec {sys.executable} -m autoscaler.slurm.hook {action} "$1" --state {state} --log {log}'
     if fail_first:
         calls = bin_dir / f"fleet-{action}.calls"
@@ -93,8 +98,7 @@ def _hook(bin_dir: Path, action: str, state: Path, *, fail_first: int = 0) -> st
 def epilog_slurmctld_hook(bin_dir: Path, state: Path) -> str:
     """The shipped deploy/slurm/epilog_slurmctld.sh, pointed at this venv's Python and this test's store (what
     the controller's install puts at /opt/gpu-fleet): slurmctld sets SLURM_JOB_ID / SLURM_JOB_NODELIST."""
-    log = state.parent / "log" / "hooks.log"
-    env = f"GPU_FLEET_PYTHON={sys.executable} GPU_FLEET_AUTOSCALER_STATE={state} GPU_FLEET_HOOK_LOG={log}"
+    env = f"GPU_FLEET_HOOK_LOG={hook_log(state)} GPU_FLEET_PYTHON={sys.executable} GPU_FLEET_AUTOSCALER_STATE={state}"
     body = f"{env} exec {DEPLOY_EPILOG}"
     return host_script(bin_dir / "fleet-epilog-slurmctld.sh", body)
 

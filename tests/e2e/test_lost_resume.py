@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.e2e.env import E2E, e2e_env, wait_for
+from tests.e2e.env import E2E, e2e_env, hook_log, wait_for
 from tests.harness.slurm import SlurmHarness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.gce, pytest.mark.slow]
@@ -39,7 +39,7 @@ def test_a_failed_resume_call_is_recovered_by_the_daemon_long_before_resume_time
                      "srun sh -c 'echo ran $SLURMD_NODENAME'")  # fmt: skip
     wait_for(lambda: job not in env.squeue_ids(), 120, "the job to run after its lost resume call", env)
     assert time.monotonic() - submitted < RESUME_TIMEOUT_S / 2  # not ResumeTimeout's DOWN and requeue
-    hooks = (out / "hooks.log").read_text()
+    hooks = hook_log(env.state).read_text()
     assert "resume e2e-od-[0-1]: lost (test)" in hooks and "queued" not in hooks.split("lost (test)")[0], hooks
     lines = (out / f"job-{job}.out").read_text().splitlines()
     ran = sorted(line.split()[1] for line in lines if line.startswith("ran"))

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness.slurm import SlurmHarness, free_port_range, kill_processes, slurm_release
+from tests.harness.slurm import SlurmHarness, free_port_range, kill_processes, spec_release
 
 SHIM_SOURCE = Path(__file__).with_name("uptime_shim.c")
 #: environment variable marking a fake VM's slurmd (and the slurmstepds it forks): `<harness root>:<node name>`
@@ -200,7 +200,7 @@ def cloud_slurm_conf(
         "SuspendRate": "0",
         "SlurmctldParameters": "idle_on_node_suspend",
         # what 23.11 does by default and calls defunct (fleet.slurm.conf.release_settings)
-        **({"CommunicationParameters": "NoAddrCache", "PrivateData": "cloud"} if slurm_release() < (23, 11) else {}),
+        **({"CommunicationParameters": "NoAddrCache", "PrivateData": "cloud"} if spec_release() == "22.05" else {}),
         "SlurmctldTimeout": "30",
         "SlurmdTimeout": "30",
         "InactiveLimit": "0",

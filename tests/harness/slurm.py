@@ -102,10 +102,17 @@ def slurm_release(slurmd: str | None = None) -> tuple[int, int]:
     return _release_of(slurmd or binary("slurmd"))
 
 
+def spec_release() -> str:
+    """The Slurm the harness starts as `clusters[].slurm.release` names it: "22.05" (Debian 12, this machine) or
+    "23.11" (Ubuntu 24.04, tests/slurm_compat), the releases whose slurm.conf keys differ
+    (`fleet.slurm.conf.release_settings`)."""
+    return "22.05" if slurm_release() < (23, 11) else "23.11"
+
+
 def for_this_slurm(spec: FleetSpec) -> FleetSpec:
-    """`spec` with every Slurm cluster's `slurm.release` that of the Slurm the harness starts (22.05 here, 23.11 in
-    tests/slurm_compat): a stack rendered for a release runs on that release (`fleet.slurm.conf.release_settings`)."""
-    release = "22.05" if slurm_release() < (23, 11) else "23.11"
+    """`spec` with every Slurm cluster's `slurm.release` that of the Slurm the harness starts (`spec_release`): a
+    stack rendered for a release runs on that release."""
+    release = spec_release()
     clusters = [
         c.model_copy(update={"slurm": c.slurm.model_copy(update={"release": release})}) if c.slurm else c
         for c in spec.clusters

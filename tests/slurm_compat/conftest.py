@@ -10,20 +10,16 @@ from pathlib import Path
 import pytest
 
 from tests.harness.slurm import SlurmHarness, harnesses
-from tests.slurm_compat.noble import NobleUnavailable, noble_root, unavailable_reason, wrappers
+from tests.slurm_compat.noble import NobleUnavailable, usable_root, wrappers
 
 
 @pytest.fixture(scope="session")
 def noble(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The baked noble root (skips, saying why, where it cannot be built)."""
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    log = tmp_path_factory.mktemp("noble") / "build.log"
     try:
-        return noble_root(log)
+        return usable_root(tmp_path_factory.mktemp("noble") / "build.log")
     except NobleUnavailable as exc:
-        pytest.skip(f"Ubuntu's Slurm could not be set up ({log}): {exc}")
+        pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="session")

@@ -80,6 +80,17 @@ def noble_root(log: Path) -> Path:
     return baked_once(cache_dir() / f"{SUITE}-slurm-{key}", lambda root: _bake(root, packages, log))
 
 
+def usable_root(log: Path) -> Path:
+    """The baked noble root, or NobleUnavailable saying why there is none here (what cannot run it, or what failed
+    building it: the build's output is in `log`)."""
+    if reason := unavailable_reason():
+        raise NobleUnavailable(f"Ubuntu's Slurm cannot run here: {reason}")
+    try:
+        return noble_root(log)
+    except NobleUnavailable as exc:
+        raise NobleUnavailable(f"Ubuntu's Slurm could not be set up ({log}): {exc}") from exc
+
+
 def _bake(root: Path, packages: list[str], log: Path) -> None:
     """debootstrap noble, then Ubuntu's Slurm packages (no mount ever lives in the root: the module docstring)."""
     _run(["debootstrap", "--variant=minbase", f"--include={','.join(EXTRA)}", SUITE, str(root), MIRROR, SCRIPT],
@@ -124,14 +135,11 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m tests.slurm_compat.noble DIR", file=sys.stderr)
         return 2
-    if reason := unavailable_reason():
-        print(f"Ubuntu's Slurm cannot run here: {reason}", file=sys.stderr)
-        return 1
     log = Path(argv[0]).resolve().with_suffix(".build.log")
     try:
-        directory = wrappers(noble_root(log), Path(argv[0]).resolve())
+        directory = wrappers(usable_root(log), Path(argv[0]).resolve())
     except NobleUnavailable as exc:
-        print(f"Ubuntu's Slurm could not be set up ({log}): {exc}", file=sys.stderr)
+        print(exc, file=sys.stderr)
         return 1
     print(f"PATH={directory}:$PATH")
     return 0

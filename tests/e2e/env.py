@@ -313,6 +313,7 @@ class E2E:
             self.slurm.stop(remove=False)
             keep = Path(tempfile.gettempdir()) / "gpu-fleet-e2e-logs" / self.root.name
             shutil.copytree(self.root / "log", keep, dirs_exist_ok=True)  # for a look after a failure
+            self.slurm.ports.release()
 
 
 @contextmanager

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness.slurm import SlurmHarness, free_port_range, kill_processes, spec_release
+from tests.harness.slurm import SlurmHarness, kill_processes, spec_release
 
 SHIM_SOURCE = Path(__file__).with_name("uptime_shim.c")
 #: environment variable marking a fake VM's slurmd (and the slurmstepds it forks): `<harness root>:<node name>`
@@ -73,12 +73,8 @@ class CloudNodes:
     def __init__(self, harness: SlurmHarness, nodesets: Sequence[Nodeset]) -> None:
         self.harness = harness
         self.nodesets: list[Nodeset] = []
-        taken: set[int] = set()
-        for ns in nodesets:
-            while not ns.port0 or taken & set(range(ns.port0, ns.port0 + ns.count)):
-                ns = dataclasses.replace(ns, port0=free_port_range(ns.count))
-            taken |= set(range(ns.port0, ns.port0 + ns.count))
-            self.nodesets.append(ns)
+        for ns in nodesets:  # ports leased with the harness's own: held as long as its slurm.conf names them
+            self.nodesets.append(ns if ns.port0 else dataclasses.replace(ns, port0=harness.ports.lease(ns.count)))
         self.known = {n for ns in self.nodesets for n in ns.names}
         self.dev = harness.root / "fakedev"
         self.shim = harness.root / "shim" / "uptime_shim.so"

@@ -24,7 +24,6 @@ import ctypes
 import functools
 import json
 import os
-import random
 import re
 import shutil
 import signal
@@ -35,6 +34,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from tests.harness.ports import PortLeases
 
 if TYPE_CHECKING:
     from fleet.slurm.conf import SlurmConf
@@ -138,38 +139,6 @@ def slurm_unavailable_reason() -> str | None:
     return None
 
 
-# Ports for daemons the tests start are drawn below the kernel's ephemeral range (32768-60999 by default):
-# a port picked there (bind to 0) and released can be taken by any outgoing connection before the daemon binds
-# it, and with several pytest workers and Slurm clients running at once that happens.
-PORTS = range(20000, 32768)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now, outside the ephemeral range (see PORTS)."""
-    return free_port_range(1)
-
-
-def free_port_range(count: int, *, start: int = PORTS.start, stop: int = PORTS.stop) -> int:
-    """The first port of `count` consecutive free TCP ports on 127.0.0.1 (one slurmd each), chosen at random
-    in [start, stop) so concurrent test processes rarely pick the same ones."""
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(start, stop - count)
-        socks = []
-        try:
-            for p in range(base, base + count):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError(f"no {count} consecutive free ports in {start}..{stop}")
-
-
 def poll_until(predicate: Callable[[], object], timeout: float, interval: float = 0.2) -> bool:
     """Call `predicate` every `interval` seconds until it is true (True) or `timeout` seconds pass (False)."""
     deadline = time.monotonic() + timeout
@@ -221,8 +190,9 @@ class SlurmHarness:
         self.root.chmod(0o755)
         for sub in ("etc", "state/ctld", "state/d", "run", "log", "bin", "munge"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        self.ctld_port = ctld_port or free_port()
-        self.slurmd_port = slurmd_port or free_port()
+        self.ports = PortLeases()  # every port this cluster names, held until `stop` removes it
+        self.ctld_port = ctld_port or self.ports.lease()
+        self.slurmd_port = slurmd_port or self.ports.lease()
         self.hostname = short_hostname()
         self.power_log = self.root / "log" / "power.log"
         self.resume_program = resume_program or self._hook("resume")
@@ -402,6 +372,7 @@ class SlurmHarness:
         kill_processes(lambda env: env.get("SLURM_CONF") == conf)
         if remove:
             shutil.rmtree(self.root, ignore_errors=True)
+            self.ports.release()
 
     def __enter__(self) -> SlurmHarness:
         return self

@@ -12,7 +12,7 @@ import httpx
 
 from tests.harness.cloud_nodes import cloud_nodes_unavailable_reason
 from tests.harness.requirements import missing
-from tests.harness.slurm import SlurmHarness, free_port, poll_until
+from tests.harness.slurm import SlurmHarness, poll_until
 
 
 def require_slurmrestd() -> None:
@@ -32,7 +32,7 @@ def jwt_key_line(h: SlurmHarness) -> str:
 
 def start_slurmrestd(h: SlurmHarness) -> str:
     """slurmrestd for the running slurmctld of `h`; its URL once it answers."""
-    port = free_port()
+    port = h.ports.lease()
     h.spawn(
         "slurmrestd",
         ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "slurmrestd", "-s", "openapi/v0.0.38",

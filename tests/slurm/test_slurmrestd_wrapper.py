@@ -16,7 +16,7 @@ from autoscaler.slurm.client import RestSlurm
 from components.gcp.startup import _RESTD_WRAPPER
 from fleet.slurm.conf import render_slurm_conf, slurmrestd_auth
 from fleet.spec import load_stack_file
-from tests.harness.slurm import for_this_slurm, free_port
+from tests.harness.slurm import for_this_slurm
 from tests.stacks.conftest import REPO
 
 pytestmark = pytest.mark.slurm
@@ -33,7 +33,7 @@ def test_wrapper_serves_the_rest_api_with_jwt_as_nobody(slurm_factory, tmp_path)
     wrapper = harness.root / "bin" / "gpu-fleet-slurmrestd"
     wrapper.write_text(_RESTD_WRAPPER)
     wrapper.chmod(0o755)
-    port = free_port()
+    port = harness.ports.lease()
     env = {**harness.env, "SLURM_JWT": "daemon"}  # as the drop-in sets it
     argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(wrapper), f"127.0.0.1:{port}"]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

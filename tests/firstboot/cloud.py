@@ -18,8 +18,8 @@ What it does as GCE would:
   size) that outlives the VM, attached as /dev/disk/by-id/google-<device name>; a re-created VM gets a new
   boot disk (a fresh overlay) and the same persistent disks.
 
-What it does not: images (all VMs boot the same baked Debian root), GPUs, extra NICs, real IAM/OAuth,
-zonal DNS, systemd (see shim/systemctl).
+What it does not: images (all VMs boot the same baked root: Ubuntu 24.04, or Debian 12, os_image.py), GPUs,
+extra NICs, real IAM/OAuth, zonal DNS, systemd (see shim/systemctl).
 """
 
 from __future__ import annotations

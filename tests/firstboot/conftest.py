@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,11 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.firstboot import os_image
 from tests.firstboot.cloud import FirstBootCloud
 from tests.firstboot.declared import Declared, declared
 from tests.firstboot.image import image_packages
-from tests.firstboot.rootfs import RootfsError, baked_root
+from tests.firstboot.rootfs import RootfsError
 from tests.firstboot.stubs import gpu_stubs, stub_units
+from tests.slurm_compat.noble import NobleUnavailable
 
 HERE = Path(__file__).parent
 STACK = HERE / "Pulumi.firstboot.yaml"
@@ -51,28 +54,44 @@ def require() -> None:
         pytest.skip(reason)
 
 
+def pytest_report_header() -> str | None:
+    if unavailable_reason() is not None:
+        return None
+    try:
+        image = os_image.chosen()
+    except os_image.NoSuchImage as exc:
+        return f"first-boot VMs: {exc}"
+    return f"first-boot VMs boot {image.name}, Slurm {image.slurm_release}: {image.why}"
+
+
 @pytest.fixture(scope="session")
 def root_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The baked root, with every Debian package the scripts of both test stacks install."""
+    """The baked root of the chosen OS (os_image.py), with every package the scripts of both test stacks install."""
     require()
-    log = tmp_path_factory.mktemp("rootfs") / "debootstrap.log"
+    try:
+        image = os_image.chosen()
+    except os_image.NoSuchImage as exc:
+        pytest.fail(str(exc))
+    log = tmp_path_factory.mktemp("rootfs") / "bake.log"
     vms = [vm for stack in (STACK, MOUNT_STACK) for vm in synthesized(stack).vms.values()]
     scripts = [vm.metadata["startup-script"] for vm in vms]
     try:
-        return baked_root(image_packages(scripts), log=log)
-    except RootfsError as exc:
-        pytest.fail(str(exc))
+        return image.bake(image_packages(scripts), log)
+    except (RootfsError, NobleUnavailable) as exc:
+        pytest.fail(f"{image.name}: {exc}")
 
 
 _synth: dict[Path, Declared] = {}
 
 
 def synthesized(stack: Path) -> Declared:
-    """`fleet synth` of a test stack (in-process, under Pulumi mocks), once per session."""
+    """`fleet synth` of a test stack for the chosen OS's Slurm (in-process, under Pulumi mocks), once per session."""
     from fleet.synth.run import synth_file
 
     if stack not in _synth:
-        _synth[stack] = declared(synth_file(stack))
+        derived = os_image.stack_for(stack, os_image.chosen(), Path(tempfile.mkdtemp(prefix="fb-stacks-")))
+        _synth[stack] = declared(synth_file(derived))
+        shutil.rmtree(derived.parent, ignore_errors=True)
     return _synth[stack]
 
 
@@ -89,7 +108,8 @@ class Booted:
     def explain(self, name: str) -> str:
         """The startup script's output and the daemon logs of a VM, for assertion messages."""
         vm = self.vm(name)
-        parts = [(vm.workdir / "startup.log").read_text() if (vm.workdir / "startup.log").exists() else ""]
+        parts = [f"(booted {os_image.chosen().name})"]
+        parts.append((vm.workdir / "startup.log").read_text() if (vm.workdir / "startup.log").exists() else "")
         for log in ("var/log/slurm/slurmctld.log", "var/log/slurm/slurmd.log"):
             path = vm.upper / log
             if path.exists():

@@ -4,11 +4,13 @@ The stack (tests/firstboot/Pulumi.firstboot.yaml) is synthesized under Pulumi mo
 `fleet synth` does; each VM gets the metadata its instance or template declares from a fake GCE
 metadata server (which also hands out its service-account token), and the keys from a fake Secret
 Manager that only the declared accessors may read.  A controller, a login VM, two A3 Mega nodes and one A3 Ultra
-node boot from one baked Debian 12 root, each in its own network/mount/UTS/IPC/PID namespaces, on a
+node boot from one baked root of the images' OS, Ubuntu 24.04 (Debian 12 where Ubuntu's archive does not
+answer: os_image.py; the report header says which), each in its own network/mount/UTS/IPC/PID namespaces, on a
 private subnet with no route off this machine; the script is fetched from the metadata server and run
 as root, as GCE's guest agent does.
 
-Proven here, with the real Debian binaries (bash, curl, python3, iptables, munge, Slurm 22.05):
+Proven here, with the OS's own binaries (bash, curl, python3, iptables, munge; Slurm 23.11 on Ubuntu, 22.05 on
+Debian):
 - slurmctld runs the rendered slurm.conf/gres.conf/topology.conf with the munge and JWT keys the
   controller's own service account read from Secret Manager; slurmrestd answers a JWT on loopback and
   does not run as root;
@@ -27,11 +29,11 @@ Proven here, with the real Debian binaries (bash, curl, python3, iptables, munge
   blank): they survive a re-run of the script and a new controller VM (a new boot disk, the same disk attached).
 
 Not proven: anything needing GPUs, GPU NICs or the GCE hypervisor (driver, NCCL, TCPXO/RDMA data
-paths are stubs: tests/firstboot/stubs.py), real GCE metadata/IAM/OAuth, Ubuntu accelerator images
-(the root is Debian 12 with Slurm 22.05; Ubuntu 24.04's Slurm 23.11 runs in tests/slurm_compat, not these
-scripts), systemd itself (shim/systemctl), NFS /home, power saving through the autoscaler (the image carries
-no /opt/gpu-fleet: the hooks slurm.conf names are in place, so slurmctld runs power saving, but each call would
-fail; nodes join as they boot), the gIB node's boot (its plugin repository is unreachable: xfail below).
+paths are stubs: tests/firstboot/stubs.py), real GCE metadata/IAM/OAuth, the accelerator image's own
+additions to Ubuntu 24.04 (its NVIDIA driver: stubbed), systemd itself (shim/systemctl), NFS /home, power
+saving through the autoscaler (the image carries no /opt/gpu-fleet: the hooks slurm.conf names are in place, so
+slurmctld runs power saving, but each call would fail; nodes join as they boot), the gIB node's boot (its
+plugin repository is unreachable: xfail below).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import pytest
 
 from components.gcp.startup import JWT_KEY_PATH
 from fleet.catalog import load_catalog
+from tests.firstboot import os_image
 from tests.firstboot.conftest import CLUSTER, MOUNT_STACK, STACK, Booted, boot, synthesized
 from tests.firstboot.stubs import LOG as STUB_LOG
 
@@ -109,6 +112,10 @@ def test_controller_runs_slurmctld_with_the_rendered_config_and_the_keys_from_se
     assert "is UP" in ping.stdout, f"{ping.stdout}{ping.stderr}\n{cluster.explain(ctl.name)}"
     conf = ctl.run(["scontrol", "show", "config"], check=True).stdout
     assert re.search(r"^ClusterName\s*=\s*fb$", conf, re.M) and "SlurmctldHost[0]" in conf
+    # the Slurm of the OS booted, started without a key it calls defunct (the render knows the release)
+    release = os_image.chosen().slurm_release
+    assert re.search(rf"^SLURM_VERSION\s*=\s*{re.escape(release)}\.", conf, re.M), conf[-400:]
+    assert "defunct" not in ctl.read("/var/log/slurm/slurmctld.log")
     # the keys came from Secret Manager, read with the controller's own service account
     sa = cluster.declared.controller(CLUSTER).service_account
     got = {(a.secret_id, a.status) for a in cluster.cloud.secret_manager.accesses if a.service_account == sa}
@@ -118,7 +125,7 @@ def test_controller_runs_slurmctld_with_the_rendered_config_and_the_keys_from_se
 def test_slurms_hooks_are_in_place_before_slurmctld_starts(cluster):
     """slurm.conf's ResumeProgram, SuspendProgram, ResumeFailProgram and EpilogSlurmctld exist on the controller,
     executable and as deploy/slurm ships them, written before slurmctld started: slurmctld validated them at start
-    and runs power saving (22.05 here logs no "power_save module disabled"; 23.11 would not start over a missing
+    and runs power saving (logs no "power_save module disabled"; 23.11 would not even start over a missing
     EpilogSlurmctld).  They were the gpu-fleet checkout's files, installed after slurmctld, which this image
     does not even carry."""
     from pathlib import Path
@@ -150,14 +157,15 @@ def test_slurmrestd_answers_a_jwt_on_loopback_and_does_not_run_as_root(cluster):
     assert ctl.run(["systemctl", "is-active", "slurmrestd"]).returncode == 0, cluster.explain(ctl.name)
     owner = ctl.run(["ps", "-o", "user=", "-C", "slurmrestd"], check=True).stdout.split()
     assert owner and "root" not in owner, owner
+    api = os_image.chosen().rest_api
     ping = ctl.sh(
         "t=$(scontrol token lifespan=60 | cut -d= -f2); for i in $(seq 20); do"
-        " curl -sf -H 'X-SLURM-USER-NAME: root' -H \"X-SLURM-USER-TOKEN: $t\" http://127.0.0.1:6820/slurm/v0.0.38/ping"
+        f" curl -sf -H 'X-SLURM-USER-NAME: root' -H \"X-SLURM-USER-TOKEN: $t\" http://127.0.0.1:6820/slurm/{api}/ping"
         " && exit 0; sleep 0.5; done; exit 1"
     )
     assert ping.returncode == 0 and '"pings"' in ping.stdout, f"{ping.stdout}{ping.stderr}\n{cluster.explain(ctl.name)}"
     anonymous = ctl.run(
-        ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "http://127.0.0.1:6820/slurm/v0.0.38/ping"]
+        ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:6820/slurm/{api}/ping"]
     )
     assert anonymous.stdout != "200"
 

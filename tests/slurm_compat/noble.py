@@ -25,7 +25,7 @@ import urllib.request
 from pathlib import Path
 
 from components.gcp import startup
-from tests.firstboot.rootfs import baked_once, cache_dir
+from tests.firstboot.rootfs import baked_once, cache_dir, package_set
 from tests.harness.slurm import HOST_ROOT
 
 SUITE = "noble"
@@ -80,6 +80,14 @@ def noble_root(log: Path) -> Path:
     return baked_once(cache_dir() / f"{SUITE}-slurm-{key}", lambda root: _bake(root, packages, log))
 
 
+def image_root(packages: list[str], log: Path) -> Path:
+    """The noble root the first-boot VMs boot (tests/firstboot/os_image.py): `packages`, the packages the generated
+    scripts install, and what a GCE Ubuntu image carries (`rootfs.IMAGE_PACKAGES`), baked once."""
+    packages = package_set(packages)
+    key = hashlib.sha256(f"{MIRROR}\n{SUITE}\n{' '.join(packages)}\nv1".encode()).hexdigest()[:16]
+    return baked_once(cache_dir() / f"{SUITE}-image-{key}", lambda root: _bake(root, packages, log))
+
+
 def usable_root(log: Path) -> Path:
     """The baked noble root, or NobleUnavailable saying why there is none here (what cannot run it, or what failed
     building it: the build's output is in `log`)."""
@@ -103,6 +111,7 @@ def _bake(root: Path, packages: list[str], log: Path) -> None:
     _run(["chroot", str(root), "apt-get", "install", "-y", "-q", "--no-install-recommends", *packages], log, 600)
     for deb in (root / "var/cache/apt/archives").glob("*.deb"):
         deb.unlink()
+    policy.unlink()  # an image has none: a package a script installs on a VM starts its service
     (root / ".baked").write_text(f"suite={SUITE}\npackages={' '.join(packages)}\n")
 
 

@@ -116,9 +116,12 @@ class LoopConfig(_Strict):
     orphan_grace_s: Annotated[float, Field(ge=0, le=86_400 * 7)] = 600.0  # unwanted instance deleted after this
     resume_fail_backoff_s: Annotated[float, Field(ge=0, le=86_400 * 7)] = 1800.0  # ResumeTimeout: avoid offering
     launch_timeout_s: Seconds = 900.0  # an intent with no instance after this long is given up
-    # a name Slurm powers up with no resume row, intent or instance this long: its hook call was lost, resume it
-    # (autoscaler.daemon.lost_resumes)
+    # a name Slurm powers up with no resume row, intent or instance this long: its hook call was lost, resume it;
+    # one Slurm has powered down whose instance runs on with no suspend row: delete it; one DOWN for ResumeTimeout
+    # with no resume-fail row: treat it as ResumeFailProgram's (autoscaler.daemon.lost_calls)
     lost_resume_grace_s: Annotated[float, Field(ge=1, le=86_400)] = 60.0
+    lost_suspend_grace_s: Annotated[float, Field(ge=1, le=86_400)] = 60.0
+    lost_resume_fail_grace_s: Annotated[float, Field(ge=1, le=86_400)] = 60.0
     prewarm: bool = False  # launch for PENDING jobs Slurm could not place (needs free CLOUD node names)
 
 

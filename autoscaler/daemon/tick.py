@@ -78,7 +78,7 @@ from autoscaler.daemon import job_end
 from autoscaler.daemon.actuate import Actuator
 from autoscaler.daemon.config import LoopConfig
 from autoscaler.daemon.lock import LeaderLock
-from autoscaler.daemon.lost_resumes import LostResumes, bound_jobs
+from autoscaler.daemon.lost_calls import LostCalls, bound_jobs, resume_timed_out, resuming, suspended
 from autoscaler.daemon.metrics import Metrics
 from autoscaler.daemon.named_nodes import fixed_node_releases
 from autoscaler.daemon.reconcile import Reconciliation, reconcile
@@ -117,6 +117,12 @@ LATE_BIND_BOOT_REASON = "gpu-fleet: late binding boot (drained until it register
 #: the reason of an undrain of held names a pending job's nodes are fixed to (`autoscaler.daemon.named_nodes`)
 FIXED_NODES_RELEASE_REASON = "gpu-fleet: released for a job whose nodes are fixed"
 HELD_REASONS = frozenset({HOLD_REASON, LATE_BIND_REASON, LATE_BIND_BOOT_REASON})
+# a lost power call's action -> (the program slurmctld ran, the state it left the names in, its grace's loop key)
+_LOST_CALLS = {
+    "resume": ("ResumeProgram", "powering up", "lost_resume_grace_s"),
+    "suspend": ("SuspendProgram", "powered down while their instances run", "lost_suspend_grace_s"),
+    "resume_fail": ("ResumeFailProgram", "DOWN for ResumeTimeout", "lost_resume_fail_grace_s"),
+}
 
 
 def right_sizing(job: SlurmJob) -> frozenset[str]:
@@ -222,7 +228,9 @@ class Daemon:
         # the Weights `fleet render slurm-conf` gives each pool's nodes: the base of the reserved nodes' best fit
         self._base_weights = rendered_weights(self.pools) if self._reserved else {}
         self.unservable = UnservableJobs()
-        self.lost_resumes = LostResumes(loop.lost_resume_grace_s)
+        self.lost_resumes = LostCalls(resuming, loop.lost_resume_grace_s)
+        self.lost_suspends = LostCalls(suspended, loop.lost_suspend_grace_s)
+        self.lost_resume_fails = LostCalls(resume_timed_out, loop.lost_resume_fail_grace_s)
 
     # --- the tick ------------------------------------------------------------------------------------------
     def tick(self) -> TickResult:
@@ -345,8 +353,8 @@ class Daemon:
             memory, timed_out = self._power_down_requests(power, cloud, snodes, requests, now, act, memory, actuate)
             power = self.store.open_power() if actuate else power
             requests = self.store.requests(OPEN_REQUEST_STATES) if actuate else requests
-            if snodes is not None and self._resume_lost_calls(snodes, sjobs, power, requests, cloud, now, actuate):
-                power = self.store.open_power()
+            if snodes is not None and self._make_lost_calls(snodes, sjobs, power, requests, cloud, now, actuate):
+                power = self.store.open_power()  # resumes served below; suspends and resume-fails from the next tick
 
         prices = {o.key: o.hourly_usd for o in offerings}
         own = self.store.own_exclusions() if any(j.excluded_nodes for j in sjobs or ()) else {}
@@ -546,7 +554,7 @@ class Daemon:
                 self.metrics.orphans_deleted.inc(len(deleted))
         return memory
 
-    def _resume_lost_calls(
+    def _make_lost_calls(
         self,
         snodes: dict[str, SlurmNode],
         sjobs: Sequence[SlurmJob] | None,
@@ -556,23 +564,34 @@ class Daemon:
         now: float,
         actuate: bool,
     ) -> bool:
-        """Queue the resume of names Slurm powers up whose hook call never arrived (`lost_resumes`); True when
-        rows were queued."""
-        explained = {r.name for r in power if r.action == "resume"} | {n for r in requests for n in r.names}
-        explained |= {c.name for c in cloud if c.status is not CloudNodeStatus.GONE}
-        lost = self.lost_resumes.due(self.pools, snodes, explained, now)
-        if not lost or not actuate:
+        """Queue the power calls slurmctld made that never arrived (`lost_calls`): the resume of names it powers up,
+        the suspend of names it powered down while their instance runs on, the resume-fail of names ResumeTimeout
+        put DOWN; True when rows were queued."""
+        rows = {r.name for r in power}
+        intents = {n for r in requests if r.state == "intent" for n in r.names}
+        live = {c.name for c in cloud if c.status is not CloudNodeStatus.GONE}
+        running = {c.name for c in cloud if c.status in (CloudNodeStatus.RUNNING, CloudNodeStatus.PROVISIONING)}
+        resume_rows = {r.name for r in power if r.action == "resume"}
+        lost = {
+            "resume": self.lost_resumes.due(
+                self.pools, snodes, resume_rows | {n for r in requests for n in r.names} | live, now
+            ),
+            "suspend": self.lost_suspends.due(self.pools, snodes, rows | intents | (set(snodes) - running), now),
+            "resume_fail": self.lost_resume_fails.due(self.pools, snodes, rows | intents, now),
+        }
+        if not actuate:
             return False
-        jobs = bound_jobs(lost, sjobs or ())
-        logger.bind(names=lost).warning(
-            "Slurm has powered up {} for {:g}s with no resume call (a failed ResumeProgram: see the hook log): "
-            "resuming them",
-            compress(lost),
-            self.loop.lost_resume_grace_s,
-        )
-        self.metrics.power_requests.labels(action="resume_lost").inc(len(lost))
-        self.store.enqueue_power("resume", lost, now, jobs)
-        return True
+        for action, names in lost.items():
+            if not names:
+                continue
+            program, what, grace = _LOST_CALLS[action]
+            logger.bind(names=names).warning(
+                "Slurm has had {} {} for {:g}s with no {} call (a failed hook: see the hook log): making it",
+                compress(names), what, getattr(self.loop, grace), program,
+            )  # fmt: skip
+            self.metrics.power_requests.labels(action=f"{action}_lost").inc(len(names))
+            self.store.enqueue_power(action, names, now, bound_jobs(names, sjobs or ()) if action == "resume" else {})
+        return any(lost.values())
 
     def _power_down_requests(
         self,
@@ -871,6 +890,10 @@ class Daemon:
                     boots[n.name] = pool
                 continue
             if not n.powered_down or n.powering_up or n.powering_down or n.has_work:
+                continue
+            if n.down:
+                # never allocatable, so nothing to hold; a drain would overwrite its reason: an admin's, or the
+                # "ResumeTimeout reached" the lost-call sweep goes by (autoscaler/daemon/lost_calls.py)
                 continue
             if n.drain:
                 if n.reason.startswith("gpu-fleet"):  # never release a node an admin drained

@@ -143,6 +143,8 @@ class E2E:
         interval_s: float = 1.0,
         loop: dict[str, Any] | None = None,
         resume_failures: int = 0,
+        suspend_failures: int = 0,
+        resume_fail_failures: int = 0,
     ):
         """`boots(name, zone)`: False makes that VM come up without ever registering (a broken boot).
         `topology`: topology/tree as `fleet render slurm-conf` renders it (one tree per nodeset, the lowest Weight
@@ -150,8 +152,9 @@ class E2E:
         `job_submit_lua`: a job_submit.lua for slurmctld (JobSubmitPlugins=lua), e.g. `fleet.slurm.job_submit`'s, or
         a function of the daemon's state path that renders one (the late-binding lua names its wake-up file);
         `slurm_lines(harness, state)`: extra slurm.conf lines (e.g. EpilogSlurmctld); `interval_s`: the daemon's
-        poll (`loop.interval_s`); `loop`: more of the daemon's `loop` settings; `resume_failures`: the first calls of
-        ResumeProgram fail before queuing anything (a lost hook call)."""
+        poll (`loop.interval_s`); `loop`: more of the daemon's `loop` settings; `resume_failures`,
+        `suspend_failures`, `resume_fail_failures`: the first calls of ResumeProgram, SuspendProgram,
+        ResumeFailProgram fail before queuing anything (a lost hook call)."""
         probe = make_harness()
         self.root = probe.root
         self.state = self.root / "autoscaler.db"
@@ -160,8 +163,8 @@ class E2E:
         self.slurm = make_harness(
             root=self.root,
             resume_program=_hook(b, "resume", self.state, fail_first=resume_failures),
-            suspend_program=_hook(b, "suspend", self.state),
-            resume_fail_program=_hook(b, "resume-fail", self.state),
+            suspend_program=_hook(b, "suspend", self.state, fail_first=suspend_failures),
+            resume_fail_program=_hook(b, "resume-fail", self.state, fail_first=resume_fail_failures),
         )
         self.nodes = CloudNodes(self.slurm, nodesets or [Nodeset("e2e-od", 4), Nodeset("e2e-spot", 4)])
         self.nodes.prepare()

@@ -1,7 +1,8 @@
 """ResumeTimeout on real Slurm: VMs in us-central1-a come up but their node never registers.  slurmctld gives
 up (ResumeTimeout), requeues the job and calls ResumeFailProgram; the daemon backs that offering off, deletes
 the stuck instances and puts the nodes back in service (held: through a power-down); the requeued job then gets
-instances in us-central1-b and runs."""
+instances in us-central1-b and runs.  The same when that ResumeFailProgram call fails: the daemon makes it itself
+(autoscaler/daemon/lost_calls.py)."""
 
 from __future__ import annotations
 
@@ -10,21 +11,28 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.e2e.env import E2E, e2e_env, wait_for
+from tests.e2e.env import E2E, e2e_env, hook_log, wait_for
 from tests.harness.slurm import SlurmHarness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.gce, pytest.mark.slow]
 
 
-@pytest.fixture
-def env(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[E2E]:
+@pytest.fixture(params=[0, 1], ids=["resume-fail-call", "resume-fail-call-lost"])
+def env(slurm_factory: Callable[..., SlurmHarness], request: pytest.FixtureRequest) -> Iterator[E2E]:
     with e2e_env(
-        slurm_factory, suspend_time=6, resume_timeout=15, boots=lambda name, zone: zone != "us-central1-a"
+        slurm_factory,
+        suspend_time=6,
+        resume_timeout=15,
+        boots=lambda name, zone: zone != "us-central1-a",
+        resume_fail_failures=request.param,
+        loop={"lost_resume_fail_grace_s": 3},
     ) as e:
         yield e
 
 
-def test_resume_timeout_backs_off_the_offering_and_the_job_runs_elsewhere(env: E2E) -> None:
+def test_resume_timeout_backs_off_the_offering_and_the_job_runs_elsewhere(
+    env: E2E, request: pytest.FixtureRequest
+) -> None:
     out = env.root / "log"
     daemon = env.start_daemon()
     job = env.sbatch("-p", "gpu", "-N", "2", "--gres=gpu:8", "-o", f"{out}/job-%j.out", "--wrap",
@@ -55,3 +63,6 @@ def test_resume_timeout_backs_off_the_offering_and_the_job_runs_elsewhere(env: E
         kinds = [e.kind for e in env.fake.events if e.name == name and e.kind in ("create", "delete")]
         assert kinds[:2] == ["create", "delete"] and all(a != b for a, b in itertools.pairwise(kinds)), (name, kinds)
     wait_for(lambda: not env.fake.instance_names(), 90, "idle instances to be deleted", env)
+    lost = request.node.callspec.id == "resume-fail-call-lost"
+    assert (": lost (test)" in hook_log(env.state).read_text()) == lost  # the call failed, and the daemon made it
+    assert ('action="resume_fail_lost"' in daemon.metrics.render().decode()) == lost

@@ -280,6 +280,11 @@ class RestSlurm:
             r = self.client.request(method, f"/slurm/{self.api}/{path}", **kw)
         except self._httpx.HTTPError as exc:
             raise SlurmUnavailable(f"slurmrestd {path}: {exc}") from exc
+        if r.status_code == 404 and (served := self._served_apis()) and self.api not in served:
+            raise SlurmUnavailable(
+                f"slurmrestd at {self.client.base_url} serves no API {self.api} (it serves {', '.join(served)}; "
+                "Slurm 23.11's openapi/slurmctld serves v0.0.39 and v0.0.40): set slurm.rest_api to one of them"
+            )
         if r.status_code >= 400:
             # slurmrestd's error body opens with ~200 characters of "meta": name the error it reports instead
             errs = _errors(r)
@@ -289,6 +294,17 @@ class RestSlurm:
         if errs:
             raise SlurmUnavailable(f"slurmrestd {path}: {errs[0]}")
         return body
+
+    def _served_apis(self) -> list[str]:
+        """The Slurm API versions slurmrestd's own OpenAPI document lists (its `/slurm/vX.Y.Z/` paths); [] when it
+        cannot be read."""
+        try:
+            doc = self.client.get("/openapi/v3").json()
+        except (self._httpx.HTTPError, ValueError):
+            return []
+        paths = doc.get("paths") if isinstance(doc, dict) else None
+        found = {m.group(1) for p in paths or () if (m := re.match(r"/slurm/(v\d+\.\d+\.\d+)/", p))}
+        return sorted(found, key=lambda v: tuple(int(x) for x in v[1:].split(".")))
 
     def jobs(self) -> list[SlurmJob]:
         return parse_squeue(self._call("GET", "jobs"))

@@ -114,3 +114,13 @@ def test_rest_client_reads_the_active_reservations_as_scontrol_does(restd) -> No
     finally:
         h.run("scontrol", "delete", "reservationname=team")
         h.run("scontrol", "delete", "reservationname=later")
+
+
+def test_an_api_version_slurmrestd_does_not_serve_is_named_with_those_it_does(restd) -> None:
+    """`slurm.rest_api` left at v0.0.38 on Slurm 23.11 (whose slurmrestd serves v0.0.39 and v0.0.40), or any version
+    the running slurmrestd lacks: the daemon's error says which it serves, read from slurmrestd's own OpenAPI
+    document, instead of a bare 404 every tick."""
+    _, url, token = restd
+    rest = RestSlurm(url, token=token, user="root", api="v0.0.40")  # this harness loads openapi/v0.0.38 only
+    with pytest.raises(SlurmUnavailable, match=r"serves no API v0\.0\.40 \(it serves v0\.0\.38;.*set slurm\.rest_api"):
+        rest.nodes()

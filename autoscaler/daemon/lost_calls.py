@@ -42,13 +42,15 @@ def suspended(node: SlurmNode) -> bool:
     return node.powered_down and not (node.powering_up or node.powering_down or node.down or node.has_work)
 
 
-#: the reason slurmctld gives the node it puts DOWN at ResumeTimeout (power_save.c, 22.05 and 23.11)
+#: the reason slurmctld gives the node it puts DOWN at ResumeTimeout (power_save.c, 22.05 and 23.11); 22.05 makes it
+#: the node's reason, 23.11 appends it to the one the node had (`set_node_reason`: "<old> : ResumeTimeout reached")
 RESUME_TIMEOUT_REASON = "ResumeTimeout reached"
 
 
 def resume_timed_out(node: SlurmNode) -> bool:
     """DOWN and POWERED_DOWN for ResumeTimeout (its reason says so: an admin's DOWN is left alone)."""
-    return node.powered_down and node.down and not node.powering_up and node.reason.startswith(RESUME_TIMEOUT_REASON)
+    timed_out = RESUME_TIMEOUT_REASON in node.reason.split(" : ")
+    return node.powered_down and node.down and not node.powering_up and timed_out
 
 
 @dataclass

@@ -143,6 +143,12 @@ def held_drain(node: SlurmNode) -> bool:
     return node.drain and (node.reason in HELD_REASONS or not node.reason)
 
 
+def own_reason(reason: str) -> bool:
+    """A node reason only the daemon wrote: 23.11 appends slurmctld's own reasons to the one a node has
+    ("<ours> : Kill task failed"), which then is not ours alone."""
+    return bool(reason) and all(part.startswith("gpu-fleet") for part in reason.split(" : "))
+
+
 def power_down_taken(node: SlurmNode) -> bool:
     """slurmctld's power thread has taken the node's power-down (POWERING_DOWN, no longer the pending POWER_DOWN).
     Measured on slurmctld 22.05 (tests/e2e/test_late_binding.py): a DRAIN set while the power-down is pending - just
@@ -896,7 +902,7 @@ class Daemon:
                 # "ResumeTimeout reached" the lost-call sweep goes by (autoscaler/daemon/lost_calls.py)
                 continue
             if n.drain:
-                if n.reason.startswith("gpu-fleet"):  # never release a node an admin drained
+                if own_reason(n.reason):  # never release a node an admin (or slurmctld) drained
                     cands[pool.name].append(n.name)
             elif now - self._released.get(n.name, -RELEASE_GRACE_S - 1) > RELEASE_GRACE_S:
                 to_drain.append(n.name)

@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from autoscaler.cloud import CloudNode, CloudNodeStatus, Offering, OfferingKey
-from autoscaler.daemon.tick import LATE_BIND_BOOT_REASON, LATE_BIND_REASON, Daemon
+from autoscaler.daemon.tick import LATE_BIND_BOOT_REASON, LATE_BIND_REASON, Daemon, own_reason
 from autoscaler.model import Policy, Pool
 from autoscaler.slurm.constraint import RIGHT_SIZED_MARK
 from autoscaler.slurm.readers import SlurmJob
@@ -147,6 +147,14 @@ def test_a_registered_held_boot_is_undrained_and_an_admin_drain_is_left_alone(
     assert [c["names"] for c in _commands(res, "scontrol-undrain")] == [["c1-od1g-0"]]
     assert not slurm.nodes_["c1-od1g-0"].drain and slurm.nodes_["c1-od2g-0"].drain
     assert not fleet.awaiting_hold_change
+
+
+def test_a_drain_reason_slurmctld_added_to_ours_is_not_ours_to_release() -> None:
+    """23.11 appends slurmctld's reasons to a node's (`set_node_reason`): the hold releases only drains that are
+    the daemon's alone, never one that also carries slurmctld's (or an admin's) reason."""
+    assert own_reason(LATE_BIND_REASON) and own_reason(f"{LATE_BIND_BOOT_REASON} : {LATE_BIND_REASON}")
+    assert not own_reason(f"{LATE_BIND_BOOT_REASON} : ResumeTimeout reached")
+    assert not own_reason("bad GPU") and not own_reason("")
 
 
 def test_a_job_served_with_another_shape_has_its_constraint_widened(

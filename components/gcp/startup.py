@@ -32,6 +32,7 @@ from pathlib import Path
 
 from components.gcp import metadata as md
 from fleet.catalog import FabricSoftware
+from fleet.slurm.conf import SLURMD_SPOOL_DIR
 
 # Kept for importers: the metadata keys live in components.gcp.metadata.
 METADATA_SLURM_CONF = md.SLURM_CONF
@@ -706,6 +707,9 @@ LimitMEMLOCK=infinity
         _file("/etc/systemd/system/slurmd.service.d/gpu-fleet.conf", dropin),
         # a cloud node's Slurm name is its GCE instance name (the daemon creates it by that name)
         'echo "SLURMD_OPTIONS=-N $(hostname -s)" > /etc/default/slurmd',
+        # slurmd makes its spool itself, but only after logging "error: Domain socket directory ...: No such file or
+        # directory" at its first start (both OSes' packages leave it out; seen in tests/firstboot)
+        f"install -d -m 0755 {SLURMD_SPOOL_DIR}",
         WAIT_DEVICES,
         "systemctl daemon-reload",
         "systemctl enable slurmd",

@@ -184,6 +184,8 @@ def test_every_node_registers_with_the_controller_at_the_address_in_slurm_conf(c
         assert vm.read_bytes(MUNGE_KEY) == ctl.read_bytes(MUNGE_KEY)
         # no DNS in this network: the node finds the controller through the address the config gives
         assert f"{address} {ctl.name}" in vm.read("/etc/hosts")
+        # slurmd started with its spool in place (without it, its first start logs an error and makes one)
+        assert "Domain socket directory" not in vm.read("/var/log/slurm/slurmd.log")
     states = ctl.run(["sinfo", "-N", "-h", "-o", "%N %T"], check=True).stdout.split("\n")
     state = dict(line.split()[:2] for line in states if line.strip())
     for node in nodes:

@@ -32,7 +32,6 @@ from pathlib import Path
 
 from components.gcp import metadata as md
 from fleet.catalog import FabricSoftware
-from fleet.slurm.conf import SLURMD_SPOOL_DIR
 
 # Kept for importers: the metadata keys live in components.gcp.metadata.
 METADATA_SLURM_CONF = md.SLURM_CONF
@@ -46,6 +45,7 @@ MUNGE_KEY_PATH = "/etc/munge/munge.key"
 AUTOSCALER_HOME = "/opt/gpu-fleet"  # the repo + .venv; slurm.conf's Resume/SuspendProgram live in deploy/slurm/
 AUTOSCALER_STATE_DIR = "/var/lib/gpu-fleet"  # written by the daemon and by the hooks slurmctld runs
 SLURMCTLD_STATE_DIR = "/var/spool/slurmctld"  # == slurm.conf StateSaveLocation (fleet.slurm.conf)
+SLURMD_SPOOL_DIR = "/var/spool/slurmd"  # == slurm.conf SlurmdSpoolDir (fleet.slurm.conf)
 # The controller's state disk (its own persistent disk, not the boot disk): mounted here by its device name, with
 # StateSaveLocation and the autoscaler's state directory bind-mounted from it, so both outlive the controller VM.
 STATE_DISK_DEVICE = "gpu-fleet-state"  # /dev/disk/by-id/google-<this>

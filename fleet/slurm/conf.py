@@ -75,10 +75,6 @@ class SlurmConf:
     job_submit_lua: str = ""
 
 
-#: slurmd's spool (its step sockets); the GPU nodes' script makes it before slurmd first starts
-SLURMD_SPOOL_DIR = "/var/spool/slurmd"
-
-
 def _gpu_files(count: int) -> str:
     return "/dev/nvidia0" if count == 1 else f"/dev/nvidia[0-{count - 1}]"
 
@@ -133,7 +129,7 @@ def _global_settings(
         "SlurmdPort": "6818",
         "AuthType": "auth/munge",
         "StateSaveLocation": "/var/spool/slurmctld",
-        "SlurmdSpoolDir": SLURMD_SPOOL_DIR,
+        "SlurmdSpoolDir": "/var/spool/slurmd",
         "SlurmctldPidFile": "/run/slurmctld.pid",
         "SlurmdPidFile": "/run/slurmd.pid",
         "SlurmctldLogFile": "/var/log/slurm/slurmctld.log",

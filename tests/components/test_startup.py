@@ -24,6 +24,7 @@ from components.gcp.startup import (
     SCRATCH_MOTD,
     SECRET_WAIT_S,
     SLURMCTLD_STATE_DIR,
+    SLURMD_SPOOL_DIR,
     WAIT_DEVICES,
     SlurmHostConfig,
     _scratch_call,
@@ -501,3 +502,14 @@ def test_the_controller_writes_slurms_hooks_before_slurmctld_first_starts() -> N
         assert f"GPU_FLEET_HOOK_LOG:-{HOOK_LOG}" in (root / "deploy" / "slurm" / f"{name}.sh").read_text()
     assert at("/etc/logrotate.d/gpu-fleet-hooks") > 0 and f"{HOOK_LOG} {{" in script  # the hooks' log is rotated
     assert at("systemctl stop gpu-fleet-autoscaler") < at("checkout --quiet --force --detach")
+
+
+def test_the_directories_the_scripts_make_are_the_ones_slurm_conf_names() -> None:
+    """The scripts make StateSaveLocation (on the state disk) and SlurmdSpoolDir; slurm.conf, rendered elsewhere
+    (components take no fleet.slurm import), must name the same paths."""
+    from fleet.slurm.conf import render_slurm_conf
+    from fleet.spec import load_stack_file
+
+    spec = load_stack_file(Path(__file__).resolve().parents[2] / "Pulumi.gcp-a3mega-slurm.yaml")
+    conf = render_slurm_conf(spec, spec.clusters[0]).slurm_conf.splitlines()
+    assert f"StateSaveLocation={SLURMCTLD_STATE_DIR}" in conf and f"SlurmdSpoolDir={SLURMD_SPOOL_DIR}" in conf

@@ -17,8 +17,8 @@ an exit status (23.11 not even that without DebugFlags=Script):
 nothing explains (an open power row, a launch intent; for a resume also a live instance, for a suspend the lack of
 one) for longer than a grace (`loop.lost_resume_grace_s`, `lost_suspend_grace_s`, `lost_resume_fail_grace_s`,
 default 60 s: a hook call takes well under a second and waits at most 10 s for the store), so the tick queues the
-call itself, as the hook would have.  The
-clock of each name is this process's own (a restart begins it again).  Pure apart from that memory."""
+call itself, as the hook would have.  The clock of each name is this process's own (a restart begins it again).
+Pure apart from that memory."""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ image for GPU nodes), whose Slurm is 23.11.  So the first-boot VMs boot a baked 
 synthesized with `slurm.release: "23.11"`: the generated scripts then run on the OS, packages and Slurm they will
 meet.  Where the Ubuntu archive does not answer (this machine's registries are Debian's), the VMs boot Debian 12
 from this machine's own mirror and the stacks say `release: "22.05"`: the same scripts, on a stand-in OS.  Which
-one ran is in the report header (`pytest_report_header` in conftest.py) and in every failure's `explain`.
+one ran is in every failure's `explain`, and in the report header when tests/firstboot is run on its own (pytest
+reads that hook only from the conftest files it starts with).
 `FLEET_FIRSTBOOT_OS=debian` (or `ubuntu`, which then fails where the archive does not answer) picks one.
 """
 

@@ -67,6 +67,3 @@ class PortLeases:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._fds.clear()
-
-    def __contains__(self, port: int) -> bool:
-        return port in self._fds

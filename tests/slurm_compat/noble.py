@@ -75,17 +75,19 @@ def _run(cmd: list[str], log: Path, timeout: float) -> None:
 
 def noble_root(log: Path) -> Path:
     """The baked noble root with Ubuntu's Slurm (built once, cached by package list)."""
-    packages = slurm_packages()
-    key = hashlib.sha256(f"{MIRROR}\n{SUITE}\n{' '.join(packages)}\nv1".encode()).hexdigest()[:16]
-    return baked_once(cache_dir() / f"{SUITE}-slurm-{key}", lambda root: _bake(root, packages, log))
+    return _baked("slurm", slurm_packages(), log)
 
 
 def image_root(packages: list[str], log: Path) -> Path:
     """The noble root the first-boot VMs boot (tests/firstboot/os_image.py): `packages`, the packages the generated
     scripts install, and what a GCE Ubuntu image carries (`rootfs.IMAGE_PACKAGES`), baked once."""
-    packages = package_set(packages)
+    return _baked("image", package_set(packages), log)
+
+
+def _baked(kind: str, packages: list[str], log: Path) -> Path:
+    """The noble root of `kind` with `packages`, baked once (cached under a key of the mirror, suite and packages)."""
     key = hashlib.sha256(f"{MIRROR}\n{SUITE}\n{' '.join(packages)}\nv1".encode()).hexdigest()[:16]
-    return baked_once(cache_dir() / f"{SUITE}-image-{key}", lambda root: _bake(root, packages, log))
+    return baked_once(cache_dir() / f"{SUITE}-{kind}-{key}", lambda root: _bake(root, packages, log))
 
 
 def usable_root(log: Path) -> Path:

@@ -50,7 +50,10 @@ class SlurmConfig(_Strict):
     bin_dir: FilePath | None = None  # where squeue/sinfo/scontrol live (PATH when unset)
     conf: FilePath | None = None  # SLURM_CONF for the CLI (the system default when unset)
     rest_url: HttpUrl | None = None  # slurmrestd, e.g. http://127.0.0.1:6820 (mode: rest)
-    rest_api: text(r"v[0-9]+\.[0-9]+\.[0-9]+", "must be a slurmrestd API version such as v0.0.38", 16) = "v0.0.38"
+    # "auto": the newest version gpu-fleet was checked against that slurmrestd serves (`RestSlurm`)
+    rest_api: text(
+        r"auto|v[0-9]+\.[0-9]+\.[0-9]+", "must be 'auto' or a slurmrestd API version such as v0.0.40", 16
+    ) = "auto"
     rest_user: SlurmName = "slurm"
     jwt_file: FilePath | None = None  # a file holding SLURM_JWT (mode: rest); or set SLURM_JWT in the environment
     timeout_s: Annotated[float, Field(gt=0, le=3600)] = 10.0

@@ -224,12 +224,37 @@ class CliSlurm:
                   f"AdminComment={admin_comment}")  # fmt: skip
 
 
+#: `slurm.rest_api: auto`: the newest of the versions the daemon's readers and updates were run against on a real
+#: slurmrestd that the running one serves: v0.0.38 (22.05.8's openapi/v0.0.38: tests/slurm_source/test_slurmrestd.py)
+#: and v0.0.40 (23.11.4's openapi/slurmctld, which serves only v0.0.40: tests/slurm_compat/test_slurmrestd_23_11.py)
+AUTO = "auto"
+CHECKED_APIS = ("v0.0.38", "v0.0.40")
 # openapi versions without a node-update endpoint (it appeared in v0.0.39): updates go through scontrol
 _NO_NODE_UPDATE = frozenset({"v0.0.36", "v0.0.37", "v0.0.38"})
 # openapi versions whose job update (``POST job/{id}``, body: the job properties, ``constraints``) was run against
 # a real slurmrestd (22.05.8: tests/slurm/test_job_features.py); the others' bodies differ or are unchecked, so
 # their job updates go through scontrol
 _REST_JOB_UPDATE = frozenset({"v0.0.38"})
+# the node update's `state` flags for each state scontrol takes (v0.0.39+ `update_node_msg.state`, an array of
+# node state flags): scontrol's POWER_DOWN_FORCE is two flags (update_node.c, 23.11: NODE_STATE_POWER_DOWN |
+# NODE_STATE_POWERED_DOWN), the others one of the same name
+_REST_NODE_STATES = {s: [s.upper()] for s in NODE_UPDATE_STATES} | {"power_down_force": ["POWER_DOWN", "POWERED_DOWN"]}
+
+
+def _version_key(api: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in api[1:].split("."))
+
+
+def _apis_in(response: Any) -> list[str]:
+    """The Slurm API versions an ``/openapi/v3`` response lists (its `/slurm/vX.Y.Z/` paths), oldest first; [] when
+    the body is no OpenAPI document."""
+    try:
+        doc = response.json()
+    except ValueError:
+        return []
+    paths = doc.get("paths") if isinstance(doc, dict) else None
+    found = {m.group(1) for p in paths or () if isinstance(p, str) and (m := re.match(r"/slurm/(v\d+\.\d+\.\d+)/", p))}
+    return sorted(found, key=_version_key)
 
 
 def _errors(response: Any) -> list[Any]:
@@ -248,11 +273,14 @@ def _numbered(error: Any) -> bool:
 
 
 class RestSlurm:
-    """slurmrestd (openapi v0.0.38 by default) with JWT auth: ``X-SLURM-USER-NAME`` / ``X-SLURM-USER-TOKEN``.
+    """slurmrestd with JWT auth: ``X-SLURM-USER-NAME`` / ``X-SLURM-USER-TOKEN``.
 
+    `api`: the openapi version, or `AUTO` (the default): the newest of `CHECKED_APIS` the running slurmrestd serves,
+    read from its own ``/openapi/v3`` at the first call (and again if slurmrestd later stops serving it: an upgrade).
     Reads go to slurmrestd.  Slurm 22.05's openapi (<= v0.0.38) cannot update nodes, so `update_nodes` and
-    `update_weight` then run scontrol through `cli` (the daemon lives on the controller host, where scontrol works).
-    `update_job_features` uses v0.0.38's job update; other versions run scontrol through `cli`."""
+    `update_weight` then run scontrol through `cli` (the daemon lives on the controller host, where scontrol works);
+    v0.0.39+ use slurmrestd's node update.  `update_job_features` uses v0.0.38's job update; other versions run
+    scontrol through `cli`."""
 
     def __init__(
         self,
@@ -260,14 +288,15 @@ class RestSlurm:
         *,
         token: str,
         user: str = "slurm",
-        api: str = "v0.0.38",
+        api: str = AUTO,
         timeout_s: float = 10,
         cli: CliSlurm | None = None,
     ):
         import httpx
 
         self._httpx = httpx
-        self.api = api
+        self.auto = api == AUTO
+        self._api = None if self.auto else api
         self.cli = cli
         self.client = httpx.Client(
             base_url=url.rstrip("/"),
@@ -275,15 +304,44 @@ class RestSlurm:
             timeout=timeout_s,
         )
 
-    def _call(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+    @property
+    def api(self) -> str:
+        """The openapi version in use (with `AUTO`, chosen from what slurmrestd serves at the first call)."""
+        if self._api is None:
+            self._api = self._negotiate()
+        return self._api
+
+    def _negotiate(self) -> str:
+        """The newest of `CHECKED_APIS` slurmrestd serves, else `SlurmUnavailable` naming what it serves."""
         try:
-            r = self.client.request(method, f"/slurm/{self.api}/{path}", **kw)
+            r = self.client.get("/openapi/v3")
+        except self._httpx.HTTPError as exc:
+            raise SlurmUnavailable(f"slurmrestd /openapi/v3: {exc}") from exc
+        if r.status_code >= 400:
+            raise SlurmUnavailable(f"slurmrestd /openapi/v3 (to choose slurm.rest_api 'auto'): HTTP {r.status_code}")
+        served = _apis_in(r)
+        usable = [a for a in CHECKED_APIS if a in served]
+        if not usable:
+            what = f"it serves {', '.join(served)}" if served else "its /openapi/v3 lists none"
+            raise SlurmUnavailable(
+                f"slurmrestd at {self.client.base_url}: slurm.rest_api 'auto' found none of the API versions gpu-fleet "
+                f"was checked against ({', '.join(CHECKED_APIS)}; {what}): set slurm.rest_api to one it serves, "
+                "or use slurm.mode 'cli'"
+            )
+        return usable[-1]
+
+    def _call(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        api = self.api
+        try:
+            r = self.client.request(method, f"/slurm/{api}/{path}", **kw)
         except self._httpx.HTTPError as exc:
             raise SlurmUnavailable(f"slurmrestd {path}: {exc}") from exc
-        if r.status_code == 404 and (served := self._served_apis()) and self.api not in served:
+        if r.status_code == 404 and (served := self._served_apis()) and api not in served:
+            if self.auto:
+                self._api = None  # slurmrestd changed (an upgrade): choose again at the next call
             raise SlurmUnavailable(
-                f"slurmrestd at {self.client.base_url} serves no API {self.api} (it serves {', '.join(served)}; "
-                "Slurm 23.11's openapi/slurmctld serves v0.0.39 and v0.0.40): set slurm.rest_api to one of them"
+                f"slurmrestd at {self.client.base_url} serves no API {api} (it serves {', '.join(served)}; "
+                "Slurm 23.11's openapi/slurmctld serves v0.0.40 only): set slurm.rest_api to one of them, or 'auto'"
             )
         if r.status_code >= 400:
             # slurmrestd's error body opens with ~200 characters of "meta": name the error it reports instead
@@ -299,12 +357,9 @@ class RestSlurm:
         """The Slurm API versions slurmrestd's own OpenAPI document lists (its `/slurm/vX.Y.Z/` paths); [] when it
         cannot be read."""
         try:
-            doc = self.client.get("/openapi/v3").json()
-        except (self._httpx.HTTPError, ValueError):
+            return _apis_in(self.client.get("/openapi/v3"))
+        except self._httpx.HTTPError:
             return []
-        paths = doc.get("paths") if isinstance(doc, dict) else None
-        found = {m.group(1) for p in paths or () if (m := re.match(r"/slurm/(v\d+\.\d+\.\d+)/", p))}
-        return sorted(found, key=lambda v: tuple(int(x) for x in v[1:].split(".")))
 
     def jobs(self) -> list[SlurmJob]:
         return parse_squeue(self._call("GET", "jobs"))
@@ -324,7 +379,7 @@ class RestSlurm:
                 raise SlurmUnavailable(f"slurmrestd {self.api} cannot update nodes and no scontrol fallback is set")
             self.cli.update_nodes(names, state, reason)
             return
-        body: dict[str, Any] = {"state": [state.upper()]}
+        body: dict[str, Any] = {"state": _REST_NODE_STATES[state]}
         if reason or state == "drain":
             body["reason"] = reason or "gpu-fleet autoscaler"
         for n in names:  # one node per call

@@ -1,18 +1,25 @@
-"""slurmrestd beside a test slurmctld (tests/harness/slurm.py): openapi v0.0.38 with JWT auth on 127.0.0.1.
+"""slurmrestd beside a test slurmctld (tests/harness/slurm.py) with JWT auth on 127.0.0.1: the Slurm OpenAPI plugin
+of the release the harness starts, as the controller's wrapper picks it (`components.gcp.startup`): openapi/v0.0.38
+on 22.05, openapi/slurmctld (v0.0.39 and v0.0.40) on 23.11.
 
-What running it here needed: slurmrestd refuses to run as root (it runs as nobody through setpriv), and slurmctld
-signs tokens with an HS256 key named in slurm.conf (`jwt_key_line`)."""
+What running it here needed: slurmrestd refuses to run as root (it runs as nobody through setpriv; Ubuntu's, in the
+noble root, drops privileges itself: `tests.slurm_compat.noble`), and slurmctld signs tokens with an HS256 key named
+in slurm.conf (`jwt_key_line`)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import httpx
 
 from tests.harness.cloud_nodes import cloud_nodes_unavailable_reason
 from tests.harness.requirements import missing
-from tests.harness.slurm import SlurmHarness, poll_until
+from tests.harness.slurm import SlurmHarness, binary, poll_until, slurm_release
+
+#: the mark of a slurmrestd wrapper that drops privileges itself (tests.slurm_compat.noble.DROPS_PRIVILEGES)
+DROPS_PRIVILEGES = "# gpu-fleet: drops privileges itself"
 
 
 def require_slurmrestd() -> None:
@@ -30,15 +37,29 @@ def jwt_key_line(h: SlurmHarness) -> str:
     return f"AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key={key}\n"
 
 
+def openapi_plugin() -> str:
+    """The Slurm OpenAPI plugin the controller's wrapper would load on the release the harness starts."""
+    return "openapi/v0.0.38" if slurm_release() < (23, 2) else "openapi/slurmctld"
+
+
+def _as_nobody(program: str) -> list[str]:
+    """The argv prefix that runs `program` as nobody (none when its wrapper drops privileges itself)."""
+    path = binary(program)
+    try:
+        marked = DROPS_PRIVILEGES in Path(path).read_text(errors="replace")[:200]
+    except OSError:
+        marked = False
+    return [path] if marked else ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", path]
+
+
 def start_slurmrestd(h: SlurmHarness) -> str:
     """slurmrestd for the running slurmctld of `h`; its URL once it answers."""
     port = h.ports.lease()
     h.spawn(
         "slurmrestd",
-        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "slurmrestd", "-s", "openapi/v0.0.38",
-         "-a", "rest_auth/jwt", f"127.0.0.1:{port}"],
+        [*_as_nobody("slurmrestd"), "-s", openapi_plugin(), "-a", "rest_auth/jwt", f"127.0.0.1:{port}"],
         env={**h.env, "SLURM_JWT": "daemon", "SLURM_BITSTR_LEN": "0"},  # as the stack's wrapper exports it
-    )  # fmt: skip
+    )
     url = f"http://127.0.0.1:{port}"
 
     def answers() -> bool:

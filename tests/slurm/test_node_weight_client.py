@@ -194,7 +194,7 @@ def test_rest_names_slurmrestds_error_for_a_refused_update() -> None:
             {"error_number": 2072, "error": "Job is no longer pending execution", "source": "_update_job"},
         ],
     }
-    rest = RestSlurm("http://restd", token="jwt")
+    rest = RestSlurm("http://restd", token="jwt", api="v0.0.38")
     rest.client = httpx.Client(
         base_url="http://restd",
         transport=httpx.MockTransport(lambda r: httpx.Response(500, text=json.dumps(body, indent=2))),

@@ -35,8 +35,12 @@ def noble_slurm(noble_bin: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ca
         yield make
 
 
-@pytest.fixture
-def slurm_factory(noble_slurm: Callable[..., SlurmHarness]) -> Callable[..., SlurmHarness]:
-    """The suite's `slurm_factory` here is noble's: the e2e tests this directory re-runs (`test_daemon_*.py`) start
-    Ubuntu's Slurm 23.11 with no change of their own."""
-    return noble_slurm
+@pytest.fixture(scope="module")
+def slurm_factory(noble_bin: Path) -> Iterator[Callable[..., SlurmHarness]]:
+    """The suite's `slurm_factory` here is noble's, for a whole module (its module-scoped fixtures start one cluster
+    for all its tests, as the suite's do): the tests this directory re-runs (`test_daemon_*.py`,
+    `test_slurmrestd_23_11.py`) start Ubuntu's Slurm 23.11 with no change of their own."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", f"{noble_bin}:{os.environ['PATH']}")
+        with harnesses() as make:
+            yield make

@@ -27,13 +27,17 @@ from pathlib import Path
 from components.gcp import startup
 from tests.firstboot.rootfs import baked_once, cache_dir, package_set
 from tests.harness.slurm import HOST_ROOT
+from tests.harness.slurmrestd import DROPS_PRIVILEGES
 
 SUITE = "noble"
 MIRROR = "http://archive.ubuntu.com/ubuntu"
 #: Ubuntu releases debootstrap by the script of its oldest supported one
 SCRIPT = "/usr/share/debootstrap/scripts/gutsy"
 PROGRAMS = ("slurmctld", "slurmd", "slurmstepd", "sbatch", "srun", "squeue", "sinfo", "scontrol", "scancel",
-            "munged", "mungekey", "munge", "unmunge")  # fmt: skip
+            "munged", "mungekey", "munge", "unmunge", "slurmrestd")  # fmt: skip
+#: slurmrestd refuses to run as root, and a wrapper run as another user cannot make its mount namespace: its wrapper,
+#: run as root, drops to this user inside the root, and carries the mark `tests.harness.slurmrestd` reads
+RESTD_USER = ("nobody", "nogroup")
 #: what the Slurm daemons need besides the packages the scripts name
 EXTRA = ("ca-certificates",)
 
@@ -130,12 +134,18 @@ def wrappers(root: Path, directory: Path) -> Path:
         if not found:
             raise NobleUnavailable(f"{name} is not in the noble root ({root})")
         script = directory / name
-        script.write_text(
-            "#!/bin/sh\n"  # already in the root (a job's srun, a hook's scontrol): the program itself
-            f'[ -d {HOST_ROOT}/proc/self ] && exec /{found[0]} "$@"\n'
-            f'exec unshare -m --propagation private sh -c \'{mounts} && exec chroot "$R" "$@"\' '
-            f'sh /{found[0]} "$@"\n'.replace("$R", str(root))
+        drop = (
+            f"setpriv --reuid={RESTD_USER[0]} --regid={RESTD_USER[1]} --clear-groups " if name == "slurmrestd" else ""
         )
+        text = (
+            "#!/bin/sh\n"
+            + (f"{DROPS_PRIVILEGES}\n" if drop else "")
+            # already in the root (a job's srun, a hook's scontrol): the program itself
+            + f'[ -d {HOST_ROOT}/proc/self ] && exec {drop}/{found[0]} "$@"\n'
+            + f'exec unshare -m --propagation private sh -c \'{mounts} && exec chroot "$R" "$@"\' '
+            + f'sh {drop}/{found[0]} "$@"\n'
+        )
+        script.write_text(text.replace("$R", str(root)))
         script.chmod(0o755)
     return directory
 

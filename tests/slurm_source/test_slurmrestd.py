@@ -1,5 +1,7 @@
-"""The slurmrestd client (openapi v0.0.38, JWT) against a real slurmctld + slurmrestd: same jobs and nodes as
-the CLI; node updates (drain / undrain) go through scontrol, as 22.05's openapi has no node update."""
+"""The slurmrestd client (JWT, `slurm.rest_api: auto`) against a real slurmctld + slurmrestd: same jobs, nodes and
+reservations as the CLI; node updates through scontrol on 22.05 (openapi v0.0.38 has no node update), through
+slurmrestd's own on 23.11 (v0.0.40).  tests/slurm_compat/test_slurmrestd_23_11.py runs these tests on Ubuntu's
+23.11, the stacks' image's."""
 
 from __future__ import annotations
 
@@ -10,11 +12,18 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from autoscaler.slurm.client import CliSlurm, RestSlurm, SlurmUnavailable
+from autoscaler.slurm.readers import SlurmNode
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_slurm_conf
-from tests.harness.slurm import SlurmHarness
+from tests.harness.slurm import SlurmHarness, poll_until, slurm_release
 from tests.harness.slurmrestd import jwt_key_line, require_slurmrestd, start_slurmrestd
 
 pytestmark = pytest.mark.slurm
+
+
+def expected_api() -> str:
+    """The openapi version `auto` must choose on the Slurm the harness starts (the controller wrapper's plugin:
+    openapi/v0.0.38 on 22.05, openapi/slurmctld, which serves v0.0.40 only, on 23.11)."""
+    return "v0.0.38" if slurm_release() < (23, 2) else "v0.0.40"
 
 
 @pytest.fixture(scope="module")
@@ -31,30 +40,53 @@ def restd(slurm_factory: Callable[..., SlurmHarness]) -> Iterator[tuple[SlurmHar
     h.stop()
 
 
+def test_auto_chooses_the_newest_checked_api_slurmrestd_serves(restd) -> None:
+    """`slurm.rest_api: auto` (the default) reads slurmrestd's own OpenAPI document: v0.0.38 on 22.05 and v0.0.40 on
+    23.11, so a daemon in `mode: rest` works on either without a version in its config."""
+    _, url, token = restd
+    assert RestSlurm(url, token=token, user="root").api == expected_api()
+
+
 def test_rest_client_reads_what_the_cli_reads(restd) -> None:
     h, url, token = restd
     jid = int(h.run("sbatch", "--parsable", "-p", "gpu", "-N", "3", "--gres=gpu:8", "--wrap", "true").stdout)
+    held = int(h.run("sbatch", "--parsable", "-p", "gpu", "-N", "1", "--gres=gpu:2", "-H", "--wrap", "true").stdout)
     rest = RestSlurm(url, token=token, user="root")
     cli = CliSlurm(env={"SLURM_CONF": str(h.conf_path)})
+    assert poll_until(lambda: next(j for j in cli.jobs() if j.job_id == jid).reason != "None", 15)
     (job,) = [j for j in rest.jobs() if j.job_id == jid]
     assert (job.partition, job.node_count, job.gpus_per_node, job.pending) == ("gpu", 3, 8, True)
     assert job.reason in ("PartitionNodeLimit", "PartitionConfig")
+    assert {j.job_id: j for j in rest.jobs()} == {j.job_id: j for j in cli.jobs()}  # every field the daemon reads
+    assert {j.job_id for j in rest.jobs()} >= {jid, held}
     rn = {n.name: n for n in rest.nodes()}
     cn = {n.name: n for n in cli.nodes()}
     assert set(rn) == set(cn) and {"r1-od-0", "r1-od-1"} <= set(rn)
     assert rn["r1-od-0"].cloud and rn["r1-od-0"].powered_down and rn["r1-od-0"].gpus == 8
-    subprocess.run(["scancel", str(jid)], env=h.env, check=False)
+    assert rn == cn
+    subprocess.run(["scancel", str(jid), str(held)], env=h.env, check=False)
 
 
 def test_rest_client_updates_nodes(restd) -> None:
+    """Drain, undrain, power up and power down as the daemon makes them: through scontrol on 22.05, whose openapi
+    has no node update, and through slurmrestd alone on 23.11 (no scontrol to fall back on)."""
     h, url, token = restd
     cli = CliSlurm(env={"SLURM_CONF": str(h.conf_path)})
-    rest = RestSlurm(url, token=token, user="root", cli=cli)  # 22.05's openapi cannot update nodes: scontrol
+    rest = RestSlurm(url, token=token, user="root", cli=cli if expected_api() == "v0.0.38" else None)
+
+    def node() -> SlurmNode:
+        return {x.name: x for x in cli.nodes()}["r1-od-1"]
+
     rest.update_nodes(["r1-od-1"], "drain", "gpu-fleet test")
-    n = {x.name: x for x in cli.nodes()}["r1-od-1"]
-    assert n.drain and n.reason == "gpu-fleet test"
+    assert node().drain and node().reason == "gpu-fleet test"
     rest.update_nodes(["r1-od-1"], "undrain")
-    assert not {x.name: x for x in cli.nodes()}["r1-od-1"].drain
+    assert not node().drain
+    rest.update_nodes(["r1-od-1"], "power_up")  # slurmctld runs the ResumeProgram for it
+    assert poll_until(lambda: node().powering_up, 15), node()
+    assert poll_until(lambda: any("r1-od-1" in c for c in h.power_calls()), 15), h.power_calls()
+    rest.update_nodes(["r1-od-1"], "power_down_force")  # scontrol's two flags: POWER_DOWN and POWERED_DOWN
+    assert poll_until(lambda: node().powered_down or node().powering_down, 15), node()
+    assert poll_until(lambda: node().powered_down and not node().powering_down, 60), node()
 
 
 def test_rest_client_reads_a_gated_gang_and_releases_it_through_scontrol(restd) -> None:
@@ -117,10 +149,12 @@ def test_rest_client_reads_the_active_reservations_as_scontrol_does(restd) -> No
 
 
 def test_an_api_version_slurmrestd_does_not_serve_is_named_with_those_it_does(restd) -> None:
-    """`slurm.rest_api` left at v0.0.38 on Slurm 23.11 (whose slurmrestd serves v0.0.39 and v0.0.40), or any version
-    the running slurmrestd lacks: the daemon's error says which it serves, read from slurmrestd's own OpenAPI
-    document, instead of a bare 404 every tick."""
+    """`slurm.rest_api` set to v0.0.38 on Slurm 23.11 (whose openapi/slurmctld serves v0.0.40 only), v0.0.40 on
+    22.05, or any version the running slurmrestd lacks: the daemon's error says which it serves, read from
+    slurmrestd's own OpenAPI document, instead of a bare 404 every tick."""
     _, url, token = restd
-    rest = RestSlurm(url, token=token, user="root", api="v0.0.40")  # this harness loads openapi/v0.0.38 only
-    with pytest.raises(SlurmUnavailable, match=r"serves no API v0\.0\.40 \(it serves v0\.0\.38;.*set slurm\.rest_api"):
+    served = expected_api()
+    other = "v0.0.40" if served == "v0.0.38" else "v0.0.38"
+    rest = RestSlurm(url, token=token, user="root", api=other)
+    with pytest.raises(SlurmUnavailable, match=rf"serves no API {other} \(it serves {served};.*set slurm\.rest_api"):
         rest.nodes()

@@ -153,8 +153,9 @@ class FirstBootCloud:
         vm.boot()
         return vm
 
-    def persistent_disk(self, disk: str, size_mib: int = 64) -> Path:
-        """The file behind the persistent disk `disk`: blank (all zeros, as a new GCE disk reads) when first made."""
+    def persistent_disk(self, disk: str, size_mib: int = 1024) -> Path:
+        """The file behind the persistent disk `disk`: blank (all zeros, as a new GCE disk reads) when first made;
+        sparse, so only what the VM writes takes space (the accounting database's InnoDB log alone is 64 MiB)."""
         image = self.workdir / "disks" / f"{PD_PREFIX}{os.getpid()}-{disk}.img"
         if not image.exists():
             image.parent.mkdir(parents=True, exist_ok=True)

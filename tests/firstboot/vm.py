@@ -58,6 +58,14 @@ mkdir -p $R/dev/pts $R/dev/shm; mount -t devpts -o newinstance,ptmxmode=0666 dev
 ln -s pts/ptmx $R/dev/ptmx; ln -s /proc/self/fd $R/dev/fd
 {disks}
 mount -t tmpfs -o mode=0755 run $R/run
+# systemd-tmpfiles-setup at boot: the `d` directories the packages declare under /run (Debian's MariaDB finds its
+# /run/mysqld there; Ubuntu's unit makes it itself)
+cat $R/usr/lib/tmpfiles.d/*.conf $R/etc/tmpfiles.d/*.conf 2>/dev/null | while read -r t p m u g rest; do
+  case "$t:$p" in d:/run/*) ;; *) continue ;; esac
+  case "$p$m$u$g" in *%*) continue ;; esac
+  [ "$m" != - ] || m=0755; [ "$u" != - ] || u=root; [ "$g" != - ] || g=root
+  chroot $R install -d -m "$m" -o "$u" -g "$g" "$p" 2>/dev/null || true
+done
 mount -t tmpfs -o mode=1777 shm $R/dev/shm
 hostname {hostname}
 exec chroot $R /bin/bash -c 'trap "exit 0" TERM; echo up > /run/fb-booted; while :; do sleep 1 & wait $!; done'

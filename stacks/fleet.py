@@ -149,6 +149,7 @@ def build_fleet(
                     # slurmctld's right-sized --prefer (fleet/slurm/job_submit.py); it refuses to start without it
                     **({md.JOB_SUBMIT_LUA: conf.job_submit_lua} if conf.job_submit_lua else {}),
                 },
+                slurmdbd_conf=conf.slurmdbd_conf or None,  # slurm.accounting (fleet/slurm/accounting.py)
                 autoscaler_source=slurm.autoscaler.source,
                 slurm_hooks=dict(HOOKS),
                 autoscaler_ref=slurm.autoscaler.ref,

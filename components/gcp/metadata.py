@@ -11,6 +11,7 @@ metadata server's own.
 | `enable-oslogin`, `block-project-ssh-keys` | x | x | x | `TRUE` (OS Login only) |
 | `slurm-conf`, `gres-conf`, `cgroup-conf`, `topology-conf` | x | x | x | the files of /etc/slurm |
 | `job-submit-lua`              | x |   |   | /etc/slurm/job_submit.lua (when generated: fleet/slurm/job_submit.py) |
+| `slurmdbd-conf`               | x |   |   | /etc/slurm/slurmdbd.conf, 0600 (fleet/slurm/accounting.py) |
 | `gpu-fleet-inventory`         | x |   |   | the cluster's autoscaler inventory (JSON) |
 | `gpu-fleet-autoscaler-config` | x |   |   | /etc/gpu-fleet/autoscaler.yaml |
 | `physical_host`               |   |   | (GCE) | `/cluster/block/host` of A3/A4 VMs, set by GCE |
@@ -36,6 +37,7 @@ GRES_CONF = "gres-conf"
 CGROUP_CONF = "cgroup-conf"
 TOPOLOGY_CONF = "topology-conf"
 JOB_SUBMIT_LUA = "job-submit-lua"  # controller, when the cluster has one: slurmctld refuses to start without it
+SLURMDBD_CONF = "slurmdbd-conf"  # controller, with accounting: installed 0600 for SlurmUser, not with SLURM_FILES
 AUTOSCALER_CONFIG = "gpu-fleet-autoscaler-config"  # controller: the daemon's YAML config
 INVENTORY = "gpu-fleet-inventory"  # controller: this cluster's autoscaler_inventory entries
 PHYSICAL_HOST = "physical_host"  # set by GCE on A3/A4 VMs (VM topology), read by the compute script
@@ -48,7 +50,7 @@ SLURM_FILES = {
     "topology.conf": TOPOLOGY_CONF,
     "job_submit.lua": JOB_SUBMIT_LUA,
 }
-CONTROLLER_ONLY = (INVENTORY, AUTOSCALER_CONFIG)
+CONTROLLER_ONLY = (INVENTORY, AUTOSCALER_CONFIG, SLURMDBD_CONF)
 
 METADATA_ENV = "GPU_FLEET_METADATA"
 METADATA_DEFAULT = "http://metadata.google.internal"

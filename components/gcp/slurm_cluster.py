@@ -66,6 +66,8 @@ class SlurmClusterArgs:
     autoscaler_role_id: the project's custom role for the autoscaler (made by the project-bootstrap stack).
     home: Filestore "IP:/share" mounted on /home; scratch: Lustre mount source, scratch_mount: where.
     controller_metadata: extra metadata on the controller only (e.g. the autoscaler inventory).
+    slurmdbd_conf: the controller's slurmdbd.conf: the controller then runs slurmdbd and its MariaDB, their data on
+      the state disk (components/gcp/startup.py `accounting_lines`); None: no accounting.
     autoscaler_source, autoscaler_ref: git URL and pinned ref (40-hex commit or tag@commit) of
       gpu-fleet for the controller's autoscaler (installed at /opt/gpu-fleet; None: the image carries it).
     state_disk_gb: size of the controller's state disk (StateSaveLocation, the autoscaler's store).
@@ -96,6 +98,7 @@ class SlurmClusterArgs:
     scratch: pulumi.Input[str] | None = None
     scratch_mount: str = "/scratch"
     controller_metadata: dict[str, pulumi.Input[str]] = field(default_factory=dict)
+    slurmdbd_conf: pulumi.Input[str] | None = None
     labels: dict[str, str] = field(default_factory=dict)
     state_disk_gb: int = 50
     protect_state: bool = True
@@ -174,6 +177,7 @@ class SlurmCluster(pulumi.ComponentResource):
                         autoscaler_source=args.autoscaler_source,
                         autoscaler_ref=args.autoscaler_ref,
                         state_disk=STATE_DISK_DEVICE if role == "controller" else None,
+                        accounting=role == "controller" and args.slurmdbd_conf is not None,
                         slurm_hooks=args.slurm_hooks if role == "controller" else {},
                     )
                 )
@@ -214,7 +218,10 @@ class SlurmCluster(pulumi.ComponentResource):
             script("controller"),
             args,
             pulumi.ResourceOptions(parent=self, depends_on=[*args.boot_after, munge_version, jwt_version, *ctl_reads]),
-            extra_metadata=args.controller_metadata,
+            extra_metadata={
+                **args.controller_metadata,
+                **({md.SLURMDBD_CONF: args.slurmdbd_conf} if args.slurmdbd_conf is not None else {}),
+            },
             network_ip=self.controller_address.address,
             # attached, not auto-deleted: it outlives the VM (GCE deletes only disks marked auto-delete)
             attached_disks=[{"source": self.state_disk.self_link, "device_name": STATE_DISK_DEVICE}],

@@ -46,11 +46,30 @@ AUTOSCALER_HOME = "/opt/gpu-fleet"  # the repo + .venv; slurm.conf's Resume/Susp
 AUTOSCALER_STATE_DIR = "/var/lib/gpu-fleet"  # written by the daemon and by the hooks slurmctld runs
 SLURMCTLD_STATE_DIR = "/var/spool/slurmctld"  # == slurm.conf StateSaveLocation (fleet.slurm.conf)
 SLURMD_SPOOL_DIR = "/var/spool/slurmd"  # == slurm.conf SlurmdSpoolDir (fleet.slurm.conf)
+MARIADB_DATA_DIR = "/var/lib/mysql"  # the accounting database (MariaDB's datadir on Debian and Ubuntu)
 # The controller's state disk (its own persistent disk, not the boot disk): mounted here by its device name, with
-# StateSaveLocation and the autoscaler's state directory bind-mounted from it, so both outlive the controller VM.
+# StateSaveLocation, the autoscaler's state directory and (with accounting) the accounting database bind-mounted
+# from it, so they outlive the controller VM.
 STATE_DISK_DEVICE = "gpu-fleet-state"  # /dev/disk/by-id/google-<this>
 STATE_DISK_MOUNT = "/var/lib/gpu-fleet-state"
-STATE_BINDS = {"slurmctld": (SLURMCTLD_STATE_DIR, "0700"), "gpu-fleet": (AUTOSCALER_STATE_DIR, "0750")}
+
+
+@dataclass(frozen=True)
+class StateBind:
+    """A directory of the controller bind-mounted from its state disk (`<STATE_DISK_MOUNT>/<sub>`)."""
+
+    sub: str
+    target: str
+    mode: str
+    owner: str
+    unit: str  # the service that uses it: stopped before the bind (a package may have started it), required after
+
+
+STATE_BINDS = (
+    StateBind("slurmctld", SLURMCTLD_STATE_DIR, "0700", "slurm", "slurmctld"),
+    StateBind("gpu-fleet", AUTOSCALER_STATE_DIR, "0750", "slurm", "gpu-fleet-autoscaler"),
+)
+ACCOUNTING_BIND = StateBind("mysql", MARIADB_DATA_DIR, "0700", "mysql", "mariadb")
 AUTOSCALER_LOCK = "deploy/controller-requirements.txt"  # hash-pinned dependencies, in the repo at the commit
 GUARD = "/usr/local/sbin/gpu-fleet-metadata-guard"
 WAIT_DEVICES = "/usr/local/sbin/gpu-fleet-wait-devices"
@@ -95,7 +114,10 @@ class SlurmHostConfig:
     fabric: the machine type's fabric software (TCPXO or gIB), None for none.
     local_ssd_gib: local SSD capacity the machine type comes with (RAID0 on /mnt/localssd).
     state_disk: on the controller, the device name of its state disk (formatted when blank, mounted on
-      /var/lib/gpu-fleet-state, StateSaveLocation and /var/lib/gpu-fleet bind-mounted from it); None: none.
+      /var/lib/gpu-fleet-state, StateSaveLocation, /var/lib/gpu-fleet and the accounting database bind-mounted from
+      it); None: none.
+    accounting: on the controller, run slurmdbd and its MariaDB before slurmctld (`accounting_lines`; the
+      slurmdbd.conf comes as the `slurmdbd-conf` metadata key).
     metadata_guard: block the metadata server for non-root processes (every role; on the controller
       SlurmUser too may reach it: the autoscaler daemon runs as that user and calls the Compute API).
     """
@@ -113,6 +135,7 @@ class SlurmHostConfig:
     local_ssd_gib: int = 0
     metadata_guard: bool = True
     state_disk: str | None = None
+    accounting: bool = False
     #: on the controller, where slurm.conf names each of deploy/slurm's hooks (name -> absolute path: the stack's
     #: `fleet.slurm.conf.HOOKS`); written before slurmctld first starts (`hook_lines`)
     slurm_hooks: Mapping[str, str] = field(default_factory=dict)
@@ -124,6 +147,8 @@ class SlurmHostConfig:
             raise ValueError(f"jwt_secret: only the controller holds the JWT key, not a {self.role} VM")
         if self.state_disk and self.role != "controller":
             raise ValueError(f"state_disk: only the controller has a state disk, not a {self.role} VM")
+        if self.accounting and self.role != "controller":
+            raise ValueError(f"accounting: only the controller runs slurmdbd, not a {self.role} VM")
         if self.autoscaler_source and not PINNED_REF.fullmatch(self.autoscaler_ref or ""):
             raise ValueError(
                 f"autoscaler_ref: {self.autoscaler_ref!r} is not pinned: give a 40-hex commit or <tag>@<40-hex commit>"
@@ -322,15 +347,14 @@ def _file(path: str, text: str, mode: str = "0644") -> str:
     )
 
 
-def _state_disk_lines(device: str) -> list[str]:
-    """The controller's state disk, before anything writes StateSaveLocation or the autoscaler's store: waited
-    for by its device name, formatted only when blank (its first MiB all zeros, as a new disk reads: a disk with
-    anything on it is never formatted), mounted, and the two state directories bind-mounted from it (fstab,
-    `nofail`: a VM whose disk is missing still boots for repair, but slurmctld and the daemon require the mounts,
-    so neither starts on an empty directory)."""
+def _state_disk_lines(device: str, binds: tuple[StateBind, ...]) -> list[str]:
+    """The controller's state disk, before anything writes StateSaveLocation, the autoscaler's store or the
+    accounting database: waited for by its device name, formatted only when blank (its first MiB all zeros, as a new
+    disk reads: a disk with anything on it is never formatted), mounted, and `binds` bind-mounted from it (fstab,
+    `nofail`: a VM whose disk is missing still boots for repair, but the services that use them require the mounts,
+    so none starts on an empty directory).  A service a package started on the boot disk's directory (MariaDB) is
+    stopped before its directory is bound over."""
     dev, mnt = f"/dev/disk/by-id/google-{device}", STATE_DISK_MOUNT
-    targets = " ".join(target for target, _ in STATE_BINDS.values())
-    requires = f"[Unit]\nRequiresMountsFor={targets}\n"
     lines = [
         "# --- 2b. the controller's state disk: StateSaveLocation and the autoscaler's store outlive this VM ---",
         f"for _ in $(seq 60); do [ -b {dev} ] && break; sleep 2; done",
@@ -345,18 +369,87 @@ def _state_disk_lines(device: str) -> list[str]:
         f'  mount {mnt} || die "state disk {dev}: cannot mount it on {mnt} (not formatted by gpu-fleet?)"',
         "fi",
     ]
-    for sub, (target, mode) in STATE_BINDS.items():
-        src = f"{mnt}/{sub}"
+    for b in binds:
+        src = f"{mnt}/{b.sub}"
         lines += [
-            f"install -d -o slurm -g slurm -m {mode} {src}",
-            f"grep -q ' {target} none bind' /etc/fstab"
-            f" || echo '{src} {target} none bind,nofail,x-systemd.requires-mounts-for={mnt} 0 0' >> /etc/fstab",
-            f"install -d {target}",
-            f"mountpoint -q {target} || mount {target}",
+            f"install -d -o {b.owner} -g {b.owner} -m {b.mode} {src}",
+            f"grep -q ' {b.target} none bind' /etc/fstab"
+            f" || echo '{src} {b.target} none bind,nofail,x-systemd.requires-mounts-for={mnt} 0 0' >> /etc/fstab",
+            f"install -d {b.target}",
+            f"mountpoint -q {b.target} || {{ systemctl stop {b.unit} 2>/dev/null || true; mount {b.target}; }}",
         ]
-    for unit in ("slurmctld", "gpu-fleet-autoscaler"):
-        lines.append(_file(f"/etc/systemd/system/{unit}.service.d/gpu-fleet-state.conf", requires))
+    for b in binds:
+        requires = f"[Unit]\nRequiresMountsFor={b.target}\n"
+        lines.append(_file(f"/etc/systemd/system/{b.unit}.service.d/gpu-fleet-state.conf", requires))
     return [*lines, "systemctl daemon-reload"]
+
+
+#: MariaDB as slurmdbd's database (fleet/slurm/accounting.py says why: no TCP listener, no password)
+MARIADB_CONF = "/etc/mysql/mariadb.conf.d/90-gpu-fleet.cnf"
+_MARIADB_CNF = """# gpu-fleet: the accounting database of slurmdbd (fleet/slurm/accounting.py)
+[mysqld]
+# no TCP listener at all: slurmdbd connects through the unix socket, as the OS user slurm (unix_socket auth)
+skip-networking
+# what slurmdbd 23.11 checks at every start, logging "error: Database settings not recommended values" below half
+# of it (accounting_storage_mysql.c `_check_database_variables`: a 4 GiB buffer pool, a 64 MiB log, a 900 s lock
+# wait, 16 MiB packets; slurm-gcp's 1024M buffer pool is under it).  InnoDB commits the pool as it fills.
+innodb_buffer_pool_size=4096M
+innodb_log_file_size=64M
+innodb_lock_wait_timeout=900
+max_allowed_packet=16M
+"""
+_SLURMDBD_DROPIN = """[Unit]
+After=mariadb.service munge.service
+Requires=mariadb.service
+[Service]
+# as SlurmUser on every release (Debian 12's unit runs it as root): MariaDB lets only the OS user slurm in
+User=slurm
+Group=slurm
+RuntimeDirectory=slurmdbd
+RuntimeDirectoryMode=0755
+PIDFile=/run/slurmdbd/slurmdbd.pid
+"""
+ACCOUNTING_PACKAGES = "slurmdbd mariadb-server"
+
+
+def accounting_lines() -> list[str]:
+    """slurmdbd and its MariaDB on the controller, before slurmctld first starts (slurm-gcp's order: the database,
+    slurmdbd, `sacctmgr add cluster`, then slurmctld).  The database account and name are the ones slurmdbd.conf
+    (metadata `slurmdbd-conf`) names; the account is ``IDENTIFIED VIA unix_socket``: no password is made or stored.
+    A blank data directory (a new state disk) is initialised; one with data is kept.  Idempotent."""
+    dbd = "/etc/slurm/slurmdbd.conf"
+    return [
+        "# --- 5e. accounting: MariaDB (socket only) and slurmdbd, before slurmctld ---",
+        f"attr {md.SLURMDBD_CONF} > {dbd}.new",
+        f"chown slurm:slurm {dbd}.new && chmod 0600 {dbd}.new && mv -f {dbd}.new {dbd}",
+        f"db=$(sed -n 's/^StorageLoc=//p' {dbd}); dbuser=$(sed -n 's/^StorageUser=//p' {dbd})",
+        'for v in "$db" "$dbuser"; do case "$v" in ""|*[!A-Za-z0-9_]*)',
+        "  die \"slurmdbd.conf: StorageLoc, StorageUser must be plain names: '$db', '$dbuser'\";; esac; done",
+        _file(MARIADB_CONF, _MARIADB_CNF),
+        f"if [ ! -d {MARIADB_DATA_DIR}/mysql ]; then",
+        f'  log "accounting database {MARIADB_DATA_DIR} is empty: initialising it"',
+        f"  mariadb-install-db --user=mysql --datadir={MARIADB_DATA_DIR} --skip-test-db >/dev/null"
+        ' || die "mariadb-install-db failed"',
+        "fi",
+        "systemctl enable mariadb",
+        "systemctl restart mariadb",
+        "mariadb -e \"CREATE USER IF NOT EXISTS '$dbuser'@'localhost' IDENTIFIED VIA unix_socket;"
+        " ALTER USER '$dbuser'@'localhost' IDENTIFIED VIA unix_socket;"
+        " GRANT ALL ON \\`$db\\`.* TO '$dbuser'@'localhost';\" || die \"MariaDB: cannot create the account $dbuser\"",
+        _file("/etc/systemd/system/slurmdbd.service.d/gpu-fleet.conf", _SLURMDBD_DROPIN),
+        "systemctl daemon-reload",
+        "systemctl enable slurmdbd",
+        "systemctl restart slurmdbd",
+        # slurmdbd answers once it has made its tables: add the cluster (sacctmgr exits 1 when it already exists)
+        "cluster=$(sed -n 's/^ClusterName=//p' /etc/slurm/slurm.conf)",
+        "for _ in $(seq 90); do",
+        '  out=$(sacctmgr -i add cluster "$cluster" 2>&1) && break',
+        '  case "$out" in *"already exists"*) break;; esac',
+        "  sleep 2",
+        "done",
+        'sacctmgr -n -P show cluster format=cluster | grep -qx "$cluster"'
+        ' || die "slurmdbd: cluster $cluster is not in the accounting database: $out"',
+    ]
 
 
 #: deploy/slurm/, the hooks' wrappers (they exec the checkout's venv python: `hook_lines`)
@@ -407,7 +500,8 @@ def _config_lines(cfg: SlurmHostConfig) -> list[str]:
         else:
             lines.append(f"{fetch} && mv -f /etc/slurm/{name}.new /etc/slurm/{name}")
     lines += [
-        "chmod 0644 /etc/slurm/*.conf",
+        # world-readable, as Slurm's clients need them; slurmdbd.conf (the controller's) stays SlurmUser's alone
+        'for f in /etc/slurm/*.conf; do [ "$f" = /etc/slurm/slurmdbd.conf ] || chmod 0644 "$f"; done',
         "[ ! -f /etc/slurm/job_submit.lua ] || chmod 0644 /etc/slurm/job_submit.lua",
         "chown slurm:slurm /var/log/slurm",
         # the controller by its reserved address, whatever DNS says (zonal DNS hides it from other zones)
@@ -752,14 +846,15 @@ WantedBy=timers.target
 
 def startup_script(cfg: SlurmHostConfig) -> str:
     """The bash startup script of one Slurm VM role."""
+    binds = (*STATE_BINDS, ACCOUNTING_BIND) if cfg.accounting else STATE_BINDS
     lines = [_PRELUDE]
     if cfg.metadata_guard:
         lines += _guard_lines(cfg.guard_exempt)
     lines += [
         "# --- 2. packages ---",
-        f"apt_update && apt_install {_PACKAGES[cfg.role]}",
+        f"apt_update && apt_install {_PACKAGES[cfg.role]}" + (f" {ACCOUNTING_PACKAGES}" if cfg.accounting else ""),
         *([GUARD] if cfg.metadata_guard and cfg.guard_exempt else []),  # now SlurmUser exists: exempt it
-        *(_state_disk_lines(cfg.state_disk) if cfg.state_disk else []),
+        *(_state_disk_lines(cfg.state_disk, binds) if cfg.state_disk else []),
         *_config_lines(cfg),
         *_mount_lines(cfg),
     ]
@@ -781,8 +876,14 @@ ExecStart={RESTD} 127.0.0.1:6820
             _file(RESTD, _RESTD_WRAPPER, mode="0755"),
             _file("/etc/systemd/system/slurmrestd.service.d/gpu-fleet.conf", restd),
             "systemctl daemon-reload",
+            *(accounting_lines() if cfg.accounting else []),
             "systemctl enable slurmctld slurmrestd",
             "systemctl restart slurmctld",
+            # up before the script goes on: 22.05's unit returns at once (Type=simple), and with slurmdbd slurmctld
+            # first registers there (a second or so: seen in tests/firstboot, whose ping came too soon)
+            'for _ in $(seq 60); do case "$(scontrol ping 2>&1)" in *"is UP"*) break;; esac; sleep 1; done',
+            'case "$(scontrol ping 2>&1)" in *"is UP"*) ;;',
+            '  *) die "slurmctld is not up after 60 s: see /var/log/slurm/slurmctld.log";; esac',
             "systemctl restart slurmrestd",
         ]
         lines += autoscaler_install(cfg.autoscaler_source, cfg.autoscaler_ref)

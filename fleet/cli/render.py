@@ -1,7 +1,8 @@
 """`fleet render`: files generated from a stack's fleet spec, without Pulumi.
 
 `fleet render slurm-conf (--stack NAME | --config PATH) [--cluster NAME] --out DIR` writes
-slurm.conf, gres.conf, cgroup.conf and topology.conf (the initial tree; the controller keeps it current),
+slurm.conf, gres.conf, cgroup.conf and topology.conf (the initial tree; the controller keeps it current), the
+controller's slurmdbd.conf (0600: `slurm.accounting: slurmdbd`, the default) and job_submit.lua when there is one,
 in DIR/<cluster>/ when the spec has several Slurm clusters;
 `fleet render spec` prints the validated spec with every default filled in.  An invalid spec
 exits 2 with one `path: reason` line per problem on stderr and writes nothing.
@@ -119,6 +120,12 @@ def slurm_conf(
         if conf.job_submit_lua:  # slurm.conf names JobSubmitPlugins=lua: slurmctld reads it next to slurm.conf
             (target / "job_submit.lua").write_text(conf.job_submit_lua)
             lua = ", job_submit.lua"
+        if conf.slurmdbd_conf:  # slurmdbd refuses a slurmdbd.conf others may read
+            dbd = target / "slurmdbd.conf"
+            dbd.touch(mode=0o600)
+            dbd.chmod(0o600)
+            dbd.write_text(conf.slurmdbd_conf)
+            lua += ", slurmdbd.conf"
         nodes = ", ".join(f"{n.name}={n.node_names}" for n in conf.nodesets)
         typer.echo(
             f"{c.name}: wrote {target}/slurm.conf, gres.conf, cgroup.conf, topology.conf{lua} (nodesets: {nodes})"

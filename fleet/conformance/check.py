@@ -80,6 +80,9 @@ def check_stack(doc: JSON, ref: Reference | None = None) -> list[str]:
             errors += _check_machine(tpl, facts, nets, ref)
     for conf in confs:
         errors += _check_slurm_conf(conf, templates, ref)
+    for vm in controllers:
+        if str(vm["inputs"].get("name", "")).endswith("-controller"):
+            errors += _check_accounting(vm, ref)
     return errors
 
 
@@ -152,6 +155,32 @@ def _check_controller(doc: JSON, ref: Reference) -> list[str]:
             if disk.get("type") not in want["types"] or int(disk.get("size", 0)) < want["size_gb"]:
                 out.append(f"{name}: state disk {disk['name']} {disk.get('type')} {disk.get('size')} GB, reference "
                            f"{want['types'][0]} >= {want['size_gb']} GB ({src})")  # fmt: skip
+    return out
+
+
+def _check_accounting(vm: JSON, ref: Reference) -> list[str]:
+    """slurmctld sends job records to a slurmdbd on the controller, which the controller's script starts (with its
+    database) before slurmctld."""
+    facts = ref.raw["accounting"]
+    src = ref.source(facts["source"])
+    md = vm["inputs"].get("metadata", {})
+    s = _conf_settings(md.get("slurm-conf", ""))
+    name = vm["name"]
+    out = [f"{name}: slurm.conf {k}={s.get(k)!r}, reference {v!r} ({ref.source('long_prolog_tpl')})"
+           for k, v in facts["slurm_conf"].items() if s.get(k) != v]  # fmt: skip
+    host = s.get("SlurmctldHost", "").split("(", 1)[0]
+    if facts["accounting_host_is_controller"] and s.get("AccountingStorageHost") != host:
+        out.append(f"{name}: slurm.conf AccountingStorageHost={s.get('AccountingStorageHost')!r}, reference the "
+                   f"controller {host!r} ({ref.source('long_prolog_tpl')})")  # fmt: skip
+    dbd = _conf_settings(md.get("slurmdbd-conf", ""))
+    out += [f"{name}: slurmdbd.conf {k}={dbd.get(k)!r}, reference {v!r} ({ref.source('slurmdbd_tpl')})"
+            for k, v in facts["slurmdbd_conf"].items() if dbd.get(k) != v]  # fmt: skip
+    script = md.get("startup-script", "")
+    at = [script.find(step) for step in facts["controller_order"]]
+    if -1 in at or at != sorted(at):
+        missing = [step for step, i in zip(facts["controller_order"], at, strict=True) if i < 0]
+        out.append(f"{name}: the controller's script does not run {' -> '.join(facts['controller_order'])} in that "
+                   f"order{f' (missing: {missing})' if missing else ''} ({src})")  # fmt: skip
     return out
 
 

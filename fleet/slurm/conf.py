@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fleet.catalog import CapacityType, Catalog, MachineType, load_catalog
+from fleet.slurm.accounting import accounting_settings, render_slurmdbd_conf
 from fleet.slurm.job_submit import render_job_submit
 from fleet.slurm.node_size import real_memory_mib
 from fleet.slurm.options import merge_options, replace_keys, with_site_config
@@ -40,7 +41,6 @@ __all__ = ["Nodeset", "SlurmConf", "node_name_prefix", "real_memory_mib", "rende
 # them only when a pool of the cluster needs one (the TCPXO RxDM container of A3 Mega multi-node jobs).
 PROLOG = "/etc/slurm/gpu-fleet-prolog.sh"
 EPILOG = "/etc/slurm/gpu-fleet-epilog.sh"
-JOBCOMP_LOG = "/var/log/slurm/jobcomp.log"
 
 # Keys of NodeName= lines that `overrides` may set (everything else is a global key).
 NODE_KEYS = ("NodeAddr", "NodeHostname", "Port")
@@ -73,6 +73,8 @@ class SlurmConf:
     topology_conf: str = ""
     # "" when no partition has a shape to prefer and late binding does not constrain (then no JobSubmitPlugins=lua)
     job_submit_lua: str = ""
+    # the controller's slurmdbd.conf; "" with `slurm.accounting: none` (fleet/slurm/accounting.py)
+    slurmdbd_conf: str = ""
 
 
 def _gpu_files(count: int) -> str:
@@ -141,10 +143,8 @@ def _global_settings(
         "ProctrackType": "proctrack/cgroup",
         "TaskPlugin": "task/cgroup,task/affinity",
         "JobAcctGatherType": "jobacct_gather/cgroup",
-        # no slurmdbd: job records go to a completion log (sacct needs slurmdbd; see docs/stacks.md)
-        "AccountingStorageType": "accounting_storage/none",
-        "JobCompType": "jobcomp/filetxt",
-        "JobCompLoc": JOBCOMP_LOG,
+        # slurmdbd on the controller, or a job completion log (fleet/slurm/accounting.py)
+        **accounting_settings(cluster, controller_host.split("(", 1)[0]),
         "JobAcctGatherFrequency": "30",
         "MpiDefault": "none",
         # a job keeps the node's locked-memory limit, not the submitting shell's (8 MiB on a stock login VM): NCCL
@@ -353,7 +353,10 @@ def render_slurm_conf(
     topology_conf = render_topology(
         {prefixes[n.pool]: n.node_names for n in nodesets}, {}, {prefixes[p]: w for p, w in written.items()}
     )
-    return SlurmConf(slurm_conf, gres_conf, nodesets, cgroup_conf, topology_conf, job_submit)
+    # slurmdbd takes the tokens slurmctld does: slurmrestd (JWT) opens a slurmdbd connection on 23.11
+    auth_alt = {k: settings[k] for k in ("AuthAltTypes", "AuthAltParameters") if settings.get(k)}
+    slurmdbd_conf = render_slurmdbd_conf(cluster, host, auth_alt)
+    return SlurmConf(slurm_conf, gres_conf, nodesets, cgroup_conf, topology_conf, job_submit, slurmdbd_conf)
 
 
 def whole_node(machine: MachineType) -> bool:

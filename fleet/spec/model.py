@@ -181,6 +181,11 @@ class SlurmSpec(_Spec):
         default_factory=dict,
         description="site slurm.conf keys (e.g. PriorityType) added to / replacing the generated ones",
     )
+    accounting: Literal["slurmdbd", "none"] = Field(
+        "slurmdbd",
+        description="job accounting: slurmdbd with a MariaDB on the controller, its data on the state disk (sacct, "
+        "sreport, fairshare; as slurm-gcp's controller runs it), or none (a job completion log only)",
+    )
     autoscaler: AutoscalerSpec = Field(default_factory=AutoscalerSpec)
 
 

@@ -71,7 +71,6 @@ SLURM_MANAGED_KEYS = {
     "resumefailprogram": "power saving is the autoscaler's hook",
     "suspendtime": "use slurm.suspend_time",
     "resumetimeout": "use slurm.resume_timeout",
-    "accountingstoragetres": "slurmctld 22.05 makes it fatal without slurmdbd, which this stack does not deploy",
 }
 
 RULES: list[Rule] = []
@@ -611,6 +610,21 @@ def slurm_extra_config(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
                 yield where, f"cannot be set here: {SLURM_MANAGED_KEYS[key.lower()]}"
             elif not SLURM_VALUE.fullmatch(value):
                 yield where, f"value must be one non-empty line of {SLURM_VALUE_CHARS}, got {value!r}"
+
+
+@rule
+def slurm_accounting_tres_needs_slurmdbd(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """`AccountingStorageTRES` makes slurmctld exit at start without a slurmdbd (22.05): allowed where the cluster
+    runs one (`slurm.accounting: slurmdbd`, the default) or the site's own `AccountingStorageType` names one (an
+    external slurmdbd shared by clusters)."""
+    for path, cluster in _slurm_clusters(spec):
+        site = {k.lower(): (k, v) for k, v in cluster.slurm.extra_config.items()}
+        storage = site.get("accountingstoragetype", ("", ""))[1]
+        has_dbd = cluster.slurm.accounting == "slurmdbd" or storage == "accounting_storage/slurmdbd"
+        if "accountingstoragetres" in site and not has_dbd:
+            key = site["accountingstoragetres"][0]
+            yield (f"{path}.extra_config.{key}", "fatal without slurmdbd: set slurm.accounting: slurmdbd (or "
+                   "AccountingStorageType=accounting_storage/slurmdbd for a slurmdbd of your own)")  # fmt: skip
 
 
 def _stack_owned_keys(

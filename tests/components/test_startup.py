@@ -15,11 +15,14 @@ import pytest
 
 from components.gcp.startup import (
     _PRELUDE,
+    ACCOUNTING_PACKAGES,
     APT_LOCK_WAIT_S,
     AUTOSCALER_LOCK,
     AUTOSCALER_STATE_DIR,
     GUARD,
     JWT_KEY_PATH,
+    MARIADB_CONF,
+    MARIADB_DATA_DIR,
     MUNGE_KEY_PATH,
     SCRATCH_MOTD,
     SECRET_WAIT_S,
@@ -463,14 +466,19 @@ def test_the_controller_mounts_its_state_disk_before_anything_writes_its_state()
     only when blank, and slurmctld and the daemon never start without the mounts."""
     text = script("controller", state_disk="gpu-fleet-state")
     dev = "/dev/disk/by-id/google-gpu-fleet-state"
-    mount = pos(text, f"mountpoint -q {SLURMCTLD_STATE_DIR} || mount {SLURMCTLD_STATE_DIR}")
+    mount = pos(text, f"mountpoint -q {SLURMCTLD_STATE_DIR} || {{ systemctl stop slurmctld")
     assert pos(text, "# --- 2. packages") < pos(text, f"[ -b {dev} ]") < mount
     assert mount < pos(text, "put_key c-slurm-jwt-key") < pos(text, "systemctl restart slurmctld")
-    assert pos(text, f"mountpoint -q {AUTOSCALER_STATE_DIR} || mount") < pos(text, "fleet autoscaler init")
+    assert pos(text, f"mountpoint -q {AUTOSCALER_STATE_DIR} || {{ systemctl stop") < pos(text, "fleet autoscaler init")
     blank = f"if [ \"$(head -c 1048576 {dev} | tr -d '\\0' | wc -c)\" = 0 ]; then"
     assert pos(text, blank) < pos(text, f"mkfs.ext4 -q -L gpu-fleet-state {dev}")
     assert text.count("mkfs.ext4") == 1
-    assert f"RequiresMountsFor={SLURMCTLD_STATE_DIR} {AUTOSCALER_STATE_DIR}" in text
+    assert (
+        text.count(f"RequiresMountsFor={SLURMCTLD_STATE_DIR}\n")
+        == text.count(f"RequiresMountsFor={AUTOSCALER_STATE_DIR}\n")
+        == 1
+    )
+    assert pos(text, f"RequiresMountsFor={SLURMCTLD_STATE_DIR}") < pos(text, "systemctl restart slurmctld")
     assert "google-gpu-fleet-state" not in script("login") and "mkfs" not in script("login")
     with pytest.raises(ValueError, match="state_disk"):
         SlurmHostConfig(role="login", munge_secret="m", state_disk="gpu-fleet-state")
@@ -511,5 +519,53 @@ def test_the_directories_the_scripts_make_are_the_ones_slurm_conf_names() -> Non
     from fleet.spec import load_stack_file
 
     spec = load_stack_file(Path(__file__).resolve().parents[2] / "Pulumi.gcp-a3mega-slurm.yaml")
-    conf = render_slurm_conf(spec, spec.clusters[0]).slurm_conf.splitlines()
+    rendered = render_slurm_conf(spec, spec.clusters[0])
+    conf = rendered.slurm_conf.splitlines()
     assert f"StateSaveLocation={SLURMCTLD_STATE_DIR}" in conf and f"SlurmdSpoolDir={SLURMD_SPOOL_DIR}" in conf
+    # slurmdbd's pid file is in the RuntimeDirectory the controller's drop-in gives the unit
+    pid = next(line for line in rendered.slurmdbd_conf.splitlines() if line.startswith("PidFile="))
+    assert f"PIDFile={pid.split('=', 1)[1]}\n" in script("controller", accounting=True)
+    assert f"RuntimeDirectory={Path(pid.split('=', 1)[1]).parent.name}\n" in script("controller", accounting=True)
+
+
+def test_the_controller_runs_mariadb_and_slurmdbd_before_slurmctld() -> None:
+    """slurm-gcp's order (scripts/setup.py `setup_controller`): the database, slurmdbd, `sacctmgr add cluster`,
+    then slurmctld, whose first registration then finds its cluster.  The database is on the state disk, bound
+    before MariaDB first starts and initialised only when empty; it has no TCP listener and its account no password
+    (unix_socket: only the OS user slurm); slurmdbd.conf is SlurmUser's alone."""
+    text = script("controller", state_disk="gpu-fleet-state", accounting=True)
+    packages = next(line for line in text.splitlines() if line.startswith("apt_update && apt_install slurmctld"))
+    assert packages.endswith(f" {ACCOUNTING_PACKAGES}") and ACCOUNTING_PACKAGES == "slurmdbd mariadb-server"
+    bind = pos(text, f"mountpoint -q {MARIADB_DATA_DIR} || {{ systemctl stop mariadb")
+    assert pos(text, "apt_install slurmctld") < bind < pos(text, "mariadb-install-db --user=mysql")
+    assert pos(text, f"if [ ! -d {MARIADB_DATA_DIR}/mysql ]; then") < pos(text, "mariadb-install-db")
+    order = ["systemctl restart mariadb", "IDENTIFIED VIA unix_socket", "systemctl restart slurmdbd",
+             'sacctmgr -i add cluster "$cluster"', "sacctmgr -n -P show", "systemctl restart slurmctld"]  # fmt: skip
+    assert [pos(text, step) for step in order] == sorted(pos(text, step) for step in order)
+    assert pos(text, f"cat > {MARIADB_CONF}") < pos(text, "systemctl restart mariadb")
+    assert "\nskip-networking\n" in text and "IDENTIFIED BY" not in text and "PASSWORD" not in text.upper()
+    conf = "/etc/slurm/slurmdbd.conf"
+    assert pos(text, f"chmod 0600 {conf}.new && mv -f {conf}.new {conf}") < pos(text, "systemctl restart slurmdbd")
+    assert "chmod 0644 /etc/slurm/*.conf" not in text  # a re-run never makes slurmdbd.conf world-readable
+    assert "RequiresMountsFor=/var/lib/mysql\n" in text and "User=slurm\n" in text
+    assert "mariadb" not in script("controller", state_disk="gpu-fleet-state")
+    assert "systemctl restart slurmdbd" not in script("login")
+    for role in ("login", "compute"):
+        with pytest.raises(ValueError, match="accounting: only the controller runs slurmdbd"):
+            SlurmHostConfig(role=role, munge_secret="m", accounting=True)
+
+
+def test_the_accounting_database_names_come_from_slurmdbd_conf_and_must_be_plain(tmp_path: Path) -> None:
+    """The script grants the account and database slurmdbd.conf names, and refuses a name that could break out of
+    the SQL it writes, before MariaDB is touched."""
+    text = script("controller", accounting=True)
+    start = text.index("db=$(sed -n")
+    check = text[start : text.index(f"install -d -m 0755 {Path(MARIADB_CONF).parent}", start)]
+    for loc, user, ok in (("slurm_acct_db", "slurm", True), ("x`; DROP", "slurm", False), ("", "slurm", False),
+                          ("slurm_acct_db", "sl'urm", False)):  # fmt: skip
+        conf = tmp_path / "slurmdbd.conf"
+        conf.write_text(f"StorageLoc={loc}\nStorageUser={user}\n")
+        body = 'die() { echo "FATAL: $*" >&2; exit 1; }\n' + check.replace("/etc/slurm/slurmdbd.conf", str(conf))
+        got = subprocess.run(["bash", "-c", body], capture_output=True, text=True)
+        assert (got.returncode == 0) is ok, (loc, user, got.stderr)
+        assert ok or "must be plain names" in got.stderr

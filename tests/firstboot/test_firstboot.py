@@ -26,7 +26,10 @@ Debian):
 - a declared Lustre /scratch that cannot be mounted stops a GPU node's boot with a FATAL message, before slurmd;
   the controller runs slurmctld without it and says so (serial console, login banner).
 - the controller's queue, job-ID counter and autoscaler store are on its state disk (formatted once, when
-  blank): they survive a re-run of the script and a new controller VM (a new boot disk, the same disk attached).
+  blank): they survive a re-run of the script and a new controller VM (a new boot disk, the same disk attached);
+- job accounting: MariaDB and slurmdbd start before slurmctld with the cluster registered, the database on the
+  state disk (its accounts survive a new controller VM), no TCP listener and closed to other users; a finished
+  job is in `sacct` with its GPUs, on the controller and, as a user, on the login VM.
 
 Not proven: anything needing GPUs, GPU NICs or the GCE hypervisor (driver, NCCL, TCPXO/RDMA data
 paths are stubs: tests/firstboot/stubs.py), real GCE metadata/IAM/OAuth, the accelerator image's own
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import base64
 import re
+import time
 
 import pytest
 
@@ -168,6 +172,51 @@ def test_slurmrestd_answers_a_jwt_on_loopback_and_does_not_run_as_root(cluster):
         ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:6820/slurm/{api}/ping"]
     )
     assert anonymous.stdout != "200"
+
+
+def test_the_controller_keeps_job_accounting_in_a_database_only_slurmdbd_can_reach(cluster):
+    """slurmdbd, started before slurmctld as slurm-gcp starts it, with the cluster registered in its database; the
+    database (MariaDB) is on the state disk, listens on no TCP port and lets in the OS user slurm alone: no password
+    exists to leak (fleet/slurm/accounting.py)."""
+    ctl = _controller(cluster)
+    assert ctl.run(["systemctl", "is-active", "slurmdbd"]).returncode == 0, cluster.explain(ctl.name)
+    clusters = ctl.run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"], check=True).stdout.split()
+    assert clusters == [CLUSTER], clusters
+    conf = ctl.run(["scontrol", "show", "config"], check=True).stdout
+    assert re.search(r"^AccountingStorageType\s*=\s*accounting_storage/slurmdbd$", conf, re.M), conf
+    assert ctl.run(["stat", "-c", "%U %a", "/etc/slurm/slurmdbd.conf"], check=True).stdout.split() == ["slurm", "600"]
+    assert ctl.run(["findmnt", "-n", "/var/lib/mysql"]).returncode == 0, "the database is not on the state disk"
+    networking = ctl.run(["mariadb", "-N", "-e", "SELECT @@skip_networking"], check=True).stdout.split()
+    assert networking == ["1"], networking
+    ctl.run(["useradd", "-m", "mallory"], check=True)
+    as_mallory = ctl.run(["mariadb", "-u", "slurm", "-e", "SELECT 1"], user="mallory")
+    assert as_mallory.returncode != 0 and "Access denied" in as_mallory.stderr, as_mallory
+    log = ctl.read("/var/log/slurm/slurmdbd.log")
+    assert "not recommended" not in log and "error" not in log.lower(), log[-2000:]
+
+
+def test_a_finished_job_is_in_sacct_with_its_gpus_also_from_the_login_vm(cluster):
+    """The records slurmctld sends reach the database: `sacct` on the controller and, as a user, on the login VM
+    (which reaches slurmdbd at the controller's address) shows a finished job, its GPUs accounted."""
+    ctl = _controller(cluster)
+    node = _nodes(cluster, "mega")[0]
+    job = ctl.run(["sbatch", "--parsable", "--wait", "-p", "mega", "-N1", "--time=1", "-D", "/tmp", "-o", "/dev/null",
+                   "--wrap", "hostname"], timeout=180)  # fmt: skip
+    assert job.returncode == 0, f"{job.stdout}{job.stderr}\n{cluster.explain(node)}"
+    job_id = job.stdout.split(";")[0].strip()
+    query = ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State,AllocTRES"]
+    row = ""
+    for _ in range(30):
+        row = ctl.run(query, check=True).stdout.strip()
+        if "COMPLETED" in row:
+            break
+        time.sleep(1)
+    assert row.startswith(f"{job_id}|COMPLETED|") and "gres/gpu=" in row, row
+    [login] = cluster.declared.outputs["clusters"][CLUSTER]["logins"]
+    vm = cluster.vm(login)
+    vm.run(["useradd", "-m", "dora"], check=True)
+    seen = vm.run(query, user="dora")
+    assert seen.returncode == 0 and seen.stdout.strip() == row, f"{seen.stdout}{seen.stderr}"
 
 
 def test_every_node_registers_with_the_controller_at_the_address_in_slurm_conf(cluster):
@@ -367,19 +416,26 @@ def test_the_controller_s_queue_and_the_autoscaler_s_store_survive_a_new_control
     assert ctl.run(["findmnt", "-n", "-o", "SOURCE", "/var/spool/slurmctld"]).returncode == 0
     job = _held_job(ctl)
     ctl.run(["bash", "-c", "mkdir -p /var/lib/gpu-fleet && echo daemon-state > /var/lib/gpu-fleet/marker"], check=True)
+    # what an admin sets up in the accounting database (accounts, their users and limits) is on the state disk too
+    assert "accounting database /var/lib/mysql is empty: initialising it" in first.stderr, first.stderr
+    ctl.run(["sacctmgr", "-i", "add", "account", "research", "cluster=fb"], check=True)
 
     again = ctl.startup()  # the script re-run on the running VM: idempotent
     assert again.returncode == first.returncode and "formatting" not in again.stderr, again.stderr
+    assert "initialising" not in again.stderr, again.stderr
     assert "is UP" in ctl.run(["scontrol", "ping"]).stdout, booted.explain(name)
 
-    ctl.run(["systemctl", "stop", "slurmctld"], check=True)  # GCE shuts the old VM down before deleting it
+    # GCE shuts the old VM down before deleting it
+    ctl.run(["systemctl", "stop", "slurmctld", "slurmdbd", "mariadb"], check=True)
     new = booted.cloud.recreate(name)
     assert not new.path("/var/lib/gpu-fleet/marker").exists()  # a new boot disk: nothing mounted yet
     result = new.startup()
-    assert "formatting" not in result.stderr, result.stderr
+    assert "formatting" not in result.stderr and "initialising" not in result.stderr, result.stderr
     ping = new.run(["scontrol", "ping"])
     assert "is UP" in ping.stdout, f"{ping.stdout}{ping.stderr}\n{booted.explain(name)}"
     queued = new.run(["squeue", "-h", "-j", str(job), "-o", "%i %T"])
     assert queued.stdout.split() == [str(job), "PENDING"], f"{queued.stdout}{queued.stderr}\n{booted.explain(name)}"
     assert _held_job(new) > job  # the job-ID counter goes on
     assert new.read("/var/lib/gpu-fleet/marker") == "daemon-state\n"
+    accounts = new.run(["sacctmgr", "-n", "-P", "show", "account", "format=account"], check=True).stdout.split()
+    assert "research" in accounts, f"{accounts}\n{booted.explain(name)}"

@@ -203,7 +203,7 @@ def cloud_slurm_conf(
         "KillWait": "5",
     }
     keys.pop("NodeAddr", None)  # a node attribute, set on each NodeName line
-    lines = [f"{k}={v}" for k, v in keys.items()]
+    lines = [f"{k}={v}" for k, v in keys.items() if v != ""]  # "": a key the overrides remove
     lines += cloud.conf_lines()
     by_prefix = {ns.prefix: ns for ns in cloud.nodesets}
     for name, prefixes in partitions.items():

@@ -234,6 +234,11 @@ class SlurmHarness:
             "SlurmdLogFile": str(r / "log" / "slurmd-%n.log"),
             # the stacks' JobCompType=jobcomp/filetxt would write this machine's /var/log/slurm/jobcomp.log
             "JobCompLoc": str(r / "log" / "jobcomp.log"),
+            # no slurmdbd here (the first-boot VMs run the stacks' own: tests/firstboot); "" removes a key
+            "AccountingStorageType": "accounting_storage/none",
+            "AccountingStorageHost": "",
+            "AccountingStoragePort": "",
+            "AccountingStorageTRES": "",
             "ResumeProgram": self.resume_program,
             "SuspendProgram": self.suspend_program,
             "ResumeFailProgram": self.resume_fail_program,

@@ -21,6 +21,11 @@ def test_renders_an_example_stack_by_name(tmp_path: Path) -> None:
     assert "NodeSet=resv Nodes=a3mega-resv-[0-15]" in conf
     assert "Name=gpu File=/dev/nvidia[0-7]" in (tmp_path / "gres.conf").read_text()
     assert (tmp_path / "cgroup.conf").exists()
+    # the controller's slurmdbd.conf, which slurmdbd reads only if no one else can
+    dbd = tmp_path / "slurmdbd.conf"
+    assert "StorageType=accounting_storage/mysql" in dbd.read_text() and dbd.stat().st_mode & 0o777 == 0o600
+    assert "AuthAltTypes=auth/jwt" in dbd.read_text()  # the JWTs slurm.conf takes: slurmrestd's reach slurmdbd
+    assert "slurmdbd.conf" in result.output
 
 
 def test_a_cluster_with_a_choice_of_machine_types_gets_its_job_submit_lua(tmp_path: Path) -> None:

@@ -109,12 +109,49 @@ def test_cloud_and_power_save_settings(a3mega_data: dict[str, Any]) -> None:
     params = s["SlurmctldParameters"].split(",")
     assert {"enable_configless", "idle_on_node_suspend"} <= set(params) and "cloud_dns" not in params  # zonal DNS
     assert s["TopologyPlugin"] == "topology/tree"
-    assert s["JobCompType"] == "jobcomp/filetxt" and s["AccountingStorageType"] == "accounting_storage/none"
     assert (s["Prolog"], s["Epilog"]) == ("/etc/slurm/gpu-fleet-prolog.sh", "/etc/slurm/gpu-fleet-epilog.sh")
     assert s["PrologFlags"] == "Alloc" and s["BatchStartTimeout"] == "600"  # RxDM is up before the first step
     assert int(s["TreeWidth"]) >= 65533
-    assert "AccountingStorageTRES" not in s  # fatal without slurmdbd
     assert s["SuspendExcNodes"] == "a3mega-resv-[0-15]"  # reserved nodes are paid for: never power-saved
+
+
+def test_accounting_is_slurmdbd_on_the_controller_by_default(a3mega_data: dict[str, Any]) -> None:
+    """As slurm-gcp's controller runs it: slurmctld sends job records to the controller's slurmdbd (every VM resolves
+    the name), GPUs are accounted; slurmdbd.conf keeps them in a local MariaDB through its socket, with no
+    password anywhere (fleet/slurm/accounting.py)."""
+    conf = render(a3mega_data)
+    s = settings(conf.slurm_conf)
+    assert s["AccountingStorageType"] == "accounting_storage/slurmdbd"
+    assert (s["AccountingStorageHost"], s["AccountingStoragePort"]) == ("a3mega-controller", "6819")
+    assert s["AccountingStorageTRES"] == "gres/gpu"
+    assert "JobCompType" not in s  # sacct has the records
+    dbd = settings(conf.slurmdbd_conf)
+    assert (dbd["DbdHost"], dbd["DbdPort"], dbd["SlurmUser"]) == ("a3mega-controller", "6819", "slurm")
+    assert (dbd["StorageType"], dbd["StorageHost"], dbd["StorageUser"]) == (
+        "accounting_storage/mysql",
+        "localhost",
+        "slurm",
+    )
+    assert not {k for k in dbd if k.startswith("StoragePass")}
+    assert render(a3mega_data, controller_host="ctl-0").slurmdbd_conf.count("DbdHost=ctl-0\n") == 1
+    # slurmdbd takes the JWTs slurmctld takes: slurmrestd 23.11 connects to it with the client's token
+    jwt = {"AuthAltTypes": "auth/jwt", "AuthAltParameters": "jwt_key=/k"}
+    assert {k: settings(render(a3mega_data, overrides=jwt).slurmdbd_conf)[k] for k in jwt} == jwt
+
+
+def test_accounting_none_keeps_a_completion_log_and_no_slurmdbd(a3mega_data: dict[str, Any]) -> None:
+    a3mega_data["clusters"][0]["slurm"]["accounting"] = "none"
+    conf = render(a3mega_data)
+    s = settings(conf.slurm_conf)
+    assert s["AccountingStorageType"] == "accounting_storage/none" and s["JobCompType"] == "jobcomp/filetxt"
+    assert not {k for k in s if k in ("AccountingStorageHost", "AccountingStorageTRES")}  # the TRES: fatal without it
+    assert conf.slurmdbd_conf == ""
+
+
+def test_an_unknown_accounting_kind_is_refused_by_name(a3mega_data: dict[str, Any]) -> None:
+    a3mega_data["clusters"][0]["slurm"]["accounting"] = "cloudsql"
+    with pytest.raises(ValueError, match=r"clusters\[0\]\.slurm\.accounting: Input should be 'slurmdbd' or 'none'"):
+        load_spec(a3mega_data)
 
 
 def test_hook_paths_and_controller_are_parameters(a3mega_data: dict[str, Any]) -> None:

@@ -205,8 +205,8 @@ CASES = [
          "not one of the fleet zones"),
     Case("slurm_extra_config", lambda d: d["clusters"][0]["slurm"].update(extra_config={"PartitionName": "x"}),
          "clusters[0].slurm.extra_config.PartitionName", "partitions come from slurm.partitions"),
-    Case("slurm_extra_config",
-         lambda d: d["clusters"][0]["slurm"].update(extra_config={"AccountingStorageTRES": "gres/gpu"}),
+    Case("slurm_accounting_tres_needs_slurmdbd",
+         lambda d: d["clusters"][0]["slurm"].update(accounting="none", extra_config={"AccountingStorageTRES": "cpu"}),
          "clusters[0].slurm.extra_config.AccountingStorageTRES", "fatal without slurmdbd"),
     Case("slurm_extra_config", lambda d: d["clusters"][0]["slurm"].update(extra_config={"Bad Key": "1"}),
          "clusters[0].slurm.extra_config.Bad Key", "not a slurm.conf key"),
@@ -290,6 +290,12 @@ VALID_VARIATIONS = {
     "flex-start-7-days": lambda d: (pool(d, 1).update(capacity="flex-start"), parts(d)[1].update(max_time="7-00")),
     "no-default": lambda d: parts(d)[0].update(default=False),  # none marked: the first is the default
     "pool-in-two-partitions": lambda d: parts(d)[1].update(pools=["spot", "resv"]),
+    # more TRES accounted by the cluster's slurmdbd; or a site's own slurmdbd (shared by clusters) instead of it
+    "tres-with-slurmdbd": lambda d: d["clusters"][0]["slurm"].update(
+        extra_config={"AccountingStorageTRES": "gres/gpu,gres/gpu:h100", "AccountingStorageEnforce": "associations"}),
+    "tres-with-own-slurmdbd": lambda d: d["clusters"][0]["slurm"].update(accounting="none", extra_config={
+        "AccountingStorageType": "accounting_storage/slurmdbd", "AccountingStorageHost": "dbd.example.internal",
+        "AccountingStorageTRES": "gres/gpu"}),
 }  # fmt: skip
 
 

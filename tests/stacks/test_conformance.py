@@ -20,7 +20,7 @@ def test_every_reference_fact_names_its_source() -> None:
     for group in ("machines", "fabric_software"):
         for name, facts in ref[group].items():
             assert facts["source"] in ref["sources"], (group, name)
-    for group in ("roce_firewall", "slurm_conf", "controller", "lustre_firewall"):
+    for group in ("roce_firewall", "slurm_conf", "controller", "lustre_firewall", "accounting"):
         assert ref[group]["source"] in ref["sources"], group
 
 
@@ -96,6 +96,27 @@ def _no_lustre_firewall(d):
     d["resources"] = [r for r in d["resources"] if not r["name"].endswith("-allow-lustre")]
 
 
+def _controller_md(d, key, old, new):
+    for vm in _of(d, "compute/instance:Instance"):
+        md = vm["inputs"].get("metadata", {})
+        if vm["inputs"].get("name", "").endswith("-controller") and key in md:
+            md[key] = md[key].replace(old, new)
+
+
+def _no_slurmdbd(d):
+    _controller_md(d, "slurm-conf", "accounting_storage/slurmdbd", "accounting_storage/none")
+
+
+def _slurmctld_before_slurmdbd(d):
+    _controller_md(d, "startup-script", "systemctl restart slurmdbd\n", "")
+    _controller_md(
+        d,
+        "startup-script",
+        "systemctl restart slurmrestd\n",
+        "systemctl restart slurmrestd\nsystemctl restart slurmdbd\n",
+    )
+
+
 def _script_forcing_replacement(d):
     for vm in _of(d, "compute/instance:Instance"):
         vm["inputs"]["metadataStartupScript"] = vm["inputs"]["metadata"].pop("startup-script")
@@ -120,6 +141,14 @@ FINDINGS = [
     ("gcp-a3ultra-slurm", _controller_state_on_the_boot_disk, "no state disk"),
     ("gcp-l4-dev", _script_forcing_replacement, "replaces the VM"),
     ("gcp-a3ultra-slurm", _no_lustre_firewall, "Managed Lustre: no firewall rule"),
+    # found by the audit against slurm-gcp's controller set-up (scripts/setup.py): no slurmdbd, no sacct
+    ("gcp-a3mega-slurm", _no_slurmdbd, "AccountingStorageType='accounting_storage/none'"),
+    ("gcp-l4-dev", _slurmctld_before_slurmdbd, "in that order"),
+    (
+        "gcp-l4-dev",
+        lambda d: _controller_md(d, "slurmdbd-conf", "StorageType=accounting_storage/mysql", ""),
+        "StorageType",
+    ),
 ]
 
 

@@ -43,14 +43,20 @@ def gang_exclusions(
     excluded: Mapping[str, frozenset[str]],
     ours: frozenset[str],
     untried: frozenset[str] = frozenset(),
+    *,
+    fits: Mapping[str, tuple[int, frozenset[str]]] | None = None,
+    unschedulable: frozenset[str] = frozenset(),
+    bootable: frozenset[str] = frozenset(),
 ) -> dict[str, frozenset[str]]:
     """The `ExcNodeList` changes for pending gangs: unit id -> the names to exclude (empty: clear it).
 
     `room`: name -> GPUs of the held pools' nodes that are up or coming up (not powered down or powering down), busy
     or idle; `gangs`: pending gang unit id -> its GPUs per node; `excluded`: unit id -> the exclusion Slurm shows
     for it; `ours`: the units whose exclusion the daemon set (any other non-empty exclusion is the user's and is
-    never touched); `untried`: the units Slurm has not tried yet (left as they are).  Returns only units whose
-    exclusion changes."""
+    never touched); `untried`: the units Slurm has not tried yet (left as they are).  `fits`: unit id -> (its node
+    count, every node of its partitions that could take a member, in any state), `unschedulable`: nodes Slurm
+    cannot give a job now (drained: held boots not registered yet), and `bootable`: names Slurm could power up for a
+    job (powered down, not drained), for `leave_schedulable`.  Returns only units whose exclusion changes."""
     out: dict[str, frozenset[str]] = {}
     for uid, gpus in sorted(gangs.items()):
         have = excluded.get(uid, frozenset())
@@ -63,9 +69,37 @@ def gang_exclusions(
             want: frozenset[str] = frozenset()  # on ready nodes alone: Slurm must be free to give it them
         else:
             want = frozenset(n for n, free in room.items() if free >= gpus)
+            if fits and uid in fits:
+                want = leave_schedulable(want, *fits[uid], unschedulable, bootable)
         if want != have:
             out[uid] = want
     return out
+
+
+def leave_schedulable(
+    want: frozenset[str],
+    nodes: int,
+    candidates: frozenset[str],
+    unschedulable: frozenset[str] = frozenset(),
+    bootable: frozenset[str] = frozenset(),
+) -> frozenset[str]:
+    """`want` with enough names taken out that `nodes` of `candidates` (the nodes of the gang's partitions that could
+    take a member, in any state) stay outside it.  slurmctld holds a job whose `ExcNodeList` leaves its partitions
+    fewer nodes than it asks, "Requested node configuration is not available": Reason=BadConstraints, priority 0
+    (job_scheduler.c), until the next update of it.  That happened when every node of a gang's partition was up or
+    booting for it and the scheduler ran after the daemon undrained the gang's boots but before it cleared the
+    exclusion (tests/e2e/test_late_binding.py; the daemon recovers such a gang: `snapshot.held_by_own_exclusion`).
+
+    Only when no name outside is `bootable` (powered down and not drained: Slurm could pair an up node with its
+    boot, the partial gang the exclusion is there to prevent; then the exclusion stays and the daemon recovers a
+    hold).  Otherwise Slurm can start the gang only whole, on nodes that are up and undrained, so the names taken
+    out are the `unschedulable` ones first (drained: Slurm cannot give them until the daemon undrains them, and
+    they are the boots the plan meant for the gang), then the rest by name."""
+    outside = candidates - want
+    if len(outside) >= nodes or outside & bootable:
+        return want
+    order = sorted(want & candidates, key=lambda n: (n not in unschedulable, n))
+    return want - frozenset(order[: nodes - len(outside)])
 
 
 @dataclass(frozen=True)

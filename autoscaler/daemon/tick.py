@@ -35,7 +35,7 @@ import math
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,6 +123,20 @@ _LOST_CALLS = {
     "suspend": ("SuspendProgram", "powered down while their instances run", "lost_suspend_grace_s"),
     "resume_fail": ("ResumeFailProgram", "DOWN for ResumeTimeout", "lost_resume_fail_grace_s"),
 }
+
+
+def _member_nodes(job: SlurmJob, snodes: Mapping[str, SlurmNode]) -> frozenset[str]:
+    """Every node of `job`'s partitions that could take one of its members, in any state: enough GPUs, and one of
+    its constraint's features when both name some (the daemon's constraints are features joined by "|")."""
+    parts = set(job.partition.split(","))
+    wanted = set(job.features)
+    return frozenset(
+        n.name
+        for n in snodes.values()
+        if parts & set(n.partitions)
+        and n.gpus >= job.gpus_per_node
+        and (not wanted or not n.features or wanted & set(n.features))
+    )
 
 
 def right_sizing(job: SlurmJob) -> frozenset[str]:
@@ -1015,7 +1029,13 @@ class Daemon:
         ours = frozenset(uid for uid, j in pending.items() if j.excluded_nodes and not users_exclusion(j, records))
         gangs = {uid: j.gpus_per_node for uid, j in pending.items()}
         untried = frozenset(uid for uid, j in pending.items() if not j.tried)
-        for uid, names in sorted(gang_exclusions(plan, room, gangs, excluded, ours, untried).items()):
+        fits = {uid: (j.node_count, _member_nodes(j, snodes)) for uid, j in pending.items()}
+        drained = frozenset(n.name for n in snodes.values() if n.drain)
+        bootable = frozenset(n.name for n in snodes.values() if n.powered_down and not (n.drain or n.down))
+        changes = gang_exclusions(
+            plan, room, gangs, excluded, ours, untried, fits=fits, unschedulable=drained, bootable=bootable
+        )
+        for uid, names in sorted(changes.items()):
             reason = "gpu-fleet: the gang boots whole" if names else "gpu-fleet: the gang goes on up nodes"
             job_id = pending[uid].job_id
             if names and not self.dry_run:  # write-ahead: a stop after Slurm took it still reads it as ours

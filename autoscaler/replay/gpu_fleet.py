@@ -161,6 +161,7 @@ class GpuFleetPolicy:
     _standby_kept: set[str] = field(default_factory=set)  # idle names the last plan kept as standby nodes
     #: job idx of the gangs whose ExcNodeList it set (`_exclude_up_nodes`)
     _excluded: set[int] = field(default_factory=set)
+    _pool_names: dict[frozenset[str], frozenset[str]] = field(default_factory=dict)  # `_names_of`
     _rendered: dict[str, int] | None = None  # the pools' rendered Weights (`core.weights.rendered_weights`)
     _stepping: frozenset[str] | None = None  # pools with a step-down shape (`_pools_with_step_down`)
     #: the last tick issued nothing: its decision stands while Slurm is unchanged, until this (`_quiet_after`)
@@ -653,13 +654,28 @@ class GpuFleetPolicy:
         excluded = {uid: sim.excluded.get(j.idx, frozenset()) for uid, j in gangs.items()}
         sizes = {uid: j.gpus_per_node for uid, j in gangs.items()}
         ours = frozenset(uid for uid, j in gangs.items() if j.idx in self._excluded)
-        for uid, names in gang_exclusions(plan, room, sizes, excluded, ours).items():
+        # every name of a gang's pools, and the held boots Slurm cannot give yet: the daemon's `leave_schedulable`
+        fits = {uid: (j.nodes, self._names_of(sim.job_pools(j))) for uid, j in gangs.items()}
+        drained = frozenset(n for n, nm in sim.names.items() if nm.held_boot)
+        # powered down and not drained: the names of the pools not held that are not up (a held pool's are drained)
+        bootable = self._names_of(frozenset(p.name for p in self._pools if p.name not in held)) - sim.names.keys()
+        changes = gang_exclusions(
+            plan, room, sizes, excluded, ours, fits=fits, unschedulable=drained, bootable=bootable
+        )
+        for uid, names in changes.items():
             job = gangs[uid]
             sim.exclude(job, names)
             if names:
                 self._excluded.add(job.idx)
             else:
                 self._excluded.discard(job.idx)
+
+    def _names_of(self, pools: frozenset[str]) -> frozenset[str]:
+        """Every configured name of `pools` (cached: the same few pool sets come back every tick)."""
+        if pools not in self._pool_names:
+            names = (p.node_name(i) for p in self._pools if p.name in pools for i in range(p.max_nodes))
+            self._pool_names[pools] = frozenset(names)
+        return self._pool_names[pools]
 
     def _planner(self, *args, **kw):  # type: ignore[no-untyped-def]
         from autoscaler.planner import plan

@@ -603,14 +603,16 @@ def test_a_pending_gang_is_kept_off_up_nodes_until_ready_nodes_alone_hold_it(
     assert [c["names"] for c in _commands(res, "scontrol-power_up")] == [["c1-od2g-1", "c1-od2g-2"]]
     assert _commands(res, "scontrol-undrain") == []
 
-    # a user's own --exclude is never touched; the gang's own boots are excluded while they come up (registered and
-    # undrained, they are ready nodes that hold it alone)
+    # a user's own --exclude is never touched; the gang's own boots, drained while they come up, stay outside its
+    # exclusion: with them in it the exclusion would cover the whole pool, which slurmctld answers with a
+    # BadConstraints hold (`leave_schedulable`); drained, Slurm cannot give them before they register, and then they
+    # are ready nodes that hold it alone
     slurm.jobs_.append(replace(_gang(10), excluded_nodes=("c1-od2g-2",)))
     clock.advance(1)
     fleet.tick()
     assert all(job_id != 10 for job_id, _ in slurm.exclusion_updates)
-    mine = ("c1-od2g-0", "c1-od2g-1", "c1-od2g-2")
-    assert slurm.exclusion_updates[-1] == (9, mine)
+    mine = ("c1-od2g-0",)
+    assert slurm.exclusion_updates == [(9, mine)]  # unchanged since the first tick
 
     # the daemon restarts; both other names came up idle (say their boots went to another job that left): ready
     # nodes hold the gang now
@@ -681,6 +683,50 @@ def test_which_gangs_are_kept_off_which_nodes() -> None:
     assert gang_exclusions(Plan(), room, {"job/14": 2}, {}, frozenset()) == {"job/14": two}  # tried: kept off
 
 
+def test_an_exclusion_never_leaves_a_gang_fewer_nodes_than_it_asks() -> None:
+    """slurmctld holds a gang whose ExcNodeList leaves its partitions fewer nodes than it asks (BadConstraints,
+    priority 0: tests/e2e/test_late_binding.py makes it on purpose).  With every node of the partition up or booting,
+    `leave_schedulable` keeps enough names outside the exclusion: the drained ones first (held boots Slurm cannot
+    give yet, the gang's own), then by name; a partition with names to spare is left as it was."""
+    from autoscaler.core import gang_exclusions
+    from autoscaler.core.gang_exclusion import leave_schedulable
+    from autoscaler.model import Plan
+
+    every = frozenset({"p-0", "p-1", "p-2"})
+    # two warm nodes and one held boot: a 2-node gang excluded from all three could never be given nodes
+    assert leave_schedulable(every, 2, every, frozenset({"p-2"})) == {"p-1"}
+    assert leave_schedulable(every, 2, every) == {"p-2"}  # none drained: by name
+    assert leave_schedulable(frozenset({"p-0", "p-1"}), 2, every | {"p-3"}) == {"p-0", "p-1"}  # two left outside
+    assert leave_schedulable(every, 4, every) == frozenset()  # it asks more than there are: no exclusion at all
+    # a name outside that Slurm could power up: an up node could wait for its boot, so the exclusion stays
+    assert leave_schedulable(every, 2, every | {"p-3"}, frozenset({"p-2"}), frozenset({"p-3"})) == every
+    room = {n: 8 for n in every}
+    fits = {"job/9": (2, every)}
+    got = gang_exclusions(Plan(), room, {"job/9": 8}, {}, frozenset(), fits=fits, unschedulable=frozenset({"p-0"}))
+    assert got == {"job/9": frozenset({"p-2"})}
+    assert gang_exclusions(Plan(), room, {"job/9": 8}, {}, frozenset()) == {"job/9": every}  # without: all three
+
+
+def test_the_daemon_never_excludes_a_gang_from_more_of_its_partition_than_it_can_spare(
+    fleet: Daemon, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
+) -> None:
+    """The daemon's side of `leave_schedulable`: every name of the gang's partition is up and busy, and the gang has
+    been tried; its ExcNodeList (it used to be all three names) leaves it as many names as it asks, so slurmctld
+    never finds "Requested node configuration is not available"."""
+    fleet.tick()
+    names = sorted(n.name for n in slurm.nodes() if n.name.startswith("c1-od2g-"))
+    key = offering(ZONE_A, CapacityType.ON_DEMAND, "a3-highgpu-2g")
+    for i, name in enumerate(names):
+        cloud.nodes_[name] = CloudNode(name, "od-2g", key, CloudNodeStatus.RUNNING, clock() - 60, f"i-{i}")
+        slurm.set(name, "allocated")
+    slurm.jobs_ = [_gang(9, nodes=len(names) - 1)]
+    clock.advance(1)
+    fleet.tick()
+    excluded = [names_ for job, names_ in slurm.exclusion_updates if job == 9]
+    assert excluded, slurm.exclusion_updates
+    assert len(set(names) - set(excluded[-1])) >= len(names) - 1, (names, excluded)
+
+
 def test_a_gang_slurm_has_not_tried_is_not_kept_off_the_up_nodes_before_its_first_pass(
     fleet: Daemon, slurm: FakeSlurm, cloud: FakeCloud, clock: Clock
 ) -> None:
@@ -741,8 +787,11 @@ def test_a_gang_slurm_held_for_the_daemons_own_exclusion_is_still_placed_and_its
     key = _gang_next_to_a_warm_node(fleet, slurm, cloud, clock)
     clock.advance(1)
     fleet.tick()
+    # this daemon leaves the gang's drained boots outside (`leave_schedulable`); the whole pool was excluded by an
+    # older one, whose record the store still holds
+    assert slurm.exclusion_updates[-1] == (9, ("c1-od2g-0",))
     mine = ("c1-od2g-0", "c1-od2g-1", "c1-od2g-2")
-    assert slurm.exclusion_updates[-1] == (9, mine)
+    fleet.store.set_gang_exclusion(9, list(mine), clock())
     for i in (1, 2):  # the gang's boots registered and were undrained; slurmctld's pass came first
         name = f"c1-od2g-{i}"
         cloud.nodes_[name] = CloudNode(name, "od-2g", key, CloudNodeStatus.RUNNING, clock() - 5, f"i-{i + 1}")

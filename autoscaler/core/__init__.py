@@ -60,7 +60,7 @@ from autoscaler.core.decide import (
     scale_down_steps,
     serve_resumes,
 )
-from autoscaler.core.gang_exclusion import UpNode, gang_exclusions, gate_exclusion
+from autoscaler.core.gang_exclusion import UpNode, configured_names, gang_exclusions, gate_exclusion
 from autoscaler.core.hold import (
     RELEASE_GRACE_S,
     HeldLaunches,
@@ -86,6 +86,7 @@ __all__ = [
     "ScaleDownStep",
     "SchedulerNode",
     "UpNode",
+    "configured_names",
     "constraint_allows",
     "deletable_after_drain",
     "gang_exclusions",

@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from autoscaler.model import Placement, Plan
+from autoscaler.model import Placement, Plan, Pool
 
 
 def gang_exclusions(
@@ -74,6 +74,12 @@ def gang_exclusions(
         if want != have:
             out[uid] = want
     return out
+
+
+def configured_names(pools: Iterable[Pool]) -> frozenset[str]:
+    """Every CLOUD node name slurm.conf configures for `pools`, in any state: a gang's `leave_schedulable`
+    candidates are those of the pools it fits."""
+    return frozenset(p.node_name(i) for p in pools for i in range(p.max_nodes))
 
 
 def leave_schedulable(

@@ -35,7 +35,7 @@ import math
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,7 @@ from autoscaler.core import (
     RELEASE_GRACE_S,
     LaunchOutcome,
     ResumeLaunch,
+    configured_names,
     deletable_after_drain,
     gang_exclusions,
     gate_exclusion,
@@ -89,8 +90,10 @@ from autoscaler.daemon.snapshot import (
     build_view,
     gangs_to_lease,
     gated_gangs,
+    job_fit,
     offering_from_dict,
     offering_to_dict,
+    pool_nodes,
     unavailable_from_rows,
     users_exclusion,
 )
@@ -123,20 +126,6 @@ _LOST_CALLS = {
     "suspend": ("SuspendProgram", "powered down while their instances run", "lost_suspend_grace_s"),
     "resume_fail": ("ResumeFailProgram", "DOWN for ResumeTimeout", "lost_resume_fail_grace_s"),
 }
-
-
-def _member_nodes(job: SlurmJob, snodes: Mapping[str, SlurmNode]) -> frozenset[str]:
-    """Every node of `job`'s partitions that could take one of its members, in any state: enough GPUs, and one of
-    its constraint's features when both name some (the daemon's constraints are features joined by "|")."""
-    parts = set(job.partition.split(","))
-    wanted = set(job.features)
-    return frozenset(
-        n.name
-        for n in snodes.values()
-        if parts & set(n.partitions)
-        and n.gpus >= job.gpus_per_node
-        and (not wanted or not n.features or wanted & set(n.features))
-    )
 
 
 def right_sizing(job: SlurmJob) -> frozenset[str]:
@@ -1029,7 +1018,16 @@ class Daemon:
         ours = frozenset(uid for uid, j in pending.items() if j.excluded_nodes and not users_exclusion(j, records))
         gangs = {uid: j.gpus_per_node for uid, j in pending.items()}
         untried = frozenset(uid for uid, j in pending.items() if not j.tried)
-        fits = {uid: (j.node_count, _member_nodes(j, snodes)) for uid, j in pending.items()}
+        # every name of the pools a gang fits (`job_fit`: its partitions, GPUs and constraint), for `leave_schedulable`
+        facts = pool_nodes(self.pools, snodes, index)
+        names_of: dict[frozenset[str], frozenset[str]] = {}
+        fits = {}
+        for uid, j in pending.items():
+            fit = job_fit(j, self.pools, facts)[1]
+            key = frozenset(p.name for p in fit)
+            if key not in names_of:
+                names_of[key] = configured_names(fit)
+            fits[uid] = (j.node_count, names_of[key])
         drained = frozenset(n.name for n in snodes.values() if n.drain)
         bootable = frozenset(n.name for n in snodes.values() if n.powered_down and not (n.drain or n.down))
         changes = gang_exclusions(

@@ -36,6 +36,7 @@ from autoscaler.core import (
     ResumeLaunch,
     ResumeUnit,
     UpNode,
+    configured_names,
     deletable_after_drain,
     gang_exclusions,
     gate_exclusion,
@@ -673,8 +674,7 @@ class GpuFleetPolicy:
     def _names_of(self, pools: frozenset[str]) -> frozenset[str]:
         """Every configured name of `pools` (cached: the same few pool sets come back every tick)."""
         if pools not in self._pool_names:
-            names = (p.node_name(i) for p in self._pools if p.name in pools for i in range(p.max_nodes))
-            self._pool_names[pools] = frozenset(names)
+            self._pool_names[pools] = configured_names(p for p in self._pools if p.name in pools)
         return self._pool_names[pools]
 
     def _planner(self, *args, **kw):  # type: ignore[no-untyped-def]

@@ -116,19 +116,19 @@ def slurm_conf(
         (target / "gres.conf").write_text(conf.gres_conf)
         (target / "cgroup.conf").write_text(conf.cgroup_conf)
         (target / "topology.conf").write_text(conf.topology_conf)
-        lua = ""
+        also = ""  # the files a cluster has only sometimes
         if conf.job_submit_lua:  # slurm.conf names JobSubmitPlugins=lua: slurmctld reads it next to slurm.conf
             (target / "job_submit.lua").write_text(conf.job_submit_lua)
-            lua = ", job_submit.lua"
+            also += ", job_submit.lua"
         if conf.slurmdbd_conf:  # slurmdbd refuses a slurmdbd.conf others may read
             dbd = target / "slurmdbd.conf"
             dbd.touch(mode=0o600)
             dbd.chmod(0o600)
             dbd.write_text(conf.slurmdbd_conf)
-            lua += ", slurmdbd.conf"
+            also += ", slurmdbd.conf"
         nodes = ", ".join(f"{n.name}={n.node_names}" for n in conf.nodesets)
         typer.echo(
-            f"{c.name}: wrote {target}/slurm.conf, gres.conf, cgroup.conf, topology.conf{lua} (nodesets: {nodes})"
+            f"{c.name}: wrote {target}/slurm.conf, gres.conf, cgroup.conf, topology.conf{also} (nodesets: {nodes})"
         )
 
 

@@ -11,12 +11,14 @@ from typing import Any
 
 from autoscaler.cloud import Provider
 from autoscaler.core.settings import DEFAULT_BOOT_S, SettingsTracker
-from autoscaler.daemon.config import ConfigError, DaemonConfig
+from autoscaler.daemon.config import ConfigError, DaemonConfig, SlurmConfig
 from autoscaler.daemon.metrics import Metrics
 from autoscaler.daemon.state import StateStore
 from autoscaler.daemon.tick import Daemon
 from autoscaler.model import Policy, PolicyError, Pool, policy_from_mapping
 from autoscaler.slurm.client import CliSlurm, RestSlurm, SlurmClient
+from autoscaler.slurm.errors import SlurmUnavailable
+from autoscaler.slurm.tokens import SigningKey, StaticToken, TokenFile, TokenSource
 from fleet.inventory import InventoryPool, load_inventory
 
 
@@ -50,15 +52,33 @@ def build_settings(raw: dict[str, Any], policy: Policy) -> SettingsTracker:
     return SettingsTracker(base=policy, boot_s=boot, explicit=frozenset(raw))
 
 
+def rest_tokens(s: SlurmConfig) -> TokenSource:
+    """Where `mode: rest` gets its slurmrestd tokens (`autoscaler.slurm.tokens`): the key it signs with, the file it
+    re-reads, or SLURM_JWT; a key or file that cannot be used now is a config error, before any tick."""
+    if s.jwt_key_file or s.jwt_file:
+        field = "slurm.jwt_key_file" if s.jwt_key_file else "slurm.jwt_file"
+        source: TokenSource = (
+            SigningKey(s.jwt_key_file, s.rest_user, lifespan_s=s.jwt_lifespan_s)
+            if s.jwt_key_file
+            else TokenFile(s.jwt_file)  # type: ignore[arg-type]
+        )
+        try:
+            source.token()
+        except SlurmUnavailable as exc:
+            raise ConfigError("config", [(field, str(exc).split(": ", 1)[-1])]) from None
+        return source
+    if token := os.environ.get("SLURM_JWT", "").strip():
+        return StaticToken(token)
+    why = "mode 'rest' needs a token: jwt_key_file, jwt_file or SLURM_JWT"
+    raise ConfigError("config", [("slurm.jwt_key_file", why)])
+
+
 def build_slurm(cfg: DaemonConfig) -> SlurmClient:
     s = cfg.slurm
     if s.mode == "rest":
-        token = os.environ.get("SLURM_JWT") or (s.jwt_file.read_text().strip() if s.jwt_file else "")
-        if not token:
-            raise ConfigError("config", [("slurm.jwt_file", "mode 'rest' needs a JWT (jwt_file or SLURM_JWT)")])
         cli = CliSlurm(bin_dir=s.bin_dir, conf=s.conf, timeout_s=s.timeout_s)  # node updates on 22.05
         return RestSlurm(
-            s.rest_url or "", token=token, user=s.rest_user, api=s.rest_api, timeout_s=s.timeout_s, cli=cli
+            s.rest_url or "", token=rest_tokens(s), user=s.rest_user, api=s.rest_api, timeout_s=s.timeout_s, cli=cli
         )
     return CliSlurm(bin_dir=s.bin_dir, conf=s.conf, timeout_s=s.timeout_s)
 

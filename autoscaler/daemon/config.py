@@ -55,7 +55,12 @@ class SlurmConfig(_Strict):
         r"auto|v[0-9]+\.[0-9]+\.[0-9]+", "must be 'auto' or a slurmrestd API version such as v0.0.40", 16
     ) = "auto"
     rest_user: SlurmName = "slurm"
-    jwt_file: FilePath | None = None  # a file holding SLURM_JWT (mode: rest); or set SLURM_JWT in the environment
+    # mode: rest, one of: the cluster's HS256 key, with which the daemon signs its own short-lived tokens (the
+    # controller's AuthAltParameters=jwt_key file); a file holding a token someone renews (read again when it
+    # changes); or SLURM_JWT in the environment (never renewed: `scontrol token` gives 30 minutes by default)
+    jwt_key_file: FilePath | None = None
+    jwt_file: FilePath | None = None
+    jwt_lifespan_s: Annotated[int, Field(ge=60, le=86400)] = 3600  # of a token the daemon signs (jwt_key_file)
     timeout_s: Annotated[float, Field(gt=0, le=3600)] = 10.0
     partitions: list[SlurmName] | None = Field(None, max_length=256)  # partitions served (all the inventory's)
 
@@ -63,6 +68,8 @@ class SlurmConfig(_Strict):
     def _rest_needs_url(self) -> SlurmConfig:
         if self.mode == "rest" and not self.rest_url:
             raise ValueError("rest_url is required when mode is 'rest'")
+        if self.jwt_key_file and self.jwt_file:
+            raise ValueError("jwt_key_file and jwt_file exclude each other: the daemon signs its tokens, or reads one")
         return self
 
 

@@ -25,10 +25,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from autoscaler.slurm.errors import SlurmUnavailable
 from autoscaler.slurm.hostlist import compress
 from autoscaler.slurm.job_array import FULL_TASK_LIST_ENV
 from autoscaler.slurm.readers import SlurmJob, SlurmNode, parse_sinfo, parse_squeue
 from autoscaler.slurm.reservations import parse_rest_reservations, parse_scontrol_reservations
+from autoscaler.slurm.tokens import StaticToken, TokenSource, token_expiry
 from fleet.slurm.nodes_json import NodeSource
 
 # scontrol node states the daemon sets (``scontrol update nodename=... state=...``)
@@ -78,10 +80,6 @@ def check_admin_comment(text: object) -> str:
     if not isinstance(text, str) or not text or not text.isprintable() or any(c in text for c in " \t'\"="):
         raise ValueError(f"admin_comment: {text!r} is not one printable word without quotes or '='")
     return text
-
-
-class SlurmUnavailable(RuntimeError):
-    """slurmctld did not answer (or answered with an error)."""
 
 
 class SlurmClient(Protocol):
@@ -267,6 +265,17 @@ def _errors(response: Any) -> list[Any]:
     return sorted(errs, key=lambda e: not _numbered(e))
 
 
+#: how slurmrestd reports a request slurmctld refused for its token (expired, another key, an unknown user), as
+#: measured on real slurmrestd (tests/slurm_source/test_slurmrestd.py): HTTP 500 with 22.05's "Unspecified error"
+#: (errno -1) or 23.11's SLURM_UNEXPECTED_MSG_ERROR (error_number 1000, "Unexpected message received")
+_AUTH_REFUSAL_ERRORS = (("errno", -1), ("error_number", 1000))
+
+
+def _looks_refused(error: Any) -> bool:
+    """A slurmrestd error entry of the kind a refused token gives (`_AUTH_REFUSAL_ERRORS`)."""
+    return isinstance(error, dict) and any(error.get(k) == v for k, v in _AUTH_REFUSAL_ERRORS)
+
+
 def _numbered(error: Any) -> bool:
     """A slurmrestd error entry that reports a failure (an error number or code), not a note."""
     return isinstance(error, dict) and bool(error.get("error_number") or error.get("error_code"))
@@ -286,7 +295,7 @@ class RestSlurm:
         self,
         url: str,
         *,
-        token: str,
+        token: str | TokenSource,
         user: str = "slurm",
         api: str = AUTO,
         timeout_s: float = 10,
@@ -298,10 +307,30 @@ class RestSlurm:
         self.auto = api == AUTO
         self._api = None if self.auto else api
         self.cli = cli
+        self.tokens: TokenSource = StaticToken(token, "the given token") if isinstance(token, str) else token
         self.client = httpx.Client(
             base_url=url.rstrip("/"),
-            headers={"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": token},
+            headers={"X-SLURM-USER-NAME": user},
+            auth=_token_auth(self.tokens),
             timeout=timeout_s,
+        )
+
+    def _token_note(self, r: Any) -> str:
+        """What the error of a failed request adds about the token: slurmrestd passes the token to slurmctld, which
+        refuses an expired or foreign one, and slurmrestd then answers HTTP 500 with a generic error
+        (`_AUTH_REFUSAL_ERRORS`); "" for other failures."""
+        if r.status_code not in (401, 403) and not any(_looks_refused(e) for e in _errors(r)):
+            return ""
+        try:
+            expiry = token_expiry(self.tokens.token())
+        except SlurmUnavailable:
+            expiry = None
+        if expiry is not None and expiry <= time.time():
+            when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expiry))
+            return f": {self.tokens.origin} expired at {when}"
+        return (
+            f" (what slurmrestd answers when slurmctld refuses the token: is {self.tokens.origin} signed with "
+            "slurm.conf's AuthAltParameters jwt_key, for a user Slurm knows?)"
         )
 
     @property
@@ -346,7 +375,8 @@ class RestSlurm:
         if r.status_code >= 400:
             # slurmrestd's error body opens with ~200 characters of "meta": name the error it reports instead
             errs = _errors(r)
-            raise SlurmUnavailable(f"slurmrestd {path}: HTTP {r.status_code} {errs[0] if errs else r.text[:200]}")
+            what = errs[0] if errs else r.text[:200]
+            raise SlurmUnavailable(f"slurmrestd {path}: HTTP {r.status_code} {what}{self._token_note(r)}")
         body = r.json() if r.content else {}
         errs = [e for e in body.get("errors") or () if _numbered(e)]
         if errs:
@@ -431,3 +461,16 @@ class RestSlurm:
         if self.cli is None:
             raise SlurmUnavailable(f"slurmrestd {self.api}: {what} go through scontrol and no cli is set")
         return self.cli
+
+
+def _token_auth(source: TokenSource) -> Any:
+    """An httpx auth that puts `source`'s current token on each request (``X-SLURM-USER-TOKEN``): a renewed or
+    rotated token is used from the next request on."""
+    import httpx
+
+    class TokenAuth(httpx.Auth):
+        def auth_flow(self, request: httpx.Request) -> Any:
+            request.headers["X-SLURM-USER-TOKEN"] = source.token()
+            yield request
+
+    return TokenAuth()

@@ -39,6 +39,7 @@ from tests.fakes.compute_api import FakeCompute
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_nodes_unavailable_reason, cloud_slurm_conf
 from tests.harness.requirements import missing
 from tests.harness.slurm import SlurmHarness, harnesses, host_script, slurm_unavailable_reason
+from tests.harness.slurmrestd import jwt_key_line, require_slurmrestd, start_slurmrestd
 
 PROJECT = "e2e-project"
 REGION = "us-central1"
@@ -145,6 +146,7 @@ class E2E:
         resume_failures: int = 0,
         suspend_failures: int = 0,
         resume_fail_failures: int = 0,
+        slurm_mode: str = "cli",
     ):
         """`boots(name, zone)`: False makes that VM come up without ever registering (a broken boot).
         `topology`: topology/tree as `fleet render slurm-conf` renders it (one tree per nodeset, the lowest Weight
@@ -154,7 +156,9 @@ class E2E:
         `slurm_lines(harness, state)`: extra slurm.conf lines (e.g. EpilogSlurmctld); `interval_s`: the daemon's
         poll (`loop.interval_s`); `loop`: more of the daemon's `loop` settings; `resume_failures`,
         `suspend_failures`, `resume_fail_failures`: the first calls of ResumeProgram, SuspendProgram,
-        ResumeFailProgram fail before queuing anything (a lost hook call)."""
+        ResumeFailProgram fail before queuing anything (a lost hook call); `slurm_mode`: "rest" runs slurmrestd
+        beside slurmctld (JWT auth, the release's OpenAPI plugin as the controller's wrapper loads it) and the daemon
+        in `slurm.mode: rest`, signing its tokens with slurm.conf's key (`slurm.jwt_key_file`), as on the controller."""
         probe = make_harness()
         self.root = probe.root
         self.state = self.root / "autoscaler.db"
@@ -189,7 +193,15 @@ class E2E:
             conf += "JobSubmitPlugins=lua\n"
         if slurm_lines is not None:
             conf += "".join(f"{line}\n" for line in slurm_lines(self.slurm, self.state))
+        if slurm_mode == "rest":
+            require_slurmrestd()
+            conf += jwt_key_line(self.slurm)
         self.slurm.start(conf, self.nodes.gres_conf(), topology_conf=topology_conf, job_submit_lua=job_submit_lua)
+        slurm_config: dict[str, Any] = {"mode": "cli", "conf": str(self.slurm.conf_path), "timeout_s": 3}
+        if slurm_mode == "rest":  # scontrol's conf stays set: 22.05's openapi cannot update nodes (RestSlurm)
+            key = str(self.slurm.root / "state" / "jwt_hs256.key")
+            rest = {"rest_url": start_slurmrestd(self.slurm), "jwt_key_file": key, "rest_user": "root"}
+            slurm_config |= {"mode": "rest", **rest}
 
         def on_boot(name: str, zone: str) -> None:
             if boots is None or boots(name, zone):
@@ -206,7 +218,7 @@ class E2E:
             "inventory": str(self.inventory_path),
             "state_path": str(self.state),
             "policy": policy or {"idle_timeout_s": 3600, "backoff_s": 120},
-            "slurm": {"mode": "cli", "conf": str(self.slurm.conf_path), "timeout_s": 3},
+            "slurm": slurm_config,
             "provider": {
                 "kind": "gce",
                 "endpoint": self.fake.url,

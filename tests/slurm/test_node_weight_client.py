@@ -76,7 +76,10 @@ def _rest(api: str, seen: list[httpx.Request], cli: CliSlurm | None = None) -> R
         return httpx.Response(200, json={"errors": []})
 
     rest.client = httpx.Client(
-        base_url="http://restd", transport=httpx.MockTransport(handler), headers=rest.client.headers
+        base_url="http://restd",
+        transport=httpx.MockTransport(handler),
+        headers=rest.client.headers,
+        auth=rest.client.auth,
     )
     return rest
 

@@ -13,6 +13,7 @@ import pytest
 
 from autoscaler.slurm.client import CliSlurm, RestSlurm, SlurmUnavailable
 from autoscaler.slurm.readers import SlurmNode
+from autoscaler.slurm.tokens import SigningKey, TokenFile
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_slurm_conf
 from tests.harness.slurm import SlurmHarness, poll_until, slurm_release
 from tests.harness.slurmrestd import jwt_key_line, require_slurmrestd, start_slurmrestd
@@ -164,3 +165,43 @@ def test_an_api_version_slurmrestd_does_not_serve_is_named_with_those_it_does(re
     rest = RestSlurm(url, token=token, user="root", api=other)
     with pytest.raises(SlurmUnavailable, match=rf"serves no API {other} \(it serves {served};.*set slurm\.rest_api"):
         rest.nodes()
+
+
+def test_tokens_the_daemon_signs_with_the_clusters_key_are_accepted_and_renewed(restd) -> None:
+    """`slurm.jwt_key_file`: the daemon signs its own tokens with slurm.conf's HS256 key (what the stacks' controller
+    keeps at /var/spool/slurmctld/jwt_hs256.key), so a daemon running for days never holds an expired one.  Real
+    slurmrestd accepts them; once the lifespan is half gone the next request carries a new token."""
+    h, url, _ = restd
+    now = [time.time()]
+    key = SigningKey(h.root / "state" / "jwt_hs256.key", "root", lifespan_s=120, clock=lambda: now[0])
+    rest = RestSlurm(url, token=key, user="root")
+    assert {"r1-od-0", "r1-od-1"} <= {n.name for n in rest.nodes()}
+    first = key.token()
+    now[0] += 61  # past half the lifespan: renewed, and the renewed token works
+    assert {n.name for n in rest.nodes()} >= {"r1-od-0"} and key.token() != first
+
+
+def test_an_expired_or_foreign_token_is_refused_and_named(restd, tmp_path) -> None:
+    """A token past its `exp` (an `scontrol token` of 30 minutes, read once at start, is one half an hour later) or
+    signed with another key: slurmctld refuses it, slurmrestd answers HTTP 500 with a generic error (22.05:
+    "Unspecified error", 23.11: "Unexpected message received"), and the daemon's error says the token expired, or
+    names where it came from; a token file rewritten with a good token is used from the next request on
+    (`slurm.jwt_file`)."""
+    h, url, token = restd
+    stale = SigningKey(h.root / "state" / "jwt_hs256.key", "root", lifespan_s=60, clock=lambda: time.time() - 3600)
+    expired = r"HTTP 500 .*: a token signed with slurm\.jwt_key_file \S+ expired at 20\d\d-"
+    with pytest.raises(SlurmUnavailable, match=expired):
+        RestSlurm(url, token=stale, user="root").nodes()
+    other = tmp_path / "other.key"
+    other.write_bytes(b"k" * 32)
+    foreign = rf"HTTP 500 .*is a token signed with slurm\.jwt_key_file {other} signed"
+    with pytest.raises(SlurmUnavailable, match=foreign):
+        RestSlurm(url, token=SigningKey(other, "root"), user="root").nodes()
+
+    path = tmp_path / "slurm.jwt"
+    path.write_text(f"SLURM_JWT={stale.token()}\n")
+    rest = RestSlurm(url, token=TokenFile(path), user="root")
+    with pytest.raises(SlurmUnavailable, match=rf"slurm\.jwt_file {path} expired at"):
+        rest.nodes()
+    path.write_text(f"SLURM_JWT={token}\n")  # what a timer running `scontrol token` writes
+    assert "r1-od-0" in {n.name for n in rest.nodes()}

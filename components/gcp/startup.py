@@ -251,7 +251,7 @@ RESTD = "/usr/local/sbin/gpu-fleet-slurmrestd"
 # Slurm 22.05 loads every OpenAPI plugin by default, and the slurmdbd ones are fatal without slurmdbd: pick the
 # Slurm one of the installed version (openapi/v0.0.38 on 22.05, openapi/slurmctld from 23.11).
 _RESTD_WRAPPER = r"""#!/bin/sh
-# gpu-fleet: slurmrestd with JWT auth and the Slurm (not slurmdbd: there is none) OpenAPI plugin installed
+# gpu-fleet: slurmrestd with JWT auth and the Slurm OpenAPI plugin installed{db_comment}
 set -e
 dir=$(dirname "$(ls /usr/lib/*/slurm-wlm/auth_jwt.so /usr/lib64/slurm/auth_jwt.so 2>/dev/null | head -n 1)")
 if [ -e "$dir/openapi_slurmctld.so" ]; then
@@ -260,11 +260,28 @@ else
   newest=$(ls "$dir"/openapi_v0_0_*.so | sort -V | tail -n 1)
   plugin=$(echo "$newest" | sed 's#.*/openapi_\(v[0-9_]*\)\.so$#openapi/\1#; s#_#.#g')
 fi
-# a pending job array's task list whole (libslurm cuts it at 64 characters by default): the autoscaler plans one
-# node per task it reads (autoscaler/slurm/job_array.py)
+{db_lines}# a pending job array's task list whole (libslurm cuts it at 64 characters by default): the autoscaler plans
+# one node per task it reads (autoscaler/slurm/job_array.py)
 export SLURM_BITSTR_LEN=0
 exec /usr/sbin/slurmrestd -a rest_auth/jwt -s "$plugin" "$@"
 """
+
+# the accounting plugin beside it: openapi/slurmdbd (23.02+), else the newest openapi/dbvX.Y.Z (22.05's)
+_RESTD_DB_LINES = r"""if [ -e "$dir/openapi_slurmdbd.so" ]; then
+  plugin="$plugin,openapi/slurmdbd"
+else
+  newest=$(ls "$dir"/openapi_dbv0_0_*.so | sort -V | tail -n 1)
+  plugin="$plugin,$(echo "$newest" | sed 's#.*/openapi_\(dbv[0-9_]*\)\.so$#openapi/\1#; s#_#.#g')"
+fi
+"""
+
+
+def restd_wrapper(accounting: bool) -> str:
+    """The controller's slurmrestd wrapper: the Slurm OpenAPI plugin, and with `accounting` (a slurmdbd to talk to)
+    the slurmdbd one too (`/slurmdb/...`: jobs, accounts, associations); without slurmdbd that plugin is fatal."""
+    if accounting:
+        return _RESTD_WRAPPER.format(db_comment=", and slurmdbd's (accounting is on)", db_lines=_RESTD_DB_LINES)
+    return _RESTD_WRAPPER.format(db_comment=" (not slurmdbd's: there is none)", db_lines="")
 
 
 def guard_script(exempt: tuple[str, ...] = ()) -> str:
@@ -873,7 +890,7 @@ ExecStart={RESTD} 127.0.0.1:6820
             "# --- 6. controller ---",
             "id -u slurmrestd >/dev/null 2>&1"
             " || useradd --system --no-create-home --shell /usr/sbin/nologin slurmrestd",
-            _file(RESTD, _RESTD_WRAPPER, mode="0755"),
+            _file(RESTD, restd_wrapper(cfg.accounting), mode="0755"),
             _file("/etc/systemd/system/slurmrestd.service.d/gpu-fleet.conf", restd),
             "systemctl daemon-reload",
             *(accounting_lines() if cfg.accounting else []),

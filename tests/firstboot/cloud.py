@@ -129,6 +129,14 @@ class FirstBootCloud:
         netns = self.fabric.attach(name, address)
         return self._boot(name, netns, self.workdir / name)
 
+    def set_metadata(self, name: str, attributes: dict[str, str]) -> None:
+        """What `pulumi up` does to a running instance whose declared metadata changed (instances.setMetadata): the
+        declared attributes replace the old ones; what GCE itself sets (the physical host) stays."""
+        vm = self.metadata.vm_named(name)
+        kept = {k: v for k, v in vm.attributes.items() if k == PHYSICAL_HOST}
+        vm.attributes.clear()
+        vm.attributes.update({**attributes, **kept})
+
     def recreate(self, name: str) -> Vm:
         """Delete the VM `name` and create it again from its declaration, as a replaced instance is: the same
         name, address and metadata, a new boot disk, the same persistent disks."""

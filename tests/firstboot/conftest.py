@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.firstboot import os_image
 from tests.firstboot.cloud import FirstBootCloud
@@ -82,6 +83,21 @@ def root_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 _synth: dict[Path, Declared] = {}
+_variants: dict[tuple[Path, str], Path] = {}
+
+
+def with_accounting(stack: Path, accounting: str) -> Path:
+    """`stack` with every cluster's `slurm.accounting` set (a stack as deployed before accounting existed: "none"),
+    written once per session beside the other derived stacks."""
+    key = (stack, accounting)
+    if key not in _variants:
+        doc = yaml.safe_load(stack.read_text())
+        for cluster in doc["config"]["gpu-fleet:fleet"]["clusters"]:
+            cluster.setdefault("slurm", {})["accounting"] = accounting
+        path = Path(tempfile.mkdtemp(prefix=f"fb-accounting-{accounting}-")) / stack.name  # the same stack name
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        _variants[key] = path
+    return _variants[key]
 
 
 def synthesized(stack: Path) -> Declared:

@@ -29,7 +29,9 @@ Debian):
   blank): they survive a re-run of the script and a new controller VM (a new boot disk, the same disk attached);
 - job accounting: MariaDB and slurmdbd start before slurmctld with the cluster registered, the database on the
   state disk (its accounts survive a new controller VM), no TCP listener and closed to other users; a finished
-  job is in `sacct` with its GPUs, on the controller and, as a user, on the login VM.
+  job is in `sacct` with its GPUs, on the controller and, as a user, on the login VM, and in slurmrestd's
+  `/slurmdb/` API; a controller deployed with `accounting: none` gets it from a re-run of the new script, its
+  queue kept.
 
 Not proven: anything needing GPUs, GPU NICs or the GCE hypervisor (driver, NCCL, TCPXO/RDMA data
 paths are stubs: tests/firstboot/stubs.py), real GCE metadata/IAM/OAuth, the accelerator image's own
@@ -42,6 +44,7 @@ plugin repository is unreachable: xfail below).
 from __future__ import annotations
 
 import base64
+import json
 import re
 import time
 
@@ -50,7 +53,7 @@ import pytest
 from components.gcp.startup import JWT_KEY_PATH
 from fleet.catalog import load_catalog
 from tests.firstboot import os_image
-from tests.firstboot.conftest import CLUSTER, MOUNT_STACK, STACK, Booted, boot, synthesized
+from tests.firstboot.conftest import CLUSTER, MOUNT_STACK, STACK, Booted, boot, synthesized, with_accounting
 from tests.firstboot.stubs import LOG as STUB_LOG
 
 pytestmark = pytest.mark.slow
@@ -217,6 +220,16 @@ def test_a_finished_job_is_in_sacct_with_its_gpus_also_from_the_login_vm(cluster
     vm.run(["useradd", "-m", "dora"], check=True)
     seen = vm.run(query, user="dora")
     assert seen.returncode == 0 and seen.stdout.strip() == row, f"{seen.stdout}{seen.stderr}"
+
+    # and through slurmrestd's slurmdbd plugin, which the controller's wrapper loads with accounting on
+    api = os_image.chosen().rest_api
+    rest = ctl.sh(
+        "t=$(scontrol token lifespan=60 | cut -d= -f2);"
+        f" curl -s -H 'X-SLURM-USER-NAME: root' -H \"X-SLURM-USER-TOKEN: $t\" http://127.0.0.1:6820/slurmdb/{api}/job/{job_id}"
+    )
+    jobs = json.loads(rest.stdout or "{}").get("jobs") or []
+    assert [j["job_id"] for j in jobs] == [int(job_id)], rest.stdout[:2000]
+    assert "COMPLETED" in json.dumps(jobs[0]["state"]), jobs[0]["state"]
 
 
 def test_every_node_registers_with_the_controller_at_the_address_in_slurm_conf(cluster):
@@ -387,15 +400,20 @@ def test_the_controller_runs_slurmctld_without_scratch_and_says_so(mount_boot):
 
 @pytest.fixture(scope="module")
 def state_boot(root_image, tmp_path_factory):
-    """The test stack's controller alone, on a cloud of its own: its state disk starts blank."""
+    """The test stack's controller alone, on a cloud of its own: its state disk starts blank, and it first boots the
+    script of the same stack deployed before accounting existed (`accounting: none`, what every cluster ran until
+    the thirty-eighth round)."""
     from tests.firstboot.cloud import FirstBootCloud
     from tests.firstboot.stubs import gpu_stubs, stub_units
 
     decl = synthesized(STACK)
+    before = synthesized(with_accounting(STACK, "none"))
+    name = decl.controller(CLUSTER).name
     work = tmp_path_factory.mktemp("state")
     with FirstBootCloud(decl, root_image, work, stubs=gpu_stubs(), units=stub_units(), prefix="fbs") as cloud:
         booted = Booted(cloud, decl)
-        boot(cloud, booted, [decl.controller(CLUSTER).name])
+        cloud.create(name, metadata_override=before.vms[name].metadata)
+        booted.results[name] = cloud.vms[name].startup()
         yield booted
 
 
@@ -407,23 +425,34 @@ def _held_job(ctl) -> int:
 def test_the_controller_s_queue_and_the_autoscaler_s_store_survive_a_new_controller(state_boot):
     """What `pulumi up` does when it replaces the controller (a new boot disk): the queue, the job-ID counter and the
     autoscaler's store are on the state disk, which the new VM mounts again instead of starting empty.  Re-running
-    the script on a live controller (how a changed script is applied) keeps them too, and formats nothing."""
+    the script on a live controller (how a changed script is applied) keeps them too, and formats nothing, also when
+    that re-run is the upgrade that turns accounting on (a cluster deployed with `accounting: none`)."""
     booted = state_boot
     name = booted.declared.controller(CLUSTER).name
     ctl = booted.vm(name)
     first = booted.results[name]
     assert "is blank: formatting it" in first.stderr, booted.explain(name)
+    assert ctl.run(["systemctl", "is-active", "slurmdbd"]).returncode != 0  # deployed without accounting
     assert ctl.run(["findmnt", "-n", "-o", "SOURCE", "/var/spool/slurmctld"]).returncode == 0
     job = _held_job(ctl)
     ctl.run(["bash", "-c", "mkdir -p /var/lib/gpu-fleet && echo daemon-state > /var/lib/gpu-fleet/marker"], check=True)
-    # what an admin sets up in the accounting database (accounts, their users and limits) is on the state disk too
-    assert "accounting database /var/lib/mysql is empty: initialising it" in first.stderr, first.stderr
-    ctl.run(["sacctmgr", "-i", "add", "account", "research", "cluster=fb"], check=True)
 
-    again = ctl.startup()  # the script re-run on the running VM: idempotent
-    assert again.returncode == first.returncode and "formatting" not in again.stderr, again.stderr
-    assert "initialising" not in again.stderr, again.stderr
+    # the upgrade: the stack's new script (accounting on, the default) re-run on the live controller
+    booted.cloud.set_metadata(name, booted.declared.vms[name].metadata)
+    again = ctl.startup()
+    # the same exit as the first boot's (the test image carries no autoscaler: test_the_controller_boot_completes)
+    assert again.returncode == first.returncode and "formatting" not in again.stderr, booted.explain(name)
+    assert "accounting database /var/lib/mysql is empty: initialising it" in again.stderr, again.stderr
     assert "is UP" in ctl.run(["scontrol", "ping"]).stdout, booted.explain(name)
+    queued = ctl.run(["squeue", "-h", "-j", str(job), "-o", "%i %T"])
+    assert queued.stdout.split() == [str(job), "PENDING"], f"{queued.stdout}{queued.stderr}"
+    registered = ctl.run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"], check=True).stdout.split()
+    assert registered == [CLUSTER], f"{registered}\n{booted.explain(name)}"
+    # what an admin sets up in the accounting database (accounts, their users and limits) is on the state disk too
+    ctl.run(["sacctmgr", "-i", "add", "account", "research", "cluster=fb"], check=True)
+    third = ctl.startup()  # and a plain re-run initialises nothing
+    assert third.returncode == first.returncode and "initialising" not in third.stderr
+    assert "formatting" not in third.stderr
 
     # GCE shuts the old VM down before deleting it
     ctl.run(["systemctl", "stop", "slurmctld", "slurmdbd", "mariadb"], check=True)

@@ -1,6 +1,7 @@
 """The controller's slurmrestd wrapper (components/gcp/startup.py) starts a real slurmrestd as a non-root user
-with JWT auth and only the Slurm OpenAPI plugin (22.05's default set includes slurmdbd plugins, fatal here), and
-lists a pending job array's tasks whole."""
+with JWT auth and, without accounting, only the Slurm OpenAPI plugin (22.05's default set includes slurmdbd plugins,
+fatal without a slurmdbd), and lists a pending job array's tasks whole.  With accounting, the slurmdbd plugin beside
+it: tests/firstboot."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import urllib.request
 import pytest
 
 from autoscaler.slurm.client import RestSlurm
-from components.gcp.startup import _RESTD_WRAPPER
+from components.gcp.startup import restd_wrapper
 from fleet.slurm.conf import render_slurm_conf, slurmrestd_auth
 from fleet.spec import load_stack_file
 from tests.harness.slurm import for_this_slurm
@@ -31,7 +32,7 @@ def test_wrapper_serves_the_rest_api_with_jwt_as_nobody(slurm_factory, tmp_path)
     conf = render_slurm_conf(spec, spec.clusters[0], overrides={**harness.overrides(), **slurmrestd_auth(str(key))})
     harness.start_rendered(conf)
     wrapper = harness.root / "bin" / "gpu-fleet-slurmrestd"
-    wrapper.write_text(_RESTD_WRAPPER)
+    wrapper.write_text(restd_wrapper(accounting=False))  # the harness runs no slurmdbd
     wrapper.chmod(0o755)
     port = harness.ports.lease()
     env = {**harness.env, "SLURM_JWT": "daemon"}  # as the drop-in sets it

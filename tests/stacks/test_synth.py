@@ -113,6 +113,29 @@ def test_every_pool_template_carries_its_machine_types_nics(example):
     assert vms and not any("accessConfigs" in n for vm in vms for n in vm["inputs"]["networkInterfaces"])
 
 
+def test_the_controllers_files_reach_the_controller_alone(example):
+    """slurmdbd.conf (its database user), the autoscaler's config and inventory are metadata of the controller only:
+    a login VM's or a GPU node's metadata is readable by every process on it (the metadata server has no per-user
+    check), so none of `CONTROLLER_ONLY` may be there."""
+    from components.gcp.metadata import CONTROLLER_ONLY
+
+    out = example.to_json()
+    carriers = [
+        r
+        for r in out["resources"]
+        if r["type"] in ("gcp:compute/instance:Instance", "gcp:compute/instanceTemplate:InstanceTemplate")
+        and "metadata" in r["inputs"]
+    ]
+    controllers = [r for r in carriers if r["name"].endswith("controller")]
+    slurm = [r for r in carriers if "slurm-conf" in r["inputs"]["metadata"]]
+    if not slurm:
+        pytest.skip("no Slurm cluster in this example")
+    assert controllers and all(set(CONTROLLER_ONLY) & set(c["inputs"]["metadata"]) for c in controllers)
+    for r in carriers:
+        if r not in controllers:
+            assert not set(CONTROLLER_ONLY) & set(r["inputs"]["metadata"]), r["name"]
+
+
 def test_urns_unique_and_children_parented(example):
     out = example.to_json()
     urns = [r["urn"] for r in out["resources"]]

@@ -26,6 +26,13 @@ from fleet.spec.model import ClusterSpec, FleetSpec
 from stacks import plan
 
 
+def checkpoint_mount(spec: FleetSpec, cluster: ClusterSpec) -> dict[str, str]:
+    """The `SlurmHostConfig` fields that mount the cluster's checkpoint bucket on its GPU nodes ({}: none)."""
+    bucket = plan.checkpoint_bucket_name(spec, cluster)
+    mount = cluster.storage.checkpoints.mount_point if cluster.storage.checkpoints else None
+    return {"checkpoints": bucket, "checkpoints_mount": mount} if bucket and mount else {}
+
+
 def _storage(spec: FleetSpec, cluster: ClusterSpec, zone: str, fabric: NetworkFabric) -> SharedStorage:
     st = cluster.storage
     bucket = plan.checkpoint_bucket_name(spec, cluster)
@@ -178,6 +185,7 @@ def build_fleet(
                         home=v[1],
                         scratch=v[2],
                         scratch_mount=c.storage.scratch.mount_point if c.storage.scratch else "/scratch",
+                        **checkpoint_mount(spec, c),
                         gpu_count=m.gpu_count,
                         fabric=cat.fabric_software(m.software.fabric) if m.software else None,
                         local_ssd_gib=m.local_ssd_gib,

@@ -12,7 +12,8 @@ on the accelerator image (Ubuntu 24.04) and on Debian 12 alike.  In order:
    from `SlurmctldHost=name(ip)`;
 4. mounts that fail the boot loudly: Filestore /home, Managed Lustre /scratch (client installed for the running
    kernel, which is then held); on the controller and login VMs a missing /scratch is a warning only;
-5. GPU nodes: local SSDs (RAID0, /mnt/localssd), the NVIDIA driver check, the fabric set-up of the
+5. GPU nodes: local SSDs (RAID0, /mnt/localssd), the checkpoint bucket for jobs (gcsfuse as root, allow_other,
+   before slurmd), the NVIDIA driver check, the fabric set-up of the
    machine type (TCPXO: dmabuf import helper, aperture-device udev rule, docker + RxDM prolog; gIB:
    ibverbs-utils, the NCCL gIB plugin and its environment), then slurmd, which waits for the GPUs (and
    the GPU NICs) through a systemd drop-in; the node publishes its physical host for topology.conf;
@@ -84,6 +85,11 @@ GOOGLE_APT_KEY = "https://packages.cloud.google.com/apt/doc/apt-key.gpg"
 # connect-from-compute-engine ("Install the Lustre client"), read 2026-12.
 LUSTRE_REPO = "deb https://us-apt.pkg.dev/projects/lustre-client-binaries lustre-client-ubuntu-{codename} main"
 LUSTRE_KEY = "https://us-apt.pkg.dev/doc/repo-signing-key.gpg"
+# Cloud Storage FUSE: Google's apt repository and its signing key (cloud.google.com/storage/docs/cloud-storage-fuse)
+GCSFUSE_REPO = "deb https://packages.cloud.google.com/apt gcsfuse-{codename} main"
+GCSFUSE_KEY = "https://packages.cloud.google.com/apt/doc/apt-key.gpg"
+GCSFUSE_CONFIG = "/etc/gpu-fleet/gcsfuse-checkpoints.yaml"
+GCSFUSE_UNIT = "gpu-fleet-checkpoints.service"
 # How long apt waits for another apt (unattended-upgrades runs at first boot) to let go of its locks; the Toolkit's
 # scripts give apt-get `-o DPkg::Lock::Timeout=600`.
 APT_LOCK_WAIT_S = 600
@@ -108,6 +114,8 @@ class SlurmHostConfig:
     jwt_secret: secret id of the slurmrestd JWT HS256 key (controller only).
     home: "IP:/share" of the Filestore export mounted on /home, or None.
     scratch: Lustre mount source ("IP@tcp:/fs"), or None; scratch_mount: where.
+    checkpoints: on GPU nodes, the checkpoint bucket mounted for jobs with gcsfuse (`_checkpoint_lines`), or None;
+      checkpoints_mount: where.
     autoscaler_source, autoscaler_ref: git URL and pinned ref (40-hex commit or `tag@commit`) of
       gpu-fleet, installed on the controller at /opt/gpu-fleet; with no source the image must carry it.
     gpu_count: GPUs slurmd waits for (compute).
@@ -128,6 +136,8 @@ class SlurmHostConfig:
     home: str | None = None
     scratch: str | None = None
     scratch_mount: str = "/scratch"
+    checkpoints: str | None = None
+    checkpoints_mount: str = "/checkpoints"
     autoscaler_source: str | None = None
     autoscaler_ref: str | None = None
     gpu_count: int = 0
@@ -780,9 +790,76 @@ docker container list --filter "name=receive-datapath-manager-" --quiet | xargs 
 PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/persistence_mode.conf"
 
 
+def _checkpoint_lines(cfg: SlurmHostConfig) -> list[str]:
+    """The checkpoint bucket on `checkpoints_mount` for jobs, before slurmd starts.  Jobs get no Google token (the
+    metadata guard), so the bucket is reachable from a job only through a mount made by root: gcsfuse with
+    ``allow_other``, as the Toolkit's A3 Mega blueprint mounts its bucket on /gcs (directories 777: GCS has no POSIX
+    owners, so every user of the cluster reads and writes every checkpoint).  Writes stage on the local SSD where
+    the machine has one (the boot disk otherwise).  The mount point is root's and 0555 underneath, so a job writing
+    there while the bucket is not mounted fails instead of filling the boot disk; a GPU node whose mount fails stops
+    its boot.  gcsfuse comes from Google's repository at first boot and is then held (apt-mark), so unattended
+    upgrades do not restart it under running jobs."""
+    bucket, mount = cfg.checkpoints, cfg.checkpoints_mount
+    assert bucket and re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]", bucket), bucket
+    listed = GCSFUSE_REPO.replace("{codename}", '$(. /etc/os-release; echo "$VERSION_CODENAME")')
+    listed = listed.replace("deb ", "deb [signed-by=/usr/share/keyrings/gcsfuse.gpg] ", 1)
+    temp = f"{LOCAL_SSD_MOUNT}/gcsfuse" if cfg.local_ssd_gib else None
+    config = "\n".join(
+        [
+            "# gpu-fleet: the checkpoint bucket for jobs (components/gcp/startup.py `_checkpoint_lines`)",
+            "file-system:",
+            '  dir-mode: "777"',
+            '  file-mode: "666"',
+            "  fuse-options: allow_other",
+            "  rename-dir-limit: 0",
+            *([f"  temp-dir: {temp}"] if temp else []),
+            "foreground: true",
+        ]
+    )
+    unit = f"""[Unit]
+Description=gpu-fleet: the checkpoint bucket gs://{bucket} on {mount} (gcsfuse)
+Wants=network-online.target
+After=network-online.target gpu-fleet-metadata-guard.service
+Before=slurmd.service
+
+[Service]
+Type=simple
+# a bare name: systemd finds it on its own search path (/usr/bin for Google's package)
+ExecStart=gcsfuse --config-file {GCSFUSE_CONFIG} {bucket} {mount}
+Restart=on-failure
+RestartSec=5
+
+[Install]
+WantedBy=multi-user.target slurmd.service
+"""
+    return [
+        f"# --- 5a2. the checkpoint bucket gs://{bucket} on {mount} (gcsfuse as root, allow_other) ---",
+        "mount_checkpoints() {",
+        "  if ! command -v gcsfuse >/dev/null; then",
+        f"    curl -sSf {GCSFUSE_KEY} | gpg --dearmor --yes -o /usr/share/keyrings/gcsfuse.gpg || return 1",
+        f'    echo "{listed}" > /etc/apt/sources.list.d/gcsfuse.list || return 1',
+        "    apt_update && apt_install gcsfuse fuse3 || return 1",
+        "  fi",
+        "  if dpkg-query -W gcsfuse >/dev/null 2>&1; then apt_locked apt-mark hold gcsfuse >/dev/null || return 1; fi",
+        *([f"  install -d -m 0700 {temp} || return 1"] if temp else []),
+        _file(GCSFUSE_CONFIG, config),
+        _file(f"/etc/systemd/system/{GCSFUSE_UNIT}", unit),
+        # root's and unwritable underneath: a job writing there while the bucket is not mounted fails
+        f"  mountpoint -q {mount} || install -d -o root -g root -m 0555 {mount} || return 1",
+        f"  systemctl daemon-reload && systemctl enable {GCSFUSE_UNIT} && systemctl restart {GCSFUSE_UNIT} || return 1",
+        f"  for _ in $(seq 60); do mountpoint -q {mount} && return 0; sleep 1; done",
+        "  return 1",
+        "}",
+        f'mount_checkpoints || die "checkpoint bucket gs://{bucket} is not mounted on {mount}:'
+        f' see journalctl -u {GCSFUSE_UNIT}"',
+    ]
+
+
 def _compute_lines(cfg: SlurmHostConfig) -> list[str]:
     fab = cfg.fabric
     lines = _local_ssd_lines(cfg)
+    if cfg.checkpoints:
+        lines += _checkpoint_lines(cfg)
     lines += [
         "# --- 5b. NVIDIA driver: from the image (accelerator image or a baked one) ---",
         "command -v nvidia-smi >/dev/null"

@@ -83,6 +83,9 @@ def check_stack(doc: JSON, ref: Reference | None = None) -> list[str]:
     for vm in controllers:
         if str(vm["inputs"].get("name", "")).endswith("-controller"):
             errors += _check_accounting(vm, ref)
+    if _of(doc, "storage/bucket:Bucket"):
+        for tpl in templates:
+            errors += _check_checkpoint_mount(tpl, ref)
     return errors
 
 
@@ -181,6 +184,28 @@ def _check_accounting(vm: JSON, ref: Reference) -> list[str]:
         missing = [step for step, i in zip(facts["controller_order"], at, strict=True) if i < 0]
         out.append(f"{name}: the controller's script does not run {' -> '.join(facts['controller_order'])} in that "
                    f"order{f' (missing: {missing})' if missing else ''} ({src})")  # fmt: skip
+    return out
+
+
+def _check_checkpoint_mount(tpl: JSON, ref: Reference) -> list[str]:
+    """A GPU node of a stack with a checkpoint bucket mounts it for jobs as the Toolkit's A3 Mega gcsfuse blueprint
+    does: gcsfuse with allow_other, before slurmd, staging writes on the local SSD where there is one."""
+    facts = ref.raw["checkpoint_mount"]
+    src, name = ref.source(facts["source"]), tpl["name"]
+    script = tpl["inputs"].get("metadata", {}).get("startup-script", "")
+    if "slurmd" not in script:
+        return []
+    if "gcsfuse --config-file" not in script:
+        return [f"{name}: the checkpoint bucket is not mounted for jobs (no gcsfuse mount) ({src})"]
+    out = []
+    if f"fuse-options: {facts['fuse_options']}" not in script:
+        out.append(f"{name}: the checkpoint mount lacks fuse-options {facts['fuse_options']} ({src})")
+    mount, slurmd = script.find("mount_checkpoints ||"), script.find("systemctl restart slurmd")
+    if facts["before_slurmd"] and not (0 <= mount < slurmd and "Before=slurmd.service" in script):
+        out.append(f"{name}: the checkpoint bucket is not mounted before slurmd starts ({src})")
+    lssd = facts["temp_dir_on_local_ssd"]
+    if f"{lssd} " in script and f"temp-dir: {lssd}" not in script:
+        out.append(f"{name}: the checkpoint mount does not stage writes on the local SSD {lssd} ({src})")
     return out
 
 

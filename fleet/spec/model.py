@@ -101,6 +101,10 @@ class BucketSpec(_Spec):
     keep_noncurrent_versions: int = Field(
         1, ge=1, le=100, description="overwritten versions of an object kept (older ones deleted by a lifecycle rule)"
     )
+    mount_point: MountPoint | None = Field(
+        "/checkpoints",
+        description="where a Slurm cluster's GPU nodes mount the bucket for jobs (gcsfuse, as root); null: not mounted",
+    )
 
     @field_validator("soft_delete_days")
     @classmethod

@@ -434,20 +434,44 @@ def bucket_location_near(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
         )
 
 
+def _mount_point_issue(mount_point: str, home: bool) -> str | None:
+    """Why a shared-storage mount point cannot be used (None: it can): not absolute, a system directory, or under
+    the Filestore home mount when there is one."""
+    mount = mount_point.rstrip("/") or "/"
+    if not MOUNT_POINT.fullmatch(mount):
+        return f"{mount_point!r} must be an absolute path"
+    if mount in SYSTEM_DIRS or mount == "/":
+        return f"{mount} is a system directory"
+    if home and (mount == HOME_MOUNT or mount.startswith(HOME_MOUNT + "/")):
+        return f"{mount} is under the Filestore home mount {HOME_MOUNT}"
+    return None
+
+
 @rule
 def scratch_mount_point(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
     for ci, cluster in enumerate(spec.clusters):
         scratch = cluster.storage.scratch
-        if scratch is None:
+        if scratch is not None and (why := _mount_point_issue(scratch.mount_point, cluster.storage.home is not None)):
+            yield f"clusters[{ci}].storage.scratch.mount_point", why
+
+
+@rule
+def checkpoint_mount_point(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
+    """The checkpoint bucket's mount on GPU nodes: a usable directory, and not the scratch mount or inside it (or it
+    inside the bucket's): one file system would hide the other."""
+    for ci, cluster in enumerate(spec.clusters):
+        bucket = cluster.storage.checkpoints
+        if bucket is None or bucket.mount_point is None:
             continue
-        mount = scratch.mount_point.rstrip("/") or "/"
-        path = f"clusters[{ci}].storage.scratch.mount_point"
-        if not MOUNT_POINT.fullmatch(mount):
-            yield path, f"{scratch.mount_point!r} must be an absolute path"
-        elif mount in SYSTEM_DIRS or mount == "/":
-            yield path, f"{mount} is a system directory"
-        elif cluster.storage.home is not None and (mount == HOME_MOUNT or mount.startswith(HOME_MOUNT + "/")):
-            yield path, f"{mount} is under the Filestore home mount {HOME_MOUNT}"
+        path = f"clusters[{ci}].storage.checkpoints.mount_point"
+        if why := _mount_point_issue(bucket.mount_point, cluster.storage.home is not None):
+            yield path, why
+            continue
+        scratch = cluster.storage.scratch
+        if scratch is not None:
+            a, b = bucket.mount_point.rstrip("/"), scratch.mount_point.rstrip("/")
+            if a == b or a.startswith(b + "/") or b.startswith(a + "/"):
+                yield path, f"{bucket.mount_point} overlaps the scratch mount {scratch.mount_point}"
 
 
 # ---------------------------------------------------------------- scheduler

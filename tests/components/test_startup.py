@@ -19,6 +19,8 @@ from components.gcp.startup import (
     APT_LOCK_WAIT_S,
     AUTOSCALER_LOCK,
     AUTOSCALER_STATE_DIR,
+    GCSFUSE_CONFIG,
+    GCSFUSE_UNIT,
     GUARD,
     JWT_KEY_PATH,
     MARIADB_CONF,
@@ -30,6 +32,7 @@ from components.gcp.startup import (
     SLURMD_SPOOL_DIR,
     WAIT_DEVICES,
     SlurmHostConfig,
+    _checkpoint_lines,
     _scratch_call,
     _scratch_lines,
     autoscaler_install,
@@ -41,6 +44,7 @@ from tests.fakes.metadata import FakeMetadata, VmMetadata
 from tests.fakes.metadata_secrets import FakeSecretManager
 
 SHA = "8c0eeb8229cfef2fdf8412660f68b6092404c7c7"
+BUCKET = "p-c-checkpoints"
 CAT = load_catalog()
 
 
@@ -61,7 +65,7 @@ def gpu(machine: str, **kw) -> str:
 ALL = {
     "controller": script("controller", scratch="10.1.0.5@tcp:/a3ultra"),
     "login": script("login"),
-    "a3-megagpu-8g": gpu("a3-megagpu-8g"),
+    "a3-megagpu-8g": gpu("a3-megagpu-8g", checkpoints=BUCKET),
     "a3-ultragpu-8g": gpu("a3-ultragpu-8g", scratch="10.1.0.5@tcp:/a3ultra"),
     "g2-standard-8": gpu("g2-standard-8"),
 }
@@ -569,3 +573,71 @@ def test_the_accounting_database_names_come_from_slurmdbd_conf_and_must_be_plain
         got = subprocess.run(["bash", "-c", body], capture_output=True, text=True)
         assert (got.returncode == 0) is ok, (loc, user, got.stderr)
         assert ok or "must be plain names" in got.stderr
+
+
+def test_gpu_nodes_mount_the_checkpoint_bucket_for_jobs_before_slurmd() -> None:
+    """Jobs get no Google token (the metadata guard), so the checkpoint bucket reaches them as a root gcsfuse mount
+    with allow_other, made before slurmd starts and staging writes on the local SSD (docs/stacks.md "Checkpoint
+    bucket"); the controller and login VMs, and a node of a cluster without a bucket, mount none."""
+    a3m = ALL["a3-megagpu-8g"]
+    assert pos(a3m, "/mnt/localssd") < pos(a3m, "mount_checkpoints ||") < pos(a3m, "systemctl restart slurmd")
+    unit = a3m[a3m.index(f"/etc/systemd/system/{GCSFUSE_UNIT} <<") :].split("GPU_FLEET_EOF")[1]
+    assert f"ExecStart=gcsfuse --config-file {GCSFUSE_CONFIG} {BUCKET} /checkpoints" in unit
+    assert "Before=slurmd.service" in unit and "After=network-online.target gpu-fleet-metadata-guard" in unit
+    config = a3m[a3m.index(f"{GCSFUSE_CONFIG} <<") :].split("GPU_FLEET_EOF")[1]
+    assert "fuse-options: allow_other" in config and "temp-dir: /mnt/localssd/gcsfuse" in config
+    assert "install -d -o root -g root -m 0555 /checkpoints" in a3m  # unwritable while nothing is mounted
+    for name in ("controller", "login", "g2-standard-8", "a3-ultragpu-8g"):
+        assert "gcsfuse" not in ALL[name], name
+    no_ssd = "\n".join(_checkpoint_lines(SlurmHostConfig(role="compute", munge_secret="m", checkpoints=BUCKET)))
+    assert "temp-dir" not in no_ssd
+
+
+def _run_checkpoints(tmp_path, stubs: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The script's own checkpoint step, run by bash with every command that would touch this machine stubbed and
+    the files it writes under tmp_path."""
+    cfg = SlurmHostConfig(role="compute", munge_secret="m", checkpoints=BUCKET, checkpoints_mount=f"{tmp_path}/ckpt")
+    text = "\n".join(_checkpoint_lines(cfg))
+    for path in ("/etc/apt/sources.list.d/", "/usr/share/keyrings/", "/etc/gpu-fleet/", "/etc/systemd/system/"):
+        text = text.replace(path, f"{tmp_path}{path}")
+        (tmp_path / path.strip("/")).mkdir(parents=True, exist_ok=True)
+    safe = {"sleep": "exit 0", "install": 'mkdir -p "${@: -1}"', "curl": "exit 0", "gpg": "exit 0"}
+    bin_ = _stub_bin(tmp_path, **{**safe, **stubs})
+    return subprocess.run(
+        ["bash", "-c", f"{_PRELUDE}\n{text}\necho boot-goes-on\n"],
+        env={"PATH": f"{bin_}:/usr/bin:/bin"}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+def test_gcsfuse_comes_from_googles_repository_held_and_its_unit_runs_before_the_boot_goes_on(tmp_path) -> None:
+    log = tmp_path / "calls.log"
+    rec = f'echo "$(basename "$0") $*" >> {log}'
+    started = tmp_path / "started"
+    run = _run_checkpoints(
+        tmp_path,
+        {
+            "apt_get": f"{rec}; exit 0",
+            "apt_mark": f"{rec}; exit 0",
+            "dpkg_query": "exit 0",
+            "systemctl": f'{rec}; [ "$1" = restart ] && touch {started}; exit 0',
+            "mountpoint": f"[ -e {started} ]",  # mounted once the unit started
+        },
+    )
+    assert run.returncode == 0 and "boot-goes-on" in run.stdout, run.stderr
+    calls = log.read_text().splitlines()
+    install = "apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends gcsfuse fuse3"
+    restart = f"systemctl restart {GCSFUSE_UNIT}"
+    assert calls.index(install) < calls.index("apt-mark hold gcsfuse") < calls.index(restart)
+    listed = (tmp_path / "etc/apt/sources.list.d/gcsfuse.list").read_text()
+    assert "https://packages.cloud.google.com/apt gcsfuse-" in listed and "signed-by=" in listed
+    assert "allow_other" in (tmp_path / GCSFUSE_CONFIG.lstrip("/")).read_text()
+
+
+def test_a_checkpoint_bucket_that_does_not_mount_stops_the_gpu_nodes_boot(tmp_path) -> None:
+    """A job writing to /checkpoints on a node without the mount would write to the boot disk, and the checkpoint
+    would vanish with the node: the boot stops before slurmd, saying where to look."""
+    installed = {"apt_get": "exit 0", "apt_mark": "exit 0", "dpkg_query": "exit 0", "gcsfuse": "exit 0"}
+    run = _run_checkpoints(tmp_path, {**installed, "systemctl": "exit 0", "mountpoint": "exit 1"})
+    assert run.returncode == 1 and "boot-goes-on" not in run.stdout
+    assert f"FATAL: checkpoint bucket gs://{BUCKET} is not mounted on {tmp_path}/ckpt" in run.stderr
+    assert f"journalctl -u {GCSFUSE_UNIT}" in run.stderr

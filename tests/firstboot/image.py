@@ -23,6 +23,7 @@ NOT_BAKED = {
     "docker.io": "the RxDM container runtime: stubbed (docker, dockerd)",
     "nvidia-container-toolkit": "NVIDIA's repository: stubbed (nvidia-ctk)",
     "lustre-client-utils": "Google's Lustre repository: absent, so a Lustre mount cannot succeed",
+    "gcsfuse": "Google's Cloud Storage FUSE repository: stubbed (a bind mount of a local directory)",
 }
 _APT_INSTALL = re.compile(r"\bapt_install\s+([^;&|\n]+)")
 

@@ -17,6 +17,8 @@ success leaves, so the script's own checks and waits see what they would see on 
   "Buffer manager initialization complete" (what RxDM prints once up);
 - `nvidia-ctk`, `add-nvidia-repositories` record; `dockerd` and `nvidia-persistenced` are
   daemons behind units the stubs bring along (docker.service, nvidia-persistenced.service);
+- `gcsfuse ... BUCKET MOUNT` bind-mounts a world-writable directory standing for the bucket on MOUNT (what
+  the checkpoint mount's dir-mode 777 gives jobs) and stays in the foreground until stopped;
 - `mdadm --create DEV ...` records and points DEV at the VM's one emulated local SSD (a loop device,
   see `Vm.attach_disk`), which the script then formats and mounts for real.
 
@@ -74,6 +76,17 @@ _MDADM = """
 if [ "${1:-}" = --create ]; then mkdir -p "$(dirname "$2")"; ln -sfn /dev/fb-localssd "$2"; fi
 """
 
+# gcsfuse --config-file CFG BUCKET MOUNT (foreground): the bucket is a directory of this VM, bind-mounted with the
+# modes the config asks (dir-mode 777), until the unit is stopped
+_GCSFUSE = """
+cfg="$2"; bucket="${@: -2:1}"; mnt="${@: -1}"
+grep -q "fuse-options: allow_other" "$cfg" || { echo "gcsfuse stub: $cfg lacks allow_other" >&2; exit 1; }
+src=/var/lib/fb-gcs/$bucket; mkdir -p "$src"; chmod 0777 "$src"
+mount --bind "$src" "$mnt" || exit 1
+trap 'umount "$mnt"; exit 0' TERM
+sleep infinity & wait
+"""
+
 _IBV_DEVICES = """
 printf "    device                 node GUID\\n    ------              ----------------\\n"
 for i in 0 1 2 3 4 5 6 7; do printf '    mlx5_%s              0c42a10300a1b2c%s\\n' $i $i; done
@@ -105,6 +118,7 @@ def gpu_stubs() -> dict[str, str]:
         "add-nvidia-repositories": _stub(),
         "ibv_devices": _stub(_IBV_DEVICES),
         "mdadm": _stub(_MDADM),
+        "gcsfuse": _stub(_GCSFUSE),
     }
 
 

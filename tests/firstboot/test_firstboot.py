@@ -273,6 +273,27 @@ def test_a_two_node_job_runs_with_the_tcpxo_prolog(cluster):
         assert any(e.startswith("docker run --detach") and f" {tcpxo.rxdm_image} " in e for e in events)
 
 
+def test_gpu_nodes_mount_the_checkpoint_bucket_before_slurmd_and_users_can_write_there(cluster):
+    """Jobs get no Google token, so the checkpoint bucket reaches them as the root gcsfuse mount on /checkpoints
+    (gcsfuse itself is stubbed: a bind mount): it is up before slurmd starts, a user other than root writes there,
+    and underneath, unmounted, the directory is root's and unwritable (a job would otherwise fill the boot disk)."""
+    for name in _nodes(cluster, "mega"):
+        vm = cluster.vm(name)
+        assert vm.run(["findmnt", "-n", "/checkpoints"]).returncode == 0, cluster.explain(name)
+        calls = (vm.upper / "var/log/fb-units/calls.log").read_text().splitlines()
+        started = [float(t) for t, c in (line.split(" ", 1) for line in calls) if "gpu-fleet-checkpoints" in c]
+        assert started and min(started) < _slurmd_started(vm), calls
+        wrote = vm.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "touch", "/checkpoints/ok"])
+        assert wrote.returncode == 0, wrote.stderr
+        vm.run(["systemctl", "stop", "gpu-fleet-checkpoints.service"], check=True)
+        try:
+            assert vm.run(["findmnt", "-n", "/checkpoints"]).returncode != 0
+            assert vm.run(["stat", "-c", "%U %a", "/checkpoints"], check=True).stdout.split() == ["root", "555"]
+        finally:
+            vm.run(["systemctl", "start", "gpu-fleet-checkpoints.service"], check=True)
+    assert "gcsfuse" not in cluster.vm(_controller(cluster).name).read("/run/startup-script")
+
+
 def test_a_job_keeps_the_nodes_locked_memory_limit_not_the_submitting_shells(cluster):
     """Submitted from a shell whose locked-memory limit is 64 KiB, a job gets the node's (slurm.conf
     PropagateResourceLimitsExcept=MEMLOCK): Slurm's default would hand it the 64 KiB, which RDMA outgrows."""

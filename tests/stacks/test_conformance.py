@@ -149,7 +149,19 @@ FINDINGS = [
         lambda d: _controller_md(d, "slurmdbd-conf", "StorageType=accounting_storage/mysql", ""),
         "StorageType",
     ),
+    # found by comparing the GPU nodes with the Toolkit's A3 Mega gcsfuse blueprint: a bucket jobs could not reach
+    ("gcp-a3mega-slurm", lambda d: _node_script(d, "gcsfuse --config-file", "true"), "not mounted for jobs"),
+    ("gcp-a3mega-slurm", lambda d: _node_script(d, "fuse-options: allow_other", ""), "lacks fuse-options"),
+    ("gcp-a3ultra-slurm", lambda d: _node_script(d, "Before=slurmd.service", ""), "before slurmd starts"),
+    ("gcp-a3mega-slurm", lambda d: _node_script(d, "temp-dir: /mnt/localssd/gcsfuse", ""), "local SSD"),
 ]
+
+
+def _node_script(d, old, new):
+    for tpl in _of(d, "InstanceTemplate"):
+        md = tpl["inputs"].get("metadata", {})
+        if "startup-script" in md:
+            md["startup-script"] = md["startup-script"].replace(old, new)
 
 
 @pytest.mark.parametrize(("stack", "change", "finding"), FINDINGS)

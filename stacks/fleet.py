@@ -33,6 +33,15 @@ def checkpoint_mount(spec: FleetSpec, cluster: ClusterSpec) -> dict[str, str]:
     return {"checkpoints": bucket, "checkpoints_mount": mount} if bucket and mount else {}
 
 
+def _login_checkpoints(spec: FleetSpec, cluster: ClusterSpec, storage: SharedStorage) -> dict[str, object]:
+    """The `SlurmClusterArgs` fields that mount the checkpoint bucket on the login VMs ({}: none): the bucket's
+    name as an output of the bucket, so the login VMs' bucket role waits for it."""
+    mount = checkpoint_mount(spec, cluster)
+    if not mount or storage.bucket is None:
+        return {}
+    return {"checkpoint_bucket": storage.bucket.name, "checkpoints_mount": mount["checkpoints_mount"]}
+
+
 def _storage(spec: FleetSpec, cluster: ClusterSpec, zone: str, fabric: NetworkFabric) -> SharedStorage:
     st = cluster.storage
     bucket = plan.checkpoint_bucket_name(spec, cluster)
@@ -147,6 +156,7 @@ def build_fleet(
                 home=home,
                 scratch=scratch,
                 scratch_mount=cluster.storage.scratch.mount_point if cluster.storage.scratch else "/scratch",
+                **_login_checkpoints(spec, cluster, storage),
                 # the daemon on the controller reads its pools from here (same shape as the stack output)
                 controller_metadata={
                     md.INVENTORY: json.dumps(entries),

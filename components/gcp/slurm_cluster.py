@@ -65,6 +65,8 @@ class SlurmClusterArgs:
     node_name_prefixes: one per pool (`<cluster>-<pool>`).
     autoscaler_role_id: the project's custom role for the autoscaler (made by the project-bootstrap stack).
     home: Filestore "IP:/share" mounted on /home; scratch: Lustre mount source, scratch_mount: where.
+    checkpoint_bucket: the checkpoint bucket the login VMs mount on checkpoints_mount for their users (their account
+      gets `storage.objectUser` on it, as the GPU nodes' has); None: not mounted.
     controller_metadata: extra metadata on the controller only (e.g. the autoscaler inventory).
     slurmdbd_conf: the controller's slurmdbd.conf: the controller then runs slurmdbd and its MariaDB, their data on
       the state disk (components/gcp/startup.py `accounting_lines`); None: no accounting.
@@ -97,6 +99,8 @@ class SlurmClusterArgs:
     home: pulumi.Input[str] | None = None
     scratch: pulumi.Input[str] | None = None
     scratch_mount: str = "/scratch"
+    checkpoint_bucket: pulumi.Input[str] | None = None
+    checkpoints_mount: str = "/checkpoints"
     controller_metadata: dict[str, pulumi.Input[str]] = field(default_factory=dict)
     slurmdbd_conf: pulumi.Input[str] | None = None
     labels: dict[str, str] = field(default_factory=dict)
@@ -160,11 +164,23 @@ class SlurmCluster(pulumi.ComponentResource):
             gcp.projects.IAMMember(
                 f"{name}-login-{role.split('/')[-1]}", project=args.project, role=role, member=login_member, opts=child
             )
-        login_reads = [self._accessor(f"{name}-login-munge", args, self.munge_secret, login_member, child)]
+        login_reads: list[pulumi.Resource] = [
+            self._accessor(f"{name}-login-munge", args, self.munge_secret, login_member, child)
+        ]
+        if args.checkpoint_bucket is not None:  # the login VMs' gcsfuse mount of it, for their users
+            login_reads.append(
+                gcp.storage.BucketIAMMember(
+                    f"{name}-login-checkpoints",
+                    bucket=args.checkpoint_bucket,
+                    role="roles/storage.objectUser",
+                    member=login_member,
+                    opts=child,
+                )
+            )
 
         def script(role: str) -> pulumi.Output[str]:
             return pulumi.Output.all(
-                self.munge_secret.secret_id, self.jwt_secret.secret_id, args.home, args.scratch
+                self.munge_secret.secret_id, self.jwt_secret.secret_id, args.home, args.scratch, args.checkpoint_bucket
             ).apply(
                 lambda v: startup_script(
                     SlurmHostConfig(
@@ -174,6 +190,8 @@ class SlurmCluster(pulumi.ComponentResource):
                         home=v[2],
                         scratch=v[3],
                         scratch_mount=args.scratch_mount,
+                        checkpoints=v[4] if role == "login" else None,
+                        checkpoints_mount=args.checkpoints_mount,
                         autoscaler_source=args.autoscaler_source,
                         autoscaler_ref=args.autoscaler_ref,
                         state_disk=STATE_DISK_DEVICE if role == "controller" else None,

@@ -114,7 +114,7 @@ class SlurmHostConfig:
     jwt_secret: secret id of the slurmrestd JWT HS256 key (controller only).
     home: "IP:/share" of the Filestore export mounted on /home, or None.
     scratch: Lustre mount source ("IP@tcp:/fs"), or None; scratch_mount: where.
-    checkpoints: on GPU nodes, the checkpoint bucket mounted for jobs with gcsfuse (`_checkpoint_lines`), or None;
+    checkpoints: on GPU nodes and login VMs, the checkpoint bucket mounted with gcsfuse (`_checkpoint_lines`), or None;
       checkpoints_mount: where.
     autoscaler_source, autoscaler_ref: git URL and pinned ref (40-hex commit or `tag@commit`) of
       gpu-fleet, installed on the controller at /opt/gpu-fleet; with no source the image must carry it.
@@ -555,11 +555,14 @@ def _mount_lines(cfg: SlurmHostConfig) -> list[str]:
         ]
     if cfg.scratch:
         lines += _scratch_lines(cfg)
+    if cfg.checkpoints and cfg.role == "login":  # a GPU node's comes after its local SSD (`_compute_lines`)
+        lines += _checkpoint_lines(cfg)
     return lines
 
 
 KERNEL_PACKAGES = ("linux-image-*", "linux-headers-*", "linux-modules-*", "linux-gcp*", "linux-cloud-*")
 SCRATCH_MOTD = "/run/motd.d/gpu-fleet-scratch"
+CHECKPOINTS_MOTD = "/run/motd.d/gpu-fleet-checkpoints"
 
 
 def _scratch_lines(cfg: SlurmHostConfig) -> list[str]:
@@ -600,17 +603,23 @@ def _scratch_lines(cfg: SlurmHostConfig) -> list[str]:
 
 def _scratch_call(cfg: SlurmHostConfig) -> list[str]:
     missing = f"Lustre {cfg.scratch} is not mounted on {cfg.scratch_mount}"
-    if cfg.role == "compute":
-        return [f'mount_scratch || die "{missing}"']
     # the controller's and login VMs' Slurm needs no /scratch: a dead control plane would be worse than none
+    return _mount_call(cfg.role, "mount_scratch", missing, SCRATCH_MOTD)
+
+
+def _mount_call(role: str, function: str, missing: str, motd: str) -> list[str]:
+    """Run the mount `function`: on a GPU node its failure stops the boot (jobs expect the mount); on the controller
+    and login VMs it is a WARNING on the serial console and in the login banner (`motd`), and the boot goes on."""
+    if role == "compute":
+        return [f'{function} || die "{missing}"']
     return [
-        "if mount_scratch; then",
-        f"  rm -f {SCRATCH_MOTD}",
+        f"if {function}; then",
+        f"  rm -f {motd}",
         "else",
-        f'  log "WARNING: {missing}: this {cfg.role} VM goes on without it;'
+        f'  log "WARNING: {missing}: this {role} VM goes on without it;'
         ' fix it, then sudo google_metadata_script_runner startup"',
-        f"  install -d {SCRATCH_MOTD.rsplit('/', 1)[0]}",
-        f"  echo 'gpu-fleet: WARNING: {missing} on this VM (see the serial console)' > {SCRATCH_MOTD}",
+        f"  install -d {motd.rsplit('/', 1)[0]}",
+        f"  echo 'gpu-fleet: WARNING: {missing} on this VM (see the serial console)' > {motd}",
         "fi",
     ]
 
@@ -791,14 +800,15 @@ PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/persist
 
 
 def _checkpoint_lines(cfg: SlurmHostConfig) -> list[str]:
-    """The checkpoint bucket on `checkpoints_mount` for jobs, before slurmd starts.  Jobs get no Google token (the
-    metadata guard), so the bucket is reachable from a job only through a mount made by root: gcsfuse with
-    ``allow_other``, as the Toolkit's A3 Mega blueprint mounts its bucket on /gcs (directories 777: GCS has no POSIX
-    owners, so every user of the cluster reads and writes every checkpoint).  Writes stage on the local SSD where
-    the machine has one (the boot disk otherwise).  The mount point is root's and 0555 underneath, so a job writing
-    there while the bucket is not mounted fails instead of filling the boot disk; a GPU node whose mount fails stops
-    its boot.  gcsfuse comes from Google's repository at first boot and is then held (apt-mark), so unattended
-    upgrades do not restart it under running jobs."""
+    """The checkpoint bucket on `checkpoints_mount`: on GPU nodes for jobs, before slurmd starts, and on login VMs
+    for their users.  Jobs get no Google token (the metadata guard), so the bucket reaches a job only through a
+    mount made by root: gcsfuse with ``allow_other``, as the Toolkit's A3 Mega blueprint mounts its bucket on /gcs
+    (directories 777: GCS has no POSIX owners, so every user of the cluster reads and writes every checkpoint).
+    Writes stage on the local SSD where the machine has one (the boot disk otherwise).  The mount point is root's
+    and 0555 underneath, so a job writing there while the bucket is not mounted fails instead of filling the boot
+    disk; a GPU node whose mount fails stops its boot, a login VM says so and goes on.  gcsfuse comes from Google's
+    repository at first boot and is then held (apt-mark), so unattended upgrades do not restart it under running
+    jobs."""
     bucket, mount = cfg.checkpoints, cfg.checkpoints_mount
     assert bucket and re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]", bucket), bucket
     listed = GCSFUSE_REPO.replace("{codename}", '$(. /etc/os-release; echo "$VERSION_CODENAME")')
@@ -850,8 +860,12 @@ WantedBy=multi-user.target slurmd.service
         f"  for _ in $(seq 60); do mountpoint -q {mount} && return 0; sleep 1; done",
         "  return 1",
         "}",
-        f'mount_checkpoints || die "checkpoint bucket gs://{bucket} is not mounted on {mount}:'
-        f' see journalctl -u {GCSFUSE_UNIT}"',
+        *_mount_call(
+            cfg.role,
+            "mount_checkpoints",
+            f"checkpoint bucket gs://{bucket} is not mounted on {mount}: see journalctl -u {GCSFUSE_UNIT}",
+            CHECKPOINTS_MOTD,
+        ),
     ]
 
 

@@ -192,3 +192,22 @@ def test_a_changed_script_updates_the_metadata_of_the_running_vms(declare):
     for vm in d.of_type("compute/instance:Instance"):
         assert "metadataStartupScript" not in vm.inputs, vm.name
         assert vm.inputs["metadata"]["startup-script"].startswith("#!/bin/bash\n"), vm.name
+
+
+def test_login_vms_mount_the_checkpoint_bucket_with_a_role_on_that_bucket_alone(declare):
+    """Users on a login VM see the checkpoints their jobs wrote: the login VMs mount the bucket as the GPU nodes do,
+    their account gets `storage.objectUser` on that bucket (no project-wide storage role), and they boot after the
+    binding exists; the controller mounts nothing."""
+    d = declare(lambda: SlurmCluster("slurm", args(checkpoint_bucket="ckpt-bucket")))
+    (binding,) = d.of_type("storage/bucketIAMMember:BucketIAMMember")
+    assert (binding.inputs["bucket"], binding.inputs["role"]) == ("ckpt-bucket", "roles/storage.objectUser")
+    assert binding.inputs["member"] == LOGIN
+    assert not [r for r in d.of_type("projects/iAMMember:IAMMember") if "storage" in r.inputs["role"]]
+    vms = {r.inputs["name"]: r for r in d.of_type("compute/instance:Instance")}
+    for login in ("a3mega-login-0", "a3mega-login-1"):
+        script = vms[login].inputs["metadata"]["startup-script"]
+        assert "gcsfuse --config-file /etc/gpu-fleet/gcsfuse-checkpoints.yaml ckpt-bucket /checkpoints" in script
+        assert binding.urn in set(vms[login].dependencies)
+    assert "gcsfuse" not in vms["a3mega-controller"].inputs["metadata"]["startup-script"]
+    plain = declare(lambda: SlurmCluster("slurm", args()))
+    assert not plain.of_type("storage/bucketIAMMember:BucketIAMMember")

@@ -19,6 +19,7 @@ from components.gcp.startup import (
     APT_LOCK_WAIT_S,
     AUTOSCALER_LOCK,
     AUTOSCALER_STATE_DIR,
+    CHECKPOINTS_MOTD,
     GCSFUSE_CONFIG,
     GCSFUSE_UNIT,
     GUARD,
@@ -593,12 +594,13 @@ def test_gpu_nodes_mount_the_checkpoint_bucket_for_jobs_before_slurmd() -> None:
     assert "temp-dir" not in no_ssd
 
 
-def _run_checkpoints(tmp_path, stubs: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """The script's own checkpoint step, run by bash with every command that would touch this machine stubbed and
-    the files it writes under tmp_path."""
-    cfg = SlurmHostConfig(role="compute", munge_secret="m", checkpoints=BUCKET, checkpoints_mount=f"{tmp_path}/ckpt")
+def _run_checkpoints(tmp_path, stubs: dict[str, str], role: str = "compute") -> subprocess.CompletedProcess[str]:
+    """The script's own checkpoint step of `role`, run by bash with every command that would touch this machine
+    stubbed and the files it writes under tmp_path."""
+    cfg = SlurmHostConfig(role=role, munge_secret="m", checkpoints=BUCKET, checkpoints_mount=f"{tmp_path}/ckpt")
     text = "\n".join(_checkpoint_lines(cfg))
-    for path in ("/etc/apt/sources.list.d/", "/usr/share/keyrings/", "/etc/gpu-fleet/", "/etc/systemd/system/"):
+    for path in ("/etc/apt/sources.list.d/", "/usr/share/keyrings/", "/etc/gpu-fleet/", "/etc/systemd/system/",
+                 "/run/motd.d/"):  # fmt: skip
         text = text.replace(path, f"{tmp_path}{path}")
         (tmp_path / path.strip("/")).mkdir(parents=True, exist_ok=True)
     safe = {"sleep": "exit 0", "install": 'mkdir -p "${@: -1}"', "curl": "exit 0", "gpg": "exit 0"}
@@ -633,11 +635,18 @@ def test_gcsfuse_comes_from_googles_repository_held_and_its_unit_runs_before_the
     assert "allow_other" in (tmp_path / GCSFUSE_CONFIG.lstrip("/")).read_text()
 
 
-def test_a_checkpoint_bucket_that_does_not_mount_stops_the_gpu_nodes_boot(tmp_path) -> None:
+@pytest.mark.parametrize("role", ["compute", "login"])
+def test_a_checkpoint_bucket_that_does_not_mount_stops_a_gpu_nodes_boot_and_warns_on_a_login_vm(tmp_path, role):
     """A job writing to /checkpoints on a node without the mount would write to the boot disk, and the checkpoint
-    would vanish with the node: the boot stops before slurmd, saying where to look."""
+    would vanish with the node: the boot stops before slurmd, saying where to look.  A login VM is still worth
+    having without it: it says so on the serial console and in the login banner, and goes on."""
     installed = {"apt_get": "exit 0", "apt_mark": "exit 0", "dpkg_query": "exit 0", "gcsfuse": "exit 0"}
-    run = _run_checkpoints(tmp_path, {**installed, "systemctl": "exit 0", "mountpoint": "exit 1"})
-    assert run.returncode == 1 and "boot-goes-on" not in run.stdout
-    assert f"FATAL: checkpoint bucket gs://{BUCKET} is not mounted on {tmp_path}/ckpt" in run.stderr
-    assert f"journalctl -u {GCSFUSE_UNIT}" in run.stderr
+    run = _run_checkpoints(tmp_path, {**installed, "systemctl": "exit 0", "mountpoint": "exit 1"}, role)
+    missing = f"checkpoint bucket gs://{BUCKET} is not mounted on {tmp_path}/ckpt: see journalctl -u {GCSFUSE_UNIT}"
+    if role == "compute":
+        assert run.returncode == 1 and "boot-goes-on" not in run.stdout
+        assert f"FATAL: {missing}" in run.stderr
+    else:
+        assert run.returncode == 0 and "boot-goes-on" in run.stdout, run.stderr
+        assert f"WARNING: {missing}" in run.stderr
+        assert "WARNING" in (tmp_path / CHECKPOINTS_MOTD.lstrip("/")).read_text()

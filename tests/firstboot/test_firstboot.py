@@ -273,7 +273,7 @@ def test_a_two_node_job_runs_with_the_tcpxo_prolog(cluster):
         assert any(e.startswith("docker run --detach") and f" {tcpxo.rxdm_image} " in e for e in events)
 
 
-def test_gpu_nodes_mount_the_checkpoint_bucket_before_slurmd_and_users_can_write_there(cluster):
+def test_gpu_nodes_and_login_vms_mount_the_checkpoint_bucket_before_slurmd_and_users_can_write_there(cluster):
     """Jobs get no Google token, so the checkpoint bucket reaches them as the root gcsfuse mount on /checkpoints
     (gcsfuse itself is stubbed: a bind mount): it is up before slurmd starts, a user other than root writes there,
     and underneath, unmounted, the directory is root's and unwritable (a job would otherwise fill the boot disk)."""
@@ -291,6 +291,8 @@ def test_gpu_nodes_mount_the_checkpoint_bucket_before_slurmd_and_users_can_write
             assert vm.run(["stat", "-c", "%U %a", "/checkpoints"], check=True).stdout.split() == ["root", "555"]
         finally:
             vm.run(["systemctl", "start", "gpu-fleet-checkpoints.service"], check=True)
+    [login] = cluster.declared.outputs["clusters"][CLUSTER]["logins"]  # its users see what their jobs wrote
+    assert cluster.vm(login).run(["findmnt", "-n", "/checkpoints"]).returncode == 0, cluster.explain(login)
     assert "gcsfuse" not in cluster.vm(_controller(cluster).name).read("/run/startup-script")
 
 

@@ -419,7 +419,8 @@ _MARIADB_CNF = """# gpu-fleet: the accounting database of slurmdbd (fleet/slurm/
 skip-networking
 # what slurmdbd 23.11 checks at every start, logging "error: Database settings not recommended values" below half
 # of it (accounting_storage_mysql.c `_check_database_variables`: a 4 GiB buffer pool, a 64 MiB log, a 900 s lock
-# wait, 16 MiB packets; slurm-gcp's 1024M buffer pool is under it).  InnoDB commits the pool as it fills.
+# wait, 16 MiB packets; slurm-gcp's 1024M buffer pool is under it).  InnoDB commits the pool as it fills.  The pool
+# is a quarter of the controller's memory where that is less (the script sets it: `innodb_pool_lines`).
 innodb_buffer_pool_size=4096M
 innodb_log_file_size=64M
 innodb_lock_wait_timeout=900
@@ -439,6 +440,22 @@ PIDFile=/run/slurmdbd/slurmdbd.pid
 ACCOUNTING_PACKAGES = "slurmdbd mariadb-server"
 
 
+#: the buffer pool slurmdbd asks for, and the share of the controller's memory it may take at most
+INNODB_POOL_MIB, INNODB_POOL_SHARE = 4096, 4
+
+
+def innodb_pool_lines(meminfo: str = "/proc/meminfo") -> list[str]:
+    """Size MariaDB's buffer pool to the controller: slurmdbd's 4 GiB, or a quarter of the memory where that is less
+    (a 4 GiB pool on an 8 GiB controller beside slurmctld, slurmdbd, slurmrestd and the autoscaler could be
+    OOM-killed once the database fills it; slurmdbd then logs that the pool is below what it recommends)."""
+    share, most = f"int($2 / 1024 / {INNODB_POOL_SHARE})", INNODB_POOL_MIB
+    return [
+        f"pool=$(awk '/^MemTotal:/ {{ m = {share}; print (m < {most} ? m : {most}) }}' {meminfo})",
+        '[ -n "$pool" ] && [ "$pool" -ge 128 ] || die "cannot size the MariaDB buffer pool from ' + meminfo + '"',
+        f'sed -i "s/^innodb_buffer_pool_size=.*/innodb_buffer_pool_size=${{pool}}M/" {MARIADB_CONF}',
+    ]
+
+
 def accounting_lines() -> list[str]:
     """slurmdbd and its MariaDB on the controller, before slurmctld first starts (slurm-gcp's order: the database,
     slurmdbd, `sacctmgr add cluster`, then slurmctld).  The database account and name are the ones slurmdbd.conf
@@ -453,6 +470,7 @@ def accounting_lines() -> list[str]:
         'for v in "$db" "$dbuser"; do case "$v" in ""|*[!A-Za-z0-9_]*)',
         "  die \"slurmdbd.conf: StorageLoc, StorageUser must be plain names: '$db', '$dbuser'\";; esac; done",
         _file(MARIADB_CONF, _MARIADB_CNF),
+        *innodb_pool_lines(),
         f"if [ ! -d {MARIADB_DATA_DIR}/mysql ]; then",
         f'  log "accounting database {MARIADB_DATA_DIR} is empty: initialising it"',
         f"  mariadb-install-db --user=mysql --datadir={MARIADB_DATA_DIR} --skip-test-db >/dev/null"

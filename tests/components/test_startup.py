@@ -38,6 +38,7 @@ from components.gcp.startup import (
     _scratch_lines,
     autoscaler_install,
     guard_script,
+    innodb_pool_lines,
     startup_script,
 )
 from fleet.catalog import load_catalog
@@ -650,3 +651,18 @@ def test_a_checkpoint_bucket_that_does_not_mount_stops_a_gpu_nodes_boot_and_warn
         assert run.returncode == 0 and "boot-goes-on" in run.stdout, run.stderr
         assert f"WARNING: {missing}" in run.stderr
         assert "WARNING" in (tmp_path / CHECKPOINTS_MOTD.lstrip("/")).read_text()
+
+
+@pytest.mark.parametrize(("mem_kib", "pool"), [(32 * 1024 * 1024, "4096M"), (8 * 1024 * 1024, "2048M")])
+def test_the_accounting_databases_buffer_pool_fits_the_controller(tmp_path, mem_kib: int, pool: str) -> None:
+    """slurmdbd's 4 GiB buffer pool, or a quarter of the controller's memory where that is less."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(f"MemTotal:       {mem_kib} kB\nMemFree:        1000 kB\n")
+    cnf = tmp_path / "90-gpu-fleet.cnf"
+    cnf.write_text("[mysqld]\ninnodb_buffer_pool_size=4096M\ninnodb_log_file_size=64M\n")
+    text = "\n".join(innodb_pool_lines(str(meminfo))).replace(MARIADB_CONF, str(cnf))
+    run = subprocess.run(["bash", "-c", f"{_PRELUDE}\n{text}\n"], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert cnf.read_text().splitlines()[1:] == [f"innodb_buffer_pool_size={pool}", "innodb_log_file_size=64M"]
+    controller = script("controller", accounting=True)
+    assert pos(controller, "90-gpu-fleet.cnf <<") < pos(controller, "innodb_buffer_pool_size=${pool}M")

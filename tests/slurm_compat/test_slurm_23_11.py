@@ -127,9 +127,9 @@ def test_23_11_exclusive_jobs_arrays_and_memory_read_as_on_22_05(cluster) -> Non
     assert record.array_tasks.throttle == 2, record.array_tasks
 
 
-#: what the scripts install from the repositories they add themselves (Google's Artifact Registry and Lustre
-#: repositories, NVIDIA's), not from Ubuntu's archive (apt-transport-artifact-registry is in both)
-THIRD_PARTY = {"dmabuf-import-helper", "nvidia-container-toolkit", "lustre-client-utils"}
+#: what the scripts install from the repositories they add themselves (Google's Artifact Registry, Lustre and Cloud
+#: Storage FUSE repositories, NVIDIA's), not from Ubuntu's archive (apt-transport-artifact-registry is in both)
+THIRD_PARTY = {"dmabuf-import-helper", "nvidia-container-toolkit", "lustre-client-utils", "gcsfuse"}
 
 
 def test_every_ubuntu_package_the_scripts_install_is_in_noble(noble) -> None:

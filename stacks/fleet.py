@@ -245,6 +245,8 @@ def build_fleet(
             "home": home,
             "filestore_ip": storage.home_ip,
             "checkpoint_bucket": storage.bucket.name if storage.bucket else None,
+            # where the GPU nodes and login VMs mount it for jobs and users (None: not mounted)
+            "checkpoint_mount": checkpoint_mount(spec, cluster).get("checkpoints_mount"),
             "scratch": scratch,
             "partitions": [p.name for p in slurm.partitions],
             "nodesets": [

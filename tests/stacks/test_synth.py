@@ -179,6 +179,7 @@ def test_outputs_name_the_cluster_endpoints(a3mega):
     assert cluster["controller"] == "a3mega-controller"
     assert cluster["logins"] == ["a3mega-login-0"]
     assert cluster["filestore_ip"] and cluster["checkpoint_bucket"] == "my-gpu-project-a3mega-checkpoints"
+    assert cluster["checkpoint_mount"] == "/checkpoints"
     nets = a3mega.result.outputs["networks"]
     assert nets["system"].endswith("/global/networks/gcp-a3mega-slurm-net")
     assert len(nets["planes"]) == 8

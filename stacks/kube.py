@@ -18,6 +18,7 @@ import pulumi
 from components.gcp.network import NetworkFabric
 from components.gcp.node_pool import service_account_id
 from components.gke.autoscaler_identity import AutoscalerIdentity, AutoscalerIdentityArgs
+from components.gke.bucket_access import BucketAccess, BucketAccessArgs
 from components.gke.cluster import GkeCluster, GkeClusterArgs
 from components.gke.node_pool import GkeGpuNodePool, GkeGpuNodePoolArgs, NodeNetwork
 from components.kubernetes.autoscaler import AutoscalerDeployment, manifests
@@ -30,10 +31,11 @@ from fleet.catalog import Catalog
 from fleet.inventory import migs_from_urls
 from fleet.schemas import check_objects, crd_document
 from fleet.spec.derive import cluster_zone, pool_zones
-from fleet.spec.kube import gke_local_ssds, gke_set_labels, node_taints, pool_tolerations
+from fleet.spec.kube import gke_local_ssds, gke_set_labels, node_taints, pool_tolerations, team_namespace
 from fleet.spec.model import ClusterSpec, FleetSpec, GkeSpec, GpuOperatorSpec
 from stacks import gke_fabric, kube_plan, plan
 from stacks.cluster_api import REPLICAS_FIELD, machine_deployment
+from stacks.kube_storage import CHECKPOINT_CLAIM, checkpoint_members, checkpoint_objects
 from stacks.kueue_objects import manager_config, namespaces, queue_objects
 
 SYSTEM_POOL_SELECTOR = {"gpu-fleet/role": "system"}
@@ -181,6 +183,7 @@ def _gke(
     gsa = identity.account
     queues = _kueue(cluster, cat, kopts, SYSTEM_POOL_SELECTOR)
     _autoscaler(cluster, entries, kopts, queues, gsa.email, SYSTEM_POOL_SELECTOR)
+    checkpoint_claims = _checkpoint_volumes(spec, cluster, storage, kopts, queues)
     return (
         entries,
         {
@@ -193,6 +196,8 @@ def _gke(
             "autoscaler_service_account": gsa.email,
             "networks": sorted(k[2] for k in net_declared if k[0] == "Network"),
             "checkpoint_bucket": storage.bucket.name if storage.bucket else None,
+            # per team: `<namespace>/<claim>` of the bucket's volume (a pod runs as CHECKPOINT_KSA to mount it)
+            "checkpoint_claims": checkpoint_claims,
             "filestore_ip": storage.home_ip,
             "local_queues": kube_plan.local_queues(cluster),
             "kueue_queues": _queues_output(cluster, cat),
@@ -247,6 +252,34 @@ def _gpu_operator(cluster: ClusterSpec, spec: GpuOperatorSpec, kopts: pulumi.Res
 
 
 # ---------------------------------------------------------------- both platforms
+
+
+def _checkpoint_volumes(
+    spec: FleetSpec, cluster: ClusterSpec, storage: Any, kopts: pulumi.ResourceOptions, queues: KueueQueues
+) -> dict[str, str]:
+    """The checkpoint bucket for the teams' pods (stacks/kube_storage.py): its Google identity, reachable only from
+    each team namespace's `gpu-fleet-checkpoints` service account, and a volume and claim per team namespace
+    ({} when the cluster has no bucket or `storage.checkpoints.mount_point` is null)."""
+    bucket = plan.checkpoint_bucket_name(spec, cluster)
+    wanted = cluster.storage.checkpoints is not None and cluster.storage.checkpoints.mount_point is not None
+    if storage.bucket is None or not bucket or not wanted or cluster.kueue is None:
+        return {}
+    account_id = service_account_id(cluster.name, "checkpoints")
+    access = BucketAccess(
+        f"{cluster.name}-checkpoints",
+        BucketAccessArgs(
+            spec.project, cluster.name, account_id, storage.bucket.name, checkpoint_members(spec, cluster)
+        ),
+    )
+    email = f"{account_id}@{spec.project}.iam.gserviceaccount.com"
+    Manifests(
+        f"{cluster.name}-checkpoints",
+        checkpoint_objects(cluster, bucket, email),
+        opts=kopts,
+        after=[*queues.objects.values(), access],
+        object_opts=kopts,
+    )
+    return {t.name: f"{team_namespace(t)}/{CHECKPOINT_CLAIM}" for t in cluster.kueue.teams}
 
 
 def _kueue(

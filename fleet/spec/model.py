@@ -103,7 +103,8 @@ class BucketSpec(_Spec):
     )
     mount_point: MountPoint | None = Field(
         "/checkpoints",
-        description="where a Slurm cluster's GPU nodes mount the bucket for jobs (gcsfuse, as root); null: not mounted",
+        description="where a Slurm cluster's GPU nodes and login VMs mount the bucket (gcsfuse, as root); on GKE any "
+        "value declares each team namespace's claim `checkpoints`; null: neither",
     )
 
     @field_validator("soft_delete_days")

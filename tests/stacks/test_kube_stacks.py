@@ -302,13 +302,13 @@ def test_autoscaler_deployment_two_replicas_lease_and_least_privilege(kube_examp
 
 
 def test_gke_daemon_uses_workload_identity_bound_to_its_service_account(gke):
-    (sa,) = of_kind(gke, "ServiceAccount")
+    (sa,) = [s for s in of_kind(gke, "ServiceAccount") if s["metadata"]["name"] == "gpu-fleet-autoscaler"]
     gsa = gke.result.outputs["clusters"]["a3u"]["autoscaler_service_account"]
     assert sa["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": gsa}
     members = [
         r.inputs["member"]
         for r in gke.result.by_type("gcp:serviceaccount/iAMMember:IAMMember")
-        if r.inputs["role"] == "roles/iam.workloadIdentityUser"
+        if r.inputs["role"] == "roles/iam.workloadIdentityUser" and r.name.startswith("a3u-autoscaler")
     ]
     assert members == ["serviceAccount:my-gpu-project.svc.id.goog[gpu-fleet-system/gpu-fleet-autoscaler]"]
     # no right to act as the nodes' account: the MIG's service agent creates the VMs (createInstances checks
@@ -812,3 +812,47 @@ def test_gke_nodes_keep_images_and_scratch_on_the_machines_local_ssds(gke):
         assert np["nodeConfig"]["machineType"] == "a3-ultragpu-8g"
         assert np["nodeConfig"]["ephemeralStorageLocalSsdConfig"] == {"localSsdCount": 32}
         assert inventory[np["name"]]["node_labels"]["cloud.google.com/gke-ephemeral-storage-local-ssd"] == "true"
+
+
+def test_gke_pods_reach_the_checkpoint_bucket_through_a_claim_in_their_team_namespace(gke):
+    """The bucket the stack creates is reachable from pods: per team namespace a service account that alone may act
+    as the bucket's Google account (Workload Identity), which holds `storage.objectUser` on that bucket only, and a
+    Cloud Storage FUSE volume bound to the claim `checkpoints` (a pod runs as that account to mount it)."""
+    out = gke.result.outputs["clusters"]["a3u"]
+    bucket = out["checkpoint_bucket"]
+    teams = {t["team"]: t["namespace"] for t in out["kueue_queues"]}
+    assert out["checkpoint_claims"] == {team: f"{ns}/checkpoints" for team, ns in teams.items()}
+    (account,) = [r for r in gke.result.by_type("gcp:serviceaccount/account:Account") if r.name == "a3u-checkpoints"]
+    email = f"{account.inputs['accountId']}@my-gpu-project.iam.gserviceaccount.com"
+    (binding,) = [r for r in gke.result.by_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+                  if r.inputs["member"] == f"serviceAccount:{email}"]  # fmt: skip
+    assert (binding.inputs["bucket"], binding.inputs["role"]) == (bucket, "roles/storage.objectUser")
+    members = sorted(
+        r.inputs["member"]
+        for r in gke.result.by_type("gcp:serviceaccount/iAMMember:IAMMember")
+        if r.name.startswith("a3u-checkpoints-wi")
+    )
+    assert members == sorted(
+        f"serviceAccount:my-gpu-project.svc.id.goog[{ns}/gpu-fleet-checkpoints]" for ns in teams.values()
+    )
+    accounts = {s["metadata"]["namespace"]: s for s in of_kind(gke, "ServiceAccount")
+                if s["metadata"]["name"] == "gpu-fleet-checkpoints"}  # fmt: skip
+    volumes = {v["spec"]["claimRef"]["namespace"]: v for v in of_kind(gke, "PersistentVolume")}
+    claims = {c["metadata"]["namespace"]: c for c in of_kind(gke, "PersistentVolumeClaim")}
+    assert set(accounts) == set(volumes) == set(claims) == set(teams.values())
+    for ns in teams.values():
+        assert accounts[ns]["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": email}
+        pv, pvc = volumes[ns], claims[ns]
+        assert pv["spec"]["csi"] == {"driver": "gcsfuse.csi.storage.gke.io", "volumeHandle": bucket}
+        assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"  # deleting it never touches the bucket
+        assert pv["spec"]["claimRef"] == {"namespace": ns, "name": pvc["metadata"]["name"]}
+        assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
+        assert pv["spec"]["storageClassName"] == pvc["spec"]["storageClassName"] == ""  # no dynamic provisioning
+    # each object round-trips through the Kubernetes client's own v1 models unchanged: every field is one the API
+    # knows, and the required ones (the CSI source's driver and volumeHandle) are there
+    from kubernetes import client
+
+    api = client.ApiClient()
+    for obj in [*accounts.values(), *volumes.values(), *claims.values()]:
+        model = api.deserialize(json.dumps(obj), f"V1{obj['kind']}", "application/json")
+        assert api.sanitize_for_serialization(model) == obj, obj["kind"]

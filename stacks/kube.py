@@ -17,6 +17,7 @@ import pulumi
 
 from components.gcp.network import NetworkFabric
 from components.gcp.node_pool import service_account_id
+from components.gcp.storage import SharedStorage
 from components.gke.autoscaler_identity import AutoscalerIdentity, AutoscalerIdentityArgs
 from components.gke.bucket_access import BucketAccess, BucketAccessArgs
 from components.gke.cluster import GkeCluster, GkeClusterArgs
@@ -255,7 +256,7 @@ def _gpu_operator(cluster: ClusterSpec, spec: GpuOperatorSpec, kopts: pulumi.Res
 
 
 def _checkpoint_volumes(
-    spec: FleetSpec, cluster: ClusterSpec, storage: Any, kopts: pulumi.ResourceOptions, queues: KueueQueues
+    spec: FleetSpec, cluster: ClusterSpec, storage: SharedStorage, kopts: pulumi.ResourceOptions, queues: KueueQueues
 ) -> dict[str, str]:
     """The checkpoint bucket for the teams' pods (stacks/kube_storage.py): its Google identity, reachable only from
     each team namespace's `gpu-fleet-checkpoints` service account, and a volume and claim per team namespace

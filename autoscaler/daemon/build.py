@@ -65,7 +65,7 @@ def rest_tokens(s: SlurmConfig) -> TokenSource:
         try:
             source.token()
         except SlurmUnavailable as exc:
-            raise ConfigError("config", [(field, str(exc).split(": ", 1)[-1])]) from None
+            raise ConfigError("config", [(field, str(exc).removeprefix(f"{field} "))]) from None
         return source
     if token := os.environ.get("SLURM_JWT", "").strip():
         return StaticToken(token)

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import quote
 
 from autoscaler.slurm.errors import SlurmUnavailable
 from autoscaler.slurm.hostlist import compress
@@ -412,8 +413,16 @@ class RestSlurm:
         body: dict[str, Any] = {"state": _REST_NODE_STATES[state]}
         if reason or state == "drain":
             body["reason"] = reason or "gpu-fleet autoscaler"
-        for n in names:  # one node per call
-            self._call("POST", f"node/{n}", json=body)
+        self._update_nodes(names, body)
+
+    def _update_nodes(self, names: Sequence[str], body: dict[str, Any]) -> None:
+        """One ``POST node/<hostlist>`` for all the names, as scontrol sends one update: slurmctld then calls
+        ResumeProgram once for a power-up of several names, so a gang's nodes reach the daemon as one request (one
+        call per name split a gang into single launches: tests/e2e/test_rest_mode.py on 23.11).  slurmrestd takes a
+        hostlist expression in the path, URL-encoded (checked on 23.11's)."""
+        checked = check_node_names(names)
+        if checked:
+            self._call("POST", f"node/{quote(compress(checked), safe='')}", json=body)
 
     def update_weight(self, names: Sequence[str], weight: int) -> None:
         """The node-update endpoint (v0.0.39+: ``weight`` is a ``uint32_no_val``), else scontrol through `cli`."""
@@ -423,9 +432,7 @@ class RestSlurm:
                 raise SlurmUnavailable(f"slurmrestd {self.api} cannot update nodes and no scontrol fallback is set")
             self.cli.update_weight(names, weight)
             return
-        body = {"weight": {"set": True, "infinite": False, "number": weight}}
-        for n in names:
-            self._call("POST", f"node/{n}", json=body)
+        self._update_nodes(names, {"weight": {"set": True, "infinite": False, "number": weight}})
 
     def update_job_features(self, job_id: int, features: str) -> None:
         """v0.0.38: ``POST job/<id>`` with ``{"constraints": <expr>}`` (checked on a real slurmrestd 22.05.8, which

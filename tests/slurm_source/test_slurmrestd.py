@@ -88,10 +88,12 @@ def test_rest_client_updates_nodes(restd) -> None:
     assert node().drain and node().reason == "gpu-fleet test"
     rest.update_nodes(["r1-od-1"], "undrain")
     assert not node().drain
-    rest.update_nodes(["r1-od-1"], "power_up")  # slurmctld runs the ResumeProgram for it
+    # a gang's names in one update: slurmctld runs the ResumeProgram once for both, so the daemon's hook queues them
+    # as one request (one update per name split a gang into single launches on 23.11: tests/e2e/test_rest_mode.py)
+    rest.update_nodes(["r1-od-0", "r1-od-1"], "power_up")
     assert poll_until(lambda: node().powering_up, 15), node()
-    assert poll_until(lambda: any("r1-od-1" in c for c in h.power_calls()), 15), h.power_calls()
-    rest.update_nodes(["r1-od-1"], "power_down_force")  # scontrol's two flags: POWER_DOWN and POWERED_DOWN
+    assert poll_until(lambda: any(c.endswith(" resume r1-od-[0-1]") for c in h.power_calls()), 15), h.power_calls()
+    rest.update_nodes(["r1-od-0", "r1-od-1"], "power_down_force")  # scontrol's two flags: POWER_DOWN, POWERED_DOWN
     assert poll_until(lambda: node().powered_down or node().powering_down, 15), node()
     assert poll_until(lambda: node().powered_down and not node().powering_down, 60), node()
 

@@ -85,9 +85,9 @@ GOOGLE_APT_KEY = "https://packages.cloud.google.com/apt/doc/apt-key.gpg"
 # connect-from-compute-engine ("Install the Lustre client"), read 2026-12.
 LUSTRE_REPO = "deb https://us-apt.pkg.dev/projects/lustre-client-binaries lustre-client-ubuntu-{codename} main"
 LUSTRE_KEY = "https://us-apt.pkg.dev/doc/repo-signing-key.gpg"
-# Cloud Storage FUSE: Google's apt repository and its signing key (cloud.google.com/storage/docs/cloud-storage-fuse)
+# Cloud Storage FUSE: Google's apt repository, signed with GOOGLE_APT_KEY
+# (cloud.google.com/storage/docs/cloud-storage-fuse)
 GCSFUSE_REPO = "deb https://packages.cloud.google.com/apt gcsfuse-{codename} main"
-GCSFUSE_KEY = "https://packages.cloud.google.com/apt/doc/apt-key.gpg"
 GCSFUSE_CONFIG = "/etc/gpu-fleet/gcsfuse-checkpoints.yaml"
 GCSFUSE_UNIT = "gpu-fleet-checkpoints.service"
 # How long apt waits for another apt (unattended-upgrades runs at first boot) to let go of its locks; the Toolkit's
@@ -590,15 +590,12 @@ def _scratch_lines(cfg: SlurmHostConfig) -> list[str]:
     holds its kernel package too).  A GPU node without /scratch stops its boot; the controller and login VMs, whose
     Slurm needs no /scratch, say so loudly (serial console, login banner) and go on."""
     mount, src = shlex.quote(cfg.scratch_mount), shlex.quote(cfg.scratch)
-    repo = LUSTRE_REPO.replace("{codename}", '$(. /etc/os-release; echo "$VERSION_CODENAME")')
-    listed = repo.replace("deb ", "deb [signed-by=/usr/share/keyrings/lustre-client.gpg] ", 1)
     patterns = " ".join(f"'{p}'" for p in KERNEL_PACKAGES)
     lines = [
         "# lustre_client: the Managed Lustre client modules of the running kernel, and that kernel held",
         "lustre_client() {",
         '  if ! modinfo -k "$(uname -r)" lustre >/dev/null 2>&1; then',
-        f"    curl -sSf {LUSTRE_KEY} | gpg --dearmor --yes -o /usr/share/keyrings/lustre-client.gpg || return 1",
-        f'    echo "{listed}" > /etc/apt/sources.list.d/lustre-client.list || return 1',
+        *(f"    {cmd} || return 1" for cmd in _signed_repo(LUSTRE_KEY, "lustre-client", LUSTRE_REPO, "lustre-client")),
         '    apt_update && apt_install "lustre-client-modules-$(uname -r)" lustre-client-utils || return 1',
         "  fi",
         "  local held",
@@ -701,13 +698,24 @@ def _wait_devices_script(cfg: SlurmHostConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _signed_repo(key: str, keyring: str, repo: str, name: str) -> list[str]:
+    """The two commands that add the apt repository `repo` (a ``deb URL SUITE main`` line; ``{codename}`` stands for
+    the OS's) as /etc/apt/sources.list.d/<name>.list, signed by `key`, dearmored into /usr/share/keyrings/<keyring>.gpg
+    (the caller indents them and decides what a failure does)."""
+    ring = f"/usr/share/keyrings/{keyring}.gpg"
+    repo = repo.replace("{codename}", '$(. /etc/os-release; echo "$VERSION_CODENAME")')
+    listed = repo.replace("deb ", f"deb [signed-by={ring}] ", 1)
+    return [
+        f"curl -sSf {key} | gpg --dearmor --yes -o {ring}",
+        f'echo "{listed}" > /etc/apt/sources.list.d/{name}.list',
+    ]
+
+
 def _ar_repo(repo: str, name: str) -> list[str]:
     """An Artifact Registry apt repo (ar+https) and its transport."""
     return [
         "  if ! dpkg -s apt-transport-artifact-registry >/dev/null 2>&1; then",
-        f"    curl -sSf {GOOGLE_APT_KEY} | gpg --dearmor --yes -o /usr/share/keyrings/cloud.google.gpg",
-        f'    echo "{AR_TRANSPORT_REPO.replace("deb ", "deb [signed-by=/usr/share/keyrings/cloud.google.gpg] ", 1)}"'
-        " > /etc/apt/sources.list.d/artifact-registry.list",
+        *(f"    {cmd}" for cmd in _signed_repo(GOOGLE_APT_KEY, "cloud.google", AR_TRANSPORT_REPO, "artifact-registry")),
         "    apt_update && apt_install apt-transport-artifact-registry",
         "  fi",
         f"  echo {shlex.quote(repo)} > /etc/apt/sources.list.d/{name}.list",
@@ -829,8 +837,6 @@ def _checkpoint_lines(cfg: SlurmHostConfig) -> list[str]:
     jobs."""
     bucket, mount = cfg.checkpoints, cfg.checkpoints_mount
     assert bucket and re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]", bucket), bucket
-    listed = GCSFUSE_REPO.replace("{codename}", '$(. /etc/os-release; echo "$VERSION_CODENAME")')
-    listed = listed.replace("deb ", "deb [signed-by=/usr/share/keyrings/gcsfuse.gpg] ", 1)
     temp = f"{LOCAL_SSD_MOUNT}/gcsfuse" if cfg.local_ssd_gib else None
     config = "\n".join(
         [
@@ -864,8 +870,8 @@ WantedBy=multi-user.target slurmd.service
         f"# --- 5a2. the checkpoint bucket gs://{bucket} on {mount} (gcsfuse as root, allow_other) ---",
         "mount_checkpoints() {",
         "  if ! command -v gcsfuse >/dev/null; then",
-        f"    curl -sSf {GCSFUSE_KEY} | gpg --dearmor --yes -o /usr/share/keyrings/gcsfuse.gpg || return 1",
-        f'    echo "{listed}" > /etc/apt/sources.list.d/gcsfuse.list || return 1',
+        # Google's packages key, the one the Artifact Registry transport's repository is signed with too
+        *(f"    {line} || return 1" for line in _signed_repo(GOOGLE_APT_KEY, "cloud.google", GCSFUSE_REPO, "gcsfuse")),
         "    apt_update && apt_install gcsfuse fuse3 || return 1",
         "  fi",
         "  if dpkg-query -W gcsfuse >/dev/null 2>&1; then apt_locked apt-mark hold gcsfuse >/dev/null || return 1; fi",

@@ -330,13 +330,22 @@ def _run_scratch(tmp_path, role: str, stubs: dict[str, str], then: str, call: bo
     fstab, motd, the mount point) under tmp_path."""
     cfg = SlurmHostConfig(role=role, munge_secret="m", scratch=LUSTRE, scratch_mount=f"{tmp_path}/scratch")
     text = "\n".join(_scratch_lines(cfg) if call else _scratch_lines(cfg)[: -len(_scratch_call(cfg))])
-    for path in ("/etc/apt/sources.list.d/", "/usr/share/keyrings/", "/etc/fstab", SCRATCH_MOTD.rsplit("/", 1)[0]):
-        text = text.replace(path, f"{tmp_path}{path}")
-    (tmp_path / "etc/apt/sources.list.d").mkdir(parents=True)
-    (tmp_path / "usr/share/keyrings").mkdir(parents=True)
+    (tmp_path / "etc").mkdir()
     (tmp_path / "etc/fstab").write_text("")
     safe = {"uname": "echo 6.8.0-1019-gcp", "sleep": "exit 0", "mount": "exit 32", "mountpoint": "exit 1"}
-    bin_ = _stub_bin(tmp_path, **{**safe, **stubs})
+    dirs = ("/etc/apt/sources.list.d/", "/usr/share/keyrings/", SCRATCH_MOTD.rsplit("/", 1)[0] + "/")
+    return _run_rooted(tmp_path, text.replace("/etc/fstab", f"{tmp_path}/etc/fstab"), dirs, {**safe, **stubs}, then)
+
+
+def _run_rooted(
+    tmp_path, text: str, dirs: tuple[str, ...], stubs: dict[str, str], then: str
+) -> subprocess.CompletedProcess[str]:
+    """`text` (lines of a startup script) and then `then`, run by bash after the prelude, with every absolute
+    directory of `dirs` moved under tmp_path (and made there) and the commands of `stubs` stubbed first on PATH."""
+    for path in dirs:
+        text = text.replace(path, f"{tmp_path}{path}")
+        (tmp_path / path.strip("/")).mkdir(parents=True, exist_ok=True)
+    bin_ = _stub_bin(tmp_path, **stubs)
     return subprocess.run(
         ["bash", "-c", f"{_PRELUDE}\n{text}\n{then}\n"],
         env={"PATH": f"{bin_}:/usr/bin:/bin"}, capture_output=True, text=True, check=False,
@@ -599,17 +608,15 @@ def _run_checkpoints(tmp_path, stubs: dict[str, str], role: str = "compute") -> 
     """The script's own checkpoint step of `role`, run by bash with every command that would touch this machine
     stubbed and the files it writes under tmp_path."""
     cfg = SlurmHostConfig(role=role, munge_secret="m", checkpoints=BUCKET, checkpoints_mount=f"{tmp_path}/ckpt")
-    text = "\n".join(_checkpoint_lines(cfg))
-    for path in ("/etc/apt/sources.list.d/", "/usr/share/keyrings/", "/etc/gpu-fleet/", "/etc/systemd/system/",
-                 "/run/motd.d/"):  # fmt: skip
-        text = text.replace(path, f"{tmp_path}{path}")
-        (tmp_path / path.strip("/")).mkdir(parents=True, exist_ok=True)
+    dirs = (
+        "/etc/apt/sources.list.d/",
+        "/usr/share/keyrings/",
+        "/etc/gpu-fleet/",
+        "/etc/systemd/system/",
+        "/run/motd.d/",
+    )
     safe = {"sleep": "exit 0", "install": 'mkdir -p "${@: -1}"', "curl": "exit 0", "gpg": "exit 0"}
-    bin_ = _stub_bin(tmp_path, **{**safe, **stubs})
-    return subprocess.run(
-        ["bash", "-c", f"{_PRELUDE}\n{text}\necho boot-goes-on\n"],
-        env={"PATH": f"{bin_}:/usr/bin:/bin"}, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    return _run_rooted(tmp_path, "\n".join(_checkpoint_lines(cfg)), dirs, {**safe, **stubs}, "echo boot-goes-on")
 
 
 def test_gcsfuse_comes_from_googles_repository_held_and_its_unit_runs_before_the_boot_goes_on(tmp_path) -> None:

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_gcp as gcp
 
+from components.gcp.storage import grant_bucket_objects
 from fleet.catalog import CapacityType
 
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
@@ -193,9 +194,7 @@ class GpuNodePool(pulumi.ComponentResource):
                 opts=child,
             )
         for i, bucket in enumerate(args.bucket_names):
-            gcp.storage.BucketIAMMember(
-                f"{name}-sa-bucket-{i}", bucket=bucket, role="roles/storage.objectUser", member=member, opts=child
-            )
+            grant_bucket_objects(f"{name}-sa-bucket-{i}", bucket, member, child)
         for i, user in enumerate(args.sa_users):
             gcp.serviceaccount.IAMMember(
                 f"{name}-sa-user-{i}",

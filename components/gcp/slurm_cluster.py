@@ -46,6 +46,7 @@ from components.gcp import metadata as md
 from components.gcp.disks import boot_disk_type, state_disk_type
 from components.gcp.node_pool import service_account_id
 from components.gcp.startup import STATE_DISK_DEVICE, SlurmHostConfig, startup_script
+from components.gcp.storage import grant_bucket_objects
 from fleet.bootstrap.iam import AUTOSCALER_ROLE_ID
 
 BASE_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
@@ -169,13 +170,7 @@ class SlurmCluster(pulumi.ComponentResource):
         ]
         if args.checkpoint_bucket is not None:  # the login VMs' gcsfuse mount of it, for their users
             login_reads.append(
-                gcp.storage.BucketIAMMember(
-                    f"{name}-login-checkpoints",
-                    bucket=args.checkpoint_bucket,
-                    role="roles/storage.objectUser",
-                    member=login_member,
-                    opts=child,
-                )
+                grant_bucket_objects(f"{name}-login-checkpoints", args.checkpoint_bucket, login_member, child)
             )
 
         def script(role: str) -> pulumi.Output[str]:

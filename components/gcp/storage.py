@@ -193,3 +193,15 @@ class SharedStorage(pulumi.ComponentResource):
                 "scratch": self.lustre.mount_point if self.lustre else None,
             }
         )
+
+
+#: what the nodes, the login VMs and a GKE cluster's pods get on the checkpoint bucket: read and write its objects,
+#: nothing on the bucket itself (its settings, IAM, deletion)
+BUCKET_OBJECTS_ROLE = "roles/storage.objectUser"
+
+
+def grant_bucket_objects(
+    name: str, bucket: pulumi.Input[str], member: pulumi.Input[str], opts: pulumi.ResourceOptions
+) -> gcp.storage.BucketIAMMember:
+    """`member` may read and write the objects of `bucket` alone (`BUCKET_OBJECTS_ROLE`, bound on that bucket)."""
+    return gcp.storage.BucketIAMMember(name, bucket=bucket, role=BUCKET_OBJECTS_ROLE, member=member, opts=opts)

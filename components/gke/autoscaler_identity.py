@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+from components.gke.workload_identity import kubernetes_may_act_as
+
 
 @dataclass(frozen=True)
 class AutoscalerIdentityArgs:
@@ -50,11 +52,5 @@ class AutoscalerIdentity(pulumi.ComponentResource):
             opts=child,
         )
         gcp.projects.IAMMember(f"{name}-role", project=args.project, role=role.name, member=member, opts=child)
-        gcp.serviceaccount.IAMMember(
-            f"{name}-wi",
-            service_account_id=self.account.name,
-            role="roles/iam.workloadIdentityUser",
-            member=args.kubernetes_member,
-            opts=child,
-        )
+        kubernetes_may_act_as(f"{name}-wi", self.account, args.kubernetes_member, child)
         self.register_outputs({"email": self.account.email})

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+from components.gcp.storage import grant_bucket_objects
+from components.gke.workload_identity import kubernetes_may_act_as
+
 
 @dataclass(frozen=True)
 class BucketAccessArgs:
@@ -38,15 +41,7 @@ class BucketAccess(pulumi.ComponentResource):
             opts=child,
         )
         member = self.account.email.apply(lambda e: f"serviceAccount:{e}")
-        gcp.storage.BucketIAMMember(
-            f"{name}-bucket", bucket=args.bucket, role="roles/storage.objectUser", member=member, opts=child
-        )
+        grant_bucket_objects(f"{name}-bucket", args.bucket, member, child)
         for i, ksa in enumerate(args.kubernetes_members):
-            gcp.serviceaccount.IAMMember(
-                f"{name}-wi-{i}",
-                service_account_id=self.account.name,
-                role="roles/iam.workloadIdentityUser",
-                member=ksa,
-                opts=child,
-            )
+            kubernetes_may_act_as(f"{name}-wi-{i}", self.account, ksa, child)
         self.register_outputs({"email": self.account.email})

@@ -261,9 +261,10 @@ def _checkpoint_volumes(
     """The checkpoint bucket for the teams' pods (stacks/kube_storage.py): its Google identity, reachable only from
     each team namespace's `gpu-fleet-checkpoints` service account, and a volume and claim per team namespace
     ({} when the cluster has no bucket or `storage.checkpoints.mount_point` is null)."""
-    bucket = plan.checkpoint_bucket_name(spec, cluster)
-    wanted = cluster.storage.checkpoints is not None and cluster.storage.checkpoints.mount_point is not None
-    if storage.bucket is None or not bucket or not wanted or cluster.kueue is None:
+    from stacks.fleet import checkpoint_mount  # the Slurm clusters' decision: a bucket, and a mount point not null
+
+    bucket = checkpoint_mount(spec, cluster).get("checkpoints")
+    if storage.bucket is None or not bucket or cluster.kueue is None:
         return {}
     account_id = service_account_id(cluster.name, "checkpoints")
     access = BucketAccess(

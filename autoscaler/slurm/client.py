@@ -316,11 +316,11 @@ class RestSlurm:
             timeout=timeout_s,
         )
 
-    def _token_note(self, r: Any) -> str:
-        """What the error of a failed request adds about the token: slurmrestd passes the token to slurmctld, which
-        refuses an expired or foreign one, and slurmrestd then answers HTTP 500 with a generic error
-        (`_AUTH_REFUSAL_ERRORS`); "" for other failures."""
-        if r.status_code not in (401, 403) and not any(_looks_refused(e) for e in _errors(r)):
+    def _token_note(self, status: int, errors: list[Any]) -> str:
+        """What the error of a failed request (its HTTP `status` and slurmrestd's `errors`) adds about the token:
+        slurmrestd passes the token to slurmctld, which refuses an expired or foreign one, and slurmrestd then
+        answers HTTP 500 with a generic error (`_AUTH_REFUSAL_ERRORS`); "" for other failures."""
+        if status not in (401, 403) and not any(_looks_refused(e) for e in errors):
             return ""
         try:
             expiry = token_expiry(self.tokens.token())
@@ -377,7 +377,9 @@ class RestSlurm:
             # slurmrestd's error body opens with ~200 characters of "meta": name the error it reports instead
             errs = _errors(r)
             what = errs[0] if errs else r.text[:200]
-            raise SlurmUnavailable(f"slurmrestd {path}: HTTP {r.status_code} {what}{self._token_note(r)}")
+            raise SlurmUnavailable(
+                f"slurmrestd {path}: HTTP {r.status_code} {what}{self._token_note(r.status_code, errs)}"
+            )
         body = r.json() if r.content else {}
         errs = [e for e in body.get("errors") or () if _numbered(e)]
         if errs:

@@ -39,7 +39,7 @@ from tests.fakes.compute_api import FakeCompute
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_nodes_unavailable_reason, cloud_slurm_conf
 from tests.harness.requirements import missing
 from tests.harness.slurm import SlurmHarness, harnesses, host_script, slurm_unavailable_reason
-from tests.harness.slurmrestd import jwt_key_line, require_slurmrestd, start_slurmrestd
+from tests.harness.slurmrestd import jwt_key_line, jwt_key_path, require_slurmrestd, start_slurmrestd
 
 PROJECT = "e2e-project"
 REGION = "us-central1"
@@ -199,7 +199,7 @@ class E2E:
         self.slurm.start(conf, self.nodes.gres_conf(), topology_conf=topology_conf, job_submit_lua=job_submit_lua)
         slurm_config: dict[str, Any] = {"mode": "cli", "conf": str(self.slurm.conf_path), "timeout_s": 3}
         if slurm_mode == "rest":  # scontrol's conf stays set: 22.05's openapi cannot update nodes (RestSlurm)
-            key = str(self.slurm.root / "state" / "jwt_hs256.key")
+            key = str(jwt_key_path(self.slurm))
             rest = {"rest_url": start_slurmrestd(self.slurm), "jwt_key_file": key, "rest_user": "root"}
             slurm_config |= {"mode": "rest", **rest}
 

@@ -29,9 +29,14 @@ def require_slurmrestd() -> None:
         missing(reason or "slurmrestd is not installed (scripts/setup.sh installs it)")
 
 
+def jwt_key_path(h: SlurmHarness) -> Path:
+    """Where `jwt_key_line` puts the harness's HS256 key (the daemon signs its tokens with it: `slurm.jwt_key_file`)."""
+    return h.root / "state" / "jwt_hs256.key"
+
+
 def jwt_key_line(h: SlurmHarness) -> str:
     """A fresh HS256 key in the harness's state directory, as the slurm.conf lines that make slurmctld use it."""
-    key = h.root / "state" / "jwt_hs256.key"
+    key = jwt_key_path(h)
     key.write_bytes(os.urandom(32))
     key.chmod(0o600)
     return f"AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key={key}\n"

@@ -16,7 +16,7 @@ from autoscaler.slurm.readers import SlurmNode
 from autoscaler.slurm.tokens import SigningKey, TokenFile
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_slurm_conf
 from tests.harness.slurm import SlurmHarness, poll_until, slurm_release
-from tests.harness.slurmrestd import jwt_key_line, require_slurmrestd, start_slurmrestd
+from tests.harness.slurmrestd import jwt_key_line, jwt_key_path, require_slurmrestd, start_slurmrestd
 
 pytestmark = pytest.mark.slurm
 
@@ -175,7 +175,7 @@ def test_tokens_the_daemon_signs_with_the_clusters_key_are_accepted_and_renewed(
     slurmrestd accepts them; once the lifespan is half gone the next request carries a new token."""
     h, url, _ = restd
     now = [time.time()]
-    key = SigningKey(h.root / "state" / "jwt_hs256.key", "root", lifespan_s=120, clock=lambda: now[0])
+    key = SigningKey(jwt_key_path(h), "root", lifespan_s=120, clock=lambda: now[0])
     rest = RestSlurm(url, token=key, user="root")
     assert {"r1-od-0", "r1-od-1"} <= {n.name for n in rest.nodes()}
     first = key.token()
@@ -190,7 +190,7 @@ def test_an_expired_or_foreign_token_is_refused_and_named(restd, tmp_path) -> No
     names where it came from; a token file rewritten with a good token is used from the next request on
     (`slurm.jwt_file`)."""
     h, url, token = restd
-    stale = SigningKey(h.root / "state" / "jwt_hs256.key", "root", lifespan_s=60, clock=lambda: time.time() - 3600)
+    stale = SigningKey(jwt_key_path(h), "root", lifespan_s=60, clock=lambda: time.time() - 3600)
     expired = r"HTTP 500 .*: a token signed with slurm\.jwt_key_file \S+ expired at 20\d\d-"
     with pytest.raises(SlurmUnavailable, match=expired):
         RestSlurm(url, token=stale, user="root").nodes()

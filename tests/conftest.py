@@ -1,4 +1,5 @@
-"""Project-wide pytest wiring: the real-Slurm skip, the `slurm_factory` fixture, slow modules first.
+"""Project-wide pytest wiring: the real-Slurm skip, the `slurm_factory` fixture, Ubuntu's Slurm (`noble`,
+`noble_bin`), slow modules first.
 
 Tests marked `@pytest.mark.slurm` are skipped, with the reason, when slurmctld/munged are not
 installed or we are not root; CI installs them (scripts/setup.sh), so there they run.
@@ -13,12 +14,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
+from tests.harness.releases import e2e_release
 from tests.harness.requirements import missing
 from tests.harness.slurm import SlurmHarness, harnesses, slurm_unavailable_reason
+from tests.slurm_compat.noble import NobleUnavailable, usable_root, wrappers
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("dev")
@@ -40,6 +44,11 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     if config.option.capture == "no":
         return 0
     return XDIST_WORKERS
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A bad FLEET_E2E_SLURM stops the run before any test, naming the variable and the releases it takes."""
+    e2e_release()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -72,3 +81,20 @@ def slurm_factory() -> Iterator[Callable[..., SlurmHarness]]:
         missing(reason)
     with harnesses() as make:
         yield make
+
+
+@pytest.fixture(scope="session")
+def noble(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The baked noble root with Ubuntu's Slurm 23.11 (tests/slurm_compat/noble.py), built once and cached; a skip
+    saying why where it cannot be built, a failure under FLEET_REQUIRE_SLURM=1 (CI runs the e2e suite on it)."""
+    try:
+        return usable_root(tmp_path_factory.mktemp("noble") / "build.log")
+    except NobleUnavailable as exc:
+        missing(str(exc))
+        raise
+
+
+@pytest.fixture(scope="session")
+def noble_bin(noble: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory of wrappers running noble's Slurm and munge programs: first on PATH, the harness starts 23.11."""
+    return wrappers(noble, tmp_path_factory.mktemp("noble-bin"))

@@ -1,4 +1,4 @@
-"""A multi-node job stays in one pool, on a real slurmctld 22.05 with the rendered topology.conf.
+"""A multi-node job stays in one pool, on a real slurmctld (23.11 and 22.05) with the rendered topology.conf.
 
 `fleet.slurm.topology` writes one tree per pool and no root over them, the pool of the lowest Weight last.  What
 slurmctld then does with powered-down CLOUD names (no daemon runs: slurmctld's choices only), and the simulated

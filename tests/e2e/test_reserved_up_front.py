@@ -1,4 +1,4 @@
-"""Reserved capacity launched up front on a real slurmctld 22.05 (`Policy.launch_reserved_nodes`, on by default).
+"""Reserved capacity launched up front on a real slurmctld (`Policy.launch_reserved_nodes`, on by default).
 
 A reservation of two a3-highgpu-8g slots (`e2e-resv-[0-1]`, Weight 1) and an on-demand pool (`e2e-od-[0-1]`,
 Weight 10) in one partition, every node CLOUD and powered down, SuspendTime 6 s with the reservation pool in

@@ -4,8 +4,8 @@ Slurm through a real slurmrestd (JWT auth, `rest_api: auto`) and signing its own
 real slurmrestd only call by call (tests/slurm_source/test_slurmrestd.py), never a running daemon.
 
 Reads (jobs, nodes, reservations) go to slurmrestd only; node updates go where `RestSlurm` sends them: scontrol on
-22.05 (openapi v0.0.38 has no node update), slurmrestd's own on 23.11 (tests/slurm_compat/test_daemon_rest_23_11.py
-runs this module there)."""
+22.05 (openapi v0.0.38 has no node update), slurmrestd's own on 23.11 (the suite's release;
+tests/e2e_22_05/test_daemon_rest_22_05.py runs this module on 22.05)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Standby nodes on a real slurmctld 22.05 (issue 8, item 5: the wait knob the replay scores is what the daemon does).
+"""Standby nodes on a real slurmctld (issue 8, item 5: the wait knob the replay scores is what the daemon does).
 
 With `standby_by_machine` set, the daemon powers up that many idle nodes of the shape ahead of demand (`scontrol
 update state=power_up`: slurmctld calls the ResumeProgram, the daemon launches the names through the fake Compute

@@ -1,4 +1,4 @@
-"""Node Weights on a real slurmctld 22.05 (issue 8, item 1: the node the replay scores is the node Slurm picks).
+"""Node Weights on a real slurmctld (issue 8, item 1: the node the replay scores is the node Slurm picks).
 
 An 8-GPU pool listed first in the spec, then a 1-GPU pool, both on-demand (a3-highgpu-8g / -1g: the same price
 per GPU), Weights from `fleet.slurm.weights.pool_weights` (what `fleet render slurm-conf` writes: the 1-GPU shape
@@ -8,14 +8,13 @@ first) and topology/tree as rendered.  What slurmctld does with them, and the si
   the daemon keeps warm serves the next job (no weight change needed);
 - among powered-up nodes the lowest Weight wins: a 1-GPU job takes the idle 1-GPU node, not the idle 8-GPU node of
   the pool listed first.
-Among powered-down nodes 22.05 ignores Weight; with the rendered topology.conf (one tree per pool, no root over
-them, the lowest Weight last: `fleet.slurm.topology`) it powers up the last tree that fits, so the first 1-GPU job,
-with everything powered down, lands on the 1-GPU pool (with one root over both pools it landed on the 8-GPU pool,
-the leaf with the fewest nodes).  An idle 8-GPU node still comes before any powered-down node: the rendered
-job_submit.lua (`fleet.slurm.job_submit`: `--prefer=<right-sized machine type>`) keeps a 1-GPU job off it, as the
-replay scores it (docs/autoscaler.md "Node weights").  Under strict late binding (`late_bind`, no reservation pools) the
-lua sets a hard `--constraint` instead: a job waits for its machine type until the daemon widens it.
-"""
+Among powered-down nodes slurmctld (22.05 and 23.11) ignores Weight; with the rendered topology.conf (one tree per
+pool, no root over them, the lowest Weight last: `fleet.slurm.topology`) it powers up the last tree that fits, so
+the first 1-GPU job, with everything powered down, lands on the 1-GPU pool (with one root over both pools it landed
+on the 8-GPU pool, the leaf with the fewest nodes). An idle 8-GPU node still comes before any powered-down node: the
+rendered job_submit.lua (`fleet.slurm.job_submit`: `--prefer=<right-sized machine type>`) keeps a 1-GPU job off it,
+as the replay scores it (docs/autoscaler.md "Node weights"). Under strict late binding (`late_bind`, no reservation
+pools) the lua sets a hard `--constraint` instead: a job waits for its machine type until the daemon widens it."""
 
 from __future__ import annotations
 

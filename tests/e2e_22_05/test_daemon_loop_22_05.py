@@ -1,9 +1,9 @@
-"""The daemon's end-to-end loop on Slurm 23.11, as the stacks' Ubuntu 24.04 image ships it: the e2e test of
-tests/e2e/test_end_to_end.py, unchanged, on noble's slurmctld and slurmd (this directory's `slurm_factory`).
+"""The daemon's end-to-end loop on Debian 12's Slurm 22.05, the `slurm.release: "22.05"` option: the e2e test of
+tests/e2e/test_end_to_end.py, unchanged (this directory's `slurm_factory`).
 
 A 2-node gang and two 1-node jobs get instances from the fake Compute API, run, and their idle nodes are suspended
-and deleted by name; the daemon reads 23.11's JSON (`fleet.slurm.nodes_json`, `autoscaler.slurm.readers`) and
-slurmctld runs its hooks.  Until the thirty-sixth round no daemon test ran on 23.11."""
+and deleted by name; the daemon reads 22.05's JSON (nodes from `sinfo --json`, which 23.02+ groups) and slurmctld
+runs its hooks."""
 
 from __future__ import annotations
 

@@ -88,6 +88,10 @@ LUSTRE_KEY = "https://us-apt.pkg.dev/doc/repo-signing-key.gpg"
 # Cloud Storage FUSE: Google's apt repository, signed with GOOGLE_APT_KEY
 # (cloud.google.com/storage/docs/cloud-storage-fuse)
 GCSFUSE_REPO = "deb https://packages.cloud.google.com/apt gcsfuse-{codename} main"
+# The gcsfuse every node runs: installed at exactly this version (a baked image's other version is replaced) and
+# held.  SOURCE: github.com/GoogleCloudPlatform/gcsfuse/releases (v3.11.2); the repository's packages carry the
+# release's version (`apt-get install gcsfuse=3.11.2`).
+GCSFUSE_VERSION = "3.11.2"
 GCSFUSE_CONFIG = "/etc/gpu-fleet/gcsfuse-checkpoints.yaml"
 GCSFUSE_UNIT = "gpu-fleet-checkpoints.service"
 # How long apt waits for another apt (unattended-upgrades runs at first boot) to let go of its locks; the Toolkit's
@@ -832,9 +836,9 @@ def _checkpoint_lines(cfg: SlurmHostConfig) -> list[str]:
     (directories 777: GCS has no POSIX owners, so every user of the cluster reads and writes every checkpoint).
     Writes stage on the local SSD where the machine has one (the boot disk otherwise).  The mount point is root's
     and 0555 underneath, so a job writing there while the bucket is not mounted fails instead of filling the boot
-    disk; a GPU node whose mount fails stops its boot, a login VM says so and goes on.  gcsfuse comes from Google's
-    repository at first boot and is then held (apt-mark), so unattended upgrades do not restart it under running
-    jobs."""
+    disk; a GPU node whose mount fails stops its boot, a login VM says so and goes on.  gcsfuse is GCSFUSE_VERSION
+    from Google's repository (an image's other version is replaced), then held (apt-mark), so unattended upgrades do
+    not restart it under running jobs and every node of a cluster runs the same one."""
     bucket, mount = cfg.checkpoints, cfg.checkpoints_mount
     assert bucket and re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]", bucket), bucket
     temp = f"{LOCAL_SSD_MOUNT}/gcsfuse" if cfg.local_ssd_gib else None
@@ -869,12 +873,15 @@ WantedBy=multi-user.target slurmd.service
     return [
         f"# --- 5a2. the checkpoint bucket gs://{bucket} on {mount} (gcsfuse as root, allow_other) ---",
         "mount_checkpoints() {",
-        "  if ! command -v gcsfuse >/dev/null; then",
+        f"  if [ \"$(dpkg-query -W -f='${{Version}}' gcsfuse 2>/dev/null)\" != {GCSFUSE_VERSION} ]; then",
         # Google's packages key, the one the Artifact Registry transport's repository is signed with too
         *(f"    {line} || return 1" for line in _signed_repo(GOOGLE_APT_KEY, "cloud.google", GCSFUSE_REPO, "gcsfuse")),
-        "    apt_update && apt_install gcsfuse fuse3 || return 1",
+        "    apt_update || return 1",
+        f"    apt_install --allow-change-held-packages --allow-downgrades gcsfuse={GCSFUSE_VERSION} fuse3 || {{",
+        f'      log "gcsfuse={GCSFUSE_VERSION} (GCSFUSE_VERSION, components/gcp/startup.py) did not install'
+        " from Google's repository\"; return 1; }",
         "  fi",
-        "  if dpkg-query -W gcsfuse >/dev/null 2>&1; then apt_locked apt-mark hold gcsfuse >/dev/null || return 1; fi",
+        "  apt_locked apt-mark hold gcsfuse >/dev/null || return 1",
         *([f"  install -d -m 0700 {temp} || return 1"] if temp else []),
         _file(GCSFUSE_CONFIG, config),
         _file(f"/etc/systemd/system/{GCSFUSE_UNIT}", unit),

@@ -108,7 +108,7 @@ NODE_ROLES: tuple[Permission, ...] = (
 # Google APIs a gpu-fleet project uses, enabled once.
 APIS: tuple[Permission, ...] = (
     Permission("compute.googleapis.com", "VMs, MIGs, VPCs, reservations, quotas"),
-    Permission("container.googleapis.com", "GKE clusters (scheduler: gke)"),
+    Permission("container.googleapis.com", "GKE clusters (platform: gke)"),
     Permission("file.googleapis.com", "Filestore /home"),
     Permission("lustre.googleapis.com", "Managed Lustre /scratch"),
     Permission("servicenetworking.googleapis.com", "private services access (Managed Lustre's peering)"),

@@ -22,6 +22,7 @@ from components.gcp.startup import (
     CHECKPOINTS_MOTD,
     GCSFUSE_CONFIG,
     GCSFUSE_UNIT,
+    GCSFUSE_VERSION,
     GUARD,
     JWT_KEY_PATH,
     MARIADB_CONF,
@@ -619,7 +620,12 @@ def _run_checkpoints(tmp_path, stubs: dict[str, str], role: str = "compute") -> 
     return _run_rooted(tmp_path, "\n".join(_checkpoint_lines(cfg)), dirs, {**safe, **stubs}, "echo boot-goes-on")
 
 
-def test_gcsfuse_comes_from_googles_repository_held_and_its_unit_runs_before_the_boot_goes_on(tmp_path) -> None:
+@pytest.mark.parametrize("image_has", [None, "2.4.0", GCSFUSE_VERSION])
+def test_gcsfuse_is_the_pinned_version_from_googles_repository_held_and_its_unit_runs_before_the_boot_goes_on(
+    tmp_path, image_has: str | None
+) -> None:
+    """Every node runs GCSFUSE_VERSION: installed from Google's repository where the image has no gcsfuse or another
+    version (a newer one replaced), left as it is where the image has that version; held either way."""
     log = tmp_path / "calls.log"
     rec = f'echo "$(basename "$0") $*" >> {log}'
     started = tmp_path / "started"
@@ -628,19 +634,38 @@ def test_gcsfuse_comes_from_googles_repository_held_and_its_unit_runs_before_the
         {
             "apt_get": f"{rec}; exit 0",
             "apt_mark": f"{rec}; exit 0",
-            "dpkg_query": "exit 0",
+            "dpkg_query": f"printf %s {image_has}; exit 0" if image_has else "exit 1",
             "systemctl": f'{rec}; [ "$1" = restart ] && touch {started}; exit 0',
             "mountpoint": f"[ -e {started} ]",  # mounted once the unit started
         },
     )
     assert run.returncode == 0 and "boot-goes-on" in run.stdout, run.stderr
     calls = log.read_text().splitlines()
-    install = "apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends gcsfuse fuse3"
+    install = (
+        "apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends --allow-change-held-packages"
+        f" --allow-downgrades gcsfuse={GCSFUSE_VERSION} fuse3"
+    )
     restart = f"systemctl restart {GCSFUSE_UNIT}"
-    assert calls.index(install) < calls.index("apt-mark hold gcsfuse") < calls.index(restart)
-    listed = (tmp_path / "etc/apt/sources.list.d/gcsfuse.list").read_text()
-    assert "https://packages.cloud.google.com/apt gcsfuse-" in listed and "signed-by=" in listed
+    assert calls.index("apt-mark hold gcsfuse") < calls.index(restart)
+    listed = tmp_path / "etc/apt/sources.list.d/gcsfuse.list"
+    if image_has == GCSFUSE_VERSION:
+        assert not [c for c in calls if c.startswith("apt-get")] and not listed.exists()
+    else:
+        assert calls.index(install) < calls.index("apt-mark hold gcsfuse")
+        assert "https://packages.cloud.google.com/apt gcsfuse-" in listed.read_text()
+        assert "signed-by=" in listed.read_text()
     assert "allow_other" in (tmp_path / GCSFUSE_CONFIG.lstrip("/")).read_text()
+
+
+def test_a_gcsfuse_that_does_not_install_stops_a_gpu_nodes_boot_naming_the_version(tmp_path) -> None:
+    """The pinned version missing from Google's repository is a boot that stops saying which version it asked for
+    and where that is set, not a node that runs without its checkpoint mount."""
+    run = _run_checkpoints(
+        tmp_path,
+        {"apt_get": 'case " $* " in *" install "*) exit 100;; esac', "apt_mark": "exit 0", "dpkg_query": "exit 1"},
+    )
+    assert run.returncode == 1 and "boot-goes-on" not in run.stdout
+    assert f"gcsfuse={GCSFUSE_VERSION} (GCSFUSE_VERSION, components/gcp/startup.py) did not install" in run.stderr
 
 
 @pytest.mark.parametrize("role", ["compute", "login"])
@@ -648,7 +673,12 @@ def test_a_checkpoint_bucket_that_does_not_mount_stops_a_gpu_nodes_boot_and_warn
     """A job writing to /checkpoints on a node without the mount would write to the boot disk, and the checkpoint
     would vanish with the node: the boot stops before slurmd, saying where to look.  A login VM is still worth
     having without it: it says so on the serial console and in the login banner, and goes on."""
-    installed = {"apt_get": "exit 0", "apt_mark": "exit 0", "dpkg_query": "exit 0", "gcsfuse": "exit 0"}
+    installed = {
+        "apt_get": "exit 0",
+        "apt_mark": "exit 0",
+        "dpkg_query": f"printf {GCSFUSE_VERSION}",
+        "gcsfuse": "exit 0",
+    }
     run = _run_checkpoints(tmp_path, {**installed, "systemctl": "exit 0", "mountpoint": "exit 1"}, role)
     missing = f"checkpoint bucket gs://{BUCKET} is not mounted on {tmp_path}/ckpt: see journalctl -u {GCSFUSE_UNIT}"
     if role == "compute":

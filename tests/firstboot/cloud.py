@@ -58,12 +58,14 @@ class FirstBootCloud:
         stubs: dict[str, str] | None = None,
         units: dict[str, str] | None = None,
         prefix: str = "fb",
+        packages: dict[str, str] | None = None,
     ) -> None:
         self.declared = declared
         self.root = root
         self.workdir = workdir
         self.stubs = stubs or {}
         self.units = units or {}
+        self.packages = packages or {}  # name -> version every VM's dpkg lists (stubs.stub_packages)
         self.prefix = f"{prefix}{os.getpid()}"  # namespace names: unique per run and per cloud (netns.sweep_stale)
         self.fabric = Fabric(self.prefix, declared.subnet)
         self.metadata = FakeMetadata(declared.project)
@@ -152,7 +154,11 @@ class FirstBootCloud:
         if vm.workdir.exists():
             shutil.rmtree(vm.workdir)
         vm.prepare(
-            {f"{SECRET_MANAGER_HOST}": str(self.fabric.gateway)}, ca_pem=self.ca_pem, stubs=self.stubs, units=self.units
+            {f"{SECRET_MANAGER_HOST}": str(self.fabric.gateway)},
+            ca_pem=self.ca_pem,
+            stubs=self.stubs,
+            units=self.units,
+            packages=self.packages,
         )
         self.vms[name] = vm
         vm.attach_disk((machine.local_ssd_gib // LOCAL_SSD_GIB) if machine else 0)

@@ -24,7 +24,7 @@ from tests.firstboot.cloud import FirstBootCloud
 from tests.firstboot.declared import Declared, declared
 from tests.firstboot.image import image_packages
 from tests.firstboot.rootfs import RootfsError
-from tests.firstboot.stubs import gpu_stubs, stub_units
+from tests.firstboot.stubs import stub_image
 from tests.slurm_compat.noble import NobleUnavailable
 
 HERE = Path(__file__).parent
@@ -154,7 +154,7 @@ def cluster(root_image: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     """The test stack's controller, then its login VM, both A3 Mega nodes and the A3 Ultra node, from their scripts."""
     decl = synthesized(STACK)
     work = tmp_path_factory.mktemp("firstboot")
-    with FirstBootCloud(decl, root_image, work, stubs=gpu_stubs(), units=stub_units(), prefix="fbc") as cloud:
+    with FirstBootCloud(decl, root_image, work, **stub_image(), prefix="fbc") as cloud:
         booted = Booted(cloud, decl)
         boot(cloud, booted, [decl.controller(CLUSTER).name])
         nodes = [vm.name for pool in ("mega", "ultra") for vm in decl.nodes(CLUSTER, pool)]

@@ -24,8 +24,11 @@ NOT_BAKED = {
     "nvidia-container-toolkit": "NVIDIA's repository: stubbed (nvidia-ctk)",
     "lustre-client-utils": "Google's Lustre repository: absent, so a Lustre mount cannot succeed",
     "gcsfuse": "Google's Cloud Storage FUSE repository: stubbed (a bind mount of a local directory)",
+    "nccl-gib": "Google's gIB repository: registered at its pinned version, its plugin absent (no RDMA here)",
 }
 _APT_INSTALL = re.compile(r"\bapt_install\s+([^;&|\n]+)")
+#: a package an `apt_install` names, with or without a pinned version (`gcsfuse=3.11.2`, `nccl-gib=v1.1.0`)
+PACKAGE = re.compile(r"(?P<name>[a-z0-9][a-z0-9+.-]+)(?:=[A-Za-z0-9.+:~-]+)?")
 
 
 def script_packages(scripts: Iterable[str]) -> set[str]:
@@ -33,8 +36,8 @@ def script_packages(scripts: Iterable[str]) -> set[str]:
     for script in scripts:
         for m in _APT_INSTALL.finditer(script):
             for token in m.group(1).split():
-                if re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", token):
-                    names.add(token)
+                if found := PACKAGE.fullmatch(token.strip("'\"")):
+                    names.add(found["name"])
     return names
 
 

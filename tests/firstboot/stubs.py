@@ -22,10 +22,17 @@ success leaves, so the script's own checks and waits see what they would see on 
 - `mdadm --create DEV ...` records and points DEV at the VM's one emulated local SSD (a loop device,
   see `Vm.attach_disk`), which the script then formats and mounts for real.
 
+`stub_packages()` are the third-party packages whose install the scripts skip when the image already has their
+pinned version (gcsfuse, nccl-gib): each VM's dpkg database lists them at that version, as a baked image's would,
+since their repositories are out of reach here.
+
 Everything else the script runs is Debian's own binary.
 """
 
 from __future__ import annotations
+
+from components.gcp.startup import GCSFUSE_VERSION
+from fleet.catalog import load_catalog
 
 LOG = "/var/log/fb-stubs.log"
 
@@ -125,3 +132,16 @@ def gpu_stubs() -> dict[str, str]:
 def stub_units() -> dict[str, str]:
     """Unit files (for /lib/systemd/system) of the stub daemons, as the image's packages would ship them."""
     return dict(_UNITS)
+
+
+def stub_packages() -> dict[str, str]:
+    """package -> the version a VM's dpkg database lists: the pinned versions the scripts check for."""
+    gib = load_catalog("gcp").fabric_software("gib")
+    assert gib and gib.nccl_package and gib.nccl_version
+    # the script compares without the blueprint's leading "v": a Debian version starts with a digit
+    return {"gcsfuse": GCSFUSE_VERSION, gib.nccl_package: gib.nccl_version.removeprefix("v")}
+
+
+def stub_image() -> dict[str, dict[str, str]]:
+    """`FirstBootCloud`'s stubs, units and packages: what a GPU image has that this machine stands in for."""
+    return {"stubs": gpu_stubs(), "units": stub_units(), "packages": stub_packages()}

@@ -37,8 +37,9 @@ Not proven: anything needing GPUs, GPU NICs or the GCE hypervisor (driver, NCCL,
 paths are stubs: tests/firstboot/stubs.py), real GCE metadata/IAM/OAuth, the accelerator image's own
 additions to Ubuntu 24.04 (its NVIDIA driver: stubbed), systemd itself (shim/systemctl), NFS /home, power
 saving through the autoscaler (the image carries no /opt/gpu-fleet: the hooks slurm.conf names are in place, so
-slurmctld runs power saving, but each call would fail; nodes join as they boot), the gIB node's boot (its
-plugin repository is unreachable: xfail below).
+slurmctld runs power saving, but each call would fail; nodes join as they boot), the install of the pinned
+third-party packages (gcsfuse, nccl-gib: their repositories are unreachable, so each VM's dpkg lists them at the
+pinned version, as a baked image would, and the scripts skip the install; `stubs.stub_packages`).
 """
 
 from __future__ import annotations
@@ -333,14 +334,15 @@ def test_gpu_steps_run_in_order_and_slurmd_waits_for_the_devices(cluster):
         assert f'ATTR{{vendor}}=="{vendor}"' in rules and f'ATTR{{device}}=="{device}"' in rules
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gIB set-up installs nccl-gib=v1.1.0 from Google's gIB repository, unreachable here; and 'v1.1.0' is not "
-    "a valid Debian version, so no image can carry that package for the script's version check",
-)
 def test_the_gib_node_boots(cluster):
+    """An A3 Ultra node whose image has the pinned nccl-gib (its dpkg lists 1.1.0 for the blueprint's v1.1.0) skips
+    the install, writes the NCCL environment, finds its 8 RDMA devices and joins the cluster."""
     [node] = _nodes(cluster, "ultra")
     _ok(cluster, node)
+    vm = cluster.vm(node)
+    assert "/usr/local/gib/scripts/set_nccl_env.sh" in vm.read("/etc/profile.d/nccl-gib.sh")
+    held = vm.run(["apt-mark", "showhold"], check=True).stdout.split()
+    assert "gcsfuse" in held
 
 
 def test_a_user_on_the_login_vm_can_use_slurm_but_gets_no_token_and_no_key(cluster):
@@ -386,11 +388,11 @@ def mount_boot(root_image, tmp_path_factory):
     """The controller and one A3 Mega node of the stack with a Managed Lustre /scratch, booted where that Lustre does
     not exist."""
     from tests.firstboot.cloud import FirstBootCloud
-    from tests.firstboot.stubs import gpu_stubs, stub_units
+    from tests.firstboot.stubs import stub_image
 
     decl = synthesized(MOUNT_STACK)
     work = tmp_path_factory.mktemp("mount")
-    with FirstBootCloud(decl, root_image, work, stubs=gpu_stubs(), units=stub_units(), prefix="fbm") as cloud:
+    with FirstBootCloud(decl, root_image, work, **stub_image(), prefix="fbm") as cloud:
         booted = Booted(cloud, decl)
         node = decl.nodes(CLUSTER, "mega")[0].name
         boot(cloud, booted, [decl.controller(CLUSTER).name, node])
@@ -427,13 +429,13 @@ def state_boot(root_image, tmp_path_factory):
     script of the same stack deployed before accounting existed (`accounting: none`, what every cluster ran until
     the thirty-eighth round)."""
     from tests.firstboot.cloud import FirstBootCloud
-    from tests.firstboot.stubs import gpu_stubs, stub_units
+    from tests.firstboot.stubs import stub_image
 
     decl = synthesized(STACK)
     before = synthesized(with_accounting(STACK, "none"))
     name = decl.controller(CLUSTER).name
     work = tmp_path_factory.mktemp("state")
-    with FirstBootCloud(decl, root_image, work, stubs=gpu_stubs(), units=stub_units(), prefix="fbs") as cloud:
+    with FirstBootCloud(decl, root_image, work, **stub_image(), prefix="fbs") as cloud:
         booted = Booted(cloud, decl)
         cloud.create(name, metadata_override=before.vms[name].metadata)
         booted.results[name] = cloud.vms[name].startup()

@@ -123,8 +123,10 @@ class Vm:
         ca_pem: Path | None = None,
         stubs: dict[str, str] | None = None,
         units: dict[str, str] | None = None,
+        packages: dict[str, str] | None = None,
     ) -> None:
-        """Write the guest's image customisations into its upper layer (before boot)."""
+        """Write the guest's image customisations into its upper layer (before boot); `packages` (name -> version)
+        join its dpkg database as installed, as a baked image would list them."""
         for d in ("upper", "work", "merged"):
             (self.workdir / d).mkdir(parents=True, exist_ok=True)
         etc = self.upper / "etc"
@@ -144,6 +146,16 @@ class Vm:
         for name, text in (stubs or {}).items():
             (bin_dir / name).write_text(text)
             (bin_dir / name).chmod(0o755)
+        if packages:
+            status = self.upper / "var/lib/dpkg/status"
+            status.parent.mkdir(parents=True, exist_ok=True)
+            stanzas = "".join(
+                f"Package: {name}\nStatus: install ok installed\nPriority: optional\nSection: misc\n"
+                f"Maintainer: first-boot test <root@localhost>\nArchitecture: amd64\nVersion: {version}\n"
+                f"Description: first-boot stand-in for {name} (tests/firstboot/stubs.py)\n\n"
+                for name, version in packages.items()
+            )
+            status.write_text((self.root / "var/lib/dpkg/status").read_text().rstrip("\n") + "\n\n" + stanzas)
         unit_dir = self.upper / "usr/lib/systemd/system"
         unit_dir.mkdir(parents=True, exist_ok=True)
         for name, text in (units or {}).items():

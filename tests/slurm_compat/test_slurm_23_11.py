@@ -127,26 +127,19 @@ def test_23_11_exclusive_jobs_arrays_and_memory_read_as_on_22_05(cluster) -> Non
     assert record.array_tasks.throttle == 2, record.array_tasks
 
 
-#: what the scripts install from the repositories they add themselves (Google's Artifact Registry, Lustre and Cloud
-#: Storage FUSE repositories, NVIDIA's), not from Ubuntu's archive (apt-transport-artifact-registry is in both)
-THIRD_PARTY = {"dmabuf-import-helper", "nvidia-container-toolkit", "lustre-client-utils", "gcsfuse"}
+#: what the scripts install from the repositories they add themselves (Google's Artifact Registry, gIB, Lustre and
+#: Cloud Storage FUSE repositories, NVIDIA's), not from Ubuntu's archive (apt-transport-artifact-registry is in both)
+THIRD_PARTY = {"dmabuf-import-helper", "nvidia-container-toolkit", "lustre-client-utils", "gcsfuse", "nccl-gib"}
 
 
 def test_every_ubuntu_package_the_scripts_install_is_in_noble(noble) -> None:
     """Every package an `apt_install` of the generated scripts names (each role, each fabric) resolves in Ubuntu
     24.04's archive (main and universe, as the images have them): a Debian-only or mistyped name would stop a first
     boot at `apt-get install`.  A virtual package (libpmix2, provided by libpmix2t64) resolves as apt resolves it."""
-    import re
-
     from tests.components.test_startup import ALL
+    from tests.firstboot.image import script_packages
 
-    wanted = {
-        word
-        for text in ALL.values()
-        for args in re.findall(r"apt_install ([^;|&\n}]*)", text)
-        for word in args.split()
-        if re.fullmatch(r"[a-z0-9][a-z0-9.+-]+", word)
-    }
+    wanted = script_packages(ALL.values())
     assert {"slurmctld", "slurmd", "libpmix2", "python3-venv"} <= wanted  # the extraction sees the scripts' lists
     simulate = ["chroot", str(noble), "apt-get", "install", "-s", "-q", "--no-install-recommends"]
     missing = {p for p in sorted(wanted) if subprocess.run([*simulate, p], capture_output=True).returncode != 0}

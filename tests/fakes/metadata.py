@@ -10,13 +10,15 @@ One server answers for every VM and tells them apart by the caller's source addr
 (one per host, reached over the VM's own link) answers each VM only about itself.  What it refuses as
 the real one does: a request without `Metadata-Flavor: Google` (403), one carrying `X-Forwarded-For`
 (403, the real server's defence against proxies), a caller it does not know (403 here), an unknown key
-(404).  It serves the paths startup scripts use:
+(404).  It serves the paths startup scripts and google-auth use:
 
+- `/`: the root listing (`computeMetadata/`), which google-auth pings to tell that it runs on GCE
 - `instance/{name,hostname,id,zone,machine-type}`, `instance/network-interfaces/N/{ip,network,...}`
 - `instance/attributes/` (key listing) and `instance/attributes/KEY`, `project/attributes/...`
 - `project/{project-id,numeric-project-id}`
-- `instance/service-accounts/default/{email,scopes,token}`: the token is an opaque string the fake
-  Secret Manager (`tests.fakes.metadata_secrets`) maps back to the VM's service account.
+- `instance/service-accounts/default/` (recursive: aliases, email, scopes) and `.../{email,scopes,token}`: the
+  token is an opaque string the fake Secret Manager (`tests.fakes.metadata_secrets`) maps back to the VM's
+  service account.
 
 Every request is recorded (`requests`) with the caller address, so a test can assert who asked for a
 token and whether it got one.
@@ -123,6 +125,8 @@ class FakeMetadata:
             return 403, "text/html", f"unknown caller {client}\n"
         split = urlsplit(raw_path)
         query = parse_qs(split.query)
+        if split.path == "/":  # what google-auth's `_metadata.ping` reads to tell it runs on GCE
+            return 200, text, "computeMetadata/\n"
         if not split.path.startswith(PREFIX):
             return 404, "text/html", "not found\n"
         path = split.path[len(PREFIX) :]
@@ -175,6 +179,8 @@ class FakeMetadata:
         account, _, key = rest.partition("/")
         if account not in ("default", vm.service_account):
             return None
+        if key == "":  # `default/?recursive=true`: what google-auth reads before its first token
+            return {"aliases": ["default"], "email": vm.service_account, "scopes": list(vm.scopes)}
         if key == "email":
             return vm.service_account
         if key == "scopes":

@@ -39,6 +39,7 @@ from tests.fakes.metadata import FakeMetadata, VmMetadata
 from tests.fakes.metadata_secrets import HOST as SECRET_MANAGER_HOST
 from tests.fakes.metadata_secrets import FakeSecretManager, make_tls
 from tests.firstboot.declared import Declared
+from tests.firstboot.mirror import Mirror
 from tests.firstboot.netns import METADATA_IP, Fabric, sweep, sweep_stale
 from tests.firstboot.vm import PD_PREFIX, Vm, detach_stale_disks
 
@@ -59,6 +60,7 @@ class FirstBootCloud:
         units: dict[str, str] | None = None,
         prefix: str = "fb",
         packages: dict[str, str] | None = None,
+        mirror: Mirror | None = None,
     ) -> None:
         self.declared = declared
         self.root = root
@@ -66,6 +68,7 @@ class FirstBootCloud:
         self.stubs = stubs or {}
         self.units = units or {}
         self.packages = packages or {}  # name -> version every VM's dpkg lists (stubs.stub_packages)
+        self.mirror = mirror  # the repository and wheels a controller fetches (mirror.py), on the gateway
         self.prefix = f"{prefix}{os.getpid()}"  # namespace names: unique per run and per cloud (netns.sweep_stale)
         self.fabric = Fabric(self.prefix, declared.subnet)
         self.metadata = FakeMetadata(declared.project)
@@ -90,6 +93,8 @@ class FirstBootCloud:
             self.ca_pem = ca
             sm_sock = self.fabric.bind((str(self.fabric.gateway), 443))
             self._servers.append(self.secret_manager.serve_socket(sm_sock, tls))
+            if self.mirror:
+                self.mirror.start(self.fabric)
             for secret_id, members in self.declared.secrets.items():
                 # What the stack stores: the base64 text of random bytes (pulumi-random RandomBytes.base64).
                 value = base64.b64encode(secrets.token_bytes(1024 if "munge" in secret_id else 32))
@@ -106,6 +111,8 @@ class FirstBootCloud:
     def close(self) -> None:
         for vm in self.vms.values():
             vm.kill()
+        if self.mirror:
+            self.mirror.stop()
         for server in self._servers:
             server.shutdown()
             server.server_close()
@@ -154,11 +161,12 @@ class FirstBootCloud:
         if vm.workdir.exists():
             shutil.rmtree(vm.workdir)
         vm.prepare(
-            {f"{SECRET_MANAGER_HOST}": str(self.fabric.gateway)},
+            {f"{SECRET_MANAGER_HOST}": str(self.fabric.gateway), **(self.mirror.hosts() if self.mirror else {})},
             ca_pem=self.ca_pem,
             stubs=self.stubs,
             units=self.units,
             packages=self.packages,
+            files=self.mirror.files() if self.mirror else None,
         )
         self.vms[name] = vm
         vm.attach_disk((machine.local_ssd_gib // LOCAL_SSD_GIB) if machine else 0)

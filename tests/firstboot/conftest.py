@@ -86,18 +86,23 @@ _synth: dict[Path, Declared] = {}
 _variants: dict[tuple[Path, str], Path] = {}
 
 
-def with_accounting(stack: Path, accounting: str) -> Path:
-    """`stack` with every cluster's `slurm.accounting` set (a stack as deployed before accounting existed: "none"),
-    written once per session beside the other derived stacks."""
-    key = (stack, accounting)
+def slurm_variant(stack: Path, **slurm: object) -> Path:
+    """`stack` with these keys set in every cluster's `slurm` section, written once per session (the same stack
+    name, in a directory of its own)."""
+    key = (stack, repr(sorted(slurm.items())))
     if key not in _variants:
         doc = yaml.safe_load(stack.read_text())
         for cluster in doc["config"]["gpu-fleet:fleet"]["clusters"]:
-            cluster.setdefault("slurm", {})["accounting"] = accounting
-        path = Path(tempfile.mkdtemp(prefix=f"fb-accounting-{accounting}-")) / stack.name  # the same stack name
+            cluster.setdefault("slurm", {}).update(slurm)
+        path = Path(tempfile.mkdtemp(prefix="fb-variant-")) / stack.name
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         _variants[key] = path
     return _variants[key]
+
+
+def with_accounting(stack: Path, accounting: str) -> Path:
+    """`stack` as deployed with `slurm.accounting` set (before accounting existed: "none")."""
+    return slurm_variant(stack, accounting=accounting)
 
 
 def synthesized(stack: Path) -> Declared:

@@ -124,9 +124,11 @@ class Vm:
         stubs: dict[str, str] | None = None,
         units: dict[str, str] | None = None,
         packages: dict[str, str] | None = None,
+        files: dict[str, str] | None = None,
     ) -> None:
         """Write the guest's image customisations into its upper layer (before boot); `packages` (name -> version)
-        join its dpkg database as installed, as a baked image would list them."""
+        join its dpkg database as installed, as a baked image would list them; `files` (path under / -> text) are
+        written as they are."""
         for d in ("upper", "work", "merged"):
             (self.workdir / d).mkdir(parents=True, exist_ok=True)
         etc = self.upper / "etc"
@@ -156,6 +158,9 @@ class Vm:
                 for name, version in packages.items()
             )
             status.write_text((self.root / "var/lib/dpkg/status").read_text().rstrip("\n") + "\n\n" + stanzas)
+        for path, text in (files or {}).items():
+            (self.upper / path).parent.mkdir(parents=True, exist_ok=True)
+            (self.upper / path).write_text(text)
         unit_dir = self.upper / "usr/lib/systemd/system"
         unit_dir.mkdir(parents=True, exist_ok=True)
         for name, text in (units or {}).items():

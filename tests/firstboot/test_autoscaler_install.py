@@ -1,0 +1,106 @@
+"""First boot of a controller that installs the autoscaler, as every stack's controller does: the script's own
+`autoscaler_install` step, run, not read.
+
+The test stack with `slurm.autoscaler.source` and `ref` set: this checkout's repository (served by `git daemon`)
+at its HEAD commit, and the wheels of that commit's `deploy/controller-requirements.txt` (downloaded once from
+PyPI, served as pip's only source: tests/firstboot/mirror.py).  Its controller boots alone, on a cloud of its own,
+and its script clones and checks the pinned commit, builds the venv from the hash-pinned lock, creates the state
+store as SlurmUser and starts `gpu-fleet-autoscaler` from the unit the checkout ships.  Until the fortieth round no
+test ran this step: the other first-boot controllers stop at it (no source, nothing baked).
+
+Not covered: GitHub and PyPI themselves, the unit's sandboxing (the first-boot `systemctl` does not apply it), and
+any Compute call (nothing routes off the test network: the daemon's cloud calls fail, and it says so)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from components.gcp.startup import AUTOSCALER_HOME, AUTOSCALER_LOCK, AUTOSCALER_STATE_DIR
+from tests.firstboot.cloud import FirstBootCloud
+from tests.firstboot.conftest import CLUSTER, STACK, Booted, in_ci, slurm_variant, synthesized
+from tests.firstboot.mirror import REPO_URL, Mirror, MirrorUnavailable, head_commit, wheelhouse
+from tests.firstboot.stubs import stub_image
+from tests.harness.slurm import poll_until
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+VENV = f"{AUTOSCALER_HOME}/.venv/bin"
+CONFIG = "/etc/gpu-fleet/autoscaler.yaml"
+
+
+def _lock_at(sha: str) -> Path:
+    """The lock as the pinned commit has it (what the controller installs), not as the working tree has it."""
+    shown = subprocess.run(["git", "-C", str(REPO), "show", f"{sha}:{AUTOSCALER_LOCK}"], capture_output=True,
+                           text=True, check=True)  # fmt: skip
+    path = Path(tempfile.mkdtemp(prefix="fb-lock-")) / "controller-requirements.txt"
+    path.write_text(shown.stdout)
+    return path
+
+
+@pytest.fixture(scope="module")
+def installed(root_image: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Booted, str, str]]:
+    """(the booted cloud, the controller's name, the pinned commit)."""
+    try:
+        sha = head_commit(REPO)
+        wheels = wheelhouse(root_image, _lock_at(sha))
+    except MirrorUnavailable as exc:
+        if in_ci():
+            pytest.fail(f"in CI the autoscaler's first boot must run, but {exc}")
+        pytest.skip(str(exc))
+    decl = synthesized(slurm_variant(STACK, autoscaler={"source": REPO_URL, "ref": sha}))
+    name = decl.controller(CLUSTER).name
+    work = tmp_path_factory.mktemp("autoscaler-boot")
+    mirror = Mirror(REPO, wheels, work)
+    with FirstBootCloud(decl, root_image, work, **stub_image(), prefix="fba", mirror=mirror) as cloud:
+        booted = Booted(cloud, decl)
+        cloud.create(name)
+        booted.results[name] = cloud.vms[name].startup(timeout=900)
+        yield booted, name, sha
+
+
+def test_the_controller_boot_completes_with_the_pinned_autoscaler_running(installed) -> None:
+    """The script runs to its end: the checkout is at the pinned commit, every package the lock installs has
+    what it requires (`pip check`: the lock is complete for --no-deps), and the daemon runs as SlurmUser from the
+    checkout's unit."""
+    booted, name, sha = installed
+    result = booted.results[name]
+    assert result.returncode == 0 and "boot complete" in result.stderr, booted.explain(name)
+    ctl = booted.vm(name)
+    head = ctl.run(["git", "-C", AUTOSCALER_HOME, "rev-parse", "HEAD"], check=True).stdout.strip()
+    assert head == sha
+    check = ctl.run([f"{VENV}/pip", "check"])
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert ctl.run(["systemctl", "is-active", "gpu-fleet-autoscaler"]).returncode == 0, booted.explain(name)
+    users = ctl.run(["ps", "-o", "user=", "-C", "fleet"], check=True).stdout.split()
+    assert users == ["slurm"], users
+    owner = ctl.run(["stat", "-c", "%U %a", AUTOSCALER_STATE_DIR], check=True).stdout.split()
+    assert owner == ["slurm", "750"], owner
+
+
+def test_a_power_up_slurmctld_asks_for_reaches_the_daemons_store_through_the_installed_hook(installed) -> None:
+    """slurm.conf's ResumeProgram is the checkout's hook, run by slurmctld as SlurmUser: a node slurmctld powers up
+    becomes a request in the store the running daemon reads (`fleet autoscaler status`, as SlurmUser).  The
+    daemon's own tick then fails at its first Compute call, minting the autoscaler account's token (nothing routes
+    off the test network), and says so."""
+    booted, name, _ = installed
+    ctl = booted.vm(name)
+    node = booted.declared.nodes(CLUSTER, "mega")[0].name
+    ctl.run(["scontrol", "update", f"nodename={node}", "state=power_up"], check=True)
+    status = ["runuser", "-u", "slurm", "--", f"{VENV}/fleet", "autoscaler", "status", "--config", CONFIG]
+
+    def queued() -> bool:
+        return node in ctl.run(status).stdout
+
+    assert poll_until(queued, 60, 1), booted.explain(name)
+    assert isinstance(json.loads(ctl.run(status, check=True).stdout), dict)
+    log = ctl.read("/var/log/fb-units/gpu-fleet-autoscaler.log")
+    # its Compute calls act as the autoscaler's own account, impersonated with the controller's metadata token
+    account = f"serviceAccounts/{CLUSTER}-autoscaler@"
+    assert "tick failed" in log and "iamcredentials.googleapis.com" in log and account in log, log[-3000:]

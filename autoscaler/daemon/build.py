@@ -86,6 +86,13 @@ def build_slurm(cfg: DaemonConfig) -> SlurmClient:
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
 
 
+class CredentialsUnavailable(RuntimeError):
+    """No Application Default Credentials to mint the autoscaler account's tokens from: on a GCE VM the metadata
+    server did not answer (a boot still bringing up the network, a guard not yet letting SlurmUser through).  Not a
+    config error: the same config works once it answers, so the daemon exits 1 and systemd starts it again
+    (`Restart=on-failure`), where exit 2 would leave it stopped."""
+
+
 def impersonated(target: str, source: Any = None) -> Any:
     """Credentials for `target` minted from `source` (default: Application Default Credentials, i.e. the
     VM's own account through the metadata server), refreshed before they expire (1 h tokens)."""
@@ -98,9 +105,9 @@ def impersonated(target: str, source: Any = None) -> Any:
         try:
             source, _ = google.auth.default(scopes=[CLOUD_PLATFORM])
         except DefaultCredentialsError as exc:
-            raise ConfigError(
-                "config",
-                [("provider.impersonate_service_account", f"no source credentials to impersonate with: {exc}")],
+            raise CredentialsUnavailable(
+                f"provider.impersonate_service_account: no source credentials to impersonate {target} with (on a GCE"
+                f" VM: the metadata server did not answer this user): {exc}"
             ) from None
     return impersonated_credentials.Credentials(
         source_credentials=source, target_principal=target, target_scopes=[CLOUD_PLATFORM], lifetime=3600

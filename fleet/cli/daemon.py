@@ -63,11 +63,14 @@ def run(
         return
     try:
         cfg = load_config(config)
-        from autoscaler.daemon.build import build_daemon
+        from autoscaler.daemon.build import CredentialsUnavailable, build_daemon
 
         daemon = build_daemon(cfg, dry_run=dry_run)
     except ConfigError as exc:
         _fail(str(exc))
+        return
+    except CredentialsUnavailable as exc:  # may pass: exit 1, which the unit restarts (exit 2 it does not)
+        _fail(str(exc), code=1)
         return
     except StateError as exc:
         _state_fail(exc, log_json)

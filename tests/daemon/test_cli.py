@@ -42,6 +42,26 @@ def test_shared_nodes_without_strict_late_binding_exit_2_before_any_call(tmp_pat
     assert not list(tmp_path.glob("state.db*"))
 
 
+def test_no_credentials_to_impersonate_with_exits_1_so_systemd_starts_it_again(tmp_path: Path) -> None:
+    """A metadata server that does not answer (a boot bringing the network up) is not a bad config: the daemon says
+    which account it could not act as and exits 1, which the unit restarts (Restart=on-failure; exit 2 it leaves
+    stopped: RestartPreventExitStatus=2).  The first-boot test met this with a metadata server that did not answer
+    google-auth's ping."""
+    (tmp_path / "inv.json").write_text(json.dumps([p.model_dump(mode="json") for p in inventory()]))
+    email = "c1-autoscaler@my-proj.iam.gserviceaccount.com"
+    cfg = {"inventory": "inv.json", "state_path": "state.db", "provider": {"impersonate_service_account": email}}
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(cfg))
+    # no Application Default Credentials here: no key file, no gcloud login, and no GCE metadata server
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"),
+           "NO_GCE_CHECK": "True"}  # fmt: skip
+    cp = subprocess.run([str(FLEET), "autoscaler", "run", "--config", str(tmp_path / "a.yaml"), "--once"],
+                        capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    assert cp.returncode == 1, cp.stderr
+    assert f"no source credentials to impersonate {email} with" in cp.stderr and "Traceback" not in cp.stderr
+    unit = (Path(__file__).resolve().parents[2] / "deploy/systemd/gpu-fleet-autoscaler.service").read_text()
+    assert "Restart=on-failure" in unit and "RestartPreventExitStatus=2\n" in unit
+
+
 @pytest.mark.gce
 def test_once_dry_run_prints_the_plan_as_json_and_touches_nothing(tmp_path: Path) -> None:
     pools = inventory()

@@ -891,7 +891,7 @@ class Daemon:
                 continue
             if n.name in self._held_boots and not (n.powering_up or held_drain(n)):
                 self._held_boots.pop(n.name)  # powered down again, or undrained by someone else
-            if (n.powering_up or "POWER_UP" in n.flags) and held_drain(n):  # POWER_UP: taken, not started yet
+            if n.powering_up and held_drain(n):  # POWER_UP (taken, not started yet) included
                 self._held_boots.setdefault(n.name, now)  # also after a restart: sinfo shows the boots under way
                 if n.name not in live:
                     booting[pool.name] += 1

@@ -225,7 +225,10 @@ class SlurmNode:
 
     @property
     def powering_up(self) -> bool:
-        return "POWERING_UP" in self.flags
+        """Booting, or asked to: `scontrol update state=power_up` (the daemon's own, or an admin's) marks the node
+        POWER_UP while it still reads POWERED_DOWN, until slurmctld's power thread calls ResumeProgram (seen for up
+        to a second on 22.05 and 23.11: bench/probe_power_up_flag.py); as POWER_DOWN counts as powering down."""
+        return "POWERING_UP" in self.flags or "POWER_UP" in self.flags
 
     @property
     def powering_down(self) -> bool:

@@ -57,6 +57,19 @@ def test_the_daemon_powers_up_every_free_reserved_slot_once_and_launches_what_sl
     assert power_ups(d.tick()) == []
 
 
+def test_names_asked_to_power_up_that_slurmctld_has_not_taken_yet_are_not_powered_up_again(
+    make_daemon: Callable[..., Daemon], resv: FakeSlurm
+) -> None:
+    """Between `scontrol update state=power_up` and its power thread's ResumeProgram call, slurmctld shows a name
+    POWERED_DOWN with POWER_UP (measured on 22.05 and 23.11: bench/probe_power_up_flag.py).  A tick in that window
+    counted it powered down and sent the power-up again (the reserved-up-front e2e test on 23.11, in CI)."""
+    d = make_daemon(pools=[spot_pool(), resv_pool()], policy=POLICY)
+    ((names, _),) = power_ups(d.tick())
+    for n in names:
+        resv.set(n, "idle", "POWERED_DOWN", "POWER_UP")
+    assert power_ups(d.tick()) == []
+
+
 def test_off_the_reserved_names_wait_for_work(make_daemon: Callable[..., Daemon], resv: FakeSlurm) -> None:
     d = make_daemon(pools=[spot_pool(), resv_pool()], policy=replace(POLICY, launch_reserved_nodes=False))
     assert power_ups(d.tick()) == []

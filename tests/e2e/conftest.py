@@ -19,7 +19,7 @@ from tests.harness.slurm import SlurmHarness
 @pytest.fixture(scope="module")
 def slurm_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., SlurmHarness]]:
     """Harnesses of the e2e release (`e2e_release`), for a whole module; the wrappers are built only for 23.11."""
-    with release_harnesses(e2e_release(), lambda: request.getfixturevalue("noble_bin")) as make:
+    with release_harnesses(e2e_release(), request) as make:
         yield make
 
 

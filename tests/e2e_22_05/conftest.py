@@ -17,5 +17,5 @@ def slurm_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., Slur
     """This machine's Slurm (22.05), for a whole module."""
     if e2e_release() == HOST:
         pytest.skip(f"{E2E_VARIABLE}={HOST}: the e2e suite itself ran on {HOST}")
-    with release_harnesses(HOST, lambda: request.getfixturevalue("noble_bin")) as make:
+    with release_harnesses(HOST, request) as make:
         yield make

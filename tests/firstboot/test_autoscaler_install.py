@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,11 +35,11 @@ VENV = f"{AUTOSCALER_HOME}/.venv/bin"
 CONFIG = "/etc/gpu-fleet/autoscaler.yaml"
 
 
-def _lock_at(sha: str) -> Path:
+def _lock_at(sha: str, directory: Path) -> Path:
     """The lock as the pinned commit has it (what the controller installs), not as the working tree has it."""
     shown = subprocess.run(["git", "-C", str(REPO), "show", f"{sha}:{AUTOSCALER_LOCK}"], capture_output=True,
                            text=True, check=True)  # fmt: skip
-    path = Path(tempfile.mkdtemp(prefix="fb-lock-")) / "controller-requirements.txt"
+    path = directory / "controller-requirements.txt"
     path.write_text(shown.stdout)
     return path
 
@@ -54,7 +53,7 @@ def installed(root_image: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
         pytest.skip(f"the controller lock is for Ubuntu 24.04's Python; these VMs boot {os_image.chosen().name}")
     try:
         sha = head_commit(REPO)
-        wheels = wheelhouse(root_image, _lock_at(sha))
+        wheels = wheelhouse(root_image, _lock_at(sha, tmp_path_factory.mktemp("lock")))
     except MirrorUnavailable as exc:
         if in_ci():
             pytest.fail(f"in CI the autoscaler's first boot must run, but {exc}")

@@ -4,9 +4,9 @@
 - "23.11": Ubuntu 24.04's Slurm, what the stacks' controller and GPU images run (`slurm.release`'s default), from
   the noble root of `tests/slurm_compat/noble.py`, its programs put first on PATH.
 
-`release_harnesses(release, noble_bin)` is the body of a module-scoped `slurm_factory` fixture: the e2e suite runs
-on `E2E_RELEASE` (`FLEET_E2E_SLURM`, default the shipped 23.11), and `tests/e2e_22_05` re-runs a part of it on the
-other one.  A release that cannot be started here skips the test saying why, or fails it under CI's
+`release_harnesses(release, request)` is the body of a module-scoped `slurm_factory` fixture: the e2e suite runs
+on `e2e_release()` (`FLEET_E2E_SLURM`, default the shipped 23.11), and `tests/e2e_22_05` re-runs a part of it on
+the other one.  A release that cannot be started here skips the test saying why, or fails it under CI's
 FLEET_REQUIRE_SLURM=1, never silently runs another release."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -40,14 +39,15 @@ def e2e_release() -> str:
 
 
 @contextlib.contextmanager
-def release_harnesses(release: str, noble_bin: Callable[[], Path]) -> Iterator[Callable[..., SlurmHarness]]:
+def release_harnesses(release: str, request: pytest.FixtureRequest) -> Iterator[Callable[..., SlurmHarness]]:
     """A harness factory (`tests.harness.slurm.harnesses`) whose programs are `release`'s: for the shipped release
-    `noble_bin()` (the wrappers' directory) goes first on PATH until the factory is closed."""
+    the root conftest's `noble_bin` (the wrappers' directory, built only then) goes first on PATH until the factory
+    is closed."""
     if reason := slurm_unavailable_reason():
         missing(reason)
     with pytest.MonkeyPatch.context() as patch:
         if release != HOST:
-            patch.setenv("PATH", f"{noble_bin()}:{os.environ['PATH']}")
+            patch.setenv("PATH", f"{request.getfixturevalue('noble_bin')}:{os.environ['PATH']}")
         if (found := spec_release()) != release:
             missing(f"the tests ask for Slurm {release} and the slurmd on PATH is {found}")
         with harnesses() as make:

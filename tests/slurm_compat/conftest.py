@@ -4,7 +4,6 @@ module's `slurm_factory` for the tests it re-runs from other suites (`test_slurm
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -13,9 +12,9 @@ from tests.harness.slurm import SlurmHarness
 
 
 @pytest.fixture
-def noble_slurm(noble_bin: Path) -> Iterator[Callable[..., SlurmHarness]]:
+def noble_slurm(request: pytest.FixtureRequest) -> Iterator[Callable[..., SlurmHarness]]:
     """`noble_slurm(**SlurmHarness kwargs)` -> a harness whose programs are noble's (stopped after the test)."""
-    with release_harnesses(SHIPPED, lambda: noble_bin) as make:
+    with release_harnesses(SHIPPED, request) as make:
         yield make
 
 
@@ -24,5 +23,5 @@ def slurm_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., Slur
     """The suite's `slurm_factory` here is noble's, for a whole module (its module-scoped fixtures start one cluster
     for all its tests, as the suite's do): the tests this directory re-runs start Ubuntu's Slurm 23.11 with no
     change of their own."""
-    with release_harnesses(SHIPPED, lambda: request.getfixturevalue("noble_bin")) as make:
+    with release_harnesses(SHIPPED, request) as make:
         yield make

@@ -92,6 +92,19 @@ GCSFUSE_REPO = "deb https://packages.cloud.google.com/apt gcsfuse-{codename} mai
 # held.  SOURCE: github.com/GoogleCloudPlatform/gcsfuse/releases (v3.11.2); the repository's packages carry the
 # release's version (`apt-get install gcsfuse=3.11.2`).
 GCSFUSE_VERSION = "3.11.2"
+# The NVIDIA Container Toolkit on GPUDirect-TCPXO nodes (docker runs RxDM with it, privileged): its four packages
+# at exactly this version, held (`_container_toolkit_lines`).  Its advisories are container escapes to root on the
+# host (CVE-2024-0132, fixed in 1.16.2; CVE-2025-23266, fixed in 1.17.8), so the version is a reviewed constant,
+# not whatever the repository has that day.  SOURCE: NVIDIA's install guide (docs.nvidia.com/datacenter/
+# cloud-native/container-toolkit/latest/install-guide.html, "With apt": NVIDIA_CONTAINER_TOOLKIT_VERSION=1.19.0-1,
+# the four packages at one version), read 2026-12.
+NVIDIA_CONTAINER_TOOLKIT_VERSION = "1.19.0-1"
+NVIDIA_CONTAINER_TOOLKIT_PACKAGES = (
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+)
 GCSFUSE_CONFIG = "/etc/gpu-fleet/gcsfuse-checkpoints.yaml"
 GCSFUSE_UNIT = "gpu-fleet-checkpoints.service"
 # How long apt waits for another apt (unattended-upgrades runs at first boot) to let go of its locks; the Toolkit's
@@ -752,12 +765,30 @@ def _tcpxo_lines(fab: FabricSoftware) -> list[str]:
         "udevadm control --reload-rules",
         f"udevadm trigger --action=add --subsystem-match=pci --attr-match=vendor={vendor} --attr-match=device={device}",
         "command -v docker >/dev/null || apt_install docker.io",
-        "if ! command -v nvidia-ctk >/dev/null; then",
-        "  add-nvidia-repositories -y && apt_update && apt_install nvidia-container-toolkit",
-        "fi",
+        *_container_toolkit_lines(),
         "nvidia-ctk runtime configure --runtime=docker",
         "systemctl restart docker",
         _file("/etc/profile.d/nccl-tcpxo.sh", env),
+    ]
+
+
+def _container_toolkit_lines() -> list[str]:
+    """The NVIDIA Container Toolkit docker runs RxDM through (`--privileged --gpus all`, as root): its four packages at
+    NVIDIA_CONTAINER_TOOLKIT_VERSION, installed where the image has another version or none (from NVIDIA's CUDA
+    repository, which the accelerator images' `add-nvidia-repositories` adds), then held, so every node of a
+    cluster runs the one version this commit names and unattended upgrades do not change it under a running job.
+    A version the repository lacks stops the boot naming it, not a node whose TCPXO jobs fail in their prolog."""
+    version, names = NVIDIA_CONTAINER_TOOLKIT_VERSION, " ".join(NVIDIA_CONTAINER_TOOLKIT_PACKAGES)
+    pinned = " ".join(f"{name}={version}" for name in NVIDIA_CONTAINER_TOOLKIT_PACKAGES)
+    return [
+        "have=$(dpkg-query -W -f='${Version}' nvidia-container-toolkit 2>/dev/null || true)",
+        f'if [ "$have" != {version} ]; then',
+        '  add-nvidia-repositories -y && apt_update || die "add-nvidia-repositories: NVIDIA\'s repository not added"',
+        f"  apt_install --allow-change-held-packages --allow-downgrades {pinned}"
+        f' || die "nvidia-container-toolkit={version} (NVIDIA_CONTAINER_TOOLKIT_VERSION, components/gcp/startup.py)'
+        " did not install from NVIDIA's repository\"",
+        "fi",
+        f"apt_locked apt-mark hold {names} >/dev/null",
     ]
 
 

@@ -28,6 +28,8 @@ from components.gcp.startup import (
     MARIADB_CONF,
     MARIADB_DATA_DIR,
     MUNGE_KEY_PATH,
+    NVIDIA_CONTAINER_TOOLKIT_PACKAGES,
+    NVIDIA_CONTAINER_TOOLKIT_VERSION,
     SCRATCH_MOTD,
     SECRET_WAIT_S,
     SLURMCTLD_STATE_DIR,
@@ -35,6 +37,7 @@ from components.gcp.startup import (
     WAIT_DEVICES,
     SlurmHostConfig,
     _checkpoint_lines,
+    _container_toolkit_lines,
     _scratch_call,
     _scratch_lines,
     autoscaler_install,
@@ -176,6 +179,61 @@ def test_tcpxo_steps_on_a3_mega() -> None:
     assert "tcpgpudmarxd-dev:v1.0.16" in prolog and "nccl-plugin-gpudirecttcpx-dev:v1.0.10" in prolog
     assert '[ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ] || exit 0' in prolog
     assert "echo tcpxo > /etc/gpu-fleet/fabric" in text
+
+
+@pytest.mark.parametrize("image_has", [None, "1.17.4-1", NVIDIA_CONTAINER_TOOLKIT_VERSION])
+def test_the_container_toolkit_is_the_pinned_version_of_its_four_packages_held(tmp_path, image_has: str | None) -> None:
+    """docker runs RxDM as root through the NVIDIA Container Toolkit, whose advisories are container escapes: every
+    TCPXO node runs NVIDIA_CONTAINER_TOOLKIT_VERSION of its four packages, installed where the image has another
+    version (an older one with a known escape, here) or none, left as it is where it has that one; held either way."""
+    log = tmp_path / "calls.log"
+    rec = f'echo "$(basename "$0") $*" >> {log}'
+    run = _run_rooted(
+        tmp_path,
+        "\n".join(_container_toolkit_lines()),
+        (),
+        {
+            "add_nvidia_repositories": f"{rec}; exit 0",
+            "apt_get": f"{rec}; exit 0",
+            "apt_mark": f"{rec}; exit 0",
+            "dpkg_query": f"printf %s {image_has}; exit 0" if image_has else "exit 1",
+        },
+        "echo boot-goes-on",
+    )
+    assert run.returncode == 0 and "boot-goes-on" in run.stdout, run.stderr
+    calls = log.read_text().splitlines()
+    held = "apt-mark hold " + " ".join(NVIDIA_CONTAINER_TOOLKIT_PACKAGES)
+    assert calls[-1] == held
+    installs = [c for c in calls if c.startswith("apt-get") and " install " in c]
+    if image_has == NVIDIA_CONTAINER_TOOLKIT_VERSION:
+        assert calls == [held]
+    else:
+        assert calls[0] == "add-nvidia-repositories -y"
+        (install,) = installs
+        asked = install.split("--allow-downgrades ")[1].split()
+        assert asked == [f"{name}={NVIDIA_CONTAINER_TOOLKIT_VERSION}" for name in NVIDIA_CONTAINER_TOOLKIT_PACKAGES]
+
+
+def test_a_container_toolkit_that_does_not_install_stops_the_boot_naming_the_version(tmp_path) -> None:
+    """The pinned version missing from NVIDIA's repository stops the boot saying which version and where it is set,
+    instead of a node whose multi-node jobs fail later in the RxDM prolog."""
+    run = _run_rooted(
+        tmp_path,
+        "\n".join(_container_toolkit_lines()),
+        (),
+        {
+            "add_nvidia_repositories": "exit 0",
+            "apt_get": 'case " $* " in *" install "*) exit 100;; esac',
+            "apt_mark": "exit 0",
+            "dpkg_query": "exit 1",
+        },
+        "echo boot-goes-on",
+    )
+    assert run.returncode == 1 and "boot-goes-on" not in run.stdout
+    assert (
+        f"nvidia-container-toolkit={NVIDIA_CONTAINER_TOOLKIT_VERSION} (NVIDIA_CONTAINER_TOOLKIT_VERSION,"
+        " components/gcp/startup.py) did not install" in run.stderr
+    )
 
 
 def test_gib_steps_on_a3_ultra_and_nothing_on_g2() -> None:

@@ -23,15 +23,15 @@ success leaves, so the script's own checks and waits see what they would see on 
   see `Vm.attach_disk`), which the script then formats and mounts for real.
 
 `stub_packages()` are the third-party packages whose install the scripts skip when the image already has their
-pinned version (gcsfuse, nccl-gib): each VM's dpkg database lists them at that version, as a baked image's would,
-since their repositories are out of reach here.
+pinned version (gcsfuse, nccl-gib, the NVIDIA Container Toolkit's four): each VM's dpkg database lists them at
+that version, as a baked image's would, since their repositories are out of reach here.
 
 Everything else the script runs is Debian's own binary.
 """
 
 from __future__ import annotations
 
-from components.gcp.startup import GCSFUSE_VERSION
+from components.gcp.startup import GCSFUSE_VERSION, NVIDIA_CONTAINER_TOOLKIT_PACKAGES, NVIDIA_CONTAINER_TOOLKIT_VERSION
 from fleet.catalog import load_catalog
 
 LOG = "/var/log/fb-stubs.log"
@@ -139,7 +139,8 @@ def stub_packages() -> dict[str, str]:
     gib = load_catalog("gcp").fabric_software("gib")
     assert gib and gib.nccl_package and gib.nccl_version
     # the script compares without the blueprint's leading "v": a Debian version starts with a digit
-    return {"gcsfuse": GCSFUSE_VERSION, gib.nccl_package: gib.nccl_version.removeprefix("v")}
+    toolkit = dict.fromkeys(NVIDIA_CONTAINER_TOOLKIT_PACKAGES, NVIDIA_CONTAINER_TOOLKIT_VERSION)
+    return {"gcsfuse": GCSFUSE_VERSION, gib.nccl_package: gib.nccl_version.removeprefix("v"), **toolkit}
 
 
 def stub_image() -> dict[str, dict[str, str]]:

@@ -52,7 +52,7 @@ import time
 
 import pytest
 
-from components.gcp.startup import JWT_KEY_PATH
+from components.gcp.startup import JWT_KEY_PATH, NVIDIA_CONTAINER_TOOLKIT_PACKAGES
 from fleet.catalog import load_catalog
 from tests.firstboot import os_image
 from tests.firstboot.conftest import CLUSTER, MOUNT_STACK, STACK, Booted, boot, synthesized, with_accounting
@@ -336,6 +336,10 @@ def test_gpu_steps_run_in_order_and_slurmd_waits_for_the_devices(cluster):
         assert vm.run(["test", "-c", "/dev/nvidia7"]).returncode == 0
         rules = vm.read("/etc/udev/rules.d/00-a3-megagpu.rules")
         assert f'ATTR{{vendor}}=="{vendor}"' in rules and f'ATTR{{device}}=="{device}"' in rules
+        # the image's container toolkit is the pinned one (stubs.stub_packages): not installed again, held
+        assert "add-nvidia-repositories" not in {e.split()[0] for _, e in events}
+        held = vm.run(["apt-mark", "showhold"], check=True).stdout.split()
+        assert set(NVIDIA_CONTAINER_TOOLKIT_PACKAGES) <= set(held), held
 
 
 def test_the_gib_node_boots(cluster):

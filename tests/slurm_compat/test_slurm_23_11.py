@@ -13,6 +13,7 @@ import time
 import pytest
 
 from autoscaler.slurm.client import CliSlurm
+from components.gcp.startup import NVIDIA_CONTAINER_TOOLKIT_PACKAGES
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_slurm_conf
 from tests.harness.slurm import poll_until
 
@@ -129,7 +130,7 @@ def test_23_11_exclusive_jobs_arrays_and_memory_read_as_on_22_05(cluster) -> Non
 
 #: what the scripts install from the repositories they add themselves (Google's Artifact Registry, gIB, Lustre and
 #: Cloud Storage FUSE repositories, NVIDIA's), not from Ubuntu's archive (apt-transport-artifact-registry is in both)
-THIRD_PARTY = {"dmabuf-import-helper", "nvidia-container-toolkit", "lustre-client-utils", "gcsfuse", "nccl-gib"}
+THIRD_PARTY = {"dmabuf-import-helper", "lustre-client-utils", "gcsfuse", "nccl-gib", *NVIDIA_CONTAINER_TOOLKIT_PACKAGES}
 
 
 def test_every_ubuntu_package_the_scripts_install_is_in_noble(noble) -> None:

@@ -1,5 +1,6 @@
-"""Project-wide pytest wiring: the real-Slurm skip, the `slurm_factory` fixture, Ubuntu's Slurm (`noble`,
-`noble_bin`), slow modules first.
+"""Project-wide pytest wiring: the real-Slurm skip, the `slurm_factory` fixture (the release the stacks' images
+run, 23.11, unless FLEET_E2E_SLURM=22.05: `tests.harness.releases`), Ubuntu's Slurm (`noble`, `noble_bin`), slow
+modules first.
 
 Tests marked `@pytest.mark.slurm` are skipped, with the reason, when slurmctld/munged are not
 installed or we are not root; CI installs them (scripts/setup.sh), so there they run.
@@ -19,9 +20,9 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from tests.harness.releases import e2e_release
+from tests.harness.releases import e2e_release, release_harnesses
 from tests.harness.requirements import missing
-from tests.harness.slurm import SlurmHarness, harnesses, slurm_unavailable_reason
+from tests.harness.slurm import SlurmHarness, slurm_unavailable_reason
 from tests.slurm_compat.noble import NobleUnavailable, usable_root, wrappers
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
@@ -70,16 +71,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             missing(reason)
 
 
-@pytest.fixture(scope="session")
-def slurm_factory() -> Iterator[Callable[..., SlurmHarness]]:
-    """`slurm_factory(**SlurmHarness kwargs)` -> a new, not yet started harness; all are stopped at session end.
-
-    Start/stop one per module (a module-scoped fixture) to keep the suite fast.
-    """
-    reason = slurm_unavailable_reason()
-    if reason:
-        missing(reason)
-    with harnesses() as make:
+@pytest.fixture(scope="module")
+def slurm_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., SlurmHarness]]:
+    """`slurm_factory(**SlurmHarness kwargs)` -> a new, not yet started harness of the release the tests run on
+    (`e2e_release`); all are stopped at the module's end."""
+    with release_harnesses(e2e_release(), request) as make:
         yield make
 
 

@@ -224,8 +224,8 @@ class CliSlurm:
 
 
 #: `slurm.rest_api: auto`: the newest of the versions the daemon's readers and updates were run against on a real
-#: slurmrestd that the running one serves: v0.0.38 (22.05.8's openapi/v0.0.38: tests/slurm_source/test_slurmrestd.py)
-#: and v0.0.40 (23.11.4's openapi/slurmctld, which serves only v0.0.40: tests/slurm_compat/test_slurmrestd_23_11.py)
+#: slurmrestd that the running one serves: v0.0.38 (22.05.8's openapi/v0.0.38: tests/e2e_22_05/test_slurmrestd_22_05.py)
+#: and v0.0.40 (23.11.4's openapi/slurmctld, which serves only v0.0.40: tests/slurm_source/test_slurmrestd.py)
 AUTO = "auto"
 CHECKED_APIS = ("v0.0.38", "v0.0.40")
 # openapi versions without a node-update endpoint (it appeared in v0.0.39): updates go through scontrol

@@ -1,9 +1,10 @@
-"""The e2e suite's Slurm and its `env` fixture.
+"""The e2e suite's `env` fixture.
 
-`slurm_factory` here starts the release the stacks' images install (23.11, Ubuntu 24.04's packages in the noble
-root) unless FLEET_E2E_SLURM=22.05 asks for this machine's Debian 12 Slurm (`tests.harness.releases`);
-`tests/e2e_22_05` re-runs part of the suite on 22.05.  `env` is a fresh `E2E` (tests/e2e/env.py) per test, 6 s
-SuspendTime; a module that needs other settings defines its own `env` with `e2e_env(slurm_factory, ...)`."""
+Its Slurm is the root conftest's `slurm_factory`: the release the stacks' images install (23.11, Ubuntu 24.04's
+packages in the noble root) unless FLEET_E2E_SLURM=22.05 asks for this machine's Debian 12 Slurm
+(`tests.harness.releases`); `tests/e2e_22_05` re-runs part of the suite on 22.05.  `env` is a fresh `E2E`
+(tests/e2e/env.py) per test, 6 s SuspendTime; a module that needs other settings defines its own `env` with
+`e2e_env(slurm_factory, ...)`."""
 
 from __future__ import annotations
 
@@ -12,15 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.e2e.env import E2E, e2e_env
-from tests.harness.releases import e2e_release, release_harnesses
 from tests.harness.slurm import SlurmHarness
-
-
-@pytest.fixture(scope="module")
-def slurm_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., SlurmHarness]]:
-    """Harnesses of the e2e release (`e2e_release`), for a whole module; the wrappers are built only for 23.11."""
-    with release_harnesses(e2e_release(), request) as make:
-        yield make
 
 
 @pytest.fixture

@@ -1,10 +1,7 @@
-"""The daemon's slurmrestd client (`slurm.mode: rest`) on Slurm 23.11, as the stacks' Ubuntu 24.04 controller runs
-it: the tests of tests/slurm_source/test_slurmrestd.py, unchanged, on noble's slurmctld and slurmrestd (this
-directory's `slurm_factory`; the controller wrapper's plugin there, openapi/slurmctld, serves v0.0.40 only).
-
-Until the thirty-eighth round `mode: rest` failed on 23.11 at its default `rest_api` (v0.0.38) and its v0.0.40 reads
-and node updates had never met a real slurmrestd; `auto` now chooses v0.0.40 there, and scontrol's POWER_DOWN_FORCE
-is sent as the two state flags it is."""
+"""The daemon's slurmrestd client (`slurm.mode: rest`) on Debian 12's Slurm 22.05: the tests of
+tests/slurm_source/test_slurmrestd.py, which run on the stacks' 23.11 (openapi/slurmctld, v0.0.40 only), re-run
+unchanged on 22.05's openapi/v0.0.38, which has no node update (scontrol then makes them).  Until the forty-first
+round this file re-ran them on 23.11, when the suite itself ran on 22.05."""
 
 from __future__ import annotations
 

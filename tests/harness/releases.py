@@ -4,10 +4,11 @@
 - "23.11": Ubuntu 24.04's Slurm, what the stacks' controller and GPU images run (`slurm.release`'s default), from
   the noble root of `tests/slurm_compat/noble.py`, its programs put first on PATH.
 
-`release_harnesses(release, request)` is the body of a module-scoped `slurm_factory` fixture: the e2e suite runs
-on `e2e_release()` (`FLEET_E2E_SLURM`, default the shipped 23.11), and `tests/e2e_22_05` re-runs a part of it on
-the other one.  A release that cannot be started here skips the test saying why, or fails it under CI's
-FLEET_REQUIRE_SLURM=1, never silently runs another release."""
+`release_harnesses(release, request)` is the body of a module-scoped `slurm_factory` fixture: every real-Slurm
+suite (tests/e2e, tests/slurm, tests/slurm_source: the root conftest's) runs on `e2e_release()` (`FLEET_E2E_SLURM`,
+default the shipped 23.11), and `tests/e2e_22_05` re-runs a part of them on the other one.  A release that cannot
+be started here skips the test saying why, or fails it under CI's FLEET_REQUIRE_SLURM=1, never silently runs
+another release."""
 
 from __future__ import annotations
 
@@ -26,12 +27,12 @@ SHIPPED = str(SlurmSpec.model_fields["release"].default)
 #: the release this machine installs (Debian 12)
 HOST = "22.05"
 RELEASES = (HOST, SHIPPED)
-#: FLEET_E2E_SLURM=22.05 runs the e2e suite on this machine's Slurm instead of the shipped release
+#: FLEET_E2E_SLURM=22.05 runs the real-Slurm suites on this machine's Slurm instead of the shipped release
 E2E_VARIABLE = "FLEET_E2E_SLURM"
 
 
 def e2e_release() -> str:
-    """The release the e2e suite runs on: FLEET_E2E_SLURM, else the shipped one (a bad value is a usage error)."""
+    """The release the real-Slurm suites run on: FLEET_E2E_SLURM, else the shipped one (a bad value: usage error)."""
     release = os.environ.get(E2E_VARIABLE, SHIPPED)
     if release not in RELEASES:
         raise pytest.UsageError(f"{E2E_VARIABLE}={release!r}: expected one of {', '.join(RELEASES)}")

@@ -433,14 +433,17 @@ def as_2205(item: dict[str, Any], kind: str) -> dict[str, Any]:
     """A node or job of Slurm's JSON with the fields the tests read as 22.05 prints them, whatever the release
     (the daemon reads both shapes in `autoscaler.slurm.readers`; the tests assert one).  From 23.02 on numbers
     come wrapped (``{"set": true, "infinite": false, "number": 5}``), a node's `state` is a list (base state, then
-    its flags: 22.05's lower-case `state` and upper-case `state_flags`), and a job's `job_state` is a list (read as
-    22.05 named it: `readers.job_state`)."""
+    its flags: 22.05's lower-case `state` and upper-case `state_flags`), a node's features are a list (22.05's one
+    comma-separated string), and a job's `job_state` is a list (read as 22.05 named it: `readers.job_state`)."""
     from autoscaler.slurm.readers import job_state
 
     out = {k: _unwrapped(v) for k, v in item.items()}
     if kind == "node" and isinstance(out.get("state"), list):
         base, *flags = [str(s) for s in out["state"]] or ["unknown"]
         out["state"], out["state_flags"] = base.lower(), flags
+    for key in ("features", "active_features"):
+        if kind == "node" and isinstance(out.get(key), list):
+            out[key] = ",".join(map(str, out[key]))
     if kind == "job" and isinstance(out.get("job_state"), list):
         out["job_state"] = job_state(out["job_state"])
     return out

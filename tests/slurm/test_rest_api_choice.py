@@ -1,8 +1,8 @@
 """`slurm.rest_api: auto` (the default): the daemon's slurmrestd client chooses its openapi version from what the
 running slurmrestd's own OpenAPI document lists, the newest of those gpu-fleet was checked against on a real
 slurmrestd (`CHECKED_APIS`); a slurmrestd serving none of them, or not answering, is named, and an upgraded
-slurmrestd is followed.  The choice on real 22.05 and 23.11 slurmrestds: tests/slurm_source/test_slurmrestd.py and
-tests/slurm_compat/test_slurmrestd_23_11.py."""
+slurmrestd is followed.  The choice on real 23.11 and 22.05 slurmrestds: tests/slurm_source/test_slurmrestd.py and
+tests/e2e_22_05/test_slurmrestd_22_05.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The daemon's slurmrestd tokens over a long run (`autoscaler.slurm.tokens`, `slurm.jwt_key_file` /
 `slurm.jwt_file`): renewed before they expire, re-read when their file changes, refused config named by field.
-Real slurmrestd accepting and refusing them: tests/slurm_source/test_slurmrestd.py (22.05) and
-tests/slurm_compat/test_slurmrestd_23_11.py (23.11)."""
+Real slurmrestd accepting and refusing them: tests/slurm_source/test_slurmrestd.py (23.11) and
+tests/e2e_22_05/test_slurmrestd_22_05.py (22.05)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""This directory's Slurm is Ubuntu's 23.11 (the root conftest's `noble_bin`): `noble_slurm` for one test, and a
-module's `slurm_factory` for the tests it re-runs from other suites (`test_slurmrestd_23_11.py`)."""
+"""This directory's Slurm is Ubuntu's 23.11 (the root conftest's `noble_bin`) whatever FLEET_E2E_SLURM says:
+`noble_slurm` for one test, and a module's `slurm_factory` for its module-scoped clusters."""
 
 from __future__ import annotations
 

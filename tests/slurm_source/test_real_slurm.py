@@ -14,16 +14,15 @@ from autoscaler.daemon.state import StateStore
 from autoscaler.slurm.client import CliSlurm, SlurmUnavailable
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_nodes_unavailable_reason, cloud_slurm_conf
 from tests.harness.requirements import missing
-from tests.harness.slurm import SlurmHarness
+from tests.harness.slurm import SlurmHarness, host_script
 
 pytestmark = pytest.mark.slurm
 
 
 def write_hook(bin_dir: Path, action: str, state: Path) -> str:
-    path = bin_dir / f"fleet-{action}.sh"
-    path.write_text(f'#!/bin/sh\nexec {sys.executable} -m autoscaler.slurm.hook {action} "$1" --state {state}\n')
-    path.chmod(0o755)
-    return str(path)
+    """The hook slurmctld runs for `action`, run on this machine's venv wherever slurmctld runs (`host_script`)."""
+    body = f'exec {sys.executable} -m autoscaler.slurm.hook {action} "$1" --state {state}'
+    return host_script(bin_dir / f"fleet-{action}.sh", body)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The slurmrestd client (JWT, `slurm.rest_api: auto`) against a real slurmctld + slurmrestd: same jobs, nodes and
 reservations as the CLI; node updates through scontrol on 22.05 (openapi v0.0.38 has no node update), through
-slurmrestd's own on 23.11 (v0.0.40).  tests/slurm_compat/test_slurmrestd_23_11.py runs these tests on Ubuntu's
-23.11, the stacks' image's."""
+slurmrestd's own on 23.11 (v0.0.40).  They run on the stacks' 23.11 (the root conftest's `slurm_factory`);
+tests/e2e_22_05/test_slurmrestd_22_05.py re-runs them on 22.05."""
 
 from __future__ import annotations
 

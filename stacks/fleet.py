@@ -16,13 +16,14 @@ from components.gcp import metadata as md
 from components.gcp.network import NetworkFabric, NetworkFabricArgs
 from components.gcp.node_pool import GpuNodePool, GpuNodePoolArgs, NicArgs, service_account_id
 from components.gcp.slurm_cluster import SlurmCluster, SlurmClusterArgs, autoscaler_account_email
+from components.gcp.snapshots import SnapshotSchedule
 from components.gcp.startup import JWT_KEY_PATH, SlurmHostConfig, startup_script
 from components.gcp.storage import BucketArgs, FilestoreArgs, LustreArgs, SharedStorage, SharedStorageArgs
 from fleet.catalog import Catalog, load_catalog
 from fleet.slurm.conf import HOOKS, node_name_prefix, render_slurm_conf, slurmrestd_auth
 from fleet.spec.derive import cluster_zone, controller_address, on_gcp, pool_zones
 from fleet.spec.load import SpecError
-from fleet.spec.model import ClusterSpec, FleetSpec
+from fleet.spec.model import ClusterSpec, FleetSpec, StateSnapshotsSpec
 from stacks import plan
 
 
@@ -31,6 +32,11 @@ def checkpoint_mount(spec: FleetSpec, cluster: ClusterSpec) -> dict[str, str]:
     bucket = plan.checkpoint_bucket_name(spec, cluster)
     mount = cluster.storage.checkpoints.mount_point if cluster.storage.checkpoints else None
     return {"checkpoints": bucket, "checkpoints_mount": mount} if bucket and mount else {}
+
+
+def _snapshot_schedule(spec: StateSnapshotsSpec | None) -> SnapshotSchedule | None:
+    """`slurm.state_snapshots` as the component's argument (None: no snapshot schedule)."""
+    return SnapshotSchedule(**spec.model_dump()) if spec else None
 
 
 def _login_checkpoints(spec: FleetSpec, cluster: ClusterSpec, storage: SharedStorage) -> dict[str, object]:
@@ -173,6 +179,7 @@ def build_fleet(
                 labels=plan.resource_labels(spec),
                 boot_after=[fabric.nat],  # apt-get on first boot goes out through it
                 protect_state=cluster.deletion_protection,
+                state_snapshots=_snapshot_schedule(slurm.state_snapshots),
             ),
         )
         for pool in cluster.pools:

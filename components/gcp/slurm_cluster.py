@@ -12,7 +12,9 @@ autoscaler ref, a new slurm.conf) updates the metadata in place, and runs at the
 The controller's Slurm state (StateSaveLocation: the queue, the job-ID counter) and the autoscaler's
 store live on a separate persistent disk, `<cluster>-controller-state` (pd-ssd, or Hyperdisk Balanced
 where the machine series takes no Persistent Disk; 50 GB as the Toolkit's `controller_state_disk`),
-attached without auto-delete and protected (`protect`): a re-created controller mounts it again.
+attached without auto-delete and protected (`protect`): a re-created controller mounts it again.  A snapshot
+schedule (`state_snapshots`, components/gcp/snapshots.py; daily, kept 14 days, by default) keeps copies of it
+that outlive the disk.
 
 The controller sits on a reserved static internal address (`gcp.compute.Address`, INTERNAL) that
 slurm.conf names in `SlurmctldHost=name(ip)`.
@@ -45,6 +47,7 @@ import pulumi_random as random
 from components.gcp import metadata as md
 from components.gcp.disks import boot_disk_type, state_disk_type
 from components.gcp.node_pool import service_account_id
+from components.gcp.snapshots import SnapshotSchedule, attach_snapshot_schedule
 from components.gcp.startup import STATE_DISK_DEVICE, SlurmHostConfig, startup_script
 from components.gcp.storage import grant_bucket_objects
 from fleet.bootstrap.iam import AUTOSCALER_ROLE_ID
@@ -75,6 +78,7 @@ class SlurmClusterArgs:
       gpu-fleet for the controller's autoscaler (installed at /opt/gpu-fleet; None: the image carries it).
     state_disk_gb: size of the controller's state disk (StateSaveLocation, the autoscaler's store).
     protect_state: Pulumi `protect` on the state disk (no `pulumi up` or `destroy` deletes or replaces it).
+    state_snapshots: the state disk's snapshot schedule (components/gcp/snapshots.py); None: no snapshots.
     boot_after: resources declared outside the cluster that the VMs' first boot needs, created before the VMs
       (the Cloud NAT of their subnet: the startup script's apt-get has no other way out).
     image: the controller/login boot image: the same Ubuntu release as the GPU image, so slurmctld is
@@ -107,6 +111,7 @@ class SlurmClusterArgs:
     labels: dict[str, str] = field(default_factory=dict)
     state_disk_gb: int = 50
     protect_state: bool = True
+    state_snapshots: SnapshotSchedule | None = field(default_factory=SnapshotSchedule)
     autoscaler_source: str | None = None
     #: deploy/slurm's hooks by name -> the paths the rendered slurm.conf names (written before slurmctld starts)
     slurm_hooks: dict[str, str] = field(default_factory=dict)
@@ -223,6 +228,16 @@ class SlurmCluster(pulumi.ComponentResource):
             description=f"Slurm StateSaveLocation and autoscaler state of {self.controller_name}",
             opts=pulumi.ResourceOptions(parent=self, protect=args.protect_state),
         )
+        if args.state_snapshots:
+            attach_snapshot_schedule(
+                f"{name}-controller-state",
+                self.state_disk,
+                args.state_snapshots,
+                project=args.project,
+                zone=args.zone,
+                labels={**args.labels, "gpu-fleet-cluster": args.name},
+                parent=self,
+            )
         self.controller = self._vm(
             f"{name}-controller",
             self.controller_name,

@@ -164,6 +164,28 @@ class AutoscalerSpec(_Spec):
 SlurmRelease = Literal["22.05", "23.11"]
 
 
+class StateSnapshotsSpec(_Spec):
+    """Scheduled snapshots of the controller's state disk (slurmctld's state, the accounting database, the
+    autoscaler's store): a GCE snapshot schedule, kept when the disk is deleted (components/gcp/snapshots.py)."""
+
+    interval_hours: int = Field(24, ge=1, le=24, description="hours between snapshots: 24 (daily) or 1-23 (hourly)")
+    start_time: str = Field(
+        "04:00",
+        pattern=r"^([01][0-9]|2[0-3]):00$",
+        description="UTC, on the hour; a daily schedule starts at 00:00, 04:00, 08:00, 12:00, 16:00 or 20:00",
+    )
+    keep_days: int = Field(14, ge=1, le=3650, description="days each snapshot is kept")
+
+    @model_validator(mode="after")
+    def _daily_window(self) -> StateSnapshotsSpec:
+        if self.interval_hours == 24 and int(self.start_time[:2]) % 4:
+            raise ValueError(
+                f"start_time: a daily snapshot schedule starts at 00:00, 04:00, 08:00, 12:00, 16:00 or 20:00 UTC"
+                f" (GCE's windows), got {self.start_time!r}"
+            )
+        return self
+
+
 class SlurmSpec(_Spec):
     controller_machine_type: MachineType = "n2-standard-8"
     login_machine_type: MachineType = "n2-standard-4"
@@ -192,6 +214,10 @@ class SlurmSpec(_Spec):
         "sreport, fairshare; as slurm-gcp's controller runs it), or none (a job completion log only)",
     )
     autoscaler: AutoscalerSpec = Field(default_factory=AutoscalerSpec)
+    state_snapshots: StateSnapshotsSpec | None = Field(
+        default_factory=StateSnapshotsSpec,
+        description="snapshots of the controller's state disk (default: daily at 04:00 UTC, kept 14 days); null: none",
+    )
 
 
 # ---------------------------------------------------------------- Kubernetes platforms and Kueue

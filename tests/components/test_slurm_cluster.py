@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from components.gcp.slurm_cluster import SlurmCluster, SlurmClusterArgs
+from components.gcp.snapshots import SnapshotSchedule
 from components.gcp.startup import STATE_DISK_DEVICE, SlurmHostConfig, startup_script
 from fleet.bootstrap.iam import COMPUTE_CONDITION_TYPES, PERMISSION_TYPES, autoscaler_permission_names
 
@@ -182,6 +184,48 @@ def test_the_controller_keeps_its_state_on_its_own_protected_disk(declare, machi
     assert f"/dev/disk/by-id/google-{STATE_DISK_DEVICE}" in ctl["metadata"]["startup-script"]
     assert not vms["a3mega-login-0"].get("attachedDisks")  # the logins keep no state
     assert ctl["bootDisk"]["initializeParams"]["type"] == boot_type
+
+
+def test_the_state_disk_is_snapshotted_daily_and_its_snapshots_outlive_it(declare):
+    """The job records, the queue and the autoscaler's store are on one zonal disk: by default a snapshot schedule in
+    its region takes a crash-consistent snapshot daily at 04:00 UTC, keeps each 14 days and keeps them when the disk
+    is deleted; a changed schedule detaches the old one first (a disk takes one schedule at a time)."""
+    d = declare(lambda: SlurmCluster("slurm", args()))
+    disk = d.one("compute/disk:Disk")
+    policy = d.one("compute/resourcePolicy:ResourcePolicy")
+    attachment = d.one("compute/diskResourcePolicyAttachment:DiskResourcePolicyAttachment")
+    assert (policy.inputs["region"], policy.inputs["project"]) == ("us-east4", "my-proj")
+    schedule = policy.inputs["snapshotSchedulePolicy"]
+    assert schedule["schedule"] == {"dailySchedule": {"daysInCycle": 1, "startTime": "04:00"}}
+    assert schedule["retentionPolicy"] == {"maxRetentionDays": 14, "onSourceDiskDelete": "KEEP_AUTO_SNAPSHOTS"}
+    assert schedule["snapshotProperties"]["labels"]["gpu-fleet-cluster"] == "a3mega"
+    assert (attachment.inputs["disk"], attachment.inputs["zone"]) == (disk.inputs["name"], "us-east4-a")
+    assert attachment.inputs["name"].startswith("slurm-controller-state-snapshots")  # the policy's auto-name
+    assert attachment.delete_before_replace
+
+
+def test_an_hourly_schedule_or_none(declare):
+    hourly = declare(lambda: SlurmCluster("slurm", args(state_snapshots=SnapshotSchedule(6, "01:00", 3))))
+    schedule = hourly.one("compute/resourcePolicy:ResourcePolicy").inputs["snapshotSchedulePolicy"]
+    assert schedule["schedule"] == {"hourlySchedule": {"hoursInCycle": 6, "startTime": "01:00"}}
+    assert schedule["retentionPolicy"]["maxRetentionDays"] == 3
+    none = declare(lambda: SlurmCluster("slurm", args(state_snapshots=None)))
+    assert not none.of_type("compute/resourcePolicy:ResourcePolicy")
+    assert not none.of_type("compute/diskResourcePolicyAttachment:DiskResourcePolicyAttachment")
+
+
+@pytest.mark.parametrize(
+    ("schedule", "error"),
+    [
+        (dict(start_time="03:00"), "start_time: a daily schedule starts at one of 00:00, 04:00"),
+        (dict(start_time="04:30"), "start_time: a snapshot schedule starts on the hour"),
+        (dict(interval_hours=0), "interval_hours: 1-23 (hourly) or 24 (daily), got 0"),
+        (dict(keep_days=0), "keep_days: 1-3650, got 0"),
+    ],
+)
+def test_a_schedule_gce_would_refuse_is_refused_before_any_resource(schedule, error):
+    with pytest.raises(ValueError, match=re.escape(error)):
+        SnapshotSchedule(**schedule)
 
 
 def test_a_changed_script_updates_the_metadata_of_the_running_vms(declare):

@@ -505,6 +505,31 @@ def test_reordering_pools_moves_neither_home_nor_the_controller():
     assert "clusters[0] (a3mega): zone is not set" in warning and "zone: us-east4-b" in warning
 
 
+def test_every_slurm_controllers_state_disk_is_snapshotted_as_the_stack_says():
+    """Each example Slurm stack snapshots its controller's state disk (the default schedule); a stack's
+    `slurm.state_snapshots` reaches the schedule, and `null` declares none."""
+    from fleet.synth.engine import run_program
+    from stacks.program import main
+
+    fleet = yaml.safe_load((REPO / "Pulumi.gcp-l4-dev.yaml").read_text())["config"]["gpu-fleet:fleet"]
+    default = run_program(main, stack="d", config={"gpu-fleet:fleet": fleet})
+    (policy,) = [r for r in default.resources if r.type.endswith("compute/resourcePolicy:ResourcePolicy")
+                 and "snapshotSchedulePolicy" in r.inputs]  # fmt: skip
+    (attached,) = [r for r in default.resources if r.type.endswith("DiskResourcePolicyAttachment")]
+    assert attached.inputs["disk"] == f"{fleet['clusters'][0]['name']}-controller-state"
+    assert policy.inputs["snapshotSchedulePolicy"]["schedule"]["dailySchedule"]["startTime"] == "04:00"
+    fleet["clusters"][0]["slurm"]["state_snapshots"] = {"interval_hours": 4, "start_time": "02:00", "keep_days": 7}
+    hourly = run_program(main, stack="d", config={"gpu-fleet:fleet": fleet})
+    (policy,) = [r for r in hourly.resources if "snapshotSchedulePolicy" in r.inputs]
+    assert policy.inputs["snapshotSchedulePolicy"]["schedule"] == {
+        "hourlySchedule": {"hoursInCycle": 4, "startTime": "02:00"}
+    }
+    assert policy.inputs["snapshotSchedulePolicy"]["retentionPolicy"]["maxRetentionDays"] == 7
+    fleet["clusters"][0]["slurm"]["state_snapshots"] = None
+    none = run_program(main, stack="d", config={"gpu-fleet:fleet": fleet})
+    assert not [r for r in none.resources if "snapshotSchedulePolicy" in r.inputs or "Attachment" in r.type]
+
+
 def test_a_disposable_stack_can_turn_the_protection_off():
     from fleet.synth.engine import run_program
     from stacks.program import main

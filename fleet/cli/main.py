@@ -39,6 +39,28 @@ for _module in COMMAND_MODULES:
         if exc.name != f"fleet.cli.{_module}":
             raise
 
+#: this project's own top-level packages: a module of theirs that is missing is a defect, not an install choice
+PROJECT_PACKAGES = frozenset({"fleet", "autoscaler", "components", "stacks"})
+
+
+def main() -> None:
+    """The `fleet` command: `app`, with a third-party package the command needs and this environment lacks named
+    (the Slurm controller's venv holds the autoscaler's dependencies only, deploy/controller.in: `fleet synth`
+    there needs Pulumi) instead of a traceback; exit 1."""
+    try:
+        app()
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").split(".")[0]
+        if not top or top in PROJECT_PACKAGES:
+            raise
+        typer.echo(
+            f"fleet: this command needs the Python package {top!r}, which this environment does not have (the Slurm"
+            " controller's venv holds the autoscaler's dependencies only: deploy/controller.in); run it where"
+            " gpu-fleet is installed whole (scripts/setup.sh)",
+            err=True,
+        )
+        raise SystemExit(1) from None
+
 
 if __name__ == "__main__":
-    app()
+    main()

@@ -20,6 +20,7 @@ from components.gcp.startup import (
     AUTOSCALER_LOCK,
     AUTOSCALER_STATE_DIR,
     CHECKPOINTS_MOTD,
+    FLEET_WRAPPER,
     GCSFUSE_CONFIG,
     GCSFUSE_UNIT,
     GCSFUSE_VERSION,
@@ -253,38 +254,61 @@ def test_nodes_publish_their_physical_host() -> None:
     assert "gpu-fleet-topology.timer" in ALL["controller"]
 
 
-def test_the_controller_lock_pins_every_dependency_of_the_project_within_its_range() -> None:
-    """The controller installs `deploy/controller-requirements.txt` with --no-deps: a dependency pyproject.toml gained
-    after the lock was compiled would be missing on every controller (kubernetes and jsonschema were, until the
-    twentieth round).  Every runtime dependency is pinned, with hashes, at a version its range allows."""
-    import tomllib
-    from pathlib import Path
-
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-
-    root = Path(__file__).resolve().parents[2]
-    deps = [Requirement(d) for d in tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]]
-    lock = (root / AUTOSCALER_LOCK).read_text()
-    pins = {canonicalize_name(m[1]): m[2] for m in re.finditer(r"^([A-Za-z0-9_.-]+)==([^\s;]+) \\$", lock, re.M)}
-    hashed = re.findall(r"^[A-Za-z0-9_.-]+==\S+ \\\n\s+--hash=sha256:[0-9a-f]{64}", lock, re.M)
-    assert len(hashed) == len(pins) > 0
-    for dep in deps:
-        version = pins.get(canonicalize_name(dep.name))
-        assert version is not None, f"{AUTOSCALER_LOCK}: {dep.name} is not pinned; regenerate it (see its header)"
-        assert dep.specifier.contains(version, prereleases=True), f"{dep.name}=={version} is outside {dep.specifier}"
-
-
 def test_the_autoscaler_is_installed_at_a_pinned_commit_with_hash_checked_dependencies() -> None:
     lines = "\n".join(autoscaler_install("https://example.com/f.git", f"v1.2.0@{SHA}"))
     assert "fetch --quiet --depth 1 origin -- refs/tags/v1.2.0" in lines
     assert f'[ "$(git -C /opt/gpu-fleet rev-parse FETCH_HEAD^{{commit}})" = {SHA} ]' in lines
     assert "--require-hashes --no-deps -r /opt/gpu-fleet/deploy/controller-requirements.txt" in lines
-    assert "--no-deps --no-build-isolation --no-index /opt/gpu-fleet" in lines
-    assert "main" not in lines
+    assert "pip install --quiet --no-deps --no-build-isolation" not in lines  # the checkout runs, on the path
+    assert 'echo /opt/gpu-fleet > "$site/gpu-fleet.pth"' in lines and FLEET_WRAPPER in lines
+    assert not re.search(r"(fetch|checkout)[^\n]*\bmain\b", lines)  # never a branch
     for bad in ("main", "v1.2.0", "a" * 39, f"-x@{SHA}", f"{SHA}\n"):
         with pytest.raises(ValueError, match="pinned"):
             autoscaler_install("https://example.com/f.git", bad)
+
+
+def test_the_controllers_venv_is_rebuilt_from_scratch_when_the_lock_changes_and_left_when_it_does_not(tmp_path):
+    """The venv step of the install, run twice with one lock and once with another: pip runs for the first and the
+    changed lock only, each time into a new venv (a package the new lock dropped does not linger), with the daemon
+    stopped first; the checkout goes on the venv's path and `fleet` runs its CLI every time."""
+    home = tmp_path / "opt/gpu-fleet"
+    (home / "deploy").mkdir(parents=True)
+    lock = home / AUTOSCALER_LOCK
+    lock.write_text("apscheduler==3.11.0 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+    log = tmp_path / "calls.log"
+    venv_python = (
+        f'#!/bin/bash\ncase "$*" in *sysconfig*) echo "$(dirname "$0")/../site";; esac\necho "python $*" >> {log}\n'
+    )
+    python3 = (
+        f'[ "$1 $2" = "-m venv" ] || exit 1\nmkdir -p "$3/bin" "$3/site"\necho "venv" >> {log}\n'
+        f'printf \'#!/bin/bash\\necho "pip $*" >> {log}\\n\' > "$3/bin/pip"\n'
+        f'cat > "$3/bin/python" <<\'EOF\'\n{venv_python}EOF\nchmod +x "$3/bin/pip" "$3/bin/python"'
+    )
+    lines = autoscaler_install(None, None)
+    step = "\n".join(lines[lines.index(next(ln for ln in lines if ln.startswith("lock_sum="))) :][:11])
+    assert step.rstrip().endswith("chmod 0755 /opt/gpu-fleet/.venv/bin/fleet"), step
+
+    def run() -> list[str]:
+        log.write_text("")
+        done = _run_rooted(
+            tmp_path, step, ("/opt/gpu-fleet/",), {"python3": python3, "systemctl": f'echo "systemctl $*" >> {log}'}, ""
+        )
+        assert done.returncode == 0, done.stderr
+        return log.read_text().splitlines()
+
+    first = run()
+    assert first[:3] == [
+        "systemctl stop gpu-fleet-autoscaler",
+        "venv",
+        f"pip install --quiet --require-hashes --no-deps -r {lock}",
+    ]
+    assert (home / ".venv/site/gpu-fleet.pth").read_text().strip() == "/opt/gpu-fleet"  # the controller's path
+    assert "python -m compileall" in first[-1] and (home / ".venv/bin/fleet").stat().st_mode & 0o111
+    (home / ".venv/site/stale-package").write_text("")
+    assert not [c for c in run() if c.startswith(("pip", "venv", "systemctl"))]  # the same lock: nothing rebuilt
+    lock.write_text(lock.read_text().replace("3.11.0", "3.11.1"))
+    again = run()
+    assert again[:3] == first[:3] and not (home / ".venv/site/stale-package").exists()
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,8 @@
 The test stack with `slurm.autoscaler.source` and `ref` set: this checkout's repository (served by `git daemon`)
 at its HEAD commit, and the wheels of that commit's `deploy/controller-requirements.txt` (downloaded once from
 PyPI, served as pip's only source: tests/firstboot/mirror.py).  Its controller boots alone, on a cloud of its own,
-and its script clones and checks the pinned commit, builds the venv from the hash-pinned lock, creates the state
+and its script clones and checks the pinned commit, builds the venv from the hash-pinned lock (the daemon's
+dependencies alone: deploy/controller.in), puts the checkout on its path, creates the state
 store as SlurmUser and starts `gpu-fleet-autoscaler` from the unit the checkout ships.  Until the fortieth round no
 test ran this step: the other first-boot controllers stop at it (no source, nothing baked).
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from components.gcp.startup import AUTOSCALER_HOME, AUTOSCALER_LOCK, AUTOSCALER_STATE_DIR
+from components.gcp.startup import AUTOSCALER_HOME, AUTOSCALER_LOCK, AUTOSCALER_STATE_DIR, VENV_LOCK_SUM
 from tests.firstboot import os_image
 from tests.firstboot.cloud import FirstBootCloud
 from tests.firstboot.conftest import CLUSTER, STACK, Booted, in_ci, slurm_variant, synthesized
@@ -82,10 +83,29 @@ def test_the_controller_boot_completes_with_the_pinned_autoscaler_running(instal
     check = ctl.run([f"{VENV}/pip", "check"])
     assert check.returncode == 0, check.stdout + check.stderr
     assert ctl.run(["systemctl", "is-active", "gpu-fleet-autoscaler"]).returncode == 0, booted.explain(name)
-    users = ctl.run(["ps", "-o", "user=", "-C", "fleet"], check=True).stdout.split()
-    assert users == ["slurm"], users
+    processes = ctl.run(["ps", "-o", "user=,args=", "-e"], check=True).stdout.splitlines()
+    daemon = [line.split()[0] for line in processes if "fleet.cli.main autoscaler run" in line]
+    assert daemon == ["slurm"], processes
     owner = ctl.run(["stat", "-c", "%U %a", AUTOSCALER_STATE_DIR], check=True).stdout.split()
     assert owner == ["slurm", "750"], owner
+
+
+def test_the_controllers_venv_holds_the_daemons_dependencies_and_runs_the_checkout(installed) -> None:
+    """The venv is the lock and nothing else: no Pulumi, no matplotlib, no installed gpu-fleet (the checkout is on
+    its path); it records the lock it was built from; `fleet` there runs the pinned checkout, and a command that
+    needs the stacks' tooling says which package it lacks."""
+    booted, name, _ = installed
+    ctl = booted.vm(name)
+    listed = json.loads(ctl.run([f"{VENV}/pip", "list", "--format", "json"], check=True).stdout)
+    names = {p["name"].lower() for p in listed}
+    assert {"apscheduler", "google-cloud-compute", "loguru"} <= names
+    assert not names & {"pulumi", "pulumi-gcp", "matplotlib", "jsonschema", "gpu-fleet"}, sorted(names)
+    where = ctl.sh(f"cd / && {VENV}/python -c 'import fleet; print(fleet.__file__)'", check=True)
+    assert where.stdout.strip() == f"{AUTOSCALER_HOME}/fleet/__init__.py"
+    lock_sum = ctl.run(["sha256sum", f"{AUTOSCALER_HOME}/{AUTOSCALER_LOCK}"], check=True).stdout.split()[0]
+    assert ctl.read(f"{AUTOSCALER_HOME}/{VENV_LOCK_SUM}").strip() == lock_sum
+    synth = ctl.sh(f"cd {AUTOSCALER_HOME} && {VENV}/fleet synth --stack gcp-l4-dev")
+    assert synth.returncode == 1 and "needs the Python package 'pulumi'" in synth.stderr, synth.stderr
 
 
 def test_a_power_up_slurmctld_asks_for_reaches_the_daemons_store_through_the_installed_hook(installed) -> None:

@@ -26,6 +26,7 @@ from tests.firstboot.cloud import FirstBootCloud
 from tests.firstboot.conftest import CLUSTER, STACK, Booted, in_ci, slurm_variant, synthesized
 from tests.firstboot.mirror import REPO_URL, Mirror, MirrorUnavailable, head_commit, wheelhouse
 from tests.firstboot.stubs import stub_image
+from tests.firstboot.units import exposure, unit_complaints, written_units
 from tests.harness.slurm import poll_until
 
 pytestmark = pytest.mark.slow
@@ -123,3 +124,15 @@ def test_a_power_up_slurmctld_asks_for_reaches_the_daemons_store_through_the_ins
     # its Compute calls act as the autoscaler's own account, impersonated with the controller's metadata token
     account = f"serviceAccounts/{CLUSTER}-autoscaler@"
     assert "tick failed" in log and "iamcredentials.googleapis.com" in log and account in log, log[-3000:]
+
+
+def test_the_daemons_unit_is_as_systemd_reads_it_and_keeps_its_hardening(installed) -> None:
+    """The unit the checkout ships, as the controller's systemd reads it: no key it ignores (a misspelt hardening
+    line would simply not apply), and `systemd-analyze security`'s exposure stays "OK" (1.7 when measured; it
+    was never measured before the forty-first round): a hardening line dropped or misspelt raises it."""
+    booted, name, _ = installed
+    ctl = booted.vm(name)
+    assert not unit_complaints(ctl), unit_complaints(ctl)
+    unit = "/etc/systemd/system/gpu-fleet-autoscaler.service"
+    assert {unit, "/etc/systemd/system/gpu-fleet-topology.timer"} <= set(written_units(ctl)[0])
+    assert exposure(ctl, unit) <= 2.0

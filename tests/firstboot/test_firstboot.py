@@ -57,6 +57,7 @@ from fleet.catalog import load_catalog
 from tests.firstboot import os_image
 from tests.firstboot.conftest import CLUSTER, MOUNT_STACK, STACK, Booted, boot, synthesized, with_accounting
 from tests.firstboot.stubs import LOG as STUB_LOG
+from tests.firstboot.units import unit_complaints, written_units
 
 pytestmark = pytest.mark.slow
 
@@ -501,3 +502,17 @@ def test_the_controller_s_queue_and_the_autoscaler_s_store_survive_a_new_control
     assert new.read("/var/lib/gpu-fleet/marker") == "daemon-state\n"
     accounts = new.run(["sacctmgr", "-n", "-P", "show", "account", "format=account"], check=True).stdout.split()
     assert "research" in accounts, f"{accounts}\n{booted.explain(name)}"
+
+
+def test_systemd_reads_every_unit_the_scripts_write_as_written(cluster):
+    """The units and drop-ins each role's script wrote (the metadata guard, slurmd's device wait and memlock limit,
+    the checkpoint mount, the state disk's mount requirements, the topology timer, ...), read by the image's own
+    `systemd-analyze verify`: no key it does not know, no value it cannot parse, no executable missing.  systemd
+    would ignore such a line and start the unit without it; the first-boot `systemctl` shim would not notice."""
+    vms = [_controller(cluster).name, *_nodes(cluster), *cluster.declared.outputs["clusters"][CLUSTER]["logins"]]
+    complaints = {name: unit_complaints(cluster.vm(name)) for name in vms}
+    assert not any(complaints.values()), complaints
+    files, dropped = written_units(_controller(cluster))  # (this controller stops at the autoscaler install)
+    assert "/etc/systemd/system/gpu-fleet-metadata-guard.service" in files and "slurmctld.service" in dropped
+    files, dropped = written_units(cluster.vm(_nodes(cluster, "mega")[0]))
+    assert "/etc/systemd/system/gpu-fleet-checkpoints.service" in files and "slurmd.service" in dropped

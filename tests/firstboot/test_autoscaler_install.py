@@ -9,7 +9,8 @@ dependencies alone: deploy/controller.in), puts the checkout on its path, create
 store as SlurmUser and starts `gpu-fleet-autoscaler` from the unit the checkout ships.  Until the fortieth round no
 test ran this step: the other first-boot controllers stop at it (no source, nothing baked).
 
-Not covered: GitHub and PyPI themselves, the unit's sandboxing (the first-boot `systemctl` does not apply it), and
+Not covered: GitHub and PyPI themselves, the unit's sandboxing other than MemoryDenyWriteExecute (the first-boot
+`systemctl` applies that key alone; `systemd-analyze` reads the others, tests/firstboot/units.py), and
 any Compute call (nothing routes off the test network: the daemon's cloud calls fail, and it says so)."""
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ def test_the_controller_boot_completes_with_the_pinned_autoscaler_running(instal
     check = ctl.run([f"{VENV}/pip", "check"])
     assert check.returncode == 0, check.stdout + check.stderr
     assert ctl.run(["systemctl", "is-active", "gpu-fleet-autoscaler"]).returncode == 0, booted.explain(name)
+    # under the unit's MemoryDenyWriteExecute=yes, which the shim applies (the kernel's PR_SET_MDWE)
+    assert "MemoryDenyWriteExecute=yes (PR_SET_MDWE)" in ctl.read("/var/log/fb-units/gpu-fleet-autoscaler.log")
     processes = ctl.run(["ps", "-o", "user=,args=", "-e"], check=True).stdout.splitlines()
     daemon = [line.split()[0] for line in processes if "fleet.cli.main autoscaler run" in line]
     assert daemon == ["slurm"], processes
@@ -136,3 +139,27 @@ def test_the_daemons_unit_is_as_systemd_reads_it_and_keeps_its_hardening(install
     unit = "/etc/systemd/system/gpu-fleet-autoscaler.service"
     assert {unit, "/etc/systemd/system/gpu-fleet-topology.timer"} <= set(written_units(ctl)[0])
     assert exposure(ctl, unit) <= 2.0
+
+
+def test_the_shim_applies_memory_deny_write_execute_as_the_kernel_refuses_it(installed) -> None:
+    """What makes the daemon's run under its unit's MemoryDenyWriteExecute=yes mean something: a unit with the key,
+    started by the same `systemctl`, cannot map memory writable and executable; one without it can."""
+    booted, name, _ = installed
+    ctl = booted.vm(name)
+    probe = (
+        "import mmap\n"
+        "try:\n    mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n    print('mapped')\n"
+        "except PermissionError:\n    print('refused')\n"
+    )
+    script = f"cat > /usr/local/bin/fb-wx-probe <<'EOF'\n#!/usr/bin/python3\n{probe}EOF\n"
+    ctl.sh(script + "chmod 0755 /usr/local/bin/fb-wx-probe", check=True)
+    for key, want in (("yes", "refused"), ("no", "mapped")):
+        unit = f"fb-wx-{key}"
+        ctl.sh(
+            f'printf \'[Service]\\nExecStart=/bin/sh -c "/usr/local/bin/fb-wx-probe > /run/{unit}.out"\\n'
+            f"MemoryDenyWriteExecute={key}\\n' > /etc/systemd/system/{unit}.service",
+            check=True,
+        )
+        ctl.run(["systemctl", "start", unit], check=True)
+        assert poll_until(lambda u=unit: ctl.run(["cat", f"/run/{u}.out"]).stdout.strip(), 30, 0.5)
+        assert ctl.read(f"/run/{unit}.out").strip() == want, key

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 SUITE = "bookworm"
-IMAGE_PACKAGES = ("curl", "ca-certificates", "gpg", "iproute2", "iptables", "procps", "kmod", "util-linux")
+IMAGE_PACKAGES = ("curl", "ca-certificates", "gpg", "iproute2", "iptables", "procps", "kmod", "util-linux", "rsync")
 SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 DEFAULT_CACHE = Path("/var/cache/gpu-fleet/firstboot")
 

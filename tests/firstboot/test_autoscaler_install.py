@@ -22,7 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from components.gcp.startup import AUTOSCALER_HOME, AUTOSCALER_LOCK, AUTOSCALER_STATE_DIR, VENV_LOCK_SUM
+from components.gcp.startup import (
+    AUTOSCALER_HOME,
+    AUTOSCALER_LOCK,
+    AUTOSCALER_STATE_DIR,
+    STATE_DISK_DEVICE,
+    VENV_LOCK_SUM,
+)
 from tests.firstboot.cloud import FirstBootCloud
 from tests.firstboot.conftest import CLUSTER, STACK, Booted, in_ci, slurm_variant, synthesized
 from tests.firstboot.mirror import REPO_URL, Mirror, MirrorUnavailable, head_commit, wheelhouse
@@ -163,3 +169,60 @@ def test_the_shim_applies_memory_deny_write_execute_as_the_kernel_refuses_it(ins
         ctl.run(["systemctl", "start", unit], check=True)
         assert poll_until(lambda u=unit: ctl.run(["cat", f"/run/{u}.out"]).stdout.strip(), 30, 0.5)
         assert ctl.read(f"/run/{unit}.out").strip() == want, key
+
+
+def restore_runbook() -> list[str]:
+    """The commands docs/stacks.md's restore runbook runs on the controller (between its "on the controller" comment
+    and the detach), as written there but for `sudo` (the test runs them as root)."""
+    text = (REPO / "docs/stacks.md").read_text()
+    block = text[text.index("*Restoring from a snapshot*") :].split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = block.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("# on the controller"))
+    end = next(i for i, line in enumerate(lines) if "detach-disk" in line)
+    return [line.replace("sudo ", "") for line in lines[start + 1 : end]]
+
+
+def test_the_state_disk_restores_from_a_snapshot_by_the_documented_runbook(installed, tmp_path: Path) -> None:
+    """docs/stacks.md's restore, its on-controller commands run as written: a copy of the live state disk taken after
+    one held job and one accounting change (a snapshot: nothing stopped, the page cache flushed), then a second job
+    and change, then the copy attached as `state-restore` and the runbook run.  The controller comes back with the
+    queue, the accounts and the autoscaler's store of the snapshot: the first job and account, not the second,
+    slurmctld and slurmdbd agreeing on the next job ID, and the daemon running again."""
+    booted, name, _ = installed
+    ctl = booted.vm(name)
+    steps = restore_runbook()
+    assert steps[0].startswith("systemctl stop gpu-fleet-autoscaler") and "rsync" in "\n".join(steps)
+
+    def held_job() -> int:
+        out = ctl.run(["sbatch", "--hold", "-p", "mega", "-D", "/tmp", "-o", "/dev/null", "--wrap", "true"])
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout.split()[-1])
+
+    def saved_at() -> str:
+        return ctl.run(["stat", "-c", "%y", "/var/spool/slurmctld/job_state"]).stdout  # "": not saved yet
+
+    state = saved_at()
+    kept = held_job()
+    ctl.run(["sacctmgr", "-i", "add", "account", "before-snapshot", f"cluster={CLUSTER}"], check=True)
+    assert poll_until(lambda: saved_at() != state, 30, 0.5), "slurmctld did not save the job state"
+    ctl.run(["sync"], check=True)
+    disk = booted.cloud.persistent_disk(booted.declared.vms[name].disks[STATE_DISK_DEVICE])
+    snapshot = tmp_path / "snapshot.img"
+    subprocess.run(["cp", "--sparse=always", str(disk), str(snapshot)], check=True)
+    lost = held_job()
+    ctl.run(["sacctmgr", "-i", "add", "account", "after-snapshot", f"cluster={CLUSTER}"], check=True)
+
+    ctl.attach_live("state-restore", snapshot)
+    run = ctl.sh("set -e\n" + "\n".join(steps), timeout=300)
+    ctl.detach_live("state-restore")
+    assert run.returncode == 0, f"{run.stdout}{run.stderr}\n{booted.explain(name)}"
+
+    assert poll_until(lambda: "is UP" in ctl.run(["scontrol", "ping"]).stdout, 60, 1), booted.explain(name)
+    queue = ctl.run(["squeue", "-h", "-o", "%i"], check=True).stdout.split()
+    assert str(kept) in queue and str(lost) not in queue, queue
+    accounts = ctl.run(["sacctmgr", "-n", "-P", "show", "account", "format=account"], check=True).stdout.split()
+    assert "before-snapshot" in accounts and "after-snapshot" not in accounts, accounts
+    assert held_job() == lost  # the counter of the snapshot: the ID the lost job had, which nothing remembers
+    assert ctl.run(["systemctl", "is-active", "gpu-fleet-autoscaler"]).returncode == 0, booted.explain(name)
+    status = ["runuser", "-u", "slurm", "--", f"{VENV}/fleet", "autoscaler", "status", "--config", CONFIG]
+    assert isinstance(json.loads(ctl.run(status, check=True).stdout), dict)

@@ -189,6 +189,21 @@ class Vm:
             raise RuntimeError(f"{self.name}: losetup {image}: {proc.stderr.strip()}")
         self.persistent[device_name] = proc.stdout.strip()
 
+    def attach_live(self, device_name: str, image: Path) -> None:
+        """`gcloud compute instances attach-disk --device-name`: `image` appears in the running VM as
+        /dev/disk/by-id/google-<device_name> (its loop device is detached with the VM's)."""
+        self.attach_persistent(device_name, image)
+        rdev = os.stat(self.persistent[device_name]).st_rdev
+        node = f"/dev/fb-{device_name}"
+        self.run(["sh", "-c", f"mknod -m 0660 {node} b {os.major(rdev)} {os.minor(rdev)} && mkdir -p /dev/disk/by-id"
+                  f" && ln -s ../../fb-{device_name} /dev/disk/by-id/google-{device_name}"], check=True)  # fmt: skip
+
+    def detach_live(self, device_name: str) -> None:
+        """`gcloud compute instances detach-disk`: the device leaves the running VM (unmounted first by the caller)."""
+        self.run(["rm", "-f", f"/dev/disk/by-id/google-{device_name}", f"/dev/fb-{device_name}"], check=True)
+        loop = self.persistent.pop(device_name)
+        subprocess.run(["losetup", "-d", loop], capture_output=True, timeout=30)
+
     # --- lifecycle ---
 
     def boot(self, timeout: float = 20) -> None:

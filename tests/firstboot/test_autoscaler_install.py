@@ -33,7 +33,7 @@ from tests.firstboot.cloud import FirstBootCloud
 from tests.firstboot.conftest import CLUSTER, STACK, Booted, in_ci, slurm_variant, synthesized
 from tests.firstboot.mirror import REPO_URL, Mirror, MirrorUnavailable, head_commit, wheelhouse
 from tests.firstboot.stubs import stub_image
-from tests.firstboot.units import exposure, unit_complaints, written_units
+from tests.firstboot.units import exposure, require_systemd_analyze, unit_complaints, written_units
 from tests.harness.slurm import poll_until
 
 pytestmark = pytest.mark.slow
@@ -139,6 +139,7 @@ def test_the_daemons_unit_is_as_systemd_reads_it_and_keeps_its_hardening(install
     """The unit the checkout ships, as the controller's systemd reads it: no key it ignores (a misspelt hardening
     line would simply not apply), and `systemd-analyze security`'s exposure stays "OK" (1.7 when measured; it
     was never measured before the forty-first round): a hardening line dropped or misspelt raises it."""
+    require_systemd_analyze()
     booted, name, _ = installed
     ctl = booted.vm(name)
     assert not unit_complaints(ctl), unit_complaints(ctl)

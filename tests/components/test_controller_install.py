@@ -10,7 +10,6 @@ daemon from it."""
 
 from __future__ import annotations
 
-import ast
 import importlib.metadata
 import importlib.util
 import re
@@ -26,6 +25,7 @@ from packaging.utils import canonicalize_name
 
 from components.gcp.startup import AUTOSCALER_LOCK
 from fleet.cli.main import PROJECT_PACKAGES
+from tests.components.imports import imported_names
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTROLLER_IN = ROOT / "deploy/controller.in"
@@ -77,20 +77,6 @@ def _module_file(name: str) -> Path | None:
     return None
 
 
-def _imported_names(path: Path, module: str) -> set[str]:
-    """Every module name an import statement anywhere in `path` names (`from a import b`: a and a.b)."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            parts = package.split(".")[: len(package.split(".")) - (node.level - 1)] if node.level else []
-            base = ".".join([*parts, *([node.module] if node.module else [])])
-            names |= {base, *(f"{base}.{alias.name}" for alias in node.names)}
-    return names
-
-
 def import_closure(entries: tuple[str, ...]) -> dict[str, str]:
     """Third-party module name -> the project module that imports it, over every project module `entries` reach
     through any import statement (function-level ones included: a lazy import still runs on the controller)."""
@@ -104,7 +90,7 @@ def import_closure(entries: tuple[str, ...]) -> dict[str, str]:
             continue
         seen.add(module)
         todo += [".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 1)]  # its packages
-        for name in _imported_names(path, module):
+        for name in imported_names(path):
             top = name.split(".")[0]
             if top in PROJECT_PACKAGES:
                 todo.append(name)

@@ -25,6 +25,7 @@ from tests.firstboot.declared import Declared, declared
 from tests.firstboot.image import image_packages
 from tests.firstboot.rootfs import RootfsError
 from tests.firstboot.stubs import stub_image
+from tests.firstboot.vm import Vm
 from tests.slurm_compat.noble import NobleUnavailable
 
 HERE = Path(__file__).parent
@@ -138,6 +139,12 @@ class Booted:
         for unit_log in sorted((vm.upper / "var/log/fb-units").glob("*.log")):
             parts.append(f"--- {unit_log.name}\n" + unit_log.read_text()[-1500:])
         return "\n".join(parts)
+
+
+def held_job(vm: Vm) -> int:
+    """Submit a held one-node job to the test stack's `mega` partition from `vm` (a controller); its job ID."""
+    out = vm.run(["sbatch", "--hold", "-p", "mega", "-D", "/tmp", "-o", "/dev/null", "--wrap", "true"], check=True)
+    return int(out.stdout.split()[-1])
 
 
 def boot(cloud: FirstBootCloud, booted: Booted, names: list[str]) -> None:

@@ -30,7 +30,7 @@ from components.gcp.startup import (
     VENV_LOCK_SUM,
 )
 from tests.firstboot.cloud import FirstBootCloud
-from tests.firstboot.conftest import CLUSTER, STACK, Booted, in_ci, slurm_variant, synthesized
+from tests.firstboot.conftest import CLUSTER, STACK, Booted, held_job, in_ci, slurm_variant, synthesized
 from tests.firstboot.mirror import REPO_URL, Mirror, MirrorUnavailable, head_commit, wheelhouse
 from tests.firstboot.stubs import stub_image
 from tests.firstboot.units import exposure, require_systemd_analyze, unit_complaints, written_units
@@ -188,29 +188,24 @@ def test_the_state_disk_restores_from_a_snapshot_by_the_documented_runbook(insta
     one held job and one accounting change (a snapshot: nothing stopped, the page cache flushed), then a second job
     and change, then the copy attached as `state-restore` and the runbook run.  The controller comes back with the
     queue, the accounts and the autoscaler's store of the snapshot: the first job and account, not the second,
-    slurmctld and slurmdbd agreeing on the next job ID, and the daemon running again."""
+    the next job ID the snapshot's counter, and the daemon running again."""
     booted, name, _ = installed
     ctl = booted.vm(name)
     steps = restore_runbook()
     assert steps[0].startswith("systemctl stop gpu-fleet-autoscaler") and "rsync" in "\n".join(steps)
 
-    def held_job() -> int:
-        out = ctl.run(["sbatch", "--hold", "-p", "mega", "-D", "/tmp", "-o", "/dev/null", "--wrap", "true"])
-        assert out.returncode == 0, out.stderr
-        return int(out.stdout.split()[-1])
-
     def saved_at() -> str:
         return ctl.run(["stat", "-c", "%y", "/var/spool/slurmctld/job_state"]).stdout  # "": not saved yet
 
     state = saved_at()
-    kept = held_job()
+    kept = held_job(ctl)
     ctl.run(["sacctmgr", "-i", "add", "account", "before-snapshot", f"cluster={CLUSTER}"], check=True)
     assert poll_until(lambda: saved_at() != state, 30, 0.5), "slurmctld did not save the job state"
     ctl.run(["sync"], check=True)
     disk = booted.cloud.persistent_disk(booted.declared.vms[name].disks[STATE_DISK_DEVICE])
     snapshot = tmp_path / "snapshot.img"
     subprocess.run(["cp", "--sparse=always", str(disk), str(snapshot)], check=True)
-    lost = held_job()
+    lost = held_job(ctl)
     ctl.run(["sacctmgr", "-i", "add", "account", "after-snapshot", f"cluster={CLUSTER}"], check=True)
 
     ctl.attach_live("state-restore", snapshot)
@@ -223,7 +218,7 @@ def test_the_state_disk_restores_from_a_snapshot_by_the_documented_runbook(insta
     assert str(kept) in queue and str(lost) not in queue, queue
     accounts = ctl.run(["sacctmgr", "-n", "-P", "show", "account", "format=account"], check=True).stdout.split()
     assert "before-snapshot" in accounts and "after-snapshot" not in accounts, accounts
-    assert held_job() == lost  # the counter of the snapshot: the ID the lost job had, which nothing remembers
+    assert held_job(ctl) == lost  # the counter of the snapshot: the ID the lost job had, which nothing remembers
     assert ctl.run(["systemctl", "is-active", "gpu-fleet-autoscaler"]).returncode == 0, booted.explain(name)
     status = ["runuser", "-u", "slurm", "--", f"{VENV}/fleet", "autoscaler", "status", "--config", CONFIG]
     assert isinstance(json.loads(ctl.run(status, check=True).stdout), dict)

@@ -55,7 +55,16 @@ import pytest
 from components.gcp.startup import JWT_KEY_PATH, NVIDIA_CONTAINER_TOOLKIT_PACKAGES
 from fleet.catalog import load_catalog
 from tests.firstboot import os_image
-from tests.firstboot.conftest import CLUSTER, MOUNT_STACK, STACK, Booted, boot, synthesized, with_accounting
+from tests.firstboot.conftest import (
+    CLUSTER,
+    MOUNT_STACK,
+    STACK,
+    Booted,
+    boot,
+    held_job,
+    synthesized,
+    with_accounting,
+)
 from tests.firstboot.stubs import LOG as STUB_LOG
 from tests.firstboot.units import require_systemd_analyze, unit_complaints, written_units
 
@@ -451,11 +460,6 @@ def state_boot(root_image, tmp_path_factory):
         yield booted
 
 
-def _held_job(ctl) -> int:
-    out = ctl.run(["sbatch", "--hold", "-p", "mega", "-D", "/tmp", "-o", "/dev/null", "--wrap", "true"], check=True)
-    return int(out.stdout.split()[-1])
-
-
 def test_the_controller_s_queue_and_the_autoscaler_s_store_survive_a_new_controller(state_boot):
     """What `pulumi up` does when it replaces the controller (a new boot disk): the queue, the job-ID counter and the
     autoscaler's store are on the state disk, which the new VM mounts again instead of starting empty.  Re-running
@@ -468,7 +472,7 @@ def test_the_controller_s_queue_and_the_autoscaler_s_store_survive_a_new_control
     assert "is blank: formatting it" in first.stderr, booted.explain(name)
     assert ctl.run(["systemctl", "is-active", "slurmdbd"]).returncode != 0  # deployed without accounting
     assert ctl.run(["findmnt", "-n", "-o", "SOURCE", "/var/spool/slurmctld"]).returncode == 0
-    job = _held_job(ctl)
+    job = held_job(ctl)
     ctl.run(["bash", "-c", "mkdir -p /var/lib/gpu-fleet && echo daemon-state > /var/lib/gpu-fleet/marker"], check=True)
 
     # the upgrade: the stack's new script (accounting on, the default) re-run on the live controller
@@ -498,7 +502,7 @@ def test_the_controller_s_queue_and_the_autoscaler_s_store_survive_a_new_control
     assert "is UP" in ping.stdout, f"{ping.stdout}{ping.stderr}\n{booted.explain(name)}"
     queued = new.run(["squeue", "-h", "-j", str(job), "-o", "%i %T"])
     assert queued.stdout.split() == [str(job), "PENDING"], f"{queued.stdout}{queued.stderr}\n{booted.explain(name)}"
-    assert _held_job(new) > job  # the job-ID counter goes on
+    assert held_job(new) > job  # the job-ID counter goes on
     assert new.read("/var/lib/gpu-fleet/marker") == "daemon-state\n"
     accounts = new.run(["sacctmgr", "-n", "-P", "show", "account", "format=account"], check=True).stdout.split()
     assert "research" in accounts, f"{accounts}\n{booted.explain(name)}"

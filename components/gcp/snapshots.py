@@ -7,25 +7,18 @@ every job record.  A snapshot schedule keeps crash-consistent copies (InnoDB and
 from a crash-consistent image as from a power cut), incremental after the first, for `keep_days`; they are kept
 when the disk itself is deleted (`KEEP_AUTO_SNAPSHOTS`), which is when they matter most.
 
-GCE's rules, checked here so that `pulumi up` is never the first to say so (cloud.google.com/compute/docs/disks/
-scheduled-snapshots; pulumi-gcp `ResourcePolicySnapshotSchedulePolicy...Args`): a schedule starts on the hour,
-in UTC; a daily one in one of the 4-hour windows 00:00, 04:00, ... 20:00 with `days_in_cycle` 1; an hourly one
-every `hours_in_cycle` hours; a disk carries one snapshot schedule at a time.
+A schedule GCE would refuse is refused here first (`fleet.input.snapshot_schedule`, the rules the fleet spec
+checks too); a disk carries one snapshot schedule at a time.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_gcp as gcp
 
-#: where a daily schedule may start (UTC): GCE's 4-hour windows
-DAILY_START_HOURS = (0, 4, 8, 12, 16, 20)
-#: gpu-fleet's own upper bound on retention (ten years), so a typo is refused before `pulumi up`
-MAX_KEEP_DAYS = 3650
-_ON_THE_HOUR = re.compile(r"(?P<hour>[01]\d|2[0-3]):00")
+from fleet.input.snapshot_schedule import schedule_error
 
 
 @dataclass(frozen=True)
@@ -37,16 +30,8 @@ class SnapshotSchedule:
     keep_days: int = 14
 
     def __post_init__(self) -> None:
-        if not 1 <= self.interval_hours <= 24:
-            raise ValueError(f"interval_hours: 1-23 (hourly) or 24 (daily), got {self.interval_hours}")
-        on_the_hour = _ON_THE_HOUR.fullmatch(self.start_time)
-        if not on_the_hour:
-            raise ValueError(f"start_time: a snapshot schedule starts on the hour, UTC (HH:00): {self.start_time!r}")
-        if self.interval_hours == 24 and int(on_the_hour["hour"]) not in DAILY_START_HOURS:
-            windows = ", ".join(f"{h:02d}:00" for h in DAILY_START_HOURS)
-            raise ValueError(f"start_time: a daily schedule starts at one of {windows} UTC, got {self.start_time!r}")
-        if not 1 <= self.keep_days <= MAX_KEEP_DAYS:
-            raise ValueError(f"keep_days: 1-{MAX_KEEP_DAYS}, got {self.keep_days}")
+        if error := schedule_error(self.interval_hours, self.start_time, self.keep_days):
+            raise ValueError(error)
 
 
 def snapshot_schedule_policy(

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fleet.catalog import CapacityType
+from fleet.input import snapshot_schedule as snapshots
 from fleet.input.policy import PolicyMapping
 from fleet.input.types import (
     STRICT,
@@ -168,21 +169,21 @@ class StateSnapshotsSpec(_Spec):
     """Scheduled snapshots of the controller's state disk (slurmctld's state, the accounting database, the
     autoscaler's store): a GCE snapshot schedule, kept when the disk is deleted (components/gcp/snapshots.py)."""
 
-    interval_hours: int = Field(24, ge=1, le=24, description="hours between snapshots: 24 (daily) or 1-23 (hourly)")
+    interval_hours: int = Field(
+        24, ge=1, le=snapshots.MAX_INTERVAL_HOURS, description="hours between snapshots: 24 (daily) or 1-23 (hourly)"
+    )
     start_time: str = Field(
         "04:00",
-        pattern=r"^([01][0-9]|2[0-3]):00$",
+        pattern=snapshots.START_TIME_PATTERN,
         description="UTC, on the hour; a daily schedule starts at 00:00, 04:00, 08:00, 12:00, 16:00 or 20:00",
     )
-    keep_days: int = Field(14, ge=1, le=3650, description="days each snapshot is kept")
+    keep_days: int = Field(14, ge=1, le=snapshots.MAX_KEEP_DAYS, description="days each snapshot is kept")
 
     @model_validator(mode="after")
-    def _daily_window(self) -> StateSnapshotsSpec:
-        if self.interval_hours == 24 and int(self.start_time[:2]) % 4:
-            raise ValueError(
-                f"start_time: a daily snapshot schedule starts at 00:00, 04:00, 08:00, 12:00, 16:00 or 20:00 UTC"
-                f" (GCE's windows), got {self.start_time!r}"
-            )
+    def _gce_accepts_it(self) -> StateSnapshotsSpec:
+        """The rule across fields (a daily schedule's window), as the component checks it."""
+        if error := snapshots.schedule_error(self.interval_hours, self.start_time, self.keep_days):
+            raise ValueError(error)
         return self
 
 

@@ -217,7 +217,11 @@ def test_an_hourly_schedule_or_none(declare):
 @pytest.mark.parametrize(
     ("schedule", "error"),
     [
-        (dict(start_time="03:00"), "start_time: a daily schedule starts at one of 00:00, 04:00"),
+        (
+            dict(start_time="03:00"),
+            "start_time: a daily snapshot schedule starts at 00:00, 04:00, 08:00, 12:00, 16:00 or 20:00 UTC (GCE's"
+            " windows), got '03:00'",
+        ),
         (dict(start_time="04:30"), "start_time: a snapshot schedule starts on the hour"),
         (dict(interval_hours=0), "interval_hours: 1-23 (hourly) or 24 (daily), got 0"),
         (dict(keep_days=0), "keep_days: 1-3650, got 0"),

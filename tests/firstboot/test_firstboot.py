@@ -192,6 +192,10 @@ def test_slurmrestd_answers_a_jwt_on_loopback_and_does_not_run_as_root(cluster):
     assert anonymous.stdout != "200"
 
 
+#: slurmdbd's log line for a client that closed its persistent connection abruptly
+_CLIENT_HANG_UP = re.compile(r"error: _conn_readable: persistent connection for fd \d+ experienced error\[104\]")
+
+
 def test_the_controller_keeps_job_accounting_in_a_database_only_slurmdbd_can_reach(cluster):
     """slurmdbd, started before slurmctld as slurm-gcp starts it, with the cluster registered in its database; the
     database (MariaDB) is on the state disk, listens on no TCP port and lets in the OS user slurm alone: no password
@@ -210,7 +214,11 @@ def test_the_controller_keeps_job_accounting_in_a_database_only_slurmdbd_can_rea
     as_mallory = ctl.run(["mariadb", "-u", "slurm", "-e", "SELECT 1"], user="mallory")
     assert as_mallory.returncode != 0 and "Access denied" in as_mallory.stderr, as_mallory
     log = ctl.read("/var/log/slurm/slurmdbd.log")
-    assert "not recommended" not in log and "error" not in log.lower(), log[-2000:]
+    # slurmdbd logs a client that dropped its connection (seen once in CI under load; the log does not name the
+    # client) as an error too: the client's event, not the set-up this checks, so that one line is let through
+    errors = [line for line in log.splitlines() if "error" in line.lower() and not _CLIENT_HANG_UP.search(line)]
+    context = f"{log[-2000:]}\n--- slurmctld.log ---\n{ctl.read('/var/log/slurm/slurmctld.log')[-2000:]}"
+    assert "not recommended" not in log and not errors, context
 
 
 def test_a_finished_job_is_in_sacct_with_its_gpus_also_from_the_login_vm(cluster):

@@ -73,11 +73,10 @@ STATE_BINDS = (
 ACCOUNTING_BIND = StateBind("mysql", MARIADB_DATA_DIR, "0700", "mysql", "mariadb")
 AUTOSCALER_LOCK = "deploy/controller-requirements.txt"  # hash-pinned dependencies, in the repo at the commit
 VENV_LOCK_SUM = ".venv/.gpu-fleet-lock.sha256"  # the sha256 of the lock the controller's venv was built from
-# the controller's `fleet`: the pinned checkout's CLI, found through the venv's gpu-fleet.pth (-P: never the cwd)
-FLEET_WRAPPER = f"""#!/bin/sh
-# gpu-fleet's CLI on the controller: the pinned checkout {AUTOSCALER_HOME}, on this venv's path (gpu-fleet.pth)
-exec {AUTOSCALER_HOME}/.venv/bin/python -P -m fleet.cli.main "$@"
-"""
+#: the daemon's venv in a checkout, built the same way on the controller and in the autoscaler image
+#: (deploy/autoscaler.Dockerfile); the controller's copy is the stack's, written by `autoscaler_install`
+INSTALL_VENV_SOURCE = Path(__file__).resolve().parents[2] / "deploy" / "install-venv.sh"
+INSTALL_VENV = "/usr/local/sbin/gpu-fleet-install-venv"
 GUARD = "/usr/local/sbin/gpu-fleet-metadata-guard"
 WAIT_DEVICES = "/usr/local/sbin/gpu-fleet-wait-devices"
 PROLOG = "/etc/slurm/gpu-fleet-prolog.sh"  # == fleet.slurm.conf.PROLOG
@@ -1074,10 +1073,9 @@ def autoscaler_install(source: str | None, ref: str | None) -> list[str]:
     The commit is fetched by its hash (or the tag, then checked against the hash), checked out
     detached and verified.  The venv holds the daemon's dependencies alone, from the repository's hash-pinned lock
     (`pip install --require-hashes`; deploy/controller.in: no Pulumi, no matplotlib), rebuilt from scratch whenever
-    the lock changes (its sha256 is kept in the venv), so a package a later lock dropped does not linger.
-    gpu-fleet itself is not installed into it: the verified checkout is on the venv's path (`gpu-fleet.pth`),
-    compiled once by root, and `.venv/bin/fleet` runs its CLI; `pip check` then checks the lock alone (an installed
-    gpu-fleet would declare the stacks' dependencies the controller does not have).
+    the lock changes, with the daemon stopped first.  gpu-fleet itself is not installed into it: the verified
+    checkout is on the venv's path, compiled once by root, and `.venv/bin/fleet` runs its CLI.  That step is
+    deploy/install-venv.sh (written from the stack's copy), which the autoscaler image's build runs too.
     slurm.conf's ResumeProgram/SuspendProgram are deploy/slurm's wrappers (`hook_lines`, written before slurmctld
     starts), which run this checkout's hook; they and the
     daemon share the SQLite state in /var/lib/gpu-fleet, so that directory belongs to SlurmUser."""
@@ -1104,17 +1102,10 @@ def autoscaler_install(source: str | None, ref: str | None) -> list[str]:
     lines += [
         f"[ -f {home}/pyproject.toml ]"
         f' || die "{home} missing: set clusters[].slurm.autoscaler.source or bake it into the image"',
-        f"lock_sum=$(sha256sum {home}/{AUTOSCALER_LOCK} | cut -d' ' -f1)",
-        f'if [ "$(cat {home}/{VENV_LOCK_SUM} 2>/dev/null)" != "$lock_sum" ]; then',
-        "  systemctl stop gpu-fleet-autoscaler 2>/dev/null || true",
-        f"  rm -rf {home}/.venv && python3 -m venv {home}/.venv",
-        f"  {home}/.venv/bin/pip install --quiet --require-hashes --no-deps -r {home}/{AUTOSCALER_LOCK}",
-        f'  echo "$lock_sum" > {home}/{VENV_LOCK_SUM}',
-        "fi",
-        f"site=$({home}/.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')",
-        f'echo {home} > "$site/gpu-fleet.pth"',
-        f"{home}/.venv/bin/python -m compileall -q {home}/autoscaler {home}/fleet >/dev/null",
-        _file(f"{home}/.venv/bin/fleet", FLEET_WRAPPER, mode="0755"),
+        _file(INSTALL_VENV, INSTALL_VENV_SOURCE.read_text(), mode="0755"),
+        # a venv about to be rebuilt (a new lock) is not one the daemon may be running from
+        f"{INSTALL_VENV} --current {home} || systemctl stop gpu-fleet-autoscaler 2>/dev/null || true",
+        f'{INSTALL_VENV} {home} || die "gpu-fleet: the venv of {home} could not be built from {AUTOSCALER_LOCK}"',
         f"install -d -o slurm -g slurm -m 0750 {state}",
         "install -d -m 0755 /etc/gpu-fleet",
         f"attr {md.INVENTORY} > /etc/gpu-fleet/inventory.json",

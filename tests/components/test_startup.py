@@ -20,11 +20,12 @@ from components.gcp.startup import (
     AUTOSCALER_LOCK,
     AUTOSCALER_STATE_DIR,
     CHECKPOINTS_MOTD,
-    FLEET_WRAPPER,
     GCSFUSE_CONFIG,
     GCSFUSE_UNIT,
     GCSFUSE_VERSION,
     GUARD,
+    INSTALL_VENV,
+    INSTALL_VENV_SOURCE,
     JWT_KEY_PATH,
     MARIADB_CONF,
     MARIADB_DATA_DIR,
@@ -258,24 +259,17 @@ def test_the_autoscaler_is_installed_at_a_pinned_commit_with_hash_checked_depend
     lines = "\n".join(autoscaler_install("https://example.com/f.git", f"v1.2.0@{SHA}"))
     assert "fetch --quiet --depth 1 origin -- refs/tags/v1.2.0" in lines
     assert f'[ "$(git -C /opt/gpu-fleet rev-parse FETCH_HEAD^{{commit}})" = {SHA} ]' in lines
-    assert "--require-hashes --no-deps -r /opt/gpu-fleet/deploy/controller-requirements.txt" in lines
-    assert "pip install --quiet --no-deps --no-build-isolation" not in lines  # the checkout runs, on the path
-    assert 'echo /opt/gpu-fleet > "$site/gpu-fleet.pth"' in lines and FLEET_WRAPPER in lines
+    # the venv step is deploy/install-venv.sh as the stack has it, written and run (the image's build runs it too)
+    assert INSTALL_VENV_SOURCE.read_text().rstrip("\n") in lines
+    assert f"{INSTALL_VENV} /opt/gpu-fleet || die" in lines
     assert not re.search(r"(fetch|checkout)[^\n]*\bmain\b", lines)  # never a branch
     for bad in ("main", "v1.2.0", "a" * 39, f"-x@{SHA}", f"{SHA}\n"):
         with pytest.raises(ValueError, match="pinned"):
             autoscaler_install("https://example.com/f.git", bad)
 
 
-def test_the_controllers_venv_is_rebuilt_from_scratch_when_the_lock_changes_and_left_when_it_does_not(tmp_path):
-    """The venv step of the install, run twice with one lock and once with another: pip runs for the first and the
-    changed lock only, each time into a new venv (a package the new lock dropped does not linger), with the daemon
-    stopped first; the checkout goes on the venv's path and `fleet` runs its CLI every time."""
-    home = tmp_path / "opt/gpu-fleet"
-    (home / "deploy").mkdir(parents=True)
-    lock = home / AUTOSCALER_LOCK
-    lock.write_text("apscheduler==3.11.0 \\\n    --hash=sha256:" + "0" * 64 + "\n")
-    log = tmp_path / "calls.log"
+def _fake_python(tmp_path: Path, log: Path) -> dict[str, str]:
+    """`python3` for deploy/install-venv.sh: `-m venv DIR` makes a venv whose pip and python log their calls."""
     venv_python = (
         f'#!/bin/bash\ncase "$*" in *sysconfig*) echo "$(dirname "$0")/../site";; esac\necho "python $*" >> {log}\n'
     )
@@ -284,15 +278,29 @@ def test_the_controllers_venv_is_rebuilt_from_scratch_when_the_lock_changes_and_
         f'printf \'#!/bin/bash\\necho "pip $*" >> {log}\\n\' > "$3/bin/pip"\n'
         f'cat > "$3/bin/python" <<\'EOF\'\n{venv_python}EOF\nchmod +x "$3/bin/pip" "$3/bin/python"'
     )
+    return {"python3": python3}
+
+
+def test_the_controllers_venv_is_rebuilt_from_scratch_when_the_lock_changes_and_left_when_it_does_not(tmp_path):
+    """The install's venv step, as the controller's script runs it (deploy/install-venv.sh, written and run), twice
+    with one lock and once with another: pip runs for the first and the changed lock only, each time into a new
+    venv (a package the new lock dropped does not linger), with the daemon stopped first; the checkout goes on the
+    venv's path and `fleet` runs its CLI every time."""
+    home = tmp_path / "opt/gpu-fleet"
+    (home / "deploy").mkdir(parents=True)
+    lock = home / AUTOSCALER_LOCK
+    lock.write_text("apscheduler==3.11.0 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+    log = tmp_path / "calls.log"
     lines = autoscaler_install(None, None)
-    step = "\n".join(lines[lines.index(next(ln for ln in lines if ln.startswith("lock_sum="))) :][:11])
-    assert step.rstrip().endswith("chmod 0755 /opt/gpu-fleet/.venv/bin/fleet"), step
+    first_line = next(i for i, ln in enumerate(lines) if INSTALL_VENV in ln)
+    step = "\n".join(lines[first_line : first_line + 3])
+    assert step.endswith(f'{INSTALL_VENV} /opt/gpu-fleet || die "gpu-fleet: the venv of /opt/gpu-fleet could not '
+                         f'be built from {AUTOSCALER_LOCK}"'), step  # fmt: skip
+    stubs = {**_fake_python(tmp_path, log), "systemctl": f'echo "systemctl $*" >> {log}'}
 
     def run() -> list[str]:
         log.write_text("")
-        done = _run_rooted(
-            tmp_path, step, ("/opt/gpu-fleet/",), {"python3": python3, "systemctl": f'echo "systemctl $*" >> {log}'}, ""
-        )
+        done = _run_rooted(tmp_path, step, ("/opt/gpu-fleet", "/usr/local/sbin/"), stubs, "")
         assert done.returncode == 0, done.stderr
         return log.read_text().splitlines()
 
@@ -300,15 +308,34 @@ def test_the_controllers_venv_is_rebuilt_from_scratch_when_the_lock_changes_and_
     assert first[:3] == [
         "systemctl stop gpu-fleet-autoscaler",
         "venv",
-        f"pip install --quiet --require-hashes --no-deps -r {lock}",
+        f"pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r {lock}",
     ]
-    assert (home / ".venv/site/gpu-fleet.pth").read_text().strip() == "/opt/gpu-fleet"  # the controller's path
-    assert "python -m compileall" in first[-1] and (home / ".venv/bin/fleet").stat().st_mode & 0o111
+    assert (home / ".venv/site/gpu-fleet.pth").read_text().strip() == str(home)
+    assert "python -m compileall" in first[-1]
+    wrapper = home / ".venv/bin/fleet"
+    assert wrapper.stat().st_mode & 0o111
+    assert f'exec {home}/.venv/bin/python -P -m fleet.cli.main "$@"' in wrapper.read_text()
     (home / ".venv/site/stale-package").write_text("")
     assert not [c for c in run() if c.startswith(("pip", "venv", "systemctl"))]  # the same lock: nothing rebuilt
     lock.write_text(lock.read_text().replace("3.11.0", "3.11.1"))
     again = run()
     assert again[:3] == first[:3] and not (home / ".venv/site/stale-package").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "rc", "says"),
+    [
+        (["relative/path"], 2, "CHECKOUT must be an absolute path"),
+        ([], 2, "usage:"),
+        (["{tmp}/empty"], 1, "deploy/controller-requirements.txt missing: {tmp}/empty is not a gpu-fleet checkout"),
+    ],
+)
+def test_install_venv_refuses_what_is_not_a_checkout_and_builds_nothing(tmp_path, args, rc, says) -> None:
+    (tmp_path / "empty").mkdir()
+    argv = [a.format(tmp=tmp_path) for a in args]
+    done = subprocess.run(["sh", str(INSTALL_VENV_SOURCE), *argv], capture_output=True, text=True, check=False)
+    assert done.returncode == rc and says.format(tmp=tmp_path) in done.stderr, done.stderr
+    assert list((tmp_path / "empty").iterdir()) == []
 
 
 @pytest.mark.parametrize(

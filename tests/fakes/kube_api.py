@@ -35,6 +35,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import socket
 import threading
 import time
 import uuid
@@ -47,6 +48,7 @@ from urllib.parse import parse_qs, urlparse
 from kubernetes import client as k8s
 
 from fleet import schemas
+from tests.fakes.metadata import SocketServer
 
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
@@ -638,7 +640,9 @@ class FakeKube:
                 return 200, obj
         raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {parsed.path}")
 
-    def start(self) -> str:
+    def start(self, sock: socket.socket | None = None) -> str:
+        """Serve on 127.0.0.1 (an ephemeral port), or on `sock`, a socket bound elsewhere (a first-boot VM's
+        fabric: tests/firstboot/netns.py `Fabric.bind`)."""
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -695,7 +699,7 @@ class FakeKube:
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler) if sock is None else SocketServer(sock, Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         return self.url

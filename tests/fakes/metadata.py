@@ -224,7 +224,9 @@ def _handler(md: FakeMetadata) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-class _SocketServer(ThreadingHTTPServer):
+class SocketServer(ThreadingHTTPServer):
+    """An HTTP server on a socket bound by the caller (in another network namespace: a first-boot fabric)."""
+
     daemon_threads = True
 
     def __init__(self, sock: socket.socket, handler: type[BaseHTTPRequestHandler]) -> None:
@@ -237,6 +239,6 @@ class _SocketServer(ThreadingHTTPServer):
 
 
 def _serve(sock: socket.socket, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
-    server = _SocketServer(sock, handler)
+    server = SocketServer(sock, handler)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
     return server

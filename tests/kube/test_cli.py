@@ -17,13 +17,14 @@ from tests.kube.test_capi_e2e import NS, capi_pool
 runner = CliRunner()
 
 
-def write_config(tmp_path: Path, fake: FakeKube, **extra: object) -> None:
-    """autoscaler.yaml (+ its kubeconfig and inventory) for a daemon on `fake`'s Cluster API pool."""
+def write_config(tmp_path: Path, fake: FakeKube, seen_at: Path | None = None, **extra: object) -> None:
+    """autoscaler.yaml (+ its kubeconfig and inventory) for a daemon on `fake`'s Cluster API pool; `seen_at`: where
+    the daemon sees tmp_path (a container's mount of it), tmp_path itself by default."""
     (tmp_path / "kubeconfig").write_text(yaml.safe_dump(fake.kubeconfig()))
     (tmp_path / "inventory.json").write_text(json.dumps([capi_pool().model_dump(mode="json")]))
     cfg = {
         "inventory": "inventory.json",
-        "kubernetes": {"in_cluster": False, "kubeconfig": str(tmp_path / "kubeconfig"),
+        "kubernetes": {"in_cluster": False, "kubeconfig": str((seen_at or tmp_path) / "kubeconfig"),
                        "namespace": "gpu-fleet-system", "lease": {"name": LEASE}},
         "metrics": {"enabled": False},
         **extra,

@@ -298,7 +298,8 @@ def test_controller_installs_the_autoscaler_that_slurm_calls(a3mega):
     assert "git clone --quiet --no-checkout -- https://github.com/your-org/gpu-fleet.git /opt/gpu-fleet" in script
     assert f"fetch --quiet --depth 1 origin -- {sha}" in script and f"checkout --quiet --force --detach {sha}" in script
     assert f'[ "$(git -C /opt/gpu-fleet rev-parse HEAD)" = {sha} ] || die' in script  # checked on install
-    assert "origin main" not in script and "pip install --quiet --require-hashes --no-deps -r" in script
+    assert "origin main" not in script and "--require-hashes --no-deps -r" in script
+    assert "/usr/local/sbin/gpu-fleet-install-venv /opt/gpu-fleet || die" in script
     assert "install -d -o slurm -g slurm -m 0750 /var/lib/gpu-fleet" in script
     assert "systemctl restart gpu-fleet-autoscaler" in script
     # every file the controller takes from /opt/gpu-fleet is in this repository

@@ -9,8 +9,9 @@ dependencies alone: deploy/controller.in), puts the checkout on its path, create
 store as SlurmUser and starts `gpu-fleet-autoscaler` from the unit the checkout ships.  Until the fortieth round no
 test ran this step: the other first-boot controllers stop at it (no source, nothing baked).
 
-Not covered: GitHub and PyPI themselves, the unit's sandboxing other than MemoryDenyWriteExecute (the first-boot
-`systemctl` applies that key alone; `systemd-analyze` reads the others, tests/firstboot/units.py), and
+Not covered: GitHub and PyPI themselves, the unit's sandboxing other than MemoryDenyWriteExecute and
+SystemCallFilter (the first-boot `systemctl` applies those two alone, the filter on the Ubuntu image only;
+`systemd-analyze` reads the others, tests/firstboot/units.py), and
 any Compute call (nothing routes off the test network: the daemon's cloud calls fail, and it says so)."""
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from components.gcp.startup import (
 )
 from components.kubernetes.autoscaler import CONFIG_DIR, AutoscalerDeployment, manifests
 from tests.fakes.kube_api import FakeKube
+from tests.firstboot import os_image
 from tests.firstboot.cloud import FirstBootCloud
 from tests.firstboot.conftest import CLUSTER, STACK, Booted, held_job, in_ci, slurm_variant, synthesized
 from tests.firstboot.container_build import STAGE, BuildFailed, build
@@ -95,7 +97,11 @@ def test_the_controller_boot_completes_with_the_pinned_autoscaler_running(instal
     assert check.returncode == 0, check.stdout + check.stderr
     assert ctl.run(["systemctl", "is-active", "gpu-fleet-autoscaler"]).returncode == 0, booted.explain(name)
     # under the unit's MemoryDenyWriteExecute=yes, which the shim applies (the kernel's PR_SET_MDWE)
-    assert "MemoryDenyWriteExecute=yes (PR_SET_MDWE)" in ctl.read("/var/log/fb-units/gpu-fleet-autoscaler.log")
+    # and its SystemCallFilter=@system-service (seccomp): the daemon and the Slurm commands it runs live within it
+    unit_log = ctl.read("/var/log/fb-units/gpu-fleet-autoscaler.log")
+    assert "MemoryDenyWriteExecute=yes (PR_SET_MDWE)" in unit_log
+    if os_image.chosen().name == os_image.UBUNTU.name:  # Debian 12's stand-in has no systemd-analyze to expand it
+        assert re.search(r"SystemCallFilter=@system-service \(seccomp: \d{3} system calls", unit_log), unit_log
     processes = ctl.run(["ps", "-o", "user=,args=", "-e"], check=True).stdout.splitlines()
     daemon = [line.split()[0] for line in processes if "fleet.cli.main autoscaler run" in line]
     assert daemon == ["slurm"], processes
@@ -178,6 +184,36 @@ def test_the_shim_applies_memory_deny_write_execute_as_the_kernel_refuses_it(ins
         ctl.run(["systemctl", "start", unit], check=True)
         assert poll_until(lambda u=unit: ctl.run(["cat", f"/run/{u}.out"]).stdout.strip(), 30, 0.5)
         assert ctl.read(f"/run/{unit}.out").strip() == want, key
+
+
+def test_the_shim_applies_system_call_filter_as_the_kernel_enforces_it(installed) -> None:
+    """What makes the daemon's run under its unit's SystemCallFilter=@system-service mean something: a unit with
+    that filter, started by the same `systemctl`, is killed (SIGSYS) at a system call outside it (`acct`, in
+    @privileged); one without the filter gets the kernel's own refusal (EPERM: not root) and goes on."""
+    require_systemd_analyze()
+    booted, name, _ = installed
+    ctl = booted.vm(name)
+    probe = (
+        "import ctypes, sys\nprint('started', flush=True)\n"
+        "ctypes.CDLL(None, use_errno=True).acct(None)\nprint('returned', flush=True)\n"
+    )
+    runner = '#!/bin/sh\n/usr/local/bin/fb-acct-probe > "/tmp/$1.out"; echo $? > "/tmp/$1.rc"\n'
+    ctl.sh(f"cat > /usr/local/bin/fb-acct-probe <<'EOF'\n#!/usr/bin/python3\n{probe}EOF\n"
+           f"cat > /usr/local/bin/fb-acct-run <<'EOF'\n{runner}EOF\n"
+           "chmod 0755 /usr/local/bin/fb-acct-probe /usr/local/bin/fb-acct-run", check=True)  # fmt: skip
+    for filtered, want in ((True, ["started"]), (False, ["started", "returned"])):
+        unit = f"fb-acct-{'filtered' if filtered else 'open'}"
+        line = "SystemCallFilter=@system-service\\n" if filtered else ""
+        ctl.sh(
+            f"printf '[Service]\\nUser=nobody\\nGroup=nogroup\\nExecStart=/usr/local/bin/fb-acct-run {unit}\\n{line}'"
+            f" > /etc/systemd/system/{unit}.service",
+            check=True,
+        )
+        ctl.run(["systemctl", "start", unit], check=True)
+        done = poll_until(lambda u=unit: ctl.run(["cat", f"/tmp/{u}.rc"]).stdout.strip(), 30, 0.5)
+        assert done, ctl.read(f"/var/log/fb-units/{unit}.log")
+        assert ctl.read(f"/tmp/{unit}.out").split() == want, unit
+        assert ctl.read(f"/tmp/{unit}.rc").strip() == ("159" if filtered else "0"), unit  # 128 + SIGSYS (31)
 
 
 def restore_runbook() -> list[str]:

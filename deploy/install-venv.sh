@@ -13,6 +13,7 @@
 #   here, by whoever owns it (root), so the daemon, running as another user, never writes bytecode; `pip check`
 #   then checks the lock alone (an installed gpu-fleet would declare the stacks' dependencies).
 # - CHECKOUT/.venv/bin/fleet runs the checkout's CLI (`python -P`: never the working directory on the path).
+# - The venv's Python is `python3` on PATH, or $PYTHON.
 set -eu
 
 current=false

@@ -72,7 +72,7 @@ STATE_BINDS = (
 )
 ACCOUNTING_BIND = StateBind("mysql", MARIADB_DATA_DIR, "0700", "mysql", "mariadb")
 AUTOSCALER_LOCK = "deploy/controller-requirements.txt"  # hash-pinned dependencies, in the repo at the commit
-VENV_LOCK_SUM = ".venv/.gpu-fleet-lock.sha256"  # the sha256 of the lock the controller's venv was built from
+VENV_LOCK_SUM = ".venv/.gpu-fleet-lock.sha256"  # where deploy/install-venv.sh keeps the sha256 of the venv's lock
 #: the daemon's venv in a checkout, built the same way on the controller and in the autoscaler image
 #: (deploy/autoscaler.Dockerfile); the controller's copy is the stack's, written by `autoscaler_install`
 INSTALL_VENV_SOURCE = Path(__file__).resolve().parents[2] / "deploy" / "install-venv.sh"

@@ -3,9 +3,12 @@
 A GPU VM's metadata server answers `instance/attributes/physical_host` with `/CLUSTER/BLOCK/HOST`
 (the same value slurm-gcp reads as `resourceStatus.physicalHost`).  Each compute node's startup
 script (root) publishes it to slurmctld as its node comment (`physical_host=/c/b/h`); the controller's
-`gpu-fleet-topology` timer runs `python -m fleet.slurm.topology` to rebuild the file from
-`sinfo --json` (every node is in a partition; Slurm 22.05's scontrol has no --json) and
-`scontrol reconfigure`s only when it changed.
+`gpu-fleet-topology` timer runs `python -m fleet.slurm.topology` to rebuild the file from the nodes' JSON and
+`scontrol reconfigure`s only when it changed.  It runs every 30 s as a new process, so it keeps no memory of which
+command answers: it asks `scontrol show nodes --json` first (one call on 23.02+, the images' 23.11), and
+`sinfo --json` when scontrol refuses `--json` (22.05, which refuses it before asking slurmctld anything).  Until the
+forty-second round it asked sinfo first, so each run on 23.11 asked slurmctld twice, once for a grouped view it
+then dropped.
 
 **One tree per pool, no common root.**  Slurm documents that "jobs can only span nodes connected by the same
 switch fabric" (topology.conf(5)), so a job never gets nodes of two pools: a gang stays in one placement policy,
@@ -42,7 +45,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from fleet.slurm.nodes_json import NodeSource, per_node
+from fleet.slurm.nodes_json import SCONTROL, NodeSource, per_node
 
 COMMENT_KEY = "physical_host="
 _SAFE = re.compile(r"[^A-Za-z0-9_-]+")
@@ -202,7 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         return shown.stdout
 
     try:  # one object per node whatever the release (sinfo --json groups them from 23.02 on)
-        nodes = NodeSource().read(run)
+        try:
+            nodes = NodeSource(SCONTROL).read(run)
+        except RuntimeError:  # 22.05's scontrol has no --json (or slurmctld is down: sinfo then fails too)
+            nodes = NodeSource().read(run)
     except (RuntimeError, ValueError) as exc:
         print(f"gpu-fleet-topology: {exc}", file=sys.stderr)
         return 1

@@ -149,6 +149,24 @@ def test_a_power_up_slurmctld_asks_for_reaches_the_daemons_store_through_the_ins
     assert "tick failed" in log and "iamcredentials.googleapis.com" in log and account in log, log[-3000:]
 
 
+def test_the_topology_timers_service_moves_a_placed_node_under_its_block_in_slurmctlds_tree(installed) -> None:
+    """The controller's `gpu-fleet-topology.service`, as the script wrote it and from the venv the script built, run
+    once: a node that published its physical host (as a GPU node's script does) moves under its block's switch in
+    the tree slurmctld 23.11 then reports (`scontrol reconfigure`).  The timer's own schedule is not exercised."""
+    booted, name, _ = installed
+    ctl = booted.vm(name)
+    node = booted.declared.nodes(CLUSTER, "mega")[0].name
+    pool = node.rsplit("-", 1)[0]
+    ctl.run(["scontrol", "update", f"NodeName={node}", "Comment=physical_host=/c1/b7/h2"], check=True)
+    ctl.run(["systemctl", "start", "gpu-fleet-topology.service"], check=True)
+
+    def moved() -> bool:
+        return f"SwitchName=b-{pool}-c1-b7 " in ctl.run(["scontrol", "show", "topology"]).stdout
+
+    assert poll_until(moved, 60, 1), ctl.read("/var/log/fb-units/gpu-fleet-topology.log")[-2000:]
+    assert f"Nodes={node}" in ctl.read("/etc/slurm/topology.conf")
+
+
 def test_the_daemons_unit_is_as_systemd_reads_it_and_keeps_its_hardening(installed) -> None:
     """The unit the checkout ships, as the controller's systemd reads it: no key it ignores (a misspelt hardening
     line would simply not apply), and `systemd-analyze security`'s exposure stays "OK" (1.7 when measured; it

@@ -1,8 +1,9 @@
 """deploy/autoscaler.Dockerfile built on a booted first-boot VM, instruction by instruction, and its ENTRYPOINT run.
 
-No container engine can run on this machine, so a booted VM (Ubuntu 24.04's Python 3.12, its pip pointed at the
-lock's wheels: tests/firstboot/mirror.py) stands in for the base image, and each instruction is done as Docker's
-builder does it (tests/harness/dockerfile.py reads them and refuses any it does not know):
+No container engine can run on this machine, so a booted VM (Ubuntu 24.04's Python 3.12, or Debian 12's 3.11 under
+FLEET_FIRSTBOOT_OS=debian; its pip pointed at the lock's wheels: tests/firstboot/mirror.py) stands in for the base
+image, and each instruction is done as Docker's builder does it (tests/harness/dockerfile.py reads them and refuses
+any it does not know):
 
 - COPY: the path of the build context (this checkout's working tree, as `docker build .` sends it, less the
   `.dockerignore` names) to the image's path, owned by root;
@@ -49,8 +50,10 @@ class Image:
         steps = []
         for source, target in mounts.items():
             steps += [f"mkdir -p {shlex.quote(target)}", f"mount --bind {shlex.quote(source)} {shlex.quote(target)}"]
-        if read_only:
-            steps.append(f"mount -o remount,bind,ro {self.app_dir}")
+        for target in [self.app_dir] if read_only else []:
+            steps.append(f"mount -o remount,bind,ro {target}")
+        for target in (volumes or {}).values():  # a pod's ConfigMap volume: read-only
+            steps.append(f"mount -o remount,bind,ro {shlex.quote(target)}")
         mount = " && ".join(steps)
         values = {**(args or {}), **self.env}  # an ENV overrides an ARG of the same name, as in Docker
         env = ["env", "-i", f"PATH={PATH}", "HOME=/", *(f"{k}={v}" for k, v in values.items())]
@@ -63,7 +66,7 @@ class Image:
         self, *args: str, volumes: dict[str, str] | None = None, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
         """The ENTRYPOINT with `args` (a pod's `args`), as USER, the image's files read-only; `volumes`: a VM
-        directory -> where the container sees it (a pod's volumeMounts)."""
+        directory -> where the container sees it, read-only (a pod's ConfigMap volumeMounts)."""
         argv = self._in_image([*self.entrypoint, *args], self.user, read_only=True, volumes=volumes)
         return self.vm.run(argv, timeout=timeout)
 

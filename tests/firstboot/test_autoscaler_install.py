@@ -9,9 +9,10 @@ dependencies alone: deploy/controller.in), puts the checkout on its path, create
 store as SlurmUser and starts `gpu-fleet-autoscaler` from the unit the checkout ships.  Until the fortieth round no
 test ran this step: the other first-boot controllers stop at it (no source, nothing baked).
 
-Not covered: GitHub and PyPI themselves, the unit's sandboxing other than MemoryDenyWriteExecute and
-SystemCallFilter (the first-boot `systemctl` applies those two alone, the filter on the Ubuntu image only;
-`systemd-analyze` reads the others, tests/firstboot/units.py), and
+Not covered: GitHub and PyPI themselves, the unit's sandboxing other than MemoryDenyWriteExecute, SystemCallFilter
+and the file-system keys (ProtectSystem, ProtectHome, PrivateTmp, ReadWritePaths, StateDirectory): the first-boot
+`systemctl` applies those alone, the filter on the Ubuntu image only; `systemd-analyze` reads the others
+(tests/firstboot/units.py), and
 any Compute call (nothing routes off the test network: the daemon's cloud calls fail, and it says so)."""
 
 from __future__ import annotations
@@ -100,6 +101,8 @@ def test_the_controller_boot_completes_with_the_pinned_autoscaler_running(instal
     # and its SystemCallFilter=@system-service (seccomp): the daemon and the Slurm commands it runs live within it
     unit_log = ctl.read("/var/log/fb-units/gpu-fleet-autoscaler.log")
     assert "MemoryDenyWriteExecute=yes (PR_SET_MDWE)" in unit_log
+    # and its ProtectSystem=strict (all read-only but /var/lib/gpu-fleet), ProtectHome and PrivateTmp
+    assert "file-system sandbox in a mount namespace of its own" in unit_log
     if os_image.chosen().name == os_image.UBUNTU.name:  # Debian 12's stand-in has no systemd-analyze to expand it
         assert re.search(r"SystemCallFilter=@system-service \(seccomp: \d{3} system calls", unit_log), unit_log
     processes = ctl.run(["ps", "-o", "user=,args=", "-e"], check=True).stdout.splitlines()
@@ -232,6 +235,44 @@ def test_the_shim_applies_system_call_filter_as_the_kernel_enforces_it(installed
         assert done, ctl.read(f"/var/log/fb-units/{unit}.log")
         assert ctl.read(f"/tmp/{unit}.out").split() == want, unit
         assert ctl.read(f"/tmp/{unit}.rc").strip() == ("159" if filtered else "0"), unit  # 128 + SIGSYS (31)
+
+
+def test_the_shim_applies_the_file_system_keys_as_systemd_does(installed) -> None:
+    """What makes the daemon's run under its unit's ProtectSystem=strict, ReadWritePaths=, ProtectHome=yes and
+    PrivateTmp=yes mean something: a unit with those keys, started by the same `systemctl`, cannot write /etc or
+    /var/lib outside its path (read-only file system), can write its path, finds /root empty (root still lists it,
+    as under systemd's inaccessible mount), and writes /tmp in a /tmp of its own; the same unit without the keys
+    writes /etc and sees /root's files."""
+    booted, name, _ = installed
+    ctl = booted.vm(name)
+    probe = (
+        "#!/bin/sh\nfor p in /etc/fb-probe /var/lib/fb-probe-other /var/lib/fb-probe/ok /tmp/fb-probe; do\n"
+        '  if touch "$p" 2>/dev/null; then echo "$p written"; else echo "$p refused"; fi\ndone\n'
+        'echo "/root holds $(ls -A /root 2>/dev/null | wc -l)"\n'
+    )
+    ctl.sh("mkdir -p /var/lib/fb-probe /run/fb-probe && touch /root/fb-marker\n"
+           f"cat > /usr/local/bin/fb-fs-probe <<'EOF'\n{probe}EOF\nchmod 0755 /usr/local/bin/fb-fs-probe",
+           check=True)  # fmt: skip
+    keys = "ProtectSystem=strict\\nReadWritePaths=/var/lib/fb-probe /run/fb-probe\\nProtectHome=yes\\nPrivateTmp=yes\\n"
+    for sandboxed in (True, False):
+        unit = f"fb-fs-{'sandboxed' if sandboxed else 'open'}"
+        ctl.sh(
+            f'printf \'[Service]\\nExecStart=/bin/sh -c "/usr/local/bin/fb-fs-probe > /run/fb-probe/{unit}.out"\\n'
+            f"{keys if sandboxed else ''}' > /etc/systemd/system/{unit}.service",
+            check=True,
+        )
+        ctl.run(["systemctl", "start", unit], check=True)
+        out = f"/run/fb-probe/{unit}.out"
+        done = poll_until(lambda o=out: "/root" in ctl.run(["cat", o]).stdout, 30, 0.5)
+        assert done, ctl.read(f"/var/log/fb-units/{unit}.log")
+        said = ctl.read(out).splitlines()
+        if sandboxed:
+            assert said == ["/etc/fb-probe refused", "/var/lib/fb-probe-other refused", "/var/lib/fb-probe/ok written",
+                            "/tmp/fb-probe written", "/root holds 0"], said  # fmt: skip
+            assert not ctl.path("/tmp/fb-probe").exists()  # its own /tmp
+        else:
+            assert said[0] == "/etc/fb-probe written" and said[-1] != "/root holds 0", said
+        ctl.run(["rm", "-f", "/etc/fb-probe", "/var/lib/fb-probe-other", "/tmp/fb-probe"], check=True)
 
 
 def restore_runbook() -> list[str]:

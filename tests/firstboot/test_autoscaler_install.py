@@ -9,10 +9,10 @@ dependencies alone: deploy/controller.in), puts the checkout on its path, create
 store as SlurmUser and starts `gpu-fleet-autoscaler` from the unit the checkout ships.  Until the fortieth round no
 test ran this step: the other first-boot controllers stop at it (no source, nothing baked).
 
-Not covered: GitHub and PyPI themselves, the unit's sandboxing other than MemoryDenyWriteExecute, SystemCallFilter
-and the file-system keys (ProtectSystem, ProtectHome, PrivateTmp, ReadWritePaths, StateDirectory): the first-boot
-`systemctl` applies those alone, the filter on the Ubuntu image only; `systemd-analyze` reads the others
-(tests/firstboot/units.py), and
+Not covered: GitHub and PyPI themselves, the unit's sandboxing other than MemoryDenyWriteExecute, SystemCallFilter,
+RestrictAddressFamilies and the file-system keys (ProtectSystem, ProtectHome, PrivateTmp, ReadWritePaths,
+StateDirectory): the first-boot `systemctl` applies those alone, the filter on the Ubuntu image only;
+`systemd-analyze` reads the others (tests/firstboot/units.py), and
 any Compute call (nothing routes off the test network: the daemon's cloud calls fail, and it says so)."""
 
 from __future__ import annotations
@@ -103,6 +103,7 @@ def test_the_controller_boot_completes_with_the_pinned_autoscaler_running(instal
     assert "MemoryDenyWriteExecute=yes (PR_SET_MDWE)" in unit_log
     # and its ProtectSystem=strict (all read-only but /var/lib/gpu-fleet), ProtectHome and PrivateTmp
     assert "file-system sandbox in a mount namespace of its own" in unit_log
+    assert "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 (seccomp on socket())" in unit_log  # AF_NETLINK refused
     if os_image.chosen().name == os_image.UBUNTU.name:  # Debian 12's stand-in has no systemd-analyze to expand it
         assert re.search(r"SystemCallFilter=@system-service \(seccomp: \d{3} system calls", unit_log), unit_log
     processes = ctl.run(["ps", "-o", "user=,args=", "-e"], check=True).stdout.splitlines()
@@ -235,6 +236,37 @@ def test_the_shim_applies_system_call_filter_as_the_kernel_enforces_it(installed
         assert done, ctl.read(f"/var/log/fb-units/{unit}.log")
         assert ctl.read(f"/tmp/{unit}.out").split() == want, unit
         assert ctl.read(f"/tmp/{unit}.rc").strip() == ("159" if filtered else "0"), unit  # 128 + SIGSYS (31)
+
+
+def test_the_shim_applies_restrict_address_families_as_the_kernel_enforces_it(installed) -> None:
+    """What makes the daemon's run under its unit's RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 mean something:
+    a unit with that key, started by the same `systemctl`, gets EAFNOSUPPORT (97) for a netlink socket and still
+    makes an IPv4 one; the same unit without the key makes both."""
+    booted, name, _ = installed
+    ctl = booted.vm(name)
+    probe = (
+        "import socket\n"
+        "for family in (socket.AF_NETLINK, socket.AF_INET):\n"
+        "    try:\n        socket.socket(family, socket.SOCK_DGRAM).close()\n        print(family.name, 'made')\n"
+        "    except OSError as exc:\n        print(family.name, 'refused', exc.errno)\n"
+    )
+    ctl.sh(f"cat > /usr/local/bin/fb-af-probe <<'EOF'\n#!/usr/bin/python3\n{probe}EOF\n"
+           "chmod 0755 /usr/local/bin/fb-af-probe", check=True)  # fmt: skip
+    for restricted, want in (
+        (True, ["AF_NETLINK refused 97", "AF_INET made"]),
+        (False, ["AF_NETLINK made", "AF_INET made"]),
+    ):
+        unit = f"fb-af-{'restricted' if restricted else 'open'}"
+        key = "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6\\n" if restricted else ""
+        ctl.sh(
+            f"printf '[Service]\\nExecStart=/bin/sh -c \"/usr/local/bin/fb-af-probe > /run/{unit}.out\"\\n{key}'"
+            f" > /etc/systemd/system/{unit}.service",
+            check=True,
+        )
+        ctl.run(["systemctl", "start", unit], check=True)
+        done = poll_until(lambda u=unit: "AF_INET " in ctl.run(["cat", f"/run/{u}.out"]).stdout, 30, 0.5)
+        assert done, ctl.read(f"/var/log/fb-units/{unit}.log")
+        assert ctl.read(f"/run/{unit}.out").splitlines() == want, unit
 
 
 def test_the_shim_applies_the_file_system_keys_as_systemd_does(installed) -> None:

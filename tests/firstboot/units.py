@@ -8,8 +8,9 @@ unit file and drop-in under /etc/systemd/system the script wrote, with every exe
 and returns what it says about them.  `exposure(vm, unit)` is `systemd-analyze security --offline`'s overall
 exposure of a unit file (0 to 10, lower is safer; systemd calls below 2.0 "OK").  Both need the image's systemd:
 the Debian 12 stand-in's root has none (`require_systemd_analyze` skips there).  Neither starts anything; the
-shim applies MemoryDenyWriteExecute, an allow-list SystemCallFilter and the file-system keys (ProtectSystem,
-ProtectHome, PrivateTmp, ReadWritePaths, StateDirectory), and no other sandboxing key.
+shim applies MemoryDenyWriteExecute, an allow-list SystemCallFilter, an allow-list RestrictAddressFamilies and the
+file-system keys (ProtectSystem, ProtectHome, PrivateTmp, ReadWritePaths, StateDirectory), and no other sandboxing
+key.
 """
 
 from __future__ import annotations

@@ -694,7 +694,11 @@ def test_small_jobs_of_an_exclusive_partition_each_boot_a_node(exclusive_env: E2
     wait_for(lambda: all("DRAIN" in env.sinfo()[f"e2e-od-{i}"]["state_flags"] for i in range(3)), 30, "the hold", env)
     out = env.root / "log"
     echo = "srun sh -c 'echo $SLURMD_NODENAME; sleep 10'"
-    jobs = [env.sbatch("-p", "gpu", "-N1", "--gres=gpu:1", "-o", f"{out}/job-%j.out", "--wrap", echo) for _ in range(3)]
+    # submitted held and released in one call, so that the daemon's tick sees the three together (three sbatch calls
+    # in a row can straddle a tick on a loaded machine: CI once saw the first job planned alone)
+    submit = ("-p", "gpu", "-N1", "--gres=gpu:1", "--hold", "-o", f"{out}/job-%j.out", "--wrap", echo)
+    jobs = [env.sbatch(*submit) for _ in range(3)]
+    env.slurm.run("scontrol", "release", ",".join(map(str, jobs)), check=True)
     wait_for(lambda: _ok(env, "scontrol-power_up"), 10, "the daemon to boot for the jobs", env)
     assert [c["names"] for c in _ok(env, "scontrol-power_up")] == [["e2e-od-0", "e2e-od-1", "e2e-od-2"]]
     wait_for(lambda: not env.squeue_ids() & set(jobs), 90, "the three jobs to run and end", env)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -41,6 +41,7 @@ from tests.firstboot.container_build import STAGE, BuildFailed, build
 from tests.firstboot.mirror import REPO_URL, Mirror, MirrorUnavailable, head_commit, wheelhouse
 from tests.firstboot.stubs import stub_image
 from tests.firstboot.units import exposure, require_systemd_analyze, unit_complaints, written_units
+from tests.firstboot.vm import Vm
 from tests.harness.slurm import poll_until
 from tests.kube.cluster import deployed_rbac, machine_deployment, pod_template, provisioning_request
 from tests.kube.test_capi_e2e import NS
@@ -184,28 +185,43 @@ def test_the_daemons_unit_is_as_systemd_reads_it_and_keeps_its_hardening(install
     assert exposure(ctl, unit) <= 2.0
 
 
+def _nonblank(text: str) -> bool:
+    return bool(text.strip())
+
+
+def _install_probe(ctl: Vm, path: str, text: str) -> None:
+    """An executable `path` on the VM holding `text`."""
+    ctl.path(path).write_text(text)
+    ctl.path(path).chmod(0o755)
+
+
+def _run_probe_unit(ctl: Vm, unit: str, exec_start: str, keys: list[str], out: str, done: Callable[[str], bool]) -> str:
+    """`unit`.service with `exec_start` and the unit `keys` (lines of [Service]), started by the VM's `systemctl`;
+    the text of `out` once `done` says it is complete (30 s), else a failure showing the unit's log."""
+    ctl.path(f"/etc/systemd/system/{unit}.service").write_text(
+        "[Service]\n" + f"ExecStart={exec_start}\n" + "".join(f"{key}\n" for key in keys)
+    )
+    ctl.run(["systemctl", "start", unit], check=True)
+    finished = poll_until(lambda: done(ctl.run(["cat", out]).stdout), 30, 0.5)
+    assert finished, ctl.read(f"/var/log/fb-units/{unit}.log")
+    return ctl.read(out)
+
+
 def test_the_shim_applies_memory_deny_write_execute_as_the_kernel_refuses_it(installed) -> None:
     """What makes the daemon's run under its unit's MemoryDenyWriteExecute=yes mean something: a unit with the key,
     started by the same `systemctl`, cannot map memory writable and executable; one without it can."""
     booted, name, _ = installed
     ctl = booted.vm(name)
-    probe = (
-        "import mmap\n"
+    _install_probe(ctl, "/usr/local/bin/fb-wx-probe", (
+        "#!/usr/bin/python3\nimport mmap\n"
         "try:\n    mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n    print('mapped')\n"
         "except PermissionError:\n    print('refused')\n"
-    )
-    script = f"cat > /usr/local/bin/fb-wx-probe <<'EOF'\n#!/usr/bin/python3\n{probe}EOF\n"
-    ctl.sh(script + "chmod 0755 /usr/local/bin/fb-wx-probe", check=True)
+    ))  # fmt: skip
     for key, want in (("yes", "refused"), ("no", "mapped")):
-        unit = f"fb-wx-{key}"
-        ctl.sh(
-            f'printf \'[Service]\\nExecStart=/bin/sh -c "/usr/local/bin/fb-wx-probe > /run/{unit}.out"\\n'
-            f"MemoryDenyWriteExecute={key}\\n' > /etc/systemd/system/{unit}.service",
-            check=True,
-        )
-        ctl.run(["systemctl", "start", unit], check=True)
-        assert poll_until(lambda u=unit: ctl.run(["cat", f"/run/{u}.out"]).stdout.strip(), 30, 0.5)
-        assert ctl.read(f"/run/{unit}.out").strip() == want, key
+        out = f"/run/fb-wx-{key}.out"
+        said = _run_probe_unit(ctl, f"fb-wx-{key}", f'/bin/sh -c "/usr/local/bin/fb-wx-probe > {out}"',
+                               [f"MemoryDenyWriteExecute={key}"], out, _nonblank)  # fmt: skip
+        assert said.strip() == want, key
 
 
 def test_the_shim_applies_system_call_filter_as_the_kernel_enforces_it(installed) -> None:
@@ -215,27 +231,18 @@ def test_the_shim_applies_system_call_filter_as_the_kernel_enforces_it(installed
     require_systemd_analyze()
     booted, name, _ = installed
     ctl = booted.vm(name)
-    probe = (
-        "import ctypes, sys\nprint('started', flush=True)\n"
+    _install_probe(ctl, "/usr/local/bin/fb-acct-probe", (
+        "#!/usr/bin/python3\nimport ctypes, sys\nprint('started', flush=True)\n"
         "ctypes.CDLL(None, use_errno=True).acct(None)\nprint('returned', flush=True)\n"
-    )
-    runner = '#!/bin/sh\n/usr/local/bin/fb-acct-probe > "/tmp/$1.out"; echo $? > "/tmp/$1.rc"\n'
-    ctl.sh(f"cat > /usr/local/bin/fb-acct-probe <<'EOF'\n#!/usr/bin/python3\n{probe}EOF\n"
-           f"cat > /usr/local/bin/fb-acct-run <<'EOF'\n{runner}EOF\n"
-           "chmod 0755 /usr/local/bin/fb-acct-probe /usr/local/bin/fb-acct-run", check=True)  # fmt: skip
+    ))  # fmt: skip
+    _install_probe(ctl, "/usr/local/bin/fb-acct-run",
+                   '#!/bin/sh\n/usr/local/bin/fb-acct-probe > "/tmp/$1.out"; echo $? > "/tmp/$1.rc"\n')  # fmt: skip
     for filtered, want in ((True, ["started"]), (False, ["started", "returned"])):
         unit = f"fb-acct-{'filtered' if filtered else 'open'}"
-        line = "SystemCallFilter=@system-service\\n" if filtered else ""
-        ctl.sh(
-            f"printf '[Service]\\nUser=nobody\\nGroup=nogroup\\nExecStart=/usr/local/bin/fb-acct-run {unit}\\n{line}'"
-            f" > /etc/systemd/system/{unit}.service",
-            check=True,
-        )
-        ctl.run(["systemctl", "start", unit], check=True)
-        done = poll_until(lambda u=unit: ctl.run(["cat", f"/tmp/{u}.rc"]).stdout.strip(), 30, 0.5)
-        assert done, ctl.read(f"/var/log/fb-units/{unit}.log")
+        keys = ["User=nobody", "Group=nogroup", *(["SystemCallFilter=@system-service"] if filtered else [])]
+        rc = _run_probe_unit(ctl, unit, f"/usr/local/bin/fb-acct-run {unit}", keys, f"/tmp/{unit}.rc", _nonblank)
         assert ctl.read(f"/tmp/{unit}.out").split() == want, unit
-        assert ctl.read(f"/tmp/{unit}.rc").strip() == ("159" if filtered else "0"), unit  # 128 + SIGSYS (31)
+        assert rc.strip() == ("159" if filtered else "0"), unit  # 128 + SIGSYS (31)
 
 
 def test_the_shim_applies_restrict_address_families_as_the_kernel_enforces_it(installed) -> None:
@@ -244,29 +251,22 @@ def test_the_shim_applies_restrict_address_families_as_the_kernel_enforces_it(in
     makes an IPv4 one; the same unit without the key makes both."""
     booted, name, _ = installed
     ctl = booted.vm(name)
-    probe = (
-        "import socket\n"
+    _install_probe(ctl, "/usr/local/bin/fb-af-probe", (
+        "#!/usr/bin/python3\nimport socket\n"
         "for family in (socket.AF_NETLINK, socket.AF_INET):\n"
         "    try:\n        socket.socket(family, socket.SOCK_DGRAM).close()\n        print(family.name, 'made')\n"
         "    except OSError as exc:\n        print(family.name, 'refused', exc.errno)\n"
-    )
-    ctl.sh(f"cat > /usr/local/bin/fb-af-probe <<'EOF'\n#!/usr/bin/python3\n{probe}EOF\n"
-           "chmod 0755 /usr/local/bin/fb-af-probe", check=True)  # fmt: skip
+    ))  # fmt: skip
     for restricted, want in (
         (True, ["AF_NETLINK refused 97", "AF_INET made"]),
         (False, ["AF_NETLINK made", "AF_INET made"]),
     ):
         unit = f"fb-af-{'restricted' if restricted else 'open'}"
-        key = "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6\\n" if restricted else ""
-        ctl.sh(
-            f"printf '[Service]\\nExecStart=/bin/sh -c \"/usr/local/bin/fb-af-probe > /run/{unit}.out\"\\n{key}'"
-            f" > /etc/systemd/system/{unit}.service",
-            check=True,
-        )
-        ctl.run(["systemctl", "start", unit], check=True)
-        done = poll_until(lambda u=unit: "AF_INET " in ctl.run(["cat", f"/run/{u}.out"]).stdout, 30, 0.5)
-        assert done, ctl.read(f"/var/log/fb-units/{unit}.log")
-        assert ctl.read(f"/run/{unit}.out").splitlines() == want, unit
+        keys = ["RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6"] if restricted else []
+        out = f"/run/{unit}.out"
+        said = _run_probe_unit(ctl, unit, f'/bin/sh -c "/usr/local/bin/fb-af-probe > {out}"', keys, out,
+                               lambda text: "AF_INET " in text)  # fmt: skip
+        assert said.splitlines() == want, unit
 
 
 def test_the_shim_applies_the_file_system_keys_as_systemd_does(installed) -> None:
@@ -277,27 +277,20 @@ def test_the_shim_applies_the_file_system_keys_as_systemd_does(installed) -> Non
     writes /etc and sees /root's files."""
     booted, name, _ = installed
     ctl = booted.vm(name)
-    probe = (
+    ctl.run(["mkdir", "-p", "/var/lib/fb-probe", "/run/fb-probe"], check=True)
+    ctl.run(["touch", "/root/fb-marker"], check=True)
+    _install_probe(ctl, "/usr/local/bin/fb-fs-probe", (
         "#!/bin/sh\nfor p in /etc/fb-probe /var/lib/fb-probe-other /var/lib/fb-probe/ok /tmp/fb-probe; do\n"
         '  if touch "$p" 2>/dev/null; then echo "$p written"; else echo "$p refused"; fi\ndone\n'
         'echo "/root holds $(ls -A /root 2>/dev/null | wc -l)"\n'
-    )
-    ctl.sh("mkdir -p /var/lib/fb-probe /run/fb-probe && touch /root/fb-marker\n"
-           f"cat > /usr/local/bin/fb-fs-probe <<'EOF'\n{probe}EOF\nchmod 0755 /usr/local/bin/fb-fs-probe",
-           check=True)  # fmt: skip
-    keys = "ProtectSystem=strict\\nReadWritePaths=/var/lib/fb-probe /run/fb-probe\\nProtectHome=yes\\nPrivateTmp=yes\\n"
+    ))  # fmt: skip
+    keys = ["ProtectSystem=strict", "ReadWritePaths=/var/lib/fb-probe /run/fb-probe", "ProtectHome=yes",
+            "PrivateTmp=yes"]  # fmt: skip
     for sandboxed in (True, False):
         unit = f"fb-fs-{'sandboxed' if sandboxed else 'open'}"
-        ctl.sh(
-            f'printf \'[Service]\\nExecStart=/bin/sh -c "/usr/local/bin/fb-fs-probe > /run/fb-probe/{unit}.out"\\n'
-            f"{keys if sandboxed else ''}' > /etc/systemd/system/{unit}.service",
-            check=True,
-        )
-        ctl.run(["systemctl", "start", unit], check=True)
         out = f"/run/fb-probe/{unit}.out"
-        done = poll_until(lambda o=out: "/root" in ctl.run(["cat", o]).stdout, 30, 0.5)
-        assert done, ctl.read(f"/var/log/fb-units/{unit}.log")
-        said = ctl.read(out).splitlines()
+        said = _run_probe_unit(ctl, unit, f'/bin/sh -c "/usr/local/bin/fb-fs-probe > {out}"',
+                               keys if sandboxed else [], out, lambda text: "/root" in text).splitlines()  # fmt: skip
         if sandboxed:
             assert said == ["/etc/fb-probe refused", "/var/lib/fb-probe-other refused", "/var/lib/fb-probe/ok written",
                             "/tmp/fb-probe written", "/root holds 0"], said  # fmt: skip

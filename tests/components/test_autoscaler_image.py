@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "deploy" / "autoscaler.Dockerfile"
 
 
-def _container_and_pod() -> tuple[dict, dict]:
+def deployed_pod() -> tuple[dict, dict]:
+    """(the autoscaler's container, its pod spec) as components/kubernetes/autoscaler.py's Deployment declares them
+    (the first-boot image test runs the container's args too)."""
     deployment = AutoscalerDeployment(
         cluster="c", namespace="gpu-fleet-system", image="r/a@sha256:" + "1" * 64, replicas=2, metrics_port=9464,
         config="x: 1\n", inventory="[]",
@@ -31,7 +33,7 @@ def test_the_image_runs_the_deployments_command_as_its_user() -> None:
     the venv.  The image's USER is the pod's runAsUser:runAsGroup, so the files the build wrote as root are read,
     never written, by the daemon (the pod's root filesystem is read-only)."""
     steps = instructions(DOCKERFILE)
-    container, pod = _container_and_pod()
+    container, pod = deployed_pod()
     assert exec_form(the_one(steps, "ENTRYPOINT")) == [f"{AUTOSCALER_HOME}/.venv/bin/fleet"]
     assert container["args"][:2] == ["autoscaler", "run"] and "command" not in container
     security = pod["securityContext"]

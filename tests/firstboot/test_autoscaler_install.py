@@ -32,7 +32,8 @@ from components.gcp.startup import (
     STATE_DISK_DEVICE,
     VENV_LOCK_SUM,
 )
-from components.kubernetes.autoscaler import CONFIG_DIR, AutoscalerDeployment, manifests
+from components.kubernetes.autoscaler import CONFIG_DIR
+from tests.components.test_autoscaler_image import DOCKERFILE, deployed_pod
 from tests.fakes.kube_api import FakeKube
 from tests.firstboot import os_image
 from tests.firstboot.cloud import FirstBootCloud
@@ -52,7 +53,6 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 VENV = f"{AUTOSCALER_HOME}/.venv/bin"
 CONFIG = "/etc/gpu-fleet/autoscaler.yaml"
-DOCKERFILE = REPO / "deploy" / "autoscaler.Dockerfile"
 
 
 def _lock_at(sha: str, directory: Path) -> Path:
@@ -383,7 +383,7 @@ def test_the_autoscaler_image_builds_and_serves_a_request_as_its_pod_runs_it(ins
         config = "/var/tmp/fb-pod-config"
         ctl.run(["mkdir", "-p", config], check=True)
         write_config(ctl.path(config), fake, seen_at=Path(CONFIG_DIR))
-        container = next(c for c in _pod_containers())
+        container, _ = deployed_pod()
         before = ctl.run(["find", f"{STAGE}{AUTOSCALER_HOME}", "-newer", f"{venv}/bin/fleet"], check=True).stdout
         run = image.run(*container["args"], "--once", volumes={config: CONFIG_DIR})
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
@@ -407,12 +407,3 @@ def test_the_autoscaler_image_refuses_a_base_image_given_by_tag(installed) -> No
     with pytest.raises(BuildFailed, match=says):
         build(ctl, DOCKERFILE, REPO, {"BASE_IMAGE": "python:3.12-slim-bookworm"})
     assert not any(ctl.path(f"{STAGE}{AUTOSCALER_HOME}").iterdir())
-
-
-def _pod_containers() -> list[dict]:
-    deployment = AutoscalerDeployment(
-        cluster="fb", namespace="gpu-fleet-system", image="r/a@sha256:" + "1" * 64, replicas=2, metrics_port=9464,
-        config="", inventory="",
-    )  # fmt: skip
-    pod = next(m for m in manifests(deployment) if m["kind"] == "Deployment")["spec"]["template"]["spec"]
-    return pod["containers"]

@@ -38,7 +38,7 @@ from fleet.slurm.weights import pool_shapes
 from tests.fakes.compute_api import FakeCompute
 from tests.harness.cloud_nodes import CloudNodes, Nodeset, cloud_nodes_unavailable_reason, cloud_slurm_conf
 from tests.harness.requirements import missing
-from tests.harness.slurm import SlurmHarness, harnesses, host_script, slurm_unavailable_reason
+from tests.harness.slurm import SlurmHarness, harnesses, host_script, poll_until, slurm_unavailable_reason
 from tests.harness.slurmrestd import jwt_key_line, jwt_key_path, require_slurmrestd, start_slurmrestd
 
 PROJECT = "e2e-project"
@@ -293,8 +293,15 @@ class E2E:
         return self.sbatch("-p", partition, "-N", "1", "--gres=gpu:8", "-o", out, "--wrap", echo)
 
     def ran_on(self, job: int) -> str:
-        """The node a `gpu_job` ran on."""
-        return (self.root / "log" / f"job-{job}.out").read_text().split()[0]
+        """The node a `gpu_job` ran on, as its step printed it: a job slurmctld shows RUNNING may not have printed yet
+        (its step starts on slurmd a moment later, longer on a loaded machine), so this waits up to 30 s for it."""
+        out = self.root / "log" / f"job-{job}.out"
+
+        def printed() -> list[str]:
+            return out.read_text().split() if out.exists() else []
+
+        assert poll_until(printed, 30, 0.2), f"job {job} printed no node name in {out} within 30 s"
+        return printed()[0]
 
     def step_started(self, job: int) -> float | None:
         """When the step of a `gpu_job(..., stamp=True)` started (None: not yet)."""

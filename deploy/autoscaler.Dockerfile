@@ -13,8 +13,8 @@
 # What goes in: this repository's Python packages and deploy/, and the daemon's venv built by deploy/install-venv.sh,
 # the script the Slurm controller's first boot runs: the hash-pinned lock alone (deploy/controller-requirements.txt,
 # `pip install --require-hashes --no-deps`), the checkout on the venv's path, byte-compiled here as root.
-# tests/firstboot/test_autoscaler_install.py builds it instruction by instruction on a booted VM and runs it as the
-# Deployment does (tests/firstboot/container_build.py).
+# tests/firstboot/test_autoscaler_image_build.py builds it with Buildah and runs it with Podman as the Deployment
+# does (its pod spec's user, read-only root, capabilities and volumes).
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 ARG BASE_IMAGE

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian 12 machine for gpu-fleet development and tests (run as root or with sudo):
 #   - Debian packages: Slurm 22.05 (slurmctld, slurmd, client, slurmrestd, JWT plugin), munge, gcc;
-#     for the first-boot test (tests/firstboot/): debootstrap, iproute2, openssl (the test VMs' root and network)
+#     for the first-boot test (tests/firstboot/): debootstrap, iproute2, openssl (the test VMs' root and network),
+#     and buildah, podman, runc (the autoscaler's image built and run: tests/firstboot/test_autoscaler_image_build.py)
 #   - uv, a .venv in the repo, and the project installed editable with its test and ray extras.
 #   - policies/.venv: the policy pack's virtualenv (pulumi-policy).
 # Idempotent: re-running skips what is already there.
@@ -13,13 +14,14 @@ need_apt=()
 for bin in slurmctld slurmd sinfo slurmrestd munged gcc; do command -v "$bin" >/dev/null || need_apt+=("$bin"); done
 [ -e /usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so ] || [ -e /usr/lib/aarch64-linux-gnu/slurm-wlm/auth_jwt.so ] || need_apt+=(jwt)
 for bin in debootstrap ip openssl losetup nsenter; do command -v "$bin" >/dev/null || need_apt+=("$bin"); done
+for bin in buildah podman runc; do command -v "$bin" >/dev/null || need_apt+=("$bin"); done
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: apt-get install Slurm + munge + first-boot test tools (missing: ${need_apt[*]})"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends \
     slurmctld slurmd slurm-client slurmrestd slurm-wlm-jwt-plugin munge gcc libc6-dev \
-    debootstrap iproute2 openssl util-linux >/dev/null
+    debootstrap iproute2 openssl util-linux buildah podman runc >/dev/null
 fi
 
 command -v uv >/dev/null || python3 -m pip install -q uv

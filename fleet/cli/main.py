@@ -48,7 +48,7 @@ def main() -> None:
     (the Slurm controller's venv holds the autoscaler's dependencies only, deploy/controller.in: `fleet synth`
     there needs Pulumi) instead of a traceback; exit 1."""
     try:
-        app()
+        app(prog_name="fleet")  # also when run as `python -m fleet.cli.main` (the controller's and image's wrapper)
     except ModuleNotFoundError as exc:
         top = (exc.name or "").split(".")[0]
         if not top or top in PROJECT_PACKAGES:

@@ -32,21 +32,14 @@ from components.gcp.startup import (
     STATE_DISK_DEVICE,
     VENV_LOCK_SUM,
 )
-from components.kubernetes.autoscaler import CONFIG_DIR
-from tests.components.test_autoscaler_image import DOCKERFILE, deployed_pod
-from tests.fakes.kube_api import FakeKube
 from tests.firstboot import os_image
 from tests.firstboot.cloud import FirstBootCloud
 from tests.firstboot.conftest import CLUSTER, STACK, Booted, held_job, in_ci, slurm_variant, synthesized
-from tests.firstboot.container_build import STAGE, BuildFailed, build
 from tests.firstboot.mirror import REPO_URL, Mirror, MirrorUnavailable, head_commit, wheelhouse
 from tests.firstboot.stubs import stub_image
 from tests.firstboot.units import exposure, require_systemd_analyze, unit_complaints, written_units
 from tests.firstboot.vm import Vm
 from tests.harness.slurm import poll_until
-from tests.kube.cluster import deployed_rbac, machine_deployment, pod_template, provisioning_request
-from tests.kube.test_capi_e2e import NS
-from tests.kube.test_cli import write_config
 
 pytestmark = pytest.mark.slow
 
@@ -350,60 +343,3 @@ def test_the_state_disk_restores_from_a_snapshot_by_the_documented_runbook(insta
     assert ctl.run(["systemctl", "is-active", "gpu-fleet-autoscaler"]).returncode == 0, booted.explain(name)
     status = ["runuser", "-u", "slurm", "--", f"{VENV}/fleet", "autoscaler", "status", "--config", CONFIG]
     assert isinstance(json.loads(ctl.run(status, check=True).stdout), dict)
-
-
-def test_the_autoscaler_image_builds_and_serves_a_request_as_its_pod_runs_it(installed, tmp_path: Path) -> None:
-    """deploy/autoscaler.Dockerfile, built on the booted controller from this checkout (tests/firstboot/
-    container_build.py: each instruction as Docker's builder does it, the VM's Ubuntu Python standing in for
-    BASE_IMAGE), then run as components/kubernetes/autoscaler.py's Deployment runs it: the container's args, as
-    UID 65532, the image's files read-only, the ConfigMap at /etc/gpu-fleet.  One tick (`--once`) against the fake
-    API server (on the VM's fabric, with the Deployment's RBAC) serves a ProvisioningRequest by scaling a Cluster
-    API MachineDeployment: the image holds every module the Kubernetes daemon imports, and the daemon writes
-    nothing into it.  Deviations from the pod: a kubeconfig instead of the in-cluster service account, and no
-    container runtime (namespaces of a VM, not an OCI runtime)."""
-    booted, name, _ = installed
-    ctl = booted.vm(name)
-    digest = "python:3.12-slim-bookworm@sha256:" + "0" * 64
-    image = build(ctl, DOCKERFILE, REPO, {"BASE_IMAGE": digest})
-    assert image.user == "65532:65532" and image.entrypoint == [f"{AUTOSCALER_HOME}/.venv/bin/fleet"]
-    venv = f"{STAGE}{AUTOSCALER_HOME}/.venv"
-    pip_check = image.shell(f"{AUTOSCALER_HOME}/.venv/bin/pip check --disable-pip-version-check")
-    assert pip_check.returncode == 0, pip_check.stdout + pip_check.stderr
-    staged = ctl.run(["ls", "-A", f"{STAGE}{AUTOSCALER_HOME}"], check=True).stdout.split()
-    assert sorted(staged) == sorted([".venv", "autoscaler", "components", "deploy", "fleet", "pyproject.toml",
-                                     "stacks"]), staged  # fmt: skip
-
-    fake = FakeKube(rbac=deployed_rbac(cluster_api=True))
-    fabric = booted.cloud.fabric
-    fake.start(fabric.bind((str(fabric.gateway), 0)))
-    try:
-        fake.create(machine_deployment("neo-h100", NS, "h100"))
-        fake.create(pod_template("train", "team-a", 8))
-        fake.create(provisioning_request("wl-1", "team-a", "train", 1))
-        config = "/var/tmp/fb-pod-config"
-        ctl.run(["mkdir", "-p", config], check=True)
-        write_config(ctl.path(config), fake, seen_at=Path(CONFIG_DIR))
-        container, _ = deployed_pod()
-        before = ctl.run(["find", f"{STAGE}{AUTOSCALER_HOME}", "-newer", f"{venv}/bin/fleet"], check=True).stdout
-        run = image.run(*container["args"], "--once", volumes={config: CONFIG_DIR})
-        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-        tick = json.loads(run.stdout.strip().splitlines()[-1])
-        assert tick["leader"] and tick["ok"] and tick["launched"][0]["request"] == "pr/team-a/wl-1", tick
-        assert fake.get("machinedeployments", "neo-h100", NS)["spec"]["replicas"] == 1
-        after = ctl.run(["find", f"{STAGE}{AUTOSCALER_HOME}", "-newer", f"{venv}/bin/fleet"], check=True).stdout
-        assert after == before  # read-only: nothing written (no bytecode, no state) into the image's files
-        synth = image.run("synth", "--stack", "gcp-l4-dev")  # not what the image is for: it says why, no traceback
-        assert synth.returncode != 0 and synth.stderr.startswith("error: --stack: no Pulumi.gcp-l4-dev.yaml"), synth
-    finally:
-        fake.stop()
-    assert not fake.forbidden, fake.forbidden
-
-
-def test_the_autoscaler_image_refuses_a_base_image_given_by_tag(installed) -> None:
-    """A tag could move under a rebuild: the build stops at its first RUN, naming BASE_IMAGE, before any COPY."""
-    booted, name, _ = installed
-    ctl = booted.vm(name)
-    says = re.escape("BASE_IMAGE=python:3.12-slim-bookworm: give the base image by digest")
-    with pytest.raises(BuildFailed, match=says):
-        build(ctl, DOCKERFILE, REPO, {"BASE_IMAGE": "python:3.12-slim-bookworm"})
-    assert not any(ctl.path(f"{STAGE}{AUTOSCALER_HOME}").iterdir())

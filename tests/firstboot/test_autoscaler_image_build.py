@@ -1,0 +1,161 @@
+"""deploy/autoscaler.Dockerfile built by a real OCI builder and run by a real container runtime, as the Kubernetes
+stacks' Deployment runs it.
+
+Buildah builds the Dockerfile from this checkout's working tree (its parser, its `.dockerignore` handling, its
+layers), Podman runs the image with runc, with the flags the Deployment's pod spec gives (tests/harness/oci.py
+`pod_flags`: user 65532, read-only root, no capabilities, the ConfigMap read-only and the state emptyDir).  Nothing
+is pulled: the base image is the first-boot images' own root (Ubuntu 24.04's Python 3.12, or Debian 12's 3.11
+under FLEET_FIRSTBOOT_OS=debian) imported by digest, standing in for python.org's image, with an /etc/pip.conf
+that points pip at the lock's wheels (tests/firstboot/mirror.py `wheelhouse`), as a site's mirror would.
+
+Not covered: python.org's base image itself, a registry push, and the pod's in-cluster service account (a
+kubeconfig for the fake API server stands in)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from components.gcp.startup import AUTOSCALER_HOME, AUTOSCALER_LOCK
+from components.kubernetes.autoscaler import CONFIG_DIR
+from tests.components.test_autoscaler_image import DOCKERFILE, deployed_pod
+from tests.fakes.kube_api import FakeKube
+from tests.firstboot.conftest import in_ci
+from tests.firstboot.mirror import MirrorUnavailable, image_python, wheelhouse
+from tests.harness import oci
+from tests.kube.cluster import deployed_rbac, machine_deployment, pod_template, provisioning_request
+from tests.kube.test_capi_e2e import NS
+from tests.kube.test_cli import write_config
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+TAG = "localhost/gpu-fleet-autoscaler:test"
+WHEELS = "/wheels"  # where the build's RUNs see the lock's wheels
+PIP_CONF = f"[global]\nno-index = true\nfind-links = {WHEELS}\n"
+
+
+def _require(reason: str | None) -> None:
+    if reason:
+        if in_ci():
+            pytest.fail(f"in CI the autoscaler image must be built: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[oci.Engine]:
+    _require(oci.unavailable_reason())
+    built = oci.Engine(tmp_path_factory.mktemp("oci"))
+    try:
+        yield built
+    finally:
+        built.close()
+
+
+@pytest.fixture(scope="module")
+def base(engine: oci.Engine, root_image: Path) -> tuple[str, Path]:
+    """(the base image by digest, the lock's wheels for its Python)."""
+    try:
+        wheels = wheelhouse(root_image, REPO / AUTOSCALER_LOCK)
+    except MirrorUnavailable as exc:
+        _require(str(exc))
+    return engine.import_root(root_image, "localhost/python-base:test", {"/etc/pip.conf": PIP_CONF}), wheels
+
+
+@pytest.fixture(scope="module")
+def image(engine: oci.Engine, base: tuple[str, Path]) -> str:
+    reference, wheels = base
+    done = engine.build(DOCKERFILE, REPO, TAG, {"BASE_IMAGE": reference}, [oci.Volume(wheels, WHEELS)])
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return TAG
+
+
+def _shell(engine: oci.Engine, image: str, script: str) -> str:
+    """`script` by /bin/sh in `image`, as its USER, read-only (a user's `docker run --entrypoint sh`)."""
+    done = engine.run(image, ["--read-only", "--network", "none", "--entrypoint", "/bin/sh"], ["-c", script])
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_the_image_runs_the_deployments_command_as_the_deployments_user(engine: oci.Engine, image: str) -> None:
+    """What the builder recorded: the ENTRYPOINT is the venv's `fleet` (the pod gives args only), the USER is the
+    pod's runAsUser:runAsGroup, and bytecode is never written at run time (the root filesystem is read-only)."""
+    config = engine.config(image)
+    container, pod = deployed_pod()
+    security = pod["securityContext"]
+    assert config["Entrypoint"] == [f"{AUTOSCALER_HOME}/.venv/bin/fleet"] and "command" not in container
+    assert config["User"] == f"{security['runAsUser']}:{security['runAsGroup']}"
+    assert "PYTHONDONTWRITEBYTECODE=1" in config["Env"]
+
+
+def test_the_image_holds_the_project_and_a_checked_venv_and_no_bytecode_of_the_build_context(
+    engine: oci.Engine, image: str, root_image: Path
+) -> None:
+    """/opt/gpu-fleet holds the project's packages, deploy/ and the venv the controller's script built (`pip check`
+    passes: the lock is whole); the `.dockerignore` beside the Dockerfile kept the context's `__pycache__` out, so
+    every .pyc is the image's Python's, compiled by the build."""
+    listing = _shell(engine, image, f"ls -A {AUTOSCALER_HOME}").split()
+    assert sorted(listing) == [".venv", "autoscaler", "components", "deploy", "fleet", "pyproject.toml", "stacks"]
+    _shell(engine, image, f"{AUTOSCALER_HOME}/.venv/bin/pip check --disable-pip-version-check")
+    tags = _shell(engine, image, f"find {AUTOSCALER_HOME} -path '*/.venv' -prune -o -name '*.pyc' -print")
+    python = "cpython-" + image_python(root_image).replace(".", "")
+    foreign = [path for path in tags.split() if f".{python}." not in path]
+    assert tags.split() and not foreign, foreign[:5]
+
+
+def test_the_image_serves_a_provisioning_request_as_its_pod_runs_it(
+    engine: oci.Engine, image: str, tmp_path: Path
+) -> None:
+    """The Deployment's container, run by Podman with the pod spec's flags (`pod_flags`) and its own args plus
+    `--once`: one tick against the fake API server (the Deployment's RBAC) serves a ProvisioningRequest by scaling
+    a Cluster API MachineDeployment: the image holds every module the Kubernetes daemon imports, and the daemon
+    needs nothing writable but the pod's emptyDir."""
+    container, pod = deployed_pod()
+    config, state = tmp_path / "config", tmp_path / "state"
+    config.mkdir()
+    state.mkdir()
+    fake = FakeKube(rbac=deployed_rbac(cluster_api=True))
+    fake.start()
+    try:
+        fake.create(machine_deployment("neo-h100", NS, "h100"))
+        fake.create(pod_template("train", "team-a", 8))
+        fake.create(provisioning_request("wl-1", "team-a", "train", 1))
+        write_config(config, fake, seen_at=Path(CONFIG_DIR))
+        fields = {"metadata.name": "gpu-fleet-autoscaler-0", "metadata.namespace": "gpu-fleet-system"}
+        flags = oci.pod_flags(pod, container, {"config": config, "state": state}, fields)
+        run = engine.run(image, flags, [*container["args"], "--once"])
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+        tick = json.loads(run.stdout.strip().splitlines()[-1])
+        assert tick["leader"] and tick["ok"] and tick["launched"][0]["request"] == "pr/team-a/wl-1", tick
+        assert fake.get("machinedeployments", "neo-h100", NS)["spec"]["replicas"] == 1
+    finally:
+        fake.stop()
+    assert not fake.forbidden, fake.forbidden
+
+
+def test_a_command_the_image_is_not_for_says_what_it_lacks(engine: oci.Engine, image: str) -> None:
+    """The image holds the daemon's dependencies only: a stack command there ends with a clear error (the stack
+    file it wants), not a traceback over a missing module."""
+    run = engine.run(image, ["--read-only", "--network", "none"], ["synth", "--stack", "gcp-l4-dev"])
+    assert run.returncode != 0 and run.stderr.startswith("error: --stack: no Pulumi.gcp-l4-dev.yaml"), run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_a_base_image_given_by_tag_stops_the_build_before_anything_is_copied(
+    engine: oci.Engine, base: tuple[str, Path]
+) -> None:
+    """A tag could move under a rebuild: the build's first RUN refuses it, naming BASE_IMAGE, and no image is
+    tagged.  The base here is tagged in the engine's own storage, so nothing but that check stops it."""
+    _, wheels = base
+    tag = "localhost/gpu-fleet-autoscaler:by-tag"
+    done = engine.build(
+        DOCKERFILE, REPO, tag, {"BASE_IMAGE": "localhost/python-base:test"}, [oci.Volume(wheels, WHEELS)]
+    )
+    assert done.returncode != 0
+    assert "BASE_IMAGE=localhost/python-base:test: give the base image by digest" in done.stderr, done.stderr[-2000:]
+    steps = [line for line in done.stdout.splitlines() if line.startswith("STEP ")]
+    assert steps and "RUN case" in steps[-1] and not any(" COPY " in step for step in steps), steps
+    assert not engine.exists(tag)

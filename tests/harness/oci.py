@@ -1,0 +1,174 @@
+"""Real OCI tooling for the tests: Buildah builds an image from a Dockerfile, Podman (with runc) runs it.
+
+Debian 12's packages (`buildah`, `podman`, `runc`; scripts/setup.sh installs them) in a storage of the test's own
+(`Engine(workdir)`: overlay layers under workdir, nothing in /var/lib/containers), with no registry reachable and
+nothing pulled (`--pull never`): a base image is made here from a directory (`import_root`), the way a site
+mirrors python.org's image, and named by the digest the build then checks.
+
+What this machine's sandbox needs, and sets in the engine's containers.conf (none of it changes what the image is or
+how its process runs):
+
+- runc with the cgroupfs manager: the host's cgroups are hybrid (v1 controllers and an empty v2), which crun
+  refuses outright;
+- RLIMIT_NOFILE / RLIMIT_NPROC set at or under the sandbox's hard limits (Podman's defaults raise them, which the
+  sandbox refuses even as root);
+- events to a file: no journald here.
+
+`pod_flags` turns a Kubernetes container spec into `podman run` flags (the parts a kubelet would apply to one
+container of the pod), refusing any field it does not map, so a Deployment that grows a field the test does not
+honour fails the test instead of being half run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TOOLS = ("buildah", "podman", "runc")
+
+
+def unavailable_reason() -> str | None:
+    """Why images cannot be built and run here (None: they can)."""
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    return f"not installed: {', '.join(missing)} (scripts/setup.sh installs them)" if missing else None
+
+
+class EngineError(RuntimeError):
+    """A build or run failed: the command and the end of its output."""
+
+
+@dataclass(frozen=True)
+class Volume:
+    source: Path  # on this machine
+    target: str  # in the container
+    read_only: bool = True
+
+
+class Engine:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        storage, conf = workdir / "storage.conf", workdir / "containers.conf"
+        storage.write_text(f'[storage]\ndriver = "overlay"\nrunroot = "{workdir}/run"\ngraphroot = "{workdir}/graph"\n')
+        conf.write_text(
+            '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n'
+            '[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n'
+            f'tmp_dir = "{workdir}/tmp"\n'
+        )
+        self.env = {**os.environ, "CONTAINERS_STORAGE_CONF": str(storage), "CONTAINERS_CONF": str(conf)}
+
+    def _call(self, argv: list[str], timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=timeout, check=False)
+        if check and done.returncode != 0:
+            raise EngineError(f"{' '.join(argv[:3])} ... exited {done.returncode}:\n{done.stderr[-3000:]}")
+        return done
+
+    def import_root(self, root: Path, name: str, files: dict[str, str] | None = None) -> str:
+        """An image of the directory `root` (plus `files`: path in the image -> text), tagged `name`; returns
+        `name@sha256:<digest>`, the reference a build takes by digest."""
+        container = self._call(["buildah", "from", "--pull-never", "scratch"]).stdout.strip()
+        try:
+            mount = Path(self._call(["buildah", "mount", container]).stdout.strip())
+            pack = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+            unpack = subprocess.run(
+                ["tar", "-C", str(mount), "-x"], stdin=pack.stdout, capture_output=True, check=False
+            )
+            if pack.wait() != 0 or unpack.returncode != 0:
+                raise EngineError(f"copying {root} into the image failed: {unpack.stderr.decode()[-2000:]}")
+            for path, text in (files or {}).items():
+                target = mount / path.lstrip("/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text)
+            self._call(["buildah", "umount", container])
+            self._call(["buildah", "commit", "--quiet", container, name])
+        finally:
+            self._call(["buildah", "rm", container], check=False)
+        digest = self._call(["buildah", "images", "--digests", "--format", "{{.Digest}}", name]).stdout.split()[0]
+        return f"{name.rsplit(':', 1)[0]}@{digest}"
+
+    def build(
+        self, dockerfile: Path, context: Path, tag: str, build_args: dict[str, str], volumes: list[Volume] = ()
+    ) -> subprocess.CompletedProcess[str]:
+        """`docker build -f dockerfile context` as Buildah does it (RUN in a chroot, the host's network, `volumes`
+        bound into every RUN); the result, failed or not."""
+        argv = ["buildah", "build", "--pull-never", "--isolation", "chroot", "-f", str(dockerfile), "-t", tag]
+        argv += [arg for key, value in build_args.items() for arg in ("--build-arg", f"{key}={value}")]
+        argv += [arg for v in volumes for arg in ("-v", f"{v.source}:{v.target}:{'ro' if v.read_only else 'rw'}")]
+        return self._call([*argv, str(context)], timeout=900, check=False)
+
+    def config(self, image: str) -> dict[str, Any]:
+        """The image's OCI config (`User`, `Env`, `Entrypoint`, ...)."""
+        return json.loads(self._call(["podman", "image", "inspect", image, "--format", "{{json .Config}}"]).stdout)
+
+    def exists(self, image: str) -> bool:
+        return self._call(["podman", "image", "exists", image], check=False).returncode == 0
+
+    def run(
+        self, image: str, flags: list[str], args: list[str], timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        """`podman run --rm --pull never FLAGS IMAGE ARGS`; the result, failed or not."""
+        return self._call(["podman", "run", "--rm", "--pull", "never", *flags, image, *args], timeout, check=False)
+
+    def close(self) -> None:
+        """Remove every container and image, and unmount the storage's layers."""
+        self._call(["podman", "rm", "--all", "--force"], check=False)
+        self._call(["buildah", "rm", "--all"], check=False)
+        self._call(["podman", "system", "reset", "--force"], check=False)
+        mounts = Path("/proc/mounts").read_text().splitlines()
+        for target in sorted((line.split()[1] for line in mounts), reverse=True):
+            if target.startswith(str(self.workdir)):
+                subprocess.run(["umount", "-l", target], capture_output=True, check=False)
+
+
+#: the container fields `pod_flags` honours; scheduling and probe fields have no meaning for one `podman run`
+CONTAINER_FIELDS = {"name", "image", "args", "env", "ports", "readinessProbe", "livenessProbe", "resources",
+                    "securityContext", "volumeMounts"}  # fmt: skip
+SECURITY_FIELDS = {"allowPrivilegeEscalation", "readOnlyRootFilesystem", "runAsNonRoot", "capabilities"}
+POD_SECURITY_FIELDS = {"runAsUser", "runAsGroup", "fsGroup", "seccompProfile"}
+
+
+def pod_flags(
+    pod: dict[str, Any], container: dict[str, Any], volumes: dict[str, Path], fields: dict[str, str]
+) -> list[str]:
+    """`podman run` flags that run `container` of `pod` as a kubelet would: its user, group and fsGroup, read-only
+    root (no tmpfs added, as Kubernetes adds none), capabilities dropped, no privilege escalation, the runtime's
+    default seccomp profile, the memory limit, its env (`fields`: the downward API's `metadata.*` values), and each
+    volumeMount bound from `volumes` (volume name -> a directory here; an emptyDir's directory is made writable by
+    the fsGroup, as the kubelet makes it).  Raises ValueError on a field it does not map."""
+    unknown = set(container) - CONTAINER_FIELDS
+    security, pod_security = container.get("securityContext", {}), pod.get("securityContext", {})
+    unknown |= (set(security) - SECURITY_FIELDS) | (set(pod_security) - POD_SECURITY_FIELDS)
+    if unknown:
+        raise ValueError(f"pod_flags does not map {sorted(unknown)}")
+    flags = ["--network", "host", "--user", f"{pod_security['runAsUser']}:{pod_security['runAsGroup']}"]
+    if "fsGroup" in pod_security:
+        flags += ["--group-add", str(pod_security["fsGroup"])]
+    if pod_security.get("seccompProfile", {}).get("type", "RuntimeDefault") != "RuntimeDefault":
+        raise ValueError(f"seccompProfile {pod_security['seccompProfile']}: only RuntimeDefault is mapped")
+    if security.get("readOnlyRootFilesystem"):
+        flags += ["--read-only", "--read-only-tmpfs=false"]
+    if security.get("allowPrivilegeEscalation") is False:
+        flags += ["--security-opt", "no-new-privileges"]
+    flags += [f"--cap-drop={cap}" for cap in security.get("capabilities", {}).get("drop", [])]
+    if security.get("runAsNonRoot") and pod_security.get("runAsUser", 0) == 0:
+        raise ValueError("runAsNonRoot with runAsUser 0: the kubelet refuses to start it")
+    memory = container.get("resources", {}).get("limits", {}).get("memory")
+    if memory:
+        flags += ["--memory", memory.removesuffix("i").lower()]
+    for item in container.get("env", []):
+        if "value" in item:
+            flags += ["--env", f"{item['name']}={item['value']}"]
+        else:
+            flags += ["--env", f"{item['name']}={fields[item['valueFrom']['fieldRef']['fieldPath']]}"]
+    kinds = {v["name"]: v for v in pod.get("volumes", [])}
+    for mount in container.get("volumeMounts", []):
+        source, kind = volumes[mount["name"]], kinds[mount["name"]]
+        if "emptyDir" in kind:
+            os.chown(source, 0, pod_security.get("fsGroup", 0))
+            source.chmod(0o2775)
+        mode = "ro" if mount.get("readOnly") else "rw"
+        flags += ["--volume", f"{source}:{mount['mountPath']}:{mode}"]
+    return flags

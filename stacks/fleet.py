@@ -92,6 +92,23 @@ def unpinned_zone_warning(spec: FleetSpec, cluster: ClusterSpec, zone: str) -> N
         )
 
 
+def fabric_not_set_up_warning(spec: FleetSpec, cluster: ClusterSpec, catalog: Catalog) -> None:
+    """Pools whose machines have GPU-fabric NICs the stack sets up no software for (A3 High's GPUDirect-TCPX:
+    `MachineType.fabric_not_set_up`) deploy and run, but their multi-node jobs do not get the fabric they are
+    priced for: say so at `pulumi up` rather than let the first all-reduce find out."""
+    pools = [p for p in cluster.pools if catalog.machine(p.machine_type).fabric_not_set_up]
+    if pools:
+        ci = next(i for i, c in enumerate(spec.clusters) if c is cluster)
+        types = sorted({p.machine_type for p in pools})
+        pulumi.log.warn(
+            f"clusters[{ci}] ({cluster.name}): pools {', '.join(p.name for p in pools)} are {', '.join(types)}, whose "
+            "GPUDirect-TCPX NICs the stack sets up no software for (its kernel needs access credentials from Google: "
+            'docs/stacks.md "Known limits"), so multi-node NCCL on them runs over its sockets transport, not '
+            "GPUDirect; single-node jobs are unaffected.  For multi-node training use a3-megagpu-8g (TCPXO, set up) "
+            "where it is offered"
+        )
+
+
 def build_fleet(
     spec: FleetSpec, stack: str, catalog: Catalog | None = None, kubeconfigs: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -135,6 +152,7 @@ def build_fleet(
         conf = confs[cluster.name]
         zone = cluster_zone(spec, cluster, cat)
         unpinned_zone_warning(spec, cluster, zone)
+        fabric_not_set_up_warning(spec, cluster, cat)
         storage = _storage(spec, cluster, zone, fabric)
         home = storage.home_ip.apply(lambda ip, s=storage.home_share: f"{ip}:/{s}") if storage.home_ip else None
         scratch = storage.lustre.mount_point if storage.lustre else None

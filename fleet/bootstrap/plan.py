@@ -8,7 +8,7 @@ file, happen in the CLI.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from ipaddress import IPv4Network
 from pathlib import Path
 
@@ -17,9 +17,10 @@ from fleet.bootstrap.errors import BadArgument, InvalidPlan
 from fleet.bootstrap.machine import GPU_FAMILIES, MachineChoice, choose_machine
 from fleet.bootstrap.pricing import PoolPrice, pool_price, price_table
 from fleet.bootstrap.quotas import QuotaNeed, RegionQuota, ReservationInfo, quota_needs
+from fleet.bootstrap.regions import nearest_offering
 from fleet.bootstrap.request import BootstrapRequest, check_request
 from fleet.bootstrap.sizing import SlurmPlan, StoragePlan, plan_slurm, plan_storage
-from fleet.catalog import CapacityType, Catalog
+from fleet.catalog import CapacityType, Catalog, MachineType
 from fleet.spec.derive import fabric_subnet_count
 from fleet.spec.load import SpecError, load_spec
 
@@ -39,6 +40,7 @@ class RegionPlan:
     spec: dict
     reasons: list[str]
     reservation: ReservationInfo | None = None  # as read by --check-quota
+    warnings: list[str] = field(default_factory=list)  # what the stack will deploy but not do as asked
 
     def next_steps(self, stack_file: Path, project_bootstrap: str | None = None) -> list[str]:
         stack, project = self.request.stack_name, self.request.project
@@ -123,6 +125,7 @@ class RegionPlan:
                 "covers": "GPU nodes at list price; controller, login, storage and egress not included",
             },
             "reasons": self.reasons,
+            "warnings": self.warnings,
             "next_steps": self.next_steps(stack_file, project_bootstrap),
             "spec": self.spec,
         }
@@ -224,6 +227,7 @@ def plan_region(
     except AddressPlanExhausted as exc:
         raise BadArgument("--stacks-dir", f"address plan full: {exc}") from None
     reasons += [*addresses.reasons, *storage.reasons, *(slurm.reasons if slurm else ())]
+    reasons.append(f"cluster zone {pool_zones[0]}: the controller, login VMs and zonal storage beside the pool")
 
     pool_name = m.family
     pool: dict = {
@@ -241,6 +245,9 @@ def plan_region(
     cluster: dict = {
         "name": req.cluster_name,
         "scheduler": req.scheduler,
+        # pinned, not derived from the pool (fleet.spec.derive.cluster_zone): a later pool put first must not move
+        # the controller and its zonal storage
+        "zone": pool_zones[0],
         "pools": [pool],
         "storage": storage.spec(),
     }
@@ -270,6 +277,7 @@ def plan_region(
     price = pool_price(m, req.region, cap.type, 0, nodes)
     if price.per_node is None:
         reasons.append(f"no list price for {m.name} in {req.region} ({cap.type}): price unknown")
+    warnings = fabric_warnings(m, nodes, req.region, GPU_FAMILIES[req.gpu.lower()], catalog)
     return RegionPlan(
         request=req,
         choice=choice,
@@ -283,4 +291,22 @@ def plan_region(
         prices=price_table(m, req.region, 0, nodes),
         spec=spec,
         reasons=reasons,
+        warnings=warnings,
     )
+
+
+def fabric_warnings(m: MachineType, nodes: int, region: str, gpus: tuple[str, ...], catalog: Catalog) -> list[str]:
+    """A multi-node pool of a machine whose GPU fabric the stack sets up no software for (A3 High's GPUDirect-TCPX:
+    `MachineType.fabric_not_set_up`) trains across nodes without it: say so, with the nearest regions offering a
+    machine of the asked-for GPU (`gpus`: its `GPU_FAMILIES` shorts) whose fabric is set up."""
+    if nodes < 2 or not m.fabric_not_set_up:
+        return []
+    others = [o for o in catalog.machines() if o.gpu.short in gpus and o.gpu_count == m.gpu_count
+              and o.nics.fabric != "none" and not o.fabric_not_set_up]  # fmt: skip
+    where = [f"{o.name} in {alt.region} ({alt.city})" for o, alt in nearest_offering(region, others)]
+    return [
+        f"{m.name}: the stack sets up no software for its GPUDirect-TCPX NICs (its kernel needs access credentials "
+        f'from Google: docs/stacks.md "Known limits"), so multi-node NCCL across these {nodes} nodes runs over its '
+        "sockets transport, not GPUDirect"
+        + (f"; a fabric the stack sets up is nearest as {', '.join(where)}" if where else "")
+    ]

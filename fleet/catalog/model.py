@@ -155,6 +155,13 @@ class MachineType:
         return DEFAULT_READY_S
 
     @property
+    def fabric_not_set_up(self) -> bool:
+        """Its NICs form a GPU fabric (`nics.fabric`) for which its startup script sets up no software
+        (`software.fabric` none): A3 High's GPUDirect-TCPX, whose kernel the stack cannot install (docs/stacks.md
+        "Known limits").  NCCL then runs across nodes over its sockets transport, not GPUDirect."""
+        return self.nics.fabric != "none" and (self.software is None or self.software.fabric == "none")
+
+    @property
     def cores_per_socket(self) -> int:
         return self.vcpus // (self.sockets * self.threads_per_core)
 

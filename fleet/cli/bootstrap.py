@@ -68,6 +68,10 @@ def _print_human(out: dict, written: bool) -> None:
     con.print("\n[bold]Why[/]")
     for reason in out["reasons"]:
         con.print(f"  - {reason}", highlight=False)
+    if out["warnings"]:
+        con.print("\n[bold yellow]Warnings[/]")
+        for warning in out["warnings"]:
+            con.print(f"  - {warning}", highlight=False)
 
     quotas = Table("quota metric", "needed", "limit", "in use", "available", "status", title="Quotas at max size")
     for q in out["quotas"]:
@@ -152,6 +156,11 @@ def bootstrap_region(
         return
 
     out = plan.to_json(path, available, boot)
+    if not (directory / "Pulumi.yaml").is_file():
+        out["warnings"].append(
+            f"{directory} holds no Pulumi.yaml (nor does any directory above it): pulumi reads {path.name} beside"
+            " the project's Pulumi.yaml, so move it into your gpu-fleet checkout, or pass --stacks-dir next time"
+        )
     if not dry_run:
         argv = ["--project", project, "--region", region, "--gpu", gpu, "--gpus", str(gpus)]
         command = shlex.join(["fleet", "bootstrap-region", *argv, "--capacity", capacity, "--name", request.stack_name])

@@ -8,7 +8,7 @@ from fleet.bootstrap.errors import BadArgument, NoZoneOffers
 from fleet.bootstrap.machine import GPU_FAMILIES, choose_machine
 from fleet.bootstrap.plan import plan_region
 from fleet.bootstrap.quotas import RegionQuota, shortfalls
-from fleet.bootstrap.regions import great_circle_km, known_regions, region_locations
+from fleet.bootstrap.regions import great_circle_km, known_regions, nearest_offering, region_locations
 from fleet.bootstrap.request import BootstrapRequest, parse_capacity
 from fleet.catalog import CapacityType, load_catalog
 
@@ -188,3 +188,27 @@ def test_every_generated_spec_passes_the_fleet_rules(capacity: str) -> None:
                     continue
                 planned += 1
     assert planned > 100
+
+
+def test_multi_node_a3_high_is_warned_about_with_the_nearest_regions_whose_fabric_is_set_up() -> None:
+    """europe-west9 offers A3 High but not A3 Mega: 64 H100s there get a3-highgpu-8g, whose GPUDirect-TCPX the stack
+    sets up no software for, so the plan says multi-node NCCL will not use it and names the nearest A3 Mega
+    regions; one node, or a region with A3 Mega, gets no warning."""
+    west9 = plan("europe-west9", "h100", 64)
+    assert west9.choice.machine.name == "a3-highgpu-8g" and west9.choice.machine.fabric_not_set_up
+    (warning,) = west9.warnings
+    assert "GPUDirect-TCPX" in warning and "sockets transport" in warning and "these 8 nodes" in warning
+    nearest = [alt.region for _, alt in nearest_offering("europe-west9", [CAT.machine("a3-megagpu-8g")])]
+    assert f"a3-megagpu-8g in {nearest[0]} (" in warning
+    assert plan("europe-west9", "h100", 8).warnings == []  # one node: no inter-node traffic
+    assert plan("europe-west4", "h100", 64).warnings == []  # A3 Mega, TCPXO set up
+    assert plan("europe-west4", "h200", 64).warnings == []  # A3 Ultra, gIB set up
+
+
+def test_the_generated_cluster_pins_its_zone_to_the_pools_first() -> None:
+    """The controller, login VMs and zonal storage go where the pool starts, written in the file, so a pool listed
+    first later does not move /home (fleet.spec.derive.cluster_zone warns of an unpinned zone)."""
+    for region, gpu, capacity in (("us-central1", "h100", "spot"), ("europe-west4", "h200", "flex-start")):
+        out = plan(region, gpu, 64, capacity)
+        (cluster,) = out.spec["clusters"]
+        assert cluster["zone"] == cluster["pools"][0]["zones"][0]

@@ -539,3 +539,17 @@ def test_a_disposable_stack_can_turn_the_protection_off():
     fleet["clusters"][0]["deletion_protection"] = False
     result = run_program(main, stack="d", config={"gpu-fleet:fleet": fleet})
     assert not any(protect for _, protect in _zonal_state(result).values())
+
+
+def test_a3_high_pools_are_named_in_a_warning_that_their_tcpx_fabric_is_not_set_up():
+    """A3 High's GPUDirect-TCPX needs a kernel the stack cannot install, so its pools deploy with the four GPU NICs
+    and no TCPX software: the stack says so at `pulumi up`, naming the pools, instead of letting the first
+    multi-node job find NCCL on its sockets transport."""
+    from fleet.synth.engine import run_program
+    from stacks.program import main
+
+    fleet = yaml.safe_load((REPO / "Pulumi.gcp-a3mega-slurm.yaml").read_text())["config"]["gpu-fleet:fleet"]
+    fleet["clusters"][0]["pools"][1]["machine_type"] = "a3-highgpu-8g"  # the spot pool
+    result = run_program(main, stack="a", config={"gpu-fleet:fleet": fleet})
+    (warning,) = result.warnings
+    assert warning.startswith("clusters[0] (a3mega): pools spot are a3-highgpu-8g") and "sockets transport" in warning

@@ -3,7 +3,9 @@
 One replica holds the Lease (`holderIdentity`) and renews it every tick; another takes it over only once
 `renewTime + leaseDurationSeconds` has passed.  Every write is a replace on the Lease's resourceVersion, so
 two replicas racing for an expired Lease cannot both win (the loser gets 409 Conflict).  A replica that is not
-the leader reads and exports metrics but actuates nothing.
+the leader reads and exports metrics but actuates nothing.  A leader that stops (SIGTERM: a rollout, a drain)
+releases the Lease, as client-go's `ReleaseOnCancel` does (Karpenter turns it on): the other replica takes over
+at its next tick instead of waiting `leaseDurationSeconds` for it to expire.
 """
 
 from __future__ import annotations
@@ -89,6 +91,29 @@ class LeaseElector:
                 return self._set(False, "lost a race for the lease")
             logger.bind(error=str(exc)).warning("lease {}/{}: {}", self.namespace, self.name, exc)
             return self._set(False, "API server not answering")  # never act on a lease we cannot renew
+
+    def release(self) -> None:
+        """Give the Lease up, if this replica still holds it: no holder, a 1 s duration (client-go's release record;
+        the API server refuses 0), the hand-on annotations kept for the next leader.  A failure is logged and the
+        Lease left to expire, which is where it would be without a release."""
+        if not self.leader:
+            return
+        now = self.clock()
+        try:
+            lease = self.api.lease(self.namespace, self.name)
+            spec = (lease or {}).get("spec") or {}
+            if lease is None or spec.get("holderIdentity") != self.identity:
+                self._set(False, "lease no longer ours")
+                return
+            transitions = int(spec.get("leaseTransitions") or 0)
+            body = self._body(now, now, transitions, lease["metadata"]["resourceVersion"])
+            del body["spec"]["holderIdentity"]
+            body["spec"]["leaseDurationSeconds"] = 1
+            self.api.replace_lease(self.namespace, self.name, body)
+            self._set(False, "released the lease")
+        except KubeError as exc:
+            logger.bind(error=str(exc)).warning("lease {}/{}: not released: {}", self.namespace, self.name, exc)
+            self._set(False, "stopping; the lease expires on its own")
 
     def _set(self, leader: bool, why: str) -> bool:
         if leader != self.leader:

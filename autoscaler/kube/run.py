@@ -219,6 +219,7 @@ def run_forever(daemon: Any, cfg: KubeDaemonConfig) -> int:
     finally:
         if watches is not None:
             watches.stop()
+        daemon.elector.release()  # after the last tick: the other replica leads from its next one
         if server is not None:
             server.stop()
     logger.info("autoscaler stopped")

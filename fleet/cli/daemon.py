@@ -130,6 +130,7 @@ def _run_kubernetes(path: Path, *, once: bool, log_json: bool) -> None:
         return
     if once:
         res = daemon.tick()
+        daemon.elector.release()  # a one-off tick must not hold the running replicas off for a lease duration
         typer.echo(json.dumps(dataclasses.asdict(res), default=str) if log_json else str(res))
         raise typer.Exit(0 if res.ok else 1)
     raise typer.Exit(run_forever(daemon, cfg))

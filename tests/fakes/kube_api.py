@@ -28,6 +28,11 @@ authorizer does it (apiGroups, resources with `resource/subresource`, verbs get 
 update / patch / delete, resourceNames, `*`): what no rule allows is 403 Forbidden.  The daemon's tests run
 with the rules the stack deploys for it, so a call the deployed ServiceAccount may not make fails the test.
 The store's own methods (`create`, `update`, `delete`: the test playing other controllers) are not checked.
+
+With `token` set, a request over HTTP without `Authorization: Bearer <token>` (the scheme in any case, as
+RFC 7235 and the API server's bearer authenticator read it; the in-cluster client sends `bearer`) is 401
+Unauthorized, as the API server answers an unknown or missing ServiceAccount token.  `start(tls=...)` serves HTTPS, as
+every real API server does; the in-cluster client (`load_incluster_config`) speaks nothing else.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import copy
 import json
 import re
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -131,7 +137,23 @@ def validate(res: Resource, obj: dict[str, Any]) -> list[tuple[str, str]]:
         _DESERIALIZER.deserialize(json.dumps(obj), res.model, "application/json")
     except (ValueError, TypeError) as exc:
         return [("(object)", str(exc))]
-    return []
+    return _lease_spec(obj) if res.kind == "Lease" else []
+
+
+def _lease_spec(obj: dict[str, Any]) -> list[tuple[str, str]]:
+    """What kubernetes pkg/apis/coordination/validation `ValidateLeaseSpec` refuses beyond the schema: a duration
+    that is not positive (so a released Lease says 1 s, never 0) and negative transitions."""
+    spec = obj.get("spec") or {}
+    problems = []
+    if spec.get("leaseDurationSeconds") is not None and spec["leaseDurationSeconds"] <= 0:
+        problems.append(
+            ("spec.leaseDurationSeconds", f"Invalid value: {spec['leaseDurationSeconds']}: must be greater than 0")
+        )
+    if spec.get("leaseTransitions") is not None and spec["leaseTransitions"] < 0:
+        problems.append(
+            ("spec.leaseTransitions", f"Invalid value: {spec['leaseTransitions']}: must be greater than or equal to 0")
+        )
+    return problems
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -266,6 +288,8 @@ class FakeKube:
     version: int = 0
     #: called before a write is applied: (verb, plural, namespace, name, body) -> an ApiError to answer, or None
     before_write: Callable[[str, str, str, str, Any], ApiError | None] | None = None
+    #: the bearer token every HTTP request must carry (None: any, or none)
+    token: str | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
     #: (resourceVersion, type, plural, namespace, object) of every change since the last `compact()`, for watches
     events: list[tuple[int, str, str, str, dict[str, Any]]] = field(default_factory=list)
@@ -295,6 +319,7 @@ class FakeKube:
     _changed: threading.Condition | None = None
     _stopping: bool = False
     _server: ThreadingHTTPServer | None = None
+    _scheme: str = "http"
     _thread: threading.Thread | None = None
 
     # ---- the store, for tests (the same code paths as the HTTP verbs) ------------------------------------
@@ -640,9 +665,9 @@ class FakeKube:
                 return 200, obj
         raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {parsed.path}")
 
-    def start(self, sock: socket.socket | None = None) -> str:
+    def start(self, sock: socket.socket | None = None, tls: ssl.SSLContext | None = None) -> str:
         """Serve on 127.0.0.1 (an ephemeral port), or on `sock`, a socket bound elsewhere (a first-boot VM's
-        fabric: tests/firstboot/netns.py `Fabric.bind`)."""
+        fabric: tests/firstboot/netns.py `Fabric.bind`); over TLS with `tls` (a server context)."""
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -673,6 +698,10 @@ class FakeKube:
                     return
 
             def _serve(self) -> None:
+                scheme, _, presented = (self.headers.get("Authorization") or "").partition(" ")
+                if fake.token is not None and (scheme.lower() != "bearer" or presented.strip() != fake.token):
+                    self._send(401, ApiError(401, "Unauthorized", "Unauthorized").status())
+                    return
                 if self.command == "GET" and parse_qs(urlparse(self.path).query).get("watch", [""])[0] in ("true", "1"):
                     self._watch()
                     return
@@ -700,6 +729,9 @@ class FakeKube:
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler) if sock is None else SocketServer(sock, Handler)
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+            self._scheme = "https"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         return self.url
@@ -708,7 +740,7 @@ class FakeKube:
     def url(self) -> str:
         assert self._server is not None
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{self._scheme}://{host}:{port}"
 
     def stop(self) -> None:
         with self.lock:
@@ -721,12 +753,12 @@ class FakeKube:
             self._server = None
 
     def kubeconfig(self) -> dict[str, Any]:
-        """A kubeconfig for the real client: plain http on loopback, a static token."""
+        """A kubeconfig for the real client: plain http on loopback, a static token (`token`, when set)."""
         return {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+            "users": [{"name": "fake", "user": {"token": self.token or "fake-token"}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
             "current-context": "fake",
         }

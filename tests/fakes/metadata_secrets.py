@@ -16,6 +16,7 @@ Every access is recorded (`accesses`: who, which secret, the status).
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import re
 import socket
@@ -142,6 +143,15 @@ def _handler(sm: FakeSecretManager) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def _san_kind(host: str) -> str:
+    """`IP` for an address (a client checks an IP against IP entries only), `DNS` for a name."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return "DNS"
+    return "IP"
+
+
 def make_tls(directory: Path, hosts: tuple[str, ...] = (HOST,)) -> tuple[Path, ssl.SSLContext]:
     """A throwaway CA and a server certificate for `hosts` (openssl CLI); returns (CA pem, server context).
 
@@ -153,7 +163,7 @@ def make_tls(directory: Path, hosts: tuple[str, ...] = (HOST,)) -> tuple[Path, s
     run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca_pem,
         "-days", "2", "-subj", "/CN=gpu-fleet first-boot test CA")  # fmt: skip
     run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, "-subj", f"/CN={hosts[0]}")
-    ext.write_text("subjectAltName=" + ",".join(f"DNS:{h}" for h in hosts) + "\n")
+    ext.write_text("subjectAltName=" + ",".join(f"{_san_kind(h)}:{h}" for h in hosts) + "\n")
     run("openssl", "x509", "-req", "-in", csr, "-CA", ca_pem, "-CAkey", ca_key, "-CAcreateserial",
         "-out", pem, "-days", "2", "-extfile", ext)  # fmt: skip
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

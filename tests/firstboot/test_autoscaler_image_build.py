@@ -8,27 +8,42 @@ is pulled: the base image is the first-boot images' own root (Ubuntu 24.04's Pyt
 under FLEET_FIRSTBOOT_OS=debian) imported by digest, standing in for python.org's image, with an /etc/pip.conf
 that points pip at the lock's wheels (tests/firstboot/mirror.py `wheelhouse`), as a site's mirror would.
 
-Not covered: python.org's base image itself, a registry push, and the pod's in-cluster service account (a
-kubeconfig for the fake API server stands in)."""
+The last test runs the image as `k8s-neocloud-kueue` deploys it, unchanged: the stack's own ConfigMap files at
+/etc/gpu-fleet (`in_cluster: true`), the Deployment's env and args, the ServiceAccount token the kubelet mounts and
+the API server's service env, against the fake API server over TLS that accepts that token alone, bound to the
+stack's RBAC; it runs until SIGTERM, as a rollout ends it.
+
+Not covered: python.org's base image itself, a registry push, a pod network of its own (the container shares
+this machine's, so the metrics port is the ConfigMap's 9464 on loopback), and the kubelet's probes themselves
+(the readiness probe's request is made by the test)."""
 
 from __future__ import annotations
 
 import json
+import secrets
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
+import yaml
 
 from components.gcp.startup import AUTOSCALER_HOME, AUTOSCALER_LOCK
 from components.kubernetes.autoscaler import CONFIG_DIR
 from tests.components.test_autoscaler_image import DOCKERFILE, deployed_pod
 from tests.fakes.kube_api import FakeKube
+from tests.fakes.metadata_secrets import make_tls
 from tests.firstboot.conftest import in_ci
 from tests.firstboot.mirror import MirrorUnavailable, image_python, wheelhouse
 from tests.harness import oci
-from tests.kube.cluster import deployed_rbac, machine_deployment, pod_template, provisioning_request
+from tests.harness.slurm import poll_until
+from tests.kube.cluster import bound_rules, deployed_rbac, machine_deployment, pod_template, provisioning_request
 from tests.kube.test_capi_e2e import NS
 from tests.kube.test_cli import write_config
+from tests.kube.test_deployed import Deployed
+from tests.stacks.test_kube_stacks import manifests, of_kind
 
 pytestmark = pytest.mark.slow
 
@@ -159,3 +174,72 @@ def test_a_base_image_given_by_tag_stops_the_build_before_anything_is_copied(
     steps = [line for line in done.stdout.splitlines() if line.startswith("STEP ")]
     assert steps and "RUN case" in steps[-1] and not any(" COPY " in step for step in steps), steps
     assert not engine.exists(tag)
+
+
+def test_the_stacks_deployment_runs_from_the_image_in_cluster_until_sigterm(
+    engine: oci.Engine, image: str, tmp_path: Path
+) -> None:
+    """`k8s-neocloud-kueue`'s Deployment as the kubelet starts it from this image: its ConfigMap's files unchanged,
+    the in-cluster client on the ServiceAccount token (the fake refuses any other) over TLS.  It answers the
+    readiness probe, takes the Lease as its pod, serves a ProvisioningRequest on the stack's MachineDeployments
+    with no call its RBAC forbids, and on SIGTERM finishes, releases the Lease and exits 0 within the pod's grace
+    period (Kubernetes' default 30 s)."""
+    d = Deployed("k8s-neocloud-kueue", tmp_path)
+    (configmap,) = of_kind(d.syn, "ConfigMap")
+    config, state, account = tmp_path / "config", tmp_path / "state", tmp_path / "serviceaccount"
+    for directory in (config, state, account):
+        directory.mkdir()
+    for key, text in configmap["data"].items():
+        (config / key).write_text(text)  # as the kubelet projects the ConfigMap: unchanged
+    kube = d.config["kubernetes"]
+    assert kube["in_cluster"] is True
+    ca, tls = make_tls(tmp_path / "tls", ("127.0.0.1", "kubernetes.default.svc"))
+    token = secrets.token_urlsafe(32)
+    (account / "token").write_text(token)
+    (account / "ca.crt").write_text(ca.read_text())
+    (account / "namespace").write_text(kube["namespace"])
+    fake = FakeKube(rbac=bound_rules(manifests(d.syn), d.pod["serviceAccountName"]), token=token)
+    fake.start(tls=tls)
+    container = None
+    try:
+        for md in of_kind(d.syn, "MachineDeployment"):
+            fake.create(md)
+        fake.create(pod_template("train", "training", 8))
+        fake.create(d.request("wl-1", "training", "train", 1))
+        port = int(urlparse(fake.url).port or 0)
+        pod_name = "gpu-fleet-autoscaler-7d9f-abcde"
+        fields = {"metadata.name": pod_name, "metadata.namespace": kube["namespace"]}
+        flags = oci.pod_flags(d.pod, d.container, {"config": config, "state": state}, fields,
+                              oci.InCluster("127.0.0.1", port, account))  # fmt: skip
+        container = engine.start(image, flags, d.container["args"])
+        probe = d.container["readinessProbe"]["httpGet"]
+        metrics = yaml.safe_load((config / "autoscaler.yaml").read_text())["metrics"]
+        ready = f"http://127.0.0.1:{metrics['port']}{probe['path']}"
+
+        def served() -> bool:
+            replicas = sum(int(m["spec"].get("replicas") or 0) for m in fake.list("machinedeployments"))
+            return replicas == 1 and _answers(ready) == 200
+
+        assert poll_until(served, timeout=90), engine.logs(container)[-3000:]
+        lease = fake.get("leases", kube["lease"]["name"], kube["namespace"])
+        assert lease["spec"]["holderIdentity"] == pod_name
+        code = engine.stop(container, grace_s=30)
+        logs = engine.logs(container)
+        assert code == 0, logs[-3000:]
+        assert "autoscaler stopped" in logs and "Traceback" not in logs, logs[-3000:]
+        lease = fake.get("leases", kube["lease"]["name"], kube["namespace"])
+        assert "holderIdentity" not in lease["spec"] and lease["spec"]["leaseDurationSeconds"] == 1
+    finally:
+        fake.stop()
+    assert not fake.forbidden, fake.forbidden
+
+
+def _answers(url: str) -> int:
+    """The HTTP status `url` answers with (0: nothing listens yet)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0

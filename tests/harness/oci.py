@@ -112,6 +112,21 @@ class Engine:
         """`podman run --rm --pull never FLAGS IMAGE ARGS`; the result, failed or not."""
         return self._call(["podman", "run", "--rm", "--pull", "never", *flags, image, *args], timeout, check=False)
 
+    def start(self, image: str, flags: list[str], args: list[str]) -> str:
+        """`podman run --detach`: the container's id (`stop` ends it, `logs` reads it)."""
+        return self._call(["podman", "run", "--detach", "--pull", "never", *flags, image, *args]).stdout.strip()
+
+    def stop(self, container: str, grace_s: int = 30) -> int:
+        """SIGTERM, then SIGKILL after `grace_s` (what a kubelet does with terminationGracePeriodSeconds); the exit
+        code.  The container is kept for `logs`."""
+        self._call(["podman", "stop", "--time", str(grace_s), container], timeout=grace_s + 60)
+        state = self._call(["podman", "inspect", container, "--format", "{{.State.ExitCode}}"]).stdout
+        return int(state.strip())
+
+    def logs(self, container: str) -> str:
+        done = self._call(["podman", "logs", container])
+        return done.stdout + done.stderr
+
     def close(self) -> None:
         """Remove every container and image, and unmount the storage's layers."""
         self._call(["podman", "rm", "--all", "--force"], check=False)
@@ -128,17 +143,40 @@ CONTAINER_FIELDS = {"name", "image", "args", "env", "ports", "readinessProbe", "
                     "securityContext", "volumeMounts"}  # fmt: skip
 SECURITY_FIELDS = {"allowPrivilegeEscalation", "readOnlyRootFilesystem", "runAsNonRoot", "capabilities"}
 POD_SECURITY_FIELDS = {"runAsUser", "runAsGroup", "fsGroup", "seccompProfile"}
+#: pod fields: the ones `pod_flags` applies, and the scheduler's, which have no meaning for one `podman run`
+POD_FIELDS = {"containers", "volumes", "securityContext", "serviceAccountName", "automountServiceAccountToken",
+              "affinity", "priorityClassName", "nodeSelector", "tolerations"}  # fmt: skip
+
+
+#: where the kubelet mounts a pod's ServiceAccount token, CA and namespace (what `load_incluster_config` reads)
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+@dataclass(frozen=True)
+class InCluster:
+    """What the kubelet gives every container of a pod for the API server: the service's host and port
+    (KUBERNETES_SERVICE_HOST / _PORT) and the ServiceAccount's projected volume (`token`, `ca.crt`, `namespace`
+    in `directory`)."""
+
+    host: str
+    port: int
+    directory: Path
 
 
 def pod_flags(
-    pod: dict[str, Any], container: dict[str, Any], volumes: dict[str, Path], fields: dict[str, str]
+    pod: dict[str, Any],
+    container: dict[str, Any],
+    volumes: dict[str, Path],
+    fields: dict[str, str],
+    in_cluster: InCluster | None = None,
 ) -> list[str]:
     """`podman run` flags that run `container` of `pod` as a kubelet would: its user, group and fsGroup, read-only
     root (no tmpfs added, as Kubernetes adds none), capabilities dropped, no privilege escalation, the runtime's
     default seccomp profile, the memory limit, its env (`fields`: the downward API's `metadata.*` values), and each
     volumeMount bound from `volumes` (volume name -> a directory here; an emptyDir's directory is made writable by
-    the fsGroup, as the kubelet makes it).  Raises ValueError on a field it does not map."""
-    unknown = set(container) - CONTAINER_FIELDS
+    the fsGroup, as the kubelet makes it), and with `in_cluster` the API server's service env and the
+    ServiceAccount's token volume, read-only.  Raises ValueError on a field it does not map."""
+    unknown = (set(container) - CONTAINER_FIELDS) | (set(pod) - POD_FIELDS)
     security, pod_security = container.get("securityContext", {}), pod.get("securityContext", {})
     unknown |= (set(security) - SECURITY_FIELDS) | (set(pod_security) - POD_SECURITY_FIELDS)
     if unknown:
@@ -171,4 +209,8 @@ def pod_flags(
             source.chmod(0o2775)
         mode = "ro" if mount.get("readOnly") else "rw"
         flags += ["--volume", f"{source}:{mount['mountPath']}:{mode}"]
+    if in_cluster is not None and pod.get("automountServiceAccountToken", True):
+        flags += ["--env", f"KUBERNETES_SERVICE_HOST={in_cluster.host}", "--env",
+                  f"KUBERNETES_SERVICE_PORT={in_cluster.port}",
+                  "--volume", f"{in_cluster.directory}:{SERVICE_ACCOUNT_DIR}:ro"]  # fmt: skip
     return flags

@@ -254,6 +254,48 @@ def test_the_fake_refuses_a_field_selector_the_api_server_does_not_index(cluster
     assert err.value.status == 400 and "field label not supported: status.hostIP" in err.value.message
 
 
+def test_the_fake_refuses_a_lease_the_api_servers_lease_validation_refuses(cluster: FakeKube) -> None:
+    """A released Lease says 1 s (`LeaseElector.release`, as client-go's release record): the API server refuses a
+    duration of 0 or less, and negative transitions (pkg/apis/coordination/validation), here as there."""
+    from autoscaler.kube.api import KubeError
+
+    api = KubeApi.from_kubeconfig(cluster.kubeconfig())
+    metadata = {"name": LEASE, "namespace": "gpu-fleet-system"}
+    body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": {}}
+    body["spec"] = {"leaseDurationSeconds": 0}
+    with pytest.raises(KubeError) as err:
+        api.create_lease("gpu-fleet-system", body)
+    assert err.value.status == 422 and "spec.leaseDurationSeconds" in err.value.message
+    body["spec"] = {"leaseDurationSeconds": 1, "leaseTransitions": -1}
+    with pytest.raises(KubeError) as err:
+        api.create_lease("gpu-fleet-system", body)
+    assert err.value.status == 422 and "spec.leaseTransitions" in err.value.message
+    body["spec"] = {"leaseDurationSeconds": 1}
+    api.create_lease("gpu-fleet-system", body)
+
+
+def test_the_fake_refuses_a_request_without_its_service_account_token_over_tls(tmp_path) -> None:
+    """The in-cluster client speaks HTTPS with the pod's token (`bearer`, lower case, as the client sends it):
+    with `token` set the fake answers anything else 401 Unauthorized, as the API server's authenticator does."""
+    from autoscaler.kube.api import KubeError
+    from tests.fakes.metadata_secrets import make_tls
+
+    ca, tls = make_tls(tmp_path, ("127.0.0.1",))
+    fake = FakeKube(token="the-pods-token")
+    fake.start(tls=tls)
+    try:
+        assert fake.url.startswith("https://127.0.0.1:")
+        config = fake.kubeconfig()
+        config["clusters"][0]["cluster"]["certificate-authority"] = str(ca)
+        assert KubeApi.from_kubeconfig(config).lease("gpu-fleet-system", LEASE) is None  # 404: allowed, absent
+        config["users"][0]["user"]["token"] = "someone-elses"
+        with pytest.raises(KubeError) as err:
+            KubeApi.from_kubeconfig(config).lease("gpu-fleet-system", LEASE)
+        assert err.value.status == 401
+    finally:
+        fake.stop()
+
+
 def test_unschedulable_pods_of_an_admitted_workload_get_capacity(cluster: FakeKube) -> None:
     """A workload whose request was Provisioned lost a node: its pods are Unschedulable again and no request
     stands for them; the daemon launches for them (one gang, both pods) and not twice."""

@@ -1,5 +1,6 @@
 """Two replicas, one Lease: the leader dies in the middle of a launch; the other takes over after the lease
-expires and finishes the same launch - no double launch, the request is provisioned once."""
+expires and finishes the same launch - no double launch, the request is provisioned once.  A leader that stops
+(SIGTERM) releases the Lease, and the other replica leads from its next tick."""
 
 from __future__ import annotations
 
@@ -51,3 +52,31 @@ def test_the_other_replica_takes_over_with_no_double_launch(cluster: FakeKube, w
     assert replicas(cluster) == 3 and len(cluster.list("machines", NS)) == 3
     lease = cluster.get("leases", LEASE, "gpu-fleet-system")
     assert lease["spec"]["holderIdentity"] == "replica-b" and lease["spec"]["leaseTransitions"] == 1
+
+
+def test_a_stopping_leader_releases_the_lease_and_the_other_replica_leads_at_its_next_tick(
+    cluster: FakeKube,  # noqa: F811
+) -> None:
+    """client-go's ReleaseOnCancel, as Karpenter runs it: on SIGTERM (a rollout, a node drain) the leader gives
+    the Lease up (no holder, 1 s, its hand-on annotations kept), so the standby does not wait out the 15 s
+    duration.  A replica that does not hold the Lease leaves it alone; a released Lease is taken with one more
+    transition."""
+    clock = Clock()
+    a, b = daemon(cluster, clock, "replica-a"), daemon(cluster, clock, "replica-b")
+    assert a.tick().leader and not b.tick().leader
+    annotations = cluster.get("leases", LEASE, "gpu-fleet-system")["metadata"].get("annotations")
+
+    b.elector.release()  # not the leader: nothing written
+    assert cluster.get("leases", LEASE, "gpu-fleet-system")["spec"]["holderIdentity"] == "replica-a"
+
+    a.elector.release()
+    lease = cluster.get("leases", LEASE, "gpu-fleet-system")
+    assert "holderIdentity" not in lease["spec"] and lease["spec"]["leaseDurationSeconds"] == 1
+    assert lease["metadata"].get("annotations") == annotations and not a.elector.leader
+
+    clock.t += 1  # well inside the 15 s the Lease had
+    r = b.tick()
+    assert r.leader and r.ok, r.error
+    lease = cluster.get("leases", LEASE, "gpu-fleet-system")
+    assert lease["spec"]["holderIdentity"] == "replica-b" and lease["spec"]["leaseTransitions"] == 1
+    assert not a.tick().leader  # the stopped replica, were it to tick again, finds it held

@@ -9,9 +9,12 @@ dependencies alone: deploy/controller.in), puts the checkout on its path, create
 store as SlurmUser and starts `gpu-fleet-autoscaler` from the unit the checkout ships.  Until the fortieth round no
 test ran this step: the other first-boot controllers stop at it (no source, nothing baked).
 
-Not covered: GitHub and PyPI themselves, the unit's sandboxing other than MemoryDenyWriteExecute, SystemCallFilter,
-RestrictAddressFamilies and the file-system keys (ProtectSystem, ProtectHome, PrivateTmp, ReadWritePaths,
-StateDirectory): the first-boot `systemctl` applies those alone, the filter on the Ubuntu image only;
+Not covered: GitHub and PyPI themselves, the unit's sandboxing other than MemoryDenyWriteExecute, SystemCallFilter
+(whose native-architecture filter is what SystemCallArchitectures=native asks, not tested apart),
+RestrictAddressFamilies, the file-system keys (ProtectSystem, ProtectHome,
+PrivateTmp, ReadWritePaths, StateDirectory, PrivateDevices, and the mounts of ProtectKernelTunables,
+ProtectKernelModules, ProtectKernelLogs, ProtectControlGroups), NoNewPrivileges and CapabilityBoundingSet: the
+first-boot `systemctl` applies those alone, the filter on the Ubuntu image only;
 `systemd-analyze` reads the others (tests/firstboot/units.py), and
 any Compute call (nothing routes off the test network: the daemon's cloud calls fail, and it says so)."""
 
@@ -100,9 +103,18 @@ def test_the_controller_boot_completes_with_the_pinned_autoscaler_running(instal
     assert "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 (seccomp on socket())" in unit_log  # AF_NETLINK refused
     if os_image.chosen().name == os_image.UBUNTU.name:  # Debian 12's stand-in has no systemd-analyze to expand it
         assert re.search(r"SystemCallFilter=@system-service \(seccomp: \d{3} system calls", unit_log), unit_log
-    processes = ctl.run(["ps", "-o", "user=,args=", "-e"], check=True).stdout.splitlines()
-    daemon = [line.split()[0] for line in processes if "fleet.cli.main autoscaler run" in line]
-    assert daemon == ["slurm"], processes
+    # and PrivateDevices, ProtectKernelTunables / Modules / Logs, ProtectControlGroups (the same mount namespace)
+    assert (
+        "mount -n --move /run/fb-units/gpu-fleet-autoscaler.dev /dev" in unit_log and "/proc/sysrq-trigger" in unit_log
+    )
+    assert "--no-new-privs --bounding-set=-all (setpriv)" in unit_log  # NoNewPrivileges=yes, CapabilityBoundingSet=
+    processes = ctl.run(["ps", "-o", "user=,pid=,args=", "-e"], check=True).stdout.splitlines()
+    daemon = [line.split()[:2] for line in processes if "fleet.cli.main autoscaler run" in line]
+    assert [user for user, _ in daemon] == ["slurm"], processes
+    status = dict(
+        line.split(":\t", 1) for line in ctl.read(f"/proc/{daemon[0][1]}/status").splitlines() if ":\t" in line
+    )
+    assert status["CapBnd"] == "0000000000000000" and status["NoNewPrivs"] == "1", status
     owner = ctl.run(["stat", "-c", "%U %a", AUTOSCALER_STATE_DIR], check=True).stdout.split()
     assert owner == ["slurm", "750"], owner
 
@@ -291,6 +303,48 @@ def test_the_shim_applies_the_file_system_keys_as_systemd_does(installed) -> Non
         else:
             assert said[0] == "/etc/fb-probe written" and said[-1] != "/root holds 0", said
         ctl.run(["rm", "-f", "/etc/fb-probe", "/var/lib/fb-probe-other", "/tmp/fb-probe"], check=True)
+
+
+#: what a unit sees of devices, kernel tunables, modules, kernel logs and its own privileges (one "key value" a line)
+KERNEL_PROBE = r"""#!/bin/sh
+echo "disks $(ls /dev | grep -c '^fb-')"
+echo "null $(head -c0 /dev/null && echo ok)"
+ttl=$(cat /proc/sys/net/ipv4/ip_default_ttl)
+if (echo "$ttl" > /proc/sys/net/ipv4/ip_default_ttl) 2>/dev/null; then echo "sysctl written"
+else echo "sysctl refused"; fi
+echo "sys $(awk '$5 == "/sys" {split($6, o, ","); m = o[1]} END {print m}' /proc/self/mountinfo)"
+echo "modules $(ls -A /usr/lib/modules 2>/dev/null | wc -l)"
+echo "kmsg $(stat -c %a /proc/kmsg)"
+grep -E '^(CapBnd|NoNewPrivs):' /proc/self/status | tr -s '\t' ' '
+"""
+
+
+def test_the_shim_applies_the_device_kernel_and_privilege_keys_as_systemd_does(installed) -> None:
+    """What makes the daemon's run under its unit's PrivateDevices=, ProtectKernelTunables=, ProtectControlGroups=,
+    ProtectKernelModules=, ProtectKernelLogs=, NoNewPrivileges= and an empty CapabilityBoundingSet= mean something:
+    a unit with those keys, run as root by the same `systemctl`, sees a /dev of the basic nodes only (not the VM's
+    disks), cannot write a sysctl (a per-network-namespace one: the VM's own), finds /sys read-only, no kernel
+    modules and /proc/kmsg inaccessible, and holds no capability and no_new_privs; without the keys it writes the
+    sysctl, sees the disks and the modules, and keeps root's capabilities."""
+    booted, name, _ = installed
+    ctl = booted.vm(name)
+    ctl.run(["mkdir", "-p", "/usr/lib/modules/fb-probe", "/run/fb-kprobe"], check=True)
+    _install_probe(ctl, "/usr/local/bin/fb-kernel-probe", KERNEL_PROBE)
+    keys = ["PrivateDevices=yes", "ProtectKernelTunables=yes", "ProtectControlGroups=yes", "ProtectKernelModules=yes",
+            "ProtectKernelLogs=yes", "NoNewPrivileges=yes", "CapabilityBoundingSet="]  # fmt: skip
+    said = {}
+    for sandboxed in (True, False):
+        unit = f"fb-kernel-{'sandboxed' if sandboxed else 'open'}"
+        out = f"/run/fb-kprobe/{unit}.out"
+        text = _run_probe_unit(ctl, unit, f'/bin/sh -c "/usr/local/bin/fb-kernel-probe > {out} 2>&1"',
+                               keys if sandboxed else [], out, lambda t: "NoNewPrivs" in t)  # fmt: skip
+        said[sandboxed] = dict(line.split(" ", 1) for line in text.splitlines())
+    ctl.run(["rmdir", "/usr/lib/modules/fb-probe"], check=True)
+    assert said[True] == {"disks": "0", "null": "ok", "sysctl": "refused", "sys": "ro", "modules": "0",
+                          "kmsg": "0", "CapBnd:": "0000000000000000", "NoNewPrivs:": "1"}, said[True]  # fmt: skip
+    assert int(said[False]["disks"]) > 0 and said[False]["sysctl"] == "written" and said[False]["sys"] == "rw"
+    assert said[False]["modules"] == "1" and said[False]["CapBnd:"] != "0000000000000000", said[False]
+    assert said[False]["NoNewPrivs:"] == "0"
 
 
 def restore_runbook() -> list[str]:

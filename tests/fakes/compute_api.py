@@ -12,12 +12,18 @@ It speaks the real wire format (camelCase JSON, `compute#...` kinds, selfLinks, 
 (get/list/insert/delete), zone operations (get/wait) and reservations (get/list), and lets a
 test inject faults: N x 429/503, replies stalled past the client timeout, failed operations and
 stockouts reported the way GCE reports them.  State and semantics live in `compute_model`.
+
+`start(sock=..., tls=...)` serves on a socket bound elsewhere (a test network namespace) over TLS, as
+compute.googleapis.com does; with `authorize` set (the bearer token -> allowed), a request whose token it refuses
+is 401 UNAUTHENTICATED, as Google's front end answers a token it did not issue.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import socket
+import ssl
 import threading
 import time
 from collections import Counter
@@ -207,6 +213,13 @@ class _Handler(BaseHTTPRequestHandler):
         params = {k: v[-1] for k, v in parse_qs(split.query).items()}
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        if fake.authorize is not None:
+            scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+            if scheme.lower() != "bearer" or not fake.authorize(token.strip()):
+                err = ApiError(401, "authError", "Request had invalid authentication credentials.")
+                fake.log_request(method, split.path, 401)
+                self._reply(401, err.body())
+                return
         fault = fake.state.take_http_fault(method, split.path)
         if fault is not None and fault.delay and not fault.delay_after:
             fake.sleep(fault.delay)
@@ -218,6 +231,9 @@ class _Handler(BaseHTTPRequestHandler):
         fake.log_request(method, split.path, status)
         if fault is not None and fault.delay and fault.delay_after:
             fake.sleep(fault.delay)
+        self._reply(status, payload)
+
+    def _reply(self, status: int, payload: Json) -> None:
         data = json.dumps(payload).encode()
         try:
             self.send_response(status)
@@ -264,11 +280,25 @@ class FakeCompute:
         self._thread: threading.Thread | None = None
         self.requests: list[tuple[str, str, int]] = []
         self._log_lock = threading.Lock()
+        #: the bearer token of a request -> whether it is allowed (None: no authentication, as an emulator)
+        self.authorize: Callable[[str], bool] | None = None
+        self._scheme = "http"
 
     # ----------------------------------------------------------------- lifecycle
 
-    def start(self, port: int = 0) -> FakeCompute:
-        server = _Server(("127.0.0.1", port), _Handler)
+    def start(self, port: int = 0, sock: socket.socket | None = None, tls: ssl.SSLContext | None = None) -> FakeCompute:
+        """Serve on 127.0.0.1:`port` (0: any), or on `sock` (bound and listening elsewhere); over TLS with `tls`."""
+        if sock is None:
+            server = _Server(("127.0.0.1", port), _Handler)
+        else:
+            server = _Server(sock.getsockname()[:2], _Handler, bind_and_activate=False)
+            server.socket.close()
+            server.socket = sock
+            server.server_address = sock.getsockname()[:2]
+            sock.listen(64)
+        if tls is not None:
+            server.socket = tls.wrap_socket(server.socket, server_side=True)
+            self._scheme = "https"
         server.fake = self
         self._server = server
         self._thread = threading.Thread(
@@ -297,7 +327,9 @@ class FakeCompute:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        assert self._server is not None, "FakeCompute.start() first"
+        host, port = self._server.server_address[:2]
+        return f"{self._scheme}://{host}:{port}"
 
     def sleep(self, seconds: float) -> None:
         self._stopping.wait(seconds)

@@ -8,18 +8,24 @@ is pulled: the base image is the first-boot images' own root (Ubuntu 24.04's Pyt
 under FLEET_FIRSTBOOT_OS=debian) imported by digest, standing in for python.org's image, with an /etc/pip.conf
 that points pip at the lock's wheels (tests/firstboot/mirror.py `wheelhouse`), as a site's mirror would.
 
-The last test runs the image as `k8s-neocloud-kueue` deploys it, unchanged: the stack's own ConfigMap files at
+The last two tests run the image as the Kubernetes stacks deploy it, unchanged: the stack's own ConfigMap files at
 /etc/gpu-fleet (`in_cluster: true`), the Deployment's env and args, the ServiceAccount token the kubelet mounts and
 the API server's service env, against the fake API server over TLS that accepts that token alone, bound to the
-stack's RBAC; it runs until SIGTERM, as a rollout ends it.
+stack's RBAC; each runs until SIGTERM, as a rollout ends it.  `k8s-neocloud-kueue` scales a Cluster API
+MachineDeployment; `gke-a3ultra-kueue`, in a network namespace of its own, gets its Google credentials from the
+metadata server as Workload Identity gives them and launches in the stack's node pool MIG on compute.googleapis.com
+(the fake, which takes that account's tokens alone).
 
-Not covered: python.org's base image itself, a registry push, a pod network of its own (the container shares
-this machine's, so the metrics port is the ConfigMap's 9464 on loopback), and the kubelet's probes themselves
-(the readiness probe's request is made by the test)."""
+Not covered: python.org's base image itself, a registry push, the neocloud pod's network (that container shares
+this machine's, so the metrics port is the ConfigMap's 9464 on loopback), the kubelet's probes themselves (the
+readiness probe's request is made by the test), GKE's own metadata server and IAM (the fake metadata server hands
+the annotated account's token to the pod's address; whether that account may call Compute is not checked)."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import os
 import secrets
 import urllib.error
 import urllib.request
@@ -31,18 +37,21 @@ import pytest
 import yaml
 
 from components.gcp.startup import AUTOSCALER_HOME, AUTOSCALER_LOCK
-from components.kubernetes.autoscaler import CONFIG_DIR
+from components.kubernetes.autoscaler import CONFIG_DIR, WORKLOAD_IDENTITY_ANNOTATION
 from tests.components.test_autoscaler_image import DOCKERFILE, deployed_pod
+from tests.fakes.compute_api import FakeCompute
 from tests.fakes.kube_api import FakeKube
+from tests.fakes.metadata import FakeMetadata, VmMetadata
 from tests.fakes.metadata_secrets import make_tls
 from tests.firstboot.conftest import in_ci
 from tests.firstboot.mirror import MirrorUnavailable, image_python, wheelhouse
+from tests.firstboot.netns import METADATA_IP, Fabric
 from tests.harness import oci
 from tests.harness.slurm import poll_until
 from tests.kube.cluster import bound_rules, deployed_rbac, machine_deployment, pod_template, provisioning_request
 from tests.kube.test_capi_e2e import NS
 from tests.kube.test_cli import write_config
-from tests.kube.test_deployed import Deployed
+from tests.kube.test_deployed import Deployed, accepted
 from tests.stacks.test_kube_stacks import manifests, of_kind
 
 pytestmark = pytest.mark.slow
@@ -243,3 +252,91 @@ def _answers(url: str) -> int:
         return exc.code
     except OSError:
         return 0
+
+
+def test_the_gke_stacks_deployment_runs_from_the_image_on_workload_identity(
+    engine: oci.Engine, image: str, root_image: Path, tmp_path: Path
+) -> None:
+    """`gke-a3ultra-kueue`'s Deployment from this image, in a pod network of its own: its ConfigMap unchanged (the
+    `gce` provider on compute.googleapis.com, no endpoint, no key), so the Compute client finds its credentials as
+    on GKE, from the metadata server at 169.254.169.254, which answers for the Google service account the
+    ServiceAccount's Workload Identity annotation names.  The fake Compute API, over TLS, takes that account's
+    tokens alone.  One workload's request gets the stack's reserved node pool launched, and SIGTERM ends it with the
+    Lease released.  What stands in for the cluster: the fake API server and the two Google endpoints in the
+    test's network namespace, the names resolved by the pod's /etc/hosts, and the test CA in the image's
+    certificate bundle (bound over certifi's file, as a corporate image would carry it)."""
+    d = Deployed("gke-a3ultra-kueue", tmp_path)
+    (configmap,) = of_kind(d.syn, "ConfigMap")
+    (account_manifest,) = [
+        m for m in of_kind(d.syn, "ServiceAccount") if m["metadata"]["name"] == d.pod["serviceAccountName"]
+    ]
+    gsa = account_manifest["metadata"]["annotations"][WORKLOAD_IDENTITY_ANNOTATION]
+    assert d.config["provider"] == {"kind": "gce"}  # nothing points it anywhere but Google
+    config, state, account = tmp_path / "config", tmp_path / "state", tmp_path / "serviceaccount"
+    for directory in (config, state, account):
+        directory.mkdir()
+    for key, text in configmap["data"].items():
+        (config / key).write_text(text)
+    kube = d.config["kubernetes"]
+    pools = d.pools()
+    fabric = Fabric(f"fbimg{os.getpid()}", ipaddress.ip_network("10.77.0.0/24"))
+    fabric.create()
+    servers: list = []
+    compute = FakeCompute(pools[0].project)
+    fake = FakeKube(rbac=bound_rules(manifests(d.syn), d.pod["serviceAccountName"]), token=secrets.token_urlsafe(32))
+    container = None
+    try:
+        pod_ip = ipaddress.ip_address("10.77.0.10")
+        netns = fabric.attach("pod", pod_ip)
+        gateway = str(fabric.gateway)
+        ca, tls = make_tls(tmp_path / "tls", (gateway, "compute.googleapis.com"))
+        metadata = FakeMetadata(pools[0].project)
+        metadata.add_instance(
+            VmMetadata(name="gke-node-0", zone=pools[0].zones[0], ip=str(pod_ip), service_account=gsa)
+        )
+        servers.append(metadata.serve_socket(fabric.bind((METADATA_IP, 80))))
+        compute.add_inventory(pools)
+        for p in pools:
+            if p.reservation:
+                compute.add_reservation(p.zones[0], p.reservation, p.machine_type, count=4)
+        compute.authorize = lambda token: metadata.service_account_of(token) == gsa
+        compute.start(sock=fabric.bind((gateway, 443)), tls=tls)
+        fake.start(fabric.bind((gateway, 6443)), tls=tls)
+        (account / "token").write_text(fake.token or "")
+        (account / "ca.crt").write_text(ca.read_text())
+        (account / "namespace").write_text(kube["namespace"])
+        namespace = next(n for n in d.namespaces() if n != "gpu-fleet-system")
+        fake.create(pod_template("train", namespace, 8))
+        fake.create(d.request("wl-1", namespace, "train", 1))
+
+        pod_name = "gpu-fleet-autoscaler-5c8d-fghij"
+        fields = {"metadata.name": pod_name, "metadata.namespace": kube["namespace"]}
+        flags = oci.pod_flags(
+            d.pod, d.container, {"config": config, "state": state}, fields, oci.InCluster(gateway, 6443, account),
+            network=f"ns:/run/netns/{netns}", hosts={"compute.googleapis.com": gateway,
+                                                      "metadata.google.internal": METADATA_IP},
+        )  # fmt: skip
+        python = f"python{image_python(root_image)}"
+        bundle = f"{AUTOSCALER_HOME}/.venv/lib/{python}/site-packages/certifi/cacert.pem"
+        container = engine.start(image, [*flags, "--volume", f"{ca}:{bundle}:ro"], d.container["args"])
+
+        def launched() -> bool:
+            return sum(compute.create_counts().values()) >= 1 and accepted(fake, "wl-1", namespace)
+
+        assert poll_until(launched, timeout=120), engine.logs(container)[-4000:]
+        (mig,) = [m for m in compute.state.migs.values() if m.target_size]
+        assert mig.reservation and mig.name in {g for p in pools for g in p.instance_groups.values()}
+        assert not [r for r in compute.requests if r[2] == 401], compute.requests[:5]
+        grants = {grant.service_account for grant in metadata.tokens.values()}
+        assert grants == {gsa}, grants  # every token it used was the Workload Identity account's
+        assert engine.stop(container, grace_s=30) == 0, engine.logs(container)[-3000:]
+        lease = fake.get("leases", kube["lease"]["name"], kube["namespace"])
+        assert "holderIdentity" not in lease["spec"]
+    finally:
+        fake.stop()
+        compute.stop()
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+        fabric.destroy()
+    assert not fake.forbidden, fake.forbidden

@@ -169,19 +169,24 @@ def pod_flags(
     volumes: dict[str, Path],
     fields: dict[str, str],
     in_cluster: InCluster | None = None,
+    network: str = "host",
+    hosts: dict[str, str] | None = None,
 ) -> list[str]:
     """`podman run` flags that run `container` of `pod` as a kubelet would: its user, group and fsGroup, read-only
     root (no tmpfs added, as Kubernetes adds none), capabilities dropped, no privilege escalation, the runtime's
     default seccomp profile, the memory limit, its env (`fields`: the downward API's `metadata.*` values), and each
     volumeMount bound from `volumes` (volume name -> a directory here; an emptyDir's directory is made writable by
     the fsGroup, as the kubelet makes it), and with `in_cluster` the API server's service env and the
-    ServiceAccount's token volume, read-only.  Raises ValueError on a field it does not map."""
+    ServiceAccount's token volume, read-only.  `network`: Podman's `--network` (this machine's by default, or
+    `ns:/run/netns/NAME`, a pod network of the test's own); `hosts`: names the pod's DNS would resolve (name ->
+    address).  Raises ValueError on a field it does not map."""
     unknown = (set(container) - CONTAINER_FIELDS) | (set(pod) - POD_FIELDS)
     security, pod_security = container.get("securityContext", {}), pod.get("securityContext", {})
     unknown |= (set(security) - SECURITY_FIELDS) | (set(pod_security) - POD_SECURITY_FIELDS)
     if unknown:
         raise ValueError(f"pod_flags does not map {sorted(unknown)}")
-    flags = ["--network", "host", "--user", f"{pod_security['runAsUser']}:{pod_security['runAsGroup']}"]
+    flags = ["--network", network, "--user", f"{pod_security['runAsUser']}:{pod_security['runAsGroup']}"]
+    flags += [f"--add-host={name}:{address}" for name, address in (hosts or {}).items()]
     if "fsGroup" in pod_security:
         flags += ["--group-add", str(pod_security["fsGroup"])]
     if pod_security.get("seccompProfile", {}).get("type", "RuntimeDefault") != "RuntimeDefault":

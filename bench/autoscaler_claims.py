@@ -117,13 +117,12 @@ def _task(trace: str, scenario_name: str, frontier: list[FrontierSetting], sched
     from autoscaler.replay.kueue_gate import KueueSetup
     from autoscaler.replay.run import resolve_policies, run_frontier, run_scenario
     from autoscaler.replay.scenario import Scenario
-    from autoscaler.replay.synth import generate, parse_synth_spec
-    from autoscaler.replay.trace import load_trace
+    from autoscaler.replay.synth import load_source
 
     out: dict[str, Any] = {"trace": trace, "scenario": scenario_name, "scheduler": scheduler}
     t0, c0 = time.perf_counter(), time.process_time()
     try:
-        jobs = generate(*parse_synth_spec(trace)) if trace.startswith("synth:") else load_trace(trace)
+        _, jobs = load_source(trace)
         scenario = Scenario(trace=trace, **{**SCENARIOS, **HELD_OUT}[scenario_name])
         kueue = KueueSetup(seed=scenario.seed) if scheduler == "kueue" else None  # as `fleet simulate` builds it
         result = run_scenario(jobs, scenario, resolve_policies("all", scheduler), kueue=kueue)

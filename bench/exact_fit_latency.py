@@ -32,10 +32,10 @@ def _one(trace: str) -> dict[str, Any]:
     from autoscaler.replay.metrics import policy_metrics
     from autoscaler.replay.run import gpu_fleet_policy, replay_engine
     from autoscaler.replay.scenario import Scenario
-    from autoscaler.replay.synth import generate
-    from autoscaler.replay.trace import load_trace, mark_spot_tolerant
+    from autoscaler.replay.synth import load_source
+    from autoscaler.replay.trace import mark_spot_tolerant
 
-    jobs = generate(trace.split(":")[1], 0) if trace.startswith("synth:") else load_trace(trace)
+    _, jobs = load_source(trace)  # synth:REGIME[:SEED] with its seed (the seed was dropped before)
     scenario = Scenario(trace=trace)
     marked = mark_spot_tolerant(list(jobs), scenario.spot_fraction, scenario.seed)
     bound = lower_bound(marked, scenario)

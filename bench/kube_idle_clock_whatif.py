@@ -27,18 +27,13 @@ from autoscaler.replay.gpu_fleet_kube import GpuFleetKubePolicy
 from autoscaler.replay.kueue_gate import KueueSetup
 from autoscaler.replay.run import run_scenario
 from autoscaler.replay.scenario import Scenario
-from autoscaler.replay.synth import generate
-from autoscaler.replay.trace import load_trace
+from autoscaler.replay.synth import load_source
 
 FIELDS = ("cost_usd", "cost_ratio", "wait_p50_s", "wait_p95_s", "nodes_launched")
 
 
 def _run(src: str) -> dict[str, Any]:
-    if src.startswith("synth:"):
-        _, regime, *seed = src.split(":")
-        jobs = generate(regime, int(seed[0]) if seed else 0)
-    else:
-        jobs = load_trace(src)
+    _, jobs = load_source(src)
     res = run_scenario(jobs, Scenario(trace=src), ["gpu-fleet"], kueue=KueueSetup())
     m = res.as_json()["policies"]["gpu-fleet"]
     return {k: m[k] for k in FIELDS}

@@ -19,8 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from autoscaler.replay import simslurm
 from autoscaler.replay.gpu_fleet import GpuFleetPolicy
 from autoscaler.replay.scenario import Scenario
-from autoscaler.replay.synth import generate, parse_synth_spec
-from autoscaler.replay.trace import load_trace
+from autoscaler.replay.synth import load_source
 
 
 def count(source: str) -> dict[str, int]:
@@ -38,7 +37,7 @@ def count(source: str) -> dict[str, int]:
             counts["single_on_released" if job.nodes == 1 else "gang_on_released"] += 1
         return original(self, job, picked, now)
 
-    jobs = generate(*parse_synth_spec(source)) if source.startswith("synth:") else load_trace(source)
+    _, jobs = load_source(source)
     scenario = Scenario()
     simslurm.SimSlurm._allocate = allocate  # type: ignore[method-assign]
     try:

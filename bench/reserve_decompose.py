@@ -225,8 +225,7 @@ def _classify(starts: list[tuple[int, int, int, int, float, float]]) -> dict[str
 
 def main() -> int:
     from autoscaler.replay.scenario import Scenario
-    from autoscaler.replay.synth import generate
-    from autoscaler.replay.trace import load_trace
+    from autoscaler.replay.synth import load_source
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trace", required=True)
@@ -239,11 +238,7 @@ def main() -> int:
     ap.add_argument("--region", default=None)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    if a.trace.startswith("synth:"):
-        _, regime, *seed = a.trace.split(":")
-        jobs = generate(regime, int(seed[0]) if seed else 0)
-    else:
-        jobs = load_trace(a.trace)
+    _, jobs = load_source(a.trace)
     kw: dict[str, Any] = {"reserved_nodes": a.reserved_nodes, "spot_fraction": a.spot_fraction}
     for field in ("machine_family", "region"):
         if getattr(a, field) is not None:

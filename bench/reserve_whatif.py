@@ -345,8 +345,7 @@ def _patch(what: str) -> None:
 def main() -> int:
     from autoscaler.replay.run import PolicyOptions, run_scenario
     from autoscaler.replay.scenario import Scenario
-    from autoscaler.replay.synth import generate
-    from autoscaler.replay.trace import load_trace
+    from autoscaler.replay.synth import load_source
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--trace", required=True, help="ITP cluster number (04) or synth:REGIME")
@@ -357,10 +356,8 @@ def main() -> int:
     ap.add_argument("--wait-value", type=float, default=None, help="gpu-fleet's wait value ($/GPU-h; default: its own)")
     ap.add_argument("--no-preempt", action="store_true", help="gpu-fleet without Policy.preempt_spot")
     a = ap.parse_args()
-    if a.trace.startswith("synth:"):
-        jobs = generate(a.trace.split(":")[1], 0)
-    else:
-        jobs = load_trace(str(ROOT.parent / "shared" / "data" / "traces" / "itp" / f"cluster{a.trace}.csv"))
+    itp = ROOT.parent / "shared" / "data" / "traces" / "itp" / f"cluster{a.trace}.csv"
+    _, jobs = load_source(a.trace if a.trace.startswith("synth:") else str(itp))  # synth:REGIME[:SEED], or NN
     for w in a.what.split("+"):
         _patch(w)
     sc = Scenario(trace=a.trace, reserved_nodes=a.reserved_nodes, spot_fraction=a.spot_fraction,

@@ -1,5 +1,5 @@
 """Seeded synthetic GPU job traces: workload regimes the ITP clusters lack, for `fleet trace generate`
-and `fleet simulate --trace synth:REGIME[:SEED]`.
+and `fleet simulate --trace synth:REGIME[:SEED]`; `load_source` is how every command and bench reads a `--trace`.
 
 Each regime is one `Regime` (arrival process, duration law, GPU-count mix, optional gang bursts),
 documented in docs/simulate.md and written into the CSV's header comment.  `generate(regime, seed,
@@ -19,6 +19,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from autoscaler.replay.trace import TraceJob, peak_concurrent_gpus
 
@@ -254,3 +255,15 @@ def parse_synth_spec(spec: str, default_seed: int = 0) -> tuple[str, int]:
         except ValueError:
             raise SynthError(f"--trace: {spec!r}: seed {parts[2]!r} is not an integer") from None
     return name, default_seed
+
+
+def load_source(source: str, default_seed: int = 0) -> tuple[str, list[TraceJob]]:
+    """A `--trace` as every command takes it: `synth:REGIME[:SEED]` (generated; the seed defaults to `default_seed`)
+    or a trace CSV's path.  Returns the source's canonical name (`synth:REGIME:SEED`, or the path as given) and its
+    jobs; raises SynthError or TraceError naming what is wrong."""
+    from autoscaler.replay.trace import load_trace
+
+    if source.startswith("synth:"):
+        regime, seed = parse_synth_spec(source, default_seed)
+        return f"synth:{regime}:{seed}", generate(regime, seed)
+    return source, list(load_trace(Path(source)))

@@ -20,7 +20,10 @@ def _fail(message: str) -> typer.Exit:
 
 @advise_app.command("commitments")
 def commitments(
-    trace: Annotated[Path, typer.Option("--trace", help="job trace CSV (submission_time,duration,num_gpu)")],
+    trace: Annotated[
+        str,
+        typer.Option("--trace", help="job trace CSV (submission_time,duration,num_gpu), or synth:REGIME[:SEED]"),
+    ],
     machine_family: str = typer.Option("a3-highgpu", "--machine-family", help="catalog family to reserve and buy"),
     region: str = typer.Option("us-central1", "--region", help="region (the reservation sits in its first zone)"),
     spot_fraction: float = typer.Option(0.0, "--spot-fraction", help="share of jobs (seeded) that tolerate spot"),
@@ -42,7 +45,8 @@ def commitments(
     report: Annotated[Path | None, typer.Option("--report", help="write an HTML report (PNG if .png)")] = None,
 ) -> None:
     """Replay the trace for every reservation size x term (x seed) and recommend the cheapest mix."""
-    from autoscaler.replay.trace import TraceError, load_trace
+    from autoscaler.replay.synth import SynthError, load_source
+    from autoscaler.replay.trace import TraceError
     from fleet.advise.commitments import Request, advise, reserved_machine
     from fleet.advise.grid import GridError, catalog_prices, load_price_file, parse_sizes, parse_terms
     from fleet.advise.runner import RunnerError
@@ -65,10 +69,10 @@ def commitments(
             raise GridError("--train/--test: give both or neither")
         if report is not None and report.is_dir():
             raise GridError(f"--report: {report} is a directory")
-        jobs = tuple(load_trace(trace))
+        source, loaded = load_source(trace)
         req = Request(
-            trace=str(trace),
-            jobs=jobs,
+            trace=source,
+            jobs=tuple(loaded),
             machine_family=machine_family,
             region=region,
             spot_fraction=spot_fraction,
@@ -91,7 +95,7 @@ def commitments(
             else catalog_prices(machine, region, term_list)
         )
         req = Request(**{**req.__dict__, "prices": prices})
-    except (GridError, TraceError) as exc:
+    except (GridError, TraceError, SynthError) as exc:
         raise _fail(str(exc) if str(exc).startswith("--") else f"--trace: {exc}") from None
     except ValueError as exc:  # scenario validation (family, region, spot price) and window checks
         raise _fail(_scenario_message(exc)) from None

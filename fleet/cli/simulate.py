@@ -166,8 +166,8 @@ def simulate(
     )
     from autoscaler.replay.scenario import Scenario
     from autoscaler.replay.state import ReplayError
-    from autoscaler.replay.synth import SynthError, generate, parse_synth_spec
-    from autoscaler.replay.trace import TraceError, load_trace
+    from autoscaler.replay.synth import SynthError, load_source
+    from autoscaler.replay.trace import TraceError
 
     source = trace or str(demo_trace())
     try:
@@ -205,9 +205,7 @@ def simulate(
         )
         if wait_value is not None and not wait_value >= 0:
             raise ValueError(f"--wait-value: must be >= 0 USD per GPU-hour, got {wait_value:g}")
-        synth = parse_synth_spec(source, seed) if source.startswith("synth:") else None
-        if synth:
-            source = f"synth:{synth[0]}:{synth[1]}"
+        source, jobs = load_source(source, seed)
         scenario = Scenario(
             trace=source,
             machine_family=machine_family,
@@ -227,7 +225,6 @@ def simulate(
         if wait_value is not None or settings:
             probe = wait_value if wait_value is not None else settings[0].wait_value_usd_per_gpu_hour
             gpu_fleet_policy(scenario, probe)  # knob present?
-        jobs = generate(*synth) if synth else load_trace(Path(source))
     except ValidationError as exc:
         for err in exc.errors():
             typer.echo(f"error: {_cli_message(err)}", err=True)

@@ -159,6 +159,17 @@ def test_cli_bad_input_exits_2_naming_the_option(args: list[str], message: str) 
     assert message in res.output and "Traceback" not in res.output
 
 
+def test_cli_takes_a_generated_trace_as_fleet_simulate_does() -> None:
+    """`--trace synth:REGIME[:SEED]` is the same grammar as `fleet simulate`'s (autoscaler.replay.synth
+    `load_source`): the scenario names the canonical source, and a bad one is exit 2 naming --trace."""
+    res = runner.invoke(app, ["advise", "commitments", "--trace", "synth:steady:3", "--sizes", "0,2", "--seeds", "1",
+                              "--terms", "none", "--workers", "1", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["scenario"]["trace"] == "synth:steady:3"
+    bad = runner.invoke(app, ["advise", "commitments", "--trace", "synth:nope", "--sizes", "0"])
+    assert bad.exit_code == 2 and "--trace: 'synth:nope': unknown regime 'nope'" in bad.output, bad.output
+
+
 def test_ray_address_without_ray_installed_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 

@@ -13,8 +13,10 @@ Not covered: GitHub and PyPI themselves, the unit's sandboxing other than Memory
 (whose native-architecture filter is what SystemCallArchitectures=native asks, not tested apart),
 RestrictAddressFamilies, the file-system keys (ProtectSystem, ProtectHome,
 PrivateTmp, ReadWritePaths, StateDirectory, PrivateDevices, and the mounts of ProtectKernelTunables,
-ProtectKernelModules, ProtectKernelLogs, ProtectControlGroups), NoNewPrivileges and CapabilityBoundingSet: the
-first-boot `systemctl` applies those alone, the filter on the Ubuntu image only;
+ProtectKernelModules, ProtectKernelLogs, ProtectControlGroups), NoNewPrivileges, CapabilityBoundingSet and the
+seccomp restrictions (RestrictNamespaces, RestrictSUIDSGID, RestrictRealtime, ProtectClock, ProtectHostname,
+LockPersonality, and the system calls ProtectKernelModules and ProtectKernelLogs deny): the first-boot `systemctl`
+applies those alone, the filters on the Ubuntu image only;
 `systemd-analyze` reads the others (tests/firstboot/units.py), and
 any Compute call (nothing routes off the test network: the daemon's cloud calls fail, and it says so)."""
 
@@ -103,6 +105,11 @@ def test_the_controller_boot_completes_with_the_pinned_autoscaler_running(instal
     assert "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 (seccomp on socket())" in unit_log  # AF_NETLINK refused
     if os_image.chosen().name == os_image.UBUNTU.name:  # Debian 12's stand-in has no systemd-analyze to expand it
         assert re.search(r"SystemCallFilter=@system-service \(seccomp: \d{3} system calls", unit_log), unit_log
+        restricted = re.search(r"systemctl: (Restrict\S+=yes .*) \(seccomp: \d+ rules, EPERM\)", unit_log)
+        assert restricted and restricted.group(1).split() == [
+            "RestrictNamespaces=yes", "RestrictSUIDSGID=yes", "RestrictRealtime=yes", "ProtectClock=yes",
+            "ProtectHostname=yes", "ProtectKernelModules=yes", "ProtectKernelLogs=yes", "LockPersonality=yes",
+        ], unit_log  # fmt: skip
     # and PrivateDevices, ProtectKernelTunables / Modules / Logs, ProtectControlGroups (the same mount namespace)
     assert (
         "mount -n --move /run/fb-units/gpu-fleet-autoscaler.dev /dev" in unit_log and "/proc/sysrq-trigger" in unit_log
@@ -315,23 +322,25 @@ else echo "sysctl refused"; fi
 echo "sys $(awk '$5 == "/sys" {split($6, o, ","); m = o[1]} END {print m}' /proc/self/mountinfo)"
 echo "modules $(ls -A /usr/lib/modules 2>/dev/null | wc -l)"
 echo "kmsg $(stat -c %a /proc/kmsg)"
+f=$(mktemp -u /run/fb-kprobe/umask.XXXXXX); : > "$f"; echo "file $(stat -c %a "$f")"; rm -f "$f"
 grep -E '^(CapBnd|NoNewPrivs):' /proc/self/status | tr -s '\t' ' '
 """
 
 
 def test_the_shim_applies_the_device_kernel_and_privilege_keys_as_systemd_does(installed) -> None:
     """What makes the daemon's run under its unit's PrivateDevices=, ProtectKernelTunables=, ProtectControlGroups=,
-    ProtectKernelModules=, ProtectKernelLogs=, NoNewPrivileges= and an empty CapabilityBoundingSet= mean something:
-    a unit with those keys, run as root by the same `systemctl`, sees a /dev of the basic nodes only (not the VM's
-    disks), cannot write a sysctl (a per-network-namespace one: the VM's own), finds /sys read-only, no kernel
-    modules and /proc/kmsg inaccessible, and holds no capability and no_new_privs; without the keys it writes the
-    sysctl, sees the disks and the modules, and keeps root's capabilities."""
+    ProtectKernelModules=, ProtectKernelLogs=, NoNewPrivileges=, an empty CapabilityBoundingSet= and UMask= mean
+    something: a unit with those keys, run as root by the same `systemctl`, sees a /dev of the basic nodes only (not
+    the VM's disks), cannot write a sysctl (a per-network-namespace one: the VM's own), finds /sys read-only, no
+    kernel modules and /proc/kmsg inaccessible, creates files 0640, and holds no capability and no_new_privs;
+    without the keys it writes the sysctl, sees the disks and the modules, creates files 0644 and keeps root's
+    capabilities."""
     booted, name, _ = installed
     ctl = booted.vm(name)
     ctl.run(["mkdir", "-p", "/usr/lib/modules/fb-probe", "/run/fb-kprobe"], check=True)
     _install_probe(ctl, "/usr/local/bin/fb-kernel-probe", KERNEL_PROBE)
     keys = ["PrivateDevices=yes", "ProtectKernelTunables=yes", "ProtectControlGroups=yes", "ProtectKernelModules=yes",
-            "ProtectKernelLogs=yes", "NoNewPrivileges=yes", "CapabilityBoundingSet="]  # fmt: skip
+            "ProtectKernelLogs=yes", "NoNewPrivileges=yes", "CapabilityBoundingSet=", "UMask=0027"]  # fmt: skip
     said = {}
     for sandboxed in (True, False):
         unit = f"fb-kernel-{'sandboxed' if sandboxed else 'open'}"
@@ -340,11 +349,56 @@ def test_the_shim_applies_the_device_kernel_and_privilege_keys_as_systemd_does(i
                                keys if sandboxed else [], out, lambda t: "NoNewPrivs" in t)  # fmt: skip
         said[sandboxed] = dict(line.split(" ", 1) for line in text.splitlines())
     ctl.run(["rmdir", "/usr/lib/modules/fb-probe"], check=True)
-    assert said[True] == {"disks": "0", "null": "ok", "sysctl": "refused", "sys": "ro", "modules": "0",
-                          "kmsg": "0", "CapBnd:": "0000000000000000", "NoNewPrivs:": "1"}, said[True]  # fmt: skip
+    want = {"disks": "0", "null": "ok", "sysctl": "refused", "sys": "ro", "modules": "0", "kmsg": "0", "file": "640",
+            "CapBnd:": "0000000000000000", "NoNewPrivs:": "1"}  # fmt: skip
+    assert said[True] == want, said[True]
     assert int(said[False]["disks"]) > 0 and said[False]["sysctl"] == "written" and said[False]["sys"] == "rw"
     assert said[False]["modules"] == "1" and said[False]["CapBnd:"] != "0000000000000000", said[False]
-    assert said[False]["NoNewPrivs:"] == "0"
+    assert said[False]["NoNewPrivs:"] == "0" and said[False]["file"] == "644"  # systemd's default UMask, 0022
+
+
+#: system calls the restriction keys answer EPERM, each made harmlessly (as root): a UTS namespace of the probe's
+#: own, a set-user-ID bit on a scratch file, SCHED_FIFO for the probe itself, a read-only adjtimex, the VM's own
+#: hostname set again
+RESTRICTION_PROBE = r"""#!/usr/bin/python3
+import ctypes, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def report(name, rc):
+    print(name, "ok" if rc >= 0 else "errno %d" % ctypes.get_errno(), flush=True)
+class Param(ctypes.Structure):
+    _fields_ = [("priority", ctypes.c_int)]
+name = socket.gethostname().encode()
+report("unshare", libc.unshare(0x04000000))  # CLONE_NEWUTS
+open("/run/fb-rprobe/suid", "w").close()
+report("chmod", libc.chmod(b"/run/fb-rprobe/suid", 0o4755))
+report("sched_setscheduler", libc.sched_setscheduler(0, 1, ctypes.byref(Param(1))))  # SCHED_FIFO
+report("adjtimex", libc.adjtimex(ctypes.create_string_buffer(256)))  # modes 0: a read
+report("sethostname", libc.sethostname(name, len(name)))
+report("personality", libc.personality(0x0008))  # PER_LINUX32 for the probe itself, then back
+libc.personality(0)
+"""
+
+
+def test_the_shim_applies_the_restriction_keys_as_systemd_does(installed) -> None:
+    """What makes the daemon's run under its unit's RestrictNamespaces=, RestrictSUIDSGID=, RestrictRealtime=,
+    ProtectClock=, ProtectHostname= and LockPersonality= mean something: a unit with those keys, run as root by the
+    same `systemctl`, gets EPERM for a new namespace, a set-user-ID bit, a real-time policy, the clock's adjtimex,
+    sethostname and another personality; the same unit without them does each."""
+    require_systemd_analyze()  # ProtectClock's @clock group is expanded by it
+    booted, name, _ = installed
+    ctl = booted.vm(name)
+    ctl.run(["mkdir", "-p", "/run/fb-rprobe"], check=True)
+    _install_probe(ctl, "/usr/local/bin/fb-restrict-probe", RESTRICTION_PROBE)
+    keys = ["RestrictNamespaces=yes", "RestrictSUIDSGID=yes", "RestrictRealtime=yes", "ProtectClock=yes",
+            "ProtectHostname=yes", "LockPersonality=yes"]  # fmt: skip
+    calls = ["unshare", "chmod", "sched_setscheduler", "adjtimex", "sethostname", "personality"]
+    for restricted in (True, False):
+        unit = f"fb-restrict-{'on' if restricted else 'off'}"
+        out = f"/run/fb-rprobe/{unit}.out"
+        text = _run_probe_unit(ctl, unit, f'/bin/sh -c "/usr/local/bin/fb-restrict-probe > {out} 2>&1"',
+                               keys if restricted else [], out, lambda t: "personality" in t)  # fmt: skip
+        said = dict(line.split(" ", 1) for line in text.splitlines())
+        assert said == {call: "errno 1" if restricted else "ok" for call in calls}, (unit, said)
 
 
 def restore_runbook() -> list[str]:

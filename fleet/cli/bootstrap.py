@@ -157,9 +157,10 @@ def bootstrap_region(
 
     out = plan.to_json(path, available, boot)
     if not (directory / "Pulumi.yaml").is_file():
+        where = "" if stacks_dir is not None else " (nor does any directory above it)"
         out["warnings"].append(
-            f"{directory} holds no Pulumi.yaml (nor does any directory above it): pulumi reads {path.name} beside"
-            " the project's Pulumi.yaml, so move it into your gpu-fleet checkout, or pass --stacks-dir next time"
+            f"{directory} holds no Pulumi.yaml{where}: pulumi reads {path.name} beside the project's Pulumi.yaml, so"
+            " move it into your gpu-fleet checkout, or pass --stacks-dir next time"
         )
     if not dry_run:
         argv = ["--project", project, "--region", region, "--gpu", gpu, "--gpus", str(gpus)]

@@ -81,6 +81,17 @@ def test_json_holds_every_decision(bootstrap: Callable, stacks_dir: Path) -> Non
     written = yaml.safe_load(Path(out["stack_file"]).read_text())["config"]
     assert written["gpu-fleet:fleet"] == out["spec"]
     assert (written["gcp:project"], written["gcp:region"]) == ("my-gpu-project", "us-central1")
+    assert out["warnings"] == []  # A3 Mega's fabric is set up, and the stacks directory is a Pulumi project
+
+
+def test_a_stacks_directory_outside_a_pulumi_project_is_warned_about(bootstrap: Callable, stacks_dir: Path) -> None:
+    """pulumi reads Pulumi.<stack>.yaml beside Pulumi.yaml: a file written anywhere else is written, and said to be
+    in the wrong place, instead of a next step that says "run in X, next to Pulumi.yaml" where there is none."""
+    (stacks_dir / "Pulumi.yaml").unlink()
+    code, out = bootstrap("--project", "my-gpu-project", "--region", "us-central1", "--gpu", "h100", "--gpus", "64")
+    assert code == 0 and Path(out["stack_file"]).exists()
+    (warning,) = out["warnings"]
+    assert f"{stacks_dir} holds no Pulumi.yaml: pulumi reads Pulumi.gcp-us-central1-h100.yaml" in warning
 
 
 def test_refuses_to_overwrite_unless_forced(bootstrap: Callable, stacks_dir: Path) -> None:

@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,8 @@ class Engine:
             unpack = subprocess.run(
                 ["tar", "-C", str(mount), "-x"], stdin=pack.stdout, capture_output=True, check=False
             )
+            if pack.stdout is not None:
+                pack.stdout.close()
             if pack.wait() != 0 or unpack.returncode != 0:
                 raise EngineError(f"copying {root} into the image failed: {unpack.stderr.decode()[-2000:]}")
             for path, text in (files or {}).items():
@@ -90,7 +93,7 @@ class Engine:
         return f"{name.rsplit(':', 1)[0]}@{digest}"
 
     def build(
-        self, dockerfile: Path, context: Path, tag: str, build_args: dict[str, str], volumes: list[Volume] = ()
+        self, dockerfile: Path, context: Path, tag: str, build_args: dict[str, str], volumes: Sequence[Volume] = ()
     ) -> subprocess.CompletedProcess[str]:
         """`docker build -f dockerfile context` as Buildah does it (RUN in a chroot, the host's network, `volumes`
         bound into every RUN); the result, failed or not."""

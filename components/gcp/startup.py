@@ -823,6 +823,23 @@ def _gib_lines(fab: FabricSoftware) -> list[str]:
     ]
 
 
+#: the first open-source RxDM image, whose flags drop `--uid=` and `--alsologtostderr` and refuse them (Google's
+#: GPUDirect-TCPXO release notes, "Aug 21, 2025": tcpgpudmarxd-dev:v1.0.18)
+RXDM_OPEN_SOURCE = (1, 0, 18)
+
+
+def rxdm_flags(image: str) -> str:
+    """The receive-datapath manager's flags for the tag of `image`: slurm-gcp's set up to v1.0.17, the open-source
+    set from v1.0.18 on, so bumping the catalog's pin is the whole change."""
+    tag = image.rsplit(":", 1)[-1]
+    match = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)", tag)
+    if match is None:
+        raise ValueError(f"RxDM image {image}: pinned by a vX.Y.Z tag, got {tag!r}")
+    if tuple(int(part) for part in match.groups()) >= RXDM_OPEN_SOURCE:
+        return "--num_hops=2 --num_nics=8"
+    return "--num_hops=2 --num_nics=8 --uid= --alsologtostderr"
+
+
 def _prolog_scripts(fab: FabricSoftware | None) -> list[str]:
     """Every compute node carries the prolog/epilog slurm.conf may name; they act on TCPXO nodes only."""
     if not (fab and fab.kind == "tcpxo"):
@@ -845,7 +862,7 @@ EOF
 name="receive-datapath-manager-${{SLURM_JOB_ID}}"
 docker run --detach --rm --name "$name" --cap-add=NET_ADMIN --network=host --privileged --gpus all \\
   --volume /var/lib/nvidia/lib64:/usr/local/nvidia/lib64 --volume /dev/dmabuf_import_helper:/dev/dmabuf_import_helper \\
-  --env LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu {rxdm} --num_hops=2 --num_nics=8 --uid= --alsologtostderr
+  --env LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu {rxdm} {rxdm_flags(rxdm)}
 for _ in $(seq 60); do
   docker container logs "$name" 2>&1 | grep -q "Buffer manager initialization complete" && exit 0
   sleep 2

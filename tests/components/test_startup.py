@@ -45,6 +45,7 @@ from components.gcp.startup import (
     autoscaler_install,
     guard_script,
     innodb_pool_lines,
+    rxdm_flags,
     startup_script,
 )
 from fleet.catalog import load_catalog
@@ -181,6 +182,20 @@ def test_tcpxo_steps_on_a3_mega() -> None:
     assert "tcpgpudmarxd-dev:v1.0.16" in prolog and "nccl-plugin-gpudirecttcpx-dev:v1.0.10" in prolog
     assert '[ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ] || exit 0' in prolog
     assert "echo tcpxo > /etc/gpu-fleet/fabric" in text
+
+
+def test_rxdm_gets_the_flags_of_its_pinned_release() -> None:
+    """The open-source RxDM (tcpgpudmarxd-dev v1.0.18 on) refuses `--uid=` and `--alsologtostderr`, which slurm-gcp's
+    prolog passes to the v1.0.16 pinned now (Google's GPUDirect-TCPXO release notes): a bump of the catalog's pin
+    past v1.0.17 changes the flags with it, and a pin that is not a vX.Y.Z tag is refused."""
+    image = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev"
+    old, new = "--num_hops=2 --num_nics=8 --uid= --alsologtostderr", "--num_hops=2 --num_nics=8"
+    assert [rxdm_flags(f"{image}:{tag}") for tag in ("v1.0.16", "v1.0.17", "v1.0.18", "v1.0.20", "v2.0.0")] == [
+        old, old, new, new, new]  # fmt: skip
+    prolog = ALL["a3-megagpu-8g"].split("gpu-fleet-prolog.sh <<'GPU_FLEET_EOF'\n")[1].split("GPU_FLEET_EOF")[0]
+    assert f"tcpgpudmarxd-dev:v1.0.16 {old}\n" in prolog  # slurm-gcp's receive-data-path-manager-mega, as pinned
+    with pytest.raises(ValueError, match=re.escape("pinned by a vX.Y.Z tag")):
+        rxdm_flags(f"{image}:latest")
 
 
 @pytest.mark.parametrize("image_has", [None, "1.17.4-1", NVIDIA_CONTAINER_TOOLKIT_VERSION])

@@ -11,30 +11,29 @@ that points pip at the lock's wheels (tests/firstboot/mirror.py `wheelhouse`), a
 The last two tests run the image as the Kubernetes stacks deploy it, unchanged: the stack's own ConfigMap files at
 /etc/gpu-fleet (`in_cluster: true`), the Deployment's env and args, the ServiceAccount token the kubelet mounts and
 the API server's service env, against the fake API server over TLS that accepts that token alone, bound to the
-stack's RBAC; each runs until SIGTERM, as a rollout ends it.  `k8s-neocloud-kueue` scales a Cluster API
-MachineDeployment; `gke-a3ultra-kueue`, in a network namespace of its own, gets its Google credentials from the
-metadata server as Workload Identity gives them and launches in the stack's node pool MIG on compute.googleapis.com
+stack's RBAC; each runs until SIGTERM, as a rollout ends it, in a pod network of its own (a network namespace,
+tests/firstboot/netns.py).  `k8s-neocloud-kueue` answers its readiness probe at the pod's address and scales a
+Cluster API MachineDeployment; `gke-a3ultra-kueue` gets its Google credentials from the metadata server as
+Workload Identity gives them and launches in the stack's node pool MIG on compute.googleapis.com
 (the fake, which takes that account's tokens alone).
 
-Not covered: python.org's base image itself, a registry push, the neocloud pod's network (that container shares
-this machine's, so the metrics port is the ConfigMap's 9464 on loopback), the kubelet's probes themselves (the
-readiness probe's request is made by the test), GKE's own metadata server and IAM (the fake metadata server hands
+Not covered: python.org's base image itself, a registry push, the kubelet itself (the readiness probe's request
+is made by the test, from the pod network's gateway), the cluster's DNS (the pod's /etc/hosts names Google's
+endpoints), GKE's own metadata server and IAM (the fake metadata server hands
 the annotated account's token to the pod's address; whether that account may call Compute is not checked)."""
 
 from __future__ import annotations
 
+import http.client
 import ipaddress
 import json
 import os
 import secrets
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
-import yaml
 
 from components.gcp.startup import AUTOSCALER_HOME, AUTOSCALER_LOCK
 from components.kubernetes.autoscaler import CONFIG_DIR, WORKLOAD_IDENTITY_ANNOTATION
@@ -185,14 +184,42 @@ def test_a_base_image_given_by_tag_stops_the_build_before_anything_is_copied(
     assert not engine.exists(tag)
 
 
+@contextmanager
+def pod_network(name: str, last_octet: int) -> Iterator[tuple[Fabric, str, str, str]]:
+    """A pod network of the test's own (tests/firstboot/netns.py): (the fabric, the pod's netns for Podman's
+    `--network ns:...`, the gateway the test's servers bind to, the pod's address).  Removed on exit."""
+    fabric = Fabric(f"fb{name}{os.getpid()}", ipaddress.ip_network(f"10.{last_octet}.0.0/24"))
+    fabric.create()
+    try:
+        pod_ip = ipaddress.ip_address(f"10.{last_octet}.0.10")
+        yield fabric, fabric.attach("pod", pod_ip), str(fabric.gateway), str(pod_ip)
+    finally:
+        fabric.destroy()
+
+
+def _answers(fabric: Fabric, address: tuple[str, int], path: str) -> int:
+    """The HTTP status a GET of `path` at `address` (the pod's) answers with, asked from the fabric as the node's
+    kubelet asks a readiness probe (0: nothing listens yet)."""
+    try:
+        sock = fabric.bind((str(fabric.gateway), 0))
+        sock.settimeout(5)
+        sock.connect(address)
+        conn = http.client.HTTPConnection(*address, timeout=5)
+        conn.sock = sock
+        conn.request("GET", path)
+        return conn.getresponse().status
+    except OSError:
+        return 0
+
+
 def test_the_stacks_deployment_runs_from_the_image_in_cluster_until_sigterm(
     engine: oci.Engine, image: str, tmp_path: Path
 ) -> None:
-    """`k8s-neocloud-kueue`'s Deployment as the kubelet starts it from this image: its ConfigMap's files unchanged,
-    the in-cluster client on the ServiceAccount token (the fake refuses any other) over TLS.  It answers the
-    readiness probe, takes the Lease as its pod, serves a ProvisioningRequest on the stack's MachineDeployments
-    with no call its RBAC forbids, and on SIGTERM finishes, releases the Lease and exits 0 within the pod's grace
-    period (Kubernetes' default 30 s)."""
+    """`k8s-neocloud-kueue`'s Deployment as the kubelet starts it from this image, in a pod network of its own: its
+    ConfigMap's files unchanged, the in-cluster client on the ServiceAccount token (the fake refuses any other) over
+    TLS.  It answers the readiness probe at the pod's address, takes the Lease as its pod, serves a
+    ProvisioningRequest on the stack's MachineDeployments with no call its RBAC forbids, and on SIGTERM finishes,
+    releases the Lease and exits 0 within the pod's grace period (Kubernetes' default 30 s)."""
     d = Deployed("k8s-neocloud-kueue", tmp_path)
     (configmap,) = of_kind(d.syn, "ConfigMap")
     config, state, account = tmp_path / "config", tmp_path / "state", tmp_path / "serviceaccount"
@@ -202,56 +229,43 @@ def test_the_stacks_deployment_runs_from_the_image_in_cluster_until_sigterm(
         (config / key).write_text(text)  # as the kubelet projects the ConfigMap: unchanged
     kube = d.config["kubernetes"]
     assert kube["in_cluster"] is True
-    ca, tls = make_tls(tmp_path / "tls", ("127.0.0.1", "kubernetes.default.svc"))
     token = secrets.token_urlsafe(32)
-    (account / "token").write_text(token)
-    (account / "ca.crt").write_text(ca.read_text())
-    (account / "namespace").write_text(kube["namespace"])
     fake = FakeKube(rbac=bound_rules(manifests(d.syn), d.pod["serviceAccountName"]), token=token)
-    fake.start(tls=tls)
-    container = None
-    try:
-        for md in of_kind(d.syn, "MachineDeployment"):
-            fake.create(md)
-        fake.create(pod_template("train", "training", 8))
-        fake.create(d.request("wl-1", "training", "train", 1))
-        port = int(urlparse(fake.url).port or 0)
-        pod_name = "gpu-fleet-autoscaler-7d9f-abcde"
-        fields = {"metadata.name": pod_name, "metadata.namespace": kube["namespace"]}
-        flags = oci.pod_flags(d.pod, d.container, {"config": config, "state": state}, fields,
-                              oci.InCluster("127.0.0.1", port, account))  # fmt: skip
-        container = engine.start(image, flags, d.container["args"])
-        probe = d.container["readinessProbe"]["httpGet"]
-        metrics = yaml.safe_load((config / "autoscaler.yaml").read_text())["metrics"]
-        ready = f"http://127.0.0.1:{metrics['port']}{probe['path']}"
+    with pod_network("neo", 76) as (fabric, netns, gateway, pod_ip):
+        ca, tls = make_tls(tmp_path / "tls", (gateway, "kubernetes.default.svc"))
+        (account / "token").write_text(token)
+        (account / "ca.crt").write_text(ca.read_text())
+        (account / "namespace").write_text(kube["namespace"])
+        fake.start(fabric.bind((gateway, 6443)), tls=tls)
+        try:
+            for md in of_kind(d.syn, "MachineDeployment"):
+                fake.create(md)
+            fake.create(pod_template("train", "training", 8))
+            fake.create(d.request("wl-1", "training", "train", 1))
+            pod_name = "gpu-fleet-autoscaler-7d9f-abcde"
+            fields = {"metadata.name": pod_name, "metadata.namespace": kube["namespace"]}
+            flags = oci.pod_flags(d.pod, d.container, {"config": config, "state": state}, fields,
+                                  oci.InCluster(gateway, 6443, account), network=f"ns:/run/netns/{netns}")  # fmt: skip
+            container = engine.start(image, flags, d.container["args"])
+            probe = d.container["readinessProbe"]["httpGet"]
+            port = next(p["containerPort"] for p in d.container["ports"] if p["name"] == probe["port"])
 
-        def served() -> bool:
-            replicas = sum(int(m["spec"].get("replicas") or 0) for m in fake.list("machinedeployments"))
-            return replicas == 1 and _answers(ready) == 200
+            def served() -> bool:
+                replicas = sum(int(m["spec"].get("replicas") or 0) for m in fake.list("machinedeployments"))
+                return replicas == 1 and _answers(fabric, (pod_ip, port), probe["path"]) == 200
 
-        assert poll_until(served, timeout=90), engine.logs(container)[-3000:]
-        lease = fake.get("leases", kube["lease"]["name"], kube["namespace"])
-        assert lease["spec"]["holderIdentity"] == pod_name
-        code = engine.stop(container, grace_s=30)
-        logs = engine.logs(container)
-        assert code == 0, logs[-3000:]
-        assert "autoscaler stopped" in logs and "Traceback" not in logs, logs[-3000:]
-        lease = fake.get("leases", kube["lease"]["name"], kube["namespace"])
-        assert "holderIdentity" not in lease["spec"] and lease["spec"]["leaseDurationSeconds"] == 1
-    finally:
-        fake.stop()
+            assert poll_until(served, timeout=90), engine.logs(container)[-3000:]
+            lease = fake.get("leases", kube["lease"]["name"], kube["namespace"])
+            assert lease["spec"]["holderIdentity"] == pod_name
+            code = engine.stop(container, grace_s=30)
+            logs = engine.logs(container)
+            assert code == 0, logs[-3000:]
+            assert "autoscaler stopped" in logs and "Traceback" not in logs, logs[-3000:]
+            lease = fake.get("leases", kube["lease"]["name"], kube["namespace"])
+            assert "holderIdentity" not in lease["spec"] and lease["spec"]["leaseDurationSeconds"] == 1
+        finally:
+            fake.stop()
     assert not fake.forbidden, fake.forbidden
-
-
-def _answers(url: str) -> int:
-    """The HTTP status `url` answers with (0: nothing listens yet)."""
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return 0
 
 
 def test_the_gke_stacks_deployment_runs_from_the_image_on_workload_identity(
@@ -279,64 +293,56 @@ def test_the_gke_stacks_deployment_runs_from_the_image_on_workload_identity(
         (config / key).write_text(text)
     kube = d.config["kubernetes"]
     pools = d.pools()
-    fabric = Fabric(f"fbimg{os.getpid()}", ipaddress.ip_network("10.77.0.0/24"))
-    fabric.create()
     servers: list = []
     compute = FakeCompute(pools[0].project)
     fake = FakeKube(rbac=bound_rules(manifests(d.syn), d.pod["serviceAccountName"]), token=secrets.token_urlsafe(32))
-    container = None
-    try:
-        pod_ip = ipaddress.ip_address("10.77.0.10")
-        netns = fabric.attach("pod", pod_ip)
-        gateway = str(fabric.gateway)
-        ca, tls = make_tls(tmp_path / "tls", (gateway, "compute.googleapis.com"))
-        metadata = FakeMetadata(pools[0].project)
-        metadata.add_instance(
-            VmMetadata(name="gke-node-0", zone=pools[0].zones[0], ip=str(pod_ip), service_account=gsa)
-        )
-        servers.append(metadata.serve_socket(fabric.bind((METADATA_IP, 80))))
-        compute.add_inventory(pools)
-        for p in pools:
-            if p.reservation:
-                compute.add_reservation(p.zones[0], p.reservation, p.machine_type, count=4)
-        compute.authorize = lambda token: metadata.service_account_of(token) == gsa
-        compute.start(sock=fabric.bind((gateway, 443)), tls=tls)
-        fake.start(fabric.bind((gateway, 6443)), tls=tls)
-        (account / "token").write_text(fake.token or "")
-        (account / "ca.crt").write_text(ca.read_text())
-        (account / "namespace").write_text(kube["namespace"])
-        namespace = next(n for n in d.namespaces() if n != "gpu-fleet-system")
-        fake.create(pod_template("train", namespace, 8))
-        fake.create(d.request("wl-1", namespace, "train", 1))
+    with pod_network("gke", 77) as (fabric, netns, gateway, pod_ip):
+        try:
+            ca, tls = make_tls(tmp_path / "tls", (gateway, "compute.googleapis.com"))
+            metadata = FakeMetadata(pools[0].project)
+            metadata.add_instance(VmMetadata(name="gke-node-0", zone=pools[0].zones[0], ip=pod_ip, service_account=gsa))
+            servers.append(metadata.serve_socket(fabric.bind((METADATA_IP, 80))))
+            compute.add_inventory(pools)
+            for p in pools:
+                if p.reservation:
+                    compute.add_reservation(p.zones[0], p.reservation, p.machine_type, count=4)
+            compute.authorize = lambda token: metadata.service_account_of(token) == gsa
+            compute.start(sock=fabric.bind((gateway, 443)), tls=tls)
+            fake.start(fabric.bind((gateway, 6443)), tls=tls)
+            (account / "token").write_text(fake.token or "")
+            (account / "ca.crt").write_text(ca.read_text())
+            (account / "namespace").write_text(kube["namespace"])
+            namespace = next(n for n in d.namespaces() if n != "gpu-fleet-system")
+            fake.create(pod_template("train", namespace, 8))
+            fake.create(d.request("wl-1", namespace, "train", 1))
 
-        pod_name = "gpu-fleet-autoscaler-5c8d-fghij"
-        fields = {"metadata.name": pod_name, "metadata.namespace": kube["namespace"]}
-        flags = oci.pod_flags(
-            d.pod, d.container, {"config": config, "state": state}, fields, oci.InCluster(gateway, 6443, account),
-            network=f"ns:/run/netns/{netns}", hosts={"compute.googleapis.com": gateway,
-                                                      "metadata.google.internal": METADATA_IP},
-        )  # fmt: skip
-        python = f"python{image_python(root_image)}"
-        bundle = f"{AUTOSCALER_HOME}/.venv/lib/{python}/site-packages/certifi/cacert.pem"
-        container = engine.start(image, [*flags, "--volume", f"{ca}:{bundle}:ro"], d.container["args"])
+            pod_name = "gpu-fleet-autoscaler-5c8d-fghij"
+            fields = {"metadata.name": pod_name, "metadata.namespace": kube["namespace"]}
+            flags = oci.pod_flags(
+                d.pod, d.container, {"config": config, "state": state}, fields, oci.InCluster(gateway, 6443, account),
+                network=f"ns:/run/netns/{netns}", hosts={"compute.googleapis.com": gateway,
+                                                          "metadata.google.internal": METADATA_IP},
+            )  # fmt: skip
+            python = f"python{image_python(root_image)}"
+            bundle = f"{AUTOSCALER_HOME}/.venv/lib/{python}/site-packages/certifi/cacert.pem"
+            container = engine.start(image, [*flags, "--volume", f"{ca}:{bundle}:ro"], d.container["args"])
 
-        def launched() -> bool:
-            return sum(compute.create_counts().values()) >= 1 and accepted(fake, "wl-1", namespace)
+            def launched() -> bool:
+                return sum(compute.create_counts().values()) >= 1 and accepted(fake, "wl-1", namespace)
 
-        assert poll_until(launched, timeout=120), engine.logs(container)[-4000:]
-        (mig,) = [m for m in compute.state.migs.values() if m.target_size]
-        assert mig.reservation and mig.name in {g for p in pools for g in p.instance_groups.values()}
-        assert not [r for r in compute.requests if r[2] == 401], compute.requests[:5]
-        grants = {grant.service_account for grant in metadata.tokens.values()}
-        assert grants == {gsa}, grants  # every token it used was the Workload Identity account's
-        assert engine.stop(container, grace_s=30) == 0, engine.logs(container)[-3000:]
-        lease = fake.get("leases", kube["lease"]["name"], kube["namespace"])
-        assert "holderIdentity" not in lease["spec"]
-    finally:
-        fake.stop()
-        compute.stop()
-        for server in servers:
-            server.shutdown()
-            server.server_close()
-        fabric.destroy()
+            assert poll_until(launched, timeout=120), engine.logs(container)[-4000:]
+            (mig,) = [m for m in compute.state.migs.values() if m.target_size]
+            assert mig.reservation and mig.name in {g for p in pools for g in p.instance_groups.values()}
+            assert not [r for r in compute.requests if r[2] == 401], compute.requests[:5]
+            grants = {grant.service_account for grant in metadata.tokens.values()}
+            assert grants == {gsa}, grants  # every token it used was the Workload Identity account's
+            assert engine.stop(container, grace_s=30) == 0, engine.logs(container)[-3000:]
+            lease = fake.get("leases", kube["lease"]["name"], kube["namespace"])
+            assert "holderIdentity" not in lease["spec"]
+        finally:
+            fake.stop()
+            compute.stop()
+            for server in servers:
+                server.shutdown()
+                server.server_close()
     assert not fake.forbidden, fake.forbidden

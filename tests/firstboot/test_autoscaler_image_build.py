@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import http.client
 import ipaddress
-import json
 import os
 import secrets
+import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -47,11 +48,10 @@ from tests.firstboot.mirror import MirrorUnavailable, image_python, wheelhouse
 from tests.firstboot.netns import METADATA_IP, Fabric
 from tests.harness import oci
 from tests.harness.slurm import poll_until
-from tests.kube.cluster import bound_rules, deployed_rbac, machine_deployment, pod_template, provisioning_request
-from tests.kube.test_capi_e2e import NS
-from tests.kube.test_cli import write_config
+from tests.kube.cluster import deployed_rbac, pod_template
+from tests.kube.test_cli import assert_served_the_request, seed_one_request, write_config
 from tests.kube.test_deployed import Deployed, accepted
-from tests.stacks.test_kube_stacks import manifests, of_kind
+from tests.stacks.test_kube_stacks import of_kind
 
 pytestmark = pytest.mark.slow
 
@@ -143,17 +143,13 @@ def test_the_image_serves_a_provisioning_request_as_its_pod_runs_it(
     fake = FakeKube(rbac=deployed_rbac(cluster_api=True))
     fake.start()
     try:
-        fake.create(machine_deployment("neo-h100", NS, "h100"))
-        fake.create(pod_template("train", "team-a", 8))
-        fake.create(provisioning_request("wl-1", "team-a", "train", 1))
+        seed_one_request(fake)
         write_config(config, fake, seen_at=Path(CONFIG_DIR))
         fields = {"metadata.name": "gpu-fleet-autoscaler-0", "metadata.namespace": "gpu-fleet-system"}
         flags = oci.pod_flags(pod, container, {"config": config, "state": state}, fields)
         run = engine.run(image, flags, [*container["args"], "--once"])
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-        tick = json.loads(run.stdout.strip().splitlines()[-1])
-        assert tick["leader"] and tick["ok"] and tick["launched"][0]["request"] == "pr/team-a/wl-1", tick
-        assert fake.get("machinedeployments", "neo-h100", NS)["spec"]["replicas"] == 1
+        assert_served_the_request(run.stdout, fake)
     finally:
         fake.stop()
     assert not fake.forbidden, fake.forbidden
@@ -212,6 +208,54 @@ def _answers(fabric: Fabric, address: tuple[str, int], path: str) -> int:
         return 0
 
 
+#: the fake API server's port at the pod network's gateway
+API_PORT = 6443
+
+
+@dataclass(frozen=True)
+class PodFiles:
+    """What the kubelet puts into the stack's autoscaler pod, as directories here: the ConfigMap's files, the state
+    emptyDir, the ServiceAccount volume (`token`, `ca.crt`, `namespace`)."""
+
+    config: Path
+    state: Path
+    account: Path
+
+
+def pod_files(d: Deployed, tmp_path: Path) -> PodFiles:
+    """The stack's ConfigMap projected unchanged, an empty state emptyDir, an empty ServiceAccount volume."""
+    files = PodFiles(tmp_path / "config", tmp_path / "state", tmp_path / "serviceaccount")
+    for directory in (files.config, files.state, files.account):
+        directory.mkdir()
+    (configmap,) = of_kind(d.syn, "ConfigMap")
+    for key, text in configmap["data"].items():
+        (files.config / key).write_text(text)
+    return files
+
+
+def start_api_server(d: Deployed, files: PodFiles, fabric: Fabric, tls: ssl.SSLContext, ca: Path) -> FakeKube:
+    """The fake API server at the pod network's gateway (API_PORT) over TLS, bound to the RBAC the stack gives the
+    Deployment's ServiceAccount and taking a token of its own alone, which goes into the ServiceAccount volume with
+    the CA and the namespace, as the kubelet projects them."""
+    fake = FakeKube(rbac=d.rbac(), token=secrets.token_urlsafe(32))
+    (files.account / "token").write_text(fake.token or "")
+    (files.account / "ca.crt").write_text(ca.read_text())
+    (files.account / "namespace").write_text(d.config["kubernetes"]["namespace"])
+    fake.start(fabric.bind((str(fabric.gateway), API_PORT)), tls=tls)
+    return fake
+
+
+def in_cluster_flags(
+    d: Deployed, files: PodFiles, pod_name: str, netns: str, gateway: str, hosts: dict[str, str] | None = None
+) -> list[str]:
+    """`pod_flags` for the stack's Deployment as the pod `pod_name` in the pod network `netns`, on the API server
+    `start_api_server` started at `gateway`."""
+    fields = {"metadata.name": pod_name, "metadata.namespace": d.config["kubernetes"]["namespace"]}
+    volumes = {"config": files.config, "state": files.state}
+    in_cluster = oci.InCluster(gateway, API_PORT, files.account)
+    return oci.pod_flags(d.pod, d.container, volumes, fields, in_cluster, network=f"ns:/run/netns/{netns}", hosts=hosts)
+
+
 def test_the_stacks_deployment_runs_from_the_image_in_cluster_until_sigterm(
     engine: oci.Engine, image: str, tmp_path: Path
 ) -> None:
@@ -221,31 +265,19 @@ def test_the_stacks_deployment_runs_from_the_image_in_cluster_until_sigterm(
     ProvisioningRequest on the stack's MachineDeployments with no call its RBAC forbids, and on SIGTERM finishes,
     releases the Lease and exits 0 within the pod's grace period (Kubernetes' default 30 s)."""
     d = Deployed("k8s-neocloud-kueue", tmp_path)
-    (configmap,) = of_kind(d.syn, "ConfigMap")
-    config, state, account = tmp_path / "config", tmp_path / "state", tmp_path / "serviceaccount"
-    for directory in (config, state, account):
-        directory.mkdir()
-    for key, text in configmap["data"].items():
-        (config / key).write_text(text)  # as the kubelet projects the ConfigMap: unchanged
+    files = pod_files(d, tmp_path)
     kube = d.config["kubernetes"]
     assert kube["in_cluster"] is True
-    token = secrets.token_urlsafe(32)
-    fake = FakeKube(rbac=bound_rules(manifests(d.syn), d.pod["serviceAccountName"]), token=token)
     with pod_network("neo", 76) as (fabric, netns, gateway, pod_ip):
         ca, tls = make_tls(tmp_path / "tls", (gateway, "kubernetes.default.svc"))
-        (account / "token").write_text(token)
-        (account / "ca.crt").write_text(ca.read_text())
-        (account / "namespace").write_text(kube["namespace"])
-        fake.start(fabric.bind((gateway, 6443)), tls=tls)
+        fake = start_api_server(d, files, fabric, tls, ca)
         try:
             for md in of_kind(d.syn, "MachineDeployment"):
                 fake.create(md)
             fake.create(pod_template("train", "training", 8))
             fake.create(d.request("wl-1", "training", "train", 1))
             pod_name = "gpu-fleet-autoscaler-7d9f-abcde"
-            fields = {"metadata.name": pod_name, "metadata.namespace": kube["namespace"]}
-            flags = oci.pod_flags(d.pod, d.container, {"config": config, "state": state}, fields,
-                                  oci.InCluster(gateway, 6443, account), network=f"ns:/run/netns/{netns}")  # fmt: skip
+            flags = in_cluster_flags(d, files, pod_name, netns, gateway)
             container = engine.start(image, flags, d.container["args"])
             probe = d.container["readinessProbe"]["httpGet"]
             port = next(p["containerPort"] for p in d.container["ports"] if p["name"] == probe["port"])
@@ -280,25 +312,20 @@ def test_the_gke_stacks_deployment_runs_from_the_image_on_workload_identity(
     test's network namespace, the names resolved by the pod's /etc/hosts, and the test CA in the image's
     certificate bundle (bound over certifi's file, as a corporate image would carry it)."""
     d = Deployed("gke-a3ultra-kueue", tmp_path)
-    (configmap,) = of_kind(d.syn, "ConfigMap")
+    files = pod_files(d, tmp_path)
     (account_manifest,) = [
         m for m in of_kind(d.syn, "ServiceAccount") if m["metadata"]["name"] == d.pod["serviceAccountName"]
     ]
     gsa = account_manifest["metadata"]["annotations"][WORKLOAD_IDENTITY_ANNOTATION]
     assert d.config["provider"] == {"kind": "gce"}  # nothing points it anywhere but Google
-    config, state, account = tmp_path / "config", tmp_path / "state", tmp_path / "serviceaccount"
-    for directory in (config, state, account):
-        directory.mkdir()
-    for key, text in configmap["data"].items():
-        (config / key).write_text(text)
     kube = d.config["kubernetes"]
     pools = d.pools()
     servers: list = []
     compute = FakeCompute(pools[0].project)
-    fake = FakeKube(rbac=bound_rules(manifests(d.syn), d.pod["serviceAccountName"]), token=secrets.token_urlsafe(32))
     with pod_network("gke", 77) as (fabric, netns, gateway, pod_ip):
+        ca, tls = make_tls(tmp_path / "tls", (gateway, "compute.googleapis.com", "kubernetes.default.svc"))
+        fake = start_api_server(d, files, fabric, tls, ca)
         try:
-            ca, tls = make_tls(tmp_path / "tls", (gateway, "compute.googleapis.com"))
             metadata = FakeMetadata(pools[0].project)
             metadata.add_instance(VmMetadata(name="gke-node-0", zone=pools[0].zones[0], ip=pod_ip, service_account=gsa))
             servers.append(metadata.serve_socket(fabric.bind((METADATA_IP, 80))))
@@ -308,21 +335,12 @@ def test_the_gke_stacks_deployment_runs_from_the_image_on_workload_identity(
                     compute.add_reservation(p.zones[0], p.reservation, p.machine_type, count=4)
             compute.authorize = lambda token: metadata.service_account_of(token) == gsa
             compute.start(sock=fabric.bind((gateway, 443)), tls=tls)
-            fake.start(fabric.bind((gateway, 6443)), tls=tls)
-            (account / "token").write_text(fake.token or "")
-            (account / "ca.crt").write_text(ca.read_text())
-            (account / "namespace").write_text(kube["namespace"])
             namespace = next(n for n in d.namespaces() if n != "gpu-fleet-system")
             fake.create(pod_template("train", namespace, 8))
             fake.create(d.request("wl-1", namespace, "train", 1))
 
-            pod_name = "gpu-fleet-autoscaler-5c8d-fghij"
-            fields = {"metadata.name": pod_name, "metadata.namespace": kube["namespace"]}
-            flags = oci.pod_flags(
-                d.pod, d.container, {"config": config, "state": state}, fields, oci.InCluster(gateway, 6443, account),
-                network=f"ns:/run/netns/{netns}", hosts={"compute.googleapis.com": gateway,
-                                                          "metadata.google.internal": METADATA_IP},
-            )  # fmt: skip
+            hosts = {"compute.googleapis.com": gateway, "metadata.google.internal": METADATA_IP}
+            flags = in_cluster_flags(d, files, "gpu-fleet-autoscaler-5c8d-fghij", netns, gateway, hosts)
             python = f"python{image_python(root_image)}"
             bundle = f"{AUTOSCALER_HOME}/.venv/lib/{python}/site-packages/certifi/cacert.pem"
             container = engine.start(image, [*flags, "--volume", f"{ca}:{bundle}:ro"], d.container["args"])

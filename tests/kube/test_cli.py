@@ -32,20 +32,31 @@ def write_config(tmp_path: Path, fake: FakeKube, seen_at: Path | None = None, **
     (tmp_path / "autoscaler.yaml").write_text(yaml.safe_dump(cfg))
 
 
+def seed_one_request(fake: FakeKube) -> None:
+    """The Cluster API pool `write_config` names, and one workload's ProvisioningRequest for one 8-GPU node."""
+    fake.create(machine_deployment("neo-h100", NS, "h100"))
+    fake.create(pod_template("train", "team-a", 8))
+    fake.create(provisioning_request("wl-1", "team-a", "train", 1))
+
+
+def assert_served_the_request(output: str, fake: FakeKube) -> None:
+    """A `--once --log-json` tick over `seed_one_request`: its last line says it led and launched for the request,
+    and the pool's MachineDeployment grew to one replica."""
+    tick = json.loads(output.strip().splitlines()[-1])
+    assert tick["leader"] and tick["ok"] and tick["launched"][0]["request"] == "pr/team-a/wl-1", tick
+    assert fake.get("machinedeployments", "neo-h100", NS)["spec"]["replicas"] == 1
+
+
 def test_one_tick_through_the_cli_serves_a_request(tmp_path: Path) -> None:
     fake = FakeKube(rbac=deployed_rbac(cluster_api=True))
     fake.start()
     try:
-        fake.create(machine_deployment("neo-h100", NS, "h100"))
-        fake.create(pod_template("train", "team-a", 8))
-        fake.create(provisioning_request("wl-1", "team-a", "train", 1))
+        seed_one_request(fake)
         write_config(tmp_path, fake)
         res = runner.invoke(app, ["autoscaler", "run", "--config", str(tmp_path / "autoscaler.yaml"), "--once",
                                   "--log-json"])  # fmt: skip
         assert res.exit_code == 0, res.output
-        tick = json.loads(res.output.strip().splitlines()[-1])
-        assert tick["leader"] and tick["ok"] and tick["launched"][0]["request"] == "pr/team-a/wl-1"
-        assert fake.get("machinedeployments", "neo-h100", NS)["spec"]["replicas"] == 1
+        assert_served_the_request(res.output, fake)
     finally:
         fake.stop()
     assert not fake.forbidden, fake.forbidden

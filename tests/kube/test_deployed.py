@@ -56,10 +56,14 @@ class Deployed:
         self.config = yaml.safe_load((self.etc / "autoscaler.yaml").read_text())
         self.tmp = tmp_path
 
+    def rbac(self) -> list[dict[str, Any]]:
+        """The RBAC rules the stack binds the Deployment's ServiceAccount to (the fake API server's `rbac`)."""
+        return bound_rules(manifests(self.syn), self.pod["serviceAccountName"])
+
     def fake_kube(self) -> FakeKube:
         """The fake API server, bound to the RBAC the stack gives the Deployment's ServiceAccount, and the config
         pointed at it."""
-        fake = FakeKube(rbac=bound_rules(manifests(self.syn), self.pod["serviceAccountName"]))
+        fake = FakeKube(rbac=self.rbac())
         fake.start()
         (self.tmp / "kubeconfig").write_text(yaml.safe_dump(fake.kubeconfig()))
         self.config["kubernetes"].update(in_cluster=False, kubeconfig=str(self.tmp / "kubeconfig"))

@@ -44,6 +44,7 @@ from tests.fakes.compute_model import (
     OperationFault,
 )
 from tests.fakes.compute_resize import ResizeRequestBook
+from tests.fakes.metadata import SocketServer
 
 CAPACITY_TO_PROVISIONING = {
     "spot": "SPOT",
@@ -187,8 +188,15 @@ class _Server(ThreadingHTTPServer):
     fake: FakeCompute
 
 
+class _BoundServer(SocketServer):
+    """`_Server` on a socket bound by the caller (a test's network namespace: tests/fakes/metadata.py)."""
+
+    block_on_close = False
+    fake: FakeCompute
+
+
 class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+    server: _Server | _BoundServer
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out as two writes: avoid the 40 ms delayed-ACK stall
 
@@ -276,7 +284,7 @@ class FakeCompute:
         )
         self._routes = _routes(self.state, self.resize_requests)
         self._stopping = threading.Event()
-        self._server: _Server | None = None
+        self._server: _Server | _BoundServer | None = None
         self._thread: threading.Thread | None = None
         self.requests: list[tuple[str, str, int]] = []
         self._log_lock = threading.Lock()
@@ -288,14 +296,7 @@ class FakeCompute:
 
     def start(self, port: int = 0, sock: socket.socket | None = None, tls: ssl.SSLContext | None = None) -> FakeCompute:
         """Serve on 127.0.0.1:`port` (0: any), or on `sock` (bound and listening elsewhere); over TLS with `tls`."""
-        if sock is None:
-            server = _Server(("127.0.0.1", port), _Handler)
-        else:
-            server = _Server(sock.getsockname()[:2], _Handler, bind_and_activate=False)
-            server.socket.close()
-            server.socket = sock
-            server.server_address = sock.getsockname()[:2]
-            sock.listen(64)
+        server = _Server(("127.0.0.1", port), _Handler) if sock is None else _BoundServer(sock, _Handler)
         if tls is not None:
             server.socket = tls.wrap_socket(server.socket, server_side=True)
             self._scheme = "https"

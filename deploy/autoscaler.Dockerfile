@@ -13,8 +13,9 @@
 # What goes in: this repository's Python packages and deploy/, and the daemon's venv built by deploy/install-venv.sh,
 # the script the Slurm controller's first boot runs: the hash-pinned lock alone (deploy/controller-requirements.txt,
 # `pip install --require-hashes --no-deps`), the checkout on the venv's path, byte-compiled here as root.
-# tests/firstboot/test_autoscaler_image_build.py builds it with Buildah and runs it with Podman as the Deployment
-# does (its pod spec's user, read-only root, capabilities and volumes).
+# tests/firstboot/test_autoscaler_image_build.py runs these instructions: docker build (BuildKit), docker push to a
+# registry, then Podman pulls it by that digest and runs it as the Deployment does (its pod spec's user, read-only
+# root, capabilities and volumes).
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 ARG BASE_IMAGE

@@ -2,7 +2,8 @@
 # Set up a fresh Debian 12 machine for gpu-fleet development and tests (run as root or with sudo):
 #   - Debian packages: Slurm 22.05 (slurmctld, slurmd, client, slurmrestd, JWT plugin), munge, gcc;
 #     for the first-boot test (tests/firstboot/): debootstrap, iproute2, openssl (the test VMs' root and network),
-#     and buildah, podman, runc (the autoscaler's image built and run: tests/firstboot/test_autoscaler_image_build.py)
+#     and docker.io, docker-registry, podman, runc (the autoscaler's image built by Docker, pushed to a registry,
+#     pulled by digest and run by Podman: tests/firstboot/test_autoscaler_image_build.py; no service is started)
 #   - uv, a .venv in the repo, and the project installed editable with its test and ray extras.
 #   - policies/.venv: the policy pack's virtualenv (pulumi-policy).
 # Idempotent: re-running skips what is already there.
@@ -14,14 +15,17 @@ need_apt=()
 for bin in slurmctld slurmd sinfo slurmrestd munged gcc; do command -v "$bin" >/dev/null || need_apt+=("$bin"); done
 [ -e /usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so ] || [ -e /usr/lib/aarch64-linux-gnu/slurm-wlm/auth_jwt.so ] || need_apt+=(jwt)
 for bin in debootstrap ip openssl losetup nsenter; do command -v "$bin" >/dev/null || need_apt+=("$bin"); done
-for bin in buildah podman runc; do command -v "$bin" >/dev/null || need_apt+=("$bin"); done
+for bin in dockerd docker-registry podman runc; do command -v "$bin" >/dev/null || need_apt+=("$bin"); done
+[ -x /usr/bin/docker ] || need_apt+=(docker)  # the client packaged with dockerd (tests/harness/docker.py)
+docker_pkg=docker.io  # Debian's; a machine with docker-ce's dockerd and client keeps them (the two conflict)
+if command -v dockerd >/dev/null && [ -x /usr/bin/docker ]; then docker_pkg=""; fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: apt-get install Slurm + munge + first-boot test tools (missing: ${need_apt[*]})"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends \
     slurmctld slurmd slurm-client slurmrestd slurm-wlm-jwt-plugin munge gcc libc6-dev \
-    debootstrap iproute2 openssl util-linux buildah podman runc >/dev/null
+    debootstrap iproute2 openssl util-linux $docker_pkg docker-registry podman runc >/dev/null
 fi
 
 command -v uv >/dev/null || python3 -m pip install -q uv

@@ -1,6 +1,6 @@
 """deploy/autoscaler.Dockerfile against what runs it: the Deployment of components/kubernetes/autoscaler.py (its
 args, its user, its read-only root) and the controller's install (the same deploy/install-venv.sh).  The build
-itself, with Buildah, and a run with Podman are in tests/firstboot/test_autoscaler_image_build.py."""
+itself, with Docker, its push, and a run with Podman are in tests/firstboot/test_autoscaler_image_build.py."""
 
 from __future__ import annotations
 

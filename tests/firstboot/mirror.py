@@ -18,9 +18,10 @@ import functools
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
-from http.server import SimpleHTTPRequestHandler
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from tests.fakes.metadata import _serve
@@ -103,8 +104,7 @@ class Mirror:
              "--export-all", f"--base-path={served}", "--informative-errors", str(served)],
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
-        handler = functools.partial(_QuietFiles, directory=str(self.wheels))
-        self._http = _serve(fabric.bind((self.gateway, WHEELS_PORT)), handler)  # type: ignore[arg-type]
+        self._http = serve_wheels(self.wheels, fabric.bind((self.gateway, WHEELS_PORT)))
 
     def hosts(self) -> dict[str, str]:
         return {GIT_HOST: self.gateway}
@@ -128,6 +128,12 @@ class Mirror:
             self._http.shutdown()
             self._http.server_close()
             self._http = None
+
+
+def serve_wheels(wheels: Path, sock: socket.socket) -> ThreadingHTTPServer:
+    """The directory `wheels` over HTTP on the bound socket `sock`, until the server's `shutdown`: what pip's
+    `find-links` names."""
+    return _serve(sock, functools.partial(_QuietFiles, directory=str(wheels)))  # type: ignore[arg-type]
 
 
 class _QuietFiles(SimpleHTTPRequestHandler):

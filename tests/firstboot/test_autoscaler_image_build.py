@@ -1,12 +1,16 @@
-"""deploy/autoscaler.Dockerfile built by a real OCI builder and run by a real container runtime, as the Kubernetes
-stacks' Deployment runs it.
+"""deploy/autoscaler.Dockerfile built, pushed and pulled as its header tells a platform team to, and run by a real
+container runtime as the Kubernetes stacks' Deployment runs it.
 
-Buildah builds the Dockerfile from this checkout's working tree (its parser, its `.dockerignore` handling, its
-layers), Podman runs the image with runc, with the flags the Deployment's pod spec gives (tests/harness/oci.py
-`pod_flags`: user 65532, read-only root, no capabilities, the ConfigMap read-only and the state emptyDir).  Nothing
-is pulled: the base image is the first-boot images' own root (Ubuntu 24.04's Python 3.12, or Debian 12's 3.11
-under FLEET_FIRSTBOOT_OS=debian) imported by digest, standing in for python.org's image, with an /etc/pip.conf
-that points pip at the lock's wheels (tests/firstboot/mirror.py `wheelhouse`), as a site's mirror would.
+Docker builds the Dockerfile from this checkout's working tree with BuildKit (`docker build -f
+deploy/autoscaler.Dockerfile --build-arg BASE_IMAGE=<image>@sha256:<digest> .`: Docker's own parser, its
+Dockerfile-specific `.dockerignore`, its layers), pushes it to a registry (tests/harness/docker.py: a dockerd and a
+registry of the test's own), and Podman pulls it by the digest of the push, as a kubelet pulls the stack's `image`,
+and runs it with runc, with the flags the Deployment's pod spec gives (tests/harness/oci.py `pod_flags`: user 65532,
+read-only root, no capabilities, the ConfigMap read-only and the state emptyDir).  Nothing comes from the internet:
+the base image is the first-boot images' own root (Ubuntu 24.04's Python 3.12, or Debian 12's 3.11 under
+FLEET_FIRSTBOOT_OS=debian), imported and pushed, standing in for python.org's image and named by digest, with an
+/etc/pip.conf that points pip at the lock's wheels over HTTP on this machine (tests/firstboot/mirror.py
+`wheelhouse`), as a site's mirror would.
 
 The last two tests run the image as the Kubernetes stacks deploy it, unchanged: the stack's own ConfigMap files at
 /etc/gpu-fleet (`in_cluster: true`), the Deployment's env and args, the ServiceAccount token the kubelet mounts and
@@ -17,9 +21,9 @@ Cluster API MachineDeployment; `gke-a3ultra-kueue` gets its Google credentials f
 Workload Identity gives them and launches in the stack's node pool MIG on compute.googleapis.com
 (the fake, which takes that account's tokens alone).
 
-Not covered: python.org's base image itself, a registry push, the kubelet itself (the readiness probe's request
-is made by the test, from the pod network's gateway), the cluster's DNS (the pod's /etc/hosts names Google's
-endpoints), GKE's own metadata server and IAM (the fake metadata server hands
+Not covered: python.org's base image itself, a registry with TLS and credentials, the kubelet itself (the
+readiness probe's request is made by the test, from the pod network's gateway), the cluster's DNS (the pod's
+/etc/hosts names Google's endpoints), GKE's own metadata server and IAM (the fake metadata server hands
 the annotated account's token to the pod's address; whether that account may call Compute is not checked)."""
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from __future__ import annotations
 import http.client
 import ipaddress
 import os
+import re
 import secrets
+import socket
 import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,9 +50,11 @@ from tests.fakes.kube_api import FakeKube
 from tests.fakes.metadata import FakeMetadata, VmMetadata
 from tests.fakes.metadata_secrets import make_tls
 from tests.firstboot.conftest import in_ci
-from tests.firstboot.mirror import MirrorUnavailable, image_python, wheelhouse
+from tests.firstboot.mirror import MirrorUnavailable, image_python, serve_wheels, wheelhouse
 from tests.firstboot.netns import METADATA_IP, Fabric
 from tests.harness import oci
+from tests.harness.docker import Docker
+from tests.harness.docker import unavailable_reason as docker_unavailable
 from tests.harness.slurm import poll_until
 from tests.kube.cluster import deployed_rbac, pod_template
 from tests.kube.test_cli import assert_served_the_request, seed_one_request, write_config
@@ -56,9 +64,7 @@ from tests.stacks.test_kube_stacks import of_kind
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-TAG = "localhost/gpu-fleet-autoscaler:test"
-WHEELS = "/wheels"  # where the build's RUNs see the lock's wheels
-PIP_CONF = f"[global]\nno-index = true\nfind-links = {WHEELS}\n"
+NAME = "gpu-fleet-autoscaler"
 
 
 def _require(reason: str | None) -> None:
@@ -79,21 +85,50 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[oci.Engine]:
 
 
 @pytest.fixture(scope="module")
-def base(engine: oci.Engine, root_image: Path) -> tuple[str, Path]:
-    """(the base image by digest, the lock's wheels for its Python)."""
+def docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docker]:
+    _require(docker_unavailable())
+    daemon = Docker(tmp_path_factory.mktemp("docker"))
+    try:
+        daemon.start()
+        yield daemon
+    finally:
+        daemon.close()
+
+
+@pytest.fixture(scope="module")
+def wheels_url(root_image: Path) -> Iterator[str]:
+    """The lock's wheels for the base's Python, over HTTP on this machine's loopback (the build's RUNs share the
+    host's network), as a site's package mirror would serve them."""
     try:
         wheels = wheelhouse(root_image, REPO / AUTOSCALER_LOCK)
     except MirrorUnavailable as exc:
         _require(str(exc))
-    return engine.import_root(root_image, "localhost/python-base:test", {"/etc/pip.conf": PIP_CONF}), wheels
+    sock = socket.create_server(("127.0.0.1", 0))
+    server = serve_wheels(wheels, sock)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.fixture(scope="module")
-def image(engine: oci.Engine, base: tuple[str, Path]) -> str:
-    reference, wheels = base
-    done = engine.build(DOCKERFILE, REPO, TAG, {"BASE_IMAGE": reference}, [oci.Volume(wheels, WHEELS)])
+def base(docker: Docker, root_image: Path, wheels_url: str) -> str:
+    """The base image, pushed to the registry and named by its digest, with pip pointed at the wheels alone."""
+    pip_conf = f"[global]\nno-index = true\nfind-links = {wheels_url}\n"
+    return docker.import_root(root_image, "python-base", {"/etc/pip.conf": pip_conf})
+
+
+@pytest.fixture(scope="module")
+def image(docker: Docker, engine: oci.Engine, base: str) -> str:
+    """The Dockerfile's own instructions: `docker build` from this checkout, `docker push`, and the image pulled
+    by the digest of the push, as the stack's `image` names it."""
+    tag = f"{docker.registry}/{NAME}:test"
+    done = docker.build(DOCKERFILE, REPO, tag, {"BASE_IMAGE": base})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    return TAG
+    reference = docker.push(tag)
+    engine.pull(reference)
+    return reference
 
 
 def _shell(engine: oci.Engine, image: str, script: str) -> str:
@@ -163,21 +198,18 @@ def test_a_command_the_image_is_not_for_says_what_it_lacks(engine: oci.Engine, i
     assert "Traceback" not in run.stderr
 
 
-def test_a_base_image_given_by_tag_stops_the_build_before_anything_is_copied(
-    engine: oci.Engine, base: tuple[str, Path]
-) -> None:
+def test_a_base_image_given_by_tag_stops_the_build_before_anything_is_copied(docker: Docker, base: str) -> None:
     """A tag could move under a rebuild: the build's first RUN refuses it, naming BASE_IMAGE, and no image is
-    tagged.  The base here is tagged in the engine's own storage, so nothing but that check stops it."""
-    _, wheels = base
-    tag = "localhost/gpu-fleet-autoscaler:by-tag"
-    done = engine.build(
-        DOCKERFILE, REPO, tag, {"BASE_IMAGE": "localhost/python-base:test"}, [oci.Volume(wheels, WHEELS)]
-    )
+    tagged.  The tag names the very image the registry holds, so nothing but that check stops it."""
+    by_tag = base.split("@", 1)[0] + ":test"
+    tag = f"{docker.registry}/{NAME}:by-tag"
+    done = docker.build(DOCKERFILE, REPO, tag, {"BASE_IMAGE": by_tag})
+    output = done.stdout + done.stderr
     assert done.returncode != 0
-    assert "BASE_IMAGE=localhost/python-base:test: give the base image by digest" in done.stderr, done.stderr[-2000:]
-    steps = [line for line in done.stdout.splitlines() if line.startswith("STEP ")]
-    assert steps and "RUN case" in steps[-1] and not any(" COPY " in step for step in steps), steps
-    assert not engine.exists(tag)
+    assert f"BASE_IMAGE={by_tag}: give the base image by digest" in output, output[-2000:]
+    steps = re.findall(r"^#\d+ \[\s*\d+/\d+\] ([A-Z]+) ", output, re.MULTILINE)
+    assert steps[-1] == "RUN" and "COPY" not in steps, steps
+    assert not docker.exists(tag)
 
 
 @contextmanager

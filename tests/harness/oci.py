@@ -1,9 +1,8 @@
-"""Real OCI tooling for the tests: Buildah builds an image from a Dockerfile, Podman (with runc) runs it.
+"""A real container runtime for the tests: Podman (with runc) pulls an image by digest and runs it as a kubelet would.
 
-Debian 12's packages (`buildah`, `podman`, `runc`; scripts/setup.sh installs them) in a storage of the test's own
-(`Engine(workdir)`: overlay layers under workdir, nothing in /var/lib/containers), with no registry reachable and
-nothing pulled (`--pull never`): a base image is made here from a directory (`import_root`), the way a site
-mirrors python.org's image, and named by the digest the build then checks.
+Debian 12's packages (`podman`, `runc`; scripts/setup.sh installs them) in a storage of the test's own
+(`Engine(workdir)`: overlay layers under workdir, nothing in /var/lib/containers).  It pulls from the test's own
+registry only (tests/harness/docker.py, where Docker builds and pushes the image) and runs with `--pull never`.
 
 What this machine's sandbox needs, and sets in the engine's containers.conf (none of it changes what the image is or
 how its process runs):
@@ -24,12 +23,11 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-TOOLS = ("buildah", "podman", "runc")
+TOOLS = ("podman", "runc")
 
 
 def unavailable_reason() -> str | None:
@@ -39,14 +37,7 @@ def unavailable_reason() -> str | None:
 
 
 class EngineError(RuntimeError):
-    """A build or run failed: the command and the end of its output."""
-
-
-@dataclass(frozen=True)
-class Volume:
-    source: Path  # on this machine
-    target: str  # in the container
-    read_only: bool = True
+    """A pull or run failed: the command and the end of its output."""
 
 
 class Engine:
@@ -67,40 +58,10 @@ class Engine:
             raise EngineError(f"{' '.join(argv[:3])} ... exited {done.returncode}:\n{done.stderr[-3000:]}")
         return done
 
-    def import_root(self, root: Path, name: str, files: dict[str, str] | None = None) -> str:
-        """An image of the directory `root` (plus `files`: path in the image -> text), tagged `name`; returns
-        `name@sha256:<digest>`, the reference a build takes by digest."""
-        container = self._call(["buildah", "from", "--pull-never", "scratch"]).stdout.strip()
-        try:
-            mount = Path(self._call(["buildah", "mount", container]).stdout.strip())
-            pack = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-            unpack = subprocess.run(
-                ["tar", "-C", str(mount), "-x"], stdin=pack.stdout, capture_output=True, check=False
-            )
-            if pack.stdout is not None:
-                pack.stdout.close()
-            if pack.wait() != 0 or unpack.returncode != 0:
-                raise EngineError(f"copying {root} into the image failed: {unpack.stderr.decode()[-2000:]}")
-            for path, text in (files or {}).items():
-                target = mount / path.lstrip("/")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(text)
-            self._call(["buildah", "umount", container])
-            self._call(["buildah", "commit", "--quiet", container, name])
-        finally:
-            self._call(["buildah", "rm", container], check=False)
-        digest = self._call(["buildah", "images", "--digests", "--format", "{{.Digest}}", name]).stdout.split()[0]
-        return f"{name.rsplit(':', 1)[0]}@{digest}"
-
-    def build(
-        self, dockerfile: Path, context: Path, tag: str, build_args: dict[str, str], volumes: Sequence[Volume] = ()
-    ) -> subprocess.CompletedProcess[str]:
-        """`docker build -f dockerfile context` as Buildah does it (RUN in a chroot, the host's network, `volumes`
-        bound into every RUN); the result, failed or not."""
-        argv = ["buildah", "build", "--pull-never", "--isolation", "chroot", "-f", str(dockerfile), "-t", tag]
-        argv += [arg for key, value in build_args.items() for arg in ("--build-arg", f"{key}={value}")]
-        argv += [arg for v in volumes for arg in ("-v", f"{v.source}:{v.target}:{'ro' if v.read_only else 'rw'}")]
-        return self._call([*argv, str(context)], timeout=900, check=False)
+    def pull(self, reference: str) -> None:
+        """`podman pull` of `reference` (`<registry>/<name>@sha256:<digest>`) from a loopback registry over plain
+        HTTP, as a kubelet pulls a Deployment's image by digest."""
+        self._call(["podman", "pull", "--quiet", "--tls-verify=false", reference])
 
     def config(self, image: str) -> dict[str, Any]:
         """The image's OCI config (`User`, `Env`, `Entrypoint`, ...)."""
@@ -133,7 +94,6 @@ class Engine:
     def close(self) -> None:
         """Remove every container and image, and unmount the storage's layers."""
         self._call(["podman", "rm", "--all", "--force"], check=False)
-        self._call(["buildah", "rm", "--all"], check=False)
         self._call(["podman", "system", "reset", "--force"], check=False)
         mounts = Path("/proc/mounts").read_text().splitlines()
         for target in sorted((line.split()[1] for line in mounts), reverse=True):

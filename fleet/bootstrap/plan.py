@@ -42,7 +42,9 @@ class RegionPlan:
     reservation: ReservationInfo | None = None  # as read by --check-quota
     warnings: list[str] = field(default_factory=list)  # what the stack will deploy but not do as asked
 
-    def next_steps(self, stack_file: Path, project_bootstrap: str | None = None) -> list[str]:
+    def next_steps(self, stack_file: Path, project_bootstrap: str | None = None, in_project: bool = True) -> list[str]:
+        """What the user runs next.  `in_project`: the stack file sits beside a Pulumi.yaml (else the steps start
+        with moving it into the gpu-fleet checkout, and the pulumi commands run there)."""
         stack, project = self.request.stack_name, self.request.project
         first = []
         if project_bootstrap is None:
@@ -54,15 +56,27 @@ class RegionPlan:
             first.append(f"pulumi login gs://<state bucket of stack {project_bootstrap}>   # the project's backend")
         return [
             *first,
-            f"pulumi stack init {stack}   # run in {stack_file.parent}, next to Pulumi.yaml",
+            *(
+                [f"pulumi stack init {stack}   # run in {stack_file.parent}, next to Pulumi.yaml"]
+                if in_project
+                else [
+                    f"mv {stack_file} <your gpu-fleet checkout>/   # beside its Pulumi.yaml; run what follows there",
+                    f"pulumi stack init {stack}",
+                ]
+            ),
             f"pulumi config set gcp:project {project} --stack {stack}",
-            f"fleet synth --config {stack_file} --json   # check the stack under mocks, no credentials",
+            f"fleet synth --config {stack_file if in_project else stack_file.name} --json"
+            "   # check the stack under mocks, no credentials",
             f"pulumi preview --stack {stack}",
             f"pulumi up --stack {stack}",
         ]
 
     def to_json(
-        self, stack_file: Path, available: dict[str, RegionQuota] | None = None, project_bootstrap: str | None = None
+        self,
+        stack_file: Path,
+        available: dict[str, RegionQuota] | None = None,
+        project_bootstrap: str | None = None,
+        in_project: bool = True,
     ) -> dict:
         m = self.choice.machine
         quotas = []
@@ -126,7 +140,7 @@ class RegionPlan:
             },
             "reasons": self.reasons,
             "warnings": self.warnings,
-            "next_steps": self.next_steps(stack_file, project_bootstrap),
+            "next_steps": self.next_steps(stack_file, project_bootstrap, in_project),
             "spec": self.spec,
         }
 

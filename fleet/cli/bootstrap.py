@@ -155,8 +155,9 @@ def bootstrap_region(
         _fail(exc, as_json)
         return
 
-    out = plan.to_json(path, available, boot)
-    if not (directory / "Pulumi.yaml").is_file():
+    in_project = (directory / "Pulumi.yaml").is_file()
+    out = plan.to_json(path, available, boot, in_project)
+    if not in_project:
         where = "" if stacks_dir is not None else " (nor does any directory above it)"
         out["warnings"].append(
             f"{directory} holds no Pulumi.yaml{where}: pulumi reads {path.name} beside the project's Pulumi.yaml, so"

@@ -92,6 +92,10 @@ def test_a_stacks_directory_outside_a_pulumi_project_is_warned_about(bootstrap: 
     assert code == 0 and Path(out["stack_file"]).exists()
     (warning,) = out["warnings"]
     assert f"{stacks_dir} holds no Pulumi.yaml: pulumi reads Pulumi.gcp-us-central1-h100.yaml" in warning
+    assert not any("next to Pulumi.yaml" in step for step in out["next_steps"]), out["next_steps"]
+    move = out["next_steps"].index(f"mv {out['stack_file']} <your gpu-fleet checkout>/   # beside its Pulumi.yaml;"
+                                   " run what follows there")  # fmt: skip
+    assert out["next_steps"][move + 1] == "pulumi stack init gcp-us-central1-h100"
 
 
 def test_refuses_to_overwrite_unless_forced(bootstrap: Callable, stacks_dir: Path) -> None:

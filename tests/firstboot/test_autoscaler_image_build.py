@@ -12,7 +12,8 @@ FLEET_FIRSTBOOT_OS=debian), imported and pushed, standing in for python.org's im
 /etc/pip.conf that points pip at the lock's wheels over HTTP on this machine (tests/firstboot/mirror.py
 `wheelhouse`), as a site's mirror would.
 
-The last two tests run the image as the Kubernetes stacks deploy it, unchanged: the stack's own ConfigMap files at
+The last two tests run the image as the Kubernetes stacks deploy it, unchanged but for the stack's `image`, set to
+the reference the push gave (Podman runs the image the Deployment names): the stack's own ConfigMap files at
 /etc/gpu-fleet (`in_cluster: true`), the Deployment's env and args, the ServiceAccount token the kubelet mounts and
 the API server's service env, against the fake API server over TLS that accepts that token alone, bound to the
 stack's RBAC; each runs until SIGTERM, as a rollout ends it, in a pod network of its own (a network namespace,
@@ -240,6 +241,18 @@ def _answers(fabric: Fabric, address: tuple[str, int], path: str) -> int:
         return 0
 
 
+def stack_pinned_to(stack: str, image: str, tmp_path: Path) -> Path:
+    """The shipped stack file with its autoscaler's `image` set to `image`, the reference by digest the push gave
+    (what docs/kubernetes.md has a team do after its push), written in a directory of its own."""
+    text = (REPO / f"Pulumi.{stack}.yaml").read_text()
+    pinned, count = re.subn(r"(?m)^(\s*image: )\S+@sha256:[0-9a-f]{64}$", lambda m: m.group(1) + image, text)
+    assert count == 1, f"Pulumi.{stack}.yaml: expected one autoscaler image pinned by digest, found {count}"
+    path = tmp_path / "stack" / f"Pulumi.{stack}.yaml"
+    path.parent.mkdir()
+    path.write_text(pinned)
+    return path
+
+
 #: the fake API server's port at the pod network's gateway
 API_PORT = 6443
 
@@ -296,7 +309,7 @@ def test_the_stacks_deployment_runs_from_the_image_in_cluster_until_sigterm(
     TLS.  It answers the readiness probe at the pod's address, takes the Lease as its pod, serves a
     ProvisioningRequest on the stack's MachineDeployments with no call its RBAC forbids, and on SIGTERM finishes,
     releases the Lease and exits 0 within the pod's grace period (Kubernetes' default 30 s)."""
-    d = Deployed("k8s-neocloud-kueue", tmp_path)
+    d = Deployed(stack_pinned_to("k8s-neocloud-kueue", image, tmp_path), tmp_path)
     files = pod_files(d, tmp_path)
     kube = d.config["kubernetes"]
     assert kube["in_cluster"] is True
@@ -310,7 +323,7 @@ def test_the_stacks_deployment_runs_from_the_image_in_cluster_until_sigterm(
             fake.create(d.request("wl-1", "training", "train", 1))
             pod_name = "gpu-fleet-autoscaler-7d9f-abcde"
             flags = in_cluster_flags(d, files, pod_name, netns, gateway)
-            container = engine.start(image, flags, d.container["args"])
+            container = engine.start(d.container["image"], flags, d.container["args"])
             probe = d.container["readinessProbe"]["httpGet"]
             port = next(p["containerPort"] for p in d.container["ports"] if p["name"] == probe["port"])
 
@@ -343,7 +356,7 @@ def test_the_gke_stacks_deployment_runs_from_the_image_on_workload_identity(
     Lease released.  What stands in for the cluster: the fake API server and the two Google endpoints in the
     test's network namespace, the names resolved by the pod's /etc/hosts, and the test CA in the image's
     certificate bundle (bound over certifi's file, as a corporate image would carry it)."""
-    d = Deployed("gke-a3ultra-kueue", tmp_path)
+    d = Deployed(stack_pinned_to("gke-a3ultra-kueue", image, tmp_path), tmp_path)
     files = pod_files(d, tmp_path)
     (account_manifest,) = [
         m for m in of_kind(d.syn, "ServiceAccount") if m["metadata"]["name"] == d.pod["serviceAccountName"]
@@ -375,7 +388,9 @@ def test_the_gke_stacks_deployment_runs_from_the_image_on_workload_identity(
             flags = in_cluster_flags(d, files, "gpu-fleet-autoscaler-5c8d-fghij", netns, gateway, hosts)
             python = f"python{image_python(root_image)}"
             bundle = f"{AUTOSCALER_HOME}/.venv/lib/{python}/site-packages/certifi/cacert.pem"
-            container = engine.start(image, [*flags, "--volume", f"{ca}:{bundle}:ro"], d.container["args"])
+            container = engine.start(
+                d.container["image"], [*flags, "--volume", f"{ca}:{bundle}:ro"], d.container["args"]
+            )
 
             def launched() -> bool:
                 return sum(compute.create_counts().values()) >= 1 and accepted(fake, "wl-1", namespace)

@@ -514,7 +514,8 @@ def accounting_lines() -> list[str]:
         '  case "$out" in *"already exists"*) break;; esac',
         "  sleep 2",
         "done",
-        'sacctmgr -n -P show cluster format=cluster | grep -qx "$cluster"'
+        # grep reads all of sacctmgr's output (`-q` stops early, and under pipefail sacctmgr's SIGPIPE fails the check)
+        'sacctmgr -n -P show cluster format=cluster | grep -Fx "$cluster" >/dev/null'
         ' || die "slurmdbd: cluster $cluster is not in the accounting database: $out"',
     ]
 
@@ -572,7 +573,10 @@ def _config_lines(cfg: SlurmHostConfig) -> list[str]:
         "[ ! -f /etc/slurm/job_submit.lua ] || chmod 0644 /etc/slurm/job_submit.lua",
         "chown slurm:slurm /var/log/slurm",
         # the controller by its reserved address, whatever DNS says (zonal DNS hides it from other zones)
-        "ctl=$(sed -n 's/^SlurmctldHost=\\([^(]*\\)(\\([^)]*\\)).*/\\2 \\1/p' /etc/slurm/slurm.conf | head -n 1)",
+        # the first SlurmctldHost (a backup's follows it); sed quits there: no `| head`, whose early exit would make
+        # sed's write a SIGPIPE that pipefail turns into the script's death
+        "ctl=$(sed -n '/^SlurmctldHost=/{s/^SlurmctldHost=\\([^(]*\\)(\\([^)]*\\)).*/\\2 \\1/p;q}'"
+        " /etc/slurm/slurm.conf)",
         '[ -n "$ctl" ] || die "slurm.conf: SlurmctldHost carries no address"',
         "sed -i '/# gpu-fleet controller$/d' /etc/hosts",
         'echo "$ctl # gpu-fleet controller" >> /etc/hosts',
@@ -863,8 +867,10 @@ name="receive-datapath-manager-${{SLURM_JOB_ID}}"
 docker run --detach --rm --name "$name" --cap-add=NET_ADMIN --network=host --privileged --gpus all \\
   --volume /var/lib/nvidia/lib64:/usr/local/nvidia/lib64 --volume /dev/dmabuf_import_helper:/dev/dmabuf_import_helper \\
   --env LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu {rxdm} {rxdm_flags(rxdm)}
+# grep reads the whole log: `grep -q` would stop at the line, and under pipefail the SIGPIPE docker then gets as
+# RxDM logs on would fail the check every time (tests/firstboot/test_tcpxo_prolog.py)
 for _ in $(seq 60); do
-  docker container logs "$name" 2>&1 | grep -q "Buffer manager initialization complete" && exit 0
+  docker container logs "$name" 2>&1 | grep -F "Buffer manager initialization complete" >/dev/null && exit 0
   sleep 2
 done
 echo "gpu-fleet: RxDM did not initialise on $(hostname)" >&2

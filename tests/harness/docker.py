@@ -11,6 +11,11 @@ distribution registry; scripts/setup.sh installs both):
   workdir: `push` returns `<registry>/<name>@sha256:<digest>`, the reference a Deployment names and a kubelet
   pulls.
 
+With a `Node`, the dockerd is a machine's own: it starts in a private mount namespace after the node's mounts, and
+`on_node` runs a command there (tests/firstboot/test_tcpxo_prolog.py runs an A3 Mega node's Slurm prolog so).
+Containers start through `RUNC_WRAPPER`, runc less the capabilities this machine's sandbox withholds from root
+(`--privileged` asks for every one); nothing else of a container changes.
+
 The client is `/usr/bin/docker`, the one packaged with that dockerd (Debian's 20.10, or docker-ce's): a newer
 client found first on PATH may lack the buildx plugin its `DOCKER_BUILDKIT=1` then needs."""
 
@@ -18,10 +23,12 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.harness.slurm import poll_until
@@ -39,6 +46,37 @@ def unavailable_reason() -> str | None:
     return f"not installed: {', '.join(missing)} (scripts/setup.sh installs docker.io and docker-registry)"
 
 
+#: Linux capabilities by number (linux/capability.h), to read a bounding set's mask
+CAPABILITIES = (
+    "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
+    "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER",
+    "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
+    "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP",
+    "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF",
+    "CHECKPOINT_RESTORE",
+)  # fmt: skip
+
+#: runc, less the capabilities this machine's bounding set withholds even from root (a sandbox may drop
+#: CAP_SYS_RESOURCE): runc refuses to start a container asking for one, and `--privileged` asks for them all.  The
+#: OCI runtime dockerd is given; it edits the bundle's config.json, then runs runc with the same arguments.
+RUNC_WRAPPER = f"""#!/usr/bin/python3
+import json, os, sys
+bound = int(next(l for l in open("/proc/self/status") if l.startswith("CapBnd:")).split()[1], 16)
+withheld = {{"CAP_" + name for bit, name in enumerate({CAPABILITIES!r}) if not bound >> bit & 1}}
+args = sys.argv[1:]
+bundle = next((args[i + 1] for i, a in enumerate(args[:-1]) if a in ("--bundle", "-b")), None)
+bundle = bundle or next((a.split("=", 1)[1] for a in args if a.startswith("--bundle=")), None)
+if bundle and withheld:
+    path = os.path.join(bundle, "config.json")
+    spec = json.load(open(path))
+    sets = spec.get("process", {{}}).get("capabilities", {{}})
+    for key in sets:
+        sets[key] = [c for c in sets[key] if c not in withheld]
+    json.dump(spec, open(path, "w"))
+os.execvp("runc", ["runc", *args])
+"""
+
+
 class DockerError(RuntimeError):
     """dockerd, the registry or a client command failed: the command and the end of its output."""
 
@@ -49,11 +87,23 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@dataclass(frozen=True)
+class Node:
+    """dockerd as a machine's own: started in a private mount namespace after `setup` (shell lines, as root: the
+    mounts that give it its own /etc, /dev, ... under the test's workdir), with `path` first on its PATH, and
+    answering on `socket` too (where that machine's tools look, e.g. /run/docker.sock)."""
+
+    setup: str
+    path: Path
+    socket: str
+
+
 class Docker:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, registry: bool = True, node: Node | None = None) -> None:
         self.workdir = workdir
         self.socket = workdir / "docker.sock"
-        self.registry = f"127.0.0.1:{_free_port()}"
+        self.registry = f"127.0.0.1:{_free_port()}" if registry else ""
+        self.node = node
         self.env = {
             **os.environ,
             "DOCKER_HOST": f"unix://{self.socket}",
@@ -64,23 +114,44 @@ class Docker:
         self._daemons: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> None:
-        """dockerd and the registry, each logging under workdir; returns once both answer."""
-        conf = self.workdir / "registry.yml"
-        conf.write_text(
-            f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {self.workdir}/registry\n"
-            f"http:\n  addr: {self.registry}\n"
-        )
-        self._spawn("registry", ["docker-registry", "serve", str(conf)])
-        self._spawn("dockerd", [
+        """dockerd (and the registry), each logging under workdir; returns once they answer."""
+        if self.registry:
+            conf = self.workdir / "registry.yml"
+            conf.write_text(
+                f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
+                f"    rootdirectory: {self.workdir}/registry\nhttp:\n  addr: {self.registry}\n"
+            )
+            self._spawn("registry", ["docker-registry", "serve", str(conf)])
+        dockerd = [
             "dockerd", "--data-root", str(self.workdir / "data"), "--exec-root", str(self.workdir / "exec"),
             "--host", f"unix://{self.socket}", "--pidfile", str(self.workdir / "docker.pid"),
             "--iptables=false", "--ip6tables=false", "--bridge=none", "--storage-driver=overlay2",
             "--exec-opt", "native.cgroupdriver=cgroupfs", "--log-level=warn",
-        ])  # fmt: skip
+            "--add-runtime", f"sandboxed-runc={self._runtime()}", "--default-runtime", "sandboxed-runc",
+        ]  # fmt: skip
+        if self.node is None:
+            self._spawn("dockerd", dockerd)
+        else:
+            dockerd += ["--host", f"unix://{self.node.socket}"]
+            script = f"{self.node.setup}\nexport PATH={self.node.path}:$PATH\nexec {shlex.join(dockerd)}\n"
+            self._spawn("dockerd", ["unshare", "--mount", "--propagation", "private", "bash", "-euc", script])
         if not poll_until(lambda: self._call(["info"], check=False).returncode == 0, timeout=60):
             raise DockerError(f"dockerd did not answer in 60 s:\n{self._log('dockerd')}")
-        if not poll_until(self._registry_answers, timeout=30):
+        if self.registry and not poll_until(self._registry_answers, timeout=30):
             raise DockerError(f"the registry did not answer on {self.registry} in 30 s:\n{self._log('registry')}")
+
+    def _runtime(self) -> Path:
+        wrapper = self.workdir / "runc-sandboxed"
+        wrapper.write_text(RUNC_WRAPPER)
+        wrapper.chmod(0o755)
+        return wrapper
+
+    def on_node(self, argv: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """`argv` run in the node's mount namespace (dockerd's), with only `env`; the result, failed or not."""
+        assert self.node is not None, "on_node needs a Docker started with a Node"
+        pid = self._daemons[-1].pid  # unshare and bash exec into dockerd: one pid
+        nsenter = ["nsenter", f"--mount=/proc/{pid}/ns/mnt", "--", "env", "-i", *(f"{k}={v}" for k, v in env.items())]
+        return subprocess.run([*nsenter, *argv], capture_output=True, text=True, timeout=timeout, check=False)
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115  (the daemon's, closed with it)
@@ -106,15 +177,7 @@ class Docker:
     def import_root(self, root: Path, name: str, files: dict[str, str]) -> str:
         """An image of the directory `root` plus `files` (path in the image -> text), pushed as `name`; returns
         the pushed reference by digest (what a site's mirror of python.org's image would be named by)."""
-        raw = f"{self.registry}/{name}:raw"
-        pack = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-        imported = subprocess.run(
-            [str(CLIENT), "import", "-", raw], stdin=pack.stdout, capture_output=True, text=True, env=self.env
-        )
-        if pack.stdout is not None:
-            pack.stdout.close()
-        if pack.wait() != 0 or imported.returncode != 0:
-            raise DockerError(f"docker import of {root} failed: {imported.stderr[-2000:]}")
+        raw = self.import_image(root, f"{self.registry}/{name}:raw")
         context = self.workdir / f"{name}-context"
         for path, text in files.items():
             target = context / "files" / path.lstrip("/")
@@ -126,6 +189,18 @@ class Docker:
         if done.returncode != 0:
             raise DockerError(f"adding {sorted(files)} to {raw} failed:\n{done.stderr[-2000:]}")
         return self.push(tag)
+
+    def import_image(self, root: Path, tag: str) -> str:
+        """`docker import` of the directory `root` as `tag` (one layer, no config); returns `tag`."""
+        pack = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+        imported = subprocess.run(
+            [str(CLIENT), "import", "-", tag], stdin=pack.stdout, capture_output=True, text=True, env=self.env
+        )
+        if pack.stdout is not None:
+            pack.stdout.close()
+        if pack.wait() != 0 or imported.returncode != 0:
+            raise DockerError(f"docker import of {root} failed: {imported.stderr[-2000:]}")
+        return tag
 
     def build(
         self, dockerfile: Path, context: Path, tag: str, build_args: dict[str, str], network: str = "host"
@@ -143,6 +218,20 @@ class Docker:
         repository = tag.rsplit(":", 1)[0]
         (reference,) = [d for d in json.loads(digests) or [] if d.startswith(f"{repository}@sha256:")]
         return reference
+
+    def inspect(self, thing: str) -> dict:
+        """`docker inspect` of a container or image: its one object."""
+        (found,) = json.loads(self._call(["inspect", thing]).stdout)
+        return found
+
+    def containers(self, name_filter: str) -> list[str]:
+        """Names of the containers (running or not) whose name matches `name_filter`."""
+        done = self._call(["container", "list", "--all", "--filter", f"name={name_filter}", "--format", "{{.Names}}"])
+        return done.stdout.split()
+
+    def logs(self, container: str) -> str:
+        done = self._call(["container", "logs", container])
+        return done.stdout + done.stderr
 
     def exists(self, tag: str) -> bool:
         return self._call(["image", "inspect", tag], check=False).returncode == 0

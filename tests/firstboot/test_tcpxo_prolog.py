@@ -1,0 +1,209 @@
+"""The GPUDirect-TCPXO Slurm prolog and epilog an A3 Mega node carries, run against a real Docker.
+
+The first-boot VMs run the prolog through slurmd (test_firstboot.py: `srun -N2` passes it), but with `docker`
+stubbed: a recording script that never parses a flag.  Here the prolog and epilog are taken as the stack writes
+them (the heredocs of an A3 Mega node's startup script, from `fleet synth` of tests/firstboot/Pulumi.firstboot.yaml)
+and run as root against dockerd itself (Debian 12's Docker 20.10, its runc), in a mount namespace of the node's own
+(tests/harness/docker.py `Node`: its /etc, /var/lib and /run overlaid or fresh, its /dev a tmpfs with the basic
+devices), so the prolog's `rm -rf /var/lib/tcpxo/lib64` and the plugin installer's `-v /var/lib:/var/lib` touch the
+node's directories and nothing of this machine's; the prolog's `docker` is the packaged client on the node's
+/run/docker.sock, as on the image.
+
+What stands in: the RxDM and NCCL-plugin images are local images under the catalog's pinned names (the first-boot
+root with a script for an entrypoint, so `docker run` finds them without a pull) that check what their `docker run`
+gave them (the import helper's device, the driver's libraries, LD_LIBRARY_PATH, the GPU request) and log as RxDM
+does, thousands of lines around "Buffer manager initialization complete"; `modprobe import-helper` makes the
+helper's device node; the NVIDIA Container Toolkit's hook is a stub on dockerd's PATH (dockerd 20.10 offers
+`--gpus` when `nvidia-container-runtime-hook` is there, and runc calls it before the container starts).  The
+prolog runs with the job's environment set by the test (SLURM_JOB_ID, SLURM_JOB_NUM_NODES), not by slurmd.
+
+Not covered: RxDM, the plugin and the import helper themselves (an A3 Mega's hardware), the Toolkit's real hook."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from components.gcp.startup import EPILOG, PROLOG, rxdm_flags
+from fleet.catalog import load_catalog
+from tests.firstboot.conftest import CLUSTER, STACK, in_ci, require, synthesized
+from tests.harness.docker import Docker, Node
+from tests.harness.docker import unavailable_reason as docker_unavailable
+
+pytestmark = pytest.mark.slow
+
+TCPXO = load_catalog("gcp").fabric_software("tcpxo")
+RXDM_PREFIX = "receive-datapath-manager-"
+READY = "Buffer manager initialization complete"
+
+#: the node's own mounts, before its dockerd starts (W: the test's directory for the node)
+NODE_SETUP = """
+for d in etc var/lib; do
+  mkdir -p "$W/node/$d/upper" "$W/node/$d/work"
+  mount -t overlay overlay -o "lowerdir=/$d,upperdir=$W/node/$d/upper,workdir=$W/node/$d/work" "/$d"
+done
+mkdir -p "$W/node/dev-host" && mount --rbind /dev "$W/node/dev-host"
+mount -t tmpfs -o mode=0755,nosuid tmpfs /dev
+for n in null zero full random urandom tty; do touch "/dev/$n"; mount --bind "$W/node/dev-host/$n" "/dev/$n"; done
+mkdir /dev/pts /dev/shm && mount --rbind "$W/node/dev-host/pts" /dev/pts && mount -t tmpfs tmpfs /dev/shm
+ln -s /proc/self/fd /dev/fd && ln -s pts/ptmx /dev/ptmx
+mount -t tmpfs -o mode=0755 tmpfs /run
+"""
+
+#: RxDM's stand-in: checks what its `docker run` gave it, then logs as RxDM does and serves until stopped
+RXDM = f"""#!/bin/bash
+fail() {{ echo "rxdm stand-in: $*" >&2; exit 2; }}
+[ -c /dev/dmabuf_import_helper ] || fail "no /dev/dmabuf_import_helper device"
+[ -d /usr/local/nvidia/lib64 ] || fail "no /usr/local/nvidia/lib64"
+[ "$LD_LIBRARY_PATH" = /usr/lib/x86_64-linux-gnu ] || fail "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+[ "${{NVIDIA_VISIBLE_DEVICES:-}}" = all ] || fail "no GPUs asked for (NVIDIA_VISIBLE_DEVICES unset or not all)"
+echo "rxdm args: $*"
+for i in $(seq 3000); do echo "I1207 rx_rule_manager.cc:$i] installing flow steering rule $i"; done
+echo "{READY}"
+for i in $(seq 3000); do echo "I1207 rx_buf_mgr.cc:$i] serving receive buffer $i"; done
+trap 'exit 0' TERM
+sleep infinity & wait
+"""
+
+#: the NCCL plugin image's installer: what `install --install-nccl` leaves in /var/lib/tcpxo/lib64
+NCCL_INSTALLER = """#!/bin/bash
+[ "$*" = "install --install-nccl" ] || { echo "nccl-plugin stand-in: unknown command: $*" >&2; exit 2; }
+mkdir -p /var/lib/tcpxo/lib64
+for lib in libnccl.so.2 libnccl-net.so; do echo stand-in > "/var/lib/tcpxo/lib64/$lib"; done
+echo 'export NCCL_NET=FasTrak' > /var/lib/tcpxo/lib64/nccl-env-profile.sh
+"""
+
+
+def written_file(script: str, path: str) -> str:
+    """The text a startup script writes to `path` (components/gcp/startup.py `_file`: a quoted heredoc)."""
+    head = f"cat > {shlex.quote(path)} <<'GPU_FLEET_EOF'\n"
+    assert script.count(head) == 1, f"the script writes {path} {script.count(head)} times"
+    return script.split(head, 1)[1].split("\nGPU_FLEET_EOF\n", 1)[0] + "\n"
+
+
+@dataclass
+class TcpxoNode:
+    docker: Docker
+    workdir: Path
+
+    def run(self, script: str, job_id: int, nodes: int, timeout: float = 240) -> tuple[int, str]:
+        """`script` (a path on the node) as slurmd runs a prolog or epilog: as root, with the job's environment."""
+        env = {"PATH": f"{self.workdir / 'node-bin'}:/usr/sbin:/usr/bin:/sbin:/bin",
+               "SLURM_JOB_ID": str(job_id), "SLURM_JOB_NUM_NODES": str(nodes)}  # fmt: skip
+        done = self.docker.on_node([script], env, timeout=timeout)
+        return done.returncode, done.stdout + done.stderr
+
+    def read(self, path: str) -> str:
+        done = self.docker.on_node(["cat", path], {})
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def explain(self, container: str) -> str:
+        """Whether `container` runs, and the head and tail of its log (for a failed check's message)."""
+        if container not in self.docker.containers(container):
+            return f"\n{container}: no such container (it exited: --rm)"
+        log = self.docker.logs(container)
+        return f"\n{container}: running, {len(log.splitlines())} log lines:\n{log[:600]}...\n{log[-300:]}"
+
+    def rxdm(self) -> list[str]:
+        return self.docker.containers(RXDM_PREFIX)
+
+
+def _stub(directory: Path, name: str, text: str) -> None:
+    directory.mkdir(exist_ok=True)
+    (directory / name).write_text(text)
+    (directory / name).chmod(0o755)
+
+
+@pytest.fixture(scope="module")
+def node(root_image: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TcpxoNode]:
+    """An A3 Mega node's Docker, the pinned images' stand-ins loaded, and the stack's prolog and epilog in place."""
+    require()
+    reason = docker_unavailable()
+    if reason:
+        if in_ci():
+            pytest.fail(f"in CI the TCPXO prolog must run against Docker: {reason}")
+        pytest.skip(reason)
+    work = tmp_path_factory.mktemp("tcpxo")
+    _stub(
+        work / "dockerd-bin",
+        "nvidia-container-runtime-hook",
+        f'#!/bin/bash\ncat >/dev/null\necho "$*" >> {work}/hook.log\n',
+    )
+    _stub(work / "node-bin", "modprobe", f"""#!/bin/bash
+echo "$*" >> {work}/modprobe.log
+[ "$1" != import-helper ] || [ -e /dev/dmabuf_import_helper ] || mknod -m 0666 /dev/dmabuf_import_helper c 1 3
+""")  # fmt: skip
+    docker = Docker(
+        work, registry=False, node=Node(f"W={work}\n{NODE_SETUP}", work / "dockerd-bin", "/run/docker.sock")
+    )
+    try:
+        docker.start()
+        base = docker.import_image(root_image, "fb-node-base:raw")
+        for i, (image, entrypoint) in enumerate(((TCPXO.rxdm_image, RXDM), (TCPXO.nccl_plugin_image, NCCL_INSTALLER))):
+            context = work / f"image-{i}"
+            _stub(context, "entrypoint", entrypoint)
+            (context / "Dockerfile").write_text(
+                f'FROM {base}\nCOPY entrypoint /entrypoint\nENTRYPOINT ["/entrypoint"]\n'
+            )
+            done = docker.build(context / "Dockerfile", context, image, {}, network="none")
+            assert done.returncode == 0, done.stderr[-2000:]
+        script = next(vm for vm in synthesized(STACK).nodes(CLUSTER, "mega")).metadata["startup-script"]
+        for path in (PROLOG, EPILOG):
+            (work / "script").write_text(written_file(script, path))
+            installed = docker.on_node(["install", "-D", "-m", "0755", str(work / "script"), path], {})
+            assert installed.returncode == 0, installed.stderr
+        # what the node's startup script records before slurmd starts (`echo tcpxo > /etc/gpu-fleet/fabric`)
+        assert "echo tcpxo > /etc/gpu-fleet/fabric" in script
+        marked = docker.on_node(["bash", "-c", "install -d /etc/gpu-fleet && echo tcpxo > /etc/gpu-fleet/fabric"], {})
+        assert marked.returncode == 0, marked.stderr
+        yield TcpxoNode(docker, work)
+    finally:
+        docker.close()
+
+
+def test_a_single_node_job_starts_no_rxdm(node: TcpxoNode) -> None:
+    code, output = node.run(PROLOG, job_id=40, nodes=1)
+    assert code == 0, output
+    assert node.rxdm() == []
+
+
+def test_a_multi_node_jobs_prolog_installs_the_pinned_plugin_and_starts_the_pinned_rxdm(node: TcpxoNode) -> None:
+    """A 2-node job's prolog: the import helper loaded, the plugin installed into the node's /var/lib/tcpxo/lib64 by
+    the pinned installer (its container gone) with the aperture devices added to its NCCL profile, and the pinned
+    RxDM running with what it needs (privileged on the host's network, NET_ADMIN, every GPU, the import helper and
+    the driver's libraries) and its release's flags; the prolog returns once RxDM's log says it is up, though
+    the log runs on for thousands of lines after that."""
+    code, output = node.run(PROLOG, job_id=41, nodes=2)
+    assert code == 0, output + node.explain(f"{RXDM_PREFIX}41")
+    assert "import-helper" in (node.workdir / "modprobe.log").read_text().split()
+    profile = node.read("/var/lib/tcpxo/lib64/nccl-env-profile.sh")
+    assert profile.startswith("export NCCL_NET=FasTrak\n"), profile
+    assert "export NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY=/dev/aperture_devices" in profile
+    assert node.docker.containers("nccl-installer") == []  # --rm
+    assert node.rxdm() == [f"{RXDM_PREFIX}41"]
+    found = node.docker.inspect(f"{RXDM_PREFIX}41")
+    config, host = found["Config"], found["HostConfig"]
+    assert found["State"]["Running"], node.docker.logs(f"{RXDM_PREFIX}41")[-2000:]
+    assert config["Image"] == TCPXO.rxdm_image
+    assert config["Cmd"] == rxdm_flags(TCPXO.rxdm_image).split()
+    assert host["Privileged"] and host["NetworkMode"] == "host" and "NET_ADMIN" in host["CapAdd"]
+    assert [(r["Count"], r["Capabilities"]) for r in host["DeviceRequests"]] == [(-1, [["gpu"]])]
+    assert {
+        "/var/lib/nvidia/lib64:/usr/local/nvidia/lib64",
+        "/dev/dmabuf_import_helper:/dev/dmabuf_import_helper",
+    } <= set(host["Binds"])
+    assert (node.workdir / "hook.log").read_text().split()[:1] == ["prestart"]  # the runtime was asked for the GPUs
+
+
+def test_the_next_jobs_prolog_replaces_rxdm_and_the_epilog_stops_it(node: TcpxoNode) -> None:
+    code, output = node.run(PROLOG, job_id=42, nodes=2)
+    assert code == 0, output
+    assert node.rxdm() == [f"{RXDM_PREFIX}42"]  # job 41's stopped (and removed: --rm)
+    code, output = node.run(EPILOG, job_id=42, nodes=2)
+    assert code == 0, output
+    assert node.rxdm() == []

@@ -285,7 +285,8 @@ RESTD = "/usr/local/sbin/gpu-fleet-slurmrestd"
 _RESTD_WRAPPER = r"""#!/bin/sh
 # gpu-fleet: slurmrestd with JWT auth and the Slurm OpenAPI plugin installed{db_comment}
 set -e
-dir=$(dirname "$(ls /usr/lib/*/slurm-wlm/auth_jwt.so /usr/lib64/slurm/auth_jwt.so 2>/dev/null | head -n 1)")
+for jwt in /usr/lib/*/slurm-wlm/auth_jwt.so /usr/lib64/slurm/auth_jwt.so; do [ -e "$jwt" ] && break; done
+dir=$(dirname "$jwt")
 if [ -e "$dir/openapi_slurmctld.so" ]; then
   plugin=openapi/slurmctld
 else

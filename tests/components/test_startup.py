@@ -93,6 +93,18 @@ def test_every_script_is_valid_bash_that_stops_on_the_first_error(name: str) -> 
     assert "|| true\nmount" not in text and not re.search(r"mount[^\n]*\|\| true", text)  # mounts fail loudly
 
 
+#: a pipe into a reader that may exit before its writer is done (`grep -q`, `grep -m N`, `head`)
+EARLY_EXIT_PIPE = re.compile(r"\|\s*(grep\s+(-\w*[qm]|--quiet|--silent|--max-count)|head\b)")
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_no_pipe_ends_in_a_reader_that_stops_before_its_writer(name: str) -> None:
+    """Under `set -o pipefail` (every script here, and the prolog), a reader that exits early makes the writer's
+    next write a SIGPIPE, and the pipeline fails although the reader found what it looked for: the TCPXO prolog's
+    RxDM check failed so on every try (tests/firstboot/test_tcpxo_prolog.py).  Readers take their whole input."""
+    assert [m.group(0) for m in EARLY_EXIT_PIPE.finditer(ALL[name])] == []
+
+
 @pytest.mark.parametrize("name", sorted(ALL))
 def test_the_metadata_guard_comes_before_any_key_or_metadata_read(name: str) -> None:
     text = ALL[name]

@@ -7,6 +7,7 @@ Manager; these tests pin the order and the arguments of what they run.)
 from __future__ import annotations
 
 import re
+import shlex
 import socket
 import subprocess
 from pathlib import Path
@@ -32,6 +33,7 @@ from components.gcp.startup import (
     MUNGE_KEY_PATH,
     NVIDIA_CONTAINER_TOOLKIT_PACKAGES,
     NVIDIA_CONTAINER_TOOLKIT_VERSION,
+    PROLOG,
     SCRATCH_MOTD,
     SECRET_WAIT_S,
     SLURMCTLD_STATE_DIR,
@@ -78,6 +80,13 @@ ALL = {
     "a3-ultragpu-8g": gpu("a3-ultragpu-8g", scratch="10.1.0.5@tcp:/a3ultra"),
     "g2-standard-8": gpu("g2-standard-8"),
 }
+
+
+def written_file(script: str, path: str) -> str:
+    """The text a startup script writes to `path` (components/gcp/startup.py `_file`: a quoted heredoc)."""
+    head = f"cat > {shlex.quote(path)} <<'GPU_FLEET_EOF'\n"
+    assert script.count(head) == 1, f"the script writes {path} {script.count(head)} times"
+    return script.split(head, 1)[1].split("\nGPU_FLEET_EOF\n", 1)[0] + "\n"
 
 
 def pos(text: str, needle: str) -> int:
@@ -190,7 +199,7 @@ def test_tcpxo_steps_on_a3_mega() -> None:
         "systemctl restart slurmd",
     ]
     assert [pos(text, step) for step in order] == sorted(pos(text, step) for step in order)
-    prolog = text.split("gpu-fleet-prolog.sh <<'GPU_FLEET_EOF'\n")[1].split("GPU_FLEET_EOF")[0]
+    prolog = written_file(text, PROLOG)
     assert "tcpgpudmarxd-dev:v1.0.16" in prolog and "nccl-plugin-gpudirecttcpx-dev:v1.0.10" in prolog
     assert '[ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ] || exit 0' in prolog
     assert "echo tcpxo > /etc/gpu-fleet/fabric" in text
@@ -204,7 +213,7 @@ def test_rxdm_gets_the_flags_of_its_pinned_release() -> None:
     old, new = "--num_hops=2 --num_nics=8 --uid= --alsologtostderr", "--num_hops=2 --num_nics=8"
     assert [rxdm_flags(f"{image}:{tag}") for tag in ("v1.0.16", "v1.0.17", "v1.0.18", "v1.0.20", "v2.0.0")] == [
         old, old, new, new, new]  # fmt: skip
-    prolog = ALL["a3-megagpu-8g"].split("gpu-fleet-prolog.sh <<'GPU_FLEET_EOF'\n")[1].split("GPU_FLEET_EOF")[0]
+    prolog = written_file(ALL["a3-megagpu-8g"], PROLOG)
     assert f"tcpgpudmarxd-dev:v1.0.16 {old}\n" in prolog  # slurm-gcp's receive-data-path-manager-mega, as pinned
     with pytest.raises(ValueError, match=re.escape("pinned by a vX.Y.Z tag")):
         rxdm_flags(f"{image}:latest")

@@ -21,7 +21,6 @@ Not covered: RxDM, the plugin and the import helper themselves (an A3 Mega's har
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ import pytest
 
 from components.gcp.startup import EPILOG, PROLOG, rxdm_flags
 from fleet.catalog import load_catalog
+from tests.components.test_startup import written_file
 from tests.firstboot.conftest import CLUSTER, STACK, in_ci, require, synthesized
 from tests.harness.docker import Docker, Node
 from tests.harness.docker import unavailable_reason as docker_unavailable
@@ -76,13 +76,6 @@ mkdir -p /var/lib/tcpxo/lib64
 for lib in libnccl.so.2 libnccl-net.so; do echo stand-in > "/var/lib/tcpxo/lib64/$lib"; done
 echo 'export NCCL_NET=FasTrak' > /var/lib/tcpxo/lib64/nccl-env-profile.sh
 """
-
-
-def written_file(script: str, path: str) -> str:
-    """The text a startup script writes to `path` (components/gcp/startup.py `_file`: a quoted heredoc)."""
-    head = f"cat > {shlex.quote(path)} <<'GPU_FLEET_EOF'\n"
-    assert script.count(head) == 1, f"the script writes {path} {script.count(head)} times"
-    return script.split(head, 1)[1].split("\nGPU_FLEET_EOF\n", 1)[0] + "\n"
 
 
 @dataclass

@@ -122,8 +122,10 @@ class Docker:
                 f"    rootdirectory: {self.workdir}/registry\nhttp:\n  addr: {self.registry}\n"
             )
             self._spawn("registry", ["docker-registry", "serve", str(conf)])
+        (self.workdir / "daemon.json").write_text("{}\n")  # not this machine's /etc/docker/daemon.json
         dockerd = [
-            "dockerd", "--data-root", str(self.workdir / "data"), "--exec-root", str(self.workdir / "exec"),
+            "dockerd", "--config-file", str(self.workdir / "daemon.json"),
+            "--data-root", str(self.workdir / "data"), "--exec-root", str(self.workdir / "exec"),
             "--host", f"unix://{self.socket}", "--pidfile", str(self.workdir / "docker.pid"),
             "--iptables=false", "--ip6tables=false", "--bridge=none", "--storage-driver=overlay2",
             "--exec-opt", "native.cgroupdriver=cgroupfs", "--log-level=warn",

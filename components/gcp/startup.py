@@ -80,6 +80,8 @@ INSTALL_VENV = "/usr/local/sbin/gpu-fleet-install-venv"
 GUARD = "/usr/local/sbin/gpu-fleet-metadata-guard"
 WAIT_DEVICES = "/usr/local/sbin/gpu-fleet-wait-devices"
 PROLOG = "/etc/slurm/gpu-fleet-prolog.sh"  # == fleet.slurm.conf.PROLOG
+RXDM_CONTAINER = "receive-datapath-manager-"  # + the job's id: the prolog's RxDM container
+RXDM_READY = "Buffer manager initialization complete"  # what RxDM logs once it serves
 EPILOG = "/etc/slurm/gpu-fleet-epilog.sh"
 LOCAL_SSD_MOUNT = "/mnt/localssd"
 LOCAL_SSD_GIB = 375  # one GCE local NVMe SSD
@@ -851,37 +853,50 @@ def _prolog_scripts(fab: FabricSoftware | None) -> list[str]:
         noop = "#!/bin/sh\n# gpu-fleet Slurm {}: nothing to do on this machine type (no GPUDirect-TCPXO).\nexit 0\n"
         return [_file(PROLOG, noop.format("Prolog"), mode="0755"), _file(EPILOG, noop.format("Epilog"), mode="0755")]
     rxdm, plugin = fab.rxdm_image, fab.nccl_plugin_image
+    # Slurm keeps no prolog or epilog output (its prolog_epilog page): a failure goes to the journal as well
+    # (`journalctl -t gpu-fleet-prolog`), where the admin of the node slurmd drains ("Prolog error") looks
+    head = """set -Eeuo pipefail
+fail() {{
+  logger -t gpu-fleet-{script} -p user.err -- "job ${{SLURM_JOB_ID:-?}}: $*" 2>/dev/null || :
+  echo "gpu-fleet: $*" >&2
+  exit 1
+}}
+trap 'rc=$?; fail "line $LINENO: $BASH_COMMAND exited $rc"' ERR
+[ "$(cat /etc/gpu-fleet/fabric 2>/dev/null)" = tcpxo ] || exit 0"""
+    every_rxdm = f'docker container list --all --filter "name={RXDM_CONTAINER}" --quiet'
+    # no `--rm` on RxDM: a crash leaves its log for the failure message and for `docker logs`, until the next prolog
+    # removes every RxDM container, running or not
     prolog = f"""#!/bin/bash
 # gpu-fleet Slurm Prolog (root): the GPUDirect-TCPXO receive-datapath manager for multi-node jobs on A3 Mega.
-set -euo pipefail
-[ "$(cat /etc/gpu-fleet/fabric 2>/dev/null)" = tcpxo ] || exit 0
+{head.format(script="prolog")}
 [ "${{SLURM_JOB_NUM_NODES:-1}}" -gt 1 ] || exit 0
 modprobe import-helper
-docker container list --filter "name=receive-datapath-manager-" --quiet | xargs --no-run-if-empty docker container stop
+{every_rxdm} | xargs --no-run-if-empty docker container rm --force >/dev/null
 rm -rf /var/lib/tcpxo/lib64
 docker run --rm --name nccl-installer --network=host -v /var/lib:/var/lib {plugin} install --install-nccl
 cat >> /var/lib/tcpxo/lib64/nccl-env-profile.sh <<'EOF'
 export NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY=/dev/aperture_devices
 export LD_LIBRARY_PATH=/var/lib/tcpxo/lib64:${{LD_LIBRARY_PATH:-}}
 EOF
-name="receive-datapath-manager-${{SLURM_JOB_ID}}"
-docker run --detach --rm --name "$name" --cap-add=NET_ADMIN --network=host --privileged --gpus all \\
+name="{RXDM_CONTAINER}${{SLURM_JOB_ID}}"
+docker run --detach --name "$name" --cap-add=NET_ADMIN --network=host --privileged --gpus all \\
   --volume /var/lib/nvidia/lib64:/usr/local/nvidia/lib64 --volume /dev/dmabuf_import_helper:/dev/dmabuf_import_helper \\
-  --env LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu {rxdm} {rxdm_flags(rxdm)}
+  --env LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu {rxdm} {rxdm_flags(rxdm)} >/dev/null
+rxdm_log() {{ docker container logs --tail 20 "$name" 2>&1 | tr '\\n' ' ' || :; }}
 # grep reads the whole log: `grep -q` would stop at the line, and under pipefail the SIGPIPE docker then gets as
 # RxDM logs on would fail the check every time (tests/firstboot/test_tcpxo_prolog.py)
 for _ in $(seq 60); do
-  docker container logs "$name" 2>&1 | grep -F "Buffer manager initialization complete" >/dev/null && exit 0
+  docker container logs "$name" 2>&1 | grep -F "{RXDM_READY}" >/dev/null && exit 0
+  [ "$(docker container inspect --format '{{{{.State.Running}}}}' "$name" 2>/dev/null || :)" = true ] \\
+    || fail "RxDM ({rxdm}) exited before initialising: $(rxdm_log)"
   sleep 2
 done
-echo "gpu-fleet: RxDM did not initialise on $(hostname)" >&2
-exit 1
+fail "RxDM ({rxdm}) did not initialise in 120 s: $(rxdm_log)"
 """
-    epilog = """#!/bin/bash
-# gpu-fleet Slurm Epilog (root): stop the job's RxDM container on TCPXO nodes.
-set -euo pipefail
-[ "$(cat /etc/gpu-fleet/fabric 2>/dev/null)" = tcpxo ] || exit 0
-docker container list --filter "name=receive-datapath-manager-" --quiet | xargs --no-run-if-empty docker container stop
+    epilog = f"""#!/bin/bash
+# gpu-fleet Slurm Epilog (root): stop the job's RxDM container on TCPXO nodes (the next prolog removes it).
+{head.format(script="epilog")}
+{every_rxdm.replace(" --all", "")} | xargs --no-run-if-empty docker container stop >/dev/null
 """
     return [_file(PROLOG, prolog, mode="0755"), _file(EPILOG, epilog, mode="0755")]
 

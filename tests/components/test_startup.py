@@ -214,7 +214,7 @@ def test_rxdm_gets_the_flags_of_its_pinned_release() -> None:
     assert [rxdm_flags(f"{image}:{tag}") for tag in ("v1.0.16", "v1.0.17", "v1.0.18", "v1.0.20", "v2.0.0")] == [
         old, old, new, new, new]  # fmt: skip
     prolog = written_file(ALL["a3-megagpu-8g"], PROLOG)
-    assert f"tcpgpudmarxd-dev:v1.0.16 {old}\n" in prolog  # slurm-gcp's receive-data-path-manager-mega, as pinned
+    assert f"tcpgpudmarxd-dev:v1.0.16 {old} >/dev/null\n" in prolog  # slurm-gcp's RxDM flags
     with pytest.raises(ValueError, match=re.escape("pinned by a vX.Y.Z tag")):
         rxdm_flags(f"{image}:latest")
 

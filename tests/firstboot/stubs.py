@@ -14,7 +14,7 @@ success leaves, so the script's own checks and waits see what they would see on 
 - `ibv_devices` lists 8 mlx5 RDMA devices (A3 Ultra's RDMA NICs are there from power-on);
 - `docker` records; `docker run ... <nccl-plugin image> install` leaves /var/lib/tcpxo/lib64 with an
   NCCL environment profile (what the plugin installer writes), `docker container logs NAME` says
-  "Buffer manager initialization complete" (what RxDM prints once up);
+  "Buffer manager initialization complete" (what RxDM prints once up) and `docker container inspect` that it runs;
 - `nvidia-ctk`, `add-nvidia-repositories` record; `dockerd` and `nvidia-persistenced` are
   daemons behind units the stubs bring along (docker.service, nvidia-persistenced.service);
 - `gcsfuse ... BUCKET MOUNT` bind-mounts a world-writable directory standing for the bucket on MOUNT (what
@@ -76,6 +76,7 @@ case " $* " in
   *" run "*nccl-plugin*" install "*)
     mkdir -p /var/lib/tcpxo/lib64; echo "export NCCL_NET=FasTrak" > /var/lib/tcpxo/lib64/nccl-env-profile.sh ;;
   *" container logs "*) echo "Buffer manager initialization complete" ;;
+  *" container inspect "*) echo true ;;
 esac
 """
 

@@ -21,6 +21,8 @@ Not covered: RxDM, the plugin and the import helper themselves (an A3 Mega's har
 
 from __future__ import annotations
 
+import re
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +84,7 @@ echo 'export NCCL_NET=FasTrak' > /var/lib/tcpxo/lib64/nccl-env-profile.sh
 class TcpxoNode:
     docker: Docker
     workdir: Path
+    syslog: socket.socket  # bound at the node's /dev/log, where `logger` writes (journald's socket on an image)
 
     def run(self, script: str, job_id: int, nodes: int, timeout: float = 240) -> tuple[int, str]:
         """`script` (a path on the node) as slurmd runs a prolog or epilog: as root, with the job's environment."""
@@ -98,12 +101,26 @@ class TcpxoNode:
     def explain(self, container: str) -> str:
         """Whether `container` runs, and the head and tail of its log (for a failed check's message)."""
         if container not in self.docker.containers(container):
-            return f"\n{container}: no such container (it exited: --rm)"
-        log = self.docker.logs(container)
-        return f"\n{container}: running, {len(log.splitlines())} log lines:\n{log[:600]}...\n{log[-300:]}"
+            return f"\n{container}: no such container"
+        log, running = self.docker.logs(container), self.running(container)
+        state = "running" if running else "exited"
+        return f"\n{container}: {state}, {len(log.splitlines())} log lines:\n{log[:600]}...\n{log[-300:]}"
 
     def rxdm(self) -> list[str]:
-        return self.docker.containers(RXDM_PREFIX)
+        """The RxDM containers on the node, running or not."""
+        return sorted(self.docker.containers(RXDM_PREFIX))
+
+    def running(self, container: str) -> bool:
+        return bool(self.docker.inspect(container)["State"]["Running"])
+
+    def journal(self) -> list[str]:
+        """What the scripts sent to the node's /dev/log so far (a syslog line each)."""
+        lines = []
+        while True:
+            try:
+                lines.append(self.syslog.recv(65536).decode(errors="replace"))
+            except BlockingIOError:
+                return lines
 
 
 def _stub(directory: Path, name: str, text: str) -> None:
@@ -129,7 +146,11 @@ def node(root_image: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     )
     _stub(work / "node-bin", "modprobe", f"""#!/bin/bash
 echo "$*" >> {work}/modprobe.log
-[ "$1" != import-helper ] || [ -e /dev/dmabuf_import_helper ] || mknod -m 0666 /dev/dmabuf_import_helper c 1 3
+if [ -e {work}/modprobe-refuses ]; then
+  echo "modprobe: ERROR: could not insert '$1': Key was rejected by service" >&2; exit 1
+fi
+[ "$1" != import-helper ] || [ -e {work}/helper-makes-no-device ] || [ -e /dev/dmabuf_import_helper ] \\
+  || mknod -m 0666 /dev/dmabuf_import_helper c 1 3
 """)  # fmt: skip
     docker = Docker(
         work, registry=False, node=Node(f"W={work}\n{NODE_SETUP}", work / "dockerd-bin", "/run/docker.sock")
@@ -154,7 +175,13 @@ echo "$*" >> {work}/modprobe.log
         assert "echo tcpxo > /etc/gpu-fleet/fabric" in script
         marked = docker.on_node(["bash", "-c", "install -d /etc/gpu-fleet && echo tcpxo > /etc/gpu-fleet/fabric"], {})
         assert marked.returncode == 0, marked.stderr
-        yield TcpxoNode(docker, work)
+        syslog = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        syslog.bind(docker.on_node_path("/dev/log"))
+        syslog.setblocking(False)
+        try:
+            yield TcpxoNode(docker, work, syslog)
+        finally:
+            syslog.close()
     finally:
         docker.close()
 
@@ -194,9 +221,43 @@ def test_a_multi_node_jobs_prolog_installs_the_pinned_plugin_and_starts_the_pinn
 
 
 def test_the_next_jobs_prolog_replaces_rxdm_and_the_epilog_stops_it(node: TcpxoNode) -> None:
+    """The next multi-node job's prolog removes the last job's RxDM and starts its own; its epilog stops it and
+    keeps it, its log readable (`docker logs`), until the next prolog."""
     code, output = node.run(PROLOG, job_id=42, nodes=2)
     assert code == 0, output
-    assert node.rxdm() == [f"{RXDM_PREFIX}42"]  # job 41's stopped (and removed: --rm)
+    assert node.rxdm() == [f"{RXDM_PREFIX}42"]
     code, output = node.run(EPILOG, job_id=42, nodes=2)
     assert code == 0, output
-    assert node.rxdm() == []
+    assert node.rxdm() == [f"{RXDM_PREFIX}42"] and not node.running(f"{RXDM_PREFIX}42")
+    assert READY in node.docker.logs(f"{RXDM_PREFIX}42")
+    assert node.journal() == []  # nothing failed
+
+
+def test_an_rxdm_that_exits_fails_the_prolog_at_once_and_says_why_in_the_journal(node: TcpxoNode) -> None:
+    """RxDM exiting before it serves (here: the import helper made no device, which RxDM needs) fails the prolog at
+    the next check, not after the 120 s wait, and the reason (RxDM's last lines) goes to the journal: Slurm keeps no
+    prolog output, and slurmd drains the node with "Prolog error" alone."""
+    (node.workdir / "helper-makes-no-device").touch()
+    try:
+        assert node.docker.on_node(["rm", "-f", "/dev/dmabuf_import_helper"], {}).returncode == 0
+        code, output = node.run(PROLOG, job_id=43, nodes=2, timeout=60)
+    finally:
+        (node.workdir / "helper-makes-no-device").unlink()
+    assert code == 1, output
+    (line,) = node.journal()
+    assert f"gpu-fleet-prolog: job 43: RxDM ({TCPXO.rxdm_image}) exited before initialising:" in line, line
+    assert "rxdm stand-in: no /dev/dmabuf_import_helper device" in line, line
+    assert node.rxdm() == [f"{RXDM_PREFIX}43"] and not node.running(f"{RXDM_PREFIX}43")  # its log kept
+
+
+def test_a_failed_step_of_the_prolog_is_named_in_the_journal(node: TcpxoNode) -> None:
+    """Any other failing command (here `modprobe import-helper`, refused as a Secure Boot kernel refuses an unsigned
+    module) ends the prolog with its line and command in the journal."""
+    (node.workdir / "modprobe-refuses").touch()
+    try:
+        code, output = node.run(PROLOG, job_id=44, nodes=2, timeout=60)
+    finally:
+        (node.workdir / "modprobe-refuses").unlink()
+    assert code == 1, output
+    (line,) = node.journal()
+    assert re.search(r"gpu-fleet-prolog: job 44: line \d+: modprobe import-helper exited 1$", line.strip()), line

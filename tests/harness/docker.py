@@ -142,6 +142,11 @@ class Docker:
         if self.registry and not poll_until(self._registry_answers, timeout=30):
             raise DockerError(f"the registry did not answer on {self.registry} in 30 s:\n{self._log('registry')}")
 
+    def on_node_path(self, path: str) -> str:
+        """`path` as the node sees it, from this machine (through dockerd's root: /proc/PID/root)."""
+        assert self.node is not None, "on_node_path needs a Docker started with a Node"
+        return f"/proc/{self._daemons[-1].pid}/root{path}"
+
     def _runtime(self) -> Path:
         wrapper = self.workdir / "runc-sandboxed"
         wrapper.write_text(RUNC_WRAPPER)

@@ -853,8 +853,8 @@ def _prolog_scripts(fab: FabricSoftware | None) -> list[str]:
         noop = "#!/bin/sh\n# gpu-fleet Slurm {}: nothing to do on this machine type (no GPUDirect-TCPXO).\nexit 0\n"
         return [_file(PROLOG, noop.format("Prolog"), mode="0755"), _file(EPILOG, noop.format("Epilog"), mode="0755")]
     rxdm, plugin = fab.rxdm_image, fab.nccl_plugin_image
-    # Slurm keeps no prolog or epilog output (its prolog_epilog page): a failure goes to the journal as well
-    # (`journalctl -t gpu-fleet-prolog`), where the admin of the node slurmd drains ("Prolog error") looks
+    # Slurm keeps no prolog or epilog output (slurm.conf(5), "Prolog and Epilog Scripts"): a failure goes to the journal
+    # too (`journalctl -t gpu-fleet-prolog`), where the admin of the node slurmd drains ("Prolog error") looks
     head = """set -Eeuo pipefail
 fail() {{
   logger -t gpu-fleet-{script} -p user.err -- "job ${{SLURM_JOB_ID:-?}}: $*" 2>/dev/null || :

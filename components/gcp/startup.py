@@ -872,6 +872,8 @@ trap 'rc=$?; fail "line $LINENO: $BASH_COMMAND exited $rc"' ERR
 [ "${{SLURM_JOB_NUM_NODES:-1}}" -gt 1 ] || exit 0
 modprobe import-helper
 {every_rxdm} | xargs --no-run-if-empty docker container rm --force >/dev/null
+# an installer left by a prolog slurmd killed (PrologEpilogTimeout) would hold the name the next one needs
+docker container rm --force nccl-installer >/dev/null 2>&1 || :
 rm -rf /var/lib/tcpxo/lib64
 docker run --rm --name nccl-installer --network=host -v /var/lib:/var/lib {plugin} install --install-nccl
 cat >> /var/lib/tcpxo/lib64/nccl-env-profile.sh <<'EOF'

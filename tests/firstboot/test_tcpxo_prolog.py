@@ -233,6 +233,17 @@ def test_the_next_jobs_prolog_replaces_rxdm_and_the_epilog_stops_it(node: TcpxoN
     assert node.journal() == []  # nothing failed
 
 
+def test_an_installer_a_killed_prolog_left_running_does_not_block_the_next_one(node: TcpxoNode) -> None:
+    """slurmd kills a prolog that outlives PrologEpilogTimeout, and its `docker run --rm --name nccl-installer` may
+    be left running: the next prolog removes it instead of failing on the name."""
+    left = node.docker.run_detached(TCPXO.nccl_plugin_image, "nccl-installer", ["/bin/sleep", "infinity"])
+    assert node.running(left)
+    code, output = node.run(PROLOG, job_id=45, nodes=2)
+    assert code == 0, output
+    assert node.docker.containers("nccl-installer") == [] and node.rxdm() == [f"{RXDM_PREFIX}45"]
+    assert node.journal() == []
+
+
 def test_an_rxdm_that_exits_fails_the_prolog_at_once_and_says_why_in_the_journal(node: TcpxoNode) -> None:
     """RxDM exiting before it serves (here: the import helper made no device, which RxDM needs) fails the prolog at
     the next check, not after the 120 s wait, and the reason (RxDM's last lines) goes to the journal: Slurm keeps no

@@ -236,6 +236,11 @@ class Docker:
         done = self._call(["container", "list", "--all", "--filter", f"name={name_filter}", "--format", "{{.Names}}"])
         return done.stdout.split()
 
+    def run_detached(self, image: str, name: str, command: list[str]) -> str:
+        """`docker run --detach --name NAME --entrypoint COMMAND[0] IMAGE COMMAND[1:]`; returns `name`."""
+        self._call(["run", "--detach", "--name", name, "--entrypoint", command[0], image, *command[1:]])
+        return name
+
     def logs(self, container: str) -> str:
         done = self._call(["container", "logs", container])
         return done.stdout + done.stderr

@@ -145,7 +145,7 @@ class Docker:
     def on_node_path(self, path: str) -> str:
         """`path` as the node sees it, from this machine (through dockerd's root: /proc/PID/root)."""
         assert self.node is not None, "on_node_path needs a Docker started with a Node"
-        return f"/proc/{self._daemons[-1].pid}/root{path}"
+        return f"/proc/{self._dockerd_pid()}/root{path}"
 
     def _runtime(self) -> Path:
         wrapper = self.workdir / "runc-sandboxed"
@@ -156,9 +156,13 @@ class Docker:
     def on_node(self, argv: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """`argv` run in the node's mount namespace (dockerd's), with only `env`; the result, failed or not."""
         assert self.node is not None, "on_node needs a Docker started with a Node"
-        pid = self._daemons[-1].pid  # unshare and bash exec into dockerd: one pid
+        pid = self._dockerd_pid()
         nsenter = ["nsenter", f"--mount=/proc/{pid}/ns/mnt", "--", "env", "-i", *(f"{k}={v}" for k, v in env.items())]
         return subprocess.run([*nsenter, *argv], capture_output=True, text=True, timeout=timeout, check=False)
+
+    def _dockerd_pid(self) -> int:
+        """dockerd's pid: with a Node, unshare and bash exec into it, so the first process spawned is it."""
+        return next(d.pid for d in self._daemons if d.args[0] in ("dockerd", "unshare"))
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115  (the daemon's, closed with it)

@@ -272,3 +272,17 @@ def test_a_failed_step_of_the_prolog_is_named_in_the_journal(node: TcpxoNode) ->
     assert code == 1, output
     (line,) = node.journal()
     assert re.search(r"gpu-fleet-prolog: job 44: line \d+: modprobe import-helper exited 1$", line.strip()), line
+
+
+def test_a_node_not_marked_tcpxo_runs_nothing_and_logs_nothing(node: TcpxoNode) -> None:
+    """The scripts act only where the startup script recorded the TCPXO fabric: with no /etc/gpu-fleet/fabric, a
+    multi-node job's prolog and epilog exit 0 without a docker call or a journal line."""
+    before = node.rxdm()
+    assert node.docker.on_node(["mv", "/etc/gpu-fleet/fabric", "/etc/gpu-fleet/fabric.away"], {}).returncode == 0
+    try:
+        for script in (PROLOG, EPILOG):
+            code, output = node.run(script, job_id=46, nodes=2)
+            assert code == 0 and output == "", output
+    finally:
+        assert node.docker.on_node(["mv", "/etc/gpu-fleet/fabric.away", "/etc/gpu-fleet/fabric"], {}).returncode == 0
+    assert node.rxdm() == before and node.journal() == []

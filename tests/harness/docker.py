@@ -31,6 +31,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.harness.oci import unmount_under
 from tests.harness.slurm import poll_until
 
 CLIENT = Path("/usr/bin/docker")
@@ -269,7 +270,4 @@ class Docker:
                 os.killpg(daemon.pid, signal.SIGKILL)
                 daemon.wait()
         self._daemons.clear()
-        mounts = Path("/proc/mounts").read_text().splitlines()
-        for target in sorted((line.split()[1] for line in mounts), reverse=True):
-            if target.startswith(str(self.workdir)):
-                subprocess.run(["umount", "-l", target], capture_output=True, check=False)
+        unmount_under(self.workdir)

@@ -36,6 +36,14 @@ def unavailable_reason() -> str | None:
     return f"not installed: {', '.join(missing)} (scripts/setup.sh installs them)" if missing else None
 
 
+def unmount_under(directory: Path) -> None:
+    """Lazily unmount every mount at or under `directory`, deepest first (what a container engine left mounted)."""
+    mounts = Path("/proc/mounts").read_text().splitlines()
+    for target in sorted((line.split()[1] for line in mounts), reverse=True):
+        if target.startswith(str(directory)):
+            subprocess.run(["umount", "-l", target], capture_output=True, check=False)
+
+
 class EngineError(RuntimeError):
     """A pull or run failed: the command and the end of its output."""
 
@@ -95,10 +103,7 @@ class Engine:
         """Remove every container and image, and unmount the storage's layers."""
         self._call(["podman", "rm", "--all", "--force"], check=False)
         self._call(["podman", "system", "reset", "--force"], check=False)
-        mounts = Path("/proc/mounts").read_text().splitlines()
-        for target in sorted((line.split()[1] for line in mounts), reverse=True):
-            if target.startswith(str(self.workdir)):
-                subprocess.run(["umount", "-l", target], capture_output=True, check=False)
+        unmount_under(self.workdir)
 
 
 #: the container fields `pod_flags` honours; scheduling and probe fields have no meaning for one `podman run`

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.harness.oci import unmount_under
+from tests.harness.ports import PortLeases
 from tests.harness.slurm import poll_until
 
 CLIENT = Path("/usr/bin/docker")
@@ -87,12 +88,6 @@ class DockerError(RuntimeError):
     """dockerd, the registry or a client command failed: the command and the end of its output."""
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @dataclass(frozen=True)
 class Node:
     """dockerd as a machine's own: started in a private mount namespace after `setup` (shell lines, as root: the
@@ -108,7 +103,8 @@ class Docker:
     def __init__(self, workdir: Path, registry: bool = True, node: Node | None = None) -> None:
         self.workdir = workdir
         self.socket = workdir / "docker.sock"
-        self.registry = f"127.0.0.1:{_free_port()}" if registry else ""
+        self._ports = PortLeases()  # the registry's, held until `close`: another worker's daemon cannot take it
+        self.registry = f"127.0.0.1:{self._ports.lease()}" if registry else ""
         self.node = node
         self.env = {
             **os.environ,
@@ -270,4 +266,5 @@ class Docker:
                 os.killpg(daemon.pid, signal.SIGKILL)
                 daemon.wait()
         self._daemons.clear()
+        self._ports.release()
         unmount_under(self.workdir)

@@ -863,7 +863,7 @@ fail() {{
 }}
 trap 'rc=$?; fail "line $LINENO: $BASH_COMMAND exited $rc"' ERR
 [ "$(cat /etc/gpu-fleet/fabric 2>/dev/null)" = tcpxo ] || exit 0"""
-    every_rxdm = f'docker container list --all --filter "name={RXDM_CONTAINER}" --quiet'
+    running_rxdm = f'docker container list --filter "name={RXDM_CONTAINER}" --quiet'
     # no `--rm` on RxDM: a crash leaves its log for the failure message and for `docker logs`, until the next prolog
     # removes every RxDM container, running or not
     prolog = f"""#!/bin/bash
@@ -871,7 +871,7 @@ trap 'rc=$?; fail "line $LINENO: $BASH_COMMAND exited $rc"' ERR
 {head.format(script="prolog")}
 [ "${{SLURM_JOB_NUM_NODES:-1}}" -gt 1 ] || exit 0
 modprobe import-helper
-{every_rxdm} | xargs --no-run-if-empty docker container rm --force >/dev/null
+{running_rxdm} --all | xargs --no-run-if-empty docker container rm --force >/dev/null
 # an installer left by a prolog slurmd killed (PrologEpilogTimeout) would hold the name the next one needs
 docker container rm --force nccl-installer >/dev/null 2>&1 || :
 rm -rf /var/lib/tcpxo/lib64
@@ -898,7 +898,7 @@ fail "RxDM ({rxdm}) did not initialise in 120 s: $(rxdm_log)"
     epilog = f"""#!/bin/bash
 # gpu-fleet Slurm Epilog (root): stop the job's RxDM container on TCPXO nodes (the next prolog removes it).
 {head.format(script="epilog")}
-{every_rxdm.replace(" --all", "")} | xargs --no-run-if-empty docker container stop >/dev/null
+{running_rxdm} | xargs --no-run-if-empty docker container stop >/dev/null
 """
     return [_file(PROLOG, prolog, mode="0755"), _file(EPILOG, epilog, mode="0755")]
 

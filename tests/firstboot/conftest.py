@@ -48,12 +48,16 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true" or os.environ.get("FLEET_REQUIRE_SLURM") == "1"
 
 
-def require() -> None:
-    reason = unavailable_reason()
+def must_run(reason: str | None, what: str) -> None:
+    """Skip for `reason` (None: nothing is missing), or fail in CI, where `what` must run."""
     if reason:
         if in_ci():
-            pytest.fail(f"in CI the first-boot test must run, but {reason}")
+            pytest.fail(f"in CI {what} must run, but {reason}")
         pytest.skip(reason)
+
+
+def require() -> None:
+    must_run(unavailable_reason(), "the first-boot test")
 
 
 def pytest_report_header() -> str | None:

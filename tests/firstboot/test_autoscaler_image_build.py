@@ -50,7 +50,7 @@ from tests.fakes.compute_api import FakeCompute
 from tests.fakes.kube_api import FakeKube
 from tests.fakes.metadata import FakeMetadata, VmMetadata
 from tests.fakes.metadata_secrets import make_tls
-from tests.firstboot.conftest import in_ci
+from tests.firstboot.conftest import must_run
 from tests.firstboot.mirror import MirrorUnavailable, image_python, serve_wheels, wheelhouse
 from tests.firstboot.netns import METADATA_IP, Fabric
 from tests.harness import oci
@@ -66,18 +66,12 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "gpu-fleet-autoscaler"
-
-
-def _require(reason: str | None) -> None:
-    if reason:
-        if in_ci():
-            pytest.fail(f"in CI the autoscaler image must be built: {reason}")
-        pytest.skip(reason)
+IMAGE_TESTS = "the autoscaler image's build and runs"
 
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[oci.Engine]:
-    _require(oci.unavailable_reason())
+    must_run(oci.unavailable_reason(), IMAGE_TESTS)
     built = oci.Engine(tmp_path_factory.mktemp("oci"))
     try:
         yield built
@@ -87,7 +81,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[oci.Engine]:
 
 @pytest.fixture(scope="module")
 def docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docker]:
-    _require(docker_unavailable())
+    must_run(docker_unavailable(), IMAGE_TESTS)
     daemon = Docker(tmp_path_factory.mktemp("docker"))
     try:
         daemon.start()
@@ -103,7 +97,7 @@ def wheels_url(root_image: Path) -> Iterator[str]:
     try:
         wheels = wheelhouse(root_image, REPO / AUTOSCALER_LOCK)
     except MirrorUnavailable as exc:
-        _require(str(exc))
+        must_run(str(exc), IMAGE_TESTS)
     sock = socket.create_server(("127.0.0.1", 0))
     server = serve_wheels(wheels, sock)
     try:

@@ -32,7 +32,7 @@ import pytest
 from components.gcp.startup import EPILOG, PROLOG, rxdm_flags
 from fleet.catalog import load_catalog
 from tests.components.test_startup import written_file
-from tests.firstboot.conftest import CLUSTER, STACK, in_ci, require, synthesized
+from tests.firstboot.conftest import CLUSTER, STACK, must_run, require, synthesized
 from tests.harness.docker import Docker, Node
 from tests.harness.docker import unavailable_reason as docker_unavailable
 
@@ -133,11 +133,7 @@ def _stub(directory: Path, name: str, text: str) -> None:
 def node(root_image: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TcpxoNode]:
     """An A3 Mega node's Docker, the pinned images' stand-ins loaded, and the stack's prolog and epilog in place."""
     require()
-    reason = docker_unavailable()
-    if reason:
-        if in_ci():
-            pytest.fail(f"in CI the TCPXO prolog must run against Docker: {reason}")
-        pytest.skip(reason)
+    must_run(docker_unavailable(), "the TCPXO prolog against Docker")
     work = tmp_path_factory.mktemp("tcpxo")
     _stub(
         work / "dockerd-bin",

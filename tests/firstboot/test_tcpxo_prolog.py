@@ -9,13 +9,14 @@ devices), so the prolog's `rm -rf /var/lib/tcpxo/lib64` and the plugin installer
 node's directories and nothing of this machine's; the prolog's `docker` is the packaged client on the node's
 /run/docker.sock, as on the image.
 
-What stands in: the RxDM and NCCL-plugin images are local images under the catalog's pinned names (the first-boot
-root with a script for an entrypoint, so `docker run` finds them without a pull) that check what their `docker run`
-gave them (the import helper's device, the driver's libraries, LD_LIBRARY_PATH, the GPU request) and log as RxDM
-does, thousands of lines around "Buffer manager initialization complete"; `modprobe import-helper` makes the
-helper's device node; the NVIDIA Container Toolkit's hook is a stub on dockerd's PATH (dockerd 20.10 offers
-`--gpus` when `nvidia-container-runtime-hook` is there, and runc calls it before the container starts).  The
-prolog runs with the job's environment set by the test (SLURM_JOB_ID, SLURM_JOB_NUM_NODES), not by slurmd.
+What stands in: the RxDM and NCCL-plugin images are local images under the catalog's pinned names (this machine's
+bash and a few tools, tests/harness/minimal_root.py, with a script for an entrypoint, so `docker run` finds them
+without a pull) that check what their `docker run` gave them (the import helper's device, the driver's libraries,
+LD_LIBRARY_PATH, the GPU request) and log as RxDM does, thousands of lines around "Buffer manager initialization
+complete"; `modprobe import-helper` makes the helper's device node; the NVIDIA Container Toolkit's hook is a stub on
+dockerd's PATH (dockerd 20.10 offers `--gpus` when `nvidia-container-runtime-hook` is there, and runc calls it
+before the container starts). The prolog runs with the job's environment set by the test (SLURM_JOB_ID,
+SLURM_JOB_NUM_NODES), not by slurmd.
 
 Not covered: RxDM, the plugin and the import helper themselves (an A3 Mega's hardware), the Toolkit's real hook."""
 
@@ -35,6 +36,7 @@ from tests.components.test_startup import written_file
 from tests.firstboot.conftest import CLUSTER, STACK, must_run, require, synthesized
 from tests.harness.docker import Docker, Node
 from tests.harness.docker import unavailable_reason as docker_unavailable
+from tests.harness.minimal_root import minimal_root
 
 pytestmark = pytest.mark.slow
 
@@ -55,6 +57,9 @@ mkdir /dev/pts /dev/shm && mount --rbind "$W/node/dev-host/pts" /dev/pts && moun
 ln -s /proc/self/fd /dev/fd && ln -s pts/ptmx /dev/ptmx
 mount -t tmpfs -o mode=0755 tmpfs /run
 """
+
+#: what the stand-ins' entry scripts (and a test's leftover installer, `sleep infinity`) run
+STAND_IN_PROGRAMS = ("bash", "seq", "sleep", "mkdir")
 
 #: RxDM's stand-in: checks what its `docker run` gave it, then logs as RxDM does and serves until stopped
 RXDM = f"""#!/bin/bash
@@ -130,7 +135,7 @@ def _stub(directory: Path, name: str, text: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def node(root_image: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TcpxoNode]:
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TcpxoNode]:
     """An A3 Mega node's Docker, the pinned images' stand-ins loaded, and the stack's prolog and epilog in place."""
     require()
     must_run(docker_unavailable(), "the TCPXO prolog against Docker")
@@ -153,7 +158,7 @@ fi
     )
     try:
         docker.start()
-        base = docker.import_image(root_image, "fb-node-base:raw")
+        base = docker.import_image(minimal_root(work / "image-root", STAND_IN_PROGRAMS), "fb-node-base:raw")
         for i, (image, entrypoint) in enumerate(((TCPXO.rxdm_image, RXDM), (TCPXO.nccl_plugin_image, NCCL_INSTALLER))):
             context = work / f"image-{i}"
             _stub(context, "entrypoint", entrypoint)

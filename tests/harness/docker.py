@@ -244,6 +244,12 @@ class Docker:
         done = self._call(["container", "list", "--all", "--filter", f"name={name_filter}", "--format", "{{.Names}}"])
         return done.stdout.split()
 
+    def run(
+        self, options: list[str], image: str, command: list[str], timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        """`docker run --rm OPTIONS IMAGE COMMAND...` in the foreground; the result, failed or not."""
+        return self._call(["run", "--rm", *options, image, *command], timeout=timeout, check=False)
+
     def run_detached(self, image: str, name: str, command: list[str]) -> str:
         """`docker run --detach --name NAME --entrypoint COMMAND[0] IMAGE COMMAND[1:]`; returns `name`."""
         self._call(["run", "--detach", "--name", name, "--entrypoint", command[0], image, *command[1:]])

@@ -5,8 +5,9 @@ negotiated rate), else the catalog's $/h for the pool's capacity type in the fle
 for spot; the on-demand rate for on-demand and flex-start, an upper bound for flex-start, which
 bills at most that).  A reservation is billed whether it is used or not, and the spec does not
 say how large it is: we assume it is sized to the pool's `max_nodes` and count the pool at
-max_nodes in *both* totals.  Excluded (and listed in `excluded`): the Slurm controller and login VMs
-(n2 types are not in the GPU price catalog), disks, Filestore, GCS, Lustre, NAT and egress.
+max_nodes in *both* totals.  Excluded (and listed in `excluded`): the clusters' system machines (Slurm's controller
+and login VMs, GKE's fee and system pool: not in the GPU price catalog), disks, Filestore, GCS, Lustre, NAT and
+egress.
 """
 
 from __future__ import annotations
@@ -17,11 +18,22 @@ from fleet.catalog import CapacityType, Catalog, load_catalog
 from fleet.spec.kube import pool_price
 from fleet.spec.model import FleetSpec
 
+#: what the totals leave out, by what the fleet runs: its clusters' system machines, then what every fleet has
+EXCLUDED_BY_PLATFORM = {
+    "gce": "Slurm controller and login VMs (not in the GPU price catalog)",
+    "gke": "GKE's cluster management fee and its system node pool (not in the GPU price catalog)",
+    "kubernetes": "the existing cluster's control plane and system nodes (not deployed by the stack)",
+}
 EXCLUDED = (
-    "Slurm controller and login VMs (not in the GPU price catalog)",
     "boot disks, Filestore, GCS, Managed Lustre, Cloud NAT and network egress",
     "committed-use and negotiated discounts",
 )
+
+
+def excluded(spec: FleetSpec) -> list[str]:
+    """What `fleet_cost` leaves out of the spec's totals."""
+    platforms = dict.fromkeys(c.platform for c in spec.clusters)
+    return [*(EXCLUDED_BY_PLATFORM[p] for p in platforms), *EXCLUDED]
 
 
 @dataclass(frozen=True)
@@ -46,7 +58,7 @@ class FleetCost:
     hourly_usd_at_min: float
     hourly_usd_at_max: float
     by_pool: list[PoolCost]
-    excluded: list[str] = field(default_factory=lambda: list(EXCLUDED))
+    excluded: list[str] = field(default_factory=lambda: list(EXCLUDED))  # fleet_cost fills in excluded(spec)
     unpriced_pools: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
@@ -85,5 +97,6 @@ def fleet_cost(spec: FleetSpec, catalog: Catalog | None = None) -> FleetCost:
         hourly_usd_at_min=round(sum(p.hourly_usd_at_min for p in pools), 2),
         hourly_usd_at_max=round(sum(p.hourly_usd_at_max for p in pools), 2),
         by_pool=pools,
+        excluded=excluded(spec),
         unpriced_pools=unpriced,
     )

@@ -58,3 +58,16 @@ def test_reservation_bills_at_max_nodes_even_when_idle():
 
 def test_excluded_items_are_listed():
     assert any("controller" in item for item in fleet_cost(one_pool("spot")).excluded)
+
+
+def test_a_gke_fleet_lists_what_gke_adds_not_a_slurm_controller():
+    """`fleet synth`'s "not priced" lines name the system machines the fleet runs: GKE's fee and system pool for a
+    GKE cluster, no Slurm controller it does not have."""
+    import yaml
+
+    from tests.stacks.test_kube_stacks import REPO
+
+    doc = yaml.safe_load((REPO / "Pulumi.gke-a3ultra-kueue.yaml").read_text())
+    excluded = fleet_cost(load_spec(doc["config"]["gpu-fleet:fleet"])).excluded
+    assert any("GKE's cluster management fee" in item for item in excluded), excluded
+    assert not any("Slurm" in item for item in excluded), excluded

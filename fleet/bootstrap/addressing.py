@@ -4,11 +4,13 @@ Plan (documented in docs/bootstrap.md):
 
 - system VPC subnets (`network.system_cidr`): /20 or larger blocks from 10.0.0.0/12;
 - GPU fabric ranges (`network.gpu_cidr`, carved into one subnet per GPU NIC): blocks from
-  10.128.0.0/9, sized for the pool.
+  10.128.0.0/9, sized for the pool;
+- a GKE cluster's pod range (/14) and service range (/20) from 10.64.0.0/10, its control plane's /28 from
+  172.16.0.0/12: the spec's defaults (10.64.0.0/14, 10.68.0.0/20, 172.16.0.0/28) when nothing uses them.
 
 Each new block is the lowest aligned block of its size inside its supernet that overlaps none
-of the used ranges (every other stack's system_cidr, gpu_cidr and reserved_cidrs, and ranges
-the user reserves).  Lowest-first keeps the plan dense and deterministic: bootstrapping
+of the used ranges (every other stack's system_cidr, gpu_cidr and reserved_cidrs, its GKE clusters' ranges, and
+ranges the user reserves).  Lowest-first keeps the plan dense and deterministic: bootstrapping
 regions one after another in one stacks directory gives the same answer on every machine.
 """
 
@@ -21,6 +23,11 @@ from ipaddress import IPv4Network
 
 SYSTEM_SUPERNET = IPv4Network("10.0.0.0/12")
 GPU_SUPERNET = IPv4Network("10.128.0.0/9")
+GKE_SUPERNET = IPv4Network("10.64.0.0/10")  # pods and services, between the system and GPU supernets
+GKE_MASTER_SUPERNET = IPv4Network("172.16.0.0/12")
+GKE_PODS_PREFIX = 14  # GKE's default: 1,024 nodes at 110 pods each
+GKE_SERVICES_PREFIX = 20
+GKE_MASTER_PREFIX = 28  # what GKE requires of a private cluster's control-plane range
 
 SYSTEM_MIN_PREFIX = 20  # 4,092 usable addresses: nodes, controller, login, headroom
 GPU_SUBNET_MIN_PREFIX = 24  # smallest GPU NIC subnet we hand out
@@ -113,3 +120,29 @@ def plan_addresses(max_nodes: int, extra_vms: int, gpu_subnets: int, used: list[
     if used:
         reasons.append(f"avoided {len(used)} range(s) used by other stacks or reserved")
     return AddressPlan(system, gpu, gpu_subnets, per_subnet, tuple(used), tuple(reasons))
+
+
+@dataclass(frozen=True)
+class GkeRanges:
+    pods_cidr: IPv4Network
+    services_cidr: IPv4Network
+    master_cidr: IPv4Network
+    reasons: tuple[str, ...]
+
+
+def plan_gke_ranges(used: list[UsedRange], own: Iterable[IPv4Network]) -> GkeRanges:
+    """A GKE cluster's pod, service and control-plane ranges, clear of `used` and of the stack's `own` ranges."""
+    taken = [*(u.cidr for u in used), *own]
+    pods = allocate(GKE_PODS_PREFIX, GKE_SUPERNET, taken)
+    services = allocate(GKE_SERVICES_PREFIX, GKE_SUPERNET, [*taken, pods])
+    master = allocate(GKE_MASTER_PREFIX, GKE_MASTER_SUPERNET, taken)
+    return GkeRanges(
+        pods,
+        services,
+        master,
+        (
+            f"gke pods_cidr {pods}, services_cidr {services}: lowest free /{GKE_PODS_PREFIX} and "
+            f"/{GKE_SERVICES_PREFIX} in {GKE_SUPERNET}; master_cidr {master}: lowest free /{GKE_MASTER_PREFIX} in "
+            f"{GKE_MASTER_SUPERNET}",
+        ),
+    )

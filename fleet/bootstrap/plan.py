@@ -12,15 +12,23 @@ from dataclasses import dataclass, field, replace
 from ipaddress import IPv4Network
 from pathlib import Path
 
-from fleet.bootstrap.addressing import AddressPlan, AddressPlanExhausted, UsedRange, plan_addresses
+from fleet.bootstrap.addressing import (
+    AddressPlan,
+    AddressPlanExhausted,
+    UsedRange,
+    plan_addresses,
+    plan_gke_ranges,
+)
 from fleet.bootstrap.errors import BadArgument, InvalidPlan
+from fleet.bootstrap.kube import DEFAULT_TEAM, KueuePlan, plan_kueue, system_vms
 from fleet.bootstrap.machine import GPU_FAMILIES, MachineChoice, choose_machine
 from fleet.bootstrap.pricing import PoolPrice, pool_price, price_table
 from fleet.bootstrap.quotas import QuotaNeed, RegionQuota, ReservationInfo, quota_needs
 from fleet.bootstrap.regions import nearest_offering
-from fleet.bootstrap.request import BootstrapRequest, check_request
+from fleet.bootstrap.request import STACK_LABEL, BootstrapRequest, check_request
 from fleet.bootstrap.sizing import SlurmPlan, StoragePlan, plan_slurm, plan_storage
 from fleet.catalog import CapacityType, Catalog, MachineType
+from fleet.policy.rules import DEFAULT_SETTINGS
 from fleet.spec.derive import fabric_subnet_count
 from fleet.spec.load import SpecError, load_spec
 
@@ -41,6 +49,7 @@ class RegionPlan:
     reasons: list[str]
     reservation: ReservationInfo | None = None  # as read by --check-quota
     warnings: list[str] = field(default_factory=list)  # what the stack will deploy but not do as asked
+    kueue: KueuePlan | None = None  # --scheduler kueue: the GKE cluster and its Kueue teams
 
     def next_steps(self, stack_file: Path, project_bootstrap: str | None = None, in_project: bool = True) -> list[str]:
         """What the user runs next.  `in_project`: the stack file sits beside a Pulumi.yaml (else the steps start
@@ -67,6 +76,13 @@ class RegionPlan:
             f"pulumi config set gcp:project {project} --stack {stack}",
             f"fleet synth --config {stack_file if in_project else stack_file.name} --json"
             "   # check the stack under mocks, no credentials",
+            f"fleet policy check --config {stack_file if in_project else stack_file.name}"
+            "   # the guardrails pulumi up enforces with policies/",
+            *(
+                ["gcloud components install gke-gcloud-auth-plugin   # where pulumi runs: it reaches GKE through it"]
+                if self.kueue
+                else []
+            ),
             f"pulumi preview --stack {stack}",
             f"pulumi up --stack {stack}",
         ]
@@ -118,6 +134,8 @@ class RegionPlan:
             },
             "storage": self.spec["clusters"][0]["storage"],
             "slurm": self.spec["clusters"][0].get("slurm"),
+            "gke": self.spec["clusters"][0].get("gke"),
+            "kueue": self.spec["clusters"][0].get("kueue"),
             "quotas": quotas,
             "quota_checked": available is not None,
             "reservation": (
@@ -136,7 +154,9 @@ class RegionPlan:
                 "capacity_type": str(self.request.capacity.type),
                 **self.price.to_json(),
                 "by_capacity_type": {k: v.to_json() for k, v in self.prices.items()},
-                "covers": "GPU nodes at list price; controller, login, storage and egress not included",
+                "covers": "GPU nodes at list price; "
+                + ("GKE's fee, its system pool" if self.kueue else "controller, login")
+                + ", storage and egress not included",
             },
             "reasons": self.reasons,
             "warnings": self.warnings,
@@ -230,18 +250,36 @@ def plan_region(
     elif cap.type is CapacityType.RESERVATION:
         reasons.append(f"reservation {cap.reservation} must be in {zones[0]}")
 
+    kueue = req.scheduler == "kueue"
     storage = plan_storage(m, nodes)
-    slurm = plan_slurm(m, nodes) if req.scheduler == "slurm" else None
-    system_vms = ([slurm.controller_machine_type] + [slurm.login_machine_type] * slurm.login_nodes) if slurm else []
+    slurm = None if kueue else plan_slurm(m, nodes)
+    if slurm:
+        system = [slurm.controller_machine_type] + [slurm.login_machine_type] * slurm.login_nodes
+    else:
+        system = system_vms(pool_zones)
     gpu_subnets = fabric_subnet_count(m)
     reserved = [IPv4Network(c) for c in req.reserved_cidrs]
     used = [*used, *(UsedRange(c, "--reserve") for c in reserved)]
     try:
-        addresses = plan_addresses(nodes, len(system_vms), gpu_subnets, used)
+        addresses = plan_addresses(nodes, len(system), gpu_subnets, used)
     except AddressPlanExhausted as exc:
         raise BadArgument("--stacks-dir", f"address plan full: {exc}") from None
-    reasons += [*addresses.reasons, *storage.reasons, *(slurm.reasons if slurm else ())]
-    reasons.append(f"cluster zone {pool_zones[0]}: the controller, login VMs and zonal storage beside the pool")
+    kplan = None
+    if kueue:
+        assert req.autoscaler_image and req.upgrade_exclusion_start  # check_request and the CLI
+        try:
+            ranges = plan_gke_ranges(used, [addresses.system_cidr, addresses.gpu_cidr])
+        except AddressPlanExhausted as exc:
+            raise BadArgument("--reserve", f"GKE's ranges: {exc}") from None
+        kplan = plan_kueue(
+            m, nodes, m.family, pool_zones, str(addresses.system_cidr), ranges, req.teams or (DEFAULT_TEAM,),
+            req.authorized_networks, req.autoscaler_image, req.upgrade_exclusion_start,
+        )  # fmt: skip
+        reasons += [*addresses.reasons, *kplan.reasons]
+        reasons.append(f"cluster zone {pool_zones[0]}: the GPU pool's, where GKE's node locations start")
+    else:
+        reasons += [*addresses.reasons, *storage.reasons, *(slurm.reasons if slurm else ())]
+        reasons.append(f"cluster zone {pool_zones[0]}: the controller, login VMs and zonal storage beside the pool")
 
     pool_name = m.family
     pool: dict = {
@@ -263,10 +301,12 @@ def plan_region(
         # the controller and its zonal storage
         "zone": pool_zones[0],
         "pools": [pool],
-        "storage": storage.spec(),
+        "storage": kplan.storage if kplan else storage.spec(),
     }
     if slurm:
         cluster["slurm"] = slurm.spec(pool_name, cap.type)
+    if kplan:
+        cluster |= {"platform": "gke", "gke": kplan.gke, "kueue": kplan.kueue}
     spec = {
         "kind": "fleet",
         "provider": "gcp",
@@ -279,19 +319,26 @@ def plan_region(
             **({"reserved_cidrs": [str(c) for c in reserved]} if reserved else {}),
         },
         "clusters": [cluster],
-        "labels": {"gpu-fleet-stack": req.stack_name.lower().replace(".", "-")[:63]},
+        "labels": {**dict(req.labels), STACK_LABEL: req.stack_name.lower().replace(".", "-")[:63]},
     }
     try:
         load_spec(spec, catalog)
     except SpecError as exc:  # a bug here, not the user's: say so plainly, write nothing
         raise InvalidPlan(exc.errors) from exc
 
-    filestore = (storage.home_tier, storage.home_capacity_gb)
-    quotas = quota_needs(m, nodes, cap.type, system_vms, filestore, storage.scratch_capacity_gib)
+    if kplan:
+        quotas = quota_needs(m, nodes, cap.type, system, None, None)
+    else:
+        filestore = (storage.home_tier, storage.home_capacity_gb)
+        quotas = quota_needs(m, nodes, cap.type, system, filestore, storage.scratch_capacity_gib)
     price = pool_price(m, req.region, cap.type, 0, nodes)
     if price.per_node is None:
         reasons.append(f"no list price for {m.name} in {req.region} ({cap.type}): price unknown")
-    warnings = fabric_warnings(m, nodes, req.region, GPU_FAMILIES[req.gpu.lower()], catalog)
+    if kplan:
+        warnings = list(kplan.warnings)
+    else:
+        warnings = fabric_warnings(m, nodes, req.region, GPU_FAMILIES[req.gpu.lower()], catalog)
+    warnings += label_warnings(dict(req.labels))
     return RegionPlan(
         request=req,
         choice=choice,
@@ -306,7 +353,21 @@ def plan_region(
         spec=spec,
         reasons=reasons,
         warnings=warnings,
+        kueue=kplan,
     )
+
+
+def label_warnings(labels: dict[str, str]) -> list[str]:
+    """The policy pack's required labels (fleet.policy.rules DEFAULT_SETTINGS.required_labels) the request leaves
+    out: `pulumi up` with the pack, and `fleet policy check`, refuse every billable resource without them."""
+    missing = [key for key in DEFAULT_SETTINGS.required_labels if not labels.get(key)]
+    if not missing:
+        return []
+    flags = " ".join(f"--label {key}=<value>" for key in missing)
+    return [
+        f"no {', '.join(missing)} label: the policy pack (`fleet policy check`, policies/) refuses billable resources "
+        f"without it; pass {flags}, or add it under `labels` in the file"
+    ]
 
 
 def fabric_warnings(m: MachineType, nodes: int, region: str, gpus: tuple[str, ...], catalog: Catalog) -> list[str]:

@@ -13,11 +13,19 @@ from ipaddress import IPv4Network
 from fleet.bootstrap.errors import BadArgument
 from fleet.bootstrap.regions import UnknownRegion, check_region
 from fleet.catalog import CapacityType, Catalog
+from fleet.spec.kube_rules import IMAGE_DIGEST, RESERVED_NAMESPACES
+from fleet.spec.model import KueueAutoscalerSpec
+from fleet.spec.rules import GENERATED_LABELS, LABEL_KEY, LABEL_VALUE
 
 PROJECT_RE = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,18}[a-z0-9])?$")
 STACK_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 RESERVATION_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+TEAM_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a team names its namespace: a DNS-1123 label
+SCHEDULERS = ("slurm", "kueue")
+STACK_LABEL = "gpu-fleet-stack"  # the label bootstrap gives every stack it writes (its name)
+#: the flags that shape a Kueue (GKE) cluster, and only such a cluster
+KUEUE_FLAGS = ("--team", "--authorized-network", "--autoscaler-image", "--upgrade-exclusion-start")
 
 
 @dataclass(frozen=True)
@@ -72,10 +80,16 @@ class BootstrapRequest:
     machine_type: str | None = None
     zones: tuple[str, ...] | None = None
     reserved_cidrs: tuple[str, ...] = ()  # ranges used elsewhere (peered VPCs, on-prem) to keep clear of
+    labels: tuple[tuple[str, str], ...] = ()  # the fleet's labels (team, cost-center: the policy pack requires them)
+    # --scheduler kueue (a GKE cluster) only:
+    teams: tuple[str, ...] = ()  # Kueue teams (namespace + queues); () -> one team, fleet.bootstrap.kube.DEFAULT_TEAM
+    authorized_networks: tuple[str, ...] = ()  # CIDRs that may reach the API server besides the system range
+    autoscaler_image: str | None = None  # the autoscaler Deployment's image, pinned by digest
+    upgrade_exclusion_start: str | None = None  # RFC 3339 UTC; the CLI passes the instant the file is written
 
     @property
     def stack_name(self) -> str:
-        return self.stack or f"gcp-{self.region}-{self.gpu.lower()}"
+        return self.stack or f"{'gke' if self.scheduler == 'kueue' else 'gcp'}-{self.region}-{self.gpu.lower()}"
 
     @property
     def cluster_name(self) -> str:
@@ -89,14 +103,76 @@ def check_request(req: BootstrapRequest, catalog: Catalog) -> None:
         check_region(req.region, catalog)
     except UnknownRegion as exc:
         raise BadArgument("--region", str(exc)) from None
-    if req.scheduler != "slurm":
-        raise BadArgument("--scheduler", f"{req.scheduler!r}: only slurm is supported by the stack program today")
+    if req.scheduler not in SCHEDULERS:
+        raise BadArgument("--scheduler", f"{req.scheduler!r}: one of {', '.join(SCHEDULERS)}")
+    if req.scheduler == "kueue":
+        check_kueue_request(req)
+    else:
+        given = [flag for flag, value in zip(KUEUE_FLAGS, _kueue_values(req), strict=True) if value]
+        if given:
+            raise BadArgument(given[0], "shapes a Kueue (GKE) cluster: only with --scheduler kueue")
     if not STACK_RE.match(req.stack_name):
         raise BadArgument("--name", f"{req.stack_name!r}: stack names use letters, digits, '-', '_', '.'")
-    for cidr in req.reserved_cidrs:
+    check_cidrs("--reserve", req.reserved_cidrs)
+    keys = [key for key, _ in req.labels]
+    for key, value in req.labels:
+        if not LABEL_KEY.fullmatch(key):
+            raise BadArgument("--label", f"key {key!r}: a lower-case letter first; a-z, 0-9, _ and -; <= 63 chars")
+        if key in (*GENERATED_LABELS, STACK_LABEL):
+            raise BadArgument("--label", f"key {key!r}: gpu-fleet sets it itself; choose another key")
+        if not LABEL_VALUE.fullmatch(value):
+            raise BadArgument("--label", f"{key}={value!r}: a value is a-z, 0-9, _ and -, <= 63 chars")
+        if keys.count(key) > 1:
+            raise BadArgument("--label", f"key {key!r} given {keys.count(key)} times")
+    if not NAME_RE.match(req.cluster_name):
+        raise BadArgument("--cluster", f"{req.cluster_name!r} is not a lower-case RFC 1035 name of <= 20 chars")
+
+
+def check_cidrs(flag: str, cidrs: tuple[str, ...]) -> None:
+    """Each of `cidrs` (the values of `flag`) is an IPv4 CIDR."""
+    for cidr in cidrs:
         try:
             IPv4Network(cidr)
         except ValueError as exc:
-            raise BadArgument("--reserve", f"{cidr!r} is not an IPv4 CIDR ({exc})") from None
-    if not NAME_RE.match(req.cluster_name):
-        raise BadArgument("--cluster", f"{req.cluster_name!r} is not a lower-case RFC 1035 name of <= 20 chars")
+            raise BadArgument(flag, f"{cidr!r} is not an IPv4 CIDR ({exc})") from None
+
+
+def _kueue_values(req: BootstrapRequest) -> tuple[object, ...]:
+    return req.teams, req.authorized_networks, req.autoscaler_image, req.upgrade_exclusion_start
+
+
+def check_kueue_request(req: BootstrapRequest) -> None:
+    """The flags of a Kueue cluster: a digest-pinned autoscaler image, team names a namespace can take (once each),
+    authorized networks that are CIDRs, an RFC 3339 UTC instant."""
+    if not req.autoscaler_image:
+        raise BadArgument(
+            "--autoscaler-image",
+            "required with --scheduler kueue: the autoscaler's image pushed to your registry, by digest "
+            "(<repository>@sha256:<64 hex>; build it with deploy/autoscaler.Dockerfile, docs/kubernetes.md)",
+        )
+    if not IMAGE_DIGEST.match(req.autoscaler_image):
+        raise BadArgument(
+            "--autoscaler-image",
+            f"{req.autoscaler_image!r} is not pinned by digest: <repository>@sha256:<64 hex> (a tag can move)",
+        )
+    for team in req.teams:
+        if not TEAM_RE.match(team):
+            raise BadArgument("--team", f"{team!r} names a namespace: a DNS-1123 label (a-z 0-9 -, <= 63 chars)")
+        if team in RESERVED_NAMESPACES | {KueueAutoscalerSpec.model_fields["namespace"].default}:
+            raise BadArgument("--team", f"{team!r} is a namespace Kubernetes or the stack owns; choose another name")
+    if len(set(req.teams)) != len(req.teams):
+        raise BadArgument("--team", f"each team once: {', '.join(req.teams)}")
+    check_cidrs("--authorized-network", req.authorized_networks)
+    start = req.upgrade_exclusion_start
+    if start is None:  # the CLI passes the instant the file is written
+        raise BadArgument("--upgrade-exclusion-start", "required with --scheduler kueue")
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z", start):
+        raise BadArgument("--upgrade-exclusion-start", f"{start!r} is not RFC 3339 UTC, e.g. 2026-12-01T00:00:00Z")
+
+
+def parse_label(text: str) -> tuple[str, str]:
+    """`KEY=VALUE` of `--label`."""
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise BadArgument("--label", f"{text!r}: give KEY=VALUE, e.g. team=ml-platform")
+    return key, value

@@ -17,10 +17,11 @@ from fleet.bootstrap.addressing import UsedRange
 from fleet.bootstrap.errors import BadArgument
 from fleet.input import InputError, load_yaml
 from fleet.input.limits import MAX_SPEC_BYTES
-from fleet.spec.model import NetworkSpec
+from fleet.spec.model import GkeSpec, NetworkSpec
 
 FLEET_KEY = "gpu-fleet:fleet"
 _DEFAULTS = NetworkSpec()
+_GKE_DEFAULTS = GkeSpec()
 
 
 def stack_files(stacks_dir: Path) -> list[Path]:
@@ -103,6 +104,21 @@ def used_ranges(stacks_dir: Path, exclude: Path | None = None) -> list[UsedRange
         for i, cidr in enumerate(net.get("reserved_cidrs") or []):
             where = f"{path.name}: network.reserved_cidrs[{i}]"
             used.append(UsedRange(_cidr(cidr, where), where))
+        used += _gke_ranges(path, spec)
+    return used
+
+
+def _gke_ranges(path: Path, spec: dict) -> list[UsedRange]:
+    """The pod, service and control-plane ranges of the file's GKE clusters (the spec's defaults where omitted)."""
+    used = []
+    clusters = spec.get("clusters") or []
+    for i, cluster in enumerate(clusters if isinstance(clusters, list) else []):
+        if not isinstance(cluster, dict) or cluster.get("platform") != "gke":
+            continue
+        gke = cluster.get("gke") or {}
+        for field in ("pods_cidr", "services_cidr", "master_cidr"):
+            where = f"{path.name}: clusters[{i}].gke.{field}"
+            used.append(UsedRange(_cidr(gke.get(field, str(getattr(_GKE_DEFAULTS, field))), where), where))
     return used
 
 

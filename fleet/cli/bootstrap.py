@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -101,9 +102,11 @@ def bootstrap_region(
     region: str = typer.Option(..., "--region", help="GCP region, e.g. europe-west4"),
     gpu: str = typer.Option(..., "--gpu", help="h100, h100-mega, h200, b200, a100, a100-80gb or l4"),
     gpus: int = typer.Option(..., "--gpus", help="GPUs the pool holds at its maximum size"),
-    scheduler: str = typer.Option("slurm", "--scheduler", help="scheduler of the cluster (slurm)"),
+    scheduler: str = typer.Option(
+        "slurm", "--scheduler", help="slurm (Slurm on VMs) or kueue (a GKE cluster with Kueue and the autoscaler)"
+    ),
     capacity: str = typer.Option("on-demand", "--capacity", help="reservation:NAME, spot, flex-start or on-demand"),
-    name: str | None = typer.Option(None, "--name", help="stack name (default gcp-<region>-<gpu>)"),
+    name: str | None = typer.Option(None, "--name", help="stack name (default gcp-<region>-<gpu>; gke-... with kueue)"),
     stacks_dir: Path | None = typer.Option(  # noqa: B008
         None, "--stacks-dir", help="where the stack files live (default: the directory holding Pulumi.yaml)"
     ),
@@ -119,6 +122,25 @@ def bootstrap_region(
     reserve: list[str] = typer.Option(  # noqa: B008
         [], "--reserve", help="a CIDR used elsewhere (peered VPC, on-prem) to keep clear of; repeatable"
     ),
+    label: list[str] = typer.Option(  # noqa: B008
+        [], "--label", help="KEY=VALUE on every resource (team and cost-center: the policy pack requires them)"
+    ),
+    team: list[str] = typer.Option(  # noqa: B008
+        [], "--team", help="kueue: a team (namespace and queues), equal shares of the pool; repeatable (default ml)"
+    ),
+    authorized_network: list[str] = typer.Option(  # noqa: B008
+        [],
+        "--authorized-network",
+        help="kueue: a CIDR that may reach the API server besides the VPC (where `pulumi up` runs); repeatable",
+    ),
+    autoscaler_image: str | None = typer.Option(
+        None, "--autoscaler-image", help="kueue: the autoscaler's image in your registry, <repository>@sha256:<digest>"
+    ),
+    upgrade_exclusion_start: str | None = typer.Option(
+        None,
+        "--upgrade-exclusion-start",
+        help="kueue: RFC 3339 UTC start of GKE's upgrade exclusion (default: now)",
+    ),
     compute_endpoint: str | None = typer.Option(
         None,
         "--compute-endpoint",
@@ -127,7 +149,7 @@ def bootstrap_region(
     ),
 ) -> None:
     """Write Pulumi.<STACK>.yaml for N GPUs in a region, and say what was decided and why."""
-    from fleet.bootstrap.request import BootstrapRequest, parse_capacity
+    from fleet.bootstrap.request import BootstrapRequest, parse_capacity, parse_label
     from fleet.bootstrap.stackfiles import find_stacks_dir, render_stack_file, stack_path, write_stack_file
 
     try:
@@ -143,6 +165,11 @@ def bootstrap_region(
             machine_type=machine_type,
             zones=tuple(dict.fromkeys(z.strip() for z in zones.split(",") if z.strip())) if zones else None,
             reserved_cidrs=tuple(reserve),
+            labels=tuple(parse_label(text) for text in label),
+            teams=tuple(team),
+            authorized_networks=tuple(authorized_network),
+            autoscaler_image=autoscaler_image,
+            upgrade_exclusion_start=upgrade_exclusion_start or (_now_utc() if scheduler == "kueue" else None),
         )
         if stacks_dir is not None and not stacks_dir.is_dir():
             raise BadArgument("--stacks-dir", f"{stacks_dir} is not a directory")
@@ -165,6 +192,12 @@ def bootstrap_region(
         )
     if not dry_run:
         argv = ["--project", project, "--region", region, "--gpu", gpu, "--gpus", str(gpus)]
+        argv += [a for text in label for a in ("--label", text)]
+        if request.scheduler != "slurm":
+            argv += ["--scheduler", request.scheduler, *(a for t in team for a in ("--team", t))]
+            argv += [a for c in authorized_network for a in ("--authorized-network", c)]
+            argv += ["--autoscaler-image", str(autoscaler_image)]
+            argv += ["--upgrade-exclusion-start", str(request.upgrade_exclusion_start)]
         command = shlex.join(["fleet", "bootstrap-region", *argv, "--capacity", capacity, "--name", request.stack_name])
         header = [
             f"Written by `{command}`: {out['nodes']} x {out['machine_type']} in {region}; see docs/bootstrap.md.",
@@ -175,6 +208,11 @@ def bootstrap_region(
         typer.echo(json.dumps(out | {"written": not dry_run}, indent=2))
     else:
         _print_human(out, written=not dry_run)
+
+
+def _now_utc() -> str:
+    """Now, RFC 3339 UTC to the second: a Kueue cluster's upgrade exclusion starts when its file is written."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _decide(

@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 from tests.fakes.fixtures import fake_compute, fake_compute_factory  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
+#: the labels the policy pack requires on billable resources (fleet.policy.rules): a stack without them is refused
+LABELS = ("--label", "team=ml-platform", "--label", "cost-center=cc-gpu")
 
 
 @pytest.fixture

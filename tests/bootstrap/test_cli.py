@@ -11,7 +11,10 @@ import yaml
 
 from fleet.catalog import load_catalog
 from fleet.spec.load import load_stack_file
+from tests.bootstrap.conftest import LABELS
 
+IMAGE = "us-docker.pkg.dev/my-gpu-project/gpu-fleet/autoscaler@sha256:" + "ab" * 32
+KUEUE = ("--scheduler", "kueue", "--autoscaler-image", IMAGE)
 HAND_WRITTEN = """\
 config:
   gcp:project: my-gpu-project
@@ -20,6 +23,7 @@ config:
     project: my-gpu-project
     region: us-east4
     zones: [us-east4-a]
+    labels: {team: ml-platform, cost-center: cc-gpu}
     clusters:
       - name: legacy
         pools:
@@ -65,7 +69,9 @@ def test_two_regions_in_turn_and_a_hand_written_stack_never_overlap(bootstrap: C
 
 
 def test_json_holds_every_decision(bootstrap: Callable, stacks_dir: Path) -> None:
-    code, out = bootstrap("--project", "my-gpu-project", "--region", "us-central1", "--gpu", "h100", "--gpus", "64")
+    code, out = bootstrap(
+        "--project", "my-gpu-project", "--region", "us-central1", "--gpu", "h100", "--gpus", "64", *LABELS
+    )  # fmt: skip
     assert code == 0
     assert out["machine_type"] == "a3-megagpu-8g" and out["nodes"] == 8
     assert out["zones"] == ["us-central1-a", "us-central1-b", "us-central1-c"]
@@ -88,7 +94,9 @@ def test_a_stacks_directory_outside_a_pulumi_project_is_warned_about(bootstrap: 
     """pulumi reads Pulumi.<stack>.yaml beside Pulumi.yaml: a file written anywhere else is written, and said to be
     in the wrong place, instead of a next step that says "run in X, next to Pulumi.yaml" where there is none."""
     (stacks_dir / "Pulumi.yaml").unlink()
-    code, out = bootstrap("--project", "my-gpu-project", "--region", "us-central1", "--gpu", "h100", "--gpus", "64")
+    code, out = bootstrap(
+        "--project", "my-gpu-project", "--region", "us-central1", "--gpu", "h100", "--gpus", "64", *LABELS
+    )  # fmt: skip
     assert code == 0 and Path(out["stack_file"]).exists()
     (warning,) = out["warnings"]
     assert f"{stacks_dir} holds no Pulumi.yaml: pulumi reads Pulumi.gcp-us-central1-h100.yaml" in warning
@@ -133,6 +141,11 @@ def test_bad_arguments_exit_2_and_write_nothing(bootstrap: Callable, stacks_dir:
         ("--capacity", "reservation", "reservation:NAME"),
         ("--region", "us-central9", "--region"),
         ("--scheduler", "gke", "--scheduler"),
+        ("--label", "team", "KEY=VALUE"),
+        ("--label", "Team=ml", "--label"),
+        ("--label", "managed-by=me", "gpu-fleet sets it"),
+        ("--team", "research", "only with --scheduler kueue"),
+        ("--autoscaler-image", IMAGE, "only with --scheduler kueue"),
     ]:
         args = [x for k, v in (base | {key: value}).items() for x in (k, v)]
         code, out = bootstrap(*args)
@@ -190,3 +203,85 @@ def test_bootstrap_project_writes_a_valid_project_stack(stacks_dir: Path) -> Non
     assert CliRunner().invoke(app, argv).exit_code == 2  # exists: not overwritten without --force
     bad = CliRunner().invoke(app, [*argv[:2], "X", *argv[3:], "--name", "other", "--json"])
     assert bad.exit_code == 2 and '"argument": "--project"' in bad.output
+
+
+def test_a_kueue_region_is_a_gke_cluster_with_its_teams_and_the_pinned_autoscaler(
+    bootstrap: Callable, stacks_dir: Path
+) -> None:
+    """`--scheduler kueue` writes a GKE cluster: Kueue teams with equal shares in one cohort, the autoscaler's image
+    as given, the upgrade exclusion from the instant it is written, the API server open to the system range and
+    the given networks; no Slurm, no Filestore; GKE's system pool in the quotas."""
+    code, out = bootstrap(
+        "--project", "my-gpu-project", "--region", "europe-west4", "--gpu", "h200", "--gpus", "32", *KUEUE,
+        "--team", "research", "--team", "product", "--authorized-network", "203.0.113.7/32", *LABELS,
+    )  # fmt: skip
+    assert code == 0, out
+    assert out["stack"] == "gke-europe-west4-h200" and out["slurm"] is None
+    (cluster,) = out["spec"]["clusters"]
+    assert cluster["platform"] == "gke" and cluster["scheduler"] == "kueue" and "slurm" not in cluster
+    assert cluster["storage"] == {"home": None, "checkpoints": {}}
+    gke = cluster["gke"]
+    assert gke["master_authorized_networks"] == [out["cidrs"]["system"], "203.0.113.7/32"]
+    assert gke["upgrade_exclusion_start"].endswith("Z")
+    kueue = out["kueue"]
+    assert kueue["autoscaler"] == {"image": IMAGE}
+    pool = cluster["pools"][0]["name"]
+    assert [(t["name"], t["quotas"], t["cohort"]) for t in kueue["teams"]] == [
+        ("research", {pool: 0.5}, "gpu"),
+        ("product", {pool: 0.5}, "gpu"),
+    ]
+    assert {q["metric"]: q["needed"] for q in out["quotas"]}["E2_CPUS"] == 8  # one e2-standard-8 in its one zone
+    assert out["warnings"] == []  # RDMA's plugin is installed on GKE, the API server is reachable, labels given
+    assert any(s.startswith("gcloud components install gke-gcloud-auth-plugin") for s in out["next_steps"])
+    written = yaml.safe_load(Path(out["stack_file"]).read_text())
+    assert written["config"]["gpu-fleet:fleet"] == out["spec"]
+    assert load_stack_file(Path(out["stack_file"])).clusters[0].kueue.autoscaler.image == IMAGE
+    # the file says how it was made, down to the instant its upgrade exclusion starts: running that again rewrites it
+    header = Path(out["stack_file"]).read_text().splitlines()[0]
+    assert f"--upgrade-exclusion-start {gke['upgrade_exclusion_start']}" in header and "--team research" in header
+
+
+def test_kueue_bad_arguments_exit_2_and_write_nothing(bootstrap: Callable, stacks_dir: Path) -> None:
+    base = ["--project", "my-gpu-project", "--region", "europe-west4", "--gpu", "h200", "--gpus", "16"]
+    for extra, needle in [
+        (["--scheduler", "kueue"], "--autoscaler-image: required with --scheduler kueue"),
+        ([*KUEUE[:3], IMAGE.split("@")[0] + ":v1"], "not pinned by digest"),
+        ([*KUEUE, "--team", "kube-system"], "a namespace Kubernetes or the stack owns"),
+        ([*KUEUE, "--team", "a", "--team", "a"], "each team once"),
+        ([*KUEUE, "--team", "Research"], "DNS-1123"),
+        ([*KUEUE, "--authorized-network", "203.0.113.7/33"], "--authorized-network"),
+        ([*KUEUE, "--upgrade-exclusion-start", "2026-12-01"], "RFC 3339"),
+    ]:
+        code, out = bootstrap(*base, *extra)
+        assert code == 2, (extra, out)
+        assert needle in out["message"], out
+    assert list(stacks_dir.glob("Pulumi.*.yaml")) == []
+
+
+def test_without_the_required_labels_or_an_authorized_network_it_says_what_pulumi_up_will_meet(
+    bootstrap: Callable,
+) -> None:
+    """The file is written, and the warnings name what would stop `pulumi up`: the policy pack's required labels
+    (every bootstrapped stack), and an API server only the VPC reaches (a GKE cluster)."""
+    code, out = bootstrap(
+        "--project", "my-gpu-project", "--region", "europe-west4", "--gpu", "h200", "--gpus", "16", *KUEUE
+    )  # fmt: skip
+    assert code == 0
+    labels, network = sorted(out["warnings"])
+    assert "--label team=<value> --label cost-center=<value>" in labels, labels
+    assert f"accepts only {out['cidrs']['system']}" in network and "--authorized-network" in network, network
+
+
+def test_two_kueue_regions_in_turn_get_gke_ranges_that_do_not_overlap(bootstrap: Callable) -> None:
+    """The second GKE cluster's pod, service and control-plane ranges keep clear of the first's, as its system and
+    GPU ranges do."""
+    outs = []
+    for region in ("europe-west4", "us-central1"):
+        code, out = bootstrap(
+            "--project", "my-gpu-project", "--region", region, "--gpu", "h200", "--gpus", "16", *KUEUE, *LABELS
+        )  # fmt: skip
+        assert code == 0, out
+        outs.append(out["spec"]["clusters"][0]["gke"])
+    fields = ("pods_cidr", "services_cidr", "master_cidr")
+    first, second = ([IPv4Network(gke[f]) for f in fields] for gke in outs)
+    assert not any(a.overlaps(b) for a in first for b in second), (first, second)

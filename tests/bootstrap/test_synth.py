@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.bootstrap.conftest import LABELS
 from tests.bootstrap.test_cli import HAND_WRITTEN
 
 pytestmark = pytest.mark.slow
@@ -17,10 +18,18 @@ FLEET = Path(sys.executable).with_name("fleet")
 
 
 def synth(path: Path) -> dict:
+    """`fleet synth --config PATH --json`, and `fleet policy check` of what it synthesized: every policy passes (the
+    pack `pulumi up` runs with refuses a mandatory violation)."""
     proc = subprocess.run(
         [str(FLEET), "synth", "--config", str(path), "--json"], capture_output=True, text=True, timeout=240
     )
     assert proc.returncode == 0, f"fleet synth {path.name} failed:\n{proc.stderr[-3000:]}"
+    resources = path.with_suffix(".synth.json")
+    resources.write_text(proc.stdout)
+    check = subprocess.run(
+        [str(FLEET), "policy", "check", "--resources", str(resources), "--json"], capture_output=True, text=True
+    )
+    assert check.returncode == 0 and json.loads(check.stdout)["ok"], check.stdout[-3000:] + check.stderr[-3000:]
     return json.loads(proc.stdout)
 
 
@@ -30,12 +39,12 @@ def test_two_bootstrapped_regions_and_a_hand_written_stack_synth(bootstrap: Call
     # RDMA (A3 Ultra, zonal RoCE VPC) with flex-start, then GPUDirect-TCPXO (A3 Mega) on spot
     code, first = bootstrap(
         "--project", "my-gpu-project", "--region", "europe-west4", "--gpu", "h200", "--gpus", "32",
-        "--capacity", "flex-start",
+        "--capacity", "flex-start", *LABELS,
     )  # fmt: skip
     assert code == 0, first
     code, second = bootstrap(
         "--project", "my-gpu-project", "--region", "us-central1", "--gpu", "h100", "--gpus", "128",
-        "--capacity", "spot",
+        "--capacity", "spot", *LABELS,
     )  # fmt: skip
     assert code == 0, second
     for out in (first, second):
@@ -49,3 +58,27 @@ def test_two_bootstrapped_regions_and_a_hand_written_stack_synth(bootstrap: Call
         assert result["cost"]["hourly_usd_at_max"] == out["price_per_hour"]["at_max"]
         assert result["cost"]["hourly_usd_at_min"] == out["price_per_hour"]["at_min"]
     assert synth(legacy)["outputs"]["autoscaler_inventory"]
+
+
+def test_a_bootstrapped_kueue_region_synths_as_a_gke_cluster_and_passes_every_policy(
+    bootstrap: Callable, stacks_dir: Path
+) -> None:
+    """`--scheduler kueue`: the stack program deploys the file as a GKE cluster with Kueue, the gIB installer for its
+    A3 Ultra pool and the autoscaler Deployment on the image given; no warning, every policy passes."""
+    from tests.bootstrap.test_cli import IMAGE, KUEUE
+
+    code, out = bootstrap(
+        "--project", "my-gpu-project", "--region", "europe-west4", "--gpu", "h200", "--gpus", "32", *KUEUE,
+        "--team", "research", "--team", "product", "--authorized-network", "203.0.113.7/32", *LABELS,
+    )  # fmt: skip
+    assert code == 0 and out["warnings"] == [], out
+    result = synth(Path(out["stack_file"]))
+    assert result["warnings"] == []
+    cluster = result["outputs"]["clusters"][out["cluster"]]
+    assert cluster["platform"] == "gke" and cluster["local_queues"] == {"research": "research/research",
+                                                                        "product": "product/product"}  # fmt: skip
+    types = {r["type"] for r in result["resources"]}
+    assert {"gcp:container/cluster:Cluster", "kubernetes:apps/v1:DaemonSet", "kubernetes:apps/v1:Deployment"} <= types
+    (deployment,) = [r for r in result["resources"] if r["type"] == "kubernetes:apps/v1:Deployment"]
+    assert IMAGE in json.dumps(deployment), deployment
+    assert result["cost"]["hourly_usd_at_max"] == out["price_per_hour"]["at_max"]

@@ -21,9 +21,11 @@ Decided here:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from fleet.bootstrap.addressing import GkeRanges
+from fleet.bootstrap.errors import BadArgument
 from fleet.catalog import MachineType
 from fleet.spec.model import GkeSpec, GkeSystemPoolSpec, KueueSpec
 
@@ -85,6 +87,8 @@ def plan_kueue(
     reasons += ranges.reasons
     gpus = nodes * machine.gpu_count
     share = round(1.0 / len(teams), 4)
+    if math.floor(share * gpus) < 1:
+        raise BadArgument("--team", f"{len(teams)} teams share {gpus} GPUs: each team's quota must be a GPU at least")
     team_specs: list[dict] = []
     for name in teams:
         team: dict = {"name": name, "quotas": {pool: share}}

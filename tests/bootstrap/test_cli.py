@@ -251,6 +251,7 @@ def test_kueue_bad_arguments_exit_2_and_write_nothing(bootstrap: Callable, stack
         ([*KUEUE, "--team", "Research"], "DNS-1123"),
         ([*KUEUE, "--authorized-network", "203.0.113.7/33"], "--authorized-network"),
         ([*KUEUE, "--upgrade-exclusion-start", "2026-12-01"], "RFC 3339"),
+        ([*KUEUE, *(a for i in range(17) for a in ("--team", f"t{i}"))], "17 teams share 16 GPUs"),
     ]:
         code, out = bootstrap(*base, *extra)
         assert code == 2, (extra, out)

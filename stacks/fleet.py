@@ -97,7 +97,7 @@ def fabric_not_set_up_warning(spec: FleetSpec, cluster: ClusterSpec, catalog: Ca
     `MachineType.fabric_not_set_up`) deploy and run, but their multi-node jobs do not get the fabric they are
     priced for: say so at `pulumi up` rather than let the first all-reduce find out."""
     pools = [p for p in cluster.pools if catalog.machine(p.machine_type).fabric_not_set_up]
-    if pools:
+    if sum(p.max_nodes for p in pools) > 1:  # one node in all runs no multi-node job
         ci = next(i for i, c in enumerate(spec.clusters) if c is cluster)
         types = sorted({p.machine_type for p in pools})
         pulumi.log.warn(

@@ -54,9 +54,10 @@ def gib_pools(cluster: ClusterSpec, catalog: Catalog) -> list[str]:
 
 
 def tcpx_pools(cluster: ClusterSpec, catalog: Catalog) -> list[str]:
-    """The cluster's node pools of GPUDirect-TCPX(O) machines (their fabric software is not set up on GKE)."""
-    fabrics = ("gpudirect-tcpx", "gpudirect-tcpxo")
-    return [p.name for p in cluster.pools if catalog.machine(p.machine_type).nics.fabric in fabrics]
+    """The cluster's node pools of GPUDirect-TCPX(O) machines (their fabric software is not set up on GKE), where
+    they can hold a multi-node job: [] when those pools hold one node in all (nothing to warn about)."""
+    pools = [p for p in cluster.pools if catalog.machine(p.machine_type).fabric_not_set_up_on_gke]
+    return [p.name for p in pools] if sum(p.max_nodes for p in pools) > 1 else []
 
 
 def gib_installer(cluster: ClusterSpec, catalog: Catalog) -> list[dict[str, Any]]:

@@ -29,8 +29,6 @@ from fleet.bootstrap.errors import BadArgument
 from fleet.catalog import MachineType
 from fleet.spec.model import GkeSpec, GkeSystemPoolSpec, KueueSpec
 
-#: the pool multi-node NCCL of these fabrics needs software the GKE stack does not set up (stacks/gke_fabric.py)
-TCPX_FABRICS = ("gpudirect-tcpx", "gpudirect-tcpxo")
 DEFAULT_TEAM = "ml"
 COHORT = "gpu"
 
@@ -108,7 +106,7 @@ def plan_kueue(
         "no Filestore /home and no Lustre scratch: the GKE stack mounts neither into pods; each team namespace gets "
         "the checkpoint bucket as a GCS FUSE claim"
     )
-    if nodes > 1 and machine.nics.fabric in TCPX_FABRICS:
+    if nodes > 1 and machine.fabric_not_set_up_on_gke:
         warnings.append(
             f"{machine.name}: the GKE stack sets up no GPUDirect-TCPX(O) software (GKE's installer, NRI device "
             f"injector and RxDM sidecar), so multi-node NCCL across these {nodes} nodes runs over the gVNIC; "

@@ -162,6 +162,12 @@ class MachineType:
         return self.nics.fabric != "none" and (self.software is None or self.software.fabric == "none")
 
     @property
+    def fabric_not_set_up_on_gke(self) -> bool:
+        """Its GPU fabric is GPUDirect-TCPX(O) (A3 High, A3 Mega), whose NCCL plugin, NRI device injector and RxDM
+        sidecar the GKE stack does not install (stacks/gke_fabric.py): NCCL runs across nodes over the gVNIC."""
+        return self.nics.fabric in ("gpudirect-tcpx", "gpudirect-tcpxo")
+
+    @property
     def cores_per_socket(self) -> int:
         return self.vcpus // (self.sockets * self.threads_per_core)
 

@@ -513,6 +513,12 @@ def test_gke_tcpxo_pools_are_named_in_a_warning_and_get_no_installer(tmp_path):
     (warning,) = syn.result.warnings
     assert "pools spot are" in warning and "GPUDirect-TCPX(O)" in warning and "gVNIC" in warning
 
+    def one_mega(config: dict) -> None:  # one A3 Mega node in all runs no multi-node job: nothing to warn about
+        mega(config)
+        config["gpu-fleet:fleet"]["clusters"][0]["pools"][1]["max_nodes"] = 1
+
+    assert synth_file(gke_file(tmp_path, one_mega)).result.warnings == []
+
 
 def test_the_synth_cli_prints_the_program_s_warnings(tmp_path):
     def mega(config: dict) -> None:

@@ -560,3 +560,6 @@ def test_a3_high_pools_are_named_in_a_warning_that_their_tcpx_fabric_is_not_set_
     result = run_program(main, stack="a", config={"gpu-fleet:fleet": fleet})
     (warning,) = result.warnings
     assert warning.startswith("clusters[0] (a3mega): pools spot are a3-highgpu-8g") and "sockets transport" in warning
+    # one A3 High node in all runs no multi-node job: nothing to warn about
+    fleet["clusters"][0]["pools"][1]["max_nodes"] = 1
+    assert run_program(main, stack="a", config={"gpu-fleet:fleet": fleet}).warnings == []

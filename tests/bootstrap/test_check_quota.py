@@ -96,3 +96,24 @@ def test_reservation_too_small_or_missing_fails(
     code, out = bootstrap(*ARGS, "--capacity", "reservation:nope", "--compute-endpoint", fake_compute.url)
     assert code == 2 and out["argument"] == "--capacity" and "reservation nope not found" in out["message"]
     assert list(stacks_dir.glob("Pulumi.*.yaml")) == []
+
+
+def test_a_kueue_region_checks_the_gke_system_pool_instead_of_a_controller(
+    bootstrap: Callable, fake_compute: FakeCompute
+) -> None:
+    """With `--scheduler kueue` the region needs the GPU nodes and GKE's system pool (e2-standard-8, one in the
+    reservation's zone), no n2 controller or login VM: a region without E2 quota is refused naming E2_CPUS."""
+    from tests.bootstrap.test_cli import KUEUE
+
+    fake_compute.add_region("us-central1", ["us-central1-a", "us-central1-b"], quotas=ENOUGH)
+    fake_compute.add_reservation("us-central1-b", "h100-resv", "a3-megagpu-8g", count=10)
+    args = (*ARGS, *KUEUE, "--capacity", "reservation:h100-resv", "--compute-endpoint", fake_compute.url)
+    code, out = bootstrap(*args)
+    assert code == 4
+    assert [s["metric"] for s in out["shortfalls"]] == ["E2_CPUS"]
+    fake_compute.set_quota("us-central1", "E2_CPUS", 8)
+    code, out = bootstrap(*args)
+    assert code == 0, out
+    needed = {q["metric"]: q["needed"] for q in out["quotas"]}
+    assert needed["E2_CPUS"] == 8 and "N2_CPUS" not in needed
+    assert out["spec"]["clusters"][0]["pools"][0]["zones"] == ["us-central1-b"]

@@ -23,11 +23,31 @@ pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ["gcp-a3mega-slurm", "gcp-a3ultra-slurm", "gcp-l4-dev"]
+#: regions as `fleet bootstrap-region` writes them (GPU, GPUs, capacity, region): the flex-start time limit, a spot
+#: partition, a single node of the smallest shape
+BOOTSTRAPPED = [
+    ("h200", 16, "flex-start", "europe-west4"), ("h100", 64, "spot", "us-east4"), ("l4", 1, "on-demand", "us-central1")
+]  # fmt: skip
 
 
-@pytest.fixture(scope="module", params=EXAMPLES)
+def _bootstrapped(gpu: str, gpus: int, capacity: str, region: str) -> FleetSpec:
+    """The spec `fleet bootstrap-region --project my-gpu-project --region R --gpu G --gpus N --capacity C` writes."""
+    from fleet.bootstrap.plan import plan_region
+    from fleet.bootstrap.request import BootstrapRequest, parse_capacity
+
+    request = BootstrapRequest("my-gpu-project", region, gpu, gpus, capacity=parse_capacity(capacity))
+    return load_spec(plan_region(request, load_catalog(), []).spec)
+
+
+@pytest.fixture(
+    scope="module", params=[*EXAMPLES, *BOOTSTRAPPED], ids=[*EXAMPLES, *("-".join(map(str, b)) for b in BOOTSTRAPPED)]
+)
 def cluster(request: pytest.FixtureRequest, slurm_factory) -> Iterator[tuple[FleetSpec, SlurmHarness]]:
-    spec = for_this_slurm(load_stack_file(ROOT / f"Pulumi.{request.param}.yaml"))
+    """An example stack's cluster, or a bootstrapped region's, on a real slurmctld started with its rendered conf."""
+    param = request.param
+    spec = for_this_slurm(
+        load_stack_file(ROOT / f"Pulumi.{param}.yaml") if isinstance(param, str) else _bootstrapped(*param)
+    )
     harness = slurm_factory()
     # only host keys are replaced: the generated cgroup plugins, cloud and power-save settings stay as shipped
     conf = render_slurm_conf(spec, spec.clusters[0], overrides=harness.overrides(cgroup=True))
@@ -66,6 +86,18 @@ def test_partitions_and_default(cluster: tuple[FleetSpec, SlurmHarness]) -> None
     out = harness.run("sinfo", "-h", "-o", "%P", check=True).stdout.split()
     default = default_partition(slurm).name
     assert sorted(out) == sorted(p.name + ("*" if p.name == default else "") for p in slurm.partitions)
+
+
+def test_partition_time_limits_are_read_back_as_written(cluster: tuple[FleetSpec, SlurmHarness]) -> None:
+    """A partition's `max_time` (bootstrap writes flex-start's 7 days: a flex-start VM lives at most that long) is
+    slurmctld's MaxTime, as Slurm prints it (INFINITE as UNLIMITED, 8:00:00 as 08:00:00)."""
+    from fleet.spec.rules import slurm_time_minutes
+
+    spec, harness = cluster
+    for part in spec.clusters[0].slurm.partitions:
+        out = harness.run("scontrol", "show", "partition", part.name, check=True).stdout
+        read = re.search(r"MaxTime=(\S+)", out).group(1)  # type: ignore[union-attr]
+        assert slurm_time_minutes(read) == slurm_time_minutes(part.max_time), (part.max_time, read)
 
 
 def test_slurmctld_runs_the_rendered_preemption_of_spot_work_off_the_reservation(

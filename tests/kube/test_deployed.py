@@ -353,3 +353,36 @@ def test_the_gke_stack_s_requests_are_of_a_class_gke_s_own_autoscaler_leaves_alo
     finally:
         fake.stop()
         compute.stop()
+
+
+def test_a_bootstrapped_gke_region_s_daemon_creates_a_node_in_its_pool_for_a_workload(tmp_path: Path) -> None:
+    """`fleet bootstrap-region --scheduler kueue` writes a stack whose deployed daemon works as the shipped one's: a
+    workload of its default team gets one on-demand node in the region's one pool, within the RBAC the stack binds."""
+    import json
+
+    image = "us-docker.pkg.dev/my-gpu-project/gpu-fleet/autoscaler@sha256:" + "ab" * 32
+    (tmp_path / "stacks").mkdir()
+    argv = ["bootstrap-region", "--project", "my-gpu-project", "--region", "europe-west4", "--gpu", "h200", "--gpus",
+            "16", "--scheduler", "kueue", "--autoscaler-image", image, "--stacks-dir", str(tmp_path / "stacks"),
+            "--json"]  # fmt: skip
+    written = CliRunner().invoke(app, argv)
+    assert written.exit_code == 0, written.output
+    d = Deployed(Path(json.loads(written.stdout)["stack_file"]), tmp_path)
+    assert d.container["image"] == image
+    (pool,) = d.pools()
+    compute = d.fake_compute()
+    fake = d.fake_kube()
+    try:
+        assert "ml" in d.namespaces()  # the default team
+        fake.create(pod_template("train", "ml", 8))
+        fake.create(d.request("wl-1", "ml", "train", 1))
+        res = d.run_once()
+        assert res.exit_code == 0, res.output
+        assert sum(compute.create_counts().values()) == 1
+        (mig,) = [m for m in compute.state.migs.values() if m.target_size]
+        assert mig.name in pool.instance_groups.values() and mig.target_size == 1
+        assert accepted(fake, "wl-1", "ml")
+    finally:
+        fake.stop()
+        compute.stop()
+    assert not fake.forbidden, f"calls the deployed ServiceAccount may not make: {fake.forbidden}"

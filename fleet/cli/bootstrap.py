@@ -193,6 +193,9 @@ def bootstrap_region(
     if not dry_run:
         argv = ["--project", project, "--region", region, "--gpu", gpu, "--gpus", str(gpus)]
         argv += [a for text in label for a in ("--label", text)]
+        given = {"--machine-type": machine_type, "--zones": zones, "--cluster": cluster}
+        argv += [a for flag, value in given.items() if value for a in (flag, value)]
+        argv += [a for cidr in reserve for a in ("--reserve", cidr)]
         if request.scheduler != "slurm":
             argv += ["--scheduler", request.scheduler, *(a for t in team for a in ("--team", t))]
             argv += [a for c in authorized_network for a in ("--authorized-network", c)]

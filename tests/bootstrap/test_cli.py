@@ -286,3 +286,25 @@ def test_two_kueue_regions_in_turn_get_gke_ranges_that_do_not_overlap(bootstrap:
     fields = ("pods_cidr", "services_cidr", "master_cidr")
     first, second = ([IPv4Network(gke[f]) for f in fields] for gke in outs)
     assert not any(a.overlaps(b) for a in first for b in second), (first, second)
+
+
+def test_the_command_in_the_files_header_writes_the_same_spec_again(bootstrap: Callable, stacks_dir: Path) -> None:
+    """A stack file says how it was made: the command in its header, run again (with --force), writes the same
+    spec, whatever flags shaped it (zones, reserved ranges, cluster name, labels; a Kueue region's teams, networks
+    and the upgrade exclusion's instant)."""
+    import shlex
+
+    for args in (
+        ["--region", "us-central1", "--gpu", "h100", "--gpus", "16", "--zones", "us-central1-b", "--reserve",
+         "10.0.0.0/16", "--cluster", "h100-a", *LABELS],
+        ["--region", "europe-west4", "--gpu", "h200", "--gpus", "16", *KUEUE, "--team", "research", "--team", "ops",
+         "--authorized-network", "203.0.113.7/32", *LABELS],
+    ):  # fmt: skip
+        code, out = bootstrap("--project", "my-gpu-project", *args)
+        assert code == 0, out
+        header = Path(out["stack_file"]).read_text().splitlines()[0]
+        command = shlex.split(header.split("`")[1])
+        assert command[:2] == ["fleet", "bootstrap-region"]
+        code, again = bootstrap(*command[2:], "--force")
+        assert code == 0, again
+        assert again["spec"] == out["spec"] and again["stack_file"] == out["stack_file"]

@@ -21,14 +21,14 @@ from fleet.bootstrap.addressing import (
 )
 from fleet.bootstrap.errors import BadArgument, InvalidPlan
 from fleet.bootstrap.kube import DEFAULT_TEAM, KueuePlan, plan_kueue, system_vms
+from fleet.bootstrap.labels import STACK_LABEL, label_warnings
 from fleet.bootstrap.machine import GPU_FAMILIES, MachineChoice, choose_machine
 from fleet.bootstrap.pricing import PoolPrice, pool_price, price_table
 from fleet.bootstrap.quotas import QuotaNeed, RegionQuota, ReservationInfo, quota_needs
 from fleet.bootstrap.regions import nearest_offering
-from fleet.bootstrap.request import STACK_LABEL, BootstrapRequest, check_request
+from fleet.bootstrap.request import BootstrapRequest, check_request
 from fleet.bootstrap.sizing import SlurmPlan, StoragePlan, plan_slurm, plan_storage
 from fleet.catalog import CapacityType, Catalog, MachineType
-from fleet.policy.rules import DEFAULT_SETTINGS
 from fleet.spec.derive import fabric_subnet_count
 from fleet.spec.load import SpecError, load_spec
 
@@ -355,19 +355,6 @@ def plan_region(
         warnings=warnings,
         kueue=kplan,
     )
-
-
-def label_warnings(labels: dict[str, str]) -> list[str]:
-    """The policy pack's required labels (fleet.policy.rules DEFAULT_SETTINGS.required_labels) the request leaves
-    out: `pulumi up` with the pack, and `fleet policy check`, refuse every billable resource without them."""
-    missing = [key for key in DEFAULT_SETTINGS.required_labels if not labels.get(key)]
-    if not missing:
-        return []
-    flags = " ".join(f"--label {key}=<value>" for key in missing)
-    return [
-        f"no {', '.join(missing)} label: the policy pack (`fleet policy check`, policies/) refuses billable resources "
-        f"without it; pass {flags}, or add it under `labels` in the file"
-    ]
 
 
 def fabric_warnings(m: MachineType, nodes: int, region: str, gpus: tuple[str, ...], catalog: Catalog) -> list[str]:

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Network
 
 from fleet.bootstrap.errors import BadArgument
+from fleet.bootstrap.labels import check_labels
 from fleet.bootstrap.regions import UnknownRegion, check_region
 from fleet.catalog import CapacityType, Catalog
 from fleet.spec.kube_rules import IMAGE_DIGEST, RESERVED_NAMESPACES
 from fleet.spec.model import KueueAutoscalerSpec
-from fleet.spec.rules import GENERATED_LABELS, LABEL_KEY, LABEL_VALUE
 
 PROJECT_RE = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,18}[a-z0-9])?$")
@@ -23,7 +23,6 @@ STACK_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 RESERVATION_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 TEAM_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a team names its namespace: a DNS-1123 label
 SCHEDULERS = ("slurm", "kueue")
-STACK_LABEL = "gpu-fleet-stack"  # the label bootstrap gives every stack it writes (its name)
 #: the flags that shape a Kueue (GKE) cluster, and only such a cluster
 KUEUE_FLAGS = ("--team", "--authorized-network", "--autoscaler-image", "--upgrade-exclusion-start")
 
@@ -114,16 +113,7 @@ def check_request(req: BootstrapRequest, catalog: Catalog) -> None:
     if not STACK_RE.match(req.stack_name):
         raise BadArgument("--name", f"{req.stack_name!r}: stack names use letters, digits, '-', '_', '.'")
     check_cidrs("--reserve", req.reserved_cidrs)
-    keys = [key for key, _ in req.labels]
-    for key, value in req.labels:
-        if not LABEL_KEY.fullmatch(key):
-            raise BadArgument("--label", f"key {key!r}: a lower-case letter first; a-z, 0-9, _ and -; <= 63 chars")
-        if key in (*GENERATED_LABELS, STACK_LABEL):
-            raise BadArgument("--label", f"key {key!r}: gpu-fleet sets it itself; choose another key")
-        if not LABEL_VALUE.fullmatch(value):
-            raise BadArgument("--label", f"{key}={value!r}: a value is a-z, 0-9, _ and -, <= 63 chars")
-        if keys.count(key) > 1:
-            raise BadArgument("--label", f"key {key!r} given {keys.count(key)} times")
+    check_labels(req.labels)
     if not NAME_RE.match(req.cluster_name):
         raise BadArgument("--cluster", f"{req.cluster_name!r} is not a lower-case RFC 1035 name of <= 20 chars")
 
@@ -168,11 +158,3 @@ def check_kueue_request(req: BootstrapRequest) -> None:
         raise BadArgument("--upgrade-exclusion-start", "required with --scheduler kueue")
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z", start):
         raise BadArgument("--upgrade-exclusion-start", f"{start!r} is not RFC 3339 UTC, e.g. 2026-12-01T00:00:00Z")
-
-
-def parse_label(text: str) -> tuple[str, str]:
-    """`KEY=VALUE` of `--label`."""
-    key, sep, value = text.partition("=")
-    if not sep:
-        raise BadArgument("--label", f"{text!r}: give KEY=VALUE, e.g. team=ml-platform")
-    return key, value

@@ -149,7 +149,8 @@ def bootstrap_region(
     ),
 ) -> None:
     """Write Pulumi.<STACK>.yaml for N GPUs in a region, and say what was decided and why."""
-    from fleet.bootstrap.request import BootstrapRequest, parse_capacity, parse_label
+    from fleet.bootstrap.labels import parse_label
+    from fleet.bootstrap.request import BootstrapRequest, parse_capacity
     from fleet.bootstrap.stackfiles import find_stacks_dir, render_stack_file, stack_path, write_stack_file
 
     try:
@@ -258,10 +259,14 @@ def bootstrap_project(
     bucket_location: str | None = typer.Option(
         None, "--bucket-location", help="state bucket location: a region or multi-region (US, EU, ASIA)"
     ),
+    label: list[str] = typer.Option(  # noqa: B008
+        [], "--label", help="KEY=VALUE on every resource (team and cost-center: the policy pack requires them)"
+    ),
     force: bool = typer.Option(False, "--force", help="overwrite an existing stack file"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Write a project-bootstrap stack file: APIs, Pulumi state bucket, autoscaler and node identities."""
+    from fleet.bootstrap.labels import check_labels, label_warnings, parse_label
     from fleet.bootstrap.stackfiles import find_stacks_dir, render_stack_file, stack_path, write_stack_file
     from fleet.spec.project import ProjectSpecError, load_project_spec
 
@@ -270,6 +275,10 @@ def bootstrap_project(
     if bucket_location:
         raw["state_bucket"] = {"location": bucket_location}
     try:
+        labels = tuple(parse_label(text) for text in label)
+        check_labels(labels)
+        if labels:
+            raw["labels"] = dict(labels)
         try:
             spec = load_project_spec(raw)
         except ProjectSpecError as exc:
@@ -291,15 +300,22 @@ def bootstrap_project(
         "pulumi login --local   # the state bucket does not exist yet",
         f"pulumi stack init {stack}",
         f"fleet synth --config {path} --json",
+        f"fleet policy check --config {path}   # the guardrails pulumi up enforces with policies/",
         f"pulumi up --stack {stack}",
         f"pulumi login gs://{spec.bucket_name()}   # then bootstrap regions: fleet bootstrap-region ...",
     ]
-    out = {"stack": stack, "stack_file": str(path), "state_bucket": spec.bucket_name(), "next_steps": steps}
+    warnings = label_warnings(dict(labels))
+    out = {"stack": stack, "stack_file": str(path), "state_bucket": spec.bucket_name(), "warnings": warnings,
+           "next_steps": steps}  # fmt: skip
     if as_json:
         typer.echo(json.dumps(out, indent=2))
         return
     con = Console()
     con.print(f"[bold]wrote[/] {path}", highlight=False)
+    if warnings:
+        con.print("\n[bold yellow]Warnings[/]")
+        for warning in warnings:
+            con.print(f"  - {warning}", highlight=False, soft_wrap=True)
     con.print("\n[bold]Next steps[/]")
     for step in steps:
         con.print(f"  {step}", highlight=False, soft_wrap=True)

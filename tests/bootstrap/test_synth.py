@@ -82,3 +82,22 @@ def test_a_bootstrapped_kueue_region_synths_as_a_gke_cluster_and_passes_every_po
     (deployment,) = [r for r in result["resources"] if r["type"] == "kubernetes:apps/v1:Deployment"]
     assert IMAGE in json.dumps(deployment), deployment
     assert result["cost"]["hourly_usd_at_max"] == out["price_per_hour"]["at_max"]
+
+
+def test_a_bootstrapped_project_stack_passes_every_policy_with_the_labels_and_says_so_without(stacks_dir: Path) -> None:
+    """`fleet bootstrap-project --label ...`: the state bucket carries the labels the policy pack requires, and every
+    policy passes; without them the file is written with a warning naming the flags."""
+    from typer.testing import CliRunner
+
+    from fleet.cli.main import app
+
+    argv = ["bootstrap-project", "--project", "my-gpu-project", "--region", "us-east4", "--stacks-dir", str(stacks_dir)]
+    bare = CliRunner().invoke(app, [*argv, "--json"])
+    assert bare.exit_code == 0, bare.output
+    (warning,) = json.loads(bare.stdout)["warnings"]
+    assert "--label team=<value> --label cost-center=<value>" in warning
+    labelled = CliRunner().invoke(app, [*argv, *LABELS, "--force", "--json"])
+    assert labelled.exit_code == 0, labelled.output
+    out = json.loads(labelled.stdout)
+    assert out["warnings"] == [] and any(s.startswith("fleet policy check") for s in out["next_steps"])
+    synth(Path(out["stack_file"]))  # and every policy passes on it

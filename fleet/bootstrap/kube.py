@@ -44,7 +44,6 @@ class KueuePlan:
     gke: dict
     kueue: dict
     storage: dict
-    system_vms: list[str]  # the GKE system pool's machines, for the quota check
     reasons: tuple[str, ...]
     warnings: tuple[str, ...]
 
@@ -123,7 +122,6 @@ def plan_kueue(
         },
         kueue={"version": version, "teams": team_specs, "autoscaler": {"image": autoscaler_image}},
         storage={"home": None, "checkpoints": {}},
-        system_vms=system_vms(zones),
         reasons=tuple(reasons),
         warnings=tuple(warnings),
     )

@@ -15,13 +15,13 @@ from fleet.bootstrap.labels import check_labels
 from fleet.bootstrap.regions import UnknownRegion, check_region
 from fleet.catalog import CapacityType, Catalog
 from fleet.spec.kube_rules import IMAGE_DIGEST, RESERVED_NAMESPACES
-from fleet.spec.model import KueueAutoscalerSpec
+from fleet.spec.model import DNS1123_LABEL, RFC3339_UTC, KueueAutoscalerSpec
 
 PROJECT_RE = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,18}[a-z0-9])?$")
 STACK_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 RESERVATION_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-TEAM_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a team names its namespace: a DNS-1123 label
+TEAM_RE = re.compile(DNS1123_LABEL)  # a team names its namespace
 SCHEDULERS = ("slurm", "kueue")
 #: the flags that shape a Kueue (GKE) cluster, and only such a cluster
 KUEUE_FLAGS = ("--team", "--authorized-network", "--autoscaler-image", "--upgrade-exclusion-start")
@@ -156,5 +156,5 @@ def check_kueue_request(req: BootstrapRequest) -> None:
     start = req.upgrade_exclusion_start
     if start is None:  # the CLI passes the instant the file is written
         raise BadArgument("--upgrade-exclusion-start", "required with --scheduler kueue")
-    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z", start):
+    if not re.fullmatch(RFC3339_UTC, start):
         raise BadArgument("--upgrade-exclusion-start", f"{start!r} is not RFC 3339 UTC, e.g. 2026-12-01T00:00:00Z")

@@ -226,8 +226,10 @@ class SlurmSpec(_Spec):
 Platform = Literal["gce", "gke", "kubernetes"]
 # A CIDR from YAML text under the strict models (a string, never an int): fleet.input's Cidr.
 KubeCidr = Cidr
-# DNS-1123 label (Kubernetes namespaces, object names that double as label values).
-K8sName = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", description="DNS-1123 label")
+#: a DNS-1123 label (Kubernetes namespaces, object names that double as label values), and an RFC 3339 UTC instant
+DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+RFC3339_UTC = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
+K8sName = Field(pattern=DNS1123_LABEL, description="DNS-1123 label")
 
 
 class TemplateRef(_Spec):
@@ -294,8 +296,8 @@ class KubernetesSpec(_Spec):
     kubeconfig: str = Field(
         "kubeconfig", pattern=r"^[a-z][-a-z0-9_]{0,62}$", description="secret stack config key gpu-fleet:<this>"
     )
-    namespace: str = Field("default", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", description="CAPI namespace")
-    cluster_name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", description="the CAPI Cluster")
+    namespace: str = Field("default", pattern=DNS1123_LABEL, description="CAPI namespace")
+    cluster_name: str = Field(pattern=DNS1123_LABEL, description="the CAPI Cluster")
     version: str = Field(pattern=r"^v1\.[0-9]+\.[0-9]+$", description="Kubernetes version of the machines")
     bootstrap_template: TemplateRef | None = Field(None, description="default bootstrap template of every pool")
     # How the pools' nodes get their taints (GPU; spot): Cluster API propagates a MachineDeployment's taints only
@@ -343,7 +345,7 @@ class GkeSpec(_Spec):
     # Node upgrades of GPU pools only in a window the team picks: no minor or node upgrades from this
     # instant until the version's end of support (GKE maintenance exclusion).
     upgrade_exclusion_start: str | None = Field(
-        None, pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$", description="RFC 3339 UTC, e.g. 2026-12-01T00:00:00Z"
+        None, pattern=RFC3339_UTC, description="RFC 3339 UTC, e.g. 2026-12-01T00:00:00Z"
     )
     maintenance_window_start: str = Field("03:00", pattern=r"^([01]\d|2[0-3]):[0-5]\d$", description="daily, UTC")
     master_cidr: KubeCidr = IPv4Network("172.16.0.0/28")
@@ -359,11 +361,11 @@ class KueueTeamSpec(_Spec):
     """One team: a namespace, a LocalQueue, a ClusterQueue with a share of pools, optionally in a cohort."""
 
     name: str = K8sName
-    namespace: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", description="default: name")
+    namespace: str | None = Field(None, pattern=DNS1123_LABEL, description="default: name")
     quotas: dict[str, float] = Field(
         min_length=1, description="pool name -> share (0..1] of the pool's GPUs at max_nodes; flavor order = order here"
     )
-    cohort: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    cohort: str | None = Field(None, pattern=DNS1123_LABEL)
     borrowing_limit: float | None = Field(None, ge=0, description="may borrow this fraction of its nominal quota")
     lending_limit: float | None = Field(None, ge=0, le=1, description="lends at most this fraction of its nominal")
     fair_share_weight: float = Field(1.0, gt=0, le=1000)
@@ -380,7 +382,7 @@ class KueueAutoscalerSpec(_Spec):
 
     image: str = Field(description="container image pinned by digest: <repo>@sha256:<64 hex>")
     replicas: int = Field(2, ge=1, le=5, description="leader election through a Lease: one acts")
-    namespace: str = Field("gpu-fleet-system", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    namespace: str = Field("gpu-fleet-system", pattern=DNS1123_LABEL)
     policy: PolicyMapping = Field(default_factory=dict, description="planner Policy fields (docs/planner.md)")
     metrics_port: int = Field(9464, ge=1024, le=65535)
 

@@ -15,6 +15,15 @@ from fleet.catalog import CapacityType, load_catalog
 CAT = load_catalog()
 
 
+#: a Kueue (GKE) request's own arguments, as the CLI fills them
+KUEUE = {
+    "scheduler": "kueue",
+    "autoscaler_image": "registry.example/autoscaler@sha256:" + "0" * 64,
+    "upgrade_exclusion_start": "2026-12-01T00:00:00Z",
+    "authorized_networks": ("203.0.113.7/32",),
+}
+
+
 def plan(region: str = "us-central1", gpu: str = "h100", gpus: int = 64, capacity: str = "on-demand", **kw):
     kw.setdefault("labels", (("team", "ml-platform"), ("cost-center", "cc-gpu")))
     request = BootstrapRequest("my-gpu-project", region, gpu, gpus, capacity=parse_capacity(capacity), **kw)
@@ -219,37 +228,25 @@ def test_a_kueue_region_of_tcpxo_machines_is_warned_that_gke_sets_up_no_tcpxo() 
     """H100s on GKE are A3 Mega or A3 High, whose GPUDirect-TCPX(O) the GKE stack sets up nothing for: a multi-node
     pool is warned about (NCCL over the gVNIC); one node is not, nor is an A3 Ultra pool (its RDMA plugin is
     installed)."""
-    kueue = {
-        "scheduler": "kueue",
-        "autoscaler_image": "registry.example/autoscaler@sha256:" + "0" * 64,
-        "upgrade_exclusion_start": "2026-12-01T00:00:00Z",
-        "authorized_networks": ("203.0.113.7/32",),
-    }
-    many = plan("us-central1", "h100", 64, **kueue)
+    many = plan("us-central1", "h100", 64, **KUEUE)
     assert many.choice.machine.name == "a3-megagpu-8g"
     (warning,) = many.warnings
     assert "no GPUDirect-TCPX(O) software" in warning and "over the gVNIC" in warning
-    assert plan("us-central1", "h100", 8, **kueue).warnings == []
-    assert plan("europe-west4", "h200", 32, **kueue).warnings == []
+    assert plan("us-central1", "h100", 8, **KUEUE).warnings == []
+    assert plan("europe-west4", "h200", 32, **KUEUE).warnings == []
 
 
 def test_a_kueue_regions_gke_ranges_keep_clear_of_reserved_and_other_stacks_ranges() -> None:
     """GKE's pod, service and control-plane ranges are planned as the system and GPU ranges are: the spec's defaults
     when nothing uses them, else the lowest free blocks, never over a `--reserve`d range."""
-    kueue = {
-        "scheduler": "kueue",
-        "autoscaler_image": "registry.example/autoscaler@sha256:" + "0" * 64,
-        "upgrade_exclusion_start": "2026-12-01T00:00:00Z",
-        "authorized_networks": ("203.0.113.7/32",),
-    }
-    gke = plan("europe-west4", "h200", 32, **kueue).spec["clusters"][0]["gke"]
+    gke = plan("europe-west4", "h200", 32, **KUEUE).spec["clusters"][0]["gke"]
     assert (gke["pods_cidr"], gke["services_cidr"], gke["master_cidr"]) == (
         "10.64.0.0/14",
         "10.68.0.0/20",
         "172.16.0.0/28",
     )
     reserved = ("10.66.0.0/16", "172.16.0.0/24")
-    moved = plan("europe-west4", "h200", 32, reserved_cidrs=reserved, **kueue)
+    moved = plan("europe-west4", "h200", 32, reserved_cidrs=reserved, **KUEUE)
     gke = moved.spec["clusters"][0]["gke"]
     assert (gke["pods_cidr"], gke["services_cidr"], gke["master_cidr"]) == (
         "10.68.0.0/14",

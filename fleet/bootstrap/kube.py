@@ -107,9 +107,9 @@ def plan_kueue(
     )
     if nodes > 1 and machine.fabric_not_set_up_on_gke:
         warnings.append(
-            f"{machine.name}: the GKE stack sets up no GPUDirect-TCPX(O) software (GKE's installer, NRI device "
-            f"injector and RxDM sidecar), so multi-node NCCL across these {nodes} nodes runs over the gVNIC; "
-            "A3 Ultra / A4 (h200, b200) get their RDMA plugin installed (docs/kubernetes.md)"
+            f"{machine.name}: the GKE stack sets up no GPUDirect-TCPX software (GKE's installer and RxDM sidecar), "
+            f"so multi-node NCCL across these {nodes} nodes runs over the gVNIC; A3 Mega (TCPXO) and A3 Ultra / A4 "
+            "(h200, b200) get their fabric software installed (docs/kubernetes.md)"
         )
     return KueuePlan(
         gke={

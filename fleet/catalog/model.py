@@ -97,8 +97,12 @@ class FabricSoftware:
     nccl_version: str | None = None
     env_script: str | None = None
     lib_dir: str | None = None
-    #: GKE: the image of the DaemonSet that installs the NCCL plugin on the nodes (GKE's COS nodes have no apt)
+    #: GKE: the image of the DaemonSet that installs the NCCL plugin on the nodes (GKE's COS nodes have no apt);
+    #: None: `nccl_plugin_image` (TCPXO's plugin image is its own installer)
     gke_installer_image: str | None = None
+    #: GKE: the NRI plugin that injects the GPU devices a pod's annotation names into one of its containers (TCPXO:
+    #: the RxDM sidecar, which asks no `nvidia.com/gpu` of its own)
+    gke_device_injector_image: str | None = None
 
 
 @dataclass(frozen=True)
@@ -163,9 +167,9 @@ class MachineType:
 
     @property
     def fabric_not_set_up_on_gke(self) -> bool:
-        """Its GPU fabric is GPUDirect-TCPX(O) (A3 High, A3 Mega), whose NCCL plugin, NRI device injector and RxDM
-        sidecar the GKE stack does not install (stacks/gke_fabric.py): NCCL runs across nodes over the gVNIC."""
-        return self.nics.fabric in ("gpudirect-tcpx", "gpudirect-tcpxo")
+        """Its GPU fabric is GPUDirect-TCPX (A3 High), whose NCCL plugin and RxDM sidecar the GKE stack does not
+        install (stacks/gke_fabric.py sets up TCPXO and gIB only): NCCL runs across nodes over the gVNIC."""
+        return self.nics.fabric == "gpudirect-tcpx"
 
     @property
     def cores_per_socket(self) -> int:
@@ -289,6 +293,7 @@ def load_catalog(provider: str = "gcp") -> Catalog:
             env_script=f.get("env_script"),
             lib_dir=f.get("lib_dir"),
             gke_installer_image=f.get("gke_installer_image"),
+            gke_device_injector_image=f.get("gke_device_injector_image"),
         )
         for kind, f in raw["fabric_software"].items()
     }

@@ -224,15 +224,17 @@ def test_the_generated_cluster_pins_its_zone_to_the_pools_first() -> None:
         assert cluster["zone"] == cluster["pools"][0]["zones"][0]
 
 
-def test_a_kueue_region_of_tcpxo_machines_is_warned_that_gke_sets_up_no_tcpxo() -> None:
-    """H100s on GKE are A3 Mega or A3 High, whose GPUDirect-TCPX(O) the GKE stack sets up nothing for: a multi-node
-    pool is warned about (NCCL over the gVNIC); one node is not, nor is an A3 Ultra pool (its RDMA plugin is
-    installed)."""
-    many = plan("us-central1", "h100", 64, **KUEUE)
-    assert many.choice.machine.name == "a3-megagpu-8g"
+def test_a_kueue_region_of_a3_high_is_warned_that_gke_sets_up_no_tcpx() -> None:
+    """H100s on GKE are A3 Mega (TCPXO: the GKE stack installs its plugin and device injector) or A3 High (TCPX: it
+    sets up nothing): a multi-node A3 High pool is warned about (NCCL over the gVNIC); one node is not, nor is an
+    A3 Mega or an A3 Ultra pool."""
+    many = plan("europe-west9", "h100", 64, **KUEUE)
+    assert many.choice.machine.name == "a3-highgpu-8g"
     (warning,) = many.warnings
-    assert "no GPUDirect-TCPX(O) software" in warning and "over the gVNIC" in warning
-    assert plan("us-central1", "h100", 8, **KUEUE).warnings == []
+    assert "no GPUDirect-TCPX software" in warning and "over the gVNIC" in warning
+    assert plan("europe-west9", "h100", 8, **KUEUE).warnings == []
+    mega = plan("us-central1", "h100", 64, **KUEUE)
+    assert mega.choice.machine.name == "a3-megagpu-8g" and mega.warnings == []
     assert plan("europe-west4", "h200", 32, **KUEUE).warnings == []
 
 

@@ -500,33 +500,95 @@ def test_gke_rdma_pools_get_the_nccl_gib_plugin_gke_does_not_install(gke):
     assert model.spec.template.spec.init_containers[0].security_context.privileged is True
 
 
-def test_gke_tcpxo_pools_are_named_in_a_warning_and_get_no_installer(tmp_path):
-    def mega(config: dict) -> None:
-        config["gpu-fleet:fleet"]["clusters"][0]["pools"][1]["machine_type"] = "a3-megagpu-8g"  # the spot pool
+def test_gke_tcpx_pools_are_named_in_a_warning_and_get_no_installer(tmp_path):
+    """A3 High's GPUDirect-TCPX is not set up on GKE: its pools get no fabric DaemonSet and `pulumi up` says so;
+    one node in all runs no multi-node job, so nothing to warn about."""
 
-    syn = synth_file(gke_file(tmp_path, mega))
-    (ds,) = of_kind(syn, "DaemonSet")  # the A3 Ultra pool still gets its installer, the A3 Mega one does not
-    values = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ]
-    assert values["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["resv"]
+    def high(config: dict) -> None:
+        config["gpu-fleet:fleet"]["clusters"][0]["pools"][1]["machine_type"] = "a3-highgpu-8g"  # the spot pool
+
+    syn = synth_file(gke_file(tmp_path, high))
+    (ds,) = of_kind(syn, "DaemonSet")  # the A3 Ultra pool still gets its installer, the A3 High one nothing
+    assert _pools_of(ds) == ["resv"]
     (warning,) = syn.result.warnings
-    assert "pools spot are" in warning and "GPUDirect-TCPX(O)" in warning and "gVNIC" in warning
+    assert "pools spot are" in warning and "GPUDirect-TCPX machines" in warning and "gVNIC" in warning
 
-    def one_mega(config: dict) -> None:  # one A3 Mega node in all runs no multi-node job: nothing to warn about
-        mega(config)
+    def one_high(config: dict) -> None:
+        high(config)
         config["gpu-fleet:fleet"]["clusters"][0]["pools"][1]["max_nodes"] = 1
 
-    assert synth_file(gke_file(tmp_path, one_mega)).result.warnings == []
+    assert synth_file(gke_file(tmp_path, one_high)).result.warnings == []
 
 
-def test_the_synth_cli_prints_the_program_s_warnings(tmp_path):
+def _pools_of(ds: dict[str, Any]) -> list[str]:
+    """The node pools a fabric DaemonSet runs on (its one node-affinity term)."""
+    (term,) = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    (expr,) = term["matchExpressions"]
+    assert expr["key"] == "cloud.google.com/gke-nodepool" and expr["operator"] == "In"
+    return expr["values"]
+
+
+def mega_file(tmp_path: Path) -> Path:
+    """gke-a3ultra-kueue with its spot pool of A3 Mega: one gIB pool and one TCPXO pool."""
+
     def mega(config: dict) -> None:
         config["gpu-fleet:fleet"]["clusters"][0]["pools"][1]["machine_type"] = "a3-megagpu-8g"
 
-    res = _cli("--config", str(gke_file(tmp_path, mega)), "--json")
+    return gke_file(tmp_path, mega)
+
+
+def test_gke_tcpxo_pools_get_the_plugin_installer_and_the_nri_device_injector(tmp_path):
+    """A3 Mega nodes come up with their eight GPU NICs but not the TCPXO plugin, the aperture devices or the NRI
+    plugin that hands the RxDM sidecar its GPUs: the stack runs both on exactly the TCPXO pools, from the catalog's
+    pins (the plugin image the Slurm path runs, the injector by digest), with no warning; the gIB pool keeps its own
+    installer."""
+    from kubernetes.client import ApiClient
+
+    from fleet.catalog import load_catalog
+    from stacks.gke_fabric import DEVICE_INJECTOR, NAME, TCPXO_INSTALLER
+
+    syn = synth_file(mega_file(tmp_path))
+    assert syn.result.warnings == []
+    sets = {ds["metadata"]["name"]: ds for ds in of_kind(syn, "DaemonSet")}
+    assert set(sets) == {NAME, TCPXO_INSTALLER, DEVICE_INJECTOR}
+    assert _pools_of(sets[NAME]) == ["resv"]
+    tcpxo = load_catalog().fabric_software("tcpxo")
+    for name in (TCPXO_INSTALLER, DEVICE_INJECTOR):
+        ds = sets[name]
+        assert ds["metadata"]["namespace"] == "kube-system" and _pools_of(ds) == ["spot"]
+        spec = ds["spec"]["template"]["spec"]
+        assert spec["priorityClassName"] == "system-node-critical" and {"operator": "Exists"} in spec["tolerations"]
+        model = ApiClient().deserialize(json.dumps(ds), "V1DaemonSet", "application/json")
+        assert model.spec.template.spec.host_pid is True
+    installer = sets[TCPXO_INSTALLER]["spec"]["template"]["spec"]
+    apertures, install = installer["initContainers"]  # the aperture devices before the plugin, as upstream
+    assert apertures["image"] == install["image"] == tcpxo.nccl_plugin_image
+    assert apertures["command"][:4] == ["nsenter", "--all", "--target", "1"]  # the node's namespaces: its /dev
+    assert "modprobe import-helper" in apertures["args"][0] and "[1ae0:0084]" in apertures["args"][0]
+    assert "iptables" not in apertures["args"][0]  # upstream opens every TCP port of the node; not here
+    host = {v["name"]: v["hostPath"]["path"] for v in installer["volumes"]}
+    assert {host[m["name"]]: m["mountPath"] for m in install["volumeMounts"]} == {
+        "/var/lib": "/var/lib",
+        "/home/kubernetes/bin": "/usr/local",
+    }
+    (injector,) = sets[DEVICE_INJECTOR]["spec"]["template"]["spec"]["containers"]
+    assert injector["image"] == tcpxo.gke_device_injector_image and "@sha256:" in injector["image"]
+    for ds in sets.values():  # pinned: a version tag or a digest, never latest
+        spec = ds["spec"]["template"]["spec"]
+        for c in [*spec.get("initContainers", []), *spec["containers"]]:
+            image = c["image"]
+            assert "@sha256:" in image or (":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest")), image
+
+
+def test_the_synth_cli_prints_the_program_s_warnings(tmp_path):
+    def high(config: dict) -> None:
+        config["gpu-fleet:fleet"]["clusters"][0]["pools"][1]["machine_type"] = "a3-highgpu-8g"
+
+    res = _cli("--config", str(gke_file(tmp_path, high)), "--json")
     assert res.returncode == 0, res.stderr
-    assert "warning: clusters[a3u]: pools spot are GPUDirect-TCPX(O) machines" in res.stderr
+    assert "warning: clusters[a3u]: pools spot are GPUDirect-TCPX machines" in res.stderr
     assert json.loads(res.stdout)["warnings"] == [res.stderr.split("warning: ", 1)[1].strip()]
 
 

@@ -4,8 +4,11 @@
 slurm.conf, gres.conf, cgroup.conf and topology.conf (the initial tree; the controller keeps it current), the
 controller's slurmdbd.conf (0600: `slurm.accounting: slurmdbd`, the default) and job_submit.lua when there is one,
 in DIR/<cluster>/ when the spec has several Slurm clusters;
-`fleet render spec` prints the validated spec with every default filled in.  An invalid spec
-exits 2 with one `path: reason` line per problem on stderr and writes nothing.
+`fleet render spec` prints the validated spec with every default filled in;
+`fleet render gpudirect-pod (--stack NAME | --config PATH) --pool POOL --image IMAGE [--cluster NAME] [--gpus N]`
+prints, as YAML, the pod template a workload on a GKE pool of A3 Mega, A3 Ultra or A4 machines starts from to use
+their GPU fabric (the networks, the NCCL plugin's mounts, TCPXO's RxDM sidecar: `stacks.gke_fabric.workload_pod`).
+An invalid spec exits 2 with one `path: reason` line per problem on stderr and writes nothing.
 """
 
 from __future__ import annotations
@@ -137,6 +140,65 @@ def spec_json(stack: StackOpt = None, config: ConfigOpt = None) -> None:
     """Validate a stack's fleet spec and print it as JSON with every default filled in."""
     spec = _load(stack, config)
     typer.echo(json.dumps(spec.model_dump(mode="json"), indent=2))
+
+
+@render_app.command("gpudirect-pod")
+def gpudirect_pod(
+    pool: Annotated[str, typer.Option("--pool", help="the GKE node pool the workload runs on")],
+    image: Annotated[str, typer.Option("--image", help="the trainer container's image")],
+    stack: StackOpt = None,
+    config: ConfigOpt = None,
+    cluster: Annotated[str | None, typer.Option(help="the GKE cluster (default: the one holding --pool)")] = None,
+    gpus: Annotated[int | None, typer.Option(help="GPUs the trainer asks (default: all of the node's)")] = None,
+) -> None:
+    """Print the pod template a workload uses the pool's GPUDirect fabric with (GKE: A3 Mega, A3 Ultra, A4)."""
+    import yaml
+
+    from fleet.catalog import load_catalog
+    from stacks import plan
+    from stacks.gke_fabric import workload_pod
+    from stacks.kube_plan import gke_networks
+
+    spec = _load(stack, config)
+    gke = [c for c in spec.clusters if c.platform == "gke" and (cluster is None or c.name == cluster)]
+    if not gke:
+        names = ", ".join(c.name for c in spec.clusters if c.platform == "gke") or "none"
+        if cluster is not None:
+            raise _fail([f"--cluster: no GKE cluster {cluster!r} in the spec (GKE clusters: {names})"])
+        raise _fail(["the spec has no GKE cluster (the Slurm path sets the fabric up on the nodes themselves)"])
+    found = [(c, p) for c in gke for p in c.pools if p.name == pool]
+    if len(found) != 1:
+        pools = ", ".join(sorted(f"{c.name}/{p.name}" for c in gke for p in c.pools))
+        reason = "is in several GKE clusters: give --cluster" if found else "is not a pool of"
+        raise _fail([f"--pool: {pool!r} {reason} {'' if found else 'the GKE clusters '}({pools})"])
+    ((owner, chosen),) = found
+    cat = load_catalog(spec.provider)
+    nets = gke_networks(owner, plan.fabric_plans(spec, cat)).get(chosen.machine_type, [])
+    try:
+        template = workload_pod(chosen, cat, [n.name for n in nets], image, gpus)
+    except ValueError as exc:
+        raise _fail([f"--pool {pool}: {exc}" if "gpus:" not in str(exc) else f"--{exc}"]) from None
+    typer.echo(f"# gpu-fleet: the pod template for {owner.name}/{chosen.name} ({chosen.machine_type}); merge it into")
+    typer.echo("# your Job / JobSet / PyTorchJob pod template.  Kueue adds the pool's node selector and tolerations.")
+    if cat.machine(chosen.machine_type).software.fabric == "gib":
+        typer.echo(
+            "# Before NCCL starts, the trainer sources /usr/local/gib/scripts/set_nccl_env.sh (docs/kubernetes.md)."
+        )
+    typer.echo(yaml.dump(template, Dumper=_block_dumper(), sort_keys=False), nl=False)
+
+
+def _block_dumper():  # -> type[yaml.SafeDumper]
+    """A YAML dumper writing multi-line strings (the injector's device list) as `|` blocks, as one writes them."""
+    import yaml
+
+    class BlockDumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+    BlockDumper.add_representer(str, text)
+    return BlockDumper
 
 
 def register(app: typer.Typer) -> None:

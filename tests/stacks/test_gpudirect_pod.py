@@ -1,0 +1,149 @@
+"""`fleet render gpudirect-pod`: the pod template a workload uses a GKE pool's GPU fabric with.
+
+What a platform team relies on: the template names the networks the stack declares, in the pool's NIC order; it
+mounts what the stack's installers leave on the node, from the same host paths; TCPXO's RxDM sidecar is the one the
+device injector's annotation names, from the catalog's pinned image, and a native sidecar (a Job's pod ends with its
+trainer); the Kubernetes client's own model reads the pod back whole.  Bad arguments exit 2 naming the option."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from fleet.catalog import load_catalog
+from fleet.cli.main import app
+from fleet.synth.run import synth_file
+from stacks.gke_fabric import APERTURE_DIR, DEVICE_INJECTOR, RXDM_SIDECAR, TCPXO_INSTALLER
+from tests.stacks.test_kube_stacks import gpu_pools, mega_file, of_kind
+
+IMAGE = "registry.example/train@sha256:" + "1" * 64
+
+
+def render(*args: str) -> Any:
+    return CliRunner().invoke(app, ["render", "gpudirect-pod", *args])
+
+
+def template(config: Path, pool: str, *extra: str) -> dict[str, Any]:
+    done = render("--config", str(config), "--pool", pool, "--image", IMAGE, *extra)
+    assert done.exit_code == 0, done.output
+    return yaml.safe_load(done.stdout)
+
+
+def as_pod(tpl: dict[str, Any]) -> Any:
+    """The template as a Pod, read by the Kubernetes client's model (a field it does not know is dropped, so the
+    round trip is compared whole)."""
+    from kubernetes.client import ApiClient
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w", **tpl["metadata"]}, "spec": tpl["spec"]}
+    client = ApiClient()
+    model = client.deserialize(json.dumps(pod), "V1Pod", "application/json")
+    assert client.sanitize_for_serialization(model) == pod
+    return model
+
+
+@pytest.fixture(scope="module")
+def mega(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return mega_file(tmp_path_factory.mktemp("mega"))
+
+
+@pytest.fixture(scope="module")
+def synthesized_mega(mega: Path) -> Any:
+    return synth_file(mega)
+
+
+def _node_networks(syn: Any, pool: str) -> list[str]:
+    """The Network objects pods name for `pool`'s additional node networks, in the node pool's NIC order."""
+    (node_pool,) = [r for r in gpu_pools(syn) if r.inputs["name"] == pool]
+    by_subnet = {
+        p["spec"]["vpcSubnet"]: p["metadata"]["name"] for p in of_kind(syn, "GKENetworkParamSet")
+    }  # each subnet's param set is named as its Network
+    subnets = [n["subnetwork"] for n in node_pool.inputs["networkConfig"]["additionalNodeNetworkConfigs"]]
+    declared = {n["metadata"]["name"] for n in of_kind(syn, "Network")}
+    names = [by_subnet[s] for s in subnets]
+    assert set(names) <= declared
+    return names
+
+
+def test_a_tcpxo_pod_names_the_pool_s_eight_networks_and_runs_rxdm_as_the_injector_s_native_sidecar(
+    mega: Path, synthesized_mega: Any
+) -> None:
+    tpl = template(mega, "spot")
+    pod = as_pod(tpl)
+    annotations = tpl["metadata"]["annotations"]
+    interfaces = json.loads(annotations["networking.gke.io/interfaces"])
+    assert interfaces[0] == {"interfaceName": "eth0", "network": "default"}
+    assert [i["network"] for i in interfaces[1:]] == _node_networks(synthesized_mega, "spot")
+    assert [i["interfaceName"] for i in interfaces] == [f"eth{i}" for i in range(9)]
+    tcpxo = load_catalog().fabric_software("tcpxo")
+    (sidecar,) = pod.spec.init_containers
+    assert sidecar.name == RXDM_SIDECAR and sidecar.restart_policy == "Always" and sidecar.image == tcpxo.rxdm_image
+    assert set(sidecar.security_context.capabilities.add) == {"NET_ADMIN", "NET_BIND_SERVICE"}
+    assert not sidecar.resources  # its GPUs come from the injector, not from a second nvidia.com/gpu request
+    devices = [d["path"] for d in yaml.safe_load(annotations[f"devices.gke.io/container.{RXDM_SIDECAR}"])]
+    assert devices[:8] == [f"/dev/nvidia{i}" for i in range(8)] and "/dev/dmabuf_import_helper" in devices
+    (trainer,) = pod.spec.containers
+    assert trainer.image == IMAGE and trainer.resources.limits == {"nvidia.com/gpu": "8"}
+    env = {e.name: e.value for e in trainer.env}
+    assert env["NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY"] == APERTURE_DIR
+    host = {v.name: v.host_path.path for v in pod.spec.volumes if v.host_path}
+    mounts = {m.mount_path: host.get(m.name) for m in trainer.volume_mounts}
+    assert mounts[APERTURE_DIR] == APERTURE_DIR  # where the installer's first init container bind-mounts them
+    lib = mounts[env["LD_LIBRARY_PATH"]]
+    # where the installer copies NCCL and the plugin: its mount of the node's /home/kubernetes/bin at /usr/local
+    (installer,) = [d for d in of_kind(synthesized_mega, "DaemonSet") if d["metadata"]["name"] == TCPXO_INSTALLER]
+    spec = installer["spec"]["template"]["spec"]
+    nodes = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
+    (copy,) = [c for c in spec["initContainers"] if "cp -r" in c["args"][0]]
+    (at,) = [nodes[m["name"]] for m in copy["volumeMounts"] if m["mountPath"] == "/usr/local"]
+    assert "cp -r /var/lib/tcpxo/lib64/. /usr/local/nvidia/lib64" in copy["args"][0]
+    assert lib == f"{at}/nvidia/lib64"
+    assert DEVICE_INJECTOR in {d["metadata"]["name"] for d in of_kind(synthesized_mega, "DaemonSet")}
+
+
+def test_a_gib_pod_mounts_what_the_gib_installer_leaves_and_names_the_rdma_networks(
+    mega: Path, synthesized_mega: Any
+) -> None:
+    tpl = template(mega, "resv", "--gpus", "4")
+    pod = as_pod(tpl)
+    interfaces = json.loads(tpl["metadata"]["annotations"]["networking.gke.io/interfaces"])
+    assert [i["network"] for i in interfaces[1:]] == _node_networks(synthesized_mega, "resv")
+    assert not pod.spec.init_containers  # gIB needs no sidecar
+    (trainer,) = pod.spec.containers
+    assert trainer.resources.limits == {"nvidia.com/gpu": "4"}
+    (installer,) = [
+        d for d in of_kind(synthesized_mega, "DaemonSet") if d["metadata"]["name"].endswith("gib-installer")
+    ]
+    installed = {v["hostPath"]["path"] for v in installer["spec"]["template"]["spec"]["volumes"]}
+    host = {v.name: v.host_path.path for v in pod.spec.volumes if v.host_path}
+    assert {host[m.name] for m in trainer.volume_mounts if m.name in host} == installed
+    paths = {m.mount_path for m in trainer.volume_mounts}
+    env = {e.name: e.value for e in trainer.env}
+    for path in env["LD_LIBRARY_PATH"].split(":"):  # every library directory is on a mount of what was installed
+        assert any(path == p or path.startswith(p + "/") for p in paths), path
+    assert "set_nccl_env.sh" in render("--config", str(mega), "--pool", "resv", "--image", IMAGE).stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pool", "nope"], "--pool: 'nope' is not a pool of the GKE clusters (a3u/resv, a3u/spot)"),
+        (["--pool", "spot", "--gpus", "9"], "--gpus: a3-megagpu-8g has 8 GPUs per node, got 9"),
+        (["--pool", "spot", "--gpus", "0"], "--gpus: a3-megagpu-8g has 8 GPUs per node, got 0"),
+        (["--pool", "spot", "--cluster", "other"], "--cluster: no GKE cluster 'other' in the spec (GKE clusters: a3u)"),
+    ],
+)
+def test_bad_arguments_exit_2_naming_the_option(mega: Path, args: list[str], message: str) -> None:
+    done = render("--config", str(mega), "--image", IMAGE, *args)
+    assert done.exit_code == 2 and f"error: {message}" in done.output and "Traceback" not in done.output
+
+
+def test_a_slurm_stack_or_a_pool_without_a_fabric_is_refused() -> None:
+    slurm = render("--stack", "gcp-a3mega-slurm", "--pool", "a3mega", "--image", IMAGE)
+    assert slurm.exit_code == 2 and "the spec has no GKE cluster" in slurm.output
+    neocloud = render("--stack", "k8s-neocloud-kueue", "--pool", "x", "--image", IMAGE)
+    assert neocloud.exit_code == 2 and "no GKE cluster" in neocloud.output

@@ -250,10 +250,14 @@ class Docker:
         """`docker run --rm OPTIONS IMAGE COMMAND...` in the foreground; the result, failed or not."""
         return self._call(["run", "--rm", *options, image, *command], timeout=timeout, check=False)
 
-    def run_detached(self, image: str, name: str, command: list[str]) -> str:
-        """`docker run --detach --name NAME --entrypoint COMMAND[0] IMAGE COMMAND[1:]`; returns `name`."""
-        self._call(["run", "--detach", "--name", name, "--entrypoint", command[0], image, *command[1:]])
+    def run_detached(self, image: str, name: str, command: list[str], options: tuple[str, ...] = ()) -> str:
+        """`docker run --detach --name NAME [OPTIONS] --entrypoint COMMAND[0] IMAGE COMMAND[1:]`; returns `name`."""
+        self._call(["run", "--detach", "--name", name, *options, "--entrypoint", command[0], image, *command[1:]])
         return name
+
+    def remove(self, container: str) -> None:
+        """`docker rm --force CONTAINER` (stopped and removed, whatever its state)."""
+        self._call(["rm", "--force", container])
 
     def logs(self, container: str) -> str:
         done = self._call(["container", "logs", container])

@@ -31,6 +31,7 @@ from fleet.catalog import load_catalog
 from stacks.gke_fabric import HOST_GIB, HOST_NVIDIA_LIB, NAME
 from tests.harness.docker import Docker
 from tests.harness.docker import unavailable_reason as docker_unavailable
+from tests.harness.kubelet import run_as_kubelet
 from tests.harness.minimal_root import minimal_root
 from tests.harness.requirements import missing
 from tests.stacks.test_kube_stacks import of_kind, synthesized
@@ -50,41 +51,6 @@ mkdir -p /var/lib/gib/lib64 /var/lib/gib/scripts
 for lib in libnccl.so.2 libnccl-net.so; do echo "stand-in $lib" > /var/lib/gib/lib64/$lib; done
 echo "export NCCL_NET=gIB" > /var/lib/gib/scripts/set_nccl_env.sh
 """
-
-#: the pod spec's fields `run_as_kubelet` translates, or that only place the pod (scheduling, priority)
-POD_FIELDS = {"volumes", "hostNetwork", "hostPID", "initContainers", "containers"}
-PLACEMENT = {"priorityClassName", "affinity", "tolerations", "nodeSelector"}
-CONTAINER_FIELDS = {"name", "image", "command", "args", "env", "securityContext", "volumeMounts", "resources"}
-
-
-def run_as_kubelet(
-    docker: Docker, pod: dict[str, Any], container: dict[str, Any], node: Path
-) -> subprocess.CompletedProcess[str]:
-    """`container` of `pod` run to its end as a kubelet on a node whose root is `node` runs it."""
-    untranslated = (set(pod) - POD_FIELDS - PLACEMENT) | (set(container) - CONTAINER_FIELDS)
-    untranslated |= set(container.get("securityContext", {})) - {"privileged"}
-    assert not untranslated, f"run_as_kubelet does not translate {sorted(untranslated)}: teach it, or the test lies"
-    volumes = {v["name"]: v for v in pod.get("volumes", [])}
-    options: list[str] = []
-    for mount in container.get("volumeMounts", []):
-        volume = volumes[mount["name"]]
-        assert set(volume) == {"name", "hostPath"}, f"volume {mount['name']}: only hostPath volumes are translated"
-        path = node / volume["hostPath"]["path"].lstrip("/")
-        kind = volume["hostPath"].get("type", "")
-        if kind == "DirectoryOrCreate":
-            path.mkdir(mode=0o755, parents=True, exist_ok=True)  # kubelet: "created with permission set to 0755"
-        else:
-            assert kind == "Directory" and path.is_dir(), f"hostPath {volume['hostPath']}: not on the node"
-        options += ["--volume", f"{path}:{mount['mountPath']}{':ro' if mount.get('readOnly') else ''}"]
-    options += ["--privileged"] if container.get("securityContext", {}).get("privileged") else []
-    options += ["--network", "host"] if pod.get("hostNetwork") else []
-    options += ["--pid", "host"] if pod.get("hostPID") else []
-    options += [arg for e in container.get("env", []) for arg in ("--env", f"{e['name']}={e['value']}")]
-    command, args = container.get("command"), container.get("args", [])
-    if command:  # `command` replaces the image's ENTRYPOINT, `args` its CMD
-        options += ["--entrypoint", command[0]]
-        args = [*command[1:], *args]
-    return docker.run(options, container["image"], args)
 
 
 @pytest.fixture(scope="module")

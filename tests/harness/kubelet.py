@@ -1,0 +1,53 @@
+"""A pod's container run as a kubelet runs it, by one `docker run` on a test's own dockerd (tests/harness/docker.py).
+
+`run_as_kubelet(docker, pod, container, node)` translates what the GKE stack's DaemonSets use: hostPath volumes (at a
+directory `node` standing for the node's file system; `DirectoryOrCreate` made 0755, as kubelet does), `command` /
+`args` overriding the image's ENTRYPOINT / CMD as Kubernetes does, `env`, privileged, and the node's network and PID
+namespaces (`hostNetwork`, `hostPID`): the machine's own, or those of a container standing for the node
+(`namespaces_of`).  Any other pod or container field fails the call, so a field added to a manifest cannot be
+dropped here unnoticed: teach it here first."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.harness.docker import Docker
+
+#: the pod spec's fields `run_as_kubelet` translates, or that only place the pod (scheduling, priority)
+POD_FIELDS = {"volumes", "hostNetwork", "hostPID", "initContainers", "containers"}
+PLACEMENT = {"priorityClassName", "affinity", "tolerations", "nodeSelector"}
+CONTAINER_FIELDS = {"name", "image", "command", "args", "env", "securityContext", "volumeMounts", "resources"}
+
+
+def run_as_kubelet(
+    docker: Docker, pod: dict[str, Any], container: dict[str, Any], node: Path, namespaces_of: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`container` of `pod` run to its end as a kubelet on a node whose root is `node` runs it; `namespaces_of`: the
+    container whose network and PID namespaces are the node's (default: this machine's)."""
+    untranslated = (set(pod) - POD_FIELDS - PLACEMENT) | (set(container) - CONTAINER_FIELDS)
+    untranslated |= set(container.get("securityContext", {})) - {"privileged"}
+    assert not untranslated, f"run_as_kubelet does not translate {sorted(untranslated)}: teach it, or the test lies"
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    options: list[str] = []
+    for mount in container.get("volumeMounts", []):
+        volume = volumes[mount["name"]]
+        assert set(volume) == {"name", "hostPath"}, f"volume {mount['name']}: only hostPath volumes are translated"
+        path = node / volume["hostPath"]["path"].lstrip("/")
+        kind = volume["hostPath"].get("type", "")
+        if kind == "DirectoryOrCreate":
+            path.mkdir(mode=0o755, parents=True, exist_ok=True)  # kubelet: "created with permission set to 0755"
+        else:
+            assert kind == "Directory" and path.is_dir(), f"hostPath {volume['hostPath']}: not on the node"
+        options += ["--volume", f"{path}:{mount['mountPath']}{':ro' if mount.get('readOnly') else ''}"]
+    host = f"container:{namespaces_of}" if namespaces_of else "host"
+    options += ["--privileged"] if container.get("securityContext", {}).get("privileged") else []
+    options += ["--network", host] if pod.get("hostNetwork") else []
+    options += ["--pid", host] if pod.get("hostPID") else []
+    options += [arg for e in container.get("env", []) for arg in ("--env", f"{e['name']}={e['value']}")]
+    command, args = container.get("command"), container.get("args", [])
+    if command:  # `command` replaces the image's ENTRYPOINT, `args` its CMD
+        options += ["--entrypoint", command[0]]
+        args = [*command[1:], *args]
+    return docker.run(options, container["image"], args)

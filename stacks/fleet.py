@@ -105,7 +105,7 @@ def fabric_not_set_up_warning(spec: FleetSpec, cluster: ClusterSpec, catalog: Ca
             "GPUDirect-TCPX NICs the stack sets up no software for (its kernel needs access credentials from Google: "
             'docs/stacks.md "Known limits"), so multi-node NCCL on them runs over its sockets transport, not '
             "GPUDirect; single-node jobs are unaffected.  For multi-node training use a3-megagpu-8g (TCPXO, set up) "
-            "where it is offered"
+            "where it is offered, or a GKE cluster (`platform: gke`), whose nodes get TCPX set up"
         )
 
 

@@ -116,18 +116,11 @@ def _gke(
     # GPUDirect: the Network / GKENetworkParamSet objects pods name, one per additional node network.
     net_objects = kube_plan.network_objects(networks, fabric)
     net_declared = Manifests(f"{cluster.name}-gpudirect-networks", net_objects, opts=kopts, object_opts=kopts).objects
-    # The NCCL plugins of gIB and TCPXO nodes and TCPXO's device injector, which GKE does not install
+    # The NCCL plugins of gIB, TCPX and TCPXO nodes and TCPX(O)'s device injector, which GKE does not install
     # (stacks/gke_fabric.py).
     fabric_software = gke_fabric.fabric_software(cluster, cat)
     if fabric_software:
         Manifests(f"{cluster.name}-gpudirect-software", fabric_software, opts=kopts, object_opts=kopts)
-    tcpx = gke_fabric.tcpx_pools(cluster, cat)
-    if tcpx:
-        pulumi.log.warn(
-            f"clusters[{cluster.name}]: pools {', '.join(tcpx)} are GPUDirect-TCPX machines (A3 High); on GKE the "
-            "stack does not install their NCCL plugin or RxDM sidecar, so multi-node NCCL on them runs over the gVNIC "
-            "(docs/kubernetes.md); a3-megagpu-8g (TCPXO) is set up"
-        )
 
     pools: dict[str, GkeGpuNodePool] = {}
     for pool in cluster.pools:

@@ -105,12 +105,6 @@ def plan_kueue(
         "no Filestore /home and no Lustre scratch: the GKE stack mounts neither into pods; each team namespace gets "
         "the checkpoint bucket as a GCS FUSE claim"
     )
-    if nodes > 1 and machine.fabric_not_set_up_on_gke:
-        warnings.append(
-            f"{machine.name}: the GKE stack sets up no GPUDirect-TCPX software (GKE's installer and RxDM sidecar), "
-            f"so multi-node NCCL across these {nodes} nodes runs over the gVNIC; A3 Mega (TCPXO) and A3 Ultra / A4 "
-            "(h200, b200) get their fabric software installed (docs/kubernetes.md)"
-        )
     return KueuePlan(
         gke={
             "release_channel": GkeSpec().release_channel,

@@ -358,9 +358,10 @@ def plan_region(
 
 
 def fabric_warnings(m: MachineType, nodes: int, region: str, gpus: tuple[str, ...], catalog: Catalog) -> list[str]:
-    """A multi-node pool of a machine whose GPU fabric the stack sets up no software for (A3 High's GPUDirect-TCPX:
-    `MachineType.fabric_not_set_up`) trains across nodes without it: say so, with the nearest regions offering a
-    machine of the asked-for GPU (`gpus`: its `GPU_FAMILIES` shorts) whose fabric is set up."""
+    """A multi-node pool of a machine whose GPU fabric the Slurm stack sets up no software for (A3 High's
+    GPUDirect-TCPX: `MachineType.fabric_not_set_up`) trains across nodes without it: say so, with the nearest regions
+    offering a machine of the asked-for GPU (`gpus`: its `GPU_FAMILIES` shorts) whose fabric is set up, and that the
+    GKE stack sets it up."""
     if nodes < 2 or not m.fabric_not_set_up:
         return []
     others = [o for o in catalog.machines() if o.gpu.short in gpus and o.gpu_count == m.gpu_count
@@ -371,4 +372,5 @@ def fabric_warnings(m: MachineType, nodes: int, region: str, gpus: tuple[str, ..
         f'from Google: docs/stacks.md "Known limits"), so multi-node NCCL across these {nodes} nodes runs over its '
         "sockets transport, not GPUDirect"
         + (f"; a fabric the stack sets up is nearest as {', '.join(where)}" if where else "")
+        + "; or `--scheduler kueue`: the GKE stack sets TCPX up on these machines"
     ]

@@ -15,6 +15,7 @@ import yaml
 
 Fabric = Literal["none", "gpudirect-tcpx", "gpudirect-tcpxo", "rdma"]
 FabricSetup = Literal["none", "tcpxo", "gib"]  # what a node's startup script sets up for its fabric
+GkeFabricSetup = Literal["none", "tcpx", "tcpxo", "gib"]  # what the GKE stack sets up (stacks/gke_fabric.py)
 
 
 class CapacityType(enum.StrEnum):
@@ -85,10 +86,10 @@ class GpuSoftware:
 class FabricSoftware:
     """Pinned versions and names of one fabric's software (catalog `fabric_software.<kind>`)."""
 
-    kind: FabricSetup
-    apt_repo: str
-    packages: tuple[str, ...]
-    devices: int  # GPU NICs the node must show before slurmd starts (aperture devices / RDMA devices)
+    kind: GkeFabricSetup
+    devices: int  # GPU NICs of the machine (the Slurm path: what the node must show before slurmd starts)
+    apt_repo: str = ""  # the Slurm path's apt source ("" for a fabric only GKE sets up)
+    packages: tuple[str, ...] = ()
     kernel_module: str | None = None
     rxdm_image: str | None = None
     nccl_plugin_image: str | None = None
@@ -103,6 +104,8 @@ class FabricSoftware:
     #: GKE: the NRI plugin that injects the GPU devices a pod's annotation names into one of its containers (TCPXO:
     #: the RxDM sidecar, which asks no `nvidia.com/gpu` of its own)
     gke_device_injector_image: str | None = None
+    #: GKE: the NCCL environment the fabric's release qualifies, set in a workload's trainer (TCPX)
+    nccl_env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -166,10 +169,13 @@ class MachineType:
         return self.nics.fabric != "none" and (self.software is None or self.software.fabric == "none")
 
     @property
-    def fabric_not_set_up_on_gke(self) -> bool:
-        """Its GPU fabric is GPUDirect-TCPX (A3 High), whose NCCL plugin and RxDM sidecar the GKE stack does not
-        install (stacks/gke_fabric.py sets up TCPXO and gIB only): NCCL runs across nodes over the gVNIC."""
-        return self.nics.fabric == "gpudirect-tcpx"
+    def gke_fabric(self) -> GkeFabricSetup:
+        """What the GKE stack sets up for its GPU fabric (stacks/gke_fabric.py): the startup script's set-up where
+        there is one (TCPXO, gIB), and GPUDirect-TCPX (A3 High), which GKE's own node image supports and the Slurm
+        path's cannot (`fabric_not_set_up`)."""
+        if self.software is not None and self.software.fabric != "none":
+            return self.software.fabric
+        return "tcpx" if self.nics.fabric == "gpudirect-tcpx" else "none"
 
     @property
     def cores_per_socket(self) -> int:
@@ -224,7 +230,7 @@ class Catalog:
         """The GPU model named by its accelerator type (e.g. nvidia-h100-80gb), None when unknown."""
         return self._gpus.get(accelerator_type)
 
-    def fabric_software(self, kind: FabricSetup) -> FabricSoftware | None:
+    def fabric_software(self, kind: GkeFabricSetup) -> FabricSoftware | None:
         """Pinned software of a fabric set-up (None for `none`)."""
         return self._fabric_software.get(kind)
 
@@ -281,7 +287,7 @@ def load_catalog(provider: str = "gcp") -> Catalog:
     fabric_sw = {
         kind: FabricSoftware(
             kind=kind,
-            apt_repo=f["apt_repo"],
+            apt_repo=f.get("apt_repo", ""),
             packages=tuple(f.get("packages", ())),
             devices=int(f["devices"]),
             kernel_module=f.get("kernel_module"),
@@ -294,6 +300,7 @@ def load_catalog(provider: str = "gcp") -> Catalog:
             lib_dir=f.get("lib_dir"),
             gke_installer_image=f.get("gke_installer_image"),
             gke_device_injector_image=f.get("gke_device_injector_image"),
+            nccl_env=tuple((str(k), str(v)) for k, v in f.get("nccl_env", {}).items()),
         )
         for kind, f in raw["fabric_software"].items()
     }

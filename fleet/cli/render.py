@@ -6,8 +6,9 @@ controller's slurmdbd.conf (0600: `slurm.accounting: slurmdbd`, the default) and
 in DIR/<cluster>/ when the spec has several Slurm clusters;
 `fleet render spec` prints the validated spec with every default filled in;
 `fleet render gpudirect-pod (--stack NAME | --config PATH) --pool POOL --image IMAGE [--cluster NAME] [--gpus N]`
-prints, as YAML, the pod template a workload on a GKE pool of A3 Mega, A3 Ultra or A4 machines starts from to use
-their GPU fabric (the networks, the NCCL plugin's mounts, TCPXO's RxDM sidecar: `stacks.gke_fabric.workload_pod`).
+prints, as YAML, the pod template a workload on a GKE pool of A3 High, A3 Mega, A3 Ultra or A4 machines starts from
+to use their GPU fabric (the networks, the NCCL plugin's mounts, the TCPX(O) RxDM sidecar:
+`stacks.gke_fabric.workload_pod`).
 An invalid spec exits 2 with one `path: reason` line per problem on stderr and writes nothing.
 """
 
@@ -151,7 +152,7 @@ def gpudirect_pod(
     cluster: Annotated[str | None, typer.Option(help="the GKE cluster (default: the one holding --pool)")] = None,
     gpus: Annotated[int | None, typer.Option(help="GPUs the trainer asks (default: all of the node's)")] = None,
 ) -> None:
-    """Print the pod template a workload uses the pool's GPUDirect fabric with (GKE: A3 Mega, A3 Ultra, A4)."""
+    """Print the pod template a workload uses the pool's GPUDirect fabric with (GKE: A3 High, A3 Mega, A3 Ultra, A4)."""
     import yaml
 
     from fleet.catalog import load_catalog
@@ -192,7 +193,8 @@ def _block_dumper():  # -> type[yaml.SafeDumper]
     import yaml
 
     class BlockDumper(yaml.SafeDumper):
-        pass
+        def ignore_aliases(self, data: object) -> bool:  # a manifest spells every value out, no &anchors
+            return True
 
     def text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)

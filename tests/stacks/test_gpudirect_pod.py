@@ -19,7 +19,7 @@ from fleet.catalog import load_catalog
 from fleet.cli.main import app
 from fleet.synth.run import synth_file
 from stacks.gke_fabric import APERTURE_DIR, DEVICE_INJECTOR, RXDM_SIDECAR, TCPXO_INSTALLER
-from tests.stacks.test_kube_stacks import gpu_pools, mega_file, of_kind
+from tests.stacks.test_kube_stacks import gpu_pools, high_file, mega_file, of_kind
 
 IMAGE = "registry.example/train@sha256:" + "1" * 64
 
@@ -81,10 +81,14 @@ def test_a_tcpxo_pod_names_the_pool_s_eight_networks_and_runs_rxdm_as_the_inject
     assert [i["interfaceName"] for i in interfaces] == [f"eth{i}" for i in range(9)]
     tcpxo = load_catalog().fabric_software("tcpxo")
     (sidecar,) = pod.spec.init_containers
-    assert sidecar.name == RXDM_SIDECAR and sidecar.restart_policy == "Always" and sidecar.image == tcpxo.rxdm_image
+    assert (
+        sidecar.name == RXDM_SIDECAR["tcpxo"]
+        and sidecar.restart_policy == "Always"
+        and sidecar.image == tcpxo.rxdm_image
+    )
     assert set(sidecar.security_context.capabilities.add) == {"NET_ADMIN", "NET_BIND_SERVICE"}
     assert not sidecar.resources  # its GPUs come from the injector, not from a second nvidia.com/gpu request
-    devices = [d["path"] for d in yaml.safe_load(annotations[f"devices.gke.io/container.{RXDM_SIDECAR}"])]
+    devices = [d["path"] for d in yaml.safe_load(annotations[f"devices.gke.io/container.{RXDM_SIDECAR['tcpxo']}"])]
     assert devices[:8] == [f"/dev/nvidia{i}" for i in range(8)] and "/dev/dmabuf_import_helper" in devices
     (trainer,) = pod.spec.containers
     assert trainer.image == IMAGE and trainer.resources.limits == {"nvidia.com/gpu": "8"}
@@ -128,12 +132,56 @@ def test_a_gib_pod_mounts_what_the_gib_installer_leaves_and_names_the_rdma_netwo
     assert "set_nccl_env.sh" in render("--config", str(mega), "--pool", "resv", "--image", IMAGE).stdout
 
 
+@pytest.fixture(scope="module")
+def high(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return high_file(tmp_path_factory.mktemp("high"))
+
+
+def test_a_tcpx_pod_talks_to_its_rxdm_over_the_socket_directory_and_sets_the_qualified_nccl_environment(
+    high: Path,
+) -> None:
+    """A3 High: the four GPU networks in NIC order; the `tcpx-daemon` sidecar the injector's annotation names (GPUs,
+    no dmabuf helper: that is TCPXO's), serving on the socket directory the trainer mounts from the same host path
+    and names in NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX; the NCCL settings of the release the catalog pins, whose
+    GPU interfaces are the pod's."""
+    tpl = template(high, "spot")
+    pod = as_pod(tpl)
+    annotations = tpl["metadata"]["annotations"]
+    interfaces = json.loads(annotations["networking.gke.io/interfaces"])
+    assert [i["network"] for i in interfaces[1:]] == _node_networks(synth_file(high), "spot")
+    devices = [d["path"] for d in yaml.safe_load(annotations[f"devices.gke.io/container.{RXDM_SIDECAR['tcpx']}"])]
+    assert devices == [*(f"/dev/nvidia{i}" for i in range(8)), "/dev/nvidiactl", "/dev/nvidia-uvm"]
+    (sidecar,) = pod.spec.init_containers
+    tcpx = load_catalog().fabric_software("tcpx")
+    assert sidecar.name == RXDM_SIDECAR["tcpx"] and sidecar.restart_policy == "Always"
+    assert sidecar.image == tcpx.rxdm_image
+    uds = sidecar.command[sidecar.command.index("--uds_path") + 1]
+    host = {v.name: v.host_path.path for v in pod.spec.volumes if v.host_path}
+    (trainer,) = pod.spec.containers
+    env = {e.name: e.value for e in trainer.env}
+    assert env["NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX"] == uds
+    served = {host[m.name] for m in sidecar.volume_mounts if m.mount_path == uds}
+    used = {host[m.name] for m in trainer.volume_mounts if m.mount_path == uds}
+    assert served == used and len(used) == 1  # one host directory, seen at the same path by both
+    assert {k: env[k] for k, _ in tcpx.nccl_env} == dict(tcpx.nccl_env)
+    gpu_interfaces = [i["interfaceName"] for i in interfaces[1:]]
+    assert env["NCCL_GPUDIRECTTCPX_SOCKET_IFNAME"].split(",") == gpu_interfaces
+    assert env["NCCL_SOCKET_IFNAME"] == env["NCCL_GPUDIRECTTCPX_CTRL_DEV"] == "eth0"
+
+
+def test_a_tcpx_or_tcpxo_pod_takes_its_node_whole(mega: Path, high: Path) -> None:
+    """Its GPU NICs move into one pod's network namespace: a pod asking part of the node is refused, naming why."""
+    for config, machine in ((mega, "a3-megagpu-8g"), (high, "a3-highgpu-8g")):
+        done = render("--config", str(config), "--pool", "spot", "--image", IMAGE, "--gpus", "4")
+        assert done.exit_code == 2 and "--gpus: a GPUDirect-TCPX" in done.output and machine in done.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--pool", "nope"], "--pool: 'nope' is not a pool of the GKE clusters (a3u/resv, a3u/spot)"),
         (["--pool", "spot", "--gpus", "9"], "--gpus: a3-megagpu-8g has 8 GPUs per node, got 9"),
-        (["--pool", "spot", "--gpus", "0"], "--gpus: a3-megagpu-8g has 8 GPUs per node, got 0"),
+        (["--pool", "resv", "--gpus", "0"], "--gpus: a3-ultragpu-8g has 8 GPUs per node, got 0"),
         (["--pool", "spot", "--cluster", "other"], "--cluster: no GKE cluster 'other' in the spec (GKE clusters: a3u)"),
     ],
 )

@@ -500,24 +500,46 @@ def test_gke_rdma_pools_get_the_nccl_gib_plugin_gke_does_not_install(gke):
     assert model.spec.template.spec.init_containers[0].security_context.privileged is True
 
 
-def test_gke_tcpx_pools_are_named_in_a_warning_and_get_no_installer(tmp_path):
-    """A3 High's GPUDirect-TCPX is not set up on GKE: its pools get no fabric DaemonSet and `pulumi up` says so;
-    one node in all runs no multi-node job, so nothing to warn about."""
+def high_file(tmp_path: Path) -> Path:
+    """gke-a3ultra-kueue with its spot pool of A3 High: one gIB pool and one TCPX pool."""
 
     def high(config: dict) -> None:
-        config["gpu-fleet:fleet"]["clusters"][0]["pools"][1]["machine_type"] = "a3-highgpu-8g"  # the spot pool
+        config["gpu-fleet:fleet"]["clusters"][0]["pools"][1]["machine_type"] = "a3-highgpu-8g"
 
-    syn = synth_file(gke_file(tmp_path, high))
-    (ds,) = of_kind(syn, "DaemonSet")  # the A3 Ultra pool still gets its installer, the A3 High one nothing
-    assert _pools_of(ds) == ["resv"]
-    (warning,) = syn.result.warnings
-    assert "pools spot are" in warning and "GPUDirect-TCPX machines" in warning and "gVNIC" in warning
+    return gke_file(tmp_path, high)
 
-    def one_high(config: dict) -> None:
-        high(config)
-        config["gpu-fleet:fleet"]["clusters"][0]["pools"][1]["max_nodes"] = 1
 
-    assert synth_file(gke_file(tmp_path, one_high)).result.warnings == []
+def test_gke_tcpx_pools_get_their_plugin_installer_and_the_device_injector(tmp_path):
+    """A3 High's GPUDirect-TCPX, which the Slurm path cannot set up, GKE's node image supports: its pools get the
+    TCPX plugin's installer (the release Google's notes qualify) and the device injector, with no warning."""
+    from fleet.catalog import load_catalog
+    from stacks.gke_fabric import DEVICE_INJECTOR, NAME, TCPX_INSTALLER
+
+    syn = synth_file(high_file(tmp_path))
+    assert syn.result.warnings == []
+    sets = {ds["metadata"]["name"]: ds for ds in of_kind(syn, "DaemonSet")}
+    assert set(sets) == {NAME, TCPX_INSTALLER, DEVICE_INJECTOR}
+    assert _pools_of(sets[NAME]) == ["resv"] and _pools_of(sets[TCPX_INSTALLER]) == ["spot"]
+    assert _pools_of(sets[DEVICE_INJECTOR]) == ["spot"]
+    (install,) = sets[TCPX_INSTALLER]["spec"]["template"]["spec"]["initContainers"]  # no aperture devices on TCPX
+    tcpx = load_catalog().fabric_software("tcpx")
+    assert install["image"] == tcpx.nccl_plugin_image and install["image"].endswith(":v3.1.12")
+    assert "cp -r /var/lib/tcpx/lib64/. /usr/local/nvidia/lib64" in install["args"][0]
+
+
+def test_one_device_injector_serves_tcpx_and_tcpxo_pools_alike(tmp_path):
+    def both(config: dict) -> None:
+        pools = config["gpu-fleet:fleet"]["clusters"][0]["pools"]
+        pools[0]["machine_type"] = "a3-megagpu-8g"
+        pools[1]["machine_type"] = "a3-highgpu-8g"
+        pools[0]["reservation"] = "a3m-resv"
+
+    from stacks.gke_fabric import DEVICE_INJECTOR, TCPX_INSTALLER, TCPXO_INSTALLER
+
+    syn = synth_file(gke_file(tmp_path, both))
+    sets = {ds["metadata"]["name"]: ds for ds in of_kind(syn, "DaemonSet")}
+    assert set(sets) == {TCPX_INSTALLER, TCPXO_INSTALLER, DEVICE_INJECTOR}
+    assert sorted(_pools_of(sets[DEVICE_INJECTOR])) == ["resv", "spot"]
 
 
 def _pools_of(ds: dict[str, Any]) -> list[str]:
@@ -583,12 +605,13 @@ def test_gke_tcpxo_pools_get_the_plugin_installer_and_the_nri_device_injector(tm
 
 
 def test_the_synth_cli_prints_the_program_s_warnings(tmp_path):
-    def high(config: dict) -> None:
-        config["gpu-fleet:fleet"]["clusters"][0]["pools"][1]["machine_type"] = "a3-highgpu-8g"
+    def high(config: dict) -> None:  # A3 High on the Slurm path: its TCPX is not set up, which `pulumi up` says
+        for pool in config["gpu-fleet:fleet"]["clusters"][0]["pools"]:
+            pool["machine_type"] = "a3-highgpu-8g"
 
-    res = _cli("--config", str(gke_file(tmp_path, high)), "--json")
+    res = _cli("--config", str(_stack_file(tmp_path, "gcp-a3mega-slurm", high)), "--json")
     assert res.returncode == 0, res.stderr
-    assert "warning: clusters[a3u]: pools spot are GPUDirect-TCPX machines" in res.stderr
+    assert "warning: clusters[0] (a3mega): pools resv, spot are a3-highgpu-8g" in res.stderr
     assert json.loads(res.stdout)["warnings"] == [res.stderr.split("warning: ", 1)[1].strip()]
 
 

@@ -1,20 +1,22 @@
-"""The GPUDirect-TCPXO installer DaemonSet of the GKE stack, run: both init containers, from `fleet synth` of a GKE
-cluster with an A3 Mega pool, started by a real dockerd as a kubelet starts them (tests/harness/kubelet.py).
+"""The GPUDirect-TCPX(O) installer DaemonSets of the GKE stack, run: every init container, from `fleet synth` of GKE
+clusters with an A3 Mega and an A3 High pool, started by a real dockerd as a kubelet starts them
+(tests/harness/kubelet.py).
 
-The first init container enters the node's namespaces (`nsenter --all --target 1`) and sets up the aperture devices
-the TCPXO plugin reads (stacks/gke_fabric.py `aperture_script`).  Here the node is a privileged container of the
-test's own, whose PID 1 is the node's init: the init container runs with that container's PID and network
+TCPXO's first init container enters the node's namespaces (`nsenter --all --target 1`) and sets up the aperture
+devices the TCPXO plugin reads (stacks/gke_fabric.py `aperture_script`).  Here the node is a privileged container of
+the test's own, whose PID 1 is the node's init: the init container runs with that container's PID and network
 namespaces, as a `hostPID` pod runs with a node's, so `nsenter` lands in the stand-in node, never on this machine.
 The node lists a realistic A3 Mega PCI bus through a stand-in `lspci` (eight GPUs, the gVNIC, eight aperture
 functions `[1ae0:0084]`), whose sysfs directories are a tmpfs of its own, and records what `modprobe` loads.  The
-second init container runs the plugin image's installer over hostPath volumes on a node directory holding the
-driver's libraries, as tests/kube/test_gib_installer_runs.py does for gIB.
+plugin installers (TCPXO's second init container, TCPX's only one) run over hostPath volumes on a node directory
+holding the driver's libraries, as tests/kube/test_gib_installer_runs.py does for gIB.
 
-What stands in: the plugin image is a few of this machine's programs (tests/harness/minimal_root.py) under the
-catalog's pinned name, whose /scripts/container_entry.sh leaves NCCL and the plugin under /var/lib/tcpxo/lib64,
-where upstream's manifest (container-engine-accelerators gpudirect-tcpxo/nccl-tcpxo-installer.yaml) copies them
-from.  Not covered: the real image's files (and that it holds `nsenter`: an Ubuntu image's util-linux does), COS's
-own tools, the import-helper kernel module, GKE's kubelet and containerd, the NRI device injector, an A3 Mega."""
+What stands in: each plugin image is a few of this machine's programs (tests/harness/minimal_root.py) under the
+catalog's pinned name, whose /scripts/container_entry.sh leaves NCCL and the plugin under /var/lib/tcpx(o)/lib64,
+where upstream's manifests (container-engine-accelerators gpudirect-tcpx(o)/nccl-tcpx(o)-installer.yaml) copy them
+from.  Not covered: the real images' files (and that TCPXO's holds `nsenter`: an Ubuntu image's util-linux does),
+COS's own tools, the import-helper kernel module, GKE's kubelet and containerd, the NRI device injector, RxDM, an
+A3 machine."""
 
 from __future__ import annotations
 
@@ -28,30 +30,34 @@ import pytest
 
 from fleet.catalog import load_catalog
 from fleet.synth.run import synth_file
-from stacks.gke_fabric import APERTURE_DIR, HOST_NVIDIA_LIB, TCPXO_INSTALLER
+from stacks.gke_fabric import APERTURE_DIR, HOST_NVIDIA_LIB, TCPX_INSTALLER, TCPXO_INSTALLER
 from tests.harness.docker import Docker
 from tests.harness.docker import unavailable_reason as docker_unavailable
 from tests.harness.kubelet import run_as_kubelet
 from tests.harness.minimal_root import minimal_root
 from tests.harness.requirements import missing
 from tests.harness.slurm import poll_until
-from tests.stacks.test_kube_stacks import mega_file, of_kind
+from tests.stacks.test_kube_stacks import high_file, mega_file, of_kind
 
 pytestmark = pytest.mark.slow
 
 TCPXO = load_catalog("gcp").fabric_software("tcpxo")
 IMAGE = TCPXO.nccl_plugin_image
+TCPX_IMAGE = load_catalog("gcp").fabric_software("tcpx").nccl_plugin_image
 NODE_IMAGE = "gpu-fleet-test/a3-mega-node:stand-in"
 GPUS = [f"0000:{bus:02x}:00.0" for bus in (0x04, 0x05, 0x0A, 0x0B, 0x84, 0x85, 0x8A, 0x8B)]
 APERTURES = [f"0000:{bus:02x}:00.1" for bus in (0x06, 0x07, 0x0C, 0x0D, 0x86, 0x87, 0x8C, 0x8D)]
 GVNIC = "0000:00:04.0"
 
-#: the stand-in image's /scripts/container_entry.sh: what `install --install-nccl` leaves under /var/lib/tcpxo
-ENTRY = """#!/bin/sh
+
+def entry(kind: str) -> str:
+    """The stand-in plugin image's /scripts/container_entry.sh: what `install --install-nccl` leaves under
+    /var/lib/<kind> (tcpx, tcpxo)."""
+    return f"""#!/bin/sh
 set -e
-[ "$*" = "install --install-nccl" ] || { echo "tcpxo installer stand-in: unknown command: $*" >&2; exit 2; }
-mkdir -p /var/lib/tcpxo/lib64
-for lib in libnccl.so.2 libnccl-net.so; do echo "stand-in $lib" > /var/lib/tcpxo/lib64/$lib; done
+[ "$*" = "install --install-nccl" ] || {{ echo "{kind} installer stand-in: unknown command: $*" >&2; exit 2; }}
+mkdir -p /var/lib/{kind}/lib64
+for lib in libnccl.so.2 libnccl-net.so; do echo "stand-in $lib" > /var/lib/{kind}/lib64/$lib; done
 """
 
 
@@ -87,12 +93,21 @@ def boot(apertures: list[str]) -> str:
     )
 
 
+def _installer(config: Path, name: str) -> dict[str, Any]:
+    (ds,) = [d for d in of_kind(synth_file(config), "DaemonSet") if d["metadata"]["name"] == name]
+    return ds["spec"]["template"]["spec"]
+
+
 @pytest.fixture(scope="module")
 def installer(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The TCPXO installer's pod spec, as `fleet synth` declares it for a GKE cluster with an A3 Mega pool."""
-    syn = synth_file(mega_file(tmp_path_factory.mktemp("mega")))
-    (ds,) = [d for d in of_kind(syn, "DaemonSet") if d["metadata"]["name"] == TCPXO_INSTALLER]
-    return ds["spec"]["template"]["spec"]
+    return _installer(mega_file(tmp_path_factory.mktemp("mega")), TCPXO_INSTALLER)
+
+
+@pytest.fixture(scope="module")
+def tcpx_installer(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The TCPX installer's pod spec, for a GKE cluster with an A3 High pool."""
+    return _installer(high_file(tmp_path_factory.mktemp("high")), TCPX_INSTALLER)
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +117,12 @@ def docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docker]:
         missing(reason)
     work = tmp_path_factory.mktemp("tcpxo")
     tools = ["sh", "mkdir", "cp", "cat", "ls", "chmod", "nsenter"]
-    root = minimal_root(work / "root", tools)
-    (root / "scripts").mkdir()
-    (root / "scripts" / "container_entry.sh").write_text(ENTRY)  # not executable: the installer's chmod makes it so
+    roots = {}
+    for kind in ("tcpx", "tcpxo"):
+        roots[kind] = minimal_root(work / f"root-{kind}", tools)
+        (roots[kind] / "scripts").mkdir()
+        # not executable: the installer's chmod makes it so
+        (roots[kind] / "scripts" / "container_entry.sh").write_text(entry(kind))
     node = minimal_root(
         work / "node", [*tools, "sleep", "mount", "umount", "readlink", "cut", "grep", "ln", "echo", "cat"]
     )
@@ -116,7 +134,8 @@ def docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docker]:
     docker = Docker(work, registry=False)
     try:
         docker.start()
-        docker.import_image(root, IMAGE)
+        docker.import_image(roots["tcpxo"], IMAGE)
+        docker.import_image(roots["tcpx"], TCPX_IMAGE)
         docker.import_image(node, NODE_IMAGE)
         yield docker
     finally:
@@ -208,20 +227,24 @@ def test_a_node_missing_aperture_functions_fails_the_pod_saying_how_many(
     assert f"gpu-fleet: 4 TCPXO aperture devices [1ae0:0084] on this node, want {TCPXO.devices}" in done.stderr
 
 
-def test_the_second_init_container_leaves_nccl_and_the_plugin_next_to_the_driver(
-    docker: Docker, installer: dict[str, Any], tmp_path: Path
+@pytest.mark.parametrize("kind", ["tcpxo", "tcpx"])
+def test_the_installer_leaves_nccl_and_the_plugin_next_to_the_driver(
+    docker: Docker, installer: dict[str, Any], tcpx_installer: dict[str, Any], tmp_path: Path, kind: str
 ) -> None:
-    """The plugin image's installer over the node's /var/lib and /home/kubernetes/bin: NCCL and the plugin next to
-    the driver's libraries (kept), where `fleet render gpudirect-pod` mounts the trainer's and the sidecar's
-    LD_LIBRARY_PATH from; and again on the same node, the same files."""
+    """The plugin image's installer (TCPXO's second init container, TCPX's only one) over the node's /var/lib and
+    /home/kubernetes/bin: NCCL and the plugin next to the driver's libraries (kept), where `fleet render
+    gpudirect-pod` mounts the trainer's and the sidecar's LD_LIBRARY_PATH from; and again on the same node, the same
+    files."""
     node = tmp_path / "node"
     (node / "var" / "lib").mkdir(parents=True)
     nvidia = node / HOST_NVIDIA_LIB.lstrip("/")
     nvidia.mkdir(parents=True)
     (nvidia / "libcuda.so.1").write_text("the driver's\n")
-    _, install = installer["initContainers"]
+    pod = installer if kind == "tcpxo" else tcpx_installer
+    install = pod["initContainers"][-1]
+    assert install["image"] == (IMAGE if kind == "tcpxo" else TCPX_IMAGE)
     for _ in range(2):
-        done = run_as_kubelet(docker, installer, install, node)
+        done = run_as_kubelet(docker, pod, install, node)
         assert done.returncode == 0, done.stderr
         assert {p.name: p.read_text() for p in nvidia.iterdir()} == {
             "libcuda.so.1": "the driver's\n",

@@ -86,6 +86,89 @@ def check_stack(doc: JSON, ref: Reference | None = None) -> list[str]:
     if _of(doc, "storage/bucket:Bucket"):
         for tpl in templates:
             errors += _check_checkpoint_mount(tpl, ref)
+    errors += _check_gke_fabric(doc, ref)
+    return errors
+
+
+def _pools_of(daemonset: JSON) -> list[str]:
+    """The GKE node pools a DaemonSet's node affinity names (`cloud.google.com/gke-nodepool In ...`)."""
+    spec = daemonset["spec"]["template"]["spec"]
+    terms = spec.get("affinity", {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution", {})
+    return [
+        v
+        for term in terms.get("nodeSelectorTerms", [])
+        for e in term.get("matchExpressions", [])
+        if e.get("key") == "cloud.google.com/gke-nodepool" and e.get("operator") == "In"
+        for v in e.get("values", [])
+    ]
+
+
+def _mounts(spec: JSON, container: JSON) -> dict[str, str]:
+    """node path -> container path of a container's hostPath mounts."""
+    host = {v["name"]: v["hostPath"]["path"] for v in spec.get("volumes", []) if "hostPath" in v}
+    return {host[m["name"]]: m["mountPath"] for m in container.get("volumeMounts", []) if m["name"] in host}
+
+
+def _check_gke_fabric(doc: JSON, ref: Reference) -> list[str]:
+    """Every GKE node pool of a GPUDirect machine type gets its fabric's installer (and the device injector where
+    the fabric needs it), doing what Google's manifest does: image, mounts, script steps in order."""
+    facts = ref.raw["gke_fabric"]
+    sets = {
+        r["inputs"]["metadata"]["name"]: r["inputs"]
+        for r in _of(doc, "kubernetes:apps/v1:DaemonSet")
+        if r["inputs"].get("metadata", {}).get("namespace") == "kube-system"
+    }
+    injector = facts["device_injector"]
+    errors: list[str] = []
+    for pool in _of(doc, "container/nodePool:NodePool"):
+        kind = facts["machines"].get(pool["inputs"].get("nodeConfig", {}).get("machineType"))
+        if kind is None:
+            continue
+        inst = facts["installers"][kind]
+        name = pool["inputs"]["name"]
+        wanted = [inst["daemonset"]] + ([injector["daemonset"]] if inst["device_injector"] else [])
+        for ds in wanted:
+            if name not in _pools_of(sets.get(ds, {"spec": {"template": {"spec": {}}}})):
+                errors.append(f"node pool {name}: no {ds} on it ({kind}: {ref.source(inst['source'])})")
+    for kind, inst in facts["installers"].items():
+        if inst["daemonset"] in sets:
+            errors += _check_installer(kind, inst, sets[inst["daemonset"]], ref)
+    if injector["daemonset"] in sets:
+        spec = sets[injector["daemonset"]]["spec"]["template"]["spec"]
+        (main,) = spec["containers"]
+        src = ref.source(injector["source"])
+        if main["image"] != injector["image"]:
+            errors.append(f"{injector['daemonset']}: image {main['image']}, {src} pins {injector['image']}")
+        if _mounts(spec, main) != injector["mounts"]:
+            errors.append(f"{injector['daemonset']}: mounts {_mounts(spec, main)}, {src}: {injector['mounts']}")
+    return errors
+
+
+def _check_installer(kind: str, inst: JSON, daemonset: JSON, ref: Reference) -> list[str]:
+    spec = daemonset["spec"]["template"]["spec"]
+    src, name = ref.source(inst["source"]), inst["daemonset"]
+    repository = inst["image_repository"]
+    installs = [c for c in spec.get("initContainers", []) if c["image"].rsplit(":", 1)[0] == repository]
+    errors: list[str] = []
+    if not installs:
+        return [f"{name}: no init container runs {repository} ({src})"]
+    install = installs[-1]
+    tag = install["image"].rsplit(":", 1)[-1]
+    if inst.get("image_tag") and tag != inst["image_tag"]:
+        errors.append(f"{name}: {repository}:{tag}, {src} qualifies {inst['image_tag']}")
+    if _mounts(spec, install) != inst["mounts"]:
+        errors.append(f"{name}: mounts {_mounts(spec, install)}, {src}: {inst['mounts']}")
+    script = "\n".join(install.get("args", []))
+    at = [script.find(step) for step in inst["steps"]]
+    if -1 in at or at != sorted(at):
+        errors.append(f"{name}: its script does not run {inst['steps']} in that order ({src})")
+    node_steps = inst.get("node_steps", [])
+    if node_steps:
+        first = spec["initContainers"][0]
+        text = " ".join([*first.get("command", []), *first.get("args", [])])
+        missing = [step for step in node_steps if step not in text]
+        if first is install or missing:
+            errors.append(f"{name}: its first init container lacks {missing or node_steps} ({src})")
     return errors
 
 

@@ -15,11 +15,23 @@ def test_every_example_conforms(example) -> None:
     assert check_stack(example.to_json()) == []
 
 
+GKE_EXAMPLES = ("gke-a3ultra-kueue", "gke-a3mega-kueue")
+
+
+@pytest.mark.parametrize("stack", GKE_EXAMPLES)
+def test_every_gke_example_conforms(stack: str) -> None:
+    """Their GPU node pools get what Google's GPUDirect manifests install (the `gke_fabric` facts)."""
+    assert check_stack(synthesized(stack).to_json()) == []
+
+
 def test_every_reference_fact_names_its_source() -> None:
     ref = load_reference().raw
     for group in ("machines", "fabric_software"):
         for name, facts in ref[group].items():
             assert facts["source"] in ref["sources"], (group, name)
+    for name, facts in ref["gke_fabric"]["installers"].items():
+        assert facts["source"] in ref["sources"], ("gke_fabric", name)
+    assert ref["gke_fabric"]["device_injector"]["source"] in ref["sources"]
     for group in ("roce_firewall", "slurm_conf", "controller", "lustre_firewall", "accounting"):
         assert ref[group]["source"] in ref["sources"], group
 
@@ -155,6 +167,67 @@ FINDINGS = [
     ("gcp-a3ultra-slurm", lambda d: _node_script(d, "Before=slurmd.service", ""), "before slurmd starts"),
     ("gcp-a3mega-slurm", lambda d: _node_script(d, "temp-dir: /mnt/localssd/gcsfuse", ""), "local SSD"),
 ]
+
+
+def _daemonsets(d):
+    return {r["inputs"]["metadata"]["name"]: r["inputs"] for r in _of(d, "apps/v1:DaemonSet")}
+
+
+def _drop_daemonset(name):
+    return lambda d: d.update(
+        resources=[
+            r
+            for r in d["resources"]
+            if not (r["type"].endswith("apps/v1:DaemonSet") and r["inputs"]["metadata"]["name"] == name)
+        ]
+    )
+
+
+def _installer_script(name, old, new):
+    def change(d):
+        for c in _daemonsets(d)[name]["spec"]["template"]["spec"]["initContainers"]:
+            c["args"] = [a.replace(old, new) for a in c.get("args", [])]
+
+    return change
+
+
+def _injector_image(d):
+    (c,) = _daemonsets(d)["gpu-fleet-nri-device-injector"]["spec"]["template"]["spec"]["containers"]
+    c["image"] = "gcr.io/gke-release/nri-device-injector:latest"
+
+
+def _gib_mount(d):
+    spec = _daemonsets(d)["gpu-fleet-nccl-gib-installer"]["spec"]["template"]["spec"]
+    spec["initContainers"][0]["volumeMounts"][0]["mountPath"] = "/usr/local/nvidia/lib64"
+
+
+GKE_FINDINGS = [
+    # a GPUDirect node pool without its fabric's software (the state of A3 Mega pools before the forty-sixth round)
+    ("gke-a3mega-kueue", _drop_daemonset("gpu-fleet-nccl-tcpxo-installer"), "no gpu-fleet-nccl-tcpxo-installer on it"),
+    ("gke-a3mega-kueue", _drop_daemonset("gpu-fleet-nri-device-injector"), "no gpu-fleet-nri-device-injector on it"),
+    ("gke-a3ultra-kueue", _drop_daemonset("gpu-fleet-nccl-gib-installer"), "no gpu-fleet-nccl-gib-installer on it"),
+    # the classic `cp -r DIR DST` that nests lib64/lib64 where NCCL does not look
+    (
+        "gke-a3mega-kueue",
+        _installer_script(
+            "gpu-fleet-nccl-tcpxo-installer", "/var/lib/tcpxo/lib64/. /usr/local", "/var/lib/tcpxo/lib64 /usr/local"
+        ),
+        "does not run",
+    ),
+    (
+        "gke-a3mega-kueue",
+        _installer_script("gpu-fleet-nccl-tcpxo-installer", "modprobe import-helper", "true"),
+        "first init container lacks",
+    ),
+    ("gke-a3mega-kueue", _injector_image, "pins gcr.io/gke-release/nri-device-injector@sha256"),
+    ("gke-a3ultra-kueue", _gib_mount, "mounts"),
+]
+
+
+@pytest.mark.parametrize(("stack", "change", "finding"), GKE_FINDINGS)
+def test_a_gke_fabric_departure_is_reported(stack, change, finding) -> None:
+    errors = _mutated(stack, change)
+    assert any(finding in e for e in errors), errors
 
 
 def _node_script(d, old, new):

@@ -1,4 +1,4 @@
-"""The two Kueue examples under mocks: every Kueue / Cluster API object valid against the upstream CRDs in
+"""The Kueue examples under mocks: every Kueue / Cluster API object valid against the upstream CRDs in
 ../shared/data/schemas, node pools with no autoscaling of their own, the inventory the daemon reads, the
 in-cluster daemon's Deployment, and the kubeconfig kept secret."""
 
@@ -22,7 +22,7 @@ from fleet.synth.run import Synthesis, synth_file
 from tests.stacks.conftest import REPO, synthesized
 
 SHARED_SCHEMAS = REPO.parent / "shared" / "data" / "schemas"
-KUBE_EXAMPLES = ("gke-a3ultra-kueue", "k8s-neocloud-kueue")
+KUBE_EXAMPLES = ("gke-a3ultra-kueue", "gke-a3mega-kueue", "k8s-neocloud-kueue")
 FLEET = Path(sys.executable).with_name("fleet")
 
 

@@ -444,7 +444,7 @@ def test_issue_9_must_show_on_every_example(example):
     assert addr["inputs"]["addressType"] == "INTERNAL" and addr["inputs"]["address"] in conf
 
 
-ALL_STACKS = (*EXAMPLES, "gke-a3ultra-kueue", "k8s-neocloud-kueue", "gcp-project-bootstrap")
+ALL_STACKS = (*EXAMPLES, "gke-a3ultra-kueue", "gke-a3mega-kueue", "k8s-neocloud-kueue", "gcp-project-bootstrap")
 
 
 @pytest.mark.parametrize("stack", ALL_STACKS)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from fleet.conformance import check_stack
 from tests.bootstrap.conftest import LABELS
 from tests.bootstrap.test_cli import HAND_WRITTEN
 
@@ -19,7 +20,8 @@ FLEET = Path(sys.executable).with_name("fleet")
 
 def synth(path: Path) -> dict:
     """`fleet synth --config PATH --json`, and `fleet policy check` of what it synthesized: every policy passes (the
-    pack `pulumi up` runs with refuses a mandatory violation)."""
+    pack `pulumi up` runs with refuses a mandatory violation); and it conforms to Google's reference
+    (`fleet/conformance/reference.yaml`: the blueprints' machine, fabric and Slurm facts, GKE's fabric manifests)."""
     proc = subprocess.run(
         [str(FLEET), "synth", "--config", str(path), "--json"], capture_output=True, text=True, timeout=240
     )
@@ -30,7 +32,9 @@ def synth(path: Path) -> dict:
         [str(FLEET), "policy", "check", "--resources", str(resources), "--json"], capture_output=True, text=True
     )
     assert check.returncode == 0 and json.loads(check.stdout)["ok"], check.stdout[-3000:] + check.stderr[-3000:]
-    return json.loads(proc.stdout)
+    document = json.loads(proc.stdout)
+    assert check_stack(document) == []
+    return document
 
 
 def test_two_bootstrapped_regions_and_a_hand_written_stack_synth(bootstrap: Callable, stacks_dir: Path) -> None:
@@ -101,3 +105,26 @@ def test_a_bootstrapped_project_stack_passes_every_policy_with_the_labels_and_sa
     out = json.loads(labelled.stdout)
     assert out["warnings"] == [] and any(s.startswith("fleet policy check") for s in out["next_steps"])
     synth(Path(out["stack_file"]))  # and every policy passes on it
+
+
+@pytest.mark.parametrize(("pick", "machine", "installer"), [
+    ((), "a3-megagpu-8g", "gpu-fleet-nccl-tcpxo-installer"),
+    (("--machine-type", "a3-highgpu-8g"), "a3-highgpu-8g", "gpu-fleet-nccl-tcpx-installer"),
+])  # fmt: skip
+def test_a_bootstrapped_kueue_region_of_h100s_gets_its_gpudirect_software(
+    bootstrap: Callable, stacks_dir: Path, pick: tuple[str, ...], machine: str, installer: str
+) -> None:
+    """H100s on GKE: A3 Mega by default, A3 High where only it is offered (here asked for: every region the policy
+    pack approves offers both); either way the written stack sets the fabric up (its installer and the device
+    injector, as Google's manifests do: `synth` checks conformance), with no warning from bootstrap or the stack."""
+    from tests.bootstrap.test_cli import KUEUE
+
+    code, out = bootstrap(
+        "--project", "my-gpu-project", "--region", "us-central1", "--gpu", "h100", "--gpus", "32", *pick, *KUEUE,
+        "--authorized-network", "203.0.113.7/32", *LABELS,
+    )  # fmt: skip
+    assert code == 0 and out["warnings"] == [] and out["machine_type"] == machine, out
+    result = synth(Path(out["stack_file"]))
+    assert result["warnings"] == []
+    daemonsets = [r for r in result["resources"] if r["type"] == "kubernetes:apps/v1:DaemonSet"]
+    assert {installer, "gpu-fleet-nri-device-injector"} <= {r["inputs"]["metadata"]["name"] for r in daemonsets}

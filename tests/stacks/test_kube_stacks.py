@@ -947,3 +947,18 @@ def test_gke_pods_reach_the_checkpoint_bucket_through_a_claim_in_their_team_name
     for obj in [*accounts.values(), *volumes.values(), *claims.values()]:
         model = api.deserialize(json.dumps(obj), f"V1{obj['kind']}", "application/json")
         assert api.sanitize_for_serialization(model) == obj, obj["kind"]
+
+
+def test_gke_network_object_names_stay_within_gke_s_41_characters(tmp_path):
+    """GKE refuses a Device-type Network whose name is longer than 41 characters (the name goes into a Unix socket
+    path, which Linux caps): the longest cluster name the spec allows, with two GPUDirect machine types (whose
+    planes then carry the machine's short name too), stays within it."""
+
+    def longest(config: dict) -> None:
+        cluster = config["gpu-fleet:fleet"]["clusters"][0]
+        cluster["name"] = "a" * 20
+        cluster["pools"][1]["machine_type"] = "a3-megagpu-8g"
+
+    syn = synth_file(gke_file(tmp_path, longest))
+    names = [n["metadata"]["name"] for n in of_kind(syn, "Network")]
+    assert len(names) == 17 and max(len(n) for n in names) <= 41, sorted(names, key=len)[-1]  # 8 + 1 gVNIC + 8

@@ -181,7 +181,9 @@ def gpudirect_pod(
         raise _fail([f"--pool {pool}: {exc}" if "gpus:" not in str(exc) else f"--{exc}"]) from None
     typer.echo(f"# gpu-fleet: the pod template for {owner.name}/{chosen.name} ({chosen.machine_type}); merge it into")
     typer.echo("# your Job / JobSet / PyTorchJob pod template.  Kueue adds the pool's node selector and tolerations.")
-    if cat.machine(chosen.machine_type).software.fabric == "gib":
+    if cat.machine(chosen.machine_type).gke_fabric in ("tcpx", "tcpxo"):
+        typer.echo("# Leave hostNetwork off: the GPU NICs move into this pod, and the node's firewall stays closed.")
+    if cat.machine(chosen.machine_type).gke_fabric == "gib":
         typer.echo(
             "# Before NCCL starts, the trainer sources /usr/local/gib/scripts/set_nccl_env.sh (docs/kubernetes.md)."
         )

@@ -130,7 +130,8 @@ def test_a_gib_pod_mounts_what_the_gib_installer_leaves_and_names_the_rdma_netwo
     for path in env["LD_LIBRARY_PATH"].split(":"):  # every library directory is on a mount of what was installed
         assert any(path == p or path.startswith(p + "/") for p in paths), path
     printed = render("--config", str(mega), "--pool", "resv", "--image", IMAGE).stdout
-    assert "set_nccl_env.sh" in printed and "hostNetwork" not in printed  # the gIB plugin's env; RDMA NICs stay
+    # gIB: the plugin's environment, and none of TCPX(O)'s advice
+    assert "set_nccl_env.sh" in printed and "hostNetwork" not in printed
     assert "Leave hostNetwork off" in render("--config", str(mega), "--pool", "spot", "--image", IMAGE).stdout
 
 

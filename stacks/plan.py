@@ -134,18 +134,17 @@ def fabric_plans(spec: FleetSpec, catalog: Catalog) -> dict[tuple[str, str], Fab
             cidrs = [str(c) for c in subnets.get((cluster.name, machine_type), [])]
             prefix = _plane_prefix(cluster, machine, catalog)
             layout = machine.nics
+            gpu_mtu = (layout.gke_gpu_nic_mtu if cluster.platform == "gke" else None) or layout.gpu_nic_mtu or 8896
             for i in range(1, layout.gvnic):
                 planes.append(DataPlaneArgs(f"{prefix}-net-{i}", "gvnic", [cidrs.pop(0)], layout.system_mtu))
                 nics.append(NicPlan(planes[-1].name, 0, "GVNIC"))
             for i in range(layout.gpu_nics):
-                planes.append(
-                    DataPlaneArgs(f"{prefix}-gpunet-{i}", "gpudirect", [cidrs.pop(0)], layout.gpu_nic_mtu or 8896)
-                )
+                planes.append(DataPlaneArgs(f"{prefix}-gpunet-{i}", "gpudirect", [cidrs.pop(0)], gpu_mtu))
                 nics.append(NicPlan(planes[-1].name, 0, "GVNIC"))
             if layout.rdma_nics:
                 zone = _rdma_zone(spec, ci, cluster, machine, catalog)
                 rdma = [cidrs.pop(0) for _ in range(layout.rdma_nics)]
-                planes.append(DataPlaneArgs(f"{prefix}-rdma", "rdma", rdma, layout.gpu_nic_mtu or 8896, zone=zone))
+                planes.append(DataPlaneArgs(f"{prefix}-rdma", "rdma", rdma, gpu_mtu, zone=zone))
                 nics += [NicPlan(planes[-1].name, i, "MRDMA") for i in range(layout.rdma_nics)]
             out[(cluster.name, machine_type)] = FabricPlan(cluster.name, machine_type, planes, nics)
     return out

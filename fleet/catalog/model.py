@@ -65,6 +65,8 @@ class NicLayout:
     rdma_nics: int = 0  # RDMA NICs, one subnet each of one RoCE VPC
     fabric: Fabric = "none"
     gpu_nic_mtu: int | None = None
+    #: the GPU NICs' MTU on GKE where Google's GKE blueprint sets another than its VM one (None: `gpu_nic_mtu`)
+    gke_gpu_nic_mtu: int | None = None
     system_mtu: int = 1460
 
     @property
@@ -320,6 +322,7 @@ def load_catalog(provider: str = "gcp") -> Catalog:
                 rdma_nics=int(m.get("rdma_nics", 0)),
                 fabric=m.get("fabric", "none"),
                 gpu_nic_mtu=m.get("gpu_nic_mtu"),
+                gke_gpu_nic_mtu=m.get("gke_gpu_nic_mtu"),
                 system_mtu=int(m.get("system_mtu", 1460)),
             ),
             compact_placement_max_vms=int(m.get("compact_placement_max_vms", 0)),

@@ -119,9 +119,18 @@ def _check_gke_fabric(doc: JSON, ref: Reference) -> list[str]:
         if r["inputs"].get("metadata", {}).get("namespace") == "kube-system"
     }
     injector = facts["device_injector"]
+    nets = _networks(doc)
     errors: list[str] = []
     for pool in _of(doc, "container/nodePool:NodePool"):
-        kind = facts["machines"].get(pool["inputs"].get("nodeConfig", {}).get("machineType"))
+        machine = pool["inputs"].get("nodeConfig", {}).get("machineType")
+        mtu = facts["gpu_vpc_mtu"].get(machine)
+        extra = pool["inputs"].get("networkConfig", {}).get("additionalNodeNetworkConfigs", [])
+        for link in [n["network"] for n in extra] if mtu else []:
+            got = nets.get(_net_name(link), {}).get("inputs", {}).get("mtu")
+            if got != mtu["mtu"]:
+                src = ref.source(mtu["source"])
+                errors.append(f"node pool {pool['inputs']['name']}: GPU VPC {link} MTU {got}, {src} sets {mtu['mtu']}")
+        kind = facts["machines"].get(machine)
         if kind is None:
             continue
         inst = facts["installers"][kind]

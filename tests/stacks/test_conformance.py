@@ -29,7 +29,7 @@ def test_every_reference_fact_names_its_source() -> None:
     for group in ("machines", "fabric_software"):
         for name, facts in ref[group].items():
             assert facts["source"] in ref["sources"], (group, name)
-    for name, facts in ref["gke_fabric"]["installers"].items():
+    for name, facts in [*ref["gke_fabric"]["installers"].items(), *ref["gke_fabric"]["gpu_vpc_mtu"].items()]:
         assert facts["source"] in ref["sources"], ("gke_fabric", name)
     assert ref["gke_fabric"]["device_injector"]["source"] in ref["sources"]
     for group in ("roce_firewall", "slurm_conf", "controller", "lustre_firewall", "accounting"):
@@ -201,6 +201,12 @@ def _gib_mount(d):
     spec["initContainers"][0]["volumeMounts"][0]["mountPath"] = "/usr/local/nvidia/lib64"
 
 
+def _gpu_vpc_mtu_8896(d):
+    for n in _of(d, "network:Network"):
+        if "-gpunet-" in n["inputs"]["name"]:
+            n["inputs"]["mtu"] = 8896
+
+
 GKE_FINDINGS = [
     # a GPUDirect node pool without its fabric's software (the state of A3 Mega pools before the forty-sixth round)
     ("gke-a3mega-kueue", _drop_daemonset("gpu-fleet-nccl-tcpxo-installer"), "no gpu-fleet-nccl-tcpxo-installer on it"),
@@ -221,6 +227,8 @@ GKE_FINDINGS = [
     ),
     ("gke-a3mega-kueue", _injector_image, "pins gcr.io/gke-release/nri-device-injector@sha256"),
     ("gke-a3ultra-kueue", _gib_mount, "mounts"),
+    # the VM blueprint's 8896 on GKE, where Google's GKE A3 Mega blueprint sets 8244 (the stack's until round 46)
+    ("gke-a3mega-kueue", _gpu_vpc_mtu_8896, "sets 8244"),
 ]
 
 

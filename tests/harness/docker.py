@@ -255,6 +255,11 @@ class Docker:
         self._call(["run", "--detach", "--name", name, *options, "--entrypoint", command[0], image, *command[1:]])
         return name
 
+    def run_detached_with(self, options: tuple[str, ...], image: str, command: list[str]) -> None:
+        """`docker run OPTIONS IMAGE COMMAND...`, OPTIONS holding `--detach` and `--name`: a long-running container."""
+        assert "--detach" in options and "--name" in options, options
+        self._call(["run", *options, image, *command])
+
     def remove(self, container: str) -> None:
         """`docker rm --force CONTAINER` (stopped and removed, whatever its state)."""
         self._call(["rm", "--force", container])

@@ -11,11 +11,16 @@ here first.  Pod metadata (annotations such as the NRI device injector's) is not
 
 from __future__ import annotations
 
+import os
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.harness.docker import Docker
+from tests.harness.docker import Docker, unavailable_reason
+from tests.harness.minimal_root import minimal_root
+from tests.harness.requirements import missing
 
 #: the pod spec's fields `run_as_kubelet` translates, or that only place the pod (scheduling, priority)
 POD_FIELDS = {"volumes", "hostNetwork", "hostPID", "initContainers", "containers"}
@@ -79,3 +84,31 @@ def start_sidecar(docker: Docker, pod: dict[str, Any], container: dict[str, Any]
     options = ("--detach", "--name", name, *_options(pod, container, node, None))
     docker.run_detached_with(options, container["image"], _argv(container))
     return name
+
+
+@contextmanager
+def node_dockerd(work: Path, images: dict[str, Path]) -> Iterator[Docker]:
+    """A dockerd of the test's own (no registry), holding each root directory of `images` (name -> root) as an
+    image of that name, stopped on exit; the test is skipped where Docker cannot run as root (fails under CI:
+    `tests.harness.requirements.missing`)."""
+    if reason := unavailable_reason() or (None if os.geteuid() == 0 else "a dockerd of the test's own runs as root"):
+        missing(reason)
+    docker = Docker(work, registry=False)
+    try:
+        docker.start()
+        for name, root in images.items():
+            docker.import_image(root, name)
+        yield docker
+    finally:
+        docker.close()
+
+
+def stand_in(root: Path, programs: list[str], files: dict[str, tuple[str, int]]) -> Path:
+    """`root` made a minimal root of `programs` (tests/harness/minimal_root.py) plus `files` (path -> (text, mode))."""
+    minimal_root(root, programs)
+    for path, (text, mode) in files.items():
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        target.chmod(mode)
+    return root

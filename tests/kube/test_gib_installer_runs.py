@@ -19,7 +19,6 @@ containerd and kubelet, the pause container (pinned by a digest this machine can
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,10 +29,7 @@ import pytest
 from fleet.catalog import load_catalog
 from stacks.gke_fabric import HOST_GIB, HOST_NVIDIA_LIB, NAME
 from tests.harness.docker import Docker
-from tests.harness.docker import unavailable_reason as docker_unavailable
-from tests.harness.kubelet import run_as_kubelet
-from tests.harness.minimal_root import minimal_root
-from tests.harness.requirements import missing
+from tests.harness.kubelet import node_dockerd, run_as_kubelet, stand_in
 from tests.stacks.test_kube_stacks import of_kind, synthesized
 
 pytestmark = pytest.mark.slow
@@ -64,20 +60,10 @@ def installer() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docker]:
     """A dockerd holding the installer's stand-in under the catalog's pinned name."""
-    if reason := docker_unavailable() or (None if os.geteuid() == 0 else "a dockerd of the test's own runs as root"):
-        missing(reason)
     work = tmp_path_factory.mktemp("gib")
-    root = minimal_root(work / "root", ["sh", "mkdir", "cp", "cat", "ls"])
-    (root / "scripts").mkdir()
-    (root / "scripts" / "container_entry.sh").write_text(ENTRY)
-    (root / "scripts" / "container_entry.sh").chmod(0o755)
-    docker = Docker(work, registry=False)
-    try:
-        docker.start()
-        docker.import_image(root, IMAGE)
+    root = stand_in(work / "root", ["sh", "mkdir", "cp", "cat", "ls"], {"/scripts/container_entry.sh": (ENTRY, 0o755)})
+    with node_dockerd(work, {IMAGE: root}) as docker:
         yield docker
-    finally:
-        docker.close()
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ GKE's multi-networking interfaces, a GPU."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,10 +29,7 @@ from fleet.catalog import load_catalog
 from fleet.cli.main import app
 from stacks.gke_fabric import APERTURE_DIR, HOST_NVIDIA_LIB, TCPX_RXDM
 from tests.harness.docker import Docker
-from tests.harness.docker import unavailable_reason as docker_unavailable
-from tests.harness.kubelet import run_as_kubelet, start_sidecar
-from tests.harness.minimal_root import minimal_root
-from tests.harness.requirements import missing
+from tests.harness.kubelet import node_dockerd, run_as_kubelet, stand_in, start_sidecar
 from tests.harness.slurm import poll_until
 from tests.stacks.test_kube_stacks import high_file, mega_file
 
@@ -71,26 +67,17 @@ fi
 @pytest.fixture(scope="module")
 def docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docker]:
     """A dockerd holding the RxDM stand-ins under the catalog's pinned names, and the trainer's stand-in."""
-    if reason := docker_unavailable() or (None if os.geteuid() == 0 else "a dockerd of the test's own runs as root"):
-        missing(reason)
     work = tmp_path_factory.mktemp("pod")
     tools = ["sh", "ls", "cat", "sed", "sleep", "touch", "chmod"]
-    roots = {kind: minimal_root(work / kind, tools) for kind in ("tcpx", "tcpxo", "trainer")}
-    (roots["tcpxo"] / "fts").mkdir()
-    (roots["tcpxo"] / "fts" / "entrypoint_rxdm_container.sh").write_text(TCPXO_ENTRY)
-    daemon = roots["tcpx"] / TCPX_RXDM.lstrip("/")
-    daemon.parent.mkdir(parents=True)
-    daemon.write_text(TCPX_DAEMON)
-    daemon.chmod(0o755)
-    docker = Docker(work, registry=False)
-    try:
-        docker.start()
-        for kind in ("tcpx", "tcpxo"):
-            docker.import_image(roots[kind], str(CATALOG.fabric_software(kind).rxdm_image))
-        docker.import_image(roots["trainer"], TRAINER)
+    # TCPXO's entry script is not executable: the sidecar's command makes it so, as upstream's
+    tcpxo = stand_in(work / "tcpxo", tools, {"/fts/entrypoint_rxdm_container.sh": (TCPXO_ENTRY, 0o644)})
+    tcpx = stand_in(work / "tcpx", tools, {TCPX_RXDM: (TCPX_DAEMON, 0o755)})
+    images = {
+        str(CATALOG.fabric_software("tcpxo").rxdm_image): tcpxo,
+        str(CATALOG.fabric_software("tcpx").rxdm_image): tcpx,
+    }
+    with node_dockerd(work, {**images, TRAINER: stand_in(work / "trainer", tools, {})}) as docker:
         yield docker
-    finally:
-        docker.close()
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ A3 machine."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,10 +31,7 @@ from fleet.catalog import load_catalog
 from fleet.synth.run import synth_file
 from stacks.gke_fabric import APERTURE_DIR, HOST_NVIDIA_LIB, TCPX_INSTALLER, TCPXO_INSTALLER
 from tests.harness.docker import Docker
-from tests.harness.docker import unavailable_reason as docker_unavailable
-from tests.harness.kubelet import run_as_kubelet
-from tests.harness.minimal_root import minimal_root
-from tests.harness.requirements import missing
+from tests.harness.kubelet import node_dockerd, run_as_kubelet, stand_in
 from tests.harness.slurm import poll_until
 from tests.stacks.test_kube_stacks import high_file, mega_file, of_kind
 
@@ -112,34 +108,21 @@ def tcpx_installer(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docker]:
-    """A dockerd holding the plugin image's stand-in under the catalog's pinned name and the node's image."""
-    if reason := docker_unavailable() or (None if os.geteuid() == 0 else "a dockerd of the test's own runs as root"):
-        missing(reason)
+    """A dockerd holding the plugin images' stand-ins under the catalog's pinned names and the node's image."""
     work = tmp_path_factory.mktemp("tcpxo")
     tools = ["sh", "mkdir", "cp", "cat", "ls", "chmod", "nsenter"]
-    roots = {}
-    for kind in ("tcpx", "tcpxo"):
-        roots[kind] = minimal_root(work / f"root-{kind}", tools)
-        (roots[kind] / "scripts").mkdir()
-        # not executable: the installer's chmod makes it so
-        (roots[kind] / "scripts" / "container_entry.sh").write_text(entry(kind))
-    node = minimal_root(
-        work / "node", [*tools, "sleep", "mount", "umount", "readlink", "cut", "grep", "ln", "echo", "cat"]
-    )
-    for d in ("sys", "proc", "dev", "run", "var/log", "usr/sbin"):
+    # the entry scripts are not executable: the installers' chmod makes them so
+    roots = {
+        kind: stand_in(work / f"root-{kind}", tools, {"/scripts/container_entry.sh": (entry(kind), 0o644)})
+        for kind in ("tcpx", "tcpxo")
+    }
+    node_tools = [*tools, "sleep", "mount", "umount", "readlink", "cut", "grep", "ln", "echo"]
+    node = stand_in(work / "node", node_tools, {"/usr/sbin/modprobe": (MODPROBE, 0o755)})
+    for d in ("sys", "proc", "dev", "run", "var/log"):
         (node / d).mkdir(parents=True, exist_ok=True)
     (node / "sbin").symlink_to("usr/sbin")
-    (node / "usr" / "sbin" / "modprobe").write_text(MODPROBE)
-    (node / "usr" / "sbin" / "modprobe").chmod(0o755)
-    docker = Docker(work, registry=False)
-    try:
-        docker.start()
-        docker.import_image(roots["tcpxo"], IMAGE)
-        docker.import_image(roots["tcpx"], TCPX_IMAGE)
-        docker.import_image(node, NODE_IMAGE)
+    with node_dockerd(work, {IMAGE: roots["tcpxo"], TCPX_IMAGE: roots["tcpx"], NODE_IMAGE: node}) as docker:
         yield docker
-    finally:
-        docker.close()
 
 
 @pytest.fixture

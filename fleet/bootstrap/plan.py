@@ -85,6 +85,18 @@ class RegionPlan:
             ),
             f"pulumi preview --stack {stack}",
             f"pulumi up --stack {stack}",
+            *self._fabric_step(stack_file if in_project else Path(stack_file.name)),
+        ]
+
+    def _fabric_step(self, stack_file: Path) -> list[str]:
+        """GKE pools of a GPUDirect machine: where a training job's pod template comes from (the RxDM sidecar, the
+        GPU networks, the plugin's mounts), which the stack cannot add to pods it does not create."""
+        if not self.kueue or self.choice.machine.gke_fabric == "none":
+            return []
+        pool = self.spec["clusters"][0]["pools"][0]["name"]
+        return [
+            f"fleet render gpudirect-pod --config {stack_file} --pool {pool} --image <your training image>"
+            "   # the pod template multi-node jobs use the GPU fabric with (docs/kubernetes.md)"
         ]
 
     def to_json(

@@ -84,6 +84,8 @@ def test_json_holds_every_decision(bootstrap: Callable, stacks_dir: Path) -> Non
     assert out["next_steps"][1].startswith("pulumi stack init gcp-us-central1-h100")
     assert any(step.startswith("pulumi config set gcp:project my-gpu-project") for step in out["next_steps"])
     assert any(step.startswith("pulumi up") for step in out["next_steps"])
+    # the Slurm path sets the fabric up on the nodes and in its prolog: no pod template to render
+    assert not any("gpudirect-pod" in step for step in out["next_steps"])
     written = yaml.safe_load(Path(out["stack_file"]).read_text())["config"]
     assert written["gpu-fleet:fleet"] == out["spec"]
     assert (written["gcp:project"], written["gcp:region"]) == ("my-gpu-project", "us-central1")
@@ -233,6 +235,8 @@ def test_a_kueue_region_is_a_gke_cluster_with_its_teams_and_the_pinned_autoscale
     assert {q["metric"]: q["needed"] for q in out["quotas"]}["E2_CPUS"] == 8  # one e2-standard-8 in its one zone
     assert out["warnings"] == []  # RDMA's plugin is installed on GKE, the API server is reachable, labels given
     assert any(s.startswith("gcloud components install gke-gcloud-auth-plugin") for s in out["next_steps"])
+    render = f"fleet render gpudirect-pod --config {out['stack_file']} --pool {pool} --image <your training image>"
+    assert any(s.startswith(render) for s in out["next_steps"]), out["next_steps"]  # A3 Ultra: the gIB mounts
     written = yaml.safe_load(Path(out["stack_file"]).read_text())
     assert written["config"]["gpu-fleet:fleet"] == out["spec"]
     assert load_stack_file(Path(out["stack_file"])).clusters[0].kueue.autoscaler.image == IMAGE

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fleet.conformance import check_stack
 from tests.bootstrap.conftest import LABELS
@@ -128,3 +130,10 @@ def test_a_bootstrapped_kueue_region_of_h100s_gets_its_gpudirect_software(
     assert result["warnings"] == []
     daemonsets = [r for r in result["resources"] if r["type"] == "kubernetes:apps/v1:DaemonSet"]
     assert {installer, "gpu-fleet-nri-device-injector"} <= {r["inputs"]["metadata"]["name"] for r in daemonsets}
+    # the next step that gives a training job its pod template runs as printed (the image filled in)
+    (step,) = [s for s in out["next_steps"] if s.startswith("fleet render gpudirect-pod")]
+    command = shlex.split(step.split("   #")[0].replace("<your training image>", "registry.example/train:1"))
+    ran = subprocess.run([str(FLEET), *command[1:]], capture_output=True, text=True, cwd=stacks_dir, check=False)
+    assert ran.returncode == 0, ran.stderr
+    (sidecar,) = yaml.safe_load(ran.stdout)["spec"]["initContainers"]
+    assert sidecar["name"] == ("tcpxo-daemon" if machine == "a3-megagpu-8g" else "tcpx-daemon")

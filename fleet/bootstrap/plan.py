@@ -39,7 +39,7 @@ class RegionPlan:
     choice: MachineChoice
     zones: tuple[str, ...]
     addresses: AddressPlan
-    storage: StoragePlan
+    storage: StoragePlan | None  # Slurm's /home and scratch (None for a Kueue region: the GKE stack mounts neither)
     slurm: SlurmPlan | None
     compact_placement: bool
     quotas: list[QuotaNeed]
@@ -263,7 +263,6 @@ def plan_region(
         reasons.append(f"reservation {cap.reservation} must be in {zones[0]}")
 
     kueue = req.scheduler == "kueue"
-    storage = plan_storage(m, nodes)
     slurm = None if kueue else plan_slurm(m, nodes)
     if slurm:
         system = [slurm.controller_machine_type] + [slurm.login_machine_type] * slurm.login_nodes
@@ -276,7 +275,10 @@ def plan_region(
         addresses = plan_addresses(nodes, len(system), gpu_subnets, used)
     except AddressPlanExhausted as exc:
         raise BadArgument("--stacks-dir", f"address plan full: {exc}") from None
-    kplan = None
+    reasons += addresses.reasons
+    # what differs by scheduler: the cluster's storage and its quota, its own blocks, the warnings
+    kplan: KueuePlan | None = None
+    storage: StoragePlan | None = None
     if kueue:
         assert req.autoscaler_image and req.upgrade_exclusion_start  # check_request and the CLI
         try:
@@ -287,11 +289,20 @@ def plan_region(
             m, nodes, m.family, pool_zones, str(addresses.system_cidr), ranges, req.teams or (DEFAULT_TEAM,),
             req.authorized_networks, req.autoscaler_image, req.upgrade_exclusion_start,
         )  # fmt: skip
-        reasons += [*addresses.reasons, *kplan.reasons]
+        reasons += kplan.reasons
         reasons.append(f"cluster zone {pool_zones[0]}: the GPU pool's, where GKE's node locations start")
+        cluster_storage, filestore, scratch = kplan.storage, None, None
+        extra: dict = {"platform": "gke", "gke": kplan.gke, "kueue": kplan.kueue}
+        warnings = list(kplan.warnings)
     else:
-        reasons += [*addresses.reasons, *storage.reasons, *(slurm.reasons if slurm else ())]
+        assert slurm is not None
+        storage = plan_storage(m, nodes)
+        reasons += [*storage.reasons, *slurm.reasons]
         reasons.append(f"cluster zone {pool_zones[0]}: the controller, login VMs and zonal storage beside the pool")
+        cluster_storage = storage.spec()
+        filestore, scratch = (storage.home_tier, storage.home_capacity_gb), storage.scratch_capacity_gib
+        extra = {"slurm": slurm.spec(m.family, cap.type)}
+        warnings = fabric_warnings(m, nodes, req.region, GPU_FAMILIES[req.gpu.lower()], catalog)
 
     pool_name = m.family
     pool: dict = {
@@ -313,12 +324,9 @@ def plan_region(
         # the controller and its zonal storage
         "zone": pool_zones[0],
         "pools": [pool],
-        "storage": kplan.storage if kplan else storage.spec(),
+        "storage": cluster_storage,
+        **extra,
     }
-    if slurm:
-        cluster["slurm"] = slurm.spec(pool_name, cap.type)
-    if kplan:
-        cluster |= {"platform": "gke", "gke": kplan.gke, "kueue": kplan.kueue}
     spec = {
         "kind": "fleet",
         "provider": "gcp",
@@ -338,18 +346,10 @@ def plan_region(
     except SpecError as exc:  # a bug here, not the user's: say so plainly, write nothing
         raise InvalidPlan(exc.errors) from exc
 
-    if kplan:
-        quotas = quota_needs(m, nodes, cap.type, system, None, None)
-    else:
-        filestore = (storage.home_tier, storage.home_capacity_gb)
-        quotas = quota_needs(m, nodes, cap.type, system, filestore, storage.scratch_capacity_gib)
+    quotas = quota_needs(m, nodes, cap.type, system, filestore, scratch)
     price = pool_price(m, req.region, cap.type, 0, nodes)
     if price.per_node is None:
         reasons.append(f"no list price for {m.name} in {req.region} ({cap.type}): price unknown")
-    if kplan:
-        warnings = list(kplan.warnings)
-    else:
-        warnings = fabric_warnings(m, nodes, req.region, GPU_FAMILIES[req.gpu.lower()], catalog)
     warnings += label_warnings(dict(req.labels))
     return RegionPlan(
         request=req,

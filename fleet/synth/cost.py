@@ -58,7 +58,7 @@ class FleetCost:
     hourly_usd_at_min: float
     hourly_usd_at_max: float
     by_pool: list[PoolCost]
-    excluded: list[str] = field(default_factory=lambda: list(EXCLUDED))  # fleet_cost fills in excluded(spec)
+    excluded: list[str]  # `excluded(spec)`: what the totals leave out depends on the platforms
     unpriced_pools: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:

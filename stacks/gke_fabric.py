@@ -47,6 +47,7 @@ from typing import Any
 from components.gcp.startup import rxdm_flags
 from fleet.catalog import Catalog, FabricSoftware
 from fleet.catalog.model import GkeFabricSetup
+from fleet.spec.kube import GKE_NODEPOOL_LABEL
 from fleet.spec.model import ClusterSpec, NodePoolSpec
 
 NAMESPACE = "kube-system"
@@ -138,7 +139,7 @@ def _daemonset(
 ) -> dict[str, Any]:
     """A node-critical DaemonSet in kube-system on exactly `pools`, on the node's network and PID namespace."""
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "gpu-fleet"}
-    term = {"matchExpressions": [{"key": "cloud.google.com/gke-nodepool", "operator": "In", "values": pools}]}
+    term = {"matchExpressions": [{"key": GKE_NODEPOOL_LABEL, "operator": "In", "values": pools}]}
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -168,6 +169,7 @@ def _daemonset(
 
 
 def _host_path(name: str, path: str, kind: str = "DirectoryOrCreate") -> dict[str, Any]:
+    """A hostPath volume: `DirectoryOrCreate` where the pod writes first, `Directory` where the node must have it."""
     return {"name": name, "hostPath": {"path": path, "type": kind}}
 
 
@@ -276,10 +278,6 @@ def _rxdm_devices(machine_gpus: int, kind: str) -> str:
     return "".join(f"- path: {p}\n" for p in paths)
 
 
-def _host_volume(name: str, path: str, kind: str = "Directory") -> dict[str, Any]:
-    return {"name": name, "hostPath": {"path": path, "type": kind}}
-
-
 def _nvidia_mount() -> dict[str, Any]:
     """The driver's libraries and the plugin the installers put next to them, read-only."""
     return {"name": "nvidia-lib", "mountPath": "/usr/local/nvidia/lib64", "readOnly": True}
@@ -294,7 +292,7 @@ def _gib_pieces(catalog: Catalog) -> tuple[list[dict[str, Any]], list[dict[str, 
     lib = catalog.fabric_software("gib").lib_dir or "/usr/local/gib/lib64"
     env = [{"name": "LD_LIBRARY_PATH", "value": f"/usr/local/nvidia/lib64:{lib}"}]
     mounts = [{"name": "gib", "mountPath": "/usr/local/gib", "readOnly": True}, _nvidia_mount(), _shm_mount()]
-    return env, mounts, [_host_volume("gib", HOST_GIB)]
+    return env, mounts, [_host_path("gib", HOST_GIB, "Directory")]
 
 
 def _rxdm_sidecar(fab: FabricSoftware) -> dict[str, Any]:
@@ -320,6 +318,14 @@ def _rxdm_sidecar(fab: FabricSoftware) -> dict[str, Any]:
     return sidecar
 
 
+class PodTemplateError(ValueError):
+    """A pod template `workload_pod` cannot make: `argument` names what is wrong (`pool`, `gpus`), `reason` why."""
+
+    def __init__(self, argument: str, reason: str) -> None:
+        super().__init__(f"{argument}: {reason}")
+        self.argument, self.reason = argument, reason
+
+
 def workload_pod(
     pool: NodePoolSpec, catalog: Catalog, networks: list[str], image: str, gpus: int | None = None
 ) -> dict[str, Any]:
@@ -328,18 +334,19 @@ def workload_pod(
     them) as interfaces after eth0, and per fabric the plugin's mounts and environment (gIB), or the RxDM native
     sidecar with its devices and mounts, the NCCL environment and TCPXO's aperture devices or TCPX's socket directory
     (TCPX, TCPXO).  No node selector or tolerations: Kueue's ResourceFlavor of the pool adds them when it admits the
-    workload.  ValueError for a pool with no fabric set up, or a TCPX(O) pod asking part of a node."""
+    workload.  PodTemplateError for a pool with no fabric set up, or a TCPX(O) pod asking part of a node."""
     machine = catalog.machine(pool.machine_type)
     kind = machine.gke_fabric
     if kind == "none" or not networks:
-        raise ValueError(f"pool {pool.name} ({pool.machine_type}): no GPU fabric the GKE stack sets up")
+        raise PodTemplateError("pool", f"{pool.name} ({pool.machine_type}) has no GPU fabric the GKE stack sets up")
     want = machine.gpu_count if gpus is None else gpus
     if not 1 <= want <= machine.gpu_count:
-        raise ValueError(f"gpus: {pool.machine_type} has {machine.gpu_count} GPUs per node, got {want}")
+        raise PodTemplateError("gpus", f"{pool.machine_type} has {machine.gpu_count} GPUs per node, got {want}")
     if kind != "gib" and want != machine.gpu_count:
-        raise ValueError(
-            f"gpus: a GPUDirect-{kind.upper()} pod takes the whole {pool.machine_type} node (its GPU NICs move into "
-            f"that one pod, and its RxDM sidecar drives all {machine.gpu_count} GPUs), got {want}"
+        raise PodTemplateError(
+            "gpus",
+            f"a GPUDirect-{kind.upper()} pod takes the whole {pool.machine_type} node (its GPU NICs move into that one "
+            f"pod, and its RxDM sidecar drives all {machine.gpu_count} GPUs), got {want}",
         )
     interfaces = [{"interfaceName": "eth0", "network": "default"}] + [
         {"interfaceName": f"eth{i}", "network": name} for i, name in enumerate(networks, start=1)
@@ -349,7 +356,7 @@ def workload_pod(
         "networking.gke.io/interfaces": json.dumps(interfaces),
     }
     shm = {"name": "shm", "emptyDir": {"medium": "Memory"}}  # NCCL's shared memory between local ranks
-    nvidia = _host_volume("nvidia-lib", HOST_NVIDIA_LIB)
+    nvidia = _host_path("nvidia-lib", HOST_NVIDIA_LIB, "Directory")
     spec: dict[str, Any] = {}
     if kind == "gib":
         env, mounts, volumes = _gib_pieces(catalog)
@@ -358,16 +365,16 @@ def workload_pod(
         annotations[f"devices.gke.io/container.{RXDM_SIDECAR[kind]}"] = _rxdm_devices(machine.gpu_count, kind)
         spec["initContainers"] = [_rxdm_sidecar(fab)]
         env = [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}]
-        volumes = [_host_volume("sys", "/sys"), _host_volume("proc-sys", "/proc/sys")]
+        volumes = [_host_path("sys", "/sys", "Directory"), _host_path("proc-sys", "/proc/sys", "Directory")]
         if kind == "tcpxo":
             env.append({"name": "NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY", "value": APERTURE_DIR})
             mounts = [_nvidia_mount(), {"name": "aperture-devices", "mountPath": APERTURE_DIR}, _shm_mount()]
-            volumes.append(_host_volume("aperture-devices", APERTURE_DIR))
+            volumes.append(_host_path("aperture-devices", APERTURE_DIR, "Directory"))
         else:
             env.append({"name": "NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX", "value": TCPX_SOCKET_DIR})
             env += [{"name": k, "value": v} for k, v in fab.nccl_env]
             mounts = [_nvidia_mount(), {"name": "tcpx-socket", "mountPath": TCPX_SOCKET_DIR}, _shm_mount()]
-            volumes.append(_host_volume("tcpx-socket", TCPX_SOCKET_DIR, "DirectoryOrCreate"))
+            volumes.append(_host_path("tcpx-socket", TCPX_SOCKET_DIR))
     trainer = {
         "name": "trainer",
         "image": image,

@@ -157,7 +157,7 @@ def gpudirect_pod(
 
     from fleet.catalog import load_catalog
     from stacks import plan
-    from stacks.gke_fabric import workload_pod
+    from stacks.gke_fabric import PodTemplateError, workload_pod
     from stacks.kube_plan import gke_networks
 
     spec = _load(stack, config)
@@ -177,13 +177,14 @@ def gpudirect_pod(
     nets = gke_networks(owner, plan.fabric_plans(spec, cat)).get(chosen.machine_type, [])
     try:
         template = workload_pod(chosen, cat, [n.name for n in nets], image, gpus)
-    except ValueError as exc:
-        raise _fail([f"--pool {pool}: {exc}" if "gpus:" not in str(exc) else f"--{exc}"]) from None
+    except PodTemplateError as exc:
+        raise _fail([f"--{exc.argument}: {exc.reason}"]) from None
+    fabric = cat.machine(chosen.machine_type).gke_fabric
     typer.echo(f"# gpu-fleet: the pod template for {owner.name}/{chosen.name} ({chosen.machine_type}); merge it into")
     typer.echo("# your Job / JobSet / PyTorchJob pod template.  Kueue adds the pool's node selector and tolerations.")
-    if cat.machine(chosen.machine_type).gke_fabric in ("tcpx", "tcpxo"):
+    if fabric in ("tcpx", "tcpxo"):
         typer.echo("# Leave hostNetwork off: the GPU NICs move into this pod, and the node's firewall stays closed.")
-    if cat.machine(chosen.machine_type).gke_fabric == "gib":
+    if fabric == "gib":
         typer.echo(
             "# Before NCCL starts, the trainer sources /usr/local/gib/scripts/set_nccl_env.sh (docs/kubernetes.md)."
         )

@@ -19,7 +19,7 @@ from fleet.catalog import load_catalog
 from fleet.cli.main import app
 from fleet.synth.run import synth_file
 from stacks.gke_fabric import APERTURE_DIR, DEVICE_INJECTOR, RXDM_SIDECAR, TCPXO_INSTALLER
-from tests.stacks.test_kube_stacks import gpu_pools, high_file, mega_file, of_kind
+from tests.stacks.test_kube_stacks import gke_file, gpu_pools, high_file, mega_file, of_kind
 
 IMAGE = "registry.example/train@sha256:" + "1" * 64
 
@@ -193,8 +193,14 @@ def test_bad_arguments_exit_2_naming_the_option(mega: Path, args: list[str], mes
     assert done.exit_code == 2 and f"error: {message}" in done.output and "Traceback" not in done.output
 
 
-def test_a_slurm_stack_or_a_pool_without_a_fabric_is_refused() -> None:
+def test_a_slurm_stack_or_a_pool_without_a_fabric_is_refused(tmp_path: Path) -> None:
     slurm = render("--stack", "gcp-a3mega-slurm", "--pool", "a3mega", "--image", IMAGE)
     assert slurm.exit_code == 2 and "the spec has no GKE cluster" in slurm.output
     neocloud = render("--stack", "k8s-neocloud-kueue", "--pool", "x", "--image", IMAGE)
     assert neocloud.exit_code == 2 and "no GKE cluster" in neocloud.output
+
+    def l4(config: dict) -> None:  # a GKE pool of single-NIC machines: nothing to attach
+        config["gpu-fleet:fleet"]["clusters"][0]["pools"][1]["machine_type"] = "g2-standard-48"
+
+    plain = render("--config", str(gke_file(tmp_path, l4)), "--pool", "spot", "--image", IMAGE)
+    assert plain.exit_code == 2 and "--pool: spot (g2-standard-48) has no GPU fabric" in plain.output

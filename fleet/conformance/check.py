@@ -16,6 +16,9 @@ from typing import Any
 
 import yaml
 
+from autoscaler.kube.source import pools_for
+from fleet.spec.kube import GKE_NODEPOOL_LABEL
+
 JSON = dict[str, Any]
 
 
@@ -90,17 +93,13 @@ def check_stack(doc: JSON, ref: Reference | None = None) -> list[str]:
     return errors
 
 
-def _pools_of(daemonset: JSON) -> list[str]:
-    """The GKE node pools a DaemonSet's node affinity names (`cloud.google.com/gke-nodepool In ...`)."""
-    spec = daemonset["spec"]["template"]["spec"]
-    terms = spec.get("affinity", {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution", {})
-    return [
-        v
-        for term in terms.get("nodeSelectorTerms", [])
-        for e in term.get("matchExpressions", [])
-        if e.get("key") == "cloud.google.com/gke-nodepool" and e.get("operator") == "In"
-        for v in e.get("values", [])
-    ]
+def _runs_on(daemonset: JSON | None, pool: str) -> bool:
+    """Whether `daemonset` (None: absent) schedules on the nodes of GKE node pool `pool`, which carry its name in
+    GKE's node-pool label (the daemon's own selector matching: `autoscaler.kube.source.pools_for`)."""
+    if daemonset is None:
+        return False
+    selected = pools_for(daemonset["spec"]["template"]["spec"], {pool: {GKE_NODEPOOL_LABEL: pool}})
+    return selected is None or pool in selected
 
 
 def _mounts(spec: JSON, container: JSON) -> dict[str, str]:
@@ -137,7 +136,7 @@ def _check_gke_fabric(doc: JSON, ref: Reference) -> list[str]:
         name = pool["inputs"]["name"]
         wanted = [inst["daemonset"]] + ([injector["daemonset"]] if inst["device_injector"] else [])
         for ds in wanted:
-            if name not in _pools_of(sets.get(ds, {"spec": {"template": {"spec": {}}}})):
+            if not _runs_on(sets.get(ds), name):
                 errors.append(f"node pool {name}: no {ds} on it ({kind}: {ref.source(inst['source'])})")
     for kind, inst in facts["installers"].items():
         if inst["daemonset"] in sets:

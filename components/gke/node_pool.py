@@ -5,6 +5,7 @@ deletes the pool's VMs by name in the node pool's managed instance groups (`inst
 the autoscaler inventory), and `pulumi up` never resizes it back.  The GPU driver is installed by GKE
 (`gpu_driver_installation_config`).  Capacity: a specific reservation, spot (tainted so only pods that
 tolerate preemption land there), flex-start (DWS: no reservation, at most 7 days), or on-demand.
+Compact placement is GKE's own COMPACT policy, except on a reservation pool, whose reservation carries the placement.
 GPUDirect NICs are additional node networks on the fabric VPCs (the cluster needs multi-networking).
 A machine type that comes with local SSDs (A3 Ultra, A4: 32 x 375 GiB) has them as the node's ephemeral storage
 (`ephemeral_storage_local_ssd_config`: images, emptyDirs and container writable layers on the NVMe RAID, labelled
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_gcp as gcp
 
+from components.gcp.node_pool import placement_kind
 from fleet.catalog import CapacityType
 
 COUNT_FIELDS = ["initialNodeCount", "nodeCount"]  # the autoscaler's; never reset by `pulumi up`
@@ -114,7 +116,9 @@ class GkeGpuNodePool(pulumi.ComponentResource):
             node_config["flex_start"] = True
             node_config["max_run_duration"] = FLEX_START_MAX_RUN
         extra: dict[str, object] = {}
-        if args.compact_placement:
+        # the GCE pools' one rule: a specific reservation refuses a policy of GKE's making and brings its own
+        # (Cluster Toolkit's GKE A3 Mega / Ultra reservation pools set none either)
+        if placement_kind(args.capacity, args.compact_placement) != "none":
             extra["placement_policy"] = {"type": "COMPACT"}
         if args.networks:
             extra["network_config"] = {

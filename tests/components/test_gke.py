@@ -52,6 +52,16 @@ def test_node_networks_and_compact_placement(declare):
     ]
     plain = declare(lambda: GkeGpuNodePool("p", pool_args(CapacityType.ON_DEMAND)))
     assert "networkConfig" not in plain.one("container/nodePool:NodePool").inputs
+    assert "placementPolicy" not in plain.one("container/nodePool:NodePool").inputs
+
+
+def test_a_reservation_pool_asks_for_no_placement_policy_of_its_own(declare):
+    """A specific reservation carries its placement and refuses an outside policy (the GCE pools' rule,
+    components.gcp.node_pool.placement_kind): compact_placement there declares no GKE COMPACT policy."""
+    found = declare(
+        lambda: GkeGpuNodePool("p", pool_args(CapacityType.RESERVATION, reservation="r1", compact_placement=True))
+    )
+    assert "placementPolicy" not in found.one("container/nodePool:NodePool").inputs
 
 
 def cluster_args(**kw) -> GkeClusterArgs:

@@ -190,7 +190,8 @@ def test_gke_gpu_node_pools_have_no_autoscaling_of_their_own(gke):
         "key": "compute.googleapis.com/reservation-name",
         "values": ["a3u-resv"],
     }
-    assert by_name["resv"]["placementPolicy"] == {"type": "COMPACT"}
+    # compact_placement: true, but a specific reservation brings its own placement and refuses GKE's
+    assert "placementPolicy" not in by_name["resv"]
     assert by_name["spot"]["nodeConfig"]["spot"] is True
     assert by_name["spot"]["nodeConfig"]["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
     assert by_name["spot"]["nodeConfig"]["taints"] == [

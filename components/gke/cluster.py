@@ -3,8 +3,9 @@ wait behind a maintenance exclusion, multi-networking for GPUDirect, and a small
 
 The cluster is regional (control plane in three zones) with nodes only in `node_zones`.  The default node
 pool is removed; the system pool runs Kueue, the autoscaler and other controllers.  A firewall rule lets the
-control plane reach admission webhooks on the nodes (Kueue's on 9443: private clusters allow only 443 and
-10250 by default).  `kubeconfig` (a secret Output) authenticates with `gke-gcloud-auth-plugin`.
+control plane reach admission webhooks on the nodes (Kueue's on 9443) and Kueue's visibility API server (8082):
+private clusters allow only 443 and 10250 by default.  `kubeconfig` (a secret Output) authenticates with
+`gke-gcloud-auth-plugin`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ import pulumi_gcp as gcp
 
 # Predefined role bundling what a GKE node needs (logs, metrics, resource metadata); plus image pulls.
 NODE_ROLES = ("roles/container.defaultNodeServiceAccount", "roles/artifactregistry.reader")
-WEBHOOK_PORTS = ("9443",)  # Kueue's and JobSet's admission webhooks (controller-runtime's default port)
+#: what the control plane calls on the nodes' pods beyond 443 and 10250: Kueue's and JobSet's admission webhooks
+#: (9443, controller-runtime's default) and Kueue's visibility API server (8082: the chart's APIService
+#: v1beta1.visibility.kueue.x-k8s.io, whose Service targets the manager's port 8082; unreachable, every API
+#: discovery call reports it unavailable and namespace deletion can hang on it)
+CONTROL_PLANE_PORTS = ("9443", "8082")
 UPGRADE_EXCLUSION = "gpu-no-minor-or-node-upgrades"
 
 
@@ -181,10 +186,10 @@ class GkeCluster(pulumi.ComponentResource):
             network=args.network,
             direction="INGRESS",
             priority=1000,
-            description="GKE control plane -> admission webhooks on the nodes (Kueue, JobSet)",
+            description="GKE control plane -> admission webhooks (Kueue, JobSet: 9443), Kueue visibility API (8082)",
             source_ranges=[args.master_cidr],
             target_service_accounts=[self.node_sa.email],
-            allows=[{"protocol": "tcp", "ports": list(WEBHOOK_PORTS)}],
+            allows=[{"protocol": "tcp", "ports": list(CONTROL_PLANE_PORTS)}],
             opts=child,
         )
         self.kubeconfig = pulumi.Output.secret(

@@ -84,7 +84,7 @@ def test_cluster_webhook_firewall_and_kubeconfig(declare):
 
     found = declare(program)
     fw = found.one("compute/firewall:Firewall").inputs
-    assert fw["sourceRanges"] == ["172.16.0.0/28"] and fw["allows"] == [{"protocol": "tcp", "ports": ["9443"]}]
+    assert fw["sourceRanges"] == ["172.16.0.0/28"] and fw["allows"] == [{"protocol": "tcp", "ports": ["9443", "8082"]}]
     assert fw["targetServiceAccounts"] == ["c-gke-nodes@my-proj.iam.gserviceaccount.com"]
     c = found.one("container/cluster:Cluster").inputs
     assert c["privateClusterConfig"]["enablePrivateNodes"] is True

@@ -59,6 +59,13 @@ DEVICE_INJECTOR = "gpu-fleet-nri-device-injector"
 HOST_BIN = "/home/kubernetes/bin"
 HOST_GIB = f"{HOST_BIN}/gib"
 HOST_NVIDIA_LIB = f"{HOST_BIN}/nvidia/lib64"
+#: where the trainer finds the driver's libraries and what the TCPX(O) installers copy beside them
+TRAINER_NVIDIA_LIB = "/usr/local/nvidia/lib64"
+#: what the trainer sources before NCCL starts, per fabric: the NCCL settings upstream calls required (gIB's
+#: set_nccl_env.sh; the TCPXO plugin's nccl-env-profile.sh, which the installer copies next to the driver's
+#: libraries and which stops a shell without NCCL_LIB_DIR: container-engine-accelerators gpudirect-tcpxo/README.md,
+#: "NCCL configs").  TCPX's settings are the pod's env itself (`FabricSoftware.nccl_env`).
+NCCL_ENV_SCRIPT = {"gib": "/usr/local/gib/scripts/set_nccl_env.sh", "tcpxo": "${NCCL_LIB_DIR}/nccl-env-profile.sh"}
 #: where the TCPXO plugin finds the aperture devices (its `NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY`), node and pod alike
 APERTURE_DIR = "/dev/aperture_devices"
 #: the RxDM sidecar's name per fabric: the NRI device injector's annotation names the container it hands the GPUs to
@@ -280,7 +287,7 @@ def _rxdm_devices(machine_gpus: int, kind: str) -> str:
 
 def _nvidia_mount() -> dict[str, Any]:
     """The driver's libraries and the plugin the installers put next to them, read-only."""
-    return {"name": "nvidia-lib", "mountPath": "/usr/local/nvidia/lib64", "readOnly": True}
+    return {"name": "nvidia-lib", "mountPath": TRAINER_NVIDIA_LIB, "readOnly": True}
 
 
 def _shm_mount() -> dict[str, Any]:
@@ -313,7 +320,7 @@ def _rxdm_sidecar(fab: FabricSoftware) -> dict[str, Any]:
         caps = ["NET_ADMIN"]
         mounts.append({"name": "tcpx-socket", "mountPath": TCPX_SOCKET_DIR})
     sidecar["securityContext"] = {"capabilities": {"add": caps}}
-    sidecar["env"] = [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}]
+    sidecar["env"] = [{"name": "LD_LIBRARY_PATH", "value": TRAINER_NVIDIA_LIB}]
     sidecar["volumeMounts"] = mounts
     return sidecar
 
@@ -364,10 +371,11 @@ def workload_pod(
         fab = _tcpx(catalog, kind)
         annotations[f"devices.gke.io/container.{RXDM_SIDECAR[kind]}"] = _rxdm_devices(machine.gpu_count, kind)
         spec["initContainers"] = [_rxdm_sidecar(fab)]
-        env = [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}]
+        env = [{"name": "LD_LIBRARY_PATH", "value": TRAINER_NVIDIA_LIB}]
         volumes = [_host_path("sys", "/sys", "Directory"), _host_path("proc-sys", "/proc/sys", "Directory")]
         if kind == "tcpxo":
             env.append({"name": "NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY", "value": APERTURE_DIR})
+            env.append({"name": "NCCL_LIB_DIR", "value": TRAINER_NVIDIA_LIB})  # what NCCL_ENV_SCRIPT needs
             mounts = [_nvidia_mount(), {"name": "aperture-devices", "mountPath": APERTURE_DIR}, _shm_mount()]
             volumes.append(_host_path("aperture-devices", APERTURE_DIR, "Directory"))
         else:

@@ -157,7 +157,7 @@ def gpudirect_pod(
 
     from fleet.catalog import load_catalog
     from stacks import plan
-    from stacks.gke_fabric import PodTemplateError, workload_pod
+    from stacks.gke_fabric import NCCL_ENV_SCRIPT, PodTemplateError, workload_pod
     from stacks.kube_plan import gke_networks
 
     spec = _load(stack, config)
@@ -184,10 +184,8 @@ def gpudirect_pod(
     typer.echo("# your Job / JobSet / PyTorchJob pod template.  Kueue adds the pool's node selector and tolerations.")
     if fabric in ("tcpx", "tcpxo"):
         typer.echo("# Leave hostNetwork off: the GPU NICs move into this pod, and the node's firewall stays closed.")
-    if fabric == "gib":
-        typer.echo(
-            "# Before NCCL starts, the trainer sources /usr/local/gib/scripts/set_nccl_env.sh (docs/kubernetes.md)."
-        )
+    if fabric in NCCL_ENV_SCRIPT:
+        typer.echo(f"# Before NCCL starts, the trainer sources {NCCL_ENV_SCRIPT[fabric]} (docs/kubernetes.md).")
     typer.echo(yaml.dump(template, Dumper=_block_dumper(), sort_keys=False), nl=False)
 
 

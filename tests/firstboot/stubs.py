@@ -13,8 +13,9 @@ success leaves, so the script's own checks and waits see what they would see on 
   addresses> 3 s later (what the aperture udev rule does for A3 Mega's 8 aperture PCI functions);
 - `ibv_devices` lists 8 mlx5 RDMA devices (A3 Ultra's RDMA NICs are there from power-on);
 - `docker` records; `docker run ... <nccl-plugin image> install` leaves /var/lib/tcpxo/lib64 with an
-  NCCL environment profile (what the plugin installer writes), `docker container logs NAME` says
-  "Buffer manager initialization complete" (what RxDM prints once up) and `docker container inspect` that it runs;
+  NCCL environment profile that starts as the plugin's own does (it stops a shell without NCCL_LIB_DIR),
+  `docker container logs NAME` says "Buffer manager initialization complete" (what RxDM prints once up) and
+  `docker container inspect` that it runs;
 - `nvidia-ctk`, `add-nvidia-repositories` record; `dockerd` and `nvidia-persistenced` are
   daemons behind units the stubs bring along (docker.service, nvidia-persistenced.service);
 - `gcsfuse ... BUCKET MOUNT` bind-mounts a world-writable directory standing for the bucket on MOUNT (what
@@ -71,14 +72,28 @@ if [ "${1:-}" = trigger ]; then
 fi
 """.replace("LOG", LOG)
 
-_DOCKER = """
+#: the head of the plugin's own nccl-env-profile.sh (google/nccl-plugin-gpudirect-tcpxo, tcpxo_scripts/): it stops a
+#: shell that sourced it without NCCL_LIB_DIR, and builds paths from it
+PLUGIN_PROFILE = """: "${NCCL_LIB_DIR:?Must set NCCL_LIB_DIR}"
+export NCCL_NET=FasTrak
+export NCCL_TUNER_CONFIG_PATH=${NCCL_LIB_DIR}/a3plus_tuner_config.textproto"""
+
+_DOCKER = (
+    """
+PLUGIN_PROFILE=$(cat <<'PROFILE'
+"""
+    + PLUGIN_PROFILE
+    + """
+PROFILE
+)
 case " $* " in
   *" run "*nccl-plugin*" install "*)
-    mkdir -p /var/lib/tcpxo/lib64; echo "export NCCL_NET=FasTrak" > /var/lib/tcpxo/lib64/nccl-env-profile.sh ;;
+    mkdir -p /var/lib/tcpxo/lib64; printf '%s\n' "$PLUGIN_PROFILE" > /var/lib/tcpxo/lib64/nccl-env-profile.sh ;;
   *" container logs "*) echo "Buffer manager initialization complete" ;;
   *" container inspect "*) echo true ;;
 esac
 """
+)
 
 _MDADM = """
 if [ "${1:-}" = --create ]; then mkdir -p "$(dirname "$2")"; ln -sfn /dev/fb-localssd "$2"; fi
@@ -135,13 +150,23 @@ def stub_units() -> dict[str, str]:
     return dict(_UNITS)
 
 
+#: a package of the NVIDIA driver's user space the accelerator image carries, which a GPU node's script holds
+DRIVER_PACKAGE = "nvidia-utils-580-server"
+
+
 def stub_packages() -> dict[str, str]:
     """package -> the version a VM's dpkg database lists: the pinned versions the scripts check for."""
     gib = load_catalog("gcp").fabric_software("gib")
     assert gib and gib.nccl_package and gib.nccl_version
     # the script compares without the blueprint's leading "v": a Debian version starts with a digit
     toolkit = dict.fromkeys(NVIDIA_CONTAINER_TOOLKIT_PACKAGES, NVIDIA_CONTAINER_TOOLKIT_VERSION)
-    return {"gcsfuse": GCSFUSE_VERSION, gib.nccl_package: gib.nccl_version.removeprefix("v"), **toolkit}
+    return {
+        "gcsfuse": GCSFUSE_VERSION,
+        gib.nccl_package: gib.nccl_version.removeprefix("v"),
+        **toolkit,
+        # the accelerator image's driver user space (its version is the image's, not a pin)
+        DRIVER_PACKAGE: "580.95.05-0ubuntu0.24.04.2",
+    }
 
 
 def stub_image() -> dict[str, dict[str, str]]:

@@ -27,7 +27,8 @@ from typer.testing import CliRunner
 
 from fleet.catalog import load_catalog
 from fleet.cli.main import app
-from stacks.gke_fabric import APERTURE_DIR, HOST_NVIDIA_LIB, TCPX_RXDM
+from stacks.gke_fabric import APERTURE_DIR, HOST_NVIDIA_LIB, NCCL_ENV_SCRIPT, TCPX_RXDM
+from tests.firstboot.stubs import PLUGIN_PROFILE
 from tests.harness.docker import Docker
 from tests.harness.kubelet import node_dockerd, run_as_kubelet, stand_in, start_sidecar
 from tests.harness.slurm import poll_until
@@ -61,7 +62,10 @@ fi
 if [ -n "${NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX:-}" ]; then
   ls "$NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX" | sed 's/^/socket: /'
 fi
-"""
+if [ -n "${NCCL_LIB_DIR:-}" ]; then
+  . "SCRIPT" && echo "nccl: $NCCL_NET $NCCL_TUNER_CONFIG_PATH"
+fi
+""".replace("SCRIPT", NCCL_ENV_SCRIPT["tcpxo"])
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +93,7 @@ def node(tmp_path: Path) -> Path:
     nvidia.mkdir(parents=True)
     for lib in ("libcuda.so.1", "libnccl.so.2", "libnccl-net.so"):
         (nvidia / lib).write_text(lib)
+    (nvidia / "nccl-env-profile.sh").write_text(PLUGIN_PROFILE + "\n")  # the TCPXO installer copies it there too
     for bdf in APERTURES:
         (root / APERTURE_DIR.lstrip("/") / bdf).mkdir(parents=True)
         (root / APERTURE_DIR.lstrip("/") / bdf / "resource0").write_text(f"bar0 of {bdf}")
@@ -129,6 +134,8 @@ def test_the_tcpxo_pod_starts_rxdm_with_its_flags_and_the_trainer_finds_the_plug
     assert {"rxdm lib: libcuda.so.1", "rxdm lib: libnccl-net.so"} <= set(rxdm)
     assert {"lib: libnccl.so.2", "lib: libnccl-net.so", "lib: libcuda.so.1"} <= set(trainer)
     assert [line for line in trainer if line.startswith("aperture: ")] == [f"aperture: bar0 of {b}" for b in APERTURES]
+    # the plugin's profile, sourced as the printed template says, finds its NCCL_LIB_DIR in the template's env
+    assert "nccl: FasTrak /usr/local/nvidia/lib64/a3plus_tuner_config.textproto" in trainer, trainer
 
 
 def test_the_tcpx_pod_starts_rxdm_on_the_socket_directory_the_trainer_s_nccl_is_pointed_at(

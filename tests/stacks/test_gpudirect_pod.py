@@ -107,6 +107,11 @@ def test_a_tcpxo_pod_names_the_pool_s_eight_networks_and_runs_rxdm_as_the_inject
     assert "cp -r /var/lib/tcpxo/lib64/. /usr/local/nvidia/lib64" in copy["args"][0]
     assert lib == f"{at}/nvidia/lib64"
     assert DEVICE_INJECTOR in {d["metadata"]["name"] for d in of_kind(synthesized_mega, "DaemonSet")}
+    # the plugin's nccl-env-profile.sh (copied there with the rest) needs NCCL_LIB_DIR, and the printed template
+    # says to source it before NCCL starts: upstream calls those NCCL settings required
+    assert env["NCCL_LIB_DIR"] == env["LD_LIBRARY_PATH"]
+    printed = render("--config", str(mega), "--pool", "spot", "--image", IMAGE).stdout
+    assert "the trainer sources ${NCCL_LIB_DIR}/nccl-env-profile.sh" in printed
 
 
 def test_a_gib_pod_mounts_what_the_gib_installer_leaves_and_names_the_rdma_networks(

@@ -608,6 +608,32 @@ def _mount_lines(cfg: SlurmHostConfig) -> list[str]:
 
 
 KERNEL_PACKAGES = ("linux-image-*", "linux-headers-*", "linux-modules-*", "linux-gcp*", "linux-cloud-*")
+#: the NVIDIA driver's user space on the accelerator images, as the Toolkit's A3 blueprints hold it
+#: (hold-nvidia-packages.yml), and the firmware and common files the loaded kernel module was built with
+NVIDIA_DRIVER_PACKAGES = (
+    "libnvidia-cfg1-*-server",
+    "libnvidia-compute-*-server",
+    "libnvidia-nscq-*",
+    "nvidia-compute-utils-*-server",
+    "nvidia-fabricmanager-*",
+    "nvidia-utils-*-server",
+    "nvidia-imex-*",
+    "nvidia-kernel-common-*",
+    "nvidia-firmware-*",
+)
+
+
+def _hold_installed(patterns: tuple[str, ...]) -> str:
+    """One shell command: `apt-mark hold` the installed packages matching `patterns` (dpkg-query globs; a pattern
+    nothing matches is no error), so unattended-upgrades leaves them at their version.  Fails when the hold does."""
+    quoted = " ".join(f"'{p}'" for p in patterns)
+    return (
+        f"held=$({{ dpkg-query -W -f='${{db:Status-Abbrev}} ${{Package}}\\n' {quoted} 2>/dev/null || :; }}"
+        " | awk '$1 == \"ii\" { print $2 }'); "
+        '{ [ -z "$held" ] || apt_locked apt-mark hold $held >/dev/null; }'
+    )
+
+
 SCRATCH_MOTD = "/run/motd.d/gpu-fleet-scratch"
 CHECKPOINTS_MOTD = "/run/motd.d/gpu-fleet-checkpoints"
 
@@ -619,7 +645,6 @@ def _scratch_lines(cfg: SlurmHostConfig) -> list[str]:
     holds its kernel package too).  A GPU node without /scratch stops its boot; the controller and login VMs, whose
     Slurm needs no /scratch, say so loudly (serial console, login banner) and go on."""
     mount, src = shlex.quote(cfg.scratch_mount), shlex.quote(cfg.scratch)
-    patterns = " ".join(f"'{p}'" for p in KERNEL_PACKAGES)
     lines = [
         "# lustre_client: the Managed Lustre client modules of the running kernel, and that kernel held",
         "lustre_client() {",
@@ -627,10 +652,7 @@ def _scratch_lines(cfg: SlurmHostConfig) -> list[str]:
         *(f"    {cmd} || return 1" for cmd in _signed_repo(LUSTRE_KEY, "lustre-client", LUSTRE_REPO, "lustre-client")),
         '    apt_update && apt_install "lustre-client-modules-$(uname -r)" lustre-client-utils || return 1',
         "  fi",
-        "  local held",
-        f"  held=$({{ dpkg-query -W -f='${{db:Status-Abbrev}} ${{Package}}\\n' {patterns} 2>/dev/null || :; }}"
-        " | awk '$1 == \"ii\" { print $2 }')",
-        '  [ -z "$held" ] || apt_locked apt-mark hold $held >/dev/null || return 1',
+        f"  {_hold_installed(KERNEL_PACKAGES)} || return 1",
         '  modprobe lustre || { log "$(module_refused lustre)"; return 1; }',
         "}",
         "mount_scratch() {",
@@ -752,6 +774,10 @@ def _ar_repo(repo: str, name: str) -> list[str]:
     ]
 
 
+#: where the NCCL TCPXO plugin installer puts its libraries and environment profile (`-v /var/lib:/var/lib`)
+TCPXO_LIB_DIR = "/var/lib/tcpxo/lib64"
+
+
 def _tcpxo_lines(fab: FabricSoftware) -> list[str]:
     vendor, device = fab.aperture_pci or ("", "")
     udev = (
@@ -763,14 +789,21 @@ def _tcpxo_lines(fab: FabricSoftware) -> list[str]:
     env = "\n".join(
         [
             "# gpu-fleet: NCCL over GPUDirect-TCPXO (the RxDM prolog installs the plugin for multi-node jobs)",
-            "if [ -f /var/lib/tcpxo/lib64/nccl-env-profile.sh ]; then . /var/lib/tcpxo/lib64/nccl-env-profile.sh; fi",
+            "# the plugin's profile stops a shell that has no NCCL_LIB_DIR (`: ${NCCL_LIB_DIR:?...}`), as Google's",
+            "# scripts source it: a login shell (`#!/bin/bash -l` batch scripts) would exit here without it",
+            f"if [ -f {TCPXO_LIB_DIR}/nccl-env-profile.sh ]; then",
+            f'  NCCL_LIB_DIR="${{NCCL_LIB_DIR:-{TCPXO_LIB_DIR}}}"',
+            f"  . {TCPXO_LIB_DIR}/nccl-env-profile.sh",
+            "fi",
         ]
     )
     return [
         "# --- 5c. GPUDirect-TCPXO: dmabuf import helper, aperture devices, docker for RxDM ---",
+        *_dkms_source_build_lines(),
         f"if ! modinfo {fab.kernel_module} >/dev/null 2>&1; then",
         *_ar_repo(fab.apt_repo, "gpudirect-tcpxo"),
-        f"  apt_install dkms {' '.join(fab.packages)}",
+        '  apt_install dkms "linux-headers-$(uname -r)"',
+        *(f'  dkms_source_build {pkg} || die "{pkg}: its DKMS module did not build"' for pkg in fab.packages),
         "fi",
         f"load_module {fab.kernel_module}",
         _file("/etc/udev/rules.d/00-a3-megagpu.rules", udev),
@@ -781,6 +814,39 @@ def _tcpxo_lines(fab: FabricSoftware) -> list[str]:
         "nvidia-ctk runtime configure --runtime=docker",
         "systemctl restart docker",
         _file("/etc/profile.d/nccl-tcpxo.sh", env),
+    ]
+
+
+#: the kernel release from which MODULE_IMPORT_NS takes a string literal (Linux 6.13); the import helper's source
+#: names its namespace bare, for the older macro
+STRING_IMPORT_NS_KERNEL = "6.13"
+
+
+def _dkms_source_build_lines() -> list[str]:
+    """`dkms_source_build PKG`: the DKMS source a package of the fabric's repository carries, built and installed for
+    the running kernel without the package's own maintainer scripts.  Installing dmabuf-import-helper lets its
+    postinst build the source unchanged, which fails on the kernels of the 24.04 accelerator images (6.17: a
+    string MODULE_IMPORT_NS): the source is downloaded, unpacked into /usr/src, its namespace quoted where the
+    kernel wants it (the Toolkit's A3 Mega blueprint, install_dmabuf.yml, does the same), then added, built and
+    installed by dkms at the version the package ships."""
+    return [
+        "dkms_source_build() {",
+        "  local pkg=$1 work src version",
+        "  work=$(mktemp -d) || return 1",
+        '  (cd "$work" && apt_get download "$pkg") || return 1',
+        '  dpkg-deb -x "$work"/"$pkg"_*.deb "$work/root" || return 1',
+        '  src=$(find "$work/root/usr/src" -mindepth 1 -maxdepth 1 -type d -name "$pkg-*" -print -quit 2>/dev/null)',
+        '  [ -n "$src" ] || { log "$pkg: its package carries no DKMS source (usr/src/$pkg-VERSION)"; return 1; }',
+        '  version=${src##*/"$pkg"-}',
+        '  rm -rf "/usr/src/$pkg-$version" && mv "$src" /usr/src/ && rm -rf "$work" || return 1',
+        f'  if dpkg --compare-versions "$(uname -r | cut -d- -f1)" ge {STRING_IMPORT_NS_KERNEL}; then',
+        "    grep -rlZ --include='*.c' 'MODULE_IMPORT_NS([A-Z_]*)' \"/usr/src/$pkg-$version\" |",
+        "      xargs -0r sed -i -E 's/MODULE_IMPORT_NS\\(([A-Z_]+)\\)/MODULE_IMPORT_NS(\"\\1\")/' || return 1",
+        "  fi",
+        '  dkms remove -m "$pkg" -v "$version" --all >/dev/null 2>&1 || :',
+        "  local step",
+        '  for step in add build install; do dkms "$step" -m "$pkg" -v "$version" || return 1; done',
+        "}",
     ]
 
 
@@ -986,6 +1052,11 @@ def _compute_lines(cfg: SlurmHostConfig) -> list[str]:
         "# --- 5b. NVIDIA driver: from the image (accelerator image or a baked one) ---",
         "command -v nvidia-smi >/dev/null"
         ' || die "no NVIDIA driver on this image: boot the catalog\'s accelerator image or a baked one"',
+        # held with the kernel it has modules for: an unattended upgrade of the user space under the loaded module
+        # ("Failed to initialize NVML: Driver/library version mismatch") fails every GPU job until a reboot, and a
+        # new kernel may boot with no module of this driver; upgrade by rolling the image
+        f"{_hold_installed(NVIDIA_DRIVER_PACKAGES + KERNEL_PACKAGES)}"
+        ' || die "apt-mark hold of the NVIDIA driver and kernel packages failed"',
         # Ubuntu's unit runs the daemon with --no-persistence-mode: the GPUs would drop their state between jobs
         # (the Toolkit's blueprints override it the same way: nvidia-persistenced.service.d/persistence_mode.conf)
         f"install -d -m 0755 {PERSISTENCED_DROPIN.rsplit('/', 1)[0]}",

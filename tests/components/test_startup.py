@@ -42,6 +42,7 @@ from components.gcp.startup import (
     SlurmHostConfig,
     _checkpoint_lines,
     _container_toolkit_lines,
+    _dkms_source_build_lines,
     _scratch_call,
     _scratch_lines,
     autoscaler_install,
@@ -190,7 +191,8 @@ def test_tcpxo_steps_on_a3_mega() -> None:
     order = [
         "modinfo import-helper",
         "gpudirect-tcpxo-apt",
-        "apt_install dkms dmabuf-import-helper",
+        'apt_install dkms "linux-headers-$(uname -r)"',
+        "dkms_source_build dmabuf-import-helper ||",
         "load_module import-helper",
         'ATTR{vendor}=="0x1ae0", ATTR{device}=="0x0084"',
         "udevadm control --reload-rules",
@@ -848,3 +850,73 @@ def test_the_accounting_databases_buffer_pool_fits_the_controller(tmp_path, mem_
     assert cnf.read_text().splitlines()[1:] == [f"innodb_buffer_pool_size={pool}", "innodb_log_file_size=64M"]
     controller = script("controller", accounting=True)
     assert pos(controller, "90-gpu-fleet.cnf <<") < pos(controller, "innodb_buffer_pool_size=${pool}M")
+
+
+#: the import helper's source as Google's package ships it: its namespace named bare, for the pre-6.13 macro
+HELPER_SOURCE = '#include <linux/module.h>\nMODULE_IMPORT_NS(DMA_BUF);\nMODULE_LICENSE("GPL");\n'
+
+
+def _helper_package(tmp_path, with_source: bool = True) -> Path:
+    """A real .deb of dmabuf-import-helper 1.1 (dpkg-deb --build) carrying /usr/src/dmabuf-import-helper-1.1."""
+    tree = tmp_path / "pkg"
+    (tree / "DEBIAN").mkdir(parents=True)
+    (tree / "DEBIAN/control").write_text(
+        "Package: dmabuf-import-helper\nVersion: 1.1\nArchitecture: all\nMaintainer: t <t@example.com>\n"
+        "Description: stand-in\n"
+    )
+    src = tree / "usr/src/dmabuf-import-helper-1.1" if with_source else tree / "usr/share/doc/dmabuf-import-helper"
+    src.mkdir(parents=True)
+    if with_source:
+        (src / "import-helper.c").write_text(HELPER_SOURCE)
+        (src / "dkms.conf").write_text('PACKAGE_NAME="dmabuf-import-helper"\nPACKAGE_VERSION="1.1"\n')
+    deb = tmp_path / "dmabuf-import-helper_1.1_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(tree), str(deb)], check=True, capture_output=True)
+    return deb
+
+
+@pytest.mark.parametrize(
+    ("kernel", "namespace"),
+    [("6.17.0-1008-gcp", 'MODULE_IMPORT_NS("DMA_BUF");'), ("6.8.0-1030-gcp", "MODULE_IMPORT_NS(DMA_BUF);")],
+)
+def test_the_import_helper_is_built_by_dkms_from_its_source_quoted_for_the_kernel_that_wants_it(
+    tmp_path, kernel: str, namespace: str
+) -> None:
+    """The script's own `dkms_source_build`, run by bash with a real .deb behind `apt-get download` and the real
+    dpkg-deb, find, grep and sed: the source lands in /usr/src at the package's version, its MODULE_IMPORT_NS is
+    quoted on a 6.17 kernel (the 24.04 accelerator image's, where the package's own build fails) and left as it is
+    on 6.8, and dkms adds, builds and installs that version."""
+    deb = _helper_package(tmp_path)
+    log = tmp_path / "calls.log"
+    run = _run_rooted(
+        tmp_path,
+        "\n".join(_dkms_source_build_lines()),
+        ("/usr/src/",),
+        {
+            "apt_get": f'echo "apt-get $*" >> {log}; [ "${{@: -2:1}}" = download ] && cp {deb} . || exit 100',
+            "dkms": f'echo "dkms $*" >> {log}',
+            "uname": f"echo {kernel}",
+        },
+        "dkms_source_build dmabuf-import-helper && echo built",
+    )
+    assert run.returncode == 0 and run.stdout.split() == ["built"], run.stderr
+    source = tmp_path / "usr/src/dmabuf-import-helper-1.1/import-helper.c"
+    assert source.read_text().splitlines()[1] == namespace
+    calls = log.read_text().splitlines()
+    assert calls[0].endswith(" download dmabuf-import-helper"), calls
+    assert calls[2:] == [f"dkms {step} -m dmabuf-import-helper -v 1.1" for step in ("add", "build", "install")]
+
+
+def test_a_package_without_dkms_source_stops_the_build_naming_it(tmp_path) -> None:
+    """A package that carries no /usr/src/NAME-VERSION is a failure naming the package, with nothing given to dkms."""
+    deb = _helper_package(tmp_path, with_source=False)
+    log = tmp_path / "calls.log"
+    run = _run_rooted(
+        tmp_path,
+        "\n".join(_dkms_source_build_lines()),
+        ("/usr/src/",),
+        {"apt_get": f"cp {deb} .", "dkms": f'echo "dkms $*" >> {log}', "uname": "echo 6.17.0-1008-gcp"},
+        "dkms_source_build dmabuf-import-helper && echo built",
+    )
+    assert run.returncode != 0 and "built" not in run.stdout
+    assert "dmabuf-import-helper: its package carries no DKMS source" in run.stderr
+    assert not log.exists()

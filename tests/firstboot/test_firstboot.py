@@ -65,6 +65,7 @@ from tests.firstboot.conftest import (
     synthesized,
     with_accounting,
 )
+from tests.firstboot.stubs import DRIVER_PACKAGE
 from tests.firstboot.stubs import LOG as STUB_LOG
 from tests.firstboot.units import require_systemd_analyze, unit_complaints, written_units
 
@@ -294,6 +295,13 @@ def test_a_two_node_job_runs_with_the_tcpxo_prolog(cluster):
         # the multi-node prolog installed the pinned NCCL plugin and started the pinned RxDM container
         assert any(e.startswith("docker run") and f" {tcpxo.nccl_plugin_image} install" in e for e in events)
         assert any(e.startswith("docker run --detach") and f" {tcpxo.rxdm_image} " in e for e in events)
+    # a user's login shell there (`#!/bin/bash -l` batch scripts) sources the plugin's profile through the node's
+    # /etc/profile.d and goes on: the profile stops a shell that has no NCCL_LIB_DIR
+    vm = cluster.vm(nodes[0])
+    vm.run(["useradd", "-m", "tess"], check=True)
+    shell = vm.run(["runuser", "-u", "tess", "--", "bash", "-lc", "echo $NCCL_NET $NCCL_TUNER_CONFIG_PATH"])
+    assert shell.returncode == 0, shell.stderr
+    assert shell.stdout.split() == ["FasTrak", "/var/lib/tcpxo/lib64/a3plus_tuner_config.textproto"], shell.stdout
 
 
 def test_gpu_nodes_and_login_vms_mount_the_checkpoint_bucket_before_slurmd_and_users_can_write_there(cluster):
@@ -358,6 +366,10 @@ def test_gpu_steps_run_in_order_and_slurmd_waits_for_the_devices(cluster):
         assert "add-nvidia-repositories" not in {e.split()[0] for _, e in events}
         held = vm.run(["apt-mark", "showhold"], check=True).stdout.split()
         assert set(NVIDIA_CONTAINER_TOOLKIT_PACKAGES) <= set(held), held
+        # and the image's driver user space is held at its version on the GPU node (not on the controller, which
+        # has no GPU driver to keep in step with a loaded module)
+        assert DRIVER_PACKAGE in held, held
+    assert DRIVER_PACKAGE not in _controller(cluster).run(["apt-mark", "showhold"], check=True).stdout.split()
 
 
 def test_the_gib_node_boots(cluster):

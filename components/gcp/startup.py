@@ -106,6 +106,11 @@ GCSFUSE_VERSION = "3.11.2"
 # cloud-native/container-toolkit/latest/install-guide.html, "With apt": NVIDIA_CONTAINER_TOOLKIT_VERSION=1.19.0-1,
 # the four packages at one version), read 2026-12.
 NVIDIA_CONTAINER_TOOLKIT_VERSION = "1.19.0-1"
+# ... from the repository that guide adds ("Configure the production repository"): NVIDIA's key and its stable list
+# (the guide's `$(ARCH)` is amd64 on every GPU machine here).  Not the accelerator images' `add-nvidia-repositories`,
+# which the Toolkit's blueprints stopped calling when they moved to the 24.04 / driver 580 images.
+NVIDIA_CONTAINER_TOOLKIT_KEY = "https://nvidia.github.io/libnvidia-container/gpgkey"
+NVIDIA_CONTAINER_TOOLKIT_REPO = "deb https://nvidia.github.io/libnvidia-container/stable/deb/amd64 /"
 NVIDIA_CONTAINER_TOOLKIT_PACKAGES = (
     "nvidia-container-toolkit",
     "nvidia-container-toolkit-base",
@@ -852,8 +857,8 @@ def _dkms_source_build_lines() -> list[str]:
 
 def _container_toolkit_lines() -> list[str]:
     """The NVIDIA Container Toolkit docker runs RxDM through (`--privileged --gpus all`, as root): its four packages at
-    NVIDIA_CONTAINER_TOOLKIT_VERSION, installed where the image has another version or none (from NVIDIA's CUDA
-    repository, which the accelerator images' `add-nvidia-repositories` adds), then held, so every node of a
+    NVIDIA_CONTAINER_TOOLKIT_VERSION, installed where the image has another version or none (from the repository
+    NVIDIA's install guide adds, signed by its key), then held, so every node of a
     cluster runs the one version this commit names and unattended upgrades do not change it under a running job.
     A version the repository lacks stops the boot naming it, not a node whose TCPXO jobs fail in their prolog."""
     version, names = NVIDIA_CONTAINER_TOOLKIT_VERSION, " ".join(NVIDIA_CONTAINER_TOOLKIT_PACKAGES)
@@ -861,7 +866,16 @@ def _container_toolkit_lines() -> list[str]:
     return [
         "have=$(dpkg-query -W -f='${Version}' nvidia-container-toolkit 2>/dev/null || true)",
         f'if [ "$have" != {version} ]; then',
-        '  add-nvidia-repositories -y && apt_update || die "add-nvidia-repositories: NVIDIA\'s repository not added"',
+        *(
+            f'  {cmd} || die "NVIDIA\'s container toolkit repository not added"'
+            for cmd in _signed_repo(
+                NVIDIA_CONTAINER_TOOLKIT_KEY,
+                "nvidia-container-toolkit-keyring",
+                NVIDIA_CONTAINER_TOOLKIT_REPO,
+                "nvidia-container-toolkit",
+            )
+        ),
+        "  apt_update",
         f"  apt_install --allow-change-held-packages --allow-downgrades {pinned}"
         f' || die "nvidia-container-toolkit={version} (NVIDIA_CONTAINER_TOOLKIT_VERSION, components/gcp/startup.py)'
         " did not install from NVIDIA's repository\"",

@@ -31,7 +31,9 @@ from components.gcp.startup import (
     MARIADB_CONF,
     MARIADB_DATA_DIR,
     MUNGE_KEY_PATH,
+    NVIDIA_CONTAINER_TOOLKIT_KEY,
     NVIDIA_CONTAINER_TOOLKIT_PACKAGES,
+    NVIDIA_CONTAINER_TOOLKIT_REPO,
     NVIDIA_CONTAINER_TOOLKIT_VERSION,
     PROLOG,
     SCRATCH_MOTD,
@@ -221,6 +223,10 @@ def test_rxdm_gets_the_flags_of_its_pinned_release() -> None:
         rxdm_flags(f"{image}:latest")
 
 
+#: where a script's apt repository steps write, moved under tmp_path by `_run_rooted`
+REPO_DIRS = ("/etc/apt/sources.list.d/", "/usr/share/keyrings/")
+
+
 @pytest.mark.parametrize("image_has", [None, "1.17.4-1", NVIDIA_CONTAINER_TOOLKIT_VERSION])
 def test_the_container_toolkit_is_the_pinned_version_of_its_four_packages_held(tmp_path, image_has: str | None) -> None:
     """docker runs RxDM as root through the NVIDIA Container Toolkit, whose advisories are container escapes: every
@@ -231,9 +237,10 @@ def test_the_container_toolkit_is_the_pinned_version_of_its_four_packages_held(t
     run = _run_rooted(
         tmp_path,
         "\n".join(_container_toolkit_lines()),
-        (),
+        REPO_DIRS,
         {
-            "add_nvidia_repositories": f"{rec}; exit 0",
+            "curl": f"{rec}; echo key",
+            "gpg": "cat > /dev/null",
             "apt_get": f"{rec}; exit 0",
             "apt_mark": f"{rec}; exit 0",
             "dpkg_query": f"printf %s {image_has}; exit 0" if image_has else "exit 1",
@@ -247,8 +254,11 @@ def test_the_container_toolkit_is_the_pinned_version_of_its_four_packages_held(t
     installs = [c for c in calls if c.startswith("apt-get") and " install " in c]
     if image_has == NVIDIA_CONTAINER_TOOLKIT_VERSION:
         assert calls == [held]
-    else:
-        assert calls[0] == "add-nvidia-repositories -y"
+    else:  # the repository of NVIDIA's install guide, signed by its key, then the four packages at the pin
+        assert calls[0] == f"curl -sSf {NVIDIA_CONTAINER_TOOLKIT_KEY}"
+        listed = (tmp_path / "etc/apt/sources.list.d/nvidia-container-toolkit.list").read_text()
+        ring = f"{tmp_path}/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg"
+        assert listed.split() == ["deb", f"[signed-by={ring}]", *NVIDIA_CONTAINER_TOOLKIT_REPO.split()[1:]]
         (install,) = installs
         asked = install.split("--allow-downgrades ")[1].split()
         assert asked == [f"{name}={NVIDIA_CONTAINER_TOOLKIT_VERSION}" for name in NVIDIA_CONTAINER_TOOLKIT_PACKAGES]
@@ -260,9 +270,10 @@ def test_a_container_toolkit_that_does_not_install_stops_the_boot_naming_the_ver
     run = _run_rooted(
         tmp_path,
         "\n".join(_container_toolkit_lines()),
-        (),
+        REPO_DIRS,
         {
-            "add_nvidia_repositories": "exit 0",
+            "curl": "echo key",
+            "gpg": "cat > /dev/null",
             "apt_get": 'case " $* " in *" install "*) exit 100;; esac',
             "apt_mark": "exit 0",
             "dpkg_query": "exit 1",

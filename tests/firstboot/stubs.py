@@ -16,7 +16,7 @@ success leaves, so the script's own checks and waits see what they would see on 
   NCCL environment profile that starts as the plugin's own does (it stops a shell without NCCL_LIB_DIR),
   `docker container logs NAME` says "Buffer manager initialization complete" (what RxDM prints once up) and
   `docker container inspect` that it runs;
-- `nvidia-ctk`, `add-nvidia-repositories` record; `dockerd` and `nvidia-persistenced` are
+- `nvidia-ctk` records; `dockerd` and `nvidia-persistenced` are
   daemons behind units the stubs bring along (docker.service, nvidia-persistenced.service);
 - `gcsfuse ... BUCKET MOUNT` bind-mounts a world-writable directory standing for the bucket on MOUNT (what
   the checkpoint mount's dir-mode 777 gives jobs) and stays in the foreground until stopped;
@@ -138,7 +138,6 @@ def gpu_stubs() -> dict[str, str]:
         "docker": _stub(_DOCKER),
         "dockerd": _stub("exec sleep infinity\n"),
         "nvidia-ctk": _stub(),
-        "add-nvidia-repositories": _stub(),
         "ibv_devices": _stub(_IBV_DEVICES),
         "mdadm": _stub(_MDADM),
         "gcsfuse": _stub(_GCSFUSE),

@@ -82,6 +82,6 @@ def test_every_machine_has_a_host_layout_and_gpu_software():
         "none",
     )
     tcpxo, gib = cat.fabric_software("tcpxo"), cat.fabric_software("gib")
-    assert tcpxo.rxdm_image.endswith(":v1.0.16") and tcpxo.nccl_plugin_image.endswith(":v1.0.10")
+    assert tcpxo.rxdm_image.endswith(":v1.0.23") and tcpxo.nccl_plugin_image.endswith(":v1.0.17")
     assert (gib.nccl_package, gib.nccl_version) == ("nccl-gib", "v1.1.0")
     assert cat.host_image.endswith("/family/ubuntu-2404-lts-amd64")  # the GPU image's Ubuntu release

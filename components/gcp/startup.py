@@ -910,14 +910,15 @@ def _gib_lines(fab: FabricSoftware) -> list[str]:
     ]
 
 
-#: the first open-source RxDM image, whose flags drop `--uid=` and `--alsologtostderr` and refuse them (Google's
-#: GPUDirect-TCPXO release notes, "Aug 21, 2025": tcpgpudmarxd-dev:v1.0.18)
+#: the first open-source RxDM image, which obsoletes `--uid=` and `--alsologtostderr` (Google's GPUDirect-TCPXO
+#: release notes, "Aug 21, 2025": tcpgpudmarxd-dev:v1.0.18, "Current: --num_hops=2 --num_nics=8"; slurm-gcp's
+#: prolog still passes them to v1.0.23, which takes them, so dropping them is the notes' form, not a necessity)
 RXDM_OPEN_SOURCE = (1, 0, 18)
 
 
 def rxdm_flags(image: str) -> str:
-    """The receive-datapath manager's flags for the tag of `image`: slurm-gcp's set up to v1.0.17, the open-source
-    set from v1.0.18 on, so bumping the catalog's pin is the whole change."""
+    """The receive-datapath manager's flags for the tag of `image`: slurm-gcp's set up to v1.0.17, the release notes'
+    open-source set from v1.0.18 on."""
     tag = image.rsplit(":", 1)[-1]
     match = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)", tag)
     if match is None:

@@ -204,21 +204,21 @@ def test_tcpxo_steps_on_a3_mega() -> None:
     ]
     assert [pos(text, step) for step in order] == sorted(pos(text, step) for step in order)
     prolog = written_file(text, PROLOG)
-    assert "tcpgpudmarxd-dev:v1.0.16" in prolog and "nccl-plugin-gpudirecttcpx-dev:v1.0.10" in prolog
+    assert "tcpgpudmarxd-dev:v1.0.23" in prolog and "nccl-plugin-gpudirecttcpx-dev:v1.0.17" in prolog
     assert '[ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ] || exit 0' in prolog
     assert "echo tcpxo > /etc/gpu-fleet/fabric" in text
 
 
 def test_rxdm_gets_the_flags_of_its_pinned_release() -> None:
-    """The open-source RxDM (tcpgpudmarxd-dev v1.0.18 on) refuses `--uid=` and `--alsologtostderr`, which slurm-gcp's
-    prolog passes to the v1.0.16 pinned now (Google's GPUDirect-TCPXO release notes): a bump of the catalog's pin
-    past v1.0.17 changes the flags with it, and a pin that is not a vX.Y.Z tag is refused."""
+    """The open-source RxDM (tcpgpudmarxd-dev v1.0.18 on) obsoletes `--uid=` and `--alsologtostderr` (Google's
+    GPUDirect-TCPXO release notes): the v1.0.23 pinned now runs with the notes' two flags, a pin at v1.0.17 or
+    before with slurm-gcp's four, and a pin that is not a vX.Y.Z tag is refused."""
     image = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev"
     old, new = "--num_hops=2 --num_nics=8 --uid= --alsologtostderr", "--num_hops=2 --num_nics=8"
     assert [rxdm_flags(f"{image}:{tag}") for tag in ("v1.0.16", "v1.0.17", "v1.0.18", "v1.0.20", "v2.0.0")] == [
         old, old, new, new, new]  # fmt: skip
     prolog = written_file(ALL["a3-megagpu-8g"], PROLOG)
-    assert f"tcpgpudmarxd-dev:v1.0.16 {old} >/dev/null\n" in prolog  # slurm-gcp's RxDM flags
+    assert f"tcpgpudmarxd-dev:v1.0.23 {new} >/dev/null\n" in prolog  # the release notes' RxDM flags
     with pytest.raises(ValueError, match=re.escape("pinned by a vX.Y.Z tag")):
         rxdm_flags(f"{image}:latest")
 

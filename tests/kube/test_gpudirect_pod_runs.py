@@ -127,9 +127,9 @@ def test_the_tcpxo_pod_starts_rxdm_with_its_flags_and_the_trainer_finds_the_plug
     docker: Docker, node: Path, tmp_path: Path
 ) -> None:
     rxdm, trainer = _run(docker, _pod(mega_file(tmp_path)), node)
-    # the v1.0.16 pin takes slurm-gcp's flag set (`components.gcp.startup.rxdm_flags`)
+    # the v1.0.23 pin takes the release notes' flag set (`components.gcp.startup.rxdm_flags`)
     args = [line.removeprefix("rxdm arg: ") for line in rxdm if line.startswith("rxdm arg: ")]
-    assert args == ["--num_hops=2", "--num_nics=8", "--uid=", "--alsologtostderr"]
+    assert args == ["--num_hops=2", "--num_nics=8"]
     assert "rxdm LD_LIBRARY_PATH=/usr/local/nvidia/lib64" in rxdm and "rxdm host: /sys and /proc/sys" in rxdm
     assert {"rxdm lib: libcuda.so.1", "rxdm lib: libnccl-net.so"} <= set(rxdm)
     assert {"lib: libnccl.so.2", "lib: libnccl-net.so", "lib: libcuda.so.1"} <= set(trainer)

@@ -146,7 +146,7 @@ FINDINGS = [
     ("gcp-a3ultra-slurm", _conf(lambda c: c.replace("TopologyPlugin=topology/tree\n", "")), "TopologyPlugin"),
     ("gcp-a3ultra-slurm", _conf(lambda c: c.replace(" OverSubscribe=EXCLUSIVE", "")), "OverSubscribe"),
     ("gcp-a3mega-slurm", _gpu_mtu, "GPU VPC MTUs"),
-    ("gcp-a3mega-slurm", _script("tcpgpudmarxd-dev:v1.0.16", "tcpgpudmarxd-dev:latest"), "v1.0.16"),
+    ("gcp-a3mega-slurm", _script("tcpgpudmarxd-dev:v1.0.23", "tcpgpudmarxd-dev:latest"), "v1.0.23"),
     ("gcp-a3ultra-slurm", _script("ibverbs-utils", ""), "ibverbs-utils"),
     ("gcp-a3mega-slurm", _conf(lambda c: c.replace("BatchStartTimeout=600\n", "")), "BatchStartTimeout"),
     # found by the audit against the Toolkit's controller module

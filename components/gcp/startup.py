@@ -86,12 +86,16 @@ EPILOG = "/etc/slurm/gpu-fleet-epilog.sh"
 LOCAL_SSD_MOUNT = "/mnt/localssd"
 LOCAL_SSD_GIB = 375  # one GCE local NVMe SSD
 # Artifact Registry apt transport (needed for the ar+https:// repos of TCPXO and gIB).
-AR_TRANSPORT_REPO = "deb http://packages.cloud.google.com/apt apt-transport-artifact-registry-stable main"
+AR_TRANSPORT_REPO = "deb https://packages.cloud.google.com/apt apt-transport-artifact-registry-stable main"
 GOOGLE_APT_KEY = "https://packages.cloud.google.com/apt/doc/apt-key.gpg"
+# The key Artifact Registry signs its apt repositories with (cloud.google.com/artifact-registry/docs/os-packages/
+# debian/configure, "Configure apt"): every us-apt.pkg.dev repository a script adds is checked against it
+# (`_signed_repo`), the fabric repos of the catalog included (the Toolkit's TCPXO blueprint turns the check off with
+# `trusted=yes`; the catalog does not).
+AR_APT_KEY = "https://us-apt.pkg.dev/doc/repo-signing-key.gpg"
 # Managed Lustre client (Google's packages for the running kernel); SOURCE: cloud.google.com/managed-lustre/docs/
 # connect-from-compute-engine ("Install the Lustre client"), read 2026-12.
 LUSTRE_REPO = "deb https://us-apt.pkg.dev/projects/lustre-client-binaries lustre-client-ubuntu-{codename} main"
-LUSTRE_KEY = "https://us-apt.pkg.dev/doc/repo-signing-key.gpg"
 # Cloud Storage FUSE: Google's apt repository, signed with GOOGLE_APT_KEY
 # (cloud.google.com/storage/docs/cloud-storage-fuse)
 GCSFUSE_REPO = "deb https://packages.cloud.google.com/apt gcsfuse-{codename} main"
@@ -654,7 +658,10 @@ def _scratch_lines(cfg: SlurmHostConfig) -> list[str]:
         "# lustre_client: the Managed Lustre client modules of the running kernel, and that kernel held",
         "lustre_client() {",
         '  if ! modinfo -k "$(uname -r)" lustre >/dev/null 2>&1; then',
-        *(f"    {cmd} || return 1" for cmd in _signed_repo(LUSTRE_KEY, "lustre-client", LUSTRE_REPO, "lustre-client")),
+        *(
+            f"    {cmd} || return 1"
+            for cmd in _signed_repo(AR_APT_KEY, "artifact-registry-apt", LUSTRE_REPO, "lustre-client")
+        ),
         '    apt_update && apt_install "lustre-client-modules-$(uname -r)" lustre-client-utils || return 1',
         "  fi",
         f"  {_hold_installed(KERNEL_PACKAGES)} || return 1",
@@ -760,21 +767,32 @@ def _signed_repo(key: str, keyring: str, repo: str, name: str) -> list[str]:
     (the caller indents them and decides what a failure does)."""
     ring = f"/usr/share/keyrings/{keyring}.gpg"
     repo = repo.replace("{codename}", '$(. /etc/os-release; echo "$VERSION_CODENAME")')
-    listed = repo.replace("deb ", f"deb [signed-by={ring}] ", 1)
+    listed = _with_option(repo, f"signed-by={ring}")
     return [
         f"curl -sSf {key} | gpg --dearmor --yes -o {ring}",
         f'echo "{listed}" > /etc/apt/sources.list.d/{name}.list',
     ]
 
 
+def _with_option(line: str, option: str) -> str:
+    """A ``deb [OPTIONS] URL SUITE COMPONENT`` line with `option` among its options (added to an existing
+    ``[...]``: apt reads one option list per line)."""
+    kind, _, rest = line.partition(" ")
+    if rest.startswith("["):
+        opts, _, tail = rest[1:].partition("]")
+        kept = [o for o in opts.split() if o.split("=", 1)[0] != option.split("=", 1)[0]]
+        return f"{kind} [{' '.join([*kept, option])}]{tail}"
+    return f"{kind} [{option}] {rest}"
+
+
 def _ar_repo(repo: str, name: str) -> list[str]:
-    """An Artifact Registry apt repo (ar+https) and its transport."""
+    """An Artifact Registry apt repo (ar+https), signed by Artifact Registry's key, and its transport."""
     return [
         "  if ! dpkg -s apt-transport-artifact-registry >/dev/null 2>&1; then",
         *(f"    {cmd}" for cmd in _signed_repo(GOOGLE_APT_KEY, "cloud.google", AR_TRANSPORT_REPO, "artifact-registry")),
         "    apt_update && apt_install apt-transport-artifact-registry",
         "  fi",
-        f"  echo {shlex.quote(repo)} > /etc/apt/sources.list.d/{name}.list",
+        *(f"  {cmd}" for cmd in _signed_repo(AR_APT_KEY, "artifact-registry-apt", repo, name)),
         "  apt_update",
     ]
 

@@ -18,6 +18,7 @@ from components.gcp.startup import (
     _PRELUDE,
     ACCOUNTING_PACKAGES,
     APT_LOCK_WAIT_S,
+    AR_APT_KEY,
     AUTOSCALER_LOCK,
     AUTOSCALER_STATE_DIR,
     CHECKPOINTS_MOTD,
@@ -931,3 +932,21 @@ def test_a_package_without_dkms_source_stops_the_build_naming_it(tmp_path) -> No
     assert run.returncode != 0 and "built" not in run.stdout
     assert "dmabuf-import-helper: its package carries no DKMS source" in run.stderr
     assert not log.exists()
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_every_apt_repository_a_script_adds_is_checked_against_a_named_key(name: str) -> None:
+    """apt checks a repository's signature only against the keyring its line names: every repository a script adds
+    (Google's, NVIDIA's, Artifact Registry's fabric repos, whose Toolkit form says `trusted=yes`) names the key the
+    script just fetched, and none turns the check off."""
+    text = ALL[name]
+    added = re.findall(r'echo "(deb [^"]*)" > /etc/apt/sources\.list\.d/(\S+)\.list', text)
+    fetched = set(re.findall(r"gpg --dearmor --yes -o (\S+)", text))
+    for line, repo in added:
+        options = line.split("[", 1)[1].split("]", 1)[0].split() if line.startswith("deb [") else []
+        assert "trusted=yes" not in options, (repo, line)
+        rings = [o.removeprefix("signed-by=") for o in options if o.startswith("signed-by=")]
+        assert len(rings) == 1 and rings[0] in fetched, (repo, line)
+    if name == "a3-megagpu-8g":  # the TCPXO repo, against Artifact Registry's key
+        assert any(repo == "gpudirect-tcpxo" for _, repo in added), added
+        assert f"curl -sSf {AR_APT_KEY} | gpg --dearmor" in text

@@ -200,6 +200,7 @@ def build_fleet(
                 state_snapshots=_snapshot_schedule(slurm.state_snapshots),
             ),
         )
+        node_accounts: list[pulumi.Output[str]] = []
         for pool in cluster.pools:
             machine = cat.machine(pool.machine_type)
             fplan = fabrics[(cluster.name, pool.machine_type)]
@@ -258,6 +259,9 @@ def build_fleet(
                 ),
             )
             inventory.append(plan.inventory_entry(spec, cluster, pool, cat, node_pool.template.name))
+            node_accounts.append(node_pool.service_account.email)
+        # SSH through IAP reaches this cluster's VMs, and nothing else of the system VPC
+        fabric.allow_iap_ssh(cluster.name, [control.controller_sa.email, control.login_sa.email, *node_accounts])
         clusters[cluster.name] = {
             "zone": zone,
             "controller": control.controller.name,

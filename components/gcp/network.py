@@ -1,8 +1,10 @@
 """NetworkFabric: the system VPC (subnet, Cloud Router + NAT, closed firewall) and the GPU data-plane VPCs.
 
 The system VPC carries every VM's first NIC; egress goes through Cloud NAT, so no VM needs a public
-IP.  Firewall: internal traffic from the fleet's own subnets only, SSH from Google's IAP TCP
-forwarding range only, an explicit logged deny-all ingress below them.  Each data plane is one VPC:
+IP.  Firewall: internal traffic from the fleet's own subnets only, an explicit logged deny-all ingress below
+them, and SSH from Google's IAP TCP forwarding range only, to the VMs a stack names by service account
+(`allow_iap_ssh`: a Slurm cluster's controller, login and GPU VMs; not GKE nodes or anything else on the VPC).
+Each data plane is one VPC:
 GPUDirect-TCPX(O) planes have one subnet each (a3-highgpu-8g: 4, a3-megagpu-8g: 8, MTU 8244/8896),
 an extra gVNIC VPC has one subnet, an RDMA (RoCE) VPC has one subnet per RDMA NIC and a zonal
 network profile.  Plain VPC firewall rules allow traffic among a plane's own subnets only.  RoCE VPCs
@@ -15,6 +17,7 @@ fleet's own GPU VMs can send to it (docs/stacks.md "RoCE networks").
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -22,6 +25,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 IAP_TCP_FORWARDING_RANGE = "35.235.240.0/20"  # Google's documented source range of IAP TCP forwarding
+MAX_TARGET_ACCOUNTS = 10  # GCE: target service accounts one firewall rule may name
 
 PlaneKind = Literal["gpudirect", "gvnic", "rdma"]
 
@@ -144,19 +148,7 @@ class NetworkFabric(pulumi.ComponentResource):
             opts=child,
         )
         self._closed_firewall(f"{name}-system", args.project, args.system_name, self.network, [args.system_cidr], child)
-        self.ssh_from_iap = gcp.compute.Firewall(
-            f"{name}-allow-iap-ssh",
-            name=f"{args.system_name}-allow-iap-ssh",
-            project=args.project,
-            network=self.network.id,
-            direction="INGRESS",
-            priority=1000,
-            description="SSH only through IAP TCP forwarding",
-            source_ranges=list(args.ssh_source_ranges),
-            allows=[{"protocol": "tcp", "ports": ["22"]}],
-            log_config={"metadata": "INCLUDE_ALL_METADATA"},
-            opts=child,
-        )
+        self._name, self._args, self._child = name, args, child
 
         self.planes = {}
         for plane in args.planes:
@@ -169,6 +161,31 @@ class NetworkFabric(pulumi.ComponentResource):
                 "planes": {n: p.network.self_link for n, p in self.planes.items()},
             }
         )
+
+    def allow_iap_ssh(self, owner: str, service_accounts: Sequence[pulumi.Input[str]]) -> list[gcp.compute.Firewall]:
+        """SSH, through IAP TCP forwarding only, to the VMs of `owner` (a Slurm cluster) that run as
+        `service_accounts`: no rule reaches another VM of the system VPC (GKE nodes, Filestore, Lustre).  One rule
+        per ten accounts, GCE's cap of target service accounts per rule."""
+        rules = []
+        for i in range(0, len(service_accounts), MAX_TARGET_ACCOUNTS):
+            part = "" if i == 0 else f"-{i // MAX_TARGET_ACCOUNTS}"
+            rules.append(
+                gcp.compute.Firewall(
+                    f"{self._name}-{owner}-allow-iap-ssh{part}",
+                    name=f"{self._args.system_name}-{owner}-iap-ssh{part}",
+                    project=self._args.project,
+                    network=self.network.id,
+                    direction="INGRESS",
+                    priority=1000,
+                    description=f"SSH only through IAP TCP forwarding, to the {owner} cluster's VMs",
+                    source_ranges=list(self._args.ssh_source_ranges),
+                    target_service_accounts=list(service_accounts[i : i + MAX_TARGET_ACCOUNTS]),
+                    allows=[{"protocol": "tcp", "ports": ["22"]}],
+                    log_config={"metadata": "INCLUDE_ALL_METADATA"},
+                    opts=self._child,
+                )
+            )
+        return rules
 
     def _closed_firewall(
         self,

@@ -137,6 +137,7 @@ class SlurmCluster(pulumi.ComponentResource):
     controller: gcp.compute.Instance
     logins: list[gcp.compute.Instance]
     controller_sa: gcp.serviceaccount.Account
+    login_sa: gcp.serviceaccount.Account
     autoscaler_sa: gcp.serviceaccount.Account
     munge_secret: gcp.secretmanager.Secret
     jwt_secret: gcp.secretmanager.Secret
@@ -164,7 +165,7 @@ class SlurmCluster(pulumi.ComponentResource):
             for secret, label in ((self.munge_secret, "munge"), (self.jwt_secret, "jwt"))
         ]
 
-        login_sa = self._account(name, args, "login", "Slurm login nodes", child)
+        self.login_sa = login_sa = self._account(name, args, "login", "Slurm login nodes", child)
         login_member = login_sa.email.apply(lambda e: f"serviceAccount:{e}")
         for role in BASE_ROLES:
             gcp.projects.IAMMember(

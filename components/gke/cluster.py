@@ -23,6 +23,9 @@ NODE_ROLES = ("roles/container.defaultNodeServiceAccount", "roles/artifactregist
 #: discovery call reports it unavailable and namespace deletion can hang on it)
 CONTROL_PLANE_PORTS = ("9443", "8082")
 UPGRADE_EXCLUSION = "gpu-no-minor-or-node-upgrades"
+#: instance metadata of every node: no project-wide SSH key reaches a node (the Slurm VMs block them too), and the
+#: legacy metadata endpoints stay off (GKE's default, stated since a node pool's metadata is then set in full)
+NODE_METADATA = {"block-project-ssh-keys": "true", "disable-legacy-endpoints": "true"}
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,7 @@ class GkeCluster(pulumi.ComponentResource):
                 "workload_metadata_config": {"mode": "GKE_METADATA"},
                 "shielded_instance_config": {"enable_secure_boot": True, "enable_integrity_monitoring": True},
                 "gvnic": {"enabled": True},
+                "metadata": dict(NODE_METADATA),
                 "labels": {"gpu-fleet/role": "system"},
                 "resource_labels": dict(args.labels),
             },

@@ -27,6 +27,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.gcp.node_pool import placement_kind
+from components.gke.cluster import NODE_METADATA
 from fleet.catalog import CapacityType
 
 COUNT_FIELDS = ["initialNodeCount", "nodeCount"]  # the autoscaler's; never reset by `pulumi up`
@@ -97,6 +98,7 @@ class GkeGpuNodePool(pulumi.ComponentResource):
             "disk_type": args.boot_disk_type,
             "image_type": "COS_CONTAINERD",
             "gvnic": {"enabled": True},
+            "metadata": dict(NODE_METADATA),
             "service_account": args.service_account,
             "oauth_scopes": ["https://www.googleapis.com/auth/cloud-platform"],
             "workload_metadata_config": {"mode": "GKE_METADATA"},

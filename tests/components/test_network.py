@@ -56,7 +56,11 @@ def test_a3mega_fabric_has_system_vpc_and_eight_gpu_vpcs(declare):
 
 
 def test_firewall_allows_internal_and_iap_ssh_only(declare):
-    d = declare(lambda: NetworkFabric("fab", a3mega_args()))
+    def program():
+        fab = NetworkFabric("fab", a3mega_args())
+        fab.allow_iap_ssh("c", ["c-ctl@p.iam.gserviceaccount.com"])
+
+    d = declare(program)
     rules = d.of_type("compute/firewall:Firewall")
     allows = [r for r in rules if r.inputs.get("allows")]
     denies = [r for r in rules if r.inputs.get("denies")]
@@ -66,6 +70,7 @@ def test_firewall_allows_internal_and_iap_ssh_only(declare):
         assert rule.inputs["direction"] == "INGRESS"
     ssh = [r for r in allows if any("22" in a.get("ports", []) for a in r.inputs["allows"])]
     assert len(ssh) == 1 and ssh[0].inputs["sourceRanges"] == [IAP_TCP_FORWARDING_RANGE]
+    assert ssh[0].inputs["targetServiceAccounts"] == ["c-ctl@p.iam.gserviceaccount.com"]  # not every VM of the VPC
     internal = {r.inputs["name"]: r.inputs["sourceRanges"] for r in allows if r not in ssh}
     assert internal["fleet-net-allow-internal"] == ["10.0.0.0/20"]
     for i, cidr in enumerate(GPU_CIDRS):  # a GPU VPC admits only its own subnet
@@ -138,3 +143,22 @@ def test_rdma_plane_needs_a_zone_and_gpudirect_plane_one_subnet():
         DataPlaneArgs("r", "rdma", RDMA_CIDRS, 8896)
     with pytest.raises(ValueError, match="exactly one subnet"):
         DataPlaneArgs("g", "gpudirect", GPU_CIDRS[:2], 8896)
+
+
+def test_no_ssh_reaches_the_vpc_until_a_stack_names_the_vms_and_ten_accounts_make_a_rule(declare):
+    """The fabric alone admits no SSH; `allow_iap_ssh` admits it to the VMs of the accounts it is given, in rules of
+    at most ten target accounts (GCE's cap per rule), each named for its cluster."""
+    alone = declare(lambda: NetworkFabric("fab", a3mega_args()))
+    assert not [
+        r for r in alone.of_type("compute/firewall:Firewall")
+        if any("22" in a.get("ports", []) for a in r.inputs.get("allows", []))
+    ]  # fmt: skip
+    accounts = [f"n{i}@p.iam.gserviceaccount.com" for i in range(23)]
+
+    def program():
+        NetworkFabric("fab", a3mega_args()).allow_iap_ssh("big", accounts)
+
+    rules = [r for r in declare(program).of_type("compute/firewall:Firewall") if "iap-ssh" in r.inputs["name"]]
+    assert [len(r.inputs["targetServiceAccounts"]) for r in rules] == [10, 10, 3]
+    assert [a for r in rules for a in r.inputs["targetServiceAccounts"]] == accounts
+    assert len({r.inputs["name"] for r in rules}) == 3 and all(len(r.inputs["name"]) <= 63 for r in rules)

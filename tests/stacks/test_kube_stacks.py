@@ -172,6 +172,18 @@ def test_gke_example_two_teams_share_both_pools_through_a_cohort(gke):
     assert all(f["spec"]["topologyName"] == topo["metadata"]["name"] for f in of_kind(gke, "ResourceFlavor"))
 
 
+def test_no_ssh_reaches_a_gke_node(gke):
+    """Every node pool (the system one too) blocks project-wide SSH keys, and no firewall rule of the stack admits
+    SSH to the VPC's VMs at large: the IAP rules name a Slurm cluster's VMs by account (none in a GKE-only stack)."""
+    pools = gke.result.by_type("gcp:container/nodePool:NodePool")
+    assert {r.inputs["name"] for r in pools} >= {"system", "resv", "spot"}
+    for r in pools:
+        assert r.inputs["nodeConfig"]["metadata"]["block-project-ssh-keys"] == "true", r.inputs["name"]
+    for rule in gke.result.by_type("gcp:compute/firewall:Firewall"):
+        if any("22" in a.get("ports", []) for a in rule.inputs.get("allows", [])):
+            assert rule.inputs.get("targetServiceAccounts"), rule.inputs["name"]
+
+
 def test_gke_gpu_node_pools_have_no_autoscaling_of_their_own(gke):
     pools = gpu_pools(gke)
     assert {r.inputs["name"] for r in pools} == {"resv", "spot"}

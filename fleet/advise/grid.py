@@ -11,8 +11,6 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 TERMS = ("none", "1y", "3y")
 TERM_DAYS = {"none": 0, "1y": 365, "3y": 1095}
 
@@ -100,19 +98,14 @@ def load_price_file(path: Path, machine_type: str, region: str, terms: tuple[str
     overflow_discount: 0.1                            # optional, on on-demand and spot usage
     source: "contract 2026-09"                         # optional, shown in the report
     """
+    from fleet.input import InputError, load_yaml
+    from fleet.input.limits import MAX_PRICE_FILE_BYTES
+
     where = f"--price-file: {path}"
-    try:
-        if path.is_dir():
-            raise GridError(f"{where}: is a directory")
-        if path.stat().st_size > 1_000_000:
-            raise GridError(f"{where}: larger than 1 MB")
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise GridError(f"{where}: no such file") from None
-    except UnicodeDecodeError as exc:
-        raise GridError(f"{where}: not UTF-8 (byte {exc.start})") from None
-    except yaml.YAMLError as exc:
-        raise GridError(f"{where}: not YAML: {exc}") from None
+    try:  # the input gate: a regular file within its size limit, UTF-8, no duplicate key, bounded YAML
+        doc = load_yaml(path, what="price file", max_bytes=MAX_PRICE_FILE_BYTES)
+    except InputError as exc:
+        raise GridError("; ".join(f"--price-file: {line}" for line in exc.lines())) from None
     if not isinstance(doc, dict) or set(doc) - {"reservation", "overflow_discount", "source"}:
         raise GridError(f"{where}: expected the keys reservation, overflow_discount, source")
     res = doc.get("reservation")

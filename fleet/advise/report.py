@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-from pathlib import Path
 from typing import Any
 
 TERM_COLORS = {"none": "#dd8452", "1y": "#4c72b0", "3y": "#55a868"}
@@ -65,11 +64,12 @@ def figure_png(result: dict[str, Any]) -> bytes:
     return buf.getvalue()
 
 
-def write_report(result: dict[str, Any], path: Path) -> None:
-    png = figure_png(result)
-    if path.suffix.lower() == ".png":
-        path.write_bytes(png)
-        return
+def render_report(result: dict[str, Any], *, png: bool) -> str | bytes:
+    """The report: the figure as PNG bytes with `png`, else the HTML page (figure inline) as text.  The CLI writes
+    it (`fleet.input.outputs.write_atomic`: checked before the grid runs, never a partial file)."""
+    figure = figure_png(result)
+    if png:
+        return figure
     sc = result["scenario"]
     rec = result["recommended"]
     rows = "".join(
@@ -97,9 +97,9 @@ prices: {html.escape(sc["prices_source"])}.</p>
 (${rec["cost_usd"]:,.0f} on the {html.escape(result["choice_window"])} window, saving
 {rec.get("saving_vs_on_demand_pct", 0):.1f} % against all on demand).</p>{test_html}
 <p>Caveats:</p><ul>{caveats}</ul>
-<img src="data:image/png;base64,{base64.b64encode(png).decode()}" alt="cost against reservation size">
+<img src="data:image/png;base64,{base64.b64encode(figure).decode()}" alt="cost against reservation size">
 <table><tr>{head}</tr>{rows}</table></body></html>"""
-    path.write_text(page, encoding="utf-8")
+    return page
 
 
 _COLUMNS = (

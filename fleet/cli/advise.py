@@ -1,20 +1,29 @@
 """`fleet advise commitments`: how many reserved nodes to buy, on which committed-use term, from the team's
-own job history replayed through the gpu-fleet policy.  See docs/advise.md."""
+own job history replayed through the gpu-fleet policy.  See docs/advise.md.
+
+Every option is checked before the grid runs: `--report` (its directory must exist; an existing file is replaced
+only with `--force`; written atomically), `--price-file` through the input gate (fleet/input), and the bounds that
+keep the grid finite (`--sizes` at most one zonal MIG, `--stockout-rate` below 1, `--workers` at most the cores)."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from fleet.input.limits import MAX_RESERVED_NODES
+
 advise_app = typer.Typer(help="Budget advice from replaying real demand.", no_args_is_help=True)
 
 
 def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    """Print every line of `message` as an error; exit 2 (bad input, nothing written)."""
+    for line in message.splitlines() or [message]:
+        typer.echo(f"error: {line}", err=True)
     return typer.Exit(2)
 
 
@@ -43,6 +52,7 @@ def commitments(
     ),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
     report: Annotated[Path | None, typer.Option("--report", help="write an HTML report (PNG if .png)")] = None,
+    force: bool = typer.Option(False, "--force", help="replace an existing --report file"),
 ) -> None:
     """Replay the trace for every reservation size x term (x seed) and recommend the cheapest mix."""
     from autoscaler.replay.synth import SynthError, load_source
@@ -50,10 +60,14 @@ def commitments(
     from fleet.advise.commitments import Request, advise, reserved_machine
     from fleet.advise.grid import GridError, catalog_prices, load_price_file, parse_sizes, parse_terms
     from fleet.advise.runner import RunnerError
+    from fleet.input import InputError, check_output_file
 
     try:
+        if report is not None:
+            check_output_file(report, option="--report", force=force)
         term_list = parse_terms(terms)
         size_list = parse_sizes(sizes)
+        _check_bounds(size_list, stockout_rate, workers)
         if not 1 <= seeds <= 100:
             raise GridError("--seeds: 1 to 100")
         if not 1 <= folds <= 52:
@@ -67,8 +81,6 @@ def commitments(
                 raise GridError(f"{flag}: a positive number of days")
         if (train is None) != (test is None):
             raise GridError("--train/--test: give both or neither")
-        if report is not None and report.is_dir():
-            raise GridError(f"--report: {report} is a directory")
         source, loaded = load_source(trace)
         req = Request(
             trace=source,
@@ -95,6 +107,8 @@ def commitments(
             else catalog_prices(machine, region, term_list)
         )
         req = Request(**{**req.__dict__, "prices": prices})
+    except InputError as exc:
+        raise _fail("\n".join(exc.lines())) from None
     except (GridError, TraceError, SynthError) as exc:
         raise _fail(str(exc) if str(exc).startswith("--") else f"--trace: {exc}") from None
     except ValueError as exc:  # scenario validation (family, region, spot price) and window checks
@@ -108,13 +122,38 @@ def commitments(
     except ValueError as exc:
         raise _fail(_scenario_message(exc)) from None
     if report is not None:
-        from fleet.advise.report import write_report
-
-        write_report(result, report)
+        _write_report(result, report, force)
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
     _print_human(result)
+
+
+def _check_bounds(sizes: tuple[int, ...], stockout_rate: float, workers: int | None) -> None:
+    """Refuse (GridError naming the option) the values the grid never finishes with or cannot run."""
+    from fleet.advise.grid import GridError
+
+    if max(sizes) > MAX_RESERVED_NODES:
+        raise GridError(
+            f"--sizes: at most {MAX_RESERVED_NODES:,} reserved nodes (the reservation sits in one zone, and a zonal "
+            f"managed instance group holds at most {MAX_RESERVED_NODES:,} instances), got {max(sizes):,}"
+        )
+    if stockout_rate >= 1:  # NaN and < 0 are the scenario's to refuse
+        raise GridError(f"--stockout-rate: must be below 1 (at {stockout_rate:g} no launch ever succeeds)")
+    cores = os.cpu_count() or 1
+    if workers is not None and workers > cores:
+        raise GridError(f"--workers: at most {cores} (the cores of this machine; more processes only cost memory)")
+
+
+def _write_report(result: dict, report: Path, force: bool) -> None:
+    """The HTML page (PNG when `report` ends in .png), written atomically; exit 2 naming --report on failure."""
+    from fleet.advise.report import render_report
+    from fleet.input import InputError, write_atomic
+
+    try:
+        write_atomic(report, render_report(result, png=report.suffix.lower() == ".png"), option="--report", force=force)
+    except InputError as exc:
+        raise _fail("\n".join(exc.lines())) from None
 
 
 def _scenario_message(exc: ValueError) -> str:

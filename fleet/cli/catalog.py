@@ -6,24 +6,55 @@ import json
 
 import typer
 
-from fleet.catalog import UnknownMachineType, load_catalog
-from fleet.catalog.compare import CAPACITIES, SOURCES, CompareError, compare, known_gpus, parse_list, unpriced
+from fleet.catalog import Catalog, UnknownMachineType, load_catalog
+from fleet.catalog.compare import (
+    CAPACITIES,
+    SOURCES,
+    CompareError,
+    compare,
+    gpu_matches,
+    known_gpus,
+    parse_list,
+    unpriced,
+)
 from fleet.cli.tables import print_table
 
 catalog_app = typer.Typer(help="Machine types, zones and list prices in the shipped GCP catalog.", no_args_is_help=True)
 
 
+def _list_filters(cat: Catalog, region: str | None, gpu: str | None) -> tuple[str | None, tuple[str, ...]]:
+    """`catalog list`'s --region (one, offered by some machine type) and --gpu (as `compare` takes them: any case,
+    a comma-separated list, `h100` for every H100); CompareError naming the option otherwise."""
+    gpus = parse_list(gpu, "--gpu", known_gpus(cat))
+    if region is None:
+        return None, gpus
+    regions = parse_list(region, "--region")
+    if len(regions) > 1:
+        raise CompareError(f"--region: one region (its zones and prices are shown), got {', '.join(regions)}")
+    known_regions = {r for m in cat.machines() for r in m.zones}
+    if regions[0] not in known_regions:
+        raise CompareError(f"--region: no machine type of the catalog is offered in {regions[0]}")
+    return regions[0], gpus
+
+
 @catalog_app.command("list")
 def list_machines(
     region: str | None = typer.Option(None, help="only types offered in this region, with its prices"),
-    gpu: str | None = typer.Option(None, help="only this GPU (h100, h100-mega, h200, b200, a100, a100-80gb, l4)"),
+    gpu: str | None = typer.Option(
+        None, help="only these GPUs, comma-separated (h100 takes h100 and h100-mega; h200, b200, a100, l4, ...)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
     """List machine types (optionally those offered in REGION, with on-demand and spot $/h)."""
     cat = load_catalog()
+    try:
+        region, gpus = _list_filters(cat, region, gpu)
+    except CompareError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     rows = []
     for m in sorted(cat.machines(), key=lambda m: m.name):
-        if gpu and m.gpu.short != gpu:
+        if not gpu_matches(m.gpu, gpus):
             continue
         if region and not m.zones_in(region):
             continue

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from fleet.input.limits import MAX_SLURM_JOB_ID
+
 if TYPE_CHECKING:
     from autoscaler.daemon.tick import TickResult
 
@@ -243,6 +245,9 @@ def _hook(action: str, hostlist: str, state: Path | None, log: Path | None, job_
         raise typer.Exit(code)
 
 
+    if not hostlist.replace(",", "").strip():  # said here once: the hand-off's own message carries the prefix too
+        report("HOSTLIST: empty hostlist (slurmctld passes the nodes to act on)", log, f"{action} {hostlist}")
+        raise typer.Exit(2)
 @slurm_app.command("resume")
 def resume(
     hostlist: Hostlist,
@@ -278,7 +283,12 @@ def job_end(
     hostlist: Hostlist,
     state: StatePath = None,
     log: HookLog = None,
-    job_id: Annotated[int | None, typer.Option("--job-id", min=1, help="the job that ended (SLURM_JOB_ID)")] = None,
+    job_id: Annotated[
+        int | None,
+        typer.Option(
+            "--job-id", min=1, max=MAX_SLURM_JOB_ID, help="the job that ended (SLURM_JOB_ID: a Slurm job id, uint32)"
+        ),
+    ] = None,
 ) -> None:
     """EpilogSlurmctld: a job ended on these nodes; wake the daemon so it scales the freed ones down at once."""
     _hook("job_end", hostlist, state, log, job_id)

@@ -32,7 +32,7 @@ def check(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Synthesize the stack under Pulumi's mocks and check every resource against the policy pack's rules."""
-    from fleet.policy.check import check_stack_file, check_synth_json
+    from fleet.policy.check import ResourcesError, check_stack_file, check_synth_json
     from fleet.spec.load import SpecError, stack_file
 
     if sum(x is not None for x in (stack, config, resources)) != 1:
@@ -47,6 +47,9 @@ def check(
     except SpecError as exc:
         for field_path, reason in exc.errors:
             typer.echo(f"error: {field_path}: {reason}", err=True)
+        raise typer.Exit(2) from None
+    except ResourcesError as exc:  # the file itself (read through the input gate) or a resource in it
+        typer.echo(f"error: --resources: {exc}", err=True)
         raise typer.Exit(2) from None
     except (ValueError, RuntimeError) as exc:  # component argument checks, duplicate URNs
         typer.echo(f"error: {exc}", err=True)

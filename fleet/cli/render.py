@@ -1,9 +1,10 @@
 """`fleet render`: files generated from a stack's fleet spec, without Pulumi.
 
-`fleet render slurm-conf (--stack NAME | --config PATH) [--cluster NAME] --out DIR` writes
+`fleet render slurm-conf (--stack NAME | --config PATH) [--cluster NAME] --out DIR [--force]` writes
 slurm.conf, gres.conf, cgroup.conf and topology.conf (the initial tree; the controller keeps it current), the
 controller's slurmdbd.conf (0600: `slurm.accounting: slurmdbd`, the default) and job_submit.lua when there is one,
-in DIR/<cluster>/ when the spec has several Slurm clusters;
+in DIR/<cluster>/ when the spec has several Slurm clusters (DIR's parent must exist; a file already there is
+replaced only with --force; each file is written atomically, fleet.input.outputs);
 `fleet render spec` prints the validated spec with every default filled in;
 `fleet render gpudirect-pod (--stack NAME | --config PATH) --pool POOL --image IMAGE [--cluster NAME] [--gpus N]`
 prints, as YAML, the pod template a workload on a GKE pool of A3 High, A3 Mega, A3 Ultra or A4 machines starts from
@@ -64,17 +65,52 @@ def _parse_sets(values: list[str]) -> dict[str, str]:
     return out
 
 
-def _check_out_dir(out: Path, subdirs: list[str]) -> None:
-    """Refuse, before writing anything, an --out that is a file or whose targets are not directories."""
-    for target in [out, *(out / d for d in subdirs)]:
+def _conf_files(conf) -> dict[str, tuple[str, int]]:  # conf: fleet.slurm.SlurmConf
+    """File name -> (text, mode before the umask) of one cluster's rendered configuration."""
+    files = {
+        "slurm.conf": (conf.slurm_conf, 0o666),
+        "gres.conf": (conf.gres_conf, 0o666),
+        "cgroup.conf": (conf.cgroup_conf, 0o666),
+        "topology.conf": (conf.topology_conf, 0o666),
+    }
+    if conf.job_submit_lua:  # slurm.conf names JobSubmitPlugins=lua: slurmctld reads it next to slurm.conf
+        files["job_submit.lua"] = (conf.job_submit_lua, 0o666)
+    if conf.slurmdbd_conf:  # slurmdbd refuses a slurmdbd.conf others may read
+        files["slurmdbd.conf"] = (conf.slurmdbd_conf, 0o600)
+    return files
+
+
+def _check_out_dir(out: Path, targets: dict[Path, list[str]], force: bool) -> None:
+    """Refuse, before writing anything: an --out (or per-cluster directory) that is not a directory, an --out whose
+    parent directory does not exist (only --out itself and its per-cluster directories are created), and a file
+    to write that exists (replaced only with --force) or is not a regular file (fleet.input.outputs)."""
+    from fleet.input import InputError
+    from fleet.input.outputs import check_parent, check_target
+
+    for target in [out, *targets]:
         if target.exists() and not target.is_dir():
             raise _fail([f"--out: {target} exists and is not a directory (give a directory to write into)"])
-        for name in ("slurm.conf", "gres.conf", "cgroup.conf"):
-            if (target / name).exists() and not (target / name).is_file():
-                raise _fail([f"--out: {target / name} exists and is not a regular file"])
-    parent = next((p for p in [out, *out.parents] if p.exists()), None)
-    if parent is not None and not parent.is_dir():
-        raise _fail([f"--out: {parent} is not a directory"])
+    try:
+        if not out.exists():
+            check_parent(out, option="--out")
+        for target, names in targets.items():
+            for name in names:
+                check_target(target / name, option="--out", force=force)
+    except InputError as exc:
+        raise _fail(exc.lines()) from None
+
+
+def _write_confs(target: Path, files: dict[str, tuple[str, int]], force: bool) -> None:
+    """Create `target` (one level: its parent was checked) and write every file into it atomically."""
+    from fleet.input import InputError, write_atomic
+    from fleet.input.outputs import make_dir
+
+    try:
+        make_dir(target, option="--out")
+        for name, (text, mode) in files.items():
+            write_atomic(target / name, text, option="--out", force=force, mode=mode)
+    except InputError as exc:
+        raise _fail(exc.lines()) from None
 
 
 @render_app.command("slurm-conf")
@@ -87,6 +123,7 @@ def slurm_conf(
     cluster: Annotated[str | None, typer.Option(help="only this cluster (default: every Slurm cluster)")] = None,
     controller_host: Annotated[str | None, typer.Option(help="SlurmctldHost (default: <cluster>-controller)")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="override a slurm.conf key, KEY=VALUE")] = None,
+    force: Annotated[bool, typer.Option("--force", help="replace files already in the --out directory")] = False,
 ) -> None:
     """Write the generated Slurm configuration of a stack's Slurm cluster(s)."""
     from components.gcp.startup import JWT_KEY_PATH
@@ -109,27 +146,13 @@ def slurm_conf(
     ):
         raise _fail([f"--controller-host: {controller_host!r} is not a host name"])
     rendered = [(c, render_slurm_conf(spec, c, controller_host=controller_host, overrides=overrides)) for c in clusters]
-    _check_out_dir(out, [c.name for c in clusters] if len(rendered) > 1 else [])
-    for c, conf in rendered:
-        target = out / c.name if len(rendered) > 1 else out
-        try:
-            target.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise _fail([f"--out: cannot create {target}: {exc.strerror or exc}"]) from None
-        (target / "slurm.conf").write_text(conf.slurm_conf)
-        (target / "gres.conf").write_text(conf.gres_conf)
-        (target / "cgroup.conf").write_text(conf.cgroup_conf)
-        (target / "topology.conf").write_text(conf.topology_conf)
-        also = ""  # the files a cluster has only sometimes
-        if conf.job_submit_lua:  # slurm.conf names JobSubmitPlugins=lua: slurmctld reads it next to slurm.conf
-            (target / "job_submit.lua").write_text(conf.job_submit_lua)
-            also += ", job_submit.lua"
-        if conf.slurmdbd_conf:  # slurmdbd refuses a slurmdbd.conf others may read
-            dbd = target / "slurmdbd.conf"
-            dbd.touch(mode=0o600)
-            dbd.chmod(0o600)
-            dbd.write_text(conf.slurmdbd_conf)
-            also += ", slurmdbd.conf"
+    targets = {(out / c.name if len(rendered) > 1 else out): _conf_files(conf) for c, conf in rendered}
+    _check_out_dir(out, {target: list(files) for target, files in targets.items()}, force)
+    if len(rendered) > 1:
+        _write_confs(out, {}, force)
+    for (c, conf), (target, files) in zip(rendered, targets.items(), strict=True):
+        _write_confs(target, files, force)
+        also = "".join(f", {name}" for name in list(files)[4:])  # the files a cluster has only sometimes
         nodes = ", ".join(f"{n.name}={n.node_names}" for n in conf.nodesets)
         typer.echo(
             f"{c.name}: wrote {target}/slurm.conf, gres.conf, cgroup.conf, topology.conf{also} (nodesets: {nodes})"

@@ -2,11 +2,14 @@
 
 Zero credentials: the simulated cloud, the real planner and the catalog's list prices.  Human output is
 a table per policy; `--json` prints `{"scenario": {...}, "policies": {NAME: {...}}}`; `--report PATH`
-writes an HTML page (or a PNG when PATH ends in .png)."""
+writes an HTML page (or a PNG when PATH ends in .png).  Every flag is checked before the replay starts: `--report`
+(its directory must exist; an existing file is replaced only with `--force`), and the bounds that keep a replay
+finite (`--reserved-nodes` at most one zonal MIG, a boot that beats ResumeTimeout, a stockout rate below 1)."""
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -15,6 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from fleet.catalog.model import DEFAULT_READY_S
+from fleet.input.limits import MAX_RESERVED_NODES, MAX_STACK_OUTPUT_BYTES
 
 POLICY_HELP = (
     "gpu-fleet, static-peak, slurm-power-save, ca-like, karpenter-like, exact-fit, a comma-separated list, or all"
@@ -54,10 +58,14 @@ def simulate(
     policy: str = typer.Option("all", "--policy", help=POLICY_HELP),
     machine_family: str = typer.Option("a3-highgpu", "--machine-family", help="catalog family (1g/2g/4g/8g shapes)"),
     region: str = typer.Option("us-central1", "--region", help="region; every zone of it offering the family"),
-    reserved_nodes: int = typer.Option(0, "--reserved-nodes", help="reserved 8-GPU nodes in one zone, billed always"),
+    reserved_nodes: int = typer.Option(
+        0, "--reserved-nodes", help=f"reserved 8-GPU nodes in one zone, billed always (at most {MAX_RESERVED_NODES:,})"
+    ),
     spot_fraction: float = typer.Option(0.0, "--spot-fraction", help="share of jobs (seeded) that tolerate spot"),
     boot_seconds: float = typer.Option(DEFAULT_READY_S, "--boot-seconds", help="launch request to node ready, seconds"),
-    stockout_rate: float = typer.Option(0.0, "--stockout-rate", help="probability a launch in an offering stocks out"),
+    stockout_rate: float = typer.Option(
+        0.0, "--stockout-rate", help="probability a launch in an offering stocks out (below 1)"
+    ),
     stockout_window: float = typer.Option(1800.0, "--stockout-window", help="seconds a stocked-out offering stays out"),
     stockout_mode: str = typer.Option(
         "timeline", "--stockout-mode", help="timeline (same outages whoever asks) or per-attempt (each try may fail)"
@@ -151,6 +159,7 @@ def simulate(
     report: Annotated[
         Path | None, typer.Option("--report", help="write an HTML report (PNG if PATH ends in .png)")
     ] = None,
+    force: bool = typer.Option(False, "--force", help="replace an existing --report file"),
 ) -> None:
     """Replay a job trace through the real planner and the baselines on the simulated cloud."""
     from pydantic import ValidationError
@@ -168,11 +177,15 @@ def simulate(
     from autoscaler.replay.state import ReplayError
     from autoscaler.replay.synth import SynthError, load_source
     from autoscaler.replay.trace import TraceError
+    from fleet.input import InputError, check_output_file
 
     source = trace or str(demo_trace())
     try:
+        if report is not None:
+            check_output_file(report, option="--report", force=force)
         if scheduler not in ("slurm", "kueue"):
             raise ValueError(f"--scheduler: unknown scheduler {scheduler!r} (known: slurm, kueue)")
+        _check_bounds(scheduler, reserved_nodes, boot_seconds, stockout_rate)
         kueue = _kueue_setup(scheduler, kueue_teams, kueue_quota_gpus, kueue_borrowing_limit, kueue_queues, seed)
         if no_preempt_spot and scheduler != "slurm":
             raise ValueError("--no-preempt-spot: only with --scheduler slurm (it turns off Slurm's preemption)")
@@ -206,6 +219,7 @@ def simulate(
         if wait_value is not None and not wait_value >= 0:
             raise ValueError(f"--wait-value: must be >= 0 USD per GPU-hour, got {wait_value:g}")
         source, jobs = load_source(source, seed)
+        _check_kueue_teams(kueue, kueue_teams, jobs)
         scenario = Scenario(
             trace=source,
             machine_family=machine_family,
@@ -228,6 +242,10 @@ def simulate(
     except ValidationError as exc:
         for err in exc.errors():
             typer.echo(f"error: {_cli_message(err)}", err=True)
+        raise typer.Exit(2) from None
+    except InputError as exc:
+        for line in exc.lines():
+            typer.echo(f"error: {line}", err=True)
         raise typer.Exit(2) from None
     except (TraceError, SynthError, ValueError) as exc:
         typer.echo(f"error: {exc}" if str(exc).startswith("--") else f"error: --trace: {exc}", err=True)
@@ -260,13 +278,62 @@ def simulate(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     if report is not None:
-        from autoscaler.replay.report import write_report
-
-        write_report(result, report)
+        _write_report(result, report, force)
     if as_json:
         typer.echo(json.dumps(result.as_json(), indent=2))
         return
     _print_table(result, report)
+
+
+def _check_bounds(scheduler: str, reserved_nodes: int, boot_seconds: float, stockout_rate: float) -> None:
+    """Refuse (ValueError naming the flag) the values a replay never finishes with or cannot hold in memory."""
+    from autoscaler.replay.scenario import Scenario
+    from autoscaler.replay.simslurm import SlurmSettings
+
+    if reserved_nodes > MAX_RESERVED_NODES:
+        raise ValueError(
+            f"--reserved-nodes: at most {MAX_RESERVED_NODES:,} (the reservation sits in one zone, and a zonal managed "
+            f"instance group holds at most {MAX_RESERVED_NODES:,} instances), got {reserved_nodes:,}"
+        )
+    if stockout_rate >= 1:  # NaN and < 0 are the scenario's to refuse
+        raise ValueError(f"--stockout-rate: must be below 1 (at {stockout_rate:g} no launch ever succeeds)")
+    timeout = SlurmSettings().resume_timeout_s
+    register = Scenario.model_fields["register_seconds"].default
+    # a non-finite boot is the scenario's to refuse ("Input should be a finite number")
+    if scheduler == "slurm" and math.isfinite(boot_seconds) and boot_seconds + register >= timeout:
+        raise ValueError(
+            f"--boot-seconds: must be below {timeout - register:g} s with --scheduler slurm: slurmctld's ResumeTimeout "
+            f"({timeout:g} s, the spec default) marks a node DOWN that has not registered by then ({register:g} s "
+            f"after it booted), so every launch would fail, got {boot_seconds:g}"
+        )
+
+
+def _check_kueue_teams(kueue: Any, teams: int | None, jobs: list[Any]) -> None:
+    """`--kueue-teams` beyond the default quota (no `--kueue-quota-gpus`): name the teams flag, not the quota one."""
+    from autoscaler.replay.kueue_gate import default_quota_gpus
+
+    if kueue is None or teams is None or kueue.quota_gpus is not None or kueue.queues:
+        return
+    quota = default_quota_gpus(jobs)
+    if teams > quota:
+        raise ValueError(
+            f"--kueue-teams: {teams:,} teams cannot each get a nominal GPU quota out of the default {quota:,} GPUs "
+            "(the trace's p95 concurrent demand): give fewer teams, or a larger --kueue-quota-gpus"
+        )
+
+
+def _write_report(result: Any, report: Path, force: bool) -> None:
+    """The HTML page (PNG when `report` ends in .png), written atomically; exit 2 naming --report on failure."""
+    from autoscaler.replay.report import render_html, render_png
+    from fleet.input import InputError, write_atomic
+
+    data = render_png(result) if report.suffix.lower() == ".png" else render_html(result)
+    try:
+        write_atomic(report, data, option="--report", force=force)
+    except InputError as exc:
+        for line in exc.lines():
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _kueue_setup(
@@ -302,12 +369,12 @@ def _kueue_setup(
     clash = [f for f, v in given.items() if v is not None and f != "--kueue-queues"]
     if clash:
         raise ValueError(f"{clash[0]}: not with --kueue-queues (the file's ClusterQueues set teams and quotas)")
+    from fleet.input import InputError, load_json
+
     try:
-        data = json.loads(queues_file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"--kueue-queues: cannot read {queues_file}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise ValueError(f"--kueue-queues: {queues_file} is not JSON: {exc}") from None
+        data = load_json(queues_file, what="stack output file", max_bytes=MAX_STACK_OUTPUT_BYTES)
+    except InputError as exc:
+        raise ValueError("; ".join(f"--kueue-queues: {line}" for line in exc.lines())) from None
     queues = queues_from_output(data, f"--kueue-queues: {queues_file}")
     return KueueSetup(queues=tuple(queues), queues_source=f"--kueue-queues {queues_file}", seed=seed)
 

@@ -7,6 +7,8 @@ hostlists) comes in through here.
   numbers bounded in digits and finite, every syntax error with its line and column.
 - `types`: constrained strings for values that reach a GCE name, a label, slurm.conf or a shell script, and
   strict numbers (no string or boolean coerced to a count, no NaN).
+- `outputs`: the files a command writes (`--out`, `--report`): the path checked before any work (the parent
+  exists, the target is no directory, an existing file only with `--force`), then written atomically.
 - `errors.InputError`: one error type, rendered `FILE: field.path: reason` or `FILE:LINE:COL: reason`.
 
 The limits themselves live in `limits` and are documented in docs/spec.md ("Input limits").
@@ -25,6 +27,8 @@ _EXPORTS = {
     "parse_json": "fleet.input.jsonsafe",
     "load_yaml": "fleet.input.yamlsafe",
     "parse_yaml": "fleet.input.yamlsafe",
+    "check_output_file": "fleet.input.outputs",
+    "write_atomic": "fleet.input.outputs",
 }
 __all__ = sorted(_EXPORTS)
 

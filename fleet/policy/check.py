@@ -10,7 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleet.policy.rules import DEFAULT_SETTINGS, MANDATORY, Resource, Settings, Violation, check_all
+from fleet.policy.rules import (
+    DEFAULT_SETTINGS,
+    MANDATORY,
+    PropertyError,
+    Resource,
+    Settings,
+    Violation,
+    check_all,
+)
 
 
 @dataclass(frozen=True)
@@ -49,23 +57,42 @@ class ResourcesError(ValueError):
     """A `--resources` file that is not a `fleet synth --json` output."""
 
 
+def _check_recorded(path: Path, recorded: object) -> list[dict[str, Any]]:
+    """The `resources` list of a `fleet synth --json` output: objects with a string urn and type and, when given,
+    a string name, a boolean custom and an object of inputs; ResourcesError naming the resource and field."""
+    if not isinstance(recorded, list):
+        raise ResourcesError(f"{path}: resources: expected the list `fleet synth --json` prints (urn, type, inputs)")
+    for i, r in enumerate(recorded):
+        if not isinstance(r, dict):
+            raise ResourcesError(f"{path}: resources[{i}]: expected an object (urn, type, inputs)")
+        for key, kind, required in (("urn", str, True), ("type", str, True), ("name", str, False),
+                                    ("custom", bool, False), ("inputs", dict, False)):  # fmt: skip
+            value = r.get(key)
+            if (value is None and not required) or isinstance(value, kind):
+                continue
+            what = {str: "a string", bool: "true or false", dict: "an object of the resource's inputs"}[kind]
+            name = f" ({r['urn']})" if isinstance(r.get("urn"), str) else ""
+            raise ResourcesError(f"{path}: resources[{i}]{name}: {key}: expected {what}, got {type(value).__name__}")
+    return recorded
+
+
 def check_synth_json(path: Path, settings: Settings = DEFAULT_SETTINGS) -> Report:
-    """Check the resources of a `fleet synth --json` output file."""
-    import json
+    """Check the resources of a `fleet synth --json` output file (read through the input gate: a regular file
+    within the inventory size limit, no duplicate key, no NaN)."""
+    from fleet.input import InputError, load_json
+    from fleet.input.limits import MAX_INVENTORY_BYTES
 
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ResourcesError(f"{path}: cannot read: {exc}") from None
-    except ValueError as exc:
-        raise ResourcesError(f"{path}: not JSON: {exc}") from None
-    recorded = doc.get("resources") if isinstance(doc, dict) else None
-    if not isinstance(recorded, list) or not all(
-        isinstance(r, dict) and isinstance(r.get("urn"), str) and isinstance(r.get("type"), str) for r in recorded
-    ):
-        raise ResourcesError(f"{path}: resources: expected the list `fleet synth --json` prints (urn, type, inputs)")
+        doc = load_json(path, what="`fleet synth --json` output", max_bytes=MAX_INVENTORY_BYTES)
+    except InputError as exc:
+        raise ResourcesError("; ".join(exc.lines())) from None
+    recorded = _check_recorded(path, doc.get("resources") if isinstance(doc, dict) else None)
     resources = resources_of(recorded)
-    return Report(str(doc.get("stack") or ""), len(resources), tuple(check_all(resources, settings)))
+    try:
+        violations = check_all(resources, settings)
+    except PropertyError as exc:
+        raise ResourcesError(f"{path}: {exc}") from None
+    return Report(str(doc.get("stack") or ""), len(resources), tuple(violations))
 
 
 def check_stack_file(path: Path, stack: str | None = None, settings: Settings = DEFAULT_SETTINGS) -> Report:

@@ -13,7 +13,9 @@ regions, GPU caps, required labels); `DEFAULT_SETTINGS` is what ships.
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +50,12 @@ class Settings:
 
 
 DEFAULT_SETTINGS = Settings()
+
+
+class PropertyError(ValueError):
+    """A property a rule needs is of the wrong type (a GPU count that is not a whole number): the message names the
+    field (and the resource, from `check_resource` / `stack_gpus`).  A guardrail refuses what it cannot read rather
+    than passing it."""
 
 
 @dataclass(frozen=True)
@@ -122,12 +130,37 @@ def _get(props: Mapping[str, Any], path: str) -> Any:
 
 
 def _list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, Sequence) and not isinstance(value, str | bytes) else []
+    """A repeated property as a list; one value given bare (a string, an object) is a list of one, so a rule
+    cannot be dodged by leaving out the brackets (`sourceRanges: "0.0.0.0/0"`)."""
+    if isinstance(value, str | bytes):
+        return [value] if value else []
+    if isinstance(value, Mapping):
+        return [value]
+    return list(value) if isinstance(value, Sequence) else []
+
+
+def _count(value: Any, where: str) -> int:
+    """A count property (GPUs, nodes) as an int: absent / null is 0; a whole number, also as a float (the engine's
+    numbers) or a decimal string; anything else is a PropertyError naming `where`."""
+    if value is None:
+        return 0
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    raise PropertyError(f"{where}: {value!r} is not a whole number")
 
 
 def gpus_of(props: Mapping[str, Any]) -> int:
     """GPUs on one VM (instance or template): guest accelerators, or the machine type's own."""
-    n = sum(int(a.get("count") or 0) for a in _list(props.get("guestAccelerators")) if isinstance(a, Mapping))
+    accelerators = _list(props.get("guestAccelerators"))
+    n = sum(
+        _count(a.get("count"), f"guestAccelerators[{i}].count")
+        for i, a in enumerate(accelerators)
+        if isinstance(a, Mapping)
+    )
     if n:
         return n
     mt = str(props.get("machineType") or "").rsplit("/", 1)[-1]
@@ -163,10 +196,23 @@ def no_open_ingress(kind: str, props: Mapping[str, Any], settings: Settings) -> 
     direction = str(props.get("direction") or "INGRESS").upper()
     if direction != "INGRESS" or not _list(props.get("allows")) or props.get("disabled") is True:
         return []  # deny rules, egress rules and disabled rules may name any range
-    open_ranges = [r for r in _list(props.get("sourceRanges")) if r in OPEN_RANGES]
+    open_ranges = [r for r in _list(props.get("sourceRanges")) if _is_open(r)]
     if not open_ranges:
         return []
     return [f"sourceRanges: {', '.join(open_ranges)} on an allow rule opens it to the internet"]
+
+
+def _is_open(source_range: Any) -> bool:
+    """A range that admits every address: 0.0.0.0/0 or ::/0, however spelled (`::0/0`, `1.2.3.4/0`, spaces)."""
+    if not isinstance(source_range, str):
+        return False
+    text = source_range.strip()
+    if text in OPEN_RANGES:
+        return True
+    try:
+        return ipaddress.ip_network(text, strict=False).prefixlen == 0
+    except ValueError:
+        return False
 
 
 def shielded_vm(kind: str, props: Mapping[str, Any], settings: Settings) -> list[str]:
@@ -284,28 +330,34 @@ def stack_gpus(resources: Sequence[Resource]) -> tuple[int, list[str]]:
                     pools = json.loads(raw)
                 except ValueError:
                     pools = []
-                for p in pools if isinstance(pools, list) else []:
+                for i, p in enumerate(pools if isinstance(pools, list) else []):
                     if isinstance(p, Mapping):
-                        n = int(p.get("max_nodes") or 0) * int(p.get("gpus_per_node") or 0)
+                        where = f"{r.urn}: metadata.gpu-fleet-inventory[{i}]"
+                        n = _count(p.get("max_nodes"), f"{where}.max_nodes") * _count(
+                            p.get("gpus_per_node"), f"{where}.gpus_per_node"
+                        )
                         total += n
                         parts.append(f"{p.get('cluster')}/{p.get('name')}: {n}")
         elif r.type == GKE_NODE_POOL:
             per_node = sum(
-                int(a.get("count") or 0)
-                for a in _list(_get(r.props, "nodeConfig.guestAccelerators"))
+                _count(a.get("count"), f"{r.urn}: nodeConfig.guestAccelerators[{i}].count")
+                for i, a in enumerate(_list(_get(r.props, "nodeConfig.guestAccelerators")))
                 if isinstance(a, Mapping)
             )
-            nodes = int(
-                _get(r.props, "autoscaling.totalMaxNodeCount")
-                or _get(r.props, "autoscaling.maxNodeCount")
-                or r.props.get("nodeCount")
-                or r.props.get("initialNodeCount")
-                or 0
-            )
+            nodes = _node_count(r)
             if per_node and nodes:
                 total += per_node * nodes
                 parts.append(f"{r.name}: {per_node * nodes}")
     return total, parts
+
+
+def _node_count(r: Resource) -> int:
+    """A GKE node pool's most nodes: the autoscaling maximum (total or per zone), else its fixed or initial count."""
+    for path in ("autoscaling.totalMaxNodeCount", "autoscaling.maxNodeCount", "nodeCount", "initialNodeCount"):
+        n = _count(_get(r.props, path), f"{r.urn}: {path}")
+        if n:
+            return n
+    return 0
 
 
 def gpu_cap(resources: Sequence[Resource], settings: Settings, stack: str) -> list[str]:
@@ -323,7 +375,14 @@ ALL_POLICIES = RESOURCE_POLICIES + STACK_POLICIES
 
 
 def check_resource(rule: Rule, r: Resource, settings: Settings = DEFAULT_SETTINGS) -> list[Violation]:
-    msgs = rule.check(r.type, r.props, settings, r.stack) if rule.needs_stack else rule.check(r.type, r.props, settings)
+    """`rule` over one resource; a property it cannot read is a PropertyError naming the resource."""
+    try:
+        if rule.needs_stack:
+            msgs = rule.check(r.type, r.props, settings, r.stack)
+        else:
+            msgs = rule.check(r.type, r.props, settings)
+    except PropertyError as exc:
+        raise PropertyError(f"{r.urn}: {exc}") from None
     return [Violation(rule.name, rule.level, r.urn, m) for m in msgs]
 
 

@@ -116,7 +116,7 @@ def test_price_file_rates_replace_the_catalog(tmp_path: Path) -> None:
     assert tp.rate("1y") == 10.0 and tp.overflow_discount == 0.1 and "contract" in tp.source
     for body, msg in [
         ("reservation: {none: 90.0}\n", "reservation.1y"),
-        ("reservation: {none: .nan, 1y: 1, 3y: 1}\n", "reservation.none"),
+        ("reservation: {none: .nan, 1y: 1, 3y: 1}\n", "1:21: '.nan' is not a finite number"),  # the input gate
         ("reservation: {none: 1, 1y: 1, 3y: 1, 5y: 1}\n", "unknown term 5y"),
         ("reservation: {none: 1, 1y: 1, 3y: 1}\noverflow_discount: 1.5\n", "overflow_discount"),
         ("prices: 1\n", "expected the keys"),

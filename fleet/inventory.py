@@ -17,11 +17,11 @@ is the `kubernetes:` part of the daemon config the stack writes for the in-clust
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from fleet.catalog import CapacityType
+from fleet.catalog import CapacityType, Catalog, load_catalog
 from fleet.input import InputError, format_loc, load_json
 from fleet.input.limits import MAX_INVENTORY_BYTES
 from fleet.input.types import STRICT, GceName, MachineType, NodeCount, Region, Reservation, Zone, lax_enum, text
@@ -40,7 +40,7 @@ ResourceRef = text(r"[A-Za-z0-9._/-]{1,512}", "must be a resource name or path (
 
 
 class InventoryPool(BaseModel):
-    model_config = ConfigDict(**STRICT, extra="allow", frozen=True)
+    model_config = ConfigDict(**STRICT, extra="forbid", frozen=True)  # a misspelt key is an error, not ignored
 
     name: PoolName  # pool name, unique within its cluster
     cluster: PoolName
@@ -50,7 +50,7 @@ class InventoryPool(BaseModel):
     zones: list[Zone] = Field(max_length=16)
     machine_type: MachineType
     gpu_type: text(r"[a-z0-9][-a-z0-9]{0,62}", "must be an accelerator type such as nvidia-h100-80gb")
-    gpus_per_node: int = Field(ge=0, le=16)
+    gpus_per_node: int = Field(ge=1, le=16)
     capacity_type: lax_enum(CapacityType)  # type: ignore[valid-type]
     reservation: Reservation | None = None
     min_nodes: NodeCount
@@ -148,16 +148,134 @@ def parse_inventory(data: object) -> list[InventoryPool]:
 
 
 def load_inventory(path: Path) -> list[InventoryPool]:
-    """Read an inventory file through the input gate; InputError names the file and `[i].field` of each problem."""
+    """Read an inventory file through the input gate and check it whole (`inventory_problems`), before anything
+    uses it; InputError names the file and the `autoscaler_inventory[i].field` of each problem."""
     data = load_json(path, what="autoscaler inventory", max_bytes=MAX_INVENTORY_BYTES)
+    where = _list_path(data)
     try:
-        return parse_inventory(data)
+        pools = parse_inventory(data)
     except ValidationError as exc:
-        prefix = ""  # paths as in the file: `outputs.autoscaler_inventory[0].max_nodes` in a whole synth output
-        if isinstance(data, dict):
-            prefix = "outputs.autoscaler_inventory" if isinstance(data.get("outputs"), dict) else "autoscaler_inventory"
-        errors = [
-            (f"{prefix}{format_loc(e['loc'])}" or "(root)", str(e["msg"]).removeprefix("Value error, "))
-            for e in exc.errors(include_url=False)
+        errors = [(f"{where}{format_loc(e['loc'])}" or "(root)", _reason(e)) for e in exc.errors(include_url=False)]
+        raise InputError(str(path), errors[:MAX_REPORTED]) from None
+    if problems := inventory_problems(pools, where):
+        raise InputError(str(path), problems[:MAX_REPORTED])
+    return pools
+
+
+MAX_REPORTED = 20  # problems listed per refused file
+
+
+def _reason(error: Any) -> str:
+    """The reason of one pydantic error, as the file's author needs it."""
+    if error["type"] == "extra_forbidden":
+        return "unknown field of an inventory pool (misspelt, or written by a newer gpu-fleet)"
+    return str(error["msg"]).removeprefix("Value error, ")
+
+
+def _list_path(data: object) -> str:
+    """Where the pool list is in the file, as error paths name it: `outputs.autoscaler_inventory` in a whole synth
+    output, `autoscaler_inventory` in a stack's outputs, "" for a bare list."""
+    if not isinstance(data, dict):
+        return ""
+    return "outputs.autoscaler_inventory" if isinstance(data.get("outputs"), dict) else "autoscaler_inventory"
+
+
+def inventory_problems(
+    pools: list[InventoryPool], where: str = "", catalog: Catalog | None = None
+) -> list[tuple[str, str]]:
+    """(field path, reason) of everything schema-valid pools get wrong together or against the catalog: what the
+    daemon would otherwise trip on at its first tick, or half way into creating its state store.  `where` is the
+    path of the list in the file.  Empty when the inventory may be used."""
+    if not pools:
+        return [(where or "(root)", "lists no pool: there is nothing to autoscale")]
+    cat = catalog or load_catalog("gcp")
+    out: list[tuple[str, str]] = []
+    for i, pool in enumerate(pools):
+        if pool.platform != "kubernetes":  # GCE VMs (Slurm on GCE, GKE): the catalog and GCE's rules apply
+            out += [(f"{where}[{i}].{field}", why) for field, why in _gce_pool_problems(pool, cat)]
+    return out + _clashes(pools, where)
+
+
+def _gce_pool_problems(pool: InventoryPool, cat: Catalog) -> list[tuple[str, str]]:
+    """(field, reason) of one pool whose nodes are GCE VMs."""
+    out: list[tuple[str, str]] = []
+    if pool.provider != "gcp":
+        out.append(("provider", f"must be 'gcp' for a platform: {pool.platform} pool (its nodes are GCE VMs)"))
+    out += _reservation_problems(pool)
+    if pool.platform == "gce":
+        out += [
+            (f"instance_groups.{zone}", f"zone {zone!r} is not one of the pool's zones {pool.zones}")
+            for zone in pool.instance_groups
+            if zone not in pool.zones
         ]
-        raise InputError(str(path), errors[:20]) from None
+    if pool.machine_type not in cat:
+        try:
+            cat.machine(pool.machine_type)
+        except KeyError as exc:
+            return [*out, ("machine_type", f"{exc} (not in the machine catalog, fleet/catalog/data)")]
+    return out + _catalog_problems(pool, cat)
+
+
+def _reservation_problems(pool: InventoryPool) -> list[tuple[str, str]]:
+    """A reservation name iff capacity_type is reservation, and then one zone (GCE reservations are zonal)."""
+    if pool.capacity_type == CapacityType.RESERVATION:
+        if not pool.reservation:
+            return [("reservation", "required with capacity_type: reservation (the GCE reservation to consume)")]
+        if len(pool.zones) > 1:
+            return [("zones", f"a reservation is zonal: a reservation pool has one zone, not {pool.zones}")]
+    elif pool.reservation:
+        return [("reservation", f"set, but capacity_type is {pool.capacity_type}: only a reservation pool has one")]
+    return []
+
+
+def _catalog_problems(pool: InventoryPool, cat: Catalog) -> list[tuple[str, str]]:
+    """Region, zones and GPUs of a pool of a machine type the catalog knows, against the catalog."""
+    machine = cat.machine(pool.machine_type)
+    offered = machine.zones_in(pool.region)
+    if not offered:
+        regions = cat.regions_offering(pool.machine_type)
+        return [("region", f"{pool.machine_type} is not offered in {pool.region!r} (offered in: {_few(regions)})")]
+    out: list[tuple[str, str]] = []
+    if not pool.zones and pool.pool_kind == "gce-mig":
+        out.append(("zones", "lists no zone: a pool of GCE VMs needs at least one"))
+    seen: set[str] = set()
+    for i, zone in enumerate(pool.zones):
+        if zone.rpartition("-")[0] != pool.region:
+            out.append((f"zones[{i}]", f"zone {zone!r} is not in the pool's region {pool.region!r}"))
+        elif zone not in offered:
+            out.append((f"zones[{i}]", f"{pool.machine_type} is not offered in {zone} (offered in: {_few(offered)})"))
+        elif zone in seen:
+            out.append((f"zones[{i}]", f"duplicate zone {zone!r}"))
+        seen.add(zone)
+    if pool.gpus_per_node != machine.gpu_count:
+        out.append(("gpus_per_node", f"{pool.machine_type} has {machine.gpu_count} GPUs, not {pool.gpus_per_node}"))
+    if pool.gpu_type != machine.gpu.accelerator_type:
+        have = machine.gpu.accelerator_type
+        out.append(("gpu_type", f"{pool.machine_type} carries {have}, not {pool.gpu_type}"))
+    return out
+
+
+def _clashes(pools: list[InventoryPool], where: str) -> list[tuple[str, str]]:
+    """Two entries for one pool, or two pools sharing a node name space (`autoscaler.node_names`: its names would
+    belong to both).  Distinct prefixes cannot clash (`a-od` and `a-od-x`: an index has no '-')."""
+    out: list[tuple[str, str]] = []
+    names: dict[tuple[str, str], int] = {}
+    prefixes: dict[str, int] = {}
+    for i, pool in enumerate(pools):
+        j = names.setdefault((pool.cluster, pool.name), i)
+        if j != i:
+            out.append((f"{where}[{i}].name", f"duplicate pool {pool.cluster}/{pool.name} (also {where}[{j}])"))
+        k = prefixes.setdefault(pool.node_name_prefix, i)
+        if k != i:
+            other = pools[k]
+            out.append((
+                f"{where}[{i}].node_name_prefix",
+                f"{pool.node_name_prefix!r} is also the prefix of pool {other.cluster}/{other.name} ({where}[{k}]):"
+                f" node names {pool.node_name_prefix}-<i> would belong to both",
+            ))  # fmt: skip
+    return out
+
+
+def _few(names: tuple[str, ...] | list[str], shown: int = 6) -> str:
+    """`a, b, c, ...` (at most `shown` names) or `none`."""
+    return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "") if names else "none"

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from autoscaler.model import Node, Plan, Policy, Pool, WorkUnit
+from autoscaler.node_names import split_node_name
 from autoscaler.planner.offers import UnitClass
 from autoscaler.planner.scale_down import name_order, warm_candidate
 from fleet.catalog import CapacityType
@@ -241,7 +242,7 @@ def held_launches(
         a = plan.assignments.get(uid)
         if a is None:
             continue
-        used = [p for n in a.nodes if (p := by_prefix.get(n.rpartition("-")[0])) is not None]
+        used = [p for n in a.nodes if (s := split_node_name(n)) and (p := by_prefix.get(s[0])) is not None]
         if not all(constraint_allows(allowed, p) for p in used):
             widen[uid] = widened(allowed, (p.machine_type for p in used))
     return HeldLaunches(release, boot, widen)

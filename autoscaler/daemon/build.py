@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from autoscaler.cloud import Provider
@@ -19,30 +20,78 @@ from autoscaler.model import Policy, PolicyError, Pool, policy_from_mapping
 from autoscaler.slurm.client import CliSlurm, RestSlurm, SlurmClient
 from autoscaler.slurm.errors import SlurmUnavailable
 from autoscaler.slurm.tokens import SigningKey, StaticToken, TokenFile, TokenSource
+from fleet.input import InputError
 from fleet.inventory import InventoryPool, load_inventory
 
 
+@dataclass(frozen=True)
+class CheckedConfig:
+    """A config `check_config` accepted: the pools the daemon manages (inventory entries and planner pools) and the
+    policy it plans with."""
+
+    inventory: list[InventoryPool]
+    pools: list[Pool]
+    policy: Policy
+
+
+def check_config(cfg: DaemonConfig) -> CheckedConfig:
+    """Every check of the config and its inventory that needs no cloud, Slurm or state store: the one validation
+    `fleet autoscaler run` and `fleet autoscaler init` share, run before either creates anything.  ConfigError
+    names the config (or inventory) file and the field."""
+    inv, pools = load_pools(cfg)
+    policy = build_policy(cfg.policy, source=cfg.source)
+    errors = policy_pool_problems(policy, pools)
+    if why := policy.share_nodes_refusal(p.capacity_type for p in pools):
+        errors.append(("policy.share_nodes", why))
+    if cfg.provider.kind == "sim":
+        errors.append(("provider.kind", "'sim' runs through `fleet simulate`, not the daemon"))
+    if errors:
+        raise ConfigError(cfg.source, errors)
+    return CheckedConfig(inv, pools, policy)
+
+
 def load_pools(cfg: DaemonConfig) -> tuple[list[InventoryPool], list[Pool]]:
+    """The inventory's pools the config selects (`pools`, all when unset), checked whole (`load_inventory`)."""
     try:
         inv = load_inventory(cfg.inventory)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(str(cfg.inventory), [("inventory", f"cannot read the autoscaler inventory: {exc}")]) from None
+    except InputError as exc:
+        raise ConfigError(exc.source, exc.errors) from None
+    except OSError as exc:
+        raise ConfigError(cfg.source, [("inventory", f"cannot read {cfg.inventory}: {exc.strerror or exc}")]) from None
     names = [p.name for p in inv]
     qualified = len(set(names)) != len(names)
     if cfg.pools is not None:
         known = {p.name for p in inv} | {f"{p.cluster}/{p.name}" for p in inv}
         unknown = [p for p in cfg.pools if p not in known]
         if unknown:
-            raise ConfigError("config", [("pools", f"not in the inventory: {unknown} (known: {sorted(known)})")])
+            raise ConfigError(cfg.source, [("pools", f"not in the inventory: {unknown} (known: {sorted(known)})")])
         inv = [p for p in inv if p.name in cfg.pools or f"{p.cluster}/{p.name}" in cfg.pools]
-    return inv, [Pool.from_inventory(p, qualified=qualified) for p in inv]
+    if kueue := [f"{p.cluster}/{p.name}" for p in inv if p.scheduler != "slurm"]:
+        which = "selects" if cfg.pools is not None else "is unset, so it takes every pool of the inventory, including"
+        why = "kueue pools are the Kubernetes daemon's (a config with a kubernetes: section): list Slurm pools"
+        raise ConfigError(cfg.source, [("pools", f"{which} {', '.join(kueue)}: {why}")])
+    try:
+        return inv, [Pool.from_inventory(p, qualified=qualified) for p in inv]
+    except ValueError as exc:  # load_inventory checked what Pool requires: a gap there, reported as input still
+        raise ConfigError(str(cfg.inventory), [("", str(exc))]) from None
 
 
-def build_policy(raw: dict[str, Any]) -> Policy:
+def policy_pool_problems(policy: Policy, pools: Sequence[Pool]) -> list[tuple[str, str]]:
+    """`policy.pool_max_nodes` / `pool_max_gpus` keys that name no managed pool: their cap would never apply."""
+    names = sorted(p.name for p in pools)
+    return [
+        (f"policy.{field}", f"{key!r} is not a pool the daemon manages (its pools: {', '.join(names)})")
+        for field in ("pool_max_nodes", "pool_max_gpus")
+        for key in sorted(getattr(policy, field))
+        if key not in names
+    ]
+
+
+def build_policy(raw: dict[str, Any], *, source: str = "config") -> Policy:
     try:
         return policy_from_mapping(raw)
     except PolicyError as exc:
-        raise ConfigError("config", [(f"policy.{f}", r) for f, r in exc.errors]) from None
+        raise ConfigError(source, [(f"policy.{f}", r) for f, r in exc.errors]) from None
 
 
 def build_settings(raw: dict[str, Any], policy: Policy) -> SettingsTracker:
@@ -52,7 +101,7 @@ def build_settings(raw: dict[str, Any], policy: Policy) -> SettingsTracker:
     return SettingsTracker(base=policy, boot_s=boot, explicit=frozenset(raw))
 
 
-def rest_tokens(s: SlurmConfig) -> TokenSource:
+def rest_tokens(s: SlurmConfig, *, config: str = "config") -> TokenSource:
     """Where `mode: rest` gets its slurmrestd tokens (`autoscaler.slurm.tokens`): the key it signs with, the file it
     re-reads, or SLURM_JWT; a key or file that cannot be used now is a config error, before any tick."""
     if s.jwt_key_file or s.jwt_file:
@@ -65,20 +114,21 @@ def rest_tokens(s: SlurmConfig) -> TokenSource:
         try:
             source.token()
         except SlurmUnavailable as exc:
-            raise ConfigError("config", [(field, str(exc).removeprefix(f"{field} "))]) from None
+            raise ConfigError(config, [(field, str(exc).removeprefix(f"{field} "))]) from None
         return source
     if token := os.environ.get("SLURM_JWT", "").strip():
         return StaticToken(token)
     why = "mode 'rest' needs a token: jwt_key_file, jwt_file or SLURM_JWT"
-    raise ConfigError("config", [("slurm.jwt_key_file", why)])
+    raise ConfigError(config, [("slurm.jwt_key_file", why)])
 
 
 def build_slurm(cfg: DaemonConfig) -> SlurmClient:
     s = cfg.slurm
     if s.mode == "rest":
         cli = CliSlurm(bin_dir=s.bin_dir, conf=s.conf, timeout_s=s.timeout_s)  # node updates on 22.05
+        token = rest_tokens(s, config=cfg.source)
         return RestSlurm(
-            s.rest_url or "", token=rest_tokens(s), user=s.rest_user, api=s.rest_api, timeout_s=s.timeout_s, cli=cli
+            s.rest_url or "", token=token, user=s.rest_user, api=s.rest_api, timeout_s=s.timeout_s, cli=cli
         )
     return CliSlurm(bin_dir=s.bin_dir, conf=s.conf, timeout_s=s.timeout_s)
 
@@ -118,7 +168,7 @@ def build_provider(cfg: DaemonConfig, inv: Sequence[InventoryPool]) -> Provider:
     """The GCE provider (`provider.options` go to `GceProvider`; `options.retry` is a `RetryPolicy` mapping)."""
     p = cfg.provider
     if p.kind == "sim":
-        raise ConfigError("config", [("provider.kind", "'sim' runs through `fleet simulate`, not the daemon")])
+        raise ConfigError(cfg.source, [("provider.kind", "'sim' runs through `fleet simulate`, not the daemon")])
     from autoscaler.gce import GceProvider, RetryPolicy
 
     kw: dict[str, Any] = dict(p.options)
@@ -126,7 +176,7 @@ def build_provider(cfg: DaemonConfig, inv: Sequence[InventoryPool]) -> Provider:
         try:
             kw["retry"] = RetryPolicy(**kw["retry"])
         except (TypeError, ValueError) as exc:
-            raise ConfigError("config", [("provider.options.retry", str(exc))]) from None
+            raise ConfigError(cfg.source, [("provider.options.retry", str(exc))]) from None
     if p.endpoint:
         kw["endpoint"] = p.endpoint
     if p.anonymous:
@@ -138,7 +188,7 @@ def build_provider(cfg: DaemonConfig, inv: Sequence[InventoryPool]) -> Provider:
     try:
         return GceProvider(list(inv), **kw)
     except (TypeError, ValueError) as exc:
-        raise ConfigError("config", [("provider.options", str(exc))]) from None
+        raise ConfigError(cfg.source, [("provider.options", str(exc))]) from None
 
 
 def managed_name_spaces(pools: Sequence[Pool]) -> list[tuple[str, str, int]]:
@@ -158,10 +208,8 @@ def open_store(cfg: DaemonConfig, pools: Sequence[Pool], *, dry_run: bool = Fals
 
 def build_daemon(cfg: DaemonConfig, *, dry_run: bool = False, provider: Provider | None = None) -> Daemon:
     """Raises ConfigError (bad config / inventory) or StateError (damaged or foreign state store)."""
-    inv, pools = load_pools(cfg)
-    policy = build_policy(cfg.policy)
-    if why := policy.share_nodes_refusal(p.capacity_type for p in pools):
-        raise ConfigError("config", [("policy.share_nodes", why)])
+    checked = check_config(cfg)
+    inv, pools, policy = checked.inventory, checked.pools, checked.policy
     store = open_store(cfg, pools, dry_run=dry_run)  # before the provider: a bad store fails fast
     metrics = Metrics()
     metrics.healthy_after_s = cfg.metrics.healthy_after_s

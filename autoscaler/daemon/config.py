@@ -12,7 +12,7 @@ import ipaddress
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from autoscaler.slurm.wake import DEPLOYED_STATE
 from fleet.input import InputError, format_loc, load_yaml
@@ -144,6 +144,12 @@ class DaemonConfig(_Strict):
     provider: ProviderConfig = Field(default_factory=ProviderConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     loop: LoopConfig = Field(default_factory=LoopConfig)
+    _source: str = PrivateAttr("config")  # the file it was read from: what the checks after parsing name
+
+    @property
+    def source(self) -> str:
+        """The config file (`load_config`), or what `parse_config` was told; errors found later name it."""
+        return self._source
 
     @field_validator("pools")
     @classmethod
@@ -196,9 +202,11 @@ def parse_config(data: Any, *, source: str = "config", base: Path | None = None)
     if not isinstance(data, dict):
         raise ConfigError(source, [("(root)", "must be a mapping of settings")])
     try:
-        return DaemonConfig.model_validate(_resolve(data, base) if base else data)
+        cfg = DaemonConfig.model_validate(_resolve(data, base) if base else data)
     except ValidationError as exc:
         raise ConfigError(source, _errors(exc)) from None
+    cfg._source = source
+    return cfg
 
 
 def load_config(path: Path | str) -> DaemonConfig:

@@ -27,6 +27,7 @@ from autoscaler.core.gang_exclusion import UpNode
 from autoscaler.core.hold import ReservedRoom
 from autoscaler.daemon.state import PowerRow, RequestRow, UnavailableRow
 from autoscaler.model import Inventory, Node, NodeState, Pool, UnavailableOffering, WorkUnit
+from autoscaler.node_names import split_node_name
 from autoscaler.slurm.constraint import ConstraintUnreadable, matches
 from autoscaler.slurm.gang_gate import lease_due
 from autoscaler.slurm.readers import CAPACITY_REASONS, SlurmJob, SlurmNode
@@ -60,9 +61,10 @@ class NameIndex:
         self._by_prefix = {p.node_name_prefix: p for p in pools}
 
     def pool_of(self, name: str) -> Pool | None:
-        prefix, _, idx = name.rpartition("-")
-        pool = self._by_prefix.get(prefix)
-        if pool is None or not idx.isdigit() or int(idx) >= pool.max_nodes:
+        """The pool whose name space holds `name` (`autoscaler.node_names`: `e2e-od-0003` is in none)."""
+        parsed = split_node_name(name)
+        pool = self._by_prefix.get(parsed[0]) if parsed else None
+        if pool is None or parsed is None or parsed[1] >= pool.max_nodes:
             return None
         return pool
 

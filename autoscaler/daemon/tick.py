@@ -101,6 +101,7 @@ from autoscaler.daemon.standby import floor_count, standby_in_flight, standby_na
 from autoscaler.daemon.state import OPEN_REQUEST_STATES, JobEndRow, PowerRow, RequestRow, StateStore
 from autoscaler.daemon.unservable import UnservableJobs
 from autoscaler.model import NodeState, Plan, Policy, Pool, UnavailableOffering, record_failure
+from autoscaler.node_names import split_node_name
 from autoscaler.planner.standby import standby_count
 from autoscaler.slurm.client import SlurmClient, SlurmUnavailable
 from autoscaler.slurm.constraint import ConstraintUnreadable, alternatives, constraint_expression
@@ -628,7 +629,8 @@ class Daemon:
         pool_of = {p.node_name_prefix: p.name for p in self.pools}
 
         def pool_name(n: str) -> str | None:
-            return pool_of.get(n.rpartition("-")[0])
+            parsed = split_node_name(n)
+            return pool_of.get(parsed[0]) if parsed else None
 
         suspend = [r for r in latest.values() if r.action == "suspend"]
         failed = [r for r in latest.values() if r.action == "resume_fail"]

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from autoscaler.cloud import CloudNodeStatus
+from autoscaler.node_names import split_node_name
 from fleet.catalog import CapacityType, load_catalog
 
 GCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -109,6 +110,11 @@ def gpu_quota_metric(accelerator: str, capacity: CapacityType) -> str | None:
 
 
 def invalid_names(names: Iterable[str], prefix: str) -> list[str]:
-    """Names that are not valid GCE instance names of the form f"{prefix}-{index}"."""
-    pattern = re.compile(rf"^{re.escape(prefix)}-\d+$")
-    return [n for n in names if not (GCE_NAME.match(n) and pattern.match(n))]
+    """Names that are not valid GCE instance names of the form f"{prefix}-{index}" (`autoscaler.node_names`)."""
+    return [n for n in names if not (GCE_NAME.match(n) and _prefix_of(n) == prefix)]
+
+
+def _prefix_of(name: str) -> str | None:
+    """The name space of a `prefix-index` name; None when its index is not canonical."""
+    parsed = split_node_name(name)
+    return parsed[0] if parsed else None

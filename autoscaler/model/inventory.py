@@ -15,6 +15,7 @@ from typing import Any
 
 from autoscaler.cloud import OfferingKey
 from autoscaler.model.nodes import LIVE_STATES, Node
+from autoscaler.node_names import node_name
 from fleet.catalog import CapacityType, Catalog
 
 
@@ -80,7 +81,7 @@ class Pool:
         )
 
     def node_name(self, index: int) -> str:
-        return f"{self.node_name_prefix}-{index}"
+        return node_name(self.node_name_prefix, index)
 
     @classmethod
     def from_inventory(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 
 from autoscaler.model import COMING_STATES, DeleteNodes, Drain, Inventory, Node, NodeState, Policy
+from autoscaler.node_names import split_node_name
 from autoscaler.planner.minimum import pool_floor
 from fleet.catalog import CapacityType
 
@@ -35,13 +36,14 @@ def idle_timeout_text(policy: Policy, nodes: Iterable[Node]) -> str:
 def name_index(name: str) -> int:
     """The number of a `prefix-i` node name (a large number when there is none): Slurm hands out the lowest free
     name of a nodeset first, so the order of reuse is this number's."""
-    tail = name.rpartition("-")[2]
-    return int(tail) if tail.isdigit() else 1 << 30
+    parsed = split_node_name(name)
+    return parsed[1] if parsed else 1 << 30
 
 
 def name_order(name: str) -> tuple[str, int, str]:
     """Nodeset, then index (`name_index`), then the name: the order Slurm hands out free names in."""
-    return (name.rpartition("-")[0], name_index(name), name)
+    parsed = split_node_name(name)
+    return (parsed[0], parsed[1], name) if parsed else (name.rpartition("-")[0], 1 << 30, name)
 
 
 def warm_candidate(node: Node, policy: Policy) -> bool:

@@ -722,7 +722,7 @@ class GpuFleetPolicy:
         for (pool_name, _), rows in sorted(groups.items()):
             job = rows[0][1]
             pool = sim.pools[pool_name]
-            names = tuple(sorted((r[0] for r in rows), key=lambda s: int(s.rpartition("-")[2])))
+            names = tuple(sorted((r[0] for r in rows), key=name_index))
             # Slurm numbers jobs in submission order: the trace's order + 1 stands for the Slurm job id
             ru = resume_unit(pool, job.idx + 1 if job else None, names, min(r[2] for r in rows), tag=job)
             out.setdefault(pool_name, []).append(ru)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from autoscaler.cloud import OfferingKey
 from autoscaler.model import NodeState
+from autoscaler.node_names import split_node_name
 from autoscaler.replay.trace import TraceJob
 from fleet.catalog import CapacityType
 
@@ -182,11 +183,11 @@ class ClusterState:
         return [f"{prefix}-{i}" for i in idxs]
 
     def _take_name(self, name: str) -> None:
-        prefix, _, idx = name.rpartition("-")
-        if not idx.isdigit():
+        parsed = split_node_name(name)
+        if parsed is None:
             return
+        prefix, i = parsed
         nxt, freed = self._names.setdefault(prefix, (0, []))
-        i = int(idx)
         if i in freed:
             freed.remove(i)
             heapq.heapify(freed)
@@ -196,9 +197,9 @@ class ClusterState:
             self._names[prefix] = (i + 1, freed)
 
     def _release_name(self, name: str) -> None:
-        prefix, _, idx = name.rpartition("-")
-        if idx.isdigit() and prefix in self._names:
-            heapq.heappush(self._names[prefix][1], int(idx))
+        parsed = split_node_name(name)
+        if parsed is not None and parsed[0] in self._names:
+            heapq.heappush(self._names[parsed[0]][1], parsed[1])
 
     # ---- nodes ------------------------------------------------------------------------------------
 

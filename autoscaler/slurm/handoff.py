@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autoscaler.daemon.state import StateError, StateStore
+from autoscaler.node_names import split_node_name
 from autoscaler.slurm.hostlist import expand
 from autoscaler.slurm.readers import parse_resume_file
 from autoscaler.slurm.wake import DEPLOYED_STATE
@@ -61,10 +62,11 @@ class HandOff:
 
 
 def managed(name: str, pools: dict[str, tuple[str, int]]) -> bool:
-    """`prefix-i` with i below the pool's max_nodes (the daemon's own name space, see snapshot.NameIndex)."""
-    prefix, _, idx = name.rpartition("-")
-    pool = pools.get(prefix)
-    return pool is not None and idx.isdigit() and int(idx) < pool[1]
+    """`prefix-i` with i (canonical decimal, `autoscaler.node_names`) below the pool's max_nodes: the daemon's own
+    name space, as `snapshot.NameIndex` reads it."""
+    parsed = split_node_name(name)
+    pool = pools.get(parsed[0]) if parsed else None
+    return pool is not None and parsed is not None and parsed[1] < pool[1]
 
 
 def _store(state_path: Path, timeout_s: float = 10.0) -> tuple[StateStore, dict[str, tuple[str, int]]]:
@@ -91,7 +93,7 @@ def hand_off(
         raise ValueError(f"action: must be one of {', '.join(ACTIONS)}, not {action!r}")
     names = expand(hostlist)
     if not names:
-        raise ValueError("HOSTLIST: empty hostlist")
+        raise ValueError("empty hostlist (slurmctld passes the nodes to act on)")
     store, pools = _store(state_path)
     try:
         keep = [n for n in names if managed(n, pools)]
@@ -112,7 +114,7 @@ def hand_off_job_end(hostlist: str, state_path: Path, *, job_id: int | None = No
     rest, e.g. static nodes, are in `refused` and ignored).  A job on no managed node writes nothing."""
     names = expand(hostlist)
     if not names:
-        raise ValueError("HOSTLIST: empty hostlist")
+        raise ValueError("empty hostlist (slurmctld passes the nodes to act on)")
     store, pools = _store(state_path, JOB_END_LOCK_TIMEOUT_S)
     try:
         keep = [n for n in names if managed(n, pools)]

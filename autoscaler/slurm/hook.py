@@ -24,6 +24,7 @@ from pathlib import Path
 from autoscaler.daemon.state import StateError
 from autoscaler.slurm.handoff import HandOff, default_state_path, hand_off, hand_off_job_end, resume_jobs
 from autoscaler.slurm.hostlist import HostlistError
+from fleet.input.limits import MAX_SLURM_JOB_ID
 
 
 def run(action: str, hostlist: str, state: Path | None, *, job_id: int | None = None, log: Path | None = None) -> int:
@@ -79,8 +80,8 @@ def report(message: str, log: Path | None, call: str = "") -> None:
 
 
 def _job_id(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"must be a Slurm job id (a positive integer), not {text!r}")
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_SLURM_JOB_ID:
+        raise argparse.ArgumentTypeError(f"must be a Slurm job id (1..{MAX_SLURM_JOB_ID}, a uint32), not {text!r}")
     return int(text)
 
 

@@ -153,20 +153,24 @@ def init(
     config: Annotated[Path, typer.Option("--config", help="YAML config (see deploy/autoscaler.example.yaml)")],
 ) -> None:
     """Create (or check) the state store and record the managed pools, so Slurm's hooks can queue requests
-    before the daemon's first tick (run it before slurmctld starts).  Idempotent; no cloud or Slurm call."""
-    from autoscaler.daemon.build import load_pools, open_store
+    before the daemon's first tick (run it before slurmctld starts).  Idempotent; no cloud or Slurm call.
+    The config and inventory pass the checks `run` makes (`check_config`) before the store is touched."""
+    from autoscaler.daemon.build import check_config, open_store
     from autoscaler.daemon.config import ConfigError, load_config
     from autoscaler.daemon.state import StateError
 
     try:
         cfg = load_config(config)
-        _, pools = load_pools(cfg)
-        store = open_store(cfg, pools)
+        store = open_store(cfg, check_config(cfg).pools)
     except ConfigError as exc:
         _fail(str(exc))
         return
     except StateError as exc:
         _fail(f"state_path: {exc}")
+        return
+    except (OSError, sqlite3.Error) as exc:  # the state store cannot be opened or created
+        where = f"{config}: state_path: {cfg.state_path}"
+        _fail(f"{where}: cannot open the daemon's state store: {getattr(exc, 'strerror', None) or exc}")
         return
     n = len(store.managed_pools())
     store.close()
@@ -245,9 +249,6 @@ def _hook(action: str, hostlist: str, state: Path | None, log: Path | None, job_
         raise typer.Exit(code)
 
 
-    if not hostlist.replace(",", "").strip():  # said here once: the hand-off's own message carries the prefix too
-        report("HOSTLIST: empty hostlist (slurmctld passes the nodes to act on)", log, f"{action} {hostlist}")
-        raise typer.Exit(2)
 @slurm_app.command("resume")
 def resume(
     hostlist: Hostlist,

@@ -65,5 +65,5 @@ def test_unreadable_files_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(tmp_path / "bad.yaml")
     cfg = parse_config({"inventory": str(tmp_path / "none.json")})
-    with pytest.raises(ConfigError, match="inventory: cannot read"):
+    with pytest.raises(ConfigError, match="no such autoscaler inventory"):
         load_pools(cfg)

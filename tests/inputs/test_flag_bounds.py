@@ -5,6 +5,8 @@ and the Kueue flag actually at fault.  Each refusal exits 2 before any work, wit
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,6 +94,11 @@ def test_slurm_job_ids_are_uint32(tmp_path: Path) -> None:
         assert str(MAX_SLURM_JOB_ID) in out.stderr
     largest = fleet("slurm", "job-end", "a3-spot-0", "--job-id", str(MAX_SLURM_JOB_ID), "--state", state)
     assert "--job-id" not in largest.stderr  # accepted; the missing store is the next thing said
+    # the hook slurm.conf runs (python -m autoscaler.slurm.hook) takes the same ids
+    for job_id in ("99999999999999999999", str(MAX_SLURM_JOB_ID + 1), "0"):
+        hook = subprocess.run([sys.executable, "-m", "autoscaler.slurm.hook", "job-end", "a3-spot-0", "--job-id",
+                               job_id, "--state", str(state)], capture_output=True, text=True, check=False)  # fmt: skip
+        assert hook.returncode == 2 and "--job-id" in hook.stderr and "Traceback" not in hook.stderr, hook.stderr
     assert not state.exists()
 
 
@@ -102,6 +109,9 @@ def test_an_empty_hostlist_is_named_once(tmp_path: Path, hostlist: str) -> None:
         out = fleet("slurm", action, hostlist, "--state", state)
         assert out.code == 2 and out.stderr.count("HOSTLIST:") == 1, out.stderr
         assert "empty hostlist" in out.stderr
+        hook = subprocess.run([sys.executable, "-m", "autoscaler.slurm.hook", action, hostlist, "--state", str(state)],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        assert hook.returncode == 2 and hook.stderr.count("HOSTLIST:") == 1, hook.stderr
     assert not state.exists()
 
 

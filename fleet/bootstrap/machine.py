@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from fleet.bootstrap.errors import BadArgument, NoZoneOffers
 from fleet.bootstrap.regions import nearest_offering
 from fleet.catalog import Catalog, MachineType, UnknownMachineType
+from fleet.input.limits import MAX_NODES_PER_POOL
 
 # --gpu value -> GPU shorts (catalog `GpuSpec.short`) in order of preference for multi-node pools.
 GPU_FAMILIES: dict[str, tuple[str, ...]] = {
@@ -49,6 +50,17 @@ def _shape_for(machines: list[MachineType], gpus: int) -> list[MachineType]:
     fits = [m for m in machines if m.gpu_count >= gpus]
     smallest = min(m.gpu_count for m in fits)
     return sorted((m for m in fits if m.gpu_count == smallest), key=lambda m: (m.vcpus, m.name))
+
+
+def check_pool_size(m: MachineType, gpus: int, nodes: int) -> None:
+    """`--gpus` fits one pool: at most `MAX_NODES_PER_POOL` nodes of `m` (a zonal MIG's size limit)."""
+    if nodes > MAX_NODES_PER_POOL:
+        raise BadArgument(
+            "--gpus",
+            f"{gpus:,} GPUs need {nodes:,} nodes of {m.name}; a pool holds at most {MAX_NODES_PER_POOL:,} nodes"
+            f" (a zonal MIG's size limit), so at most {MAX_NODES_PER_POOL * m.gpu_count:,} GPUs of {m.name}:"
+            " bootstrap several regions, or add pools to the stack",
+        )
 
 
 def choose_machine(
@@ -89,6 +101,7 @@ def choose_machine(
         reasons.append(f"{skipped.name} preferred but not offered in {region} per the catalog")
 
     nodes = math.ceil(gpus / m.gpu_count)
+    check_pool_size(m, gpus, nodes)
     if machine_type is None:
         if nodes == 1 and m.gpu_count > gpus:
             reasons.append(f"{m.name}: smallest {m.gpu.short.upper()} shape holding {gpus} GPU(s)")

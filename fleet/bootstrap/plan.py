@@ -8,6 +8,7 @@ file, happen in the CLI.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from ipaddress import IPv4Network
 from pathlib import Path
@@ -216,6 +217,26 @@ def free_cluster_name(req: BootstrapRequest, taken: set[str]) -> BootstrapReques
     raise BadArgument("--cluster", f"no free cluster name derived from {name!r}; pass --cluster")
 
 
+def _fits(attempt: Callable[[], object]) -> bool:
+    """Whether an address plan succeeds (`attempt` raises AddressPlanExhausted when it does not)."""
+    try:
+        attempt()
+    except AddressPlanExhausted:
+        return False
+    return True
+
+
+def _plan_full(
+    exc: AddressPlanExhausted, reserved: list[IPv4Network], fits_without: bool, what: str = ""
+) -> BadArgument:
+    """The argument to blame for a full address plan: `--reserve` when the plan fits without the reserved ranges,
+    else `--stacks-dir` (the other stacks there use the room)."""
+    if reserved and fits_without:
+        cidrs = ", ".join(map(str, reserved))
+        return BadArgument("--reserve", f"{what}{cidrs} leave(s) no room for this stack: {exc} (reserve less)")
+    return BadArgument("--stacks-dir", f"{what}address plan full: {exc} (other stacks there, and --reserve, use it)")
+
+
 def plan_region(
     req: BootstrapRequest, catalog: Catalog, used: list[UsedRange], taken_clusters: set[str] | None = None
 ) -> RegionPlan:
@@ -270,21 +291,23 @@ def plan_region(
         system = system_vms(pool_zones)
     gpu_subnets = fabric_subnet_count(m)
     reserved = [IPv4Network(c) for c in req.reserved_cidrs]
-    used = [*used, *(UsedRange(c, "--reserve") for c in reserved)]
+    others, used = used, [*used, *(UsedRange(c, "--reserve") for c in reserved)]
     try:
         addresses = plan_addresses(nodes, len(system), gpu_subnets, used)
     except AddressPlanExhausted as exc:
-        raise BadArgument("--stacks-dir", f"address plan full: {exc}") from None
+        fits_without_reserve = _fits(lambda: plan_addresses(nodes, len(system), gpu_subnets, others))
+        raise _plan_full(exc, reserved, fits_without_reserve) from None
     reasons += addresses.reasons
     # what differs by scheduler: the cluster's storage and its quota, its own blocks, the warnings
     kplan: KueuePlan | None = None
     storage: StoragePlan | None = None
     if kueue:
         assert req.autoscaler_image and req.upgrade_exclusion_start  # check_request and the CLI
+        own = [addresses.system_cidr, addresses.gpu_cidr]
         try:
-            ranges = plan_gke_ranges(used, [addresses.system_cidr, addresses.gpu_cidr])
+            ranges = plan_gke_ranges(used, own)
         except AddressPlanExhausted as exc:
-            raise BadArgument("--reserve", f"GKE's ranges: {exc}") from None
+            raise _plan_full(exc, reserved, _fits(lambda: plan_gke_ranges(others, own)), "GKE's ranges: ") from None
         kplan = plan_kueue(
             m, nodes, m.family, pool_zones, str(addresses.system_cidr), ranges, req.teams or (DEFAULT_TEAM,),
             req.authorized_networks, req.autoscaler_image, req.upgrade_exclusion_start,

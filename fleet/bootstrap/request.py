@@ -15,11 +15,11 @@ from fleet.bootstrap.labels import check_labels
 from fleet.bootstrap.regions import UnknownRegion, check_region
 from fleet.catalog import CapacityType, Catalog
 from fleet.spec.kube_rules import IMAGE_DIGEST, RESERVED_NAMESPACES
-from fleet.spec.model import DNS1123_LABEL, RFC3339_UTC, KueueAutoscalerSpec
+from fleet.spec.model import DNS1123_LABEL, KueueAutoscalerSpec, rfc3339_utc
 
 PROJECT_RE = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,18}[a-z0-9])?$")
-STACK_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+STACK_RE = re.compile(r"[A-Za-z0-9_.-]{1,100}")  # fullmatch: '$' would let a trailing newline through
 RESERVATION_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 TEAM_RE = re.compile(DNS1123_LABEL)  # a team names its namespace
 SCHEDULERS = ("slurm", "kueue")
@@ -110,12 +110,18 @@ def check_request(req: BootstrapRequest, catalog: Catalog) -> None:
         given = [flag for flag, value in zip(KUEUE_FLAGS, _kueue_values(req), strict=True) if value]
         if given:
             raise BadArgument(given[0], "shapes a Kueue (GKE) cluster: only with --scheduler kueue")
-    if not STACK_RE.match(req.stack_name):
-        raise BadArgument("--name", f"{req.stack_name!r}: stack names use letters, digits, '-', '_', '.'")
+    check_stack_name(req.stack_name)
     check_cidrs("--reserve", req.reserved_cidrs)
     check_labels(req.labels)
     if not NAME_RE.match(req.cluster_name):
         raise BadArgument("--cluster", f"{req.cluster_name!r} is not a lower-case RFC 1035 name of <= 20 chars")
+
+
+def check_stack_name(stack: str) -> None:
+    """`stack` is a Pulumi stack name (letters, digits, '-', '_', '.'; at most 100): also the `Pulumi.<stack>.yaml`
+    file name, so no '/' can take the file out of the stacks directory."""
+    if not STACK_RE.fullmatch(stack) or stack in (".", ".."):
+        raise BadArgument("--name", f"{stack!r}: a Pulumi stack name has 1-100 letters, digits, '-', '_', '.'")
 
 
 def check_cidrs(flag: str, cidrs: tuple[str, ...]) -> None:
@@ -156,5 +162,7 @@ def check_kueue_request(req: BootstrapRequest) -> None:
     start = req.upgrade_exclusion_start
     if start is None:  # the CLI passes the instant the file is written
         raise BadArgument("--upgrade-exclusion-start", "required with --scheduler kueue")
-    if not re.fullmatch(RFC3339_UTC, start):
-        raise BadArgument("--upgrade-exclusion-start", f"{start!r} is not RFC 3339 UTC, e.g. 2026-12-01T00:00:00Z")
+    try:
+        rfc3339_utc(start)
+    except ValueError as exc:
+        raise BadArgument("--upgrade-exclusion-start", str(exc)) from None

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from fleet.bootstrap.request import BootstrapRequest
 
 ENDPOINT_ENV = "FLEET_COMPUTE_ENDPOINT"
+#: the `bootstrap-project` flag behind each field of the project-bootstrap spec it writes
+PROJECT_FLAGS = {"project": "--project", "region": "--region", "state_bucket": "--bucket-location"}
 
 
 def _fail(exc: BootstrapError, as_json: bool) -> None:
@@ -267,6 +269,7 @@ def bootstrap_project(
 ) -> None:
     """Write a project-bootstrap stack file: APIs, Pulumi state bucket, autoscaler and node identities."""
     from fleet.bootstrap.labels import check_labels, label_warnings, parse_label
+    from fleet.bootstrap.request import check_stack_name
     from fleet.bootstrap.stackfiles import find_stacks_dir, render_stack_file, stack_path, write_stack_file
     from fleet.spec.project import ProjectSpecError, load_project_spec
 
@@ -275,6 +278,8 @@ def bootstrap_project(
     if bucket_location:
         raw["state_bucket"] = {"location": bucket_location}
     try:
+        if name is not None:  # the default derives from --project, which the spec checks
+            check_stack_name(name)
         labels = tuple(parse_label(text) for text in label)
         check_labels(labels)
         if labels:
@@ -283,7 +288,7 @@ def bootstrap_project(
             spec = load_project_spec(raw)
         except ProjectSpecError as exc:
             path_, reason = exc.errors[0]
-            flag = {"project": "--project", "region": "--region"}.get(path_, "--bucket-location")
+            flag = PROJECT_FLAGS.get(path_.partition(".")[0], "--label")
             raise BadArgument(flag, reason) from None
         if stacks_dir is not None and not stacks_dir.is_dir():
             raise BadArgument("--stacks-dir", f"{stacks_dir} is not a directory")

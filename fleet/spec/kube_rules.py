@@ -13,7 +13,7 @@ from ipaddress import IPv4Network
 from fleet.catalog import CapacityType, Catalog
 from fleet.spec.kube import capi_synced, node_shape, node_taints, pool_price, quota_gpus, team_namespace
 from fleet.spec.model import ClusterSpec, FleetSpec
-from fleet.spec.rules import RFC1918, Issue, _duplicates, rule
+from fleet.spec.rules import RFC1918, Issue, _duplicates, rule, unknown_pool_caps
 
 # Namespaces a team must not own: Kubernetes' own and the ones the stack installs into.
 RESERVED_NAMESPACES = {
@@ -389,3 +389,4 @@ def kueue_autoscaler_policy(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
             continue
         if policy.share_nodes:
             yield f"{path}.autoscaler.policy.share_nodes", SHARE_NODES_ON_KUBERNETES
+        yield from unknown_pool_caps(f"{path}.autoscaler.policy", policy, cluster)

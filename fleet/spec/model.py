@@ -8,6 +8,7 @@ look across fields (zones offering a type, overlapping CIDRs, capacity combinati
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from ipaddress import IPv4Network
 from typing import Literal
 
@@ -229,6 +230,21 @@ KubeCidr = Cidr
 #: a DNS-1123 label (Kubernetes namespaces, object names that double as label values), and an RFC 3339 UTC instant
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 RFC3339_UTC = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
+
+
+def rfc3339_utc(value: str) -> str:
+    """`value` if it is a real RFC 3339 UTC instant to the second (`2026-12-01T00:00:00Z`); ValueError saying what
+    is wrong otherwise, a month 13 or a 31 April as well as the wrong shape (GKE would refuse it at deploy)."""
+    example = "e.g. 2026-12-01T00:00:00Z"
+    if not re.fullmatch(RFC3339_UTC, value):
+        raise ValueError(f"{value!r} is not RFC 3339 UTC, {example}")
+    try:  # year, month, day, hour, minute, second: "month must be in 1..12", "day is out of range for month"
+        datetime(*(int(part) for part in re.findall(r"\d+", value)))
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not a real date and time ({exc}), {example}") from None
+    return value
+
+
 K8sName = Field(pattern=DNS1123_LABEL, description="DNS-1123 label")
 
 
@@ -355,6 +371,11 @@ class GkeSpec(_Spec):
     private_endpoint: bool = Field(False, description="control plane reachable only from the VPC")
     system_pool: GkeSystemPoolSpec = Field(default_factory=GkeSystemPoolSpec)
     gpu_driver_version: Literal["DEFAULT", "LATEST"] = "LATEST"
+
+    @field_validator("upgrade_exclusion_start")
+    @classmethod
+    def _real_instant(cls, value: str | None) -> str | None:
+        return None if value is None else rfc3339_utc(value)
 
 
 class KueueTeamSpec(_Spec):

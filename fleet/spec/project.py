@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from fleet.bootstrap.iam import APIS
 from fleet.input.errors import format_loc
 from fleet.input.types import STRICT, GcsLocation, LabelKey, LabelValue
+from fleet.spec.locations import bucket_location_problem
 
 ACCOUNT_ID = r"^[a-z]([-a-z0-9]{4,28}[a-z0-9])$"  # GCE service account ids: 6-30 chars
 ROLE_ID = r"^[a-zA-Z0-9_.]{3,64}$"  # custom role ids
@@ -78,11 +79,30 @@ def load_project_spec(data: object) -> ProjectBootstrapSpec:
         raise ProjectSpecError(errors) from None
     bad = [f"apis[{i}]" for i, api in enumerate(spec.apis) if not _is_api(api)]
     dupes = {a for a in spec.apis if spec.apis.count(a) > 1}
-    errors = [(p, "not a Google API service name (<name>.googleapis.com)") for p in bad]
+    errors = _location_problems(spec)
+    errors += [(p, "not a Google API service name (<name>.googleapis.com)") for p in bad]
     errors += [("apis", f"{a} listed more than once") for a in sorted(dupes)]
     if errors:
         raise ProjectSpecError(errors)
     return spec
+
+
+def _location_problems(spec: ProjectBootstrapSpec) -> list[tuple[str, str]]:
+    """The region is one the catalog or the region table names; the state bucket's location is a Cloud Storage
+    location (`fleet.spec.locations`)."""
+    from fleet.bootstrap.regions import UnknownRegion, check_region, known_regions
+    from fleet.catalog import load_catalog
+
+    catalog = load_catalog(spec.provider)
+    errors = []
+    try:
+        check_region(spec.region, catalog)
+    except UnknownRegion as exc:
+        errors.append(("region", str(exc)))
+    location = spec.state_bucket.location
+    if location is not None and (why := bucket_location_problem(location, known_regions(catalog))):
+        errors.append(("state_bucket.location", why))
+    return errors
 
 
 def _is_api(name: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from ipaddress import IPv4Address, IPv4Network
+from typing import TYPE_CHECKING
 
 from fleet.catalog import CapacityType, Catalog, load_catalog
 from fleet.spec.derive import (
@@ -20,7 +21,11 @@ from fleet.spec.derive import (
     on_gcp,
     pool_zones,
 )
+from fleet.spec.locations import BUCKET_DUAL_REGIONS, BUCKET_MULTI_REGIONS
 from fleet.spec.model import ClusterSpec, FleetSpec, NodePoolSpec
+
+if TYPE_CHECKING:
+    from autoscaler.model.policy import Policy
 
 Issue = tuple[str, str]
 Rule = Callable[[FleetSpec, Catalog], Iterator[Issue]]
@@ -34,13 +39,6 @@ FILESTORE_CAPACITY_GIB = {
     "ZONAL": (1024, 102400),
     "REGIONAL": (1024, 102400),
     "ENTERPRISE": (1024, 10240),
-}
-# GCS multi-regions and the region prefixes they cover; predefined dual-regions and their regions.
-BUCKET_MULTI_REGIONS = {"US": ("us-",), "EU": ("europe-",), "ASIA": ("asia-",)}
-BUCKET_DUAL_REGIONS = {
-    "NAM4": ("us-central1", "us-east1"),
-    "EUR4": ("europe-north1", "europe-west4"),
-    "ASIA1": ("asia-northeast1", "asia-northeast2"),
 }
 SLURM_TIME = re.compile(r"^(INFINITE|UNLIMITED|\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2})$")
 FLEX_START_MAX_MINUTES = 7 * 24 * 60  # a flex-start (DWS) VM runs at most 7 days
@@ -728,7 +726,7 @@ def slurm_suspend_time(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
 @rule
 def autoscaler_policy(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
     """The controller's daemon would refuse to start on a bad policy: catch it at synth, not after boot.
-    Partitions named in spot_queues / flex_start_queues must exist."""
+    Partitions named in spot_queues / flex_start_queues, and pools in pool_max_nodes / pool_max_gpus, must exist."""
     from autoscaler.model.policy import PolicyError, policy_from_mapping  # pure; no daemon imports
 
     for path, cluster in _slurm_clusters(spec):
@@ -745,8 +743,18 @@ def autoscaler_policy(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
             for queue in sorted(getattr(policy, field) or ()):
                 if queue not in partitions:
                     yield f"{where}.{field}", f"{queue!r} is not a partition of this cluster"
+        yield from unknown_pool_caps(where, policy, cluster)
         if why := policy.share_nodes_refusal(p.capacity for p in cluster.pools):
             yield f"{where}.share_nodes", why
+
+
+def unknown_pool_caps(where: str, policy: Policy, cluster: ClusterSpec) -> Iterator[Issue]:
+    """Keys of the policy's per-pool caps that name no pool of `cluster`: the cap would never apply."""
+    pools = [p.name for p in cluster.pools]
+    for field in ("pool_max_nodes", "pool_max_gpus"):
+        for name in sorted(getattr(policy, field)):
+            if name not in pools:
+                yield f"{where}.{field}", f"{name!r} is not a pool of this cluster (its pools: {', '.join(pools)})"
 
 
 from fleet.spec import kube_rules  # noqa: E402, F401  (registers the Kubernetes / Kueue rules after these)

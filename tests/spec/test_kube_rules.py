@@ -214,6 +214,9 @@ CASES = [
     Case("kueue_autoscaler_policy", "gke",
          lambda d: cl(d)["kueue"]["autoscaler"].update(policy={"share_nodes": True}),
          "clusters[0].kueue.autoscaler.policy.share_nodes", "the Slurm daemon's"),
+    Case("kueue_autoscaler_policy", "gke",
+         lambda d: cl(d)["kueue"]["autoscaler"].update(policy={"pool_max_nodes": {"nosuchpool": 2}}),
+         "clusters[0].kueue.autoscaler.policy.pool_max_nodes", "'nosuchpool' is not a pool of this cluster"),
 ]  # fmt: skip
 
 

@@ -242,6 +242,12 @@ CASES = [
     Case("autoscaler_policy",
          lambda d: d["clusters"][0]["slurm"].update(autoscaler={"policy": {"spot_queues": ["nope"]}}),
          "clusters[0].slurm.autoscaler.policy.spot_queues", "'nope' is not a partition"),
+    Case("autoscaler_policy",  # a misspelt pool: the cap would never apply
+         lambda d: d["clusters"][0]["slurm"].update(autoscaler={"policy": {"pool_max_nodes": {"nosuchpool": 2}}}),
+         "clusters[0].slurm.autoscaler.policy.pool_max_nodes", "'nosuchpool' is not a pool of this cluster"),
+    Case("autoscaler_policy",
+         lambda d: d["clusters"][0]["slurm"].update(autoscaler={"policy": {"pool_max_gpus": {"nosuchpool": 8}}}),
+         "clusters[0].slurm.autoscaler.policy.pool_max_gpus", "'nosuchpool' is not a pool of this cluster"),
     Case("autoscaler_policy",  # the base spec has a reservation pool: no strict late binding
          lambda d: d["clusters"][0]["slurm"].update(autoscaler={"policy": {"share_nodes": True}}),
          "clusters[0].slurm.autoscaler.policy.share_nodes", "needs strict late binding"),

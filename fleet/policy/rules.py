@@ -99,6 +99,7 @@ BUCKET = "gcp:storage/bucket:Bucket"
 GKE_CLUSTER = "gcp:container/cluster:Cluster"
 GKE_NODE_POOL = "gcp:container/nodePool:NodePool"
 ADDRESS = "gcp:compute/address:Address"
+PROJECT_IAM = ("gcp:projects/iAMMember:IAMMember", "gcp:projects/iAMBinding:IAMBinding")
 VM_KINDS = (INSTANCE, TEMPLATE, REGION_TEMPLATE)
 # Billable resources that carry labels, and where (a dotted path into the properties).
 BILLABLE_LABELS: dict[str, str] = {
@@ -282,6 +283,132 @@ def spot_for_dev(kind: str, props: Mapping[str, Any], settings: Settings, stack:
     return [f"scheduling.provisioningModel: {model} on a dev stack; use SPOT for dev GPU capacity"]
 
 
+#: project-wide roles no identity of a stack gets: the basic roles, and the two that act as any service account of
+#: the project (granted on the one account that needs impersonating instead: serviceaccount/iAMMember)
+BROAD_PROJECT_ROLES = {
+    "roles/owner": "a basic role",
+    "roles/editor": "a basic role",
+    "roles/viewer": "a basic role",
+    "roles/iam.serviceAccountUser": "acts as every service account of the project; grant it on the one account",
+    "roles/iam.serviceAccountTokenCreator": "mints tokens of every service account of the project; grant it on the one",
+}
+
+
+def least_privilege_iam(kind: str, props: Mapping[str, Any], settings: Settings) -> list[str]:
+    """No basic role, and no project-wide impersonation, for anyone a stack binds at project level."""
+    if kind not in PROJECT_IAM:
+        return []
+    role = str(props.get("role") or "")
+    why = BROAD_PROJECT_ROLES.get(role)
+    return [f"role: {role} at project level ({why})"] if why else []
+
+
+def _truthy(value: Any) -> bool:
+    """A GCE metadata flag as GCE reads it: TRUE / true / 1 / y / yes."""
+    return str(value).strip().lower() in ("true", "1", "y", "yes")
+
+
+def vm_access_locked(kind: str, props: Mapping[str, Any], settings: Settings) -> list[str]:
+    """VMs and GKE nodes take SSH keys from nowhere project-wide and keep the serial console closed; GCE VMs log in
+    through OS Login (GKE nodes have no OS Login: their keys are the node pool's)."""
+    if kind in VM_KINDS:
+        metadata, where, oslogin = props.get("metadata"), "metadata", True
+    elif kind == GKE_NODE_POOL:
+        metadata, where, oslogin = _get(props, "nodeConfig.metadata"), "nodeConfig.metadata", False
+    else:
+        return []
+    md = metadata if isinstance(metadata, Mapping) else {}
+    out = []
+    if not _truthy(md.get("block-project-ssh-keys")):
+        out.append(f"{where}.block-project-ssh-keys: must be TRUE (no project-wide SSH key reaches the VM)")
+    if oslogin and not _truthy(md.get("enable-oslogin")):
+        out.append(f"{where}.enable-oslogin: must be TRUE (SSH through OS Login and IAM)")
+    if _truthy(md.get("serial-port-enable")):
+        out.append(f"{where}.serial-port-enable: the interactive serial console must stay off")
+    return out
+
+
+#: a download piped into a shell: code that runs unpinned and unchecked
+PIPED_INSTALL = re.compile(r"\b(curl|wget)\b[^\n|;&]*\|\s*(sudo\s+)?(ba|da|z)?sh\b")
+
+
+def pinned_startup(kind: str, props: Mapping[str, Any], settings: Settings) -> list[str]:
+    """A startup script runs no downloaded script unchecked (`curl ... | bash`): what a VM runs is pinned."""
+    if kind not in VM_KINDS:
+        return []
+    metadata = props.get("metadata")
+    script = metadata.get("startup-script") if isinstance(metadata, Mapping) else None
+    if not isinstance(script, str):
+        return []
+    found = PIPED_INSTALL.search(script)
+    return [f"metadata.startup-script: {found.group(0)!r} runs a downloaded script unpinned"] if found else []
+
+
+def ssh_has_targets(kind: str, props: Mapping[str, Any], settings: Settings) -> list[str]:
+    """An ingress rule that lets SSH in from outside the private ranges (IAP's, say) names the VMs it reaches
+    (target service accounts or tags), not every VM of the network.  Rules whose sources are all private (a VPC's
+    own subnets talking among themselves) are the internal rules and may."""
+    if kind != FIREWALL or str(props.get("direction") or "INGRESS").upper() != "INGRESS":
+        return []
+    if props.get("disabled") is True or not any(_allows_port(a, 22) for a in _list(props.get("allows"))):
+        return []
+    outside = [r for r in _list(props.get("sourceRanges")) if not _is_private(r)]
+    if not outside or _list(props.get("targetServiceAccounts")) or _list(props.get("targetTags")):
+        return []
+    return [f"allows SSH (22) from {', '.join(map(str, outside))} to every VM of its network: name the VMs"]
+
+
+def _is_private(source_range: Any) -> bool:
+    """A source range inside the private address space (RFC 1918, RFC 6598, or IPv6 ULA)."""
+    try:
+        net = ipaddress.ip_network(str(source_range).strip(), strict=False)
+    except ValueError:
+        return False
+    shared = ipaddress.ip_network("100.64.0.0/10")
+    return (net.is_private and net.prefixlen > 0) or (net.version == 4 and net.subnet_of(shared))  # type: ignore[arg-type]
+
+
+def _allows_port(allow: Any, port: int) -> bool:
+    """Whether one `allows` entry admits TCP `port` (all protocols, tcp without ports, a port or a range)."""
+    if not isinstance(allow, Mapping):
+        return False
+    protocol = str(allow.get("protocol") or "").lower()
+    if protocol not in ("tcp", "all", "6"):
+        return False
+    ports = _list(allow.get("ports"))
+    if not ports:
+        return True
+    for spec in ports:
+        low, _, high = str(spec).partition("-")
+        try:
+            if int(low) <= port <= int(high or low):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def gke_private(kind: str, props: Mapping[str, Any], settings: Settings) -> list[str]:
+    """GKE clusters: private nodes, no legacy ABAC, and an API server not open to the internet."""
+    if kind == GKE_NODE_POOL:
+        private = _get(props, "networkConfig.enablePrivateNodes")
+        return ["networkConfig.enablePrivateNodes: false gives the pool's nodes public IPs"] if private is False else []
+    if kind != GKE_CLUSTER:
+        return []
+    out = []
+    if _get(props, "privateClusterConfig.enablePrivateNodes") is not True:
+        out.append("privateClusterConfig.enablePrivateNodes: must be true (no public IPs on nodes)")
+    if props.get("enableLegacyAbac") is True:
+        out.append("enableLegacyAbac: must be off (RBAC only)")
+    blocks = _list(_get(props, "masterAuthorizedNetworksConfig.cidrBlocks"))
+    if not isinstance(_get(props, "masterAuthorizedNetworksConfig"), Mapping):
+        out.append("masterAuthorizedNetworksConfig: must be set (who may reach the API server)")
+    for b in blocks:
+        if isinstance(b, Mapping) and _is_open(b.get("cidrBlock")):
+            out.append(f"masterAuthorizedNetworksConfig.cidrBlocks: {b.get('cidrBlock')} opens the API server")
+    return out
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str
@@ -308,6 +435,21 @@ RESOURCE_POLICIES: tuple[Rule, ...] = (
         MANDATORY,
         bucket_private,
     ),
+    Rule(
+        "least-privilege-iam",
+        "No basic role, and no project-wide serviceAccountUser / TokenCreator, at project level",
+        MANDATORY,
+        least_privilege_iam,
+    ),
+    Rule(
+        "vm-access-locked",
+        "VMs and GKE nodes block project-wide SSH keys, keep the serial console off; VMs use OS Login",
+        MANDATORY,
+        vm_access_locked,
+    ),
+    Rule("pinned-startup", "No startup script pipes a download into a shell", MANDATORY, pinned_startup),
+    Rule("ssh-has-targets", "SSH rules name the VMs they reach", MANDATORY, ssh_has_targets),
+    Rule("gke-private", "GKE: private nodes, no legacy ABAC, API server not open", MANDATORY, gke_private),
     Rule("dev-spot", "Dev stacks run GPU capacity on spot (advisory)", ADVISORY, spot_for_dev, needs_stack=True),
 )
 

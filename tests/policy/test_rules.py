@@ -28,12 +28,15 @@ GPU_TEMPLATE = {
     "shieldedInstanceConfig": SHIELDED,
     "scheduling": {"provisioningModel": "STANDARD"},
     "labels": LABELS,
+    "metadata": {"block-project-ssh-keys": "TRUE", "enable-oslogin": "TRUE", "startup-script": "#!/bin/bash\n"},
 }
 FIREWALL = {
     "direction": "INGRESS",
     "allows": [{"protocol": "tcp", "ports": ["22"]}],
     "sourceRanges": ["35.235.240.0/20"],
+    "targetServiceAccounts": ["c-ctl@p.iam.gserviceaccount.com"],
 }
+NODE_METADATA = {"block-project-ssh-keys": "true"}
 BUCKET = {"location": "us-central1", "uniformBucketLevelAccess": True, "publicAccessPrevention": "enforced",
           "labels": LABELS}  # fmt: skip
 
@@ -96,10 +99,11 @@ def test_shielded_vm_is_required_on_vms_templates_and_gke_node_pools() -> None:
     (v,) = check_all([template(shieldedInstanceConfig=None)])
     assert "enableSecureBoot, enableIntegrityMonitoring, enableVtpm must be true" in v.message
     np_ok = {"nodeConfig": {"shieldedInstanceConfig": {"enableSecureBoot": True, "enableIntegrityMonitoring": True},
-                            "resourceLabels": LABELS}}  # fmt: skip
+                            "resourceLabels": LABELS, "metadata": NODE_METADATA}}  # fmt: skip
     np = "gcp:container/nodePool:NodePool"
     assert names([res(np, np_ok)]) == []
-    assert names([res(np, {"nodeConfig": {"resourceLabels": LABELS}})]) == [("shielded-vm", MANDATORY)]
+    unshielded = {"nodeConfig": {"resourceLabels": LABELS, "metadata": NODE_METADATA}}
+    assert names([res(np, unshielded)]) == [("shielded-vm", MANDATORY)]
 
 
 def test_secure_boot_is_waived_only_where_the_catalog_boots_without_it_and_vtpm_and_integrity_stay_required() -> None:
@@ -123,7 +127,8 @@ def test_required_labels_on_every_billable_resource() -> None:
         (v,) = [x for x in check_all([res(kind, {"labels": {"team": "ml", "cost-center": " "}})])
                 if x.policy == "required-labels"]  # fmt: skip
         assert v.message.startswith("labels: missing required label(s) cost-center"), kind
-    assert names([res("gcp:container/cluster:Cluster", {"resourceLabels": LABELS})]) == []
+    cluster = check_all([res("gcp:container/cluster:Cluster", {"resourceLabels": LABELS})])
+    assert [v for v in cluster if v.policy == "required-labels"] == []
     # not billable on its own (a network, a reserved internal address): no labels needed
     assert names([res("gcp:compute/network:Network", {})]) == []
     assert names([res("gcp:compute/address:Address", {"addressType": "INTERNAL", "region": "us-east4"})]) == []
@@ -164,9 +169,85 @@ def test_the_gpu_cap_counts_every_pool_at_max_nodes() -> None:
                  {"cluster": "c", "name": "od", "max_nodes": 16, "gpus_per_node": 8}]  # fmt: skip
     controller = res("gcp:compute/instance:Instance", {"machineType": "n2-standard-8", "labels": LABELS,
                      "shieldedInstanceConfig": SHIELDED, "zone": "us-central1-a",
-                     "metadata": {"gpu-fleet-inventory": json.dumps(inventory)}}, "ctl")  # fmt: skip
+                     "metadata": {**GPU_TEMPLATE["metadata"], "gpu-fleet-inventory": json.dumps(inventory)}},
+                     "ctl")  # fmt: skip
     assert names([controller], Settings(max_gpus=928)) == []  # at the cap: allowed
     (v,) = check_all([controller], Settings(max_gpus=512))
     assert "928 GPUs, over its cap of 512" in v.message and "c/spot: 800" in v.message
     assert names([controller], Settings(max_gpus=512, stack_max_gpus={STACK: 1024})) == []
     assert names([controller]) == [] or DEFAULT_SETTINGS.max_gpus < 928
+
+
+@pytest.mark.parametrize(
+    ("role", "refused"),
+    [("roles/editor", True), ("roles/owner", True), ("roles/iam.serviceAccountTokenCreator", True),
+     ("roles/iam.serviceAccountUser", True), ("roles/logging.logWriter", False)],
+)  # fmt: skip
+def test_no_basic_role_or_project_wide_impersonation(role: str, refused: bool) -> None:
+    """A project-level binding of a basic role, or of a role that acts as every account of the project, is
+    refused; the same impersonation role on one service account (serviceaccount/iAMMember) is how it is given."""
+    member = {"project": "p", "role": role, "member": "serviceAccount:x@p.iam.gserviceaccount.com"}
+    got = names([res("gcp:projects/iAMMember:IAMMember", member, "m")])
+    assert got == ([("least-privilege-iam", MANDATORY)] if refused else [])
+    assert names([res("gcp:serviceaccount/iAMMember:IAMMember", member, "on-one-account")]) == []
+
+
+@pytest.mark.parametrize(
+    ("metadata", "says"),
+    [
+        ({"enable-oslogin": "TRUE"}, "block-project-ssh-keys"),
+        ({"block-project-ssh-keys": "TRUE", "enable-oslogin": "FALSE"}, "enable-oslogin"),
+        ({"block-project-ssh-keys": "true", "enable-oslogin": "true", "serial-port-enable": "TRUE"}, "serial"),
+    ],
+)
+def test_vms_take_no_project_keys_log_in_through_os_login_and_keep_the_serial_console_off(
+    metadata: dict[str, str], says: str
+) -> None:
+    (v,) = check_all([template(metadata=metadata)])
+    assert v.policy == "vm-access-locked" and says in v.message
+    pool = {"nodeConfig": {"shieldedInstanceConfig": SHIELDED, "resourceLabels": LABELS, "metadata": {}},
+            "location": "us-central1"}  # fmt: skip
+    assert [v.policy for v in check_all([res("gcp:container/nodePool:NodePool", pool, "np")])] == ["vm-access-locked"]
+    pool["nodeConfig"]["metadata"] = {"block-project-ssh-keys": "true"}  # GKE nodes have no OS Login
+    assert names([res("gcp:container/nodePool:NodePool", pool, "np")]) == []
+
+
+@pytest.mark.parametrize(
+    "line", ["curl -fsSL https://x.example/i.sh | bash", "wget -qO- http://x/y | sudo sh", "curl x|sh -s --"]
+)
+def test_a_startup_script_that_pipes_a_download_into_a_shell_is_refused(line: str) -> None:
+    bad = template(metadata={**GPU_TEMPLATE["metadata"], "startup-script": f"#!/bin/bash\n{line}\n"})
+    (v,) = check_all([bad])
+    assert v.policy == "pinned-startup"
+    # a key fetched into gpg is not code run
+    ok = "curl -sSf https://packages.cloud.google.com/apt/doc/apt-key.gpg | gpg --dearmor -o k.gpg"
+    assert names([template(metadata={**GPU_TEMPLATE["metadata"], "startup-script": ok})]) == []
+
+
+def test_ssh_from_outside_names_the_vms_it_reaches_and_internal_rules_may_allow_all() -> None:
+    fw = "gcp:compute/firewall:Firewall"
+    untargeted = {k: v for k, v in FIREWALL.items() if k != "targetServiceAccounts"}
+    assert names([res(fw, untargeted, "iap-ssh")]) == [("ssh-has-targets", MANDATORY)]
+    everything = {**untargeted, "allows": [{"protocol": "all"}]}
+    assert names([res(fw, everything, "iap-all")]) == [("ssh-has-targets", MANDATORY)]
+    ranged = {**untargeted, "allows": [{"protocol": "tcp", "ports": ["20-25"]}]}
+    assert names([res(fw, ranged, "iap-range")]) == [("ssh-has-targets", MANDATORY)]
+    internal = {"direction": "INGRESS", "allows": [{"protocol": "all"}], "sourceRanges": ["10.0.0.0/20"]}
+    assert names([res(fw, internal, "allow-internal")]) == []
+    https = {**untargeted, "allows": [{"protocol": "tcp", "ports": ["443"]}]}
+    assert names([res(fw, https, "https")]) == []
+
+
+def test_gke_clusters_are_private_without_legacy_abac_and_an_open_api_server() -> None:
+    kind = "gcp:container/cluster:Cluster"
+    good = {"location": "us-central1", "resourceLabels": LABELS, "privateClusterConfig": {"enablePrivateNodes": True},
+            "masterAuthorizedNetworksConfig": {"cidrBlocks": []}}  # fmt: skip
+    assert names([res(kind, good, "c")]) == []
+    for change, says in (
+        ({"privateClusterConfig": {"enablePrivateNodes": False}}, "enablePrivateNodes"),
+        ({"enableLegacyAbac": True}, "enableLegacyAbac"),
+        ({"masterAuthorizedNetworksConfig": {"cidrBlocks": [{"cidrBlock": "0.0.0.0/0"}]}}, "opens the API server"),
+        ({"masterAuthorizedNetworksConfig": None}, "must be set"),
+    ):
+        (v,) = check_all([res(kind, {**good, **change}, "c")])
+        assert v.policy == "gke-private" and says in v.message, change

@@ -24,7 +24,6 @@ def build(raw: dict) -> None:
             state_bucket_name=spec.bucket_name(),
             state_bucket_location=spec.bucket_location(),
             autoscaler_role_id=spec.autoscaler_role_id,
-            nodes_account_id=spec.nodes_account_id,
             keep_noncurrent_versions=spec.state_bucket.keep_noncurrent_versions,
             force_destroy=spec.state_bucket.force_destroy,
             labels=dict(spec.labels),
@@ -34,5 +33,4 @@ def build(raw: dict) -> None:
     pulumi.export("state_bucket", boot.state_bucket.name)
     pulumi.export("state_backend_url", boot.state_bucket.name.apply(lambda n: f"gs://{n}"))
     pulumi.export("autoscaler_role", f"projects/{spec.project}/roles/{spec.autoscaler_role_id}")
-    pulumi.export("nodes_service_account", boot.nodes_sa.email)
     pulumi.export("apis", list(spec.apis))

@@ -41,11 +41,12 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.gcp.storage import grant_bucket_objects
+from fleet.bootstrap.iam import NODE_ROLES as NODE_PERMISSIONS
 from fleet.catalog import CapacityType
 
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 FLEX_START_MAX_RUN_SECONDS = 7 * 24 * 3600  # GCE's upper bound for a flex-start VM's run duration
-NODE_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
+NODE_ROLES = tuple(role.name for role in NODE_PERMISSIONS)  # log and metric writer, with their reasons there
 # Secret Manager has no narrower OAuth scope than cloud-platform; the SA's IAM roles (log/metric
 # writer on the project, accessor on one secret, object user on one bucket) are the real limit.
 NODE_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)

@@ -8,8 +8,11 @@
   (fleet.bootstrap.iam.AUTOSCALER_PERMISSIONS, each with its reason), defined once per project and
   bound by nobody here: each Slurm cluster binds it to its own autoscaler account with an IAM
   condition naming that cluster's MIGs, zones, reservations and region (components/gcp/slurm_cluster.py),
-  which only the fleet stack knows.  A project-wide binding would reach every MIG in the project;
-- the nodes' service account with narrow predefined roles (log and metric writer).
+  which only the fleet stack knows.  A project-wide binding would reach every MIG in the project.
+
+No nodes' account: each pool of a fleet stack creates its own, holding only its cluster's secret and bucket
+(components/gcp/node_pool.py; a shared one here was bound to log and metric writing and used by nothing, until
+the forty-seventh round).
 
 No basic role (owner/editor/viewer) is ever bound; no service account key is created (the
 daemon impersonates its cluster's autoscaler account with the controller VM's own credentials).
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_gcp as gcp
 
-from fleet.bootstrap.iam import AUTOSCALER_PERMISSIONS, FORBIDDEN_ROLES, NODE_ROLES
+from fleet.bootstrap.iam import AUTOSCALER_PERMISSIONS
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class ProjectBootstrapArgs:
     keep_noncurrent_versions: older versions of each state object kept (versioning protects
         against a bad `pulumi up` overwriting state; the bound keeps the bucket small).
     force_destroy: let a destroy delete a non-empty bucket (off: state outlives mistakes).
-    autoscaler_role_id / nodes_account_id: ids of the autoscaler's role and of the nodes' identity.
+    autoscaler_role_id: id of the autoscaler's custom role.
     labels: on the bucket.
     """
 
@@ -45,7 +48,6 @@ class ProjectBootstrapArgs:
     state_bucket_name: str
     state_bucket_location: str
     autoscaler_role_id: str = "gpuFleetAutoscaler"
-    nodes_account_id: str = "gpu-fleet-nodes"
     keep_noncurrent_versions: int = 20
     force_destroy: bool = False
     labels: dict[str, str] = field(default_factory=dict)
@@ -57,7 +59,6 @@ class ProjectBootstrap(pulumi.ComponentResource):
     services: dict[str, gcp.projects.Service]
     state_bucket: gcp.storage.Bucket
     autoscaler_role: gcp.projects.IAMCustomRole
-    nodes_sa: gcp.serviceaccount.Account
 
     def __init__(self, name: str, args: ProjectBootstrapArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:gcp:ProjectBootstrap", name, None, opts)
@@ -112,36 +113,11 @@ class ProjectBootstrap(pulumi.ComponentResource):
         )
         role_name = f"projects/{project}/roles/{args.autoscaler_role_id}"
 
-        self.nodes_sa = gcp.serviceaccount.Account(
-            f"{name}-nodes-sa",
-            account_id=args.nodes_account_id,
-            project=project,
-            display_name="gpu-fleet nodes",
-            description="GPU and Slurm nodes: write logs and metrics; bucket access is granted per bucket",
-            opts=iam,
-        )
-        for role in NODE_ROLES:
-            self._bind(f"{name}-nodes-{role.name.split('/')[-1]}", project, role.name, self.nodes_sa, [])
-
         self.register_outputs(
             {
                 "apis": list(args.apis),
                 "state_bucket": self.state_bucket.name,
                 "state_backend_url": self.state_bucket.name.apply(lambda n: f"gs://{n}"),
                 "autoscaler_role": role_name,
-                "nodes_service_account": self.nodes_sa.email,
             }
-        )
-
-    def _bind(
-        self, name: str, project: str, role: str, sa: gcp.serviceaccount.Account, deps: list[pulumi.Resource]
-    ) -> gcp.projects.IAMMember:
-        if role in FORBIDDEN_ROLES:
-            raise ValueError(f"{name}: refusing to bind {role} (basic and admin roles are never granted)")
-        return gcp.projects.IAMMember(
-            name,
-            project=project,
-            role=role,
-            member=sa.email.apply(lambda e: f"serviceAccount:{e}"),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
         )

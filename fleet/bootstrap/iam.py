@@ -99,7 +99,7 @@ PERMISSION_TYPES = {
 }
 
 
-# Project roles of the nodes' service account (predefined, narrow; no basic roles).
+# Project roles of each pool's nodes' service account (predefined, narrow; no basic roles; components/gcp/node_pool.py).
 NODE_ROLES: tuple[Permission, ...] = (
     Permission("roles/logging.logWriter", "ship system and job logs to Cloud Logging"),
     Permission("roles/monitoring.metricWriter", "write GPU (DCGM) and host metrics to Cloud Monitoring"),
@@ -126,9 +126,6 @@ APIS: tuple[Permission, ...] = (
     Permission("logging.googleapis.com", "node and controller logs"),
     Permission("monitoring.googleapis.com", "GPU and autoscaler metrics"),
 )
-
-# Roles never granted by the bootstrap (basic roles, and roles that would make the role moot).
-FORBIDDEN_ROLES = frozenset({"roles/owner", "roles/editor", "roles/viewer", "roles/compute.admin"})
 
 
 def autoscaler_permission_names() -> list[str]:

@@ -267,7 +267,7 @@ def bootstrap_project(
     force: bool = typer.Option(False, "--force", help="overwrite an existing stack file"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
-    """Write a project-bootstrap stack file: APIs, Pulumi state bucket, autoscaler and node identities."""
+    """Write a project-bootstrap stack file: APIs, Pulumi state bucket, the autoscaler's custom role."""
     from fleet.bootstrap.labels import check_labels, label_warnings, parse_label
     from fleet.bootstrap.request import check_stack_name
     from fleet.bootstrap.stackfiles import find_stacks_dir, render_stack_file, stack_path, write_stack_file

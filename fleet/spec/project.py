@@ -18,7 +18,6 @@ from fleet.input.errors import format_loc
 from fleet.input.types import STRICT, GcsLocation, LabelKey, LabelValue
 from fleet.spec.locations import bucket_location_problem
 
-ACCOUNT_ID = r"^[a-z]([-a-z0-9]{4,28}[a-z0-9])$"  # GCE service account ids: 6-30 chars
 ROLE_ID = r"^[a-zA-Z0-9_.]{3,64}$"  # custom role ids
 BUCKET = r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$"  # GCS names without dots (no domain verification)
 API = r"^[a-z0-9-]+\.googleapis\.com$"
@@ -45,7 +44,6 @@ class ProjectBootstrapSpec(_Spec):
     apis: list[str] = Field(default_factory=lambda: [a.name for a in APIS], min_length=1, max_length=200)
     state_bucket: StateBucketSpec = Field(default_factory=StateBucketSpec)
     autoscaler_role_id: str = Field("gpuFleetAutoscaler", pattern=ROLE_ID)
-    nodes_account_id: str = Field("gpu-fleet-nodes", pattern=ACCOUNT_ID)
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=64)  # GCE label syntax
 
     def bucket_name(self) -> str:

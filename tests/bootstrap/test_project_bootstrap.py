@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleet.bootstrap.iam import API_CALLS, AUTOSCALER_PERMISSIONS, NODE_ROLES, autoscaler_permission_names
+from fleet.bootstrap.iam import API_CALLS, AUTOSCALER_PERMISSIONS, autoscaler_permission_names
 from fleet.spec.project import ProjectSpecError, load_project_spec
 from fleet.synth.engine import SynthResult, run_program
 
@@ -42,9 +42,8 @@ def test_no_binding_uses_a_basic_role(result: SynthResult) -> None:
     assert not roles & BASIC_ROLES
     # the autoscaler's role is defined here and bound by no one project-wide: each Slurm cluster binds it to
     # its own account with a condition naming its pools' resources (tests/components/test_slurm_cluster.py)
-    assert roles == {r.name for r in NODE_ROLES}
-    members = {b.inputs["role"]: b.inputs["member"] for b in bindings}
-    assert members["roles/logging.logWriter"].startswith("serviceAccount:gpu-fleet-nodes@")
+    # and nothing else project-wide: no account of its own (each fleet pool creates its nodes' account)
+    assert bindings == [] and result.by_type("gcp:serviceaccount/account:Account") == []
     assert result.by_type("gcp:serviceaccount/key:Key") == []  # no long-lived keys
     for kind in ("iAMBinding", "iAMPolicy"):  # authoritative bindings would strip others' access
         assert result.by_type(f"gcp:projects/{kind}:{kind.replace('iAM', 'IAM')}") == []
@@ -104,7 +103,7 @@ def test_outputs_and_component_convention(result: SynthResult) -> None:
     assert all(c.name.startswith("bootstrap-") for c in children)
     assert "autoscaler_service_account" not in result.outputs  # per cluster now (the fleet stack's outputs)
     assert result.outputs["autoscaler_role"] == "projects/my-gpu-project/roles/gpuFleetAutoscaler"
-    assert result.outputs["nodes_service_account"] == "gpu-fleet-nodes@my-gpu-project.iam.gserviceaccount.com"
+    assert "nodes_service_account" not in result.outputs  # no account nobody uses
 
 
 @pytest.mark.parametrize(
@@ -113,7 +112,7 @@ def test_outputs_and_component_convention(result: SynthResult) -> None:
         ({"autoscaler_account_id": "A"}, "autoscaler_account_id"),
         ({"apis": ["compute"]}, "apis[0]"),
         ({"state_bucket": {"name": "Bad.Name"}}, "state_bucket.name"),
-        ({"nodes_account_id": "X"}, "nodes_account_id"),
+        ({"nodes_account_id": "gpu-fleet-nodes"}, "nodes_account_id"),  # removed: no account nobody uses
         ({"owner": "me"}, "owner"),
     ],
 )

@@ -9,11 +9,14 @@ program ran.  Duplicate URNs, which the mock monitor silently overwrites, are an
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import base64
 import hashlib
 import logging
 import re
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -217,6 +220,25 @@ class SynthMocks(pulumi_mocks.Mocks):
         return resource_id, state
 
 
+#: the event loops the mock engine made its threads create (one per thread that registers a resource or runs the
+#: program), closed at exit: left to the garbage collector at interpreter shutdown, a loop may outlive its own
+#: self-pipe and print "Exception ignored in BaseEventLoop.__del__ ... Invalid file descriptor: -1" after a
+#: successful command.  Not closed earlier: the threads are reused by the next run in the same process.
+_LOOPS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+def _thread_loop() -> None:
+    """This thread's event loop, created if it has none (what the SDK's mocks need), and remembered for exit."""
+    _LOOPS.add(pulumi_mocks._ensure_event_loop())
+
+
+@atexit.register
+def _close_loops() -> None:
+    for loop in list(_LOOPS):
+        if not loop.is_running() and not loop.is_closed():
+            loop.close()
+
+
 class RecordingMonitor(pulumi_mocks.MockMonitor):
     """The SDK's mock monitor, also recording each registration request and rejecting duplicate URNs."""
 
@@ -229,7 +251,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
     def RegisterResource(self, request):  # gRPC method name
         urn = self.make_urn(request.parent, request.type, request.name)
         if request.type != STACK_TYPE:
-            pulumi_mocks._ensure_event_loop()
+            _thread_loop()
             record = RecordedResource(
                 urn=urn,
                 type=request.type,
@@ -321,6 +343,7 @@ def run_program(
             resolved = await out.future()
             exports[key] = SECRET if await out.is_secret() else resolved
 
+    _thread_loop()
     _sync_await(run_pulumi_func(main))
     if monitor.duplicates:
         raise SynthError(

@@ -1,5 +1,6 @@
-"""Layering: the model and the planner import only the stdlib, fleet.catalog, autoscaler.cloud and
-each other — never Pulumi, Google clients, sqlite, apscheduler, loguru or the daemon."""
+"""Layering: the model and the planner import only the stdlib, fleet.catalog, autoscaler.cloud,
+autoscaler.node_names (the one parser of node names, stdlib only) and each other — never Pulumi, Google clients,
+sqlite, apscheduler, loguru or the daemon."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("autoscaler/model", "autoscaler/planner")
-ALLOWED_PREFIXES = ("fleet.catalog", "autoscaler.cloud", "autoscaler.model", "autoscaler.planner")
+ALLOWED_PREFIXES = (
+    "fleet.catalog",
+    "autoscaler.cloud",
+    "autoscaler.model",
+    "autoscaler.planner",
+    "autoscaler.node_names",
+)
 FORBIDDEN = ("pulumi", "pulumi_gcp", "google", "sqlite3", "apscheduler", "loguru", "httpx", "typer")
 
 

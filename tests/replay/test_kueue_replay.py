@@ -180,7 +180,7 @@ def test_cli_kueue_frontier_points_without_the_warm_cap_reach_the_kubernetes_gpu
             ["--scheduler", "kueue", "--kueue-borrowing-limit", "0", "--kueue-teams", "4"],
             "--kueue-borrowing-limit: job",
         ),
-        (["--scheduler", "kueue", "--kueue-queues", "/nonexistent.json"], "--kueue-queues: cannot read"),
+        (["--scheduler", "kueue", "--kueue-queues", "/nonexistent.json"], "--kueue-queues: /nonexistent.json: no such"),
     ],
 )
 def test_cli_kueue_bad_input_names_the_flag_and_exits_2(args: list[str], message: str) -> None:

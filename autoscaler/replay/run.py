@@ -17,7 +17,13 @@ from autoscaler.replay.lower_bound import LowerBound, boot_floor_usd, lower_boun
 from autoscaler.replay.metrics import policy_metrics
 from autoscaler.replay.policy import ReplayPolicy
 from autoscaler.replay.scenario import Scenario
-from autoscaler.replay.trace import TraceJob, mark_spot_tolerant, peak_concurrent_gpus
+from autoscaler.replay.trace import (
+    MAX_EXPECTED_PREEMPTIONS,
+    TraceJob,
+    expected_preemptions,
+    mark_spot_tolerant,
+    peak_concurrent_gpus,
+)
 
 
 @dataclass(frozen=True)
@@ -246,6 +252,26 @@ def resolve_policies(names: str | Sequence[str], scheduler: str = "slurm") -> li
     return out
 
 
+def _check_preemption_load(jobs: Sequence[TraceJob], scenario: Scenario) -> None:
+    """Refuse (ValueError naming the flags) a scenario in which some spot-tolerant job expects more than
+    MAX_EXPECTED_PREEMPTIONS preemptions: its replay would re-run that job for ever instead of ending."""
+    rate, every = scenario.preemption_rate_per_hour, scenario.checkpoint_interval_s
+    if not rate:
+        return
+    worst = max(((expected_preemptions(j, rate, every), j) for j in jobs if j.spot_ok), default=None,
+                key=lambda pair: pair[0])  # fmt: skip
+    if worst is None or worst[0] <= MAX_EXPECTED_PREEMPTIONS:
+        return
+    count, job = worst
+    checkpoints = "no checkpoints" if every <= 0 else f"a checkpoint every {every:g} s"
+    raise ValueError(
+        f"--preemption-rate / --checkpoint-interval: spot-tolerant job {job.id} ({job.shape()[0]} node(s), "
+        f"{job.duration / 3600:,.1f} h) would be preempted about {count:,.3g} times before it finishes at "
+        f"{rate:g} preemptions per node-hour with {checkpoints}"
+        f" (at most {MAX_EXPECTED_PREEMPTIONS:,.0f}): the replay would not end; lower the rate or checkpoint more often"
+    )
+
+
 def run_scenario(
     jobs: Sequence[TraceJob],
     scenario: Scenario,
@@ -264,6 +290,7 @@ def run_scenario(
                 f"machine has {biggest}"
             )
     marked = mark_spot_tolerant(list(jobs), scenario.spot_fraction, scenario.seed)
+    _check_preemption_load(marked, scenario)
     opts = options or PolicyOptions()
     if kueue is not None:
         from autoscaler.replay import kueue_run

@@ -171,6 +171,25 @@ def mark_spot_tolerant(jobs: list[TraceJob], fraction: float, seed: int) -> list
     return [TraceJob(j.id, j.submit, j.duration, j.gpus, i in chosen) for i, j in enumerate(jobs)]
 
 
+#: the most preemptions one job may expect in a replay: beyond it the replay would spend its time re-running that
+#: job (the expectation grows exponentially with rate x nodes x checkpoint interval, or x duration without
+#: checkpoints) and, for practical purposes, not end; no spot market is worth measuring there
+MAX_EXPECTED_PREEMPTIONS = 1000.0
+
+
+def expected_preemptions(job: TraceJob, rate_per_node_hour: float, checkpoint_s: float) -> float:
+    """How many times `job` is preempted, in expectation, before it finishes: each of its nodes is preempted at
+    `rate_per_node_hour` (independently, so the job at rate x nodes), and a preempted job resumes from its last
+    checkpoint (every `checkpoint_s` of run time; 0: from the start).  A stretch of t hours between checkpoints
+    survives with probability exp(-rate t), so it is attempted exp(rate t) times: exp(rate t) - 1 preemptions."""
+    rate = rate_per_node_hour * job.shape()[0]
+    hours = job.duration / 3600.0
+    if checkpoint_s <= 0:
+        return math.expm1(min(rate * hours, 700.0))
+    stretch = checkpoint_s / 3600.0
+    return math.ceil(hours / stretch) * math.expm1(min(rate * stretch, 700.0))
+
+
 def peak_concurrent_gpus(jobs: Iterable[TraceJob]) -> int:
     """Peak GPUs in use if every job started at its submission (the demand curve's maximum)."""
     events: list[tuple[float, int]] = []

@@ -141,3 +141,28 @@ def test_catalog_list_takes_gpu_names_as_compare_does() -> None:
     assert one and all(z.startswith("us-central1-") for r in one for z in r["zones"])
     out = fleet("catalog", "list", "--region", "us-central1,us-east4")
     assert out.code == 2 and "--region: one region" in out.stderr
+
+
+def test_a_preemption_load_no_replay_would_finish_is_refused_before_it_runs() -> None:
+    """At 3 preemptions per node-hour and a checkpoint every 30 minutes, the demo trace's 4-node, 47-hour job
+    expects tens of thousands of preemptions (the replay ran for minutes without ending): refused at once, naming
+    both flags and the job.  The same trace at the default rate runs."""
+    out = fleet("simulate", "--spot-fraction", "1", "--preemption-rate", "3", "--policy", "gpu-fleet")
+    assert out.code == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "--preemption-rate / --checkpoint-interval: spot-tolerant job" in out.stderr
+    assert "would be preempted about 3.78e+04 times" in out.stderr
+
+
+def test_expected_preemptions_follow_the_memoryless_law() -> None:
+    """A stretch of t hours at rate r survives with probability exp(-r t): exp(r t) - 1 preemptions before it does;
+    a job's rate is the node rate times its nodes; checkpoints split its run into such stretches."""
+    import math
+
+    from autoscaler.replay.trace import TraceJob, expected_preemptions
+
+    one = TraceJob("a", 0.0, 7200.0, 8, True)  # one 8-GPU node, two hours
+    assert expected_preemptions(one, 0.5, 0) == pytest.approx(math.e - 1)  # r t = 1
+    assert expected_preemptions(one, 0.5, 3600) == pytest.approx(2 * (math.exp(0.5) - 1))
+    four = TraceJob("b", 0.0, 7200.0, 32, True)  # four nodes: four times the rate
+    assert expected_preemptions(four, 0.125, 0) == pytest.approx(math.e - 1)
+    assert expected_preemptions(one, 0.0, 0) == 0.0

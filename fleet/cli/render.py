@@ -50,7 +50,7 @@ def _load(stack: str | None, config: Path | None):  # -> FleetSpec
 
 def _parse_sets(values: list[str]) -> dict[str, str]:
     """`--set KEY=VALUE` pairs; keys and values go into slurm.conf, so they obey the spec's extra_config rules."""
-    from fleet.spec.rules import SLURM_KEY, SLURM_VALUE, SLURM_VALUE_CHARS
+    from fleet.spec.rules import SLURM_KEY, SLURM_MANAGED_KEYS, SLURM_VALUE, SLURM_VALUE_CHARS
 
     out = {}
     for item in values:
@@ -59,6 +59,9 @@ def _parse_sets(values: list[str]) -> dict[str, str]:
             raise _fail([f"--set {item!r}: expected KEY=VALUE (a slurm.conf key)"])
         if not SLURM_KEY.fullmatch(key):
             raise _fail([f"--set {item!r}: {key!r} is not a slurm.conf key (letters and digits only)"])
+        if key.lower() in SLURM_MANAGED_KEYS:
+            why = "--controller-host" if key.lower() == "slurmctldhost" else SLURM_MANAGED_KEYS[key.lower()]
+            raise _fail([f"--set {item!r}: {key} cannot be set here: {why}"])
         if not SLURM_VALUE.fullmatch(value):
             raise _fail([f"--set {item!r}: the value must be one non-empty line of {SLURM_VALUE_CHARS}"])
         out[key] = value

@@ -91,7 +91,11 @@ def test_render_out_onto_an_existing_file_is_refused_and_the_file_kept(tmp_path:
 @pytest.mark.parametrize(
     ("setting", "reason"),
     [("PriorityType=a\nNodeName=x", "one non-empty line"), ("Bad Key=1", "not a slurm.conf key"),
-     ("SlurmctldHost=a#b", "one non-empty line"), ("novalue", "expected KEY=VALUE")],
+     ("PriorityType=a#b", "one non-empty line"), ("novalue", "expected KEY=VALUE"),
+     # the keys the generator owns, as under slurm.extra_config
+     ("NodeName=evil", "cannot be set here: nodes are generated"), ("Include=/etc/passwd", "self-contained"),
+     ("ResumeProgram=/bin/sh", "the autoscaler's hook"), ("suspendtime=-1", "use slurm.suspend_time"),
+     ("SlurmctldHost=other", "--controller-host")],
 )  # fmt: skip
 def test_render_set_values_obey_the_slurm_conf_rules(tmp_path: Path, setting: str, reason: str) -> None:
     out_dir = tmp_path / "out"

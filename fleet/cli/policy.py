@@ -45,8 +45,8 @@ def check(
             path = config if config is not None else stack_file(stack or "")
             report = check_stack_file(path, stack=stack)
     except SpecError as exc:
-        for field_path, reason in exc.errors:
-            typer.echo(f"error: {field_path}: {reason}", err=True)
+        for line in exc.lines():  # FILE: field.path: reason, as every command prints it
+            typer.echo(f"error: {line}", err=True)
         raise typer.Exit(2) from None
     except ResourcesError as exc:  # the file itself (read through the input gate) or a resource in it
         typer.echo(f"error: --resources: {exc}", err=True)

@@ -107,6 +107,8 @@ def test_bad_spec_or_resources_file_exits_2(tmp_path: Path) -> None:
     (tmp_path / "Pulumi.bad.yaml").write_text(yaml.safe_dump(doc))
     cp = fleet("policy", "check", "--config", str(tmp_path / "Pulumi.bad.yaml"))
     assert cp.returncode == 2 and "max_nodes" in cp.stderr and "Traceback" not in cp.stderr
+    # the file, then the field: as synth and every other command say it
+    assert f"error: {tmp_path / 'Pulumi.bad.yaml'}: clusters[0].pools[0].max_nodes: " in cp.stderr, cp.stderr
     (tmp_path / "r.json").write_text('{"resources": 3}')
     cp = fleet("policy", "check", "--resources", str(tmp_path / "r.json"))
     assert cp.returncode == 2 and "resources" in cp.stderr and "Traceback" not in cp.stderr

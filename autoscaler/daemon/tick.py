@@ -177,7 +177,8 @@ SlurmView = dict[str, SlurmNode] | None  # None: Slurm did not answer this tick
 class TickResult:
     at: float
     duration_s: float = 0.0
-    leader: bool = False
+    leader: bool = False  # planned as the leader: holds the lock, or a dry run (which takes none)
+    dry_run: bool = False
     slurm_ok: bool = False
     ok: bool = False
     error: str | None = None
@@ -256,6 +257,7 @@ class Daemon:
             dry_run=self.dry_run,
         )
         try:
+            res.dry_run = self.dry_run
             res.leader = self.dry_run or self.lock.try_acquire()
             self.metrics.leader.set(1 if res.leader and not self.dry_run else 0)
             if res.leader and not self.dry_run:

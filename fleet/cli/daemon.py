@@ -184,7 +184,8 @@ def _print_tick(res: TickResult) -> None:
     con = Console()
     state = "ok" if res.ok else f"FAILED: {res.error}"
     con.print(
-        f"tick {state} in {res.duration_s * 1000:.0f} ms; leader={res.leader} slurm={'up' if res.slurm_ok else 'DOWN'}"
+        f"tick {state} in {res.duration_s * 1000:.0f} ms; leader={'dry-run' if res.dry_run else res.leader}"
+        f" slurm={'up' if res.slurm_ok else 'DOWN'}"
         f" resume units={res.resume_units} pending units={res.pending_units}"
     )
     t = Table("command", "outcome", "names", "detail")

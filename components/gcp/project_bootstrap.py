@@ -54,7 +54,7 @@ class ProjectBootstrapArgs:
 
 
 class ProjectBootstrap(pulumi.ComponentResource):
-    """APIs, Pulumi state bucket, the autoscaler's custom role, the nodes' service account."""
+    """APIs, Pulumi state bucket, the autoscaler's custom role."""
 
     services: dict[str, gcp.projects.Service]
     state_bucket: gcp.storage.Bucket

@@ -1,9 +1,8 @@
 """Schema of the `project-bootstrap` stack kind: what a new project (or region) needs once.
 
 A stack file whose `gpu-fleet:fleet` value has `kind: project-bootstrap` deploys the Google APIs,
-a GCS bucket for Pulumi state, the autoscaler's custom role, and the
-nodes' service account (components/gcp/project_bootstrap.py).  Defaults come from
-`fleet.bootstrap.iam`.
+a GCS bucket for Pulumi state and the autoscaler's custom role (components/gcp/project_bootstrap.py).  Defaults
+come from `fleet.bootstrap.iam`.
 """
 
 from __future__ import annotations

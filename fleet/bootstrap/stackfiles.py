@@ -129,9 +129,13 @@ def render_stack_file(project: str, region: str, spec: dict, header: list[str]) 
 
 
 def write_stack_file(path: Path, text: str, force: bool) -> None:
-    """Write the stack file; refuse to replace an existing one unless `force`."""
+    """Write the stack file atomically (`fleet.input.outputs`: a temporary file beside it, then moved into place);
+    refuse to replace an existing one unless `force`."""
+    from fleet.input.outputs import write_atomic
+
     if path.exists() and not force:
         raise BadArgument("--name", f"{path} exists; pass --force to overwrite it, or choose another --name")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        write_atomic(path, text, option="--name", force=force)
+    except InputError as exc:
+        raise BadArgument("--name", f"{path}: " + "; ".join(reason for _, reason in exc.errors)) from None

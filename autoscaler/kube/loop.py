@@ -382,15 +382,11 @@ class KubeDaemon:
         # a node whose free CPUs or memory cannot hold one of a request's pods is no capacity for it (its GPUs may be)
         rooms = node_rooms(inv.nodes, facts, self._rooms, booked, {v.key: v.needs for v in views})
         units = [v.unit(_short_of(v, rooms)) for v in pending if v.problem is None]
-        # unschedulable pods of admitted workloads no request stands for: capacity, launched by the planner
-        # (no request to book it on: the pods take what comes up, as with the Cluster Autoscaler)
-        # Kueue names a workload's request <workload>-<check>-<attempt>: a live request stands for its workload
-        names = [v.name for v in views if not v.failed and not v.provisioned]
-        orphans = [
-            u
-            for u in unschedulable_units(all_pods, (), self.kp.spot_taints, self._selector_labels, self._rooms)
-            if not any(n.startswith(u.id.rsplit("/", 1)[1] + "-") for n in names)
-        ]
+        # unschedulable pods of admitted workloads no pending request stands for: capacity, launched by the planner
+        # (no request to book it on: the pods take what comes up, as with the Cluster Autoscaler); a pod names the
+        # request it consumes, so a live one stands for it
+        live = [v.key for v in views if not v.failed and not v.provisioned]
+        orphans = unschedulable_units(all_pods, live, self.kp.spot_taints, self._selector_labels, self._rooms)
         units = self._not_after_first_seen([*units, *orphans], now)
         # the decision core the Slurm daemon and the replay call: one plan over the work nothing holds yet
         p = queue_depth(units, inv, offerings, self.policy, now, self.memory)

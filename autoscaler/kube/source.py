@@ -574,9 +574,6 @@ def node_rooms(
     return out
 
 
-WORKLOAD_LABEL = "kueue.x-k8s.io/workload-name"  # Kueue's label on the pods of a workload
-
-
 def unschedulable(pod: Mapping[str, Any]) -> bool:
     """A pending pod the scheduler could not place (PodScheduled=False, reason Unschedulable)."""
     st = pod.get("status") or {}
@@ -595,21 +592,24 @@ def unschedulable_units(
     pool_labels: Mapping[str, Mapping[str, str]] | None = None,
     rooms: Mapping[str, NodeRoom] | None = None,
 ) -> list[WorkUnit]:
-    """Unschedulable GPU pods of admitted workloads that no ProvisioningRequest covers (a node of the workload
-    died, a pod was evicted after its request was Provisioned): one gang unit per workload, its pods together.
-    `served`: the workloads whose pending requests already stand for them.  `pool_labels`: pool -> its nodes'
-    labels; a unit whose pods select nodes (nodeSelector) goes only to the pools every pod's selector allows, and
-    (`rooms`: `pool_rooms`) whose nodes hold its pods' CPUs and memory."""
+    """Unschedulable GPU pods of admitted workloads that no pending ProvisioningRequest covers (a node of the
+    workload died, a pod was evicted after its request was Provisioned): one gang unit per request they consume,
+    its pods together.  The request is how Kueue ties a workload's pods to it: its admission check's podSetUpdates
+    put `autoscaling.x-k8s.io/consume-provisioning-request` on every pod (`consumed_request`); Kueue sets no
+    workload label on pods (`kueue.x-k8s.io/podset` only), which this read until the forty-seventh round, so no
+    real pod ever formed a unit.  `served`: the keys (`pr/<namespace>/<name>`) of the requests still pending,
+    which stand for their pods.  `pool_labels`: pool -> its nodes' labels; a unit whose pods select nodes
+    (nodeSelector) goes only to the pools every pod's selector allows, and (`rooms`: `pool_rooms`) whose nodes
+    hold its pods' CPUs and memory."""
     served = set(served)
-    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    groups: dict[str, list[Mapping[str, Any]]] = {}
     for p in pods:
-        md = p.get("metadata") or {}
-        wl = (md.get("labels") or {}).get(WORKLOAD_LABEL)
-        if not wl or wl in served or not unschedulable(p) or pod_gpus(p.get("spec") or {}) == 0:
+        request = consumed_request(p)
+        if request is None or request in served or not unschedulable(p) or pod_gpus(p.get("spec") or {}) == 0:
             continue
-        groups.setdefault((md.get("namespace", "default"), wl), []).append(p)
+        groups.setdefault(request, []).append(p)
     out = []
-    for (ns, wl), members in sorted(groups.items()):
+    for request, members in sorted(groups.items()):
         spec = members[0].get("spec") or {}
         spot = all(
             any(tolerates(m.get("spec") or {}, t) for t in (*spot_taints, {"key": GKE_SPOT_TAINT, "value": "true"}))
@@ -624,7 +624,7 @@ def unschedulable_units(
         pools = both(pools, fit)
         out.append(
             WorkUnit(
-                id=f"pods/{ns}/{wl}",
+                id=f"pods/{request.removeprefix('pr/')}",
                 submit_time=min(ts((m.get("metadata") or {}).get("creationTimestamp")) for m in members),
                 gpus_per_node=max(pod_gpus(m.get("spec") or {}) for m in members),
                 nodes=len(members),

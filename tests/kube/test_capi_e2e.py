@@ -303,8 +303,9 @@ def test_unschedulable_pods_of_an_admitted_workload_get_capacity(cluster: FakeKu
     for i in range(2):
         cluster.create({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"train-{i}", "namespace": "team-a",
-                         "labels": {"kueue.x-k8s.io/workload-name": "wl-9"}},
+            # what Kueue puts on an admitted pod: the podset label and the request it consumes (podSetUpdates)
+            "metadata": {"name": f"train-{i}", "namespace": "team-a", "labels": {"kueue.x-k8s.io/podset": "main"},
+                         "annotations": {CONSUMES: "wl-9-prov-1"}},
             "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
             "status": {"phase": "Pending", "conditions": [
                 {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
@@ -419,7 +420,8 @@ def test_a_request_planned_onto_a_replica_on_its_way_is_booked_on_its_machine_on
 def _unschedulable_pod(name: str, workload: str, selector: dict[str, str]) -> dict:
     return {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "team-a", "labels": {"kueue.x-k8s.io/workload-name": workload}},
+        "metadata": {"name": name, "namespace": "team-a", "labels": {"kueue.x-k8s.io/podset": "main"},
+                     "annotations": {CONSUMES: f"{workload}-prov-1"}},
         "spec": {"nodeSelector": selector,
                  "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
         "status": {"phase": "Pending", "conditions": [

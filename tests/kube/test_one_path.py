@@ -356,7 +356,7 @@ def _pod(name: str, j: SeenJob, node: str | None) -> dict[str, Any]:
         if j.state is JobState.DONE:
             finished = {"terminated": {"exitCode": 0, "finishedAt": _iso(j.end or 0.0)}}
             status.update(phase="Succeeded", containerStatuses=[{"name": "train", "state": finished}])
-    labels = {"kueue.x-k8s.io/workload-name": j.id}
+    labels = {"kueue.x-k8s.io/podset": "main"}  # Kueue's pod label; the request it consumes is the annotation
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": NS, "labels": labels, "annotations": {CONSUMES: _pr(j.id)}},
             "spec": spec, "status": status}  # fmt: skip

@@ -362,6 +362,7 @@ class KubeDaemon:
         self._learn(views, offerings, now, all_pods)
         arrived = self._see_arrivals(views, all_pods, now)
         booked = self._booked(views, now, {c.name: c.created_at for c in cloud}, arrived)
+        self._expire_bookings(views, arrived, now, res)
         gone = set(res.deleted) | set(failed_names)  # deleted or failed this tick: no capacity to place on
         cloud = [c for c in cloud if c.name not in gone]
         booked_coming = in_flight(views, {c.name for c in cloud} | gone)
@@ -622,6 +623,25 @@ class KubeDaemon:
                     continue
                 out.setdefault(n, {})[v.key] = max(1, v.gpus_per_pod)
         return out
+
+    def _expire_bookings(
+        self, views: Sequence[RequestView], arrived: Set[str], now: float, res: KubeTickResult
+    ) -> None:
+        """BookingExpired=True on a Provisioned request whose booking no longer holds its capacity, as the Cluster
+        Autoscaler's provisioning-request processor writes it: `CapacityBookingConsumed` once its pods arrived,
+        `CapacityReservationTimeExpired` after BOOKING_TTL_S.  Kueue (0.14) ignores it while the workload stays
+        admitted; a workload evicted and admitted again then gets a new request (a new attempt), where a
+        Provisioned request without it was taken as capacity still held, and the pods came back to none."""
+        for v in views:
+            if not v.provisioned or v.failed or v.booking_expired or v.provisioned_at is None:
+                continue
+            if v.arrived or v.key in arrived:
+                reason, why = "CapacityBookingConsumed", "the request's pods were all scheduled"
+            elif now - v.provisioned_at > BOOKING_TTL_S:
+                reason, why = "CapacityReservationTimeExpired", f"capacity was held {BOOKING_TTL_S:.0f} s"
+            else:
+                continue
+            self._condition(v, "BookingExpired", "True", reason, f"gpu-fleet: {why}; it is no longer booked", now, res)
 
     # ---- requests ---------------------------------------------------------------------------------------
     def _provisioned(self, v: RequestView, pool: str, names: Sequence[str], now: float, res: KubeTickResult) -> None:

@@ -120,6 +120,7 @@ class RequestView:
     problem: str | None = None  # why it cannot be served as written (bad template ...): answered Failed
     provisioned_at: float | None = None  # lastTransitionTime of Provisioned=True
     arrived: bool = False  # its pods were all bound once (ARRIVED): the booking holds nothing any more
+    booking_expired: bool = False  # BookingExpired=True: told Kueue the capacity is no longer held for it
     needs: PodNeeds = NO_NEEDS  # the CPUs and memory its largest pod asks (`autoscaler.kube.pod_fit`)
     fit_pools: frozenset[str] | None = None  # the pools whose nodes hold those (None: every pool, or not known)
     unfit: str = ""  # why the other pools' nodes do not ("h1: 30 CPUs (a node offers 25.7)"; "" when none)
@@ -295,6 +296,7 @@ def request_view(
         if is_true(pr, "Provisioned")
         else None,
         arrived=bool((md.get("annotations") or {}).get(ARRIVED)),
+        booking_expired=is_true(pr, "BookingExpired"),
         needs=need,
         fit_pools=fit,
         unfit=unfit,

@@ -505,6 +505,27 @@ def test_the_pods_arriving_are_marked_on_the_request_for_any_leader(cluster: Fak
     d.tick()
     annotations = cluster.get("provisioningrequests", "wl-1", "team-a")["metadata"]["annotations"]
     assert annotations[ARRIVED] and annotations[BOOKING]  # marked; the booking stays for the record
+    # and Kueue is told, as the Cluster Autoscaler tells it: were the workload evicted and admitted again, it would
+    # ask anew instead of taking this request's capacity as still held
+    expired = cond(cluster, "wl-1", "BookingExpired")
+    assert (expired["status"], expired["reason"]) == ("True", "CapacityBookingConsumed")
+    assert cond(cluster, "wl-1", "Provisioned")["status"] == "True"
+
+
+def test_a_booking_whose_pods_never_come_expires_after_ten_minutes_and_says_so(cluster: FakeKube) -> None:
+    """A Provisioned request whose pods are not bound within the booking TTL: the capacity is no longer held for
+    it, and the request says BookingExpired (CapacityReservationTimeExpired), as the Cluster Autoscaler writes it;
+    not before."""
+    clock = Clock()
+    d = daemon(cluster, clock)
+    _one_workload_provisioned(cluster, d, clock)
+    clock.t += 300
+    d.tick()
+    assert cond(cluster, "wl-1", "BookingExpired") is None
+    clock.t += 310
+    d.tick()
+    expired = cond(cluster, "wl-1", "BookingExpired")
+    assert (expired["status"], expired["reason"]) == ("True", "CapacityReservationTimeExpired")
 
 
 def test_the_daemon_times_a_workload_from_its_pods_and_the_rule_learns_the_mean_run(cluster: FakeKube) -> None:

@@ -106,8 +106,11 @@ PERMANENT = {UnservedReason.NO_OFFERING, UnservedReason.NO_POOL, UnservedReason.
 FLAVOR_LABELS = (GKE_FLAVOR_LABEL, CAPI_FLAVOR_LABEL)
 #: how long booked capacity is kept for a Provisioned request whose pods have not arrived (CA: 10 min)
 BOOKING_TTL_S = 600.0
-#: a best-effort-atomic request without `ValidUntilSeconds` is retried this long before Failed
-DEFAULT_VALID_S = 3600.0
+#: a best-effort-atomic request without `ValidUntilSeconds` is retried this long before Failed: the Cluster
+#: Autoscaler's default (provreq processor, `defaultExpirationTime`, 7 days).  Each Failed is one of Kueue's
+#: retries (the stack's retryStrategy.backoffLimitCount, 3) and the last deactivates the workload, so the hour used
+#: until the forty-seventh round turned a stockout of about four hours into workloads deactivated for good
+DEFAULT_VALID_S = 7 * 24 * 3600.0
 #: a node created this long after a request was Provisioned is a later node of the same name, not one it was
 #: Provisioned on (the API server stamps creation, this daemon the condition: their clocks may differ)
 CLOCK_SLACK_S = 60.0

@@ -4,6 +4,7 @@ until its pods arrive (or the booking TTL passes), and never a later node that t
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 from autoscaler.kube.loop import KubeDaemon, KubePools
 from autoscaler.kube.source import ARRIVED, BOOKING, CONSUMES, Booking, request_view
@@ -98,3 +99,33 @@ def test_a_new_leader_knows_the_pods_arrived_from_the_request_itself() -> None:
     successor._see_arrivals(_views(pr), [], T + 90)  # its first tick: the pods are gone (their node reclaimed)
     assert successor._booked(_views(pr), T + 120, {n: T - 30 for n in NAMES}) == {}
     assert set(_daemon()._booked(_views(_provisioned_gang()), T + 120, {n: T - 30 for n in NAMES})) == set(NAMES)
+
+
+class Conditions(Requests):
+    """Also records the status patches (conditions) the daemon writes."""
+
+    def patch_provisioning_request_status(self, namespace: str, name: str, body: dict) -> dict:
+        self.pr["status"] = body["status"]
+        return self.pr
+
+
+def test_a_request_no_offering_can_serve_yet_waits_a_week_before_it_fails_as_the_cluster_autoscaler_does() -> None:
+    """Without ValidUntilSeconds a request in a stockout stays Provisioned=False (Kueue keeps it queued) for the
+    Cluster Autoscaler's seven days, then Failed (Expired): each Failed costs one of Kueue's three retries and the
+    last deactivates the workload, which an hour's validity did after a four-hour stockout."""
+    from autoscaler.kube.loop import DEFAULT_VALID_S
+    from autoscaler.kube.loop import KubeTickResult as Result
+    from autoscaler.model import UnservedReason
+
+    pr = provisioning_request("wl-1", "team-a", "train", 1)
+    pr["metadata"]["creationTimestamp"] = _iso(T)
+    on_demand = replace(POOL, capacity_type=CapacityType.ON_DEMAND)  # the pod tolerates no spot
+    kp = KubePools(pools=[on_demand], labels={"h100": {}}, spot_taints=[], providers={})
+    d = KubeDaemon(api=Conditions(pr), pools=kp, policy=Policy(), elector=None)  # type: ignore[arg-type]
+    (view,) = _views(pr)
+    d._unserved(view, UnservedReason.BACKED_OFF, "every offering stocked out", T + 5 * 3600, Result(at=T))
+    assert [(c["type"], c["status"]) for c in pr["status"]["conditions"]] == [("Provisioned", "False")]
+    d._current.clear()
+    d._unserved(view, UnservedReason.BACKED_OFF, "every offering stocked out", T + DEFAULT_VALID_S + 1, Result(at=T))
+    failed = [c for c in pr["status"]["conditions"] if c["type"] == "Failed"]
+    assert DEFAULT_VALID_S == 7 * 24 * 3600 and failed and failed[0]["reason"] == "Expired"

@@ -5,10 +5,11 @@ node drained or deleted, spot only for spot-tolerant work, existing capacity bef
 from __future__ import annotations
 
 import random
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import replace
 
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
 from autoscaler.cloud import FailureKind
@@ -307,22 +308,27 @@ def test_replanning_after_the_launches_adds_nothing_for_the_same_demand(sc) -> N
     assert set(second.assignments) == {u.id for u in served}
 
 
-def test_scenarios_exercise_the_interesting_cases() -> None:
-    """Guard against a strategy that never produces gangs, unserved units or scale-downs.  Derandomized in every
-    profile: it checks the strategy's coverage, not a property, and 200 random draws could miss a rare case now
-    and then (a local run failed that way)."""
-    seen: defaultdict[str, int] = defaultdict(int)
+#: what the properties above need the strategy to produce, each a predicate on (scenario, its plan)
+INTERESTING = {
+    "gang_new": lambda sc, out: any(s.gang for s in out.scale_ups),
+    "unserved": lambda sc, out: bool(out.unserved),
+    "drain": lambda sc, out: bool(out.drains),
+    "delete": lambda sc, out: bool(out.deletes),
+    "ready": lambda sc, out: any(a.placement is Placement.READY for a in out.assignments.values()),
+}
 
-    @settings(max_examples=200, deadline=None, database=None, derandomize=True)
-    @given(scenarios())
-    def probe(sc) -> None:
+
+@pytest.mark.parametrize("case", sorted(INTERESTING))
+def test_scenarios_exercise_the_interesting_cases(case: str) -> None:
+    """Guard against a strategy that never produces gangs, unserved units or scale-downs: `find` searches the
+    strategy for a scenario whose plan shows the case.  Until the forty-seventh round this counted the cases over
+    200 derandomized draws, which depend on the literals Hypothesis collects from the modules loaded: run alone the
+    draws held no gang scale-up and the test failed, run with the rest of tests/planner it passed."""
+    holds = INTERESTING[case]
+
+    def shows(sc) -> bool:
         demand, inv, offerings, policy, memory = sc
-        out = plan(demand, inv, offerings, policy, NOW, memory)
-        seen["gang_new"] += any(s.gang for s in out.scale_ups)
-        seen["unserved"] += bool(out.unserved)
-        seen["drain"] += bool(out.drains)
-        seen["delete"] += bool(out.deletes)
-        seen["ready"] += any(a.placement is Placement.READY for a in out.assignments.values())
+        return holds(sc, plan(demand, inv, offerings, policy, NOW, memory))
 
-    probe()
-    assert all(seen[k] > 0 for k in ("gang_new", "unserved", "drain", "delete", "ready")), dict(seen)
+    once = settings(max_examples=2000, deadline=None, database=None, derandomize=True, phases=[Phase.generate])
+    find(scenarios(), shows, settings=once)  # the first hit will do: no shrinking

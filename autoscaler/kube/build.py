@@ -115,7 +115,10 @@ def build_kube_daemon(
     if api is None:
         api = KubeApi.in_cluster() if section.in_cluster else KubeApi.from_kubeconfig(section.kubeconfig or "")
     who = identity or os.environ.get(section.identity_env) or f"{os.uname().nodename}-{os.getpid()}"
-    elector = LeaseElector(api, section.namespace, section.lease.name, who, section.lease.duration_s, clock)
+    elector = LeaseElector(
+        api, section.namespace, section.lease.name, who, section.lease.duration_s, clock,
+        renew_deadline_s=section.lease.renew_deadline_s,
+    )  # fmt: skip
     return KubeDaemon(
         api=api,
         pools=kube_pools(api, inventory, gce),

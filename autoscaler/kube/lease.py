@@ -1,11 +1,16 @@
 """Leader election through a `coordination.k8s.io/v1` Lease, as the Cluster Autoscaler and Karpenter do.
 
-One replica holds the Lease (`holderIdentity`) and renews it every tick; another takes it over only once
-`renewTime + leaseDurationSeconds` has passed.  Every write is a replace on the Lease's resourceVersion, so
-two replicas racing for an expired Lease cannot both win (the loser gets 409 Conflict).  A replica that is not
-the leader reads and exports metrics but actuates nothing.  A leader that stops (SIGTERM: a rollout, a drain)
-releases the Lease, as client-go's `ReleaseOnCancel` does (Karpenter turns it on): the other replica takes over
-at its next tick instead of waiting `leaseDurationSeconds` for it to expire.
+One replica holds the Lease (`holderIdentity`) and renews it every tick; another takes it over only once the Lease's
+record has not changed for `leaseDurationSeconds` by its own clock, as client-go's leader election does ("only acts
+on timestamps captured locally": the holder's `renewTime` is compared with nothing, so clock skew between the
+replicas cannot hand the Lease to a standby while its holder is healthy; until the forty-seventh round the holder's
+`renewTime` was compared with the local clock). A leader acts only while its last renewal is younger than
+`renew_deadline_s` (client-go's RenewDeadline, 10 s of a 15 s Lease): a tick that runs longer stops before its next
+write (`check_leading`), so two replicas never actuate at once. Every write is a replace on the Lease's
+resourceVersion, so two replicas racing for an expired Lease cannot both win (the loser gets 409 Conflict). A
+replica that is not the leader reads and exports metrics but actuates nothing. A leader that stops (SIGTERM: a
+rollout, a drain) releases the Lease, as client-go's `ReleaseOnCancel` does (Karpenter turns it on): the other
+replica takes over at its next tick instead of waiting `leaseDurationSeconds` for it to expire.
 """
 
 from __future__ import annotations
@@ -32,14 +37,32 @@ def parse_time(s: str | None) -> float:
 STATE_PREFIX = "autoscaling.gpu-fleet.dev/"
 
 
+class LeadershipLost(RuntimeError):
+    """This replica's last renewal is older than its renew deadline: it must not write (another may lead)."""
+
+
 class LeaseElector:
     def __init__(
-        self, api: KubeApi, namespace: str, name: str, identity: str, duration_s: float, clock: Callable[[], float]
+        self,
+        api: KubeApi,
+        namespace: str,
+        name: str,
+        identity: str,
+        duration_s: float,
+        clock: Callable[[], float],
+        renew_deadline_s: float | None = None,
     ) -> None:
         self.api, self.namespace, self.name, self.identity = api, namespace, name, identity
         self.duration_s = duration_s
+        #: client-go's default ratio (10 s of 15 s) when not given
+        self.renew_deadline_s = renew_deadline_s if renew_deadline_s is not None else duration_s * 2 / 3
         self.clock = clock
         self.leader = False
+        #: the other holder's record as last seen, and when (this replica's clock): the Lease expires
+        #: `leaseDurationSeconds` after its record last changed here
+        self._seen: tuple[str, str, int] | None = None
+        self._seen_at = 0.0
+        self._renewed_at: float | None = None
         #: annotations (keys under STATE_PREFIX) written with every renewal: read back by whoever takes over
         self.state: dict[str, str] = {}
 
@@ -69,13 +92,17 @@ class LeaseElector:
             lease = self.api.lease(self.namespace, self.name)
             if lease is None:
                 self.api.create_lease(self.namespace, self._body(now, now, 0, None))
+                self._renewed_at = now
                 return self._set(True, "created the lease")
             spec = lease.get("spec") or {}
             holder = spec.get("holderIdentity")
-            renewed = parse_time(spec.get("renewTime"))
             duration = float(spec.get("leaseDurationSeconds") or self.duration_s)
-            if holder and holder != self.identity and renewed + duration > now:
-                return self._set(False, f"held by {holder}")
+            if holder and holder != self.identity:
+                record = (holder, str(spec.get("renewTime") or ""), int(spec.get("leaseTransitions") or 0))
+                if record != self._seen:  # renewed (or changed hands) since last seen: expires a duration from now
+                    self._seen, self._seen_at = record, now
+                if now < self._seen_at + duration:
+                    return self._set(False, f"held by {holder}")
             mine = holder == self.identity
             if not self.leader:  # becoming the leader (or again, after a restart): the last leader's state
                 annotations = (lease.get("metadata") or {}).get("annotations") or {}
@@ -85,12 +112,22 @@ class LeaseElector:
             self.api.replace_lease(
                 self.namespace, self.name, self._body(now, acquired, transitions, lease["metadata"]["resourceVersion"])
             )
+            self._renewed_at = now
             return self._set(True, "renewed" if mine else f"took over from {holder or 'nobody'}")
         except KubeError as exc:
             if exc.status == 409:
                 return self._set(False, "lost a race for the lease")
             logger.bind(error=str(exc)).warning("lease {}/{}: {}", self.namespace, self.name, exc)
             return self._set(False, "API server not answering")  # never act on a lease we cannot renew
+
+    def check_leading(self) -> None:
+        """Raise LeadershipLost unless this replica leads and renewed within its renew deadline (by its own
+        clock): called before every write that acts on the cluster or the cloud."""
+        now = self.clock()
+        if not self.leader or self._renewed_at is None or now - self._renewed_at > self.renew_deadline_s:
+            since = "never" if self._renewed_at is None else f"{now - self._renewed_at:.1f} s ago"
+            self._set(False, f"last renewal {since}, past the {self.renew_deadline_s:g} s renew deadline")
+            raise LeadershipLost(f"lease {self.namespace}/{self.name}: last renewal {since}; not acting")
 
     def release(self) -> None:
         """Give the Lease up, if this replica still holds it: no holder, a 1 s duration (client-go's release record;

@@ -62,7 +62,7 @@ from autoscaler.kube.leader_state import (
     memory_from_json,
     memory_to_json,
 )
-from autoscaler.kube.lease import LeaseElector, micro_time
+from autoscaler.kube.lease import LeadershipLost, LeaseElector, micro_time
 from autoscaler.kube.pod_fit import NodeRoom, RoomLedger
 from autoscaler.kube.runs import RunWatch
 from autoscaler.kube.source import (
@@ -273,7 +273,8 @@ class KubeDaemon:
                     self._tick(now, res)
                 self._hand_on(now)
             res.ok = True
-        except (KubeError, ProviderError, OSError) as exc:  # the API server or the cloud: retried next tick
+        except (KubeError, ProviderError, OSError, LeadershipLost) as exc:  # the API server, the cloud, a tick past
+            # the renew deadline: retried next tick
             res.error = f"{type(exc).__name__}: {exc}"
             logger.bind(error=res.error).error("tick failed: {}", res.error)
         m = self.metrics
@@ -746,6 +747,7 @@ class KubeDaemon:
         key = offering_from_dict(b.offering)
         provider = self.kp.providers[b.pool]
         try:
+            self.elector.check_leading()
             provider.launch(LaunchRequest(b.request_id, b.pool, key, b.names, placement))
             res.launched.append({"request": v.key, "request_id": b.request_id, "pool": b.pool, "names": list(b.names)})
             logger.bind(request=v.key, request_id=b.request_id, pool=b.pool, names=list(b.names)).info(
@@ -760,6 +762,7 @@ class KubeDaemon:
     def _launch_for_pods(self, su: Any, now: float, res: KubeTickResult) -> None:
         provider = self.kp.providers[su.pool]
         try:
+            self.elector.check_leading()
             provider.launch(LaunchRequest(su.request_id, su.pool, su.offering, su.names, su.placement_group))
             res.launched.append({"request": ",".join(su.units), "request_id": su.request_id, "pool": su.pool,
                                  "names": list(su.names)})  # fmt: skip
@@ -774,6 +777,7 @@ class KubeDaemon:
             existing = {c.name for c in provider.list_nodes([b.pool])}
             mine = [n for n in b.names if n in existing]
             if mine:
+                self.elector.check_leading()
                 provider.delete(b.pool, mine)
                 res.deleted += mine
         self._drop_booking(v)
@@ -915,6 +919,7 @@ class KubeDaemon:
                 if f is None:
                     continue
                 if step.action == "drain":
+                    self.elector.check_leading()
                     self.api.cordon(f.name)
                     res.cordoned.append(f.name)
                     continue
@@ -937,6 +942,7 @@ class KubeDaemon:
                 continue
             md = p["metadata"]
             try:
+                self.elector.check_leading()
                 self.api.evict(md.get("namespace", "default"), md["name"])
             except KubeError as exc:
                 if exc.status == 429:

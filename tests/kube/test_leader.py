@@ -80,3 +80,45 @@ def test_a_stopping_leader_releases_the_lease_and_the_other_replica_leads_at_its
     lease = cluster.get("leases", LEASE, "gpu-fleet-system")
     assert lease["spec"]["holderIdentity"] == "replica-b" and lease["spec"]["leaseTransitions"] == 1
     assert not a.tick().leader  # the stopped replica, were it to tick again, finds it held
+
+
+def test_a_standby_whose_clock_runs_ahead_does_not_take_a_lease_its_holder_renews(cluster: FakeKube) -> None:  # noqa: F811
+    """The standby's clock is 40 s ahead of the leader's: the leader's renewTime looks 40 s old to it, yet the
+    record keeps changing, so by its own clock the Lease never expires (client-go acts only on timestamps it
+    captured).  Until the forty-seventh round the standby compared renewTime with its clock and took over from a
+    healthy leader at once."""
+    clock = Clock()
+    ahead = Clock()
+    ahead.t = clock.t + 40
+    a, b = daemon(cluster, clock, "replica-a"), daemon(cluster, ahead, "replica-b")
+    for _ in range(4):
+        assert a.tick().leader
+        assert b.tick().leader is False
+        clock.t += 10
+        ahead.t += 10
+    # the leader stops renewing (its process gone): a Lease duration later by the standby's clock, it takes over
+    ahead.t += 16
+    assert b.tick().leader
+
+
+def test_a_leader_past_its_renew_deadline_stops_before_its_next_write() -> None:
+    """client-go's RenewDeadline: the last renewal 10 s or more ago (of a 15 s Lease), the leader writes nothing
+    more and says it no longer leads; within the deadline it may."""
+    from autoscaler.kube.lease import LeadershipLost, LeaseElector
+
+    class Api:
+        def lease(self, namespace: str, name: str) -> None:
+            return None
+
+        def create_lease(self, namespace: str, body: dict) -> dict:
+            return body
+
+    now = [1000.0]
+    elector = LeaseElector(Api(), "ns", "lease", "me", 15.0, lambda: now[0])  # type: ignore[arg-type]
+    assert elector.renew_deadline_s == 10.0 and elector.try_acquire()
+    now[0] += 9.5
+    elector.check_leading()  # within the deadline
+    now[0] += 1.0
+    with pytest.raises(LeadershipLost, match="not acting"):
+        elector.check_leading()
+    assert elector.leader is False

@@ -589,7 +589,8 @@ def test_the_settings_history_rides_on_the_lease_to_the_next_leader(cluster: Fak
     since, entries = history_from_text(annotations[HISTORY])
     assert since == a._since and list(entries) == ["pr/team-a/wl-1"]
 
-    clock.t += 30  # a stops renewing; its 15 s lease expires
+    assert b.tick().leader is False  # the standby ticks beside the leader: it has seen the Lease's record
+    clock.t += 30  # a stops renewing; its 15 s lease expires (by b's clock, since b last saw it change)
     r = b.tick()
     assert r.ok and r.leader, r.error
     assert b._since == a._since and set(b._arrivals.entries) == {"pr/team-a/wl-1"}

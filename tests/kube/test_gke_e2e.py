@@ -161,6 +161,7 @@ def test_the_next_leader_starts_from_the_stockouts_the_last_one_met(env) -> None
     kube.create(provisioning_request("wl-1", "team-a", "train", 1))
     for _ in range(4):
         assert a.tick().ok
+        assert b.tick().leader is False  # the standby ticks beside the leader, seeing the Lease renewed
         clock[0] += 5
         time.sleep(0.3)
     tried = lambda: [e for e in compute.events if e.kind.startswith("create") and e.zone == "us-central1-a"]  # noqa: E731

@@ -409,6 +409,41 @@ def gke_private(kind: str, props: Mapping[str, Any], settings: Settings) -> list
     return out
 
 
+K8S_ROLES = ("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", "kubernetes:rbac.authorization.k8s.io/v1:Role")
+K8S_BINDINGS = (
+    "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding",
+    "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding",
+)
+#: built-in ClusterRoles that grant (nearly) everything: no stack binds its accounts to them
+BROAD_K8S_ROLES = ("cluster-admin", "admin", "edit")
+
+
+def k8s_rbac_least_privilege(kind: str, props: Mapping[str, Any], settings: Settings) -> list[str]:
+    """Kubernetes RBAC a stack declares names what it grants: no `*` verb, resource or API group in a (Cluster)Role,
+    no secrets read cluster-wide, and no binding to cluster-admin, admin or edit."""
+    if kind in K8S_BINDINGS:
+        ref = props.get("roleRef") if isinstance(props.get("roleRef"), Mapping) else {}
+        name = str(ref.get("name") or "")
+        return (
+            [f"roleRef: {name} grants nearly everything; bind a role naming what is needed"]
+            if name in (BROAD_K8S_ROLES)
+            else []
+        )
+    if kind not in K8S_ROLES:
+        return []
+    out = []
+    for i, rule in enumerate(_list(props.get("rules"))):
+        if not isinstance(rule, Mapping):
+            continue
+        for key in ("verbs", "resources", "apiGroups"):
+            if "*" in [str(v) for v in _list(rule.get(key))]:
+                out.append(f"rules[{i}].{key}: '*' grants whatever the API server serves, now and later")
+        reads = {"get", "list", "watch", "*"} & {str(v) for v in _list(rule.get("verbs"))}
+        if kind == K8S_ROLES[0] and "secrets" in [str(r) for r in _list(rule.get("resources"))] and reads:
+            out.append(f"rules[{i}]: reads secrets in every namespace (a ClusterRole): use a Role in one namespace")
+    return out
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str
@@ -450,6 +485,12 @@ RESOURCE_POLICIES: tuple[Rule, ...] = (
     Rule("pinned-startup", "No startup script pipes a download into a shell", MANDATORY, pinned_startup),
     Rule("ssh-has-targets", "SSH rules name the VMs they reach", MANDATORY, ssh_has_targets),
     Rule("gke-private", "GKE: private nodes, no legacy ABAC, API server not open", MANDATORY, gke_private),
+    Rule(
+        "k8s-rbac-least-privilege",
+        "Kubernetes roles name their verbs, resources and groups; no cluster-wide secrets, no cluster-admin",
+        MANDATORY,
+        k8s_rbac_least_privilege,
+    ),
     Rule("dev-spot", "Dev stacks run GPU capacity on spot (advisory)", ADVISORY, spot_for_dev, needs_stack=True),
 )
 

@@ -251,3 +251,31 @@ def test_gke_clusters_are_private_without_legacy_abac_and_an_open_api_server() -
     ):
         (v,) = check_all([res(kind, {**good, **change}, "c")])
         assert v.policy == "gke-private" and says in v.message, change
+
+
+def test_kubernetes_rbac_names_what_it_grants() -> None:
+    """A (Cluster)Role with a `*` verb, resource or API group, a ClusterRole that reads secrets in every namespace,
+    or a binding to cluster-admin / admin / edit is refused; the autoscaler's own roles (explicit verbs on named
+    resources, a Lease by name) pass."""
+    role, cluster_role = (
+        "kubernetes:rbac.authorization.k8s.io/v1:Role",
+        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
+    )
+    binding = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
+    ok = {"rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch", "patch"]},
+                    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["l"],
+                     "verbs": ["get", "update"]}]}  # fmt: skip
+    assert names([res(cluster_role, ok, "autoscaler")]) == []
+    for rule, says in (
+        ({"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}, "verbs: '*'"),
+        ({"apiGroups": ["*"], "resources": ["nodes"], "verbs": ["get"]}, "apiGroups: '*'"),
+        ({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}, "reads secrets in every namespace"),
+    ):
+        (v,) = check_all([res(cluster_role, {"rules": [rule]}, "wide")])
+        assert v.policy == "k8s-rbac-least-privilege" and says in v.message, rule
+    # a Role reading the secrets of its own namespace is what the rule asks for instead
+    assert names([res(role, {"rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]})]) == []
+    admin = {"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"}}
+    assert names([res(binding, admin, "b")]) == [("k8s-rbac-least-privilege", MANDATORY)]
+    own = {"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpu-fleet-autoscaler"}}
+    assert names([res(binding, own, "b")]) == []

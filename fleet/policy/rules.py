@@ -119,6 +119,7 @@ BILLABLE_LABELS: dict[str, str] = {
 # Machine families whose GPUs come with the machine type (no guestAccelerators needed).
 GPU_MACHINE_FAMILIES = ("a2-", "a3-", "a4-", "a4x-", "g2-", "g4-")
 OPEN_RANGES = ("0.0.0.0/0", "::/0")
+SHARED_ADDRESS_SPACE = ipaddress.ip_network("100.64.0.0/10")  # RFC 6598: private too, though not is_private
 
 
 def _get(props: Mapping[str, Any], path: str) -> Any:
@@ -194,13 +195,18 @@ def no_external_ip_on_gpu_vms(kind: str, props: Mapping[str, Any], settings: Set
 def no_open_ingress(kind: str, props: Mapping[str, Any], settings: Settings) -> list[str]:
     if kind != FIREWALL:
         return []
-    direction = str(props.get("direction") or "INGRESS").upper()
-    if direction != "INGRESS" or not _list(props.get("allows")) or props.get("disabled") is True:
+    if not _enabled_ingress_allow(props):
         return []  # deny rules, egress rules and disabled rules may name any range
     open_ranges = [r for r in _list(props.get("sourceRanges")) if _is_open(r)]
     if not open_ranges:
         return []
     return [f"sourceRanges: {', '.join(open_ranges)} on an allow rule opens it to the internet"]
+
+
+def _enabled_ingress_allow(props: Mapping[str, Any]) -> bool:
+    """A firewall rule that lets traffic in: INGRESS (the default), with `allows`, not disabled."""
+    direction = str(props.get("direction") or "INGRESS").upper()
+    return direction == "INGRESS" and bool(_list(props.get("allows"))) and props.get("disabled") is not True
 
 
 def _is_open(source_range: Any) -> bool:
@@ -348,9 +354,9 @@ def ssh_has_targets(kind: str, props: Mapping[str, Any], settings: Settings) -> 
     """An ingress rule that lets SSH in from outside the private ranges (IAP's, say) names the VMs it reaches
     (target service accounts or tags), not every VM of the network.  Rules whose sources are all private (a VPC's
     own subnets talking among themselves) are the internal rules and may."""
-    if kind != FIREWALL or str(props.get("direction") or "INGRESS").upper() != "INGRESS":
+    if kind != FIREWALL or not _enabled_ingress_allow(props):
         return []
-    if props.get("disabled") is True or not any(_allows_port(a, 22) for a in _list(props.get("allows"))):
+    if not any(_allows_port(a, 22) for a in _list(props.get("allows"))):
         return []
     outside = [r for r in _list(props.get("sourceRanges")) if not _is_private(r)]
     if not outside or _list(props.get("targetServiceAccounts")) or _list(props.get("targetTags")):
@@ -364,8 +370,7 @@ def _is_private(source_range: Any) -> bool:
         net = ipaddress.ip_network(str(source_range).strip(), strict=False)
     except ValueError:
         return False
-    shared = ipaddress.ip_network("100.64.0.0/10")
-    return (net.is_private and net.prefixlen > 0) or (net.version == 4 and net.subnet_of(shared))  # type: ignore[arg-type]
+    return (net.is_private and net.prefixlen > 0) or (net.version == 4 and net.subnet_of(SHARED_ADDRESS_SPACE))  # type: ignore[arg-type]
 
 
 def _allows_port(allow: Any, port: int) -> bool:

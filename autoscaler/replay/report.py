@@ -302,11 +302,7 @@ def render_png(result: RunResult) -> bytes:
     return buf.getvalue()
 
 
-def write_report(result: RunResult, path: str | Path) -> Path:
-    """HTML unless `path` ends in .png."""
-    p = Path(path)
-    if p.suffix.lower() == ".png":
-        p.write_bytes(render_png(result))
-    else:
-        p.write_text(render_html(result))
-    return p
+def render_report(result: RunResult, *, png: bool) -> str | bytes:
+    """The report: the figures as PNG bytes with `png`, else the HTML page as text (as `fleet.advise.report` renders
+    its own).  The CLI writes it (`fleet.input.outputs.write_atomic`: checked before the replay runs)."""
+    return render_png(result) if png else render_html(result)

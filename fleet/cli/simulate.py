@@ -324,12 +324,11 @@ def _check_kueue_teams(kueue: Any, teams: int | None, jobs: list[Any]) -> None:
 
 def _write_report(result: Any, report: Path, force: bool) -> None:
     """The HTML page (PNG when `report` ends in .png), written atomically; exit 2 naming --report on failure."""
-    from autoscaler.replay.report import render_html, render_png
+    from autoscaler.replay.report import render_report
     from fleet.input import InputError, write_atomic
 
-    data = render_png(result) if report.suffix.lower() == ".png" else render_html(result)
     try:
-        write_atomic(report, data, option="--report", force=force)
+        write_atomic(report, render_report(result, png=report.suffix.lower() == ".png"), option="--report", force=force)
     except InputError as exc:
         for line in exc.lines():
             typer.echo(f"error: {line}", err=True)

@@ -973,11 +973,11 @@ modprobe import-helper
 {running_rxdm} --all | xargs --no-run-if-empty docker container rm --force >/dev/null
 # an installer left by a prolog slurmd killed (PrologEpilogTimeout) would hold the name the next one needs
 docker container rm --force nccl-installer >/dev/null 2>&1 || :
-rm -rf /var/lib/tcpxo/lib64
+rm -rf {TCPXO_LIB_DIR}
 docker run --rm --name nccl-installer --network=host -v /var/lib:/var/lib {plugin} install --install-nccl
-cat >> /var/lib/tcpxo/lib64/nccl-env-profile.sh <<'EOF'
+cat >> {TCPXO_LIB_DIR}/nccl-env-profile.sh <<'EOF'
 export NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY=/dev/aperture_devices
-export LD_LIBRARY_PATH=/var/lib/tcpxo/lib64:${{LD_LIBRARY_PATH:-}}
+export LD_LIBRARY_PATH={TCPXO_LIB_DIR}:${{LD_LIBRARY_PATH:-}}
 EOF
 name="{RXDM_CONTAINER}${{SLURM_JOB_ID}}"
 docker run --detach --name "$name" --cap-add=NET_ADMIN --network=host --privileged --gpus all \\

@@ -208,11 +208,10 @@ def _gce_pool_problems(pool: InventoryPool, cat: Catalog) -> list[tuple[str, str
             for zone in pool.instance_groups
             if zone not in pool.zones
         ]
-    if pool.machine_type not in cat:
-        try:
-            cat.machine(pool.machine_type)
-        except KeyError as exc:
-            return [*out, ("machine_type", f"{exc} (not in the machine catalog, fleet/catalog/data)")]
+    try:
+        cat.machine(pool.machine_type)
+    except KeyError as exc:  # UnknownMachineType: its message lists the known types
+        return [*out, ("machine_type", f"{exc} (not in the machine catalog, fleet/catalog/data)")]
     return out + _catalog_problems(pool, cat)
 
 

@@ -81,9 +81,7 @@ def policy_pool_problems(policy: Policy, pools: Sequence[Pool]) -> list[tuple[st
     names = sorted(p.name for p in pools)
     return [
         (f"policy.{field}", f"{key!r} is not a pool the daemon manages (its pools: {', '.join(names)})")
-        for field in ("pool_max_nodes", "pool_max_gpus")
-        for key in sorted(getattr(policy, field))
-        if key not in names
+        for field, key in policy.caps_on_unknown_pools(names)
     ]
 
 

@@ -225,6 +225,17 @@ class Policy:
             "right-sized powered-down node at submit and never to a larger node's free GPUs"
         )
 
+    def caps_on_unknown_pools(self, pools: Iterable[str]) -> list[tuple[str, str]]:
+        """(field, pool name) of the per-pool caps (`pool_max_nodes`, `pool_max_gpus`) that name none of `pools`:
+        such a cap would never apply.  The spec rule and the daemon refuse the same."""
+        known = set(pools)
+        return [
+            (field, name)
+            for field in ("pool_max_nodes", "pool_max_gpus")
+            for name in sorted(getattr(self, field))
+            if name not in known
+        ]
+
     def idle_timeout_for(self, machine_type: str) -> float:
         """Seconds a ready-idle node of `machine_type` is kept before it is drained."""
         return self.idle_timeout_by_machine.get(machine_type, self.idle_timeout_s)

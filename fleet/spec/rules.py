@@ -751,10 +751,8 @@ def autoscaler_policy(spec: FleetSpec, cat: Catalog) -> Iterator[Issue]:
 def unknown_pool_caps(where: str, policy: Policy, cluster: ClusterSpec) -> Iterator[Issue]:
     """Keys of the policy's per-pool caps that name no pool of `cluster`: the cap would never apply."""
     pools = [p.name for p in cluster.pools]
-    for field in ("pool_max_nodes", "pool_max_gpus"):
-        for name in sorted(getattr(policy, field)):
-            if name not in pools:
-                yield f"{where}.{field}", f"{name!r} is not a pool of this cluster (its pools: {', '.join(pools)})"
+    for field, name in policy.caps_on_unknown_pools(pools):
+        yield f"{where}.{field}", f"{name!r} is not a pool of this cluster (its pools: {', '.join(pools)})"
 
 
 from fleet.spec import kube_rules  # noqa: E402, F401  (registers the Kubernetes / Kueue rules after these)

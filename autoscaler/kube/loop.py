@@ -617,11 +617,9 @@ class KubeDaemon:
             b = v.booking
             if b is None or v.failed:
                 continue
+            if _booking_end(v, now, arrived) is not None:
+                continue  # its pods arrived (the booking is consumed), or the booking time passed
             at = v.provisioned_at
-            if at is not None and now - at > BOOKING_TTL_S:
-                continue  # BookingExpired: the capacity is no longer held for this request
-            if at is not None and (v.arrived or v.key in arrived):
-                continue  # its pods arrived: the booking is consumed
             for n in b.names:
                 if at is not None and created.get(n, at) > at + CLOCK_SLACK_S:
                     continue
@@ -637,15 +635,12 @@ class KubeDaemon:
         admitted; a workload evicted and admitted again then gets a new request (a new attempt), where a
         Provisioned request without it was taken as capacity still held, and the pods came back to none."""
         for v in views:
-            if not v.provisioned or v.failed or v.booking_expired or v.provisioned_at is None:
+            if not v.provisioned or v.failed or v.booking_expired:
                 continue
-            if v.arrived or v.key in arrived:
-                reason, why = "CapacityBookingConsumed", "the request's pods were all scheduled"
-            elif now - v.provisioned_at > BOOKING_TTL_S:
-                reason, why = "CapacityReservationTimeExpired", f"capacity was held {BOOKING_TTL_S:.0f} s"
-            else:
-                continue
-            self._condition(v, "BookingExpired", "True", reason, f"gpu-fleet: {why}; it is no longer booked", now, res)
+            reason = _booking_end(v, now, arrived)
+            if reason is not None:
+                message = f"gpu-fleet: {BOOKING_ENDS[reason]}; it is no longer booked"
+                self._condition(v, "BookingExpired", "True", reason, message, now, res)
 
     # ---- requests ---------------------------------------------------------------------------------------
     def _provisioned(self, v: RequestView, pool: str, names: Sequence[str], now: float, res: KubeTickResult) -> None:
@@ -951,6 +946,25 @@ class KubeDaemon:
                 if exc.status != 404:
                     raise
         return True
+
+
+#: why a Provisioned request's booking ended, by the BookingExpired reason the Cluster Autoscaler writes for it
+BOOKING_ENDS = {
+    "CapacityBookingConsumed": "the request's pods were all scheduled",
+    "CapacityReservationTimeExpired": f"capacity was held {BOOKING_TTL_S:.0f} s",
+}
+
+
+def _booking_end(v: RequestView, now: float, arrived: Set[str]) -> str | None:
+    """The BOOKING_ENDS reason a Provisioned request's booking no longer holds its capacity for (its pods arrived:
+    the request's mark, or `arrived` marked this tick; or the booking TTL passed), None while it holds."""
+    if v.provisioned_at is None:
+        return None
+    if v.arrived or v.key in arrived:
+        return "CapacityBookingConsumed"
+    if now - v.provisioned_at > BOOKING_TTL_S:
+        return "CapacityReservationTimeExpired"
+    return None
 
 
 def _holds_a_pod(p: Pool, v: RequestView) -> bool:

@@ -54,9 +54,6 @@ def check(
     except (ValueError, RuntimeError) as exc:  # component argument checks, duplicate URNs
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    from fleet.cli.synth import _close_event_loop
-
-    _close_event_loop()
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:

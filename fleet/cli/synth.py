@@ -70,19 +70,6 @@ def _price_table(cost: dict[str, Any]) -> Any:
     return table
 
 
-def _close_event_loop() -> None:
-    """Close the loop the Pulumi SDK ran on, so interpreter teardown does not close it half-way (noise on stderr)."""
-    import asyncio
-
-    try:
-        loop = asyncio.get_event_loop_policy().get_event_loop()
-    except RuntimeError:
-        return
-    if not loop.is_running() and not loop.is_closed():
-        loop.close()
-        asyncio.set_event_loop(asyncio.new_event_loop())  # for a later in-process run (tests)
-
-
 def synth(
     stack: Annotated[
         str | None, typer.Option("--stack", help="stack name: reads Pulumi.NAME.yaml from cwd or the repo root")
@@ -111,7 +98,6 @@ def synth(
     except (ValueError, RuntimeError) as exc:  # component argument checks, SynthError (duplicate URNs)
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
-    _close_event_loop()
     out = result.to_json()
     for warning in out["warnings"]:  # as `pulumi up` shows the program's diagnostics
         typer.echo(f"warning: {warning}", err=True)

@@ -327,5 +327,6 @@ def _autoscaler(
         cluster_api_namespace=cluster.kubernetes.namespace if cluster.kubernetes else None,
         gcp_service_account=gsa_email,
         node_selector=node_selector,
+        metrics_from_namespaces=tuple(auto.metrics_from_namespaces),
     )
     Manifests(f"{cluster.name}-autoscaler", manifests(deployment), opts=kopts, after=[queues], object_opts=kopts)

@@ -10,8 +10,8 @@ get/update its own Lease only.  The daemon's e2e tests run against a fake API se
 these rules (tests/kube/cluster.py `deployed_rbac`).  On GKE the
 ServiceAccount maps to a Google service account through Workload Identity (MIG instance calls).
 The config file and the inventory come from a ConfigMap; /metrics and /healthz listen on the pod port
-(probes, a ClusterIP Service for scraping).  Shape of the config: `fleet.inventory.KubernetesSection`,
-docs/kubernetes.md.
+(probes, a ClusterIP Service for scraping), and a NetworkPolicy admits only the named scrapers to it
+(`network_policy`).  Shape of the config: `fleet.inventory.KubernetesSection`, docs/kubernetes.md.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class AutoscalerDeployment:
     cluster_api_namespace: str | None = None  # Cluster API pools: where MachineDeployments / Machines live
     gcp_service_account: Any = None  # GKE: the Google service account (email) of Workload Identity
     node_selector: dict[str, str] = field(default_factory=dict)
+    metrics_from_namespaces: tuple[str, ...] = ()  # who may scrape /metrics (`network_policy`)
 
     @property
     def lease_name(self) -> str:
@@ -112,6 +113,28 @@ def _capi_role(a: AutoscalerDeployment) -> list[dict[str, Any]]:
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
          "subjects": [{"kind": "ServiceAccount", "name": APP, "namespace": a.namespace}]},
     ]  # fmt: skip
+
+
+def network_policy(a: AutoscalerDeployment, pod_labels: dict[str, str]) -> dict[str, Any]:
+    """Ingress to the autoscaler's pods: the metrics port only, from the pods of `metrics_from_namespaces` only
+    (none: no rule, nothing in the cluster reaches them).  The pods listen on nothing else, so this closes the one
+    open port to everything but the scrapers.  kubelet's probes pass whatever the rules say: "traffic to and from
+    the node where a Pod is running is always allowed" (kubernetes.io, Network Policies).  Egress is left open:
+    the API server's and Google APIs' addresses are not known at synth time.  Enforced only where the CNI
+    enforces NetworkPolicy (Dataplane V2, which the GKE stacks turn on; Calico, Cilium)."""
+    rules = []
+    if a.metrics_from_namespaces:
+        rules.append({
+            "from": [{"namespaceSelector": {"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(a.metrics_from_namespaces)}]}}],
+            "ports": [{"protocol": "TCP", "port": "metrics"}],
+        })  # fmt: skip
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(APP, a.namespace),
+        "spec": {"podSelector": {"matchLabels": dict(pod_labels)}, "policyTypes": ["Ingress"], "ingress": rules},
+    }
 
 
 def manifests(a: AutoscalerDeployment) -> list[dict[str, Any]]:
@@ -193,4 +216,5 @@ def manifests(a: AutoscalerDeployment) -> list[dict[str, Any]]:
          "spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": _meta(APP, ns),
          "spec": {"selector": selector, "ports": [{"name": "metrics", "port": a.metrics_port, "targetPort": "metrics"}]}},  # noqa: E501
+        network_policy(a, selector),
     ]  # fmt: skip

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from ipaddress import IPv4Network
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -246,6 +246,7 @@ def rfc3339_utc(value: str) -> str:
 
 
 K8sName = Field(pattern=DNS1123_LABEL, description="DNS-1123 label")
+NamespaceName = Annotated[str, Field(pattern=DNS1123_LABEL, description="a Kubernetes namespace")]
 
 
 class TemplateRef(_Spec):
@@ -406,6 +407,11 @@ class KueueAutoscalerSpec(_Spec):
     namespace: str = Field("gpu-fleet-system", pattern=DNS1123_LABEL)
     policy: PolicyMapping = Field(default_factory=dict, description="planner Policy fields (docs/planner.md)")
     metrics_port: int = Field(9464, ge=1024, le=65535)
+    # The pods admit only the metrics port, and that only from these namespaces (a NetworkPolicy; kubelet's
+    # probes come from the node, which a NetworkPolicy never blocks).  Empty: nothing in the cluster scrapes it.
+    metrics_from_namespaces: list[NamespaceName] = Field(
+        default_factory=list, max_length=16, description="namespaces whose pods may scrape /metrics (e.g. gmp-system)"
+    )
 
 
 def _default_priorities() -> list[WorkloadPriorityClassSpec]:

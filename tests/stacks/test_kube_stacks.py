@@ -314,6 +314,40 @@ def test_autoscaler_deployment_two_replicas_lease_and_least_privilege(kube_examp
                       "resourceNames": ["gpu-fleet-autoscaler"]}]  # fmt: skip
 
 
+def test_autoscaler_pods_admit_only_the_scrapers_named_on_the_metrics_port(kube_example, tmp_path):
+    """The one port the daemon listens on is closed to the cluster unless the spec names who scrapes it: the
+    NetworkPolicy selects exactly the Deployment's pods (a selector that missed them would leave them open), admits
+    TCP to the container's metrics port from the named namespaces only, and is a valid networking/v1 object."""
+    from kubernetes import client
+
+    def pods_and_policy(syn: Synthesis) -> tuple[dict, dict]:
+        (dep,) = of_kind(syn, "Deployment")
+        (policy,) = of_kind(syn, "NetworkPolicy")
+        assert policy["metadata"]["namespace"] == dep["metadata"]["namespace"]
+        return dep["spec"]["template"], policy
+
+    template, closed = pods_and_policy(kube_example)
+    labels = template["metadata"]["labels"]
+    assert closed["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    assert closed["spec"]["policyTypes"] == ["Ingress"] and closed["spec"]["ingress"] == []  # default: no scraper
+
+    def scraped(config: dict) -> None:
+        config["gpu-fleet:fleet"]["clusters"][0]["kueue"]["autoscaler"]["metrics_from_namespaces"] = [
+            "gmp-system", "monitoring"]  # fmt: skip
+
+    template, policy = pods_and_policy(synth_file(gke_file(tmp_path, scraped)))
+    (rule,) = policy["spec"]["ingress"]
+    (source,) = rule["from"]
+    assert source == {"namespaceSelector": {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["gmp-system", "monitoring"]}]}}  # fmt: skip
+    (port,) = rule["ports"]
+    (container,) = template["spec"]["containers"]
+    assert port["protocol"] == "TCP" and port["port"] in {p["name"] for p in container["ports"]}
+    api = client.ApiClient()
+    model = api.deserialize(json.dumps(policy), "V1NetworkPolicy", "application/json")
+    assert api.sanitize_for_serialization(model) == policy
+
+
 def test_gke_daemon_uses_workload_identity_bound_to_its_service_account(gke):
     (sa,) = [s for s in of_kind(gke, "ServiceAccount") if s["metadata"]["name"] == "gpu-fleet-autoscaler"]
     gsa = gke.result.outputs["clusters"]["a3u"]["autoscaler_service_account"]

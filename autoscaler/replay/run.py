@@ -305,10 +305,13 @@ def run_scenario(
         floor = boot_floor_usd(marked, scenario, bound)
         factories = policy_factories(opts)
     result = RunResult(scenario, bound, marked, boot_floor_usd=floor, kueue=ctx)
+    built: dict[str, ReplayPolicy] = {}
     for name in policies:
         if name not in factories:
             raise ValueError(f"--policy: {name} does not run on --scheduler {'kueue' if ctx else 'slurm'}")
-        policy = factories[name](scenario, marked)
+        built[name] = factories[name](scenario, marked)
+        built[name].pools(scenario)  # a policy that cannot run this scenario says so before any replay starts
+    for name, policy in built.items():
         engine = (ctx.engine(policy, scenario) if ctx else replay_engine(marked, scenario, policy)).run()
         result.engines[name] = engine
         result.metrics[name] = policy_metrics(engine, bound)

@@ -7,6 +7,7 @@ import pytest
 from autoscaler.replay.baselines import CaLikePolicy, ExactFitPolicy, KarpenterLikePolicy
 from autoscaler.replay.engine import ReplayEngine
 from autoscaler.replay.scenario import Scenario
+from autoscaler.sim import StockoutWindow
 from fleet.catalog import CapacityType, load_catalog
 from tests.replay.conftest import job
 
@@ -156,3 +157,163 @@ def test_karpenter_like_counts_the_free_room_of_a_reserved_node_coming_up_for_on
     assert launched == [("a3-highgpu-8g", "reservation")]
     starts = {j.first_start for j in eng.state.jobs}
     assert len(starts) == 1 and 360 <= starts.pop() < 372  # all on that node once it is up
+
+
+# ---- karpenter-like: requeue of unplaced pods, disruption budget, registration timeout ----------------------
+
+
+@pytest.mark.parametrize(("rate", "seed", "within"), [(0.8, 1, 1000.0), (0.95, 1, 1000.0), (0.95, 2, 3000.0)])
+def test_karpenter_like_retries_pods_left_without_a_claim_every_10_s(rate: float, seed: int, within: float) -> None:
+    """Every compatible offering stocked out and in the unavailable-offerings cache: the solve launches nothing,
+    and the pod's 10 s reconcile requeue triggers the next batch until an offering launches.  Before, the pod
+    waited for an unrelated event (j1's submission at 20,000 s: j0 started at 20,362 s at rate 0.8), and at 0.95
+    the replay raised "nothing will happen"."""
+    jobs = [job(0, 0, 3600, 8), job(1, 20_000, 60, 1)]
+    eng = ReplayEngine(jobs, Scenario(stockout_rate=rate, seed=seed), KarpenterLikePolicy()).run()
+    assert eng.counters.launch_failures > 3  # every 8g offering (3 zones) refused at least once
+    j0 = eng.state.jobs[0]
+    assert j0.first_start is not None and j0.first_start < within
+
+
+def test_karpenter_like_retries_within_one_requeue_of_the_cache_expiring() -> None:
+    """Every zone out from 0 to 150 s: the batch at 1 s finds the three 8g offerings out (cached until 181-183 s)
+    and launches nothing.  The pod is reconciled every 10 s, so the first solve after the cache expired comes at
+    most one requeue and one batch idle (11 s) later; no event at all follows (before: "nothing will happen")."""
+    sc = Scenario()
+    windows = tuple(StockoutWindow(zone=z, start=0.0, end=150.0) for z in sc.zones)
+    cfg = sc.sim_config().model_copy(update={"stockout_windows": windows})
+    eng = ReplayEngine([job(0, 0, 600, 8)], sc, KarpenterLikePolicy(), sim_config=cfg).run()
+    assert eng.counters.launch_failures == 3
+    start = eng.state.jobs[0].first_start
+    assert start is not None and 181 + 360 <= start <= 181 + 11 + 360
+
+
+def test_karpenter_like_disrupts_10_percent_of_registered_nodes_rounded_up() -> None:
+    """15 registered nodes go empty together: the first consolidation round deletes ceil(1.5) = 2 (floor gave 1)."""
+    jobs = [job(i, 0, 3600, 8) for i in range(15)] + [job(15, 20_000, 60, 1)]
+    eng = ReplayEngine(jobs, Scenario(), KarpenterLikePolicy())
+    deleted: list[tuple[float, str]] = []
+    delete = eng.cloud.delete
+
+    def record(pool, names):  # type: ignore[no-untyped-def]
+        deleted.extend((eng.now, n) for n in names)
+        return delete(pool, names)
+
+    eng.cloud.delete = record  # type: ignore[method-assign]
+    eng.run()
+    first = min(t for t, _ in deleted)
+    assert sum(1 for t, _ in deleted if t == first) == 2
+
+
+@pytest.mark.parametrize(
+    ("registered", "booting", "budget"),
+    [(15, 0, 2), (30, 0, 3), (10, 10, 1), (0, 3, 0)],  # booting nodes neither count nor make the floor of 1
+)
+def test_karpenter_like_budget_counts_registered_nodes_only(registered: int, booting: int, budget: int) -> None:
+    from types import SimpleNamespace
+
+    from autoscaler.cloud import OfferingKey
+    from autoscaler.replay.state import ClusterState, SimNode
+
+    key = OfferingKey("sim", "us-central1-a", "a3-highgpu-8g", CapacityType.ON_DEMAND)
+    st = ClusterState([])
+    for i in range(registered + booting):
+        node = SimNode(f"n-{i}", "p", key, 8, 1.0, 0.0)
+        st.add_node(node)
+        if i < registered:
+            st.register(node, 0.0)
+    assert KarpenterLikePolicy().budget(SimpleNamespace(state=st)) == budget  # type: ignore[arg-type]
+
+
+def test_karpenter_like_refuses_a_boot_beyond_its_15_min_registration_timeout() -> None:
+    """Karpenter deletes a NodeClaim not registered within 15 min (a constant): with a 1200 s boot no pod would
+    ever run, so the replay refuses, naming the flag and the limit; 900 s still runs."""
+    jobs = [job(0, 0, 600, 8)]
+    with pytest.raises(ValueError, match=r"--boot-seconds: karpenter-like .* 900 s .* 1200 s boot"):
+        ReplayEngine(jobs, Scenario(boot_seconds=1200), KarpenterLikePolicy())
+    eng = ReplayEngine(jobs, Scenario(boot_seconds=900), KarpenterLikePolicy()).run()
+    assert eng.state.jobs[0].first_start == pytest.approx(901)  # the batch closes 1 s after the submission
+
+
+def test_simulate_refuses_karpenter_like_with_a_boot_beyond_15_min() -> None:
+    from typer.testing import CliRunner
+
+    from fleet.cli.main import app
+    from tests.replay.conftest import SMALL_TRACE
+
+    args = ["simulate", "--trace", str(SMALL_TRACE), "--policy", "karpenter-like", "--boot-seconds", "1200"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2
+    assert "error: --boot-seconds: karpenter-like" in res.output and "Traceback" not in res.output
+
+
+def test_a_policy_that_cannot_run_the_scenario_refuses_before_any_policy_replays() -> None:
+    """`fleet simulate` replays its policies one after another (minutes each on a large trace): a refusal by the
+    last one comes before the first starts, not after it finished."""
+    from autoscaler.replay.run import run_scenario
+
+    replayed: list[str] = []
+    with pytest.raises(ValueError, match="--boot-seconds: karpenter-like"):
+        run_scenario([job(0, 0, 600, 8)], Scenario(boot_seconds=1200), ["gpu-fleet", "ca-like", "karpenter-like"],
+                     progress=lambda name, _: replayed.append(name))  # fmt: skip
+    assert replayed == []
+
+
+# ---- ca-like: node-group backoff, max-node-provision-time ----------------------------------------------------
+
+
+def _refused(key: object) -> object:
+    from autoscaler.model import ScaleUp
+
+    return ScaleUp(pool="p", offering=key, names=("n-0",), request_id="r", units=(), reason="test")  # type: ignore[arg-type]
+
+
+def test_ca_like_backoff_doubles_after_each_ended_backoff_and_resets_3_h_after_the_last_failure() -> None:
+    """exponential_backoff.go: 5 min, then double the previous duration once it ended, capped at 30 min; the
+    entry is forgotten 3 h (`--node-group-backoff-reset-timeout`) after the group's last failure."""
+    from autoscaler.cloud import InsufficientCapacity, OfferingKey
+
+    key = OfferingKey("sim", "us-central1-a", "a3-highgpu-8g", CapacityType.ON_DEMAND)
+    ca = CaLikePolicy()
+    durations = []
+    for t in (0.0, 301.0, 902.0, 2103.0, 2103.0 + 4 * 3600):
+        ca.on_launch_failure(_refused(key), InsufficientCapacity("out"), t)  # type: ignore[arg-type]
+        durations.append(ca.backoff_duration(key))
+        assert ca.backed_off(key, t + durations[-1] - 1) and not ca.backed_off(key, t + durations[-1])
+    assert durations == [300, 600, 1200, 1800, 300]  # the last was 1,800 s: the count never reset
+
+
+def test_ca_like_a_failure_during_a_backoff_keeps_its_duration() -> None:
+    """A scale-up started before the group was backed off fails while the backoff runs: CA neither doubles the
+    duration nor starts over at 5 min ("multiple concurrent scale-ups failing shouldn't cause backoff duration to
+    increase", exponential_backoff.go); the backoff runs that long from the new failure."""
+    from autoscaler.cloud import InsufficientCapacity, OfferingKey
+
+    key = OfferingKey("sim", "us-central1-a", "a3-highgpu-8g", CapacityType.ON_DEMAND)
+    ca = CaLikePolicy()
+    for t in (0.0, 301.0, 500.0):
+        ca.on_launch_failure(_refused(key), InsufficientCapacity("out"), t)  # type: ignore[arg-type]
+    assert ca.backoff_duration(key) == 600 and ca.backed_off(key, 1099) and not ca.backed_off(key, 1100)
+
+
+def test_ca_like_backoff_is_removed_when_a_scale_up_of_the_group_finishes() -> None:
+    """One zone, out from 0 to 100 s and from 2000 to 2100 s.  j0's scale-up fails at 0 s (backoff 300 s) and
+    succeeds at 300 s; once its node registered, CA removes the group's backoff (clusterstate.go
+    `updateScaleRequests`), so j1's failure at 2000 s backs off 300 s again, not 600 s: j1 starts at 2660 s."""
+    sc = Scenario()
+    zone = "us-central1-a"
+    windows = (StockoutWindow(zone=zone, start=0.0, end=100.0), StockoutWindow(zone=zone, start=2000.0, end=2100.0))
+    cfg = sc.sim_config().model_copy(update={"zones": (zone,), "stockout_windows": windows})
+    jobs = [job(0, 0, 600, 8), job(1, 2000, 600, 8)]
+    eng = ReplayEngine(jobs, sc, CaLikePolicy(), sim_config=cfg).run()
+    assert eng.counters.launch_failures == 2
+    assert [j.first_start for j in eng.state.jobs] == [660, 2660]  # 2960 while the backoff kept doubling
+
+
+@pytest.mark.parametrize(("boot", "provision_time"), [(360, 900), (900, 900), (1200, 1500)])
+def test_ca_like_raises_max_node_provision_time_past_the_boot_and_says_so(boot: float, provision_time: float) -> None:
+    """`--max-node-provision-time` (15 min) is an operator's flag: a slower boot gets the next multiple of 5 min
+    above it (every scale-up would time out otherwise), reported in the run's settings."""
+    eng = ReplayEngine([job(0, 0, 600, 8)], Scenario(boot_seconds=boot), CaLikePolicy()).run()
+    assert eng.policy.settings()["max_node_provision_time_s"] == provision_time  # type: ignore[attr-defined]
+    assert eng.state.jobs[0].first_start == boot  # the scan at 0 s launched it; it ran once booted

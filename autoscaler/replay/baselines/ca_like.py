@@ -3,7 +3,8 @@
 Defaults and behaviour are those of the CA FAQ (github.com/kubernetes/autoscaler,
 cluster-autoscaler/FAQ.md: "What are Expanders?", "What are the parameters to CA?", "What types of
 pods can prevent CA from removing a node?", "How does scale-down work?") and the flag help of
-cluster-autoscaler/main.go.
+cluster-autoscaler/main.go; the node-group backoff is cluster-autoscaler/utils/backoff/exponential_backoff.go
+and clusterstate/clusterstate.go (`updateScaleRequests`).
 
 Node groups: one per zone of the family's 8-GPU machine, on-demand (plus spot groups for pods that
 tolerate spot, and the reservation's group, when the scenario has them).  Every scan
@@ -21,18 +22,28 @@ up; other groups wait for the next scan.  Expanders (`--ca-expander` on `fleet s
 - `priority`: the priority expander with the ConfigMap a cost-aware operator writes: reservation
   group 30, spot groups 20, on-demand groups 10 (highest first), ties at random.
 
-A group whose scale-up failed is backed off (5 min, doubling to 30 min).
+A group whose scale-up failed is backed off (`--initial-node-group-backoff-duration` 5 min; a failure
+after the backoff ended doubles the previous duration, up to `--max-node-group-backoff-duration` 30 min).
+The backoff is forgotten `--node-group-backoff-reset-timeout` (3 h) after the group's last failure, and
+when a scale-up of the group finishes (every node it asked for registered: `RemoveBackoff`).
+
+`--max-node-provision-time` (15 min by default) is how long CA waits for a new node to register before it
+gives the scale-up up and backs the group off.  The replay's boot is the same for every launch, so above
+15 min every scale-up would time out and no pod would run; the flag is per deployment (and per node
+group), so the replay then uses the next multiple of 5 min above the boot, what an operator has to set,
+and says so in `settings` (as slurm-power-save does with ResumeTimeout).  Below it the timeout never
+fires: every node registers once booted.
 
 Scale-down: a node is unneeded when its utilisation is below the threshold and all its pods can
 move.  On a GPU node utilisation is GPU requests / allocatable GPUs (`--scale-down-gpu-utilization-
 threshold`, default 0.5; CPU and memory are ignored on accelerator nodes).  GPU batch pods are not
 movable: a training pod runs to completion, has no replica elsewhere to take over, is marked
-`cluster-autoscaler.kubernetes.io/safe-to-evict: "false"` (or uses local storage such as an emptyDir
-for /dev/shm, which blocks removal by default), and evicting it kills the run.  So a node with a
-running job is never removed, whatever its utilisation; an empty node (utilisation 0) is unneeded
-once the threshold is above 0, is removed after 10 min unneeded (`--scale-down-unneeded-time`), not
-within 10 min of a scale-up (`--scale-down-delay-after-add`), at most 10 per scan
-(`--max-empty-bulk-delete`).  Pods of a gang each get a node and wait for their peers (no gang
+`cluster-autoscaler.kubernetes.io/safe-to-evict: "false"` (the FAQ's annotation that blocks removal;
+the usual /dev/shm emptyDir has `medium: Memory`, which the FAQ does not count as local storage), and
+evicting it kills the run.  So a node with a running job is never removed, whatever its utilisation;
+an empty node (utilisation 0) is unneeded once the threshold is above 0, is removed after 10 min
+unneeded (`--scale-down-unneeded-time`), not within 10 min of a scale-up (`--scale-down-delay-after-add`),
+at most 10 per scan (`--max-empty-bulk-delete`).  Pods of a gang each get a node and wait for their peers (no gang
 scheduling)."""
 
 from __future__ import annotations
@@ -52,6 +63,18 @@ from fleet.catalog import CapacityType
 EXPANDERS = ("random", "least-waste", "price", "priority")
 #: the priority expander's ConfigMap in this replay (higher first)
 PRIORITIES = {CapacityType.RESERVATION: 30, CapacityType.SPOT: 20, CapacityType.ON_DEMAND: 10}
+#: `--max-node-provision-time` default, and the step an operator raises it by for a slower boot
+MAX_NODE_PROVISION_TIME_S = 900.0
+PROVISION_TIME_STEP_S = 300.0
+
+
+@dataclass(frozen=True)
+class _Backoff:
+    """One node group's backoff (exponential_backoff.go `exponentialBackoffInfo`)."""
+
+    until: float
+    duration: float
+    last_failure: float
 
 
 @dataclass
@@ -65,6 +88,7 @@ class CaLikePolicy:
     max_empty_bulk_delete: int = 10
     backoff_s: float = 300.0
     backoff_max_s: float = 1800.0
+    backoff_reset_s: float = 10800.0  # --node-group-backoff-reset-timeout
     name: str = "ca-like"
     description: str = (
         "Cluster Autoscaler defaults: fixed 8-GPU node groups, random expander (--ca-expander), GPU nodes "
@@ -73,7 +97,10 @@ class CaLikePolicy:
     binds_nominations: bool = False
     placement_weights: None = None  # the scheduler's plain best fit (kube-scheduler has no capacity-type weights)
     _pools: list[Pool] = field(default_factory=list)
-    _backoff: dict[OfferingKey, tuple[float, int]] = field(default_factory=dict)
+    _backoff: dict[OfferingKey, _Backoff] = field(default_factory=dict)
+    _scaling: dict[OfferingKey, set[str]] = field(default_factory=dict)  # scale-ups in flight: nodes asked for
+    #: --max-node-provision-time: CA's 15 min, raised past the scenario's boot when needed (`pools`)
+    _provision_time_s: float = MAX_NODE_PROVISION_TIME_S
     _last_add: float = -math.inf
     _next_scan: float = -math.inf
     _rng: random.Random = field(default_factory=random.Random)
@@ -91,9 +118,17 @@ class CaLikePolicy:
             raise ValueError(f"ca-like needs an 8-GPU machine type in {scenario.machine_family}")
         price = m.price(scenario.region)
         self._list_price = price.on_demand if price else 0.0
+        t = MAX_NODE_PROVISION_TIME_S
+        if scenario.ready_s > t:
+            t = math.floor(scenario.ready_s / PROVISION_TIME_STEP_S + 1) * PROVISION_TIME_STEP_S
+        self._provision_time_s = t
         self._rng = random.Random(f"{self.seed}:ca-like")
         self._pools = scenario.pools([m.name])
         return self._pools
+
+    def settings(self) -> dict[str, float | str]:
+        """The flags this run used that the scenario decides (`--expander`, `--max-node-provision-time`)."""
+        return {"expander": self.expander, "max_node_provision_time_s": self._provision_time_s}
 
     def decide(self, view: ReplayView, now: float, reasons: frozenset[str]) -> Decision:
         grid = math.ceil(now / self.scan_interval_s) * self.scan_interval_s  # CA's loop runs on a fixed period
@@ -101,11 +136,13 @@ class CaLikePolicy:
             return Decision(wake_at=max(self._next_scan, grid))
         cmds: list[Command] = []
         nominations: dict[str, tuple[str, ...]] = {}
+        self._finish_scale_ups(view)
         singles, gangs = uncovered(view.state)
         if singles or gangs:
             picked = self._scale_up(view, now, singles, gangs, nominations)
             if picked is not None:
                 cmds.append(picked)
+                self._scaling.setdefault(picked.offering, set()).update(picked.names)
                 self._last_add = now
         cmds += self._scale_down(view, now)
         more = bool(view.state.pending_count) or bool(view.state.idle)
@@ -125,7 +162,7 @@ class CaLikePolicy:
         options = []
         for o in view.offerings():
             pool = next((p for p in self._pools if p.can_launch(o.key)), None)
-            if pool is None or self._backoff.get(o.key, (0.0, 0))[0] > now:
+            if pool is None or self.backed_off(o.key, now):
                 continue
             spot = o.key.capacity_type is CapacityType.SPOT
             pods = [j for j in singles if j.spot_ok or not spot]
@@ -187,7 +224,42 @@ class CaLikePolicy:
         victims = [n for n in empty if self.unneeded(n)][: self.max_empty_bulk_delete]
         return delete_per_pool(victims, f"unneeded (under {self.utilization_threshold:g} GPU utilisation) for 10 min")
 
+    # ---- node-group backoff --------------------------------------------------------------------
+
+    def backed_off(self, key: OfferingKey, now: float) -> bool:
+        """Whether the node group `key` is backed off at `now` (`IsBackedOff`)."""
+        b = self._backoff.get(key)
+        return b is not None and b.until > now
+
+    def backoff_duration(self, key: OfferingKey) -> float | None:
+        """The duration of the group's current backoff entry (None: none kept)."""
+        b = self._backoff.get(key)
+        return b.duration if b is not None else None
+
+    def _finish_scale_ups(self, view: ReplayView) -> None:
+        """clusterstate.go `updateScaleRequests`, every loop: a scale-up with no node of it still coming up has
+        finished, and its group's backoff is removed."""
+        booting = view.state.booting
+        for key, names in list(self._scaling.items()):
+            if not any(n in booting and booting[n].offering == key for n in names):
+                del self._scaling[key]
+                self._backoff.pop(key, None)
+
     def on_launch_failure(self, command: ScaleUp, error: ProviderError, now: float) -> None:
-        _, n = self._backoff.get(command.offering, (0.0, 0))
-        self._backoff[command.offering] = (now + min(self.backoff_s * 2**n, self.backoff_max_s), n + 1)
+        """`Backoff`: the initial duration, or double the previous one (capped) when the previous backoff had
+        ended, or the same one when it had not (a failure of a scale-up started before it); an entry whose last
+        failure is more than the reset timeout ago is forgotten first (`RemoveStaleBackoffData`)."""
+        key = command.offering
+        names = self._scaling.get(key)
+        if names is not None:  # the refused nodes are not coming up (a scale-up of the group before them may be)
+            names.difference_update(command.names)
+            if not names:
+                del self._scaling[key]
+        prev = self._backoff.get(key)
+        if prev is not None and prev.last_failure + self.backoff_reset_s < now:
+            prev = None
+        duration = self.backoff_s
+        if prev is not None:  # concurrent failures during a backoff keep its duration; a later one doubles it
+            duration = prev.duration if prev.until > now else min(2 * prev.duration, self.backoff_max_s)
+        self._backoff[key] = _Backoff(now + duration, duration, now)
         self._next_scan = now  # CA tries the next option at once

@@ -4,7 +4,12 @@ Sources: karpenter.sh/docs/reference/settings/ (`BATCH_IDLE_DURATION` 1s, `BATCH
 karpenter.sh/docs/concepts/scheduling/ and /nodepools/ (requirements, capacity types, `consolidationPolicy`
 default `WhenEmptyOrUnderutilized`, `consolidateAfter` 0s, disruption budget default `nodes: 10%`),
 karpenter.sh/docs/concepts/disruption/ (consolidation, pods with `karpenter.sh/do-not-disrupt`, the
-unavailable-offerings cache).
+unavailable-offerings cache), and the sources where the docs are silent: kubernetes-sigs/karpenter
+pkg/controllers/provisioning/controller.go (a pending pod is reconciled again `RequeueAfter: 10 *
+time.Second` "until the pod is no longer provisionable"), pkg/apis/v1/nodepool.go and
+pkg/controllers/disruption/helpers.go (the budget), pkg/controllers/nodeclaim/lifecycle/liveness.go
+(`registrationTimeout = 15 * time.Minute`, a constant), aws/karpenter-provider-aws pkg/cache/cache.go
+(`UnavailableOfferingsTTL` 3 min).
 
 Provisioning: pending pods are batched (a batch closes after 1 s without a new pending pod, or 10 s
 after it opened).  Karpenter's scheduler then simulates the batch, largest pods first: each pod goes
@@ -17,14 +22,24 @@ on a3-highgpu become one claim, launched as one 8g node (the cheapest type fitti
 one 4g.  Pods of a gang are separate 8-GPU pods, each filling its own claim: their nodes are launched
 independently and may land in different zones or at different times.  An offering that returns
 InsufficientCapacity goes into the unavailable-offerings cache for 3 minutes; its pods are pending
-again and the next batch tries the next offering.
+again and the next batch tries the next offering.  A pod the solve could give no claim (every compatible
+offering in the cache, or quota used up) is reconciled again 10 s after the trigger that opened the
+batch, which opens the next batch: Karpenter retries every 10 s while a pod stays pending, not when the
+cache entry expires.
+
+Registration: Karpenter deletes a NodeClaim whose node has not registered 15 minutes after launch
+(`registrationTimeout`, not configurable).  The replay's boot is the same for every launch, so with
+`--boot-seconds` above 900 every node would be deleted before it came up and no pod would ever run: the
+policy refuses such a scenario (`pools`) instead of replaying a Karpenter that could not exist.
 
 Consolidation (`WhenEmptyOrUnderutilized`, `consolidateAfter: 0s`): the disruption loop (every 10 s)
-picks candidate nodes within the disruption budget (10% of nodes) and deletes those still as chosen
-after the 15 s validation wait (`consolidationTTL`).  A node is a candidate when it is empty, or when
-it is underutilised and its pods could move; GPU training pods carry `karpenter.sh/do-not-disrupt:
-"true"` (the documented way to keep a batch job from being evicted mid-run), which blocks the
-disruption of their node, so in practice only empty nodes are consolidated."""
+picks candidate nodes within the disruption budget and deletes those still as chosen after the 15 s
+validation wait (`consolidationTTL`).  The budget `nodes: 10%` is of the initialized (here: registered)
+nodes, rounded up, less the nodes already being deleted (`GetAllowedDisruptions` rounds a percentage up;
+booting nodes do not count).  A node is a candidate when it is empty, or when it is underutilised and
+its pods could move; GPU training pods carry `karpenter.sh/do-not-disrupt: "true"` (the documented way
+to keep a batch job from being evicted mid-run), which blocks the disruption of their node, so in
+practice only empty nodes are consolidated."""
 
 from __future__ import annotations
 
@@ -40,6 +55,8 @@ from autoscaler.replay.state import Job
 from fleet.catalog import CapacityType
 
 PRIORITY = {CapacityType.RESERVATION: 0, CapacityType.SPOT: 1, CapacityType.ON_DEMAND: 2, CapacityType.FLEX_START: 3}
+#: pkg/controllers/nodeclaim/lifecycle/liveness.go `registrationTimeout` (a constant, not a setting)
+REGISTRATION_TIMEOUT_S = 900.0
 
 
 @dataclass
@@ -79,6 +96,7 @@ class KarpenterLikePolicy:
     batch_idle_s: float = 1.0
     batch_max_s: float = 10.0
     ice_cache_s: float = 180.0
+    requeue_s: float = 10.0  # a still-pending pod's reconcile requeue, which triggers the provisioner again
     disruption_poll_s: float = 10.0
     consolidate_after_s: float = 0.0
     budget_fraction: float = 0.10
@@ -87,8 +105,8 @@ class KarpenterLikePolicy:
     description: str = (
         "Karpenter defaults: 1 s/10 s batch, pods packed into existing nodes, then claims of the same solve, then "
         "a new claim of the cheapest type fitting all its pods (reserved > spot > on-demand), 3 min "
-        "unavailable-offering cache, gang pods' nodes launched independently, consolidation of empty nodes "
-        "(busy GPU pods are do-not-disrupt)"
+        "unavailable-offering cache (pods left without a claim retried every 10 s), gang pods' nodes launched "
+        "independently, consolidation of empty nodes (busy GPU pods are do-not-disrupt)"
     )
     binds_nominations: bool = False
     placement_weights: None = None  # the scheduler's plain best fit (kube-scheduler has no capacity-type weights)
@@ -101,8 +119,18 @@ class KarpenterLikePolicy:
     _planned: dict[OfferingKey, int] = field(default_factory=dict)
     _candidates: dict[str, int] = field(default_factory=dict)  # empty nodes chosen, name -> node version
     _validate_at: float | None = None
+    _requeue_at: float | None = None  # when pods the last solve left without a claim trigger the next batch
+    _unplaced: bool = False  # the last solve left some pod without a claim
 
     def pools(self, scenario: Scenario) -> list[Pool]:
+        """Every pool of the scenario; a ValueError when its boot exceeds Karpenter's registration timeout."""
+        if scenario.ready_s > REGISTRATION_TIMEOUT_S:
+            raise ValueError(
+                f"--boot-seconds: karpenter-like imitates Karpenter, which deletes a NodeClaim whose node has not "
+                f"registered {REGISTRATION_TIMEOUT_S:g} s after launch (registrationTimeout, 15 min, not "
+                f"configurable): with a {scenario.ready_s:g} s boot every node would be deleted before it came up; "
+                f"use at most {REGISTRATION_TIMEOUT_S:g} s or leave karpenter-like out of --policy"
+            )
         self._pools = scenario.pools()
         return self._pools
 
@@ -114,18 +142,27 @@ class KarpenterLikePolicy:
         if singles or gangs:
             if self._batch_start is None:
                 self._batch_start = now
-            if reasons & {"submit", "gone", "failure"}:
-                self._last_seen = now  # a pod became pending (again: its node claim failed to launch)
+            requeued = self._requeue_at is not None and now >= self._requeue_at
+            if requeued:
+                self._requeue_at = None
+            if requeued or reasons & {"submit", "gone", "failure"}:
+                # a pod became pending (again: its node claim failed to launch), or a pending pod's reconcile
+                # came round again: either triggers the provisioner
+                self._last_seen = now
             # compare with the wake-up times themselves (now - t0 >= d can miss by a rounding error)
             idle_done = now >= self._last_seen + self.batch_idle_s
             max_done = now >= self._batch_start + self.batch_max_s
             if idle_done or max_done:
-                self._batch_start = None
+                opened, self._batch_start = self._batch_start, None
                 cmds += self._provision(view, now, singles, gangs, nominations)
+                wake += self._requeue(now, opened)
             else:
                 wake.append(min(self._last_seen + self.batch_idle_s, self._batch_start + self.batch_max_s))
+            if self._requeue_at is not None:
+                wake.append(self._requeue_at)
         else:
             self._batch_start = None
+            self._requeue_at = None
         if self._validate_at is not None:
             if now >= self._validate_at:
                 cmds += self._validated(view)
@@ -146,6 +183,22 @@ class KarpenterLikePolicy:
                 wake.append(self._next_disruption)
         return Decision(tuple(cmds), nominations, wake_at=min(wake) if wake else None)
 
+    def _requeue(self, now: float, opened: float) -> list[float]:
+        """After a solve: if it left a pod without a claim, that pod's reconcile, due `requeue_s` after the trigger
+        that opened the batch, triggers the next batch (controller.go: `RequeueAfter: 10 * time.Second` until the
+        pod is no longer provisionable).  When that is already due, the next batch opens now.  Returns the
+        wake-up the batch needs, if one opened."""
+        if not self._unplaced:
+            self._requeue_at = None
+            return []
+        due = opened + self.requeue_s
+        if due > now:
+            self._requeue_at = due
+            return []
+        self._requeue_at = None
+        self._batch_start = self._last_seen = now
+        return [now + self.batch_idle_s]
+
     def _provision(
         self,
         view: ReplayView,
@@ -155,8 +208,10 @@ class KarpenterLikePolicy:
         nominations: dict[str, tuple[str, ...]],
     ) -> list[Command]:
         """One scheduling solve over the batch: existing nodes (counted by `uncovered`), then claims opened
-        in this solve, then a new claim; each claim launched as its cheapest compatible offering."""
+        in this solve, then a new claim; each claim launched as its cheapest compatible offering.  Sets
+        `_unplaced` when some pod got no claim (no compatible offering outside the unavailable-offerings cache)."""
         self._planned = {}
+        self._unplaced = False
         offers = self._launchable(view, now)
         claims: list[_Claim] = []
         for job in sorted(singles, key=lambda j: -j.gpus_per_node):  # largest pods first, FIFO within a size
@@ -167,10 +222,13 @@ class KarpenterLikePolicy:
                 claim = _Claim(offers)
                 if claim.add(job):
                     claims.append(claim)
+                else:
+                    self._unplaced = True
         cmds: list[Command] = []
         for claim in claims:
             choice = self._cheapest(claim.options)
             if choice is None:
+                self._unplaced = True
                 continue
             o, pool = choice
             self._planned[o.key] = self._planned.get(o.key, 0) + 1
@@ -184,6 +242,7 @@ class KarpenterLikePolicy:
             for _ in range(job.nodes - len(job.nominated)):
                 choice = self._cheapest(claim_options)
                 if choice is None:
+                    self._unplaced = True
                     break
                 o, pool = choice
                 self._planned[o.key] = self._planned.get(o.key, 0) + 1
@@ -215,10 +274,19 @@ class KarpenterLikePolicy:
                 best = (rank, o, pool)
         return (best[1], best[2]) if best else None
 
+    def budget(self, view: ReplayView) -> int:
+        """Nodes the disruption budget lets go now: `nodes: 10%` of the registered nodes, rounded up (nodepool.go
+        `GetAllowedDisruptions`: `GetScaledValueFromIntOrPercent(..., numNodes, true)`), less the nodes already
+        being deleted, at least 0 (disruption/helpers.go `BuildDisruptionBudgetMapping`, which counts initialized
+        nodes only: a booting node is neither counted nor disruptable)."""
+        st = view.state
+        registered = sum(1 for n in st.nodes.values() if n.registered)
+        allowed = math.ceil(round(self.budget_fraction * registered, 9))  # 0.1 * 30 is 3.0000000000000004
+        return max(0, allowed - len(st.draining))
+
     def _choose(self, view: ReplayView, now: float) -> None:
         """Empty nodes past consolidateAfter, within the disruption budget."""
-        budget = max(1, math.floor(self.budget_fraction * len(view.state.nodes)))
-        empty = empty_nodes(view.state, now, idle_for_s=self.consolidate_after_s, limit=budget)
+        empty = empty_nodes(view.state, now, idle_for_s=self.consolidate_after_s, limit=self.budget(view))
         self._candidates = {n.name: n.version for n in empty}
 
     def _validated(self, view: ReplayView) -> list[Command]:

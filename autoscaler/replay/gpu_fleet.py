@@ -8,8 +8,10 @@ daemon (`autoscaler/daemon/tick.py`):
   (pool, job) with `core.resume_unit` and calls `core.serve_resumes`, which plans the offering and zone per pool
   and launches exactly Slurm's names; a refused launch backs the offering off and the names stay queued for the
   next tick;
-- `core.queue_depth` over jobs Slurm could not place plus the nodes that matter for scale-down, then
-  `core.scale_down_steps` (drain idle nodes past `idle_timeout_s`, then power down and delete them by name);
+- `core.queue_depth` over jobs Slurm could not place (a job of an OverSubscribe=EXCLUSIVE partition as a unit that
+  takes its nodes whole, as the daemon reads squeue's `shared`: `SimSlurm.exclusive`) plus the nodes that matter
+  for scale-down, then `core.scale_down_steps` (drain idle nodes past `idle_timeout_s`, then power down and delete
+  them by name);
 - SuspendProgram deletes the instances by name; ResumeFailProgram backs the offering off with
   `core.resume_failed`, deletes the instance and returns the node to service (`scontrol update state=resume`), or,
   for a name of a held pool, powers it down (back, held, after SuspendTimeout), as the daemon does.
@@ -414,7 +416,7 @@ class GpuFleetPolicy:
             out = serve_resumes(resume, inv, offerings, self.policy, now, self.unavailable, launch, self._planner)
             self.unavailable = out.memory
         # queue depth + scale-down
-        pending = [self._unit(j) for j in sim.pending_jobs()]
+        pending = [self._unit(sim, j) for j in sim.pending_jobs()]
         cordonable = self._cordonable(sim)
         below = self._below_floor(sim)
         nodes = self._scale_down_nodes(sim, now, cordonable, full=bool(pending) or self._limited or below)
@@ -633,7 +635,9 @@ class GpuFleetPolicy:
         ]
         bootable = {p.name: p.max_nodes - sim.names_up(p) for p in self._pools}  # names powered down
         for job in gated:
-            names = gate_exclusion(job.nodes, job.gpus_per_node, sim.job_pools(job), up, bootable)
+            names = gate_exclusion(
+                job.nodes, job.gpus_per_node, sim.job_pools(job), up, bootable, whole=sim.exclusive(job)
+            )
             sim.open_gate(job, names)
             if names:
                 self._excluded.add(job.idx)
@@ -728,10 +732,10 @@ class GpuFleetPolicy:
             out.setdefault(pool_name, []).append(ru)
         return out
 
-    def _unit(self, job: Job) -> WorkUnit:
+    def _unit(self, sim: SimSlurm, job: Job) -> WorkUnit:
         u = self._units.get(job.idx)
         if u is None:
-            u = self._units[job.idx] = _unit(job)
+            u = self._units[job.idx] = _unit(job, whole=sim.exclusive(job))
         return u
 
     def _node(self, n: SimNode) -> Node:
@@ -880,11 +884,15 @@ def preemption_room(sim: SimSlurm) -> tuple[ReservedRoom, ...]:
     return tuple(out)
 
 
-def _unit(job: Job) -> WorkUnit:
+def _unit(job: Job, *, whole: bool) -> WorkUnit:
+    """A pending job as the daemon's snapshot makes it a work unit (`autoscaler.daemon.snapshot.build_view`);
+    `whole`: squeue shows it taking its nodes whole (`SlurmJob.exclusive`: an OverSubscribe=EXCLUSIVE partition,
+    `SimSlurm.exclusive`), so it plans whole nodes (`WorkUnit.whole_node`)."""
     return WorkUnit(
         id=f"job/{job.idx + 1}",  # the Slurm job id stand-in, as the daemon names units
         submit_time=job.submit,
         gpus_per_node=job.gpus_per_node,
         nodes=job.nodes,
         spot_ok=job.spot_ok,
+        whole_node=whole,
     )

@@ -27,6 +27,11 @@ hard way", checked on a real slurmctld in tests/e2e):
   22.05.8, `bench/late_bind_latency.py --bind`; a job allocated nodes that are up starts at once); small jobs pack
   onto nodes already powering up.  A job stays PENDING only when it cannot be
   placed (every name in use, DOWN or powering down).
+- **OverSubscribe=EXCLUSIVE.**  A job whose partition `fleet render slurm-conf` renders `OverSubscribe=EXCLUSIVE`
+  (every machine type of it takes its node whole, `fleet.slurm.conf.whole_node`: A3/A4 8-GPU with GPU NICs)
+  takes every GPU of each node it gets, and gets only nodes with no job (slurm.conf(5): "Allocates entire nodes
+  to jobs even with select/cons_tres").  The replay's partitions: spot-tolerant jobs stand for one of every pool
+  of the driver, the others for one of its pools that are not spot (`exclusive`).
 - **Released names.**  A held pool's powered-down names are drained; a name the driver undrains (`release`) is
   allocatable `release_allocation_s` later, at slurmctld's next scheduling pass (measured: about 1 s).
 - **ResumeProgram** is called `resume_batch_s` after the first allocation of a batch with every name
@@ -76,6 +81,7 @@ from autoscaler.replay.trace import TraceJob
 from autoscaler.sim import NodeEventKind, SimClock, SimCloud, SimConfig
 from autoscaler.slurm.constraint import alternatives
 from fleet.catalog import CapacityType, load_catalog
+from fleet.slurm.conf import whole_node
 from fleet.slurm.job_submit import Prefer, constraints, preferences
 from fleet.slurm.weights import pool_weights, ranking_shapes
 
@@ -204,6 +210,19 @@ def _index(nm: _Name) -> int:
     return nm.index
 
 
+def exclusive_partition(pools: Iterable[Pool]) -> bool:
+    """Whether `fleet render slurm-conf` renders a partition of `pools` `OverSubscribe=EXCLUSIVE`: every machine
+    type in it takes its node whole (`fleet.slurm.conf.whole_node`, the render's own rule)."""
+    cat = load_catalog()
+    machines = [cat.machine(p.machine_type) for p in pools]
+    return bool(machines) and all(whole_node(m) for m in machines)
+
+
+def _fits(node: SimNode, gpus: int, whole: bool) -> bool:
+    """`node` has room for a member of `gpus` GPUs; `whole`: the job takes the node whole (every GPU free)."""
+    return node.free >= (node.gpus if whole else gpus)
+
+
 class SimSlurm:
     """slurmctld + the sim cloud + a driver, over one trace (see the module docstring)."""
 
@@ -225,6 +244,12 @@ class SimSlurm:
         )
         self.pool_list = driver.pools(scenario)
         self.pools: Mapping[str, Pool] = {p.name: p for p in self.pool_list}
+        #: spot tolerance -> the job's partition is OverSubscribe=EXCLUSIVE (`exclusive`): spot-tolerant jobs stand
+        #: for a partition of every pool, the others for one of the pools that are not spot
+        self._exclusive = {
+            True: exclusive_partition(self.pool_list),
+            False: exclusive_partition(p for p in self.pool_list if p.capacity_type is not CapacityType.SPOT),
+        }
         w = self.conf.weights
         if w is None:
             rows = ((p.name, p.capacity_type, p.machine_type) for p in self.pool_list)
@@ -468,6 +493,7 @@ class SimSlurm:
         requeued, less any whose GPUs the job turns out not to need (Slurm's preempt reorder pass).  Requeued jobs
         resume from their last checkpoint after the requeue hold.  None: preemption cannot place the job."""
         g, need = job.gpus_per_node, job.nodes
+        whole = self.exclusive(job)
         res = CapacityType.RESERVATION
         pools = {p.name for p in self._eligible_pools(job, self.by_weight) if p.capacity_type is res}
         nodes = [nm for nm in self.registered() if nm.pool.name in pools and nm.node.state is not NodeState.DRAINING]
@@ -483,8 +509,9 @@ class SimSlurm:
             }
         )
         free = {n: nm.node.free for n, nm in on.items()}
+        want = {n: nm.node.gpus if whole else g for n, nm in on.items()}  # what the job needs free on each
         taken: list[Job] = []
-        fits = {n for n, f in free.items() if f >= g}  # only the freed nodes can join it
+        fits = {n for n, f in free.items() if f >= want[n]}  # only the freed nodes can join it
 
         def placeable() -> list[str]:
             """The nodes the job would get now (`_one_pool`); [] while it cannot be placed."""
@@ -497,8 +524,8 @@ class SimSlurm:
             taken.append(v)
             for n in v.placed_on:
                 if n.name in free:
-                    free[n.name] += v.gpus_per_node
-                    if free[n.name] >= g:
+                    free[n.name] += n.jobs.get(v.idx, 0)  # the GPUs it holds there (all of them, taken whole)
+                    if free[n.name] >= want[n.name]:
                         fits.add(n.name)
         order = placeable()
         if not order:
@@ -506,8 +533,8 @@ class SimSlurm:
         chosen = set(order)
         requeue = [v for v in taken if any(n.name in chosen for n in v.placed_on)]
         for v in list(reversed(requeue)):  # the last taken first: give back what the job does not need
-            back = {n.name: free[n.name] - v.gpus_per_node for n in v.placed_on if n.name in chosen}
-            if all(f >= g for f in back.values()):
+            back = {n.name: free[n.name] - n.jobs.get(v.idx, 0) for n in v.placed_on if n.name in chosen}
+            if all(f >= want[n] for n, f in back.items()):
                 free.update(back)
                 requeue.remove(v)
         for v in requeue:
@@ -523,6 +550,11 @@ class SimSlurm:
     def job_pools(self, job: Job) -> frozenset[str]:
         """The pools whose nodes `job` may get (its GPUs per node; spot ones only for spot-tolerant work)."""
         return frozenset(p.name for p in self._eligible_pools(job, self.by_weight))
+
+    def exclusive(self, job: Job) -> bool:
+        """`job` takes its nodes whole: its partition is OverSubscribe=EXCLUSIVE (module docstring).  What squeue's
+        `shared` shows as "none" for it (`autoscaler.slurm.readers`, `SlurmJob.exclusive`)."""
+        return self._exclusive[job.spot_ok]
 
     def _eligible_pools(self, job: Job, tier: list[Pool]) -> list[Pool]:
         return [
@@ -580,16 +612,17 @@ class SimSlurm:
         g = job.gpus_per_node
         if need > 1:
             return self._pick_gang(job, pools)
+        whole = self.exclusive(job)
         picked: list[tuple[Pool, _Name | int]] = []
         allowed = {p.name for p in pools}
         eligible = self._eligible_pools(job, pools)
         if self.node_weight and any(p.name in self.node_weight for p in eligible):
-            picked = self._pick_weighted(eligible, g, need)
+            picked = self._pick_weighted(eligible, g, need, whole)
             if len(picked) >= need:
                 return picked
         else:
             for pool in eligible:
-                room = [nm for nm in self._room[pool.name].values() if nm.node.free >= g]
+                room = [nm for nm in self._room[pool.name].values() if _fits(nm.node, g, whole)]
                 if not room:
                     continue
                 want = need - len(picked)
@@ -611,11 +644,11 @@ class SimSlurm:
         by Weight and node-table order as for any job; else the pool of the lowest Weight that can hold it whole
         (slurmctld powers up the last tree that fits, and the render writes them from the highest Weight down),
         its nodes that need no power-up first.  None: no single pool can hold it now."""
-        need, g = job.nodes, job.gpus_per_node
+        need, g, whole = job.nodes, job.gpus_per_node, self.exclusive(job)
         eligible = self._eligible_pools(job, pools)
         off = self.excluded.get(job.idx, frozenset())  # its ExcNodeList
         room = {
-            p.name: [nm for nm in self._room[p.name].values() if nm.node.free >= g and nm.node.name not in off]
+            p.name: [nm for nm in self._room[p.name].values() if _fits(nm.node, g, whole) and nm.node.name not in off]
             for p in eligible
         }
         up_only = self._one_pool((nm for nms in room.values() for nm in nms), need)
@@ -641,14 +674,14 @@ class SimSlurm:
                 return got
         return []
 
-    def _pick_weighted(self, pools: list[Pool], g: int, need: int) -> list[tuple[Pool, _Name | int]]:
+    def _pick_weighted(self, pools: list[Pool], g: int, need: int, whole: bool) -> list[tuple[Pool, _Name | int]]:
         """Nodes that need no power-up, with some carrying their own Weight (`set_weights`): the lowest Weight
-        first, then node-table order (pool, index), as slurmctld orders them."""
+        first, then node-table order (pool, index), as slurmctld orders them.  `whole`: the job takes them whole."""
         room = [
             (self._node_weight(nm), self._order[pool.name], nm)
             for pool in pools
             for nm in self._room[pool.name].values()
-            if nm.node.free >= g
+            if _fits(nm.node, g, whole)
         ]
         room.sort(key=lambda r: (r[0], r[1], r[2].index))
         return [(r[2].pool, r[2]) for r in room[:need]]
@@ -747,15 +780,16 @@ class SimSlurm:
         st = self.state
         st._unqueue(job)
         self._eligible.pop(job.idx, None)
-        g = job.gpus_per_node
+        g, whole = job.gpus_per_node, self.exclusive(job)
         fresh: list[str] = []
         for pool, c in picked:
             if isinstance(c, int):
                 c = self._power_up_index(pool, c, now)
                 fresh.append(c.node.name)
             node = c.node
-            node.free -= g
-            node.jobs[job.idx] = g
+            took = node.gpus if whole else g  # OverSubscribe=EXCLUSIVE: every GPU of the node
+            node.free -= took
+            node.jobs[job.idx] = took
             node.jobs_run += 1
             node.version += 1
             if node.free < 1:

@@ -101,8 +101,10 @@ def test_karpenter_like_launches_gang_nodes_independently_and_bills_the_wait(sma
 
 
 def test_slurm_power_save_packs_small_jobs_onto_one_eight_gpu_node_and_suspends_it_after_300_s() -> None:
+    """On an 8-GPU machine type without GPU NICs (a2-highgpu-8g) the partition is not OverSubscribe=EXCLUSIVE: small
+    jobs share a node (an A3/A4 8-GPU one takes each whole: tests/replay/test_exclusive_partition.py)."""
     jobs = [job(i, 0, 600, 1) for i in range(3)]
-    eng = replay_engine(jobs, Scenario(), SlurmPowerSavePolicy()).run()
+    eng = replay_engine(jobs, Scenario(machine_family="a2-highgpu"), SlurmPowerSavePolicy()).run()
     assert eng.counters.nodes_launched == 1
     assert eng.cloud.ledger.closed_count == 1
     # billed from launch (1 s: ResumeProgram) to deletion: boot 360 s, slurmctld's launch pass at 390 s, 600 s of

@@ -24,6 +24,7 @@ from tests.replay.conftest import SMALL_TRACE
 #: SimSlurm's public methods that change nothing a driver reads (or are the driver protocol and the loop itself)
 READ_ONLY = {
     "allowed",
+    "exclusive",
     "driver_idle_wake",
     "driver_poll",
     "free_indices",

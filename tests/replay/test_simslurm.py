@@ -77,7 +77,9 @@ def test_jobs_get_cloud_nodes_at_submit_by_weight_then_node_order_and_one_batche
 
 
 def test_small_jobs_pack_onto_a_node_that_is_still_powering_up() -> None:
-    eng = SimSlurm([job(i, t, 600, 1) for i, t in enumerate((0, 0.2, 5))], Scenario(), SlurmPowerSavePolicy()).run()
+    """In a partition that is not OverSubscribe=EXCLUSIVE (a2-highgpu-8g has no GPU NICs)."""
+    sc = Scenario(machine_family="a2-highgpu")
+    eng = SimSlurm([job(i, t, 600, 1) for i, t in enumerate((0, 0.2, 5))], sc, SlurmPowerSavePolicy()).run()
     assert eng.counters.nodes_launched == 1 and eng.slurm_counters["resume_calls"] == 1
     # they all waited for it, then for slurmctld's launch pass after it registered at 361 s
     assert [j.first_start for j in eng.state.jobs] == pytest.approx([390, 390, 390])
@@ -86,9 +88,11 @@ def test_small_jobs_pack_onto_a_node_that_is_still_powering_up() -> None:
 def test_a_job_bound_to_a_booting_node_starts_at_slurmctlds_next_launch_pass_not_at_the_registration() -> None:
     """slurmctld defers the batch launch of a job whose node is powered down and retries it in its background loop:
     on 22.05.8 every such job started on one 30 s grid, 0.5-28.6 s after its node registered
-    (`bench/late_bind_latency.py --bind`).  A job allocated a node that is already up starts at once."""
-    d = Recorder(only=["a3-highgpu-8g"])
-    eng = SimSlurm([job(0, 0, 600, 1), job(1, 370, 600, 1), job(2, 400, 600, 1)], Scenario(), d).run()
+    (`bench/late_bind_latency.py --bind`).  A job allocated a node that is already up starts at once (an 8-GPU node
+    without GPU NICs: its partition is not OverSubscribe=EXCLUSIVE, so the jobs share it)."""
+    d = Recorder(only=["a2-highgpu-8g"])
+    sc = Scenario(machine_family="a2-highgpu")
+    eng = SimSlurm([job(0, 0, 600, 1), job(1, 370, 600, 1), job(2, 400, 600, 1)], sc, d).run()
     j0, j1, j2 = eng.state.jobs
     assert eng.counters.nodes_launched == 1  # ResumeProgram at 1 s, registered at 361 s
     assert j0.first_start == 390  # the pass after the registration

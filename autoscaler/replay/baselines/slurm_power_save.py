@@ -15,6 +15,17 @@ its partition defaults; ResumeRate/SuspendRate 0 = no rate limit, which is what 
   slurm-gcp cluster; the replay then uses the next multiple of 300 s above the scenario's boot (what an operator
   has to set) and says so in `settings`;
 - SuspendTime 300 s idle -> SuspendProgram deletes the VM; SuspendTimeout 300 s before the name is reusable;
+- the partition is `OverSubscribe=EXCLUSIVE` where `fleet render slurm-conf` renders it so, by the same rule
+  (`fleet.slurm.conf.whole_node`, which the simulated Slurm applies to the driver's pools: `SimSlurm.exclusive`):
+  on an 8-GPU type with GPU NICs (a3-highgpu-8g, a3-megagpu-8g, a4-highgpu-8g) every job gets whole nodes, as
+  Cluster Toolkit's a3mega blueprint sets `partition_conf: {OverSubscribe: EXCLUSIVE}` on its partition
+  (examples/machine-learning/a3-megagpu-8g/a3mega-slurm-blueprint.yaml, `a3mega_partition`) and as the Toolkit
+  partition module's default `exclusive = true` renders (slurm-gcp's `partitionlines`: `Oversubscribe=Exclusive`,
+  with `PowerDownOnIdle=YES`, which the blueprint avoids with `exclusive: false` and which is not modelled).  On an
+  8-GPU type without them (a2-highgpu-8g) small jobs share a node, as with `exclusive: false`.  That blueprint's
+  partition also sets `ResumeTimeout: 900` and `SuspendTimeout: 600`; they are not taken: its nodeset is static
+  (`node_count_dynamic_max: 0`), so they do not govern power saving there, and the stock slurm-gcp
+  `cloud_parameters` above stand;
 - a reservation's nodeset is **static**, as Cluster Toolkit's reservation blueprints configure it
   (examples/machine-learning/a3-megagpu-8g/a3mega-slurm-blueprint.yaml: `node_count_static:
   $(vars.a3mega_cluster_size)`, `node_count_dynamic_max: 0`): every reserved node is created when the cluster
@@ -47,8 +58,9 @@ class SlurmPowerSavePolicy:
     static_reserved: bool = True
     name: str = "slurm-power-save"
     description: str = (
-        "Slurm power saving (slurm-gcp defaults) on the simulated Slurm: 8-GPU CLOUD nodes allocated at submit, "
-        "ResumeTimeout 300 s, SuspendTime 300 s, on-demand; a reservation's nodeset static (Cluster Toolkit)"
+        "Slurm power saving (slurm-gcp defaults) on the simulated Slurm: 8-GPU CLOUD nodes allocated at submit "
+        "(whole, one job each, where GPU NICs make the partition OverSubscribe=EXCLUSIVE), ResumeTimeout 300 s, "
+        "SuspendTime 300 s, on-demand; a reservation's nodeset static (Cluster Toolkit)"
     )
     _pools: list[Pool] = field(default_factory=list)
     _down: dict[OfferingKey, float] = field(default_factory=dict)

@@ -76,7 +76,7 @@ from autoscaler.core.decide import Planner, default_planner
 from autoscaler.core.settings import SeenJob, SettingsTracker, shown_settings
 from autoscaler.core.weights import ReservedNode, rendered_weights, reservation_weights, weight_changes
 from autoscaler.daemon import job_end
-from autoscaler.daemon.actuate import Actuator
+from autoscaler.daemon.actuate import Actuator, deletable
 from autoscaler.daemon.config import LoopConfig
 from autoscaler.daemon.lock import LeaderLock
 from autoscaler.daemon.lost_calls import LostCalls, bound_jobs, resume_timed_out, resuming, suspended
@@ -331,7 +331,7 @@ class Daemon:
         actuate = res.leader and not self.dry_run
         failed_names: set[str] = set()
         if actuate:  # before listing: a provider may cancel (delete) the failed instances while reporting them
-            memory, failed_names = self._async_failures(memory, now, snodes)
+            memory, failed_names = self._async_failures(memory, now, snodes, act)
         cloud = [c for c in self.provider.list_nodes(self.pool_names) if c.name not in failed_names]
         offerings = self.provider.offerings()
         if sjobs is not None and res.leader:
@@ -358,6 +358,7 @@ class Daemon:
             if actuate:
                 requests = self.store.requests(OPEN_REQUEST_STATES)
                 cloud = self.provider.list_nodes(self.pool_names) if rec.relaunch else cloud
+            self._delete_stopped(cloud, requests, snodes, act)
 
         # 3. suspend / resume-fail, latest request per name wins
         timed_out: set[str] = set()  # held names a resume failure powered down (the hold watches them in step 5)
@@ -458,9 +459,14 @@ class Daemon:
         return list(record_failure(memory, key, kind, now, self.policy, message))
 
     def _async_failures(
-        self, memory: list[UnavailableOffering], now: float, snodes: dict[str, SlurmNode] | None
+        self, memory: list[UnavailableOffering], now: float, snodes: dict[str, SlurmNode] | None, act: Actuator
     ) -> tuple[list[UnavailableOffering], set[str]]:
-        """Launch failures reported after acceptance -> backoff memory; the names are asked for again."""
+        """Launch failures reported after acceptance -> backoff memory; the names are asked for again.
+
+        A failure names what the provider cancelled (members with no VM).  The request's other names may have a VM:
+        a request is all or nothing (a gang must not stay up in part), so they are deleted too, but only through
+        `Actuator.delete`, which deletes nothing Slurm shows work on.  A sibling with work (an independent job a
+        batch packed in the same request) stays, held by the request, as any node."""
         failed: set[str] = set()
         for f in self.provider.poll_errors():
             logger.bind(
@@ -468,18 +474,34 @@ class Daemon:
             ).warning("launch failed after acceptance: {} {} ({})", f.offering, f.kind, f.message)
             memory = self._record(memory, f.offering, f.kind, now, f.message)
             names = list(f.names)
-            if f.request_id:
-                row = self.store.request(f.request_id)
-                if row is not None:
-                    names = names or list(row.names)
-                    self.store.set_request_state(f.request_id, "failed", now, f"{f.kind}: {f.message}")
-            self.store.release_names(names, now, f"launch failed: {f.kind}")
+            row = self.store.request(f.request_id) if f.request_id else None
+            if row is not None:
+                names = names or list(row.names)
+                self.store.release_names(names, now, f"launch failed: {f.kind}")
+                if row.state in OPEN_REQUEST_STATES:
+                    names += self._failed_siblings(row, names, snodes, act)
+                if not set(row.names) - set(names):  # nothing of it is left
+                    self.store.set_request_state(row.request_id, "failed", now, f"{f.kind}: {f.message}")
+            else:
+                self.store.release_names(names, now, f"launch failed: {f.kind}")
             failed.update(names)
             # Slurm still waits for these nodes: ask again, next plan picks another offering
             again = [n for n in names if snodes is None or (snodes.get(n) is not None and snodes[n].powering_up)]
             if again:  # with the jobs Slurm bound them to: independent jobs stay separate units, gangs keep priority
                 self.store.enqueue_power("resume", again, now, self.store.resume_jobs_of(again))
         return memory, failed
+
+    def _failed_siblings(self, row: RequestRow, failed: Sequence[str], snodes: SlurmView, act: Actuator) -> list[str]:
+        """The names of a request that failed in part that the provider left (they have a VM): deleted through
+        `Actuator.delete`, so only those Slurm shows no work on; returns the names deleted."""
+        siblings = [n for n in row.names if n not in failed]
+        idle = [n for n in siblings if deletable(n, snodes)]
+        if busy := [n for n in siblings if n not in idle]:
+            logger.bind(request_id=row.request_id, names=busy).info(
+                "launch {} failed in part: keeping {}, which Slurm shows work on (or did not answer)",
+                row.request_id, busy,
+            )  # fmt: skip
+        return act.delete(row.pool, idle, f"the rest of failed launch {row.request_id}", snodes) if idle else []
 
     def _preempted(
         self, cloud: Sequence[CloudNode], requests: Sequence[RequestRow], snodes: SlurmView, act: Actuator
@@ -501,6 +523,26 @@ class Daemon:
         if names:
             logger.bind(names=names).warning("instances preempted: powering their Slurm nodes down {}", names)
             act.scontrol(names, "power_down_force", "gpu-fleet: instance preempted")
+
+    def _delete_stopped(
+        self, cloud: Sequence[CloudNode], requests: Sequence[RequestRow], snodes: SlurmView, act: Actuator
+    ) -> None:
+        """Preempted instances the cloud keeps (a spot VM the stack's template stops on preemption stays TERMINATED
+        in a MIG that repairs nothing) that no open request holds any more: deleted by name once Slurm shows no work
+        on them.  Until then the stopped VM's disk costs, and its name cannot be launched again (a launch of a name
+        still in the group creates nothing).  Once only: a cloud may go on listing a gone node for a while (the
+        simulated one does), so a name whose last history entry is the daemon's delete is left alone."""
+        if snodes is None:
+            return
+        held = {n for r in requests for n in r.names}
+        by_pool: dict[str, list[str]] = defaultdict(list)
+        for c in cloud:
+            if not (c.status is CloudNodeStatus.GONE and c.preempted and c.name not in held):
+                continue
+            if deletable(c.name, snodes) and [h.state for h in self.store.history(c.name)[-1:]] != ["deleting"]:
+                by_pool[c.pool].append(c.name)
+        for pool, names in by_pool.items():
+            act.delete(pool, names, "instance stopped by the cloud (preempted): deleting it", snodes)
 
     def _apply_reconcile(
         self,

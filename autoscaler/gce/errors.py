@@ -52,6 +52,15 @@ TRANSIENT_CODES = frozenset(
 RATE_LIMIT_REASONS = frozenset({"rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED"})
 QUOTA_MESSAGE = re.compile(r"Quota '([A-Za-z0-9_./-]+)' exceeded")
 _STOCKOUT_IN_TEXT = re.compile("|".join(sorted(STOCKOUT_CODES, key=len, reverse=True)))
+# A specific reservation with no free slot, not READY, or with no slot of the request's shape: no capacity in that
+# offering now, whatever the code it comes with (CONDITION_NOT_MET, ...).  The messages kubernetes/autoscaler's GCE
+# client matches (autoscaling_gce_client.go: isReservationCapacityExceeded, isReservationNotReady,
+# isReservationIncompatible), after the stockout and quota codes as here.
+RESERVATION_UNAVAILABLE = re.compile(
+    r"Specified reservation .* does not have available resources for the request"
+    r"|it requires reservation to be in READY state"
+    r"|No available resources in specified reservations"
+)
 
 _CLASSES: dict[FailureKind, type[ProviderError]] = {
     FailureKind.STOCKOUT: InsufficientCapacity,
@@ -67,12 +76,16 @@ class AlreadyExists(InvalidRequest):
 
 
 def classify(code: str | None, message: str = "") -> FailureKind:
-    """The failure kind of one GCE error code (operation / lastAttempt / HTTP reason) and message."""
+    """The failure kind of one GCE error code (operation / lastAttempt / HTTP reason) and message.  A reservation
+    that is full or not READY is a STOCKOUT: the offering is backed off and the planner falls back (an INVALID
+    failure is not remembered, so the planner would choose the reservation again every tick)."""
     code = code or ""
     if code in STOCKOUT_CODES or _STOCKOUT_IN_TEXT.search(message):
         return FailureKind.STOCKOUT
     if code in QUOTA_CODES or QUOTA_MESSAGE.search(message):
         return FailureKind.QUOTA
+    if RESERVATION_UNAVAILABLE.search(message):
+        return FailureKind.STOCKOUT
     if code in NOT_FOUND_CODES:
         return FailureKind.NOT_FOUND
     if code in TRANSIENT_CODES:

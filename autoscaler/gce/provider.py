@@ -5,9 +5,11 @@ are `createInstances` with one named per-instance config per node (idempotent: n
 the group are reported, never created twice; a GCE `requestId` derived from the launch's
 request id de-duplicates retries server-side).  Deletes are `deleteInstances` of named instance
 URLs; the group's target size is never lowered blindly.  Asynchronous creation failures
-(stockout, quota) come from each member's `lastAttempt.errors`; by default the whole launch
-request they belong to is then cancelled, so a gang is all or nothing and the MIG does not keep
-retrying behind the planner's back.  Flex-start pools launch through one all-or-nothing MIG
+(stockout, quota, a full reservation) come from each member's `lastAttempt.errors`; by default
+the members of that launch request that have no VM yet are then cancelled, so the MIG does not
+keep retrying behind the planner's back.  Members that have a VM are left alone (createInstances'
+per-instance outcomes are independent, and one may run someone's job): the caller, which knows
+what runs where, deletes them if at all.  Flex-start pools launch through one all-or-nothing MIG
 resize request per launch instead.  Offerings are priced from the catalog, with free
 reservation slots and GPU quota headroom.
 """
@@ -287,15 +289,20 @@ class GceProvider:
 
     def _delete(self, p: Any, wanted: set[str]) -> None:
         call_id = str(uuid.uuid4())  # one logical delete: its retries share the GCE requestIds below
-        for zone, requests in self._resize_requests(p).items():
-            for rr in requests:
+        requests = self._resize_requests(p)
+        # a request still being created cannot be cancelled (only an ACCEPTED one can) and may yet create its VMs:
+        # nothing is done, so the caller keeps the names and asks again (success would leave those VMs unheld)
+        creating = sorted({n for rrs in requests.values() for rr in rrs if rr.state == "CREATING" for n in rr.names})
+        if blocked := [n for n in creating if n in wanted]:
+            raise TransientError(
+                f"delete: {blocked} are queued in a resize request still CREATING, which cannot be cancelled yet; "
+                "delete them again",
+                code="RESIZE_REQUEST_CREATING",
+            )
+        for zone, rrs in requests.items():
+            for rr in rrs:
                 hit = wanted & set(rr.names)
-                if not hit or rr.state not in RESIZE_PENDING:
-                    continue
-                if rr.state != "ACCEPTED":  # creating right now: its instances are deleted once they exist
-                    logger.warning(
-                        "gce delete {}: resize request {} is {}; retry later", sorted(hit), rr.name, rr.state
-                    )
+                if not hit or rr.state != "ACCEPTED":
                     continue
                 mig = mig_name(p, zone)
                 self.api.cancel_resize_request(p.project, zone, mig, rr.name, gce_request_id(call_id, rr.name))
@@ -423,13 +430,19 @@ class GceProvider:
         bad: list[ManagedVm],
         now: float,
     ) -> ProvisioningFailure:
+        """One launch request's failure in one zone.  With `cancel_failed_requests`, the failed members and the
+        request's other members that have no VM yet are cancelled and reported (`names`); members that have a VM
+        (booting or running, maybe someone's job) are left alone and not reported: createInstances' per-instance
+        outcomes are independent, and only the caller, which knows what runs where, may delete a VM."""
         errors = [e for vm in bad for e in vm.errors]
         kinds = [classify(c, m) for c, m in errors]
         kind = next((k for k in (FailureKind.STOCKOUT, FailureKind.QUOTA) if k in kinds), kinds[0])
         names = [vm.name for vm in bad]
-        if self.cancel_failed_requests:
-            gang = [vm.name for vm in vms if request_id is not None and vm.metadata.get(META_REQUEST_ID) == request_id]
-            names = sorted(set(names) | set(gang))
+        kept: list[str] = []
+        if self.cancel_failed_requests and request_id is not None:
+            siblings = [vm for vm in vms if vm.metadata.get(META_REQUEST_ID) == request_id and vm.name not in names]
+            names = sorted({*names, *(vm.name for vm in siblings if vm.instance_status is None)})
+            kept = sorted(vm.name for vm in siblings if vm.instance_status is not None)
         message = "; ".join(sorted({f"{c}: {m}" for c, m in errors}))
         settled = True
         if self.cancel_failed_requests:
@@ -444,6 +457,8 @@ class GceProvider:
             for vm in bad:
                 self._reported.add((key, zone, vm.name, vm.errors))
         logger.warning("gce {} in {} for request {}: {} ({})", kind, mig_name(pool, zone), request_id, names, message)
+        if kept:
+            logger.info("gce request {}: {} have a VM and are left to the caller", request_id, kept)
         return ProvisioningFailure(
             request_id=request_id,
             offering=offering_key(pool, zone),

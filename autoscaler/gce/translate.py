@@ -70,7 +70,10 @@ def resize_request_name(request_id: str, zone: str, names: Iterable[str]) -> str
 
 
 def node_status(vm: ManagedVm) -> tuple[CloudNodeStatus, bool]:
-    """(status, preempted) of a managed VM.  A TERMINATED VM the MIG is recreating was preempted."""
+    """(status, preempted) of a managed VM.  A TERMINATED VM was preempted (or lost its host): the stack's spot
+    template stops a preempted VM (`instance_termination_action: STOP`) and its MIG repairs nothing
+    (`default_action_on_failure: DO_NOTHING`), so the member stays TERMINATED with no current action, as slurm-gcp
+    reads a preemption.  A MIG that repairs shows it RECREATING instead; that counts too."""
     action, status = vm.current_action.upper(), (vm.instance_status or "").upper()
     if action in _STOPPING_ACTIONS or status in _DOWN_STATUSES:
         return CloudNodeStatus.STOPPING, False
@@ -96,13 +99,14 @@ def last_segment(url: str) -> str:
 
 
 def gpu_quota_metric(accelerator: str, capacity: CapacityType) -> str | None:
-    """The regional quota metric GPUs of this pool count against; None when we do not know it
-    (flex-start and reservations draw on quotas we do not model)."""
+    """The regional quota metric GPUs of this pool count against; None when there is none to read (a reservation's
+    capacity was charged when it was made) or the accelerator is unknown.  Spot and flex-start VMs consume
+    preemptible quota (Google's flex-start GA announcement: "Flex-start VMs ... consume preemptible quota")."""
     gpu = load_catalog().gpu(accelerator)
     if gpu is None:
         return None
     base = gpu.quota_metric
-    if capacity is CapacityType.SPOT:
+    if capacity in (CapacityType.SPOT, CapacityType.FLEX_START):
         return f"PREEMPTIBLE_{base}"
     if capacity is CapacityType.ON_DEMAND:
         return base

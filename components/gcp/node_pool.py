@@ -13,11 +13,12 @@ NAT), Shielded VM, OS Login, a dedicated service account, `on_host_maintenance=T
 | capacity     | provisioning_model | reservation affinity          | termination                      |
 |--------------|--------------------|-------------------------------|----------------------------------|
 | reservation  | STANDARD           | SPECIFIC_RESERVATION (name)   | -                                |
-| spot         | SPOT               | NO_RESERVATION                | DELETE on preemption             |
+| spot         | SPOT               | NO_RESERVATION                | STOP on preemption               |
 | flex-start   | FLEX_START         | NO_RESERVATION                | DELETE after max_run_duration    |
 | on-demand    | STANDARD           | NO_RESERVATION                | -                                |
 
 Non-reservation pools use NO_RESERVATION so they never consume a reservation bought for another pool.
+A preempted spot VM is stopped, not deleted (see `scheduling_for`); the daemon deletes it.
 
 Placement (`compact_placement`), as slurm-gcp does it:
 
@@ -131,10 +132,17 @@ def service_account_id(*parts: str) -> str:
 
 
 def scheduling_for(capacity: CapacityType) -> dict[str, object]:
-    """GCE scheduling block for a capacity type (GPU VMs cannot live-migrate: TERMINATE)."""
+    """GCE scheduling block for a capacity type (GPU VMs cannot live-migrate: TERMINATE).
+
+    Spot: a preempted VM is stopped (`STOP`, GCE's default and the Cluster Toolkit's), not deleted.  The MIGs
+    repair nothing (`default_action_on_failure: DO_NOTHING`), so the member stays, TERMINATED with no current
+    action, which is how the daemon tells a preemption (`autoscaler.gce.translate.node_status`, as slurm-gcp's
+    slurmsync does); with DELETE the VM would vanish and the preemption would go unnoticed until SlurmdTimeout.
+    The daemon deletes the stopped VM once Slurm has let the node go (a tick or two): until then only its disk
+    costs.  Flex-start keeps DELETE: its VMs end at `max_run_duration` and cannot be stopped."""
     base: dict[str, object] = {"on_host_maintenance": "TERMINATE", "automatic_restart": False}
     if capacity is CapacityType.SPOT:
-        return {**base, "provisioning_model": "SPOT", "preemptible": True, "instance_termination_action": "DELETE"}
+        return {**base, "provisioning_model": "SPOT", "preemptible": True, "instance_termination_action": "STOP"}
     if capacity is CapacityType.FLEX_START:
         return {
             **base,

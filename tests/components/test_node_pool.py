@@ -73,13 +73,16 @@ def test_reservation_pool_targets_its_reservation(declare):
     assert tpl["scheduling"]["onHostMaintenance"] == "TERMINATE"
 
 
-def test_spot_pool_is_spot_deleted_on_preemption_and_never_eats_reservations(declare):
+def test_spot_pool_is_spot_stopped_on_preemption_and_never_eats_reservations(declare):
+    """STOP, not DELETE: the MIG repairs nothing (DO_NOTHING), so a preempted VM that GCE deleted would leave no
+    TERMINATED trace, and the daemon could not tell the preemption (slurm-gcp's model: TERMINATED and preemptible).
+    The daemon deletes the stopped VM once Slurm has let it go."""
     args = pool_args(capacity=CapacityType.SPOT, reservation=None, zones=["us-east4-b", "us-east4-c"])
     d = declare(lambda: GpuNodePool("spot", args))
     tpl = d.one("InstanceTemplate").inputs
     sched = tpl["scheduling"]
     assert sched["provisioningModel"] == "SPOT"
-    assert sched["instanceTerminationAction"] == "DELETE"
+    assert sched["instanceTerminationAction"] == "STOP"
     assert sched["automaticRestart"] is False
     assert sched["onHostMaintenance"] == "TERMINATE"
     assert tpl["reservationAffinity"] == {"type": "NO_RESERVATION"}
@@ -195,3 +198,17 @@ def test_service_account_ids_stay_within_gce_limits_and_distinct():
     assert 6 <= len(long_a) <= 30 and 6 <= len(long_b) <= 30
     assert long_a != long_b
     assert service_account_id("l4", "dev") == "l4-dev"
+
+
+def test_the_fake_compute_api_s_groups_preempt_as_the_stack_s_templates_and_groups_declare(declare):
+    """tests/fakes/compute_api.py builds the stack's MIGs with the templates' termination actions and the groups'
+    failure action, and its preemption follows them: both must stay what this component declares."""
+    from components.gcp.node_pool import scheduling_for
+    from tests.fakes.compute_api import CAPACITY_TO_PROVISIONING, STACK_MIG_ON_FAILURE, STACK_TERMINATION_ACTION
+
+    for capacity, model in CAPACITY_TO_PROVISIONING.items():
+        declared = scheduling_for(CapacityType(capacity)).get("instance_termination_action")
+        assert STACK_TERMINATION_ACTION.get(model) == declared, capacity
+    d = declare(lambda: GpuNodePool("spot", pool_args(capacity=CapacityType.SPOT, reservation=None)))
+    (mig,) = d.of_type("compute/instanceGroupManager:InstanceGroupManager")
+    assert mig.inputs["instanceLifecyclePolicy"]["defaultActionOnFailure"] == STACK_MIG_ON_FAILURE

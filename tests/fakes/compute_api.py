@@ -52,6 +52,10 @@ CAPACITY_TO_PROVISIONING = {
     "on-demand": "STANDARD",
     "reservation": "STANDARD",
 }
+# What the stack's GpuNodePool declares (components/gcp/node_pool.py; tests/components/test_node_pool.py keeps the
+# two equal): the template's termination action per provisioning model, and MIGs that repair nothing.
+STACK_TERMINATION_ACTION = {"SPOT": "STOP", "FLEX_START": "DELETE"}
+STACK_MIG_ON_FAILURE = "DO_NOTHING"
 
 P = r"/compute/v1/projects/(?P<project>[^/]+)"
 Z = P + r"/zones/(?P<zone>[^/]+)"
@@ -378,20 +382,30 @@ class FakeCompute:
 
     def add_inventory(self, pools: Iterable[Any]) -> None:
         """One region per pool region and one zonal MIG per (pool, zone), as the stacks create them
-        (pools are `fleet.inventory.InventoryPool`)."""
+        (pools are `fleet.inventory.InventoryPool`): a Slurm stack's pool (platform gce) with its template's
+        termination action and no repair, as GpuNodePool declares them; a GKE node pool's with GCE's defaults
+        (the MIG repairs: a preempted VM shows RECREATING)."""
         for pool in pools:
             self.state.add_region(pool.project, pool.region, pool.zones)
+            model = CAPACITY_TO_PROVISIONING[str(pool.capacity_type)]
+            stack: dict[str, Any] = {}
+            if pool.platform == "gce":
+                stack = {
+                    "instance_termination_action": STACK_TERMINATION_ACTION.get(model),
+                    "default_action_on_failure": STACK_MIG_ON_FAILURE,
+                }
             for zone in pool.zones:
                 self.state.add_mig(
                     pool.project,
                     zone,
                     pool.instance_groups.get(zone) or f"{pool.instance_group}-{zone}",
                     machine_type=pool.machine_type,
-                    provisioning_model=CAPACITY_TO_PROVISIONING[str(pool.capacity_type)],
+                    provisioning_model=model,
                     accelerator=pool.gpu_type,
                     gpu_count=pool.gpus_per_node,
                     reservation=pool.reservation,
                     base_instance_name=pool.node_name_prefix,
+                    **stack,
                 )
 
     # ----------------------------------------------------------------- faults

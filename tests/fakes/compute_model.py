@@ -7,6 +7,10 @@ failures (stockout, quota) surface asynchronously in `lastAttempt.errors` and `l
 `deleteInstances` of named instances, boot and delete delays with hooks, and an event log
 that counts every real instance creation per name.  No HTTP here: `compute_api` maps
 requests onto these methods and their JSON results.
+
+Preemption (`preempt`) follows the VM's termination action and its MIG's repair policy; the
+termination action DELETE is refused there, since what listManagedInstances shows once such a
+member's VM is gone is not documented.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 Hook = Callable[[str, str], object] | Sequence[str] | str | None
 Json = dict[str, Any]
 
-# Accelerator type -> the regional GPU quota metric GCE charges it to (PREEMPTIBLE_ prefix for spot).
+# Accelerator type -> the regional GPU quota metric GCE charges it to (PREEMPTIBLE_ prefix for spot and flex-start).
 GPU_QUOTA_METRICS = {
     "nvidia-h100-80gb": "NVIDIA_H100_GPUS",
     "nvidia-h100-mega-80gb": "NVIDIA_H100_MEGA_GPUS",
@@ -48,11 +52,19 @@ STOCKOUT_MESSAGE = (
     " Try a different zone, or try again later."
 )
 QUOTA_MESSAGE = "Quota '{metric}' exceeded.  Limit: {limit:.1f} in region {region}."
+# A specific reservation without a free slot.  The message is the one kubernetes/autoscaler's GCE client matches
+# (isReservationCapacityExceeded); the code it arrives with is not documented: CONDITION_NOT_MET is a guess.
+RESERVATION_FULL_CODE = "CONDITION_NOT_MET"
+RESERVATION_FULL_MESSAGE = (
+    "Specified reservation 'projects/{project}/zones/{zone}/reservations/{reservation}' does not have available "
+    "resources for the request."
+)
+PREEMPTIBLE_MODELS = frozenset({"SPOT", "FLEX_START"})  # flex-start VMs consume preemptible quota (Google, GA post)
 
 
 def quota_metric(accelerator: str, provisioning_model: str) -> str:
     base = GPU_QUOTA_METRICS.get(accelerator, accelerator.upper().replace("-", "_") + "_GPUS")
-    return f"PREEMPTIBLE_{base}" if provisioning_model == "SPOT" else base
+    return f"PREEMPTIBLE_{base}" if provisioning_model in PREEMPTIBLE_MODELS else base
 
 
 def now_iso() -> str:
@@ -137,6 +149,7 @@ class Instance:
     reservation: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
+    termination_action: str | None = None  # scheduling.instanceTerminationAction: STOP (GCE's default) | DELETE
 
 
 @dataclass
@@ -158,6 +171,8 @@ class Mig:
     reservation: str | None = None
     instance_template: str = ""
     base_instance_name: str = ""
+    instance_termination_action: str | None = None  # the template's (spot / flex-start); None: GCE's default, STOP
+    default_action_on_failure: str = "REPAIR"  # instanceLifecyclePolicy: REPAIR (GCE's default) | DO_NOTHING
     target_size: int = 0
     id: int = 0
     members: dict[str, ManagedInstance] = field(default_factory=dict)
@@ -695,14 +710,23 @@ class ComputeState:
         gpus: int,
         reservation: str | None = None,
     ) -> Json | None:
-        """Why a creation fails now, as GCE reports it, or None.  Reserved capacity was charged to
-        quota when the reservation was made, so consuming it needs no quota."""
+        """Why a creation of one instance fails now, as GCE reports it, or None.  Reserved capacity was
+        charged to quota when the reservation was made, so consuming it needs no quota, only a free slot
+        (count - inUseCount) of the specific reservation."""
         if (zone, machine_type, None) in self.stockouts or (zone, machine_type, model) in self.stockouts:
             self.faults_injected["stockout"] += 1
             return {
                 "code": "ZONE_RESOURCE_POOL_EXHAUSTED",
                 "message": STOCKOUT_MESSAGE.format(project=project, zone=zone),
             }
+        if reservation is not None:
+            res = self.reservations.get((project, zone, reservation))
+            if res is not None and res.in_use >= res.count:
+                self.faults_injected["reservation-full"] += 1
+                return {
+                    "code": RESERVATION_FULL_CODE,
+                    "message": RESERVATION_FULL_MESSAGE.format(project=project, zone=zone, reservation=reservation),
+                }
         if accel and gpus and reservation is None:
             region = self.zone_region[(project, zone)]
             q = self.regions[(project, region)].quotas.get(quota_metric(accel, model))
@@ -788,6 +812,7 @@ class ComputeState:
             mig=mig.name,
             reservation=mig.reservation,
             metadata=dict(member.metadata),
+            termination_action=mig.instance_termination_action,
         )
         self._create_instance(project, inst, request_id)
 
@@ -938,7 +963,8 @@ class ComputeState:
                 raise ApiError(400, "invalid", "Invalid value for field 'resource.machineType': ''. Must be set")
             self._check_name_free(project, zone, [name])
             machine_type = last_segment(body["machineType"])
-            model = (body.get("scheduling") or {}).get("provisioningModel") or "STANDARD"
+            scheduling = body.get("scheduling") or {}
+            model = scheduling.get("provisioningModel") or "STANDARD"
             accels = body.get("guestAccelerators") or []
             accel = last_segment(accels[0]["acceleratorType"]) if accels else None
             gpus = int(accels[0].get("acceleratorCount", 0)) if accels else 0
@@ -949,7 +975,8 @@ class ComputeState:
             reservation = values[0] if values else None
             cap = None if error else self._capacity_error(project, zone, machine_type, model, accel, gpus, reservation)
             if cap:
-                error, status = [cap], 503 if cap["code"].startswith("ZONE_RESOURCE") else 403
+                error, code = [cap], cap["code"]
+                status = 503 if code.startswith("ZONE_RESOURCE") else 403 if code == "QUOTA_EXCEEDED" else 400
             if error is not None:
                 self.record("create-failed", name, zone, request_id, error[0]["code"])
                 return self._operation_json(
@@ -969,6 +996,7 @@ class ComputeState:
                 reservation=reservation,
                 labels=labels,
                 metadata=metadata,
+                termination_action=scheduling.get("instanceTerminationAction"),
             )
             self._create_instance(project, inst, request_id)
             return self._operation_json(project, self._new_operation(project, zone, "insert", target, request_id))
@@ -984,15 +1012,29 @@ class ComputeState:
             return self._operation_json(project, self._new_operation(project, zone, "delete", target, request_id))
 
     def preempt(self, project: str, zone: str, name: str) -> None:
-        """Spot preemption: the VM goes TERMINATED (the stop hook runs); a MIG member shows RECREATING."""
+        """The cloud takes the VM back (a spot preemption, or a host error for a VM that cannot live-migrate).
+
+        Its termination action STOP (GCE's default; the stack's spot template) leaves it TERMINATED (the stop
+        hook runs); its MIG member then shows `RECREATING` where the MIG repairs (GCE's default, GKE's node
+        pools) and keeps `currentAction: NONE` where it does not (`default_action_on_failure: DO_NOTHING`, the
+        stack's MIGs).  DELETE is refused: GCE deletes the VM, and what listManagedInstances shows for its
+        member afterwards (gone, or a per-instance config with no VM) is not documented, so the fake does not
+        make it up."""
         with self.lock:
             inst = self.instances.get((project, zone, name))
             if inst is None:
                 raise KeyError(name)
+            if (inst.termination_action or "STOP").upper() == "DELETE":
+                raise ValueError(
+                    f"preempt {name}: its termination action is DELETE; the fake does not model what "
+                    "listManagedInstances shows once GCE deleted a MIG member's VM (use STOP, as the stack's spot "
+                    "template does)"
+                )
             inst.status = "TERMINATED"
             if inst.mig:
-                member = self.migs[(project, zone, inst.mig)].members.get(name)
-                if member is not None:
+                mig = self.migs[(project, zone, inst.mig)]
+                member = mig.members.get(name)
+                if member is not None and mig.default_action_on_failure == "REPAIR":
                     member.current_action = "RECREATING"
             self.record("preempt", name, zone)
         self._run_hook("delete", self.on_delete, name, zone)

@@ -1,9 +1,11 @@
 """MIG resize requests in the fake Compute model: how flex-start (DWS) capacity is obtained.
 
-A resize request names its instances and is all or nothing: it waits in ACCEPTED while the zone
-has no capacity (`status.lastAttempt.error` says why), then creates every instance at once and
-becomes SUCCEEDED; it FAILS on quota, or when `flex_start_max_wait` passes; an ACCEPTED request
-can be cancelled.  Mixed into `compute_model.ComputeState`.
+A resize request names its instances and is all or nothing: it is CREATING while its insert
+operation runs (`operation_delay`; "being created and may still fail creation"), then waits in
+ACCEPTED while the zone has no capacity (`status.lastAttempt.error` says why), then creates every
+instance at once and becomes SUCCEEDED; it FAILS on quota (flex-start draws on the preemptible GPU
+quota), or when `flex_start_max_wait` passes; only an ACCEPTED request can be cancelled.  Used by
+`compute_api.FakeCompute` beside `compute_model.ComputeState`.
 """
 
 from __future__ import annotations
@@ -53,13 +55,13 @@ class ResizeRequestBook:
         state.name_claims.append(self.pending_names)
 
     def pending_names(self, project: str, zone: str) -> set[str]:
-        """Instance names queued in ACCEPTED requests of a zone (not free for anyone else)."""
+        """Instance names queued in CREATING or ACCEPTED requests of a zone (not free for anyone else)."""
         return {
             n
             for (p, z, _), store in self.requests.items()
             if (p, z) == (project, zone)
             for rr in store.values()
-            if rr.state == "ACCEPTED"
+            if rr.state in ("CREATING", "ACCEPTED")
             for n, _ in rr.instances
         }
 
@@ -142,13 +144,31 @@ class ResizeRequestBook:
                     for c in configs
                 ],
                 run_duration_s=int(duration) if duration is not None else None,
+                state="CREATING",
             )
             self._store(project, mig)[name] = rr
             self.s.record("resize-request", name, zone, request_id, ",".join(names))
-            self.s.scheduler.call_later(self.flex_start_delay, self._rr_attempt_cb(project, mig, rr))
-            if self.flex_start_max_wait is not None:
-                self.s.scheduler.call_later(self.flex_start_max_wait, self._rr_expire_cb(project, mig, rr))
-            return self.s._operation_json(project, self.s._new_operation(project, zone, "insert", target, request_id))
+            op = self.s._new_operation(project, zone, "insert", target, request_id)
+            accept = self._rr_accept_cb(project, mig, rr)
+            if self.s.operation_delay > 0:  # CREATING until its insert operation is done
+                self.s.scheduler.call_later(self.s.operation_delay, accept)
+            else:
+                accept()
+            return self.s._operation_json(project, op)
+
+    def _rr_accept_cb(self, project: str, mig: Mig, rr: ResizeRequest) -> Callable[[], None]:
+        """The insert is done: the request is queued (ACCEPTED) and tried after `flex_start_delay`."""
+
+        def accept() -> None:
+            with self.s.lock:
+                if rr.state != "CREATING":
+                    return
+                rr.state = "ACCEPTED"
+                self.s.scheduler.call_later(self.flex_start_delay, self._rr_attempt_cb(project, mig, rr))
+                if self.flex_start_max_wait is not None:
+                    self.s.scheduler.call_later(self.flex_start_max_wait, self._rr_expire_cb(project, mig, rr))
+
+        return accept
 
     def _rr_attempt_cb(self, project: str, mig: Mig, rr: ResizeRequest) -> Callable[[], None]:
         def attempt() -> None:
@@ -184,6 +204,7 @@ class ResizeRequestBook:
                         created=now_iso(),
                         mig=mig.name,
                         metadata=dict(metadata),
+                        termination_action=mig.instance_termination_action,
                     )
                     self.s._create_instance(project, inst, None)
 

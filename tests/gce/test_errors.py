@@ -40,6 +40,21 @@ def http(cls: type[gexc.GoogleAPICallError], message: str, reason: str | None = 
         ("RESOURCE_NOT_FOUND", "", FailureKind.NOT_FOUND),
         ("RESOURCE_OPERATION_RATE_EXCEEDED", "", FailureKind.TRANSIENT),
         ("INVALID_FIELD_VALUE", "bad machine type", FailureKind.INVALID),
+        # a specific reservation that is full, not READY, or has no slot of the request's shape: capacity, backed
+        # off (kubernetes/autoscaler's GetErrorInfo matches these messages, whatever the code)
+        (
+            "CONDITION_NOT_MET",
+            "Specified reservation 'projects/p/zones/us-central1-a/reservations/r' does not have available resources"
+            " for the request.",
+            FailureKind.STOCKOUT,
+        ),
+        (
+            "CONDITION_NOT_MET",
+            "Cannot insert instance to a reservation with status CREATING, as it requires reservation to be in READY"
+            " state.",
+            FailureKind.STOCKOUT,
+        ),
+        ("INVALID_USAGE", "No available resources in specified reservations [r].", FailureKind.STOCKOUT),
         (None, "", FailureKind.INVALID),
     ],
 )

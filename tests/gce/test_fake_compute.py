@@ -220,3 +220,32 @@ def test_reserved_capacity_needs_no_quota_and_counts_as_in_use(fake_compute: Fak
         project=P, zone=Z, reservation="resv"
     )
     assert res.specific_reservation.in_use_count == 1
+
+
+def test_preemption_follows_the_template_s_termination_action_and_the_mig_s_repair_policy(
+    fake_compute: FakeCompute,
+) -> None:
+    """A preempted spot VM with termination action STOP is TERMINATED; its member shows `RECREATING` only in a MIG
+    that repairs (GCE's default), `NONE` in one with `default_action_on_failure: DO_NOTHING` (the stack's).  What
+    listManagedInstances shows once a DELETE-action VM is gone is not documented: the fake refuses to make it up."""
+    fake_compute.add_region(R, [Z], quotas={"PREEMPTIBLE_NVIDIA_H100_MEGA_GPUS": 32})
+    spot = {"provisioning_model": "SPOT", "accelerator": "nvidia-h100-mega-80gb", "gpu_count": 8}
+    fake_compute.add_mig(Z, "stop", "a3-megagpu-8g", **spot, instance_termination_action="STOP",
+                         default_action_on_failure="DO_NOTHING")  # fmt: skip
+    fake_compute.add_mig(Z, "repair", "a3-megagpu-8g", **spot)  # GCE's defaults: STOP, REPAIR
+    fake_compute.add_mig(Z, "gone", "a3-megagpu-8g", **spot, instance_termination_action="DELETE",
+                         default_action_on_failure="DO_NOTHING")  # fmt: skip
+    for i, mig in enumerate(("stop", "repair", "gone")):
+        fake_compute.state.create_instances(P, Z, mig, {"instances": [{"name": f"n-{i}"}]}, None)
+    fake_compute.wait_idle()
+    fake_compute.preempt(Z, "n-0")
+    fake_compute.preempt(Z, "n-1")
+    members = {m: fake_compute.state.migs[(P, Z, m)].members for m in ("stop", "repair")}
+    assert (fake_compute.instance_status(Z, "n-0"), members["stop"]["n-0"].current_action) == ("TERMINATED", "NONE")
+    assert (fake_compute.instance_status(Z, "n-1"), members["repair"]["n-1"].current_action) == (
+        "TERMINATED",
+        "RECREATING",
+    )
+    with pytest.raises(ValueError, match="DELETE"):
+        fake_compute.preempt(Z, "n-2")
+    assert fake_compute.instance_status(Z, "n-2") == "RUNNING"

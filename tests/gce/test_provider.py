@@ -154,15 +154,37 @@ def test_stockout_surfaces_as_provisioning_failure_and_cancels_the_gang(
     assert provider.poll_errors() == []
 
 
-def test_partial_gang_stockout_deletes_the_members_that_were_created(provider: GceProvider, fake: FakeCompute) -> None:
+def test_siblings_of_a_failed_member_that_have_a_vm_are_left_to_the_caller(
+    provider: GceProvider, fake: FakeCompute
+) -> None:
+    """createInstances' per-instance outcomes are independent: of a request whose second member failed, the member
+    that is RUNNING (a batch packs independent units in one request: it may run someone's job) is neither deleted nor
+    reported as failed; only what has no VM is cancelled.  The daemon deletes such a sibling, if at all, through its
+    own busy check (`autoscaler.daemon.actuate.Actuator.delete`)."""
+    fake.set_quota(REGION, "NVIDIA_H100_MEGA_GPUS", 8)  # room for one 8-GPU node
+    launch(provider, "ondemand", ZONE_A, ("c1-ondemand-0", "c1-ondemand-1"), rid="batch-1")
+    fake.wait_idle()
+    (failure,) = provider.poll_errors()
+    fake.wait_idle()
+    assert (failure.kind, failure.request_id, failure.names) == (FailureKind.QUOTA, "batch-1", ("c1-ondemand-1",))
+    assert statuses(provider, "ondemand") == {"c1-ondemand-0": CloudNodeStatus.RUNNING}
+    assert fake.instance_names() == {"c1-ondemand-0"}
+    assert [e.name for e in fake.events_of("delete-requested")] == ["c1-ondemand-1"]
+    assert provider.poll_errors() == []
+
+
+def test_partial_gang_stockout_cancels_the_rest_and_leaves_the_member_that_was_created(
+    provider: GceProvider, fake: FakeCompute
+) -> None:
     launch(provider, "spot", ZONE_A, ("c1-spot-0",), rid="gang-1")
     fake.stockout(ZONE_A, "a3-megagpu-8g")
     launch(provider, "spot", ZONE_A, ("c1-spot-0", "c1-spot-1"), rid="gang-1")  # the rest of the same gang
     failures = provider.poll_errors()
-    assert [(f.request_id, f.names) for f in failures] == [("gang-1", ("c1-spot-0", "c1-spot-1"))]
+    assert [(f.request_id, f.names) for f in failures] == [("gang-1", ("c1-spot-1",))]
     fake.wait_idle()
-    assert fake.instance_names() == set()
-    assert [e.name for e in fake.events_of("delete")] == ["c1-spot-0"]
+    assert fake.instance_names() == {"c1-spot-0"}
+    assert fake.events_of("delete") == []
+    assert statuses(provider, "spot") == {"c1-spot-0": CloudNodeStatus.RUNNING}
 
 
 def test_failures_are_kept_when_cancelling_is_off(fake: FakeCompute, make_provider: Any) -> None:
@@ -178,7 +200,7 @@ def test_quota_exceeded_is_reported_as_quota(provider: GceProvider, fake: FakeCo
     fake.set_quota(REGION, "NVIDIA_H100_MEGA_GPUS", 8)
     launch(provider, "ondemand", ZONE_A, ("c1-ondemand-0", "c1-ondemand-1"))
     failures = provider.poll_errors()
-    assert [(f.kind, f.names) for f in failures] == [(FailureKind.QUOTA, ("c1-ondemand-0", "c1-ondemand-1"))]
+    assert [(f.kind, f.names) for f in failures] == [(FailureKind.QUOTA, ("c1-ondemand-1",))]
     assert "Quota 'NVIDIA_H100_MEGA_GPUS' exceeded" in failures[0].message
 
 
@@ -217,11 +239,35 @@ def test_deleting_nodes_are_stopping(fake_compute_factory: Any, pools: Any, make
 
 
 def test_preempted_spot_node_is_gone_and_flagged(provider: GceProvider, fake: FakeCompute) -> None:
+    """The stack's spot template stops a preempted VM (`instance_termination_action: STOP`) and its MIG repairs
+    nothing (`default_action_on_failure: DO_NOTHING`): the member stays, TERMINATED, with no current action."""
     launch(provider, "spot", ZONE_A, ("c1-spot-0",))
     fake.wait_idle()
     fake.preempt(ZONE_A, "c1-spot-0")
+    member = fake.state.migs[(fake.project, ZONE_A, "c1-spot-a")].members["c1-spot-0"]
+    assert (fake.instance_status(ZONE_A, "c1-spot-0"), member.current_action) == ("TERMINATED", "NONE")
     (node,) = provider.list_nodes(["spot"])
     assert (node.status, node.preempted) == (CloudNodeStatus.GONE, True)
+
+
+def test_a_reservation_s_free_slots_bound_a_launch_and_the_rest_is_a_stockout(
+    provider: GceProvider, fake: FakeCompute
+) -> None:
+    """A specific reservation with 4 free slots and 5 members launched into it: GCE creates 4 and fails the fifth
+    with "Specified reservation ... does not have available resources", a capacity failure the planner backs off
+    from (not an INVALID request, which it would send again every tick)."""
+    fake.add_reservation(ZONE_A, "h100-resv", "a3-megagpu-8g", count=4)
+    names = tuple(f"c1-resv-{i}" for i in range(5))
+    launch(provider, "resv", ZONE_A, names, rid="resv-1")
+    fake.wait_idle()
+    (failure,) = provider.poll_errors()
+    assert (failure.kind, failure.request_id, failure.names) == (FailureKind.STOCKOUT, "resv-1", ("c1-resv-4",))
+    assert failure.offering == provider.offering_for("resv", ZONE_A)
+    assert "does not have available resources for the request" in failure.message
+    fake.wait_idle()
+    assert fake.instance_names() == set(names[:4])
+    (resv,) = [o for o in provider.offerings() if o.key.capacity_type is CapacityType.RESERVATION]
+    assert (resv.reservation_size, resv.available_nodes) == (4, 0)
 
 
 def test_offerings_price_every_pool_zone_and_count_free_slots(provider: GceProvider, fake: FakeCompute) -> None:

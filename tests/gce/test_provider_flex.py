@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.cloud import CloudNodeStatus, FailureKind, LaunchRequest
+from autoscaler.cloud import CloudNodeStatus, FailureKind, LaunchRequest, TransientError
 from autoscaler.gce import GceProvider, RetryPolicy
 from fleet.inventory import InventoryPool, parse_inventory
 from tests.fakes.compute_api import FakeCompute
@@ -98,7 +98,7 @@ def test_request_that_never_gets_capacity_fails_once_as_stockout(make_flex: Any)
 
 def test_request_over_quota_fails_as_quota(make_flex: Any) -> None:
     fake, provider = make_flex()
-    fake.set_quota(REGION, "NVIDIA_H100_MEGA_GPUS", 8)  # two nodes need 16
+    fake.set_quota(REGION, "PREEMPTIBLE_NVIDIA_H100_MEGA_GPUS", 8)  # two nodes need 16
     launch(provider)
     fake.wait_idle()
     (failure,) = provider.poll_errors()
@@ -114,3 +114,44 @@ def test_insert_retried_after_timeout_queues_one_request(make_flex: Any) -> None
     assert len(fake.events_of("resize-request")) == 1
     assert len(fake.events_of("dedup")) == 1
     assert fake.create_counts() == dict.fromkeys(NAMES, 1)
+
+
+def test_flex_start_draws_on_preemptible_gpu_quota(make_flex: Any) -> None:
+    """Flex-start VMs consume preemptible quota (Google's flex-start GA announcement): with no standard GPU quota
+    and 16 preemptible GPUs, two 8-GPU nodes are created, and the offering shows that headroom."""
+    fake, provider = make_flex()
+    fake.set_quota(REGION, "NVIDIA_H100_MEGA_GPUS", 0)
+    fake.set_quota(REGION, "PREEMPTIBLE_NVIDIA_H100_MEGA_GPUS", 16)
+    (offer,) = provider.offerings()
+    assert offer.available_nodes == 2
+    launch(provider)
+    fake.wait_idle()
+    assert provider.poll_errors() == []
+    assert fake.instance_names() == set(NAMES)
+    (offer,) = provider.offerings()
+    assert offer.available_nodes == 0
+
+
+def test_deleting_a_name_whose_request_is_still_being_created_keeps_it_for_a_retry(make_flex: Any) -> None:
+    """A resize request is CREATING until its insert completes ("may still fail creation"), and only an ACCEPTED one
+    can be cancelled.  Deleting a name it holds raises a transient error and changes nothing, so the daemon keeps the
+    name and asks again; reporting success would leave the VMs it then creates held by nobody."""
+    fake, provider = make_flex(operation_delay=1.5)
+    fake.stockout(ZONE_A, "a3-megagpu-8g")  # once accepted, it waits for capacity
+    slow = GceProvider(
+        provider.pools.values(),
+        endpoint=fake.url,
+        credentials="anonymous",
+        retry=RetryPolicy(initial=0.01, maximum=0.02, deadline=0.2, attempt_timeout=0.1),
+        operation_timeout=0.1,
+    )
+    with pytest.raises(TransientError, match="not done after"):
+        launch(slow)  # the insert was taken; its operation is still running
+    assert list(requests_of(fake).values()) == ["CREATING"]
+    with pytest.raises(TransientError, match="CREATING") as err:
+        slow.delete("flex", ["c1-flex-1"])
+    assert err.value.code == "RESIZE_REQUEST_CREATING"
+    assert list(requests_of(fake).values()) == ["CREATING"]
+    assert {n.name: n.status for n in slow.list_nodes()} == dict.fromkeys(NAMES, CloudNodeStatus.PROVISIONING)
+    fake.wait_idle()  # the insert completes: the request is queued and can be cancelled now
+    assert list(requests_of(fake).values()) == ["ACCEPTED"]

@@ -22,7 +22,8 @@ from fleet.catalog import CapacityType
         ("VERIFYING", "RUNNING", (CloudNodeStatus.RUNNING, False)),
         ("DELETING", "RUNNING", (CloudNodeStatus.STOPPING, False)),
         ("NONE", "STOPPING", (CloudNodeStatus.STOPPING, False)),
-        ("RECREATING", "TERMINATED", (CloudNodeStatus.GONE, True)),
+        ("RECREATING", "TERMINATED", (CloudNodeStatus.GONE, True)),  # a MIG that repairs (not the stack's)
+        ("NONE", "TERMINATED", (CloudNodeStatus.GONE, True)),  # the stack's spot VM stopped on preemption
         ("NONE", "STOPPED", (CloudNodeStatus.GONE, False)),
     ],
 )
@@ -46,5 +47,6 @@ def test_invalid_names() -> None:
 def test_gpu_quota_metric() -> None:
     assert gpu_quota_metric("nvidia-h100-mega-80gb", CapacityType.ON_DEMAND) == "NVIDIA_H100_MEGA_GPUS"
     assert gpu_quota_metric("nvidia-h100-80gb", CapacityType.SPOT) == "PREEMPTIBLE_NVIDIA_H100_GPUS"
-    assert gpu_quota_metric("nvidia-h100-80gb", CapacityType.FLEX_START) is None
+    assert gpu_quota_metric("nvidia-h100-80gb", CapacityType.FLEX_START) == "PREEMPTIBLE_NVIDIA_H100_GPUS"
+    assert gpu_quota_metric("nvidia-h100-80gb", CapacityType.RESERVATION) is None
     assert gpu_quota_metric("nvidia-unknown", CapacityType.ON_DEMAND) is None

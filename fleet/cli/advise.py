@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from fleet.input.limits import MAX_RESERVED_NODES
+from fleet.input.scenario_bounds import reserved_nodes_problem, stockout_rate_problem
 
 advise_app = typer.Typer(help="Budget advice from replaying real demand.", no_args_is_help=True)
 
@@ -133,13 +133,9 @@ def _check_bounds(sizes: tuple[int, ...], stockout_rate: float, workers: int | N
     """Refuse (GridError naming the option) the values the grid never finishes with or cannot run."""
     from fleet.advise.grid import GridError
 
-    if max(sizes) > MAX_RESERVED_NODES:
-        raise GridError(
-            f"--sizes: at most {MAX_RESERVED_NODES:,} reserved nodes (the reservation sits in one zone, and a zonal "
-            f"managed instance group holds at most {MAX_RESERVED_NODES:,} instances), got {max(sizes):,}"
-        )
-    if stockout_rate >= 1:  # NaN and < 0 are the scenario's to refuse
-        raise GridError(f"--stockout-rate: must be below 1 (at {stockout_rate:g} no launch ever succeeds)")
+    for problem in (reserved_nodes_problem("--sizes", max(sizes)), stockout_rate_problem(stockout_rate)):
+        if problem:
+            raise GridError(problem)
     cores = os.cpu_count() or 1
     if workers is not None and workers > cores:
         raise GridError(f"--workers: at most {cores} (the cores of this machine; more processes only cost memory)")

@@ -19,6 +19,7 @@ import typer
 
 from fleet.catalog.model import DEFAULT_READY_S
 from fleet.input.limits import MAX_RESERVED_NODES, MAX_STACK_OUTPUT_BYTES
+from fleet.input.scenario_bounds import reserved_nodes_problem, stockout_rate_problem
 
 POLICY_HELP = (
     "gpu-fleet, static-peak, slurm-power-save, ca-like, karpenter-like, exact-fit, a comma-separated list, or all"
@@ -290,13 +291,9 @@ def _check_bounds(scheduler: str, reserved_nodes: int, boot_seconds: float, stoc
     from autoscaler.replay.scenario import Scenario
     from autoscaler.replay.simslurm import SlurmSettings
 
-    if reserved_nodes > MAX_RESERVED_NODES:
-        raise ValueError(
-            f"--reserved-nodes: at most {MAX_RESERVED_NODES:,} (the reservation sits in one zone, and a zonal managed "
-            f"instance group holds at most {MAX_RESERVED_NODES:,} instances), got {reserved_nodes:,}"
-        )
-    if stockout_rate >= 1:  # NaN and < 0 are the scenario's to refuse
-        raise ValueError(f"--stockout-rate: must be below 1 (at {stockout_rate:g} no launch ever succeeds)")
+    for problem in (reserved_nodes_problem("--reserved-nodes", reserved_nodes), stockout_rate_problem(stockout_rate)):
+        if problem:
+            raise ValueError(problem)
     timeout = SlurmSettings().resume_timeout_s
     register = Scenario.model_fields["register_seconds"].default
     # a non-finite boot is the scenario's to refuse ("Input should be a finite number")

@@ -506,8 +506,23 @@ class Daemon:
     def _preempted(
         self, cloud: Sequence[CloudNode], requests: Sequence[RequestRow], snodes: SlurmView, act: Actuator
     ) -> None:
-        """A held instance the cloud reports preempted: its jobs are lost.  Power the Slurm node down at once
-        (Slurm requeues the jobs and calls SuspendProgram) instead of waiting out SlurmdTimeout."""
+        """A held instance the cloud reports preempted: its jobs are lost.  Mark the Slurm node DOWN, then power it
+        down, so Slurm requeues the jobs at once instead of after SlurmdTimeout (what slurm-gcp's slurmsync does:
+        `state=down reason=...`, then a power-down).
+
+        DOWN first, because slurmctld (22.05's node_mgr.c `update_node`) sets a node DOWN *before* it kills its jobs
+        (`_make_node_down`, then `kill_running_job_by_node_name`), and `deallocate_nodes` (node_scheduler.c) skips a
+        DOWN node: no terminate RPC waited on, the job is requeued PENDING and schedulable at once.  `power_down_force`
+        alone kills the jobs while the node is still up: `deallocate_nodes` marks it COMPLETING and sends the
+        terminate RPC to the dead slurmd, the requeued job stays COMPLETING (unschedulable: job_scheduler.c) and the
+        node cannot be suspended (power_save.c wants it !COMPLETING) until slurmctld's ping marks it DOWN after
+        SlurmdTimeout.  `power_down` on the DOWN node then sets POWER_DOWN; the power thread suspends DOWN nodes too
+        (power_save.c: IDLE or DOWN) and calls SuspendProgram; with `SlurmctldParameters=idle_on_node_suspend` (the
+        stack renders it) the node is IDLE again (DRAIN and FAIL cleared) and, after SuspendTimeout, POWERED_DOWN
+        and allocatable; a held pool drains it again as any powered-down held name.  The stopped VM is deleted by
+        `_delete_stopped` at the next tick (the DOWN node shows no work) or by the suspend, whichever comes first.
+        The power-down follows only a DOWN slurmctld took (alone, it would wait for the jobs as `power_down_force`
+        does)."""
         if snodes is None:
             return
         held = {n for r in requests if r.state == "launched" for n in r.names}
@@ -521,8 +536,9 @@ class Daemon:
             and not (snodes[c.name].powered_down or snodes[c.name].powering_down)
         ]
         if names:
-            logger.bind(names=names).warning("instances preempted: powering their Slurm nodes down {}", names)
-            act.scontrol(names, "power_down_force", "gpu-fleet: instance preempted")
+            logger.bind(names=names).warning("instances preempted: marking their Slurm nodes down {}", names)
+            if act.scontrol(names, "down", "gpu-fleet: instance preempted"):
+                act.scontrol(names, "power_down", "gpu-fleet: instance preempted")
 
     def _delete_stopped(
         self, cloud: Sequence[CloudNode], requests: Sequence[RequestRow], snodes: SlurmView, act: Actuator

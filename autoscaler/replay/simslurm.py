@@ -50,8 +50,8 @@ hard way", checked on a real slurmctld in tests/e2e):
   nodes it takes and only as many as it needs (`_preempt_for`); they resume from their checkpoint after the
   requeue hold.  A powered-down node the job may use counts as "otherwise", as on real slurmctld, so preemption
   happens only where the driver holds the overflow (`hold`).
-- A preempted (spot) instance: its jobs are requeued and the node powers down (what the daemon's
-  `power_down_force` and slurm-gcp's slurmsync both do).
+- A preempted (spot) instance: its jobs are requeued at once and the node powers down (what the daemon's
+  `state=down` then `power_down` and slurm-gcp's slurmsync both do; tests/e2e/test_cloud_preemption.py).
 - **EpilogSlurmctld**: when a job ends its nodes are free at once (no compute-node Epilog is modelled) and the
   driver's optional `job_end(sim, job, names)` is called, as slurmctld runs EpilogSlurmctld (the gpu-fleet
   daemon's wake-up; slurm-power-save has no such hook and does not define it).

@@ -34,8 +34,12 @@ from autoscaler.slurm.reservations import parse_rest_reservations, parse_scontro
 from autoscaler.slurm.tokens import StaticToken, TokenSource, token_expiry
 from fleet.slurm.nodes_json import NodeSource
 
-# scontrol node states the daemon sets (``scontrol update nodename=... state=...``)
-NODE_UPDATE_STATES = frozenset({"drain", "resume", "power_down", "power_down_force", "power_up", "undrain"})
+# scontrol node states the daemon sets (``scontrol update nodename=... state=...``); `down`: a preempted instance's
+# node (autoscaler.daemon.tick `Daemon._preempted`)
+NODE_UPDATE_STATES = frozenset({"down", "drain", "resume", "power_down", "power_down_force", "power_up", "undrain"})
+# the states scontrol refuses without a reason ("You must specify a reason when DOWNING or DRAINING a node"): the
+# clients send a default one when the caller gives none
+REASON_REQUIRED = frozenset({"down", "drain"})
 MAX_WEIGHT = 0xFFFFFFFD  # Weight is a uint32; 0xFFFFFFFE and 0xFFFFFFFF are Slurm's NO_VAL and INFINITE
 # a job's hard constraint as the daemon writes it: feature names (what fleet.slurm.conf gives a node: machine GPU,
 # machine type, capacity type) joined by "|" (any one of them); nothing scontrol or a shell could read more into
@@ -169,7 +173,7 @@ class CliSlurm:
         if not names:
             return
         args = ["scontrol", "update", f"nodename={compress(names)}", f"state={state}"]
-        if reason or state == "drain":
+        if reason or state in REASON_REQUIRED:
             args.append(f"reason={reason or 'gpu-fleet autoscaler'}")
         self._run(*args)
 
@@ -236,7 +240,8 @@ _NO_NODE_UPDATE = frozenset({"v0.0.36", "v0.0.37", "v0.0.38"})
 _REST_JOB_UPDATE = frozenset({"v0.0.38"})
 # the node update's `state` flags for each state scontrol takes (v0.0.39+ `update_node_msg.state`, an array of
 # node state flags): scontrol's POWER_DOWN_FORCE is two flags (update_node.c, 23.11: NODE_STATE_POWER_DOWN |
-# NODE_STATE_POWERED_DOWN), the others one of the same name
+# NODE_STATE_POWERED_DOWN), the others one of the same name (DOWN: the base state, which slurmrestd parses as
+# scontrol does, with the reason slurmctld wants beside it)
 _REST_NODE_STATES = {s: [s.upper()] for s in NODE_UPDATE_STATES} | {"power_down_force": ["POWER_DOWN", "POWERED_DOWN"]}
 
 
@@ -413,7 +418,7 @@ class RestSlurm:
             self.cli.update_nodes(names, state, reason)
             return
         body: dict[str, Any] = {"state": _REST_NODE_STATES[state]}
-        if reason or state == "drain":
+        if reason or state in REASON_REQUIRED:
             body["reason"] = reason or "gpu-fleet autoscaler"
         self._update_nodes(names, body)
 

@@ -99,6 +99,8 @@ class FakeSlurm:
             elif state == "undrain":
                 flags.discard("DRAIN")
                 node = replace(node, reason="")
+            elif state == "down":  # slurmctld marks it DOWN, then requeues its jobs (none shown on it any more)
+                node = replace(node, state="down", reason=reason or "", gpus_used=0, alloc_cpus=0)
             elif state == "power_up" and "POWERED_DOWN" in flags:  # drained stays drained (22.05), and shows the
                 flags -= {"POWERED_DOWN"}  # command's reason until it registers (measured on the sized e2e pools)
                 flags |= {"POWERING_UP", "NOT_RESPONDING"}

@@ -144,7 +144,7 @@ def test_a_preempted_spot_vm_is_deleted_once_slurm_let_it_go_and_its_name_launch
     assert fake.instance_status(ZONE_A, "c1-spot-0") == "TERMINATED"
     clock.advance(5)
     res = daemon.tick()
-    assert (("c1-spot-0",), "power_down_force") in slurm.updates
+    assert [u[1] for u in slurm.updates if u[0] == ("c1-spot-0",)][-2:] == ["down", "power_down"]  # DOWN first
     assert commands(res, "delete") == []  # Slurm still shows the job on it this tick
     slurm.set("c1-spot-0", "idle", "POWERING_DOWN")  # slurmctld requeued the job and powers the node down
     clock.advance(5)

@@ -321,11 +321,15 @@ def test_preempted_instance_powers_its_slurm_node_down_at_once(make_daemon, clou
     )
     clock.advance(5)
     d.tick()
-    assert (("c1-spot-0",), "power_down_force") in slurm.updates
+    # DOWN first (slurmctld requeues the jobs without waiting on the dead slurmd), then the power-down
+    preempt = [(("c1-spot-0",), "down"), (("c1-spot-0",), "power_down")]
+    assert [u for u in slurm.updates if u[0] == ("c1-spot-0",) and u[1] in ("down", "power_down")] == preempt
+    assert slurm.nodes_["c1-spot-0"].reason == "gpu-fleet: instance preempted"
+    assert not [u for u in slurm.updates if u[1] == "power_down_force"]
     assert d.store.requests(["launched"]) == []  # released: a later resume launches it afresh
     clock.advance(5)
     d.tick()
-    assert [u for u in slurm.updates if u[1] == "power_down_force"] == [(("c1-spot-0",), "power_down_force")]
+    assert [u for u in slurm.updates if u[1] in ("down", "power_down", "power_down_force")] == preempt
 
 
 def test_a_failing_cloud_fails_the_tick_not_the_daemon(make_daemon, cloud) -> None:

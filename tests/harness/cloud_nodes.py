@@ -15,6 +15,7 @@ jobs really run on cloud nodes.  What a slurmd on a shared host needs (learned r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness.slurm import SlurmHarness, kill_processes, spec_release
+from tests.harness.slurm import SlurmHarness, kill_processes, processes, spec_release
 
 SHIM_SOURCE = Path(__file__).with_name("uptime_shim.c")
 #: environment variable marking a fake VM's slurmd (and the slurmstepds it forks): `<harness root>:<node name>`
@@ -156,6 +157,37 @@ class CloudNodes:
             )
         )
 
+    def vanish(self, name: str) -> None:
+        """Every process of the fake VM `name` stops at once and dies, saying nothing to slurmctld, as a VM the cloud
+        takes back does: its slurmd, the job's processes and their slurmstepds, each frozen (SIGSTOP) before any is
+        killed.  `stop` (a deleted VM) finds the slurmstepds neither by the marker nor by the job's variables (they
+        start with an environment of their own: seen on 23.11), so there the batch step's slurmstepd outlives the
+        batch script and reports it killed by signal 9, and slurmctld ends the job FAILED instead of requeuing it:
+        a message a preempted VM never sends.  The slurmd is then reaped by `stop`, when the cloud stops the VM."""
+        marker, conf = self._marker(name), str(self.harness.conf_path)
+        frozen: set[int] = set()
+        while True:
+            found: set[int] = set()
+            for pid, _, env in processes():
+                if pid == os.getpid():
+                    continue
+                if env.get(VM_MARKER) == marker or (
+                    env.get("SLURMD_NODENAME") == name and env.get("SLURM_CONF") == conf
+                ):
+                    found.add(pid)
+                    ppid, parent = _parent(pid)
+                    if parent.startswith("slurmstepd:"):  # the step's slurmstepd, which runs this job process
+                        found.add(ppid)
+            if not found - frozen:
+                break
+            for pid in found - frozen:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+            frozen |= found
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
     def running(self) -> set[str]:
         with self._lock:
             return {n for n, p in self._procs.items() if p.poll() is None}
@@ -210,3 +242,13 @@ def cloud_slurm_conf(
         nodes = ",".join(f"{p}-[0-{by_prefix[p].count - 1}]" for p in prefixes)
         lines.append(f"PartitionName={name} Nodes={nodes} MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
+
+
+def _parent(pid: int) -> tuple[int, str]:
+    """(parent pid, its command line); (0, "") once either is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        ppid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+        return ppid, Path(f"/proc/{ppid}/cmdline").read_bytes().decode(errors="replace")
+    except (OSError, StopIteration, ValueError):
+        return 0, ""

@@ -75,8 +75,8 @@ def test_rest_client_reads_what_the_cli_reads(restd) -> None:
 
 
 def test_rest_client_updates_nodes(restd) -> None:
-    """Drain, undrain, power up and power down as the daemon makes them: through scontrol on 22.05, whose openapi
-    has no node update, and through slurmrestd alone on 23.11 (no scontrol to fall back on)."""
+    """Drain, undrain, power up, power down and down as the daemon makes them: through scontrol on 22.05, whose
+    openapi has no node update, and through slurmrestd alone on 23.11 (no scontrol to fall back on)."""
     h, url, token = restd
     cli = CliSlurm(env={"SLURM_CONF": str(h.conf_path)})
     rest = RestSlurm(url, token=token, user="root", cli=cli if expected_api() == "v0.0.38" else None)
@@ -96,6 +96,14 @@ def test_rest_client_updates_nodes(restd) -> None:
     rest.update_nodes(["r1-od-0", "r1-od-1"], "power_down_force")  # scontrol's two flags: POWER_DOWN, POWERED_DOWN
     assert poll_until(lambda: node().powered_down or node().powering_down, 15), node()
     assert poll_until(lambda: node().powered_down and not node().powering_down, 60), node()
+    # a preempted instance's node (`Daemon._preempted`): DOWN (no reason given: the client sends its default one,
+    # which scontrol and slurmctld want with a DOWN), then a power-down, which the power thread takes on the DOWN
+    # node; with idle_on_node_suspend it comes back powered down and no longer DOWN
+    rest.update_nodes(["r1-od-1"], "down")
+    assert node().down and node().reason == "gpu-fleet autoscaler", node()
+    rest.update_nodes(["r1-od-1"], "power_down", "gpu-fleet: instance preempted")
+    assert poll_until(lambda: node().powering_down and not node().down, 15), node()
+    assert poll_until(lambda: node().powered_down and not (node().powering_down or node().down), 60), node()
 
 
 def test_rest_client_reads_a_gated_gang_and_releases_it_through_scontrol(restd) -> None:

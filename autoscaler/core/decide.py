@@ -248,6 +248,7 @@ def queue_depth(
     standby_in_flight: Mapping[str, int] | None = None,
     preemption_room: Sequence[ReservedRoom] = (),
     unusable: Collection[str] = (),
+    scheduler_holds: bool = True,
 ) -> Plan:
     """One `plan()` over the work the scheduler could not place plus the whole inventory: unserved reasons,
     pre-warm and standby scale-ups, and the idle scale-down (drains, deletes).  `standby_in_flight`: standby
@@ -258,11 +259,16 @@ def queue_depth(
     for them, or Slurm may preempt spot-tolerant work for them).  With `Policy.preempt_spot`, jobs Slurm is
     placing on reserved nodes by preemption (`preemption_room`: the reserved nodes' room for such jobs,
     `autoscaler.core.hold.preemption_places`) are not planned either.  `unusable`: node names none of `pending` may
-    run on (Slurm advanced reservations: `autoscaler.daemon.named_nodes`), no capacity for them."""
+    run on (Slurm advanced reservations: `autoscaler.daemon.named_nodes`), no capacity for them.
+    `scheduler_holds` False: no scheduler places work on the fleet by itself (Kubernetes: a ProvisioningRequest is
+    booked by the daemon or by nothing), so there is nothing to hold capacity back from and no unit waits out of
+    the plan; the planner's own batch window (`Policy.batch_window_s`, which delays paid launches only) applies.
+    Until the forty-eighth round the Kubernetes daemon took Slurm's hold: under a reservation hold a request was
+    left unbooked for the whole window even with a reserved node idle, where its replay booked it at once."""
     planner = planner or default_planner()
     from autoscaler.core.hold import held_pools, preemption_places
 
-    if held_pools(inventory.pools, policy):
+    if scheduler_holds and held_pools(inventory.pools, policy):
         # a unit the scheduler has not tried yet may start by itself (a reserved node, preemption): never
         # release held capacity for it before its first scheduling pass
         pending = [u for u in pending if u.evaluated and now - u.submit_time >= policy.batch_window_s]

@@ -394,7 +394,7 @@ class KubeDaemon:
         orphans = unschedulable_units(all_pods, live, self.kp.spot_taints, self._selector_labels, self._rooms)
         units = self._not_after_first_seen([*units, *orphans], now)
         # the decision core the Slurm daemon and the replay call: one plan over the work nothing holds yet
-        p = queue_depth(units, inv, offerings, self.policy, now, self.memory)
+        p = queue_depth(units, inv, offerings, self.policy, now, self.memory, scheduler_holds=False)
         self.memory = p.unavailable
         by_key = {v.key: v for v in pending}
         placeholders = {c.name for c in unbooked}

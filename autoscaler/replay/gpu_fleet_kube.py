@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autoscaler.cloud import ProviderError
+from autoscaler.core import queue_depth
 from autoscaler.core.settings import ArrivalLog, SeenJob, SettingsTracker
 from autoscaler.kube.wake import MIN_GAP_S, WAKE_LATENCY_S, next_tick_at
 from autoscaler.model import (
@@ -187,7 +188,12 @@ class GpuFleetKubePolicy:
         units = [
             WorkUnit(
                 id=j.id,
-                submit_time=gate.admitted_at.get(j.id, j.submit) if gate is not None else j.submit,
+                # a request's creation (admission); a reclaimed workload's pods are created anew (`pending_since`)
+                submit_time=(
+                    gate.admitted_at.get(j.id, j.submit)
+                    if gate is not None and j.requeued_at is None
+                    else j.pending_since
+                ),
                 gpus_per_node=j.gpus_per_node,
                 nodes=j.nodes,
                 spot_ok=j.spot_ok,
@@ -208,9 +214,8 @@ class GpuFleetKubePolicy:
         for u in units:
             self.first_planned.setdefault(u.id, now)
         if units or below:  # work to place, or a pool to bring to its floor (`pool_floor`: the daemon's plan does)
-            from autoscaler.planner import plan
-
-            p = plan(units, inv, view.offerings(), self.policy, now, self.unavailable)
+            # the decision core the Kubernetes daemon calls (`KubeDaemon.tick`): nothing but it books a request
+            p = queue_depth(units, inv, view.offerings(), self.policy, now, self.unavailable, scheduler_holds=False)
             self.planner_calls += 1
             self.unavailable = p.unavailable
             for su in p.scale_ups:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -180,6 +180,7 @@ class Case:
     scenario: dict[str, Any]
     wait_value: float | None = None
     must_launch_in: frozenset[str] = frozenset()
+    policy: dict[str, Any] = field(default_factory=dict)  # Policy fields the operator sets (`kueue.autoscaler.policy`)
 
     @property
     def out_type(self) -> str:  # the family's 8-GPU shape, stocked out on demand in one zone for a while
@@ -200,6 +201,16 @@ CASES = [
         None,
         frozenset({"a3-highgpu-8g-reserved", "a3-highgpu-8g-spot"}),
     ),
+    # the same under a reservation hold (the settings rule gives a batch window): requests are booked on the
+    # reserved node whenever it is free, and only paid launches wait out the window (the daemon took Slurm's hold
+    # until the forty-eighth round and left every request unbooked for the window)
+    Case(
+        "reserved-hold",
+        {"reserved_nodes": 1},
+        None,
+        frozenset({"a3-highgpu-8g-reserved", "a3-highgpu-8g-spot"}),
+        {"reservation_hold_max_s": 600.0},
+    ),
 ]
 
 
@@ -214,7 +225,8 @@ def replay(case: Case, jobs: list[TraceJob] | None = None, quota_gpus: int = 40)
     jobs = jobs if jobs is not None else _trace()
     gate = KueueGate([ClusterQueue("team-a", quota_gpus)], {j.id: "team-a" for j in jobs}, admission_check=True)
     base = GpuFleetKubePolicy.for_scenario(sc, case.wait_value)
-    driver = RecordingKubeFleet(policy=base.policy, tracker=base.tracker)
+    policy = replace(base.policy, **case.policy)
+    driver = RecordingKubeFleet(policy=policy, tracker=SettingsTracker(base=policy, boot_s=sc.ready_s))
     driver.gate = gate
     ReplayEngine(jobs, sc, driver, admission=gate, sim_config=cfg).run()
     return driver, sc

@@ -156,7 +156,8 @@ class GpuFleetPolicy:
     _pools: list[Pool] = field(default_factory=list)
     _t0: float | None = None
     _nodes: dict[str, tuple[SimNode, int, Node]] = field(default_factory=dict)
-    _units: dict[int, WorkUnit] = field(default_factory=dict)  # job idx -> its work unit (built once: all static)
+    #: job idx -> its work unit (rebuilt when a requeue stamps a new submit time)
+    _units: dict[int, WorkUnit] = field(default_factory=dict)
     #: every launch attempt: (time, request id, pool, offering, names, outcome), and every tick's time
     launch_log: list[tuple[float, str, str, str, tuple[str, ...], str]] = field(default_factory=list)
     tick_log: list[float] = field(default_factory=list)
@@ -734,7 +735,7 @@ class GpuFleetPolicy:
 
     def _unit(self, sim: SimSlurm, job: Job) -> WorkUnit:
         u = self._units.get(job.idx)
-        if u is None:
+        if u is None or u.submit_time != job.pending_since:  # a requeue stamps a new submit time
             u = self._units[job.idx] = _unit(job, whole=sim.exclusive(job))
         return u
 
@@ -807,7 +808,7 @@ class GpuFleetPolicy:
     def _wake(self, sim: SimSlurm, now: float, refused: bool) -> float | None:
         wakes: list[float] = []
         if sim.held:  # jobs left PENDING by the hold: plan again when the next one's hold ends
-            due = [j.submit + self.policy.batch_window_s for j in sim.pending_jobs()]
+            due = [j.pending_since + self.policy.batch_window_s for j in sim.pending_jobs()]
             if due:
                 wakes.append(self._next_tick(max(min(due), now + self.interval_s)))
         if self._open:
@@ -890,7 +891,7 @@ def _unit(job: Job, *, whole: bool) -> WorkUnit:
     `SimSlurm.exclusive`), so it plans whole nodes (`WorkUnit.whole_node`)."""
     return WorkUnit(
         id=f"job/{job.idx + 1}",  # the Slurm job id stand-in, as the daemon names units
-        submit_time=job.submit,
+        submit_time=job.pending_since,  # squeue's: a requeued job's is its requeue's
         gpus_per_node=job.gpus_per_node,
         nodes=job.nodes,
         spot_ok=job.spot_ok,

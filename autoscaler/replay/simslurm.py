@@ -950,6 +950,7 @@ class SimSlurm:
         job.state = JobState.PENDING
         job.attempt += 1
         job.start = None
+        job.requeued_at = now  # squeue's submit time from now on (batch_requeue_fini)
         self.slurm_counters["requeues"] += 1
         bisect.insort(self.state._pending, job.key)
         self._eligible[job.idx] = now + self.conf.requeue_hold_s

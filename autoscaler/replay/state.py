@@ -52,6 +52,9 @@ class Job:
     progress_s: float = 0.0  # work saved by checkpoints: a requeued job resumes from here
     #: the one pool its pods may run in (None: any): on Kubernetes, the node selector its Kueue flavor gives them
     pool: str | None = None
+    #: when it was last requeued (None: never): slurmctld stamps a requeued job's submit time anew (job_mgr.c
+    #: `batch_requeue_fini`: `details->submit_time = now`), and Kubernetes' Job controller creates new pods
+    requeued_at: float | None = None
 
     @property
     def remaining_s(self) -> float:
@@ -64,6 +67,11 @@ class Job:
     @property
     def submit(self) -> float:
         return self.trace.submit
+
+    @property
+    def pending_since(self) -> float:
+        """The submit time the scheduler shows for it now: its requeue's, once requeued (`requeued_at`)."""
+        return self.submit if self.requeued_at is None else self.requeued_at
 
     @property
     def spot_ok(self) -> bool:
@@ -466,6 +474,7 @@ class ClusterState:
         job.attempt += 1
         job.preemptions += 1
         job.start = None
+        job.requeued_at = now
         bisect.insort(self._pending, job.key)
         self.pending_changed = True
 

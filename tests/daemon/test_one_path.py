@@ -232,8 +232,9 @@ def _running(sim: SimSlurm, j: Job) -> SlurmJob:
         (),
         0,
         None,
-        j.submit,
+        j.pending_since,  # squeue's submit time: a requeue stamps it anew
         nodes=nodes,
+        exclusive=sim.exclusive(j),  # squeue's `shared`: none on an OverSubscribe=EXCLUSIVE partition
     )
 
 
@@ -251,7 +252,8 @@ def _pending(sim: SimSlurm) -> list[SlurmJob]:
             tuple(sorted({f for term in sim.allowed(j) or () for f in term.split("&")})),  # as squeue lists them
             0,
             None,
-            j.submit,
+            j.pending_since,  # squeue's submit time: a requeue stamps it anew (job_mgr.c batch_requeue_fini)
+            exclusive=sim.exclusive(j),  # squeue's `shared`: none on an OverSubscribe=EXCLUSIVE partition
             constraint=constraint_expression(sim.allowed(j) or ()),  # the job_submit.lua's constraint, as widened
             admin_comment=RIGHT_SIZED_MARK if sim.allowed(j) else "",  # the lua's mark on what it constrained
             excluded_nodes=tuple(sorted(sim.excluded.get(j.idx, ()))),  # the ExcNodeList the driver set
@@ -313,6 +315,21 @@ def test_with_a_reservation_hold_the_daemon_holds_and_releases_exactly_what_the_
     ]
     # the rule's settings for this trace, fixed for the run (how the settings evolve is the next test's), with a
     # hold budget the operator set (the default, 0, holds nothing)
+    facts = replace(scenario_facts(sc, trace, 0.5), reservation_hold_max_s=3600.0)
+    policy = settings_policy(replace(DEFAULT_POLICY, wait_value_usd_per_gpu_hour=0.5), (), facts)
+    assert policy.batch_window_s > 0
+    _daemon_follows(tmp_path, sc, trace, policy)
+
+
+def test_on_an_exclusive_partition_the_daemon_plans_whole_nodes_as_the_replay_did(tmp_path: Path) -> None:
+    """A3 Mega's partition is OverSubscribe=EXCLUSIVE (`fleet.slurm.conf.whole_node`): squeue shows its small jobs
+    taking their nodes whole, and under a reservation hold the daemon releases one overflow node per job, as the
+    replay did (which packed them on shared nodes before the forty-eighth round)."""
+    sc = Scenario(machine_family="a3-megagpu", region="us-east4", reserved_nodes=1)
+    trace = [
+        TraceJob(f"j{i}", t, d, 1, False)
+        for i, (t, d) in enumerate([(0, 900), (10, 300), (20, 3000), (30, 60), (40, 600), (900, 1200)])
+    ]
     facts = replace(scenario_facts(sc, trace, 0.5), reservation_hold_max_s=3600.0)
     policy = settings_policy(replace(DEFAULT_POLICY, wait_value_usd_per_gpu_hour=0.5), (), facts)
     assert policy.batch_window_s > 0

@@ -526,14 +526,18 @@ class Daemon:
         if snodes is None:
             return
         held = {n for r in requests if r.state == "launched" for n in r.names}
+        live = {c.name for c in cloud if c.status is not CloudNodeStatus.GONE}  # a name launched again since
         names = [
             c.name
             for c in cloud
             if c.status is CloudNodeStatus.GONE
             and c.preempted
-            and c.name in held
+            and c.name not in live
             and c.name in snodes
             and not (snodes[c.name].powered_down or snodes[c.name].powering_down)
+            # held by its launch, or (the tick that saw the preemption could not reach slurmctld, and the request
+            # let the gone name go) a node Slurm still runs work on and has not marked DOWN
+            and (c.name in held or (snodes[c.name].has_work and not snodes[c.name].down))
         ]
         if names:
             logger.bind(names=names).warning("instances preempted: marking their Slurm nodes down {}", names)

@@ -332,6 +332,34 @@ def test_preempted_instance_powers_its_slurm_node_down_at_once(make_daemon, clou
     assert [u for u in slurm.updates if u[1] in ("down", "power_down", "power_down_force")] == preempt
 
 
+def test_a_preemption_seen_while_slurm_is_down_is_acted_on_when_it_answers(make_daemon, cloud, slurm, clock) -> None:
+    """The tick that sees the preemption cannot reach slurmctld; its request lets the gone name go meanwhile.  The
+    next tick still marks the node DOWN (its job is still allocated on it): otherwise the job would wait out
+    SlurmdTimeout, as with no DOWN at all."""
+    import dataclasses
+
+    from autoscaler.cloud import CloudNodeStatus
+
+    d = make_daemon()
+    resume(d, NAMES[:1], job=3)
+    d.tick()
+    slurm.set("c1-spot-0", "allocated", gpus_used=8)
+    cloud.nodes_["c1-spot-0"] = dataclasses.replace(
+        cloud.nodes_["c1-spot-0"], status=CloudNodeStatus.GONE, preempted=True
+    )
+    slurm.down = True
+    clock.advance(5)
+    d.tick()
+    slurm.down = False
+    clock.advance(5)
+    d.tick()
+    preempt = [(("c1-spot-0",), "down"), (("c1-spot-0",), "power_down")]
+    assert [u for u in slurm.updates if u[1] in ("down", "power_down", "power_down_force")] == preempt
+    clock.advance(5)
+    d.tick()  # DOWN, no work: nothing again
+    assert [u for u in slurm.updates if u[1] in ("down", "power_down", "power_down_force")] == preempt
+
+
 def test_a_failing_cloud_fails_the_tick_not_the_daemon(make_daemon, cloud) -> None:
     from autoscaler.cloud import TransientError
 

@@ -18,14 +18,17 @@ its partition defaults; ResumeRate/SuspendRate 0 = no rate limit, which is what 
 - the partition is `OverSubscribe=EXCLUSIVE` where `fleet render slurm-conf` renders it so, by the same rule
   (`fleet.slurm.conf.whole_node`, which the simulated Slurm applies to the driver's pools: `SimSlurm.exclusive`):
   on an 8-GPU type with GPU NICs (a3-highgpu-8g, a3-megagpu-8g, a4-highgpu-8g) every job gets whole nodes, as
-  Cluster Toolkit's a3mega blueprint sets `partition_conf: {OverSubscribe: EXCLUSIVE}` on its partition
-  (examples/machine-learning/a3-megagpu-8g/a3mega-slurm-blueprint.yaml, `a3mega_partition`) and as the Toolkit
+  Cluster Toolkit's A3 blueprints set `partition_conf: {OverSubscribe: EXCLUSIVE}` on their partitions
+  (examples/machine-learning/a3-megagpu-8g/a3mega-slurm-blueprint.yaml, `a3mega_partition`;
+  examples/machine-learning/a3-highgpu-8g/a3high-slurm-blueprint.yaml, the same for A3 High) and as the Toolkit
   partition module's default `exclusive = true` renders (slurm-gcp's `partitionlines`: `Oversubscribe=Exclusive`,
   with `PowerDownOnIdle=YES`, which the blueprint avoids with `exclusive: false` and which is not modelled).  On an
   8-GPU type without them (a2-highgpu-8g) small jobs share a node, as with `exclusive: false`.  That blueprint's
   partition also sets `ResumeTimeout: 900` and `SuspendTimeout: 600`; they are not taken: its nodeset is static
   (`node_count_dynamic_max: 0`), so they do not govern power saving there, and the stock slurm-gcp
-  `cloud_parameters` above stand;
+  `cloud_parameters` above stand.  Since this baseline runs 8-GPU nodes only, one job each makes it several times
+  the bound on traces of small jobs (the forty-eighth round); an operator with such work would add smaller
+  nodesets, which this baseline does not model, so a lead over it on small jobs says little;
 - a reservation's nodeset is **static**, as Cluster Toolkit's reservation blueprints configure it
   (examples/machine-learning/a3-megagpu-8g/a3mega-slurm-blueprint.yaml: `node_count_static:
   $(vars.a3mega_cluster_size)`, `node_count_dynamic_max: 0`): every reserved node is created when the cluster

@@ -307,7 +307,8 @@ def test_pending_jobs_that_capacity_cannot_help_are_not_demand(make_daemon, slur
     assert res.pending_units == 1
 
 
-def test_preempted_instance_powers_its_slurm_node_down_at_once(make_daemon, cloud, slurm, clock) -> None:
+def _preempted_under_a_job(make_daemon, cloud, slurm):  # type: ignore[no-untyped-def]
+    """A daemon whose launched spot node `c1-spot-0` runs a job, and whose instance the cloud then preempted."""
     import dataclasses
 
     from autoscaler.cloud import CloudNodeStatus
@@ -319,6 +320,11 @@ def test_preempted_instance_powers_its_slurm_node_down_at_once(make_daemon, clou
     cloud.nodes_["c1-spot-0"] = dataclasses.replace(
         cloud.nodes_["c1-spot-0"], status=CloudNodeStatus.GONE, preempted=True
     )
+    return d
+
+
+def test_preempted_instance_powers_its_slurm_node_down_at_once(make_daemon, cloud, slurm, clock) -> None:
+    d = _preempted_under_a_job(make_daemon, cloud, slurm)
     clock.advance(5)
     d.tick()
     # DOWN first (slurmctld requeues the jobs without waiting on the dead slurmd), then the power-down
@@ -336,17 +342,7 @@ def test_a_preemption_seen_while_slurm_is_down_is_acted_on_when_it_answers(make_
     """The tick that sees the preemption cannot reach slurmctld; its request lets the gone name go meanwhile.  The
     next tick still marks the node DOWN (its job is still allocated on it): otherwise the job would wait out
     SlurmdTimeout, as with no DOWN at all."""
-    import dataclasses
-
-    from autoscaler.cloud import CloudNodeStatus
-
-    d = make_daemon()
-    resume(d, NAMES[:1], job=3)
-    d.tick()
-    slurm.set("c1-spot-0", "allocated", gpus_used=8)
-    cloud.nodes_["c1-spot-0"] = dataclasses.replace(
-        cloud.nodes_["c1-spot-0"], status=CloudNodeStatus.GONE, preempted=True
-    )
+    d = _preempted_under_a_job(make_daemon, cloud, slurm)
     slurm.down = True
     clock.advance(5)
     d.tick()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TERMS = ("none", "1y", "3y")
+#: how long a term binds: a commitment is billed for every hour of it and cannot be cancelled (`none`: nothing)
 TERM_DAYS = {"none": 0, "1y": 365, "3y": 1095}
 
 MAX_POINTS = 2000  # sizes in one grid: beyond this a sweep is a mistake, not a plan
@@ -67,13 +68,22 @@ class TermPrices:
     hourly: dict[str, float]  # term -> $/h per node
     overflow_discount: float = 0.0  # negotiated discount on on-demand and spot usage, 0..1
     source: str = ""
+    caveats: tuple[str, ...] = ()  # what the reader must know about these rates (e.g. estimated, not list)
 
     def rate(self, term: str) -> float:
         return self.hourly[term]
 
+    def commitment_total(self, term: str, nodes: int) -> float:
+        """What `nodes` reserved nodes on `term` bind the team to: nodes x the term's $/h x every hour of the term
+        (billed whether used or not, and not cancellable); 0 for `none`, which commits to nothing."""
+        return nodes * self.rate(term) * TERM_DAYS[term] * 24.0 if nodes else 0.0
+
 
 def catalog_prices(machine_type: str, region: str, terms: tuple[str, ...]) -> TermPrices:
+    """The catalog's $/h per node for `terms`.  Where the catalog's committed-use rates are estimated
+    (`Price.commit_estimated`: a row not from the list), the source says so and a caveat names the machine type."""
     from fleet.catalog import load_catalog
+    from fleet.catalog.model import LIST_SOURCE
 
     m = load_catalog().machine(machine_type)
     p = m.price(region)
@@ -83,11 +93,25 @@ def catalog_prices(machine_type: str, region: str, terms: tuple[str, ...]) -> Te
     missing = [t for t in terms if table[t] is None]
     if missing:
         raise GridError(f"--terms: the catalog has no {', '.join(missing)} rate for {machine_type} in {region}")
+    hourly = {t: float(table[t]) for t in terms}  # type: ignore[arg-type]
+    estimated = [t for t in terms if t != "none"] if p.commit_estimated else []
+    where = f"for {machine_type} in {region}"
+    if not estimated:
+        label = "catalog list prices" if p.source == LIST_SOURCE else f"catalog prices ({p.source})"
+        return TermPrices(machine_type, region, hourly, source=f"{label} {where}")
+    ratios = ", ".join(f"{t} {hourly[t] / p.on_demand:.4f}" for t in estimated)
+    caveat = (
+        f"the {'/'.join(estimated)} rates of {machine_type} in {region} are estimated, not list prices: the catalog "
+        f"has no committed-use price for it there (its prices come from {p.source}) and applies the median discount "
+        f"of the list's 8-GPU H100 rows (x on-demand: {ratios}); give the team's negotiated or published rates with "
+        f"--price-file to replace them"
+    )
     return TermPrices(
         machine_type,
         region,
-        {t: float(table[t]) for t in terms},  # type: ignore[arg-type]
-        source=f"catalog list prices ({p.source}) for {machine_type} in {region}",
+        hourly,
+        source=f"catalog prices ({p.source}; {'/'.join(estimated)} estimated) {where}",
+        caveats=(caveat,),
     )
 
 

@@ -41,7 +41,10 @@ def whole(jobs: Sequence[TraceJob]) -> Window:
 
 
 def split(jobs: Sequence[TraceJob], train_days: float, test_days: float) -> tuple[Window, Window]:
-    """The first `train_days` and the `test_days` after them; each must hold at least one job."""
+    """The first `train_days` and the `test_days` after them; each must hold at least one job.
+
+    The test window ends at the trace's last submission (as `whole` does), not later: past it the trace records
+    no demand, only the reservation's bill.  Asked for more than a day past it, `--train/--test` is refused."""
     if train_days <= 0 or test_days <= 0:
         raise ValueError("--train/--test: both must be positive numbers of days")
     t0 = min(j.submit for j in jobs)
@@ -61,7 +64,8 @@ def split(jobs: Sequence[TraceJob], train_days: float, test_days: float) -> tupl
         raise ValueError(
             f"--train/--test: {train_days:g} + {test_days:g} days exceed the trace's {span:.1f} days of submissions"
         )
-    return Window("train", 0.0, train_days, train, t0), Window("test", train_days, test_days, test, cut)
+    test_end = min(end, max(j.submit for j in jobs) + 1.0)
+    return Window("train", 0.0, train_days, train, t0), Window("test", train_days, (test_end - cut) / DAY_S, test, cut)
 
 
 def folds(window: Window, k: int) -> list[Window]:

@@ -110,6 +110,10 @@ class FabricSoftware:
     nccl_env: tuple[tuple[str, str], ...] = ()
 
 
+#: the `Price.source` of rows taken from the public list price table, committed-use prices included
+LIST_SOURCE = "list"
+
+
 @dataclass(frozen=True)
 class Price:
     """List prices of one machine type in one region, $/hour for one VM (GPUs included)."""
@@ -119,6 +123,13 @@ class Price:
     commit_1y: float | None
     commit_3y: float | None
     source: str  # "list", "zone_offerings" or "zone_offerings_corrected" (see derive_catalog.py)
+
+    @property
+    def commit_estimated(self) -> bool:
+        """Whether `commit_1y` / `commit_3y` are estimates rather than list prices: only rows of the list
+        (source `list`) carry committed-use prices; scripts/derive_catalog.py gives the zone-derived rows (every
+        other source) the median 1y/3y discount of the list's 8-GPU H100 rows."""
+        return self.source != LIST_SOURCE
 
     def hourly(self, capacity: CapacityType) -> float | None:
         """$/h for a capacity type.  Flex-start (DWS) bills at the on-demand rate or less: we use

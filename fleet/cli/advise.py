@@ -3,7 +3,8 @@ own job history replayed through the gpu-fleet policy.  See docs/advise.md.
 
 Every option is checked before the grid runs: `--report` (its directory must exist; an existing file is replaced
 only with `--force`; written atomically), `--price-file` through the input gate (fleet/input), and the bounds that
-keep the grid finite (`--sizes` at most one zonal MIG, `--stockout-rate` below 1, `--workers` at most the cores)."""
+keep the grid finite (`--sizes` at most one zonal MIG, `--stockout-rate` below 1, `--workers` at most the cores,
+`--spot-fraction` no higher than lets every replay end: `fleet.advise.commitments.check_replayable`)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,9 @@ def commitments(
     stockout_rate: float = typer.Option(0.0, "--stockout-rate", help="probability a launch stocks out"),
     terms: str = typer.Option("none,1y,3y", "--terms", help="comma-separated: none, 1y, 3y"),
     sizes: str = typer.Option("0:200:10", "--sizes", help="reserved-node counts: START:STOP:STEP or a list"),
-    seeds: int = typer.Option(3, "--seeds", help="seeds per point (stockouts, spot preemption, spot choice)"),
+    seeds: int = typer.Option(
+        3, "--seeds", help="seeds per point (stockouts, spot preemption, spot choice); one when nothing is random"
+    ),
     train: float | None = typer.Option(None, "--train", help="choose on the first DAYS of the trace ..."),
     test: float | None = typer.Option(None, "--test", help="... and score the choice on the next DAYS"),
     price_file: Annotated[Path | None, typer.Option("--price-file", help="YAML of negotiated rates")] = None,
@@ -57,7 +60,7 @@ def commitments(
     """Replay the trace for every reservation size x term (x seed) and recommend the cheapest mix."""
     from autoscaler.replay.synth import SynthError, load_source
     from autoscaler.replay.trace import TraceError
-    from fleet.advise.commitments import Request, advise, reserved_machine
+    from fleet.advise.commitments import Request, advise, check_replayable, reserved_machine
     from fleet.advise.grid import GridError, catalog_prices, load_price_file, parse_sizes, parse_terms
     from fleet.advise.runner import RunnerError
     from fleet.input import InputError, check_output_file
@@ -107,6 +110,7 @@ def commitments(
             else catalog_prices(machine, region, term_list)
         )
         req = Request(**{**req.__dict__, "prices": prices})
+        check_replayable(req)
     except InputError as exc:
         raise _fail("\n".join(exc.lines())) from None
     except (GridError, TraceError, SynthError) as exc:
@@ -189,38 +193,54 @@ def _progress_bar():  # type: ignore[no-untyped-def]
 
 
 def _print_human(result: dict) -> None:
+    """The result as a table of the choice window's points, the recommendation, the test verdict and the caveats."""
     from fleet.cli.tables import print_table
 
     sc = result["scenario"]
     rec = result["recommended"]
+    seeds = f"{sc['seeds']} seed(s)" if sc["random"] else "deterministic: one replay per point"
     typer.echo(
         f"{sc['trace']}: {sc['jobs']} jobs, {sc['history_days']:.0f} days of history; {sc['reserved_machine_type']} "
-        f"in {sc['region']}; {sc['seeds']} seed(s); prices: {sc['prices_source']}"
+        f"in {sc['region']}; {seeds}; prices: {sc['prices_source']}"
     )
     window = result["choice_window"]
-    cells = [
-        [
-            p["term"],
-            str(p["reserved_nodes"]),
-            f"{p['cost_usd_mean']:,.0f}",
-            f"{p['cost_usd_min']:,.0f}..{p['cost_usd_max']:,.0f}",
+    eligible = set(result["eligible_terms"])
+    cells = []
+    for p in result["points"]:
+        if p["window"] != window:
+            continue
+        row = [p["term"], str(p["reserved_nodes"]), f"{p['cost_usd_mean']:,.0f}"]
+        if sc["random"]:
+            row.append(f"{p['cost_usd_min']:,.0f}..{p['cost_usd_max']:,.0f}")
+        row += [
             f"{p['lower_bound_usd']:,.0f}",
             f"{p['overflow_usd_mean']:,.0f}",
             "-" if p["reservation_fill"] is None else f"{100 * p['reservation_fill']:.0f} %",
             f"{p['wait_p50_s']:.0f}",
             f"{p['wait_p95_s']:.0f}",
-            "-" if p.get("max_fold_regret_pct") is None else f"{p['max_fold_regret_pct']:.1f} %",
+            _regret_cell(p, eligible),
         ]
-        for p in result["points"]
-        if p["window"] == window
-    ]
-    headers = ["term", "reserved", "cost $", "range $", "bound $", "overflow $", "fill", "p50 s", "p95 s", "worst fold"]
+        cells.append(row)
+    headers = ["term", "reserved", "cost $", *(["range $"] if sc["random"] else []), "bound $", "overflow $", "fill",
+               "p50 s", "p95 s", "worst fold"]  # fmt: skip
     print_table(headers, cells, title=f"{window} window")
     saving = rec.get("saving_vs_on_demand_pct")
+    commitment = (
+        f"; commits ${rec['commitment_total_usd']:,.0f} over the {rec['term']} term (billed for every hour of it, "
+        f"used or not; a commitment cannot be cancelled)"
+        if rec["commitment_total_usd"]
+        else ""
+    )
+    beating = (
+        f" (cheaper in {rec['seeds_cheaper_than_on_demand']} of {sc['seeds']} seeds)"
+        if rec["seeds_cheaper_than_on_demand"] is not None
+        else ""
+    )
     typer.echo(
         f"recommended: {rec['reserved_nodes']} reserved nodes, term {rec['term']}: ${rec['cost_usd']:,.0f}"
         + (f", {saving:.1f} % less than all on demand" if saving is not None else "")
-        + f" (cheaper in {rec['seeds_cheaper_than_on_demand']} of {sc['seeds']} seeds)"
+        + beating
+        + commitment
     )
     test = result.get("test")
     if test:
@@ -232,6 +252,16 @@ def _print_human(result: dict) -> None:
         )
     for c in result["caveats"]:
         typer.echo(f"note: {c}")
+
+
+def _regret_cell(p: dict, eligible: set[str]) -> str:
+    """A choice-window point's worst fold regret: `n/a` for a term the history does not allow, `inf` where it costs
+    money in a fold whose cheapest candidate costs nothing."""
+    if p["reserved_nodes"] and p["term"] not in eligible:
+        return "n/a"
+    if p.get("regret_unbounded"):
+        return "inf"
+    return "-" if p.get("max_fold_regret_pct") is None else f"{p['max_fold_regret_pct']:.1f} %"
 
 
 def register(app: typer.Typer) -> None:

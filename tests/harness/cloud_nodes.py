@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness.slurm import SlurmHarness, kill_processes, processes, spec_release
+from tests.harness.slurm import SlurmHarness, processes, spec_release
 
 SHIM_SOURCE = Path(__file__).with_name("uptime_shim.c")
 #: environment variable marking a fake VM's slurmd (and the slurmstepds it forks): `<harness root>:<node name>`
@@ -136,8 +136,8 @@ class CloudNodes:
 
     def stop(self, name: str, zone: str = "") -> None:
         """The fake VM `name` was deleted: stop its slurmd, then kill what else ran on it, as a deleted VM's
-        processes die with it (slurmd leaves its job steps running when it stops): its slurmstepds, which inherit
-        slurmd's environment, and the job's processes, which carry the node's name and this cluster's conf."""
+        processes die with it (slurmd leaves its job steps running when it stops): the job's processes, which carry
+        the node's name and this cluster's conf, and the slurmstepds that run them (`_kill_vm_processes`)."""
         with self._lock:
             proc = self._procs.pop(name, None)
             if proc is None:
@@ -150,20 +150,20 @@ class CloudNodes:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=5)
-        marker, conf = self._marker(name), str(self.harness.conf_path)
-        kill_processes(
-            lambda env: (
-                env.get(VM_MARKER) == marker or (env.get("SLURMD_NODENAME") == name and env.get("SLURM_CONF") == conf)
-            )
-        )
+        self._kill_vm_processes(name)
 
     def vanish(self, name: str) -> None:
         """Every process of the fake VM `name` stops at once and dies, saying nothing to slurmctld, as a VM the cloud
-        takes back does: its slurmd, the job's processes and their slurmstepds, each frozen (SIGSTOP) before any is
-        killed.  `stop` (a deleted VM) finds the slurmstepds neither by the marker nor by the job's variables (they
-        start with an environment of their own: seen on 23.11), so there the batch step's slurmstepd outlives the
-        batch script and reports it killed by signal 9, and slurmctld ends the job FAILED instead of requeuing it:
-        a message a preempted VM never sends.  The slurmd is then reaped by `stop`, when the cloud stops the VM."""
+        takes back does (a preemption): its slurmd too, with no SIGTERM first.  The slurmd is then reaped by `stop`,
+        when the cloud stops the VM."""
+        self._kill_vm_processes(name)
+
+    def _kill_vm_processes(self, name: str) -> None:
+        """Freeze (SIGSTOP), then kill, every process of the fake VM `name`: those with its marker or the job's
+        variables, and the slurmstepds that run them.  A slurmstepd carries neither (it starts with an environment of
+        its own: seen on 23.11); left alive, the batch step's slurmstepd outlives the batch script, reports it
+        killed by signal 9, and slurmctld ends the job FAILED instead of requeuing it, a message a VM that is gone
+        never sends.  Frozen first, so none reports another's death."""
         marker, conf = self._marker(name), str(self.harness.conf_path)
         frozen: set[int] = set()
         while True:

@@ -94,6 +94,15 @@ def test_the_controller_boot_completes_with_the_pinned_autoscaler_running(instal
     check = ctl.run([f"{VENV}/pip", "check"])
     assert check.returncode == 0, check.stdout + check.stderr
     assert ctl.run(["systemctl", "is-active", "gpu-fleet-autoscaler"]).returncode == 0, booted.explain(name)
+
+    def daemon_processes() -> list[list[str]]:
+        lines = ctl.run(["ps", "-o", "user=,pid=,args=", "-e"], check=True).stdout.splitlines()
+        return [line.split()[:2] for line in lines if "fleet.cli.main autoscaler run" in line]
+
+    # the shim's wrappers log each restriction as they apply it, then exec the daemon: the unit is active from the
+    # first wrapper on, and under load the seccomp filters (systemd-analyze's groups) can take seconds, so the log
+    # is read once the daemon itself runs (read at once, it lacked the SystemCallFilter line one CI run in ~20)
+    assert poll_until(daemon_processes, 120, 0.5), booted.explain(name)
     # under the unit's MemoryDenyWriteExecute=yes, which the shim applies (the kernel's PR_SET_MDWE)
     # and its SystemCallFilter=@system-service (seccomp): the daemon and the Slurm commands it runs live within it
     unit_log = ctl.read("/var/log/fb-units/gpu-fleet-autoscaler.log")
@@ -113,9 +122,8 @@ def test_the_controller_boot_completes_with_the_pinned_autoscaler_running(instal
         "mount -n --move /run/fb-units/gpu-fleet-autoscaler.dev /dev" in unit_log and "/proc/sysrq-trigger" in unit_log
     )
     assert "--no-new-privs --bounding-set=-all (setpriv)" in unit_log  # NoNewPrivileges=yes, CapabilityBoundingSet=
-    processes = ctl.run(["ps", "-o", "user=,pid=,args=", "-e"], check=True).stdout.splitlines()
-    daemon = [line.split()[:2] for line in processes if "fleet.cli.main autoscaler run" in line]
-    assert [user for user, _ in daemon] == ["slurm"], processes
+    daemon = daemon_processes()
+    assert [user for user, _ in daemon] == ["slurm"], daemon
     status = dict(
         line.split(":\t", 1) for line in ctl.read(f"/proc/{daemon[0][1]}/status").splitlines() if ":\t" in line
     )

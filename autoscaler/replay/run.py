@@ -252,24 +252,33 @@ def resolve_policies(names: str | Sequence[str], scheduler: str = "slurm") -> li
     return out
 
 
-def _check_preemption_load(jobs: Sequence[TraceJob], scenario: Scenario) -> None:
-    """Refuse (ValueError naming the flags) a scenario in which some spot-tolerant job expects more than
-    MAX_EXPECTED_PREEMPTIONS preemptions: its replay would re-run that job for ever instead of ending."""
+def preemption_overload(jobs: Sequence[TraceJob], scenario: Scenario) -> str | None:
+    """The spot-tolerant job of `jobs` that expects more than MAX_EXPECTED_PREEMPTIONS preemptions in `scenario`,
+    said in a sentence each command prefixes with its own flags (its replay would re-run that job for ever instead
+    of ending); None when there is none."""
     rate, every = scenario.preemption_rate_per_hour, scenario.checkpoint_interval_s
     if not rate:
-        return
+        return None
     worst = max(((expected_preemptions(j, rate, every), j) for j in jobs if j.spot_ok), default=None,
                 key=lambda pair: pair[0])  # fmt: skip
     if worst is None or worst[0] <= MAX_EXPECTED_PREEMPTIONS:
-        return
+        return None
     count, job = worst
     checkpoints = "no checkpoints" if every <= 0 else f"a checkpoint every {every:g} s"
-    raise ValueError(
-        f"--preemption-rate / --checkpoint-interval: spot-tolerant job {job.id} ({job.shape()[0]} node(s), "
-        f"{job.duration / 3600:,.1f} h) would be preempted about {count:,.3g} times before it finishes at "
-        f"{rate:g} preemptions per node-hour with {checkpoints}"
-        f" (at most {MAX_EXPECTED_PREEMPTIONS:,.0f}): the replay would not end; lower the rate or checkpoint more often"
+    return (
+        f"spot-tolerant job {job.id} ({job.shape()[0]} node(s), {job.duration / 3600:,.1f} h) would be preempted "
+        f"about {count:,.3g} times before it finishes at {rate:g} preemptions per node-hour with {checkpoints}"
+        f" (at most {MAX_EXPECTED_PREEMPTIONS:,.0f})"
     )
+
+
+def _check_preemption_load(jobs: Sequence[TraceJob], scenario: Scenario) -> None:
+    """Refuse (ValueError naming `fleet simulate`'s flags) a scenario of `preemption_overload`."""
+    if overload := preemption_overload(jobs, scenario):
+        raise ValueError(
+            f"--preemption-rate / --checkpoint-interval: {overload}: the replay would not end; lower the rate or "
+            "checkpoint more often"
+        )
 
 
 def run_scenario(

@@ -97,10 +97,10 @@ def tasks_for(req: Request, wins: Sequence[Window]) -> list[Task]:
 
 def check_replayable(req: Request) -> None:
     """Refuse before the grid runs (GridError naming `--spot-fraction`) a scenario whose replay would not end:
-    a spot-tolerant job preempted so often that the replay would re-run it for ever.  The replay's own check
-    (`autoscaler.replay.run._check_preemption_load`, on the same seeded choice of spot-tolerant jobs) names
-    `fleet simulate`'s flags, which advise does not have: it replays spot at their defaults."""
-    from autoscaler.replay.run import _check_preemption_load
+    a spot-tolerant job preempted so often that the replay would re-run it for ever.  The replay's own test
+    (`autoscaler.replay.run.preemption_overload`, on the same seeded choice of spot-tolerant jobs), said with
+    advise's flag: it has none of `fleet simulate`'s preemption flags and replays spot at their defaults."""
+    from autoscaler.replay.run import preemption_overload
     from autoscaler.replay.trace import mark_spot_tolerant
     from fleet.advise.grid import GridError
 
@@ -109,14 +109,11 @@ def check_replayable(req: Request) -> None:
     jobs = list(replay_jobs(req, all_windows(req)[3]))
     for seed in range(req.replayed_seeds):
         sc = scenario_for(Task((), (), 0, seed, req.machine_family, req.region, req.spot_fraction, req.stockout_rate))
-        try:
-            _check_preemption_load(mark_spot_tolerant(jobs, req.spot_fraction, seed), sc)
-        except ValueError as exc:
-            what = str(exc).partition(": ")[2].partition(": the replay would not end")[0]
+        if overload := preemption_overload(mark_spot_tolerant(jobs, req.spot_fraction, seed), sc):
             raise GridError(
-                f"--spot-fraction: with seed {seed}, {what}: the replay would not end; advise replays spot at "
+                f"--spot-fraction: with seed {seed}, {overload}: the replay would not end; advise replays spot at "
                 f"fleet simulate's default preemption rate and checkpoint interval, so lower --spot-fraction"
-            ) from None
+            )
 
 
 def reserved_machine(req: Request) -> str:

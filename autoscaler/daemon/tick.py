@@ -475,15 +475,13 @@ class Daemon:
             memory = self._record(memory, f.offering, f.kind, now, f.message)
             names = list(f.names)
             row = self.store.request(f.request_id) if f.request_id else None
+            names = names or (list(row.names) if row is not None else [])
+            self.store.release_names(names, now, f"launch failed: {f.kind}")
             if row is not None:
-                names = names or list(row.names)
-                self.store.release_names(names, now, f"launch failed: {f.kind}")
                 if row.state in OPEN_REQUEST_STATES:
                     names += self._failed_siblings(row, names, snodes, act)
                 if not set(row.names) - set(names):  # nothing of it is left
                     self.store.set_request_state(row.request_id, "failed", now, f"{f.kind}: {f.message}")
-            else:
-                self.store.release_names(names, now, f"launch failed: {f.kind}")
             failed.update(names)
             # Slurm still waits for these nodes: ask again, next plan picks another offering
             again = [n for n in names if snodes is None or (snodes.get(n) is not None and snodes[n].powering_up)]

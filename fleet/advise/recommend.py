@@ -221,17 +221,16 @@ def on_demand(points: Sequence[Point], window: str) -> Point | None:
 
 def seeds_beating(outcomes: Sequence[Outcome], prices: TermPrices, p: Point, windows: Sequence[str]) -> int:
     """In how many seeds the point costs less than all on demand with the same seed, over `windows` together."""
-    keep = 1.0 - prices.overflow_discount
-    base: dict[int, float] = defaultdict(float)
-    mine: dict[int, float] = defaultdict(float)
-    rate = prices.rate(p.term) if p.reserved_nodes else 0.0
-    for o in outcomes:
-        if o.window not in windows:
-            continue
-        if o.reserved_nodes == 0:
-            base[o.seed] += o.overflow_usd * keep
-        if o.reserved_nodes == p.reserved_nodes:
-            mine[o.seed] += o.overflow_usd * keep + p.reserved_nodes * rate * o.span_hours
+    costs = seed_costs([o for o in outcomes if o.window in windows], prices, (p.term,) if p.reserved_nodes else ())
+
+    def totals(term: str, size: int) -> dict[int, float]:
+        out: dict[int, float] = defaultdict(float)
+        for w in windows:
+            for seed, cost in costs.get((w, term, size), {}).items():
+                out[seed] += cost
+        return out
+
+    base, mine = totals("none", 0), totals(p.term, p.reserved_nodes)
     return sum(1 for s, c in mine.items() if s in base and c < base[s])
 
 
